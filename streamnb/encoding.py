@@ -1,0 +1,103 @@
+"""Compact, versioned, pickle-free encoding of statistics: msgpack maps with raw numpy buffers.
+
+Arrays are stored as ``{"dtype": "<f8", "shape": [..], "data": bytes}`` (little-endian,
+C order). Decoding validates dtype, dimensionality and buffer length before building an
+array, so a corrupted payload raises :class:`~streamnb.exceptions.FormatError` instead of
+crashing or allocating unbounded memory.
+
+>>> import numpy as np
+>>> a = np.arange(6, dtype=np.float64).reshape(2, 3)
+>>> b = unpack_array(pack_array(a), dtype="<f8", ndim=2)
+>>> bool((a == b).all())
+True
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgpack
+import numpy as np
+
+from streamnb.exceptions import FormatError
+
+_ALLOWED_DTYPES = {"<f8", "<f4", "<i8", "<i4", "<u4", "<u8", "|b1", "|u1"}
+
+
+def pack_array(a: np.ndarray) -> dict[str, Any]:
+    """Encode a numpy array as a msgpack-friendly map (little-endian, C order)."""
+    a = np.asarray(a)
+    dt = a.dtype.newbyteorder("<") if a.dtype.byteorder not in ("|", "<", "=") else a.dtype
+    a = np.ascontiguousarray(a, dtype=dt)
+    code = a.dtype.str
+    if code not in _ALLOWED_DTYPES:
+        raise FormatError(f"cannot encode arrays of dtype {a.dtype}")
+    return {"dtype": code, "shape": list(a.shape), "data": a.tobytes()}
+
+
+def unpack_array(obj: Any, dtype: str | None = None, ndim: int | None = None) -> np.ndarray:
+    """Decode an array written by :func:`pack_array`, validating dtype, ndim and size."""
+    if not isinstance(obj, dict) or set(obj) != {"dtype", "shape", "data"}:
+        raise FormatError("expected an encoded array map with keys dtype, shape, data")
+    code, shape, data = obj["dtype"], obj["shape"], obj["data"]
+    if code not in _ALLOWED_DTYPES:
+        raise FormatError(f"unsupported array dtype {code!r}")
+    if dtype is not None and code != dtype:
+        raise FormatError(f"expected array dtype {dtype}, got {code}")
+    if not isinstance(shape, list) or not all(isinstance(s, int) and s >= 0 for s in shape):
+        raise FormatError(f"bad array shape {shape!r}")
+    if ndim is not None and len(shape) != ndim:
+        raise FormatError(f"expected a {ndim}-d array, got shape {tuple(shape)}")
+    if not isinstance(data, bytes):
+        raise FormatError("array data must be bytes")
+    itemsize = np.dtype(code).itemsize
+    n = 1
+    for s in shape:
+        n *= s
+    if n * itemsize != len(data):
+        raise FormatError(
+            f"array buffer holds {len(data)} bytes, shape {tuple(shape)} of {code} needs {n * itemsize}"
+        )
+    return np.frombuffer(data, dtype=code).reshape(shape).copy()
+
+
+def dumps(obj: Any) -> bytes:
+    """msgpack-encode ``obj`` (bin type for bytes, no ext types)."""
+    return msgpack.packb(obj, use_bin_type=True)
+
+
+def loads(data: bytes, max_size: int = 1 << 31) -> Any:
+    """msgpack-decode trusted-format data (statistics, snapshots), refusing ext types."""
+    if not isinstance(data, (bytes, bytearray, memoryview)):
+        raise FormatError("expected bytes")
+    if len(data) > max_size:
+        raise FormatError(f"encoded statistics of {len(data)} bytes exceed {max_size}")
+    try:
+        return msgpack.unpackb(
+            data, raw=False, strict_map_key=False, ext_hook=_refuse_ext
+        )
+    except FormatError:
+        raise
+    except Exception as exc:  # msgpack raises several unrelated types
+        raise FormatError(f"not valid msgpack: {exc}") from None
+
+
+def _refuse_ext(code: int, data: bytes) -> Any:
+    raise FormatError(f"msgpack ext type {code} is not allowed")
+
+
+def check_header(obj: Any, type_tag: str, max_version: int) -> int:
+    """Validate the ``{"type": .., "v": ..}`` header of an encoded object; return its version."""
+    if not isinstance(obj, dict):
+        raise FormatError(f"expected an encoded {type_tag} map, got {type(obj).__name__}")
+    if obj.get("type") != type_tag:
+        raise FormatError(f"expected encoded {type_tag!r}, got {obj.get('type')!r}")
+    v = obj.get("v")
+    if not isinstance(v, int) or v < 1:
+        raise FormatError(f"bad format version {v!r} for {type_tag}")
+    if v > max_version:
+        raise FormatError(
+            f"{type_tag} format version {v} is newer than this streamnb understands "
+            f"(<= {max_version}); upgrade streamnb"
+        )
+    return v

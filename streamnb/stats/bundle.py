@@ -1,0 +1,77 @@
+"""A named group of statistics that merges, subtracts, scales and encodes as one.
+
+A model's ``stats`` is a bundle, e.g. ``{"classes": ClassCounts, "features": FeatureCounts}``;
+the daemon ships bundles as deltas without knowing what is inside.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Self
+
+from streamnb.exceptions import FormatError
+from streamnb.stats.base import Statistic
+
+
+class StatsBundle(Statistic):
+    """Statistics under fixed names; every operation applies part by part.
+
+    >>> from streamnb.stats import ClassCounts
+    >>> a = StatsBundle(classes=ClassCounts())
+    >>> a["classes"].update(["x", "y", "x"])
+    ClassCounts(x=2.0, y=1.0)
+    >>> b = StatsBundle.from_bytes(a.to_bytes())
+    >>> b["classes"].counts.tolist()
+    [2.0, 1.0]
+    """
+
+    TYPE = "bundle"
+
+    def __init__(self, **parts: Statistic) -> None:
+        self.parts: dict[str, Statistic] = dict(parts)
+
+    def __getitem__(self, name: str) -> Statistic:
+        return self.parts[name]
+
+    def __contains__(self, name: str) -> bool:
+        return name in self.parts
+
+    def __repr__(self) -> str:
+        return f"StatsBundle({', '.join(self.parts)})"
+
+    def _check_same_parts(self, other: StatsBundle) -> None:
+        if not isinstance(other, StatsBundle) or set(other.parts) != set(self.parts):
+            got = sorted(other.parts) if isinstance(other, StatsBundle) else type(other).__name__
+            raise ValueError(f"cannot combine bundles with parts {sorted(self.parts)} and {got}")
+
+    def merge(self, other: StatsBundle) -> Self:
+        self._check_same_parts(other)
+        for name, part in self.parts.items():
+            part.merge(other.parts[name])
+        return self
+
+    def subtract(self, other: StatsBundle) -> Self:
+        self._check_same_parts(other)
+        for name, part in self.parts.items():
+            part.subtract(other.parts[name])
+        return self
+
+    def scale(self, g: float) -> Self:
+        for part in self.parts.values():
+            part.scale(g)
+        return self
+
+    def copy(self) -> Self:
+        return type(self)(**{k: v.copy() for k, v in self.parts.items()})
+
+    def is_empty(self) -> bool:
+        return all(p.is_empty() for p in self.parts.values())
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"parts": {k: v.encode() for k, v in self.parts.items()}}
+
+    @classmethod
+    def from_dict(cls, body: dict[str, Any], version: int) -> Self:
+        parts = body.get("parts")
+        if not isinstance(parts, dict) or not all(isinstance(k, str) for k in parts):
+            raise FormatError("bundle without a map of named parts")
+        return cls(**{k: Statistic.decode(v) for k, v in parts.items()})
