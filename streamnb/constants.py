@@ -12,3 +12,72 @@ DEFAULT_HASH_BITS = 20
 
 #: Model kinds, as accepted by ``streamnb.models.make_model`` and ``streamnb worker --kind``.
 MODEL_KINDS = ("multinomial", "bernoulli", "categorical", "gaussian", "lda", "qda", "hybrid")
+
+# --------------------------------------------------------------- wire format & featurization
+#: The one stream field that holds a message's msgpack map.
+DATA_FIELD = "data"
+#: Input keys that carry a payload; a message has exactly one of them (or none, with ``ref``).
+PAYLOAD_KEYS = ("raw", "text", "tokens", "features", "x")
+#: Default size limit of one encoded input message (1 MiB).
+DEFAULT_MAX_MESSAGE_BYTES = 1 << 20
+#: Key of the stable token hash (blake2b, 8-byte digest). Changing it changes every bucket.
+HASH_KEY = b"streamnb-hash-v1"
+#: Entries kept in the per-process token -> hash cache (an LRU).
+HASH_CACHE_SIZE = 1 << 18
+#: Version of the featurizer config and of encoded feature rows.
+FEATURIZER_FORMAT_VERSION = 1
+
+# --- Gaussian models (streamnb.stats.moments, streamnb.models.gaussian/lda/qda)
+#: A class whose weight falls below this fraction of what it held before an unlearn
+#: (``GaussianMoments.subtract``) is reset to exactly empty (n = 0, mean 0, M2 0).
+MOMENTS_EMPTY_RTOL = 1e-10
+#: First Cholesky jitter, as a fraction of each diagonal entry; multiplied by 10 per retry.
+CHOLESKY_JITTER_INITIAL = 1e-10
+#: Retries before falling back to the diagonal alone (jitter up to 1e-10 * 10**(n-1)).
+CHOLESKY_JITTER_MAX_TRIES = 12
+#: A Cholesky pivot with L_ii**2 below this fraction of S_ii (the variance of feature i
+#: left unexplained by the previous features) is treated as singular.
+CHOLESKY_PIVOT_RTOL = 1e-12
+#: GaussianNB variance used when the var_smoothing floor is zero (constant data or
+#: var_smoothing=0), relative to the data's scale (largest variance or squared mean, else 1).
+GAUSSIAN_FALLBACK_VARIANCE = 1e-9
+
+# --- drift detection and quality metrics (streamnb.drift, workers.observer)
+#: Per-sample log-loss is capped at -log(1e-15) (scikit-learn's eps), so one confidently
+#: wrong prediction cannot dominate a sum; also the loss charged for an unknown true class.
+LOG_LOSS_CAP = 34.538776394910684
+#: ADWIN confidence: the probability of a false cut per check is at most this.
+ADWIN_DELTA = 0.002
+#: Samples between two ADWIN cut checks (River's ``clock``).
+ADWIN_CLOCK = 32
+#: Prior-shift G-test: false-alarm probability per check (Bonferroni over the windows).
+PRIOR_SHIFT_ALPHA = 1e-5
+#: Gaussian feature drift: false-alarm probability per window test (chi-square tests).
+GAUSSIAN_DRIFT_ALPHA = 1e-5
+#: Updates during which a detector's further alarms are suppressed after it alarmed.
+DRIFT_COOLDOWN_SAMPLES = 500
+#: Seconds during which the observer emits no second event for the same detector.
+DRIFT_EVENT_COOLDOWN_S = 60.0
+
+# --------------------------------------------------------------- CLI, daemon defaults
+#: First Prometheus metrics port; worker process i of ``--processes N`` serves base + i.
+DEFAULT_METRICS_PORT = 9500
+#: Address the metrics server binds by default (loopback: expose it on purpose).
+DEFAULT_METRICS_ADDR = "127.0.0.1"
+#: Entries read per XREADGROUP by a worker.
+DEFAULT_BATCH_SIZE = 100
+#: Milliseconds a worker's XREADGROUP blocks waiting for entries.
+DEFAULT_BLOCK_MS = 2000
+#: Milliseconds an entry may stay pending before another worker claims it.
+DEFAULT_CLAIM_IDLE_MS = 60_000
+#: Entries per pipelined XADD round trip in ``streamnb produce``.
+DEFAULT_PRODUCE_CHUNK = 500
+#: Seconds ``streamnb predict`` waits for the prediction of the message it sent.
+DEFAULT_PREDICT_TIMEOUT_S = 30.0
+#: Messages the embedded demo replays by default (all of the shipped sample).
+DEFAULT_DEMO_MESSAGES = 600
+#: Exit codes of the ``streamnb`` command (documented in docs/cli.md).
+EXIT_OK = 0
+EXIT_FAILURE = 1
+EXIT_USAGE = 2
+EXIT_UNREACHABLE = 3

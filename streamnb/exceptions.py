@@ -38,3 +38,15 @@ class MalformedMessage(StreamnbError, ValueError):
 
 class ConfigConflict(StreamnbError, ValueError):
     """A worker's model configuration differs from the one stored in Redis."""
+
+
+class SingularCovarianceWarning(UserWarning):
+    """A covariance (per class, or shared) was singular or not positive definite.
+
+    The message names the class and how much jitter was added to its diagonal;
+    predictions use the regularised covariance and stay finite.
+    """
+
+
+class SettingsError(StreamnbError, ValueError):
+    """A bad command-line option, environment variable or configuration file value."""

@@ -12,7 +12,9 @@ from streamnb.stats.class_counts import ClassCounts
 with contextlib.suppress(ImportError):
     from streamnb.stats.feature_counts import FeatureCounts  # noqa: F401
 with contextlib.suppress(ImportError):
+    from streamnb.stats.category_counts import CategoryCounts  # noqa: F401
+with contextlib.suppress(ImportError):
     from streamnb.stats.moments import GaussianMoments  # noqa: F401
 
 __all__ = ["STAT_TYPES", "ClassCounts", "ClassIndex", "Statistic", "StatsBundle",
-           "FeatureCounts", "GaussianMoments"]
+           "FeatureCounts", "CategoryCounts", "GaussianMoments"]

@@ -1,0 +1,304 @@
+"""The Bayes decision rule on a batch of log posteriors.
+
+By default a message gets the class of highest posterior (argmax). Options, applied in
+this order:
+
+1. ``class_prior``: replace the learnt class priors by operator-chosen ones. The log
+   posteriors are reweighted by ``log(new prior) - log(learnt prior)`` and renormalised
+   by log-sum-exp (classes the override does not name keep their learnt prior).
+2. ``loss_matrix`` (minimum expected loss) **or** ``threshold`` (two classes: predict the
+   positive class when ``log P(pos|x) - log P(neg|x) > threshold``).
+3. ``unsure_band = (lo, hi)`` (two classes): the label is ``"unsure"`` when the posterior
+   of the positive class lies in ``[lo, hi]``. The full ``log_proba`` still goes out.
+
+The positive class of a two-class model is ``positive`` if given, else the last class in
+sorted order (``"spam"`` of ``{"ham", "spam"}``, ``1`` of ``{0, 1}``). Threshold and band
+do nothing while the model knows fewer or more than two classes.
+
+>>> import numpy as np
+>>> rule = DecisionRule(threshold=np.log(9.0), unsure_band=(0.4, 0.6))
+>>> log_post = np.log([[0.05, 0.95], [0.5, 0.5], [0.2, 0.8]])
+>>> d = rule.decide(log_post, ["ham", "spam"])
+>>> d.labels, d.unsure.tolist()
+(['spam', 'unsure', 'ham'], [False, True, False])
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from scipy.special import logsumexp
+
+__all__ = [
+    "UNSURE",
+    "Decision",
+    "DecisionRule",
+    "parse_class_prior",
+    "parse_loss_matrix",
+    "parse_unsure_band",
+]
+
+#: The label given to a two-class prediction inside the unsure band.
+UNSURE = "unsure"
+
+Label = str | int
+
+
+def _key(label: Any) -> str:
+    """Options are keyed by the label's text, so ``"1"`` on a command line matches ``1``."""
+    return str(label)
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """Decisions for a batch: one label per row, the unsure mask, and the log posteriors
+    the decision was made from (after any class-prior override)."""
+
+    labels: list[Any]
+    unsure: np.ndarray
+    log_proba: np.ndarray
+
+
+@dataclass(frozen=True)
+class DecisionRule:
+    """Turn log posteriors into labels (see the module docstring for the rules).
+
+    ``loss_matrix[true][predicted]`` is the loss of predicting ``predicted`` when the truth
+    is ``true``; missing entries are 0 on the diagonal and 1 elsewhere (0-1 loss).
+
+    >>> import numpy as np
+    >>> rule = DecisionRule(loss_matrix={"ham": {"spam": 10.0}})  # a lost ham costs 10
+    >>> rule.decide(np.log([[0.8, 0.2], [0.02, 0.98]]), ["ham", "spam"]).labels
+    ['ham', 'spam']
+    """
+
+    class_prior: Mapping[str, float] | None = None
+    loss_matrix: Mapping[str, Mapping[str, float]] | None = None
+    threshold: float | None = None
+    unsure_band: tuple[float, float] | None = None
+    positive: Label | None = None
+
+    def __post_init__(self) -> None:
+        if self.class_prior is not None:
+            prior = {_key(k): float(v) for k, v in dict(self.class_prior).items()}
+            bad = {k: v for k, v in prior.items() if not (math.isfinite(v) and v > 0)}
+            if bad:
+                raise ValueError(f"class priors must be finite numbers > 0, got {bad}")
+            object.__setattr__(self, "class_prior", prior)
+        if self.loss_matrix is not None:
+            lm: dict[str, dict[str, float]] = {}
+            for true, row in dict(self.loss_matrix).items():
+                if not isinstance(row, Mapping):
+                    raise ValueError(
+                        f"loss_matrix[{true!r}] must map predicted label -> loss, got {row!r}")
+                lm[_key(true)] = {_key(p): float(v) for p, v in row.items()}
+                bad = {p: v for p, v in lm[_key(true)].items() if not (math.isfinite(v) and v >= 0)}
+                if bad:
+                    raise ValueError(f"losses must be finite numbers >= 0, got {bad} for true {true!r}")
+            object.__setattr__(self, "loss_matrix", lm)
+        if self.threshold is not None:
+            t = float(self.threshold)
+            if not math.isfinite(t):
+                raise ValueError(f"threshold must be a finite log-odds, got {self.threshold}")
+            object.__setattr__(self, "threshold", t)
+        if self.loss_matrix is not None and self.threshold is not None:
+            raise ValueError("give either a loss matrix or a threshold, not both")
+        if self.unsure_band is not None:
+            try:
+                lo, hi = (float(v) for v in self.unsure_band)
+            except (TypeError, ValueError):
+                raise ValueError(
+                    f"unsure_band must be two probabilities (lo, hi), got {self.unsure_band!r}"
+                ) from None
+            if not 0.0 <= lo <= hi <= 1.0:
+                raise ValueError(f"unsure_band must satisfy 0 <= lo <= hi <= 1, got ({lo}, {hi})")
+            object.__setattr__(self, "unsure_band", (lo, hi))
+
+    # ------------------------------------------------------------------ persistence
+    def to_dict(self) -> dict[str, Any]:
+        """Options as a msgpack/JSON-friendly map (only those that are set)."""
+        out: dict[str, Any] = {}
+        if self.class_prior is not None:
+            out["class_prior"] = dict(self.class_prior)
+        if self.loss_matrix is not None:
+            out["loss_matrix"] = {k: dict(v) for k, v in self.loss_matrix.items()}
+        if self.threshold is not None:
+            out["threshold"] = self.threshold
+        if self.unsure_band is not None:
+            out["unsure_band"] = list(self.unsure_band)
+        if self.positive is not None:
+            out["positive"] = self.positive
+        return out
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any] | None) -> DecisionRule:
+        """Inverse of :meth:`to_dict`; unknown keys are an error.
+
+        >>> DecisionRule.from_dict({"threshold": 2.0}).to_dict()
+        {'threshold': 2.0}
+        """
+        d = dict(d or {})
+        known = {"class_prior", "loss_matrix", "threshold", "unsure_band", "positive"}
+        unknown = sorted(set(d) - known)
+        if unknown:
+            raise ValueError(f"unknown decision options {unknown}; expected some of {sorted(known)}")
+        band = d.get("unsure_band")
+        return cls(
+            class_prior=d.get("class_prior"),
+            loss_matrix=d.get("loss_matrix"),
+            threshold=d.get("threshold"),
+            unsure_band=tuple(band) if band is not None else None,
+            positive=d.get("positive"),
+        )
+
+    @property
+    def is_default(self) -> bool:
+        """True when the rule is plain argmax."""
+        return set(self.to_dict()) <= {"positive"}
+
+    # ------------------------------------------------------------------ deciding
+    def positive_index(self, classes: Sequence[Label]) -> int:
+        """Index of the positive class of a two-class model."""
+        keys = [_key(c) for c in classes]
+        if self.positive is not None:
+            if _key(self.positive) not in keys:
+                raise ValueError(f"positive class {self.positive!r} is not one of {list(classes)}")
+            return keys.index(_key(self.positive))
+        return max(range(len(classes)), key=lambda i: (type(classes[i]).__name__, classes[i]))
+
+    def adjust(
+        self, log_proba: np.ndarray, classes: Sequence[Label],
+        learnt_log_prior: np.ndarray | None = None,
+    ) -> np.ndarray:
+        """Log posteriors with the class-prior override applied (renormalised)."""
+        log_proba = np.asarray(log_proba, dtype=np.float64)
+        if self.class_prior is None:
+            return log_proba
+        shift = np.zeros(len(classes), dtype=np.float64)
+        for j, c in enumerate(classes):
+            new = self.class_prior.get(_key(c))
+            if new is None:
+                continue
+            shift[j] = math.log(new)
+            if learnt_log_prior is not None and np.isfinite(learnt_log_prior[j]):
+                shift[j] -= learnt_log_prior[j]
+        with np.errstate(invalid="ignore"):
+            adjusted = log_proba + shift
+            return adjusted - logsumexp(adjusted, axis=1, keepdims=True)
+
+    def decide(
+        self, log_proba: Any, classes: Sequence[Label],
+        learnt_log_prior: np.ndarray | None = None,
+    ) -> Decision:
+        """Decide a batch: ``log_proba`` has shape (n_samples, n_classes), columns in the
+        order of ``classes``; ``learnt_log_prior`` (the model's log class priors) is needed
+        for an exact class-prior override (without it the override multiplies the
+        posteriors by the new priors)."""
+        log_proba = np.asarray(log_proba, dtype=np.float64)
+        classes = list(classes)
+        if log_proba.ndim != 2 or log_proba.shape[1] != len(classes):
+            raise ValueError(
+                f"log_proba must have shape (n_samples, {len(classes)}) for classes {classes}, "
+                f"got {log_proba.shape}"
+            )
+        n = log_proba.shape[0]
+        lp = self.adjust(log_proba, classes, learnt_log_prior)
+        unsure = np.zeros(n, dtype=bool)
+        if n == 0 or not classes:
+            return Decision([], unsure, lp)
+        two = len(classes) == 2
+        if self.loss_matrix is not None:
+            idx = self._min_expected_loss(lp, classes)
+        elif self.threshold is not None and two:
+            pos = self.positive_index(classes)
+            with np.errstate(invalid="ignore"):
+                log_odds = lp[:, pos] - lp[:, 1 - pos]
+            idx = np.where(log_odds > self.threshold, pos, 1 - pos)
+        else:
+            idx = np.argmax(lp, axis=1)
+        labels = [classes[i] for i in idx.tolist()]
+        if self.unsure_band is not None and two:
+            pos = self.positive_index(classes)
+            p_pos = np.exp(lp[:, pos])
+            lo, hi = self.unsure_band
+            unsure = (p_pos >= lo) & (p_pos <= hi)
+            labels = [UNSURE if u else lab for lab, u in zip(labels, unsure.tolist(), strict=True)]
+        return Decision(labels, unsure, lp)
+
+    def _min_expected_loss(self, lp: np.ndarray, classes: list) -> np.ndarray:
+        """argmin_j sum_i P(i|x) L[i, j], in log space: log E[loss_j] = LSE_i(lp_i + log L_ij)."""
+        k = len(classes)
+        loss = 1.0 - np.eye(k)
+        keys = [_key(c) for c in classes]
+        assert self.loss_matrix is not None
+        for i, t in enumerate(keys):
+            for j, p in enumerate(keys):
+                if p in self.loss_matrix.get(t, {}):
+                    loss[i, j] = self.loss_matrix[t][p]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            log_loss = np.log(loss)
+            log_expected = logsumexp(lp[:, :, None] + log_loss[None, :, :], axis=1)
+        return np.argmin(np.nan_to_num(log_expected, nan=np.inf), axis=1)
+
+
+# ---------------------------------------------------------------------- option parsing
+def _pairs(text: str, what: str, example: str) -> list[tuple[str, str]]:
+    out = []
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        name, sep, value = part.partition("=")
+        if not sep or not name.strip() or not value.strip():
+            raise ValueError(f"{what} expects entries like {example!r}, got {part!r}")
+        out.append((name.strip(), value.strip()))
+    if not out:
+        raise ValueError(f"{what} expects entries like {example!r}, got {text!r}")
+    return out
+
+
+def _number(value: str, what: str) -> float:
+    try:
+        return float(value)
+    except ValueError:
+        raise ValueError(f"{what} expects a number, got {value!r}") from None
+
+
+def parse_class_prior(text: str) -> dict[str, float]:
+    """``"spam=0.2,ham=0.8"`` -> ``{"spam": 0.2, "ham": 0.8}``.
+
+    >>> parse_class_prior("spam=0.2, ham=0.8")
+    {'spam': 0.2, 'ham': 0.8}
+    """
+    return {k: _number(v, "--class-prior") for k, v in _pairs(text, "--class-prior", "spam=0.2,ham=0.8")}
+
+
+def parse_loss_matrix(text: str) -> dict[str, dict[str, float]]:
+    """``"ham:spam=10,spam:ham=1"`` (``true:predicted=loss``) -> nested map.
+
+    >>> parse_loss_matrix("ham:spam=10, spam:ham=1")
+    {'ham': {'spam': 10.0}, 'spam': {'ham': 1.0}}
+    """
+    out: dict[str, dict[str, float]] = {}
+    for key, value in _pairs(text, "--loss-matrix", "ham:spam=10,spam:ham=1"):
+        true, sep, pred = key.partition(":")
+        if not sep or not true or not pred:
+            raise ValueError(f"--loss-matrix entries are true:predicted=loss, got {key!r}")
+        out.setdefault(true, {})[pred] = _number(value, "--loss-matrix")
+    return out
+
+
+def parse_unsure_band(text: str) -> tuple[float, float]:
+    """``"0.4,0.6"`` -> ``(0.4, 0.6)``.
+
+    >>> parse_unsure_band("0.4,0.6")
+    (0.4, 0.6)
+    """
+    parts = [p.strip() for p in text.split(",")]
+    if len(parts) != 2:
+        raise ValueError(f"--unsure-band expects two probabilities 'lo,hi', got {text!r}")
+    lo, hi = (_number(p, "--unsure-band") for p in parts)
+    if not 0.0 <= lo <= hi <= 1.0:
+        raise ValueError(f"--unsure-band expects 0 <= lo <= hi <= 1, got {text!r}")
+    return lo, hi

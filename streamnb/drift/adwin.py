@@ -1,0 +1,159 @@
+"""ADWIN: adaptive windowing with exponential-histogram buckets (Bifet & Gavaldà, 2007).
+
+The window W of recent values is kept as buckets of 2**i values (at most ``max_buckets``
+per size), so memory and a cut check are O(log W). Every ``clock`` updates every split of W
+into an older part W0 and a newer part W1 is tested; when their means differ by more than
+
+    eps = sqrt(2 m v ln(2/d')) + 2/3 m ln(2/d'),   m = 1/n0' + 1/n1',  d' = delta / ln(n)
+
+(``v`` the window variance, ``n0' = n0 - min_window + 1``) the older buckets are dropped.
+ADWIN's theorem bounds the probability that a check cuts a window whose mean did not change
+by ``delta``: at most ``delta`` false cuts per check, so at most ``delta * N / clock`` expected
+false alarms over N stable samples (before the cool-down removes duplicates).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Literal
+
+from streamnb.constants import ADWIN_CLOCK, ADWIN_DELTA, DRIFT_COOLDOWN_SAMPLES
+from streamnb.drift.base import DriftDetector
+
+Direction = Literal["both", "increase", "decrease"]
+
+
+class ADWIN(DriftDetector):
+    """Adaptive window over a stream of numbers, alarming when its mean changes.
+
+    ``direction`` restricts alarms to a rise (``"increase"``) or a fall of the mean; the
+    window adapts (drops its stale part) either way.
+
+    >>> import random
+    >>> rng = random.Random(1)
+    >>> d = ADWIN()
+    >>> stream = [rng.random() < 0.05 for _ in range(2000)] + [rng.random() < 0.5 for _ in range(500)]
+    >>> alarms = [i for i, e in enumerate(stream) if d.update(e)]
+    >>> len(alarms) >= 1 and 2000 <= alarms[0] < 2200
+    True
+    >>> d.last_change["new_mean"] > d.last_change["old_mean"]
+    True
+    """
+
+    name = "adwin"
+
+    def __init__(self, delta: float = ADWIN_DELTA, clock: int = ADWIN_CLOCK, max_buckets: int = 5,
+                 min_window: int = 5, grace_period: int = 10, direction: Direction = "both",
+                 cooldown: int = DRIFT_COOLDOWN_SAMPLES) -> None:
+        super().__init__(cooldown)
+        if not 0.0 < delta < 1.0:
+            raise ValueError(f"delta must be in (0, 1), got {delta}")
+        if clock < 1 or max_buckets < 2 or min_window < 1:
+            raise ValueError("clock >= 1, max_buckets >= 2 and min_window >= 1 are required, got "
+                             f"{clock}, {max_buckets}, {min_window}")
+        if direction not in ("both", "increase", "decrease"):
+            raise ValueError(f"direction must be both, increase or decrease, got {direction!r}")
+        self.delta = delta
+        self.clock = clock
+        self.max_buckets = max_buckets
+        self.min_window = min_window
+        self.grace_period = grace_period
+        self.direction = direction
+        # rows[i]: buckets of 2**i values, oldest first, each [sum, M2 (sum of sq. deviations)]
+        self._rows: list[list[list[float]]] = [[]]
+        self.width = 0
+        self.total = 0.0
+        self._m2 = 0.0
+
+    # ------------------------------------------------------------------ window
+    @property
+    def mean(self) -> float:
+        """Mean of the current window (0 when empty)."""
+        return self.total / self.width if self.width else 0.0
+
+    @property
+    def variance(self) -> float:
+        return self._m2 / self.width if self.width else 0.0
+
+    def _insert(self, x: float) -> None:
+        if self.width:
+            self._m2 += self.width * (x - self.mean) ** 2 / (self.width + 1)
+        self.width += 1
+        self.total += x
+        self._rows[0].append([x, 0.0])
+        size = 1
+        for i, row in enumerate(self._rows):
+            if len(row) <= self.max_buckets:
+                break
+            (s1, v1), (s2, v2) = row[0], row[1]
+            merged = [s1 + s2, v1 + v2 + size * size * (s1 / size - s2 / size) ** 2 / (2 * size)]
+            del row[:2]
+            if i + 1 == len(self._rows):
+                self._rows.append([])
+            self._rows[i + 1].append(merged)
+            size *= 2
+
+    def _drop_oldest(self) -> tuple[int, float]:
+        """Remove the oldest bucket; return its size and sum."""
+        level = len(self._rows) - 1
+        while not self._rows[level]:
+            level -= 1
+        s, v = self._rows[level].pop(0)
+        n = 1 << level
+        self.width -= n
+        self.total -= s
+        if self.width:
+            self._m2 -= v + n * self.width * (s / n - self.mean) ** 2 / (n + self.width)
+            self._m2 = max(self._m2, 0.0)
+        else:
+            self._m2 = 0.0
+        while len(self._rows) > 1 and not self._rows[-1]:
+            self._rows.pop()
+        return n, s
+
+    def _find_cut(self) -> bool:
+        """True if some split of the window has significantly different means."""
+        n, total = self.width, self.total
+        v = self.variance
+        log_term = math.log(2.0 * math.log(n) / self.delta)
+        n0, s0 = 0, 0.0
+        for level in range(len(self._rows) - 1, -1, -1):
+            size = 1 << level
+            for s, _ in self._rows[level]:
+                n0 += size
+                s0 += s
+                n1 = n - n0
+                if n1 < self.min_window:
+                    return False
+                if n0 < self.min_window:
+                    continue
+                m = 1.0 / (n0 - self.min_window + 1) + 1.0 / (n1 - self.min_window + 1)
+                eps = math.sqrt(2.0 * m * v * log_term) + 2.0 / 3.0 * log_term * m
+                if abs(s0 / n0 - (total - s0) / n1) > eps:
+                    return True
+        return False
+
+    # ------------------------------------------------------------------ update
+    def update(self, x: float) -> bool:
+        """Add one value; True if the window was cut and that is an alarm."""
+        self.drift_detected = False
+        self.n_seen += 1
+        self._insert(float(x))
+        if self.n_seen % self.clock or self.width <= max(self.grace_period, 2 * self.min_window):
+            return False
+        dropped_n, dropped_s = 0, 0.0
+        while self.width > 2 * self.min_window and self._find_cut():
+            n, s = self._drop_oldest()
+            dropped_n += n
+            dropped_s += s
+        if not dropped_n:
+            return False
+        old_mean, new_mean = dropped_s / dropped_n, self.mean
+        if (self.direction == "increase" and new_mean <= old_mean) or (
+                self.direction == "decrease" and new_mean >= old_mean):
+            return False
+        return self._alarm({"old_mean": old_mean, "new_mean": new_mean, "dropped": dropped_n,
+                            "window": self.width})
+
+    def _state(self) -> dict[str, Any]:
+        return {"mean": self.mean, "width": self.width, "variance": self.variance}

@@ -1,0 +1,86 @@
+"""Page-Hinkley test (Page, 1954): a cumulative-sum test for a change in the mean.
+
+With ``m_t`` the running mean, the test accumulates ``U_t = sum (x_i - m_i - delta)`` and
+alarms when ``U_t - min U > threshold`` (a rise; mirrored for a fall). ``delta`` is the
+size of change that is ignored, ``threshold`` (lambda) trades delay for false alarms. After
+an alarm the test restarts from the new regime. ``alpha`` < 1 fades old deviations
+(River's default 1 - 1e-4). Used on the per-message log-loss, capped at
+``clip`` so one confidently wrong prediction cannot raise an alarm on its own.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from streamnb.constants import DRIFT_COOLDOWN_SAMPLES
+from streamnb.drift.base import DriftDetector
+
+
+class PageHinkley(DriftDetector):
+    """Page-Hinkley change detector on the mean of a stream.
+
+    >>> d = PageHinkley(delta=0.005, threshold=20.0)
+    >>> alarms = [i for i in range(600) if d.update(0.1 if i < 300 else 1.1)]
+    >>> alarms[0] - 300 < 30
+    True
+    >>> d.last_change["direction"]
+    'increase'
+    """
+
+    name = "page_hinkley"
+
+    def __init__(self, delta: float = 0.005, threshold: float = 50.0, min_instances: int = 30,
+                 alpha: float = 1 - 1e-4, mode: Literal["up", "down", "both"] = "up",
+                 clip: float | None = None, cooldown: int = DRIFT_COOLDOWN_SAMPLES) -> None:
+        super().__init__(cooldown)
+        if threshold <= 0 or delta < 0 or not 0 < alpha <= 1:
+            raise ValueError(f"need threshold > 0, delta >= 0, 0 < alpha <= 1; got {threshold}, "
+                             f"{delta}, {alpha}")
+        if mode not in ("up", "down", "both"):
+            raise ValueError(f"mode must be up, down or both, got {mode!r}")
+        self.delta, self.threshold, self.min_instances = delta, threshold, min_instances
+        self.alpha, self.mode, self.clip = alpha, mode, clip
+        self._restart()
+
+    def _restart(self) -> None:
+        self.n = 0
+        self.mean = 0.0
+        self._up = 0.0
+        self._up_min = 0.0
+        self._down = 0.0
+        self._down_max = 0.0
+
+    @property
+    def statistic(self) -> float:
+        """The larger of the monitored excursions (compared with ``threshold``)."""
+        up = self._up - self._up_min if self.mode != "down" else 0.0
+        down = self._down_max - self._down if self.mode != "up" else 0.0
+        return max(up, down)
+
+    def update(self, x: float) -> bool:
+        """Add one value; True on an alarm."""
+        self.drift_detected = False
+        self.n_seen += 1
+        x = float(x)
+        if self.clip is not None:
+            x = min(x, self.clip)
+        self.n += 1
+        self.mean += (x - self.mean) / self.n
+        dev = x - self.mean
+        self._up = self.alpha * self._up + dev - self.delta
+        self._down = self.alpha * self._down + dev + self.delta
+        self._up_min = min(self._up_min, self._up)
+        self._down_max = max(self._down_max, self._down)
+        if self.n < self.min_instances:
+            return False
+        up = self._up - self._up_min if self.mode != "down" else 0.0
+        down = self._down_max - self._down if self.mode != "up" else 0.0
+        if max(up, down) <= self.threshold:
+            return False
+        change = {"direction": "increase" if up >= down else "decrease", "mean_before": self.mean,
+                  "statistic": max(up, down), "samples": self.n}
+        self._restart()
+        return self._alarm(change)
+
+    def _state(self) -> dict[str, Any]:
+        return {"mean": self.mean, "statistic": self.statistic, "threshold": self.threshold}

@@ -1,0 +1,174 @@
+"""Prior shift: the class shares of the recent labels against the shares before them.
+
+Every ``check_every`` labels, for each window size w in ``windows``, the last w labels are
+compared with all earlier labels of the current regime by a two-sample G-test
+(G = 2 sum O ln(O/E) over the 2 x K table, asymptotically chi-square with K-1 degrees of
+freedom under "same shares"). The threshold is the chi-square quantile at
+``alpha / len(windows)`` (Bonferroni), so a check alarms falsely with probability at most
+``alpha`` (asymptotically): at most ``alpha * N / check_every`` false alarms over N stable
+labels. Short windows catch large shifts fast, long windows catch small ones. After an alarm
+the labels before the alarming window are forgotten: the window starts the new regime.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from scipy.stats import chi2
+
+from streamnb.constants import DRIFT_COOLDOWN_SAMPLES, PRIOR_SHIFT_ALPHA
+from streamnb.drift.base import DriftDetector
+
+
+def js_divergence(p: np.ndarray, q: np.ndarray) -> float:
+    """Jensen-Shannon divergence (nats) between two share vectors (normalised here).
+
+    >>> round(js_divergence(np.array([1.0, 0.0]), np.array([0.0, 1.0])), 4)  # ln 2
+    0.6931
+    >>> js_divergence(np.array([3.0, 1.0]), np.array([0.75, 0.25]))
+    0.0
+    """
+    p = np.asarray(p, dtype=np.float64)
+    q = np.asarray(q, dtype=np.float64)
+    if p.sum() <= 0 or q.sum() <= 0:
+        return 0.0
+    p, q = p / p.sum(), q / q.sum()
+    m = (p + q) / 2
+
+    def kl(a: np.ndarray) -> float:
+        nz = a > 0
+        return float(np.sum(a[nz] * np.log(a[nz] / m[nz])))
+
+    return max(0.0, (kl(p) + kl(q)) / 2)
+
+
+def g_statistic(recent: np.ndarray, reference: np.ndarray) -> float:
+    """Two-sample G statistic of two count vectors (0 when either is empty).
+
+    >>> round(g_statistic(np.array([10.0, 10.0]), np.array([10.0, 10.0])), 6)
+    0.0
+    """
+    table = np.vstack([recent, reference]).astype(np.float64)
+    n = table.sum()
+    if n <= 0 or table[0].sum() <= 0 or table[1].sum() <= 0:
+        return 0.0
+    expected = np.outer(table.sum(axis=1), table.sum(axis=0)) / n
+    nz = table > 0
+    return float(2.0 * np.sum(table[nz] * np.log(table[nz] / expected[nz])))
+
+
+class PriorShift(DriftDetector):
+    """Multi-window G-test of class shares; ``divergence`` is the JS divergence (nats) between
+    the longest recent window and the reference.
+
+    >>> import random
+    >>> rng = random.Random(0)
+    >>> d = PriorShift()
+    >>> labels = ["spam" if rng.random() < 0.05 else "ham" for _ in range(2000)]
+    >>> labels += ["spam" if rng.random() < 0.3 else "ham" for _ in range(500)]
+    >>> alarms = [i for i, y in enumerate(labels) if d.update(y)]
+    >>> len(alarms) >= 1 and 2000 <= alarms[0] < 2300
+    True
+    >>> sorted(d.last_change["recent_shares"])
+    ['ham', 'spam']
+    """
+
+    name = "prior_shift"
+
+    def __init__(self, windows: tuple[int, ...] = (32, 64, 128, 256), check_every: int = 8,
+                 alpha: float = PRIOR_SHIFT_ALPHA, min_reference: int = 200,
+                 cooldown: int = DRIFT_COOLDOWN_SAMPLES) -> None:
+        super().__init__(cooldown)
+        if not windows or min(windows) < 2:
+            raise ValueError(f"windows must be sizes >= 2, got {windows}")
+        if not 0 < alpha < 1 or check_every < 1:
+            raise ValueError(f"need 0 < alpha < 1 and check_every >= 1, got {alpha}, {check_every}")
+        self.windows = tuple(sorted(windows))
+        self.check_every = check_every
+        self.alpha = alpha
+        self.min_reference = min_reference
+        self.labels: list[Any] = []            # class index -> label
+        self._index: dict[Any, int] = {}
+        self._ring = np.zeros(self.windows[-1], dtype=np.int64)
+        self._ring_len = 0                      # labels in the ring (<= its size)
+        self._pos = 0                           # next write position
+        self._reference = np.zeros(0)           # counts of labels older than the ring
+        self.divergence = 0.0
+        self._thresholds: dict[int, float] = {}
+
+    def _threshold(self, df: int) -> float:
+        if df not in self._thresholds:
+            self._thresholds[df] = float(chi2.isf(self.alpha / len(self.windows), df))
+        return self._thresholds[df]
+
+    def _recent(self, w: int) -> np.ndarray:
+        """Class indices of the last w labels, oldest first."""
+        size = self._ring.shape[0]
+        idx = (self._pos - w + np.arange(w)) % size
+        return self._ring[idx]
+
+    def update(self, label: Any) -> bool:
+        """Add one label; True on an alarm."""
+        self.drift_detected = False
+        self.n_seen += 1
+        k = self._index.get(label)
+        if k is None:
+            k = self._index[label] = len(self.labels)
+            self.labels.append(label)
+            self._reference = np.append(self._reference, 0.0)
+        size = self._ring.shape[0]
+        if self._ring_len == size:
+            self._reference[self._ring[self._pos]] += 1.0
+        else:
+            self._ring_len += 1
+        self._ring[self._pos] = k
+        self._pos = (self._pos + 1) % size
+        if self.n_seen % self.check_every:
+            return False
+        return self._check()
+
+    def _check(self) -> bool:
+        n_classes = len(self.labels)
+        held = np.bincount(self._recent(self._ring_len), minlength=n_classes).astype(np.float64)
+        for w in self.windows:
+            if w > self._ring_len:
+                break
+            recent = np.bincount(self._recent(w), minlength=n_classes).astype(np.float64)
+            reference = self._reference + held - recent
+            if reference.sum() < max(self.min_reference, w):
+                continue
+            if w == self.windows[-1] or w == self._ring_len:
+                self.divergence = js_divergence(recent, reference)
+            df = int(np.count_nonzero(recent + reference)) - 1
+            if df < 1:
+                continue
+            g = g_statistic(recent, reference)
+            if g > self._threshold(df):
+                change = {
+                    "window": w, "g": g, "threshold": self._threshold(df),
+                    "divergence": js_divergence(recent, reference),
+                    "recent_shares": self._shares(recent), "reference_shares": self._shares(reference),
+                }
+                self._new_regime(w)
+                return self._alarm(change)
+        return False
+
+    def _shares(self, counts: np.ndarray) -> dict[str, float]:
+        total = counts.sum()
+        return {str(lab): float(c / total) for lab, c in zip(self.labels, counts, strict=True)}
+
+    def _new_regime(self, w: int) -> None:
+        """Forget everything but the last w labels."""
+        keep = self._recent(w)
+        self._ring[:] = 0
+        self._ring[:w] = keep
+        self._ring_len = w
+        self._pos = w % self._ring.shape[0]
+        self._reference = np.zeros(len(self.labels))
+
+    def _state(self) -> dict[str, Any]:
+        held = np.bincount(self._recent(self._ring_len), minlength=len(self.labels))
+        total = self._reference + held
+        return {"divergence": self.divergence,
+                "shares": self._shares(total) if total.sum() else {}}

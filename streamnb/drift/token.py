@@ -1,0 +1,53 @@
+"""Token drift: a rise in the share of each message's features the model never saw.
+
+The out-of-vocabulary (OOV) share falls while a model learns its vocabulary and rises when
+the mail changes (new campaigns, a new language, a broken tokenizer upstream). This is ADWIN
+(:mod:`streamnb.drift.adwin`, false cuts per check <= delta) on the per-message OOV share,
+alarming on increases only, after a warm-up of ``warmup`` messages.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from streamnb.constants import ADWIN_CLOCK, ADWIN_DELTA, DRIFT_COOLDOWN_SAMPLES
+from streamnb.drift.adwin import ADWIN
+from streamnb.drift.base import DriftDetector
+
+
+class TokenDrift(DriftDetector):
+    """Alarm when the recent out-of-vocabulary share rises; ``rate`` is ADWIN's window mean.
+
+    >>> import random
+    >>> rng = random.Random(3)
+    >>> d = TokenDrift(warmup=100)
+    >>> shares = [rng.uniform(0.0, 0.1) for _ in range(1500)] + [rng.uniform(0.2, 0.5) for _ in range(300)]
+    >>> alarms = [i for i, s in enumerate(shares) if d.update(s)]
+    >>> len(alarms) >= 1 and 1500 <= alarms[0] < 1600
+    True
+    """
+
+    name = "token"
+
+    def __init__(self, delta: float = ADWIN_DELTA, clock: int = ADWIN_CLOCK, warmup: int = 1000,
+                 cooldown: int = DRIFT_COOLDOWN_SAMPLES) -> None:
+        super().__init__(cooldown)
+        self.warmup = warmup
+        self._adwin = ADWIN(delta=delta, clock=clock, direction="increase", cooldown=0)
+
+    @property
+    def rate(self) -> float:
+        """Mean OOV share over ADWIN's current window."""
+        return self._adwin.mean
+
+    def update(self, oov_share: float) -> bool:
+        """Add one message's OOV share (in [0, 1]); True on an alarm."""
+        self.drift_detected = False
+        self.n_seen += 1
+        if not self._adwin.update(oov_share) or self.n_seen <= self.warmup:
+            return False
+        return self._alarm({"old_rate": self._adwin.last_change["old_mean"],
+                            "new_rate": self._adwin.last_change["new_mean"]})
+
+    def _state(self) -> dict[str, Any]:
+        return {"rate": self.rate, "window": self._adwin.width}

@@ -1,0 +1,381 @@
+"""From a decoded message to a model row, identically in every worker.
+
+A :class:`Featurizer` is built from a plain config dict (stored in Redis with the model,
+so every worker featurizes alike). ``input="sparse"`` hashes tokens into ``2**bits``
+buckets (raw mail, text, token lists, named features); ``input="dense"`` takes ``x``
+vectors of dimension ``dim``. With ``meta=True`` a sparse row also carries the mail
+meta vector, stacked as the last :data:`~streamnb.features.mail.N_META` columns (for the
+hybrid model).
+
+>>> from streamnb.codec import InputMessage
+>>> f = Featurizer.from_config({"bits": 10})
+>>> row = f.featurize(InputMessage("1-0", "1-0", "text", "cheap cheap meds"))
+>>> row.n_tokens, row.values.tolist()
+(3, [1.0, 1.0])
+>>> f.stack([row]).shape
+(1, 1024)
+>>> Featurizer.from_config(f.config) == f
+True
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+
+from streamnb.codec import DEFAULT_LIMITS, InputMessage, Limits
+from streamnb.constants import DEFAULT_HASH_BITS, FEATURIZER_FORMAT_VERSION
+from streamnb.encoding import dumps, loads, pack_array, unpack_array
+from streamnb.exceptions import FormatError, MalformedMessage
+from streamnb.features.hashing import TokenHasher
+from streamnb.features.mail import DEFAULT_HEADERS, N_META, MailTokenizer, text_meta
+from streamnb.features.text import WordRules
+
+__all__ = ["COUNT_MODES", "EmailFeaturizer", "Featurizer", "Row", "TextFeaturizer"]
+
+#: How token counts become row values: as counted, clipped to 1, or log1p(count).
+COUNT_MODES = ("raw", "binary", "log")
+
+
+@dataclass(slots=True)
+class Row:
+    """One featurized message: sparse (buckets + values [+ meta]) or dense (``x``).
+
+    >>> r = Row(indices=np.array([3, 9], dtype=np.int32), values=np.array([1.0, 2.0]), n_tokens=3)
+    >>> Row.from_bytes(r.to_bytes()) == r
+    True
+    """
+
+    indices: np.ndarray | None = None
+    values: np.ndarray | None = None
+    meta: np.ndarray | None = None
+    x: np.ndarray | None = None
+    n_tokens: int = 0
+
+    @property
+    def is_dense(self) -> bool:
+        return self.x is not None
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Row):
+            return NotImplemented
+        return self.n_tokens == other.n_tokens and all(
+            (a is None and b is None)
+            or (a is not None and b is not None and a.shape == b.shape and bool((a == b).all()))
+            for a, b in (
+                (self.indices, other.indices),
+                (self.values, other.values),
+                (self.meta, other.meta),
+                (self.x, other.x),
+            )
+        )
+
+    def to_bytes(self) -> bytes:
+        """Compact msgpack encoding (for the worker's cache of rows awaiting a label)."""
+        body: dict[str, Any] = {"type": "row", "v": FEATURIZER_FORMAT_VERSION, "n": self.n_tokens}
+        for name in ("indices", "values", "meta", "x"):
+            a = getattr(self, name)
+            if a is not None:
+                body[name] = pack_array(a)
+        return dumps(body)
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> Row:
+        """Decode and validate a row written by :meth:`to_bytes` (FormatError if corrupt)."""
+        obj = loads(data, max_size=1 << 28)
+        if not isinstance(obj, dict) or obj.get("type") != "row":
+            raise FormatError("not an encoded feature row")
+        if obj.get("v") != FEATURIZER_FORMAT_VERSION:
+            raise FormatError(f"feature row version {obj.get('v')!r} is not {FEATURIZER_FORMAT_VERSION}")
+        n = obj.get("n")
+        if not isinstance(n, int) or n < 0:
+            raise FormatError("feature row without a token count")
+        get = obj.get
+        idx = unpack_array(get("indices"), "<i4", 1) if "indices" in obj else None
+        val = unpack_array(get("values"), "<f8", 1) if "values" in obj else None
+        meta = unpack_array(get("meta"), "<f8", 1) if "meta" in obj else None
+        x = unpack_array(get("x"), "<f8", 1) if "x" in obj else None
+        if x is None:
+            if idx is None or val is None or idx.shape != val.shape:
+                raise FormatError("sparse feature row needs indices and values of one length")
+            if idx.size and ((idx[:-1] >= idx[1:]).any() or idx[0] < 0):
+                raise FormatError("sparse feature row indices must be sorted, unique, >= 0")
+        elif idx is not None or val is not None:
+            raise FormatError("a feature row is either sparse or dense")
+        return cls(indices=idx, values=val, meta=meta, x=x, n_tokens=n)
+
+
+def _check_config(cfg: Any) -> dict[str, Any]:
+    if not isinstance(cfg, dict):
+        raise ValueError(f"featurizer config must be a dict, got {type(cfg).__name__}")
+    known = {
+        "version", "input", "bits", "dim", "lowercase", "ngrams", "headers",
+        "header_names", "min_len", "max_len", "meta", "counts",
+    }
+    extra = set(cfg) - known
+    if extra:
+        raise ValueError(f"unknown featurizer options {sorted(extra)}; expected some of {sorted(known)}")
+    version = cfg.get("version", FEATURIZER_FORMAT_VERSION)
+    if version != FEATURIZER_FORMAT_VERSION:
+        raise ValueError(f"featurizer config version {version!r} is not {FEATURIZER_FORMAT_VERSION}")
+    return cfg
+
+
+class Featurizer:
+    """Decoded messages -> rows -> model input, under one config (see the module docstring).
+
+    Options (``config`` keys): ``input`` ("sparse" | "dense"), ``bits`` (20), ``dim``
+    (dense only), ``lowercase`` (True), ``ngrams`` (False: word bigrams), ``headers``
+    (mail headers tokenized), ``header_names`` (True: a token per header present),
+    ``min_len``/``max_len`` (3/12: the word length window), ``meta`` (False: append the
+    mail meta vector), ``counts`` ("binary": how token counts become values).
+    """
+
+    def __init__(
+        self,
+        input: str = "sparse",  # the config key (shadows the builtin on purpose)
+        bits: int = DEFAULT_HASH_BITS,
+        dim: int | None = None,
+        *,
+        lowercase: bool = True,
+        ngrams: bool = False,
+        headers: Sequence[str] = DEFAULT_HEADERS,
+        header_names: bool = True,
+        min_len: int = 3,
+        max_len: int = 12,
+        meta: bool = False,
+        counts: str = "binary",
+        limits: Limits = DEFAULT_LIMITS,
+    ) -> None:
+        if input not in ("sparse", "dense"):
+            raise ValueError(f"input must be 'sparse' or 'dense', got {input!r}")
+        if input == "dense":
+            if isinstance(dim, bool) or not isinstance(dim, int) or dim < 1:
+                raise ValueError(f"a dense featurizer needs dim >= 1, got {dim!r}")
+            if meta:
+                raise ValueError("meta features apply to sparse (token) input only")
+        elif dim is not None:
+            raise ValueError("dim is for dense input; sparse input has 2**bits columns")
+        if counts not in COUNT_MODES:
+            raise ValueError(f"counts must be one of {COUNT_MODES}, got {counts!r}")
+        if not (isinstance(min_len, int) and isinstance(max_len, int) and 1 <= min_len <= max_len):
+            raise ValueError(f"need 1 <= min_len <= max_len, got {min_len}, {max_len}")
+        if isinstance(headers, str) or not all(isinstance(h, str) for h in headers):
+            raise ValueError("headers must be a list of header names")
+        self.input = input
+        self.dim = dim
+        self.meta = bool(meta)
+        self.counts = counts
+        self.limits = limits
+        self.hasher = TokenHasher(bits)
+        self.rules = WordRules(lowercase=bool(lowercase), min_len=min_len, max_len=max_len, ngrams=bool(ngrams))
+        self.mail = MailTokenizer(
+            rules=self.rules,
+            headers=tuple(h.lower() for h in headers),
+            header_names=bool(header_names),
+            limits=limits,
+        )
+
+    # ------------------------------------------------------------------ config
+    @classmethod
+    def from_config(cls, cfg: dict[str, Any], limits: Limits = DEFAULT_LIMITS) -> Featurizer:
+        """Build from a config dict (as stored in Redis); unknown keys are an error."""
+        cfg = dict(_check_config(cfg))
+        cfg.pop("version", None)
+        if "headers" in cfg and cfg["headers"] is not None:
+            cfg["headers"] = list(cfg["headers"])
+        return cls(**cfg, limits=limits)
+
+    @property
+    def config(self) -> dict[str, Any]:
+        """The full config (msgpack/JSON friendly); ``from_config(config)`` is a clone."""
+        return {
+            "version": FEATURIZER_FORMAT_VERSION,
+            "input": self.input,
+            "bits": self.hasher.bits,
+            "dim": self.dim,
+            "lowercase": self.rules.lowercase,
+            "ngrams": self.rules.ngrams,
+            "headers": list(self.mail.headers),
+            "header_names": self.mail.header_names,
+            "min_len": self.rules.min_len,
+            "max_len": self.rules.max_len,
+            "meta": self.meta,
+            "counts": self.counts,
+        }
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Featurizer) and other.config == self.config
+
+    def __repr__(self) -> str:
+        return f"Featurizer.from_config({self.config!r})"
+
+    @property
+    def bits(self) -> int:
+        return self.hasher.bits
+
+    @property
+    def n_meta(self) -> int:
+        """Number of meta columns at the end of a sparse row (0 when meta is off)."""
+        return N_META if self.meta else 0
+
+    @property
+    def n_columns(self) -> int:
+        """Width of the stacked matrix: ``2**bits (+ n_meta)``, or ``dim``."""
+        if self.input == "dense":
+            return int(self.dim)  # type: ignore[arg-type]
+        return self.hasher.n_buckets + self.n_meta
+
+    # ------------------------------------------------------------------ tokens
+    def tokens(self, msg: InputMessage) -> list[str]:
+        """The tokens of a raw/text/tokens message (for display and tests)."""
+        kind = msg.payload_kind
+        if kind == "raw":
+            return self.mail.tokenize(msg.payload)
+        if kind == "text":
+            return self.rules.tokens(msg.payload[: self.limits.max_text_chars], self.limits.max_tokens)
+        if kind == "tokens":
+            return list(msg.payload)
+        raise MalformedMessage("incompatible_payload", f"a {kind} payload has no tokens")
+
+    # ------------------------------------------------------------- featurize
+    def featurize(self, msg: InputMessage) -> Row:
+        """One message -> one :class:`Row`. Raises only MalformedMessage."""
+        kind = msg.payload_kind
+        if kind is None:
+            raise MalformedMessage("no_payload", "a label-only (ref) message has no features")
+        if self.input == "dense":
+            if kind != "x":
+                raise MalformedMessage(
+                    "incompatible_payload",
+                    f"this model takes x vectors of dimension {self.dim}, got a {kind} payload",
+                )
+            x = np.asarray(msg.payload, dtype=np.float64).ravel()
+            if x.size != self.dim:
+                raise MalformedMessage(
+                    "wrong_dimension", f"x has {x.size} values, but this model expects {self.dim}"
+                )
+            if not np.isfinite(x).all():
+                raise MalformedMessage("non_finite", "x contains NaN or infinity")
+            return Row(x=x.copy(), n_tokens=int(x.size))
+        if kind == "x":
+            raise MalformedMessage(
+                "incompatible_payload",
+                "this model counts hashed tokens; an x vector needs a dense (gaussian/lda/qda) model",
+            )
+        if kind == "features":
+            values = msg.payload
+            bad = next((k for k, v in values.items() if not (v >= 0 and math.isfinite(v))), None)
+            if bad is not None:
+                raise MalformedMessage(
+                    "incompatible_payload",
+                    f"feature {bad[:50]!r} is {values[bad]}, but count models need values >= 0",
+                )
+            idx, val = self.hasher.hash_values(values)
+            meta = np.zeros(N_META) if self.meta else None
+            return Row(indices=idx, values=val, meta=meta, n_tokens=len(values))
+        meta = None
+        if kind == "raw":
+            analysis = self.mail.analyse(msg.payload)
+            tokens = analysis.tokens
+            if self.meta:
+                meta = analysis.meta()
+        elif kind == "text":
+            tokens = self.tokens(msg)
+            if self.meta:
+                meta = text_meta(msg.payload[: self.limits.max_text_chars], len(tokens))
+        elif kind == "tokens":
+            tokens = msg.payload  # taken as given
+            if self.meta:
+                meta = text_meta("", len(tokens))
+        else:  # pragma: no cover - decode_input admits no other kind
+            raise MalformedMessage("bad_type", f"unknown payload kind {kind!r}")
+        idx, val = self.hasher.hash_counts(tokens)
+        if self.counts == "binary":
+            val = np.ones_like(val)
+        elif self.counts == "log":
+            val = np.log1p(val)
+        return Row(indices=idx, values=val, meta=meta, n_tokens=len(tokens))
+
+    def featurize_many(self, msgs: Iterable[InputMessage]) -> list[Row]:
+        return [self.featurize(m) for m in msgs]
+
+    # ------------------------------------------------------------------ stack
+    def stack(self, rows: Sequence[Row]) -> Any:
+        """Rows -> CSR matrix ``(n, n_columns)`` (sparse input) or ndarray ``(n, dim)``."""
+        n = len(rows)
+        if self.input == "dense":
+            if not n:
+                return np.empty((0, int(self.dim)), dtype=np.float64)  # type: ignore[arg-type]
+            X = np.vstack([r.x for r in rows]).astype(np.float64, copy=False)
+            if X.shape[1] != self.dim:
+                raise ValueError(f"rows have {X.shape[1]} values, but this featurizer expects {self.dim}")
+            return X
+        base = self.hasher.n_buckets
+        n_meta = self.n_meta
+        indptr = np.zeros(n + 1, dtype=np.int64)
+        idx_parts: list[np.ndarray] = []
+        val_parts: list[np.ndarray] = []
+        for i, r in enumerate(rows):
+            if r.indices is None or r.values is None:
+                raise ValueError("a dense row cannot be stacked into a sparse matrix")
+            if r.indices.size and int(r.indices[-1]) >= base:
+                raise ValueError(f"row bucket {int(r.indices[-1])} is out of range for bits={self.bits}")
+            idx_parts.append(r.indices)
+            val_parts.append(r.values)
+            count = r.indices.size
+            if n_meta:
+                m = r.meta if r.meta is not None else np.zeros(n_meta)
+                if m.shape != (n_meta,):
+                    raise ValueError(f"row has {m.size} meta values, expected {n_meta}")
+                idx_parts.append(np.arange(base, base + n_meta, dtype=np.int32))
+                val_parts.append(m)
+                count += n_meta
+            indptr[i + 1] = indptr[i] + count
+        indices = np.concatenate(idx_parts) if idx_parts else np.empty(0, dtype=np.int32)
+        data = np.concatenate(val_parts) if val_parts else np.empty(0, dtype=np.float64)
+        X = sp.csr_matrix((data, indices, indptr), shape=(n, base + n_meta))
+        X.eliminate_zeros()
+        return X
+
+
+class EmailFeaturizer(Featurizer):
+    """Offline featurization of raw mail, exactly as the daemon does it.
+
+    >>> X = EmailFeaturizer(bits=12).transform([b"Subject: hello\\n\\nhello world", b""])
+    >>> X.shape, X[1].nnz > 0  # the empty message still has its defect token
+    ((2, 4096), True)
+    """
+
+    def __init__(self, bits: int = DEFAULT_HASH_BITS, **options: Any) -> None:
+        super().__init__("sparse", bits, **options)
+
+    def transform(self, raws: Iterable[bytes]) -> sp.csr_matrix:
+        """Raw RFC 822 messages -> CSR matrix ``(n, n_columns)``."""
+        return self.stack([self.featurize(InputMessage("", "", "raw", bytes(r))) for r in raws])
+
+    def tokenize(self, raw: bytes) -> list[str]:
+        return self.mail.tokenize(raw)
+
+
+class TextFeaturizer(Featurizer):
+    """Offline featurization of plain text, exactly as the daemon does it.
+
+    >>> TextFeaturizer(bits=8).transform(["spam spam eggs", "ham"]).sum(axis=1).A.ravel().tolist()
+    [2.0, 1.0]
+    """
+
+    def __init__(self, bits: int = DEFAULT_HASH_BITS, **options: Any) -> None:
+        super().__init__("sparse", bits, **options)
+
+    def transform(self, texts: Iterable[str]) -> sp.csr_matrix:
+        """Texts -> CSR matrix ``(n, n_columns)``."""
+        return self.stack([self.featurize(InputMessage("", "", "text", str(t))) for t in texts])
+
+    def tokenize(self, text: str) -> list[str]:
+        return self.rules.tokens(text, self.limits.max_tokens)

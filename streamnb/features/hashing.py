@@ -1,0 +1,93 @@
+"""Stable feature hashing: token -> bucket in ``[0, 2**bits)``, the same everywhere.
+
+The function is keyed BLAKE2b from the standard library (``hashlib.blake2b``), digest
+size 8 bytes, key :data:`streamnb.constants.HASH_KEY` (``b"streamnb-hash-v1"``), over the
+token's UTF-8 bytes; the digest is read as a little-endian unsigned 64-bit integer and
+its low ``bits`` bits are the bucket. It depends on neither the process (unlike the
+built-in ``hash``, salted per process), nor the machine, nor the Python version.
+No sign hashing: counts stay non-negative, as count models need.
+
+A per-process LRU cache (:data:`streamnb.constants.HASH_CACHE_SIZE` entries) maps
+token -> 64-bit hash, so the frequent tokens of a mail stream are hashed once.
+
+>>> token_hash64("viagra") == token_hash64("viagra")
+True
+>>> TokenHasher(bits=4).bucket("viagra") == token_hash64("viagra") % 16
+True
+>>> idx, counts = TokenHasher(bits=20).hash_counts(["a", "b", "a"])
+>>> sorted(counts.tolist())
+[1.0, 2.0]
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from functools import lru_cache
+
+import numpy as np
+
+from streamnb.constants import DEFAULT_HASH_BITS, HASH_CACHE_SIZE, HASH_KEY
+
+__all__ = ["MAX_HASH_BITS", "TokenHasher", "token_hash64"]
+
+#: Buckets are stored as int32, so at most 2**31 of them.
+MAX_HASH_BITS = 31
+
+
+@lru_cache(maxsize=HASH_CACHE_SIZE)
+def token_hash64(token: str) -> int:
+    """The stable 64-bit hash of a token (keyed BLAKE2b, see the module docstring)."""
+    digest = hashlib.blake2b(
+        token.encode("utf-8", "surrogatepass"), digest_size=8, key=HASH_KEY
+    ).digest()
+    return int.from_bytes(digest, "little")
+
+
+class TokenHasher:
+    """Hash tokens into ``2**bits`` buckets and sum their counts per bucket.
+
+    >>> h = TokenHasher(bits=20)
+    >>> h.n_buckets
+    1048576
+    >>> idx, val = h.hash_values({"size": 2.5, "size ": 1.0})
+    >>> idx.dtype.name, val.dtype.name
+    ('int32', 'float64')
+    """
+
+    __slots__ = ("bits", "mask")
+
+    def __init__(self, bits: int = DEFAULT_HASH_BITS) -> None:
+        if isinstance(bits, bool) or not isinstance(bits, int) or not 1 <= bits <= MAX_HASH_BITS:
+            raise ValueError(f"bits must be an int in 1..{MAX_HASH_BITS}, got {bits!r}")
+        self.bits = bits
+        self.mask = (1 << bits) - 1
+
+    @property
+    def n_buckets(self) -> int:
+        return 1 << self.bits
+
+    def bucket(self, token: str) -> int:
+        return token_hash64(token) & self.mask
+
+    def hash_counts(self, tokens: Iterable[str]) -> tuple[np.ndarray, np.ndarray]:
+        """Sorted unique buckets (int32) and how many tokens fell in each (float64)."""
+        return self.hash_values(Counter(tokens))
+
+    def hash_values(self, values: Mapping[str, float]) -> tuple[np.ndarray, np.ndarray]:
+        """Sorted unique buckets (int32) and the summed values of the names in each."""
+        if not values:
+            return np.empty(0, dtype=np.int32), np.empty(0, dtype=np.float64)
+        mask = self.mask
+        raw = np.fromiter(
+            (token_hash64(t) & mask for t in values), dtype=np.int64, count=len(values)
+        )
+        vals = np.fromiter(values.values(), dtype=np.float64, count=len(values))
+        idx, inverse = np.unique(raw, return_inverse=True)
+        if idx.size == raw.size:  # no collision inside this message
+            summed = np.empty_like(vals)
+            summed[inverse] = vals
+        else:
+            summed = np.bincount(inverse, weights=vals, minlength=idx.size)
+        return idx.astype(np.int32), summed

@@ -1,0 +1,123 @@
+"""Word rules shared by every text tokenizer (body text, subjects, plain ``text`` payloads).
+
+Rules, in order (after SpamBayes' tokenizer):
+
+1. URLs (``scheme://host/...`` and ``www.host``) become ``proto:<scheme>`` and
+   ``url:<host>`` plus ``url:<last two labels of the host>``, and are removed from the text.
+2. Text is split on white space; punctuation is stripped from both ends of each word.
+3. E-mail addresses become ``email:<domain>`` (the local part is dropped).
+4. Words are lower-cased (option ``lowercase``).
+5. Words of ``min_len``..``max_len`` characters (3..12) are kept as they are; shorter
+   ones are dropped; longer ones become ``skip:<first character> <length rounded down
+   to 10>`` (SpamBayes' trick: long runs say something, their exact text rarely does).
+6. Words with non-ASCII characters add an ``8bit%:<share rounded to 10>`` token.
+7. Optional word bigrams ``bi:<w1> <w2>`` (option ``ngrams``).
+
+>>> tokenize_text("Visit http://www.Cheap-Meds.biz/now for FREE!!! pharmacy-supercalifragilistic")
+['proto:http', 'url:www.cheap-meds.biz', 'url:cheap-meds.biz', 'visit', 'for', 'free', 'skip:p 20']
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+__all__ = ["URL_RE", "WordRules", "host_tokens", "tokenize_text"]
+
+#: URLs: a scheme or a bare ``www.`` host, up to white space or a quote/bracket.
+URL_RE = re.compile(r"""(?i)\b(?:(https?|ftp|mailto)://|(?=www\.))([^\s"'<>()\[\]{}]+)""")
+_HOST_RE = re.compile(r"^(?:[^/?#@\s]*@)?([a-z0-9][a-z0-9.-]*)", re.I)
+_PUNCT = "\"'.,;:!?()[]{}<>*`~|^_=+-/\\#&"
+_SPLIT = re.compile(r"\s+")
+
+
+def host_tokens(prefix: str, host: str) -> list[str]:
+    """``prefix:<host>`` and ``prefix:<last two labels>`` for a host name (lower-cased)."""
+    host = host.lower().strip(".")
+    if not host:
+        return []
+    out = [f"{prefix}:{host}"]
+    labels = host.split(".")
+    if len(labels) > 2:
+        out.append(f"{prefix}:{'.'.join(labels[-2:])}")
+    return out
+
+
+def _url_host(rest: str) -> str:
+    m = _HOST_RE.match(rest)
+    return m.group(1) if m else ""
+
+
+@dataclass(frozen=True, slots=True)
+class WordRules:
+    """The word rules above, with their options.
+
+    >>> WordRules(min_len=2).tokens("a bb ccc")
+    ['bb', 'ccc']
+    """
+
+    lowercase: bool = True
+    min_len: int = 3
+    max_len: int = 12
+    ngrams: bool = False
+
+    def urls(self, text: str, out: list[str]) -> str:
+        """Append URL tokens to ``out``; return the text with the URLs blanked out."""
+        if "://" not in text and "www." not in text and "WWW." not in text:
+            return text
+
+        def crack(m: re.Match[str]) -> str:
+            scheme = (m.group(1) or "http").lower()
+            out.append(f"proto:{scheme}")
+            out.extend(host_tokens("url", _url_host(m.group(2))))
+            return " "
+
+        return URL_RE.sub(crack, text)
+
+    def words(self, text: str, out: list[str], limit: int | None = None) -> None:
+        """Append the tokens of the words of ``text`` to ``out`` (at most ``limit`` in all)."""
+        if self.lowercase:
+            text = text.lower()
+        lo, hi = self.min_len, self.max_len
+        prev = None
+        append = out.append
+        for raw in _SPLIT.split(text):
+            w = raw.strip(_PUNCT)
+            n = len(w)
+            if n < lo:
+                continue
+            if n > hi:
+                if "@" in w and "." in w and w.count("@") == 1 and n < 60:
+                    append("email:" + w.split("@", 1)[1])
+                else:
+                    append(f"skip:{w[0]} {n // 10 * 10}")
+                prev = None
+            else:
+                if "@" in w and w.count("@") == 1:
+                    append("email:" + w.split("@", 1)[1])
+                    prev = None
+                    continue
+                append(w)
+                if self.ngrams and prev is not None:
+                    append(f"bi:{prev} {w}")
+                prev = w
+            if not w.isascii():
+                high = sum(1 for ch in w if ord(ch) > 127)
+                append(f"8bit%:{round(high * 10 / n) * 10}")
+            if limit is not None and len(out) >= limit:
+                return
+
+    def tokens(self, text: str, limit: int | None = None) -> list[str]:
+        """URL tokens, then word tokens, of one piece of text."""
+        out: list[str] = []
+        text = self.urls(text, out)
+        self.words(text, out, limit)
+        return out if limit is None else out[:limit]
+
+
+_DEFAULT_RULES = WordRules()
+
+
+def tokenize_text(text: str, rules: WordRules = _DEFAULT_RULES) -> list[str]:
+    """Tokens of a plain-text document under ``rules`` (see the module docstring)."""
+    return rules.tokens(text)

@@ -1,0 +1,116 @@
+"""Categorical Naive Bayes: each feature takes one of K_j integer categories."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from streamnb.models._discrete import check_alpha, log_class_prior
+from streamnb.models.base import GenerativeClassifier
+from streamnb.stats.bundle import StatsBundle
+from streamnb.stats.category_counts import CategoryCounts
+from streamnb.stats.class_counts import ClassCounts
+
+
+class CategoricalNB(GenerativeClassifier):
+    """Categorical Naive Bayes over non-negative integer categories, learnt online.
+
+    ``P(v | c, j) = (N_cjv + alpha) / (N_cj + alpha * K_j)``, K_j = largest category of
+    feature j seen so far + 1 (as scikit-learn). A category never seen in training
+    gets the count 0 (probability ``alpha / (N_cj + alpha * K_j)``) instead of an error.
+
+    >>> import numpy as np
+    >>> X = np.array([[0, 1], [0, 2], [1, 2]])
+    >>> model = CategoricalNB().fit(X, ["a", "a", "b"])
+    >>> # a: 2/3 * (3/4)(2/5), b: 1/3 * (1/3)(1/4) = 0.2 : 0.0278 -> 0.878 : 0.122
+    >>> model.predict_proba(np.array([[0, 1]])).round(3).tolist()
+    [[0.878, 0.122]]
+    """
+
+    kind = "categorical"
+
+    def __init__(self, alpha: float = 1.0) -> None:
+        super().__init__()
+        self.alpha = check_alpha(alpha)
+        self._stale = True
+
+    def get_params(self) -> dict[str, Any]:
+        return {"alpha": self.alpha}
+
+    # -------------------------------------------------------------- statistics
+    def _empty_stats(self) -> StatsBundle:
+        return StatsBundle(classes=ClassCounts(), categories=CategoryCounts())
+
+    def _parts(self) -> tuple[ClassCounts, CategoryCounts]:
+        cc, cat = self.stats.parts.get("classes"), self.stats.parts.get("categories")
+        if not isinstance(cc, ClassCounts) or not isinstance(cat, CategoryCounts) or len(self.stats.parts) != 2:
+            raise ValueError(
+                "CategoricalNB needs statistics with parts classes (ClassCounts) and "
+                f"categories (CategoryCounts), got {self.stats!r}"
+            )
+        return cc, cat
+
+    def _n_features(self) -> int | None:
+        n = self._stats["categories"].n_features if self._stats is not None else 0  # type: ignore[attr-defined]
+        return n or None
+
+    def _validate_X(self, X: Any, predicting: bool = False) -> Any:
+        X = super()._validate_X(X, predicting)
+        if X.shape[1] == 0:
+            raise ValueError("X has 0 features; expected at least 1")
+        if (X < 0).any() or (X != np.floor(X)).any():
+            bad = X[(X < 0) | (X != np.floor(X))][0]
+            raise ValueError(f"CategoricalNB expects non-negative integer categories, got {bad}")
+        return X.astype(np.int64)
+
+    def _batch_stats(self, X: Any, y: list, sample_weight: np.ndarray) -> StatsBundle:
+        return StatsBundle(
+            classes=ClassCounts().update(y, sample_weight),
+            categories=CategoryCounts().update(X, y, sample_weight),
+        )
+
+    def _on_stats_changed(self, delta: StatsBundle | None) -> None:
+        cc, cat = self._parts()
+        cc.add_classes(cat.labels)
+        cat.add_classes(cc.labels)
+        cat.reorder(cc.labels)
+        self._stale = True
+
+    # ---------------------------------------------------------------- derived
+    def _refresh(self) -> None:
+        """Re-derive the log-probability tables: O(classes x sum_j K_j), once per change.
+
+        ``_tables[j]`` has K_j + 1 columns; the last one is for unseen categories."""
+        if not self._stale:
+            return
+        cc, cat = self._parts()
+        self.class_log_prior_ = log_class_prior(cc.counts)
+        tables = []
+        for counts in cat.counts:
+            k_j = counts.shape[1]
+            # max(K_j, 1): a feature whose every category was unlearnt contributes 0.
+            log_den = np.log(counts.sum(axis=1) + self.alpha * max(k_j, 1))[:, None]
+            padded = np.hstack([counts, np.zeros((counts.shape[0], 1))])
+            tables.append(np.log(padded + self.alpha) - log_den)
+        self._tables = tables
+        self._stale = False
+
+    @property
+    def feature_log_prob_(self) -> list[np.ndarray]:
+        """``log P(v | c, j)`` per feature j, arrays of shape (n_classes, K_j)."""
+        self._check_fitted()
+        self._refresh()
+        return [t[:, :-1].copy() for t in self._tables]
+
+    @property
+    def n_categories_(self) -> np.ndarray:
+        """K_j per feature."""
+        return self._parts()[1].n_categories
+
+    def _joint_log_likelihood(self, X: Any) -> np.ndarray:
+        self._refresh()
+        jll = np.zeros((X.shape[0], self.class_log_prior_.size)) + self.class_log_prior_
+        for j, table in enumerate(self._tables):
+            jll += table[:, np.minimum(X[:, j], table.shape[1] - 1)].T
+        return jll

@@ -1,0 +1,112 @@
+"""Model construction by kind, and model files: a versioned msgpack envelope, never pickle.
+
+The envelope is ``{"type": "model", "v": MODEL_FORMAT_VERSION, "kind", "params",
+"stats"}`` with ``stats`` the encoded statistics bundle; derived parameters are not
+stored (they are re-derived from the statistics on load).
+
+>>> import numpy as np
+>>> model = make_model("multinomial", alpha=0.5).fit(np.array([[1, 0], [0, 2]]), ["a", "b"])
+>>> clone = loads(dumps(model))
+>>> clone.get_params() == model.get_params()
+True
+>>> bool(np.array_equal(clone.predict_log_proba([[3, 1]]), model.predict_log_proba([[3, 1]])))
+True
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from streamnb.constants import MODEL_FORMAT_VERSION
+from streamnb.encoding import check_header
+from streamnb.encoding import dumps as _pack
+from streamnb.encoding import loads as _unpack
+from streamnb.exceptions import FormatError
+from streamnb.models.base import MODEL_KINDS, GenerativeClassifier
+from streamnb.stats.bundle import StatsBundle
+
+
+def _model_class(kind: Any) -> type[GenerativeClassifier]:
+    import streamnb.models  # noqa: F401 - registers every model kind
+
+    cls = MODEL_KINDS.get(kind) if isinstance(kind, str) else None
+    if cls is None:
+        raise ValueError(f"unknown model kind {kind!r}; expected one of {sorted(MODEL_KINDS)}")
+    return cls
+
+
+def _check_params(cls: type[GenerativeClassifier], params: dict[str, Any]) -> None:
+    valid = [p for p in inspect.signature(cls.__init__).parameters if p != "self"]
+    unknown = sorted(set(params) - set(valid))
+    if unknown:
+        raise ValueError(
+            f"unknown parameter(s) {unknown} for {cls.kind!r}; valid parameters: {valid}"
+        )
+
+
+def make_model(kind: str, **params: Any) -> GenerativeClassifier:
+    """A new model of ``kind`` (e.g. ``"multinomial"``) with hyper-parameters ``params``."""
+    cls = _model_class(kind)
+    _check_params(cls, params)
+    return cls(**params)
+
+
+def dumps(model: GenerativeClassifier) -> bytes:
+    """Encode a model (kind, hyper-parameters, statistics) as bytes."""
+    if not isinstance(model, GenerativeClassifier):
+        raise ValueError(f"expected a streamnb model, got {type(model).__name__}")
+    return _pack(
+        {
+            "type": "model",
+            "v": MODEL_FORMAT_VERSION,
+            "kind": model.kind,
+            "params": model.get_params(),
+            "stats": model.stats.encode(),
+        }
+    )
+
+
+def loads(data: bytes) -> GenerativeClassifier:
+    """Decode bytes written by :func:`dumps`; FormatError for anything else."""
+    obj = _unpack(data)
+    check_header(obj, "model", MODEL_FORMAT_VERSION)
+    kind, params, stats = obj.get("kind"), obj.get("params"), obj.get("stats")
+    if not isinstance(params, dict) or not all(isinstance(k, str) for k in params):
+        raise FormatError("model file: params must be a map of names to values")
+    try:
+        cls = _model_class(kind)
+        _check_params(cls, params)
+    except ValueError as exc:
+        raise FormatError(f"model file: {exc}") from None
+    bundle = StatsBundle.decode(stats)
+    try:
+        return cls.from_stats(bundle, **params)  # type: ignore[arg-type]
+    except FormatError:
+        raise
+    except (TypeError, ValueError) as exc:
+        raise FormatError(f"model file: statistics or parameters do not fit a {kind}: {exc}") from None
+
+
+def save(model: GenerativeClassifier, path: str | os.PathLike[str]) -> None:
+    """Write ``model`` to ``path`` atomically (a temporary file renamed over it)."""
+    path = Path(path)
+    data = dumps(model)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def load(path: str | os.PathLike[str]) -> GenerativeClassifier:
+    """Read a model written by :func:`save`."""
+    return loads(Path(path).read_bytes())

@@ -1,0 +1,82 @@
+"""Multinomial Naive Bayes: word (feature) counts per class with alpha smoothing."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from streamnb.models._discrete import DiscreteNB, log_class_prior
+from streamnb.stats.class_counts import ClassCounts
+from streamnb.stats.feature_counts import FeatureCounts
+
+
+class MultinomialNB(DiscreteNB):
+    """Multinomial Naive Bayes, learnt online from mergeable counts.
+
+    ``P(j | c) = (F_cj + alpha) / (sum_j F_cj + alpha * m)``, m the number of columns
+    (``smoothing_m="columns"``, as scikit-learn) or of distinct features seen in
+    training (``"seen"``: the right choice for hashed input, where unseen test
+    features are then ignored). ``n_features`` fixes the width up front.
+
+    >>> import numpy as np
+    >>> X = np.array([[2, 1, 0, 0], [2, 0, 1, 0], [1, 0, 0, 1], [1, 0, 0, 0]])
+    >>> model = MultinomialNB().partial_fit(X[:3], ["spam"] * 3).partial_fit(X[3:], ["ham"])
+    >>> model.predict(np.array([[3, 0, 0, 0], [0, 0, 0, 0]])).tolist()
+    ['spam', 'spam']
+    >>> # spam: 3/4 * (2/12)**2, ham: 1/4 * (1/5)**2 -> 0.676 : 0.324
+    >>> model.predict_proba(np.array([[0, 0, 0, 2]])).round(3).tolist()
+    [[0.676, 0.324]]
+    """
+
+    kind = "multinomial"
+
+    def __init__(
+        self, alpha: float = 1.0, n_features: int | None = None, smoothing_m: str = "columns"
+    ) -> None:
+        super().__init__(alpha=alpha, n_features=n_features, smoothing_m=smoothing_m)
+
+    # Derived: table T (n_features, k + 1): T[j, c] = log(F_cj + alpha) and
+    # T[j, k] = 1 for the columns in the feature space (0 for never-seen columns when
+    # smoothing_m="seen", whose rows are all 0, so their features are ignored). Then
+    # log P(x | c) = (x @ T)[c] - (x @ T)[k] * log(sum_j F_cj + alpha * m).
+    def _table_rows(self, counts: np.ndarray) -> np.ndarray:
+        rows = np.empty((counts.shape[1], counts.shape[0] + 1))
+        rows[:, :-1] = np.log(counts.T + self.alpha)
+        if self.smoothing_m == "seen":
+            seen = counts.any(axis=0)
+            rows[~seen] = 0.0
+            rows[:, -1] = seen
+        else:
+            rows[:, -1] = 1.0
+        return rows
+
+    def _derive_all(self, cc: ClassCounts, fc: FeatureCounts) -> None:
+        self._table = self._table_rows(fc.values)
+
+    def _derive_columns(self, cc: ClassCounts, fc: FeatureCounts, cols: np.ndarray) -> None:
+        self._table[cols] = self._table_rows(fc.values[:, cols])
+
+    def _derive_classes(self, cc: ClassCounts, fc: FeatureCounts) -> None:
+        self.class_log_prior_ = log_class_prior(cc.counts)
+        denominator = fc.totals + self.alpha * self._m(fc)
+        # A zero denominator only arises with nothing seen ("seen" mode, m = 0), where
+        # every feature is ignored: its coefficient is 0, not log(0).
+        self._log_denominator = np.log(np.where(denominator > 0, denominator, 1.0))
+
+    def _joint_log_likelihood(self, X: Any) -> np.ndarray:
+        self._refresh()
+        S = np.asarray(X @ self._table)
+        return S[:, :-1] - S[:, -1:] * self._log_denominator + self.class_log_prior_
+
+    def _linear_form(self) -> tuple[np.ndarray, np.ndarray]:
+        T = self._table
+        W = T[:, :-1].T - T[:, -1][None, :] * self._log_denominator[:, None]
+        return W, self.class_log_prior_.copy()
+
+    @property
+    def feature_log_prob_(self) -> np.ndarray:
+        """``log P(j | c)``, shape (n_classes, n_features) (0 for ignored never-seen columns)."""
+        self._check_fitted()
+        self._refresh()
+        return self._linear_form()[0]

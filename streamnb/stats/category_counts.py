@@ -1,0 +1,185 @@
+"""Per-class category counts ``N[c, j, v]``: the statistic behind categorical Naive Bayes.
+
+Categories are non-negative integers (as in scikit-learn); the number of categories
+``K_j`` of feature ``j`` grows as new ones appear (``K_j = largest category seen + 1``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any, Self
+
+import numpy as np
+
+from streamnb.encoding import pack_array, unpack_array
+from streamnb.exceptions import FormatError
+from streamnb.stats.base import ClassIndex, Label, Statistic, check_scale_factor, normalize_labels
+
+
+class CategoryCounts(Statistic):
+    """Weighted count of each category of each feature per class, aligned by label.
+
+    ``counts[j]`` is the ``(n_classes, K_j)`` array of feature ``j``.
+
+    >>> import numpy as np
+    >>> X = np.array([[0, 2], [1, 0], [0, 0]])
+    >>> n = CategoryCounts().update(X, ["a", "b", "a"])
+    >>> n.n_categories.tolist()
+    [2, 3]
+    >>> [c.tolist() for c in n.counts]
+    [[[2.0, 0.0], [0.0, 1.0]], [[1.0, 0.0, 1.0], [1.0, 0.0, 0.0]]]
+    """
+
+    TYPE = "category_counts"
+
+    def __init__(
+        self, n_features: int = 0, labels: Sequence[Label] = (), counts: Sequence[Any] | None = None
+    ) -> None:
+        self.index = ClassIndex(labels)
+        if isinstance(n_features, bool) or not isinstance(n_features, (int, np.integer)) or n_features < 0:
+            raise ValueError(f"n_features must be an int >= 0, got {n_features!r}")
+        k = len(self.index)
+        if counts is None:
+            self.counts: list[np.ndarray] = [np.zeros((k, 0)) for _ in range(int(n_features))]
+        else:
+            self.counts = [np.array(c, dtype=np.float64, ndmin=2).reshape(k, -1) for c in counts]
+            if len(self.counts) != n_features:
+                raise ValueError(f"{len(self.counts)} count arrays for {n_features} features")
+
+    # ------------------------------------------------------------------ access
+    @property
+    def labels(self) -> list[Label]:
+        return self.index.labels
+
+    @property
+    def n_features(self) -> int:
+        return len(self.counts)
+
+    @property
+    def n_categories(self) -> np.ndarray:
+        """``K_j`` per feature."""
+        return np.array([c.shape[1] for c in self.counts], dtype=np.int64)
+
+    def __repr__(self) -> str:
+        return (
+            f"CategoryCounts(n_features={self.n_features}, classes={self.labels!r}, "
+            f"n_categories={self.n_categories.tolist()})"
+        )
+
+    # ----------------------------------------------------------- structure
+    def add_classes(self, labels: Iterable[Any]) -> np.ndarray:
+        """Register labels (zero rows if new); return their rows."""
+        rows = self.index.rows_for(labels)
+        k = len(self.index)
+        self.counts = [
+            c if c.shape[0] == k else np.vstack([c, np.zeros((k - c.shape[0], c.shape[1]))])
+            for c in self.counts
+        ]
+        return rows
+
+    def reorder(self, labels: Sequence[Label]) -> Self:
+        """Permute the rows into the order of ``labels`` (the same set of labels)."""
+        labels = normalize_labels(labels)
+        if labels == self.labels:
+            return self
+        if set(labels) != set(self.labels) or len(labels) != len(self.labels):
+            raise ValueError(f"cannot reorder classes {self.labels!r} as {labels!r}")
+        perm = self.index.rows_for(labels, add=False)
+        self.counts = [c[perm] for c in self.counts]
+        self.index = ClassIndex(labels)
+        return self
+
+    def _widen(self, n_features: int, n_categories: Sequence[int]) -> None:
+        k = len(self.index)
+        self.counts.extend(np.zeros((k, 0)) for _ in range(n_features - self.n_features))
+        for j, want in enumerate(n_categories):
+            have = self.counts[j].shape[1]
+            if want > have:
+                self.counts[j] = np.hstack([self.counts[j], np.zeros((k, want - have))])
+
+    # -------------------------------------------------------------- update
+    def update(self, X: Any, labels: Iterable[Any], weights: Any = None) -> Self:
+        """Count a batch of integer categories ``X`` (n_samples, n_features) per class."""
+        X = np.asarray(X)
+        labels = normalize_labels(labels)
+        if X.ndim != 2 or len(labels) != X.shape[0]:
+            raise ValueError(f"expected X (n_samples, n_features) and one label per row, got {X.shape}")
+        if self.n_features and X.shape[1] != self.n_features:
+            raise ValueError(f"X has {X.shape[1]} features, but these counts have {self.n_features}")
+        Xi = X.astype(np.int64)
+        if X.size and ((Xi != X).any() or (Xi < 0).any()):
+            raise ValueError("categories must be non-negative integers")
+        w = np.ones(X.shape[0]) if weights is None else np.asarray(weights, dtype=np.float64)
+        rows = self.add_classes(labels)
+        k = len(self.index)
+        wanted = (Xi.max(axis=0) + 1).tolist() if X.shape[0] else [0] * X.shape[1]
+        self._widen(X.shape[1], wanted)
+        for j, c in enumerate(self.counts):
+            K = c.shape[1]
+            c += np.bincount(rows * K + Xi[:, j], weights=w, minlength=k * K).reshape(k, K)
+        return self
+
+    # --------------------------------------------------------- combination
+    def _combine(self, other: CategoryCounts, sign: float) -> Self:
+        if not isinstance(other, CategoryCounts):
+            raise ValueError(f"cannot combine CategoryCounts with {type(other).__name__}")
+        rows = self.add_classes(other.labels)
+        self._widen(other.n_features, other.n_categories.tolist())
+        for mine, theirs in zip(self.counts, other.counts, strict=False):
+            block = mine[:, : theirs.shape[1]]
+            block[rows] += sign * theirs
+            if sign < 0:
+                np.maximum(block, 0.0, out=block)
+        return self
+
+    def merge(self, other: CategoryCounts) -> Self:
+        return self._combine(other, 1.0)
+
+    def subtract(self, other: CategoryCounts) -> Self:
+        """Remove ``other``; K_j shrinks to the largest category still holding weight + 1."""
+        self._combine(other, -1.0)
+        for j, c in enumerate(self.counts):
+            held = np.flatnonzero(c.any(axis=0))
+            k_j = int(held[-1]) + 1 if held.size else 0
+            if k_j < c.shape[1]:
+                self.counts[j] = c[:, :k_j].copy()
+        return self
+
+    def scale(self, g: float) -> Self:
+        g = check_scale_factor(g)
+        for c in self.counts:
+            c *= g
+        return self
+
+    def copy(self) -> Self:
+        return type(self)(self.n_features, self.labels, [c.copy() for c in self.counts])
+
+    def is_empty(self) -> bool:
+        return not any(c.any() for c in self.counts)
+
+    # ------------------------------------------------------------ encoding
+    def to_dict(self) -> dict[str, Any]:
+        k = len(self.index)
+        flat = np.hstack(self.counts) if self.counts else np.zeros((k, 0))
+        return {
+            "labels": list(self.labels),
+            "n_categories": pack_array(self.n_categories),
+            "values": pack_array(flat.reshape(k, -1)),
+        }
+
+    @classmethod
+    def from_dict(cls, body: dict[str, Any], version: int) -> Self:
+        labels = body["labels"]
+        if not isinstance(labels, list) or len(set(labels)) != len(labels):
+            raise FormatError("category_counts labels must be a list of distinct labels")
+        n_cat = unpack_array(body["n_categories"], dtype="<i8", ndim=1)
+        flat = unpack_array(body["values"], dtype="<f8", ndim=2)
+        if (n_cat < 0).any() or flat.shape != (len(labels), int(n_cat.sum())):
+            raise FormatError(
+                f"category_counts values have shape {flat.shape}, expected "
+                f"{(len(labels), int(n_cat.clip(0).sum()))}"
+            )
+        if not np.isfinite(flat).all() or (flat < 0).any():
+            raise FormatError("category_counts values must be finite and >= 0")
+        counts = np.split(flat, np.cumsum(n_cat)[:-1], axis=1) if n_cat.size else []
+        return cls(int(n_cat.size), normalize_labels(labels), counts)

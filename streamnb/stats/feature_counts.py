@@ -1,0 +1,336 @@
+"""Per-class feature counts ``F[c, j]``: the statistic behind multinomial and Bernoulli NB.
+
+Two storages share one type:
+
+* **dense** (a model's own statistics): a float64 array ``(n_classes, n_features)``;
+* **sparse** (a batch's delta): sorted column indices plus ``(n_classes, n_touched)``
+  values. A sparse statistic never allocates anything of size ``n_features``, so a
+  delta of a batch of hashed messages (``n_features = 2**20``) stays small.
+
+Merging or subtracting a sparse delta into a dense statistic touches only the delta's
+columns. Per-class totals ``sum_j F[c, j]`` and the number of distinct features seen
+(columns with a nonzero count in any class) are maintained incrementally.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any, Self
+
+import numpy as np
+import scipy.sparse as sp
+
+from streamnb.encoding import pack_array, unpack_array
+from streamnb.exceptions import FormatError
+from streamnb.stats.base import ClassIndex, Label, Statistic, check_scale_factor, normalize_labels
+
+
+class FeatureCounts(Statistic):
+    """Weighted per-class feature counts, aligned by label, dense or sparse.
+
+    >>> import numpy as np
+    >>> X = np.array([[2.0, 0.0, 1.0], [0.0, 0.0, 3.0], [1.0, 0.0, 0.0]])
+    >>> f = FeatureCounts(n_features=3).update(X, ["a", "b", "a"])
+    >>> f.toarray().tolist()
+    [[3.0, 0.0, 1.0], [0.0, 0.0, 3.0]]
+    >>> f.totals.tolist(), f.n_seen
+    ([4.0, 3.0], 2)
+    >>> delta = FeatureCounts.sparse(n_features=3).update(X[:1], ["b"])
+    >>> delta.touched_columns.tolist()
+    [0, 2]
+    >>> f.merge(delta).toarray().tolist()
+    [[3.0, 0.0, 1.0], [2.0, 0.0, 4.0]]
+    """
+
+    TYPE = "feature_counts"
+
+    def __init__(
+        self,
+        n_features: int = 0,
+        labels: Sequence[Label] = (),
+        counts: Any = None,
+        *,
+        columns: Any = None,
+    ) -> None:
+        """Dense storage unless ``columns`` (sorted column indices) is given."""
+        self.index = ClassIndex(labels)
+        self.n_features = _check_width(n_features)
+        k = len(self.index)
+        if columns is None:
+            self.columns: np.ndarray | None = None
+            shape = (k, self.n_features)
+        else:
+            self.columns = np.asarray(columns, dtype=np.int64)
+            _check_columns(self.columns, self.n_features)
+            shape = (k, self.columns.size)
+        self.values = (
+            np.zeros(shape, dtype=np.float64)
+            if counts is None
+            else np.array(counts, dtype=np.float64, ndmin=2).reshape(shape)
+        )
+        self.totals = self.values.sum(axis=1)
+        self.n_seen = int(np.count_nonzero(self.values.any(axis=0)))
+
+    @classmethod
+    def sparse(
+        cls, n_features: int = 0, labels: Sequence[Label] = (), columns: Any = (), counts: Any = None
+    ) -> Self:
+        """A statistic in sparse storage (only the touched columns are held)."""
+        return cls(n_features, labels, counts, columns=np.asarray(columns, dtype=np.int64))
+
+    # ------------------------------------------------------------------ access
+    @property
+    def labels(self) -> list[Label]:
+        return self.index.labels
+
+    @property
+    def is_sparse(self) -> bool:
+        return self.columns is not None
+
+    @property
+    def touched_columns(self) -> np.ndarray:
+        """Columns this statistic may hold nonzero counts in (all columns when dense)."""
+        if self.columns is not None:
+            return self.columns
+        return np.arange(self.n_features, dtype=np.int64)
+
+    @property
+    def nbytes(self) -> int:
+        """Memory held by the count arrays."""
+        return self.values.nbytes + (0 if self.columns is None else self.columns.nbytes)
+
+    def column_counts(self, columns: Any) -> np.ndarray:
+        """Counts of the given columns, shape ``(n_classes, len(columns))``."""
+        cols = np.asarray(columns, dtype=np.int64)
+        if self.columns is None:
+            return self.values[:, cols]
+        out = np.zeros((len(self.index), cols.size), dtype=np.float64)
+        if self.columns.size:
+            pos = np.minimum(np.searchsorted(self.columns, cols), self.columns.size - 1)
+            hit = self.columns[pos] == cols
+            out[:, hit] = self.values[:, pos[hit]]
+        return out
+
+    def toarray(self) -> np.ndarray:
+        """All counts as a dense ``(n_classes, n_features)`` array (a copy)."""
+        if self.columns is None:
+            return self.values.copy()
+        out = np.zeros((len(self.index), self.n_features), dtype=np.float64)
+        out[:, self.columns] = self.values
+        return out
+
+    def __repr__(self) -> str:
+        storage = "sparse" if self.is_sparse else "dense"
+        return (
+            f"FeatureCounts({storage}, n_features={self.n_features}, classes={self.labels!r}, "
+            f"n_seen={self.n_seen})"
+        )
+
+    # ------------------------------------------------------------ class rows
+    def add_classes(self, labels: Iterable[Any]) -> np.ndarray:
+        """Register labels (zero rows if new); return their rows."""
+        rows = self.index.rows_for(labels)
+        missing = len(self.index) - self.values.shape[0]
+        if missing > 0:
+            self.values = np.vstack([self.values, np.zeros((missing, self.values.shape[1]))])
+            self.totals = np.concatenate([self.totals, np.zeros(missing)])
+        return rows
+
+    def reorder(self, labels: Sequence[Label]) -> Self:
+        """Permute the rows into the order of ``labels`` (the same set of labels)."""
+        labels = normalize_labels(labels)
+        if labels == self.labels:
+            return self
+        if set(labels) != set(self.labels) or len(labels) != len(self.labels):
+            raise ValueError(f"cannot reorder classes {self.labels!r} as {labels!r}")
+        perm = self.index.rows_for(labels, add=False)
+        self.values = self.values[perm]
+        self.totals = self.totals[perm]
+        self.index = ClassIndex(labels)
+        return self
+
+    def densify(self) -> Self:
+        """Switch to dense storage in place (allocates ``n_classes * n_features``)."""
+        if self.columns is not None:
+            self.values = self.toarray()
+            self.columns = None
+        return self
+
+    def _widen(self, n_features: int) -> None:
+        if n_features <= self.n_features:
+            return
+        if self.columns is None:
+            extra = np.zeros((self.values.shape[0], n_features - self.n_features))
+            self.values = np.hstack([self.values, extra])
+        self.n_features = n_features
+
+    # ---------------------------------------------------------------- update
+    def update(self, X: Any, labels: Iterable[Any], weights: Any = None) -> Self:
+        """Add a batch: ``F[c, j] += sum_i w_i X[i, j]`` over the samples of class c.
+
+        ``X`` is a dense array or a scipy.sparse matrix of non-negative values (the
+        model validates it). A sparse statistic only ever touches X's nonzero columns.
+        """
+        labels = normalize_labels(labels)
+        n, d = X.shape
+        if len(labels) != n:
+            raise ValueError(f"{len(labels)} labels for {n} samples")
+        if self.n_features and d != self.n_features:
+            raise ValueError(f"X has {d} features, but these counts have {self.n_features}")
+        w = np.ones(n) if weights is None else np.asarray(weights, dtype=np.float64)
+        rows = self.add_classes(labels)
+        self._widen(d)
+        cols, per_class = _class_sums(X, rows, w, len(self.index))
+        self._add(np.arange(len(self.index)), cols, per_class, 1.0)
+        return self
+
+    def _add(self, rows: np.ndarray, cols: np.ndarray, vals: np.ndarray, sign: float) -> None:
+        """``self[rows, cols] += sign * vals`` for sorted unique ``cols``; keep totals/n_seen."""
+        if cols.size == 0:
+            return
+        if self.columns is None:
+            block = self.values[:, cols]
+            before = np.count_nonzero(block.any(axis=0))
+            block[rows] += sign * vals
+            if sign < 0:
+                np.maximum(block, 0.0, out=block)
+            self.values[:, cols] = block
+            self.n_seen += int(np.count_nonzero(block.any(axis=0))) - int(before)
+        else:
+            union = np.union1d(self.columns, cols)
+            merged = np.zeros((self.values.shape[0], union.size))
+            merged[:, np.searchsorted(union, self.columns)] = self.values
+            sub = merged[:, np.searchsorted(union, cols)]
+            sub[rows] += sign * vals
+            if sign < 0:
+                np.maximum(sub, 0.0, out=sub)
+            merged[:, np.searchsorted(union, cols)] = sub
+            self.columns, self.values = union, merged
+            self.n_seen = int(np.count_nonzero(merged.any(axis=0)))
+        self.totals[rows] += sign * vals.sum(axis=1)
+        if sign < 0:
+            np.maximum(self.totals, 0.0, out=self.totals)
+
+    # --------------------------------------------------------- combination
+    def _combine(self, other: FeatureCounts, sign: float) -> Self:
+        if not isinstance(other, FeatureCounts):
+            raise ValueError(f"cannot combine FeatureCounts with {type(other).__name__}")
+        rows = self.add_classes(other.labels)
+        self._widen(other.n_features)
+        if other.columns is not None:
+            self._add(rows, other.columns, other.values, sign)
+            return self
+        self.densify()
+        width = other.n_features
+        block = self.values[:, :width]
+        block[rows] += sign * other.values
+        if sign < 0:
+            np.maximum(block, 0.0, out=block)
+        self.totals[rows] += sign * other.totals
+        if sign < 0:
+            np.maximum(self.totals, 0.0, out=self.totals)
+        self.n_seen = int(np.count_nonzero(self.values.any(axis=0)))
+        return self
+
+    def merge(self, other: FeatureCounts) -> Self:
+        return self._combine(other, 1.0)
+
+    def subtract(self, other: FeatureCounts) -> Self:
+        return self._combine(other, -1.0)
+
+    def scale(self, g: float) -> Self:
+        g = check_scale_factor(g)
+        self.values *= g
+        self.totals *= g
+        return self
+
+    def copy(self) -> Self:
+        out = type(self).__new__(type(self))
+        out.index = self.index.copy()
+        out.n_features = self.n_features
+        out.columns = None if self.columns is None else self.columns.copy()
+        out.values = self.values.copy()
+        out.totals = self.totals.copy()
+        out.n_seen = self.n_seen
+        return out
+
+    def is_empty(self) -> bool:
+        return not self.values.any()
+
+    # ------------------------------------------------------------- encoding
+    def to_dict(self) -> dict[str, Any]:
+        """Only columns with a nonzero count are written, whatever the storage."""
+        if self.columns is None:
+            cols = np.flatnonzero(self.values.any(axis=0)).astype(np.int64)
+            vals = self.values[:, cols]
+        else:
+            keep = self.values.any(axis=0)
+            cols, vals = self.columns[keep], self.values[:, keep]
+        return {
+            "storage": "sparse" if self.is_sparse else "dense",
+            "n_features": self.n_features,
+            "labels": list(self.labels),
+            "columns": pack_array(cols),
+            "values": pack_array(vals),
+        }
+
+    @classmethod
+    def from_dict(cls, body: dict[str, Any], version: int) -> Self:
+        storage, n_features, labels = body["storage"], body["n_features"], body["labels"]
+        if storage not in ("dense", "sparse"):
+            raise FormatError(f"feature_counts storage must be dense or sparse, got {storage!r}")
+        if not isinstance(n_features, int) or n_features < 0:
+            raise FormatError(f"feature_counts n_features must be an int >= 0, got {n_features!r}")
+        if not isinstance(labels, list) or len(set(labels)) != len(labels):
+            raise FormatError("feature_counts labels must be a list of distinct labels")
+        cols = unpack_array(body["columns"], dtype="<i8", ndim=1)
+        vals = unpack_array(body["values"], dtype="<f8", ndim=2)
+        if vals.shape != (len(labels), cols.size):
+            raise FormatError(
+                f"feature_counts values have shape {vals.shape}, expected {(len(labels), cols.size)}"
+            )
+        try:
+            _check_columns(cols, n_features)
+        except ValueError as exc:
+            raise FormatError(f"feature_counts: {exc}") from None
+        if not np.isfinite(vals).all() or (vals < 0).any():
+            raise FormatError("feature_counts values must be finite and >= 0")
+        out = cls.sparse(n_features, normalize_labels(labels), cols, vals)
+        return out.densify() if storage == "dense" else out
+
+
+def _check_width(n_features: Any) -> int:
+    if isinstance(n_features, bool) or not isinstance(n_features, (int, np.integer)) or n_features < 0:
+        raise ValueError(f"n_features must be an int >= 0, got {n_features!r}")
+    return int(n_features)
+
+
+def _check_columns(cols: np.ndarray, n_features: int) -> None:
+    if cols.ndim != 1:
+        raise ValueError(f"columns must be 1-d, got shape {cols.shape}")
+    if cols.size and (cols[0] < 0 or cols[-1] >= n_features or (np.diff(cols) <= 0).any()):
+        raise ValueError(f"columns must be strictly increasing indices in [0, {n_features})")
+
+
+def _class_sums(
+    X: Any, rows: np.ndarray, w: np.ndarray, n_classes: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Touched columns of X and the per-class weighted sums over them, ``(n_classes, t)``.
+
+    Sparse X is compacted to its touched columns first, so nothing of size n_features
+    is ever allocated (scipy's sparse product would allocate a work array that wide).
+    """
+    n = X.shape[0]
+    onehot = sp.csr_matrix((w, (rows, np.arange(n))), shape=(n_classes, n))
+    if sp.issparse(X):
+        X = sp.csr_matrix(X)
+        cols = np.unique(X.indices).astype(np.int64)
+        compact = sp.csr_matrix(
+            (X.data, np.searchsorted(cols, X.indices), X.indptr), shape=(n, cols.size)
+        )
+        sums = np.asarray((onehot @ compact).todense(), dtype=np.float64)
+        return cols, sums.reshape(n_classes, cols.size)
+    X = np.asarray(X, dtype=np.float64)
+    cols = np.flatnonzero(X.any(axis=0)).astype(np.int64)
+    sums = np.asarray(onehot @ X[:, cols], dtype=np.float64)
+    return cols, sums.reshape(n_classes, cols.size)

@@ -1,0 +1,39 @@
+"""Shared fixtures: private redis-server processes, the corpus location."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from _redis_server import REDIS_SERVER, RedisServer  # noqa: E402
+
+CORPUS = Path(os.environ.get(
+    "STREAMNB_CORPUS",
+    Path(__file__).resolve().parents[2] / "shared" / "corpus" / "spamassassin-2002",
+))
+
+
+@pytest.fixture
+def redis_server():
+    """A fresh real redis-server (no persistence) on a free port."""
+    if REDIS_SERVER is None:
+        pytest.skip("redis-server is not installed")
+    with RedisServer() as server:
+        yield server
+
+
+@pytest.fixture
+def redis_url(redis_server) -> str:
+    return redis_server.url
+
+
+@pytest.fixture
+def corpus_dir() -> Path:
+    if not (CORPUS / "index.tsv").exists():
+        pytest.skip(f"SpamAssassin corpus not found at {CORPUS}")
+    return CORPUS

@@ -1,0 +1,156 @@
+"""The decision rule, on hand-worked numbers."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from streamnb.decision import (
+    UNSURE,
+    DecisionRule,
+    parse_class_prior,
+    parse_loss_matrix,
+    parse_unsure_band,
+)
+
+CLASSES = ["ham", "spam"]
+
+
+def logp(rows):
+    return np.log(np.asarray(rows, dtype=np.float64))
+
+
+def test_default_is_argmax_of_numpy():
+    rng = np.random.default_rng(0)
+    p = rng.dirichlet(np.ones(4), size=200)
+    classes = ["a", "b", "c", "d"]
+    d = DecisionRule().decide(np.log(p), classes)
+    assert d.labels == [classes[i] for i in np.argmax(p, axis=1)]
+    assert not d.unsure.any()
+    assert DecisionRule().is_default
+
+
+def test_class_prior_override_with_learnt_priors():
+    # learnt priors ham 0.8 / spam 0.2, posterior 0.5 / 0.5. New priors 0.5 / 0.5:
+    # spam  ∝ 0.5 * 0.5/0.2 = 1.25, ham ∝ 0.5 * 0.5/0.8 = 0.3125 -> P(spam) = 1.25/1.5625 = 0.8
+    rule = DecisionRule(class_prior={"ham": 0.5, "spam": 0.5})
+    d = rule.decide(logp([[0.5, 0.5]]), CLASSES, learnt_log_prior=np.log([0.8, 0.2]))
+    np.testing.assert_allclose(np.exp(d.log_proba), [[0.2, 0.8]], rtol=1e-12)
+    assert d.labels == ["spam"]
+
+
+def test_class_prior_override_without_learnt_priors_reweights():
+    # [0.5, 0.5] * [0.1, 0.9] = [0.05, 0.45] -> normalised [0.1, 0.9]
+    rule = DecisionRule(class_prior={"ham": 0.1, "spam": 0.9})
+    d = rule.decide(logp([[0.5, 0.5], [0.95, 0.05]]), CLASSES)
+    # second row: [0.095, 0.045] / 0.14
+    np.testing.assert_allclose(
+        np.exp(d.log_proba), [[0.1, 0.9], [0.095 / 0.14, 0.045 / 0.14]], rtol=1e-12)
+    assert d.labels == ["spam", "ham"]
+
+
+def test_class_prior_names_only_some_classes():
+    # c keeps its weight; a is tripled: [0.2, 0.3, 0.5] -> [0.6, 0.3, 0.5] / 1.4
+    rule = DecisionRule(class_prior={"a": 3.0})
+    d = rule.decide(logp([[0.2, 0.3, 0.5]]), ["a", "b", "c"])
+    np.testing.assert_allclose(np.exp(d.log_proba), [[0.6 / 1.4, 0.3 / 1.4, 0.5 / 1.4]])
+    assert d.labels == ["a"]
+
+
+def test_loss_matrix_two_classes():
+    # losing a ham costs 10. P(spam)=0.9: E[spam] = 0.1*10 = 1.0 > E[ham] = 0.9 -> ham.
+    # P(spam)=0.95: E[spam] = 0.5 < E[ham] = 0.95 -> spam.
+    rule = DecisionRule(loss_matrix={"ham": {"spam": 10}})
+    d = rule.decide(logp([[0.1, 0.9], [0.05, 0.95]]), CLASSES)
+    assert d.labels == ["ham", "spam"]
+
+
+def test_loss_matrix_three_classes():
+    # P = [0.5, 0.3, 0.2]; predicting a when truth is b or c costs 5:
+    # E[a] = 0.3*5 + 0.2*5 = 2.5, E[b] = 0.5 + 0.2 = 0.7, E[c] = 0.5 + 0.3 = 0.8 -> b
+    rule = DecisionRule(loss_matrix={"b": {"a": 5}, "c": {"a": 5}})
+    assert rule.decide(logp([[0.5, 0.3, 0.2]]), ["a", "b", "c"]).labels == ["b"]
+    assert DecisionRule(loss_matrix={}).decide(logp([[0.5, 0.3, 0.2]]), ["a", "b", "c"]).labels == ["a"]
+
+
+def test_loss_matrix_with_a_zero_probability_class():
+    lp = np.array([[0.0, -np.inf]])
+    d = DecisionRule(loss_matrix={"ham": {"spam": 10}}).decide(lp, CLASSES)
+    assert d.labels == ["ham"]
+
+
+def test_threshold_on_log_odds():
+    # log-odds log(0.89/0.11) = 2.090 < log 9 = 2.197 < log(0.91/0.09) = 2.314
+    rule = DecisionRule(threshold=np.log(9.0))
+    assert rule.decide(logp([[0.11, 0.89], [0.09, 0.91]]), CLASSES).labels == ["ham", "spam"]
+    # a negative threshold favours the positive class: P(spam) = 0.3 has log-odds -0.847 > -1
+    assert DecisionRule(threshold=-1.0).decide(logp([[0.7, 0.3]]), CLASSES).labels == ["spam"]
+
+
+def test_positive_class_default_and_explicit():
+    # columns in learnt order [spam, ham]: the positive class is still "spam" (sorted last)
+    rule = DecisionRule(threshold=2.0)
+    assert rule.decide(logp([[0.85, 0.15]]), ["spam", "ham"]).labels == ["ham"]  # log-odds 1.73
+    assert rule.decide(logp([[0.9, 0.1]]), ["spam", "ham"]).labels == ["spam"]  # 2.197
+    # integer classes: 1 is positive
+    assert DecisionRule(threshold=2.0).decide(logp([[0.1, 0.9]]), [0, 1]).labels == [1]
+    # explicit positive "ham": ham needs log-odds > 2, here log(0.8/0.2) = 1.39 -> spam
+    assert DecisionRule(threshold=2.0, positive="ham").decide(logp([[0.8, 0.2]]), CLASSES).labels == ["spam"]
+    with pytest.raises(ValueError, match="positive class 'eggs' is not one of"):
+        DecisionRule(threshold=0.0, positive="eggs").decide(logp([[0.5, 0.5]]), CLASSES)
+
+
+def test_unsure_band_is_inclusive():
+    rule = DecisionRule(unsure_band=(0.4, 0.6))
+    d = rule.decide(logp([[0.6, 0.4], [0.39, 0.61], [0.5, 0.5], [0.7, 0.3]]), CLASSES)
+    assert d.labels == [UNSURE, "spam", UNSURE, "ham"]
+    assert d.unsure.tolist() == [True, False, True, False]
+
+
+def test_threshold_and_band_ignored_unless_two_classes():
+    rule = DecisionRule(threshold=5.0, unsure_band=(0.0, 1.0))
+    d = rule.decide(logp([[0.2, 0.3, 0.5]]), ["a", "b", "c"])
+    assert d.labels == ["c"] and not d.unsure.any()
+    one = rule.decide(np.zeros((2, 1)), ["ham"])
+    assert one.labels == ["ham", "ham"]
+
+
+def test_empty_batch():
+    d = DecisionRule(unsure_band=(0.4, 0.6)).decide(np.zeros((0, 2)), CLASSES)
+    assert d.labels == [] and d.unsure.shape == (0,)
+
+
+def test_bad_options_and_shapes():
+    with pytest.raises(ValueError, match="either a loss matrix or a threshold"):
+        DecisionRule(threshold=1.0, loss_matrix={"ham": {"spam": 2}})
+    with pytest.raises(ValueError, match="0 <= lo <= hi <= 1"):
+        DecisionRule(unsure_band=(0.7, 0.3))
+    with pytest.raises(ValueError, match="class priors must be finite numbers > 0"):
+        DecisionRule(class_prior={"spam": 0.0})
+    with pytest.raises(ValueError, match="losses must be finite numbers >= 0"):
+        DecisionRule(loss_matrix={"ham": {"spam": -1}})
+    with pytest.raises(ValueError, match=r"shape \(n_samples, 2\).*got \(1, 3\)"):
+        DecisionRule().decide(np.zeros((1, 3)), CLASSES)
+    with pytest.raises(ValueError, match="unknown decision options"):
+        DecisionRule.from_dict({"treshold": 1})
+
+
+def test_round_trip_and_int_labels_match_text_options():
+    rule = DecisionRule(class_prior={"0": 0.5, "1": 0.5}, unsure_band=(0.45, 0.55), positive=1)
+    assert DecisionRule.from_dict(rule.to_dict()) == rule
+    d = rule.decide(logp([[0.5, 0.5]]), [0, 1], learnt_log_prior=np.log([0.5, 0.5]))
+    assert d.labels == [UNSURE]
+
+
+def test_parsers():
+    assert parse_class_prior("spam=0.3,ham=0.7") == {"spam": 0.3, "ham": 0.7}
+    assert parse_loss_matrix("ham:spam=10") == {"ham": {"spam": 10.0}}
+    assert parse_unsure_band(" 0.2 , 0.8 ") == (0.2, 0.8)
+    with pytest.raises(ValueError, match="--class-prior expects entries like"):
+        parse_class_prior("spam")
+    with pytest.raises(ValueError, match="--class-prior expects a number, got 'x'"):
+        parse_class_prior("spam=x")
+    with pytest.raises(ValueError, match="true:predicted=loss"):
+        parse_loss_matrix("ham=3")
+    with pytest.raises(ValueError, match="two probabilities"):
+        parse_unsure_band("0.5")

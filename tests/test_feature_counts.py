@@ -1,0 +1,263 @@
+"""FeatureCounts and CategoryCounts against numpy on random partitions."""
+
+from __future__ import annotations
+
+import tracemalloc
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from streamnb.encoding import dumps, loads
+from streamnb.exceptions import FormatError
+from streamnb.stats import CategoryCounts, FeatureCounts, Statistic
+
+LABELS = np.array(["a", "b", "c"], dtype=object)
+
+
+def numpy_counts(X: np.ndarray, y: np.ndarray, w: np.ndarray, labels) -> np.ndarray:
+    """Reference F[c, j] = sum_i w_i X_ij [y_i = c], rows in ``labels`` order."""
+    out = np.zeros((len(labels), X.shape[1]))
+    for r, lab in enumerate(labels):
+        mask = y == lab
+        out[r] = (w[mask, None] * X[mask]).sum(axis=0)
+    return out
+
+
+def as_array(f: FeatureCounts, labels) -> np.ndarray:
+    """f's counts in ``labels`` order (zero rows for labels it does not have)."""
+    dense = f.toarray()
+    out = np.zeros((len(labels), f.n_features))
+    for r, lab in enumerate(labels):
+        if lab in f.index:
+            out[r] = dense[f.index.row(lab)]
+    return out
+
+
+@st.composite
+def count_data(draw):
+    n = draw(st.integers(1, 30))
+    d = draw(st.integers(1, 8))
+    seed = draw(st.integers(0, 2**31 - 1))
+    rng = np.random.default_rng(seed)
+    X = rng.poisson(0.7, size=(n, d)).astype(np.float64)
+    X[:, rng.random(d) < 0.3] = 0.0  # some never-seen columns
+    y = rng.choice(LABELS, size=n)
+    w = rng.choice([0.5, 1.0, 2.0], size=n)
+    n_parts = draw(st.integers(1, 5))
+    part = rng.integers(0, n_parts, size=n)
+    return X, y, w, part, n_parts, draw(st.booleans())
+
+
+def check_invariants(f: FeatureCounts) -> None:
+    dense = f.toarray()
+    np.testing.assert_allclose(f.totals, dense.sum(axis=1), atol=1e-9)
+    assert f.n_seen == np.count_nonzero(dense.any(axis=0))
+
+
+@settings(max_examples=60, deadline=None)
+@given(count_data())
+def test_merge_of_parts_equals_whole(data):
+    X, y, w, part, n_parts, use_csr = data
+    whole = numpy_counts(X, y, w, LABELS)
+    model = FeatureCounts(X.shape[1])
+    sparse_sum = FeatureCounts.sparse(X.shape[1])
+    for p in range(n_parts):
+        m = part == p
+        if not m.any():
+            continue
+        Xp = sp.csr_matrix(X[m]) if use_csr else X[m]
+        delta = FeatureCounts.sparse(X.shape[1]).update(Xp, y[m], w[m])
+        model.merge(delta)
+        sparse_sum.merge(delta)
+    np.testing.assert_allclose(as_array(model, LABELS), whole, atol=1e-9)
+    np.testing.assert_allclose(as_array(sparse_sum, LABELS), whole, atol=1e-9)
+    assert not model.is_sparse and sparse_sum.is_sparse
+    check_invariants(model)
+    check_invariants(sparse_sum)
+    # dense + dense merge gives the same
+    other = FeatureCounts(X.shape[1]).update(X, y, w)
+    np.testing.assert_allclose(as_array(other, LABELS), whole, atol=1e-9)
+
+
+@settings(max_examples=60, deadline=None)
+@given(count_data())
+def test_subtract_part_leaves_rest(data):
+    X, y, w, part, _, use_csr = data
+    m = part == 0
+    f = FeatureCounts(X.shape[1]).update(X, y, w)
+    Xp = sp.csr_matrix(X[m]) if use_csr else X[m]
+    f.subtract(FeatureCounts.sparse(X.shape[1]).update(Xp, y[m], w[m]))
+    np.testing.assert_allclose(as_array(f, LABELS), numpy_counts(X[~m], y[~m], w[~m], LABELS), atol=1e-9)
+    assert (f.toarray() >= 0).all()
+    check_invariants(f)
+    # dense subtract of a dense statistic too
+    g = FeatureCounts(X.shape[1]).update(X, y, w).subtract(FeatureCounts(X.shape[1]).update(X, y, w))
+    assert g.is_empty() and g.n_seen == 0
+
+
+@settings(max_examples=40, deadline=None)
+@given(count_data(), st.floats(0.01, 1.0))
+def test_scale_equals_scaled_weights(data, g):
+    X, y, w, _, _, _ = data
+    f = FeatureCounts(X.shape[1]).update(X, y, w).scale(g)
+    np.testing.assert_allclose(as_array(f, LABELS), numpy_counts(X, y, w * g, LABELS), rtol=1e-12, atol=1e-12)
+    check_invariants(f)
+
+
+@settings(max_examples=40, deadline=None)
+@given(count_data())
+def test_empty_is_identity_and_round_trip_exact(data):
+    X, y, w, _, _, use_csr = data
+    f = FeatureCounts(X.shape[1]).update(X, y, w)
+    before = f.toarray()
+    f.merge(FeatureCounts()).subtract(FeatureCounts.sparse(X.shape[1]))
+    assert np.array_equal(f.toarray(), before)
+    for stat in (f, FeatureCounts.sparse(X.shape[1]).update(sp.csr_matrix(X), y, w)):
+        back = Statistic.from_bytes(stat.to_bytes())
+        assert isinstance(back, FeatureCounts) and back.is_sparse == stat.is_sparse
+        assert back.labels == stat.labels and back.n_features == stat.n_features
+        assert back.toarray().tobytes() == stat.toarray().tobytes()
+        assert back.n_seen == stat.n_seen
+
+
+def test_merge_widens_and_aligns_by_label():
+    a = FeatureCounts(2).update(np.array([[1.0, 2.0]]), ["x"])
+    b = FeatureCounts.sparse(5).update(sp.csr_matrix(np.array([[0.0, 0, 0, 0, 3.0], [1.0, 0, 0, 0, 0]])), ["y", "x"])
+    a.merge(b)
+    assert a.n_features == 5 and a.labels == ["x", "y"]
+    assert a.toarray().tolist() == [[2.0, 2.0, 0, 0, 0], [0, 0, 0, 0, 3.0]]
+    assert a.totals.tolist() == [4.0, 3.0] and a.n_seen == 3
+
+
+def test_wide_sparse_delta_stays_small():
+    """A hashed batch over 2**20 columns must not allocate or encode O(n_features)."""
+    n_features = 2**20
+    rng = np.random.default_rng(0)
+    n, nnz_per_row = 100, 50
+    cols = rng.integers(0, n_features, size=(n, nnz_per_row)).ravel()
+    rows = np.repeat(np.arange(n), nnz_per_row)
+    X = sp.csr_matrix((np.ones(cols.size), (rows, cols)), shape=(n, n_features))
+    y = rng.choice(["spam", "ham"], size=n)
+    tracemalloc.start()
+    try:
+        delta = FeatureCounts.sparse(n_features).update(X, y)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    touched = np.unique(cols).size
+    assert delta.touched_columns.size == touched
+    assert delta.nbytes <= touched * (8 + 2 * 8)
+    assert len(delta.to_bytes()) < touched * 24 + 1000
+    dense_row_bytes = n_features * 8
+    assert peak < dense_row_bytes / 4, f"peak {peak} bytes while building a sparse delta"
+    # merging into a dense model touches only those columns and matches a dense count
+    model = FeatureCounts(n_features)
+    model.merge(delta)
+    np.testing.assert_array_equal(model.toarray()[:, delta.touched_columns], delta.values)
+    assert model.n_seen == touched and model.totals.sum() == X.sum()
+
+
+def test_corrupted_and_newer_payloads_raise_format_error():
+    f = FeatureCounts(4).update(np.array([[1.0, 0, 2, 0], [0, 1, 0, 0]]), ["a", "b"])
+    good = loads(f.to_bytes())
+
+    def broken(**changes):
+        enc = dict(good, **changes)
+        return dumps(enc)
+
+    cols = good["columns"]
+    bad_payloads = [
+        f.to_bytes()[:-5],
+        b"\xc1garbage",
+        broken(v=FeatureCounts.VERSION + 1),
+        broken(type="class_counts"),
+        broken(n_features=1),  # columns out of range
+        broken(n_features=-3),
+        broken(storage="weird"),
+        broken(labels=["a"]),  # shape mismatch
+        broken(labels=["a", "a"]),
+        broken(columns=dict(cols, data=np.array([2, 0, 1], "<i8").tobytes())),  # unsorted
+        broken(columns=dict(cols, dtype="<f8")),
+        broken(values=dict(good["values"], data=good["values"]["data"][:-8])),
+        broken(values=dict(good["values"], data=np.full(6, -1.0).tobytes())),
+    ]
+    for payload in bad_payloads:
+        with pytest.raises(FormatError):
+            FeatureCounts.from_bytes(payload)
+
+
+# ------------------------------------------------------------------ categories
+def numpy_category_counts(X, y, w, labels, n_categories):
+    return [
+        np.array([[w[(y == lab) & (X[:, j] == v)].sum() for v in range(n_categories[j])] for lab in labels])
+        for j in range(X.shape[1])
+    ]
+
+
+def cat_as_list(n: CategoryCounts, labels):
+    rows = [n.index.row(lab) if lab in n.index else None for lab in labels]
+    return [np.array([c[r] if r is not None else np.zeros(c.shape[1]) for r in rows]) for c in n.counts]
+
+
+@st.composite
+def category_data(draw):
+    n = draw(st.integers(1, 30))
+    d = draw(st.integers(1, 5))
+    rng = np.random.default_rng(draw(st.integers(0, 2**31 - 1)))
+    X = rng.integers(0, rng.integers(1, 6, size=d), size=(n, d))
+    y = rng.choice(LABELS, size=n)
+    w = rng.choice([0.5, 1.0, 3.0], size=n)
+    return X, y, w, rng.integers(0, draw(st.integers(1, 5)), size=n)
+
+
+@settings(max_examples=60, deadline=None)
+@given(category_data(), st.floats(0.05, 1.0))
+def test_category_counts_properties(data, g):
+    X, y, w, part = data
+    K = X.max(axis=0) + 1
+    whole = numpy_category_counts(X, y, w, LABELS, K)
+    merged = CategoryCounts()
+    for p in np.unique(part):
+        m = part == p
+        merged.merge(CategoryCounts().update(X[m], y[m], w[m]))
+    assert merged.n_categories.tolist() == K.tolist()
+    for got, want in zip(cat_as_list(merged, LABELS), whole, strict=True):
+        np.testing.assert_allclose(got, want, atol=1e-9)
+    # subtract a part
+    m = part == part[0]
+    rest = CategoryCounts().update(X, y, w).subtract(CategoryCounts().update(X[m], y[m], w[m]))
+    # K_j shrinks to the largest category still holding weight + 1
+    K_rest = [int(X[~m & (w > 0), j].max()) + 1 if (~m & (w > 0)).any() else 0 for j in range(X.shape[1])]
+    assert rest.n_categories.tolist() == K_rest
+    for got, want in zip(
+        cat_as_list(rest, LABELS), numpy_category_counts(X[~m], y[~m], w[~m], LABELS, K_rest), strict=True
+    ):
+        np.testing.assert_allclose(got, want, atol=1e-9)
+    # scale, identity, round trip
+    scaled = merged.copy().scale(g)
+    for got, want in zip(cat_as_list(scaled, LABELS), whole, strict=True):
+        np.testing.assert_allclose(got, want * g, rtol=1e-12, atol=1e-12)
+    same = merged.copy().merge(CategoryCounts()).subtract(CategoryCounts())
+    assert all(np.array_equal(a, b) for a, b in zip(same.counts, merged.counts, strict=True))
+    back = Statistic.from_bytes(merged.to_bytes())
+    assert isinstance(back, CategoryCounts) and back.labels == merged.labels
+    assert all(a.tobytes() == b.tobytes() for a, b in zip(back.counts, merged.counts, strict=True))
+
+
+def test_category_counts_refuses_bad_categories_and_payloads():
+    n = CategoryCounts().update(np.array([[0, 1]]), ["a"])
+    with pytest.raises(ValueError, match="non-negative integer"):
+        n.update(np.array([[0.5, 1]]), ["a"])
+    with pytest.raises(ValueError, match="non-negative integer"):
+        n.update(np.array([[-1, 1]]), ["a"])
+    good = loads(n.to_bytes())
+    for enc in (
+        dict(good, v=CategoryCounts.VERSION + 1),
+        dict(good, n_categories=dict(good["n_categories"], data=np.array([5, 5], "<i8").tobytes())),
+        dict(good, labels=["a", "b"]),
+    ):
+        with pytest.raises(FormatError):
+            CategoryCounts.from_bytes(dumps(enc))

@@ -1,0 +1,103 @@
+"""make_model, dumps/loads and save/load: exact round trips, clear refusals."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from sklearn.datasets import load_digits
+
+from streamnb.constants import MODEL_FORMAT_VERSION
+from streamnb.encoding import dumps as pack
+from streamnb.encoding import loads as unpack
+from streamnb.exceptions import FormatError
+from streamnb.models.bernoulli import BernoulliNB
+from streamnb.models.categorical import CategoricalNB
+from streamnb.models.io import dumps, load, loads, make_model, save
+from streamnb.models.multinomial import MultinomialNB
+
+
+@pytest.fixture(scope="module")
+def digits():
+    return load_digits(return_X_y=True)
+
+
+MODELS = [
+    ("multinomial", {"alpha": 0.5, "smoothing_m": "seen"}),
+    ("bernoulli", {"alpha": 2.0, "binarize": 3.0, "n_features": 64}),
+    ("categorical", {"alpha": 0.3}),
+]
+
+
+@pytest.mark.parametrize("kind, params", MODELS)
+def test_round_trip_is_exact_and_keeps_learning(kind, params, digits, tmp_path):
+    X, y = digits
+    model = make_model(kind, **params).fit(X[:1000], y[:1000])
+    clone = loads(dumps(model))
+    assert type(clone) is type(model) and clone.get_params() == model.get_params()
+    assert np.array_equal(clone.predict_log_proba(X), model.predict_log_proba(X))
+    path = tmp_path / f"{kind}.snb"
+    save(model, path)
+    from_file = load(path)
+    assert np.array_equal(from_file.predict_log_proba(X), model.predict_log_proba(X))
+    # a loaded model continues exactly like the original
+    model.partial_fit(X[1000:], y[1000:])
+    from_file.partial_fit(X[1000:], y[1000:])
+    assert np.array_equal(from_file.predict_log_proba(X), model.predict_log_proba(X))
+
+
+def test_hashed_model_file_holds_only_seen_columns():
+    rng = np.random.default_rng(0)
+    cols = rng.integers(0, 2**20, size=500)
+    X = sp.csr_matrix((np.ones(500), (np.arange(500) % 50, cols)), shape=(50, 2**20))
+    model = MultinomialNB(n_features=2**20, smoothing_m="seen").fit(X, rng.choice(["ham", "spam"], 50))
+    data = dumps(model)
+    # one int64 column index + one float64 per class for each seen column, not 2 x 2**20 x 8 bytes
+    assert len(data) < (8 + 2 * 8) * np.unique(cols).size + 2000
+    clone = loads(data)
+    assert clone.n_features_in_ == 2**20
+    assert np.array_equal(clone.predict_log_proba(X), model.predict_log_proba(X))
+
+
+def test_make_model_refuses_unknown_kind_and_parameter():
+    with pytest.raises(ValueError, match=r"unknown model kind 'naive'.*'bernoulli'.*'multinomial'"):
+        make_model("naive")
+    with pytest.raises(ValueError, match=r"unknown parameter\(s\) \['beta'\].*\['alpha', 'n_features', 'smoothing_m'\]"):
+        make_model("multinomial", beta=1.0)
+    assert isinstance(make_model("categorical"), CategoricalNB)
+    assert isinstance(make_model("bernoulli", binarize=None), BernoulliNB)
+
+
+def envelope(model) -> dict:
+    return unpack(dumps(model))
+
+
+def test_loads_refuses_newer_versions_and_corruption(digits):
+    X, y = digits
+    model = MultinomialNB().fit(X[:100], y[:100])
+    good = envelope(model)
+    newer = dict(good, v=MODEL_FORMAT_VERSION + 1)
+    with pytest.raises(FormatError, match="newer"):
+        loads(pack(newer))
+    stats_newer = dict(good, stats=dict(good["stats"], v=99))
+    with pytest.raises(FormatError, match="newer"):
+        loads(pack(stats_newer))
+    bad = [
+        dumps(model)[:-10],
+        b"\x80\x04\x95pickle",
+        pack(dict(good, type="bundle")),
+        pack(dict(good, kind="svm")),
+        pack(dict(good, params={"beta": 1})),
+        pack(dict(good, params={"alpha": -1.0})),
+        pack(dict(good, params=[1, 2])),
+        pack(dict(good, kind="categorical", params={})),  # statistics of another kind
+        pack(dict(good, stats={"type": "bundle", "v": 1, "parts": {"classes": good["stats"]["parts"]["classes"]}})),
+    ]
+    for payload in bad:
+        with pytest.raises(FormatError):
+            loads(payload)
+
+
+def test_dumps_refuses_non_models():
+    with pytest.raises(ValueError, match="expected a streamnb model"):
+        dumps(object())  # type: ignore[arg-type]

@@ -1,0 +1,1 @@
+"""The streamnb daemon: workers that learn and predict from Redis streams."""

@@ -1,0 +1,501 @@
+"""The ``streamnb`` command: worker, produce, predict, status, export, import, demo.
+
+Every option can also come from the environment (``--foo-bar`` -> ``STREAMNB_FOO_BAR``) or a
+TOML file (``--config``); see :mod:`workers.settings` and docs/configuration.md. Errors in
+arguments, configuration or credentials print ONE line on stderr and exit 2; an unreachable
+Redis exits 3; see docs/cli.md for every exit code.
+
+>>> parser = build_parser()
+>>> args = parser.parse_args(["status", "--model", "mail", "--json"])
+>>> args.command, args.model, args.json
+('status', 'mail', True)
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, NoReturn
+
+import redis
+
+from streamnb._version import __version__
+from streamnb.constants import (
+    DEFAULT_BATCH_SIZE,
+    DEFAULT_BLOCK_MS,
+    DEFAULT_CLAIM_IDLE_MS,
+    DEFAULT_DEMO_MESSAGES,
+    DEFAULT_METRICS_ADDR,
+    DEFAULT_METRICS_PORT,
+    DEFAULT_PREDICT_TIMEOUT_S,
+    DEFAULT_PRODUCE_CHUNK,
+    EXIT_FAILURE,
+    EXIT_UNREACHABLE,
+    EXIT_USAGE,
+    MODEL_KINDS,
+)
+from streamnb.exceptions import ConfigConflict, FormatError, SettingsError
+from workers.settings import add_option, redact, resolve, setup_logging
+
+log = logging.getLogger("streamnb.cli")
+
+PROG = "streamnb"
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """An ArgumentParser whose errors are one line on stderr (exit 2), no usage dump."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+# ------------------------------------------------------------------------- types
+def positive_int(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}") from None
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {v}")
+    return v
+
+
+def non_negative_int(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 0, got {text!r}") from None
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 0, got {v}")
+    return v
+
+
+def port(text: str) -> int:
+    v = non_negative_int(text)
+    if v > 65535:
+        raise argparse.ArgumentTypeError(f"expected a port 0..65535, got {v}")
+    return v
+
+
+def finite_float(text: str) -> float:
+    import math
+
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not math.isfinite(v):
+        raise argparse.ArgumentTypeError(f"expected a finite number, got {text!r}")
+    return v
+
+
+def float_list(text: str) -> list[float]:
+    try:
+        return [float(p) for p in text.split(",") if p.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected numbers separated by commas (0.3,0.7), got {text!r}") from None
+
+
+def shrinkage(text: str) -> float | str:
+    if text == "auto":
+        return text
+    return finite_float(text)
+
+
+def _parsed(fn: Callable[[str], Any]) -> Callable[[str], Any]:
+    """Wrap a decision-option parser so its ValueError becomes an argparse error."""
+    def wrapped(text: str) -> Any:
+        try:
+            return fn(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+    wrapped.__name__ = fn.__name__
+    return wrapped
+
+
+# ---------------------------------------------------------------------- options
+def _add_common(p: argparse.ArgumentParser, redis_required: bool = True) -> None:
+    add_option(p, "--redis", metavar="URL",
+               help="Redis URL: redis://[user:password@]host:port/db or rediss://... for TLS"
+                    + ("" if redis_required else "; none: the embedded default"))
+    add_option(p, "--redis-password-file", metavar="FILE",
+               help="read the Redis password from FILE (else the URL's, else STREAMNB_REDIS_PASSWORD)")
+    add_option(p, "--tls-ca-file", metavar="FILE", help="CA certificate to verify a rediss:// server")
+    add_option(p, "--cluster", action="store_true", default=False,
+               help="talk to a Redis Cluster (every model's keys share one hash slot)")
+    p.add_argument("--config", metavar="FILE", default=None,
+                   help="TOML file with defaults for any option (env STREAMNB_CONFIG)")
+    add_option(p, "--log-level", choices=LOG_LEVELS, type=str.upper, default="INFO",
+               help="log verbosity")
+
+
+def _add_model_name(p: argparse.ArgumentParser, many: bool = False) -> None:
+    if many:
+        add_option(p, "--model", metavar="NAME", action="append", default=[],
+                   help="model name (repeat for several models; keys streamnb:{NAME}:*)")
+    else:
+        add_option(p, "--model", metavar="NAME", help="model name (keys streamnb:{NAME}:*)")
+
+
+#: Model options: flag dest -> (model parameter name, kinds that take it).
+MODEL_OPTIONS: Mapping[str, tuple[str, tuple[str, ...]]] = {
+    "alpha": ("alpha", ("multinomial", "bernoulli", "categorical")),
+    "binarize": ("binarize", ("bernoulli",)),
+    "var_smoothing": ("var_smoothing", ("gaussian",)),
+    "shrinkage": ("shrinkage", ("lda",)),
+    "reg_param": ("reg_param", ("qda",)),
+    "priors": ("priors", ("gaussian", "lda", "qda")),
+}
+#: Featurizer options: flag dest -> featurizer config key.
+FEATURIZER_OPTIONS: Mapping[str, str] = {
+    "bits": "bits", "ngrams": "ngrams", "lowercase": "lowercase", "min_len": "min_len",
+    "max_len": "max_len", "meta": "meta", "counts": "counts",
+}
+#: Decision options: flag dest -> DecisionRule option.
+DECISION_OPTIONS: Mapping[str, str] = {
+    "threshold": "threshold", "unsure_band": "unsure_band", "loss_matrix": "loss_matrix",
+    "class_prior": "class_prior", "positive": "positive",
+}
+
+
+def _add_worker_options(p: argparse.ArgumentParser) -> None:
+    from streamnb.decision import parse_class_prior, parse_loss_matrix, parse_unsure_band
+
+    _add_model_name(p, many=True)
+    add_option(p, "--kind", choices=MODEL_KINDS,
+               help="model kind, needed when the model is created (then stored in :config)")
+    g = p.add_argument_group("model options (fixed when the model is created)")
+    add_option(g, "--alpha", type=finite_float, help="additive (Laplace/Lidstone) smoothing")
+    add_option(g, "--binarize", type=finite_float, help="Bernoulli: threshold for a feature to count as present")
+    add_option(g, "--var-smoothing", type=finite_float, help="Gaussian NB: variance floor as a share of the largest variance")
+    add_option(g, "--shrinkage", type=shrinkage, help="LDA: covariance shrinkage in [0, 1] or 'auto'")
+    add_option(g, "--reg-param", type=finite_float, help="QDA: covariance regularisation in [0, 1]")
+    add_option(g, "--priors", type=float_list, help="Gaussian/LDA/QDA: fixed class priors, comma separated")
+    add_option(g, "--half-life", type=finite_float, help="forgetting: weights halve every N learnt messages")
+    f = p.add_argument_group("featurizer options (fixed when the model is created)")
+    add_option(f, "--bits", type=positive_int, help="hash buckets = 2**bits for raw/text/tokens input")
+    add_option(f, "--dimension", type=positive_int,
+               help="dense input: length of the x vectors (needed by gaussian, lda, qda)")
+    add_option(f, "--ngrams", action="store_true", help="also hash word bigrams")
+    add_option(f, "--lowercase", action=argparse.BooleanOptionalAction, help="lower-case words")
+    add_option(f, "--min-len", type=positive_int, help="shortest word kept")
+    add_option(f, "--max-len", type=positive_int, help="longest word kept as is")
+    add_option(f, "--meta", action="store_true", help="append mail meta features (sizes, shares)")
+    add_option(f, "--counts", choices=("raw", "binary", "log"), help="how token counts become values")
+    d = p.add_argument_group("decision options (stored with the model)")
+    add_option(d, "--threshold", type=finite_float,
+               help="two classes: predict the positive class when its log-odds exceed this")
+    add_option(d, "--unsure-band", type=_parsed(parse_unsure_band), metavar="LO,HI",
+               help="two classes: label 'unsure' when P(positive) is in [LO, HI]")
+    add_option(d, "--loss-matrix", type=_parsed(parse_loss_matrix), metavar="T:P=L,...",
+               help="minimum expected loss; T:P=L is the loss of predicting P when the truth is T")
+    add_option(d, "--class-prior", type=_parsed(parse_class_prior), metavar="C=P,...",
+               help="override the learnt class priors at decision time")
+    add_option(d, "--positive", metavar="LABEL", help="the positive class of a two-class model")
+    w = p.add_argument_group("worker options")
+    add_option(w, "--batch", type=positive_int, default=DEFAULT_BATCH_SIZE, help="entries read per XREADGROUP")
+    add_option(w, "--block-ms", type=non_negative_int, default=DEFAULT_BLOCK_MS, help="XREADGROUP BLOCK time")
+    add_option(w, "--claim-idle-ms", type=positive_int, default=DEFAULT_CLAIM_IDLE_MS,
+               help="claim entries pending longer than this from dead consumers")
+    add_option(w, "--processes", type=positive_int, default=1,
+               help="run N worker processes under a supervisor that restarts one that dies")
+    add_option(w, "--metrics-port", type=port, default=DEFAULT_METRICS_PORT,
+               help="Prometheus port (process i of --processes serves port+i; 0: no metrics)")
+    add_option(w, "--metrics-addr", default=DEFAULT_METRICS_ADDR, help="address the metrics server binds")
+    add_option(w, "--consumer", metavar="NAME", help="consumer name (default: host-pid)")
+
+
+def build_parser() -> OneLineParser:
+    """The full ``streamnb`` parser (subcommands worker, produce, predict, status, export,
+    import, demo)."""
+    parser = OneLineParser(prog=PROG, description="Online generative classification on Redis streams.")
+    parser.add_argument("--version", action="version", version=f"streamnb {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    p = sub.add_parser("worker", help="run worker process(es) that predict and learn",
+                       description="Consume streamnb:{NAME}:in, predict every message, learn the labelled ones.")
+    _add_common(p)
+    _add_worker_options(p)
+
+    p = sub.add_parser("produce", help="send mail files, maildirs, mbox files or JSON lines",
+                       description="Send messages to streamnb:{NAME}:in; prints the count sent.")
+    _add_common(p)
+    _add_model_name(p)
+    label = p.add_mutually_exclusive_group()
+    add_option(label, "--label", help="label every message sent with L")
+    add_option(label, "--index", metavar="TSV",
+               help="labels (and times) from an index.tsv: path, label, unix_time")
+    add_option(p, "--chunk", type=positive_int, default=DEFAULT_PRODUCE_CHUNK, help="XADDs per round trip")
+    p.add_argument("paths", nargs="*", metavar="PATH",
+                   help=".eml file, maildir, mbox, directory or .jsonl file")
+
+    p = sub.add_parser("predict", help="predict one message (online or from an exported file)",
+                       description="Send FILE unlabelled and print its prediction, or predict offline "
+                                   "with --snapshot.")
+    _add_common(p, redis_required=False)
+    _add_model_name(p)
+    add_option(p, "--snapshot", metavar="MODEL_FILE",
+               help="predict offline from a file written by 'streamnb export'")
+    add_option(p, "--timeout", type=finite_float, default=DEFAULT_PREDICT_TIMEOUT_S,
+               help="seconds to wait for the prediction")
+    add_option(p, "--json", action="store_true", default=False, help="print the prediction as JSON")
+    p.add_argument("file", metavar="FILE", help="an .eml file (or a .json record)")
+
+    p = sub.add_parser("status", help="show a model's counts, version, lag and workers",
+                       description="Kind, classes, learnt counts, version, stream length, lag, "
+                                   "pending, dead letters and live workers of a model.")
+    _add_common(p)
+    _add_model_name(p)
+    add_option(p, "--json", action="store_true", default=False,
+               help="print JSON (keys documented in docs/cli.md)")
+
+    p = sub.add_parser("export", help="write a model's statistics to a file",
+                       description="Write the model (config + statistics) to FILE; "
+                                   "streamnb.models.load(FILE) reads it back.")
+    _add_common(p)
+    _add_model_name(p)
+    p.add_argument("-o", "--output", metavar="FILE", required=True, help="file to write")
+
+    p = sub.add_parser("import", help="add the statistics of an exported file to a model",
+                       description="Add the statistics in FILE to model NAME (creating its config "
+                                   "from the file if it has none).")
+    _add_common(p)
+    _add_model_name(p)
+    p.add_argument("file", metavar="FILE", help="a file written by 'streamnb export'")
+
+    p = sub.add_parser("demo", help="replay real mail through two workers and show the result",
+                       description="Replay a sample of the SpamAssassin public corpus through two "
+                                   "workers on an embedded Redis (or --redis) and report accuracy.")
+    _add_common(p, redis_required=False)
+    add_option(p, "--messages", type=positive_int, default=DEFAULT_DEMO_MESSAGES,
+               help="messages to replay (at most the sample's size)")
+    add_option(p, "--model", metavar="NAME", default="demo", help="model name used by the demo")
+    add_option(p, "--metrics-port", type=port, default=0,
+               help="first metrics port of the two demo workers (0: pick free ports)")
+    add_option(p, "--metrics-addr", default=DEFAULT_METRICS_ADDR, help="address the metrics server binds")
+    return parser
+
+
+def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            return dict(action.choices)
+    return {}
+
+
+# --------------------------------------------------------------------- commands
+def _require_model(args: argparse.Namespace) -> str:
+    from workers.keys import check_model_name
+
+    if not args.model:
+        raise SettingsError("--model NAME is required (or set STREAMNB_MODEL)")
+    try:
+        return check_model_name(args.model)
+    except ValueError as exc:
+        raise SettingsError(f"--model: {exc}") from None
+
+
+def _redis(args: argparse.Namespace, env: Mapping[str, str], client_name: str | None = None) -> Any:
+    """Redis settings from the resolved args (password registered for redaction)."""
+    from workers.settings import redis_settings
+
+    return redis_settings(args.redis, password_file=args.redis_password_file,
+                          tls_ca_file=args.tls_ca_file, cluster=args.cluster,
+                          client_name=client_name, env=env)
+
+
+def model_specs(args: argparse.Namespace) -> list[Any]:
+    """One :class:`workers.model_config.ModelSpec` per ``--model``, from the model,
+    featurizer and decision options that were given (None: as stored)."""
+    from workers.keys import check_model_name
+    from workers.model_config import ModelSpec
+
+    names = list(dict.fromkeys(args.model or []))
+    if not names:
+        raise SettingsError("--model NAME is required (or set STREAMNB_MODEL)")
+    params: dict[str, Any] = {}
+    for dest, (param, kinds) in MODEL_OPTIONS.items():
+        value = getattr(args, dest, None)
+        if value is None:
+            continue
+        if args.kind is not None and args.kind not in kinds:
+            flag = "--" + dest.replace("_", "-")
+            raise SettingsError(
+                f"{flag} does not apply to a {args.kind} model (it applies to {', '.join(kinds)})")
+        params[param] = value
+    fcfg: dict[str, Any] = {}
+    for dest, key in FEATURIZER_OPTIONS.items():
+        value = getattr(args, dest, None)
+        if value is not None:
+            fcfg[key] = value
+    if args.dimension is not None:
+        if "bits" in fcfg:
+            raise SettingsError("--dimension (dense x input) and --bits (hashed input) exclude each other")
+        fcfg.update(input="dense", dim=args.dimension)
+    decision = {key: getattr(args, dest) for dest, key in DECISION_OPTIONS.items()
+                if getattr(args, dest, None) is not None}
+    if "unsure_band" in decision:
+        decision["unsure_band"] = list(decision["unsure_band"])
+    if "threshold" in decision and "loss_matrix" in decision:
+        raise SettingsError("give --threshold or --loss-matrix, not both")
+    specs = []
+    for name in names:
+        try:
+            check_model_name(name)
+            specs.append(ModelSpec(name, kind=args.kind, model_params=params or None,
+                                   featurizer_config=fcfg or None, decision=decision or None,
+                                   half_life=args.half_life))
+        except ValueError as exc:
+            raise SettingsError(f"--model {name!r}: {exc}") from None
+    return specs
+
+
+def cmd_worker(args: argparse.Namespace, env: Mapping[str, str]) -> int:
+    from workers import supervisor
+
+    specs = model_specs(args)
+    return supervisor.run_worker_command(args, specs, _redis(args, env), env)
+
+
+def cmd_produce(args: argparse.Namespace, env: Mapping[str, str]) -> int:
+    from workers.keys import ModelKeys
+    from workers.produce import produce
+
+    model = _require_model(args)
+    client = _redis(args, env).make_client()
+    client.ping()
+    report = produce(client, model, list(args.paths), label=args.label, index=args.index,
+                     chunk=args.chunk)
+    labelled = f" ({report.labelled} labelled)" if report.labelled else ""
+    skipped = f", skipped {report.skipped}" if report.skipped else ""
+    print(f"sent {report.sent} messages{labelled} to {ModelKeys(model).input}{skipped}")
+    return EXIT_FAILURE if report.skipped else 0
+
+
+def cmd_predict(args: argparse.Namespace, env: Mapping[str, str]) -> int:
+    import json
+
+    from workers import transfer
+    from workers.produce import send_and_wait
+
+    if args.snapshot:
+        result = transfer.predict_file(args.snapshot, args.file)
+    else:
+        model = _require_model(args)
+        client = _redis(args, env).make_client()
+        client.ping()
+        result = send_and_wait(client, model, args.file, timeout=args.timeout)
+        if result is None:
+            return fail(f"no prediction for {args.file!r} within {args.timeout:g} s: "
+                        f"is a worker running for model {model!r}?", EXIT_FAILURE)
+    if args.json:
+        print(json.dumps(result, sort_keys=True, default=str))
+    else:
+        print(transfer.format_prediction(result))
+    return 0
+
+
+def cmd_status(args: argparse.Namespace, env: Mapping[str, str]) -> int:
+    import json
+
+    from workers import status
+
+    model = _require_model(args)
+    settings = _redis(args, env)
+    client = settings.make_client()
+    info = status.collect(client, model, redis_url=settings.url)
+    if args.json:
+        print(json.dumps(info, sort_keys=True))
+    else:
+        print(status.format_text(info))
+    return 0 if info["exists"] else EXIT_FAILURE
+
+
+def cmd_export(args: argparse.Namespace, env: Mapping[str, str]) -> int:
+    from workers import transfer
+
+    model = _require_model(args)
+    client = _redis(args, env).make_client()
+    summary = transfer.export_model(client, model, args.output)
+    print(f"wrote {summary} to {args.output}")
+    return 0
+
+
+def cmd_import(args: argparse.Namespace, env: Mapping[str, str]) -> int:
+    from workers import transfer
+
+    model = _require_model(args)
+    client = _redis(args, env).make_client()
+    summary = transfer.import_model(client, model, args.file)
+    print(f"imported {summary} into model {model!r}")
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace, env: Mapping[str, str]) -> int:
+    from workers import demo
+
+    settings = _redis(args, env) if args.redis else None
+    return demo.run_demo(settings, messages=args.messages, model=args.model,
+                         metrics_port=args.metrics_port, metrics_addr=args.metrics_addr)
+
+
+COMMANDS: Mapping[str, Callable[[argparse.Namespace, Mapping[str, str]], int]] = {
+    "worker": cmd_worker, "produce": cmd_produce, "predict": cmd_predict,
+    "status": cmd_status, "export": cmd_export, "import": cmd_import, "demo": cmd_demo,
+}
+
+
+# -------------------------------------------------------------------------- main
+def fail(message: str, code: int = EXIT_USAGE) -> int:
+    """Print one redacted error line on stderr; return the exit code."""
+    line = " ".join(redact(str(message)).split())
+    print(f"{PROG}: error: {line}", file=sys.stderr)
+    return code
+
+
+def _redis_error(exc: redis.RedisError) -> tuple[str, int]:
+    """(one line, exit code) for a Redis error met at start."""
+    text = str(exc)
+    if isinstance(exc, redis.AuthenticationError) or "WRONGPASS" in text or "NOAUTH" in text:
+        return f"Redis refused the credentials: {text}", EXIT_USAGE
+    if isinstance(exc, redis.exceptions.NoPermissionError) or text.startswith("NOPERM"):
+        return f"Redis ACL refused a command: {text}", EXIT_USAGE
+    if isinstance(exc, (redis.ConnectionError, redis.TimeoutError)):
+        return f"cannot reach Redis: {text}", EXIT_UNREACHABLE
+    return f"Redis error: {text}", EXIT_FAILURE
+
+
+def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None) -> int:
+    """Entry point of the ``streamnb`` console script; returns the exit code."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)
+    command = args.command
+    subparsers = _subparsers(parser)
+    try:
+        resolve(subparsers[command], args, command, env=os.environ if env is None else env,
+                all_parsers=subparsers)
+        setup_logging(args.log_level)
+        return COMMANDS[command](args, os.environ if env is None else env)
+    except (SettingsError, ConfigConflict) as exc:
+        return fail(str(exc))
+    except ValueError as exc:  # e.g. a model parameter out of range, checked by the model
+        return fail(str(exc))
+    except FormatError as exc:
+        return fail(str(exc))
+    except OSError as exc:  # a file named on the command line
+        return fail(f"{exc.filename or ''}: {exc.strerror or exc}".lstrip(": "), EXIT_FAILURE)
+    except redis.RedisError as exc:
+        message, code = _redis_error(exc)
+        return fail(message, code)
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

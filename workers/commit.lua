@@ -1,0 +1,101 @@
+-- streamnb: the atomic commit of one batch of one model (all keys share the hash tag).
+--
+-- KEYS[1] :in   KEYS[2] :out   KEYS[3] :dead   KEYS[4] :log   KEYS[5] :learnt
+-- KEYS[5 + i]   the cache key of cache operation i
+-- ARGV[1] group           ARGV[2] consumer       ARGV[3] out MAXLEN ~ (0: none)
+-- ARGV[4] dead MAXLEN ~   ARGV[5] log entry data ("" : no log entry)
+-- ARGV[6] messages learnt (adds to :learnt)      ARGV[7] decay every K learnt (0: never)
+-- ARGV[8] decay event data                        ARGV[9] n ids  ARGV[10] n outputs
+-- ARGV[11] n dead letters  ARGV[12] n cache operations
+-- then the ids, the outputs, the dead letters, and 7 values per cache operation:
+--   "new", row, pred, learnt, weight, ts, ttl_ms      (write a message's cache entry)
+--   "cas", expected learnt, new learnt, "", "", "", "" (change the learnt label if unchanged)
+--
+-- Nothing is written unless every id is still pending for this consumer and every "cas"
+-- finds the learnt label the worker saw. Returns {"ok", log id or ""}, {"lost", ids...}
+-- or {"conflict", cache operation numbers...}. A replay of a commit that already ran
+-- finds its ids acknowledged and returns "lost" without writing: the commit is idempotent.
+
+local group, consumer = ARGV[1], ARGV[2]
+local out_maxlen, dead_maxlen = tonumber(ARGV[3]), tonumber(ARGV[4])
+local log_data, n_learnt = ARGV[5], tonumber(ARGV[6])
+local decay_every, decay_data = tonumber(ARGV[7]), ARGV[8]
+local n_ids, n_out, n_dead, n_cache =
+    tonumber(ARGV[9]), tonumber(ARGV[10]), tonumber(ARGV[11]), tonumber(ARGV[12])
+local first_id, first_out = 13, 13 + n_ids
+local first_dead = first_out + n_out
+local first_cache = first_dead + n_dead
+
+-- 1. ownership: every id still pending for this consumer
+local lost = {}
+for i = first_id, first_id + n_ids - 1 do
+  local id = ARGV[i]
+  local p = redis.call('XPENDING', KEYS[1], group, id, id, 1, consumer)
+  if #p == 0 then lost[#lost + 1] = id end
+end
+if #lost > 0 then
+  table.insert(lost, 1, 'lost')
+  return lost
+end
+
+-- 2. compare-and-set preconditions of the delayed-label cache
+local conflicts = {}
+for c = 0, n_cache - 1 do
+  local a = first_cache + 7 * c
+  if ARGV[a] == 'cas' then
+    local cur = redis.call('HGET', KEYS[6 + c], 'learnt')
+    if cur ~= ARGV[a + 1] then conflicts[#conflicts + 1] = tostring(c) end
+  end
+end
+if #conflicts > 0 then
+  table.insert(conflicts, 1, 'conflict')
+  return conflicts
+end
+
+-- 3. writes
+local log_id = ''
+if log_data ~= '' then
+  log_id = redis.call('XADD', KEYS[4], '*', 'data', log_data)
+end
+if n_learnt > 0 then
+  local after = redis.call('INCRBY', KEYS[5], n_learnt)
+  if decay_every > 0 then
+    local before = after - n_learnt
+    local events = math.floor(after / decay_every) - math.floor(before / decay_every)
+    for _ = 1, events do
+      log_id = redis.call('XADD', KEYS[4], '*', 'data', decay_data)
+    end
+  end
+end
+for i = first_out, first_out + n_out - 1 do
+  if out_maxlen > 0 then
+    redis.call('XADD', KEYS[2], 'MAXLEN', '~', out_maxlen, '*', 'data', ARGV[i])
+  else
+    redis.call('XADD', KEYS[2], '*', 'data', ARGV[i])
+  end
+end
+for i = first_dead, first_dead + n_dead - 1 do
+  if dead_maxlen > 0 then
+    redis.call('XADD', KEYS[3], 'MAXLEN', '~', dead_maxlen, '*', 'data', ARGV[i])
+  else
+    redis.call('XADD', KEYS[3], '*', 'data', ARGV[i])
+  end
+end
+for c = 0, n_cache - 1 do
+  local a = first_cache + 7 * c
+  local key = KEYS[6 + c]
+  if ARGV[a] == 'new' then
+    redis.call('HSET', key, 'row', ARGV[a + 1], 'pred', ARGV[a + 2], 'learnt', ARGV[a + 3],
+               'w', ARGV[a + 4], 't', ARGV[a + 5])
+    redis.call('PEXPIRE', key, ARGV[a + 6])
+  else
+    redis.call('HSET', key, 'learnt', ARGV[a + 2])
+  end
+end
+local chunk = 500
+for i = first_id, first_id + n_ids - 1, chunk do
+  local ids = {}
+  for j = i, math.min(i + chunk - 1, first_id + n_ids - 1) do ids[#ids + 1] = ARGV[j] end
+  redis.call('XACK', KEYS[1], group, unpack(ids))
+end
+return {'ok', log_id}

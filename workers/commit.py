@@ -1,0 +1,134 @@
+"""The atomic commit of a batch (workers/commit.lua) and a small EVALSHA helper.
+
+One script call per batch: it checks that every entry id is still pending for this
+consumer and that every delayed-label compare-and-set still holds; only then does it
+append the delta to ``:log`` (plus decay events every K learnt messages), the predictions
+to ``:out``, the dead letters to ``:dead``, write the feature cache, and XACK the ids.
+Otherwise it writes nothing and says which ids were lost or which cache entries changed.
+
+>>> import fakeredis
+>>> from workers.keys import GROUP, ModelKeys
+>>> r, k = fakeredis.FakeRedis(), ModelKeys("doc")
+>>> r.xgroup_create(k.input, GROUP, id="0", mkstream=True)
+True
+>>> eid = r.xadd(k.input, {"data": b"x"}).decode()
+>>> _ = r.xreadgroup(GROUP, "w1", {k.input: ">"})
+>>> res = commit_batch(r, k, "w1", CommitRequest(ids=[eid], outputs=[b"p"], log_data=b"d"))
+>>> res.ok, r.xlen(k.log), r.xpending(k.input, GROUP)["pending"]
+(True, 1, 0)
+>>> commit_batch(r, k, "w1", CommitRequest(ids=[eid])).lost == [eid]  # replay: no-op
+True
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from importlib import resources
+from typing import Any
+
+import redis
+
+from workers.keys import GROUP, ModelKeys
+
+
+class LuaScript:
+    """A Lua script run by EVALSHA, loaded (SCRIPT LOAD) on NOSCRIPT, e.g. after a restart."""
+
+    def __init__(self, source: str) -> None:
+        self.source = source
+        self.sha = hashlib.sha1(source.encode()).hexdigest()
+
+    def __call__(self, client: Any, keys: list[str], args: list[Any]) -> Any:
+        try:
+            return client.evalsha(self.sha, len(keys), *keys, *args)
+        except redis.exceptions.NoScriptError:
+            client.script_load(self.source)
+            return client.evalsha(self.sha, len(keys), *keys, *args)
+
+
+COMMIT_SCRIPT = LuaScript(resources.files("workers").joinpath("commit.lua").read_text())
+
+
+@dataclass(slots=True)
+class CacheNew:
+    """Write a message's cache entry: encoded row, prediction at arrival, learnt label."""
+
+    key: str
+    row: bytes
+    pred: bytes
+    learnt: bytes
+    weight: float
+    ts: float
+    ttl_ms: int
+
+    def args(self) -> list[Any]:
+        return ["new", self.row, self.pred, self.learnt, repr(float(self.weight)),
+                repr(float(self.ts)), int(self.ttl_ms)]
+
+
+@dataclass(slots=True)
+class CacheCas:
+    """Change a cached message's learnt label from ``expected`` to ``new`` (else: conflict)."""
+
+    key: str
+    expected: bytes
+    new: bytes
+
+    def args(self) -> list[Any]:
+        return ["cas", self.expected, self.new, "", "", "", ""]
+
+
+@dataclass(slots=True)
+class CommitRequest:
+    """Everything one batch writes. ``log_data`` None: no delta (nothing learnt)."""
+
+    ids: list[str]
+    outputs: list[bytes] = field(default_factory=list)
+    dead: list[bytes] = field(default_factory=list)
+    log_data: bytes | None = None
+    n_learnt: int = 0
+    cache_ops: list[CacheNew | CacheCas] = field(default_factory=list)
+    decay_every: int = 0
+    decay_data: bytes = b""
+
+
+@dataclass(slots=True)
+class CommitResult:
+    """``log_id`` on success ("" if nothing was logged), else the lost ids or conflicts."""
+
+    log_id: str | None = None
+    lost: list[str] = field(default_factory=list)
+    conflicts: list[int] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return self.log_id is not None
+
+
+def _text(v: Any) -> str:
+    return v.decode() if isinstance(v, bytes) else str(v)
+
+
+def commit_batch(client: Any, keys: ModelKeys, consumer: str, req: CommitRequest,
+                 out_maxlen: int = 0, dead_maxlen: int = 0) -> CommitResult:
+    """Run the commit script for one batch; see the module docstring."""
+    script_keys = [keys.input, keys.out, keys.dead, keys.log, keys.learnt]
+    script_keys += [op.key for op in req.cache_ops]
+    args: list[Any] = [
+        GROUP, consumer, int(out_maxlen), int(dead_maxlen), req.log_data or b"",
+        int(req.n_learnt), int(req.decay_every), req.decay_data,
+        len(req.ids), len(req.outputs), len(req.dead), len(req.cache_ops),
+        *req.ids, *req.outputs, *req.dead,
+    ]
+    for op in req.cache_ops:
+        args += op.args()
+    reply = COMMIT_SCRIPT(client, script_keys, args)
+    status = _text(reply[0])
+    if status == "ok":
+        return CommitResult(log_id=_text(reply[1]))
+    if status == "lost":
+        return CommitResult(lost=[_text(v) for v in reply[1:]])
+    if status == "conflict":
+        return CommitResult(conflicts=[int(_text(v)) for v in reply[1:]])
+    raise RuntimeError(f"unexpected reply from the commit script: {reply!r}")

@@ -1,0 +1,106 @@
+"""Redis key names of one model.
+
+Every key of model ``NAME`` starts with ``streamnb:{NAME}``; the braces are literal, they
+are the Redis Cluster hash tag, so all keys of one model live in one slot and one Lua
+script may touch them all.
+
+>>> k = ModelKeys("mail")
+>>> k.input, k.log, k.cache("m1")
+('streamnb:{mail}:in', 'streamnb:{mail}:log', 'streamnb:{mail}:cache:m1')
+>>> ModelKeys("bad name")
+Traceback (most recent call last):
+...
+ValueError: model name must be 1..100 characters of letters, digits and ._-, got 'bad name'
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+#: The consumer group every worker of a model joins.
+GROUP = "workers"
+
+_NAME = re.compile(r"^[A-Za-z0-9._-]{1,100}$")
+
+
+def check_model_name(name: str) -> str:
+    """Return ``name`` if it is a valid model name, else raise ValueError."""
+    if not isinstance(name, str) or not _NAME.match(name):
+        raise ValueError(
+            f"model name must be 1..100 characters of letters, digits and ._-, got {name!r}"
+        )
+    return name
+
+
+@dataclass(frozen=True, slots=True)
+class ModelKeys:
+    """All key names of the model ``name`` (see docs/worker.md for what each holds)."""
+
+    name: str
+
+    def __post_init__(self) -> None:
+        check_model_name(self.name)
+
+    @property
+    def prefix(self) -> str:
+        return f"streamnb:{{{self.name}}}"
+
+    @property
+    def input(self) -> str:
+        """Stream of input messages (consumer group :data:`GROUP`)."""
+        return f"{self.prefix}:in"
+
+    @property
+    def out(self) -> str:
+        """Stream of predictions (MAXLEN ~)."""
+        return f"{self.prefix}:out"
+
+    @property
+    def dead(self) -> str:
+        """Stream of dead letters (reason, detail, original bytes)."""
+        return f"{self.prefix}:dead"
+
+    @property
+    def log(self) -> str:
+        """Stream of committed statistic deltas and decay events."""
+        return f"{self.prefix}:log"
+
+    @property
+    def events(self) -> str:
+        """Stream of drift and operational events."""
+        return f"{self.prefix}:events"
+
+    @property
+    def snapshot(self) -> str:
+        """Hash ``{log_id, data, ts}``: the model's statistics including every log entry <= log_id."""
+        return f"{self.prefix}:snapshot"
+
+    @property
+    def config(self) -> str:
+        """Hash of the model's configuration, fixed at creation."""
+        return f"{self.prefix}:config"
+
+    @property
+    def lease(self) -> str:
+        """String: the consumer name holding the snapshot lease (SET NX PX)."""
+        return f"{self.prefix}:lease"
+
+    @property
+    def workers(self) -> str:
+        """Hash consumer -> heartbeat (msgpack: ts, pid, host, version)."""
+        return f"{self.prefix}:workers"
+
+    @property
+    def learnt(self) -> str:
+        """Counter of learnt messages (drives forgetting: a decay event every K)."""
+        return f"{self.prefix}:learnt"
+
+    def cache(self, msg_id: str) -> str:
+        """Hash of a message's cached features for delayed labels (row, pred, learnt, w, t)."""
+        return f"{self.prefix}:cache:{msg_id}"
+
+    def all_fixed(self) -> list[str]:
+        """Every key of the model except the per-message cache keys."""
+        return [self.input, self.out, self.dead, self.log, self.events, self.snapshot,
+                self.config, self.lease, self.workers, self.learnt]

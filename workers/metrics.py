@@ -1,0 +1,186 @@
+"""Every Prometheus metric of the daemon, defined in one place.
+
+Namespace ``streamnb``, base units (seconds, bytes), ``_total`` counters. Label sets stay
+small: ``model``, ``worker``, ``class``/``predicted``, ``reason``, ``stage``, ``detector``.
+A :class:`Metrics` owns one registry's worth of metric families, so tests can build one on a
+fresh ``CollectorRegistry``; the daemon uses :func:`default_metrics` (the global registry).
+
+>>> from prometheus_client import CollectorRegistry
+>>> reg = CollectorRegistry()
+>>> m = Metrics(reg)
+>>> m.messages_read.labels(model="mail", worker="w1").inc(3)
+>>> reg.get_sample_value("streamnb_messages_read_total", {"model": "mail", "worker": "w1"})
+3.0
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
+
+NAMESPACE = "streamnb"
+MW = ("model", "worker")
+
+#: Stages of the per-batch pipeline timed by ``stage_seconds``.
+STAGES = ("read", "decode", "featurize", "predict", "learn", "commit", "apply")
+
+# Buckets fitted to this workload: a batch stage takes tens of microseconds to tens of ms.
+STAGE_BUCKETS = (5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0)
+BATCH_BUCKETS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000)
+AGE_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 10, 60, 300)
+SHARE_BUCKETS = (0.0, 0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0)
+CONFIDENCE_BUCKETS = (0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99, 0.999, 1.0)
+DELAY_BUCKETS = (1, 10, 60, 300, 900, 3600, 4 * 3600, 86400, 7 * 86400)
+
+
+class Metrics:
+    """All metric families of a worker process, registered on ``registry``."""
+
+    def __init__(self, registry: CollectorRegistry = REGISTRY) -> None:
+        r = {"registry": registry, "namespace": NAMESPACE}
+        # ---- throughput and health
+        self.messages_read = Counter("messages_read", "Stream entries read from :in", MW, **r)
+        self.messages_predicted = Counter(
+            "messages_predicted", "Predictions published to :out", MW, **r)
+        self.messages_learned = Counter(
+            "messages_learned", "Labelled messages learnt (committed deltas)", (*MW, "class"), **r)
+        self.messages_unlearned = Counter(
+            "messages_unlearned", "Contributions moved by label corrections", (*MW, "class"), **r)
+        self.dead_letters = Counter(
+            "dead_letters", "Messages sent to :dead, by reason", (*MW, "reason"), **r)
+        self.unknown_keys = Counter(
+            "unknown_keys", "Unknown keys ignored in input messages", MW, **r)
+        self.messages_claimed = Counter(
+            "messages_claimed", "Entries claimed from idle or dead consumers", MW, **r)
+        self.commit_conflicts = Counter(
+            "commit_conflicts", "Commits that found some ids no longer owned", MW, **r)
+        self.commits = Counter("commits", "Atomic commits of a batch", MW, **r)
+        self.redis_errors = Counter(
+            "redis_errors", "Redis errors by kind (connection, timeout, misconf, readonly, other)",
+            (*MW, "kind"), **r)
+        self.reconnects = Counter("redis_reconnects", "Reconnection attempts after an error", MW, **r)
+        self.batch_size = Histogram(
+            "batch_size_messages", "Messages per batch read", MW, buckets=BATCH_BUCKETS, **r)
+        self.stage_seconds = Histogram(
+            "stage_duration_seconds", "Time per batch in each pipeline stage",
+            (*MW, "stage"), buckets=STAGE_BUCKETS, **r)
+        self.message_age = Histogram(
+            "message_age_seconds", "Age of a message when predicted (now - stream id time)",
+            MW, buckets=AGE_BUCKETS, **r)
+        self.deltas_applied = Counter(
+            "log_deltas_applied", "Entries of :log merged into the local model", MW, **r)
+        self.model_version = Gauge(
+            "model_version_timestamp_seconds",
+            "Time part of the last :log id applied (the model version)", MW, **r)
+        self.worker_up = Gauge("worker_up", "1 while the worker loop runs", MW, **r)
+        self.heartbeat = Gauge(
+            "worker_heartbeat_timestamp_seconds", "Last heartbeat written", MW, **r)
+        self.snapshots_written = Counter("snapshots_written", "Snapshots written", MW, **r)
+        # ---- stream gauges, sampled by the lease holder only (label: model, stream)
+        self.stream_length = Gauge(
+            "stream_length_entries", "XLEN of the model's streams", ("model", "stream"), **r)
+        self.group_lag = Gauge(
+            "group_lag_entries", "Entries of :in not yet delivered to the group", ("model",), **r)
+        self.group_pending = Gauge(
+            "group_pending_entries", "Entries delivered but not acknowledged", ("model",), **r)
+        self.snapshot_age = Gauge(
+            "snapshot_age_seconds", "Age of the stored snapshot", ("model",), **r)
+        self.live_workers = Gauge(
+            "live_workers", "Workers with a fresh heartbeat", ("model",), **r)
+        # ---- quality: test-then-train (prediction made before learning the label)
+        self.prequential = Counter(
+            "prequential_predictions", "Labelled messages by true and predicted class",
+            (*MW, "class", "predicted"), **r)
+        self.prequential_log_loss = Counter(
+            "prequential_log_loss_sum", "Sum of -log P(true class) before learning", MW, **r)
+        self.prequential_brier = Counter(
+            "prequential_brier_sum", "Sum of Brier scores before learning", MW, **r)
+        # ---- quality: delayed labels (prediction at arrival vs label later)
+        self.delayed = Counter(
+            "delayed_predictions", "Delayed labels by true and predicted-at-arrival class",
+            (*MW, "class", "predicted"), **r)
+        self.delayed_log_loss = Counter(
+            "delayed_log_loss_sum", "Sum of -log P(true class) at arrival", MW, **r)
+        self.delayed_brier = Counter(
+            "delayed_brier_sum", "Sum of Brier scores at arrival", MW, **r)
+        self.label_delay = Histogram(
+            "label_delay_seconds", "Time from a message to its delayed label", MW,
+            buckets=DELAY_BUCKETS, **r)
+        self.corrections = Counter(
+            "label_corrections", "Labels that changed an already learnt message", MW, **r)
+        # ---- model
+        self.class_weight = Gauge(
+            "model_class_weight", "Learnt (weighted) count per class", ("model", "class"), **r)
+        self.features_seen = Gauge(
+            "model_features_seen", "Distinct features with a nonzero count", ("model",), **r)
+        self.oov_share = Histogram(
+            "oov_share", "Share of a message's features never seen by the model", MW,
+            buckets=SHARE_BUCKETS, **r)
+        self.confidence = Histogram(
+            "posterior_confidence", "Largest posterior probability of each prediction", MW,
+            buckets=CONFIDENCE_BUCKETS, **r)
+        self.unsure = Counter("unsure_predictions", "Predictions in the unsure band", MW, **r)
+        self.bhattacharyya_distance = Gauge(
+            "bhattacharyya_distance", "Bhattacharyya distance between two classes",
+            ("model", "class", "other"), **r)
+        self.bhattacharyya_bound = Gauge(
+            "bhattacharyya_bound", "Bhattacharyya bound on the pairwise Bayes error",
+            ("model", "class", "other"), **r)
+        # ---- drift
+        self.drift_events = Counter(
+            "drift_events", "Drift alarms raised (after cool-down)", (*MW, "detector"), **r)
+        self.error_rate_recent = Gauge(
+            "error_rate_recent", "Recent prequential error rate (ADWIN window mean)", MW, **r)
+        self.prior_shift = Gauge(
+            "prior_shift_divergence", "Divergence between recent and long-run class shares",
+            MW, **r)
+        self.feature_drift = Gauge(
+            "feature_drift_divergence", "Divergence of recent feature moments from the model's",
+            MW, **r)
+        self.oov_rate_recent = Gauge(
+            "oov_rate_recent", "Recent mean out-of-vocabulary share", MW, **r)
+
+
+def observe_many(child: Histogram, values: Sequence[float] | np.ndarray) -> None:
+    """``child.observe(v)`` for every value, vectorised (one bucket count per bucket).
+
+    ``child`` is a labelled histogram child. Uses prometheus-client's per-bucket counters
+    directly when they are there (they hold non-cumulative counts, as ``observe`` does), else
+    falls back to a loop. NaN values are skipped.
+
+    >>> reg = CollectorRegistry()
+    >>> h = Histogram("h", "demo", buckets=(1.0, 2.0), registry=reg)
+    >>> observe_many(h, [0.5, 1.5, 1.5, 9.0])
+    >>> reg.get_sample_value("h_bucket", {"le": "2.0"}), reg.get_sample_value("h_sum")
+    (3.0, 12.5)
+    """
+    v = np.asarray(values, dtype=np.float64).ravel()
+    v = v[~np.isnan(v)]
+    if v.size == 0:
+        return
+    bounds = getattr(child, "_upper_bounds", None)
+    buckets = getattr(child, "_buckets", None)
+    total = getattr(child, "_sum", None)
+    if bounds is None or buckets is None or total is None or len(bounds) != len(buckets):
+        for x in v.tolist():
+            child.observe(x)
+        return
+    # bucket i holds values with bounds[i-1] < v <= bounds[i] (bounds end with +Inf)
+    idx = np.searchsorted(np.asarray(bounds, dtype=np.float64), v, side="left")
+    counts = np.bincount(idx, minlength=len(bounds))
+    for i in np.flatnonzero(counts).tolist():
+        buckets[i].inc(float(counts[i]))
+    total.inc(float(v.sum()))
+
+
+_default: Metrics | None = None
+
+
+def default_metrics() -> Metrics:
+    """The process-wide metrics on prometheus-client's global registry (created once)."""
+    global _default
+    if _default is None:
+        _default = Metrics(REGISTRY)
+    return _default

@@ -1,0 +1,256 @@
+"""A model's configuration, stored once in ``streamnb:{NAME}:config`` and fixed for good.
+
+The caller (``streamnb worker``) gives a :class:`ModelSpec`; :func:`ensure_config` creates
+the ``:config`` hash atomically if absent, or checks the spec against it: every field the
+caller set must equal the stored one, else :class:`~streamnb.exceptions.ConfigConflict`
+names each differing key with the stored and the given value. Fields the caller left as
+None are taken from the stored config.
+
+Stored hash fields (JSON text, so ``redis-cli HGETALL`` is readable): ``format`` (config
+format version), ``kind``, ``model_params`` (normalised by the model's ``get_params()``),
+``featurizer`` (the full featurizer config), ``decision`` (decision-rule options),
+``half_life`` (forgetting half-life in learnt messages, or null), ``created`` (unix time).
+
+Defaults filled in at creation for hashed (sparse) input: ``n_features`` = the number of
+featurizer columns and ``smoothing_m = "seen"`` when the model has such parameters.
+
+>>> import fakeredis
+>>> r = fakeredis.FakeRedis()
+>>> cfg = ensure_config(r, ModelSpec("mail", kind="multinomial", model_params={"alpha": 0.5},
+...                                  featurizer_config={"bits": 12}))
+>>> cfg.kind, cfg.model_params["alpha"], cfg.model_params["n_features"]
+('multinomial', 0.5, 4096)
+>>> ensure_config(r, ModelSpec("mail")).model_params == cfg.model_params
+True
+>>> ensure_config(r, ModelSpec("mail", kind="bernoulli"))
+Traceback (most recent call last):
+...
+streamnb.exceptions.ConfigConflict: model 'mail' is stored with a different configuration: kind: stored 'multinomial', given 'bernoulli'
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from streamnb.exceptions import ConfigConflict
+from workers.commit import LuaScript
+from workers.keys import ModelKeys, check_model_name
+
+#: Version of the stored config layout.
+CONFIG_FORMAT_VERSION = 1
+#: Model kinds that take dense ``x`` vectors (their featurizer needs input="dense", dim).
+DENSE_KINDS = ("gaussian", "lda", "qda")
+
+_CREATE = LuaScript("""
+if redis.call('EXISTS', KEYS[1]) == 1 then return redis.call('HGETALL', KEYS[1]) end
+redis.call('HSET', KEYS[1], unpack(ARGV))
+return {}
+""")
+
+
+@dataclass
+class ModelSpec:
+    """What a worker is asked to serve for one model name; None means "as stored".
+
+    ``decision``: options of :class:`streamnb.decision.DecisionRule` (``to_dict`` form).
+    ``half_life``: forgetting half-life in learnt messages (None: never forget).
+
+    >>> ModelSpec("mail", kind="multinomial").name
+    'mail'
+    """
+
+    name: str
+    kind: str | None = None
+    model_params: dict[str, Any] | None = None
+    featurizer_config: dict[str, Any] | None = None
+    decision: dict[str, Any] | None = None
+    half_life: float | None = None
+
+    def __post_init__(self) -> None:
+        check_model_name(self.name)
+        if self.half_life is not None and not (float(self.half_life) > 0):
+            raise ValueError(f"half_life must be > 0 learnt messages, got {self.half_life}")
+
+
+@dataclass
+class ModelConfig:
+    """The resolved, stored configuration of one model."""
+
+    name: str
+    kind: str
+    model_params: dict[str, Any]
+    featurizer: dict[str, Any]
+    decision: dict[str, Any] = field(default_factory=dict)
+    half_life: float | None = None
+    format: int = CONFIG_FORMAT_VERSION
+    created: float = 0.0
+
+    def to_hash(self) -> dict[str, str]:
+        return {
+            "format": str(self.format),
+            "kind": self.kind,
+            "model_params": _canon(self.model_params),
+            "featurizer": _canon(self.featurizer),
+            "decision": _canon(self.decision),
+            "half_life": _canon(self.half_life),
+            "created": repr(float(self.created)),
+        }
+
+    @classmethod
+    def from_hash(cls, name: str, h: dict[Any, Any]) -> ModelConfig:
+        h = {_s(k): _s(v) for k, v in h.items()}
+        try:
+            fmt = int(h["format"])
+            if fmt > CONFIG_FORMAT_VERSION:
+                raise ConfigConflict(
+                    f"model {name!r} config format {fmt} is newer than this streamnb understands "
+                    f"(<= {CONFIG_FORMAT_VERSION}); upgrade streamnb")
+            return cls(name=name, kind=h["kind"], model_params=json.loads(h["model_params"]),
+                       featurizer=json.loads(h["featurizer"]),
+                       decision=json.loads(h.get("decision", "{}")),
+                       half_life=json.loads(h.get("half_life", "null")), format=fmt,
+                       created=float(h.get("created", 0.0)))
+        except (KeyError, ValueError) as exc:
+            if isinstance(exc, ConfigConflict):
+                raise
+            raise ConfigConflict(f"model {name!r} has an unreadable stored config: {exc}") from None
+
+    def make_featurizer(self) -> Any:
+        from streamnb.features import Featurizer
+
+        return Featurizer.from_config(self.featurizer)
+
+    def make_model(self) -> Any:
+        from streamnb.models import make_model
+
+        return make_model(self.kind, **self.model_params)
+
+    def make_decision_rule(self) -> Any:
+        from streamnb.decision import DecisionRule
+
+        return DecisionRule.from_dict(self.decision)
+
+    @property
+    def decay_every(self) -> int:
+        """K: a decay event every K learnt messages (0: no forgetting)."""
+        if not self.half_life:
+            return 0
+        return max(1, int(self.half_life // 20))
+
+    @property
+    def decay_factor(self) -> float:
+        """g = 0.5 ** (K / H), so the weight halves every H learnt messages."""
+        return 0.5 ** (self.decay_every / float(self.half_life)) if self.half_life else 1.0
+
+
+def _s(v: Any) -> str:
+    return v.decode() if isinstance(v, bytes) else str(v)
+
+
+def _canon(v: Any) -> str:
+    return json.dumps(v, sort_keys=True, separators=(",", ":"))
+
+
+def _model_class(kind: str) -> type:
+    import streamnb.models  # noqa: F401 - registers the kinds
+    from streamnb.models.base import MODEL_KINDS
+
+    if kind not in MODEL_KINDS:
+        raise ValueError(f"unknown model kind {kind!r}; expected one of {sorted(MODEL_KINDS)}")
+    return MODEL_KINDS[kind]
+
+
+def resolve_spec(spec: ModelSpec) -> ModelConfig:
+    """A complete config from a spec that gives at least a kind (defaults filled in)."""
+    from streamnb.features import Featurizer
+
+    if spec.kind is None:
+        raise ValueError(f"model {spec.name!r} has no stored config yet: give its kind")
+    cls = _model_class(spec.kind)
+    fcfg = spec.featurizer_config
+    if fcfg is None:
+        if spec.kind in DENSE_KINDS:
+            raise ValueError(
+                f"a {spec.kind} model needs a featurizer config with input='dense' and dim")
+        fcfg = {}
+    featurizer = Featurizer.from_config(fcfg)
+    params = dict(spec.model_params or {})
+    defaults = cls().get_params()
+    if featurizer.input == "sparse":
+        if "n_features" in defaults and params.get("n_features") is None:
+            params["n_features"] = featurizer.n_columns
+        if "smoothing_m" in defaults and "smoothing_m" not in params:
+            params["smoothing_m"] = "seen"
+    model = cls(**params)
+    decision = dict(spec.decision or {})
+    from streamnb.decision import DecisionRule
+
+    decision = DecisionRule.from_dict(decision).to_dict()
+    return ModelConfig(name=spec.name, kind=spec.kind, model_params=model.get_params(),
+                       featurizer=featurizer.config, decision=decision,
+                       half_life=None if spec.half_life is None else float(spec.half_life),
+                       created=time.time())
+
+
+def read_config(client: Any, name: str) -> ModelConfig | None:
+    """The stored config of model ``name``, or None if it has none."""
+    h = client.hgetall(ModelKeys(name).config)
+    return ModelConfig.from_hash(name, h) if h else None
+
+
+def differences(stored: ModelConfig, spec: ModelSpec) -> list[tuple[str, Any, Any]]:
+    """(key, stored, given) for every field the spec sets that differs from the stored one."""
+    diffs: list[tuple[str, Any, Any]] = []
+    if spec.kind is not None and spec.kind != stored.kind:
+        return [("kind", stored.kind, spec.kind)]
+    if spec.model_params is not None or spec.featurizer_config is not None:
+        given = resolve_spec(ModelSpec(
+            spec.name, stored.kind,
+            spec.model_params if spec.model_params is not None else stored.model_params,
+            spec.featurizer_config if spec.featurizer_config is not None else stored.featurizer))
+        diffs += _dict_diff("model_params", stored.model_params, given.model_params)
+        diffs += _dict_diff("featurizer", stored.featurizer, given.featurizer)
+    if spec.decision is not None:
+        from streamnb.decision import DecisionRule
+
+        given_d = DecisionRule.from_dict(spec.decision).to_dict()
+        diffs += _dict_diff("decision", stored.decision, json.loads(_canon(given_d)))
+    if spec.half_life is not None and float(spec.half_life) != stored.half_life:
+        diffs.append(("half_life", stored.half_life, float(spec.half_life)))
+    return diffs
+
+
+def _dict_diff(prefix: str, stored: dict, given: dict) -> list[tuple[str, Any, Any]]:
+    out = []
+    for k in sorted(set(stored) | set(given), key=str):
+        a, b = stored.get(k), given.get(k)
+        if json.loads(_canon(a)) != json.loads(_canon(b)):
+            out.append((f"{prefix}.{k}", a, b))
+    return out
+
+
+def ensure_config(client: Any, spec: ModelSpec) -> ModelConfig:
+    """Create ``:config`` from ``spec`` if absent, else verify ``spec`` against it."""
+    key = ModelKeys(spec.name).config
+    existing = client.hgetall(key)
+    if not existing:
+        cfg = resolve_spec(spec)
+        flat: list[str] = []
+        for k, v in cfg.to_hash().items():
+            flat += [k, v]
+        reply = _CREATE(client, [key], flat)
+        if not reply:
+            return cfg
+        existing = dict(zip(reply[::2], reply[1::2], strict=True))  # created meanwhile
+    stored = ModelConfig.from_hash(spec.name, existing)
+    diffs = differences(stored, spec)
+    if diffs:
+        detail = "; ".join(f"{k}: stored {a!r}, given {b!r}" for k, a, b in diffs)
+        exc = ConfigConflict(
+            f"model {spec.name!r} is stored with a different configuration: {detail}")
+        exc.differences = diffs  # type: ignore[attr-defined]
+        raise exc
+    return stored

@@ -1,0 +1,235 @@
+"""Model files: ``streamnb export`` / ``import`` and offline ``streamnb predict --snapshot``.
+
+An exported file is the model envelope of :func:`streamnb.models.dumps` (``type``, ``v``,
+``kind``, ``params``, ``stats``) with a few more keys that :func:`streamnb.models.load`
+ignores: ``name``, ``featurizer`` (its full config), ``decision`` (decision-rule options),
+``half_life``, ``log_id`` (the model version exported) and ``exported_at``. So
+``streamnb.models.load(FILE)`` gives the Python model, and ``predict --snapshot FILE``
+can featurize raw mail exactly as the workers do. The ``data`` field of a
+``streamnb:{NAME}:snapshot`` hash, saved to a file, is also accepted (without featurizer
+config: the default featurizer is used when its width fits the model).
+
+Import *adds* the file's statistics to the model, as one delta in ``:log`` that every worker
+merges; into a model with no statistics that reproduces the exported model. Importing the
+same file twice counts it twice.
+
+>>> import numpy as np
+>>> from streamnb.models import make_model
+>>> m = make_model("multinomial").fit(np.array([[2, 0], [0, 3]]), ["spam", "ham"])
+>>> envelope = model_envelope(m, name="mail", featurizer={"bits": 1}, log_id="5-0")
+>>> from streamnb.models import loads
+>>> loads(dump_envelope(envelope)).predict(np.array([[4, 0]])).tolist()
+['spam']
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from streamnb.codec import decode_input
+from streamnb.decision import DecisionRule
+from streamnb.encoding import dumps as pack
+from streamnb.encoding import loads as unpack
+from streamnb.exceptions import FormatError, SettingsError
+
+__all__ = [
+    "dump_envelope",
+    "export_model",
+    "format_prediction",
+    "import_model",
+    "model_envelope",
+    "predict_file",
+    "read_envelope",
+    "top_tokens",
+]
+
+
+# ------------------------------------------------------------------------ envelope
+def model_envelope(model: Any, **extra: Any) -> dict[str, Any]:
+    """The model's file envelope as a map, with ``extra`` keys added."""
+    from streamnb.models import dumps
+
+    obj = unpack(dumps(model))
+    obj.update({k: v for k, v in extra.items() if v is not None})
+    return obj
+
+
+def dump_envelope(envelope: dict[str, Any]) -> bytes:
+    return pack(envelope)
+
+
+def _write_atomic(path: str | os.PathLike[str], data: bytes) -> None:
+    p = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=p.parent if str(p.parent) else ".", prefix=f".{p.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, p)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def read_envelope(path: str | os.PathLike[str]) -> tuple[Any, dict[str, Any]]:
+    """(model, envelope map) of a model file; FormatError names the file when it is not one."""
+    from streamnb.models import loads
+
+    try:
+        data = Path(path).read_bytes()
+    except OSError as exc:
+        raise SettingsError(f"model file {str(path)!r} cannot be read: {exc.strerror}") from None
+    try:
+        return loads(data), unpack(data)
+    except FormatError as exc:
+        raise FormatError(f"{path}: not a streamnb model file ({exc})") from None
+
+
+# ------------------------------------------------------------------------ export/import
+def export_model(client: Any, name: str, path: str | os.PathLike[str]) -> str:
+    """Write model ``name`` (snapshot + log, config) to ``path``; return a summary."""
+    from workers.model_config import read_config
+    from workers.replica import load_model
+
+    cfg = read_config(client, name)
+    if cfg is None:
+        raise SettingsError(f"model {name!r} has no config in Redis (no worker has served it)")
+    model, version = load_model(client, name)
+    envelope = model_envelope(
+        model, name=name, featurizer=cfg.featurizer, decision=cfg.decision,
+        half_life=cfg.half_life, log_id=version, exported_at=time.time())
+    _write_atomic(path, dump_envelope(envelope))
+    total = model.stats["classes"].total
+    return f"{cfg.kind} model {name!r} at version {version} ({total:g} learnt)"
+
+
+def import_model(client: Any, name: str, path: str | os.PathLike[str]) -> str:
+    """Add the statistics of a model file to model ``name`` (one delta in ``:log``).
+
+    The model's config is created from the file if it has none; if it has one, kind,
+    parameters and featurizer must match (else ConfigConflict says what differs).
+    """
+    from workers.keys import ModelKeys
+    from workers.model_config import ModelSpec, ensure_config
+    from workers.replica import encode_delta
+
+    model, env = read_envelope(path)
+    featurizer = env.get("featurizer")
+    spec = ModelSpec(name, kind=model.kind, model_params=model.get_params(),
+                     featurizer_config=featurizer,
+                     decision=env.get("decision") if featurizer is not None else None,
+                     half_life=env.get("half_life"))
+    try:
+        cfg = ensure_config(client, spec)
+    except ValueError as exc:
+        if type(exc).__name__ == "ConfigConflict":
+            raise
+        raise SettingsError(f"{path}: cannot create model {name!r} from this file: {exc}") from None
+    total = model.stats["classes"].total
+    data = encode_delta(model.stats, None, int(round(total)), "import", f"import:{Path(path).name}")
+    entry = client.xadd(ModelKeys(name).log, {"data": data})
+    entry = entry.decode() if isinstance(entry, bytes) else str(entry)
+    return f"{cfg.kind} statistics ({total:g} learnt) as log entry {entry}"
+
+
+# ------------------------------------------------------------------------ offline predict
+def _featurizer_for(model: Any, env: dict[str, Any], path: Any) -> Any:
+    from streamnb.features import Featurizer
+
+    cfg = env.get("featurizer")
+    if cfg is not None:
+        return Featurizer.from_config(cfg)
+    f = Featurizer()
+    n = model.get_params().get("n_features")
+    if n is not None and n != f.n_columns:
+        raise FormatError(
+            f"{path} has no featurizer config and its model has {n} features; "
+            "write the file with 'streamnb export' to predict from it")
+    return f
+
+
+def _read_message(path: str | os.PathLike[str]) -> Any:
+    """An input message from a file: a .json record (wire keys) or raw mail bytes."""
+    import json
+
+    from streamnb.codec import encode_input
+
+    p = Path(path)
+    try:
+        data = p.read_bytes()
+    except OSError as exc:
+        raise SettingsError(f"{str(p)!r} cannot be read: {exc.strerror}") from None
+    if p.suffix.lower() == ".json":
+        try:
+            obj = json.loads(data)
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise SettingsError(f"{str(p)!r} is not a JSON record: {exc}") from None
+        if not isinstance(obj, dict):
+            raise SettingsError(f"{str(p)!r} must hold a JSON object with one payload key")
+        import msgpack
+
+        packed = msgpack.packb({k: v for k, v in obj.items() if k != "label"}, use_bin_type=True)
+    else:
+        packed = encode_input("raw", data, id=p.name)
+    return decode_input(packed, p.name)
+
+
+def top_tokens(model: Any, featurizer: Any, msg: Any, label: Any, k: int = 5) -> list[tuple[str, float]]:
+    """The ``k`` tokens of ``msg`` that most favour ``label`` over the other classes:
+    ``log P(token | label) - mean over other classes of log P(token | class)``
+    (count models only; empty for others or an unsure label)."""
+    table = getattr(model, "feature_log_prob_", None)
+    if table is None or msg.payload_kind not in ("raw", "text", "tokens"):
+        return []
+    classes = list(model.classes_)
+    if label not in classes or len(classes) < 2:
+        return []
+    c = classes.index(label)
+    others = [j for j in range(len(classes)) if j != c]
+    scores: dict[str, float] = {}
+    for tok in dict.fromkeys(featurizer.tokens(msg)):
+        b = featurizer.hasher.bucket(tok)
+        with np.errstate(invalid="ignore"):
+            s = float(table[c, b] - np.mean(table[others, b]))
+        if np.isfinite(s):
+            scores[tok] = s
+    return sorted(scores.items(), key=lambda kv: -kv[1])[:k]
+
+
+def predict_file(model_path: str | os.PathLike[str], message_path: str | os.PathLike[str]) -> dict[str, Any]:
+    """Predict one message offline from an exported model file."""
+    model, env = read_envelope(model_path)
+    featurizer = _featurizer_for(model, env, model_path)
+    msg = _read_message(message_path)
+    X = featurizer.stack([featurizer.featurize(msg)])
+    lp = model.predict_log_proba(X)
+    classes = list(model.classes_)
+    rule = DecisionRule.from_dict(env.get("decision"))
+    prior = getattr(model, "class_log_prior_", None)
+    decision = rule.decide(lp, classes, learnt_log_prior=None if prior is None else np.asarray(prior))
+    label = decision.labels[0]
+    return {
+        "id": msg.id,
+        "label": label,
+        "log_proba": {str(c): float(v) for c, v in zip(classes, decision.log_proba[0], strict=True)},
+        "model_version": env.get("log_id"),
+        "top_tokens": [t for t, _ in top_tokens(model, featurizer, msg, label)],
+    }
+
+
+def format_prediction(result: dict[str, Any]) -> str:
+    """One human line: ``id: label  (P(spam)=0.98, P(ham)=0.02)  tokens: ...``."""
+    probs = sorted(((float(np.exp(v)), str(c)) for c, v in result.get("log_proba", {}).items()),
+                   reverse=True)
+    text = ", ".join(f"P({c})={p:.3f}" for p, c in probs)
+    line = f"{result.get('id')}: {result.get('label')}  ({text})"
+    if result.get("top_tokens"):
+        line += "  tokens: " + " ".join(result["top_tokens"])
+    return line

@@ -1,0 +1,748 @@
+"""The worker loop: read a batch, predict, learn, commit atomically, tail the log.
+
+Public API (for ``streamnb worker``, the demo and tests)::
+
+    from workers.connection import RedisSettings, UrlConnector
+    from workers.model_config import ModelSpec
+    from workers.worker import Worker, WorkerOptions
+
+    w = Worker(UrlConnector(RedisSettings("redis://localhost:6379/0")),
+               [ModelSpec("mail", kind="multinomial")], WorkerOptions(batch=100))
+    exit_code = w.run()          # blocks; SIGTERM/SIGINT once: finish the batch and exit 0
+    w.request_stop()             # the same, from another thread
+    w.run_until_idle()           # tests/demo: process until nothing is undelivered or pending
+
+One iteration (:meth:`Worker.step`): housekeeping (heartbeat, lease, snapshot, claims of
+idle entries) -> own pending entries first after a (re)start -> ``XREADGROUP ... >`` over
+every model's ``:in`` -> per model: decode, featurize, predict the batch with the model as
+it was before the batch (test-then-train), decide, build the delta of the labelled
+messages and of the delayed labels, commit in one Lua script (:mod:`workers.commit`) ->
+tail ``:log`` (own delta included). See docs/worker.md.
+
+>>> import fakeredis, msgpack
+>>> from workers.connection import ClientConnector
+>>> from workers.model_config import ModelSpec
+>>> r = fakeredis.FakeRedis()
+>>> w = Worker(ClientConnector(r), [ModelSpec("doc", kind="multinomial",
+...            featurizer_config={"bits": 8})], WorkerOptions(consumer="w1"))
+>>> for text, label in [("cheap meds", "spam"), ("meeting notes", "ham"), ("cheap pills", None)]:
+...     _ = r.xadd("streamnb:{doc}:in", {"data": msgpack.packb({"text": text, "label": label})})
+>>> w.run_until_idle()
+>>> w.models["doc"].replica.learnt, r.xlen("streamnb:{doc}:out")
+(2, 3)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import math
+import os
+import signal
+import socket
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import redis
+
+from streamnb.codec import (
+    DEFAULT_LIMITS,
+    InputMessage,
+    Limits,
+    decode_input,
+    encode_dead,
+    output_for,
+)
+from streamnb.encoding import dumps
+from streamnb.exceptions import MalformedMessage, NotFittedError, StreamnbError
+from streamnb.features import Row
+from workers.backoff import Backoff
+from workers.commit import CacheCas, CacheNew, CommitRequest, commit_batch
+from workers.connection import Connector
+from workers.keys import GROUP, ModelKeys
+from workers.labels import (
+    REF_EXPIRED,
+    LabelRef,
+    delayed_matrix,
+    encode_label,
+    encode_pred,
+    fetch_cached,
+    resolve_refs,
+)
+from workers.metrics import Metrics, default_metrics
+from workers.model_config import ModelConfig, ModelSpec, ensure_config
+from workers.replica import Replica, encode_decay, encode_delta, parse_id
+from workers.snapshotter import Snapshotter, remove_dead_consumers, stream_gauges
+
+log = logging.getLogger("streamnb.worker")
+
+#: Redis reply prefixes of errors that pass (failover, loading, disk trouble).
+TRANSIENT_PREFIXES = ("MISCONF", "READONLY", "LOADING", "MASTERDOWN", "CLUSTERDOWN", "TRYAGAIN",
+                      "NOREPLICAS", "BUSY ")
+
+
+def error_kind(exc: BaseException) -> str | None:
+    """The metric kind of a transient Redis error, or None if it is not transient."""
+    if isinstance(exc, redis.TimeoutError):
+        return "timeout"
+    if isinstance(exc, (redis.ConnectionError, redis.BusyLoadingError)):
+        return "connection"
+    if isinstance(exc, redis.ReadOnlyError):
+        return "readonly"
+    if isinstance(exc, redis.ResponseError):
+        text = str(exc)
+        if text.startswith("MISCONF"):
+            return "misconf"
+        if text.startswith(TRANSIENT_PREFIXES):
+            return "other"
+    if isinstance(exc, redis.exceptions.ClusterError):
+        return "other"
+    return None
+
+
+@dataclass
+class WorkerOptions:
+    """Tuning of a worker (see docs/worker.md for guidance)."""
+
+    #: Consumer name in the group; default ``<host>-<pid>``. Reuse it across restarts to
+    #: re-read the same pending entries at once instead of after ``claim_idle_ms``.
+    consumer: str | None = None
+    batch: int = 100
+    block_ms: int = 1000
+    #: Entries pending longer than this in another consumer are claimed (XAUTOCLAIM).
+    claim_idle_ms: int = 60_000
+    #: A message delivered more than this many times goes to :dead (reason ``poison``).
+    max_deliveries: int = 5
+    out_maxlen: int = 1_000_000
+    dead_maxlen: int = 100_000
+    events_maxlen: int = 10_000
+    #: Snapshot after this many applied log entries, or this many seconds.
+    snapshot_every: int = 1000
+    snapshot_interval_s: float = 60.0
+    #: Log entries younger than this (before the snapshot id) are kept when trimming.
+    trim_margin_ms: int = 60_000
+    lease_ms: int = 15_000
+    #: TTL of cached message features for delayed labels (0: no cache).
+    cache_ttl_s: float = 7 * 86400.0
+    heartbeat_s: float = 5.0
+    #: A heartbeat older than this marks a dead worker.
+    stale_s: float = 30.0
+    observe_model_s: float = 5.0
+    backoff_base_s: float = 0.05
+    backoff_cap_s: float = 5.0
+    max_commit_attempts: int = 8
+    limits: Limits = DEFAULT_LIMITS
+
+    def __post_init__(self) -> None:
+        if self.batch < 1:
+            raise ValueError(f"batch must be >= 1, got {self.batch}")
+        if self.block_ms < 0:
+            raise ValueError(f"block_ms must be >= 0, got {self.block_ms}")
+        if self.max_deliveries < 1:
+            raise ValueError(f"max_deliveries must be >= 1, got {self.max_deliveries}")
+        if self.consumer is None:
+            self.consumer = f"{socket.gethostname()}-{os.getpid()}"
+
+
+@dataclass
+class Item:
+    """A decoded, featurized message of the batch being processed."""
+
+    entry_id: str
+    msg: InputMessage
+    row: Row
+    data: bytes
+    label: Any = None
+    log_proba: dict[Any, float] = field(default_factory=dict)
+
+
+@dataclass
+class Dead:
+    entry_id: str
+    reason: str
+    detail: str
+    data: bytes
+
+
+class ModelRuntime:
+    """Everything a worker keeps for one model name."""
+
+    def __init__(self, worker: Worker, spec: ModelSpec, config: ModelConfig, client: Any) -> None:
+        from workers.observer import ModelObserver
+
+        self.spec = spec
+        self.name = spec.name
+        self.keys = ModelKeys(spec.name)
+        self.config = config
+        self.featurizer = config.make_featurizer()
+        self.rule = config.make_decision_rule()
+        self.replica = Replica(client, self.keys, config)
+        o = worker.options
+        self.snapshotter = Snapshotter(client, self.keys, o.consumer, o.lease_ms, o.snapshot_every,
+                                       o.snapshot_interval_s, o.trim_margin_ms)
+        self.observer = ModelObserver(worker.metrics, spec.name, o.consumer, events=self.emit_event)
+        self.worker = worker
+        self.pending_phase = True
+        self.claim_cursor = "0-0"
+        self.next: dict[str, float] = {}
+        self.observed_applied = -1
+
+    def emit_event(self, kind: str, fields: dict[str, Any]) -> None:
+        data = dumps({"kind": kind, "ts": time.time(), "worker": self.worker.options.consumer,
+                      **fields})
+        self.worker.client.xadd(self.keys.events, {"data": data},
+                                maxlen=self.worker.options.events_maxlen, approximate=True)
+
+    def set_client(self, client: Any) -> None:
+        self.replica.client = client
+        self.snapshotter.client = client
+
+
+def ensure_group(client: Any, keys: ModelKeys) -> None:
+    """Create the consumer group (and the stream) unless present; never clobber a non-stream."""
+    t = client.type(keys.input)
+    t = t.decode() if isinstance(t, bytes) else str(t)
+    if t not in ("none", "stream"):
+        raise StreamnbError(f"{keys.input} is a {t}, not a stream; refusing to touch it")
+    try:
+        client.xgroup_create(keys.input, GROUP, id="0", mkstream=True)
+    except redis.ResponseError as exc:
+        if "BUSYGROUP" not in str(exc):
+            raise
+
+
+def _s(v: Any) -> str:
+    return v.decode() if isinstance(v, bytes) else str(v)
+
+
+class Worker:
+    """Serves one or more models from Redis streams (see the module docstring)."""
+
+    def __init__(self, connector: Connector, specs: list[ModelSpec],
+                 options: WorkerOptions | None = None, metrics: Metrics | None = None) -> None:
+        if not specs:
+            raise ValueError("a worker needs at least one model spec")
+        names = [s.name for s in specs]
+        if len(set(names)) != len(names):
+            raise ValueError(f"model names must be unique, got {names}")
+        self.connector = connector
+        self.specs = list(specs)
+        self.options = options or WorkerOptions()
+        self.metrics = metrics or default_metrics()
+        self.consumer: str = self.options.consumer  # type: ignore[assignment]
+        self.models: dict[str, ModelRuntime] = {}
+        self.client: Any = None
+        self.reader: Any = None
+        self._stop = threading.Event()
+        self._signals = 0
+        self.started = False
+        self.backoff = Backoff(self.options.backoff_base_s, self.options.backoff_cap_s)
+
+    # ------------------------------------------------------------------ lifecycle
+    def _mw(self, rt: ModelRuntime) -> dict[str, str]:
+        return {"model": rt.name, "worker": self.consumer}
+
+    def connect(self) -> None:
+        self.client = self.connector.client()
+        self.reader = self.connector.reader(self.options.block_ms)
+        for rt in self.models.values():
+            rt.set_client(self.client)
+
+    def start(self) -> None:
+        """Connect, create or verify each model's config and group, load the replicas."""
+        if self.client is None:
+            self.connect()
+        for spec in self.specs:
+            if spec.name in self.models:
+                continue
+            cfg = ensure_config(self.client, spec)
+            ensure_group(self.client, ModelKeys(spec.name))
+            rt = ModelRuntime(self, spec, cfg, self.client)
+            rt.replica.load()
+            self.models[spec.name] = rt
+            self._version_metric(rt)
+            self.metrics.worker_up.labels(**self._mw(rt)).set(1)
+            log.info("worker %s serves model %s (%s) at version %s", self.consumer, spec.name,
+                     cfg.kind, rt.replica.version)
+        self.started = True
+
+    def request_stop(self) -> None:
+        """Finish the current batch, commit it, and return from :meth:`run`."""
+        self._stop.set()
+
+    @property
+    def stopping(self) -> bool:
+        return self._stop.is_set()
+
+    def _on_signal(self, signum: int, frame: Any) -> None:
+        self._signals += 1
+        if self._signals == 1:
+            log.info("signal %d: finishing the current batch, then exiting (again: exit now)", signum)
+            self.request_stop()
+        else:
+            log.warning("second signal %d: exiting now; uncommitted messages stay pending", signum)
+            os._exit(1)
+
+    def run(self, install_signals: bool = True) -> int:
+        """Serve until stopped; returns the process exit code (0 after a warm shutdown)."""
+        if install_signals and threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, self._on_signal)
+            signal.signal(signal.SIGINT, self._on_signal)
+        while not self.stopping:
+            try:
+                if not self.started:
+                    self.start()
+                self.step(self.options.block_ms)
+                self.backoff.reset()
+            except Exception as exc:  # noqa: BLE001 - classified below
+                if error_kind(exc) is None:
+                    if isinstance(exc, (StreamnbError, ValueError)) and not self.started:
+                        raise
+                    log.exception("worker %s: unexpected error; the batch stays pending", self.consumer)
+                    self._stop.wait(1.0)
+                    for rt in self.models.values():
+                        rt.pending_phase = True
+                    continue
+                self._recover(exc)
+        self.shutdown()
+        return 0
+
+    def _recover(self, exc: BaseException) -> None:
+        kind = error_kind(exc) or "other"
+        for rt in self.models.values() or [None]:
+            labels = {"model": rt.name if rt else "-", "worker": self.consumer}
+            self.metrics.redis_errors.labels(**labels, kind=kind).inc()
+            self.metrics.reconnects.labels(**labels).inc()
+        delay = self.backoff.next_delay()
+        log.warning("redis %s error at %s: %s; reconnecting in %.2fs (attempt %d)", kind,
+                    self.connector.describe(), exc, delay, self.backoff.attempts)
+        self._stop.wait(delay)
+        for c in {id(self.client): self.client, id(self.reader): self.reader}.values():
+            try:
+                if c is not None and hasattr(c, "connection_pool"):
+                    c.connection_pool.disconnect()
+            except Exception:  # noqa: BLE001, S110 - best effort
+                pass
+        try:
+            self.connect()
+        except Exception as e2:  # noqa: BLE001 - retried on the next attempt
+            log.warning("reconnect failed: %s", e2)
+        for rt in self.models.values():
+            rt.pending_phase = True  # uncommitted work is redone from our pending entries
+
+    def shutdown(self) -> None:
+        """Leave cleanly: final snapshot if lease holder, release lease, drop heartbeat,
+        delete this consumer from the group if it has nothing pending."""
+        for rt in self.models.values():
+            mw = self._mw(rt)
+            self.metrics.worker_up.labels(**mw).set(0)
+            try:
+                rt.replica.catch_up()
+                if rt.snapshotter.holder:
+                    rt.snapshotter.maybe_write(rt.replica)
+                    rt.snapshotter.release()
+                self.client.hdel(rt.keys.workers, self.consumer)
+                pending = self.client.xpending_range(rt.keys.input, GROUP, min="-", max="+",
+                                                     count=1, consumername=self.consumer)
+                if not pending:
+                    self.client.xgroup_delconsumer(rt.keys.input, GROUP, self.consumer)
+            except Exception as exc:  # noqa: BLE001 - Redis may be gone; nothing is lost
+                log.warning("model %s: clean shutdown incomplete: %s", rt.name, exc)
+        log.info("worker %s stopped", self.consumer)
+
+    # ------------------------------------------------------------------ iteration
+    def step(self, block_ms: int | None = None) -> int:
+        """One iteration of the loop; returns the number of entries handled."""
+        if not self.started:
+            self.start()
+        block_ms = self.options.block_ms if block_ms is None else block_ms
+        n = 0
+        for rt in self.models.values():
+            self._housekeeping(rt)
+            n += self._claim(rt)
+            if rt.pending_phase:
+                n += self._drain_pending(rt)
+        if not self.stopping:
+            for rt, entries in self._read(block_ms if n == 0 else 0):
+                n += self._process(rt, entries, None)
+        for rt in self.models.values():
+            self._tail(rt)
+        return n
+
+    def run_until_idle(self, timeout: float = 60.0, block_ms: int = 20) -> None:
+        """Process until no model has undelivered or pending entries, then catch up."""
+        deadline = time.monotonic() + timeout
+        while True:
+            n = self.step(block_ms)
+            if n == 0 and self._idle():
+                break
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"worker {self.consumer} not idle after {timeout}s")
+        for rt in self.models.values():
+            self._tail(rt)
+
+    def _idle(self) -> bool:
+        for rt in self.models.values():
+            if int(self.client.xpending(rt.keys.input, GROUP)["pending"]) > 0:
+                return False
+            groups = self.client.xinfo_groups(rt.keys.input)
+            g = next(g for g in groups if _s(g["name"]) == GROUP)
+            last = self.client.xrevrange(rt.keys.input, count=1)
+            if last and parse_id(last[0][0]) > parse_id(g["last-delivered-id"]):
+                return False
+        return True
+
+    def _read(self, block_ms: int) -> list[tuple[ModelRuntime, list]]:
+        rts = list(self.models.values())
+        block = block_ms if block_ms > 0 else None
+        t0 = time.perf_counter()
+        if self.connector.cluster and len(rts) > 1:  # streams of several slots: one call each
+            per = max(1, block_ms // len(rts)) if block else None
+            replies = []
+            for rt in rts:
+                replies += self.reader.xreadgroup(GROUP, self.consumer, {rt.keys.input: ">"},
+                                                  count=self.options.batch, block=per) or []
+        else:
+            replies = self.reader.xreadgroup(
+                GROUP, self.consumer, {rt.keys.input: ">" for rt in rts},
+                count=self.options.batch, block=block) or []
+        dt = time.perf_counter() - t0
+        by_key = {rt.keys.input: rt for rt in rts}
+        out = []
+        for stream, entries in replies:
+            rt = by_key[_s(stream)]
+            if entries:
+                self.metrics.stage_seconds.labels(**self._mw(rt), stage="read").observe(dt)
+                out.append((rt, entries))
+        return out
+
+    def _deliveries(self, rt: ModelRuntime, entries: list) -> dict[str, int]:
+        if not entries:
+            return {}
+        ids = [_s(e[0]) for e in entries]
+        rows = self.client.xpending_range(rt.keys.input, GROUP, min=min(ids, key=parse_id),
+                                          max=max(ids, key=parse_id), count=len(ids) * 2 + 10,
+                                          consumername=self.consumer)
+        return {_s(r["message_id"]): int(r["times_delivered"]) for r in rows}
+
+    def _drain_pending(self, rt: ModelRuntime) -> int:
+        reply = self.client.xreadgroup(GROUP, self.consumer, {rt.keys.input: "0"},
+                                       count=self.options.batch)
+        entries = reply[0][1] if reply else []
+        if not entries:
+            rt.pending_phase = False
+            return 0
+        log.info("model %s: re-processing %d pending entries", rt.name, len(entries))
+        return self._process(rt, entries, self._deliveries(rt, entries))
+
+    def _claim(self, rt: ModelRuntime) -> int:
+        now = time.monotonic()
+        if now < rt.next.get("claim", 0.0):
+            return 0
+        rt.next["claim"] = now + max(0.05, self.options.claim_idle_ms / 2000.0)
+        reply = self.client.xautoclaim(rt.keys.input, GROUP, self.consumer,
+                                       min_idle_time=self.options.claim_idle_ms,
+                                       start_id=rt.claim_cursor, count=self.options.batch)
+        rt.claim_cursor = _s(reply[0])
+        entries = [e for e in reply[1] if e and e[1] is not None]
+        if entries:
+            # Claimed entries are handled at once; if the cursor went on, claim again soon.
+            if rt.claim_cursor != "0-0":
+                rt.next["claim"] = 0.0
+            self.metrics.messages_claimed.labels(**self._mw(rt)).inc(len(entries))
+            log.info("model %s: claimed %d idle entries", rt.name, len(entries))
+            return self._process(rt, entries, self._deliveries(rt, entries))
+        return 0
+
+    def _tail(self, rt: ModelRuntime) -> None:
+        t0 = time.perf_counter()
+        before = rt.replica.applied
+        if rt.replica.catch_up():
+            n = rt.replica.applied - before
+            self.metrics.deltas_applied.labels(**self._mw(rt)).inc(n)
+            self.metrics.stage_seconds.labels(**self._mw(rt), stage="apply").observe(
+                time.perf_counter() - t0)
+            self._version_metric(rt)
+
+    def _version_metric(self, rt: ModelRuntime) -> None:
+        self.metrics.model_version.labels(**self._mw(rt)).set(rt.replica.version_time)
+
+    def _housekeeping(self, rt: ModelRuntime) -> None:
+        now = time.monotonic()
+        o = self.options
+        nxt = rt.next
+        if now >= nxt.get("heartbeat", 0.0):
+            nxt["heartbeat"] = now + o.heartbeat_s
+            hb = dumps({"ts": time.time(), "pid": os.getpid(), "host": socket.gethostname(),
+                        "version": rt.replica.version, "models": list(self.models)})
+            self.client.hset(rt.keys.workers, self.consumer, hb)
+            self.metrics.heartbeat.labels(**self._mw(rt)).set(time.time())
+        if now >= nxt.get("lease", 0.0):
+            nxt["lease"] = now + o.lease_ms / 3000.0
+            rt.snapshotter.hold_lease()
+        if rt.snapshotter.holder:
+            if rt.snapshotter.maybe_write(rt.replica):
+                self.metrics.snapshots_written.labels(**self._mw(rt)).inc()
+            if now >= nxt.get("gauges", 0.0):
+                nxt["gauges"] = now + 5.0
+                self._gauges(rt)
+            if now >= nxt.get("cleanup", 0.0):
+                nxt["cleanup"] = now + o.stale_s
+                removed = remove_dead_consumers(self.client, rt.keys, o.stale_s, self.consumer)
+                if removed:
+                    log.info("model %s: removed dead consumers %s", rt.name, removed)
+        if now >= nxt.get("observe", 0.0) and rt.replica.applied != rt.observed_applied:
+            nxt["observe"] = now + o.observe_model_s
+            rt.observed_applied = rt.replica.applied
+            self._observe(rt, "observe_model", rt.replica.model)
+
+    def _gauges(self, rt: ModelRuntime) -> None:
+        from workers.replica import snapshot_age
+        from workers.snapshotter import live_workers
+
+        g = stream_gauges(self.client, rt.keys)
+        m = self.metrics
+        for stream in ("in", "out", "dead", "log"):
+            m.stream_length.labels(model=rt.name, stream=stream).set(g[stream])
+        m.group_lag.labels(model=rt.name).set(g["lag"])
+        m.group_pending.labels(model=rt.name).set(g["pending"])
+        age = snapshot_age(self.client, rt.keys)
+        if age is not None:
+            m.snapshot_age.labels(model=rt.name).set(age)
+        m.live_workers.labels(model=rt.name).set(
+            len(live_workers(self.client, rt.keys, self.options.stale_s)))
+
+    def _observe(self, rt: ModelRuntime, hook: str, *args: Any) -> None:
+        try:
+            getattr(rt.observer, hook)(*args)
+        except Exception:  # noqa: BLE001 - observation must never stop learning
+            log.exception("model %s: observer.%s failed", rt.name, hook)
+
+    # ------------------------------------------------------------------ one batch
+    def _process(self, rt: ModelRuntime, entries: list, deliveries: dict[str, int] | None) -> int:
+        """Decode, featurize, predict, learn and commit one batch of entries of ``rt``."""
+        mw = self._mw(rt)
+        m = self.metrics
+        o = self.options
+        m.messages_read.labels(**mw).inc(len(entries))
+        m.batch_size.labels(**mw).observe(len(entries))
+        model = rt.replica.model
+        now = time.time()
+
+        # ---- decode and featurize
+        t0 = time.perf_counter()
+        items: list[Item] = []
+        dead: list[Dead] = []
+        refs: list[LabelRef] = []
+        ref_data: dict[str, bytes] = {}
+        known = model.stats["classes"].labels
+        label_type: type | None = type(known[0]) if known else None
+        dense_dim = rt.featurizer.dim if rt.featurizer.input == "dense" else None
+        msgs: list[tuple[str, InputMessage, bytes]] = []
+        for entry_id, fields in entries:
+            eid = _s(entry_id)
+            data = (fields or {}).get(b"data", (fields or {}).get("data"))
+            n_deliv = (deliveries or {}).get(eid, 1)
+            if n_deliv > o.max_deliveries:
+                dead.append(Dead(eid, "poison", f"delivered {n_deliv} times, the limit is "
+                                 f"{o.max_deliveries}", data or b""))
+                continue
+            if data is None:
+                dead.append(Dead(eid, "no_data", "the entry has no 'data' field", b""))
+                continue
+            try:
+                msg = decode_input(data, eid, o.limits, expected_dim=dense_dim)
+            except MalformedMessage as exc:
+                dead.append(Dead(eid, exc.reason, exc.detail, data))
+                continue
+            if msg.unknown_keys:
+                m.unknown_keys.labels(**mw).inc(msg.unknown_keys)
+            if msg.label is not None:
+                if label_type is None:
+                    label_type = type(msg.label)
+                elif type(msg.label) is not label_type:
+                    dead.append(Dead(eid, "bad_label", f"label {msg.label!r} is "
+                                     f"{type(msg.label).__name__}, but this model's labels are "
+                                     f"{label_type.__name__}", data))
+                    continue
+            msgs.append((eid, msg, data))
+        t1 = time.perf_counter()
+        m.stage_seconds.labels(**mw, stage="decode").observe(t1 - t0)
+        for eid, msg, data in msgs:
+            if msg.payload_kind is None:
+                refs.append(LabelRef(eid, msg.ref, msg.label, msg.ts or parse_id(eid)[0] / 1000.0))
+                ref_data[eid] = data
+                continue
+            try:
+                row = rt.featurizer.featurize(msg)
+            except MalformedMessage as exc:
+                dead.append(Dead(eid, exc.reason, exc.detail, data))
+                continue
+            items.append(Item(eid, msg, row, data))
+        t2 = time.perf_counter()
+        m.stage_seconds.labels(**mw, stage="featurize").observe(t2 - t1)
+
+        # ---- predict the whole batch with the model before the batch (test-then-train)
+        if items:
+            self._predict(rt, items, now)
+        t3 = time.perf_counter()
+        m.stage_seconds.labels(**mw, stage="predict").observe(t3 - t2)
+
+        # ---- learn and commit; rebuilt if ids were lost or cache entries changed
+        version = rt.replica.version
+        for _attempt in range(o.max_commit_attempts):
+            tl = time.perf_counter()
+            batch_labels = {it.msg.id: it.msg.label for it in items}
+            batch_preds = {it.msg.id: (it.log_proba, it.msg.ts or parse_id(it.entry_id)[0] / 1000.0)
+                           for it in items}
+            outside = [r.ref for r in refs if r.ref not in batch_labels]
+            cached = fetch_cached(self.client, rt.keys, outside) if o.cache_ttl_s > 0 else {}
+            res = resolve_refs(refs, rt.keys, batch_labels, batch_preds, cached)
+            learn = [(it, res.in_batch.get(it.msg.id, it.msg.label)) for it in items]
+            add_rows = [(it.row, lab, it.msg.weight) for it, lab in learn if lab is not None]
+            n_learnt = len(add_rows) + res.n_learnt
+            add_rows += res.adds
+            add = self._stats(rt, add_rows)
+            sub = self._stats(rt, res.subs)
+            batch_id = uuid.uuid4().hex[:16]
+            log_data = encode_delta(add, sub, n_learnt, self.consumer, batch_id) \
+                if (add is not None or sub is not None) else None
+            outputs = [output_for(it.msg, it.label, it.log_proba, version, self.consumer,
+                                  learned=lab is not None) for it, lab in learn]
+            all_dead = dead + [Dead(r.entry_id, REF_EXPIRED, f"no cached message with id {r.ref!r} "
+                                    "(never seen, or its cache entry expired)", ref_data[r.entry_id])
+                               for r in res.expired]
+            cache_ops: list[CacheNew | CacheCas] = []
+            if o.cache_ttl_s > 0:
+                cache_ops += [CacheNew(rt.keys.cache(it.msg.id), it.row.to_bytes(),
+                                       encode_pred(it.label, it.log_proba), encode_label(lab),
+                                       it.msg.weight, batch_preds[it.msg.id][1],
+                                       int(o.cache_ttl_s * 1000)) for it, lab in learn]
+                cache_ops += res.cas
+            ids = [it.entry_id for it in items] + [d.entry_id for d in dead] + \
+                [r.entry_id for r in refs]
+            if not ids:
+                return len(entries)
+            req = CommitRequest(
+                ids=ids, outputs=outputs,
+                dead=[encode_dead(d.entry_id, d.reason, d.detail, d.data) for d in all_dead],
+                log_data=log_data, n_learnt=n_learnt, cache_ops=cache_ops,
+                decay_every=rt.config.decay_every,
+                decay_data=encode_decay(rt.config.decay_factor) if rt.config.decay_every else b"")
+            tc = time.perf_counter()
+            m.stage_seconds.labels(**mw, stage="learn").observe(tc - tl)
+            result = commit_batch(self.client, rt.keys, self.consumer, req, o.out_maxlen,
+                                  o.dead_maxlen)
+            m.stage_seconds.labels(**mw, stage="commit").observe(time.perf_counter() - tc)
+            if result.ok:
+                self._committed(rt, learn, res, all_dead, add_rows, len(outputs))
+                self._tail(rt)
+                return len(entries)
+            m.commit_conflicts.labels(**mw).inc()
+            if result.lost:
+                lost = set(result.lost)
+                log.info("model %s: %d entries were claimed by another worker; committing the rest",
+                         rt.name, len(lost))
+                items = [it for it in items if it.entry_id not in lost]
+                dead = [d for d in dead if d.entry_id not in lost]
+                refs = [r for r in refs if r.entry_id not in lost]
+            # conflicts: cache entries changed under us; re-read them and rebuild
+        raise StreamnbError(f"model {rt.name}: commit failed {o.max_commit_attempts} times; "
+                            "the batch stays pending")
+
+    def _predict(self, rt: ModelRuntime, items: list[Item], now: float) -> None:
+        model = rt.replica.model
+        X = rt.featurizer.stack([it.row for it in items])
+        try:
+            classes = list(model.classes_)
+            lp = model.predict_log_proba(X)
+        except NotFittedError:
+            for it in items:
+                it.label, it.log_proba = None, {}
+            return
+        classes = [c.item() if hasattr(c, "item") else c for c in classes]
+        counts = np.asarray(model.stats["classes"].counts, dtype=np.float64)
+        with np.errstate(divide="ignore"):
+            prior = np.log(counts) - math.log(counts.sum()) if counts.sum() > 0 else None
+        dec = rt.rule.decide(lp, classes, prior)
+        for i, it in enumerate(items):
+            it.label = dec.labels[i]
+            it.log_proba = {c: float(v) for c, v in zip(classes, dec.log_proba[i], strict=True)}
+        mw = self._mw(rt)
+        ages = np.array([max(0.0, now - parse_id(it.entry_id)[0] / 1000.0) for it in items])
+        for a in ages:
+            self.metrics.message_age.labels(**mw).observe(a)
+        self._observe(rt, "observe_predictions", classes, dec.log_proba,
+                      self._oov_share(model, items), ages, dec.unsure)
+        lab = [i for i, it in enumerate(items) if it.msg.label is not None]
+        if lab:
+            self._observe(rt, "score_labelled", classes, lp[lab], [items[i].msg.label for i in lab])
+
+    @staticmethod
+    def _oov_share(model: Any, items: list[Item]) -> np.ndarray:
+        """Share of each message's features never seen by the model (0 for dense input)."""
+        out = np.zeros(len(items))
+        fc = model.stats.parts.get("features") if hasattr(model.stats, "parts") else None
+        if fc is None or not hasattr(fc, "column_counts"):
+            return out
+        for i, it in enumerate(items):
+            idx = it.row.indices
+            if idx is not None and idx.size:
+                seen = fc.column_counts(idx).any(axis=0) if len(fc.labels) else np.zeros(idx.size)
+                out[i] = 1.0 - float(np.count_nonzero(seen)) / idx.size
+        return out
+
+    def _stats(self, rt: ModelRuntime, rows: list[tuple[Row, Any, float]]) -> Any:
+        if not rows:
+            return None
+        X = rt.featurizer.stack([r for r, _, _ in rows])
+        return rt.replica.model.batch_stats(X, [lab for _, lab, _ in rows],
+                                            np.array([w for _, _, w in rows], dtype=np.float64))
+
+    def _committed(self, rt: ModelRuntime, learn: list, res: Any, dead: list[Dead],
+                   add_rows: list, n_out: int) -> None:
+        m, mw = self.metrics, self._mw(rt)
+        m.commits.labels(**mw).inc()
+        m.messages_predicted.labels(**mw).inc(n_out)
+        for _, lab, _ in add_rows:
+            m.messages_learned.labels(**mw, **{"class": str(lab)}).inc()
+        for lab in res.unlearned:
+            m.messages_unlearned.labels(**mw, **{"class": str(lab)}).inc()
+        if res.corrections:
+            m.corrections.labels(**mw).inc(res.corrections)
+        for d in dead:
+            m.dead_letters.labels(**mw, reason=d.reason).inc()
+        if res.delayed:
+            classes, mat, truth, delays = delayed_matrix(res.delayed)
+            if truth:
+                self._observe(rt, "score_delayed", classes, mat, truth, delays)
+
+
+# ---------------------------------------------------------------------- entry point
+def main(argv: list[str] | None = None) -> int:
+    """``python -m workers.worker``: a bare worker for tests and debugging (the supported
+    command is ``streamnb worker``). Specs and options are JSON."""
+    from workers.connection import RedisSettings, UrlConnector
+
+    p = argparse.ArgumentParser(prog="python -m workers.worker")
+    p.add_argument("--redis", required=True)
+    p.add_argument("--spec", action="append", required=True,
+                   help='JSON ModelSpec, e.g. {"name": "mail", "kind": "multinomial"}')
+    p.add_argument("--options", default="{}", help="JSON WorkerOptions fields")
+    a = p.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    specs = [ModelSpec(**json.loads(s)) for s in a.spec]
+    worker = Worker(UrlConnector(RedisSettings(a.redis)), specs, WorkerOptions(**json.loads(a.options)))
+    return worker.run()
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
+
+
+__all__ = ["Worker", "WorkerOptions", "ModelSpec", "ensure_group", "error_kind", "main"]
