@@ -27,6 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from streamnb.codec import InputMessage
+from streamnb.constants import DEFAULT_MAIL_ALPHA
 from streamnb.features import Featurizer, MailTokenizer
 from streamnb.features.mail import N_META
 from streamnb.models.bernoulli import BernoulliNB
@@ -34,8 +35,8 @@ from streamnb.models.hybrid import HybridNB
 from streamnb.models.multinomial import MultinomialNB
 
 DEFAULT_CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus" / "spamassassin-2002"
-#: The daemon's mail defaults (docs/features.md): hashed tokens, m = buckets seen.
-MAIL_ALPHA = 0.1
+#: The daemon's mail default (docs/features.md): hashed tokens, m = buckets seen.
+MAIL_ALPHA = DEFAULT_MAIL_ALPHA
 
 
 def load_corpus(root: Path) -> tuple[list[bytes], list[str]]:
@@ -141,9 +142,9 @@ def main(argv: list[str] | None = None) -> int:
         ("multinomial", MultinomialNB(args.alpha, n_features=n, smoothing_m="seen"), n_tok),
         ("bernoulli", BernoulliNB(args.alpha, n_features=n, smoothing_m="seen"), n_tok),
         ("hybrid multinomial + gaussian meta",
-         HybridNB(N_META, "multinomial", args.alpha, n_features=n), X),
+         HybridNB(N_META, "multinomial", args.alpha, n_features=n + N_META), X),
         ("hybrid bernoulli + gaussian meta",
-         HybridNB(N_META, "bernoulli", args.alpha, n_features=n), X),
+         HybridNB(N_META, "bernoulli", args.alpha, n_features=n + N_META), X),
     ]
     for name, model, data in models:
         t0 = time.perf_counter()

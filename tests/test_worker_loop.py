@@ -85,10 +85,13 @@ def test_separate_processes_converge(redis_server, tmp_path):
             "trim_margin_ms": 0, "claim_idle_ms": 2000}
     procs = [spawn_worker(redis_server.url, spec, dict(opts, consumer=f"p{i}"),
                           tmp_path / f"p{i}.log") for i in range(2)]
+    k = ModelKeys("mail")
     try:
+        deadline = time.monotonic() + 30
+        while r.hlen(k.workers) < 2 and time.monotonic() < deadline:  # both up (heartbeats)
+            time.sleep(0.05)
         produce(r, "mail", msgs)
         deadline = time.monotonic() + 60
-        k = ModelKeys("mail")
         while time.monotonic() < deadline:
             if r.xlen(k.out) >= len(msgs) and r.xpending(k.input, GROUP)["pending"] == 0:
                 break

@@ -62,7 +62,7 @@ ENV_ALIASES = {"redis": ("STREAMNB_REDIS_URL",)}
 NOT_IN_FILE = frozenset({"config", "redis_password_file"})
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off", ""}
-_DEFAULTS_ATTR = "_streamnb_defaults"
+_DEFAULT_ATTR = "streamnb_default"
 
 
 def env_name(dest: str) -> str:
@@ -76,11 +76,7 @@ def add_option(parser: argparse.ArgumentParser, *flags: str, default: Any = None
     The help text gets ``(default: X; env STREAMNB_FOO)`` appended.
     """
     action = parser.add_argument(*flags, default=argparse.SUPPRESS, **kw)
-    defaults = getattr(parser, _DEFAULTS_ATTR, None)
-    if defaults is None:
-        defaults = {}
-        setattr(parser, _DEFAULTS_ATTR, defaults)
-    defaults[action.dest] = default
+    setattr(action, _DEFAULT_ATTR, default)
     if action.help is not argparse.SUPPRESS:
         extra = f"env {env_name(action.dest)}"
         if default not in (None, False, []):
@@ -89,9 +85,14 @@ def add_option(parser: argparse.ArgumentParser, *flags: str, default: Any = None
     return action
 
 
+def _declared(parser: argparse.ArgumentParser) -> dict[str, argparse.Action]:
+    """dest -> action of every option declared with :func:`add_option` (groups included)."""
+    return {a.dest: a for a in parser._actions if hasattr(a, _DEFAULT_ATTR)}
+
+
 def option_dests(parser: argparse.ArgumentParser) -> set[str]:
     """Every setting declared with :func:`add_option` on ``parser``."""
-    return set(getattr(parser, _DEFAULTS_ATTR, {}))
+    return set(_declared(parser))
 
 
 # ----------------------------------------------------------------------------- TOML
@@ -194,8 +195,8 @@ def resolve(
     at its top level without being an error here.
     """
     env = os.environ if env is None else env
-    defaults: dict[str, Any] = getattr(parser, _DEFAULTS_ATTR, {})
-    actions = {a.dest: a for a in parser._actions if a.option_strings and a.dest in defaults}
+    actions = _declared(parser)
+    defaults = {dest: getattr(a, _DEFAULT_ATTR) for dest, a in actions.items()}
     given = set(vars(args))
 
     file_values: dict[str, Any] = {}

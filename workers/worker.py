@@ -617,6 +617,7 @@ class Worker:
             all_dead = dead + [Dead(r.entry_id, REF_EXPIRED, f"no cached message with id {r.ref!r} "
                                     "(never seen, or its cache entry expired)", ref_data[r.entry_id])
                                for r in res.expired]
+            all_dead.sort(key=lambda d: parse_id(d.entry_id))
             cache_ops: list[CacheNew | CacheCas] = []
             if o.cache_ttl_s > 0:
                 cache_ops += [CacheNew(rt.keys.cache(it.msg.id), it.row.to_bytes(),

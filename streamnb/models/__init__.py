@@ -1,23 +1,35 @@
-"""The generative model family (see :mod:`streamnb.models.base`)."""
+"""The generative model family (see :mod:`streamnb.models.base`).
+
+>>> from streamnb.models import MultinomialNB, make_model
+>>> make_model("multinomial", alpha=0.5)
+MultinomialNB(alpha=0.5, n_features=None, smoothing_m='columns')
+"""
 
 from __future__ import annotations
 
-import contextlib
-
 from streamnb.models.base import MODEL_KINDS, GenerativeClassifier
+from streamnb.models.bernoulli import BernoulliNB
+from streamnb.models.categorical import CategoricalNB
+from streamnb.models.gaussian import GaussianNB
+from streamnb.models.hybrid import HybridNB
+from streamnb.models.io import dumps, load, loads, make_model, save
+from streamnb.models.lda import LinearDiscriminantAnalysis
+from streamnb.models.multinomial import MultinomialNB
+from streamnb.models.qda import QuadraticDiscriminantAnalysis
 
-# TEMPORARY during parallel development: modules written by other helpers may not exist yet.
-with contextlib.suppress(ImportError):
-    from streamnb.models.multinomial import MultinomialNB  # noqa: F401
-with contextlib.suppress(ImportError):
-    from streamnb.models.bernoulli import BernoulliNB  # noqa: F401
-with contextlib.suppress(ImportError):
-    from streamnb.models.categorical import CategoricalNB  # noqa: F401
-with contextlib.suppress(ImportError):
-    from streamnb.models.gaussian import GaussianNB  # noqa: F401
-with contextlib.suppress(ImportError):
-    from streamnb.models.lda import LinearDiscriminantAnalysis  # noqa: F401
-with contextlib.suppress(ImportError):
-    from streamnb.models.qda import QuadraticDiscriminantAnalysis  # noqa: F401
-with contextlib.suppress(ImportError):
-    from streamnb.models.io import dumps, load, loads, make_model, save  # noqa: F401
+__all__ = [
+    "MODEL_KINDS",
+    "BernoulliNB",
+    "CategoricalNB",
+    "GaussianNB",
+    "GenerativeClassifier",
+    "HybridNB",
+    "LinearDiscriminantAnalysis",
+    "MultinomialNB",
+    "QuadraticDiscriminantAnalysis",
+    "dumps",
+    "load",
+    "loads",
+    "make_model",
+    "save",
+]

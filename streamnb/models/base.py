@@ -115,7 +115,8 @@ class GenerativeClassifier(ABC):
 
     def fit(self, X: Any, y: Any, sample_weight: Any = None) -> Self:
         """Forget everything, then learn ``X, y`` in one batch."""
-        delta = self.batch_stats(X, y, sample_weight)
+        fresh = type(self)(**self.get_params())  # validate against no earlier data
+        delta = fresh.batch_stats(X, y, sample_weight)
         self._stats = self._empty_stats()
         self._on_stats_changed(None)
         return self.merge_stats(delta)
@@ -251,4 +252,8 @@ def log_normalize(jll: np.ndarray) -> np.ndarray:
     with np.errstate(invalid="ignore"):
         norm = logsumexp(jll, axis=1, keepdims=True)
         out = jll - norm
+    # A row where every class is impossible (-inf) has no posterior: call it uniform.
+    dead = ~np.isfinite(norm[:, 0])
+    if dead.any():
+        out[dead] = -np.log(jll.shape[1])
     return out

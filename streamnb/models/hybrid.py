@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
+from streamnb.features.mail import N_META
 from streamnb.models._discrete import DiscreteNB, log_class_prior
 from streamnb.models.base import GenerativeClassifier
 from streamnb.models.bernoulli import BernoulliNB
@@ -36,6 +37,11 @@ TOKEN_MODELS: dict[str, type[DiscreteNB]] = {"multinomial": MultinomialNB, "bern
 class HybridNB(GenerativeClassifier):
     """Token block (multinomial/Bernoulli NB) + GaussianNB over the last ``n_meta`` columns.
 
+    ``n_features`` is the total width (token columns + ``n_meta``), as the featurizer's
+    ``n_columns``; ``n_meta`` defaults to the mail meta vector's length. The other
+    parameters are the token block's (``alpha``, ``binarize`` for Bernoulli,
+    ``smoothing_m``) and the Gaussian block's (``var_smoothing``).
+
     >>> import numpy as np
     >>> X = np.array([[3, 0, 1.0, 10.0], [2, 1, 1.2, 11.0], [0, 2, 5.0, 1.0], [0, 3, 5.5, 2.0]])
     >>> model = HybridNB(n_meta=2).fit(X, ["spam", "spam", "ham", "ham"])
@@ -48,7 +54,7 @@ class HybridNB(GenerativeClassifier):
 
     def __init__(
         self,
-        n_meta: int,
+        n_meta: int = N_META,
         token_model: str = "multinomial",
         alpha: float = 1.0,
         binarize: float | None = 0.0,
@@ -61,13 +67,22 @@ class HybridNB(GenerativeClassifier):
             raise ValueError(f"n_meta must be an int >= 1, got {n_meta!r}")
         if token_model not in TOKEN_MODELS:
             raise ValueError(f"token_model must be one of {sorted(TOKEN_MODELS)}, got {token_model!r}")
+        if n_features is not None and (
+            isinstance(n_features, bool) or not isinstance(n_features, (int, np.integer))
+            or n_features <= n_meta
+        ):
+            raise ValueError(
+                f"n_features is the total width (token columns + {n_meta} meta columns), "
+                f"so it must be an int > {n_meta}; got {n_features!r}"
+            )
         self.n_meta = int(n_meta)
         self.token_model = token_model
         self.binarize = binarize
+        n_tokens = None if n_features is None else int(n_features) - self.n_meta
         if token_model == "bernoulli":
-            self.tokens_ = BernoulliNB(alpha, binarize, n_features, smoothing_m)
+            self.tokens_ = BernoulliNB(alpha, binarize, n_tokens, smoothing_m)
         else:
-            self.tokens_: DiscreteNB = MultinomialNB(alpha, n_features, smoothing_m)
+            self.tokens_: DiscreteNB = MultinomialNB(alpha, n_tokens, smoothing_m)
         self.meta_ = GaussianNB(var_smoothing)
         self._bound: tuple[int, int, int] | None = None
 
@@ -78,7 +93,7 @@ class HybridNB(GenerativeClassifier):
             "token_model": self.token_model,
             "alpha": tok["alpha"],
             "binarize": self.binarize,
-            "n_features": tok["n_features"],
+            "n_features": None if tok["n_features"] is None else tok["n_features"] + self.n_meta,
             "smoothing_m": tok["smoothing_m"],
             "var_smoothing": self.meta_.var_smoothing,
         }

@@ -34,11 +34,9 @@ def normalize_label(label: Any) -> Label:
     if isinstance(label, (bool, np.bool_)):
         raise ValueError(f"labels must be str or int, got bool {label!r}")
     if isinstance(label, str):
-        return label
+        return str(label)  # np.str_ and other str subclasses become plain str
     if isinstance(label, (int, np.integer)):
         return int(label)
-    if isinstance(label, np.str_):
-        return str(label)
     raise ValueError(f"labels must be str or int, got {type(label).__name__} {label!r}")
 
 

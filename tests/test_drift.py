@@ -1,0 +1,226 @@
+"""Drift detectors on seeded synthetic streams with a known change point."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from scipy.stats import chi2_contingency
+
+from streamnb.drift import (
+    ADWIN,
+    GaussianDrift,
+    Moments,
+    PageHinkley,
+    PriorShift,
+    TokenDrift,
+    j_divergence,
+    js_divergence,
+)
+from streamnb.drift.prior_shift import g_statistic
+
+
+def first_alarm(detector, stream, *args) -> int | None:
+    for i, x in enumerate(stream):
+        if detector.update(x, *args):
+            return i
+    return None
+
+
+def bernoulli(seed: int, p0: float, p1: float, n0: int, n1: int) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    return np.concatenate([rng.random(n0) < p0, rng.random(n1) < p1]).astype(float)
+
+
+# ------------------------------------------------------------------------------- ADWIN
+@pytest.mark.parametrize("seed", range(3))
+def test_adwin_detects_error_rate_rise_within_bound(seed):
+    stream = bernoulli(seed, 0.05, 0.25, 3000, 2000)
+    i = first_alarm(ADWIN(), stream)
+    assert i is not None and 3000 <= i < 3000 + 400
+
+
+def test_adwin_no_alarm_on_stable_stream():
+    assert first_alarm(ADWIN(), bernoulli(11, 0.05, 0.05, 20_000, 0)) is None
+
+
+def test_adwin_matches_river_first_detection():
+    river = pytest.importorskip("river.drift")
+    for seed in range(3):
+        stream = bernoulli(seed, 0.05, 0.25, 3000, 1000)
+        ours = first_alarm(ADWIN(), stream)
+        theirs = river.ADWIN()
+        ref = None
+        for i, x in enumerate(stream):
+            theirs.update(x)
+            if theirs.drift_detected:
+                ref = i
+                break
+        assert ours == ref
+
+
+def test_adwin_window_statistics_match_numpy():
+    rng = np.random.default_rng(5)
+    xs = rng.normal(3.0, 2.0, 777)
+    d = ADWIN(clock=10**9)          # never checks: the window holds everything
+    for x in xs:
+        d.update(x)
+    assert d.width == 777
+    assert d.mean == pytest.approx(xs.mean(), rel=1e-12)
+    assert d.variance == pytest.approx(xs.var(), rel=1e-9)
+    assert sum(len(r) for r in d._rows) <= 5 * (int(np.log2(777)) + 1)
+
+
+def test_adwin_direction_increase_ignores_a_fall():
+    stream = bernoulli(2, 0.4, 0.02, 3000, 2000)
+    assert first_alarm(ADWIN(direction="increase"), stream) is None
+    assert first_alarm(ADWIN(direction="decrease"), stream) is not None
+
+
+def test_cooldown_suppresses_repeated_alarms():
+    stream = bernoulli(1, 0.05, 0.6, 2000, 3000)
+    quiet, loud = ADWIN(cooldown=100_000), ADWIN(cooldown=0)
+    for x in stream:
+        quiet.update(x)
+        loud.update(x)
+    assert quiet.n_alarms == 1 and quiet.n_suppressed == loud.n_alarms - 1 >= 1
+
+
+@pytest.mark.parametrize("kwargs", [{"delta": 0}, {"delta": 1.5}, {"clock": 0},
+                                    {"direction": "up"}, {"cooldown": -1}])
+def test_adwin_rejects_bad_parameters(kwargs):
+    with pytest.raises(ValueError):
+        ADWIN(**kwargs)
+
+
+# ------------------------------------------------------------------------ Page-Hinkley
+def test_page_hinkley_hand_worked():
+    # constant 0 then constant 1: after the jump at t (n = t + 1 samples), the mean is
+    # (k)/(t + k) after k ones; the statistic grows by about 1 - delta per sample.
+    d = PageHinkley(delta=0.0, threshold=5.0, min_instances=1, alpha=1.0)
+    stream = [0.0] * 100 + [1.0] * 50
+    i = first_alarm(d, stream)
+    # U_k = sum_{j<=k} (1 - j/(100+j)) exceeds 5 at k = 6 (5.77 > 5; k = 5 gives 4.86)
+    terms = [1 - j / (100 + j) for j in range(1, 10)]
+    k = int(np.argmax(np.cumsum(terms) > 5.0)) + 1
+    assert i == 100 + k - 1
+
+
+def test_page_hinkley_clip_and_stable_stream():
+    rng = np.random.default_rng(0)
+    losses = np.where(rng.random(20_000) < 0.05, 30.0, 0.05)   # rare confident errors
+    assert first_alarm(PageHinkley(delta=0.05, threshold=100, clip=4.6, alpha=1.0), losses) is None
+    worse = np.concatenate([losses[:5000], np.where(rng.random(3000) < 0.3, 30.0, 0.05)])
+    i = first_alarm(PageHinkley(delta=0.05, threshold=100, clip=4.6, alpha=1.0), worse)
+    assert i is not None and 5000 <= i < 5300
+
+
+# ------------------------------------------------------------------------- prior shift
+def test_g_statistic_matches_scipy():
+    recent, reference = np.array([30.0, 70.0, 5.0]), np.array([50.0, 900.0, 40.0])
+    expected = chi2_contingency(np.vstack([recent, reference]), correction=False,
+                                lambda_="log-likelihood")[0]
+    assert g_statistic(recent, reference) == pytest.approx(expected, rel=1e-12)
+
+
+def test_js_divergence_closed_form():
+    p, q = np.array([0.2, 0.8]), np.array([0.5, 0.5])
+    m = (p + q) / 2
+    expected = 0.5 * np.sum(p * np.log(p / m)) + 0.5 * np.sum(q * np.log(q / m))
+    assert js_divergence(p, q) == pytest.approx(expected)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_prior_shift_detects_share_jump(seed):
+    rng = np.random.default_rng(seed)
+    labels = np.where(np.concatenate([rng.random(3000) < 0.15, rng.random(1000) < 0.5]),
+                      "spam", "ham")
+    d = PriorShift()
+    i = first_alarm(d, labels.tolist())
+    assert i is not None and 3000 <= i < 3150
+    assert d.last_change["recent_shares"]["spam"] > 0.3
+    assert abs(d.last_change["reference_shares"]["spam"] - 0.15) < 0.05
+
+
+def test_prior_shift_quiet_on_stable_three_classes():
+    rng = np.random.default_rng(9)
+    labels = rng.choice(["a", "b", "c"], p=[0.7, 0.2, 0.1], size=20_000).tolist()
+    d = PriorShift()
+    assert first_alarm(d, labels) is None
+    assert d.divergence < 0.05
+    assert d.state()["shares"]["a"] == pytest.approx(labels.count("a") / len(labels), abs=1e-9)
+
+
+def test_prior_shift_new_class_is_a_shift():
+    labels = ["a", "b"] * 1000 + ["c"] * 100
+    i = first_alarm(PriorShift(), labels)
+    assert i is not None and 2000 <= i < 2040
+
+
+# ---------------------------------------------------------------------- gaussian drift
+def test_moments_match_numpy_and_minus_inverts_merge():
+    rng = np.random.default_rng(1)
+    a, b = rng.normal(1, 2, (40, 3)), rng.normal(-1, 1, (25, 3))
+    ma, mb = Moments(), Moments()
+    for x in a:
+        ma.add(x)
+    for x in b:
+        mb.add(x)
+    whole = Moments(ma.n, ma.mean.copy(), ma.m2.copy())
+    whole.merge(mb)
+    both = np.vstack([a, b])
+    np.testing.assert_allclose(whole.mean, both.mean(axis=0))
+    np.testing.assert_allclose(whole.var, both.var(axis=0))
+    rest = whole.minus(ma)
+    assert rest.n == 25
+    np.testing.assert_allclose(rest.mean, b.mean(axis=0))
+    np.testing.assert_allclose(rest.var, b.var(axis=0), rtol=1e-9)
+
+
+def test_j_divergence_is_sum_of_both_kls():
+    m1, v1, m2, v2 = np.array([0.0, 1.0]), np.array([1.0, 2.0]), np.array([0.5, 1.0]), np.array([3.0, 2.0])
+
+    def kl(ma, va, mb, vb):   # KL(N(ma, va) || N(mb, vb)) per feature
+        return 0.5 * (np.log(vb / va) + (va + (ma - mb) ** 2) / vb - 1)
+
+    expected = np.sum(kl(m1, v1, m2, v2) + kl(m2, v2, m1, v1))
+    assert j_divergence(m1, v1, m2, v2) == pytest.approx(expected)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_gaussian_drift_detects_one_sd_mean_shift(seed):
+    rng = np.random.default_rng(seed)
+    xs = np.concatenate([rng.normal(0, 1, (2000, 3)), rng.normal([0, 1, 0], 1, (500, 3))])
+    d = GaussianDrift()
+    i = first_alarm(d, list(xs), "c")
+    assert i is not None and 2000 <= i < 2100
+    assert d.last_change["feature"] == 1 and d.last_change["moved"] == "mean"
+
+
+def test_gaussian_drift_detects_variance_change_and_is_quiet_when_stable():
+    rng = np.random.default_rng(4)
+    stable = rng.normal(0, 1, (20_000, 2))
+    assert first_alarm(GaussianDrift(), list(stable), 0) is None
+    wider = np.concatenate([stable[:2000], rng.normal(0, 3, (500, 2))])
+    d = GaussianDrift()
+    i = first_alarm(d, list(wider), 0)
+    assert i is not None and 2000 <= i < 2100 and d.last_change["moved"] == "variance"
+
+
+def test_gaussian_drift_classes_are_separate():
+    rng = np.random.default_rng(2)
+    d = GaussianDrift()
+    for i in range(3000):   # two classes with different but stable distributions
+        label = "a" if i % 3 else "b"
+        assert not d.update(rng.normal(0 if label == "a" else 5, 1, 2), label)
+
+
+# ------------------------------------------------------------------------- token drift
+def test_token_drift_ignores_the_learning_fall_and_catches_a_rise():
+    rng = np.random.default_rng(0)
+    learning = np.clip(np.exp(-np.arange(3000) / 300) + rng.uniform(0, 0.05, 3000), 0, 1)
+    d = TokenDrift(warmup=500)
+    assert first_alarm(d, learning.tolist()) is None
+    rise = rng.uniform(0.3, 0.6, 500)
+    i = first_alarm(d, rise.tolist())
+    assert i is not None and i < 150
+    assert d.last_change["new_rate"] > d.last_change["old_rate"]
