@@ -23,9 +23,10 @@ from _worker_helpers import (
 )
 
 from streamnb.codec import decode_output
+from streamnb.constants import DEFAULT_MAIL_ALPHA
 from streamnb.exceptions import ConfigConflict
 from workers.keys import GROUP, ModelKeys
-from workers.model_config import ModelSpec
+from workers.model_config import ModelSpec, resolve_spec
 
 pytestmark = pytest.mark.redis
 
@@ -42,7 +43,8 @@ def test_workers_learn_what_one_offline_fit_learns(redis_server, n_workers):
     spec = count_spec()
     workers = [url_worker(redis_server.url, [spec], fast_options(f"w{i}")) for i in range(n_workers)]
     run_in_threads(workers)
-    ref = offline_model("multinomial", {"n_features": 1024}, {"bits": 10, "counts": "raw"}, msgs)
+    params = resolve_spec(count_spec()).model_params  # exactly what the daemon runs
+    ref = offline_model("multinomial", params, {"bits": 10, "counts": "raw"}, msgs)
     versions = set()
     for w in workers:
         rep = w.models["mail"].replica
@@ -103,7 +105,8 @@ def test_separate_processes_converge(redis_server, tmp_path):
         codes = [p.wait(20) for p in procs]
     assert codes == [0, 0], [(tmp_path / f"p{i}.log").read_text()[-2000:] for i in range(2)]
     model, version = learnt_model(r, "mail")
-    ref = offline_model("multinomial", {"n_features": 1024}, {"bits": 10, "counts": "raw"}, msgs)
+    params = resolve_spec(count_spec()).model_params  # exactly what the daemon runs
+    ref = offline_model("multinomial", params, {"bits": 10, "counts": "raw"}, msgs)
     assert_same_stats(model, ref)
     assert int(r.get(k.learnt)) == len(msgs)
     # warm shutdown removed both consumers (nothing pending) and their heartbeats
@@ -144,7 +147,8 @@ def test_conflicting_config_raises_and_names_the_difference(redis_server):
     with pytest.raises(ConfigConflict) as err:
         url_worker(redis_server.url, [other], fast_options("w2")).start()
     text = str(err.value)
-    assert "model_params.alpha: stored 1.0, given 0.5" in text
+    # the stored alpha is the hashed-mail default (DEFAULT_MAIL_ALPHA), filled in at creation
+    assert f"model_params.alpha: stored {DEFAULT_MAIL_ALPHA}, given 0.5" in text
     assert "featurizer.bits: stored 10, given 12" in text
     with pytest.raises(ConfigConflict, match="kind: stored 'multinomial', given 'bernoulli'"):
         url_worker(redis_server.url, [ModelSpec("mail", kind="bernoulli")], fast_options("w3")).start()
@@ -219,8 +223,10 @@ def test_predictions_use_the_model_before_the_batch(redis_server):
     outs = {o["id"]: o for o in _outputs(r, "mail")}
     # the batch [h, q] was predicted with the model that knew only "spam"
     assert set(outs["q"]["log_proba"]) == {"spam"} and outs["q"]["label"] == "spam"
-    assert outs["q"]["model_version"] == first["model_version"] or outs["q"]["model_version"] != "0-0"
-    ref = offline_model("multinomial", {"n_features": 1024}, {"bits": 10, "counts": "raw"},
+    assert first["model_version"] == "0-0"
+    assert outs["q"]["model_version"] == r.xrange(k.log)[0][0].decode()  # after "first" only
+    params = resolve_spec(count_spec()).model_params  # exactly what the daemon runs
+    ref = offline_model("multinomial", params, {"bits": 10, "counts": "raw"},
                         [{"tokens": ["cheap"], "label": "spam"}, {"tokens": ["lunch"], "label": "ham"}])
     produce(r, "mail", [{"id": "z", "tokens": ["cheap", "lunch", "lunch"]}])
     w.run_until_idle()
@@ -232,3 +238,25 @@ def test_predictions_use_the_model_before_the_batch(redis_server):
     expect = dict(zip(ref.classes_.tolist(), ref.predict_log_proba(X)[0].tolist(), strict=True))
     assert z["log_proba"] == pytest.approx(expect, abs=1e-12)
     assert np.isclose(np.logaddexp(*z["log_proba"].values()), 0.0)
+
+
+def test_snapshot_trimming_and_a_late_joiner_converge(redis_server):
+    r = redis_server.client()
+    k = ModelKeys("mail")
+    msgs = token_messages(1200, seed=9)
+    produce(r, "mail", msgs[:800])
+    first = url_worker(redis_server.url, [count_spec()],
+                       fast_options("w1", batch=20, snapshot_every=10, trim_margin_ms=0))
+    first.run_until_idle()
+    assert first.models["mail"].snapshotter.written >= 3
+    assert r.xlen(k.log) < 40  # 40 deltas were committed; the log was trimmed below the snapshot
+    late = url_worker(redis_server.url, [count_spec()], fast_options("w2", batch=20))
+    late.start()
+    assert late.models["mail"].replica.reloads == 1  # it started from the snapshot
+    produce(r, "mail", msgs[800:])
+    run_in_threads([first, late])
+    params = resolve_spec(count_spec()).model_params  # exactly what the daemon runs
+    ref = offline_model("multinomial", params, {"bits": 10, "counts": "raw"}, msgs)
+    for w in (first, late):
+        assert_same_stats(w.models["mail"].replica.model, ref)
+    assert first.models["mail"].replica.version == late.models["mail"].replica.version

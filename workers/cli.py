@@ -277,6 +277,8 @@ def build_parser() -> OneLineParser:
     add_option(p, "--model", metavar="NAME", default="demo", help="model name used by the demo")
     add_option(p, "--metrics-port", type=port, default=0,
                help="first metrics port of the two demo workers (0: pick free ports)")
+    add_option(p, "--embedded", choices=("auto", "redis-server", "fakeredis"), default="auto",
+               help="without --redis: a private redis-server if one is on PATH (auto), or force one")
     add_option(p, "--metrics-addr", default=DEFAULT_METRICS_ADDR, help="address the metrics server binds")
     return parser
 
@@ -393,6 +395,7 @@ def cmd_predict(args: argparse.Namespace, env: Mapping[str, str]) -> int:
         if result is None:
             return fail(f"no prediction for {args.file!r} within {args.timeout:g} s: "
                         f"is a worker running for model {model!r}?", EXIT_FAILURE)
+    result.setdefault("file", args.file)
     if args.json:
         print(json.dumps(result, sort_keys=True, default=str))
     else:
@@ -440,8 +443,11 @@ def cmd_demo(args: argparse.Namespace, env: Mapping[str, str]) -> int:
     from workers import demo
 
     settings = _redis(args, env) if args.redis else None
+    if args.log_level == "INFO":  # the default: keep the demo's output to its report
+        logging.getLogger().setLevel(logging.ERROR)
     return demo.run_demo(settings, messages=args.messages, model=args.model,
-                         metrics_port=args.metrics_port, metrics_addr=args.metrics_addr)
+                         metrics_port=args.metrics_port, metrics_addr=args.metrics_addr,
+                         embedded=args.embedded)
 
 
 COMMANDS: Mapping[str, Callable[[argparse.Namespace, Mapping[str, str]], int]] = {

@@ -9,7 +9,7 @@
 
 It never uses port 6379 or any server already running.
 
->>> with start_embedded(prefer_server=False) as r:
+>>> with start_embedded("fakeredis") as r:
 ...     r.kind, r.make_client().ping()
 ('fakeredis', True)
 """
@@ -48,7 +48,7 @@ class EmbeddedRedis:
     def describe(self) -> str:
         if self.kind == "redis-server":
             return f"private redis-server at {self.url}"
-        return "in-process fakeredis (no redis-server on PATH)"
+        return "in-process fakeredis"
 
     def make_client(self, socket_timeout: float | None = 10.0) -> Any:
         if self.kind == "redis-server":
@@ -59,7 +59,7 @@ class EmbeddedRedis:
 
         return fakeredis.FakeRedis(server=self._server)
 
-    def connector(self, block_ms: int = 0) -> Any:
+    def connector(self) -> Any:
         """A :class:`workers.connection` connector for a worker."""
         from workers.connection import ClientConnector, UrlConnector
 
@@ -118,14 +118,24 @@ def _start_server(binary: str, timeout: float = 10.0) -> EmbeddedRedis:
     raise RuntimeError(f"could not start a private redis-server: {last_error}")
 
 
-def start_embedded(prefer_server: bool = True) -> EmbeddedRedis:
-    """Start the embedded default Redis (see the module docstring)."""
-    binary = shutil.which("redis-server") if prefer_server else None
+def start_embedded(mode: str = "auto") -> EmbeddedRedis:
+    """Start the embedded default Redis (see the module docstring).
+
+    ``mode``: ``"auto"`` (redis-server if on PATH, else fakeredis), ``"redis-server"`` or
+    ``"fakeredis"``.
+    """
+    if mode not in ("auto", "redis-server", "fakeredis"):
+        raise ValueError(f"mode must be auto, redis-server or fakeredis, got {mode!r}")
+    binary = shutil.which("redis-server") if mode != "fakeredis" else None
+    if mode == "redis-server" and not binary:
+        raise RuntimeError("--embedded redis-server: no redis-server on PATH")
     if binary:
         try:
             return _start_server(binary)
         except (RuntimeError, OSError):
-            pass  # fall back to fakeredis
+            if mode == "redis-server":
+                raise
+            # fall back to fakeredis
     try:
         import fakeredis
         import lupa  # noqa: F401 - the Lua commit needs it

@@ -93,6 +93,9 @@ class Metrics:
         self.prequential = Counter(
             "prequential_predictions", "Labelled messages by true and predicted class",
             (*MW, "class", "predicted"), **r)
+        self.prequential_correct = Counter(
+            "prequential_correct", "Labelled messages predicted right, by true class (the "
+            "confusion diagonal, which PromQL cannot select)", (*MW, "class"), **r)
         self.prequential_log_loss = Counter(
             "prequential_log_loss_sum", "Sum of -log P(true class) before learning", MW, **r)
         self.prequential_brier = Counter(
@@ -101,6 +104,9 @@ class Metrics:
         self.delayed = Counter(
             "delayed_predictions", "Delayed labels by true and predicted-at-arrival class",
             (*MW, "class", "predicted"), **r)
+        self.delayed_correct = Counter(
+            "delayed_correct", "Delayed labels predicted right at arrival, by true class",
+            (*MW, "class"), **r)
         self.delayed_log_loss = Counter(
             "delayed_log_loss_sum", "Sum of -log P(true class) at arrival", MW, **r)
         self.delayed_brier = Counter(

@@ -69,7 +69,10 @@ def score(classes: Sequence[Any], log_proba: np.ndarray,
     >>> t.tolist(), p.tolist(), np.round(loss, 4).tolist(), np.round(brier, 4).tolist()
     ([0, 0], [0, 1], [0.2231, 0.9163], [0.08, 0.72])
     """
-    lp = np.asarray(log_proba, dtype=np.float64).reshape(len(true_labels), len(classes))
+    lp = np.asarray(log_proba, dtype=np.float64)
+    if lp.shape != (len(true_labels), len(classes)):
+        raise ValueError(f"log_proba has shape {lp.shape}, but {len(true_labels)} labels and "
+                         f"{len(classes)} classes need ({len(true_labels)}, {len(classes)})")
     index = {c: i for i, c in enumerate(classes)}
     index_str = {str(c): i for i, c in enumerate(classes)}
     true = np.array([index.get(y, index_str.get(str(y), -1)) for y in true_labels], dtype=np.int64)
@@ -132,7 +135,10 @@ class ModelObserver:
         self._oov = m.oov_share.labels(**mw)
         self._unsure = m.unsure.labels(**mw)
         self._label_delay = m.label_delay.labels(**mw)
-
+        for detector in (self.error_detector, self.loss_detector, self.prior_detector,
+                         self.feature_detector, self.token_detector):
+            # series exist from 0, so increase() sees the first alarm
+            m.drift_events.labels(**mw, detector=detector.name)
     # ------------------------------------------------------------------ events
     def _raise(self, detector: DriftDetector, extra: dict[str, Any] | None = None) -> None:
         """A detector alarmed: count it and append an event, at most once per cool-down."""
@@ -178,9 +184,10 @@ class ModelObserver:
     def _score(self, family: str, classes: Sequence[Any], log_proba: np.ndarray,
                true_labels: Sequence[Any]) -> None:
         m = self.metrics
-        confusion, loss_sum, brier_sum = (
-            (m.prequential, m.prequential_log_loss, m.prequential_brier) if family == "prequential"
-            else (m.delayed, m.delayed_log_loss, m.delayed_brier))
+        confusion, correct, loss_sum, brier_sum = (
+            (m.prequential, m.prequential_correct, m.prequential_log_loss, m.prequential_brier)
+            if family == "prequential"
+            else (m.delayed, m.delayed_correct, m.delayed_log_loss, m.delayed_brier))
         true, pred, loss, brier = score(classes, log_proba, true_labels)
         names = [str(c) for c in classes]
         true_names = [names[t] if t >= 0 else str(y) for t, y in zip(true, true_labels, strict=True)]
@@ -190,6 +197,9 @@ class ModelObserver:
             pairs[key] = pairs.get(key, 0) + 1
         for (t, p), n in pairs.items():
             confusion.labels(**self._mw, **{"class": t, "predicted": p}).inc(n)
+            right = correct.labels(**self._mw, **{"class": t})    # created at 0 if never right
+            if t == p:
+                right.inc(n)
         loss_sum.labels(**self._mw).inc(float(loss.sum()))
         brier_sum.labels(**self._mw).inc(float(brier.sum()))
         errors = (true != pred).astype(np.float64)

@@ -8,7 +8,8 @@ What each PATH is, decided in this order:
 - a file named ``*.jsonl`` / ``*.ndjson``: **JSON lines**, one wire-format record per line
   (``{"text": "...", "label": "spam"}``, ``{"x": [0.1, 2.0]}``, ``{"ref": "m1", "label":
   "ham"}``, a ``raw`` mail as a string); each is validated before it is sent;
-- a file whose first line starts with ``From ``: an **mbox**, one message per entry;
+- a file that starts with a ``From `` line and has more of them: an **mbox**, one message
+  per entry (a single message with a leading ``From `` line is one mail);
 - any other file: one RFC 822 message (``.eml``), sent as ``raw`` bytes.
 
 Labels: ``--label L`` labels every message; ``--index index.tsv`` (columns ``path``,
@@ -136,12 +137,10 @@ def _is_maildir(p: Path) -> bool:
     return (p / "cur").is_dir() or (p / "new").is_dir()
 
 
-def _is_mbox(p: Path) -> bool:
-    try:
-        with p.open("rb") as f:
-            return f.read(5) == b"From "
-    except OSError:
-        return False
+def _is_mbox(data: bytes) -> bool:
+    """An mbox holds several messages, each after a ``From `` line; a single message that
+    starts with a ``From `` line (as the SpamAssassin corpus files do) is one mail."""
+    return data.startswith(b"From ") and b"\nFrom " in data
 
 
 def iter_jsonl_lines(lines: Iterable[str], name: str) -> Iterator[Outgoing]:
@@ -188,10 +187,12 @@ def _file_messages(p: Path, name: str) -> Iterator[Outgoing]:
     if p.suffix.lower() in _JSONL_SUFFIXES:
         with p.open(encoding="utf-8") as f:
             yield from iter_jsonl_lines(f, name)
-    elif _is_mbox(p):
-        yield from _mbox_messages(p, name)
     else:
-        yield Outgoing(id=name, raw=p.read_bytes(), source=name)
+        data = p.read_bytes()
+        if _is_mbox(data):
+            yield from _mbox_messages(p, name)
+        else:
+            yield Outgoing(id=name, raw=data, source=name)
 
 
 def iter_paths(paths: Iterable[str | os.PathLike[str]], base: Path | None = None) -> Iterator[Outgoing]:

@@ -169,6 +169,8 @@ def _convert(action: argparse.Action, value: Any, source: str) -> Any:
 
 
 def _convert_one(action: argparse.Action, name: str, value: Any, source: str) -> Any:
+    if isinstance(value, list) and len(value) == 1:  # e.g. a shared `model = ["mail"]`
+        value = value[0]
     if isinstance(value, (dict, list)):
         raise SettingsError(f"{source}: {name} expects a single value, got {value!r}")
     text = str(value).lower() if isinstance(value, bool) else str(value)

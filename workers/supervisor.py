@@ -92,9 +92,6 @@ def run_single(args: argparse.Namespace, specs: list[Any], settings: Any) -> int
     settings = replace(settings, client_name=options.consumer)
     worker = Worker(UrlConnector(settings), specs, options)
     serve_metrics(args.metrics_port, args.metrics_addr)
-    log.info("worker %s connecting to %s; metrics on %s", options.consumer,
-             worker.connector.describe(),
-             f"http://{args.metrics_addr}:{args.metrics_port}/metrics" if args.metrics_port else "(off)")
     try:
         worker.start()
     except redis.RedisError as exc:
@@ -107,6 +104,8 @@ def run_single(args: argparse.Namespace, specs: list[Any], settings: Any) -> int
         if type(exc).__name__ == "ConfigConflict":
             raise
         raise SettingsError(str(exc)) from None
+    log.info("worker %s on %s; metrics %s", options.consumer, worker.connector.describe(),
+             f"on http://{args.metrics_addr}:{args.metrics_port}/metrics" if args.metrics_port else "off")
     return worker.run()
 
 

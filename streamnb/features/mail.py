@@ -291,6 +291,8 @@ class MailTokenizer:
                 a.tokens.extend(f"from:name:{w}" for w in self.rules.tokens(display))
 
     def _walk(self, part: Message, depth: int, a: MailAnalysis, budget: list[int]) -> None:
+        if len(a.tokens) > self.limits.max_tokens:
+            return  # cut and counted by analyse()
         if a.parts >= self.limits.max_mime_parts:
             if a.parts == self.limits.max_mime_parts:
                 a.defect("too_many_parts")
@@ -322,7 +324,9 @@ class MailTokenizer:
             a.tokens.append("attachment:" + (ext or "none"))
             if part.get_content_maintype() != "text":
                 a.attachments += 1
-        if part.get_content_maintype() != "text" or budget[0] <= 0:
+        # A multipart whose boundary never appears keeps its body as one string: read it as text.
+        textual = part.get_content_maintype() in ("text", "multipart")
+        if not textual or budget[0] <= 0:
             if budget[0] <= 0:
                 a.defect("decoded_budget")
             return
@@ -336,7 +340,7 @@ class MailTokenizer:
         text, known = _decode_bytes(data, charset or "latin-1")
         if not known:
             a.defect("charset")
-        is_html = part.get_content_subtype() == "html"
+        is_html = part.get_content_type() == "text/html"
         if is_html:
             text, tag_tokens = strip_html(text[: self.limits.max_text_chars])
             a.tokens.extend(tag_tokens)

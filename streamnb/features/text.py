@@ -103,7 +103,7 @@ class WordRules:
                 prev = w
             if not w.isascii():
                 high = sum(1 for ch in w if ord(ch) > 127)
-                append(f"8bit%:{round(high * 10 / n) * 10}")
+                append(f"8bit%:{int(high * 10 / n + 0.5) * 10}")
             if limit is not None and len(out) >= limit:
                 return
 

@@ -1,0 +1,276 @@
+"""Benchmark 3: end to end through a real redis-server: messages/s with 1 and 2 workers.
+
+A private redis-server is started on a free port (never 6379). For each payload (raw
+mail, pre-tokenized) and each worker count, a fresh model (the daemon's defaults:
+multinomial, 2**20 buckets) gets its ``:in`` stream pre-filled with the corpus as
+labelled messages (``--repeat`` passes), then the workers (``python -m workers.worker``
+processes, default options) are started. Throughput is measured on the Redis clock,
+from the stream ids of ``:out``: (predictions after the first commit) / (time from the
+first to the last commit), so worker start-up is excluded. The reference figures come
+from the same messages in this process: bare ``email.message_from_bytes``, and the
+worker's pipeline without Redis (decode, featurize, predict, learn in batches of 100).
+
+    python -m benchmarks.end_to_end [--limit N] [--repeat R] [--workers 1,2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import email
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from benchmarks._common import (
+    DEFAULT_CORPUS,
+    ROOT,
+    Corpus,
+    RedisServer,
+    corpus_available,
+    format_table,
+    load_corpus,
+    print_header,
+    rate,
+    synthetic_mail,
+)
+
+#: Worker options for the benchmarks: the defaults (batch 100, block 1 s) unless given.
+DEFAULT_OPTIONS: dict[str, Any] = {}
+
+
+def keys(name: str) -> dict[str, str]:
+    prefix = f"streamnb:{{{name}}}"
+    return {k: f"{prefix}:{k}" for k in ("in", "out", "dead", "log")}
+
+
+def encode_messages(corpus: Corpus, payload: str, labelled: bool = True,
+                    tokens: list[list[str]] | None = None) -> list[bytes]:
+    """The corpus as wire messages: ``raw`` bytes or ``tokens`` lists (streamnb's tokens)."""
+    from streamnb.codec import encode_input
+
+    out = []
+    for i, (raw, label) in enumerate(zip(corpus.raws, corpus.labels, strict=True)):
+        lab = label if labelled else None
+        if payload == "raw":
+            out.append(encode_input("raw", raw, id=f"m{i}", label=lab))
+        else:
+            toks = tokens[i] if tokens is not None else []
+            out.append(encode_input("tokens", toks, id=f"m{i}", label=lab))
+    return out
+
+
+def corpus_tokens(corpus: Corpus) -> list[list[str]]:
+    """streamnb's mail tokens of every message (the default featurizer's)."""
+    from streamnb.features import Featurizer
+
+    f = Featurizer()
+    return [f.mail.tokenize(raw) for raw in corpus.raws]
+
+
+def prefill(client: Any, name: str, messages: Sequence[bytes], chunk: int = 1000) -> float:
+    """XADD every message to ``:in`` with pipelines; returns seconds taken."""
+    key = keys(name)["in"]
+    t0 = time.perf_counter()
+    for i in range(0, len(messages), chunk):
+        pipe = client.pipeline(transaction=False)
+        for m in messages[i : i + chunk]:
+            pipe.xadd(key, {"data": m})
+        pipe.execute()
+    return time.perf_counter() - t0
+
+
+def spawn_worker(url: str, spec: dict[str, Any], options: dict[str, Any], log: Path) -> subprocess.Popen:
+    """``python -m workers.worker`` in its own process (its log in ``log``)."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    with open(log, "ab") as fh:
+        return subprocess.Popen(
+            [sys.executable, "-m", "workers.worker", "--redis", url, "--spec", json.dumps(spec),
+             "--options", json.dumps(options)],
+            cwd=ROOT, env=env, stdout=fh, stderr=subprocess.STDOUT)
+
+
+@contextmanager
+def workers(url: str, spec: dict[str, Any], n: int, options: dict[str, Any] | None = None,
+            ) -> Iterator[list[subprocess.Popen]]:
+    """``n`` worker processes, stopped (SIGTERM, then SIGKILL) on exit."""
+    logdir = Path(tempfile.mkdtemp(prefix="streamnb-bench-workers-"))
+    procs = [spawn_worker(url, spec, {**DEFAULT_OPTIONS, **(options or {}), "consumer": f"w{i}"},
+                          logdir / f"w{i}.log") for i in range(n)]
+    try:
+        yield procs
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.terminate()
+        for p in procs:
+            try:
+                p.wait(15)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+
+
+def wait_for(client: Any, key: str, n: int, timeout: float, procs: Sequence[subprocess.Popen] = (),
+             dead_key: str | None = None) -> bool:
+    """Until ``XLEN key`` (+ dead letters) reaches ``n``; False on timeout or a dead worker."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        done = client.xlen(key) + (client.xlen(dead_key) if dead_key else 0)
+        if done >= n:
+            return True
+        if any(p.poll() is not None for p in procs):
+            return False
+        time.sleep(0.05)
+    return False
+
+
+def id_ms(entry_id: bytes | str) -> int:
+    s = entry_id.decode() if isinstance(entry_id, bytes) else entry_id
+    return int(s.split("-", 1)[0])
+
+
+def out_rate(client: Any, key: str) -> tuple[int, float]:
+    """(outputs, outputs/s) between the first and the last commit, on the Redis clock."""
+    stamps = [id_ms(i) for i, _ in client.xrange(key)]
+    if len(stamps) < 2:
+        return len(stamps), float("nan")
+    first, last = stamps[0], stamps[-1]
+    after_first = sum(1 for s in stamps if s > first)
+    return len(stamps), rate(after_first, (last - first) / 1000.0)
+
+
+def default_spec(name: str, kind: str = "multinomial") -> dict[str, Any]:
+    """A model with the daemon's defaults (only the kind is given)."""
+    return {"name": name, "kind": kind}
+
+
+@dataclass
+class E2EResult:
+    payload: str
+    workers: int
+    messages: int
+    per_second: float
+    dead: int
+
+
+def run_e2e(server: RedisServer, name: str, messages: Sequence[bytes], n_workers: int,
+            payload: str, timeout: float = 600.0, options: dict[str, Any] | None = None) -> E2EResult:
+    """Pre-fill, start ``n_workers``, wait until every message has an output or a dead letter."""
+    client = server.client()
+    prefill(client, name, messages)
+    k = keys(name)
+    with workers(server.url, default_spec(name), n_workers, options) as procs:
+        ok = wait_for(client, k["out"], len(messages), timeout, procs, k["dead"])
+    if not ok:
+        raise RuntimeError(f"{name}: the workers did not process {len(messages)} messages in {timeout}s")
+    n, per_s = out_rate(client, k["out"])
+    return E2EResult(payload, n_workers, n, per_s, int(client.xlen(k["dead"])))
+
+
+def in_process_rate(messages: Sequence[bytes], batch: int = 100) -> float:
+    """The worker's pipeline without Redis: decode, featurize, stack, predict, learn (msg/s)."""
+    from streamnb.codec import decode_input
+    from streamnb.features import Featurizer
+    from streamnb.models.multinomial import MultinomialNB
+
+    f = Featurizer()
+    model = MultinomialNB(n_features=f.n_columns, smoothing_m="seen")
+    t0 = time.perf_counter()
+    for i in range(0, len(messages), batch):
+        msgs = [decode_input(m, f"{i + j}-0") for j, m in enumerate(messages[i : i + batch])]
+        X = f.stack([f.featurize(m) for m in msgs])
+        if i:
+            model.predict(X)
+        model.partial_fit(X, [m.label for m in msgs])
+    return rate(len(messages), time.perf_counter() - t0)
+
+
+def bare_parse_rate(raws: Sequence[bytes]) -> float:
+    t0 = time.perf_counter()
+    for raw in raws:
+        email.message_from_bytes(raw)
+    return rate(len(raws), time.perf_counter() - t0)
+
+
+def benchmark(corpus: Corpus, repeat: int = 1, worker_counts: Sequence[int] = (1, 2),
+              payloads: Sequence[str] = ("tokens", "raw"), timeout: float = 600.0) -> dict[str, Any]:
+    """Every (payload, workers) run, plus the in-process references; a dict for printing."""
+    tokens = corpus_tokens(corpus)
+    big = Corpus(corpus.raws * repeat, corpus.labels * repeat)
+    encoded = {p: encode_messages(big, p, tokens=tokens * repeat) for p in payloads}
+    refs = {"bare email.message_from_bytes": bare_parse_rate(corpus.raws)}
+    for p in payloads:
+        refs[f"in-process pipeline ({p})"] = in_process_rate(encoded[p])
+    results: list[E2EResult] = []
+    with RedisServer() as server:
+        for p in payloads:
+            for n in worker_counts:
+                results.append(run_e2e(server, f"bench-{p}-{n}w", encoded[p], n, p, timeout))
+    return {"results": results, "refs": refs, "messages": len(big)}
+
+
+def summary(report: dict[str, Any]) -> list[str]:
+    """Target lines (ratios) from a :func:`benchmark` report."""
+    res: list[E2EResult] = report["results"]
+    refs = report["refs"]
+    by = {(r.payload, r.workers): r.per_second for r in res}
+    lines = []
+    if ("tokens", 1) in by:
+        lines.append(f"1 worker, pre-tokenized labelled: {by[('tokens', 1)]:,.0f} msg/s "
+                     f"(target >= 5,000)")
+    if ("raw", 1) in by:
+        bare = refs["bare email.message_from_bytes"]
+        lines.append(f"raw mail, 1 worker / bare email.message_from_bytes: "
+                     f"{by[('raw', 1)] / bare:.0%} (target >= 60%)")
+    for p in ("tokens", "raw"):
+        if (p, 1) in by and (p, 2) in by:
+            lines.append(f"{p}: 2 workers / 1 worker: {by[(p, 2)] / by[(p, 1)]:.2f}x (target >= 1.6x)")
+        if (p, 1) in by and f"in-process pipeline ({p})" in refs:
+            lines.append(f"{p}: 1 worker / in-process pipeline: "
+                         f"{by[(p, 1)] / refs[f'in-process pipeline ({p})']:.0%}")
+    return lines
+
+
+def print_report(report: dict[str, Any]) -> None:
+    rows = [[r.payload, r.workers, r.messages, r.per_second, r.dead] for r in report["results"]]
+    print(format_table(["payload", "workers", "outputs", "msg/s", "dead"], rows))
+    print()
+    print(format_table(["reference, same messages, this process", "msg/s"],
+                       [[k, v] for k, v in report["refs"].items()]))
+    print()
+    for line in summary(report):
+        print(line)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--corpus", default=str(DEFAULT_CORPUS))
+    ap.add_argument("--limit", type=int, default=None, help="first N corpus messages only")
+    ap.add_argument("--repeat", type=int, default=3, help="passes over the corpus")
+    ap.add_argument("--workers", default="1,2")
+    ap.add_argument("--payloads", default="tokens,raw")
+    args = ap.parse_args(argv)
+    print_header("benchmark 3: end to end through redis-server, 1 and 2 workers",
+                 "benchmarks.end_to_end", argv)
+    corpus = load_corpus(args.corpus, args.limit) if corpus_available(args.corpus) else None
+    if corpus is None:
+        print(f"corpus not found at {args.corpus}: using synthetic mail")
+        corpus = synthetic_mail(args.limit or 2000)
+    report = benchmark(corpus, args.repeat, [int(w) for w in args.workers.split(",")],
+                       args.payloads.split(","))
+    print(f"{report['messages']} labelled messages per run ({len(corpus)} x {args.repeat})")
+    print_report(report)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

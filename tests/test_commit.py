@@ -1,0 +1,103 @@
+"""The atomic commit script, on fakeredis[lua] and on a real redis-server."""
+
+from __future__ import annotations
+
+import fakeredis
+import pytest
+
+from workers.commit import CacheCas, CacheNew, CommitRequest, commit_batch
+from workers.keys import GROUP, ModelKeys
+from workers.labels import encode_label
+
+
+@pytest.fixture(params=["fake", "real"])
+def r(request):
+    if request.param == "fake":
+        yield fakeredis.FakeRedis()
+    else:
+        server = request.getfixturevalue("redis_server")
+        yield server.client()
+
+
+K = ModelKeys("t")
+
+
+def _read(r, consumer: str, n: int) -> list[str]:
+    for i in range(n):
+        r.xadd(K.input, {"data": f"m{i}".encode()})
+    r.xgroup_create(K.input, GROUP, id="0", mkstream=True)
+    reply = r.xreadgroup(GROUP, consumer, {K.input: ">"}, count=n)
+    return [e[0].decode() for e in reply[0][1]]
+
+
+def _nothing_written(r) -> bool:
+    return r.xlen(K.log) == 0 and r.xlen(K.out) == 0 and r.xlen(K.dead) == 0 and not r.exists(K.learnt)
+
+
+def test_commit_writes_everything_and_acks(r):
+    ids = _read(r, "w1", 3)
+    req = CommitRequest(ids=ids, outputs=[b"o1", b"o2"], dead=[b"d"], log_data=b"delta", n_learnt=2,
+                        cache_ops=[CacheNew(K.cache("a"), b"row", b"pred", b"", 2.0, 1.5, 60000)])
+    res = commit_batch(r, K, "w1", req)
+    assert res.ok and res.log_id == r.xrange(K.log)[0][0].decode()
+    assert [f[b"data"] for _, f in r.xrange(K.out)] == [b"o1", b"o2"]
+    assert r.xlen(K.dead) == 1 and int(r.get(K.learnt)) == 2
+    assert r.hgetall(K.cache("a")) == {b"row": b"row", b"pred": b"pred", b"learnt": b"",
+                                       b"w": b"2.0", b"t": b"1.5"}
+    assert 0 < r.pttl(K.cache("a")) <= 60000
+    assert r.xpending(K.input, GROUP)["pending"] == 0
+
+
+def test_lost_ids_write_nothing(r):
+    ids = _read(r, "w1", 3)
+    r.xclaim(K.input, GROUP, "w2", 0, [ids[1]])  # another worker took one
+    res = commit_batch(r, K, "w1", CommitRequest(ids=ids, outputs=[b"o"], log_data=b"d", n_learnt=3))
+    assert not res.ok and res.lost == [ids[1]]
+    assert _nothing_written(r)
+    assert r.xpending(K.input, GROUP)["pending"] == 3  # nothing acked
+    # the worker drops the lost id and commits the rest
+    res = commit_batch(r, K, "w1", CommitRequest(ids=[ids[0], ids[2]], log_data=b"d", n_learnt=2))
+    assert res.ok and r.xpending(K.input, GROUP)["pending"] == 1
+
+
+def test_replayed_commit_is_a_no_op(r):
+    ids = _read(r, "w1", 2)
+    req = CommitRequest(ids=ids, outputs=[b"o1", b"o2"], log_data=b"d", n_learnt=2)
+    assert commit_batch(r, K, "w1", req).ok
+    again = commit_batch(r, K, "w1", req)  # e.g. a retry after a timeout
+    assert sorted(again.lost) == sorted(ids)
+    assert r.xlen(K.log) == 1 and r.xlen(K.out) == 2 and int(r.get(K.learnt)) == 2
+
+
+def test_cache_compare_and_set_conflict_writes_nothing(r):
+    ids = _read(r, "w1", 1)
+    r.hset(K.cache("m"), mapping={"learnt": encode_label("ham")})
+    stale = CacheCas(K.cache("m"), expected=encode_label("spam"), new=encode_label("news"))
+    res = commit_batch(r, K, "w1", CommitRequest(ids=ids, log_data=b"d", cache_ops=[stale]))
+    assert res.conflicts == [0] and r.xlen(K.log) == 0
+    good = CacheCas(K.cache("m"), expected=encode_label("ham"), new=encode_label("news"))
+    assert commit_batch(r, K, "w1", CommitRequest(ids=ids, log_data=b"d", cache_ops=[good])).ok
+    assert r.hget(K.cache("m"), "learnt") == encode_label("news")
+    # a missing (expired) entry is a conflict too
+    ids = [r.xadd(K.input, {"data": b"z"}).decode()]
+    r.xreadgroup(GROUP, "w1", {K.input: ">"})
+    gone = CacheCas(K.cache("gone"), expected=encode_label("ham"), new=encode_label("spam"))
+    assert commit_batch(r, K, "w1", CommitRequest(ids=ids, cache_ops=[gone])).conflicts == [0]
+
+
+def test_decay_events_every_k_learnt_messages(r):
+    ids = _read(r, "w1", 3)
+    for i, n in enumerate([3, 4, 5]):  # 3, 7, 12 learnt: boundaries of 5 crossed at 7 and 12
+        res = commit_batch(r, K, "w1", CommitRequest(ids=[ids[i]], log_data=f"d{i}".encode(),
+                                                     n_learnt=n, decay_every=5, decay_data=b"decay"))
+        assert res.ok
+    assert [f[b"data"] for _, f in r.xrange(K.log)] == [b"d0", b"d1", b"decay", b"d2", b"decay"]
+
+
+def test_out_is_capped_and_the_script_survives_a_flush(r):
+    ids = _read(r, "w1", 1)
+    outs = [f"o{i}".encode() for i in range(1000)]
+    r.script_flush()
+    assert commit_batch(r, K, "w1", CommitRequest(ids=ids, outputs=outs), out_maxlen=100).ok
+    assert 100 <= r.xlen(K.out) < 1000
+    assert r.xrevrange(K.out, count=1)[0][1][b"data"] == b"o999"

@@ -1,0 +1,211 @@
+"""Featurizer: config, rows, stacking, offline API, reason codes, cross-process determinism."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import msgpack
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from streamnb.codec import InputMessage, decode_input
+from streamnb.exceptions import FormatError, MalformedMessage
+from streamnb.features import (
+    N_META,
+    EmailFeaturizer,
+    Featurizer,
+    Row,
+    TextFeaturizer,
+    TokenHasher,
+    tokenize_email,
+)
+
+MAIL = b"From: a@spam.example.com\nSubject: Cheap cheap meds\n\nBuy cheap meds at http://x.example.org now"
+
+
+def msg(kind, payload, **kw) -> InputMessage:
+    return InputMessage("1-0", "1-0", kind, payload, **kw)
+
+
+def expected_row(tokens, bits, binary=True):
+    counts: dict[int, float] = {}
+    h = TokenHasher(bits)
+    for t in tokens:
+        counts[h.bucket(t)] = counts.get(h.bucket(t), 0.0) + 1.0
+    idx = sorted(counts)
+    return idx, [1.0 if binary else counts[i] for i in idx]
+
+
+def test_config_round_trip_and_is_msgpack_and_json_friendly():
+    f = Featurizer(bits=12, ngrams=True, meta=True, counts="raw", headers=["subject", "from"])
+    cfg = f.config
+    assert Featurizer.from_config(json.loads(json.dumps(cfg))) == f
+    assert Featurizer.from_config(msgpack.unpackb(msgpack.packb(cfg))) == f
+    assert cfg["bits"] == 12 and cfg["meta"] is True and cfg["input"] == "sparse"
+    assert Featurizer.from_config({}).config == Featurizer().config
+
+
+@pytest.mark.parametrize(
+    ("cfg", "match"),
+    [
+        ({"bitz": 3}, "unknown featurizer options"),
+        ({"input": "dense"}, "needs dim"),
+        ({"input": "dense", "dim": 3, "meta": True}, "meta"),
+        ({"dim": 3}, "dim is for dense input"),
+        ({"counts": "tfidf"}, "counts must be one of"),
+        ({"bits": 40}, "bits must be an int"),
+        ({"min_len": 5, "max_len": 2}, "min_len"),
+        ({"version": 99}, "version"),
+    ],
+)
+def test_bad_config_is_refused(cfg, match):
+    with pytest.raises(ValueError, match=match):
+        Featurizer.from_config(cfg)
+
+
+def test_raw_row_is_hashed_tokens_binary_by_default():
+    f = Featurizer(bits=16)
+    row = f.featurize(msg("raw", MAIL))
+    tokens = tokenize_email(MAIL)
+    idx, vals = expected_row(tokens, 16)
+    assert row.indices.tolist() == idx and row.values.tolist() == vals
+    assert row.n_tokens == len(tokens) and row.meta is None
+
+
+def test_count_modes():
+    text = "spam spam spam eggs"
+    idx, raw_counts = expected_row(["spam", "spam", "spam", "eggs"], 10, binary=False)
+    assert Featurizer(bits=10, counts="raw").featurize(msg("text", text)).values.tolist() == raw_counts
+    logged = Featurizer(bits=10, counts="log").featurize(msg("text", text)).values
+    assert np.allclose(logged, np.log1p(raw_counts))
+
+
+def test_tokens_taken_as_given_and_features_values_kept():
+    f = Featurizer(bits=20, counts="raw")
+    row = f.featurize(msg("tokens", ["Hello", "hello", "x"]))
+    idx, vals = expected_row(["Hello", "hello", "x"], 20, binary=False)
+    assert row.indices.tolist() == idx and row.values.tolist() == vals
+    row = f.featurize(msg("features", {"size": 2.5, "links": 3.0}))
+    h = TokenHasher(20)
+    assert dict(zip(row.indices.tolist(), row.values.tolist(), strict=True)) == {
+        h.bucket("size"): 2.5, h.bucket("links"): 3.0}
+
+
+def test_reason_codes_from_the_featurizer():
+    sparse, dense = Featurizer(bits=10), Featurizer(input="dense", dim=3)
+    cases = [
+        (sparse, msg("x", np.array([1.0, 2.0])), "incompatible_payload"),
+        (dense, msg("text", "hello"), "incompatible_payload"),
+        (dense, msg("raw", b"Subject: x\n\ny"), "incompatible_payload"),
+        (dense, msg("x", np.array([1.0, 2.0])), "wrong_dimension"),
+        (dense, msg("x", np.array([1.0, np.nan, 2.0])), "non_finite"),
+        (sparse, msg("features", {"a": -1.0}), "incompatible_payload"),
+        (sparse, msg(None, None, ref="m1", label="ham"), "no_payload"),
+    ]
+    for f, m, reason in cases:
+        with pytest.raises(MalformedMessage) as info:
+            f.featurize(m)
+        assert info.value.reason == reason and info.value.detail
+
+
+def test_wrong_dimension_message_says_expected_and_got():
+    with pytest.raises(MalformedMessage, match="x has 2 values, but this model expects 3"):
+        Featurizer(input="dense", dim=3).featurize(msg("x", np.array([1.0, 2.0])))
+
+
+def test_dense_rows_and_stack():
+    f = Featurizer.from_config({"input": "dense", "dim": 2})
+    rows = [f.featurize(msg("x", np.array([1.0, 2.0]))), f.featurize(msg("x", np.array([3.0, 4.0])))]
+    X = f.stack(rows)
+    assert isinstance(X, np.ndarray) and X.tolist() == [[1.0, 2.0], [3.0, 4.0]]
+    assert f.n_columns == 2
+
+
+def test_sparse_stack_with_meta_columns_at_the_end():
+    f = Featurizer(bits=8, meta=True)
+    rows = [f.featurize(msg("raw", MAIL)), f.featurize(msg("text", "Hello THERE"))]
+    X = f.stack(rows)
+    assert sp.issparse(X) and X.format == "csr" and X.shape == (2, 256 + N_META) == (2, f.n_columns)
+    dense = X.toarray()
+    assert np.array_equal(dense[0, 256:], rows[0].meta)
+    assert np.array_equal(dense[1, 256:], rows[1].meta)
+    assert dense[0, :256].sum() == rows[0].values.sum()
+
+
+def test_row_bytes_round_trip_and_validation():
+    f = Featurizer(bits=12, meta=True)
+    row = f.featurize(msg("raw", MAIL))
+    assert Row.from_bytes(row.to_bytes()) == row
+    dense = Featurizer(input="dense", dim=3).featurize(msg("x", np.array([1.0, 2.0, 3.0])))
+    assert Row.from_bytes(dense.to_bytes()) == dense
+    for bad in [b"\xc1", msgpack.packb({"type": "row", "v": 1}), msgpack.packb([1]),
+                msgpack.packb({"type": "row", "v": 1, "n": 1, "indices": {"dtype": "<i4", "shape": [2], "data": b"\x01"}})]:
+        with pytest.raises(FormatError):
+            Row.from_bytes(bad)
+    unsorted = Row(indices=np.array([5, 2], dtype=np.int32), values=np.array([1.0, 1.0]), n_tokens=2)
+    with pytest.raises(FormatError, match="sorted"):
+        Row.from_bytes(unsorted.to_bytes())
+
+
+def test_offline_email_featurizer_matches_the_daemon_path():
+    raws = [MAIL, b"Subject: lunch\n\nsee you at noon", b""]
+    X = EmailFeaturizer(bits=14).transform(raws)
+    f = Featurizer.from_config({"bits": 14})
+    entries = [decode_input(msgpack.packb({"raw": r}), f"{i}-0") for i, r in enumerate(raws)]
+    Y = f.stack([f.featurize(m) for m in entries])
+    assert (X != Y).nnz == 0 and X.shape == (3, 2**14)
+
+
+def test_offline_text_featurizer():
+    X = TextFeaturizer(bits=10).transform(["cheap meds", "meeting notes"])
+    idx, _ = expected_row(["cheap", "meds"], 10)
+    assert X[0].indices.tolist() == idx
+
+
+def test_offline_api_trains_a_model():
+    from streamnb.models import MultinomialNB
+
+    f = EmailFeaturizer(bits=12)
+    X = f.transform([b"Subject: cheap meds\n\nbuy cheap meds", b"Subject: team lunch\n\nsee you at lunch"])
+    model = MultinomialNB(n_features=f.n_columns, smoothing_m="seen").fit(X, ["spam", "ham"])
+    assert model.predict(f.transform([b"Subject: meds\n\ncheap"])).tolist() == ["spam"]
+
+
+def test_same_features_in_another_process():
+    code = (
+        "import sys, json; from streamnb.features import EmailFeaturizer; "
+        "X = EmailFeaturizer(bits=20).transform([sys.stdin.buffer.read()]); "
+        "print(json.dumps([X.indices.tolist(), X.data.tolist()]))"
+    )
+    env = dict(os.environ, PYTHONHASHSEED="987")
+    out = subprocess.run([sys.executable, "-c", code], input=MAIL, capture_output=True, env=env, check=True)
+    X = EmailFeaturizer(bits=20).transform([MAIL])
+    assert json.loads(out.stdout) == [X.indices.tolist(), X.data.tolist()]
+
+
+def test_hostile_inputs_end_to_end_never_raise_anything_but_malformed():
+    depth = 100
+    nested = b"".join(f"Content-Type: multipart/mixed; boundary=b{i}\n\n--b{i}\n".encode() for i in range(depth))
+    hostile = [
+        {"raw": b"Content-Type: multipart/mixed; boundary=Z\n\n--Y\nbroken"},
+        {"raw": b"Content-Type: text/plain; charset=klingon\n\n\xff\xfe\xfd"},
+        {"raw": b"Content-Transfer-Encoding: base64\n\n%%%%garbage%%%%"},
+        {"raw": nested + b"\n"},
+        {"raw": b""},
+        {"raw": b"x" * (50 << 20)},
+        {"x": [1.0, float("nan")]},
+        {"text": "a", "raw": b"b"},
+    ]
+    f = Featurizer(bits=12, meta=True)
+    outcomes = []
+    for obj in hostile:
+        try:
+            row = f.featurize(decode_input(msgpack.packb(obj, use_bin_type=True), "1-0"))
+            outcomes.append("ok" if row.n_tokens > 0 else "empty")
+        except MalformedMessage as exc:
+            outcomes.append(exc.reason)
+    assert outcomes == ["ok", "ok", "ok", "ok", "ok", "too_large", "non_finite", "several_payloads"]

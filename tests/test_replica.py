@@ -1,0 +1,110 @@
+"""Replicas (snapshot + log, in log order) and the snapshot lease, on fakeredis and real Redis."""
+
+from __future__ import annotations
+
+import fakeredis
+import numpy as np
+import pytest
+from _worker_helpers import assert_same_stats
+
+from streamnb.models import make_model
+from workers.keys import ModelKeys
+from workers.model_config import ModelSpec, ensure_config
+from workers.replica import Replica, encode_decay, encode_delta
+from workers.snapshotter import Snapshotter
+
+
+@pytest.fixture(params=["fake", "real"])
+def r(request):
+    if request.param == "fake":
+        yield fakeredis.FakeRedis()
+    else:
+        yield request.getfixturevalue("redis_server").client()
+
+
+K = ModelKeys("rep")
+SPEC = ModelSpec("rep", kind="multinomial", model_params={"n_features": 6},
+                 featurizer_config={"input": "dense", "dim": 6})
+
+
+def _batches(seed=0):
+    rng = np.random.default_rng(seed)
+    for _ in range(20):
+        X = rng.integers(0, 4, size=(5, 6)).astype(float)
+        y = list(rng.choice(["a", "b"], size=5))
+        yield X, y
+
+
+def _write_log(r, cfg):
+    """Deltas of 20 batches, a correction and a decay; returns the offline equivalent."""
+    scratch = make_model("multinomial", n_features=6)
+    ref = make_model("multinomial", n_features=6)
+    for X, y in _batches():
+        r.xadd(K.log, {"data": encode_delta(scratch.batch_stats(X, y), None, 5, "w", "b")})
+        ref.partial_fit(X, y)
+    X = np.array([[1.0, 0, 0, 2, 0, 0]])
+    r.xadd(K.log, {"data": encode_delta(scratch.batch_stats(X, ["b"]), scratch.batch_stats(X, ["a"]),
+                                        0, "w", "c")})
+    ref.partial_fit(X, ["b"]).unlearn(X, ["a"])
+    r.xadd(K.log, {"data": encode_decay(0.5)})
+    ref.decay(0.5)
+    return ref
+
+
+def test_replica_applies_the_log_in_order(r):
+    cfg = ensure_config(r, SPEC)
+    ref = _write_log(r, cfg)
+    rep = Replica(r, K, cfg).load()
+    assert_same_stats(rep.model, ref)
+    assert rep.version == r.xrevrange(K.log, count=1)[0][0].decode()
+    assert rep.learnt == 100
+
+
+def test_snapshot_trim_and_late_joiner(r):
+    cfg = ensure_config(r, SPEC)
+    ref = _write_log(r, cfg)
+    early = Replica(r, K, cfg).load()
+    snap = Snapshotter(r, K, "w1", margin_ms=0)
+    assert snap.hold_lease() and snap.write(early)
+    assert r.xlen(K.log) == 1  # only the entry at the snapshot id itself remains
+    late = Replica(r, K, cfg).load()
+    assert late.version == early.version and late.reloads == 1
+    assert_same_stats(late.model, ref)
+    # more log after the snapshot: both converge to the same statistics
+    scratch = make_model("multinomial", n_features=6)
+    X = np.eye(6)
+    r.xadd(K.log, {"data": encode_delta(scratch.batch_stats(X, ["a"] * 6), None, 6, "w", "x")})
+    ref.partial_fit(X, ["a"] * 6)
+    for rep in (early, late):
+        rep.catch_up()
+        assert_same_stats(rep.model, ref)
+    assert early.version == late.version
+
+
+def test_a_replica_behind_the_trim_point_reloads_the_snapshot(r):
+    cfg = ensure_config(r, SPEC)
+    behind = Replica(r, K, cfg).load()  # version 0-0, then the log grows and gets trimmed
+    ref = _write_log(r, cfg)
+    ahead = Replica(r, K, cfg).load()
+    snap = Snapshotter(r, K, "w1", margin_ms=0)
+    snap.hold_lease()
+    assert snap.write(ahead)
+    behind.catch_up()
+    assert behind.reloads == 1 and behind.version == ahead.version
+    assert_same_stats(behind.model, ref)
+
+
+def test_only_the_lease_holder_writes_and_snapshots_only_move_forward(r):
+    cfg = ensure_config(r, SPEC)
+    _write_log(r, cfg)
+    rep = Replica(r, K, cfg).load()
+    old = Replica(r, K, cfg)
+    old.catch_up(limit=3)
+    a, b = Snapshotter(r, K, "a", margin_ms=0), Snapshotter(r, K, "b", margin_ms=0)
+    assert a.hold_lease() and not b.hold_lease()
+    assert not b.write(rep)  # not the holder
+    assert a.write(rep)
+    a.release()
+    assert b.hold_lease()
+    assert not b.write(old)  # older than the stored snapshot: refused
+    assert r.hget(K.snapshot, "log_id").decode() == rep.version

@@ -1,0 +1,200 @@
+"""Crash, pause, shutdown and Redis restarts: no message lost, none learnt twice (real Redis)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import pytest
+from _redis_server import REDIS_SERVER, RedisServer
+from _worker_helpers import (
+    assert_same_stats,
+    count_spec,
+    fast_options,
+    learnt_model,
+    offline_model,
+    produce,
+    spawn_worker,
+    token_messages,
+    url_worker,
+)
+
+from streamnb.codec import decode_output
+from workers.keys import GROUP, ModelKeys
+
+pytestmark = pytest.mark.redis
+K = ModelKeys("mail")
+FCFG = {"bits": 10, "counts": "raw"}
+OPTS = {"batch": 20, "block_ms": 50, "heartbeat_s": 0.3, "claim_idle_ms": 800}
+
+
+def _wait(cond, timeout=60.0, what="condition"):
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.02)
+
+
+def _done(r, n):
+    return lambda: r.xlen(K.out) >= n and r.xpending(K.input, GROUP)["pending"] == 0 and \
+        _delivered_all(r)
+
+
+def _delivered_all(r):
+    groups = r.xinfo_groups(K.input)
+    last = r.xrevrange(K.input, count=1)
+    return bool(groups) and bool(last) and groups[0]["last-delivered-id"] == last[0][0]
+
+
+def _check_exactly_once(r, msgs):
+    model, _ = learnt_model(r, "mail")
+    assert_same_stats(model, offline_model("multinomial", {"n_features": 1024}, FCFG, msgs))
+    assert int(r.get(K.learnt)) == sum(1 for m in msgs if "label" in m)
+    ids = {decode_output(f[b"data"])["id"] for _, f in r.xrange(K.out)}
+    assert ids == {m["id"] for m in msgs}  # every message has a prediction
+
+
+def _stop(p, sig=signal.SIGTERM):
+    if p.poll() is None:
+        p.send_signal(sig)
+    return p.wait(20)
+
+
+@pytest.mark.slow
+def test_kill_9_mid_batch_then_restart(redis_server, tmp_path):
+    r = redis_server.client()
+    msgs = token_messages(2000, seed=11)
+    spec = count_spec()
+    p = spawn_worker(redis_server.url, spec, dict(OPTS, consumer="a"), tmp_path / "a.log")
+    _wait(lambda: r.hlen(K.workers) == 1, what="worker up")
+    produce(r, "mail", msgs)
+    _wait(lambda: r.xlen(K.out) >= 500, what="some progress")
+    p.kill()  # SIGKILL: no chance to commit the batch in hand
+    p.wait()
+    assert r.xlen(K.out) < 2000
+    p = spawn_worker(redis_server.url, spec, dict(OPTS, consumer="a"), tmp_path / "a2.log")
+    try:
+        _wait(_done(r, 2000), what="all processed")
+    finally:
+        assert _stop(p) == 0
+    _check_exactly_once(r, msgs)
+    assert r.xlen(K.out) == 2000  # no duplicate prediction either
+
+
+@pytest.mark.slow
+def test_sigstop_past_the_claim_timeout_does_not_double_learn(redis_server, tmp_path):
+    r = redis_server.client()
+    msgs = token_messages(1500, seed=12)
+    spec = count_spec()
+    a = spawn_worker(redis_server.url, spec, dict(OPTS, consumer="a"), tmp_path / "a.log")
+    _wait(lambda: r.hlen(K.workers) == 1, what="worker a up")
+    produce(r, "mail", msgs)
+    _wait(lambda: r.xlen(K.out) >= 300, what="some progress")
+    for _ in range(50):  # stop a while it holds an uncommitted batch
+        os.kill(a.pid, signal.SIGSTOP)
+        time.sleep(0.05)
+        held = r.xpending_range(K.input, GROUP, "-", "+", 100, consumername="a")
+        if held:
+            break
+        os.kill(a.pid, signal.SIGCONT)
+    assert held, "could not catch worker a holding a batch"
+    try:
+        b = spawn_worker(redis_server.url, spec, dict(OPTS, consumer="b"), tmp_path / "b.log")
+        # b finishes everything, claiming what a holds once it is idle past claim_idle_ms
+        _wait(lambda: r.xlen(K.out) >= 1500 and _delivered_all(r) and
+              not r.xpending_range(K.input, GROUP, "-", "+", 10, consumername="a"),
+              what="b claims and finishes")
+    finally:
+        os.kill(a.pid, signal.SIGCONT)
+    time.sleep(1.0)  # a wakes up, finds its batch lost in the ownership check
+    _wait(_done(r, 1500), what="all committed")
+    assert _stop(a) == 0 and _stop(b) == 0
+    _check_exactly_once(r, msgs)
+
+
+def test_ownership_check_drops_entries_claimed_meanwhile(redis_server):
+    """Deterministic version of the pause: w0 holds a batch, w1 claims it, w0 commits."""
+    r = redis_server.client()
+    msgs = token_messages(30, seed=13)
+    produce(r, "mail", msgs)
+    w0 = url_worker(redis_server.url, [count_spec()], fast_options("w0", batch=30, claim_idle_ms=100))
+    w1 = url_worker(redis_server.url, [count_spec()], fast_options("w1", batch=30, claim_idle_ms=100))
+    w0.start()
+    rt0 = w0.models["mail"]
+    rt0.pending_phase = False
+    entries = w0.reader.xreadgroup(GROUP, "w0", {K.input: ">"}, count=30)[0][1]
+    time.sleep(0.25)  # w0 "paused" past the claim timeout
+    w1.run_until_idle()  # claims and learns all 30
+    assert w0._process(rt0, entries, None) == 30  # ownership check: everything lost
+    w0.run_until_idle()
+    for w in (w0, w1):
+        assert_same_stats(w.models["mail"].replica.model,
+                          offline_model("multinomial", {"n_features": 1024}, FCFG, msgs))
+    assert r.xlen(K.out) == 30 and int(r.get(K.learnt)) == 30
+
+
+def test_sigterm_warm_shutdown(redis_server, tmp_path):
+    r = redis_server.client()
+    msgs = token_messages(3000, seed=14)
+    produce(r, "mail", msgs)
+    p = spawn_worker(redis_server.url, count_spec(), dict(OPTS, consumer="a", batch=50),
+                     tmp_path / "a.log")
+    _wait(lambda: r.xlen(K.out) >= 200, what="some progress")
+    assert _stop(p) == 0
+    assert not r.xpending_range(K.input, GROUP, "-", "+", 10, consumername="a")
+    n_out = r.xlen(K.out)
+    assert n_out < 3000  # stopped mid-stream, having committed what it read
+    model, _ = learnt_model(r, "mail")
+    done = [decode_output(f[b"data"])["id"] for _, f in r.xrange(K.out)]
+    by_id = {m["id"]: m for m in msgs}
+    assert_same_stats(model, offline_model("multinomial", {"n_features": 1024}, FCFG,
+                                           [by_id[i] for i in done]))
+    assert "a" not in {c["name"].decode() if isinstance(c["name"], bytes) else c["name"]
+                       for c in r.xinfo_consumers(K.input, GROUP)}
+
+
+def test_poison_messages_go_to_dead(redis_server):
+    r = redis_server.client()
+    msgs = token_messages(5, seed=15)
+    ids = produce(r, "mail", msgs)
+    w = url_worker(redis_server.url, [count_spec()], fast_options("w1", claim_idle_ms=10,
+                                                                   max_deliveries=3))
+    w.start()
+    r.xreadgroup(GROUP, "crasher", {K.input: ">"}, count=1)  # a worker that keeps dying on it
+    for _ in range(3):
+        r.xclaim(K.input, GROUP, "crasher", 0, [ids[0]])
+    time.sleep(0.05)
+    w.run_until_idle()
+    dead = [decode_output(f[b"data"]) for _, f in r.xrange(K.dead)]
+    assert [(d["entry"], d["reason"]) for d in dead] == [(ids[0], "poison")]
+    assert "delivered 5 times" in dead[0]["detail"]
+    assert r.xpending(K.input, GROUP)["pending"] == 0
+    assert w.models["mail"].replica.learnt == 4
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(REDIS_SERVER is None, reason="redis-server is not installed")
+def test_redis_restart_with_aof_always(tmp_path):
+    msgs = token_messages(1500, seed=16)
+    with RedisServer(appendfsync="always") as server:
+        r = server.client()
+        p = spawn_worker(server.url, count_spec(),
+                         dict(OPTS, consumer="a", backoff_cap_s=0.3), tmp_path / "a.log")
+        try:
+            _wait(lambda: r.hlen(K.workers) == 1, what="worker up")
+            produce(r, "mail", msgs[:1000])
+            _wait(lambda: r.xlen(K.out) >= 300, what="some progress")
+            server.stop(signal.SIGKILL)  # crash; AOF always keeps every acknowledged write
+            time.sleep(0.5)
+            server.start()
+            r = server.client()
+            produce(r, "mail", msgs[1000:])
+            _wait(_done(r, 1500), what="all processed after the restart")
+        finally:
+            code = _stop(p)
+        log = (tmp_path / "a.log").read_text()
+        assert code == 0, log[-3000:]
+        assert "reconnecting in" in log
+        _check_exactly_once(r, msgs)
