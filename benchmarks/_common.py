@@ -89,6 +89,13 @@ def _redis_version() -> str:
         return "unknown"
 
 
+def load_average() -> str:
+    try:
+        return " ".join(f"{v:.2f}" for v in os.getloadavg())
+    except OSError:
+        return "unknown"
+
+
 def reproduce_command(module: str, argv: Sequence[str]) -> str:
     """The shell command that runs ``module`` with ``argv`` from the repository root."""
     return " ".join(["python -m", module, *[shlex.quote(a) for a in argv]]).strip()
@@ -103,6 +110,7 @@ def print_header(title: str, module: str, argv: Sequence[str]) -> None:
     print(f"compared: river {info['river']}, scikit-learn {info['sklearn']}, "
           f"redis-server {info['redis-server']}")
     print(f"command (from {ROOT}, venv active): {reproduce_command(module, argv)}")
+    print(f"load average at start: {load_average()} (shared machine: figures are noisy)")
     sys.stdout.flush()
 
 

@@ -201,20 +201,28 @@ def bare_parse_rate(raws: Sequence[bytes]) -> float:
 
 
 def benchmark(corpus: Corpus, repeat: int = 1, worker_counts: Sequence[int] = (1, 2),
-              payloads: Sequence[str] = ("tokens", "raw"), timeout: float = 600.0) -> dict[str, Any]:
-    """Every (payload, workers) run, plus the in-process references; a dict for printing."""
+              payloads: Sequence[str] = ("tokens", "raw"), timeout: float = 600.0,
+              trials: int = 1) -> dict[str, Any]:
+    """Every (payload, workers) run, plus the in-process references; a dict for printing.
+
+    With ``trials`` > 1 the runs are interleaved and the best of each is kept (the
+    machine is shared: the best run is the one least disturbed)."""
     tokens = corpus_tokens(corpus)
     big = Corpus(corpus.raws * repeat, corpus.labels * repeat)
     encoded = {p: encode_messages(big, p, tokens=tokens * repeat) for p in payloads}
     refs = {"bare email.message_from_bytes": bare_parse_rate(corpus.raws)}
     for p in payloads:
         refs[f"in-process pipeline ({p})"] = in_process_rate(encoded[p])
-    results: list[E2EResult] = []
+    best: dict[tuple[str, int], E2EResult] = {}
     with RedisServer() as server:
-        for p in payloads:
-            for n in worker_counts:
-                results.append(run_e2e(server, f"bench-{p}-{n}w", encoded[p], n, p, timeout))
-    return {"results": results, "refs": refs, "messages": len(big)}
+        for t in range(trials):
+            for p in payloads:
+                for n in worker_counts:
+                    r = run_e2e(server, f"bench-{p}-{n}w-{t}", encoded[p], n, p, timeout)
+                    server.client().flushdb()  # keep Redis small between runs
+                    if (p, n) not in best or r.per_second > best[(p, n)].per_second:
+                        best[(p, n)] = r
+    return {"results": list(best.values()), "refs": refs, "messages": len(big)}
 
 
 def summary(report: dict[str, Any]) -> list[str]:
@@ -258,6 +266,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeat", type=int, default=3, help="passes over the corpus")
     ap.add_argument("--workers", default="1,2")
     ap.add_argument("--payloads", default="tokens,raw")
+    ap.add_argument("--trials", type=int, default=2, help="interleaved runs; the best is kept")
+    ap.add_argument("--profile", choices=("tokens", "raw"),
+                    help="instead: profile one in-process worker on this payload (cProfile)")
     args = ap.parse_args(argv)
     print_header("benchmark 3: end to end through redis-server, 1 and 2 workers",
                  "benchmarks.end_to_end", argv)
@@ -265,11 +276,75 @@ def main(argv: list[str] | None = None) -> int:
     if corpus is None:
         print(f"corpus not found at {args.corpus}: using synthetic mail")
         corpus = synthetic_mail(args.limit or 2000)
+    if args.profile:
+        big = Corpus(corpus.raws * args.repeat, corpus.labels * args.repeat)
+        tokens = corpus_tokens(corpus) * args.repeat if args.profile == "tokens" else None
+        profile_worker(encode_messages(big, args.profile, tokens=tokens))
+        return 0
     report = benchmark(corpus, args.repeat, [int(w) for w in args.workers.split(",")],
-                       args.payloads.split(","))
+                       args.payloads.split(","), trials=args.trials)
     print(f"{report['messages']} labelled messages per run ({len(corpus)} x {args.repeat})")
     print_report(report)
     return 0
+
+
+
+# ---------------------------------------------------------------------- profiling
+#: Stage -> the function (qualified name suffix) whose cumulative time is that stage.
+STAGES = {
+    "read (XREADGROUP)": "worker.py:_read",
+    "decode (msgpack)": "codec.py:decode_input",
+    "featurize": "featurizer.py:featurize",
+    "predict (score + decide)": "worker.py:_predict",
+    "observe (metrics, drift)": "worker.py:_observe",
+    "learn (batch statistics)": "worker.py:_stats",
+    "encode delta": "replica.py:encode_delta",
+    "encode outputs": "codec.py:output_for",
+    "cache rows (to_bytes)": "featurizer.py:to_bytes",
+    "commit (Lua script)": "commit.py:commit_batch",
+    "log apply (tail + merge)": "worker.py:_tail",
+    "housekeeping": "worker.py:_housekeeping",
+}
+
+
+def profile_worker(messages: Sequence[bytes], name: str = "profile", top: int = 25) -> dict[str, float]:
+    """Run one in-process worker under cProfile over ``messages`` (real redis-server);
+    print the top functions and return seconds per stage (see :data:`STAGES`)."""
+    import cProfile
+    import pstats
+
+    from prometheus_client import CollectorRegistry
+
+    from workers.connection import RedisSettings, UrlConnector
+    from workers.metrics import Metrics
+    from workers.model_config import ModelSpec
+    from workers.worker import Worker, WorkerOptions
+
+    with RedisServer() as server:
+        prefill(server.client(), name, messages)
+        w = Worker(UrlConnector(RedisSettings(server.url)), [ModelSpec(name, kind="multinomial")],
+                   WorkerOptions(consumer="profiler"), Metrics(CollectorRegistry()))
+        w.start()
+        prof = cProfile.Profile()
+        t0 = time.perf_counter()
+        prof.enable()
+        w.run_until_idle(timeout=600)
+        prof.disable()
+        total = time.perf_counter() - t0
+        w.shutdown()
+    stats = pstats.Stats(prof)
+    cum: dict[str, float] = {}
+    for (filename, _line, func), (_cc, _nc, _tt, ct, _callers) in stats.stats.items():  # type: ignore[attr-defined]
+        key = f"{Path(filename).name}:{func}"
+        cum[key] = cum.get(key, 0.0) + ct
+    stages = {stage: cum.get(fn, 0.0) for stage, fn in STAGES.items()}
+    print(f"profiled worker: {len(messages)} messages in {total:.2f}s under cProfile "
+          f"({rate(len(messages), total):,.0f} msg/s)")
+    print(format_table(["stage", "seconds", "us/message", "share"],
+                       [[s, v, 1e6 * v / len(messages), f"{v / total:.0%}"] for s, v in stages.items()]))
+    print()
+    stats.sort_stats("tottime").print_stats(top)
+    return stages
 
 
 if __name__ == "__main__":

@@ -77,7 +77,7 @@ def test_top_level_help_lists_commands(capsys):
     assert all(c in out for c in COMMANDS)
 
 
-@pytest.mark.parametrize("args, expected", [
+BAD_ARGUMENTS = [
     (["worker", "--bogus"], "unrecognized arguments: --bogus"),
     (["worker", "--batch", "0"], "expected a whole number >= 1, got 0"),
     (["worker", "--kind", "svm"], "invalid choice: 'svm'"),
@@ -89,8 +89,22 @@ def test_top_level_help_lists_commands(capsys):
     (["worker", "--model", "m", "--config", "/nonexistent/streamnb.toml"], "does not exist"),
     (["worker", "--model", "m", "--kind", "gaussian", "--alpha", "1", "--redis", "redis://127.0.0.1:1/0"],
      "--alpha does not apply to a gaussian model"),
-])
-def test_bad_arguments_exit_2_with_one_line(args, expected):
+]
+
+
+@pytest.mark.parametrize("args, expected", BAD_ARGUMENTS)
+def test_bad_arguments_exit_2_with_one_line(args, expected, capsys):
+    try:
+        code = main(args, env={})
+    except SystemExit as exc:
+        code = exc.code
+    err = capsys.readouterr().err
+    assert code == 2 and "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1 and err.startswith("streamnb") and expected in err
+
+
+@pytest.mark.parametrize("args, expected", [BAD_ARGUMENTS[0], BAD_ARGUMENTS[5], BAD_ARGUMENTS[9]])
+def test_bad_arguments_as_a_subprocess(args, expected):
     line = one_line_error(cli(*args))
     assert line.startswith("streamnb") and expected in line
 

@@ -206,6 +206,7 @@ def test_dashboard_and_alert_queries_against_real_prometheus(stack):
     # rate() and increase() need two samples in their window: let a few scrapes happen
     wait_for(lambda: (scalar(url, 'min(count_over_time(up{job="streamnb"}[15s]))') or 0) >= 4,
              30, "four scrapes of each worker")
+    time.sleep(3.5)       # and a few more since the last series appeared (scrape interval 1s)
 
     # accuracy in PromQL == accuracy from :out (true_label vs label)
     entries = scored()
@@ -230,7 +231,7 @@ def test_dashboard_and_alert_queries_against_real_prometheus(stack):
             assert res["status"] == "success", (p["title"], expr, res)
             got_data = got_data or bool(res["data"]["result"])
         if row in ("Overview", "Quality") and not got_data:
-            empty.append(p["title"])
+            empty.append(f"{p['title']}: {[t['expr'] for t in p['targets']]}")
     assert not empty, f"panels without data: {empty}"
     for title, expr in dashboard_exprs():
         res = query(url, substitute(expr))

@@ -1,11 +1,20 @@
-"""Redis clients built from a URL, the dedicated reading connection, URL redaction.
+"""Redis clients built from a URL: TLS, Redis Cluster, no retry of refused credentials,
+the start-up access check, URL redaction.
 
 ``redis://`` and ``rediss://`` URLs (``rediss://user:password@host:6380/0``) are accepted;
 a password given separately (read by the caller from an environment variable or a file)
-overrides the URL's; ``ca_file`` verifies a TLS server; ``cluster=True`` builds a
-:class:`redis.cluster.RedisCluster`. Blocking reads use their own client whose socket
-timeout exceeds the BLOCK time (redis-py 8 defaults ``socket_timeout`` to 5 s, which
-would cut a longer block short).
+overrides the URL's. TLS: ``rediss://`` plus ``ca_file`` (the CA that signed the server's
+certificate; the host name is checked) and, for servers that ask for client certificates,
+``cert_file``/``key_file``. ``cluster=True`` builds a :class:`redis.cluster.RedisCluster`
+(any node's URL; every key of a model shares the hash tag ``{NAME}``, so one model lives in
+one slot). Blocking reads use their own client whose socket timeout exceeds the BLOCK time
+(redis-py 8 defaults ``socket_timeout`` to 5 s, which would cut a longer block short).
+
+A refused password or an ACL refusal is never retried (:class:`NoAccessRetry`): retrying
+cannot fix it, and redis-py's default retry of ``ConnectionError`` (of which
+``AuthenticationError`` is a subclass) made a wrong password take seconds to fail.
+:func:`check_access` runs, at start, every command a worker sends on throw-away keys of each
+model, so a user lacking one fails at once with one line naming them all.
 
 A :class:`Connector` is what :class:`workers.worker.Worker` takes: it makes the command
 client and the reading client, and can be rebuilt after a connection loss.
@@ -16,18 +25,47 @@ client and the reading client, and can be rebuilt after a connection loss.
 'rediss://:***@db'
 >>> RedisSettings("redis://localhost").reader_timeout(30000)
 35.0
+>>> RedisSettings("redis://localhost", ca_file="ca.pem")
+Traceback (most recent call last):
+...
+ValueError: a TLS CA or client certificate needs a rediss:// URL, got 'redis://localhost'
 """
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, Protocol
-from urllib.parse import urlsplit, urlunsplit
+from typing import Any, Protocol, TypeVar
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 import redis
+from redis.backoff import ExponentialWithJitterBackoff, NoBackoff
+from redis.exceptions import AuthenticationError, NoPermissionError
+from redis.retry import Retry
+
+from streamnb.exceptions import SettingsError
+
+try:  # redis-py >= 7
+    from redis.maint_notifications import MaintNotificationsConfig
+except ImportError:  # pragma: no cover - older redis-py sends no such command
+    MaintNotificationsConfig = None  # type: ignore[assignment,misc]
+
+log = logging.getLogger("streamnb.connection")
+
+T = TypeVar("T")
 
 #: Seconds a reading connection's socket timeout exceeds its BLOCK time.
 READ_TIMEOUT_MARGIN_S = 5.0
+#: Retries of a command by redis-py after a connection error (the worker itself reconnects
+#: with backoff and redoes uncommitted work, see docs/worker.md).
+COMMAND_RETRIES = 0
+#: Cluster client: attempts after a connection error, CLUSTERDOWN or a moved slot.
+CLUSTER_RETRIES = 3
+CLUSTER_BACKOFF_BASE_S = 0.05
+CLUSTER_BACKOFF_CAP_S = 1.0
+#: Reply prefixes of Redis's refusals of credentials or of a command.
+ACCESS_PREFIXES = ("WRONGPASS", "NOAUTH", "NOPERM")
 
 
 def redact_url(url: str) -> str:
@@ -45,9 +83,66 @@ def redact_url(url: str) -> str:
     return urlunsplit((parts.scheme, f"{user}:***@{host}", parts.path, parts.query, parts.fragment))
 
 
+def is_access_error(exc: BaseException) -> bool:
+    """Whether ``exc`` is Redis refusing the credentials or a command (never retried).
+
+    >>> is_access_error(redis.AuthenticationError("invalid username-password pair"))
+    True
+    >>> is_access_error(redis.ConnectionError("Connection refused"))
+    False
+    """
+    if isinstance(exc, (AuthenticationError, NoPermissionError)):
+        return True
+    return isinstance(exc, redis.RedisError) and str(exc).startswith(ACCESS_PREFIXES)
+
+
+class NoAccessRetry(Retry):
+    """A redis-py :class:`~redis.retry.Retry` that never retries an access refusal.
+
+    >>> calls = []
+    >>> def refuse():
+    ...     calls.append(1)
+    ...     raise redis.AuthenticationError("WRONGPASS")
+    >>> try:
+    ...     NoAccessRetry(NoBackoff(), 5).call_with_retry(refuse, lambda e: None)
+    ... except redis.AuthenticationError:
+    ...     len(calls)
+    1
+    """
+
+    def call_with_retry(self, do: Callable[[], T], fail: Callable[..., Any],
+                        is_retryable: Callable[[Exception], bool] | None = None,
+                        with_failure_count: bool = False) -> T:
+        def retryable(exc: Exception) -> bool:
+            return not is_access_error(exc) and (is_retryable is None or is_retryable(exc))
+
+        return super().call_with_retry(do, fail, retryable, with_failure_count)
+
+
+def _cluster_error(exc: Exception, url: str) -> Exception:
+    """A clear exception for a failure to build the cluster client (redis-py raises
+    ``RedisClusterException``, which is no ``RedisError``)."""
+    text = " ".join(str(exc).split())
+    where = redact_url(url)
+    if "invalid username-password" in text or "WRONGPASS" in text or "NOAUTH" in text:
+        return AuthenticationError(f"Redis Cluster at {where} refused the credentials: {text}")
+    if "NOPERM" in text or "no permissions" in text:
+        return NoPermissionError(
+            f"Redis Cluster at {where}: the ACL user may not run the cluster client's commands "
+            f"(grant +cluster|slots +cluster|shards +command +asking): {text}")
+    if "cluster support disabled" in text or "Cluster mode is not enabled" in text:
+        return SettingsError(f"{where} is not a Redis Cluster node (cluster support disabled): "
+                             "drop --cluster, or give a cluster node's URL")
+    return redis.ConnectionError(f"Redis Cluster at {where} cannot be reached: {text}")
+
+
 @dataclass(frozen=True)
 class RedisSettings:
-    """How to reach Redis. ``password`` overrides the URL's (give it from env or a file)."""
+    """How to reach Redis. ``password`` overrides the URL's (give it from env or a file).
+
+    ``ca_file``: CA certificate(s) to verify a ``rediss://`` server; ``cert_file`` and
+    ``key_file``: a client certificate, for servers started with ``tls-auth-clients yes``.
+    """
 
     url: str = "redis://localhost:6379/0"
     password: str | None = None
@@ -57,6 +152,8 @@ class RedisSettings:
     socket_timeout: float = 10.0
     connect_timeout: float = 5.0
     client_name: str | None = None
+    cert_file: str | None = None
+    key_file: str | None = None
 
     def __post_init__(self) -> None:
         scheme = urlsplit(self.url).scheme
@@ -64,6 +161,29 @@ class RedisSettings:
             raise ValueError(
                 f"Redis URL must start with redis://, rediss:// or unix://, got {redact_url(self.url)!r}"
             )
+        if (self.ca_file or self.cert_file or self.key_file) and scheme != "rediss":
+            raise ValueError("a TLS CA or client certificate needs a rediss:// URL, "
+                             f"got {redact_url(self.url)!r}")
+        if self.key_file and not self.cert_file:
+            raise ValueError("a TLS client key needs its certificate (cert_file)")
+        if self.cluster and scheme == "unix":
+            raise ValueError("Redis Cluster needs a redis:// or rediss:// URL, not unix://")
+
+    @property
+    def tls(self) -> bool:
+        return urlsplit(self.url).scheme == "rediss"
+
+    @property
+    def user(self) -> str:
+        """The ACL user the clients log in as (``default`` when none is given)."""
+        if self.username:
+            return self.username
+        name = urlsplit(self.url).username
+        return unquote(name) if name else "default"
+
+    def describe(self) -> str:
+        """Where and as whom, safe to log."""
+        return f"{redact_url(self.url)} (user {self.user!r}{', cluster' if self.cluster else ''})"
 
     def reader_timeout(self, block_ms: int) -> float:
         """Socket timeout of a connection that blocks ``block_ms`` in XREADGROUP."""
@@ -74,28 +194,132 @@ class RedisSettings:
             "socket_timeout": socket_timeout,
             "socket_connect_timeout": self.connect_timeout,
             "health_check_interval": 30,
+            # No CLIENT SETINFO / CLIENT MAINT_NOTIFICATIONS on connect: the handshake is
+            # HELLO (AUTH) and CLIENT SETNAME only, so the ACL user needs nothing more.
+            "driver_info": None,
         }
+        if MaintNotificationsConfig is not None:
+            kw["maint_notifications_config"] = MaintNotificationsConfig(enabled=False)
         if self.password is not None:
             kw["password"] = self.password
         if self.username is not None:
             kw["username"] = self.username
         if self.ca_file is not None:
             kw["ssl_ca_certs"] = self.ca_file
+        if self.cert_file is not None:
+            kw["ssl_certfile"] = self.cert_file
+        if self.key_file is not None:
+            kw["ssl_keyfile"] = self.key_file
         if self.client_name is not None:
             kw["client_name"] = self.client_name
         return kw
 
     def make_client(self, socket_timeout: float | None = None) -> Any:
-        """A new client (``redis.Redis`` or ``RedisCluster``); connects lazily."""
+        """A new client: ``redis.Redis`` (connects lazily) or ``RedisCluster`` (connects now
+        to learn the slots; failures are one-line ``AuthenticationError``,
+        ``NoPermissionError``, ``ConnectionError`` or ``SettingsError``)."""
         kw = self.client_kwargs(self.socket_timeout if socket_timeout is None else socket_timeout)
-        if self.cluster:
-            from redis.cluster import RedisCluster
+        if not self.cluster:
+            kw["retry"] = NoAccessRetry(NoBackoff(), COMMAND_RETRIES)
+            return redis.Redis.from_url(self.url, **kw)
+        from redis.cluster import RedisCluster
+        from redis.exceptions import RedisClusterException
 
-            kw.pop("health_check_interval", None)
-            return RedisCluster.from_url(self.url, **kw)
-        return redis.Redis.from_url(self.url, **kw)
+        kw.pop("health_check_interval", None)
+        retry = NoAccessRetry(ExponentialWithJitterBackoff(CLUSTER_BACKOFF_BASE_S,
+                                                           CLUSTER_BACKOFF_CAP_S), CLUSTER_RETRIES)
+        try:
+            return RedisCluster.from_url(self.url, retry=retry, **kw)
+        except (RedisClusterException, redis.RedisError) as exc:
+            raise _cluster_error(exc, self.url) from None
 
 
+# ------------------------------------------------------------------ start-up access check
+def _probe_steps(prefix: str) -> list[tuple[str, Callable[[Any], Any]]]:
+    """(command, call) for every command a worker sends, on throw-away keys under
+    ``prefix`` (the model's hash tag, so one slot in a cluster)."""
+    s, h, k = f"{prefix}:access-check:s", f"{prefix}:access-check:h", f"{prefix}:access-check:k"
+    g, c = "access-check", "access-check"
+    ids: dict[str, Any] = {}
+
+    def xadd(r: Any) -> Any:
+        ids["id"] = r.xadd(s, {"f": "v"})
+        return ids["id"]
+
+    def script_load(r: Any) -> Any:
+        ids["sha"] = r.script_load("return 1")
+        return ids["sha"]
+
+    return [
+        ("TYPE", lambda r: r.type(s)),
+        ("EXISTS", lambda r: r.exists(s)),
+        ("XADD", xadd),
+        ("XLEN", lambda r: r.xlen(s)),
+        ("XRANGE", lambda r: r.xrange(s, count=1)),
+        ("XREVRANGE", lambda r: r.xrevrange(s, count=1)),
+        ("XREAD", lambda r: r.xread({s: "0"}, count=1)),
+        ("XGROUP CREATE", lambda r: r.xgroup_create(s, g, id="0")),
+        ("XREADGROUP", lambda r: r.xreadgroup(g, c, {s: ">"}, count=1)),
+        ("XPENDING", lambda r: r.xpending_range(s, g, min="-", max="+", count=1)),
+        ("XAUTOCLAIM", lambda r: r.xautoclaim(s, g, c, min_idle_time=0, count=1)),
+        ("XINFO GROUPS", lambda r: r.xinfo_groups(s)),
+        ("XINFO STREAM", lambda r: r.xinfo_stream(s)),
+        ("XINFO CONSUMERS", lambda r: r.xinfo_consumers(s, g)),
+        ("XACK", lambda r: r.xack(s, g, ids.get("id") or "0-1")),
+        ("XGROUP DELCONSUMER", lambda r: r.xgroup_delconsumer(s, g, c)),
+        ("XTRIM", lambda r: r.xtrim(s, minid="0-1")),
+        ("HSET", lambda r: r.hset(h, "f", "v")),
+        ("HGET", lambda r: r.hget(h, "f")),
+        ("HMGET", lambda r: r.hmget(h, ["f"])),
+        ("HGETALL", lambda r: r.hgetall(h)),
+        ("HDEL", lambda r: r.hdel(h, "f")),
+        ("SET", lambda r: r.set(k, "0", px=60_000)),
+        ("GET", lambda r: r.get(k)),
+        ("INCRBY", lambda r: r.incrby(k, 1)),
+        ("PEXPIRE", lambda r: r.pexpire(k, 60_000)),
+        ("SCRIPT LOAD", script_load),
+        ("EVALSHA", lambda r: r.evalsha(ids.get("sha") or "0" * 40, 1, k)),
+        ("DEL", lambda r: r.delete(s, h, k)),
+    ]
+
+
+def check_access(client: Any, model_names: Iterable[str], where: str = "Redis") -> None:
+    """Run every command a worker sends once, on throw-away keys of each model
+    (``streamnb:{NAME}:access-check:*``, deleted afterwards).
+
+    Raises ``redis.AuthenticationError`` (credentials refused) or
+    ``redis.exceptions.NoPermissionError`` naming every refused command, each in one line;
+    connection errors pass through. Other replies (e.g. out of memory) are not ACL problems
+    and are ignored here.
+
+    >>> import fakeredis
+    >>> check_access(fakeredis.FakeRedis(), ["mail"])
+    """
+    try:
+        client.ping()
+    except AuthenticationError as exc:
+        raise AuthenticationError(f"{where} refused the credentials: {exc}") from None
+    for name in model_names:
+        prefix = f"streamnb:{{{name}}}"
+        refused: list[str] = []
+        first = ""
+        for command, call in _probe_steps(prefix):
+            try:
+                call(client)
+            except NoPermissionError as exc:
+                refused.append(command)
+                first = first or " ".join(str(exc).split())
+            except redis.ResponseError as exc:
+                if str(exc).startswith(ACCESS_PREFIXES):
+                    refused.append(command)
+                    first = first or " ".join(str(exc).split())
+        if refused:
+            raise NoPermissionError(
+                f"{where}: the ACL user may not run {', '.join(refused)} on {prefix}:* "
+                f"({first}); grant what deploy/redis/users.acl grants streamnb-worker")
+
+
+# ------------------------------------------------------------------------- connectors
 class Connector(Protocol):
     """Makes the clients a worker uses."""
 
@@ -132,6 +356,10 @@ class UrlConnector:
     def describe(self) -> str:
         return redact_url(self.settings.url)
 
+    def check_access(self, client: Any, model_names: Iterable[str]) -> None:
+        """See :func:`check_access` (called by ``Worker.start``)."""
+        check_access(client, model_names, where=self.settings.describe())
+
 
 class ClientConnector:
     """A :class:`Connector` around existing clients (fakeredis in tests and the demo).
@@ -162,3 +390,7 @@ class ClientConnector:
 def connector_from_url(url: str, **settings: Any) -> UrlConnector:
     """Shortcut: ``connector_from_url("redis://localhost", password=...)``."""
     return UrlConnector(RedisSettings(url, **settings))
+
+
+__all__ = ["ClientConnector", "Connector", "NoAccessRetry", "RedisSettings", "UrlConnector",
+           "check_access", "connector_from_url", "is_access_error", "redact_url"]

@@ -274,14 +274,17 @@ def run_demo(
         spam_ids = [m.path for m in sample if m.label == "spam"]
         ham_ids = [m.path for m in sample if m.label == "ham"]
         caught = sum(1 for i in spam_ids if tally.seen[i].get("label") == "spam")
+        kept = sum(1 for i in ham_ids if tally.seen[i].get("label") == "ham")
         lost = sum(1 for i in ham_ids if tally.seen[i].get("label") == "spam")
+        blind = sum(1 for o in tally.seen.values() if o.get("label") is None)
         versions = {w.models[model].replica.version for w in workers}
         learnt = workers[0].models[model].replica.model.stats["classes"]
         elapsed = time.monotonic() - t0
         print(f"\nonline accuracy: {_pct(right, total).strip()} of {total} "
               f"(second half: {_pct(r2, n2).strip()} of {n2})", file=out)
-        print(f"spam caught {caught}/{len(spam_ids)}, ham marked as spam {lost}/{len(ham_ids)}",
-              file=out)
+        print(f"spam caught {caught}/{len(spam_ids)}, ham recognised {kept}/{len(ham_ids)} "
+              f"({lost} ham marked as spam); {blind} predicted before the model had learnt "
+              f"anything (the first batch of each worker)", file=out)
         print("predictions by worker: "
               + ", ".join(f"{w} {c}" for w, c in sorted(tally.by_worker.items())), file=out)
         same = "the same version" if len(versions) == 1 else f"versions {sorted(versions)}"

@@ -15,7 +15,10 @@ Log entries (field ``data``, msgpack):
 The snapshot (hash ``:snapshot``): ``log_id`` (the last log entry it includes), ``data``
 (``streamnb.models.dumps`` of the model), ``ts``, and ``trimmed`` (the MINID the log was
 trimmed to after writing it). A replica whose version is below ``trimmed`` may have missed
-entries, so it reloads the snapshot; a late joiner does exactly that.
+entries, so it reloads the snapshot; a late joiner does exactly that. A replica whose last
+applied entry is gone although nothing trimmed it (Redis restarted without its last writes,
+e.g. a crash under ``appendfsync everysec``) is ahead of the log: it reloads too, or it
+would count the redelivered messages twice.
 
 >>> import fakeredis
 >>> from workers.keys import ModelKeys
@@ -31,9 +34,11 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
 import msgpack
+import numpy as np
 
 from streamnb.encoding import dumps, loads
 from streamnb.exceptions import FormatError
@@ -78,6 +83,52 @@ def decode_log_entry(data: bytes) -> dict[str, Any]:
     return obj
 
 
+def _arrays(part: Any) -> list[np.ndarray]:
+    out: list[np.ndarray] = []
+    for v in vars(part).values() if hasattr(part, "__dict__") else ():
+        if isinstance(v, np.ndarray):
+            out.append(v)
+        elif isinstance(v, list):
+            out += [a for a in v if isinstance(a, np.ndarray)]
+    return out
+
+
+def check_delta(stats: StatsBundle, delta: Any) -> None:
+    """Raise FormatError unless ``delta`` can be merged into ``stats`` as a whole: the same
+    part names and types, the same widths, finite numbers (checked before any change)."""
+    if not isinstance(delta, StatsBundle):
+        raise FormatError(f"a delta must be a statistics bundle, got {type(delta).__name__}")
+    if set(delta.parts) != set(stats.parts):
+        raise FormatError(f"delta has parts {sorted(delta.parts)}, the model has {sorted(stats.parts)}")
+    for name, part in delta.parts.items():
+        mine = stats.parts[name]
+        if type(part) is not type(mine):
+            raise FormatError(f"delta part {name!r} is a {type(part).__name__}, "
+                              f"the model's is a {type(mine).__name__}")
+        for attr in ("n_features", "diagonal"):
+            fixed = getattr(mine, attr, None)  # None (or width 0): not fixed before a fit
+            if fixed is not None and fixed is not False and fixed == 0:
+                continue
+            if fixed is not None and getattr(part, attr, None) != fixed:
+                raise FormatError(f"delta part {name!r} has {attr}={getattr(part, attr, None)!r}, "
+                                  f"the model has {getattr(mine, attr, None)!r}")
+        for a in _arrays(part):
+            if a.dtype.kind == "f" and not np.isfinite(a).all():
+                raise FormatError(f"delta part {name!r} holds NaN or infinity")
+
+
+def log_complete(client: Any, keys: ModelKeys) -> bool:
+    """True if no entry was ever removed from ``:log`` (so replaying it from the start gives
+    the whole model): Redis 7's ``entries-added`` equals the current length."""
+    try:
+        info = client.xinfo_stream(keys.log)
+    except Exception:  # noqa: BLE001 - no such key: we cannot tell what was there
+        return False
+    added = info.get("entries-added", info.get(b"entries-added"))
+    length = info.get("length", info.get(b"length"))
+    return added is not None and length is not None and int(added) == int(length)
+
+
 class Replica:
     """A model kept equal to snapshot + log (see the module docstring)."""
 
@@ -93,6 +144,13 @@ class Replica:
         self.learnt = 0
         self.snapshot_version = "0-0"
         self.reloads = 0
+        #: Unreadable snapshots met, and unreadable log entries skipped (see the module doc).
+        self.snapshot_errors = 0
+        self.corrupt_entries = 0
+        #: Called as ``on_corrupt(what, detail)`` (what: "snapshot" or "log") for metrics.
+        self.on_corrupt: Callable[[str, str], None] | None = None
+        #: The ``trimmed`` mark of a snapshot ignored as corrupt (it must not cause reloads).
+        self._ignored_trim: Any = None
 
     # ------------------------------------------------------------------ loading
     def load(self) -> Replica:
@@ -108,32 +166,84 @@ class Replica:
             self.version = "0-0"
             return
         h = {_s(k): v for k, v in h.items()}
-        from streamnb.models import loads as load_model
-
-        model = load_model(h["data"])
-        if model.kind != self.config.kind:
-            raise FormatError(
-                f"snapshot of {self.keys.name!r} holds a {model.kind} model, config says {self.config.kind}")
+        try:
+            model, version = self._decode_snapshot(h)
+        except FormatError as exc:
+            self._snapshot_unreadable(h, exc)
+            return
         self.model = model
-        self.version = _s(h["log_id"])
+        self.version = version
         self.snapshot_version = self.version
+        self._ignored_trim = None
         self.reloads += 1
         log.info("model %s: loaded snapshot at log id %s", self.keys.name, self.version)
+
+    def _decode_snapshot(self, h: dict[str, Any]) -> tuple[Any, str]:
+        from streamnb.models import loads as load_model
+
+        if "data" not in h or "log_id" not in h:
+            raise FormatError(f"snapshot hash lacks {'data' if 'data' not in h else 'log_id'}")
+        try:
+            version = _s(h["log_id"])
+            parse_id(version)
+            if "trimmed" in h:
+                parse_id(h["trimmed"])
+        except (ValueError, UnicodeDecodeError):
+            raise FormatError("snapshot log_id/trimmed is not a stream id") from None
+        model = load_model(h["data"])
+        if model.kind != self.config.kind:
+            raise FormatError(f"it holds a {model.kind} model, the config says {self.config.kind}")
+        fresh = self.config.make_model()
+        try:
+            check_delta(fresh.stats, model.stats)
+        except FormatError as exc:
+            raise FormatError(f"its statistics do not fit the configured model: {exc}") from None
+        return model, version
+
+    def _snapshot_unreadable(self, h: dict[str, Any], exc: FormatError) -> None:
+        """Ignore a corrupt snapshot if the whole log is there, else refuse with one line."""
+        self.snapshot_errors += 1
+        if self.on_corrupt is not None:
+            self.on_corrupt("snapshot", str(exc))
+        if log_complete(self.client, self.keys):
+            log.error("model %s: the snapshot in %s is unreadable (%s); ignoring it and rebuilding "
+                      "the model from %s, which was never trimmed", self.keys.name,
+                      self.keys.snapshot, exc, self.keys.log)
+            self.model = self.config.make_model()
+            self.version = "0-0"
+            self.snapshot_version = "0-0"
+            self._ignored_trim = h.get("trimmed")
+            return
+        raise FormatError(
+            f"model {self.keys.name!r}: the snapshot in {self.keys.snapshot} is unreadable ({exc}) "
+            f"and {self.keys.log} was trimmed, so the model cannot be rebuilt; restore the key "
+            f"from a backup, or delete it to restart the model from zero (losing what it learnt)")
 
     # ------------------------------------------------------------------ tailing
     def catch_up(self, limit: int | None = None) -> int:
         """Apply every log entry after ``version``; return how many were applied."""
         done = 0
+        checked = False
         while limit is None or done < limit:
             pipe = self.client.pipeline(transaction=False)
-            pipe.hget(self.keys.snapshot, "trimmed")
+            pipe.hmget(self.keys.snapshot, ["trimmed", "log_id"])
             pipe.xrange(self.keys.log, min=f"({self.version}", max="+", count=TAIL_CHUNK)
-            trimmed, entries = pipe.execute()
+            if not checked:
+                pipe.xrange(self.keys.log, min=self.version, max=self.version, count=1)
+            (trimmed, snap_id), entries, *own = pipe.execute()
             if trimmed is not None and parse_id(self.version) < parse_id(trimmed):
                 log.warning("model %s: log trimmed past version %s; reloading the snapshot",
                             self.keys.name, self.version)
                 self._load_snapshot()
                 continue
+            if not checked:
+                checked = True
+                if self._went_backwards(own[0], snap_id):
+                    log.warning("model %s: log entry %s applied here is no longer in Redis (Redis "
+                                "lost writes, e.g. a crash with appendfsync everysec); reloading "
+                                "the snapshot and the log", self.keys.name, self.version)
+                    self._load_snapshot()
+                    continue
             for entry_id, fields in entries:
                 self.apply(_s(entry_id), fields)
                 done += 1
@@ -141,21 +251,50 @@ class Replica:
                 break
         return done
 
+    def _went_backwards(self, own: list, snap_id: Any) -> bool:
+        """True if the log entry this replica applied last is gone although nothing trimmed
+        it: Redis restarted without its last writes, so this model is ahead of the log and
+        must reload, or it would count the redelivered messages twice."""
+        if self.version == "0-0" or own:
+            return False
+        return snap_id is None or _s(snap_id) != self.version
+
+    @staticmethod
+    def _trim_mark(trimmed: Any) -> tuple[int, int]:
+        try:
+            return parse_id(trimmed)
+        except (ValueError, UnicodeDecodeError):
+            return (0, 0)  # a garbled mark: decided by _load_snapshot, never a reload loop
+
     def apply(self, entry_id: str, fields: dict) -> None:
-        """Apply one log entry (called in log order only)."""
+        """Apply one log entry (called in log order only), validated whole before any change."""
         data = fields.get(b"data", fields.get("data"))
         try:
             entry = decode_log_entry(data)
             if entry["t"] == "decay":
-                self.model.decay(float(entry["g"]))
+                g = entry.get("g")
+                if not isinstance(g, (int, float)) or isinstance(g, bool) or not 0.0 < g <= 1.0:
+                    raise FormatError(f"decay factor must be a number in (0, 1], got {g!r}")
+                self.model.decay(float(g))
             else:
-                if entry.get("add") is not None:
-                    self.model.merge_stats(StatsBundle.from_bytes(entry["add"]))
-                if entry.get("sub") is not None:
-                    self.model.subtract_stats(StatsBundle.from_bytes(entry["sub"]))
-                self.learnt += int(entry.get("n", 0))
+                n = entry.get("n", 0)
+                if not isinstance(n, int) or isinstance(n, bool) or n < 0:
+                    raise FormatError(f"learnt count must be an int >= 0, got {n!r}")
+                add = StatsBundle.from_bytes(entry["add"]) if entry.get("add") is not None else None
+                sub = StatsBundle.from_bytes(entry["sub"]) if entry.get("sub") is not None else None
+                for delta in (add, sub):
+                    if delta is not None:
+                        check_delta(self.model.stats, delta)
+                if add is not None:
+                    self.model.merge_stats(add)
+                if sub is not None:
+                    self.model.subtract_stats(sub)
+                self.learnt += n
         except (FormatError, ValueError, KeyError, TypeError, msgpack.UnpackException) as exc:
             # Every replica skips the same entry, so they stay equal; say so loudly.
+            self.corrupt_entries += 1
+            if self.on_corrupt is not None:
+                self.on_corrupt("log", str(exc))
             log.error("model %s: skipping unreadable log entry %s: %s", self.keys.name, entry_id, exc)
         self.version = entry_id
         self.applied += 1

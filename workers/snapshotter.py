@@ -5,8 +5,9 @@ compare-and-set script while it runs). Every ``every_n`` applied log entries or
 ``interval_s`` seconds it writes ``:snapshot`` from its replica (statistics as of its
 version L) and trims ``:log`` with ``XTRIM MINID`` to ``min(L, L - margin_ms)``: never an
 entry the snapshot does not include. The write script checks, atomically, that the writer
-still holds the lease and that the snapshot moves forward (a paused former holder cannot
-write an older one); it records the trim point so lagging replicas know to reload.
+still holds the lease, that the snapshot moves forward (a paused former holder cannot
+write an older one) and that its log id is still in the log (a replica that applied entries
+Redis then lost in a crash cannot store them); it records the trim point so lagging replicas know to reload.
 
 >>> import fakeredis
 >>> from workers.keys import ModelKeys
@@ -54,8 +55,10 @@ local cur = redis.call('HGET', KEYS[2], 'log_id')
 if cur then
   local cm, cs = id(cur)
   local nm, ns = id(ARGV[2])
-  if nm < cm or (nm == cm and ns <= cs) then return 'stale' end
+  -- a garbled stored log_id (a corrupt snapshot) is overwritten, never compared
+  if cm and (nm < cm or (nm == cm and ns <= cs)) then return 'stale' end
 end
+if #redis.call('XRANGE', KEYS[3], ARGV[2], ARGV[2]) == 0 then return 'missing' end
 redis.call('HSET', KEYS[2], 'log_id', ARGV[2], 'data', ARGV[3], 'ts', ARGV[4], 'trimmed', ARGV[5])
 redis.call('XTRIM', KEYS[3], 'MINID', ARGV[5])
 return 'ok'
@@ -130,6 +133,9 @@ class Snapshotter:
             return True
         if res == "not_holder":
             self.holder = False
+        elif res == "missing":
+            log.warning("model %s: not writing a snapshot at %s: that log entry is not in Redis "
+                        "(Redis lost writes); the replica reloads", self.keys.name, replica.version)
         return False
 
 

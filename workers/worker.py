@@ -63,7 +63,7 @@ from streamnb.exceptions import MalformedMessage, NotFittedError, StreamnbError
 from streamnb.features import Row
 from workers.backoff import Backoff
 from workers.commit import CacheCas, CacheNew, CommitRequest, commit_batch
-from workers.connection import Connector
+from workers.connection import Connector, is_access_error
 from workers.keys import GROUP, ModelKeys
 from workers.labels import (
     REF_EXPIRED,
@@ -257,6 +257,9 @@ class Worker:
         """Connect, create or verify each model's config and group, load the replicas."""
         if self.client is None:
             self.connect()
+        check = getattr(self.connector, "check_access", None)
+        if check is not None and not self.models:  # ACL/credentials: fail now, in one line
+            check(self.client, [s.name for s in self.specs])
         for spec in self.specs:
             if spec.name in self.models:
                 continue
@@ -300,6 +303,8 @@ class Worker:
                 self.step(self.options.block_ms)
                 self.backoff.reset()
             except Exception as exc:  # noqa: BLE001 - classified below
+                if is_access_error(exc) and not self.started:
+                    raise  # a refused password or command: retrying cannot help
                 if error_kind(exc) is None:
                     if isinstance(exc, (StreamnbError, ValueError)) and not self.started:
                         raise

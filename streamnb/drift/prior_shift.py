@@ -12,6 +12,7 @@ the labels before the alarming window are forgotten: the window starts the new r
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -41,6 +42,22 @@ def js_divergence(p: np.ndarray, q: np.ndarray) -> float:
         return float(np.sum(a[nz] * np.log(a[nz] / m[nz])))
 
     return max(0.0, (kl(p) + kl(q)) / 2)
+
+
+def _g_small(recent: list, reference: list) -> float:
+    """:func:`g_statistic` in plain Python (faster for a handful of classes)."""
+    n_r, n_c = float(sum(recent)), float(sum(reference))
+    n = n_r + n_c
+    if n_r <= 0 or n_c <= 0:
+        return 0.0
+    g = 0.0
+    for a, b in zip(recent, reference, strict=True):
+        col = a + b
+        if a > 0:
+            g += a * math.log(a * n / (n_r * col))
+        if b > 0:
+            g += b * math.log(b * n / (n_c * col))
+    return 2.0 * g
 
 
 def g_statistic(recent: np.ndarray, reference: np.ndarray) -> float:
@@ -94,6 +111,7 @@ class PriorShift(DriftDetector):
         self._ring_len = 0                      # labels in the ring (<= its size)
         self._pos = 0                           # next write position
         self._reference = np.zeros(0)           # counts of labels older than the ring
+        self._window_counts: list[list[int]] = [[] for _ in self.windows]
         self.divergence = 0.0
         self._thresholds: dict[int, float] = {}
 
@@ -117,38 +135,49 @@ class PriorShift(DriftDetector):
             k = self._index[label] = len(self.labels)
             self.labels.append(label)
             self._reference = np.append(self._reference, 0.0)
+            for counts in self._window_counts:
+                counts.append(0)
         size = self._ring.shape[0]
+        ring = self._ring
+        for w, counts in zip(self.windows, self._window_counts, strict=True):
+            if self._ring_len >= w:                      # the label leaving window w
+                counts[ring[(self._pos - w) % size]] -= 1
+            counts[k] += 1
         if self._ring_len == size:
-            self._reference[self._ring[self._pos]] += 1.0
+            self._reference[ring[self._pos]] += 1.0
         else:
             self._ring_len += 1
-        self._ring[self._pos] = k
+        ring[self._pos] = k
         self._pos = (self._pos + 1) % size
         if self.n_seen % self.check_every:
             return False
         return self._check()
 
     def _check(self) -> bool:
-        n_classes = len(self.labels)
-        held = np.bincount(self._recent(self._ring_len), minlength=n_classes).astype(np.float64)
-        for w in self.windows:
+        held = self._window_counts[-1] if self._ring_len == self._ring.shape[0] else (
+            np.bincount(self._recent(self._ring_len), minlength=len(self.labels)).tolist())
+        base = [r + h for r, h in zip(self._reference.tolist(), held, strict=True)]
+        for w, counts in zip(self.windows, self._window_counts, strict=True):
             if w > self._ring_len:
                 break
-            recent = np.bincount(self._recent(w), minlength=n_classes).astype(np.float64)
-            reference = self._reference + held - recent
-            if reference.sum() < max(self.min_reference, w):
+            reference = [b - c for b, c in zip(base, counts, strict=True)]
+            if sum(reference) < max(self.min_reference, w):
                 continue
-            if w == self.windows[-1] or w == self._ring_len:
-                self.divergence = js_divergence(recent, reference)
-            df = int(np.count_nonzero(recent + reference)) - 1
+            if w == self.windows[-1]:
+                self.divergence = js_divergence(np.array(counts, dtype=np.float64),
+                                                np.array(reference, dtype=np.float64))
+            df = sum(1 for c, r in zip(counts, reference, strict=True) if c + r > 0) - 1
             if df < 1:
                 continue
-            g = g_statistic(recent, reference)
+            g = _g_small(counts, reference)
             if g > self._threshold(df):
+                recent_a = np.array(counts, dtype=np.float64)
+                reference_a = np.array(reference, dtype=np.float64)
                 change = {
                     "window": w, "g": g, "threshold": self._threshold(df),
-                    "divergence": js_divergence(recent, reference),
-                    "recent_shares": self._shares(recent), "reference_shares": self._shares(reference),
+                    "divergence": js_divergence(recent_a, reference_a),
+                    "recent_shares": self._shares(recent_a),
+                    "reference_shares": self._shares(reference_a),
                 }
                 self._new_regime(w)
                 return self._alarm(change)
@@ -166,6 +195,8 @@ class PriorShift(DriftDetector):
         self._ring_len = w
         self._pos = w % self._ring.shape[0]
         self._reference = np.zeros(len(self.labels))
+        for v, counts in zip(self.windows, self._window_counts, strict=True):
+            counts[:] = np.bincount(self._recent(min(v, w)), minlength=len(self.labels)).tolist()
 
     def _state(self) -> dict[str, Any]:
         held = np.bincount(self._recent(self._ring_len), minlength=len(self.labels))

@@ -1,0 +1,143 @@
+"""Benchmark 5: worker RSS after 10k, 100k, 1M messages, and bytes per model.
+
+One worker process (default options except ``cache_ttl_s``, see below) serves a model
+with the daemon's defaults (multinomial, 2**20 buckets). The producer feeds it, chunk
+by chunk, the corpus's pre-tokenized messages (labelled), each with ``--noise`` random
+tokens drawn from 10 million made-up words, so the hashed tables fill up as a long
+real stream would. After each checkpoint the worker's RSS (``/proc/PID/status``) and
+Redis's used memory are read. ``:in`` and ``:out`` are trimmed between chunks so Redis
+holds only the model's keys.
+
+The per-message feature cache (for delayed labels, ``cache_ttl_s``, 7 days by default)
+lives in Redis, not in the worker; here it gets a 30 s TTL so a 1M-message run fits,
+and its cost is measured on the first chunk (Redis bytes per cached message).
+
+Bytes per model: the numpy arrays of a fitted model in this process (statistics +
+derived tables) and the encoded snapshot size.
+
+    python -m benchmarks.memory [--checkpoints 10000,100000,1000000] [--noise 20]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from typing import Any
+
+import numpy as np
+
+from benchmarks._common import (
+    DEFAULT_CORPUS,
+    RedisServer,
+    corpus_available,
+    format_table,
+    load_corpus,
+    print_header,
+    rss_bytes,
+    synthetic_mail,
+)
+from benchmarks.end_to_end import corpus_tokens, default_spec, keys, prefill, wait_for, workers
+
+MB = 1024 * 1024
+#: Feature-cache TTL for this benchmark (default 7 days would keep every message in Redis).
+CACHE_TTL_S = 30.0
+
+
+def noisy_messages(tokens: list[list[str]], labels: list[str], start: int, n: int, noise: int,
+                   rng: np.random.Generator) -> list[bytes]:
+    """Messages ``start .. start + n`` of the corpus cycled, each with ``noise`` random tokens."""
+    from streamnb.codec import encode_input
+
+    out = []
+    for i in range(start, start + n):
+        j = i % len(tokens)
+        extra = [f"noise{v}" for v in rng.integers(0, 10_000_000, size=noise)]
+        out.append(encode_input("tokens", tokens[j] + extra, id=f"m{i}", label=labels[j]))
+    return out
+
+
+def model_bytes(kind: str = "multinomial") -> dict[str, int]:
+    """A default model after one batch and one prediction: bytes allocated (tracemalloc,
+    which sees numpy's buffers) for the statistics alone and for the whole model, and
+    the encoded size."""
+    import tracemalloc
+
+    from streamnb.codec import InputMessage
+    from streamnb.features import Featurizer
+    from streamnb.models import dumps, make_model
+
+    f = Featurizer()
+    rows = [f.featurize(InputMessage("", "", "tokens", t)) for t in (["cheap", "meds"], ["lunch", "notes"])]
+    X = f.stack(rows)
+    tracemalloc.start()
+    model = make_model(kind, n_features=f.n_columns, smoothing_m="seen")
+    model.partial_fit(X, ["spam", "ham"])
+    stats_only = tracemalloc.get_traced_memory()[0]
+    model.predict(X)
+    total = tracemalloc.get_traced_memory()[0]
+    tracemalloc.stop()
+    return {"statistics": stats_only, "statistics + derived tables": total,
+            "encoded (2 messages learnt)": len(dumps(model))}
+
+
+def benchmark(tokens: list[list[str]], labels: list[str], checkpoints: list[int], noise: int = 20,
+              chunk: int = 10_000, seed: int = 0) -> tuple[list[list[Any]], dict[str, float]]:
+    """Rows ``[messages, worker RSS MB, Redis used MB, seconds]`` and cache figures."""
+    rng = np.random.default_rng(seed)
+    name = "memory"
+    k = keys(name)
+    rows: list[list[Any]] = []
+    extra: dict[str, float] = {}
+    with RedisServer() as server:
+        client = server.client()
+        with workers(server.url, default_spec(name), 1, {"cache_ttl_s": CACHE_TTL_S}) as procs:
+            pid = procs[0].pid
+            done = 0
+            t0 = time.perf_counter()
+            time.sleep(1.0)
+            rows.append([0, rss_bytes(pid) / MB, client.info("memory")["used_memory"] / MB, 0.0])
+            for target in checkpoints:
+                while done < target:
+                    n = min(chunk, target - done)
+                    used0 = client.info("memory")["used_memory"]
+                    prefill(client, name, noisy_messages(tokens, labels, done, n, noise, rng))
+                    if not wait_for(client, k["out"], n, 600, procs, k["dead"]):
+                        raise RuntimeError(f"worker stopped or stalled after {done} messages")
+                    if done == 0:  # cache keys of this chunk are all alive (TTL 30 s)
+                        client.xtrim(k["in"], maxlen=0)
+                        client.xtrim(k["out"], maxlen=0)
+                        extra["redis bytes per cached message"] = (
+                            client.info("memory")["used_memory"] - used0) / n
+                    done += n
+                    client.xtrim(k["in"], maxlen=0)
+                    client.xtrim(k["out"], maxlen=0)
+                    client.xtrim(k["dead"], maxlen=0)
+                rows.append([done, rss_bytes(pid) / MB, client.info("memory")["used_memory"] / MB,
+                             time.perf_counter() - t0])
+                print(f"  {done:>9,} messages: worker RSS {rows[-1][1]:.0f} MB", flush=True)
+    return rows, extra
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--corpus", default=str(DEFAULT_CORPUS))
+    ap.add_argument("--checkpoints", default="10000,100000,1000000")
+    ap.add_argument("--noise", type=int, default=20, help="random tokens added per message")
+    args = ap.parse_args(argv)
+    print_header("benchmark 5: worker memory", "benchmarks.memory", argv)
+    corpus = load_corpus(args.corpus) if corpus_available(args.corpus) else synthetic_mail(2000)
+    for k, v in model_bytes().items():
+        print(f"default multinomial model, {k}: {v / MB:.1f} MB")
+    rows, extra = benchmark(corpus_tokens(corpus), corpus.labels,
+                            [int(c) for c in args.checkpoints.split(",")], args.noise)
+    print(format_table(["messages", "worker RSS MB", "redis used MB", "seconds"], rows))
+    for k, v in extra.items():
+        print(f"{k}: {v:,.0f} (with the default cache_ttl_s of 7 days, Redis keeps this per "
+              "message for 7 days)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,303 @@
+"""Fixtures and checks shared by the fault tests (real redis-server, worker processes/threads).
+
+Every fault test ends with :func:`check_guarantees`: learnt counts equal the labelled
+messages exactly, every input has a prediction or a dead letter, every worker is at the
+log's last version, and the statistics (snapshot + log, and each in-process replica) equal
+an offline fit.
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import msgpack
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from _redis_server import REDIS_SERVER, RedisServer  # noqa: E402
+from _worker_helpers import (  # noqa: E402
+    assert_same_stats,
+    count_spec,
+    learnt_model,
+    offline_model,
+    spawn_worker,
+    url_worker,
+)
+from prometheus_client import CollectorRegistry  # noqa: E402
+
+from streamnb.codec import decode_output  # noqa: E402
+from streamnb.encoding import loads  # noqa: E402
+from workers.keys import GROUP, ModelKeys  # noqa: E402
+from workers.metrics import Metrics  # noqa: E402
+from workers.replica import parse_id  # noqa: E402
+from workers.worker import Worker, WorkerOptions  # noqa: E402
+
+NAME = "mail"
+K = ModelKeys(NAME)
+FCFG = {"bits": 10, "counts": "raw"}
+#: Options of the worker processes/threads: short timeouts so faults resolve in seconds.
+FAST = {"batch": 25, "block_ms": 50, "heartbeat_s": 0.2, "claim_idle_ms": 1000,
+        "lease_ms": 1500, "snapshot_every": 25, "snapshot_interval_s": 1.0, "trim_margin_ms": 0,
+        "backoff_base_s": 0.05, "backoff_cap_s": 0.5, "stale_s": 3.0}
+#: Every GARBAGE_EVERY-th input is not msgpack at all: it must end in :dead.
+GARBAGE_EVERY = 97
+
+
+def _s(v: Any) -> str:
+    return v.decode() if isinstance(v, bytes) else str(v)
+
+
+def wait_for(cond: Callable[[], bool], timeout: float = 60.0, what: str = "condition",
+             poll: float = 0.05) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(poll)
+
+
+# ---------------------------------------------------------------------- input
+def produce_mixed(client: Any, messages: list[dict[str, Any]], start: int = 0) -> list[str]:
+    """XADD ``messages`` (and a garbage entry every GARBAGE_EVERY-th position, counted
+    from ``start``); returns the entry ids in order."""
+    pipe = client.pipeline(transaction=False)
+    for i, m in enumerate(messages, start):
+        data = b"\xc1not msgpack" if i % GARBAGE_EVERY == GARBAGE_EVERY - 1 else \
+            msgpack.packb(m, use_bin_type=True)
+        pipe.xadd(K.input, {"data": data})
+    return [_s(v) for v in pipe.execute()]
+
+
+def garbage_positions(n: int) -> set[int]:
+    return {i for i in range(n) if i % GARBAGE_EVERY == GARBAGE_EVERY - 1}
+
+
+class StreamFeeder:
+    """Produces messages in chunks from a thread, so faults hit a stream in progress."""
+
+    def __init__(self, client: Any, messages: list[dict[str, Any]], chunk: int = 50,
+                 pause_s: float = 0.05) -> None:
+        self.client, self.messages, self.chunk, self.pause_s = client, messages, chunk, pause_s
+        self.sent = 0
+        self.error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, daemon=True, name="feeder")
+
+    def start(self) -> StreamFeeder:
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        try:
+            while self.sent < len(self.messages):
+                part = self.messages[self.sent:self.sent + self.chunk]
+                try:
+                    produce_mixed(self.client, part, self.sent)
+                except Exception:  # noqa: BLE001 - Redis may be down for a moment: retry
+                    time.sleep(0.1)
+                    continue
+                self.sent += len(part)
+                time.sleep(self.pause_s)
+        except BaseException as exc:  # noqa: BLE001 - reported by join()
+            self.error = exc
+
+    def join(self, timeout: float = 60.0) -> None:
+        self._thread.join(timeout)
+        assert not self._thread.is_alive(), "the feeder did not finish"
+        assert self.error is None, self.error
+
+
+# ---------------------------------------------------------------------- workers
+class WorkerProcesses:
+    """``python -m workers.worker`` children; every one still alive is killed at teardown."""
+
+    def __init__(self, url: str, log_dir: Path, options: dict[str, Any] | None = None) -> None:
+        self.url = url
+        self.log_dir = log_dir
+        self.options = dict(FAST, **(options or {}))
+        self.procs: dict[str, subprocess.Popen] = {}
+        self.started = 0
+
+    def spawn(self, consumer: str) -> subprocess.Popen:
+        self.started += 1
+        p = spawn_worker(self.url, count_spec(NAME), dict(self.options, consumer=consumer),
+                         self.log_dir / f"{consumer}.log")
+        self.procs[consumer] = p
+        return p
+
+    def kill(self, consumer: str, sig: int = signal.SIGKILL) -> int:
+        p = self.procs.pop(consumer)
+        p.send_signal(sig)
+        return p.wait(20)
+
+    def stop_all(self) -> dict[str, int]:
+        """Warm shutdown (SIGTERM) of every live worker; their exit codes."""
+        for p in self.procs.values():
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+        codes = {c: p.wait(30) for c, p in self.procs.items()}
+        self.procs.clear()
+        return codes
+
+    def logs(self) -> str:
+        return "\n".join(f"--- {f.name}\n{f.read_text(errors='replace')[-2000:]}"
+                         for f in sorted(self.log_dir.glob("*.log")))
+
+    def cleanup(self) -> None:
+        for p in self.procs.values():
+            if p.poll() is None:
+                p.send_signal(signal.SIGCONT)
+                p.kill()
+            p.wait(10)
+        self.procs.clear()
+
+
+class WorkerThreads:
+    """Workers running :meth:`Worker.run` in threads of the test process, each with its
+    own metrics registry, so a test can read their replicas and counters."""
+
+    def __init__(self) -> None:
+        self.workers: dict[str, Worker] = {}
+        self.registries: dict[str, CollectorRegistry] = {}
+        self.threads: dict[str, threading.Thread] = {}
+        self.errors: list[BaseException] = []
+
+    def spawn(self, url: str, consumer: str, **options: Any) -> Worker:
+        reg = CollectorRegistry()
+        w = url_worker(url, [count_spec(NAME)], WorkerOptions(**dict(FAST, consumer=consumer,
+                                                                     **options)), Metrics(reg))
+        self.workers[consumer], self.registries[consumer] = w, reg
+        t = threading.Thread(target=self._run, args=(w,), daemon=True, name=f"worker-{consumer}")
+        self.threads[consumer] = t
+        t.start()
+        return w
+
+    def _run(self, w: Worker) -> None:
+        try:
+            w.run(install_signals=False)
+        except BaseException as exc:  # noqa: BLE001 - reported by stop_all()
+            self.errors.append(exc)
+
+    def metric(self, consumer: str, name: str, **labels: str) -> float:
+        v = self.registries[consumer].get_sample_value(
+            f"streamnb_{name}_total", {"model": NAME, "worker": consumer, **labels})
+        return float(v or 0.0)
+
+    def stop_all(self, timeout: float = 30.0) -> None:
+        for w in self.workers.values():
+            w.request_stop()
+        for c, t in self.threads.items():
+            t.join(timeout)
+            assert not t.is_alive(), f"worker thread {c} did not stop"
+        assert not self.errors, self.errors
+
+    def cleanup(self) -> None:
+        for w in self.workers.values():
+            w.request_stop()
+        for t in self.threads.values():
+            t.join(10)
+
+
+@pytest.fixture
+def redis_factory() -> Iterator[Callable[..., RedisServer]]:
+    """Start real redis-servers (``appendfsync`` etc. as RedisServer takes); all are
+    killed and their directories removed at teardown, even on failure."""
+    if REDIS_SERVER is None:
+        pytest.skip("redis-server is not installed")
+    servers: list[RedisServer] = []
+
+    def make(**kw: Any) -> RedisServer:
+        s = RedisServer(**kw)
+        servers.append(s)
+        return s.start()
+
+    yield make
+    for s in servers:
+        s.__exit__(None, None, None)
+
+
+@pytest.fixture
+def redis_server(redis_factory: Callable[..., RedisServer]) -> RedisServer:
+    return redis_factory()
+
+
+@pytest.fixture
+def procs(redis_server: RedisServer, tmp_path: Path) -> Iterator[WorkerProcesses]:
+    wp = WorkerProcesses(redis_server.url, tmp_path)
+    yield wp
+    wp.cleanup()
+
+
+@pytest.fixture
+def threads() -> Iterator[WorkerThreads]:
+    wt = WorkerThreads()
+    yield wt
+    wt.cleanup()
+
+
+# ---------------------------------------------------------------------- checks
+def all_done(client: Any, n_inputs: int) -> bool:
+    """Every one of ``n_inputs`` entries delivered and acknowledged, none pending."""
+    if client.xlen(K.input) < n_inputs:
+        return False
+    if int(client.xpending(K.input, GROUP)["pending"]) > 0:
+        return False
+    g = next((g for g in client.xinfo_groups(K.input) if _s(g["name"]) == GROUP), None)
+    last = client.xrevrange(K.input, count=1)
+    return g is not None and bool(last) and parse_id(g["last-delivered-id"]) >= parse_id(last[0][0])
+
+
+def last_log_id(client: Any) -> str:
+    last = client.xrevrange(K.log, count=1)
+    return _s(last[0][0]) if last else "0-0"
+
+
+def heartbeat_versions(client: Any, consumers: list[str]) -> dict[str, str]:
+    hbs = {_s(k): loads(v) for k, v in client.hgetall(K.workers).items()}
+    return {c: str(hbs[c]["version"]) if c in hbs else "?" for c in consumers}
+
+
+def wait_converged(client: Any, consumers: list[str], timeout: float = 20.0) -> str:
+    """Wait until every named (live, process) worker reports the log's last id as its
+    version in its heartbeat; returns that version."""
+    def same() -> bool:
+        return set(heartbeat_versions(client, consumers).values()) == {last_log_id(client)}
+
+    try:
+        wait_for(same, timeout, "all workers at the log's last version")
+    except AssertionError:
+        raise AssertionError(f"versions {heartbeat_versions(client, consumers)}, "
+                             f"log at {last_log_id(client)}") from None
+    return last_log_id(client)
+
+
+def check_guarantees(client: Any, messages: list[dict[str, Any]], entry_ids: list[str],
+                     replicas: list[Any] = ()) -> None:
+    """The four guarantees of every fault test (see the module docstring)."""
+    garbage = garbage_positions(len(messages))
+    good = [m for i, m in enumerate(messages) if i not in garbage]
+    n_labelled = sum(1 for m in good if m.get("label") is not None)
+    # 1. learnt counts equal the labelled messages exactly
+    assert int(client.get(K.learnt) or 0) == n_labelled
+    # 2. every input has at least one prediction or dead-letter entry
+    out = {decode_output(f[b"data"])["entry"] for _, f in client.xrange(K.out)}
+    dead = {decode_output(f[b"data"])["entry"] for _, f in client.xrange(K.dead)}
+    missing = [e for e in entry_ids if e not in out and e not in dead]
+    assert not missing, f"{len(missing)} inputs have neither a prediction nor a dead letter"
+    assert {entry_ids[i] for i in garbage} <= dead
+    # 3 + 4. the stored statistics and every replica given equal an offline fit, at the
+    # log's last version
+    reference = offline_model("multinomial", {"n_features": 1024}, FCFG, good)
+    model, version = learnt_model(client, NAME)
+    assert version == last_log_id(client)
+    assert_same_stats(model, reference)
+    for rep in replicas:
+        assert rep.version == version, f"replica at {rep.version}, log at {version}"
+        assert_same_stats(rep.model, reference)

@@ -1,0 +1,129 @@
+"""Fault 5: the snapshot lease holder killed (kill -9) while it snapshots and trims; the
+lease expires, another worker takes over, and no log entry is trimmed before it is in a
+snapshot."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+from _worker_helpers import token_messages
+
+from faults.harness import (
+    K,
+    all_done,
+    check_guarantees,
+    produce_mixed,
+    wait_converged,
+    wait_for,
+)
+from workers.replica import Replica, parse_id
+from workers.snapshotter import Snapshotter
+
+pytestmark = pytest.mark.redis
+
+
+class TrimWatcher:
+    """Polls the log and the snapshot atomically; records any log entry that disappeared
+    while the snapshot did not include it (the invariant: snapshot log_id >= every
+    trimmed entry)."""
+
+    def __init__(self, client) -> None:
+        self.client = client
+        self.seen: set[str] = set()
+        self.violations: list[tuple[str, str | None]] = []
+        self.polls = 0
+        self.trimmed = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def start(self) -> TrimWatcher:
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            pipe = self.client.pipeline(transaction=True)
+            pipe.hget(K.snapshot, "log_id")
+            pipe.xrange(K.log, "-", "+")
+            snap, entries = pipe.execute()
+            present = {e.decode() for e, _ in entries}
+            snap_id = snap.decode() if snap else None
+            for gone in self.seen - present:
+                self.trimmed += 1
+                if snap_id is None or parse_id(gone) > parse_id(snap_id):
+                    self.violations.append((gone, snap_id))
+            self.seen = present
+            self.polls += 1
+            time.sleep(0.01)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(10)
+
+
+def _holder(r):
+    v = r.get(K.lease)
+    return v.decode() if v else None
+
+
+@pytest.mark.slow
+def test_snapshot_holder_killed_while_writing(redis_server, procs):
+    r = redis_server.client()
+    msgs = token_messages(3000, seed=51, labelled_share=0.9)
+    procs.options.update(snapshot_every=1, lease_ms=1000, batch=10)  # snapshot after every entry
+    live = ["w0", "w1", "w2"]
+    for c in live:
+        procs.spawn(c)
+    wait_for(lambda: _holder(r) in live, 30, "a lease holder")
+    ids = produce_mixed(r, msgs)
+    watcher = TrimWatcher(r).start()
+    takeovers = []
+    try:
+        for k in range(3):
+            wait_for(lambda: r.hget(K.snapshot, "log_id") is not None, 30, "a snapshot")
+            holder = _holder(r)
+            assert holder in live
+            snap_before = r.hget(K.snapshot, "log_id")
+            procs.kill(holder)
+            t0 = time.monotonic()
+            wait_for(lambda h=holder: _holder(r) not in (None, h), 10, "another worker takes over")
+            wait_for(lambda s=snap_before: r.hget(K.snapshot, "log_id") != s, 10,
+                     "the new holder writes a snapshot")
+            takeovers.append((holder, _holder(r), round(time.monotonic() - t0, 2)))
+            new = f"{holder}.{k}"
+            live[live.index(holder)] = new
+            procs.spawn(new)
+        wait_for(lambda: all_done(r, len(msgs)), 60, "every entry processed")
+        wait_converged(r, live)
+    finally:
+        watcher.stop()
+    assert watcher.trimmed > 0 and watcher.polls > 10  # the invariant was actually exercised
+    assert not watcher.violations, watcher.violations
+    assert len(takeovers) == 3, takeovers
+    check_guarantees(r, msgs, ids)  # a fresh replica from snapshot + log = the offline fit
+    assert set(procs.stop_all().values()) == {0}
+
+
+def test_former_holder_cannot_store_a_stale_or_lost_version(redis_server):
+    """The write script refuses a writer that lost the lease, a version older than the
+    stored snapshot, and a version whose log entry Redis no longer has."""
+    from workers.model_config import ensure_config
+    from _worker_helpers import count_spec
+
+    r = redis_server.client()
+    cfg = ensure_config(r, count_spec("mail"))
+    old, new = Snapshotter(r, K, "old", lease_ms=100), Snapshotter(r, K, "new", lease_ms=5000)
+    e1 = r.xadd(K.log, {"data": b"x"}).decode()
+    rep = Replica(r, K, cfg)
+    rep.version, rep.applied = e1, 1
+    assert old.hold_lease()
+    time.sleep(0.15)  # old pauses past its lease
+    assert new.hold_lease()
+    assert not old.write(rep) and not old.holder  # lost the lease
+    assert new.write(rep) and r.hget(K.snapshot, "log_id").decode() == e1
+    assert not new.write(rep)  # not newer than the stored one
+    rep.version = f"{parse_id(e1)[0] + 10}-0"  # applied an entry Redis lost in a crash
+    assert not new.write(rep)
+    assert r.hget(K.snapshot, "log_id").decode() == e1

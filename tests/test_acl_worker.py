@@ -1,0 +1,289 @@
+"""Least privilege: real ``streamnb worker`` processes run under deploy/redis/users.acl.
+
+A real redis-server loads the shipped ACL file. Two worker processes logged in as
+``streamnb-worker`` process a labelled stream with a crashed consumer's pending entries,
+delayed labels and a malformed message; afterwards the statistics equal one offline fit,
+every message has exactly one prediction, and Redis's ACL LOG holds no refusal for the
+worker user (so every command the worker sends, Lua calls included, is granted). A wrong
+password, a user lacking one command, and a user of another role fail at start with one
+line, exit status 2, no traceback, and change nothing.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import msgpack
+import pytest
+import redis
+from _redis_server import REDIS_SERVER, RedisServer
+from _worker_helpers import (
+    ROOT,
+    assert_same_stats,
+    count_spec,
+    offline_model,
+    produce,
+    token_messages,
+)
+
+from workers.connection import RedisSettings, UrlConnector
+from workers.keys import GROUP, ModelKeys
+from workers.replica import load_model
+from workers.worker import Worker, WorkerOptions
+
+pytestmark = pytest.mark.redis
+
+ACL_FILE = ROOT / "deploy" / "redis" / "users.acl"
+WORKER_USER, WORKER_PASSWORD = "streamnb-worker", "streamnb-worker-dev-CHANGE-ME"
+ADMIN_USER, ADMIN_PASSWORD = "streamnb-admin", "streamnb-admin-dev-CHANGE-ME"
+PRODUCER_USER, PRODUCER_PASSWORD = "streamnb-producer", "streamnb-producer-dev-CHANGE-ME"
+FEATURIZER = {"bits": 10, "counts": "raw"}
+
+
+class AclRedis(RedisServer):
+    """A redis-server loading an ACL file; :meth:`client` logs in as the admin user."""
+
+    def __init__(self, acl_file: Path, extra: list[str] | None = None, port: int | None = None) -> None:
+        super().__init__(extra=["--aclfile", str(acl_file), *(extra or [])], port=port)
+
+    def client(self, **kw: Any) -> redis.Redis:
+        kw.setdefault("username", ADMIN_USER)
+        kw.setdefault("password", ADMIN_PASSWORD)
+        return super().client(**kw)
+
+    def url_for(self, user: str, password: str, scheme: str = "redis") -> str:
+        return f"{scheme}://{user}:{password}@127.0.0.1:{self.port}/0"
+
+
+def acl_refusals(admin: Any, user: str = WORKER_USER) -> list[dict]:
+    """ACL LOG entries (refused commands, keys, logins) of ``user``."""
+    entries = admin.execute_command("ACL", "LOG", "128")
+    out = []
+    for e in entries:
+        e = {(k.decode() if isinstance(k, bytes) else k): (v.decode() if isinstance(v, bytes) else v)
+             for k, v in (e.items() if isinstance(e, dict) else zip(e[::2], e[1::2], strict=True))}
+        if e.get("username") == user:
+            out.append(e)
+    return out
+
+
+def write_acl(tmp_path: Path, edit: Callable[[str], str] = lambda line: line) -> Path:
+    """A copy of deploy/redis/users.acl with ``edit`` applied to every line."""
+    path = tmp_path / "users.acl"
+    path.write_text("\n".join(edit(line) for line in ACL_FILE.read_text().splitlines()) + "\n")
+    return path
+
+
+@pytest.fixture
+def acl_redis(tmp_path):
+    if REDIS_SERVER is None:
+        pytest.skip("redis-server is not installed")
+    with AclRedis(write_acl(tmp_path)) as server:
+        yield server
+
+
+def cli_env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("STREAMNB_")}
+    env["PYTHONPATH"] = str(ROOT)
+    env.update(extra)
+    return env
+
+
+def cli(*args: str, env: dict[str, str] | None = None, timeout: float = 60) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "workers.cli", *args], capture_output=True,
+                          text=True, timeout=timeout, env=env or cli_env(), cwd=ROOT)
+
+
+def start_worker_cli(url: str, model: str, consumer: str, log: Path, *extra: str,
+                     env: dict[str, str] | None = None) -> subprocess.Popen:
+    out = open(log, "ab")  # noqa: SIM115 - closed by the OS when the child exits
+    return subprocess.Popen(
+        [sys.executable, "-m", "workers.cli", "worker", "--redis", url, "--model", model,
+         "--kind", "multinomial", "--bits", "10", "--counts", "raw", "--consumer", consumer,
+         "--batch", "40", "--block-ms", "100", "--claim-idle-ms", "500", "--metrics-port", "0",
+         *extra], stdout=out, stderr=subprocess.STDOUT, env=env or cli_env(), cwd=ROOT)
+
+
+def one_line_failure(proc: subprocess.CompletedProcess, code: int = 2) -> str:
+    assert proc.returncode == code, (proc.returncode, proc.stdout, proc.stderr)
+    assert "Traceback" not in proc.stderr, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    return lines[0]
+
+
+def wait_until(cond: Callable[[], bool], timeout: float, what: str,
+               procs: list[subprocess.Popen] = (), logs: list[Path] = ()) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        for p in procs:
+            if p.poll() is not None:
+                text = "\n".join(log.read_text(errors="replace")[-3000:] for log in logs)
+                raise AssertionError(f"a worker exited ({p.returncode}) while waiting for {what}:\n{text}")
+        if time.monotonic() > deadline:
+            text = "\n".join(log.read_text(errors="replace")[-3000:] for log in logs)
+            raise AssertionError(f"timed out waiting for {what}:\n{text}")
+        time.sleep(0.1)
+
+
+def drained(admin: Any, name: str) -> bool:
+    """Nothing undelivered and nothing pending in the group."""
+    k = ModelKeys(name)
+    groups = {g["name"].decode(): g for g in admin.xinfo_groups(k.input)} if admin.exists(k.input) else {}
+    if GROUP not in groups:
+        return False
+    last = admin.xrevrange(k.input, count=1)
+    return (int(admin.xpending(k.input, GROUP)["pending"]) == 0 and bool(last)
+            and groups[GROUP]["last-delivered-id"] == last[0][0])
+
+
+def stop(procs: list[subprocess.Popen], timeout: float = 30) -> list[int]:
+    for p in procs:
+        if p.poll() is None:
+            p.send_signal(signal.SIGTERM)
+    codes = []
+    for p in procs:
+        try:
+            codes.append(p.wait(timeout))
+        except subprocess.TimeoutExpired:
+            p.kill()
+            codes.append(p.wait())
+    return codes
+
+
+@pytest.mark.slow
+def test_workers_run_a_whole_stream_under_the_shipped_acl(acl_redis, tmp_path):
+    admin = acl_redis.client()
+    name = "acl-mail"
+    k = ModelKeys(name)
+    msgs = token_messages(600, seed=11, labelled_share=0.7)
+    msgs.insert(100, {"id": "bad", "tokens": "not a list"})  # a dead letter
+    produce(admin, name, msgs[:300])
+    # A consumer that crashed holding entries: the workers must claim them (XAUTOCLAIM).
+    admin.xgroup_create(k.input, GROUP, id="0")
+    ghost = admin.xreadgroup(GROUP, "ghost", {k.input: ">"}, count=25)
+    assert len(ghost[0][1]) == 25
+
+    url = acl_redis.url_for(WORKER_USER, WORKER_PASSWORD)
+    logs = [tmp_path / f"w{i}.log" for i in range(2)]
+    procs = [start_worker_cli(url, name, f"acl-w{i}", logs[i], "--log-level", "DEBUG")
+             for i in range(2)]
+    try:
+        wait_until(lambda: admin.hlen(k.workers) == 2, 60, "both workers' heartbeats", procs, logs)
+        produce(admin, name, msgs[300:])
+        wait_until(lambda: drained(admin, name), 60, "the first pass", procs, logs)
+        # Delayed labels for the unlabelled messages (cache reads and compare-and-set).
+        late = [m for m in msgs if "label" not in m and m["id"] != "bad"][:60]
+        labels = ["spam", "ham", "news"]
+        refs = [{"ref": m["id"], "label": labels[i % 3]} for i, m in enumerate(late)]
+        for m, r in zip(late, refs, strict=True):
+            m["label"] = r["label"]
+        for r in refs:
+            admin.xadd(k.input, {"data": msgpack.packb(r)})
+        wait_until(lambda: drained(admin, name), 60, "the delayed labels", procs, logs)
+    finally:
+        codes = stop(procs)
+    assert codes == [0, 0], [log.read_text()[-3000:] for log in logs]
+
+    good = [m for m in msgs if m["id"] != "bad"]
+    labelled = [m for m in good if "label" in m]
+    model, _version = load_model(admin, name)
+    assert_same_stats(model, offline_model("multinomial", {"n_features": 1024}, FEATURIZER, labelled))
+    assert int(admin.get(k.learnt)) == len(labelled)
+    out_ids = [msgpack.unpackb(f[b"data"])["id"] for _, f in admin.xrange(k.out)]
+    assert sorted(out_ids) == sorted(m["id"] for m in good)
+    dead = admin.xrange(k.dead)
+    assert len(dead) == 1
+    assert admin.xpending(k.input, GROUP)["pending"] == 0  # the ghost's 25 entries were claimed
+    # Operators may use the worker's credentials for status and export.
+    status = cli("status", "--redis", url, "--model", name, "--json")
+    assert status.returncode == 0 and '"exists": true' in status.stdout, status.stderr
+    export = cli("export", "--redis", url, "--model", name, "-o", str(tmp_path / "m.snb"))
+    assert export.returncode == 0, export.stderr
+    # Every command the workers sent (Lua calls included) was granted.
+    assert acl_refusals(admin) == []
+    assert not any(admin.keys(f"streamnb:{{{name}}}:access-check*"))
+    assert len({msgpack.unpackb(f[b"data"])["worker"] for _, f in admin.xrange(k.out)}) == 2
+
+
+def test_worker_api_under_the_acl_sends_only_granted_commands(acl_redis):
+    admin = acl_redis.client()
+    msgs = token_messages(300, seed=5, labelled_share=0.8)
+    produce(admin, "acl-api", msgs)
+    settings = RedisSettings(acl_redis.url_for(WORKER_USER, WORKER_PASSWORD), client_name="api-1")
+    w = Worker(UrlConnector(settings), [count_spec("acl-api")],
+               WorkerOptions(consumer="api-1", batch=50, block_ms=20, snapshot_every=3,
+                             claim_idle_ms=200, heartbeat_s=0.1, stale_s=0.5, lease_ms=1500))
+    w.run_until_idle(timeout=30)
+    w.shutdown()
+    labelled = [m for m in msgs if "label" in m]
+    assert_same_stats(w.models["acl-api"].replica.model,
+                      offline_model("multinomial", {"n_features": 1024}, FEATURIZER, labelled))
+    assert admin.xlen(ModelKeys("acl-api").out) == len(msgs)
+    assert admin.hget(ModelKeys("acl-api").snapshot, "log_id") is not None  # snapshot + trim ran
+    assert acl_refusals(admin) == []
+
+
+def test_wrong_password_fails_at_start_with_one_line(acl_redis):
+    admin = acl_redis.client()
+    produce(admin, "acl-pw", token_messages(5))
+    before = sorted(admin.keys("*"))
+    url = acl_redis.url_for(WORKER_USER, "not-the-password")
+    t0 = time.monotonic()
+    proc = cli("worker", "--redis", url, "--model", "acl-pw", "--kind", "multinomial",
+               "--metrics-port", "0")
+    elapsed = time.monotonic() - t0
+    line = one_line_failure(proc)
+    assert "refused the credentials" in line and "not-the-password" not in line, line
+    assert elapsed < 20, elapsed
+    assert sorted(admin.keys("*")) == before
+
+
+def test_wrong_password_is_not_retried(acl_redis):
+    """In process: the refusal comes back at once (redis-py would retry a ConnectionError)."""
+    settings = RedisSettings(acl_redis.url_for(WORKER_USER, "wrong"))
+    w = Worker(UrlConnector(settings), [count_spec("acl-fast")], WorkerOptions(consumer="f1"))
+    t0 = time.monotonic()
+    with pytest.raises(redis.AuthenticationError, match="refused the credentials"):
+        w.run(install_signals=False)
+    assert time.monotonic() - t0 < 1.0
+    log = acl_refusals(acl_redis.client())
+    assert [e["reason"] for e in log] == ["auth"] and log[0]["count"] == 1, log
+
+
+def test_a_user_lacking_one_command_fails_at_start_naming_it(tmp_path):
+    if REDIS_SERVER is None:
+        pytest.skip("redis-server is not installed")
+
+    def without_xautoclaim(line: str) -> str:
+        return line.replace(" +xautoclaim", "") if line.startswith(f"user {WORKER_USER} ") else line
+
+    with AclRedis(write_acl(tmp_path, without_xautoclaim)) as server:
+        admin = server.client()
+        produce(admin, "acl-less", token_messages(5))
+        before = sorted(admin.keys("*"))
+        proc = cli("worker", "--redis", server.url_for(WORKER_USER, WORKER_PASSWORD),
+                   "--model", "acl-less", "--kind", "multinomial", "--metrics-port", "0")
+        line = one_line_failure(proc)
+        assert re.search(r"may not run XAUTOCLAIM on streamnb:\{acl-less\}", line), line
+        assert WORKER_PASSWORD not in line
+        assert sorted(admin.keys("*")) == before  # no config, no group, no leftovers
+
+
+def test_the_producer_user_cannot_run_a_worker(acl_redis):
+    admin = acl_redis.client()
+    produce(admin, "acl-prod", token_messages(5))
+    before = sorted(admin.keys("*"))
+    proc = cli("worker", "--redis", acl_redis.url_for(PRODUCER_USER, PRODUCER_PASSWORD),
+               "--model", "acl-prod", "--kind", "multinomial", "--metrics-port", "0")
+    line = one_line_failure(proc)
+    assert "may not run" in line and "XREADGROUP" in line and "EVALSHA" in line, line
+    assert sorted(admin.keys("*")) == before

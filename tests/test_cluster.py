@@ -1,0 +1,266 @@
+"""Redis Cluster: a 3-master cluster of real redis-server processes, two models, two workers each.
+
+The cluster is started by the test (free ports, ``cluster-enabled yes``, ``redis-cli --cluster
+create``) with the shipped ACL on every node, and the workers log in as ``streamnb-worker``.
+Every key of a model carries the hash tag ``{NAME}``, so one model lives in one slot and
+its commit script runs on one node; the two models used here hash to slots owned by
+different masters. Afterwards: the statistics of each model equal one offline fit, every
+message has exactly one prediction, nothing is pending, and no node logged an ACL refusal.
+"""
+
+from __future__ import annotations
+
+import random
+import shutil
+import socket
+import subprocess
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import msgpack
+import pytest
+import redis
+from _redis_server import REDIS_SERVER
+from _worker_helpers import (
+    assert_same_stats,
+    count_spec,
+    fast_options,
+    offline_model,
+    produce,
+    token_messages,
+)
+from test_acl_worker import (
+    ADMIN_PASSWORD,
+    ADMIN_USER,
+    FEATURIZER,
+    WORKER_PASSWORD,
+    WORKER_USER,
+    AclRedis,
+    acl_refusals,
+    start_worker_cli,
+    stop,
+    wait_until,
+    write_acl,
+)
+
+from streamnb.exceptions import SettingsError
+from workers.connection import RedisSettings, UrlConnector, is_access_error
+from workers.keys import GROUP, ModelKeys
+from workers.replica import load_model
+from workers.worker import Worker
+
+pytestmark = pytest.mark.redis
+
+REDIS_CLI = shutil.which("redis-cli")
+#: Two model names whose hash tags fall in slots of different masters of a 3-master
+#: cluster made by ``redis-cli --cluster create`` (0-5460, 5461-10922, 10923-16383).
+MODELS = ("spam", "ham")
+CLUSTER_TIMEOUT_S = 30.0
+
+
+def slot_of(key: str) -> int:
+    """The Redis Cluster hash slot of ``key`` (CRC16/XMODEM of the hash tag, mod 16384)."""
+    start = key.find("{")
+    if start >= 0:
+        end = key.find("}", start + 1)
+        if end > start + 1:
+            key = key[start + 1:end]
+    crc = 0
+    for byte in key.encode():
+        crc ^= byte << 8
+        for _ in range(8):
+            crc = ((crc << 1) ^ 0x1021) if crc & 0x8000 else crc << 1
+            crc &= 0xFFFF
+    return crc % 16384
+
+
+def cluster_ports(n: int) -> list[int]:
+    """``n`` ports whose cluster bus port (+10000) is free too."""
+    ports: list[int] = []
+    while len(ports) < n:
+        p = random.randint(20000, 50000)
+        try:
+            for q in (p, p + 10000):
+                with socket.socket() as s:
+                    s.bind(("127.0.0.1", q))
+        except OSError:
+            continue
+        if p not in ports:
+            ports.append(p)
+    return ports
+
+
+class Cluster:
+    """Three master redis-server processes joined into a cluster, the ACL on each."""
+
+    def __init__(self, acl_dir: Path) -> None:
+        self.dir = Path(tempfile.mkdtemp(prefix="streamnb-cluster-"))
+        acl = write_acl(acl_dir)
+        self.nodes = [AclRedis(acl, port=p, extra=["--cluster-enabled", "yes",
+                                                   "--cluster-config-file", str(self.dir / f"nodes-{p}.conf"),
+                                                   "--cluster-node-timeout", "5000"])
+                      for p in cluster_ports(3)]
+
+    def start(self) -> Cluster:
+        for n in self.nodes:
+            n.start()
+        addrs = [f"127.0.0.1:{n.port}" for n in self.nodes]
+        proc = subprocess.run([REDIS_CLI, "--user", ADMIN_USER, "--pass", ADMIN_PASSWORD,
+                               "--no-auth-warning", "--cluster", "create", *addrs, "--cluster-yes"],
+                              capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        deadline = time.monotonic() + CLUSTER_TIMEOUT_S
+        while not all(n.client().cluster("info")["cluster_state"] == "ok" for n in self.nodes):
+            assert time.monotonic() < deadline, "the cluster did not reach cluster_state:ok"
+            time.sleep(0.1)
+        return self
+
+    def stop(self) -> None:
+        for n in self.nodes:
+            n.__exit__(None, None, None)
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def url(self, user: str = WORKER_USER, password: str = WORKER_PASSWORD) -> str:
+        return self.nodes[0].url_for(user, password)
+
+    def admin(self) -> Any:
+        from redis.cluster import RedisCluster
+
+        return RedisCluster(host="127.0.0.1", port=self.nodes[0].port, username=ADMIN_USER,
+                            password=ADMIN_PASSWORD, socket_timeout=5)
+
+    def owner(self, slot: int) -> int:
+        """Port of the master serving ``slot``."""
+        for start, end, master, *_ in self.nodes[0].client().execute_command("CLUSTER", "SLOTS"):
+            if int(start) <= slot <= int(end):
+                return int(master[1])
+        raise AssertionError(f"slot {slot} is not served")
+
+    def refusals(self) -> list[dict]:
+        return [e for n in self.nodes for e in acl_refusals(n.client())]
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    if REDIS_SERVER is None or REDIS_CLI is None:
+        pytest.skip("redis-server and redis-cli are needed for a cluster")
+    c = Cluster(tmp_path_factory.mktemp("acl"))
+    try:
+        c.start()
+    except Exception:
+        c.stop()
+        raise
+    yield c
+    c.stop()
+
+
+def test_slot_of_matches_redis(cluster):
+    client = cluster.nodes[0].client()
+    for name in (*MODELS, "mail", "a.b-c_9"):
+        key = ModelKeys(name).input
+        assert slot_of(key) == client.cluster("keyslot", key)
+        assert {slot_of(k) for k in ModelKeys(name).all_fixed()} == {slot_of(key)}
+
+
+def drained(admin: Any, name: str) -> bool:
+    k = ModelKeys(name)
+    if not admin.exists(k.input):
+        return False
+    groups = {g["name"].decode(): g for g in admin.xinfo_groups(k.input)}
+    last = admin.xrevrange(k.input, count=1)
+    return (GROUP in groups and bool(last) and groups[GROUP]["last-delivered-id"] == last[0][0]
+            and int(admin.xpending(k.input, GROUP)["pending"]) == 0)
+
+
+def check_model(admin: Any, name: str, msgs: list[dict], n_workers: int) -> None:
+    k = ModelKeys(name)
+    labelled = [m for m in msgs if "label" in m]
+    model, _ = load_model(admin, name)
+    assert_same_stats(model, offline_model("multinomial", {"n_features": 1024}, FEATURIZER, labelled))
+    assert int(admin.get(k.learnt)) == len(labelled)
+    outs = [msgpack.unpackb(f[b"data"]) for _, f in admin.xrange(k.out)]
+    assert sorted(o["id"] for o in outs) == sorted(m["id"] for m in msgs)
+    assert int(admin.xpending(k.input, GROUP)["pending"]) == 0
+    assert admin.xlen(k.dead) == 0
+    assert len({o["worker"] for o in outs}) == n_workers
+
+
+@pytest.mark.slow
+def test_two_models_two_cli_workers_each_exactly_once(cluster, tmp_path):
+    slots = {name: slot_of(ModelKeys(name).input) for name in MODELS}
+    assert len({cluster.owner(s) for s in slots.values()}) == 2, slots
+    admin = cluster.admin()
+    msgs = {name: token_messages(800, seed=i, labelled_share=0.8) for i, name in enumerate(MODELS)}
+    logs, procs = [], []
+    for name in MODELS:
+        for i in range(2):
+            logs.append(tmp_path / f"{name}-{i}.log")
+            procs.append(start_worker_cli(cluster.url(), name, f"{name}-{i}", logs[-1], "--cluster"))
+    t0 = time.monotonic()
+    try:
+        for name in MODELS:
+            wait_until(lambda n=name: admin.hlen(ModelKeys(n).workers) == 2, 40,
+                       f"two workers of {name}", procs, logs)
+            produce(admin, name, msgs[name])
+        for name in MODELS:
+            wait_until(lambda n=name: drained(admin, n), 40, f"model {name} drained", procs, logs)
+    finally:
+        codes = stop(procs)
+    assert codes == [0] * 4, [log.read_text()[-2000:] for log in logs]
+    assert time.monotonic() - t0 < 60
+    for name in MODELS:
+        check_model(admin, name, msgs[name], n_workers=2)
+        # the model's data lives on the master that owns its slot, nowhere else
+        owner = next(n for n in cluster.nodes if n.port == cluster.owner(slots[name]))
+        assert owner.client().exists(ModelKeys(name).log) == 1
+        assert sum(n.client().dbsize() > 0 for n in cluster.nodes) >= 2
+    assert cluster.refusals() == []
+
+
+def test_workers_serving_both_models_read_each_slot(cluster):
+    names = ("spam-api", "ham-api")
+    admin = cluster.admin()
+    msgs = {name: token_messages(400, seed=7 + i, labelled_share=0.75) for i, name in enumerate(names)}
+    for name in names:
+        produce(admin, name, msgs[name])
+    specs = [count_spec(name) for name in names]
+    workers = [Worker(UrlConnector(RedisSettings(cluster.url(), cluster=True)), specs,
+                      fast_options(f"both-{i}")) for i in range(2)]
+    errors: list[BaseException] = []
+
+    def go(w: Worker) -> None:
+        try:
+            w.run_until_idle(timeout=40)
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=go, args=(w,)) for w in workers]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    for w in workers:
+        w.shutdown()
+    for name in names:
+        check_model(admin, name, msgs[name], n_workers=len({
+            msgpack.unpackb(f[b"data"])["worker"] for _, f in admin.xrange(ModelKeys(name).out)}))
+        versions = {w.models[name].replica.version for w in workers}
+        assert len(versions) == 1
+    assert cluster.refusals() == []
+
+
+def test_wrong_password_on_a_cluster_fails_at_once(cluster):
+    t0 = time.monotonic()
+    with pytest.raises(redis.AuthenticationError, match="refused the credentials") as info:
+        RedisSettings(cluster.url(password="wrong"), cluster=True).make_client()
+    assert time.monotonic() - t0 < 1.0
+    assert is_access_error(info.value) and "wrong" not in str(info.value)
+
+
+def test_cluster_flag_against_a_plain_server_says_so(redis_server):
+    with pytest.raises(SettingsError, match="not a Redis Cluster node"):
+        RedisSettings(redis_server.url, cluster=True).make_client()
