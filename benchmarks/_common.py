@@ -1,10 +1,10 @@
 """Shared benchmark helpers: machine info, timing, the corpus, tables, a private redis-server.
 
 >>> print(format_table(["model", "msg/s"], [["a", 1234.5], ["bb", 7]]))
-model    msg/s
------  -------
-a      1,234.5
-bb           7
+model  msg/s
+-----  -----
+a      1,234
+bb         7
 >>> reproduce_command("benchmarks.latency", ["--rates", "100"])
 'python -m benchmarks.latency --rates 100'
 """

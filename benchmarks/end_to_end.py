@@ -279,7 +279,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.profile:
         big = Corpus(corpus.raws * args.repeat, corpus.labels * args.repeat)
         tokens = corpus_tokens(corpus) * args.repeat if args.profile == "tokens" else None
-        profile_worker(encode_messages(big, args.profile, tokens=tokens))
+        msgs = encode_messages(big, args.profile, tokens=tokens)
+        print_stage_times(msgs, f"stage timings ({args.profile}, in-process worker, no profiler)")
+        print()
+        profile_worker(msgs)
         return 0
     report = benchmark(corpus, args.repeat, [int(w) for w in args.workers.split(",")],
                        args.payloads.split(","), trials=args.trials)
@@ -305,6 +308,54 @@ STAGES = {
     "log apply (tail + merge)": "worker.py:_tail",
     "housekeeping": "worker.py:_housekeeping",
 }
+
+
+def stage_times(messages: Sequence[bytes], name: str = "stages") -> dict[str, float]:
+    """Run one in-process worker (no profiler) over ``messages`` against a real redis-server
+    and return the seconds it spent per stage, from its own ``stage_duration_seconds``
+    histogram (read, decode, featurize, predict, learn, commit, apply), plus ``total``
+    (wall) and ``cpu`` (process CPU time of this process during the run)."""
+    from prometheus_client import CollectorRegistry
+
+    from workers.connection import RedisSettings, UrlConnector
+    from workers.metrics import Metrics
+    from workers.model_config import ModelSpec
+    from workers.worker import Worker, WorkerOptions
+
+    registry = CollectorRegistry()
+    with RedisServer() as server:
+        prefill(server.client(), name, messages)
+        w = Worker(UrlConnector(RedisSettings(server.url)), [ModelSpec(name, kind="multinomial")],
+                   WorkerOptions(consumer="stages"), Metrics(registry))
+        w.start()
+        t0, c0 = time.perf_counter(), time.process_time()
+        w.run_until_idle(timeout=600)
+        total, cpu = time.perf_counter() - t0, time.process_time() - c0
+        w.shutdown()
+    out: dict[str, float] = {}
+    for metric in registry.collect():
+        if metric.name != "streamnb_stage_duration_seconds" and not metric.name.endswith(
+                "stage_duration_seconds"):
+            continue
+        for sample in metric.samples:
+            if sample.name.endswith("_sum"):
+                stage = sample.labels["stage"]
+                out[stage] = out.get(stage, 0.0) + sample.value
+    out["other (observe, metrics, housekeeping)"] = max(0.0, total - sum(out.values()))
+    out["total"], out["cpu"] = total, cpu
+    return out
+
+
+def print_stage_times(messages: Sequence[bytes], label: str) -> dict[str, float]:
+    st = stage_times(messages)
+    n = len(messages)
+    total = st["total"]
+    print(f"{label}: {n} messages in {total:.2f}s wall ({rate(n, total):,.0f} msg/s), "
+          f"{st['cpu']:.2f}s CPU in the worker's process ({rate(n, st['cpu']):,.0f} msg/s per core)")
+    print(format_table(["stage", "us/message", "share of wall"],
+                       [[k, 1e6 * v / n, f"{v / total:.0%}"] for k, v in st.items()
+                        if k not in ("total", "cpu")]))
+    return st
 
 
 def profile_worker(messages: Sequence[bytes], name: str = "profile", top: int = 25) -> dict[str, float]:

@@ -193,7 +193,7 @@ def benchmark(prep: Prepared, batches: tuple[int, ...] = (1, 10, 100), cap: floa
             for b in batches:
                 skm = sknb.MultinomialNB(alpha=ALPHA) if kind == "multinomial" else sknb.BernoulliNB(alpha=ALPHA)
                 out = run_batches(lambda X, m=skm: m.predict(X).tolist(),
-                                  lambda X, yb, m=skm: m.partial_fit(X, yb, classes=classes),
+                                  lambda X, yb, m=skm, c=classes: m.partial_fit(X, yb, classes=c),
                                   prep.X_sklearn, y, b, cap)
                 results.append(Result("scikit-learn", kind, b, *out))
     return results

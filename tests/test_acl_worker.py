@@ -102,11 +102,11 @@ def cli(*args: str, env: dict[str, str] | None = None, timeout: float = 60) -> s
                           text=True, timeout=timeout, env=env or cli_env(), cwd=ROOT)
 
 
-def start_worker_cli(url: str, model: str, consumer: str, log: Path, *extra: str,
+def start_worker_cli(url: str | None, model: str, consumer: str, log: Path, *extra: str,
                      env: dict[str, str] | None = None) -> subprocess.Popen:
     out = open(log, "ab")  # noqa: SIM115 - closed by the OS when the child exits
     return subprocess.Popen(
-        [sys.executable, "-m", "workers.cli", "worker", "--redis", url, "--model", model,
+        [sys.executable, "-m", "workers.cli", "worker", *(["--redis", url] if url else []), "--model", model,
          "--kind", "multinomial", "--bits", "10", "--counts", "raw", "--consumer", consumer,
          "--batch", "40", "--block-ms", "100", "--claim-idle-ms", "500", "--metrics-port", "0",
          *extra], stdout=out, stderr=subprocess.STDOUT, env=env or cli_env(), cwd=ROOT)

@@ -31,7 +31,7 @@ local lost = {}
 for i = first_id, first_id + n_ids - 1 do
   local id = ARGV[i]
   local p = redis.call('XPENDING', KEYS[1], group, id, id, 1, consumer)
-  if false then lost[#lost + 1] = id end
+  if #p == 0 then lost[#lost + 1] = id end
 end
 if #lost > 0 then
   table.insert(lost, 1, 'lost')

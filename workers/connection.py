@@ -34,6 +34,7 @@ ValueError: a TLS CA or client certificate needs a rediss:// URL, got 'redis://l
 from __future__ import annotations
 
 import logging
+import ssl
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
@@ -119,6 +120,37 @@ class NoAccessRetry(Retry):
         return super().call_with_retry(do, fail, retryable, with_failure_count)
 
 
+#: Markers of a TLS handshake that no retry can fix (wrong CA, wrong name, not TLS).
+TLS_FAILURES = ("CERTIFICATE_VERIFY_FAILED", "certificate verify failed", "WRONG_VERSION_NUMBER",
+                "Hostname mismatch", "doesn't match", "TLSV1_ALERT", "SSLV3_ALERT")
+
+
+def tls_failure(exc: BaseException) -> str | None:
+    """The reason if ``exc`` (or what caused it) is a failed TLS handshake, else None.
+
+    >>> tls_failure(redis.ConnectionError("Error 1 connecting to db:6380. [SSL: "
+    ...     "CERTIFICATE_VERIFY_FAILED] certificate verify failed: self-signed certificate"))
+    '[SSL: CERTIFICATE_VERIFY_FAILED] certificate verify failed: self-signed certificate'
+    >>> tls_failure(redis.ConnectionError("Connection refused")) is None
+    True
+    """
+    seen: set[int] = set()
+    e: BaseException | None = exc
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        text = " ".join(str(e).split())
+        if isinstance(e, ssl.SSLError) or any(m in text for m in TLS_FAILURES):
+            i = text.find("[SSL")
+            return text[i:] if i >= 0 else text
+        e = e.__cause__ or e.__context__
+    return None
+
+
+def _tls_error(reason: str, where: str) -> SettingsError:
+    return SettingsError(f"TLS handshake with {where} failed: {reason} (check --tls-ca-file, "
+                         "and that the server's certificate names this host)")
+
+
 def _cluster_error(exc: Exception, url: str) -> Exception:
     """A clear exception for a failure to build the cluster client (redis-py raises
     ``RedisClusterException``, which is no ``RedisError``)."""
@@ -130,6 +162,8 @@ def _cluster_error(exc: Exception, url: str) -> Exception:
         return NoPermissionError(
             f"Redis Cluster at {where}: the ACL user may not run the cluster client's commands "
             f"(grant +cluster|slots +cluster|shards +command +asking): {text}")
+    if (reason := tls_failure(exc)) is not None:
+        return _tls_error(reason, where)
     if "cluster support disabled" in text or "Cluster mode is not enabled" in text:
         return SettingsError(f"{where} is not a Redis Cluster node (cluster support disabled): "
                              "drop --cluster, or give a cluster node's URL")
@@ -168,6 +202,13 @@ class RedisSettings:
             raise ValueError("a TLS client key needs its certificate (cert_file)")
         if self.cluster and scheme == "unix":
             raise ValueError("Redis Cluster needs a redis:// or rediss:// URL, not unix://")
+
+    def __repr__(self) -> str:  # never the password, in logs or tracebacks
+        shown = {k: v for k, v in vars(self).items() if k != "password" and v is not None}
+        shown["url"] = redact_url(self.url)
+        if self.password is not None:
+            shown["password"] = "***"
+        return f"RedisSettings({', '.join(f'{k}={v!r}' for k, v in shown.items())})"
 
     @property
     def tls(self) -> bool:
@@ -287,9 +328,10 @@ def check_access(client: Any, model_names: Iterable[str], where: str = "Redis") 
     """Run every command a worker sends once, on throw-away keys of each model
     (``streamnb:{NAME}:access-check:*``, deleted afterwards).
 
-    Raises ``redis.AuthenticationError`` (credentials refused) or
-    ``redis.exceptions.NoPermissionError`` naming every refused command, each in one line;
-    connection errors pass through. Other replies (e.g. out of memory) are not ACL problems
+    Raises ``redis.AuthenticationError`` (credentials refused),
+    ``redis.exceptions.NoPermissionError`` naming every refused command, or
+    :class:`~streamnb.exceptions.SettingsError` for a failed TLS handshake, each in one
+    line; other connection errors pass through (the caller retries them). Other replies (e.g. out of memory) are not ACL problems
     and are ignored here.
 
     >>> import fakeredis
@@ -299,6 +341,10 @@ def check_access(client: Any, model_names: Iterable[str], where: str = "Redis") 
         client.ping()
     except AuthenticationError as exc:
         raise AuthenticationError(f"{where} refused the credentials: {exc}") from None
+    except redis.ConnectionError as exc:
+        if (reason := tls_failure(exc)) is not None:
+            raise _tls_error(reason, where) from None
+        raise
     for name in model_names:
         prefix = f"streamnb:{{{name}}}"
         refused: list[str] = []
@@ -393,4 +439,4 @@ def connector_from_url(url: str, **settings: Any) -> UrlConnector:
 
 
 __all__ = ["ClientConnector", "Connector", "NoAccessRetry", "RedisSettings", "UrlConnector",
-           "check_access", "connector_from_url", "is_access_error", "redact_url"]
+           "check_access", "connector_from_url", "is_access_error", "redact_url", "tls_failure"]

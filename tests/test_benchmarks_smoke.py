@@ -1,0 +1,138 @@
+"""Smoke tests of the benchmarks: each core function runs on tiny inputs and returns sane
+numbers. No timing assertions (speed figures belong in benchmarks/, not in tests)."""
+
+from __future__ import annotations
+
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from benchmarks import daemon_accuracy, end_to_end, gaussian_throughput, latency, memory  # noqa: E402
+from benchmarks import model_throughput as mt  # noqa: E402
+from benchmarks._common import REDIS_SERVER, format_table, percentiles, synthetic_mail  # noqa: E402
+
+needs_redis = pytest.mark.skipif(REDIS_SERVER is None, reason="redis-server is not installed")
+
+
+def test_percentiles_match_numpy():
+    values = [5.0, 1.0, 9.0, 3.0, 7.0, 2.0]
+    assert percentiles(values, (50, 99)) == [float(np.percentile(values, 50)),
+                                            float(np.percentile(values, 99))]
+    assert all(math.isnan(v) for v in percentiles([], (50,)))
+
+
+def test_format_table_aligns_columns():
+    lines = format_table(["a", "n"], [["x", 1.5], ["yy", 1234.0]]).splitlines()
+    assert lines[0].split() == ["a", "n"]
+    assert lines[2].split() == ["x", "1.5"] and lines[3].split() == ["yy", "1,234"]
+    assert len({len(line) for line in lines[1:]}) == 1
+
+
+def test_score_hand_worked():
+    # ham: predicted None and spam -> 2 false positives of 2; spam: 1 missed of 2.
+    s = daemon_accuracy.score("t", ["spam", "ham", None, "spam"], ["spam", "spam", "ham", "ham"], 1.0)
+    assert (s.fp, s.fn, s.unpredicted) == (2, 1, 1)
+    assert s.ham_fp == 1.0 and s.spam_fn == 0.5 and s.accuracy == 0.25
+    assert s.accuracy_labelled == pytest.approx(1 / 3)
+
+
+def test_model_throughput_runs_every_library_on_tiny_mail():
+    corpus = synthetic_mail(60, seed=1)
+    prep = mt.prepare(corpus, bits=12)
+    assert prep.X.shape == (60, 2**12) and prep.X_sklearn.shape == (60, 2**12)
+    # The same tokens reach every library: as many distinct tokens per message as buckets
+    # (up to collisions, which only merge buckets).
+    assert all(prep.X[i].nnz <= len(prep.token_dicts[i]) for i in range(60))
+    results = mt.benchmark(prep, batches=(1, 10), cap=30.0)
+    libs = {(r.library, r.model, r.batch) for r in results}
+    assert ("river", "bernoulli", 1) in libs and ("scikit-learn", "multinomial", 10) in libs
+    for r in results:
+        assert r.messages == 60 and r.seconds > 0 and r.per_second > 0
+        assert 0.0 <= r.accuracy <= 1.0, r
+        if r.library == "streamnb":  # two well-separated vocabularies, m = buckets seen
+            assert r.accuracy >= 0.8, r
+    ratios = mt.ratios(results, batch=10)
+    assert set(ratios) == {f"{k}: streamnb b10 / {o}" for k in ("multinomial", "bernoulli")
+                           for o in ("river", "sklearn b10")}
+    assert all(v > 0 for v in ratios.values())
+
+
+def test_bernoulli_vocabulary_sweep_reports_features_seen():
+    prep = mt.prepare(synthetic_mail(20), bits=14, sklearn=False)
+    rows = mt.bernoulli_vs_vocabulary(prep, vocabularies=(100, 1000), probe=5,
+                                      river_max_vocab=1000, river_probe=3)
+    ours = [r for r in rows if r[0] == "streamnb"]
+    # 2 learnt documents of exactly `vocab` distinct columns, plus the first probe's own
+    # features are not yet counted when seen is read: seen == vocab.
+    assert [r[1] for r in ours] == [100, 1000]
+    assert [r[1] for r in rows if r[0] == "river"] == [100, 1000]
+    assert all(r[2] > 0 for r in rows)
+
+
+def test_gaussian_throughput_on_small_data():
+    X, y = gaussian_throughput.synthetic(300, 3)
+    assert X.shape == (300, 3) and set(y) == {"c0", "c1", "c2"}
+    Xb, yb = gaussian_throughput.breast_cancer(100)
+    assert Xb.shape == (100, 30) and set(yb) <= {"malignant", "benign"}
+    rows = gaussian_throughput.benchmark([("synthetic", X, y)], batches=(50,), cap=30.0)
+    assert [r[3] for r in rows] == ["gaussian", "gaussian", "lda", "qda"]
+    for row in rows:
+        assert row[5] == 300 and row[6] > 0 and 0.5 <= row[7] <= 1.0
+    assert rows[0][8] == 1.0  # River against itself
+
+
+def test_model_bytes_counts_the_dense_tables():
+    b = memory.model_bytes()
+    # Two classes x 2**20 float64 counts = 16 MiB at least; the multinomial table
+    # (2**20 x 3 float64) comes on top once a prediction derived it.
+    assert b["statistics"] >= 2 * 2**20 * 8
+    assert b["statistics + derived tables"] >= b["statistics"] + 3 * 2**20 * 8
+    assert 0 < b["encoded (2 messages learnt)"] < 10_000
+
+
+@needs_redis
+def test_end_to_end_counts_every_message(tmp_path):
+    corpus = synthetic_mail(150, seed=2)
+    tokens = end_to_end.corpus_tokens(corpus)
+    msgs = end_to_end.encode_messages(corpus, "tokens", tokens=tokens)
+    with end_to_end.RedisServer() as server:
+        res = end_to_end.run_e2e(server, "smoke", msgs, 1, "tokens", timeout=60)
+    assert res.messages == 150 and res.dead == 0
+    assert res.per_second > 0 or math.isnan(res.per_second)  # nan if one commit did it all
+
+
+@needs_redis
+def test_daemon_accuracy_first_batch_is_unlabelled():
+    corpus = synthetic_mail(250, seed=3)
+    s = daemon_accuracy.through_daemon(corpus, n_workers=1, timeout=60)
+    # One worker, everything pre-filled: the first XREADGROUP takes a full batch of 100,
+    # predicted before any class is known.
+    assert s.n == 250 and s.unpredicted == 100
+    assert s.accuracy_labelled >= 0.9
+
+
+@needs_redis
+def test_latency_measures_each_produced_message():
+    corpus = synthetic_mail(120, seed=4)
+    rows = latency.benchmark(corpus, rates=(40.0,), worker_counts=(1,), seconds=0.5)
+    assert len(rows) == 1
+    workers, target, achieved, n, p50, p99, pmax = rows[0]
+    assert (workers, target, n) == (1, 40.0, 20)
+    assert 0 <= p50 <= p99 <= pmax
+
+
+@needs_redis
+def test_memory_checkpoints():
+    corpus = synthetic_mail(50, seed=5)
+    rows, extra = memory.benchmark(end_to_end.corpus_tokens(corpus), corpus.labels, [200],
+                                   noise=3, chunk=100)
+    assert [r[0] for r in rows] == [0, 200]
+    assert rows[1][1] > 0 and rows[1][2] > 0
+    assert extra["redis bytes per cached message"] > 0
