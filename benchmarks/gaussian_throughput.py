@@ -96,6 +96,9 @@ def benchmark(datasets: list[tuple[str, np.ndarray, list[str]]], batches: tuple[
               cap: float = 10.0, river: bool = True) -> list[list[Any]]:
     """Rows ``[data, d, library, model, batch, vectors, vectors/s, accuracy, x River]``."""
     rows: list[list[Any]] = []
+    _, X0, y0 = datasets[0]
+    for kind in KINDS:  # warm-up: imports (scipy.linalg) and first-call costs, not timed
+        make(kind).partial_fit(X0[:50], y0[:50]).predict(X0[:5])
     for name, X, y in datasets:
         d = X.shape[1]
         river_rate = float("nan")

@@ -76,6 +76,9 @@ class Limits:
     max_decoded_bytes: int = 2 * DEFAULT_MAX_MESSAGE_BYTES
     #: Characters of a text payload or of all body text that are tokenized.
     max_text_chars: int = 2 * DEFAULT_MAX_MESSAGE_BYTES
+    #: Characters of one header value read before RFC 2047 decoding and address parsing
+    #: (the standard library's decoders are quadratic in the number of encoded words).
+    max_header_chars: int = 16_384
 
 
 DEFAULT_LIMITS = Limits()
@@ -128,6 +131,8 @@ def _unpack(data: bytes, limits: Limits) -> Any:
         raise
     except ValueError as exc:
         text = str(exc)
+        if "max_ext_len" in text:
+            raise MalformedMessage("bad_type", "msgpack ext types are not allowed") from None
         if "exceeds max_" in text:
             raise MalformedMessage("too_large", f"a msgpack item is too long: {text}") from None
         if isinstance(exc, UnicodeDecodeError):

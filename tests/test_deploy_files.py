@@ -537,7 +537,6 @@ def test_acl_lets_the_worker_run_its_commands_on_streamnb_keys(prod_redis: Produ
                           decode_responses=True)
     assert w.ping()
     assert w.xgroup_create(f"{M}:in", GROUP, id="0", mkstream=True)
-    assert w.xgroup_createconsumer(f"{M}:in", GROUP, "c1") == 1
     ids = [w.xadd(f"{M}:in", {"data": f"m{i}"}) for i in range(4)]
     got = w.xreadgroup(GROUP, "c1", {f"{M}:in": ">"}, count=2, block=10)
     assert [e for e, _ in got[0][1]] == ids[:2]
@@ -547,7 +546,6 @@ def test_acl_lets_the_worker_run_its_commands_on_streamnb_keys(prod_redis: Produ
     w.xreadgroup(GROUP, "c2", {f"{M}:in": ">"}, count=1)
     claimed = w.xautoclaim(f"{M}:in", GROUP, "c1", min_idle_time=0, start_id="0-0")
     assert ids[1] in [e for e, _ in claimed[1]]
-    assert w.xclaim(f"{M}:in", GROUP, "c1", 0, [ids[2]])
     assert {g["name"] for g in w.xinfo_groups(f"{M}:in")} == {GROUP}
     assert w.xinfo_stream(f"{M}:in")["length"] == 4
     assert {c["name"] for c in w.xinfo_consumers(f"{M}:in", GROUP)} == {"c1", "c2"}
@@ -557,19 +555,19 @@ def test_acl_lets_the_worker_run_its_commands_on_streamnb_keys(prod_redis: Produ
     assert w.xrange(f"{M}:log")[0][0] == w.xrevrange(f"{M}:log")[0][0] == log_id
     assert w.xlen(f"{M}:log") == 1 and w.xtrim(f"{M}:log", minid=log_id) == 0
     assert w.set(f"{M}:lease", "c1", nx=True, px=5000) and w.get(f"{M}:lease") == "c1"
-    assert w.pexpire(f"{M}:lease", 4000) and w.expire(f"{M}:lease", 4)
+    assert w.pexpire(f"{M}:lease", 4000)
     assert w.hset(f"{M}:snapshot", mapping={"log_id": log_id, "data": "s"}) == 2
     assert w.hget(f"{M}:snapshot", "log_id") == log_id
     assert w.hgetall(f"{M}:snapshot") == {"log_id": log_id, "data": "s"}
-    assert w.hsetnx(f"{M}:config", "kind", "multinomial") == 1
+    assert w.hset(f"{M}:config", "kind", "multinomial") == 1
+    assert w.hmget(f"{M}:config", ["kind", "none"]) == ["multinomial", None]
     assert w.hset(f"{M}:workers", "c1", "beat") == 1 and w.hdel(f"{M}:workers", "c1") == 1
     assert w.exists(f"{M}:config") == 1 and w.type(f"{M}:in") == "stream"
-    assert w.mget([f"{M}:lease", f"{M}:none"]) == ["c1", None]
+    assert w.get(f"{M}:none") is None
     assert w.incrby(f"{M}:learnt", 3) == 3
     assert w.delete(f"{M}:lease") == 1
     sha = w.script_load("return redis.call('XLEN', KEYS[1])")
-    assert w.script_exists(sha) == [True]
-    assert w.evalsha(sha, 1, f"{M}:in") == w.eval("return redis.call('XLEN', KEYS[1])", 1, f"{M}:in") == 4
+    assert w.evalsha(sha, 1, f"{M}:in") == 4
 
 
 @pytest.mark.redis

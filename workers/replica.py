@@ -231,7 +231,8 @@ class Replica:
             if not checked:
                 pipe.xrange(self.keys.log, min=self.version, max=self.version, count=1)
             (trimmed, snap_id), entries, *own = pipe.execute()
-            if trimmed is not None and parse_id(self.version) < parse_id(trimmed):
+            if trimmed is not None and trimmed != self._ignored_trim and \
+                    parse_id(self.version) < self._trim_mark(trimmed):
                 log.warning("model %s: log trimmed past version %s; reloading the snapshot",
                             self.keys.name, self.version)
                 self._load_snapshot()
@@ -270,6 +271,8 @@ class Replica:
         """Apply one log entry (called in log order only), validated whole before any change."""
         data = fields.get(b"data", fields.get("data"))
         try:
+            if data is None:
+                raise FormatError("log entry has no 'data' field")
             entry = decode_log_entry(data)
             if entry["t"] == "decay":
                 g = entry.get("g")

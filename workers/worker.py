@@ -607,6 +607,9 @@ class Worker:
                            for it in items}
             outside = [r.ref for r in refs if r.ref not in batch_labels]
             cached = fetch_cached(self.client, rt.keys, outside) if o.cache_ttl_s > 0 else {}
+            # a cached row that does not fit this model (tampered, other config): as expired
+            cached = {k: c if c is None or rt.featurizer.fits(c.row) else None
+                      for k, c in cached.items()}
             res = resolve_refs(refs, rt.keys, batch_labels, batch_preds, cached)
             learn = [(it, res.in_batch.get(it.msg.id, it.msg.label)) for it in items]
             add_rows = [(it.row, lab, it.msg.weight) for it, lab in learn if lab is not None]

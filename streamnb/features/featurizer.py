@@ -305,6 +305,24 @@ class Featurizer:
     def featurize_many(self, msgs: Iterable[InputMessage]) -> list[Row]:
         return [self.featurize(m) for m in msgs]
 
+    def fits(self, row: Row) -> bool:
+        """True if ``row`` can be stacked by this featurizer (a cached row read back from
+        Redis may come from another config, or be tampered with).
+
+        >>> f = Featurizer(bits=4)
+        >>> [f.fits(Row(indices=np.array([i], dtype=np.int32), values=np.ones(1))) for i in (3, 16)]
+        [True, False]
+        """
+        if self.input == "dense":
+            return row.x is not None and row.x.shape == (self.dim,) and bool(np.isfinite(row.x).all())
+        if row.indices is None or row.values is None or row.indices.shape != row.values.shape:
+            return False
+        if row.indices.size and not 0 <= int(row.indices[0]) <= int(row.indices[-1]) < self.hasher.n_buckets:
+            return False
+        if not np.isfinite(row.values).all() or (row.values < 0).any():
+            return False
+        return not self.n_meta or row.meta is None or row.meta.shape == (self.n_meta,)
+
     # ------------------------------------------------------------------ stack
     def stack(self, rows: Sequence[Row]) -> Any:
         """Rows -> CSR matrix ``(n, n_columns)`` (sparse input) or ndarray ``(n, dim)``."""

@@ -148,11 +148,12 @@ class MailAnalysis:
         )
 
 
-def _decode_header(value: object) -> str:
-    """A header value as text: RFC 2047 words decoded, undecodable bytes replaced."""
+def _decode_header(value: object, max_chars: int = DEFAULT_LIMITS.max_header_chars) -> str:
+    """A header value as text: RFC 2047 words decoded, undecodable bytes replaced. Only the
+    first ``max_chars`` characters are decoded (the stdlib decoder is quadratic)."""
     if isinstance(value, email.header.Header):
         value = str(value)
-    text = str(value)
+    text = str(value)[:max_chars]
     if "=?" not in text:
         return text
     try:
@@ -170,14 +171,26 @@ def _decode_header(value: object) -> str:
 
 def _decode_bytes(data: bytes, charset: str) -> tuple[str, bool]:
     """Decode with ``charset``; on an unknown charset use latin-1. Returns (text, known)."""
+    text, known, _ = _decode_checked(data, charset)
+    return text, known
+
+
+def _decode_checked(data: bytes, charset: str) -> tuple[str, bool, bool]:
+    """(text, charset known, bytes valid in it): invalid bytes become U+FFFD."""
     try:
         codecs.lookup(charset)
     except (LookupError, ValueError):
-        return data.decode("latin-1"), False
+        return data.decode("latin-1"), False, True
     try:
-        return data.decode(charset, "replace"), True
+        return data.decode(charset), True, True
+    except UnicodeDecodeError:
+        pass
     except Exception:  # a codec that raises on anything at all
-        return data.decode("latin-1"), False
+        return data.decode("latin-1"), False, True
+    try:
+        return data.decode(charset, "replace"), True, False
+    except Exception:
+        return data.decode("latin-1"), False, True
 
 
 @dataclass(frozen=True, slots=True)
@@ -251,7 +264,8 @@ class MailTokenizer:
                 a.received = len(values)
             if name in ("to", "cc"):
                 try:
-                    a.recipients += len(email.utils.getaddresses([str(v) for v in values]))
+                    cap = self.limits.max_header_chars
+                    a.recipients += len(email.utils.getaddresses([str(v)[:cap] for v in values]))
                 except Exception:
                     a.defect("address")
             if not values:
@@ -259,7 +273,7 @@ class MailTokenizer:
                     a.tokens.append(f"{name}:none")
                 continue
             for value in values[:32]:
-                text = _decode_header(value)[:2000]
+                text = _decode_header(value, self.limits.max_header_chars)[:2000]
                 if name in _ADDRESS_HEADERS:
                     self._address(name, text, a)
                 elif name == "received":
@@ -337,9 +351,11 @@ class MailTokenizer:
             data = data[: budget[0]]
             a.defect("decoded_budget")
         budget[0] -= len(data)
-        text, known = _decode_bytes(data, charset or "latin-1")
+        text, known, valid = _decode_checked(data, charset or "latin-1")
         if not known:
             a.defect("charset")
+        if not valid:
+            a.defect("undecodable")
         is_html = part.get_content_type() == "text/html"
         if is_html:
             text, tag_tokens = strip_html(text[: self.limits.max_text_chars])

@@ -23,7 +23,9 @@ from streamnb.features.text import host_tokens
 __all__ = ["strip_html"]
 
 _COMMENT = re.compile(r"<!--.*?(?:-->|$)", re.S)
-_DROP = re.compile(r"<(script|style)\b[^>]*>.*?(?:</\1\s*>|$)", re.S | re.I)
+# [^<>]* (not [^>]*): a run of unclosed "<script" openers must not rescan to the end each
+# time (quadratic: 160 kB of "<script " took 1.8 s).
+_DROP = re.compile(r"<(script|style)\b[^<>]*>.*?(?:</\1\s*>|$)", re.S | re.I)
 _TAG = re.compile(r"<\s*(/?)\s*([a-zA-Z][a-zA-Z0-9]{0,15})([^>]{0,2000})>?")
 _LINK = re.compile(r"""(?i)\b(?:href|src|action)\s*=\s*["']?\s*(?:https?|ftp)://(?:[^/?#@\s"'>]*@)?([a-z0-9][a-z0-9.-]*)""")
 

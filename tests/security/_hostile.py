@@ -39,6 +39,11 @@ def nested_html(depth: int = 200_000) -> bytes:
     return b"From: a@x.example\nContent-Type: text/html\n\n" + body
 
 
+def unclosed_script(n: int = 120_000) -> bytes:
+    """``n`` unclosed ``<script`` openers (a regex that rescans to the end is quadratic)."""
+    return b"From: a@x.example\nContent-Type: text/html\n\n" + b"<script " * n
+
+
 def invalid_utf8() -> bytes:
     """Invalid UTF-8 in headers, names, parameters and a body that claims utf-8."""
     junk = bytes(range(0x80, 0x100))
@@ -70,6 +75,7 @@ CRAFTED: dict[str, Callable[[], bytes]] = {
     "100k_parts": many_parts,
     "10mb_line": long_line,
     "nested_html": nested_html,
+    "unclosed_script": unclosed_script,
     "invalid_utf8": invalid_utf8,
     "1mb_header": big_header,
     "encoded_word_bomb": encoded_word_bomb,
