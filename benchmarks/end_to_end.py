@@ -48,7 +48,7 @@ DEFAULT_OPTIONS: dict[str, Any] = {}
 
 def keys(name: str) -> dict[str, str]:
     prefix = f"streamnb:{{{name}}}"
-    return {k: f"{prefix}:{k}" for k in ("in", "out", "dead", "log")}
+    return {k: f"{prefix}:{k}" for k in ("in", "out", "dead", "log", "snapshot")}
 
 
 def encode_messages(corpus: Corpus, payload: str, labelled: bool = True,

@@ -83,7 +83,8 @@ def model_bytes(kind: str = "multinomial") -> dict[str, int]:
 
 def benchmark(tokens: list[list[str]], labels: list[str], checkpoints: list[int], noise: int = 20,
               chunk: int = 10_000, seed: int = 0) -> tuple[list[list[Any]], dict[str, float]]:
-    """Rows ``[messages, worker RSS MB, Redis used MB, seconds]`` and cache figures."""
+    """Rows ``[messages, worker RSS MB, Redis used MB, snapshot MB, seconds]`` and cache
+    figures."""
     rng = np.random.default_rng(seed)
     name = "memory"
     k = keys(name)
@@ -96,7 +97,7 @@ def benchmark(tokens: list[list[str]], labels: list[str], checkpoints: list[int]
             done = 0
             t0 = time.perf_counter()
             time.sleep(1.0)
-            rows.append([0, rss_bytes(pid) / MB, client.info("memory")["used_memory"] / MB, 0.0])
+            rows.append([0, rss_bytes(pid) / MB, client.info("memory")["used_memory"] / MB, 0.0, 0.0])
             for target in checkpoints:
                 while done < target:
                     n = min(chunk, target - done)
@@ -114,7 +115,7 @@ def benchmark(tokens: list[list[str]], labels: list[str], checkpoints: list[int]
                     client.xtrim(k["out"], maxlen=0)
                     client.xtrim(k["dead"], maxlen=0)
                 rows.append([done, rss_bytes(pid) / MB, client.info("memory")["used_memory"] / MB,
-                             time.perf_counter() - t0])
+                             client.hstrlen(k["snapshot"], "data") / MB, time.perf_counter() - t0])
                 print(f"  {done:>9,} messages: worker RSS {rows[-1][1]:.0f} MB", flush=True)
     return rows, extra
 
@@ -129,10 +130,10 @@ def main(argv: list[str] | None = None) -> int:
     print_header("benchmark 5: worker memory", "benchmarks.memory", argv)
     corpus = load_corpus(args.corpus) if corpus_available(args.corpus) else synthetic_mail(2000)
     for k, v in model_bytes().items():
-        print(f"default multinomial model, {k}: {v / MB:.1f} MB")
+        print(f"default multinomial model, {k}: {v:,} bytes ({v / MB:.1f} MB)")
     rows, extra = benchmark(corpus_tokens(corpus), corpus.labels,
                             [int(c) for c in args.checkpoints.split(",")], args.noise)
-    print(format_table(["messages", "worker RSS MB", "redis used MB", "seconds"], rows))
+    print(format_table(["messages", "worker RSS MB", "redis used MB", "snapshot MB", "seconds"], rows))
     for k, v in extra.items():
         print(f"{k}: {v:,.0f} (with the default cache_ttl_s of 7 days, Redis keeps this per "
               "message for 7 days)")

@@ -78,6 +78,9 @@ class Metrics:
         self.heartbeat = Gauge(
             "worker_heartbeat_timestamp_seconds", "Last heartbeat written", MW, **r)
         self.snapshots_written = Counter("snapshots_written", "Snapshots written", MW, **r)
+        self.corrupt_records = Counter(
+            "corrupt_records", "Unreadable snapshots and :log entries met (kind: snapshot, log); "
+            "see docs/reliability.md", (*MW, "kind"), **r)
         # ---- stream gauges, sampled by the lease holder only (label: model, stream)
         self.stream_length = Gauge(
             "stream_length_entries", "XLEN of the model's streams", ("model", "stream"), **r)

@@ -182,6 +182,8 @@ class ModelRuntime:
         self.featurizer = config.make_featurizer()
         self.rule = config.make_decision_rule()
         self.replica = Replica(client, self.keys, config)
+        self.replica.on_corrupt = lambda kind, detail: worker.metrics.corrupt_records.labels(
+            model=spec.name, worker=worker.options.consumer, kind=kind).inc()
         o = worker.options
         self.snapshotter = Snapshotter(client, self.keys, o.consumer, o.lease_ms, o.snapshot_every,
                                        o.snapshot_interval_s, o.trim_margin_ms)

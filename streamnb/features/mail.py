@@ -240,7 +240,11 @@ class MailTokenizer:
         if not raw.strip():
             a.defect("empty")
             return
-        msg = _PARSER.parsebytes(raw)
+        try:
+            msg = _PARSER.parsebytes(raw)
+        except RecursionError:  # MIME nested past Python's stack: keep headers and text
+            a.defect("recursion")
+            msg = _PARSER.parsebytes(raw, headersonly=True)
         for d in msg.defects:
             a.defect(type(d).__name__.lower())
         self._headers(msg, a)

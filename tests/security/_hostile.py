@@ -79,6 +79,7 @@ CRAFTED: dict[str, Callable[[], bytes]] = {
     "invalid_utf8": invalid_utf8,
     "1mb_header": big_header,
     "encoded_word_bomb": encoded_word_bomb,
+    "encoded_word_bomb_4mb": lambda: encoded_word_bomb(240_000),
     "deep_mime": deep_mime,
 }
 

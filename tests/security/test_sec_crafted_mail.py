@@ -23,6 +23,7 @@ EXPECTED_DEFECTS = {
     "invalid_utf8": {"defect:undecodable"},
     "1mb_header": {"defect:truncated"},
     "encoded_word_bomb": {"defect:truncated"},
+    "encoded_word_bomb_4mb": {"defect:truncated"},
     "deep_mime": {"defect:mime_depth", "defect:recursion"},
 }
 LIMITS = DEFAULT_LIMITS
@@ -72,8 +73,8 @@ def test_wire_path_dead_letters_or_featurizes(crafted: dict[str, bytes], name: s
         assert 0 < result.n_tokens <= LIMITS.max_tokens and result.indices.size > 0
 
 
-@pytest.mark.parametrize("name", ["1mb_header", "encoded_word_bomb", "nested_html", "10mb_line",
-                                  "unclosed_script"])
+@pytest.mark.parametrize("name", ["1mb_header", "encoded_word_bomb_4mb", "nested_html",
+                                  "10mb_line", "unclosed_script", "deep_mime"])
 def test_raised_size_limit_still_bounded(crafted: dict[str, bytes], name: str) -> None:
     """With a 16 MiB message limit the inner limits (decoded bytes, text chars, tokens,
     header length) still bound the cost: no parser step is quadratic in the message."""
@@ -81,6 +82,17 @@ def test_raised_size_limit_still_bounded(crafted: dict[str, bytes], name: str) -
     analysis, cpu, _ = cost(lambda: MailTokenizer(limits=big).analyse(crafted[name]))
     assert cpu < 4 * CPU_CEILING_S, f"{name}: {cpu:.2f} s of CPU"
     assert len(analysis.tokens) <= big.max_tokens
+
+
+def test_deep_mime_keeps_headers_and_text() -> None:
+    """MIME nested past Python's recursion limit: the parser's RecursionError is caught and
+    the message is read headers-only, so its header tokens are not lost."""
+    from _hostile import deep_mime
+
+    raw = b"From: Eve <eve@evil.example>\nSubject: nested offer\n" + deep_mime()
+    tokens = MailTokenizer().tokenize(raw)
+    assert "defect:recursion" in tokens
+    assert {"from:evil.example", "subject:nested", "subject:offer"} <= set(tokens)
 
 
 def test_token_limit_cuts_and_marks() -> None:

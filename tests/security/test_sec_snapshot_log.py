@@ -30,11 +30,13 @@ from _worker_helpers import (
     token_messages,
     url_worker,
 )
+from prometheus_client import CollectorRegistry
 
 from streamnb.exceptions import FormatError
 from streamnb.models import dumps as dump_model
 from streamnb.models import make_model
 from workers.keys import ModelKeys
+from workers.metrics import Metrics
 from workers.model_config import read_config
 from workers.replica import Replica, encode_decay, encode_delta
 
@@ -138,9 +140,11 @@ def test_worker_serves_through_a_corrupt_snapshot_and_overwrites_it(redis_server
     for m in more:
         m["id"] = "n" + m["id"]
     produce(r, "mail", more)
-    w = url_worker(redis_server.url, [count_spec()], fast_options("w2", batch=10))
+    metrics = Metrics(CollectorRegistry())
+    w = url_worker(redis_server.url, [count_spec()], fast_options("w2", batch=10), metrics)
     w.run_until_idle()
     assert w.models["mail"].replica.snapshot_errors == 1
+    assert metrics.corrupt_records.labels(model="mail", worker="w2", kind="snapshot")._value.get() == 1
     expected = offline_model("multinomial", PARAMS, FCFG, msgs + more)
     assert_same_stats(w.models["mail"].replica.model, expected)
     _snapshot(w)  # the lease holder's next snapshot replaces the garbled one
@@ -214,8 +218,11 @@ def test_corrupt_log_entries_are_skipped_whole(redis_server, caplog):
     r.xadd(K.log, {"nodata": b"x"})
     caplog.set_level(logging.ERROR, logger="workers.replica")
     produce(r, "mail", good[20:])
-    w2 = url_worker(redis_server.url, [count_spec()], fast_options("w2"))
+    metrics = Metrics(CollectorRegistry())
+    w2 = url_worker(redis_server.url, [count_spec()], fast_options("w2"), metrics)
     w2.run_until_idle()
+    assert metrics.corrupt_records.labels(model="mail", worker="w2", kind="log")._value.get() \
+        == len(corrupt) + 1
 
     rep = w2.models["mail"].replica
     assert rep.corrupt_entries == len(corrupt) + 1
