@@ -55,6 +55,15 @@ def _blas() -> str:
         return "unknown"
 
 
+def _blas_threads() -> str:
+    try:
+        from threadpoolctl import threadpool_info
+    except ImportError:
+        return "?"
+    return ",".join(str(p.get("num_threads")) for p in threadpool_info()
+                    if p.get("user_api") == "blas") or "?"
+
+
 def _version(module: str) -> str:
     try:
         mod = __import__(module)
@@ -72,6 +81,7 @@ def machine_info() -> dict[str, str]:
         "python": platform.python_version(),
         "numpy": np.__version__,
         "blas": _blas(),
+        "blas_threads": _blas_threads(),
         "openblas_env": " ".join(f"{k}={v}" for k, v in sorted(env.items())) or "none",
         "river": _version("river"),
         "sklearn": _version("sklearn"),
@@ -106,10 +116,12 @@ def print_header(title: str, module: str, argv: Sequence[str]) -> None:
     info = machine_info()
     print(f"== {title}")
     print(f"machine: {info['cpu']}, {info['cores']} cores, Python {info['python']}, "
-          f"numpy {info['numpy']} ({info['blas']}), OPENBLAS env: {info['openblas_env']}")
+          f"numpy {info['numpy']} ({info['blas']}, {info['blas_threads']} threads), "
+          f"OPENBLAS env: {info['openblas_env']}")
     print(f"compared: river {info['river']}, scikit-learn {info['sklearn']}, "
           f"redis-server {info['redis-server']}")
-    print(f"command (from {ROOT}, venv active): {reproduce_command(module, argv)}")
+    env = "" if info["openblas_env"] == "none" else info["openblas_env"] + " "
+    print(f"command (from {ROOT}, venv active): {env}{reproduce_command(module, argv)}")
     print(f"load average at start: {load_average()} (shared machine: figures are noisy)")
     sys.stdout.flush()
 

@@ -101,10 +101,11 @@ def float_list(text: str) -> list[float]:
             f"expected numbers separated by commas (0.3,0.7), got {text!r}") from None
 
 
-def shrinkage(text: str) -> float | str:
-    if text == "auto":
-        return text
-    return finite_float(text)
+def shrinkage(text: str) -> float:
+    value = finite_float(text)
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"expected a shrinkage in [0, 1], got {text!r}")
+    return value
 
 
 def _parsed(fn: Callable[[str], Any]) -> Callable[[str], Any]:
@@ -173,7 +174,7 @@ def _add_worker_options(p: argparse.ArgumentParser) -> None:
     add_option(g, "--alpha", type=finite_float, help="additive (Laplace/Lidstone) smoothing")
     add_option(g, "--binarize", type=finite_float, help="Bernoulli: threshold for a feature to count as present")
     add_option(g, "--var-smoothing", type=finite_float, help="Gaussian NB: variance floor as a share of the largest variance")
-    add_option(g, "--shrinkage", type=shrinkage, help="LDA: covariance shrinkage in [0, 1] or 'auto'")
+    add_option(g, "--shrinkage", type=shrinkage, help="LDA: covariance shrinkage toward the scaled identity, in [0, 1]")
     add_option(g, "--reg-param", type=finite_float, help="QDA: covariance regularisation in [0, 1]")
     add_option(g, "--priors", type=float_list, help="Gaussian/LDA/QDA: fixed class priors, comma separated")
     add_option(g, "--half-life", type=finite_float, help="forgetting: weights halve every N learnt messages")

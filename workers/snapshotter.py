@@ -103,15 +103,17 @@ class Snapshotter:
         _RELEASE(self.client, [self.keys.lease], [self.consumer])
         self.holder = False
 
-    def due(self, replica: Replica) -> bool:
+    def due(self, replica: Replica, final: bool = False) -> bool:
+        """A snapshot is due after ``every_n`` new log entries or ``interval_s`` seconds,
+        or (``final``, at shutdown) as soon as anything was applied since the last one."""
         new = replica.applied - self._applied_at_last
         if new <= 0 or replica.version == "0-0":
             return False
-        return new >= self.every_n or time.monotonic() - self._last_write >= self.interval_s
+        return final or new >= self.every_n or time.monotonic() - self._last_write >= self.interval_s
 
-    def maybe_write(self, replica: Replica, force: bool = False) -> bool:
-        """Write a snapshot if this worker holds the lease and one is due."""
-        if not self.holder or not (force or self.due(replica)):
+    def maybe_write(self, replica: Replica, force: bool = False, final: bool = False) -> bool:
+        """Write a snapshot if this worker holds the lease and one is due (or ``force``)."""
+        if not self.holder or not (force or self.due(replica, final)):
             return False
         return self.write(replica)
 

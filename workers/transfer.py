@@ -25,13 +25,13 @@ same file twice counts it twice.
 from __future__ import annotations
 
 import os
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from streamnb.atomic_file import write_atomic
 from streamnb.codec import decode_input
 from streamnb.decision import DecisionRule
 from streamnb.encoding import dumps as pack
@@ -64,20 +64,6 @@ def dump_envelope(envelope: dict[str, Any]) -> bytes:
     return pack(envelope)
 
 
-def _write_atomic(path: str | os.PathLike[str], data: bytes) -> None:
-    p = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=p.parent if str(p.parent) else ".", prefix=f".{p.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, p)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def read_envelope(path: str | os.PathLike[str]) -> tuple[Any, dict[str, Any]]:
     """(model, envelope map) of a model file; FormatError names the file when it is not one."""
     from streamnb.models import loads
@@ -105,7 +91,7 @@ def export_model(client: Any, name: str, path: str | os.PathLike[str]) -> str:
     envelope = model_envelope(
         model, name=name, featurizer=cfg.featurizer, decision=cfg.decision,
         half_life=cfg.half_life, log_id=version, exported_at=time.time())
-    _write_atomic(path, dump_envelope(envelope))
+    write_atomic(path, dump_envelope(envelope))
     total = model.stats["classes"].total
     return f"{cfg.kind} model {name!r} at version {version} ({total:g} learnt)"
 

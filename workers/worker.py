@@ -159,6 +159,8 @@ class Item:
     data: bytes
     label: Any = None
     log_proba: dict[Any, float] = field(default_factory=dict)
+    #: The model's log posteriors (before the decision rule), None if it could not predict.
+    model_log_proba: np.ndarray | None = None
 
 
 @dataclass
@@ -193,6 +195,8 @@ class ModelRuntime:
         self.claim_cursor = "0-0"
         self.next: dict[str, float] = {}
         self.observed_applied = -1
+        #: Classes of the last batch prediction, in the column order of model_log_proba.
+        self.predicted_classes: list[Any] = []
 
     def emit_event(self, kind: str, fields: dict[str, Any]) -> None:
         data = dumps({"kind": kind, "ts": time.time(), "worker": self.worker.options.consumer,
@@ -351,7 +355,7 @@ class Worker:
             try:
                 rt.replica.catch_up()
                 if rt.snapshotter.holder:
-                    rt.snapshotter.maybe_write(rt.replica)
+                    rt.snapshotter.maybe_write(rt.replica, final=True)
                     rt.snapshotter.release()
                 self.client.hdel(rt.keys.workers, self.consumer)
                 pending = self.client.xpending_range(rt.keys.input, GROUP, min="-", max="+",
@@ -690,9 +694,9 @@ class Worker:
             self.metrics.message_age.labels(**mw).observe(a)
         self._observe(rt, "observe_predictions", classes, dec.log_proba,
                       self._oov_share(model, items), ages, dec.unsure)
-        lab = [i for i, it in enumerate(items) if it.msg.label is not None]
-        if lab:
-            self._observe(rt, "score_labelled", classes, lp[lab], [items[i].msg.label for i in lab])
+        for i, it in enumerate(items):
+            it.model_log_proba = lp[i]  # scored against its label once the batch commits
+        rt.predicted_classes = classes
 
     @staticmethod
     def _oov_share(model: Any, items: list[Item]) -> np.ndarray:
@@ -728,6 +732,11 @@ class Worker:
             m.corrections.labels(**mw).inc(res.corrections)
         for d in dead:
             m.dead_letters.labels(**mw, reason=d.reason).inc()
+        scored = [it for it, _ in learn if it.msg.label is not None and it.model_log_proba is not None]
+        if scored:  # test-then-train, counted once: only what this commit learnt
+            self._observe(rt, "score_labelled", rt.predicted_classes,
+                          np.vstack([it.model_log_proba for it in scored]),
+                          [it.msg.label for it in scored])
         if res.delayed:
             classes, mat, truth, delays = delayed_matrix(res.delayed)
             if truth:

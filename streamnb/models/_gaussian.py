@@ -268,6 +268,12 @@ class GaussianClassifier(GenerativeClassifier):
     def _refresh(self) -> None:
         """Re-derive what the stale classes changed (no-op when nothing changed)."""
 
+    def _derived(self, name: str) -> Any:
+        """A derived parameter (an attribute set by ``_refresh``), brought up to date."""
+        self._check_fitted()
+        self._refresh()
+        return getattr(self, name)
+
     @abstractmethod
     def _class_covariances(self) -> tuple[list[Label], np.ndarray, np.ndarray, np.ndarray]:
         """``(labels, means, covariances, priors)`` of the classes with data, as scored

@@ -96,11 +96,6 @@ class GaussianNB(GaussianClassifier):
         keep = np.flatnonzero(self._active)
         return [labels[i] for i in keep], self._theta[keep], self._var[keep], priors[keep]
 
-    def _derived(self, name: str) -> Any:
-        self._check_fitted()
-        self._refresh()
-        return getattr(self, name)
-
     @property
     def theta_(self) -> np.ndarray:
         """Class means, shape (n_classes, n_features)."""

@@ -17,10 +17,10 @@ from __future__ import annotations
 
 import inspect
 import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
+from streamnb.atomic_file import write_atomic
 from streamnb.constants import MODEL_FORMAT_VERSION
 from streamnb.encoding import check_header
 from streamnb.encoding import dumps as _pack
@@ -93,18 +93,7 @@ def loads(data: bytes) -> GenerativeClassifier:
 
 def save(model: GenerativeClassifier, path: str | os.PathLike[str]) -> None:
     """Write ``model`` to ``path`` atomically (a temporary file renamed over it)."""
-    path = Path(path)
-    data = dumps(model)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_atomic(path, dumps(model))
 
 
 def load(path: str | os.PathLike[str]) -> GenerativeClassifier:

@@ -94,11 +94,6 @@ class LinearDiscriminantAnalysis(GaussianClassifier):
         return [labels[i] for i in keep], self._means[keep], covs, priors[keep]
 
     # ------------------------------------------------------------ linear form
-    def _derived(self, name: str) -> Any:
-        self._check_fitted()
-        self._refresh()
-        return getattr(self, name)
-
     @property
     def covariance_(self) -> np.ndarray:
         """The shared covariance as used (shrunk, and regularised if it was singular)."""

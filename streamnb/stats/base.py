@@ -105,6 +105,20 @@ class ClassIndex:
     def copy(self) -> ClassIndex:
         return ClassIndex(self.labels)
 
+    def permutation_to(self, labels: Sequence[Any]) -> np.ndarray | None:
+        """Rows that put this index in the order of ``labels`` (the same set), None if
+        it is already in that order.
+
+        >>> ClassIndex(["a", "b", "c"]).permutation_to(["c", "a", "b"]).tolist()
+        [2, 0, 1]
+        """
+        labels = normalize_labels(labels)
+        if labels == self.labels:
+            return None
+        if set(labels) != set(self.labels) or len(labels) != len(self.labels):
+            raise ValueError(f"cannot reorder classes {self.labels!r} as {labels!r}")
+        return self.rows_for(labels, add=False)
+
 
 class Statistic(ABC):
     """Abstract mergeable statistic (see the module docstring)."""

@@ -79,14 +79,10 @@ class CategoryCounts(Statistic):
 
     def reorder(self, labels: Sequence[Label]) -> Self:
         """Permute the rows into the order of ``labels`` (the same set of labels)."""
-        labels = normalize_labels(labels)
-        if labels == self.labels:
-            return self
-        if set(labels) != set(self.labels) or len(labels) != len(self.labels):
-            raise ValueError(f"cannot reorder classes {self.labels!r} as {labels!r}")
-        perm = self.index.rows_for(labels, add=False)
-        self.counts = [c[perm] for c in self.counts]
-        self.index = ClassIndex(labels)
+        perm = self.index.permutation_to(labels)
+        if perm is not None:
+            self.counts = [c[perm] for c in self.counts]
+            self.index = ClassIndex(normalize_labels(labels))
         return self
 
     def _widen(self, n_features: int, n_categories: Sequence[int]) -> None:

@@ -138,15 +138,11 @@ class FeatureCounts(Statistic):
 
     def reorder(self, labels: Sequence[Label]) -> Self:
         """Permute the rows into the order of ``labels`` (the same set of labels)."""
-        labels = normalize_labels(labels)
-        if labels == self.labels:
-            return self
-        if set(labels) != set(self.labels) or len(labels) != len(self.labels):
-            raise ValueError(f"cannot reorder classes {self.labels!r} as {labels!r}")
-        perm = self.index.rows_for(labels, add=False)
-        self.values = self.values[perm]
-        self.totals = self.totals[perm]
-        self.index = ClassIndex(labels)
+        perm = self.index.permutation_to(labels)
+        if perm is not None:
+            self.values = self.values[perm]
+            self.totals = self.totals[perm]
+            self.index = ClassIndex(normalize_labels(labels))
         return self
 
     def densify(self) -> Self:
