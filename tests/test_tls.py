@@ -8,6 +8,7 @@ one line; a server that requires client certificates accepts one given as
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import time
@@ -176,5 +177,21 @@ def test_a_client_certificate_is_sent_when_the_server_requires_one(pki):
         without = RedisSettings(server.url, ca_file=ca).make_client()
         with pytest.raises(redis.ConnectionError):
             without.ping()
+    finally:
+        server.__exit__(None, None, None)
+
+
+def test_status_over_tls_with_a_client_certificate_from_the_cli(pki):
+    """--tls-cert-file/--tls-key-file reach the client; a half-given pair is one line, exit 2."""
+    server = start_tls(pki, auth_clients="yes")
+    try:
+        ca, crt, key = str(pki / "ca.crt"), str(pki / "client.crt"), str(pki / "client.key")
+        ok = cli("status", "--redis", server.url, "--tls-ca-file", ca, "--tls-cert-file", crt,
+                 "--tls-key-file", key, "--model", "tls-cert", "--json", timeout=60)
+        # exit 1 with exists=false: the model has no config yet, but the TLS session worked
+        assert ok.returncode == 1 and json.loads(ok.stdout)["exists"] is False, ok.stderr
+        half = cli("status", "--redis", server.url, "--tls-ca-file", ca, "--tls-cert-file", crt,
+                   "--model", "tls-cert", timeout=60)
+        assert "go together" in one_line_failure(half)
     finally:
         server.__exit__(None, None, None)

@@ -127,6 +127,9 @@ def _add_common(p: argparse.ArgumentParser, redis_required: bool = True) -> None
     add_option(p, "--redis-password-file", metavar="FILE",
                help="read the Redis password from FILE (else the URL's, else STREAMNB_REDIS_PASSWORD)")
     add_option(p, "--tls-ca-file", metavar="FILE", help="CA certificate to verify a rediss:// server")
+    add_option(p, "--tls-cert-file", metavar="FILE",
+               help="client certificate, for servers with tls-auth-clients yes (with --tls-key-file)")
+    add_option(p, "--tls-key-file", metavar="FILE", help="private key of --tls-cert-file")
     add_option(p, "--cluster", action="store_true", default=False,
                help="talk to a Redis Cluster (every model's keys share one hash slot)")
     p.add_argument("--config", metavar="FILE", default=None,
@@ -308,7 +311,8 @@ def _redis(args: argparse.Namespace, env: Mapping[str, str], client_name: str | 
     from workers.settings import redis_settings
 
     return redis_settings(args.redis, password_file=args.redis_password_file,
-                          tls_ca_file=args.tls_ca_file, cluster=args.cluster,
+                          tls_ca_file=args.tls_ca_file, tls_cert_file=args.tls_cert_file,
+                          tls_key_file=args.tls_key_file, cluster=args.cluster,
                           client_name=client_name, env=env)
 
 

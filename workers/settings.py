@@ -240,6 +240,8 @@ def redis_settings(
     *,
     password_file: str | None = None,
     tls_ca_file: str | None = None,
+    tls_cert_file: str | None = None,
+    tls_key_file: str | None = None,
     cluster: bool = False,
     client_name: str | None = None,
     env: Mapping[str, str] | None = None,
@@ -286,12 +288,20 @@ def redis_settings(
                 f"--redis-password-file {password_file!r} cannot be read: {exc.strerror}") from None
     elif password is None and env.get("STREAMNB_REDIS_PASSWORD"):
         password = env["STREAMNB_REDIS_PASSWORD"]
-    if tls_ca_file and not Path(tls_ca_file).is_file():
-        raise SettingsError(f"--tls-ca-file {tls_ca_file!r} is not a readable file")
+    for flag, path in (("--tls-ca-file", tls_ca_file), ("--tls-cert-file", tls_cert_file),
+                       ("--tls-key-file", tls_key_file)):
+        if path and not Path(path).is_file():
+            raise SettingsError(f"{flag} {path!r} is not a readable file")
+    if bool(tls_cert_file) != bool(tls_key_file):
+        raise SettingsError("--tls-cert-file and --tls-key-file go together: give both")
     if password:
         register_secret(password)
-    return RedisSettings(url=url, password=password, username=username, ca_file=tls_ca_file,
-                         cluster=cluster, client_name=client_name)
+    try:
+        return RedisSettings(url=url, password=password, username=username, ca_file=tls_ca_file,
+                             cert_file=tls_cert_file, key_file=tls_key_file, cluster=cluster,
+                             client_name=client_name)
+    except ValueError as exc:
+        raise SettingsError(str(exc)) from None
 
 
 # ------------------------------------------------------------------------- redaction
