@@ -79,15 +79,15 @@ class TokenHasher:
         """Sorted unique buckets (int32) and the summed values of the names in each."""
         if not values:
             return np.empty(0, dtype=np.int32), np.empty(0, dtype=np.float64)
-        mask = self.mask
-        raw = np.fromiter(
-            (token_hash64(t) & mask for t in values), dtype=np.int64, count=len(values)
-        )
-        vals = np.fromiter(values.values(), dtype=np.float64, count=len(values))
+        n = len(values)
+        # map() over the cached hash and a numpy mask: no Python frame per token.
+        raw = np.fromiter(map(token_hash64, values), dtype=np.uint64, count=n)
+        raw &= np.uint64(self.mask)
+        vals = np.fromiter(values.values(), dtype=np.float64, count=n)
+        order = np.argsort(raw, kind="stable")
+        idx = raw[order]
+        if n == 1 or bool((idx[1:] != idx[:-1]).all()):  # no collision inside this message
+            return idx.astype(np.int32), vals[order]
         idx, inverse = np.unique(raw, return_inverse=True)
-        if idx.size == raw.size:  # no collision inside this message
-            summed = np.empty_like(vals)
-            summed[inverse] = vals
-        else:
-            summed = np.bincount(inverse, weights=vals, minlength=idx.size)
+        summed = np.bincount(inverse, weights=vals, minlength=idx.size)
         return idx.astype(np.int32), summed

@@ -83,30 +83,44 @@ class BernoulliNB(DiscreteNB):
     #           = (M - s) log(N_c + a) + sum_{j seen} log(N_c - N_cj + a) - M log(N_c + 2a)
     # (M = size of the feature space, s = number of seen columns: every never-seen
     # column shares theta = a / (N_c + 2a), handled analytically). w_cj is evaluated
-    # only for the features present in the input, at prediction time (O(nnz x classes));
-    # const_c costs O(seen x classes) once per refresh, never per message.
+    # only for the features present in the input, at prediction time (O(nnz x classes)).
+    # The seen-column sum in const_c is kept per class as a histogram of document
+    # frequencies {N_cj: number of seen columns j with that value}, updated for the
+    # touched columns only, so a refresh after a batch costs O(touched + distinct
+    # values), never O(seen): learning one message at a time is not O(vocabulary).
     def _derive_all(self, cc: ClassCounts, fc: FeatureCounts) -> None:
         self._seen_mask = fc.values.any(axis=0)
-        self._seen_cols = np.flatnonzero(self._seen_mask)  # any order: only gathered and summed
+        self._n_seen_cols = int(np.count_nonzero(self._seen_mask))
+        self._df = fc.values.copy()  # document frequencies as of the last derivation
+        seen = fc.values[:, self._seen_mask]
+        self._df_hist: list[dict[float, int]] = [{} for _ in range(seen.shape[0])]
+        for c, hist in enumerate(self._df_hist):
+            _hist_add(hist, seen[c], 1)
 
     def _derive_columns(self, cc: ClassCounts, fc: FeatureCounts, cols: np.ndarray) -> None:
-        nonzero = fc.values[:, cols].any(axis=0)
+        new = fc.values[:, cols]
+        nonzero = new.any(axis=0)
         was = self._seen_mask[cols]
-        added, removed = cols[nonzero & ~was], cols[~nonzero & was]
+        old = self._df[:, cols]
+        for c, hist in enumerate(self._df_hist):
+            _hist_add(hist, old[c, was], -1)
+            _hist_add(hist, new[c, nonzero], 1)
+        self._df[:, cols] = new
+        self._n_seen_cols += int(np.count_nonzero(nonzero)) - int(np.count_nonzero(was))
         self._seen_mask[cols] = nonzero
-        if removed.size:  # only after unlearning
-            self._seen_cols = self._seen_cols[~np.isin(self._seen_cols, removed)]
-        if added.size:
-            self._seen_cols = np.concatenate([self._seen_cols, added])
 
     def _derive_classes(self, cc: ClassCounts, fc: FeatureCounts) -> None:
         a = self.alpha
         n_c = cc.counts
         self.class_log_prior_ = log_class_prior(n_c)
-        seen_counts = fc.values[:, self._seen_cols]
-        s = self._seen_cols.size
+        s = self._n_seen_cols
         space = fc.n_features if self.smoothing_m == "columns" else s
-        log_absent_seen = np.log(np.maximum(n_c[:, None] - seen_counts, 0.0) + a).sum(axis=1)
+        log_absent_seen = np.zeros(n_c.size)
+        for c, hist in enumerate(self._df_hist):
+            if hist:
+                values = np.fromiter(hist.keys(), dtype=np.float64, count=len(hist))
+                columns = np.fromiter(hist.values(), dtype=np.float64, count=len(hist))
+                log_absent_seen[c] = columns @ np.log(np.maximum(n_c[c] - values, 0.0) + a)
         self._const = (
             self.class_log_prior_
             + (space - s) * np.log(n_c + a)
@@ -140,3 +154,21 @@ class BernoulliNB(DiscreteNB):
         self._check_fitted()
         cc, fc = self._refresh()
         return np.log(fc.values + self.alpha) - np.log(cc.counts + 2 * self.alpha)[:, None]
+
+
+def _hist_add(hist: dict[float, int], values: np.ndarray, sign: int) -> None:
+    """Add (``sign`` = 1) or remove (-1) ``values`` from a value -> multiplicity histogram.
+
+    >>> h: dict[float, int] = {}
+    >>> _hist_add(h, np.array([1.0, 2.0, 1.0]), 1); _hist_add(h, np.array([2.0]), -1); h
+    {1.0: 2}
+    """
+    if values.size == 0:
+        return
+    keys, counts = np.unique(values, return_counts=True)
+    for key, n in zip(keys.tolist(), counts.tolist(), strict=True):
+        m = hist.get(key, 0) + sign * n
+        if m:
+            hist[key] = m
+        else:
+            del hist[key]
