@@ -177,8 +177,12 @@ def _weight(v: Any) -> float:
     return w
 
 
+_STR_TYPE = frozenset((str,))
+
+
 def _tokens(v: Any, limits: Limits) -> list[str]:
-    if not isinstance(v, list) or not all(isinstance(t, str) for t in v):
+    # msgpack decodes only exact types: one C-level pass over the token types
+    if not isinstance(v, list) or not _STR_TYPE.issuperset(map(type, v)):
         raise MalformedMessage("bad_type", "tokens must be a list of str")
     if len(v) > limits.max_tokens:
         raise MalformedMessage(

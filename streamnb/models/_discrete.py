@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
+from streamnb.arrays import sorted_unique
 from streamnb.models.base import GenerativeClassifier
 from streamnb.stats.bundle import StatsBundle
 from streamnb.stats.class_counts import ClassCounts
@@ -150,7 +151,7 @@ class DiscreteNB(GenerativeClassifier):
             self._full_refresh, self._pending = False, []
             self._classes_stale = True
         elif self._pending:
-            cols = np.unique(np.concatenate(self._pending))
+            cols = sorted_unique(np.concatenate(self._pending))
             self._pending = []
             self._derive_columns(cc, fc, cols)
         if self._classes_stale:

@@ -20,6 +20,7 @@ from typing import Any, Self
 import numpy as np
 import scipy.sparse as sp
 
+from streamnb.arrays import sorted_unique
 from streamnb.encoding import pack_array, unpack_array
 from streamnb.exceptions import FormatError
 from streamnb.stats.base import ClassIndex, Label, Statistic, check_scale_factor, normalize_labels
@@ -193,7 +194,7 @@ class FeatureCounts(Statistic):
             self.values[:, cols] = block
             self.n_seen += int(np.count_nonzero(block.any(axis=0))) - int(before)
         else:
-            union = np.union1d(self.columns, cols)
+            union = sorted_unique(np.concatenate([self.columns, cols]))
             merged = np.zeros((self.values.shape[0], union.size))
             merged[:, np.searchsorted(union, self.columns)] = self.values
             sub = merged[:, np.searchsorted(union, cols)]
@@ -320,7 +321,7 @@ def _class_sums(
     onehot = sp.csr_matrix((w, (rows, np.arange(n))), shape=(n_classes, n))
     if sp.issparse(X):
         X = sp.csr_matrix(X)
-        cols = np.unique(X.indices).astype(np.int64)
+        cols = sorted_unique(X.indices).astype(np.int64)
         compact = sp.csr_matrix(
             (X.data, np.searchsorted(cols, X.indices), X.indptr), shape=(n, cols.size)
         )
