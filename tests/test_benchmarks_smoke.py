@@ -109,12 +109,12 @@ def test_end_to_end_counts_every_message(tmp_path):
 
 
 @needs_redis
-def test_daemon_accuracy_first_batch_is_unlabelled():
+def test_daemon_accuracy_only_the_first_message_is_unlabelled():
     corpus = synthetic_mail(250, seed=3)
     s = daemon_accuracy.through_daemon(corpus, n_workers=1, timeout=60)
-    # One worker, everything pre-filled: the first XREADGROUP takes a full batch of 100,
-    # predicted before any class is known.
-    assert s.n == 250 and s.unpredicted == 100
+    # One worker, everything pre-filled: the first batch of 100 is predicted prequentially
+    # (WorkerOptions.prequential), so only the very first message comes before any class.
+    assert s.n == 250 and s.unpredicted == 1
     assert s.accuracy_labelled >= 0.9
 
 

@@ -210,10 +210,12 @@ def test_forgetting_decays_every_replica_at_the_same_log_position(redis_server):
 
 
 def test_predictions_use_the_model_before_the_batch(redis_server):
+    # prequential=False: the whole batch is predicted with the model before it (the default,
+    # prequential within the batch, is tested in tests/test_prequential.py)
     r = redis_server.client()
     k = ModelKeys("mail")
     produce(r, "mail", [{"id": "first", "tokens": ["cheap"], "label": "spam"}])
-    w = url_worker(redis_server.url, [count_spec()], fast_options("w1"))
+    w = url_worker(redis_server.url, [count_spec()], fast_options("w1", prequential=False))
     w.run_until_idle()
     first = _outputs(r, "mail")[0]
     assert first["label"] is None and first["log_proba"] == {}  # nothing learnt before it

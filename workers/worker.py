@@ -44,6 +44,7 @@ import socket
 import threading
 import time
 import uuid
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -137,6 +138,10 @@ class WorkerOptions:
     backoff_cap_s: float = 5.0
     max_commit_attempts: int = 8
     limits: Limits = DEFAULT_LIMITS
+    #: Predict message i of a batch with the model plus the labelled messages before it in
+    #: the batch (as one-at-a-time processing); False: the whole batch with the model as
+    #: it was before the batch. What is committed is the same either way.
+    prequential: bool = True
 
     def __post_init__(self) -> None:
         if self.batch < 1:
@@ -671,31 +676,68 @@ class Worker:
                             "the batch stays pending")
 
     def _predict(self, rt: ModelRuntime, items: list[Item], now: float) -> None:
+        """Predict and decide every item. Prequential (the default): item i is predicted by
+        the replica plus the labelled items before it in the batch, as one-at-a-time
+        processing would; the replica itself is not touched (it changes only by the log)."""
+        if self.options.prequential and rt.replica.model.stats["classes"].labels:
+            # Catch up with the log first: other workers' batches committed while this one was
+            # read and featurized. (Not before the first class: label types are not fixed.)
+            self._tail(rt)
         model = rt.replica.model
         X = rt.featurizer.stack([it.row for it in items])
-        try:
-            classes = list(model.classes_)
-            lp = model.predict_log_proba(X)
-        except NotFittedError:
-            for it in items:
-                it.label, it.log_proba = None, {}
-            return
+        n = len(items)
+        if self.options.prequential:
+            pred = model.predict_log_proba_prequential(
+                X, [it.msg.label for it in items],
+                np.array([it.msg.weight for it in items], dtype=np.float64))
+            classes, lp, n_known = list(pred.classes), pred.log_proba, pred.n_known
+            log_prior = pred.log_prior
+        else:  # the whole batch with the model as it was before the batch
+            try:
+                classes = list(model.classes_)
+                lp = model.predict_log_proba(X)
+            except NotFittedError:
+                classes, lp = [], np.zeros((n, 0))
+            counts = np.asarray(model.stats["classes"].counts, dtype=np.float64)
+            n_known = np.full(n, len(classes), dtype=np.int64)
+            with np.errstate(divide="ignore"):
+                prior = np.log(counts) - math.log(counts.sum()) if counts.sum() > 0 else \
+                    np.full(len(classes), np.nan)
+            log_prior = np.broadcast_to(prior, lp.shape)
         classes = [c.item() if hasattr(c, "item") else c for c in classes]
-        counts = np.asarray(model.stats["classes"].counts, dtype=np.float64)
-        with np.errstate(divide="ignore"):
-            prior = np.log(counts) - math.log(counts.sum()) if counts.sum() > 0 else None
-        dec = rt.rule.decide(lp, classes, prior)
-        for i, it in enumerate(items):
-            it.label = dec.labels[i]
-            it.log_proba = {c: float(v) for c, v in zip(classes, dec.log_proba[i], strict=True)}
+        # Decide rows that knew the same classes together; with a class-prior override the
+        # learnt priors differ row by row (prequential), so each row is decided alone.
+        per_row = self.options.prequential and rt.rule.class_prior is not None
+        groups: dict[Any, list[int]] = {}
+        for i, k in enumerate(n_known.tolist()):
+            if k > 0:
+                groups.setdefault(i if per_row else k, []).append(i)
+        dec_lp = np.full(lp.shape, -np.inf)
+        unsure = np.zeros(n, dtype=bool)
+        for it in items:
+            it.label, it.log_proba, it.model_log_proba = None, {}, None
+        for rows in groups.values():
+            k = int(n_known[rows[0]])
+            prior_k = log_prior[rows[0], :k]
+            dec = rt.rule.decide(lp[rows, :k], classes[:k],
+                                 prior_k if np.isfinite(prior_k).any() else None)
+            dec_lp[rows, :k] = dec.log_proba
+            unsure[rows] = dec.unsure
+            for j, i in enumerate(rows):
+                it = items[i]
+                it.label = dec.labels[j]
+                it.log_proba = {c: float(v) for c, v in zip(classes[:k], dec.log_proba[j],
+                                                            strict=True)}
+                it.model_log_proba = lp[i]  # scored against its label once the batch commits
+        done = np.flatnonzero(n_known > 0)
+        if not done.size:
+            return
         mw = self._mw(rt)
-        ages = np.array([max(0.0, now - parse_id(it.entry_id)[0] / 1000.0) for it in items])
+        ages = np.array([max(0.0, now - parse_id(items[i].entry_id)[0] / 1000.0) for i in done])
         for a in ages:
             self.metrics.message_age.labels(**mw).observe(a)
-        self._observe(rt, "observe_predictions", classes, dec.log_proba,
-                      self._oov_share(model, items), ages, dec.unsure)
-        for i, it in enumerate(items):
-            it.model_log_proba = lp[i]  # scored against its label once the batch commits
+        self._observe(rt, "observe_predictions", classes, dec_lp[done],
+                      self._oov_share(model, [items[i] for i in done]), ages, unsure[done])
         rt.predicted_classes = classes
 
     @staticmethod
@@ -705,11 +747,17 @@ class Worker:
         fc = model.stats.parts.get("features") if hasattr(model.stats, "parts") else None
         if fc is None or not hasattr(fc, "column_counts"):
             return out
-        for i, it in enumerate(items):
-            idx = it.row.indices
-            if idx is not None and idx.size:
-                seen = fc.column_counts(idx).any(axis=0) if len(fc.labels) else np.zeros(idx.size)
-                out[i] = 1.0 - float(np.count_nonzero(seen)) / idx.size
+        parts = [it.row.indices if it.row.indices is not None else np.empty(0, np.int32)
+                 for it in items]
+        sizes = np.fromiter(map(len, parts), dtype=np.int64, count=len(parts))
+        if not sizes.any():
+            return out
+        idx = np.concatenate(parts)  # one lookup for the whole batch
+        unseen = ~fc.column_counts(idx).any(axis=0) if len(fc.labels) else np.ones(idx.size, bool)
+        row = np.repeat(np.arange(len(items)), sizes)
+        n_unseen = np.bincount(row, weights=unseen, minlength=len(items))
+        has = sizes > 0
+        out[has] = 1.0 - (sizes[has] - n_unseen[has]) / sizes[has]
         return out
 
     def _stats(self, rt: ModelRuntime, rows: list[tuple[Row, Any, float]]) -> Any:
@@ -724,10 +772,11 @@ class Worker:
         m, mw = self.metrics, self._mw(rt)
         m.commits.labels(**mw).inc()
         m.messages_predicted.labels(**mw).inc(n_out)
-        for _, lab, _ in add_rows:
-            m.messages_learned.labels(**mw, **{"class": str(lab)}).inc()
-        for lab in res.unlearned:
-            m.messages_unlearned.labels(**mw, **{"class": str(lab)}).inc()
+        # one inc per class and batch (not per message): the same totals
+        for lab, n in Counter(str(lab) for _, lab, _ in add_rows).items():
+            m.messages_learned.labels(**mw, **{"class": lab}).inc(n)
+        for lab, n in Counter(str(lab) for lab in res.unlearned).items():
+            m.messages_unlearned.labels(**mw, **{"class": lab}).inc(n)
         if res.corrections:
             m.corrections.labels(**mw).inc(res.corrections)
         for d in dead:

@@ -295,10 +295,11 @@ class Featurizer:
                 meta = text_meta("", len(tokens))
         else:  # pragma: no cover - decode_input admits no other kind
             raise MalformedMessage("bad_type", f"unknown payload kind {kind!r}")
+        if self.counts == "binary":  # distinct buckets only: no per-token counting
+            idx = self.hasher.hash_unique(tokens)
+            return Row(indices=idx, values=np.ones(idx.size), meta=meta, n_tokens=len(tokens))
         idx, val = self.hasher.hash_counts(tokens)
-        if self.counts == "binary":
-            val = np.ones_like(val)
-        elif self.counts == "log":
+        if self.counts == "log":
             val = np.log1p(val)
         return Row(indices=idx, values=val, meta=meta, n_tokens=len(tokens))
 
@@ -337,6 +338,18 @@ class Featurizer:
         base = self.hasher.n_buckets
         n_meta = self.n_meta
         indptr = np.zeros(n + 1, dtype=np.int64)
+        if not n_meta and n:  # the common case: concatenate, check once
+            idx_rows = [r.indices for r in rows]
+            val_rows = [r.values for r in rows]
+            if any(a is None for a in idx_rows) or any(v is None for v in val_rows):
+                raise ValueError("a dense row cannot be stacked into a sparse matrix")
+            np.cumsum(np.fromiter(map(len, idx_rows), dtype=np.int64, count=n), out=indptr[1:])
+            indices = np.concatenate(idx_rows)
+            if indices.size and int(indices.max()) >= base:
+                raise ValueError(f"row bucket {int(indices.max())} is out of range for bits={self.bits}")
+            X = sp.csr_matrix((np.concatenate(val_rows), indices, indptr), shape=(n, base))
+            X.eliminate_zeros()
+            return X
         idx_parts: list[np.ndarray] = []
         val_parts: list[np.ndarray] = []
         for i, r in enumerate(rows):

@@ -7,8 +7,9 @@ its low ``bits`` bits are the bucket. It depends on neither the process (unlike 
 built-in ``hash``, salted per process), nor the machine, nor the Python version.
 No sign hashing: counts stay non-negative, as count models need.
 
-A per-process LRU cache (:data:`streamnb.constants.HASH_CACHE_SIZE` entries) maps
-token -> 64-bit hash, so the frequent tokens of a mail stream are hashed once.
+A per-process cache (at most :data:`streamnb.constants.HASH_CACHE_SIZE` entries, emptied
+when full) maps token -> 64-bit hash, so the frequent tokens of a mail stream are hashed
+once.
 
 >>> token_hash64("viagra") == token_hash64("viagra")
 True
@@ -24,7 +25,7 @@ from __future__ import annotations
 import hashlib
 from collections import Counter
 from collections.abc import Iterable, Mapping
-from functools import lru_cache
+from typing import NamedTuple
 
 import numpy as np
 
@@ -36,13 +37,47 @@ __all__ = ["MAX_HASH_BITS", "TokenHasher", "token_hash64"]
 MAX_HASH_BITS = 31
 
 
-@lru_cache(maxsize=HASH_CACHE_SIZE)
-def token_hash64(token: str) -> int:
-    """The stable 64-bit hash of a token (keyed BLAKE2b, see the module docstring)."""
+def _blake64(token: str) -> int:
     digest = hashlib.blake2b(
         token.encode("utf-8", "surrogatepass"), digest_size=8, key=HASH_KEY
     ).digest()
     return int.from_bytes(digest, "little")
+
+
+class _HashCache(dict):
+    """token -> 64-bit hash; a hit is one C-level dict lookup (no Python frame). When
+    full it is emptied (bounded memory under a vocabulary flood; hot tokens come back)."""
+
+    __slots__ = ()
+
+    def __missing__(self, token: str) -> int:
+        if len(self) >= HASH_CACHE_SIZE:
+            self.clear()
+        h = self[token] = _blake64(token)
+        return h
+
+
+_CACHE = _HashCache()
+_lookup = _CACHE.__getitem__
+
+
+def token_hash64(token: str) -> int:
+    """The stable 64-bit hash of a token (keyed BLAKE2b, see the module docstring)."""
+    return _lookup(token)
+
+
+class CacheInfo(NamedTuple):
+    maxsize: int
+    currsize: int
+
+
+def _cache_info() -> CacheInfo:
+    """Size and bound of the token hash cache (like ``functools.lru_cache``'s)."""
+    return CacheInfo(HASH_CACHE_SIZE, len(_CACHE))
+
+
+token_hash64.cache_info = _cache_info  # type: ignore[attr-defined]
+token_hash64.cache_clear = _CACHE.clear  # type: ignore[attr-defined]
 
 
 class TokenHasher:
@@ -75,13 +110,34 @@ class TokenHasher:
         """Sorted unique buckets (int32) and how many tokens fell in each (float64)."""
         return self.hash_values(Counter(tokens))
 
+    def hash_unique(self, tokens: Iterable[str]) -> np.ndarray:
+        """Sorted unique buckets (int32) of ``tokens``: ``hash_counts`` without the counts
+        (binary values), so no per-token counting.
+
+        >>> h = TokenHasher(bits=20)
+        >>> bool((h.hash_unique(["a", "b", "a"]) == h.hash_counts(["a", "b", "a"])[0]).all())
+        True
+        """
+        if not isinstance(tokens, (list, tuple)):
+            tokens = list(tokens)
+        if not tokens:
+            return np.empty(0, dtype=np.int32)
+        # one dict lookup per token, in C; duplicates are dropped after sorting in numpy
+        raw = np.fromiter(map(_lookup, tokens), dtype=np.uint64, count=len(tokens))
+        raw &= np.uint64(self.mask)
+        raw.sort()
+        keep = np.empty(raw.size, dtype=bool)
+        keep[0] = True
+        np.not_equal(raw[1:], raw[:-1], out=keep[1:])
+        return raw[keep].astype(np.int32)
+
     def hash_values(self, values: Mapping[str, float]) -> tuple[np.ndarray, np.ndarray]:
         """Sorted unique buckets (int32) and the summed values of the names in each."""
         if not values:
             return np.empty(0, dtype=np.int32), np.empty(0, dtype=np.float64)
         n = len(values)
         # map() over the cached hash and a numpy mask: no Python frame per token.
-        raw = np.fromiter(map(token_hash64, values), dtype=np.uint64, count=n)
+        raw = np.fromiter(map(_lookup, values), dtype=np.uint64, count=n)
         raw &= np.uint64(self.mask)
         vals = np.fromiter(values.values(), dtype=np.float64, count=n)
         order = np.argsort(raw, kind="stable")

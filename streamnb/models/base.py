@@ -10,15 +10,17 @@ log-sum-exp, ``predict``, merging, unlearning, forgetting) is derived here.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import Any, ClassVar, Self
+from typing import TYPE_CHECKING, Any, ClassVar, Self
 
 import numpy as np
 import scipy.sparse as sp
-from scipy.special import logsumexp
 
 from streamnb.exceptions import NotFittedError
 from streamnb.stats.base import check_scale_factor, normalize_labels
 from streamnb.stats.bundle import StatsBundle
+
+if TYPE_CHECKING:
+    from streamnb.models.prequential import PrequentialPrediction
 
 #: Every concrete model class by its ``kind``; filled by ``__init_subclass__``.
 MODEL_KINDS: dict[str, type[GenerativeClassifier]] = {}
@@ -165,6 +167,16 @@ class GenerativeClassifier(ABC):
         jll = self.predict_joint_log_proba(X)
         return log_normalize(jll)
 
+    def predict_log_proba_prequential(
+        self, X: Any, y: Any, sample_weight: Any = None
+    ) -> PrequentialPrediction:
+        """Log posteriors of each row by this model plus the labelled rows before it in
+        the batch (label ``None``: unlabelled); the model itself is unchanged. See
+        :mod:`streamnb.models.prequential`."""
+        from streamnb.models.prequential import generic_prequential
+
+        return generic_prequential(self, X, y, sample_weight)
+
     def predict_proba(self, X: Any) -> np.ndarray:
         return np.exp(self.predict_log_proba(X))
 
@@ -245,15 +257,21 @@ class GenerativeClassifier(ABC):
 def log_normalize(jll: np.ndarray) -> np.ndarray:
     """Rows of joint log-likelihoods -> log posteriors (log-sum-exp, -inf safe).
 
+    Each row is shifted by its maximum *before* normalising, so a joint log-likelihood of
+    -1e11 (a feature counted 3e10 times) still gives posteriors that sum to 1: subtracting
+    ``logsumexp`` from the unshifted row would lose the last five digits.
+
     >>> import numpy as np
     >>> np.round(np.exp(log_normalize(np.array([[0.0, np.log(3.0)]]))), 3).tolist()
     [[0.25, 0.75]]
+    >>> float(np.exp(log_normalize(np.array([[-1e11, -1e11]]))).sum())
+    1.0
     """
-    with np.errstate(invalid="ignore"):
-        norm = logsumexp(jll, axis=1, keepdims=True)
-        out = jll - norm
-    # A row where every class is impossible (-inf) has no posterior: call it uniform.
-    dead = ~np.isfinite(norm[:, 0])
+    top = np.max(jll, axis=1, keepdims=True)
+    dead = ~np.isfinite(top[:, 0])  # every class impossible (-inf): no posterior
+    with np.errstate(invalid="ignore", divide="ignore"):
+        shifted = jll - np.where(dead[:, None], 0.0, top)
+        out = shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
     if dead.any():
-        out[dead] = -np.log(jll.shape[1])
+        out[dead] = -np.log(jll.shape[1])  # call it uniform
     return out

@@ -7,6 +7,7 @@ from typing import Any
 import numpy as np
 
 from streamnb.models._discrete import DiscreteNB, log_class_prior
+from streamnb.models.prequential import PrequentialPrediction, multinomial_prequential
 from streamnb.stats.class_counts import ClassCounts
 from streamnb.stats.feature_counts import FeatureCounts
 
@@ -69,10 +70,21 @@ class MultinomialNB(DiscreteNB):
         S = np.asarray(X @ self._table)
         return S[:, :-1] - S[:, -1:] * self._log_denominator + self.class_log_prior_
 
+    def _scoring_table(self) -> np.ndarray:
+        """The refreshed table T (n_features, n_classes + 1) described above."""
+        self._refresh()
+        return self._table
+
     def _linear_form(self) -> tuple[np.ndarray, np.ndarray]:
         T = self._table
         W = T[:, :-1].T - T[:, -1][None, :] * self._log_denominator[:, None]
         return W, self.class_log_prior_.copy()
+
+    def predict_log_proba_prequential(
+        self, X: Any, y: Any, sample_weight: Any = None
+    ) -> PrequentialPrediction:
+        """Exact and vectorised (see :func:`streamnb.models.prequential.multinomial_prequential`)."""
+        return multinomial_prequential(self, X, y, sample_weight)
 
     @property
     def feature_log_prob_(self) -> np.ndarray:

@@ -318,15 +318,17 @@ def _class_sums(
     is ever allocated (scipy's sparse product would allocate a work array that wide).
     """
     n = X.shape[0]
-    onehot = sp.csr_matrix((w, (rows, np.arange(n))), shape=(n_classes, n))
     if sp.issparse(X):
+        # one sort of the nonzeros and one bincount over (class row, column position)
         X = sp.csr_matrix(X)
-        cols = sorted_unique(X.indices).astype(np.int64)
-        compact = sp.csr_matrix(
-            (X.data, np.searchsorted(cols, X.indices), X.indptr), shape=(n, cols.size)
-        )
-        sums = np.asarray((onehot @ compact).todense(), dtype=np.float64)
+        cols, pos = np.unique(X.indices, return_inverse=True)
+        cols = cols.astype(np.int64)
+        per_row = np.diff(X.indptr)
+        cell = np.repeat(np.asarray(rows, dtype=np.int64) * cols.size, per_row) + pos.ravel()
+        weighted = np.repeat(np.asarray(w, dtype=np.float64), per_row) * X.data
+        sums = np.bincount(cell, weights=weighted, minlength=n_classes * cols.size)
         return cols, sums.reshape(n_classes, cols.size)
+    onehot = sp.csr_matrix((w, (rows, np.arange(n))), shape=(n_classes, n))
     X = np.asarray(X, dtype=np.float64)
     cols = np.flatnonzero(X.any(axis=0)).astype(np.int64)
     sums = np.asarray(onehot @ X[:, cols], dtype=np.float64)

@@ -1,0 +1,321 @@
+"""Prequential (test-then-train) predictions within a batch, without learning the batch.
+
+Row ``i`` of a batch is predicted by the model **plus the labelled rows before i** of the
+same batch: exactly what predicting and learning the batch one row at a time would give,
+while the model itself is left unchanged (a worker's replica must only change by applying
+the committed log). Unlabelled rows (label ``None``) are predicted and contribute nothing.
+
+Two algorithms:
+
+* :func:`multinomial_prequential`: vectorised and exact for :class:`MultinomialNB`. For
+  row i and class c, ``jll_c(i) = log pi_c(i) + sum_j x_ij [log(F_cj(i) + alpha) -
+  log(T_c(i) + alpha m(i))]`` where ``F(i)``, ``T(i)``, the class weights and the
+  smoothing width ``m(i)`` include the labelled rows before i. The in-batch prefix sums are
+  taken over the CSR nonzeros sorted by (column, row), O(nnz x classes) after one sort,
+  no Python loop over rows or features. The model's own part is its derived table (one
+  sparse product, as plain prediction); only the nonzeros of columns that earlier rows of
+  the batch added to are corrected.
+* :func:`generic_prequential`: any model. A scratch copy of the statistics learns the
+  labelled rows one at a time; the rows up to and including each labelled row are
+  predicted in one call before it is learnt. It copies the model's statistics once per
+  batch (O(classes x features) for the count models).
+
+Classes first labelled inside the batch come after the model's classes, in order of
+first appearance, so the classes known at row i are always a prefix of ``classes``.
+
+>>> import numpy as np
+>>> from streamnb.models import MultinomialNB
+>>> model = MultinomialNB().partial_fit(np.array([[3, 0], [0, 3]]), ["spam", "ham"])
+>>> X = np.array([[0, 2], [0, 2], [0, 2]])
+>>> pred = model.predict_log_proba_prequential(X, ["spam", None, None])
+>>> pred.classes, pred.n_known.tolist()
+(['spam', 'ham'], [2, 2, 2])
+>>> before = model.predict_log_proba(X[:1])[0]
+>>> bool(np.allclose(pred.log_proba[0], before)), bool(pred.log_proba[1, 0] > before[0])
+(True, True)
+>>> model.stats["classes"].counts.tolist()   # the model did not learn the batch
+[1.0, 1.0]
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import scipy.sparse as sp
+
+from streamnb.models.base import log_normalize
+from streamnb.stats.base import Label
+
+if TYPE_CHECKING:
+    from streamnb.models.base import GenerativeClassifier
+    from streamnb.models.multinomial import MultinomialNB
+
+__all__ = ["PrequentialPrediction", "generic_prequential", "multinomial_prequential"]
+
+
+@dataclass(frozen=True)
+class PrequentialPrediction:
+    """Log posteriors of a batch predicted row by row (see the module docstring).
+
+    ``log_proba[i, c]`` is ``-inf`` for a class not known yet at row i and NaN on a row
+    predicted before any class existed (``n_known[i] == 0``: no prediction).
+    ``log_prior[i]`` holds the learnt log class priors (class weight shares) of row i's
+    model, in the same columns.
+    """
+
+    classes: list[Label]
+    log_proba: np.ndarray
+    n_known: np.ndarray
+    log_prior: np.ndarray
+
+    @property
+    def predicted(self) -> np.ndarray:
+        """Rows that got a prediction (some class was known)."""
+        return self.n_known > 0
+
+
+# ---------------------------------------------------------------------- shared helpers
+def _labelled_batch(
+    model: GenerativeClassifier, n: int, y: Any, sample_weight: Any
+) -> tuple[list[Label], np.ndarray, np.ndarray, np.ndarray]:
+    """Validate labels and weights; return (classes after the batch, class code per row
+    (-1: unlabelled), weights, number of classes known before each row)."""
+    y = list(y)
+    if len(y) != n:
+        raise ValueError(f"y has {len(y)} labels, but X has {n} samples")
+    w = model._validate_weight(sample_weight, n)
+    rows = [i for i, lab in enumerate(y) if lab is not None]
+    labels = model._validate_y([y[i] for i in rows], len(rows))
+    classes = list(model.stats["classes"].labels)  # type: ignore[attr-defined]
+    index = {c: k for k, c in enumerate(classes)}
+    codes = np.full(n, -1, dtype=np.int64)
+    n_known = np.empty(n, dtype=np.int64)
+    known, pos = len(classes), 0
+    for i in range(n):  # O(batch) label bookkeeping; features are never looped over
+        n_known[i] = known
+        if pos < len(rows) and rows[pos] == i:
+            lab = labels[pos]
+            pos += 1
+            k = index.get(lab)
+            if k is None:
+                k = index[lab] = len(classes)
+                classes.append(lab)
+                known += 1
+            codes[i] = k
+    return classes, codes, w, n_known
+
+
+def _exclusive_row_prefix(base: np.ndarray, per_row: np.ndarray) -> np.ndarray:
+    """``out[i] = base + sum_{k<i} per_row[k]`` (summed in row order), shape (n, K)."""
+    out = np.empty_like(per_row)
+    out[0] = base
+    if per_row.shape[0] > 1:
+        out[1:] = base + np.cumsum(per_row[:-1], axis=0)
+    return out
+
+
+def _class_weights(model: GenerativeClassifier, codes: np.ndarray, w: np.ndarray,
+                   n_classes: int) -> np.ndarray:
+    """Class weights ``N_c(i)`` before each row, shape (n, n_classes)."""
+    counts = np.asarray(model.stats["classes"].counts, dtype=np.float64)  # type: ignore[attr-defined]
+    base = np.zeros(n_classes)
+    base[: counts.size] = counts
+    per_row = np.zeros((codes.size, n_classes))
+    lab = np.flatnonzero(codes >= 0)
+    per_row[lab, codes[lab]] = w[lab]
+    return _exclusive_row_prefix(base, per_row)
+
+
+def _log_class_prior_rows(N: np.ndarray, n_known: np.ndarray) -> np.ndarray:
+    """Row-wise ``log(N_c / N)`` over the known classes (uniform when they weigh nothing);
+    ``-inf`` for zero-weight and not-yet-known classes (as ``log_class_prior``)."""
+    known = np.arange(N.shape[1])[None, :] < n_known[:, None]
+    Nk = np.where(known, N, 0.0)
+    total = Nk.sum(axis=1)
+    out = np.full(N.shape, -np.inf)
+    pos = Nk > 0
+    safe_total = np.where(total > 0, total, 1.0)
+    out[pos] = np.log(Nk[pos]) - np.log(np.broadcast_to(safe_total[:, None], N.shape)[pos])
+    empty = (total <= 0) & (n_known > 0)
+    if empty.any():
+        uniform = -np.log(n_known[empty].astype(np.float64))
+        out[empty] = np.where(known[empty], uniform[:, None], -np.inf)
+    return out
+
+
+def _nothing_learnt_before_a_row(codes: np.ndarray) -> bool:
+    """True when no row has a labelled row before it: the model alone predicts them all."""
+    return not (codes[:-1] >= 0).any()
+
+
+def _model_only(model: GenerativeClassifier, X: Any, classes: list[Label],
+                n_known: np.ndarray, log_prior: np.ndarray) -> PrequentialPrediction:
+    """Every row predicted by the model as it is (nothing learnt before any row)."""
+    lp = np.full((X.shape[0], len(classes)), np.nan)
+    k0 = int(n_known[0])
+    if k0:
+        lp[:, :k0] = model.predict_log_proba(X)
+        lp[:, k0:] = -np.inf
+    return PrequentialPrediction(classes, lp, n_known, log_prior)
+
+
+def _finish(classes: list[Label], jll: np.ndarray, n_known: np.ndarray,
+            log_prior: np.ndarray) -> PrequentialPrediction:
+    """Normalise the joint log-likelihoods of the predicted rows (NaN for the others)."""
+    lp = np.full(jll.shape, np.nan)
+    rows = np.flatnonzero(n_known > 0)
+    if rows.size and jll.shape[1]:
+        lp[rows] = log_normalize(jll[rows])
+    return PrequentialPrediction(classes, lp, n_known, log_prior)
+
+
+# ---------------------------------------------------------------------- multinomial
+def _segmented_exclusive_cumsum(values: np.ndarray, starts: np.ndarray,
+                                segment: np.ndarray) -> np.ndarray:
+    """Exclusive prefix sums of ``values`` (m, ...) within segments of consecutive rows
+    (``starts``: first row of each segment, ``segment``: each row's segment): one
+    cumulative sum over all rows, minus its value at the segment's start."""
+    excl = np.zeros_like(values)
+    np.cumsum(values[:-1], axis=0, out=excl[1:])
+    return excl - excl[starts][segment]
+
+
+def multinomial_prequential(model: MultinomialNB, X: Any, y: Any,
+                            sample_weight: Any = None) -> PrequentialPrediction:
+    """Exact prequential log posteriors of a MultinomialNB (see the module docstring)."""
+    X = model._validate_X(X, predicting=True)
+    X = sp.csr_matrix(X, dtype=np.float64, copy=True)
+    X.sum_duplicates()
+    X.eliminate_zeros()
+    n, width = X.shape
+    classes, codes, w, n_known = _labelled_batch(model, n, y, sample_weight)
+    K = len(classes)
+    N = _class_weights(model, codes, w, K)
+    log_prior = _log_class_prior_rows(N, n_known)
+    if _nothing_learnt_before_a_row(codes):  # e.g. a batch without labels
+        return _model_only(model, X, classes, n_known, log_prior)
+    cc, fc = model._parts()
+    k0 = len(cc.labels)
+    labelled = codes >= 0
+    rw = np.where(labelled, w, 0.0)                      # weight each row is learnt with
+
+    # per-class totals T_c(i) and class weights before each row
+    row_mass = np.asarray(X.sum(axis=1)).ravel() * rw
+    per_row = np.zeros((n, K))
+    per_row[labelled, codes[labelled]] = row_mass[labelled]
+    base_T = np.zeros(K)
+    base_T[:k0] = fc.totals
+    T = _exclusive_row_prefix(base_T, per_row)
+
+    # nonzeros sorted by (column, row) (CSR rows are in order, so a stable sort by column);
+    # per column, the sums over the earlier labelled rows
+    rows = np.repeat(np.arange(n), np.diff(X.indptr))
+    order = np.argsort(X.indices, kind="stable")
+    r, c, v = rows[order], X.indices[order].astype(np.int64), X.data[order]
+    new_col = np.empty(c.size, dtype=bool)
+    new_col[:1] = True
+    np.not_equal(c[1:], c[:-1], out=new_col[1:])
+    starts = np.flatnonzero(new_col)
+    col_of = np.cumsum(new_col) - 1
+    ucols = c[starts]
+    lab_nz = np.flatnonzero(labelled[r])
+    add_w = np.zeros(c.size)
+    add_w[lab_nz] = rw[r[lab_nz]] * v[lab_nz]             # what each nonzero adds when learnt
+    # How many earlier rows added weight to the column, counted exactly in integers: a
+    # prefix sum is exactly 0 when none did (the float sums carry rounding of the order of
+    # 2**-52 x the batch's mass; none at all for integer counts and weights).
+    adds = (add_w > 0).astype(np.int64)
+    n_before = _segmented_exclusive_cumsum(adds, starts, col_of)
+    t = np.flatnonzero(n_before > 0)                     # nonzeros that see in-batch counts
+    contrib = np.zeros((c.size, K))
+    contrib[lab_nz, codes[r[lab_nz]]] = add_w[lab_nz]
+    excl = np.zeros_like(contrib)
+    np.cumsum(contrib[:-1], axis=0, out=excl[1:])
+    prefix = np.maximum(excl[t] - excl[starts[col_of[t]]], 0.0)  # (touched, K)
+    alpha = model.alpha
+    seen_mode = model.smoothing_m == "seen"
+
+    # The model's own scores (what plain prediction computes): per class
+    # sum_j x_ij log(F_cj + alpha) over the columns that count, and sum_j x_ij over them.
+    base = np.zeros((n, K))
+    if k0:
+        table = model._scoring_table()                   # (width, k0 + 1), see MultinomialNB
+        scores = np.asarray(X @ table)
+        base[:, :k0], S0 = scores[:, :k0], scores[:, k0].copy()
+        base_seen = table[ucols, k0] > 0
+    else:
+        S0 = np.zeros(n) if seen_mode else np.asarray(X.sum(axis=1)).ravel()
+        base_seen = np.full(ucols.size, not seen_mode)
+
+    # Corrections at the nonzeros whose column earlier rows of the batch added to.
+    tc, tr, tv = col_of[t], r[t], v[t]
+    F_base = np.zeros((K, t.size))
+    if k0 and t.size:  # the model's counts, read once per column (tc is sorted)
+        first_of_col = np.empty(t.size, dtype=bool)
+        first_of_col[0] = True
+        np.not_equal(tc[1:], tc[:-1], out=first_of_col[1:])
+        cols_t = ucols[tc[first_of_col]]
+        inside = cols_t < fc.n_features
+        counts_t = np.zeros((k0, cols_t.size))
+        counts_t[:, inside] = fc.column_counts(cols_t[inside])
+        F_base[:k0] = counts_t[:, np.cumsum(first_of_col) - 1]
+    was_seen = base_seen[tc]
+    log_base = np.where(was_seen, np.log(F_base + alpha), 0.0)
+    delta = tv * (np.log(F_base + prefix.T + alpha) - log_base)       # (K, touched)
+    S1 = base
+    S1[:, k0:] = math.log(alpha) * S0[:, None]          # new classes: F = 0 before the batch
+    np.add.at(S0, tr[~was_seen], tv[~was_seen])          # columns first seen in the batch
+    for k in range(K):                                   # classes, not features
+        S1[:, k] += np.bincount(tr, weights=delta[k], minlength=n)
+
+    # smoothing width m(i)
+    if seen_mode:
+        first = (adds > 0) & (n_before == 0) & ~base_seen[col_of]  # first adds to new columns
+        m = fc.n_seen + np.searchsorted(np.sort(r[first]), np.arange(n), side="left")
+    else:
+        m = np.full(n, max(fc.n_features, width))
+    den = T + alpha * m[:, None].astype(np.float64)
+    log_den = np.log(np.where(den > 0, den, 1.0))
+    with np.errstate(invalid="ignore"):
+        jll = log_prior + S1 - S0[:, None] * log_den
+    return _finish(classes, jll, n_known, log_prior)
+
+
+# ---------------------------------------------------------------------- any model
+def generic_prequential(model: GenerativeClassifier, X: Any, y: Any,
+                        sample_weight: Any = None) -> PrequentialPrediction:
+    """Exact prequential log posteriors of any model, through a scratch copy of its
+    statistics that learns the labelled rows one at a time (see the module docstring)."""
+    model._validate_X(X, predicting=True)
+    n = X.shape[0]
+    classes, codes, w, n_known = _labelled_batch(model, n, y, sample_weight)
+    K = len(classes)
+    N = _class_weights(model, codes, w, K)
+    log_prior = _log_class_prior_rows(N, n_known)
+    if _nothing_learnt_before_a_row(codes):  # e.g. a batch without labels
+        return _model_only(model, X, classes, n_known, log_prior)
+    jll = np.full((n, K), np.nan)
+    if n_known[-1] == 0:  # no class before the last row: nothing to predict
+        return _finish(classes, jll, n_known, log_prior)
+    scratch = type(model).from_stats(model.stats, **model.get_params())
+    column = {lab: k for k, lab in enumerate(classes)}
+    stops = np.flatnonzero(codes >= 0).tolist()
+    if not stops or stops[-1] != n - 1:
+        stops.append(n - 1)
+    lo = 0
+    for stop in stops:
+        if n_known[stop] > 0:
+            first = max(lo, int(np.searchsorted(n_known, 1)))  # rows with a known class
+            if first <= stop:
+                known = [column[lab] for lab in scratch.classes_.tolist()]
+                part = np.full((stop + 1 - first, K), -np.inf)
+                part[:, known] = scratch.predict_joint_log_proba(X[first:stop + 1])
+                jll[first:stop + 1] = part
+        if codes[stop] >= 0:
+            scratch.merge_stats(scratch.batch_stats(X[stop:stop + 1], [classes[codes[stop]]],
+                                                    w[stop:stop + 1]))
+        lo = stop + 1
+    return _finish(classes, jll, n_known, log_prior)

@@ -1,0 +1,293 @@
+"""Prequential predictions within a batch: row i is predicted by the model plus the labelled
+rows before it, exactly as a one-row-at-a-time loop would, and the model is left unchanged."""
+
+from __future__ import annotations
+
+import zlib
+from typing import Any
+
+import msgpack
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from _worker_helpers import count_spec, fast_options, produce, token_messages, url_worker
+
+from streamnb.codec import decode_input, decode_output
+from streamnb.exceptions import NotFittedError
+from streamnb.features import Featurizer
+from streamnb.models import make_model
+from streamnb.models.prequential import generic_prequential
+from workers.keys import ModelKeys
+from workers.model_config import resolve_spec
+
+# ---------------------------------------------------------------------- reference loop
+
+
+def reference_loop(model: Any, X: Any, y: list, w: np.ndarray | None) -> tuple[list, list]:
+    """Row i: a fresh model from the prior statistics, fitted on the labelled rows < i,
+    predicts row i. Returns (classes per row or None, log posteriors per row or None)."""
+    classes, lps = [], []
+    for i in range(X.shape[0]):
+        fresh = type(model).from_stats(model.stats, **model.get_params())
+        rows = [k for k in range(i) if y[k] is not None]
+        if rows:
+            fresh.partial_fit(X[rows], [y[k] for k in rows],
+                              sample_weight=None if w is None else w[rows])
+        try:
+            lps.append(fresh.predict_log_proba(X[i:i + 1])[0])
+            classes.append(fresh.classes_.tolist())
+        except NotFittedError:
+            lps.append(None)
+            classes.append(None)
+    return classes, lps
+
+
+def fingerprint(model: Any) -> bytes:
+    """The encoded statistics (an empty model: empty bytes, after checking it is empty;
+    CategoryCounts cannot encode an empty statistic)."""
+    if not model.stats["classes"].labels:
+        assert model.stats.is_empty()
+        return b""
+    return model.stats.to_bytes()
+
+
+def assert_matches_loop(model: Any, X: Any, y: list, w: np.ndarray | None,
+                        fallback: bool = False) -> Any:
+    before = fingerprint(model)
+    pred = generic_prequential(model, X, y, w) if fallback else \
+        model.predict_log_proba_prequential(X, y, w)
+    assert fingerprint(model) == before  # the model did not learn the batch
+    ref_classes, ref_lp = reference_loop(model, X, y, w)
+    assert pred.log_proba.shape == (X.shape[0], len(pred.classes))
+    for i, (cls, lp) in enumerate(zip(ref_classes, ref_lp, strict=True)):
+        if cls is None:
+            assert pred.n_known[i] == 0 and np.isnan(pred.log_proba[i]).all()
+            continue
+        assert pred.classes[: pred.n_known[i]] == cls, i
+        np.testing.assert_allclose(pred.log_proba[i, : len(cls)], lp, rtol=1e-12, atol=1e-9,
+                                   err_msg=f"row {i}")
+        assert np.isneginf(pred.log_proba[i, len(cls):]).all()
+        # the learnt log priors of row i's model (class weight shares)
+        rows = [k for k in range(i) if y[k] is not None]
+        weights = np.ones(X.shape[0]) if w is None else w
+        total = sum(model.stats["classes"].as_dict().get(c, 0.0) for c in cls) + weights[rows].sum()
+        for j, c in enumerate(cls):
+            n_c = model.stats["classes"].as_dict().get(c, 0.0) + sum(
+                weights[k] for k in rows if y[k] == c)
+            expect = np.log(n_c / total) if n_c > 0 else -np.inf
+            assert pred.log_prior[i, j] == pytest.approx(expect, rel=1e-12, abs=1e-12)
+    return pred
+
+
+# ---------------------------------------------------------------------- data
+
+
+def labels_with_new_class(rng: np.random.Generator, n: int, prior: list, new: list) -> list:
+    """Labels from ``prior`` classes, ``new`` classes appearing mid-batch, ~30% unlabelled."""
+    y: list = []
+    for i in range(n):
+        pool = prior + (new if i >= n // 3 else [])
+        if not pool or rng.random() < 0.3:
+            y.append(None)
+        else:
+            y.append(pool[int(rng.integers(len(pool)))])
+    return y
+
+
+def count_data(rng: np.random.Generator, n: int, d: int, classes: int = 3) -> tuple[np.ndarray, list]:
+    y = [int(rng.integers(classes)) for _ in range(n)]
+    X = rng.poisson(0.4, size=(n, d)).astype(np.float64)
+    for i, c in enumerate(y):
+        X[i, c * 3:(c * 3) + 3] += rng.poisson(1.5, size=3)
+    return X, y
+
+
+def gaussian_data(rng: np.random.Generator, n: int, d: int, labels: list) -> np.ndarray:
+    centres = {lab: rng.normal(0, 3, size=d) for lab in {"a", "b", "c", "d", None}}
+    return np.vstack([rng.normal(centres[lab], 1.0 + 0.5 * rng.random(d)) for lab in labels])
+
+
+KINDS = {
+    "multinomial": [{"alpha": 0.1, "smoothing_m": "seen"}, {"alpha": 1.0, "smoothing_m": "columns"},
+                    {"alpha": 0.5, "smoothing_m": "seen", "n_features": 40}],
+    "bernoulli": [{"alpha": 1.0}, {"alpha": 0.1, "smoothing_m": "seen"}],
+    "categorical": [{"alpha": 1.0}],
+    "gaussian": [{}],
+    # without regularisation, a class with fewer samples than features has a singular
+    # covariance and the jittered factor amplifies rounding beyond 1e-9
+    "lda": [{"shrinkage": 0.2}],
+    "qda": [{"reg_param": 0.1}],
+    "hybrid": [{"n_meta": 2, "alpha": 0.2, "smoothing_m": "seen"}],
+}
+CASES = [(kind, params) for kind, plist in KINDS.items() for params in plist]
+
+
+def make_batch(kind: str, params: dict, seed: int, with_prior: bool, weighted: bool):
+    """(model, X, y, w): a model with or without prior statistics, a batch with a class
+    appearing mid-batch, unlabelled rows and (optionally) weights."""
+    rng = np.random.default_rng(seed)
+    n_prior, n = 30, 36
+    prior_labels = ["a", "b"] if with_prior else []
+    y = labels_with_new_class(rng, n, prior_labels, ["c", "d"] if with_prior else ["a", "c"])
+    w = rng.uniform(0.3, 2.5, size=n) if weighted else None
+    model = make_model(kind, **params)
+    if kind in ("multinomial", "bernoulli", "categorical", "hybrid"):
+        d = 40
+        Xp, yp = count_data(rng, n_prior, d)
+        X, _ = count_data(rng, n, d)
+        if kind == "hybrid":  # two Gaussian meta columns at the end
+            Xp[:, -2:] = rng.normal(size=(n_prior, 2))
+            X[:, -2:] = rng.normal(size=(n, 2))
+            Xp[:, -2:] += np.array([[ord(str(c)) % 3] for c in yp])
+        if kind == "multinomial":
+            X[5, 30:] = 0.0
+            X[5, 39] = 3.0  # a column nobody has seen before
+        prior_y = [["a", "b"][c % 2] for c in yp]
+        if kind in ("multinomial", "bernoulli", "hybrid"):
+            Xp, X = sp.csr_matrix(Xp), sp.csr_matrix(X)
+    else:
+        prior_y = [["a", "b"][int(rng.integers(2))] for _ in range(n_prior)]
+        Xp = gaussian_data(rng, n_prior, 3, prior_y)
+        X = gaussian_data(rng, n, 3, y)
+    if with_prior:
+        model.partial_fit(Xp, prior_y, sample_weight=rng.uniform(0.5, 2, n_prior) if weighted else None)
+    return model, X, y, w
+
+
+@pytest.mark.parametrize(("kind", "params"), CASES, ids=[f"{k}-{i}" for k, i in
+                                                          [(k, j) for k, pl in KINDS.items()
+                                                           for j in range(len(pl))]])
+@pytest.mark.parametrize("with_prior", [True, False])
+@pytest.mark.parametrize("weighted", [False, True])
+def test_prequential_equals_one_row_at_a_time(kind, params, with_prior, weighted):
+    model, X, y, w = make_batch(kind, params, seed=zlib.crc32(f"{kind}{params}{with_prior}{weighted}".encode()),
+                                with_prior=with_prior, weighted=weighted)
+    pred = assert_matches_loop(model, X, y, w)
+    if not with_prior:  # rows before the first label have no prediction
+        first = next(i for i, lab in enumerate(y) if lab is not None)
+        assert not pred.predicted[: first + 1].any() and pred.predicted[first + 1:].all()
+
+
+@pytest.mark.parametrize("smoothing_m", ["seen", "columns"])
+def test_multinomial_fast_path_equals_the_generic_fallback(smoothing_m):
+    model, X, y, w = make_batch("multinomial", {"alpha": 0.3, "smoothing_m": smoothing_m},
+                                seed=7, with_prior=True, weighted=True)
+    fast = model.predict_log_proba_prequential(X, y, w)
+    slow = assert_matches_loop(model, X, y, w, fallback=True)
+    assert fast.classes == slow.classes
+    np.testing.assert_array_equal(fast.n_known, slow.n_known)
+    np.testing.assert_allclose(fast.log_proba, slow.log_proba, rtol=1e-12, atol=1e-9)
+
+
+@pytest.mark.parametrize("kind", ["multinomial", "gaussian"])
+def test_a_batch_without_labels_is_predicted_by_the_model_alone(kind):
+    params = {"alpha": 0.1, "smoothing_m": "seen"} if kind == "multinomial" else {}
+    model, X, y, w = make_batch(kind, params, seed=2, with_prior=True, weighted=False)
+    y = [None] * (X.shape[0] - 1) + ["z"]  # a label on the last row teaches no row
+    pred = model.predict_log_proba_prequential(X, y)
+    assert pred.classes == [*model.classes_.tolist(), "z"]
+    np.testing.assert_array_equal(pred.log_proba[:, :2], model.predict_log_proba(X))
+    assert np.isneginf(pred.log_proba[:, 2]).all() and (pred.n_known == 2).all()
+    empty = make_model(kind, **params)
+    none = empty.predict_log_proba_prequential(X, [None] * X.shape[0])
+    assert none.classes == [] and not none.predicted.any()
+
+
+def test_int_labels_dense_input_and_zero_weights():
+    rng = np.random.default_rng(3)
+    X, yy = count_data(rng, 25, 12)
+    model = make_model("multinomial", alpha=0.2, smoothing_m="seen").partial_fit(X[:5], yy[:5])
+    y: list = [c if i % 4 else None for i, c in enumerate(yy[5:])]
+    w = rng.uniform(0.0, 2.0, size=20)
+    w[[2, 3]] = 0.0
+    assert_matches_loop(model, X[5:], y, w)
+
+
+def test_hashed_width_model_sees_only_batch_columns():
+    """A 2**20-wide model: the vectorised path allocates nothing of that width per row."""
+    rng = np.random.default_rng(5)
+    d = 2 ** 20
+    model = make_model("multinomial", alpha=0.1, smoothing_m="seen", n_features=d)
+    cols = rng.choice(d, size=60, replace=False)
+    rows = np.repeat(np.arange(20), 6)
+    X = sp.csr_matrix((rng.integers(1, 4, size=120).astype(float), (rows, rng.choice(cols, 120))),
+                      shape=(20, d))
+    y = ["spam" if i % 3 else "ham" for i in range(20)]
+    y[7] = None
+    assert_matches_loop(model, X, y, None)
+
+
+def test_bad_input_raises_and_changes_nothing():
+    model, X, y, w = make_batch("multinomial", {"alpha": 0.1, "smoothing_m": "seen"}, seed=1,
+                                with_prior=True, weighted=False)
+    before = model.stats.to_bytes()
+    with pytest.raises(ValueError, match="y has 3 labels, but X has 36 samples"):
+        model.predict_log_proba_prequential(X, y[:3])
+    with pytest.raises(ValueError, match="mixed types|labels of mixed"):
+        model.predict_log_proba_prequential(X, [1] + [None] * 35)
+    with pytest.raises(ValueError, match="features, but this model expects 40"):
+        model.predict_log_proba_prequential(X[:, :10], y)
+    with pytest.raises(ValueError, match="sample_weight must be >= 0"):
+        model.predict_log_proba_prequential(X, y, -np.ones(36))
+    assert model.stats.to_bytes() == before
+
+
+# ---------------------------------------------------------------------- through the daemon
+
+
+def _one_at_a_time(r: Any, name: str, kind: str, params: dict, fconf: dict, msgs: list) -> int:
+    """Check every prediction in :out against the library predicting each message with
+    everything learnt before it, then learning it; returns the number of checked messages."""
+    outs = {o["id"]: o for o in (decode_output(f[b"data"]) for _, f in r.xrange(ModelKeys(name).out))}
+    assert len(outs) == len(msgs)
+    f = Featurizer.from_config(fconf)
+    model = make_model(kind, **params)
+    n_checked = 0
+    for m in msgs:
+        X = f.stack([f.featurize(decode_input(msgpack.packb(m), "0-0"))])
+        out = outs[m["id"]]
+        try:
+            lp = model.predict_log_proba(X)[0]
+        except NotFittedError:
+            assert out["label"] is None and out["log_proba"] == {}
+        else:
+            expect = dict(zip(model.classes_.tolist(), lp.tolist(), strict=True))
+            assert out["log_proba"] == pytest.approx(expect, rel=1e-9, abs=1e-9), m["id"]
+            assert out["label"] == max(expect, key=expect.get)
+            n_checked += 1
+        if m.get("label") is not None:
+            model.partial_fit(X, [m["label"]])
+    return n_checked
+
+
+@pytest.mark.redis
+def test_worker_gaussian_predictions_equal_the_one_message_at_a_time_loop(redis_server):
+    """The generic path through the daemon (GaussianNB on dense vectors, batch 40)."""
+    from _worker_helpers import vector_messages
+
+    from workers.model_config import ModelSpec
+
+    r = redis_server.client()
+    msgs = vector_messages(120, d=3, seed=4)
+    for i in range(0, 120, 3):
+        msgs[i].pop("label")
+    produce(r, "vec", msgs)
+    fconf = {"input": "dense", "dim": 3}
+    spec = ModelSpec("vec", kind="gaussian", featurizer_config=fconf)
+    url_worker(redis_server.url, [spec], fast_options("g1", batch=40)).run_until_idle()
+    params = resolve_spec(ModelSpec("vec", kind="gaussian", featurizer_config=fconf)).model_params
+    assert _one_at_a_time(r, "vec", "gaussian", params, fconf, msgs) >= 110
+
+
+@pytest.mark.redis
+def test_worker_predictions_equal_the_one_message_at_a_time_loop(redis_server):
+    """One worker, batches of 100: every prediction in :out is the library's, predicting
+    each message with everything learnt before it (as a one-at-a-time loop)."""
+    r = redis_server.client()
+    msgs = token_messages(260, seed=11, labelled_share=0.7)
+    produce(r, "mail", msgs)
+    w = url_worker(redis_server.url, [count_spec()], fast_options("w1", batch=100))
+    w.run_until_idle()
+    params = resolve_spec(count_spec()).model_params
+    assert _one_at_a_time(r, "mail", "multinomial", params, {"bits": 10, "counts": "raw"},
+                          msgs) >= len(msgs) - 2
