@@ -84,3 +84,8 @@ EXIT_UNREACHABLE = 3
 #: Smoothing alpha recommended for count models over hashed mail tokens (with
 #: smoothing_m="seen"); measured on the SpamAssassin replay (docs/features.md).
 DEFAULT_MAIL_ALPHA = 0.1
+
+#: How long a worker keeps a message's features for a delayed label (seconds). Redis memory
+#: for the cache is about rate x TTL x 5-10 kB per mail: 2 days at 10 msg/s is ~15 GB less
+#: than 7 days would be. ``streamnb worker --label-cache-ttl`` changes it (0: no cache).
+DEFAULT_LABEL_CACHE_TTL_S = 2 * 86400.0

@@ -101,3 +101,12 @@ def test_loads_refuses_newer_versions_and_corruption(digits):
 def test_dumps_refuses_non_models():
     with pytest.raises(ValueError, match="expected a streamnb model"):
         dumps(object())  # type: ignore[arg-type]
+
+
+def test_an_empty_model_of_every_kind_round_trips() -> None:
+    """A model that has learnt nothing yet (a fresh daemon snapshot) encodes and decodes."""
+    from streamnb.models import MODEL_KINDS, dumps, loads
+
+    for kind, cls in MODEL_KINDS.items():
+        back = loads(dumps(cls()))
+        assert type(back) is cls and back.stats.is_empty(), kind

@@ -291,3 +291,29 @@ def test_worker_predictions_equal_the_one_message_at_a_time_loop(redis_server):
     params = resolve_spec(count_spec()).model_params
     assert _one_at_a_time(r, "mail", "multinomial", params, {"bits": 10, "counts": "raw"},
                           msgs) >= len(msgs) - 2
+
+
+def test_the_worker_skips_the_costly_exact_method_for_bernoulli(monkeypatch):
+    """BernoulliNB's exact in-batch method copies its 2**20-wide table per batch: the worker
+    predicts its batches whole instead (prequential applies where it is cheap)."""
+    import fakeredis
+
+    from streamnb.models import BernoulliNB, MultinomialNB
+    from workers.connection import ClientConnector
+    from workers.model_config import ModelSpec
+    from workers.worker import Worker
+
+    assert MultinomialNB.cheap_prequential and not BernoulliNB.cheap_prequential
+
+    def refuse(*args: Any, **kw: Any) -> Any:
+        raise AssertionError("the per-batch copy of a Bernoulli table must not run")
+
+    monkeypatch.setattr(BernoulliNB, "predict_log_proba_prequential", refuse)
+    r = fakeredis.FakeRedis()
+    w = Worker(ClientConnector(r), [ModelSpec("b", kind="bernoulli", featurizer_config={"bits": 8})],
+               fast_options("w1"))
+    for text, label in [("cheap meds", "spam"), ("meeting notes", "ham"), ("cheap pills", None)] * 3:
+        r.xadd(ModelKeys("b").input, {"data": msgpack.packb({"text": text, "label": label})})
+    w.run_until_idle()
+    outs = [decode_output(d[b"data"]) for _, d in r.xrange(ModelKeys("b").out)]
+    assert len(outs) == 9 and w.models["b"].replica.learnt == 6

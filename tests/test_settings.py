@@ -150,3 +150,18 @@ def test_passwords_are_redacted_in_log_lines(tmp_path):
     assert "auth with *** failed at rediss://u:***@h:1/0" in text
     assert "boom ***" in text
     assert redact("plain text") == "plain text"
+
+
+def test_on_off_flags_from_env_and_toml(tmp_path):
+    """--foo/--no-foo options read true/false from the environment and TOML, not a string."""
+    a = parsed(["worker"], {"STREAMNB_PREQUENTIAL": "false", "STREAMNB_LOWERCASE": "no"})
+    assert a.prequential is False and a.lowercase is False
+    assert parsed(["worker"], {"STREAMNB_PREQUENTIAL": "on"}).prequential is True
+    assert parsed(["worker"]).prequential is True
+    cfg = tmp_path / "c.toml"
+    cfg.write_text("[worker]\nprequential = false\nlabel-cache-ttl = 3600\n")
+    b = parsed(["worker", "--config", str(cfg)])
+    assert b.prequential is False and b.label_cache_ttl == 3600.0
+    assert parsed(["worker", "--config", str(cfg), "--prequential"]).prequential is True
+    with pytest.raises(SettingsError, match="--prequential expects true or false"):
+        parsed(["worker"], {"STREAMNB_PREQUENTIAL": "maybe"})

@@ -28,6 +28,7 @@ from streamnb.constants import (
     DEFAULT_BLOCK_MS,
     DEFAULT_CLAIM_IDLE_MS,
     DEFAULT_DEMO_MESSAGES,
+    DEFAULT_LABEL_CACHE_TTL_S,
     DEFAULT_METRICS_ADDR,
     DEFAULT_METRICS_PORT,
     DEFAULT_PREDICT_TIMEOUT_S,
@@ -79,6 +80,13 @@ def port(text: str) -> int:
     if v > 65535:
         raise argparse.ArgumentTypeError(f"expected a port 0..65535, got {v}")
     return v
+
+
+def non_negative_float(text: str) -> float:
+    value = finite_float(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}")
+    return value
 
 
 def finite_float(text: str) -> float:
@@ -206,6 +214,12 @@ def _add_worker_options(p: argparse.ArgumentParser) -> None:
     add_option(w, "--block-ms", type=non_negative_int, default=DEFAULT_BLOCK_MS, help="XREADGROUP BLOCK time")
     add_option(w, "--claim-idle-ms", type=positive_int, default=DEFAULT_CLAIM_IDLE_MS,
                help="claim entries pending longer than this from dead consumers")
+    add_option(w, "--label-cache-ttl", type=non_negative_float, default=DEFAULT_LABEL_CACHE_TTL_S,
+               metavar="SECONDS", help="keep each message's features this long for a delayed "
+               "label (ref); 0: no cache, late labels are dead-lettered")
+    add_option(w, "--prequential", action=argparse.BooleanOptionalAction, default=True,
+               help="predict each message with the labelled messages before it in its batch "
+               "(multinomial, categorical and the Gaussian models)")
     add_option(w, "--processes", type=positive_int, default=1,
                help="run N worker processes under a supervisor that restarts one that dies")
     add_option(w, "--metrics-port", type=port, default=DEFAULT_METRICS_PORT,

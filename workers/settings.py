@@ -149,14 +149,17 @@ def _file_values(
 def _convert(action: argparse.Action, value: Any, source: str) -> Any:
     """Convert an env string or TOML value with the action's own rules."""
     name = action.option_strings[-1]
-    if isinstance(action, (argparse._StoreTrueAction, argparse._StoreFalseAction)):
+    if isinstance(action, argparse.BooleanOptionalAction):  # --foo / --no-foo
+        name = action.option_strings[0]
+    if isinstance(action, (argparse._StoreTrueAction, argparse._StoreFalseAction,
+                           argparse.BooleanOptionalAction)):
         if isinstance(value, bool):
             v = value
         elif isinstance(value, str) and value.strip().lower() in _TRUE | _FALSE:
             v = value.strip().lower() in _TRUE
         else:
             raise SettingsError(f"{source}: {name} expects true or false, got {value!r}")
-        return v if isinstance(action, argparse._StoreTrueAction) else not v
+        return not v if isinstance(action, argparse._StoreFalseAction) else v
     if isinstance(action, argparse._AppendAction):
         if isinstance(value, str):
             items: list[Any] = [s.strip() for s in value.split(",") if s.strip()]

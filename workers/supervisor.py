@@ -67,7 +67,8 @@ def worker_options(args: argparse.Namespace) -> Any:
     from workers.worker import WorkerOptions
 
     return WorkerOptions(consumer=args.consumer, batch=args.batch, block_ms=args.block_ms,
-                         claim_idle_ms=args.claim_idle_ms)
+                         claim_idle_ms=args.claim_idle_ms, cache_ttl_s=args.label_cache_ttl,
+                         prequential=args.prequential)
 
 
 def _auth_error(exc: BaseException) -> bool:

@@ -14,8 +14,9 @@ Public API (for ``streamnb worker``, the demo and tests)::
 
 One iteration (:meth:`Worker.step`): housekeeping (heartbeat, lease, snapshot, claims of
 idle entries) -> own pending entries first after a (re)start -> ``XREADGROUP ... >`` over
-every model's ``:in`` -> per model: decode, featurize, predict the batch with the model as
-it was before the batch (test-then-train), decide, build the delta of the labelled
+every model's ``:in`` -> per model: decode, featurize, predict each message with the model
+plus the labelled messages before it in the batch (test-then-train, as one message at a
+time would; ``WorkerOptions.prequential``), decide, build the delta of the labelled
 messages and of the delayed labels, commit in one Lua script (:mod:`workers.commit`) ->
 tail ``:log`` (own delta included). See docs/worker.md.
 
@@ -59,6 +60,7 @@ from streamnb.codec import (
     encode_dead,
     output_for,
 )
+from streamnb.constants import DEFAULT_LABEL_CACHE_TTL_S
 from streamnb.encoding import dumps
 from streamnb.exceptions import MalformedMessage, NotFittedError, StreamnbError
 from streamnb.features import Row
@@ -129,7 +131,7 @@ class WorkerOptions:
     trim_margin_ms: int = 60_000
     lease_ms: int = 15_000
     #: TTL of cached message features for delayed labels (0: no cache).
-    cache_ttl_s: float = 7 * 86400.0
+    cache_ttl_s: float = DEFAULT_LABEL_CACHE_TTL_S
     heartbeat_s: float = 5.0
     #: A heartbeat older than this marks a dead worker.
     stale_s: float = 30.0
@@ -139,8 +141,10 @@ class WorkerOptions:
     max_commit_attempts: int = 8
     limits: Limits = DEFAULT_LIMITS
     #: Predict message i of a batch with the model plus the labelled messages before it in
-    #: the batch (as one-at-a-time processing); False: the whole batch with the model as
-    #: it was before the batch. What is committed is the same either way.
+    #: the batch (as one-at-a-time processing), for the models that do it cheaply (every
+    #: kind but bernoulli and hybrid, whose exact method copies their 2**20-wide tables per
+    #: batch); False: the whole batch with the model as it was before the batch. What is
+    #: committed is the same either way.
     prequential: bool = True
 
     def __post_init__(self) -> None:
@@ -603,7 +607,7 @@ class Worker:
         t2 = time.perf_counter()
         m.stage_seconds.labels(**mw, stage="featurize").observe(t2 - t1)
 
-        # ---- predict the whole batch with the model before the batch (test-then-train)
+        # ---- predict before learning (test-then-train; prequential within the batch)
         if items:
             self._predict(rt, items, now)
         t3 = time.perf_counter()
@@ -679,14 +683,15 @@ class Worker:
         """Predict and decide every item. Prequential (the default): item i is predicted by
         the replica plus the labelled items before it in the batch, as one-at-a-time
         processing would; the replica itself is not touched (it changes only by the log)."""
-        if self.options.prequential and rt.replica.model.stats["classes"].labels:
+        prequential = self.options.prequential and rt.replica.model.cheap_prequential
+        if prequential and rt.replica.model.stats["classes"].labels:
             # Catch up with the log first: other workers' batches committed while this one was
             # read and featurized. (Not before the first class: label types are not fixed.)
             self._tail(rt)
         model = rt.replica.model
         X = rt.featurizer.stack([it.row for it in items])
         n = len(items)
-        if self.options.prequential:
+        if prequential:
             pred = model.predict_log_proba_prequential(
                 X, [it.msg.label for it in items],
                 np.array([it.msg.weight for it in items], dtype=np.float64))
@@ -707,7 +712,7 @@ class Worker:
         classes = [c.item() if hasattr(c, "item") else c for c in classes]
         # Decide rows that knew the same classes together; with a class-prior override the
         # learnt priors differ row by row (prequential), so each row is decided alone.
-        per_row = self.options.prequential and rt.rule.class_prior is not None
+        per_row = prequential and rt.rule.class_prior is not None
         groups: dict[Any, list[int]] = {}
         for i, k in enumerate(n_known.tolist()):
             if k > 0:

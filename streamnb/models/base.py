@@ -37,6 +37,10 @@ class GenerativeClassifier(ABC):
     kind: ClassVar[str]
     #: Whether the model accepts scipy.sparse input (the count models do).
     accepts_sparse: ClassVar[bool] = False
+    #: Whether ``predict_log_proba_prequential`` is cheap enough for every batch of the
+    #: daemon (vectorised, or a model small enough to copy); False where the exact method
+    #: copies a table as wide as the hashed feature space.
+    cheap_prequential: ClassVar[bool] = True
 
     def __init_subclass__(cls, **kw: Any) -> None:
         super().__init_subclass__(**kw)

@@ -33,6 +33,7 @@ class BernoulliNB(DiscreteNB):
     """
 
     kind = "bernoulli"
+    cheap_prequential = False  # its exact prequential method copies the count table
 
     def __init__(
         self,

@@ -50,6 +50,7 @@ class HybridNB(GenerativeClassifier):
     """
 
     kind = "hybrid"
+    cheap_prequential = False  # its exact prequential method copies the count table
     accepts_sparse = True
 
     def __init__(

@@ -160,7 +160,7 @@ class CategoryCounts(Statistic):
         return {
             "labels": list(self.labels),
             "n_categories": pack_array(self.n_categories),
-            "values": pack_array(flat.reshape(k, -1)),
+            "values": pack_array(flat.reshape(k, flat.size // k if k else 0)),
         }
 
     @classmethod
