@@ -104,8 +104,13 @@ def assert_same_stats(a: Any, b: Any, rtol: float = 0.0, atol: float = 0.0) -> N
                                            err_msg=f"{part}/{lab}")
 
 
+#: The featurizer and model parameters of the small count model most worker tests use.
+FCFG = {"bits": 10, "counts": "raw"}
+PARAMS = {"n_features": 1024}
+
+
 def count_spec(name: str = "mail", **kw: Any) -> ModelSpec:
-    return ModelSpec(name, kind="multinomial", featurizer_config={"bits": 10, "counts": "raw"}, **kw)
+    return ModelSpec(name, kind="multinomial", featurizer_config=dict(FCFG), **kw)
 
 
 def fast_options(consumer: str, **kw: Any) -> WorkerOptions:

@@ -8,6 +8,8 @@ import msgpack
 import numpy as np
 import pytest
 from _worker_helpers import (
+    FCFG,
+    PARAMS,
     assert_same_stats,
     count_spec,
     fast_options,
@@ -24,8 +26,6 @@ from workers.labels import decode_label
 
 pytestmark = pytest.mark.redis
 
-FCFG = {"bits": 10, "counts": "raw"}
-PARAMS = {"n_features": 1024}
 
 
 def _with_labels(msgs: list[dict], labels: dict[str, str]) -> list[dict]:

@@ -9,6 +9,7 @@ import time
 import pytest
 from _redis_server import REDIS_SERVER, RedisServer
 from _worker_helpers import (
+    FCFG,
     assert_same_stats,
     count_spec,
     fast_options,
@@ -25,7 +26,6 @@ from workers.keys import GROUP, ModelKeys
 
 pytestmark = pytest.mark.redis
 K = ModelKeys("mail")
-FCFG = {"bits": 10, "counts": "raw"}
 OPTS = {"batch": 20, "block_ms": 50, "heartbeat_s": 0.3, "claim_idle_ms": 800}
 
 

@@ -24,6 +24,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from _redis_server import REDIS_SERVER, RedisServer  # noqa: E402
 from _worker_helpers import (  # noqa: E402
+    FCFG,
+    PARAMS,
     assert_same_stats,
     count_spec,
     learnt_model,
@@ -42,7 +44,6 @@ from workers.worker import Worker, WorkerOptions  # noqa: E402
 
 NAME = "mail"
 K = ModelKeys(NAME)
-FCFG = {"bits": 10, "counts": "raw"}
 #: Options of the worker processes/threads: short timeouts so faults resolve in seconds.
 FAST = {"batch": 25, "block_ms": 50, "heartbeat_s": 0.2, "claim_idle_ms": 1000,
         "lease_ms": 1500, "snapshot_every": 25, "snapshot_interval_s": 1.0, "trim_margin_ms": 0,
@@ -294,7 +295,7 @@ def check_guarantees(client: Any, messages: list[dict[str, Any]], entry_ids: lis
     assert {entry_ids[i] for i in garbage} <= dead
     # 3 + 4. the stored statistics and every replica given equal an offline fit, at the
     # log's last version
-    reference = offline_model("multinomial", {"n_features": 1024}, FCFG, good)
+    reference = offline_model("multinomial", PARAMS, FCFG, good)
     model, version = learnt_model(client, NAME)
     assert version == last_log_id(client)
     assert_same_stats(model, reference)

@@ -7,6 +7,8 @@ from __future__ import annotations
 import msgpack
 import pytest
 from _worker_helpers import (
+    FCFG,
+    PARAMS,
     assert_same_stats,
     count_spec,
     fast_options,
@@ -24,8 +26,6 @@ from workers.model_config import ModelSpec
 
 pytestmark = pytest.mark.redis
 
-FCFG = {"bits": 10, "counts": "raw"}
-PARAMS = {"n_features": 1024}
 
 
 def _dead(r, name: str = "mail") -> list[dict]:

@@ -21,6 +21,8 @@ import msgpack
 import numpy as np
 import pytest
 from _worker_helpers import (
+    FCFG,
+    PARAMS,
     ROOT,
     assert_same_stats,
     count_spec,
@@ -42,8 +44,6 @@ from workers.replica import Replica, encode_decay, encode_delta
 
 pytestmark = pytest.mark.redis
 
-FCFG = {"bits": 10, "counts": "raw"}
-PARAMS = {"n_features": 1024}
 K = ModelKeys("mail")
 
 
