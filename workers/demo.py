@@ -284,7 +284,7 @@ def run_demo(
               f"(second half: {_pct(r2, n2).strip()} of {n2})", file=out)
         print(f"spam caught {caught}/{len(spam_ids)}, ham recognised {kept}/{len(ham_ids)} "
               f"({lost} ham marked as spam); {blind} predicted before the model had learnt "
-              f"anything (the first batch of each worker)", file=out)
+              f"anything (counted as errors)", file=out)
         print("predictions by worker: "
               + ", ".join(f"{w} {c}" for w, c in sorted(tally.by_worker.items())), file=out)
         same = "the same version" if len(versions) == 1 else f"versions {sorted(versions)}"
