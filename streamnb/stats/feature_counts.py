@@ -193,6 +193,11 @@ class FeatureCounts(Statistic):
                 np.maximum(block, 0.0, out=block)
             self.values[:, cols] = block
             self.n_seen += int(np.count_nonzero(block.any(axis=0))) - int(before)
+        elif self.columns.size == 0 and sign > 0:  # a fresh delta: the batch's columns as is
+            fresh = np.zeros((self.values.shape[0], cols.size))
+            fresh[rows] = vals
+            self.columns, self.values = np.array(cols, dtype=np.int64), fresh
+            self.n_seen = int(np.count_nonzero(fresh.any(axis=0)))
         else:
             union = sorted_unique(np.concatenate([self.columns, cols]))
             merged = np.zeros((self.values.shape[0], union.size))
