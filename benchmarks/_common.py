@@ -176,6 +176,14 @@ def load_corpus(root: Path = DEFAULT_CORPUS, limit: int | None = None) -> Corpus
     return Corpus([(root / r["path"]).read_bytes() for r in rows], [r["label"] for r in rows])
 
 
+def corpus_or_synthetic(root: Path | str, limit: int | None = None, n_synthetic: int = 2000) -> Corpus:
+    """The corpus at ``root`` (first ``limit`` messages), or synthetic mail when it is absent."""
+    if corpus_available(Path(root)):
+        return load_corpus(Path(root), limit)
+    print(f"corpus not found at {root}: using synthetic mail")
+    return synthetic_mail(limit or n_synthetic)
+
+
 def synthetic_mail(n: int, seed: int = 0) -> Corpus:
     """Small fake raw mails (two classes) for smoke runs when the corpus is absent."""
     rng = np.random.default_rng(seed)

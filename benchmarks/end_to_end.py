@@ -34,12 +34,10 @@ from benchmarks._common import (
     ROOT,
     Corpus,
     RedisServer,
-    corpus_available,
+    corpus_or_synthetic,
     format_table,
-    load_corpus,
     print_header,
     rate,
-    synthetic_mail,
 )
 
 #: Worker options for the benchmarks: the defaults (batch 100, block 1 s) unless given.
@@ -272,10 +270,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     print_header("benchmark 3: end to end through redis-server, 1 and 2 workers",
                  "benchmarks.end_to_end", argv)
-    corpus = load_corpus(args.corpus, args.limit) if corpus_available(args.corpus) else None
-    if corpus is None:
-        print(f"corpus not found at {args.corpus}: using synthetic mail")
-        corpus = synthetic_mail(args.limit or 2000)
+    corpus = corpus_or_synthetic(args.corpus, args.limit)
     if args.profile:
         big = Corpus(corpus.raws * args.repeat, corpus.labels * args.repeat)
         tokens = corpus_tokens(corpus) * args.repeat if args.profile == "tokens" else None

@@ -35,12 +35,10 @@ import scipy.sparse as sp
 from benchmarks._common import (
     DEFAULT_CORPUS,
     Corpus,
-    corpus_available,
+    corpus_or_synthetic,
     format_table,
-    load_corpus,
     print_header,
     rate,
-    synthetic_mail,
 )
 
 BITS = 20
@@ -294,10 +292,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     print_header("benchmark 1: model only, test-then-train, tokenized beforehand",
                  "benchmarks.model_throughput", argv)
-    corpus = load_corpus(args.corpus, args.limit) if corpus_available(args.corpus) else None
-    if corpus is None:
-        print(f"corpus not found at {args.corpus}: using synthetic mail")
-        corpus = synthetic_mail(args.limit or 2000)
+    corpus = corpus_or_synthetic(args.corpus, args.limit)
     cap = 5.0 if args.short else args.cap
     prep = prepare(corpus)
     print(f"{len(corpus)} messages, {prep.X.nnz / len(corpus):.0f} distinct hashed tokens/message; "

@@ -55,24 +55,23 @@ class OneLineParser(argparse.ArgumentParser):
 
 
 # ------------------------------------------------------------------------- types
-def positive_int(text: str) -> int:
+def _whole_number(text: str, minimum: int) -> int:
     try:
         v = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}") from None
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {v}")
+        raise argparse.ArgumentTypeError(
+            f"expected a whole number >= {minimum}, got {text!r}") from None
+    if v < minimum:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= {minimum}, got {v}")
     return v
+
+
+def positive_int(text: str) -> int:
+    return _whole_number(text, 1)
 
 
 def non_negative_int(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 0, got {text!r}") from None
-    if v < 0:
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 0, got {v}")
-    return v
+    return _whole_number(text, 0)
 
 
 def port(text: str) -> int:
