@@ -17,11 +17,9 @@ from typing import Any
 from benchmarks import daemon_accuracy, end_to_end, model_throughput
 from benchmarks._common import (
     DEFAULT_CORPUS,
-    corpus_available,
+    corpus_or_synthetic,
     format_table,
-    load_corpus,
     print_header,
-    synthetic_mail,
 )
 
 
@@ -77,11 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--limit", type=int, default=None, help="first N corpus messages only")
     args = ap.parse_args(argv)
     print_header("streamnb bench: short benchmarks 1, 3, 6", "benchmarks", argv)
-    if corpus_available(args.corpus):
-        corpus = load_corpus(args.corpus, args.limit)
-    else:
-        print(f"corpus not found at {args.corpus}: using synthetic mail (figures meaningless)")
-        corpus = synthetic_mail(args.limit or 2000)
+    corpus = corpus_or_synthetic(args.corpus, args.limit)
     t0 = time.perf_counter()
     summary = run(corpus)
     print(f"\n== summary ({time.perf_counter() - t0:.0f} s)")

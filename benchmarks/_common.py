@@ -180,7 +180,7 @@ def corpus_or_synthetic(root: Path | str, limit: int | None = None, n_synthetic:
     """The corpus at ``root`` (first ``limit`` messages), or synthetic mail when it is absent."""
     if corpus_available(Path(root)):
         return load_corpus(Path(root), limit)
-    print(f"corpus not found at {root}: using synthetic mail")
+    print(f"corpus not found at {root}: using synthetic mail (accuracy figures meaningless)")
     return synthetic_mail(limit or n_synthetic)
 
 

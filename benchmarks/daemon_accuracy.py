@@ -25,11 +25,9 @@ from benchmarks._common import (
     DEFAULT_CORPUS,
     Corpus,
     RedisServer,
-    corpus_available,
+    corpus_or_synthetic,
     format_table,
-    load_corpus,
     print_header,
-    synthetic_mail,
 )
 from benchmarks.end_to_end import (
     corpus_tokens,
@@ -141,11 +139,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--kind", default="multinomial")
     args = ap.parse_args(argv)
     print_header("benchmark 6: accuracy through the daemon, index order", "benchmarks.daemon_accuracy", argv)
-    if corpus_available(args.corpus):
-        corpus = load_corpus(args.corpus, args.limit)
-    else:
-        print(f"corpus not found at {args.corpus}: using synthetic mail (figures meaningless)")
-        corpus = synthetic_mail(args.limit or 1000)
+    corpus = corpus_or_synthetic(args.corpus, args.limit, n_synthetic=1000)
     print_scores([through_daemon(corpus, args.workers, args.kind), river_reference(corpus)])
     return 0
 

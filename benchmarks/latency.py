@@ -22,12 +22,10 @@ from benchmarks._common import (
     DEFAULT_CORPUS,
     Corpus,
     RedisServer,
-    corpus_available,
+    corpus_or_synthetic,
     format_table,
-    load_corpus,
     percentiles,
     print_header,
-    synthetic_mail,
 )
 from benchmarks.end_to_end import (
     corpus_tokens,
@@ -115,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--payload", choices=("tokens", "raw"), default="tokens")
     args = ap.parse_args(argv)
     print_header("benchmark 4: latency XADD -> prediction in :out", "benchmarks.latency", argv)
-    corpus = load_corpus(args.corpus) if corpus_available(args.corpus) else synthetic_mail(2000)
+    corpus = corpus_or_synthetic(args.corpus)
     rows = benchmark(corpus, [float(r) for r in args.rates.split(",")],
                      [int(w) for w in args.workers.split(",")], args.seconds, args.payload)
     print(f"payload: {args.payload}; latency = :out id - :in id (Redis clock, 1 ms resolution)")

@@ -30,12 +30,10 @@ import numpy as np
 from benchmarks._common import (
     DEFAULT_CORPUS,
     RedisServer,
-    corpus_available,
+    corpus_or_synthetic,
     format_table,
-    load_corpus,
     print_header,
     rss_bytes,
-    synthetic_mail,
 )
 from benchmarks.end_to_end import corpus_tokens, default_spec, keys, prefill, wait_for, workers
 
@@ -128,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--noise", type=int, default=20, help="random tokens added per message")
     args = ap.parse_args(argv)
     print_header("benchmark 5: worker memory", "benchmarks.memory", argv)
-    corpus = load_corpus(args.corpus) if corpus_available(args.corpus) else synthetic_mail(2000)
+    corpus = corpus_or_synthetic(args.corpus)
     for k, v in model_bytes().items():
         print(f"default multinomial model, {k}: {v:,} bytes ({v / MB:.1f} MB)")
     rows, extra = benchmark(corpus_tokens(corpus), corpus.labels,

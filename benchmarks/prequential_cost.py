@@ -24,11 +24,9 @@ import numpy as np
 
 from benchmarks._common import (
     DEFAULT_CORPUS,
-    corpus_available,
+    corpus_or_synthetic,
     format_table,
-    load_corpus,
     print_header,
-    synthetic_mail,
 )
 
 
@@ -56,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     from streamnb.models.prequential import generic_prequential
 
     n = a.train + a.batch * a.batches
-    corpus = load_corpus(DEFAULT_CORPUS, n) if corpus_available() else synthetic_mail(n)
+    corpus = corpus_or_synthetic(DEFAULT_CORPUS, n)
     f = Featurizer()
     rows = [f.featurize(decode_input(encode_input("raw", raw), "0-0")) for raw in corpus.raws]
     labels = list(corpus.labels)

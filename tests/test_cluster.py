@@ -15,7 +15,6 @@ import shutil
 import socket
 import subprocess
 import tempfile
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -30,6 +29,7 @@ from _worker_helpers import (
     fast_options,
     offline_model,
     produce,
+    run_in_threads,
     token_messages,
 )
 from test_acl_worker import (
@@ -229,20 +229,7 @@ def test_workers_serving_both_models_read_each_slot(cluster):
     specs = [count_spec(name) for name in names]
     workers = [Worker(UrlConnector(RedisSettings(cluster.url(), cluster=True)), specs,
                       fast_options(f"both-{i}")) for i in range(2)]
-    errors: list[BaseException] = []
-
-    def go(w: Worker) -> None:
-        try:
-            w.run_until_idle(timeout=40)
-        except BaseException as exc:  # noqa: BLE001 - reported below
-            errors.append(exc)
-
-    threads = [threading.Thread(target=go, args=(w,)) for w in workers]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert not errors, errors
+    run_in_threads(workers, timeout=40)  # raises the first worker error
     for w in workers:
         w.shutdown()
     for name in names:

@@ -101,3 +101,13 @@ def test_out_is_capped_and_the_script_survives_a_flush(r):
     assert commit_batch(r, K, "w1", CommitRequest(ids=ids, outputs=outs), out_maxlen=100).ok
     assert 100 <= r.xlen(K.out) < 1000
     assert r.xrevrange(K.out, count=1)[0][1][b"data"] == b"o999"
+
+
+def test_dead_letters_are_capped_separately_from_out(r):
+    ids = _read(r, "w1", 1)
+    dead = [f"d{i}".encode() for i in range(1000)]
+    res = commit_batch(r, K, "w1", CommitRequest(ids=ids, outputs=[b"o"], dead=dead),
+                       out_maxlen=0, dead_maxlen=100)
+    assert res.ok
+    assert 100 <= r.xlen(K.dead) < 1000 and r.xlen(K.out) == 1
+    assert r.xrevrange(K.dead, count=1)[0][1][b"data"] == b"d999"

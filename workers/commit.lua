@@ -67,20 +67,18 @@ if n_learnt > 0 then
     end
   end
 end
-for i = first_out, first_out + n_out - 1 do
-  if out_maxlen > 0 then
-    redis.call('XADD', KEYS[2], 'MAXLEN', '~', out_maxlen, '*', 'data', ARGV[i])
-  else
-    redis.call('XADD', KEYS[2], '*', 'data', ARGV[i])
+-- XADD ARGV[first .. first + n - 1] to key, trimmed with MAXLEN ~ maxlen (0: untrimmed)
+local function xadd_all(key, maxlen, first, n)
+  for i = first, first + n - 1 do
+    if maxlen > 0 then
+      redis.call('XADD', key, 'MAXLEN', '~', maxlen, '*', 'data', ARGV[i])
+    else
+      redis.call('XADD', key, '*', 'data', ARGV[i])
+    end
   end
 end
-for i = first_dead, first_dead + n_dead - 1 do
-  if dead_maxlen > 0 then
-    redis.call('XADD', KEYS[3], 'MAXLEN', '~', dead_maxlen, '*', 'data', ARGV[i])
-  else
-    redis.call('XADD', KEYS[3], '*', 'data', ARGV[i])
-  end
-end
+xadd_all(KEYS[2], out_maxlen, first_out, n_out)
+xadd_all(KEYS[3], dead_maxlen, first_dead, n_dead)
 for c = 0, n_cache - 1 do
   local a = first_cache + 7 * c
   local key = KEYS[6 + c]

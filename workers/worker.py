@@ -77,7 +77,7 @@ from workers.labels import (
     fetch_cached,
     resolve_refs,
 )
-from workers.metrics import Metrics, default_metrics
+from workers.metrics import Metrics, default_metrics, observe_many
 from workers.model_config import ModelConfig, ModelSpec, ensure_config
 from workers.replica import Replica, encode_decay, encode_delta, parse_id
 from workers.snapshotter import Snapshotter, remove_dead_consumers, stream_gauges
@@ -664,8 +664,8 @@ class Worker:
                                   o.dead_maxlen)
             m.stage_seconds.labels(**mw, stage="commit").observe(time.perf_counter() - tc)
             if result.ok:
+                # the log (our delta included) is applied by the tail at the end of step()
                 self._committed(rt, learn, res, all_dead, add_rows, len(outputs))
-                self._tail(rt)
                 return len(entries)
             m.commit_conflicts.labels(**mw).inc()
             if result.lost:
@@ -739,8 +739,7 @@ class Worker:
             return
         mw = self._mw(rt)
         ages = np.array([max(0.0, now - parse_id(items[i].entry_id)[0] / 1000.0) for i in done])
-        for a in ages:
-            self.metrics.message_age.labels(**mw).observe(a)
+        observe_many(self.metrics.message_age.labels(**mw), ages)
         self._observe(rt, "observe_predictions", classes, dec_lp[done],
                       self._oov_share(model, [items[i] for i in done]), ages, unsure[done])
         rt.predicted_classes = classes
