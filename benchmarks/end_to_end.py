@@ -315,7 +315,7 @@ def stage_times(messages: Sequence[bytes], name: str = "stages") -> dict[str, fl
     from workers.connection import RedisSettings, UrlConnector
     from workers.metrics import Metrics
     from workers.model_config import ModelSpec
-    from workers.worker import Worker, WorkerOptions
+    from workers.worker import Worker, WorkerOptions, tune_gc
 
     registry = CollectorRegistry()
     with RedisServer() as server:
@@ -323,6 +323,7 @@ def stage_times(messages: Sequence[bytes], name: str = "stages") -> dict[str, fl
         w = Worker(UrlConnector(RedisSettings(server.url)), [ModelSpec(name, kind="multinomial")],
                    WorkerOptions(consumer="stages"), Metrics(registry))
         w.start()
+        tune_gc()  # as a worker process does (workers.worker.main, streamnb worker)
         t0, c0 = time.perf_counter(), time.process_time()
         w.run_until_idle(timeout=600)
         total, cpu = time.perf_counter() - t0, time.process_time() - c0
@@ -364,13 +365,14 @@ def profile_worker(messages: Sequence[bytes], name: str = "profile", top: int = 
     from workers.connection import RedisSettings, UrlConnector
     from workers.metrics import Metrics
     from workers.model_config import ModelSpec
-    from workers.worker import Worker, WorkerOptions
+    from workers.worker import Worker, WorkerOptions, tune_gc
 
     with RedisServer() as server:
         prefill(server.client(), name, messages)
         w = Worker(UrlConnector(RedisSettings(server.url)), [ModelSpec(name, kind="multinomial")],
                    WorkerOptions(consumer="profiler"), Metrics(CollectorRegistry()))
         w.start()
+        tune_gc()  # as a worker process does (workers.worker.main, streamnb worker)
         prof = cProfile.Profile()
         t0 = time.perf_counter()
         prof.enable()

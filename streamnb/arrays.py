@@ -21,3 +21,57 @@ def sorted_unique(a: np.ndarray) -> np.ndarray:
     keep[0] = True
     np.not_equal(b[1:], b[:-1], out=keep[1:])
     return b[keep]
+
+
+def nonzero_columns(values: np.ndarray) -> np.ndarray:
+    """Columns of a 2-d array with a nonzero entry in some row, as a boolean mask.
+
+    ``values.any(axis=0)``, one row at a time: as fast on C-ordered input and 10-30x
+    faster on F-ordered input (what fancy indexing ``values[:, cols]`` returns).
+
+    >>> nonzero_columns(np.array([[0.0, 2.0, 0.0], [0.0, 0.0, 1.0]])).tolist()
+    [False, True, True]
+    """
+    out = np.zeros(values.shape[1], dtype=bool)
+    for row in values:  # rows are classes: a handful
+        out |= row != 0
+    return out
+
+
+def put_rows(table: np.ndarray, index: np.ndarray, rows: np.ndarray) -> None:
+    """``table[index] = rows`` for a C-ordered 2-d ``table``, each row moved as one item
+    (numpy's row-wise fancy assignment is 3x slower on narrow tables).
+
+    >>> t = np.zeros((4, 2)); put_rows(t, np.array([3, 1]), np.array([[1.0, 2.0], [3.0, 4.0]]))
+    >>> t.tolist()
+    [[0.0, 0.0], [3.0, 4.0], [0.0, 0.0], [1.0, 2.0]]
+    """
+    if not table.flags.c_contiguous or table.ndim != 2 or table.shape[1] == 0:
+        table[index] = rows
+        return
+    item = np.dtype((np.void, table.dtype.itemsize * table.shape[1]))
+    src = np.ascontiguousarray(rows, dtype=table.dtype).reshape(-1, table.shape[1])
+    np.put(table.view(item).reshape(-1), index, src.view(item).reshape(-1))
+
+
+def sort_with_order(keys: np.ndarray, bound: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(keys[order], order)`` with ``order = np.argsort(keys, kind="stable")``, for
+    integer keys in ``[0, bound)``; both int64.
+
+    One plain sort of int64 words holding the key in the high bits and the position in
+    the low bits (3-4x faster than numpy's stable argsort of int32 keys); numpy's
+    stable argsort when the two do not fit in 63 bits.
+
+    >>> [a.tolist() for a in sort_with_order(np.array([3, 1, 3, 0, 1]), 4)]
+    [[0, 1, 1, 3, 3], [3, 1, 4, 0, 2]]
+    """
+    shift = max(int(keys.size - 1).bit_length(), 1)
+    if keys.size == 0 or max(int(bound) - 1, 1).bit_length() + shift > 63:
+        order = np.argsort(keys, kind="stable").astype(np.int64)
+        return keys[order].astype(np.int64), order
+    words = keys.astype(np.int64) << shift
+    words |= np.arange(keys.size, dtype=np.int64)
+    words.sort()
+    order = words & ((1 << shift) - 1)
+    words >>= shift
+    return words, order

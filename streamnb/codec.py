@@ -177,13 +177,13 @@ def _weight(v: Any) -> float:
     return w
 
 
-_STR_TYPE = frozenset((str,))
-
-
 def _tokens(v: Any, limits: Limits) -> list[str]:
-    # msgpack decodes only exact types: one C-level pass over the token types
-    if not isinstance(v, list) or not _STR_TYPE.issuperset(map(type, v)):
+    if not isinstance(v, list):
         raise MalformedMessage("bad_type", "tokens must be a list of str")
+    try:  # one C-level pass that refuses any item but a str (msgpack makes no subclasses)
+        "".join(v)
+    except TypeError:
+        raise MalformedMessage("bad_type", "tokens must be a list of str") from None
     if len(v) > limits.max_tokens:
         raise MalformedMessage(
             "too_large", f"tokens has {len(v)} items, the limit is {limits.max_tokens}"
@@ -253,8 +253,8 @@ def decode_input(
     if not isinstance(obj, dict):
         raise MalformedMessage("not_a_map", f"expected a msgpack map, got {type(obj).__name__}")
 
-    unknown = sum(1 for k in obj if k not in _KNOWN_KEYS)
-    present = [k for k in PAYLOAD_KEYS if k in obj and obj[k] is not None]
+    unknown = len(obj.keys() - _KNOWN_KEYS)
+    present = [k for k in PAYLOAD_KEYS if obj.get(k) is not None]
     ref = obj.get("ref")
     if ref is not None and (not isinstance(ref, str) or not ref or len(ref) > limits.max_id_len):
         raise MalformedMessage("bad_type", f"ref must be a non-empty str of at most {limits.max_id_len} characters")

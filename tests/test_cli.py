@@ -89,6 +89,7 @@ BAD_ARGUMENTS = [
     (["worker", "--model", "m", "--config", "/nonexistent/streamnb.toml"], "does not exist"),
     (["worker", "--model", "m", "--kind", "gaussian", "--alpha", "1", "--redis", "redis://127.0.0.1:1/0"],
      "--alpha does not apply to a gaussian model"),
+    (["worker", "--order-wait-ms", "-5"], "expected a whole number >= 0, got -5"),
 ]
 
 

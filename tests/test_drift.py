@@ -224,3 +224,34 @@ def test_token_drift_ignores_the_learning_fall_and_catches_a_rise():
     i = first_alarm(d, rise.tolist())
     assert i is not None and i < 150
     assert d.last_change["new_rate"] > d.last_change["old_rate"]
+
+
+def test_update_many_matches_update_one_at_a_time():
+    """Bulk updates (as the observer does per batch): the same alarms, changes and state."""
+    import random
+
+    from streamnb.drift import ADWIN, PageHinkley, PriorShift, TokenDrift
+
+    rng = random.Random(7)
+    errors = [float(rng.random() < (0.05 if i < 3000 else 0.5)) for i in range(4000)]
+    losses = [rng.expovariate(5.0 if i < 3000 else 0.5) for i in range(4000)]
+    shares = [rng.uniform(0.0, 0.1 if i < 3000 else 0.6) for i in range(4000)]
+    labels = ["spam" if rng.random() < (0.05 if i < 3000 else 0.5) else "ham" for i in range(4000)]
+    cases = [(lambda: ADWIN(direction="increase", cooldown=0), errors),
+             (lambda: PageHinkley(delta=0.05, threshold=20.0, clip=4.6, alpha=1.0), losses),
+             (lambda: PageHinkley(delta=0.01, threshold=5.0, mode="both", alpha=0.999), losses),
+             (lambda: TokenDrift(warmup=500, cooldown=0), shares), (PriorShift, labels)]
+    for make, values in cases:
+        one, many = make(), make()
+        expected = []
+        for i, v in enumerate(values):
+            if one.update(v):
+                expected.append((i, one.last_change, one.n_seen))
+        got = []
+        for start in range(0, len(values), 97):  # batches, as the worker's
+            seen = many.n_seen
+            got += [(start + i, c, seen + i + 1) for i, c in many.update_many(values[start:start + 97])]
+        assert expected, f"{type(one).__name__}: the stream should alarm"
+        assert got == expected
+        assert one.state() == many.state()
+        assert one.drift_detected == many.drift_detected

@@ -209,3 +209,16 @@ def test_hostile_inputs_end_to_end_never_raise_anything_but_malformed():
         except MalformedMessage as exc:
             outcomes.append(exc.reason)
     assert outcomes == ["ok", "ok", "ok", "ok", "ok", "too_large", "non_finite", "several_payloads"]
+
+
+def test_featurize_batch_equals_featurize_one_at_a_time():
+    from streamnb.exceptions import MalformedMessage
+
+    for f in (Featurizer(bits=6), Featurizer(bits=12, counts="raw"), Featurizer(bits=12, meta=True)):
+        msgs = [msg("tokens", ["a", "b", "a", "c"]), msg("tokens", []), msg("x", np.array([1.0])),
+                msg("text", "Hello THERE there"), msg("tokens", [f"t{i}" for i in range(200)])]
+        out = f.featurize_batch(msgs)
+        assert isinstance(out[2], MalformedMessage) and out[2].reason == "incompatible_payload"
+        for m, row in zip(msgs, out, strict=True):
+            if not isinstance(row, MalformedMessage):
+                assert row == f.featurize(m)

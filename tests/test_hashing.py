@@ -80,3 +80,14 @@ def test_same_indices_in_another_process_with_another_hash_seed():
 def test_cache_is_bounded():
     info = token_hash64.cache_info()
     assert info.maxsize is not None and info.maxsize > 0
+
+
+@pytest.mark.parametrize("bits", [2, 20])
+def test_hash_unique_many_is_hash_unique_per_list(bits):
+    h = TokenHasher(bits)  # bits=2: collisions inside and across lists are certain
+    lists = [[f"tok{i % 7}" for i in range(n)] for n in (0, 1, 5, 40)] + [[], ["é8bit", "日本語"]]
+    got = h.hash_unique_many(lists)
+    assert len(got) == len(lists)
+    for idx, tokens in zip(got, lists, strict=True):
+        assert idx.dtype == np.int32
+        assert idx.tolist() == sorted({documented_bucket(t, bits) for t in tokens})

@@ -317,3 +317,31 @@ def test_the_worker_skips_the_costly_exact_method_for_bernoulli(monkeypatch):
     w.run_until_idle()
     outs = [decode_output(d[b"data"]) for _, d in r.xrange(ModelKeys("b").out)]
     assert len(outs) == 9 and w.models["b"].replica.learnt == 6
+
+
+def test_non_canonical_csr_with_empty_rows_equals_one_row_at_a_time():
+    """Duplicate entries (summed), explicit zeros, unsorted indices and empty rows (first,
+    middle and last) give what the canonical matrix gives; the caller's X is untouched."""
+    rng = np.random.default_rng(9)
+    d = 30
+    Xp, yp = count_data(rng, 20, d)
+    model = make_model("multinomial", alpha=0.2, smoothing_m="seen").partial_fit(
+        sp.csr_matrix(Xp), [["a", "b"][c % 2] for c in yp])
+    n = 12
+    indptr, indices, data = [0], [], []
+    for i in range(n):
+        if i not in (0, 5, n - 1):
+            cols = rng.integers(0, d, size=6)            # repeats: duplicate entries
+            indices += cols[::-1].tolist()               # unsorted within the row
+            data += rng.integers(0, 3, size=6).tolist()  # some explicit zeros
+        indptr.append(len(indices))
+    X = sp.csr_matrix((np.array(data, float), np.array(indices), np.array(indptr)), shape=(n, d))
+    assert not X.has_canonical_format
+    raw = (X.data.copy(), X.indices.copy(), X.indptr.copy())
+    y = ["a", "c", None, "b", "a", "c", None, "a", "b", "c", "a", "b"]
+    pred = model.predict_log_proba_prequential(X, y)
+    assert all(np.array_equal(a, b) for a, b in zip(raw, (X.data, X.indices, X.indptr), strict=True))
+    canonical = sp.csr_matrix(X.toarray())
+    expect = model.predict_log_proba_prequential(canonical, y)
+    np.testing.assert_allclose(pred.log_proba, expect.log_proba, rtol=1e-12, atol=1e-12)
+    assert_matches_loop(model, canonical, y, None)

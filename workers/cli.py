@@ -31,6 +31,7 @@ from streamnb.constants import (
     DEFAULT_LABEL_CACHE_TTL_S,
     DEFAULT_METRICS_ADDR,
     DEFAULT_METRICS_PORT,
+    DEFAULT_ORDER_WAIT_MS,
     DEFAULT_PREDICT_TIMEOUT_S,
     DEFAULT_PRODUCE_CHUNK,
     EXIT_FAILURE,
@@ -219,6 +220,9 @@ def _add_worker_options(p: argparse.ArgumentParser) -> None:
     add_option(w, "--prequential", action=argparse.BooleanOptionalAction, default=True,
                help="predict each message with the labelled messages before it in its batch "
                "(multinomial, categorical and the Gaussian models)")
+    add_option(w, "--order-wait-ms", type=non_negative_int, default=DEFAULT_ORDER_WAIT_MS,
+               help="before predicting, wait at most this long for other workers' earlier "
+               "labelled batches to commit (predictions as with one worker; 0: off)")
     add_option(w, "--processes", type=positive_int, default=1,
                help="run N worker processes under a supervisor that restarts one that dies")
     add_option(w, "--metrics-port", type=port, default=DEFAULT_METRICS_PORT,

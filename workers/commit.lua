@@ -26,12 +26,36 @@ local first_id, first_out = 13, 13 + n_ids
 local first_dead = first_out + n_out
 local first_cache = first_dead + n_dead
 
--- 1. ownership: every id still pending for this consumer
+-- 1. ownership: every id still pending for this consumer. One XPENDING lists the
+-- consumer's pending entries between the smallest and the largest id; an id it does not
+-- list (not pending, or the reply was cut at its count) is asked alone, as before.
+local function parse_id(id)
+  local ms, seq = string.match(id, '^(%d+)%-(%d+)$')
+  if ms == nil then return nil end
+  return tonumber(ms), tonumber(seq)
+end
+local listed = {}
+local lo_ms, lo_seq = nil, nil
+if n_ids > 0 then lo_ms, lo_seq = parse_id(ARGV[first_id]) end
+local hi_ms, hi_seq, lo_id, hi_id = lo_ms, lo_seq, ARGV[first_id], ARGV[first_id]
+for i = first_id + 1, first_id + n_ids - 1 do
+  if lo_ms == nil then break end
+  local ms, seq = parse_id(ARGV[i])
+  if ms == nil then lo_ms = nil break end
+  if ms < lo_ms or (ms == lo_ms and seq < lo_seq) then lo_ms, lo_seq, lo_id = ms, seq, ARGV[i] end
+  if ms > hi_ms or (ms == hi_ms and seq > hi_seq) then hi_ms, hi_seq, hi_id = ms, seq, ARGV[i] end
+end
+if lo_ms ~= nil then
+  local p = redis.call('XPENDING', KEYS[1], group, lo_id, hi_id, n_ids + 16, consumer)
+  for _, e in ipairs(p) do listed[e[1]] = true end
+end
 local lost = {}
 for i = first_id, first_id + n_ids - 1 do
   local id = ARGV[i]
-  local p = redis.call('XPENDING', KEYS[1], group, id, id, 1, consumer)
-  if #p == 0 then lost[#lost + 1] = id end
+  if not listed[id] then
+    local p = redis.call('XPENDING', KEYS[1], group, id, id, 1, consumer)
+    if #p == 0 then lost[#lost + 1] = id end
+  end
 end
 if #lost > 0 then
   table.insert(lost, 1, 'lost')

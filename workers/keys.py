@@ -96,6 +96,11 @@ class ModelKeys:
         """Counter of learnt messages (drives forgetting: a decay event every K)."""
         return f"{self.prefix}:learnt"
 
+    @property
+    def inflight(self) -> str:
+        """Hash consumer -> the labelled batch it is working on (see workers/ordering.py)."""
+        return f"{self.prefix}:inflight"
+
     def cache(self, msg_id: str) -> str:
         """Hash of a message's cached features for delayed labels (row, pred, learnt, w, t)."""
         return f"{self.prefix}:cache:{msg_id}"
@@ -103,4 +108,4 @@ class ModelKeys:
     def all_fixed(self) -> list[str]:
         """Every key of the model except the per-message cache keys."""
         return [self.input, self.out, self.dead, self.log, self.events, self.snapshot,
-                self.config, self.lease, self.workers, self.learnt]
+                self.config, self.lease, self.workers, self.learnt, self.inflight]

@@ -57,6 +57,13 @@ class Metrics:
         self.commit_conflicts = Counter(
             "commit_conflicts", "Commits that found some ids no longer owned", MW, **r)
         self.commits = Counter("commits", "Atomic commits of a batch", MW, **r)
+        self.order_wait_seconds = Histogram(
+            "order_wait_seconds", "Time a batch waited for other workers' earlier labelled "
+            "batches to commit before predicting (batches that had to wait)",
+            MW, buckets=STAGE_BUCKETS, **r)
+        self.order_wait_timeouts = Counter(
+            "order_wait_timeouts", "Waits for earlier labelled batches that gave up at "
+            "order_wait_ms (the batch was predicted without them)", MW, **r)
         self.redis_errors = Counter(
             "redis_errors", "Redis errors by kind (connection, timeout, misconf, readonly, other)",
             (*MW, "kind"), **r)

@@ -140,16 +140,21 @@ class ModelObserver:
             # series exist from 0, so increase() sees the first alarm
             m.drift_events.labels(**mw, detector=detector.name)
     # ------------------------------------------------------------------ events
-    def _raise(self, detector: DriftDetector, extra: dict[str, Any] | None = None) -> None:
-        """A detector alarmed: count it and append an event, at most once per cool-down."""
+    def _raise(self, detector: DriftDetector, extra: dict[str, Any] | None = None, *,
+               n_seen: int | None = None, change: dict[str, Any] | None = None) -> None:
+        """A detector alarmed: count it and append an event, at most once per cool-down.
+        ``n_seen`` and ``change``: the alarm's, when the detector has moved on since
+        (bulk updates); by default the detector's current ones."""
         now = self.clock()
         last = self._last_event.get(detector.name)
         if last is not None and now - last < self.event_cooldown_s:
             return
         self._last_event[detector.name] = now
         self.metrics.drift_events.labels(**self._mw, detector=detector.name).inc()
-        fields = {"detector": detector.name, "model": self.model, "n_seen": detector.n_seen,
-                  "change": _plain(detector.last_change), **(extra or {})}
+        fields = {"detector": detector.name, "model": self.model,
+                  "n_seen": detector.n_seen if n_seen is None else n_seen,
+                  "change": _plain(detector.last_change if change is None else change),
+                  **(extra or {})}
         log.warning("model %s: drift detected by %s: %s", self.model, detector.name,
                     fields["change"])
         if self.events is not None:
@@ -176,10 +181,20 @@ class ModelObserver:
         n_unsure = int(np.count_nonzero(np.asarray(unsure, dtype=bool)))
         if n_unsure:
             self._unsure.inc(n_unsure)
-        for share in oov.tolist():
-            if self.token_detector.update(share):
-                self._raise(self.token_detector)
+        self._update_all([(self.token_detector, oov.tolist())])
         self.metrics.oov_rate_recent.labels(**self._mw).set(self.token_detector.rate)
+
+    def _update_all(self, streams: list[tuple[Any, list[Any]]]) -> None:
+        """Feed each detector its values of this batch in bulk (``update_many``: the same
+        states and alarms as one update per message), then raise the alarms in message
+        order (detectors in the order given for one message), as per-message updates would."""
+        alarms = []
+        for order, (detector, values) in enumerate(streams):
+            start = detector.n_seen
+            alarms += [(i, order, detector, start + i + 1, change)
+                       for i, change in detector.update_many(values)]
+        for _i, _order, detector, n_seen, change in sorted(alarms, key=lambda a: a[:2]):
+            self._raise(detector, n_seen=n_seen, change=change)
 
     def _score(self, family: str, classes: Sequence[Any], log_proba: np.ndarray,
                true_labels: Sequence[Any]) -> None:
@@ -203,13 +218,9 @@ class ModelObserver:
         loss_sum.labels(**self._mw).inc(float(loss.sum()))
         brier_sum.labels(**self._mw).inc(float(brier.sum()))
         errors = (true != pred).astype(np.float64)
-        for err, ls, y in zip(errors.tolist(), loss.tolist(), true_names, strict=True):
-            if self.error_detector.update(err):
-                self._raise(self.error_detector)
-            if self.loss_detector.update(ls):
-                self._raise(self.loss_detector)
-            if self.prior_detector.update(y):
-                self._raise(self.prior_detector)
+        self._update_all([(self.error_detector, errors.tolist()),
+                          (self.loss_detector, loss.tolist()),
+                          (self.prior_detector, true_names)])
         m.error_rate_recent.labels(**self._mw).set(self.error_detector.mean)
         m.prior_shift.labels(**self._mw).set(self.prior_detector.divergence)
 

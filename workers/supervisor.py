@@ -68,7 +68,7 @@ def worker_options(args: argparse.Namespace) -> Any:
 
     return WorkerOptions(consumer=args.consumer, batch=args.batch, block_ms=args.block_ms,
                          claim_idle_ms=args.claim_idle_ms, cache_ttl_s=args.label_cache_ttl,
-                         prequential=args.prequential)
+                         prequential=args.prequential, order_wait_ms=args.order_wait_ms)
 
 
 def _auth_error(exc: BaseException) -> bool:
@@ -87,7 +87,7 @@ def run_single(args: argparse.Namespace, specs: list[Any], settings: Any) -> int
     from dataclasses import replace
 
     from workers.connection import UrlConnector
-    from workers.worker import Worker
+    from workers.worker import Worker, tune_gc
 
     options = worker_options(args)
     settings = replace(settings, client_name=options.consumer)
@@ -107,6 +107,7 @@ def run_single(args: argparse.Namespace, specs: list[Any], settings: Any) -> int
         raise SettingsError(str(exc)) from None
     log.info("worker %s on %s; metrics %s", options.consumer, worker.connector.describe(),
              f"on http://{args.metrics_addr}:{args.metrics_port}/metrics" if args.metrics_port else "off")
+    tune_gc()
     return worker.run()
 
 

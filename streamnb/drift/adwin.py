@@ -15,6 +15,7 @@ false alarms over N stable samples (before the cool-down removes duplicates).
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from typing import Any, Literal
 
 from streamnb.constants import ADWIN_CLOCK, ADWIN_DELTA, DRIFT_COOLDOWN_SAMPLES
@@ -81,6 +82,11 @@ class ADWIN(DriftDetector):
         self.width += 1
         self.total += x
         self._rows[0].append([x, 0.0])
+        if len(self._rows[0]) > self.max_buckets:
+            self._merge_full_rows()
+
+    def _merge_full_rows(self) -> None:
+        """Merge the two oldest buckets of every row holding more than ``max_buckets``."""
         size = 1
         for i, row in enumerate(self._rows):
             if len(row) <= self.max_buckets:
@@ -141,6 +147,49 @@ class ADWIN(DriftDetector):
         self._insert(float(x))
         if self.n_seen % self.clock or self.width <= max(self.grace_period, 2 * self.min_window):
             return False
+        return self._cut()
+
+    def update_many(self, values: Iterable[float]) -> list[tuple[int, dict[str, Any]]]:
+        """:meth:`update` with each value in turn, in one loop: the same state and alarms.
+        Returns ``(position in values, last_change)`` of every update that alarmed.
+
+        >>> import random
+        >>> rng = random.Random(2)
+        >>> xs = [float(rng.random() < (0.05 if i < 1500 else 0.6)) for i in range(2000)]
+        >>> one, many = ADWIN(), ADWIN()
+        >>> [i for i, x in enumerate(xs) if one.update(x)] == [i for i, _ in many.update_many(xs)]
+        True
+        >>> (one.width, one.total, one.variance) == (many.width, many.total, many.variance)
+        True
+        """
+        alarms: list[tuple[int, dict[str, Any]]] = []
+        row0 = self._rows[0]
+        max_buckets, clock = self.max_buckets, self.clock
+        warm = max(self.grace_period, 2 * self.min_window)
+        width, total, m2, n_seen = self.width, self.total, self._m2, self.n_seen
+        i = -1
+        for i, x in enumerate(map(float, values)):  # noqa: B007 - i is read after the loop
+            n_seen += 1
+            if width:  # as _insert, operation for operation (bit-identical state)
+                m2 += width * (x - total / width) ** 2 / (width + 1)
+            width += 1
+            total += x
+            row0.append([x, 0.0])
+            if len(row0) > max_buckets:
+                self._merge_full_rows()
+            if n_seen % clock or width <= warm:
+                continue
+            self.width, self.total, self._m2, self.n_seen = width, total, m2, n_seen
+            if self._cut():
+                alarms.append((i, self.last_change))
+            width, total, m2 = self.width, self.total, self._m2
+            row0 = self._rows[0]
+        self.width, self.total, self._m2, self.n_seen = width, total, m2, n_seen
+        self.drift_detected = bool(alarms) and alarms[-1][0] == i
+        return alarms
+
+    def _cut(self) -> bool:
+        """Drop the stale part of the window if it differs; True if that is an alarm."""
         dropped_n, dropped_s = 0, 0.0
         while self.width > 2 * self.min_window and self._find_cut():
             n, s = self._drop_oldest()

@@ -10,6 +10,7 @@ an alarm the test restarts from the new regime. ``alpha`` < 1 fades old deviatio
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any, Literal
 
 from streamnb.constants import DRIFT_COOLDOWN_SAMPLES
@@ -81,6 +82,53 @@ class PageHinkley(DriftDetector):
                   "statistic": max(up, down), "samples": self.n}
         self._restart()
         return self._alarm(change)
+
+    def update_many(self, values: Iterable[float]) -> list[tuple[int, dict[str, Any]]]:
+        """:meth:`update` with each value in turn, in one loop: the same state and alarms.
+        Returns ``(position in values, last_change)`` of every update that alarmed.
+
+        >>> xs = [0.1 if i < 300 else 1.1 for i in range(600)]
+        >>> one, many = PageHinkley(delta=0.005, threshold=20.0), PageHinkley(delta=0.005, threshold=20.0)
+        >>> [i for i, x in enumerate(xs) if one.update(x)] == [i for i, _ in many.update_many(xs)]
+        True
+        >>> one.statistic == many.statistic and one.mean == many.mean
+        True
+        """
+        alarms: list[tuple[int, dict[str, Any]]] = []
+        alpha, delta, clip, threshold = self.alpha, self.delta, self.clip, self.threshold
+        min_instances, watch_up, watch_down = self.min_instances, self.mode != "down", self.mode != "up"
+        n, mean, up, up_min = self.n, self.mean, self._up, self._up_min
+        down, down_max, n_seen = self._down, self._down_max, self.n_seen
+        i = -1
+        for i, x in enumerate(map(float, values)):  # noqa: B007 - i is read after the loop
+            n_seen += 1  # as update, operation for operation (bit-identical state)
+            if clip is not None:
+                x = min(x, clip)
+            n += 1
+            mean += (x - mean) / n
+            dev = x - mean
+            up = alpha * up + dev - delta
+            down = alpha * down + dev + delta
+            up_min = min(up_min, up)
+            down_max = max(down_max, down)
+            if n < min_instances:
+                continue
+            u = up - up_min if watch_up else 0.0
+            d = down_max - down if watch_down else 0.0
+            if max(u, d) <= threshold:
+                continue
+            change = {"direction": "increase" if u >= d else "decrease", "mean_before": mean,
+                      "statistic": max(u, d), "samples": n}
+            self._restart()
+            n, mean, up, up_min = self.n, self.mean, self._up, self._up_min
+            down, down_max = self._down, self._down_max
+            self.n_seen = n_seen
+            if self._alarm(change):
+                alarms.append((i, change))
+        self.n, self.mean, self._up, self._up_min = n, mean, up, up_min
+        self._down, self._down_max, self.n_seen = down, down_max, n_seen
+        self.drift_detected = bool(alarms) and alarms[-1][0] == i
+        return alarms
 
     def _state(self) -> dict[str, Any]:
         return {"mean": self.mean, "statistic": self.statistic, "threshold": self.threshold}

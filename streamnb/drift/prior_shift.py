@@ -13,6 +13,7 @@ the labels before the alarming window are forgotten: the window starts the new r
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
@@ -168,6 +169,17 @@ class PriorShift(DriftDetector):
         if self.n_seen % self.check_every:
             return False
         return self._check()
+
+    def update_many(self, labels: Iterable[Any]) -> list[tuple[int, dict[str, Any]]]:
+        """:meth:`update` with each label in turn; ``(position, last_change)`` of each alarm.
+
+        >>> one, many = PriorShift(), PriorShift()
+        >>> ys = ["ham"] * 300 + ["spam"] * 40
+        >>> [i for i, y in enumerate(ys) if one.update(y)] == [i for i, _ in many.update_many(ys)]
+        True
+        """
+        update = self.update
+        return [(i, self.last_change) for i, y in enumerate(labels) if update(y)]
 
     def _check(self) -> bool:
         held = self._window_counts[-1] if self._ring_len == self._ring.shape[0] else (

@@ -8,6 +8,7 @@ alarming on increases only, after a warm-up of ``warmup`` messages.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from streamnb.constants import ADWIN_CLOCK, ADWIN_DELTA, DRIFT_COOLDOWN_SAMPLES
@@ -48,6 +49,29 @@ class TokenDrift(DriftDetector):
             return False
         return self._alarm({"old_rate": self._adwin.last_change["old_mean"],
                             "new_rate": self._adwin.last_change["new_mean"]})
+
+    def update_many(self, shares: Iterable[float]) -> list[tuple[int, dict[str, Any]]]:
+        """:meth:`update` with each share in turn: the same state and alarms, returned as
+        ``(position in shares, last_change)``.
+
+        >>> import random
+        >>> rng = random.Random(3)
+        >>> xs = [rng.uniform(0.0, 0.1) for _ in range(1500)] + [rng.uniform(0.2, 0.5) for _ in range(300)]
+        >>> one, many = TokenDrift(warmup=100), TokenDrift(warmup=100)
+        >>> [i for i, x in enumerate(xs) if one.update(x)] == [i for i, _ in many.update_many(xs)]
+        True
+        """
+        shares = list(shares)
+        start = self.n_seen
+        alarms: list[tuple[int, dict[str, Any]]] = []
+        for i, change in self._adwin.update_many(shares):
+            self.n_seen = start + i + 1
+            if self.n_seen > self.warmup and self._alarm(
+                    {"old_rate": change["old_mean"], "new_rate": change["new_mean"]}):
+                alarms.append((i, self.last_change))
+        self.n_seen = start + len(shares)
+        self.drift_detected = bool(alarms) and alarms[-1][0] == len(shares) - 1
+        return alarms
 
     def _state(self) -> dict[str, Any]:
         return {"rate": self.rate, "window": self._adwin.width}

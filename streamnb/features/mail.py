@@ -1,7 +1,15 @@
 """The e-mail tokenizer: raw RFC 822 bytes -> tokens and a small dense meta vector.
 
-Parsing uses the standard library (``email.parser.BytesParser`` with the ``compat32``
-policy, which records defects instead of raising); an mbox ``From `` line is accepted.
+Parsing reproduces the standard library's ``email.parser.BytesParser`` with the
+``compat32`` policy (which records defects instead of raising); an mbox ``From `` line is
+accepted. The common path is :mod:`streamnb.features.mime`, a reader on bytes that gives
+the same header values, parts, payloads and defects with a few regex passes instead of
+the feed parser's line-by-line Python loop; address lists in their common forms are read
+with one regex (``email.utils.getaddresses`` takes the rest). Whatever that reader does
+not reproduce (nested ``message/*``, digests, uuencode, RFC 2231 parameters, lone
+carriage returns, MIME nested to the depth limit; see its docstring), and any error in
+it, sends the message to the standard parser: both paths give the same tokens, in the
+same order (``analyse(raw, fast=False)`` runs the standard one; tests compare them).
 Tokens come from
 
 * selected headers, prefixed with the header name: ``subject:`` words, ``from:`` /
@@ -32,7 +40,7 @@ import email.header
 import email.utils
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from email import policy
 from email.message import Message
@@ -42,7 +50,8 @@ import numpy as np
 
 from streamnb.codec import DEFAULT_LIMITS, Limits
 from streamnb.features.markup import strip_html
-from streamnb.features.text import WordRules, host_tokens
+from streamnb.features.mime import Part, Unsupported, parse_message
+from streamnb.features.text import WordRules, host_tokens_cached
 
 __all__ = [
     "DEFAULT_HEADERS",
@@ -85,10 +94,50 @@ META_FEATURES = (
 )
 N_META = len(META_FEATURES)
 
-_RECEIVED_HOST = re.compile(r"\b(?:from|by)\s+([a-z0-9][a-z0-9.-]*[a-z0-9])", re.I)
+_RECEIVED_HOST = re.compile(r"(?=[fb])\b(?:from|by)\s+([a-z0-9][a-z0-9.-]*[a-z0-9])", re.I)
 _IPV4 = re.compile(r"\[(\d{1,3})\.(\d{1,3})\.(\d{1,3})\.\d{1,3}\]")
 _SUBJECT_SPLIT = re.compile(r"[\s.,;:!?()\[\]{}\"'<>*/\\|=+~#&^_-]+")
 _PARSER = BytesParser(policy=policy.compat32)
+#: Latin-1 byte -> 2 for str.isupper, 1 for the other str.isalpha, 0 for the rest.
+_LATIN1_LETTER_CLASS = bytes(2 if chr(i).isupper() else int(chr(i).isalpha()) for i in range(256))
+
+
+# Address lists in their common forms (``addr``, ``addr (Name)``, ``Name <addr>``,
+# ``"Name" <addr>``, comma-separated), parsed as ``email.utils.getaddresses`` parses them;
+# anything else (groups, comments elsewhere, escapes, empty entries) goes to the stdlib.
+_ATOM = r'[^()<>@,:;"\[\]\\ \t\r\n]+'  # dots allowed: phrase atoms, local parts, domains
+_QUOTED = r'"[^"\\\r]*"'
+_PHRASE_WORD = re.compile(rf"{_QUOTED}|{_ATOM}")
+_ADDRESS = re.compile(
+    rf"[ \t\r\n]*(?:"
+    rf"(?:((?:{_QUOTED}|{_ATOM})(?:[ \t\r\n]+(?:{_QUOTED}|{_ATOM}))*)[ \t\r\n]*)?"
+    rf"<[ \t\r\n]*({_ATOM}@{_ATOM})[ \t]*>"
+    rf"|({_ATOM}@{_ATOM})(?:[ \t]*\(([^()\\\r]*)\))?"
+    rf")[ \t\r\n]*(?:,|\Z)"
+)
+
+
+def _getaddresses(field: str) -> list[tuple[str, str]]:
+    """``email.utils.getaddresses([field])``: (display name, address) pairs.
+
+    >>> _getaddresses('"Doe, J." <j@x.org>, Bob  Smith <b@y.org>, c@z.org (Carol)')
+    [('Doe, J.', 'j@x.org'), ('Bob Smith', 'b@y.org'), ('Carol', 'c@z.org')]
+    """
+    pairs = []
+    pos, end = 0, len(field)
+    match = _ADDRESS.match
+    while pos < end:
+        m = match(field, pos)
+        if m is None:
+            return email.utils.getaddresses([field])
+        phrase, routed, bare, comment = m.groups()
+        if routed is not None:
+            name = " ".join([w[1:-1] if w[0] == '"' else w for w in _PHRASE_WORD.findall(phrase)]) if phrase else ""
+            pairs.append((name, routed))
+        else:
+            pairs.append((comment or "", bare))
+        pos = m.end()
+    return pairs
 
 
 @dataclass(slots=True)
@@ -119,11 +168,24 @@ class MailAnalysis:
         self.text_chars += n
         if from_html:
             self.html_chars += n
-        # map() over str methods counts in C, without a Python frame per character.
-        self.letters += sum(map(str.isalpha, text)) if n < 200_000 else n
-        self.upper += sum(map(str.isupper, text)) if n < 200_000 else 0
-        if not text.isascii():  # every character outside ASCII is dropped by this encode
+        if text.isascii():
+            data = text.encode("ascii")
+        else:
+            try:  # Latin-1 text (often just the U+00A0 of an HTML &nbsp;): count on bytes too
+                data = text.encode("latin-1")
+            except UnicodeEncodeError:
+                data = None
             self.non_ascii += n - len(text.encode("ascii", "ignore"))
+        if n >= 200_000:
+            self.letters += n
+        elif data is not None:  # one bytes.translate to letter classes, then two C counts
+            classes = data.translate(_LATIN1_LETTER_CLASS)
+            upper = classes.count(2)
+            self.letters += classes.count(1) + upper
+            self.upper += upper
+        else:  # map() over str methods counts in C, without a Python frame per character
+            self.letters += sum(map(str.isalpha, text))
+            self.upper += sum(map(str.isupper, text))
         self.exclaim += text.count("!") + text.count("$")
 
     def meta(self) -> np.ndarray:
@@ -214,11 +276,14 @@ class MailTokenizer:
     def tokenize(self, raw: bytes) -> list[str]:
         return self.analyse(raw).tokens
 
-    def analyse(self, raw: bytes) -> MailAnalysis:
-        """Tokens and meta counts of one message; never raises."""
+    def analyse(self, raw: bytes, fast: bool = True) -> MailAnalysis:
+        """Tokens and meta counts of one message; never raises. ``fast=False`` parses with
+        the standard library only (the fast reader gives the same tokens where it applies)."""
         a = MailAnalysis(size=len(raw))
         try:
-            self._analyse(raw, a)
+            data = self._prepare(raw, a)
+            if data is not None:
+                a = self._parse(data, a, fast)
         except RecursionError:
             a.defect("recursion")
         except Exception as exc:  # a parser corner case: the message still gets tokens
@@ -231,7 +296,8 @@ class MailTokenizer:
         return a
 
     # ------------------------------------------------------------------ parsing
-    def _analyse(self, raw: bytes, a: MailAnalysis) -> None:
+    def _prepare(self, raw: bytes, a: MailAnalysis) -> bytes | None:
+        """The raw bytes, cut to the size limit; None (and a defect) for an empty message."""
         if not isinstance(raw, (bytes, bytearray, memoryview)):
             raw = str(raw).encode("utf-8", "surrogatepass")
         raw = bytes(raw)
@@ -240,7 +306,34 @@ class MailTokenizer:
             a.defect("truncated")
         if not raw.strip():
             a.defect("empty")
-            return
+            return None
+        return raw
+
+    def _parse(self, raw: bytes, a: MailAnalysis, fast: bool) -> MailAnalysis:
+        """The fast reader when it can read the message, else the standard library."""
+        if fast:
+            trial = MailAnalysis(size=a.size, tokens=list(a.tokens), defects=a.defects)
+            try:
+                self._analyse_fast(raw, trial)
+                return trial
+            except Exception:  # Unsupported, or a corner case: the standard parser decides
+                pass
+        self._analyse_stdlib(raw, a)
+        return a
+
+    def _analyse_fast(self, raw: bytes, a: MailAnalysis) -> None:
+        """The common path: :mod:`streamnb.features.mime` on bytes; raises
+        :class:`~streamnb.features.mime.Unsupported` for what it does not reproduce."""
+        root = parse_message(raw)
+        if not root.is_multipart() and root.content_type().startswith("multipart/"):
+            root.defects.append("multipartinvariantviolationdefect")
+        for name in root.defects:
+            a.defect(name)
+        self._headers(root.headers, root.get_all, a)
+        self._walk_fast(root, 0, a, [self.limits.max_decoded_bytes])
+
+    def _analyse_stdlib(self, raw: bytes, a: MailAnalysis) -> None:
+        """Every message: ``email.parser.BytesParser`` (compat32)."""
         try:
             msg = _PARSER.parsebytes(raw)
         except RecursionError:  # MIME nested past Python's stack: keep headers and text
@@ -248,44 +341,44 @@ class MailTokenizer:
             msg = _PARSER.parsebytes(raw, headersonly=True)
         for d in msg.defects:
             a.defect(type(d).__name__.lower())
-        self._headers(msg, a)
+        self._headers(msg.items(), lambda name: msg.get_all(name) or [], a)
         budget = [self.limits.max_decoded_bytes]
         self._walk(msg, 0, a, budget)
 
-    def _headers(self, msg: Message, a: MailAnalysis) -> None:
+    def _headers(self, items: Sequence[tuple[str, object]],
+                 get_all: Callable[[str], Sequence[object]], a: MailAnalysis) -> None:
         wanted = self.headers
-        items = msg.items()
-        if self.header_names:
-            seen = set()
-            for name, _ in items:
-                key = name.lower()[:40]
-                if key not in seen:
-                    seen.add(key)
-                    a.tokens.append("header:" + key)
+        if self.header_names:  # each name once, in order of first appearance
+            names = dict.fromkeys([name.lower()[:40] for name, _ in items])
+            a.tokens.extend(["header:" + key for key in names])
         rules = self.rules
         for name in wanted:
-            values = msg.get_all(name) or []
+            values = get_all(name)
             if name == "received":
                 a.received = len(values)
             if name in ("to", "cc"):
                 try:
                     cap = self.limits.max_header_chars
-                    a.recipients += len(email.utils.getaddresses([str(v)[:cap] for v in values]))
+                    a.recipients += len(_getaddresses(", ".join([str(v)[:cap] for v in values])))
                 except Exception:
                     a.defect("address")
             if not values:
                 if name in ("subject", "from", "to", "message-id"):
                     a.tokens.append(f"{name}:none")
                 continue
+            cap = self.limits.max_header_chars
             for value in values[:32]:
-                text = _decode_header(value, self.limits.max_header_chars)[:2000]
+                if type(value) is str and "=?" not in value:  # the common case, decoded as is
+                    text = value[: min(cap, 2000)]
+                else:
+                    text = _decode_header(value, cap)[:2000]
                 if name in _ADDRESS_HEADERS:
                     self._address(name, text, a)
                 elif name == "received":
                     for host in _RECEIVED_HOST.findall(text)[:4]:
-                        a.tokens.extend(host_tokens("received", host))
-                    for ip in _IPV4.findall(text)[:2]:
-                        a.tokens.append("received:" + ".".join(ip))
+                        a.tokens.extend(host_tokens_cached("received", host))
+                    if "[" in text:
+                        a.tokens.extend(["received:" + ".".join(ip) for ip in _IPV4.findall(text)[:2]])
                 elif name == "message-id":
                     at = text.rfind("@")
                     dom = text[at + 1 :].strip(" <>").lower() if at >= 0 else ""
@@ -299,7 +392,7 @@ class MailTokenizer:
 
     def _address(self, name: str, text: str, a: MailAnalysis) -> None:
         try:
-            pairs = email.utils.getaddresses([text])
+            pairs = _getaddresses(text)
         except Exception:
             a.defect("address")
             return
@@ -344,14 +437,59 @@ class MailTokenizer:
             if part.get_content_maintype() != "text":
                 a.attachments += 1
         # A multipart whose boundary never appears keeps its body as one string: read it as text.
-        textual = part.get_content_maintype() in ("text", "multipart")
-        if not textual or budget[0] <= 0:
-            if budget[0] <= 0:
-                a.defect("decoded_budget")
+        if self._within_budget(a, budget) and part.get_content_maintype() in ("text", "multipart"):
+            data = part.get_payload(decode=True)
+            if isinstance(data, bytes):
+                self._text_part(data, charset, ctype, a, budget)
+
+    def _walk_fast(self, part: Part, depth: int, a: MailAnalysis, budget: list[int]) -> None:
+        """:meth:`_walk` over :class:`~streamnb.features.mime.Part` (same tokens, same order)."""
+        if len(a.tokens) > self.limits.max_tokens:
+            return  # cut and counted by analyse()
+        if a.parts >= self.limits.max_mime_parts:
+            if a.parts == self.limits.max_mime_parts:
+                a.defect("too_many_parts")
+                a.parts += 1
             return
-        data = part.get_payload(decode=True)
-        if not isinstance(data, bytes):
+        a.parts += 1
+        ctype = part.content_type()
+        a.tokens.append("part:" + ctype[:60])
+        multipart = part.is_multipart()  # splitting the body records the multipart defects
+        if depth > 0:
+            for name in part.defects:
+                a.defect(name)
+        if multipart:
+            if depth >= self.limits.max_mime_depth:
+                raise Unsupported("MIME depth limit")  # the stdlib path marks it as before
+            for child in part.children():
+                self._walk_fast(child, depth + 1, a, budget)
             return
+        charset = part.charset()
+        if charset:
+            a.tokens.append("charset:" + charset[:40])
+        cte = part.get("content-transfer-encoding")
+        if cte:
+            a.tokens.append("encoding:" + cte.strip().lower()[:40])
+        filename = part.filename()
+        maintype = ctype.partition("/")[0]
+        if filename:
+            ext = filename.rsplit(".", 1)[-1].lower()[:10] if "." in filename else ""
+            a.tokens.append("attachment:" + (ext or "none"))
+            if maintype != "text":
+                a.attachments += 1
+        if self._within_budget(a, budget) and maintype in ("text", "multipart"):
+            self._text_part(part.payload(), charset, ctype, a, budget)
+
+    @staticmethod
+    def _within_budget(a: MailAnalysis, budget: list[int]) -> bool:
+        if budget[0] <= 0:
+            a.defect("decoded_budget")
+            return False
+        return True
+
+    def _text_part(self, data: bytes, charset: str | None, ctype: str, a: MailAnalysis,
+                   budget: list[int]) -> None:
+        """Decode (budget, charset) and tokenize the payload of one text part."""
         if len(data) > budget[0]:
             data = data[: budget[0]]
             a.defect("decoded_budget")
@@ -361,7 +499,7 @@ class MailTokenizer:
             a.defect("charset")
         if not valid:
             a.defect("undecodable")
-        is_html = part.get_content_type() == "text/html"
+        is_html = ctype == "text/html"
         if is_html:
             text, tag_tokens = strip_html(text[: self.limits.max_text_chars])
             a.tokens.extend(tag_tokens)

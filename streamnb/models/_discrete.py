@@ -126,9 +126,10 @@ class DiscreteNB(GenerativeClassifier):
 
     def _on_stats_changed(self, delta: StatsBundle | None) -> None:
         cc, fc = self._parts()
-        cc.add_classes(fc.labels)
-        fc.add_classes(cc.labels)
-        fc.reorder(cc.labels)
+        if fc.labels != cc.labels:
+            cc.add_classes(fc.labels)
+            fc.add_classes(cc.labels)
+            fc.reorder(cc.labels)
         fc.densify()
         self._coef_cache = None
         shape = (len(cc.labels), fc.n_features)
@@ -138,7 +139,10 @@ class DiscreteNB(GenerativeClassifier):
             self._pending = []
         elif not self._full_refresh:
             self._pending.append(delta_fc.columns)  # type: ignore[arg-type]
-            if sum(p.size for p in self._pending) > fc.n_features:
+            # Deltas pile up while nothing refreshes (e.g. a worker predicting labelled
+            # batches prequentially, from the statistics): past 1/8 of the columns, sorting
+            # them costs about what one full derivation does.
+            if sum(p.size for p in self._pending) > fc.n_features // 8:
                 self._full_refresh, self._pending = True, []
         self._shape = shape
         self._classes_stale = True
@@ -151,7 +155,9 @@ class DiscreteNB(GenerativeClassifier):
             self._full_refresh, self._pending = False, []
             self._classes_stale = True
         elif self._pending:
-            cols = sorted_unique(np.concatenate(self._pending))
+            # one delta's columns are sorted and distinct already
+            cols = self._pending[0] if len(self._pending) == 1 else \
+                sorted_unique(np.concatenate(self._pending))
             self._pending = []
             self._derive_columns(cc, fc, cols)
         if self._classes_stale:

@@ -6,6 +6,7 @@ from typing import Any
 
 import numpy as np
 
+from streamnb.arrays import nonzero_columns, put_rows
 from streamnb.models._discrete import DiscreteNB, log_class_prior
 from streamnb.models.prequential import PrequentialPrediction, multinomial_prequential
 from streamnb.stats.class_counts import ClassCounts
@@ -42,21 +43,38 @@ class MultinomialNB(DiscreteNB):
     # smoothing_m="seen", whose rows are all 0, so their features are ignored). Then
     # log P(x | c) = (x @ T)[c] - (x @ T)[k] * log(sum_j F_cj + alpha * m).
     def _table_rows(self, counts: np.ndarray) -> np.ndarray:
-        rows = np.empty((counts.shape[1], counts.shape[0] + 1))
-        rows[:, :-1] = np.log(counts.T + self.alpha)
+        """Rows of T for the columns of ``counts`` (n_classes, t): shape (t, k + 1)."""
+        k = counts.shape[0]
+        out = np.empty((k + 1, counts.shape[1]))  # class-major: every step is contiguous
+        np.add(counts, self.alpha, out=out[:k])
+        np.log(out[:k], out=out[:k])
         if self.smoothing_m == "seen":
-            seen = counts.any(axis=0)
-            rows[~seen] = 0.0
-            rows[:, -1] = seen
+            seen = nonzero_columns(counts)
+            np.copyto(out[:k], 0.0, where=~seen)
+            out[k] = seen
         else:
-            rows[:, -1] = 1.0
-        return rows
+            out[k] = 1.0
+        return np.ascontiguousarray(out.T)
 
     def _derive_all(self, cc: ClassCounts, fc: FeatureCounts) -> None:
-        self._table = self._table_rows(fc.values)
+        # Never-seen columns all share one row (zeros with smoothing_m="seen", log(alpha)
+        # and 1 otherwise): fill it in, then derive the seen columns only.
+        # The old table's memory is reused when the shape is unchanged (e.g. after a
+        # decay): refilling mapped pages is cheaper than faulting in fresh ones.
+        shape = (fc.n_features, fc.values.shape[0] + 1)
+        fill = self._table_rows(np.zeros((shape[1] - 1, 1)))[0]
+        old = getattr(self, "_table", None)
+        if isinstance(old, np.ndarray) and old.shape == shape:
+            old[:] = fill
+        elif fill.any():
+            self._table = np.empty(shape)
+            self._table[:] = fill
+        else:
+            self._table = np.zeros(shape)  # untouched pages cost nothing until written
+        self._derive_columns(cc, fc, np.flatnonzero(nonzero_columns(fc.values)))
 
     def _derive_columns(self, cc: ClassCounts, fc: FeatureCounts, cols: np.ndarray) -> None:
-        self._table[cols] = self._table_rows(fc.values[:, cols])
+        put_rows(self._table, cols, self._table_rows(np.take(fc.values, cols, axis=1)))
 
     def _derive_classes(self, cc: ClassCounts, fc: FeatureCounts) -> None:
         self.class_log_prior_ = log_class_prior(cc.counts)

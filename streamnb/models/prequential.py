@@ -12,9 +12,9 @@ Two algorithms:
   log(T_c(i) + alpha m(i))]`` where ``F(i)``, ``T(i)``, the class weights and the
   smoothing width ``m(i)`` include the labelled rows before i. The in-batch prefix sums are
   taken over the CSR nonzeros sorted by (column, row), O(nnz x classes) after one sort,
-  no Python loop over rows or features. The model's own part is its derived table (one
-  sparse product, as plain prediction); only the nonzeros of columns that earlier rows of
-  the batch added to are corrected.
+  no Python loop over rows or features. The model's counts are read once per column of
+  the batch, straight from its statistics (its derived scoring table is neither used nor
+  refreshed), and ``log(F_cj(i) + alpha)`` is evaluated at every nonzero.
 * :func:`generic_prequential`: any model. A scratch copy of the statistics learns the
   labelled rows one at a time; the rows up to and including each labelled row are
   predicted in one call before it is learnt. It copies the model's statistics once per
@@ -39,13 +39,13 @@ first appearance, so the classes known at row i are always a prefix of ``classes
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import scipy.sparse as sp
 
+from streamnb.arrays import nonzero_columns, sort_with_order
 from streamnb.models.base import log_normalize
 from streamnb.stats.base import Label
 
@@ -173,23 +173,20 @@ def _finish(classes: list[Label], jll: np.ndarray, n_known: np.ndarray,
 
 
 # ---------------------------------------------------------------------- multinomial
-def _segmented_exclusive_cumsum(values: np.ndarray, starts: np.ndarray,
-                                segment: np.ndarray) -> np.ndarray:
-    """Exclusive prefix sums of ``values`` (m, ...) within segments of consecutive rows
-    (``starts``: first row of each segment, ``segment``: each row's segment): one
-    cumulative sum over all rows, minus its value at the segment's start."""
-    excl = np.zeros_like(values)
-    np.cumsum(values[:-1], axis=0, out=excl[1:])
-    return excl - excl[starts][segment]
+def _canonical_csr(model: MultinomialNB, X: Any) -> sp.csr_matrix:
+    """Validated X as float64 CSR without duplicate entries (explicit zeros do no harm:
+    they add nothing and count nothing). X itself is never modified."""
+    X = sp.csr_matrix(model._validate_X(X, predicting=True), dtype=np.float64)
+    if not X.has_canonical_format:  # an O(nnz) check; a copy only when needed
+        X = X.copy()
+        X.sum_duplicates()
+    return X
 
 
 def multinomial_prequential(model: MultinomialNB, X: Any, y: Any,
                             sample_weight: Any = None) -> PrequentialPrediction:
     """Exact prequential log posteriors of a MultinomialNB (see the module docstring)."""
-    X = model._validate_X(X, predicting=True)
-    X = sp.csr_matrix(X, dtype=np.float64, copy=True)
-    X.sum_duplicates()
-    X.eliminate_zeros()
+    X = _canonical_csr(model, X)
     n, width = X.shape
     classes, codes, w, n_known = _labelled_batch(model, n, y, sample_weight)
     K = len(classes)
@@ -201,80 +198,74 @@ def multinomial_prequential(model: MultinomialNB, X: Any, y: Any,
     k0 = len(cc.labels)
     labelled = codes >= 0
     rw = np.where(labelled, w, 0.0)                      # weight each row is learnt with
+    seen_mode = model.smoothing_m == "seen"
+    alpha = model.alpha
 
-    # per-class totals T_c(i) and class weights before each row
-    row_mass = np.asarray(X.sum(axis=1)).ravel() * rw
-    per_row = np.zeros((n, K))
-    per_row[labelled, codes[labelled]] = row_mass[labelled]
-    base_T = np.zeros(K)
-    base_T[:k0] = fc.totals
-    T = _exclusive_row_prefix(base_T, per_row)
-
-    # nonzeros sorted by (column, row) (CSR rows are in order, so a stable sort by column);
-    # per column, the sums over the earlier labelled rows
-    rows = np.repeat(np.arange(n), np.diff(X.indptr))
-    order = np.argsort(X.indices, kind="stable")
-    r, c, v = rows[order], X.indices[order].astype(np.int64), X.data[order]
+    # Nonzeros sorted by (column, row): one sort (a column's rows stay in order), then
+    # each nonzero's column segment.
+    row_of = np.repeat(np.arange(n), np.diff(X.indptr))
+    c, order = sort_with_order(X.indices, width)
+    r, v = row_of[order], X.data[order]
     new_col = np.empty(c.size, dtype=bool)
     new_col[:1] = True
     np.not_equal(c[1:], c[:-1], out=new_col[1:])
     starts = np.flatnonzero(new_col)
-    col_of = np.cumsum(new_col) - 1
+    seg_len = np.diff(np.append(starts, c.size))
+    col_of = np.repeat(np.arange(starts.size), seg_len)  # each nonzero's column position
     ucols = c[starts]
-    lab_nz = np.flatnonzero(labelled[r])
-    add_w = np.zeros(c.size)
-    add_w[lab_nz] = rw[r[lab_nz]] * v[lab_nz]             # what each nonzero adds when learnt
-    # How many earlier rows added weight to the column, counted exactly in integers: a
-    # prefix sum is exactly 0 when none did (the float sums carry rounding of the order of
-    # 2**-52 x the batch's mass; none at all for integer counts and weights).
-    adds = (add_w > 0).astype(np.int64)
-    n_before = _segmented_exclusive_cumsum(adds, starts, col_of)
-    t = np.flatnonzero(n_before > 0)                     # nonzeros that see in-batch counts
-    contrib = np.zeros((c.size, K))
-    contrib[lab_nz, codes[r[lab_nz]]] = add_w[lab_nz]
-    excl = np.zeros_like(contrib)
-    np.cumsum(contrib[:-1], axis=0, out=excl[1:])
-    prefix = np.maximum(excl[t] - excl[starts[col_of[t]]], 0.0)  # (touched, K)
-    alpha = model.alpha
-    seen_mode = model.smoothing_m == "seen"
 
-    # The model's own scores (what plain prediction computes): per class
-    # sum_j x_ij log(F_cj + alpha) over the columns that count, and sum_j x_ij over them.
-    base = np.zeros((n, K))
+    # What each nonzero adds to its column's count when its row is learnt; whether an
+    # earlier row of the batch added to the column (exactly: the first adding position of
+    # each column, not a float sum that may carry rounding).
+    add_w = rw[r] * v
+    adding = add_w > 0
+    everywhere = np.arange(c.size)
+    first_add = np.minimum.reduceat(np.where(adding, everywhere, c.size), starts)
+    learnt_before = everywhere > first_add[col_of]
+
+    # The model's counts of the batch's columns (read once per column; zero for classes
+    # new in the batch), and which of the columns count at each nonzero.
+    F_cols = np.zeros((K, ucols.size))
+    inside = ucols < fc.n_features
     if k0:
-        table = model._scoring_table()                   # (width, k0 + 1), see MultinomialNB
-        scores = np.asarray(X @ table)
-        base[:, :k0], S0 = scores[:, :k0], scores[:, k0].copy()
-        base_seen = table[ucols, k0] > 0
+        F_cols[:k0, inside] = np.take(fc.values, ucols[inside], axis=1)
+    if seen_mode:  # a column counts once the model or an earlier row of the batch has it
+        model_seen = nonzero_columns(F_cols)
+        vc = np.where(model_seen[col_of] | learnt_before, v, 0.0)
     else:
-        S0 = np.zeros(n) if seen_mode else np.asarray(X.sum(axis=1)).ravel()
-        base_seen = np.full(ucols.size, not seen_mode)
+        vc = v
 
-    # Corrections at the nonzeros whose column earlier rows of the batch added to.
-    tc, tr, tv = col_of[t], r[t], v[t]
-    F_base = np.zeros((K, t.size))
-    if k0 and t.size:  # the model's counts, read once per column (tc is sorted)
-        first_of_col = np.empty(t.size, dtype=bool)
-        first_of_col[0] = True
-        np.not_equal(tc[1:], tc[:-1], out=first_of_col[1:])
-        cols_t = ucols[tc[first_of_col]]
-        inside = cols_t < fc.n_features
-        counts_t = np.zeros((k0, cols_t.size))
-        counts_t[:, inside] = fc.column_counts(cols_t[inside])
-        F_base[:k0] = counts_t[:, np.cumsum(first_of_col) - 1]
-    was_seen = base_seen[tc]
-    log_base = np.where(was_seen, np.log(F_base + alpha), 0.0)
-    delta = tv * (np.log(F_base + prefix.T + alpha) - log_base)       # (K, touched)
-    S1 = base
-    S1[:, k0:] = math.log(alpha) * S0[:, None]          # new classes: F = 0 before the batch
-    np.add.at(S0, tr[~was_seen], tv[~was_seen])          # columns first seen in the batch
+    # Per class and nonzero: log(F_cj(i) + alpha), F_cj(i) the model's count plus what
+    # the earlier labelled rows of the batch added to the column (per-column exclusive
+    # prefix sums in row order); per row and class, the sum of x_ij times that.
+    added = np.where(codes[r] == np.arange(K)[:, None], add_w, 0.0)  # (K, nonzeros)
+    prefix = np.zeros_like(added)
+    np.cumsum(added[:, :-1], axis=1, out=prefix[:, 1:])
+    prefix -= np.take(prefix[:, starts], col_of, axis=1)
+    np.maximum(prefix, 0.0, out=prefix)
+    prefix *= learnt_before                              # exactly 0 where nothing was added
+    F = np.take(F_cols, col_of, axis=1)
+    F += prefix
+    F += alpha
+    np.log(F, out=F)
+    F *= vc
+    S1 = np.empty((n, K))
     for k in range(K):                                   # classes, not features
-        S1[:, k] += np.bincount(tr, weights=delta[k], minlength=n)
+        S1[:, k] = np.bincount(r, weights=F[k], minlength=n)
+    S0 = np.bincount(r, weights=vc, minlength=n)         # sum_j x_ij over the counted columns
 
-    # smoothing width m(i)
-    if seen_mode:
-        first = (adds > 0) & (n_before == 0) & ~base_seen[col_of]  # first adds to new columns
-        m = fc.n_seen + np.searchsorted(np.sort(r[first]), np.arange(n), side="left")
+    # per-class totals T_c(i) and smoothing width m(i) before each row
+    row_sums = np.bincount(row_of, weights=X.data, minlength=n)
+    per_row = np.zeros((n, K))
+    per_row[labelled, codes[labelled]] = row_sums[labelled] * rw[labelled]
+    base_T = np.zeros(K)
+    base_T[:k0] = fc.totals
+    T = _exclusive_row_prefix(base_T, per_row)
+    if seen_mode:  # a column new to the model counts from the row after its first adder
+        new = (first_add < c.size) & ~model_seen
+        new_before = np.zeros(n, dtype=np.int64)
+        np.cumsum(np.bincount(r[first_add[new]], minlength=n)[:-1], out=new_before[1:])
+        m = fc.n_seen + new_before
     else:
         m = np.full(n, max(fc.n_features, width))
     den = T + alpha * m[:, None].astype(np.float64)

@@ -41,8 +41,16 @@ def normalize_label(label: Any) -> Label:
 
 
 def normalize_labels(labels: Iterable[Any]) -> list[Label]:
-    """Normalise a sequence of labels, refusing a mix of str and int."""
-    out = [normalize_label(v) for v in labels]
+    """Normalise a sequence of labels, refusing a mix of str and int.
+
+    >>> normalize_labels(["spam", np.str_("ham")]), normalize_labels([np.int64(3), 1])
+    (['spam', 'ham'], [3, 1])
+    """
+    out = list(labels)
+    kinds = set(map(type, out))  # the common case, labels of exactly str or int: no loop
+    if kinds == {str} or kinds == {int} or not kinds:
+        return out
+    out = [normalize_label(v) for v in out]
     kinds = {type(v) for v in out}
     if len(kinds) > 1:
         raise ValueError("labels of mixed types: expected all str or all int, got both")
@@ -90,17 +98,16 @@ class ClassIndex:
                 f"labels of mixed types: the model has {type(self.labels[0]).__name__} "
                 f"labels, got {type(labels[0]).__name__} {labels[0]!r}"
             )
-        rows = np.empty(len(labels), dtype=np.intp)
-        for i, lab in enumerate(labels):
-            r = self._row.get(lab)
-            if r is None:
-                if not add:
-                    raise KeyError(lab)
-                r = len(self.labels)
-                self._row[lab] = r
-                self.labels.append(lab)
-            rows[i] = r
-        return rows
+        found = list(map(self._row.get, labels))  # one C-level lookup per label
+        if None in found:
+            for lab in dict.fromkeys(labels):  # distinct labels, in order of first appearance
+                if lab not in self._row:
+                    if not add:
+                        raise KeyError(lab)
+                    self._row[lab] = len(self.labels)
+                    self.labels.append(lab)
+            found = list(map(self._row.get, labels))
+        return np.array(found, dtype=np.intp)
 
     def copy(self) -> ClassIndex:
         return ClassIndex(self.labels)

@@ -28,7 +28,8 @@ def _held(r, consumer):
 
 def test_sigstop_past_claim_timeout_then_sigcont(redis_server, procs):
     r = redis_server.client()
-    msgs = token_messages(3000, seed=31, labelled_share=0.9)
+    # enough that a is still at work when we look (a whole batch takes a few ms)
+    msgs = token_messages(12000, seed=31, labelled_share=0.9)
     ids = produce_mixed(r, msgs)
     names = ["a", "b", "c"]
     a = procs.spawn("a")

@@ -1,0 +1,131 @@
+"""Ordered predictions across workers (workers/ordering.py) against a real redis-server.
+
+Worker A reads the first labelled batch and is slow to predict it; worker B reads the
+next batch meanwhile. With ordering (the default), B waits for A's commit, so B's
+predictions are exactly the one-at-a-time test-then-train predictions (those of a single
+worker); with ``order_wait_ms=0`` they miss A's labels and differ.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import msgpack
+import numpy as np
+import pytest
+from _worker_helpers import FCFG, count_spec, fast_options, produce, token_messages, url_worker
+
+from streamnb.codec import decode_input, decode_output
+from streamnb.features import Featurizer
+from streamnb.models import make_model
+from workers.keys import ModelKeys
+from workers.model_config import resolve_spec
+from workers.ordering import InflightBoard
+
+pytestmark = pytest.mark.redis
+
+BATCH = 40
+
+
+def _one_at_a_time(msgs: list[dict]) -> list[dict]:
+    """Log posteriors of each message by a model that learnt every labelled one before it."""
+    f = Featurizer.from_config(FCFG)
+    model = make_model("multinomial", **resolve_spec(count_spec()).model_params)
+    X = f.stack([f.featurize(decode_input(msgpack.packb(m), "0-0")) for m in msgs])
+    pred = model.predict_log_proba_prequential(X, [m.get("label") for m in msgs])
+    return [{c: float(pred.log_proba[i, j]) for j, c in enumerate(pred.classes)
+             if np.isfinite(pred.log_proba[i, j])} for i in range(len(msgs))]
+
+
+def _race(url: str, client, order_wait_ms: int) -> tuple[list[dict], dict[str, dict], float]:
+    msgs = token_messages(2 * BATCH, seed=7)
+    produce(client, "mail", msgs)
+    spec = count_spec()
+    a = url_worker(url, [spec], fast_options("a", batch=BATCH, order_wait_ms=order_wait_ms))
+    b = url_worker(url, [spec], fast_options("b", batch=BATCH, order_wait_ms=order_wait_ms))
+    a.start()
+    b.start()
+    inside = threading.Event()
+    predict = a._predict
+
+    def slow_predict(*args, **kw):  # A has read and announced batch 1; hold it
+        inside.set()
+        time.sleep(0.5)
+        return predict(*args, **kw)
+
+    a._predict = slow_predict
+    ta = threading.Thread(target=a.step, kwargs={"block_ms": 100})
+    ta.start()
+    assert inside.wait(10)
+    t0 = time.monotonic()
+    b.step(block_ms=100)  # reads batch 2, predicts it, commits
+    b_seconds = time.monotonic() - t0
+    ta.join(10)
+    outs = {o["id"]: o for o in (decode_output(f[b"data"])
+                                 for _, f in client.xrange(ModelKeys("mail").out))}
+    assert len(outs) == 2 * BATCH
+    assert {outs[m["id"]]["worker"] for m in msgs[BATCH:]} == {"b"}
+    return msgs, outs, b_seconds
+
+
+def test_a_worker_waits_for_the_earlier_labelled_batch_of_another(redis_server):
+    client = redis_server.client()
+    msgs, outs, b_seconds = _race(redis_server.url, client, order_wait_ms=5000)
+    expected = _one_at_a_time(msgs)
+    for m, exp in zip(msgs, expected, strict=True):
+        got = outs[m["id"]]["log_proba"]
+        assert set(got) == set(exp), m["id"]
+        np.testing.assert_allclose([got[c] for c in exp], list(exp.values()), rtol=1e-9,
+                                   atol=1e-9, err_msg=m["id"])
+    assert b_seconds >= 0.3  # B did wait for A's commit
+    assert client.hgetall(ModelKeys("mail").inflight) == {}  # both withdrew after committing
+
+
+def test_without_ordering_the_second_batch_misses_the_first(redis_server):
+    client = redis_server.client()
+    msgs, outs, _ = _race(redis_server.url, client, order_wait_ms=0)
+    expected = _one_at_a_time(msgs)
+    second = [m for m in msgs[BATCH:]]
+    differs = sum(set(outs[m["id"]]["log_proba"]) != set(e) or not np.allclose(
+        [outs[m["id"]]["log_proba"].get(c, np.nan) for c in e], list(e.values()))
+        for m, e in zip(second, expected[BATCH:], strict=True))
+    assert differs >= BATCH // 2
+
+
+def test_an_unlabelled_batch_is_withdrawn_before_it_is_featurized(redis_server):
+    """Others wait for a batch only while it may hold labels: an unlabelled one is
+    withdrawn once decoded; a labelled one stays announced until its commit."""
+    client = redis_server.client()
+    keys = ModelKeys("mail")
+    w = url_worker(redis_server.url, [count_spec()], fast_options("u"))
+    w.start()
+    rt = w.models["mail"]
+    seen = []
+    featurize_batch = rt.featurizer.featurize_batch
+
+    def spy(msgs):
+        seen.append(sorted(client.hgetall(keys.inflight)))
+        return featurize_batch(msgs)
+
+    object.__setattr__(rt.featurizer, "featurize_batch", spy)
+    produce(client, "mail", token_messages(30, seed=1, labelled_share=0.0))
+    w.step(block_ms=100)
+    produce(client, "mail", token_messages(5, seed=2))
+    w.step(block_ms=100)
+    assert seen == [[], [b"u"]]
+    assert client.hgetall(keys.inflight) == {}
+    assert len(list(client.xrange(keys.out))) == 35
+
+
+def test_a_stale_announcement_is_not_waited_for(redis_server):
+    client = redis_server.client()
+    keys = ModelKeys("mail")
+    # a worker that died mid-batch 11 s ago, with a batch before everything
+    InflightBoard(client, keys, "dead-worker").announce("0-1", 5, now=time.time() - 11)
+    produce(client, "mail", token_messages(20, seed=2))
+    w = url_worker(redis_server.url, [count_spec()], fast_options("w", order_wait_ms=5000))
+    t0 = time.monotonic()
+    w.step(block_ms=100)
+    assert time.monotonic() - t0 < 4  # not the 5 s wait
+    assert client.hgetall(keys.inflight) == {}  # removed as stale, own one withdrawn
