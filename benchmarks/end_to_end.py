@@ -200,7 +200,7 @@ def bare_parse_rate(raws: Sequence[bytes]) -> float:
 
 def benchmark(corpus: Corpus, repeat: int = 1, worker_counts: Sequence[int] = (1, 2),
               payloads: Sequence[str] = ("tokens", "raw"), timeout: float = 600.0,
-              trials: int = 1) -> dict[str, Any]:
+              trials: int = 1, options: dict[str, Any] | None = None) -> dict[str, Any]:
     """Every (payload, workers) run, plus the in-process references; a dict for printing.
 
     With ``trials`` > 1 the runs are interleaved and the best of each is kept (the
@@ -216,7 +216,7 @@ def benchmark(corpus: Corpus, repeat: int = 1, worker_counts: Sequence[int] = (1
         for t in range(trials):
             for p in payloads:
                 for n in worker_counts:
-                    r = run_e2e(server, f"bench-{p}-{n}w-{t}", encoded[p], n, p, timeout)
+                    r = run_e2e(server, f"bench-{p}-{n}w-{t}", encoded[p], n, p, timeout, options)
                     server.client().flushdb()  # keep Redis small between runs
                     if (p, n) not in best or r.per_second > best[(p, n)].per_second:
                         best[(p, n)] = r
@@ -265,6 +265,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--workers", default="1,2")
     ap.add_argument("--payloads", default="tokens,raw")
     ap.add_argument("--trials", type=int, default=2, help="interleaved runs; the best is kept")
+    ap.add_argument("--options", type=json.loads, default=None, metavar="JSON",
+                    help='worker options, e.g. \'{"order_wait_ms": 0}\' (WorkerOptions fields)')
     ap.add_argument("--profile", choices=("tokens", "raw"),
                     help="instead: profile one in-process worker on this payload (cProfile)")
     args = ap.parse_args(argv)
@@ -280,7 +282,7 @@ def main(argv: list[str] | None = None) -> int:
         profile_worker(msgs)
         return 0
     report = benchmark(corpus, args.repeat, [int(w) for w in args.workers.split(",")],
-                       args.payloads.split(","), trials=args.trials)
+                       args.payloads.split(","), trials=args.trials, options=args.options)
     print(f"{report['messages']} labelled messages per run ({len(corpus)} x {args.repeat})")
     print_report(report)
     return 0
@@ -292,7 +294,7 @@ def main(argv: list[str] | None = None) -> int:
 STAGES = {
     "read (XREADGROUP)": "worker.py:_read",
     "decode (msgpack)": "codec.py:decode_input",
-    "featurize": "featurizer.py:featurize",
+    "featurize": "featurizer.py:featurize_batch",
     "predict (score + decide)": "worker.py:_predict",
     "observe (metrics, drift)": "worker.py:_observe",
     "learn (batch statistics)": "worker.py:_stats",

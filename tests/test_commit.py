@@ -111,3 +111,15 @@ def test_dead_letters_are_capped_separately_from_out(r):
     assert res.ok
     assert 100 <= r.xlen(K.dead) < 1000 and r.xlen(K.out) == 1
     assert r.xrevrange(K.dead, count=1)[0][1][b"data"] == b"d999"
+
+
+def test_commit_withdraws_the_inflight_announcement_only_when_it_succeeds(r):
+    ids = _read(r, "w1", 2)
+    r.hset(K.inflight, mapping={"w1": b"mine", "w2": b"theirs"})
+    cache = [CacheNew(K.cache("a"), b"row", b"pred", b"", 1.0, 1.5, 60000)]
+    lost = commit_batch(r, K, "w2", CommitRequest(ids=ids, log_data=b"d", inflight_key=K.inflight))
+    assert not lost.ok and r.hgetall(K.inflight) == {b"w1": b"mine", b"w2": b"theirs"}
+    res = commit_batch(r, K, "w1", CommitRequest(ids=ids, log_data=b"d", cache_ops=cache,
+                                                 inflight_key=K.inflight))
+    assert res.ok and r.hgetall(K.inflight) == {b"w2": b"theirs"}
+    assert r.hget(K.cache("a"), "row") == b"row"  # the cache key before it is still a cache key

@@ -129,3 +129,36 @@ def test_a_stale_announcement_is_not_waited_for(redis_server):
     w.step(block_ms=100)
     assert time.monotonic() - t0 < 4  # not the 5 s wait
     assert client.hgetall(keys.inflight) == {}  # removed as stale, own one withdrawn
+
+
+def test_labels_of_another_type_than_the_earlier_batch_defined_are_dead_letters(redis_server):
+    """B decodes its batch (str labels) on an empty model while A holds the first batch
+    (int labels); after waiting for A, B's labels no longer fit the model: bad_label."""
+    client = redis_server.client()
+    first = [{"id": f"a{i}", "tokens": ["x", "y"], "label": i % 2} for i in range(BATCH)]
+    second = [{"id": f"b{i}", "tokens": ["x", "z"], "label": "spam"} for i in range(5)]
+    produce(client, "mail", first + second)
+    spec = count_spec()
+    a = url_worker(redis_server.url, [spec], fast_options("a", batch=BATCH))
+    b = url_worker(redis_server.url, [spec], fast_options("b", batch=BATCH, order_wait_ms=5000))
+    a.start()
+    b.start()
+    inside = threading.Event()
+    predict = a._predict
+
+    def slow_predict(*args, **kw):
+        inside.set()
+        time.sleep(0.3)
+        return predict(*args, **kw)
+
+    a._predict = slow_predict
+    ta = threading.Thread(target=a.step, kwargs={"block_ms": 100})
+    ta.start()
+    assert inside.wait(10)
+    b.step(block_ms=100)
+    ta.join(10)
+    keys = ModelKeys("mail")
+    dead = [decode_output(f[b"data"]) for _, f in client.xrange(keys.dead)]
+    assert sorted(d["reason"] for d in dead) == ["bad_label"] * 5
+    assert "but this model's labels are int" in dead[0]["detail"]
+    assert b.models["mail"].replica.model.stats["classes"].labels == [0, 1]

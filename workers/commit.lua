@@ -2,6 +2,8 @@
 --
 -- KEYS[1] :in   KEYS[2] :out   KEYS[3] :dead   KEYS[4] :log   KEYS[5] :learnt
 -- KEYS[5 + i]   the cache key of cache operation i
+-- KEYS[6 + n cache operations] (optional) :inflight: this consumer's field is deleted
+--                 with the commit (ordered predictions, workers/ordering.py)
 -- ARGV[1] group           ARGV[2] consumer       ARGV[3] out MAXLEN ~ (0: none)
 -- ARGV[4] dead MAXLEN ~   ARGV[5] log entry data ("" : no log entry)
 -- ARGV[6] messages learnt (adds to :learnt)      ARGV[7] decay every K learnt (0: never)
@@ -119,5 +121,8 @@ for i = first_id, first_id + n_ids - 1, chunk do
   local ids = {}
   for j = i, math.min(i + chunk - 1, first_id + n_ids - 1) do ids[#ids + 1] = ARGV[j] end
   redis.call('XACK', KEYS[1], group, unpack(ids))
+end
+if #KEYS > 5 + n_cache then
+  redis.call('HDEL', KEYS[6 + n_cache], consumer)
 end
 return {'ok', log_id}

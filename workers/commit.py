@@ -3,7 +3,8 @@
 One script call per batch: it checks that every entry id is still pending for this
 consumer and that every delayed-label compare-and-set still holds; only then does it
 append the delta to ``:log`` (plus decay events every K learnt messages), the predictions
-to ``:out``, the dead letters to ``:dead``, write the feature cache, and XACK the ids.
+to ``:out``, the dead letters to ``:dead``, write the feature cache, XACK the ids and,
+if asked, delete this consumer's ``:inflight`` announcement.
 Otherwise it writes nothing and says which ids were lost or which cache entries changed.
 
 >>> import fakeredis
@@ -91,6 +92,9 @@ class CommitRequest:
     cache_ops: list[CacheNew | CacheCas] = field(default_factory=list)
     decay_every: int = 0
     decay_data: bytes = b""
+    #: ``{M}:inflight``: withdraw this consumer's announcement in the same commit, so a
+    #: worker woken by the log entry never still sees it (workers/ordering.py).
+    inflight_key: str | None = None
 
 
 @dataclass(slots=True)
@@ -115,6 +119,8 @@ def commit_batch(client: Any, keys: ModelKeys, consumer: str, req: CommitRequest
     """Run the commit script for one batch; see the module docstring."""
     script_keys = [keys.input, keys.out, keys.dead, keys.log, keys.learnt]
     script_keys += [op.key for op in req.cache_ops]
+    if req.inflight_key:
+        script_keys.append(req.inflight_key)
     args: list[Any] = [
         GROUP, consumer, int(out_maxlen), int(dead_maxlen), req.log_data or b"",
         int(req.n_learnt), int(req.decay_every), req.decay_data,

@@ -9,7 +9,8 @@ with 2 on the SpamAssassin replay; docs/performance.md, benchmark 6).
 
 So a worker *announces* each batch it reads (the first entry id and the number of
 entries) in the hash ``{M}:inflight`` as soon as the read returns, withdraws it once
-decoded if no message in it has a label, and otherwise right after its commit. Before
+decoded if no message in it has a label, and otherwise in its commit (the commit script
+deletes the field, so a worker woken by the new log entry never still sees it). Before
 predicting, a worker looks for announcements of *other* consumers whose batch starts
 *before* its own, and waits for them to be committed (blocking on ``:log``, applying
 what arrives), at most ``max_wait_s``. Then its predictions see the same labels a single
@@ -126,6 +127,8 @@ def wait_for_earlier(board: InflightBoard, first_id: str, max_wait_s: float,
 
     ``version()`` is the id of the last log entry applied; the wait blocks on ``XREAD``
     of the log after it (a commit wakes it at once) for at most ``poll_ms`` at a time.
+    The caller catches up once more afterwards: the commit that ended the wait may have
+    landed between two polls.
     """
     t0 = time.monotonic()
     result = OrderWait()

@@ -668,12 +668,16 @@ class Worker:
         t2 = time.perf_counter()
         m.stage_seconds.labels(**mw, stage="featurize").observe(t2 - t1)
 
-        # ---- ordered predictions: other workers' earlier labelled batches first
-        if o.order_wait_ms > 0 and items:
-            self._await_earlier(rt, first_id)
-            if label_type is not None and not had_classes:
-                # the wait may have brought the first classes, of another label type
-                items, refs = self._drop_foreign_labels(rt, items, refs, dead, ref_data)
+        # ---- ordered predictions: other workers' earlier labelled batches first, then
+        # catch up with the log (batches committed while this one was read and featurized)
+        if items:
+            if o.order_wait_ms > 0:
+                self._await_earlier(rt, first_id)
+            if o.order_wait_ms > 0 or o.prequential:
+                self._tail(rt)
+                if label_type is not None and not had_classes:
+                    # the log may have brought the first classes, of another label type
+                    items, refs = self._drop_foreign_labels(rt, items, refs, dead, ref_data)
             t2 = time.perf_counter()
 
         # ---- predict before learning (test-then-train; prequential within the batch)
@@ -726,13 +730,16 @@ class Worker:
                 dead=[encode_dead(d.entry_id, d.reason, d.detail, d.data) for d in all_dead],
                 log_data=log_data, n_learnt=n_learnt, cache_ops=cache_ops,
                 decay_every=rt.config.decay_every,
-                decay_data=encode_decay(rt.config.decay_factor) if rt.config.decay_every else b"")
+                decay_data=encode_decay(rt.config.decay_factor) if rt.config.decay_every else b"",
+                inflight_key=rt.keys.inflight if rt.inflight.announced else None)
             tc = time.perf_counter()
             m.stage_seconds.labels(**mw, stage="learn").observe(tc - tl)
             result = commit_batch(self.client, rt.keys, self.consumer, req, o.out_maxlen,
                                   o.dead_maxlen)
             m.stage_seconds.labels(**mw, stage="commit").observe(time.perf_counter() - tc)
             if result.ok:
+                if req.inflight_key:
+                    rt.inflight.announced = False  # withdrawn by the commit itself
                 # the log (our delta included) is applied by the tail at the end of step()
                 self._committed(rt, learn, res, all_dead, add_rows, len(outputs))
                 return len(entries)
@@ -758,6 +765,9 @@ class Worker:
             self.metrics.order_wait_seconds.labels(**mw).observe(res.seconds)
             if res.timed_out:
                 self.metrics.order_wait_timeouts.labels(**mw).inc()
+                log.info("model %s: waited %.0f ms for %d earlier labelled batch(es) of other "
+                         "workers; predicting batch %s without them", rt.name, res.seconds * 1000,
+                         res.waited_for, first_id)
 
     def _withdraw(self, rt: ModelRuntime) -> None:
         if not rt.inflight.announced:
@@ -798,10 +808,6 @@ class Worker:
         the replica plus the labelled items before it in the batch, as one-at-a-time
         processing would; the replica itself is not touched (it changes only by the log)."""
         prequential = self.options.prequential and rt.replica.model.cheap_prequential
-        if prequential and rt.replica.model.stats["classes"].labels:
-            # Catch up with the log first: other workers' batches committed while this one was
-            # read and featurized. (Not before the first class: label types are not fixed.)
-            self._tail(rt)
         model = rt.replica.model
         X = rt.featurizer.stack([it.row for it in items])
         n = len(items)
