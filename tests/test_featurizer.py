@@ -222,3 +222,22 @@ def test_featurize_batch_equals_featurize_one_at_a_time():
         for m, row in zip(msgs, out, strict=True):
             if not isinstance(row, MalformedMessage):
                 assert row == f.featurize(m)
+
+
+def test_binary_rows_are_cached_without_their_values_and_old_rows_still_read():
+    f = Featurizer(bits=16)  # counts="binary": every value is 1
+    row = f.featurize(msg("raw", MAIL))
+    assert row.values.size > 10 and (row.values == 1.0).all()
+    data = row.to_bytes()
+    assert b"ones" in data and Row.from_bytes(data) == row
+    # a row written with its values (a counted row, or an earlier version) reads as before
+    legacy = dict(msgpack.unpackb(data), values={"dtype": "<f8", "shape": [row.values.size],
+                                                 "data": row.values.tobytes()})
+    del legacy["ones"]
+    assert Row.from_bytes(msgpack.packb(legacy)) == row
+    assert len(data) < 0.45 * len(msgpack.packb(legacy))
+    counted = Featurizer(bits=16, counts="raw").featurize(msg("text", "spam spam eggs"))
+    assert Row.from_bytes(counted.to_bytes()) == counted and b"ones" not in counted.to_bytes()
+    for bad in (dict(legacy, ones=True), dict(msgpack.unpackb(data), ones=1)):
+        with pytest.raises(FormatError, match="'ones'"):
+            Row.from_bytes(msgpack.packb(bad))

@@ -76,10 +76,22 @@ class Row:
         )
 
     def to_bytes(self) -> bytes:
-        """Compact msgpack encoding (for the worker's cache of rows awaiting a label)."""
+        """Compact msgpack encoding (for the worker's cache of rows awaiting a label).
+
+        Values that are all 1 (binary counts, the mail default) are not stored: the row
+        says ``ones`` instead, a third of the bytes.
+
+        >>> r = Row(indices=np.arange(100, dtype=np.int32), values=np.ones(100), n_tokens=100)
+        >>> Row.from_bytes(r.to_bytes()) == r, len(r.to_bytes()) < 100 * 4 + 100
+        (True, True)
+        """
         body: dict[str, Any] = {"type": "row", "v": FEATURIZER_FORMAT_VERSION, "n": self.n_tokens}
-        for name in ("indices", "values", "meta", "x"):
-            a = getattr(self, name)
+        values = self.values
+        if values is not None and values.size and bool((values == 1.0).all()):
+            body["ones"] = True
+            values = None
+        for name, a in (("indices", self.indices), ("values", values), ("meta", self.meta),
+                        ("x", self.x)):
             if a is not None:
                 body[name] = _pack_vector(a)
         return dumps(body)
@@ -98,6 +110,10 @@ class Row:
         get = obj.get
         idx = unpack_array(get("indices"), "<i4", 1) if "indices" in obj else None
         val = unpack_array(get("values"), "<f8", 1) if "values" in obj else None
+        if "ones" in obj:  # binary values, not stored (to_bytes)
+            if obj["ones"] is not True or val is not None or idx is None:
+                raise FormatError("'ones' stands for the values of a sparse row, alone")
+            val = np.ones(idx.size, dtype=np.float64)
         meta = unpack_array(get("meta"), "<f8", 1) if "meta" in obj else None
         x = unpack_array(get("x"), "<f8", 1) if "x" in obj else None
         if x is None:
