@@ -69,8 +69,9 @@ DEFAULT_BATCH_SIZE = 100
 #: Milliseconds a worker's XREADGROUP blocks waiting for entries.
 DEFAULT_BLOCK_MS = 2000
 #: Longest wait (ms) before predicting for other workers' earlier labelled batches to
-#: commit (ordered predictions, workers/ordering.py; 0: off).
-DEFAULT_ORDER_WAIT_MS = 250
+#: commit (ordered predictions, workers/ordering.py; 0: off). A bound for a slow or stuck
+#: worker, not the usual wait: a batch of 500 raw mails takes a few hundred ms to commit.
+DEFAULT_ORDER_WAIT_MS = 1000
 #: Milliseconds an entry may stay pending before another worker claims it.
 DEFAULT_CLAIM_IDLE_MS = 60_000
 #: Entries per pipelined XADD round trip in ``streamnb produce``.
