@@ -11,11 +11,13 @@ For reference, River's ``MultinomialNB`` (alpha 1) runs test-then-train in this 
 on streamnb's tokens of the same messages, one at a time.
 
     python -m benchmarks.daemon_accuracy [--workers 2] [--limit N] [--kind multinomial]
+        [--options '{"order_wait_ms": 0, "batch": 500}']
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
 from dataclasses import dataclass
@@ -78,7 +80,7 @@ def score(name: str, pred: list, truth: list, seconds: float, positive: str = "s
 
 
 def through_daemon(corpus: Corpus, n_workers: int = 2, kind: str = "multinomial",
-                   timeout: float = 900.0) -> Scores:
+                   timeout: float = 900.0, options: dict[str, Any] | None = None) -> Scores:
     """Replay the corpus as labelled raw mail through ``n_workers`` workers; score ``:out``."""
     from streamnb.codec import decode_output
 
@@ -89,7 +91,7 @@ def through_daemon(corpus: Corpus, n_workers: int = 2, kind: str = "multinomial"
         client = server.client()
         prefill(client, name, messages)
         t0 = time.perf_counter()
-        with workers(server.url, default_spec(name, kind), n_workers) as procs:
+        with workers(server.url, default_spec(name, kind), n_workers, options) as procs:
             if not wait_for(client, k["out"], len(messages), timeout, procs, k["dead"]):
                 raise RuntimeError(f"the workers did not process the corpus in {timeout}s")
         seconds = time.perf_counter() - t0
@@ -137,10 +139,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--limit", type=int, default=None)
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--kind", default="multinomial")
+    ap.add_argument("--options", type=json.loads, default=None, metavar="JSON",
+                    help="worker options (WorkerOptions fields), e.g. '{\"order_wait_ms\": 0}'")
     args = ap.parse_args(argv)
     print_header("benchmark 6: accuracy through the daemon, index order", "benchmarks.daemon_accuracy", argv)
     corpus = corpus_or_synthetic(args.corpus, args.limit, n_synthetic=1000)
-    print_scores([through_daemon(corpus, args.workers, args.kind), river_reference(corpus)])
+    print_scores([through_daemon(corpus, args.workers, args.kind, options=args.options),
+                  river_reference(corpus)])
     return 0
 
 

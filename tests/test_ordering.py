@@ -38,9 +38,9 @@ def _one_at_a_time(msgs: list[dict]) -> list[dict]:
              if np.isfinite(pred.log_proba[i, j])} for i in range(len(msgs))]
 
 
-def _race(url: str, client, order_wait_ms: int) -> tuple[list[dict], dict[str, dict], float]:
-    msgs = token_messages(2 * BATCH, seed=7)
-    produce(client, "mail", msgs)
+def _b_while_a_holds_the_first_batch(url: str, order_wait_ms: int, hold_s: float = 0.5):
+    """Worker A reads the first batch and holds it in its prediction for ``hold_s``; worker
+    B meanwhile reads the next batch and processes it. Returns (A, B, B's seconds)."""
     spec = count_spec()
     a = url_worker(url, [spec], fast_options("a", batch=BATCH, order_wait_ms=order_wait_ms))
     b = url_worker(url, [spec], fast_options("b", batch=BATCH, order_wait_ms=order_wait_ms))
@@ -51,7 +51,7 @@ def _race(url: str, client, order_wait_ms: int) -> tuple[list[dict], dict[str, d
 
     def slow_predict(*args, **kw):  # A has read and announced batch 1; hold it
         inside.set()
-        time.sleep(0.5)
+        time.sleep(hold_s)
         return predict(*args, **kw)
 
     a._predict = slow_predict
@@ -59,9 +59,16 @@ def _race(url: str, client, order_wait_ms: int) -> tuple[list[dict], dict[str, d
     ta.start()
     assert inside.wait(10)
     t0 = time.monotonic()
-    b.step(block_ms=100)  # reads batch 2, predicts it, commits
+    b.step(block_ms=100)  # reads batch 2, waits or not, predicts it, commits
     b_seconds = time.monotonic() - t0
     ta.join(10)
+    return a, b, b_seconds
+
+
+def _race(url: str, client, order_wait_ms: int) -> tuple[list[dict], dict[str, dict], float]:
+    msgs = token_messages(2 * BATCH, seed=7)
+    produce(client, "mail", msgs)
+    _, _, b_seconds = _b_while_a_holds_the_first_batch(url, order_wait_ms)
     outs = {o["id"]: o for o in (decode_output(f[b"data"])
                                  for _, f in client.xrange(ModelKeys("mail").out))}
     assert len(outs) == 2 * BATCH
@@ -138,25 +145,7 @@ def test_labels_of_another_type_than_the_earlier_batch_defined_are_dead_letters(
     first = [{"id": f"a{i}", "tokens": ["x", "y"], "label": i % 2} for i in range(BATCH)]
     second = [{"id": f"b{i}", "tokens": ["x", "z"], "label": "spam"} for i in range(5)]
     produce(client, "mail", first + second)
-    spec = count_spec()
-    a = url_worker(redis_server.url, [spec], fast_options("a", batch=BATCH))
-    b = url_worker(redis_server.url, [spec], fast_options("b", batch=BATCH, order_wait_ms=5000))
-    a.start()
-    b.start()
-    inside = threading.Event()
-    predict = a._predict
-
-    def slow_predict(*args, **kw):
-        inside.set()
-        time.sleep(0.3)
-        return predict(*args, **kw)
-
-    a._predict = slow_predict
-    ta = threading.Thread(target=a.step, kwargs={"block_ms": 100})
-    ta.start()
-    assert inside.wait(10)
-    b.step(block_ms=100)
-    ta.join(10)
+    _, b, _ = _b_while_a_holds_the_first_batch(redis_server.url, order_wait_ms=5000, hold_s=0.3)
     keys = ModelKeys("mail")
     dead = [decode_output(f[b"data"]) for _, f in client.xrange(keys.dead)]
     assert sorted(d["reason"] for d in dead) == ["bad_label"] * 5

@@ -4,8 +4,8 @@ With one worker, message *i* is predicted by a model that has learnt every label
 message before it (prequential within the batch). With several workers reading one
 stream, worker B's batch would otherwise be predicted while worker A is still working on
 the batch just before it: B's predictions miss up to a batch of the most recent labels,
-and accuracy drops with the number of workers (measured: 98.55% with 1 worker, 98.2-98.4%
-with 2 on the SpamAssassin replay; docs/performance.md, benchmark 6).
+and accuracy depends on the number of workers and on timing (SpamAssassin replay: 98.55%
+with 1 worker; 98.15-98.58% over 5 runs with 2; docs/performance.md, benchmark 6).
 
 So a worker *announces* each batch it reads (the first entry id and the number of
 entries) in the hash ``{M}:inflight`` as soon as the read returns, withdraws it once
@@ -46,16 +46,12 @@ from typing import Any
 
 from streamnb.encoding import dumps, loads
 from workers.keys import ModelKeys
-from workers.replica import parse_id
+from workers.replica import _s, parse_id
 
 __all__ = ["InflightBoard", "OrderWait", "wait_for_earlier"]
 
 #: An announcement older than this is a worker that died mid-batch: ignored and removed.
 DEFAULT_HORIZON_S = 10.0
-
-
-def _s(v: Any) -> str:
-    return v.decode() if isinstance(v, bytes) else str(v)
 
 
 class InflightBoard:
@@ -82,8 +78,12 @@ class InflightBoard:
     def withdraw(self) -> None:
         """The batch is committed (or abandoned): nobody needs to wait for it any more."""
         if self.announced:
+            self.announced = False  # also if the HDEL fails: the field goes stale in horizon_s
             self.client.hdel(self.key, self.consumer)
-            self.announced = False
+
+    def withdrawn_by_commit(self) -> None:
+        """The commit script deleted the field along with the batch (workers/commit.lua)."""
+        self.announced = False
 
     def earlier(self, first_id: str, now: float | None = None) -> list[str]:
         """Other consumers with a batch in flight (that may learn labels) starting before

@@ -597,14 +597,11 @@ class Worker:
         o = self.options
         m.messages_read.labels(**mw).inc(len(entries))
         m.batch_size.labels(**mw).observe(len(entries))
-        model = rt.replica.model
         now = time.time()
 
         # ---- decode and featurize
         t0 = time.perf_counter()
         dead: list[Dead] = []
-        known = model.stats["classes"].labels
-        label_type: type | None = type(known[0]) if known else None
         dense_dim = rt.featurizer.dim if rt.featurizer.input == "dense" else None
         msgs: list[tuple[str, InputMessage, bytes]] = []
         for entry_id, fields in entries:
@@ -625,26 +622,16 @@ class Worker:
                 continue
             if msg.unknown_keys:
                 m.unknown_keys.labels(**mw).inc(msg.unknown_keys)
-            if msg.label is not None:
-                if label_type is None:
-                    label_type = type(msg.label)
-                elif type(msg.label) is not label_type:
-                    dead.append(Dead(eid, "bad_label", f"label {msg.label!r} is "
-                                     f"{type(msg.label).__name__}, but this model's labels are "
-                                     f"{label_type.__name__}", data))
-                    continue
             msgs.append((eid, msg, data))
         t1 = time.perf_counter()
         m.stage_seconds.labels(**mw, stage="decode").observe(t1 - t0)
         if not any(msg.label is not None for _, msg, _ in msgs):
             self._withdraw(rt)  # it learns nothing: nobody needs to wait for it
-        return self._finish_batch(rt, entries, msgs, dead, first_id, label_type, bool(known),
-                                  now, t1)
+        return self._finish_batch(rt, entries, msgs, dead, first_id, now, t1)
 
     def _finish_batch(self, rt: ModelRuntime, entries: list,
                       msgs: list[tuple[str, InputMessage, bytes]], dead: list[Dead],
-                      first_id: str, label_type: type | None, had_classes: bool, now: float,
-                      t1: float) -> int:
+                      first_id: str, now: float, t1: float) -> int:
         """Featurize, wait for earlier labelled batches, predict, learn and commit."""
         mw = self._mw(rt)
         m = self.metrics
@@ -675,10 +662,9 @@ class Worker:
                 self._await_earlier(rt, first_id)
             if o.order_wait_ms > 0 or o.prequential:
                 self._tail(rt)
-                if label_type is not None and not had_classes:
-                    # the log may have brought the first classes, of another label type
-                    items, refs = self._drop_foreign_labels(rt, items, refs, dead, ref_data)
             t2 = time.perf_counter()
+        # after the log tail: it may have brought the model's first classes
+        items, refs = self._drop_foreign_labels(rt, msgs, items, refs, dead, ref_data)
 
         # ---- predict before learning (test-then-train; prequential within the batch)
         if items:
@@ -739,7 +725,7 @@ class Worker:
             m.stage_seconds.labels(**mw, stage="commit").observe(time.perf_counter() - tc)
             if result.ok:
                 if req.inflight_key:
-                    rt.inflight.announced = False  # withdrawn by the commit itself
+                    rt.inflight.withdrawn_by_commit()
                 # the log (our delta included) is applied by the tail at the end of step()
                 self._committed(rt, learn, res, all_dead, add_rows, len(outputs))
                 return len(entries)
@@ -770,38 +756,33 @@ class Worker:
                          res.waited_for, first_id)
 
     def _withdraw(self, rt: ModelRuntime) -> None:
-        if not rt.inflight.announced:
-            return
         try:
             rt.inflight.withdraw()
         except redis.RedisError as exc:  # it goes stale in 10 s; others wait at most that long
             log.warning("model %s: could not withdraw the in-flight announcement: %s", rt.name, exc)
-            rt.inflight.announced = False
 
     @staticmethod
-    def _drop_foreign_labels(rt: ModelRuntime, items: list[Item], refs: list[LabelRef],
-                             dead: list[Dead], ref_data: dict[str, bytes],
-                             ) -> tuple[list[Item], list[LabelRef]]:
-        """Dead-letter the labels of a type other than the model's classes (which another
-        worker's batch just defined while this one waited)."""
+    def _drop_foreign_labels(rt: ModelRuntime, msgs: list[tuple[str, InputMessage, bytes]],
+                             items: list[Item], refs: list[LabelRef], dead: list[Dead],
+                             ref_data: dict[str, bytes]) -> tuple[list[Item], list[LabelRef]]:
+        """Dead-letter (``bad_label``) every label of another type than the model's classes,
+        or, before the first class, than the batch's first label: one model, one label type."""
         known = rt.replica.model.stats["classes"].labels
-        if not known:
+        first = next((msg.label for _, msg, _ in msgs if msg.label is not None), None)
+        if first is None:
             return items, refs
-        want = type(known[0])
-
-        def foreign(label: Any) -> bool:
-            return label is not None and type(label) is not want
-
-        def reason(label: Any) -> str:
-            return (f"label {label!r} is {type(label).__name__}, but this model's labels are "
-                    f"{want.__name__}")
-
-        dead += [Dead(it.entry_id, "bad_label", reason(it.msg.label), it.data)
-                 for it in items if foreign(it.msg.label)]
-        dead += [Dead(r.entry_id, "bad_label", reason(r.label), ref_data[r.entry_id])
-                 for r in refs if foreign(r.label)]
-        return ([it for it in items if not foreign(it.msg.label)],
-                [r for r in refs if not foreign(r.label)])
+        want = type(known[0]) if known else type(first)
+        candidates = [(it.entry_id, it.msg.label, it.data) for it in items]
+        candidates += [(r.entry_id, r.label, ref_data[r.entry_id]) for r in refs]
+        foreign = {eid: (label, data) for eid, label, data in candidates
+                   if label is not None and type(label) is not want}
+        if not foreign:
+            return items, refs
+        dead += [Dead(eid, "bad_label", f"label {label!r} is {type(label).__name__}, but this "
+                      f"model's labels are {want.__name__}", data)
+                 for eid, (label, data) in foreign.items()]
+        return ([it for it in items if it.entry_id not in foreign],
+                [r for r in refs if r.entry_id not in foreign])
 
     def _predict(self, rt: ModelRuntime, items: list[Item], now: float) -> None:
         """Predict and decide every item. Prequential (the default): item i is predicted by

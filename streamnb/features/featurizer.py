@@ -307,6 +307,12 @@ class Featurizer:
             idx, val = self.hasher.hash_values(values)
             meta = np.zeros(N_META) if self.meta else None
             return Row(indices=idx, values=val, meta=meta, n_tokens=len(values))
+        tokens, meta = self._tokens_and_meta(msg)
+        return self._token_row(tokens, meta)
+
+    def _tokens_and_meta(self, msg: InputMessage) -> tuple[list[str], np.ndarray | None]:
+        """The tokens of a raw, text or tokens payload, and its meta vector (if ``meta``)."""
+        kind = msg.payload_kind
         meta = None
         if kind == "raw":
             analysis = self.mail.analyse(msg.payload)
@@ -323,8 +329,13 @@ class Featurizer:
                 meta = text_meta("", len(tokens))
         else:  # pragma: no cover - decode_input admits no other kind
             raise MalformedMessage("bad_type", f"unknown payload kind {kind!r}")
+        return tokens, meta
+
+    def _token_row(self, tokens: list[str], meta: np.ndarray | None,
+                   unique: np.ndarray | None = None) -> Row:
+        """The row of a message's tokens; ``unique``: its buckets, already hashed (binary)."""
         if self.counts == "binary":  # distinct buckets only: no per-token counting
-            idx = self.hasher.hash_unique(tokens)
+            idx = self.hasher.hash_unique(tokens) if unique is None else unique
             return Row(indices=idx, values=np.ones(idx.size), meta=meta, n_tokens=len(tokens))
         idx, val = self.hasher.hash_counts(tokens)
         if self.counts == "log":
@@ -337,8 +348,9 @@ class Featurizer:
     def featurize_batch(self, msgs: Sequence[InputMessage]) -> list[Row | MalformedMessage]:
         """:meth:`featurize` of every message, in order; a message that cannot be featurized
         gets its :class:`MalformedMessage` in its place (the others are unaffected). With
-        binary counts, the token lists of the batch are hashed in one pass
-        (:meth:`TokenHasher.hash_unique_many`): the same rows as one message at a time.
+        binary counts, the token lists of the batch (raw, text and tokens payloads) are
+        hashed in one pass (:meth:`TokenHasher.hash_unique_many`): the same rows as one
+        message at a time.
 
         >>> f = Featurizer(bits=10)
         >>> msgs = [InputMessage("1-0", "a", "tokens", ["cheap", "meds", "cheap"]),
@@ -349,21 +361,19 @@ class Featurizer:
         """
         out: list[Row | MalformedMessage | None] = [None] * len(msgs)
         in_one_pass = self.input == "sparse" and self.counts == "binary"
-        token_at: list[int] = []
+        pending: list[tuple[int, list[str], np.ndarray | None]] = []
         for i, msg in enumerate(msgs):
-            if in_one_pass and msg.payload_kind == "tokens":
-                token_at.append(i)
-                continue
             try:
-                out[i] = self.featurize(msg)
+                if in_one_pass and msg.payload_kind in ("raw", "text", "tokens"):
+                    pending.append((i, *self._tokens_and_meta(msg)))
+                else:
+                    out[i] = self.featurize(msg)
             except MalformedMessage as exc:
                 out[i] = exc
-        if token_at:
-            lists = [msgs[i].payload for i in token_at]
-            for i, tokens, idx in zip(token_at, lists, self.hasher.hash_unique_many(lists),
-                                      strict=True):
-                meta = text_meta("", len(tokens)) if self.meta else None
-                out[i] = Row(indices=idx, values=np.ones(idx.size), meta=meta, n_tokens=len(tokens))
+        if pending:
+            hashed = self.hasher.hash_unique_many([tokens for _, tokens, _ in pending])
+            for (i, tokens, meta), idx in zip(pending, hashed, strict=True):
+                out[i] = self._token_row(tokens, meta, unique=idx)
         return out  # type: ignore[return-value]
 
     def fits(self, row: Row) -> bool:

@@ -402,15 +402,35 @@ class MailTokenizer:
             if name == "from" and display:
                 a.tokens.extend(f"from:name:{w}" for w in self.rules.tokens(display))
 
-    def _walk(self, part: Message, depth: int, a: MailAnalysis, budget: list[int]) -> None:
+    def _enter_part(self, a: MailAnalysis) -> bool:
+        """Count one more MIME part; False past the token or part limits (then skip it)."""
         if len(a.tokens) > self.limits.max_tokens:
-            return  # cut and counted by analyse()
+            return False  # cut and counted by analyse()
         if a.parts >= self.limits.max_mime_parts:
             if a.parts == self.limits.max_mime_parts:
                 a.defect("too_many_parts")
                 a.parts += 1
-            return
+            return False
         a.parts += 1
+        return True
+
+    @staticmethod
+    def _leaf_tokens(a: MailAnalysis, charset: str | None, cte: str | None,
+                     filename: str | None, maintype: str) -> None:
+        """``charset:``, ``encoding:`` and ``attachment:`` tokens of a non-multipart part."""
+        if charset:
+            a.tokens.append("charset:" + charset[:40])
+        if cte:
+            a.tokens.append("encoding:" + cte.strip().lower()[:40])
+        if filename:
+            ext = filename.rsplit(".", 1)[-1].lower()[:10] if "." in filename else ""
+            a.tokens.append("attachment:" + (ext or "none"))
+            if maintype != "text":
+                a.attachments += 1
+
+    def _walk(self, part: Message, depth: int, a: MailAnalysis, budget: list[int]) -> None:
+        if not self._enter_part(a):
+            return
         ctype = part.get_content_type()
         a.tokens.append("part:" + ctype[:60])
         if depth > 0:
@@ -425,17 +445,9 @@ class MailTokenizer:
                 self._walk(child, depth + 1, a, budget)
             return
         charset = part.get_content_charset()
-        if charset:
-            a.tokens.append("charset:" + charset[:40])
-        cte = part.get("content-transfer-encoding")
-        if cte:
-            a.tokens.append("encoding:" + str(cte).strip().lower()[:40])
-        filename = part.get_filename()
-        if filename:
-            ext = str(filename).rsplit(".", 1)[-1].lower()[:10] if "." in str(filename) else ""
-            a.tokens.append("attachment:" + (ext or "none"))
-            if part.get_content_maintype() != "text":
-                a.attachments += 1
+        cte, filename = part.get("content-transfer-encoding"), part.get_filename()
+        self._leaf_tokens(a, charset, str(cte) if cte else None,
+                          str(filename) if filename else None, part.get_content_maintype())
         # A multipart whose boundary never appears keeps its body as one string: read it as text.
         if self._within_budget(a, budget) and part.get_content_maintype() in ("text", "multipart"):
             data = part.get_payload(decode=True)
@@ -444,14 +456,8 @@ class MailTokenizer:
 
     def _walk_fast(self, part: Part, depth: int, a: MailAnalysis, budget: list[int]) -> None:
         """:meth:`_walk` over :class:`~streamnb.features.mime.Part` (same tokens, same order)."""
-        if len(a.tokens) > self.limits.max_tokens:
-            return  # cut and counted by analyse()
-        if a.parts >= self.limits.max_mime_parts:
-            if a.parts == self.limits.max_mime_parts:
-                a.defect("too_many_parts")
-                a.parts += 1
+        if not self._enter_part(a):
             return
-        a.parts += 1
         ctype = part.content_type()
         a.tokens.append("part:" + ctype[:60])
         multipart = part.is_multipart()  # splitting the body records the multipart defects
@@ -465,18 +471,9 @@ class MailTokenizer:
                 self._walk_fast(child, depth + 1, a, budget)
             return
         charset = part.charset()
-        if charset:
-            a.tokens.append("charset:" + charset[:40])
-        cte = part.get("content-transfer-encoding")
-        if cte:
-            a.tokens.append("encoding:" + cte.strip().lower()[:40])
-        filename = part.filename()
         maintype = ctype.partition("/")[0]
-        if filename:
-            ext = filename.rsplit(".", 1)[-1].lower()[:10] if "." in filename else ""
-            a.tokens.append("attachment:" + (ext or "none"))
-            if maintype != "text":
-                a.attachments += 1
+        self._leaf_tokens(a, charset, part.get("content-transfer-encoding"), part.filename(),
+                          maintype)
         if self._within_budget(a, budget) and maintype in ("text", "multipart"):
             self._text_part(part.payload(), charset, ctype, a, budget)
 

@@ -146,6 +146,15 @@ def _log_class_prior_rows(N: np.ndarray, n_known: np.ndarray) -> np.ndarray:
     return out
 
 
+def _batch_priors(model: GenerativeClassifier, n: int, y: Any, sample_weight: Any,
+                  ) -> tuple[list[Label], np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`_labelled_batch`, plus the class weights ``N`` before each row and the
+    row-wise log class priors they give."""
+    classes, codes, w, n_known = _labelled_batch(model, n, y, sample_weight)
+    N = _class_weights(model, codes, w, len(classes))
+    return classes, codes, w, n_known, N, _log_class_prior_rows(N, n_known)
+
+
 def _nothing_learnt_before_a_row(codes: np.ndarray) -> bool:
     """True when no row has a labelled row before it: the model alone predicts them all."""
     return not (codes[:-1] >= 0).any()
@@ -188,10 +197,8 @@ def multinomial_prequential(model: MultinomialNB, X: Any, y: Any,
     """Exact prequential log posteriors of a MultinomialNB (see the module docstring)."""
     X = _canonical_csr(model, X)
     n, width = X.shape
-    classes, codes, w, n_known = _labelled_batch(model, n, y, sample_weight)
+    classes, codes, w, n_known, N, log_prior = _batch_priors(model, n, y, sample_weight)
     K = len(classes)
-    N = _class_weights(model, codes, w, K)
-    log_prior = _log_class_prior_rows(N, n_known)
     if _nothing_learnt_before_a_row(codes):  # e.g. a batch without labels
         return _model_only(model, X, classes, n_known, log_prior)
     cc, fc = model._parts()
@@ -282,10 +289,8 @@ def generic_prequential(model: GenerativeClassifier, X: Any, y: Any,
     statistics that learns the labelled rows one at a time (see the module docstring)."""
     model._validate_X(X, predicting=True)
     n = X.shape[0]
-    classes, codes, w, n_known = _labelled_batch(model, n, y, sample_weight)
+    classes, codes, w, n_known, N, log_prior = _batch_priors(model, n, y, sample_weight)
     K = len(classes)
-    N = _class_weights(model, codes, w, K)
-    log_prior = _log_class_prior_rows(N, n_known)
     if _nothing_learnt_before_a_row(codes):  # e.g. a batch without labels
         return _model_only(model, X, classes, n_known, log_prior)
     jll = np.full((n, K), np.nan)
