@@ -290,9 +290,10 @@ def main(argv: list[str] | None = None) -> int:
 
 
 # ---------------------------------------------------------------------- profiling
-#: Stage -> the function (qualified name suffix) whose cumulative time is that stage.
+#: Stage -> the functions (qualified name suffixes) whose cumulative time is that stage.
 STAGES = {
     "read (XREADGROUP)": "worker.py:_read",
+    "read ahead, announce, send commit": "worker.py:_send_and_prefetch",
     "decode (msgpack)": "codec.py:decode_input",
     "featurize": "featurizer.py:featurize_batch",
     "predict (score + decide)": "worker.py:_predict",
@@ -301,7 +302,7 @@ STAGES = {
     "encode delta": "replica.py:encode_delta",
     "encode outputs": "codec.py:output_for",
     "cache rows (to_bytes)": "featurizer.py:to_bytes",
-    "commit (Lua script)": "commit.py:commit_batch",
+    "commit (Lua script, or waiting for its reply)": ("commit.py:commit_batch", "commit.py:result"),
     "log apply (tail + merge)": "worker.py:_tail",
     "housekeeping": "worker.py:_housekeeping",
 }
@@ -387,7 +388,8 @@ def profile_worker(messages: Sequence[bytes], name: str = "profile", top: int = 
     for (filename, _line, func), (_cc, _nc, _tt, ct, _callers) in stats.stats.items():  # type: ignore[attr-defined]
         key = f"{Path(filename).name}:{func}"
         cum[key] = cum.get(key, 0.0) + ct
-    stages = {stage: cum.get(fn, 0.0) for stage, fn in STAGES.items()}
+    stages = {stage: sum(cum.get(fn, 0.0) for fn in ((fns,) if isinstance(fns, str) else fns))
+              for stage, fns in STAGES.items()}
     print(f"profiled worker: {len(messages)} messages in {total:.2f}s under cProfile "
           f"({rate(len(messages), total):,.0f} msg/s)")
     print(format_table(["stage", "seconds", "us/message", "share"],

@@ -5,7 +5,7 @@ from __future__ import annotations
 import fakeredis
 import pytest
 
-from workers.commit import CacheCas, CacheNew, CommitRequest, commit_batch
+from workers.commit import CacheCas, CacheNew, CommitRequest, commit_batch, send_commit
 from workers.keys import GROUP, ModelKeys
 from workers.labels import encode_label
 
@@ -123,3 +123,49 @@ def test_commit_withdraws_the_inflight_announcement_only_when_it_succeeds(r):
                                                  inflight_key=K.inflight))
     assert res.ok and r.hgetall(K.inflight) == {b"w2": b"theirs"}
     assert r.hget(K.cache("a"), "row") == b"row"  # the cache key before it is still a cache key
+
+
+def test_commit_withdraws_only_its_own_batch_announcement(r):
+    """One field per batch: the commit of a worker's first batch leaves the announcement
+    of the next one it has already read (pipelined commits)."""
+    ids = _read(r, "w1", 2)
+    r.hset(K.inflight, mapping={"w1|1-0": b"first", "w1|2-0": b"next"})
+    res = commit_batch(r, K, "w1", CommitRequest(ids=ids, log_data=b"d", inflight_key=K.inflight,
+                                                 inflight_field="w1|1-0"))
+    assert res.ok and r.hgetall(K.inflight) == {b"w1|2-0": b"next"}
+
+
+def test_a_sent_commit_gives_what_the_direct_call_gives_and_the_client_stays_usable(r):
+    ids = _read(r, "w1", 3)
+    sent = send_commit(r, K, "w1", CommitRequest(ids=ids[:2], outputs=[b"o1", b"o2"],
+                                                 log_data=b"delta", n_learnt=2))
+    assert r.xlen(K.input) == 3  # the client's own connection is free meanwhile
+    res = sent.result()
+    assert res.ok and res.log_id == r.xrange(K.log)[0][0].decode()
+    assert sent.result() is res  # read once
+    assert r.xpending(K.input, GROUP)["pending"] == 1
+    lost = send_commit(r, K, "w1", CommitRequest(ids=ids[:2])).result()
+    assert lost.lost == ids[:2] and r.xlen(K.log) == 1  # a replay writes nothing, as before
+
+
+def test_a_sent_commit_loads_the_script_after_a_flush(r):
+    ids = _read(r, "w1", 1)
+    r.script_flush()  # as after a restart of Redis: the first EVALSHA finds no script
+    res = send_commit(r, K, "w1", CommitRequest(ids=ids, outputs=[b"o"], log_data=b"d")).result()
+    assert res.ok and r.xlen(K.out) == 1 and r.xlen(K.log) == 1
+
+
+def test_an_abandoned_commit_ran_whole_or_not_at_all(redis_server):
+    r = redis_server.client()
+    ids = _read(r, "w1", 50)
+    sent = send_commit(r, K, "w1", CommitRequest(ids=ids, outputs=[b"o"] * 50, log_data=b"d",
+                                                 n_learnt=50))
+    sent.abandon()  # its connection is closed without reading the reply
+    assert r.ping()  # the pool hands out a working connection
+    pending = r.xpending(K.input, GROUP)["pending"]
+    if pending == 0:
+        assert r.xlen(K.log) == 1 and r.xlen(K.out) == 50 and int(r.get(K.learnt)) == 50
+    else:
+        assert pending == 50 and _nothing_written(r)
+    with pytest.raises(RuntimeError, match="abandoned"):
+        sent.result()

@@ -165,3 +165,11 @@ def test_on_off_flags_from_env_and_toml(tmp_path):
     assert parsed(["worker", "--config", str(cfg), "--prequential"]).prequential is True
     with pytest.raises(SettingsError, match="--prequential expects true or false"):
         parsed(["worker"], {"STREAMNB_PREQUENTIAL": "maybe"})
+
+
+def test_pipeline_flag_reaches_the_worker_options(tmp_path):
+    from workers.supervisor import worker_options
+
+    assert worker_options(parsed(["worker"])).pipeline is True
+    assert worker_options(parsed(["worker", "--no-pipeline"])).pipeline is False
+    assert worker_options(parsed(["worker"], {"STREAMNB_PIPELINE": "off"})).pipeline is False

@@ -223,6 +223,9 @@ def _add_worker_options(p: argparse.ArgumentParser) -> None:
     add_option(w, "--order-wait-ms", type=non_negative_int, default=DEFAULT_ORDER_WAIT_MS,
                help="before predicting, wait at most this long for other workers' earlier "
                "labelled batches to commit (predictions as with one worker; 0: off)")
+    add_option(w, "--pipeline", action=argparse.BooleanOptionalAction, default=True,
+               help="while a full batch commits, read, decode and featurize the next one "
+               "(same predictions; --no-pipeline: one batch after the other)")
     add_option(w, "--processes", type=positive_int, default=1,
                help="run N worker processes under a supervisor that restarts one that dies")
     add_option(w, "--metrics-port", type=port, default=DEFAULT_METRICS_PORT,

@@ -2,7 +2,7 @@
 --
 -- KEYS[1] :in   KEYS[2] :out   KEYS[3] :dead   KEYS[4] :log   KEYS[5] :learnt
 -- KEYS[5 + i]   the cache key of cache operation i
--- KEYS[6 + n cache operations] (optional) :inflight: this consumer's field is deleted
+-- KEYS[6 + n cache operations] (optional) :inflight: the batch's announcement is deleted
 --                 with the commit (ordered predictions, workers/ordering.py)
 -- ARGV[1] group           ARGV[2] consumer       ARGV[3] out MAXLEN ~ (0: none)
 -- ARGV[4] dead MAXLEN ~   ARGV[5] log entry data ("" : no log entry)
@@ -12,6 +12,7 @@
 -- then the ids, the outputs, the dead letters, and 7 values per cache operation:
 --   "new", row, pred, learnt, weight, ts, ttl_ms      (write a message's cache entry)
 --   "cas", expected learnt, new learnt, "", "", "", "" (change the learnt label if unchanged)
+-- then (optional) the :inflight field to delete (default: the consumer name)
 --
 -- Nothing is written unless every id is still pending for this consumer and every "cas"
 -- finds the learnt label the worker saw. Returns {"ok", log id or ""}, {"lost", ids...}
@@ -123,6 +124,6 @@ for i = first_id, first_id + n_ids - 1, chunk do
   redis.call('XACK', KEYS[1], group, unpack(ids))
 end
 if #KEYS > 5 + n_cache then
-  redis.call('HDEL', KEYS[6 + n_cache], consumer)
+  redis.call('HDEL', KEYS[6 + n_cache], ARGV[first_cache + 7 * n_cache] or consumer)
 end
 return {'ok', log_id}

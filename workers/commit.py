@@ -4,8 +4,12 @@ One script call per batch: it checks that every entry id is still pending for th
 consumer and that every delayed-label compare-and-set still holds; only then does it
 append the delta to ``:log`` (plus decay events every K learnt messages), the predictions
 to ``:out``, the dead letters to ``:dead``, write the feature cache, XACK the ids and,
-if asked, delete this consumer's ``:inflight`` announcement.
+if asked, delete the batch's ``:inflight`` announcement.
 Otherwise it writes nothing and says which ids were lost or which cache entries changed.
+
+:func:`send_commit` sends the same call without waiting for its reply (on a connection of
+its own, read later by :meth:`SentCommit.result`), so a worker can decode and featurize
+its next batch while Redis runs the script.
 
 >>> import fakeredis
 >>> from workers.keys import GROUP, ModelKeys
@@ -18,6 +22,9 @@ True
 >>> res.ok, r.xlen(k.log), r.xpending(k.input, GROUP)["pending"]
 (True, 1, 0)
 >>> commit_batch(r, k, "w1", CommitRequest(ids=[eid])).lost == [eid]  # replay: no-op
+True
+>>> sent = send_commit(r, k, "w1", CommitRequest(ids=[eid]))  # the same, reply read later
+>>> sent.result().lost == [eid]
 True
 """
 
@@ -92,9 +99,11 @@ class CommitRequest:
     cache_ops: list[CacheNew | CacheCas] = field(default_factory=list)
     decay_every: int = 0
     decay_data: bytes = b""
-    #: ``{M}:inflight``: withdraw this consumer's announcement in the same commit, so a
+    #: ``{M}:inflight``: withdraw the batch's announcement in the same commit, so a
     #: worker woken by the log entry never still sees it (workers/ordering.py).
     inflight_key: str | None = None
+    #: The announcement's field in ``inflight_key`` (default: the consumer name).
+    inflight_field: str | None = None
 
 
 @dataclass(slots=True)
@@ -114,13 +123,11 @@ def _text(v: Any) -> str:
     return v.decode() if isinstance(v, bytes) else str(v)
 
 
-def commit_batch(client: Any, keys: ModelKeys, consumer: str, req: CommitRequest,
-                 out_maxlen: int = 0, dead_maxlen: int = 0) -> CommitResult:
-    """Run the commit script for one batch; see the module docstring."""
+def _command(keys: ModelKeys, consumer: str, req: CommitRequest, out_maxlen: int,
+             dead_maxlen: int) -> tuple[list[str], list[Any]]:
+    """The commit script's KEYS and ARGV for ``req`` (layout: workers/commit.lua)."""
     script_keys = [keys.input, keys.out, keys.dead, keys.log, keys.learnt]
     script_keys += [op.key for op in req.cache_ops]
-    if req.inflight_key:
-        script_keys.append(req.inflight_key)
     args: list[Any] = [
         GROUP, consumer, int(out_maxlen), int(dead_maxlen), req.log_data or b"",
         int(req.n_learnt), int(req.decay_every), req.decay_data,
@@ -129,7 +136,13 @@ def commit_batch(client: Any, keys: ModelKeys, consumer: str, req: CommitRequest
     ]
     for op in req.cache_ops:
         args += op.args()
-    reply = COMMIT_SCRIPT(client, script_keys, args)
+    if req.inflight_key:
+        script_keys.append(req.inflight_key)
+        args.append(req.inflight_field or consumer)
+    return script_keys, args
+
+
+def _result(reply: Any) -> CommitResult:
     status = _text(reply[0])
     if status == "ok":
         return CommitResult(log_id=_text(reply[1]))
@@ -138,3 +151,79 @@ def commit_batch(client: Any, keys: ModelKeys, consumer: str, req: CommitRequest
     if status == "conflict":
         return CommitResult(conflicts=[int(_text(v)) for v in reply[1:]])
     raise RuntimeError(f"unexpected reply from the commit script: {reply!r}")
+
+
+def commit_batch(client: Any, keys: ModelKeys, consumer: str, req: CommitRequest,
+                 out_maxlen: int = 0, dead_maxlen: int = 0) -> CommitResult:
+    """Run the commit script for one batch; see the module docstring."""
+    script_keys, args = _command(keys, consumer, req, out_maxlen, dead_maxlen)
+    return _result(COMMIT_SCRIPT(client, script_keys, args))
+
+
+class SentCommit:
+    """A commit script call on the wire: :meth:`result` reads its reply (once).
+
+    The call has a connection of the client's pool to itself until then, so the client
+    stays usable meanwhile (its commands run in Redis after the script). :meth:`abandon`
+    drops the connection without reading: the script ran whole or not at all, and the
+    batch's ids say which (acknowledged, or still pending).
+    """
+
+    __slots__ = ("client", "conn", "script_keys", "args", "done")
+
+    def __init__(self, client: Any, script_keys: list[str], args: list[Any]) -> None:
+        self.client, self.script_keys, self.args = client, script_keys, args
+        self.done: CommitResult | None = None
+        self.conn: Any = None
+        pool = getattr(client, "connection_pool", None)
+        if pool is None or not hasattr(pool, "get_connection"):  # a cluster client: at once
+            self.done = _result(COMMIT_SCRIPT(client, script_keys, args))
+            return
+        conn = pool.get_connection()
+        try:
+            conn.send_command("EVALSHA", COMMIT_SCRIPT.sha, len(script_keys), *script_keys, *args)
+        except BaseException:
+            conn.disconnect()
+            pool.release(conn)
+            raise
+        self.conn = conn
+
+    def result(self) -> CommitResult:
+        """Wait for the reply (loading the script on NOSCRIPT, e.g. after a restart)."""
+        if self.done is not None:
+            return self.done
+        conn, self.conn = self.conn, None
+        if conn is None:
+            raise RuntimeError("the commit was abandoned")
+        pool = self.client.connection_pool
+        try:
+            reply = conn.read_response()
+        except redis.exceptions.NoScriptError:
+            pool.release(conn)
+            reply = COMMIT_SCRIPT(self.client, self.script_keys, self.args)  # nothing ran
+        except BaseException:
+            conn.disconnect()  # the reply may still come: never hand this socket out again
+            pool.release(conn)
+            raise
+        else:
+            pool.release(conn)
+        self.done = _result(reply)
+        return self.done
+
+    def abandon(self) -> None:
+        """Forget the call without its reply (its connection is closed)."""
+        conn, self.conn = self.conn, None
+        if conn is not None:
+            try:
+                conn.disconnect()
+            finally:
+                self.client.connection_pool.release(conn)
+
+
+def send_commit(client: Any, keys: ModelKeys, consumer: str, req: CommitRequest,
+                out_maxlen: int = 0, dead_maxlen: int = 0) -> SentCommit:
+    """Send the commit script for one batch; read its result later with
+    :meth:`SentCommit.result`. A client without a connection pool (Redis Cluster) runs
+    it at once."""
+    script_keys, args = _command(keys, consumer, req, out_maxlen, dead_maxlen)
+    return SentCommit(client, script_keys, args)

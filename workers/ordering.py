@@ -8,9 +8,13 @@ and accuracy depends on the number of workers and on timing (SpamAssassin replay
 with 1 worker; 98.15-98.58% over 5 runs with 2; docs/performance.md, benchmark 6).
 
 So a worker *announces* each batch it reads (the first entry id and the number of
-entries) in the hash ``{M}:inflight`` as soon as the read returns, withdraws it once
-decoded if no message in it has a label, and otherwise in its commit (the commit script
-deletes the field, so a worker woken by the new log entry never still sees it). Before
+entries) in the hash ``{M}:inflight``, in a field of its own per batch
+(``<consumer>|<first id>``), as soon as the read returns; it withdraws it once decoded if
+no message in it has a label, and otherwise in its commit (the commit script deletes the
+field, so a worker woken by the new log entry never still sees it). One field per batch,
+not per consumer: a worker that reads its next batch while the commit of the previous
+one is still running (workers/worker.py, "pipelined commits") has two batches in flight,
+and the commit of the first must not withdraw the second. Before
 predicting, a worker looks for announcements of *other* consumers whose batch starts
 *before* its own, and waits for them to be committed (blocking on ``:log``, applying
 what arrives), at most ``max_wait_s``. Then its predictions see the same labels a single
@@ -29,6 +33,7 @@ that start before its own.
 >>> r, k = fakeredis.FakeRedis(), ModelKeys("doc")
 >>> a, b = InflightBoard(r, k, "a"), InflightBoard(r, k, "b")
 >>> a.announce("5-0", n_entries=3, now=100.0)
+'a|5-0'
 >>> b.earlier("9-0", now=100.5), b.earlier("2-0", now=100.5), a.earlier("9-0", now=100.5)
 (['a'], [], [])
 >>> b.earlier("9-0", now=200.0)  # stale: ignored (and removed)
@@ -55,9 +60,10 @@ DEFAULT_HORIZON_S = 10.0
 
 
 class InflightBoard:
-    """One consumer's view of the ``{M}:inflight`` hash (consumer -> announcement)."""
+    """One consumer's view of the ``{M}:inflight`` hash (``<consumer>|<first id>`` ->
+    announcement)."""
 
-    __slots__ = ("client", "consumer", "horizon_s", "key", "announced")
+    __slots__ = ("client", "consumer", "horizon_s", "key", "fields")
 
     def __init__(self, client: Any, keys: ModelKeys, consumer: str,
                  horizon_s: float = DEFAULT_HORIZON_S) -> None:
@@ -65,46 +71,61 @@ class InflightBoard:
         self.key = keys.inflight
         self.consumer = consumer
         self.horizon_s = horizon_s
-        self.announced = False
+        #: This consumer's announcements not yet withdrawn.
+        self.fields: set[str] = set()
 
-    def announce(self, first_id: str, n_entries: int, now: float | None = None) -> None:
+    def field(self, first_id: str) -> str:
+        """The hash field of this consumer's batch starting at ``first_id``."""
+        return f"{self.consumer}|{first_id}"
+
+    def announce(self, first_id: str, n_entries: int, now: float | None = None) -> str:
         """Say that this consumer's batch of ``n_entries`` starting at ``first_id`` may
-        learn labels."""
+        learn labels; returns the field to withdraw."""
         ts = time.time() if now is None else now
-        self.client.hset(self.key, self.consumer, dumps({"first": first_id, "n": int(n_entries),
-                                                         "ts": float(ts)}))
-        self.announced = True
+        name = self.field(first_id)
+        self.client.hset(self.key, name, dumps({"first": first_id, "n": int(n_entries),
+                                                "ts": float(ts)}))
+        self.fields.add(name)
+        return name
 
-    def withdraw(self) -> None:
+    def withdraw(self, name: str | None) -> None:
         """The batch is committed (or abandoned): nobody needs to wait for it any more."""
-        if self.announced:
-            self.announced = False  # also if the HDEL fails: the field goes stale in horizon_s
-            self.client.hdel(self.key, self.consumer)
+        if name in self.fields:
+            self.fields.discard(name)  # also if the HDEL fails: the field goes stale in horizon_s
+            self.client.hdel(self.key, name)
 
-    def withdrawn_by_commit(self) -> None:
+    def withdrawn_by_commit(self, name: str | None) -> None:
         """The commit script deleted the field along with the batch (workers/commit.lua)."""
-        self.announced = False
+        self.fields.discard(name)  # type: ignore[arg-type]
+
+    def forget(self) -> None:
+        """Drop every announcement of this consumer (after a reconnect: its batches are
+        redone and announced again; a field left behind goes stale in ``horizon_s``)."""
+        if self.fields:
+            names, self.fields = list(self.fields), set()
+            self.client.hdel(self.key, *names)
 
     def earlier(self, first_id: str, now: float | None = None) -> list[str]:
         """Other consumers with a batch in flight (that may learn labels) starting before
         ``first_id``."""
         now = time.time() if now is None else now
         mine = parse_id(first_id)
-        found, stale = [], []
+        found, stale = set(), []
         for name, raw in (self.client.hgetall(self.key) or {}).items():
-            consumer = _s(name)
+            field = _s(name)
+            consumer = field.rpartition("|")[0] or field  # a bare consumer name: older workers
             if consumer == self.consumer:
                 continue
             try:
                 ann = loads(raw)
                 first, n, ts = parse_id(ann["first"]), int(ann["n"]), float(ann["ts"])
             except Exception:  # noqa: BLE001 - a foreign or damaged field: not ours to wait on
-                stale.append(consumer)
+                stale.append(field)
                 continue
             if now - ts > self.horizon_s:
-                stale.append(consumer)
+                stale.append(field)
             elif n > 0 and first < mine:
-                found.append(consumer)
+                found.add(consumer)
         if stale:
             self.client.hdel(self.key, *stale)
         return sorted(found)

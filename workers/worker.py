@@ -66,7 +66,15 @@ from streamnb.encoding import dumps
 from streamnb.exceptions import MalformedMessage, NotFittedError, StreamnbError
 from streamnb.features import Row
 from workers.backoff import Backoff
-from workers.commit import CacheCas, CacheNew, CommitRequest, commit_batch
+from workers.commit import (
+    CacheCas,
+    CacheNew,
+    CommitRequest,
+    CommitResult,
+    SentCommit,
+    commit_batch,
+    send_commit,
+)
 from workers.connection import Connector, is_access_error
 from workers.keys import GROUP, ModelKeys
 from workers.labels import (
@@ -176,6 +184,11 @@ class WorkerOptions:
     #: start before this one to be committed, so predictions see the same labels as with
     #: one worker (0: predict at once). See workers/ordering.py.
     order_wait_ms: int = DEFAULT_ORDER_WAIT_MS
+    #: While a full batch commits, read the next one and decode and featurize it (the
+    #: commit script runs in Redis meanwhile; its reply is read before the next batch is
+    #: predicted, so predictions and what is learnt are the same). False: one batch after
+    #: the other. See docs/worker.md, "Pipelined commits".
+    pipeline: bool = True
 
     def __post_init__(self) -> None:
         if self.batch < 1:
@@ -212,6 +225,27 @@ class Dead:
     data: bytes
 
 
+@dataclass
+class CommitWork:
+    """The commit of one batch: what it is built from (rebuilt after a conflict), the
+    request and what it learns, and the call while it is on the wire."""
+
+    items: list[Item]
+    refs: list[LabelRef]
+    dead: list[Dead]
+    ref_data: dict[str, bytes]
+    #: The model version the predictions were made at (in every output).
+    version: str
+    #: The batch's ``:inflight`` announcement (None: not announced, or withdrawn).
+    inflight: str | None
+    req: CommitRequest | None = None
+    learn: list[tuple[Item, Any]] = field(default_factory=list)
+    res: Any = None
+    all_dead: list[Dead] = field(default_factory=list)
+    add_rows: list[tuple[Row, Any, float]] = field(default_factory=list)
+    sent: SentCommit | None = None
+
+
 class ModelRuntime:
     """Everything a worker keeps for one model name."""
 
@@ -239,6 +273,10 @@ class ModelRuntime:
         self.observed_applied = -1
         #: Classes of the last batch prediction, in the column order of model_log_proba.
         self.predicted_classes: list[Any] = []
+        #: Pipelined commits: the commit on the wire, and the next batch read meanwhile
+        #: (its entries and its ``:inflight`` field).
+        self.in_flight: CommitWork | None = None
+        self.prefetched: tuple[list, str | None] | None = None
 
     def emit_event(self, kind: str, fields: dict[str, Any]) -> None:
         data = dumps({"kind": kind, "ts": time.time(), "worker": self.worker.options.consumer,
@@ -360,11 +398,29 @@ class Worker:
                     log.exception("worker %s: unexpected error; the batch stays pending", self.consumer)
                     self._stop.wait(1.0)
                     for rt in self.models.values():
+                        try:
+                            self._settle(rt)
+                        except Exception:  # noqa: BLE001 - its batch stays pending
+                            log.exception("model %s: the commit on the wire failed", rt.name)
+                        self._abandon(rt)
                         rt.pending_phase = True
                     continue
                 self._recover(exc)
+        self._finish_pipeline()
         self.shutdown()
         return 0
+
+    def _finish_pipeline(self) -> None:
+        """Warm shutdown: process the batch read ahead and read the last commit's reply."""
+        for rt in self.models.values():
+            try:
+                if rt.prefetched:
+                    (entries, announced), rt.prefetched = rt.prefetched, None
+                    self._process(rt, entries, None, announced)
+                self._settle(rt)
+            except Exception as exc:  # noqa: BLE001 - what is not committed stays pending
+                log.warning("model %s: the last batches were not committed: %s", rt.name, exc)
+                self._abandon(rt)
 
     def _recover(self, exc: BaseException) -> None:
         kind = error_kind(exc) or "other"
@@ -372,6 +428,8 @@ class Worker:
             labels = {"model": rt.name if rt else "-", "worker": self.consumer}
             self.metrics.redis_errors.labels(**labels, kind=kind).inc()
             self.metrics.reconnects.labels(**labels).inc()
+        for rt in self.models.values():
+            self._abandon(rt, withdraw=False)  # Redis is away; announcements go stale
         delay = self.backoff.next_delay()
         log.warning("redis %s error at %s: %s; reconnecting in %.2fs (attempt %d)", kind,
                     self.connector.describe(), exc, delay, self.backoff.attempts)
@@ -421,11 +479,21 @@ class Worker:
             n += self._claim(rt)
             if rt.pending_phase:
                 n += self._drain_pending(rt)
+        # batches read while the previous commit ran (pipelined), then the other models'
+        batches = [(rt, *rt.prefetched) for rt in self.models.values() if rt.prefetched]
+        for rt, _, _ in batches:
+            rt.prefetched = None
         if not self.stopping:
-            for rt, entries in self._read(block_ms if n == 0 else 0):
-                n += self._process(rt, entries, None)
+            rest = [rt for rt in self.models.values() if all(rt is not b[0] for b in batches)]
+            if rest:
+                block = 0 if batches or n else block_ms
+                batches += [(rt, entries, None) for rt, entries in self._read(block, rest)]
+        for rt, entries, announced in batches:
+            n += self._process(rt, entries, None, announced, pipeline=True)
         for rt in self.models.values():
-            self._tail(rt)
+            if rt.prefetched is None:  # else the commit runs on while the next batch decodes
+                self._settle(rt)
+                self._tail(rt)
         return n
 
     def run_until_idle(self, timeout: float = 60.0, block_ms: int = 20) -> None:
@@ -451,8 +519,9 @@ class Worker:
                 return False
         return True
 
-    def _read(self, block_ms: int) -> list[tuple[ModelRuntime, list]]:
-        rts = list(self.models.values())
+    def _read(self, block_ms: int, rts: list[ModelRuntime] | None = None,
+              ) -> list[tuple[ModelRuntime, list]]:
+        rts = list(self.models.values()) if rts is None else rts
         block = block_ms if block_ms > 0 else None
         t0 = time.perf_counter()
         if self.connector.cluster and len(rts) > 1:  # streams of several slots: one call each
@@ -578,20 +647,27 @@ class Worker:
             log.exception("model %s: observer.%s failed", rt.name, hook)
 
     # ------------------------------------------------------------------ one batch
-    def _process(self, rt: ModelRuntime, entries: list, deliveries: dict[str, int] | None) -> int:
-        """Decode, featurize, predict, learn and commit one batch of entries of ``rt``."""
+    def _process(self, rt: ModelRuntime, entries: list, deliveries: dict[str, int] | None,
+                 announced: str | None = None, pipeline: bool = False) -> int:
+        """Decode, featurize, predict, learn and commit one batch of entries of ``rt``.
+
+        ``announced``: the batch's ``:inflight`` field if it was announced when read.
+        ``pipeline``: the commit may be sent without waiting for its reply, the next batch
+        read meanwhile (:meth:`_send_and_prefetch`).
+        """
         first_id = min((_s(e[0]) for e in entries), key=parse_id) if entries else "0-0"
-        if self.options.order_wait_ms > 0 and entries:
+        batch = {"inflight": announced}
+        if announced is None and self.options.order_wait_ms > 0 and entries:
             # announced at once (it may hold labels), so a worker that read the next batch
             # can never look before this one is announced; see workers/ordering.py
-            rt.inflight.announce(first_id, len(entries))
+            batch["inflight"] = rt.inflight.announce(first_id, len(entries))
         try:
-            return self._decode_batch(rt, entries, deliveries, first_id)
+            return self._decode_batch(rt, entries, deliveries, first_id, batch, pipeline)
         finally:
-            self._withdraw(rt)
+            self._withdraw(rt, batch["inflight"])  # unless the commit took it over
 
     def _decode_batch(self, rt: ModelRuntime, entries: list, deliveries: dict[str, int] | None,
-                      first_id: str) -> int:
+                      first_id: str, batch: dict[str, str | None], pipeline: bool) -> int:
         mw = self._mw(rt)
         m = self.metrics
         o = self.options
@@ -626,12 +702,14 @@ class Worker:
         t1 = time.perf_counter()
         m.stage_seconds.labels(**mw, stage="decode").observe(t1 - t0)
         if not any(msg.label is not None for _, msg, _ in msgs):
-            self._withdraw(rt)  # it learns nothing: nobody needs to wait for it
-        return self._finish_batch(rt, entries, msgs, dead, first_id, now, t1)
+            self._withdraw(rt, batch["inflight"])  # it learns nothing: nobody needs to wait for it
+            batch["inflight"] = None
+        return self._finish_batch(rt, entries, msgs, dead, first_id, now, t1, batch, pipeline)
 
     def _finish_batch(self, rt: ModelRuntime, entries: list,
                       msgs: list[tuple[str, InputMessage, bytes]], dead: list[Dead],
-                      first_id: str, now: float, t1: float) -> int:
+                      first_id: str, now: float, t1: float, batch: dict[str, str | None],
+                      pipeline: bool) -> int:
         """Featurize, wait for earlier labelled batches, predict, learn and commit."""
         mw = self._mw(rt)
         m = self.metrics
@@ -655,14 +733,15 @@ class Worker:
         t2 = time.perf_counter()
         m.stage_seconds.labels(**mw, stage="featurize").observe(t2 - t1)
 
+        # ---- the previous batch's commit (pipelined) lands before anything reads the model
+        settled = self._settle(rt)
         # ---- ordered predictions: other workers' earlier labelled batches first, then
         # catch up with the log (batches committed while this one was read and featurized)
-        if items:
-            if o.order_wait_ms > 0:
-                self._await_earlier(rt, first_id)
-            if o.order_wait_ms > 0 or o.prequential:
-                self._tail(rt)
-            t2 = time.perf_counter()
+        if items and o.order_wait_ms > 0:
+            self._await_earlier(rt, first_id)
+        if settled or (items and (o.order_wait_ms > 0 or o.prequential)):
+            self._tail(rt)
+        t2 = time.perf_counter()
         # after the log tail: it may have brought the model's first classes
         items, refs = self._drop_foreign_labels(rt, msgs, items, refs, dead, ref_data)
 
@@ -673,73 +752,172 @@ class Worker:
         m.stage_seconds.labels(**mw, stage="predict").observe(t3 - t2)
 
         # ---- learn and commit; rebuilt if ids were lost or cache entries changed
-        version = rt.replica.version
-        for _attempt in range(o.max_commit_attempts):
-            tl = time.perf_counter()
-            batch_labels = {it.msg.id: it.msg.label for it in items}
-            batch_preds = {it.msg.id: (it.log_proba, it.msg.ts or parse_id(it.entry_id)[0] / 1000.0)
-                           for it in items}
-            outside = [r.ref for r in refs if r.ref not in batch_labels]
-            cached = fetch_cached(self.client, rt.keys, outside) if o.cache_ttl_s > 0 else {}
-            # a cached row that does not fit this model (tampered, other config): as expired
-            cached = {k: c if c is None or rt.featurizer.fits(c.row) else None
-                      for k, c in cached.items()}
-            res = resolve_refs(refs, rt.keys, batch_labels, batch_preds, cached)
-            learn = [(it, res.in_batch.get(it.msg.id, it.msg.label)) for it in items]
-            add_rows = [(it.row, lab, it.msg.weight) for it, lab in learn if lab is not None]
-            n_learnt = len(add_rows) + res.n_learnt
-            add_rows += res.adds
-            add = self._stats(rt, add_rows)
-            sub = self._stats(rt, res.subs)
-            batch_id = uuid.uuid4().hex[:16]
-            log_data = encode_delta(add, sub, n_learnt, self.consumer, batch_id) \
-                if (add is not None or sub is not None) else None
-            outputs = [output_for(it.msg, it.label, it.log_proba, version, self.consumer,
-                                  learned=lab is not None) for it, lab in learn]
-            all_dead = dead + [Dead(r.entry_id, REF_EXPIRED, f"no cached message with id {r.ref!r} "
-                                    "(never seen, or its cache entry expired)", ref_data[r.entry_id])
-                               for r in res.expired]
-            all_dead.sort(key=lambda d: parse_id(d.entry_id))
-            cache_ops: list[CacheNew | CacheCas] = []
-            if o.cache_ttl_s > 0:
-                cache_ops += [CacheNew(rt.keys.cache(it.msg.id), it.row.to_bytes(),
-                                       encode_pred(it.label, it.log_proba), encode_label(lab),
-                                       it.msg.weight, batch_preds[it.msg.id][1],
-                                       int(o.cache_ttl_s * 1000)) for it, lab in learn]
-                cache_ops += res.cas
-            ids = [it.entry_id for it in items] + [d.entry_id for d in dead] + \
-                [r.entry_id for r in refs]
-            if not ids:
+        work = CommitWork(items, refs, dead, ref_data, rt.replica.version, batch["inflight"])
+        batch["inflight"] = None  # the commit withdraws it now (or the settle, if it fails)
+        try:
+            if not self._build_commit(rt, work):
                 return len(entries)
-            req = CommitRequest(
-                ids=ids, outputs=outputs,
-                dead=[encode_dead(d.entry_id, d.reason, d.detail, d.data) for d in all_dead],
-                log_data=log_data, n_learnt=n_learnt, cache_ops=cache_ops,
-                decay_every=rt.config.decay_every,
-                decay_data=encode_decay(rt.config.decay_factor) if rt.config.decay_every else b"",
-                inflight_key=rt.keys.inflight if rt.inflight.announced else None)
-            tc = time.perf_counter()
-            m.stage_seconds.labels(**mw, stage="learn").observe(tc - tl)
-            result = commit_batch(self.client, rt.keys, self.consumer, req, o.out_maxlen,
-                                  o.dead_maxlen)
-            m.stage_seconds.labels(**mw, stage="commit").observe(time.perf_counter() - tc)
-            if result.ok:
-                if req.inflight_key:
-                    rt.inflight.withdrawn_by_commit()
-                # the log (our delta included) is applied by the tail at the end of step()
-                self._committed(rt, learn, res, all_dead, add_rows, len(outputs))
+            if pipeline and self._may_pipeline(rt, len(entries)):
+                self._send_and_prefetch(rt, work)
                 return len(entries)
-            m.commit_conflicts.labels(**mw).inc()
-            if result.lost:
-                lost = set(result.lost)
-                log.info("model %s: %d entries were claimed by another worker; committing the rest",
-                         rt.name, len(lost))
-                items = [it for it in items if it.entry_id not in lost]
-                dead = [d for d in dead if d.entry_id not in lost]
-                refs = [r for r in refs if r.entry_id not in lost]
-            # conflicts: cache entries changed under us; re-read them and rebuild
+            self._commit_attempts(rt, work, None)
+        finally:
+            if work.sent is None:
+                self._withdraw(rt, work.inflight)
+        return len(entries)
+
+    # ------------------------------------------------------------------ the commit
+    def _build_commit(self, rt: ModelRuntime, w: CommitWork) -> bool:
+        """Resolve the delayed labels and build ``w.req``; False if there is nothing to
+        commit (every entry was lost)."""
+        o = self.options
+        tl = time.perf_counter()
+        items, refs = w.items, w.refs
+        batch_labels = {it.msg.id: it.msg.label for it in items}
+        batch_preds = {it.msg.id: (it.log_proba, it.msg.ts or parse_id(it.entry_id)[0] / 1000.0)
+                       for it in items}
+        outside = [r.ref for r in refs if r.ref not in batch_labels]
+        cached = fetch_cached(self.client, rt.keys, outside) if o.cache_ttl_s > 0 else {}
+        # a cached row that does not fit this model (tampered, other config): as expired
+        cached = {k: c if c is None or rt.featurizer.fits(c.row) else None
+                  for k, c in cached.items()}
+        res = resolve_refs(refs, rt.keys, batch_labels, batch_preds, cached)
+        learn = [(it, res.in_batch.get(it.msg.id, it.msg.label)) for it in items]
+        add_rows = [(it.row, lab, it.msg.weight) for it, lab in learn if lab is not None]
+        n_learnt = len(add_rows) + res.n_learnt
+        add_rows += res.adds
+        add = self._stats(rt, add_rows)
+        sub = self._stats(rt, res.subs)
+        batch_id = uuid.uuid4().hex[:16]
+        log_data = encode_delta(add, sub, n_learnt, self.consumer, batch_id) \
+            if (add is not None or sub is not None) else None
+        outputs = [output_for(it.msg, it.label, it.log_proba, w.version, self.consumer,
+                              learned=lab is not None) for it, lab in learn]
+        all_dead = w.dead + [Dead(r.entry_id, REF_EXPIRED, f"no cached message with id {r.ref!r} "
+                                  "(never seen, or its cache entry expired)", w.ref_data[r.entry_id])
+                             for r in res.expired]
+        all_dead.sort(key=lambda d: parse_id(d.entry_id))
+        cache_ops: list[CacheNew | CacheCas] = []
+        if o.cache_ttl_s > 0:
+            cache_ops += [CacheNew(rt.keys.cache(it.msg.id), it.row.to_bytes(),
+                                   encode_pred(it.label, it.log_proba), encode_label(lab),
+                                   it.msg.weight, batch_preds[it.msg.id][1],
+                                   int(o.cache_ttl_s * 1000)) for it, lab in learn]
+            cache_ops += res.cas
+        ids = [it.entry_id for it in items] + [d.entry_id for d in w.dead] + \
+            [r.entry_id for r in refs]
+        if not ids:
+            return False
+        w.req = CommitRequest(
+            ids=ids, outputs=outputs,
+            dead=[encode_dead(d.entry_id, d.reason, d.detail, d.data) for d in all_dead],
+            log_data=log_data, n_learnt=n_learnt, cache_ops=cache_ops,
+            decay_every=rt.config.decay_every,
+            decay_data=encode_decay(rt.config.decay_factor) if rt.config.decay_every else b"",
+            inflight_key=rt.keys.inflight if w.inflight else None, inflight_field=w.inflight)
+        w.learn, w.res, w.all_dead, w.add_rows = learn, res, all_dead, add_rows
+        self.metrics.stage_seconds.labels(**self._mw(rt), stage="learn").observe(
+            time.perf_counter() - tl)
+        return True
+
+    def _commit_attempts(self, rt: ModelRuntime, w: CommitWork, result: CommitResult | None) -> None:
+        """Commit ``w`` (already built; ``result``: the reply of a first attempt already
+        sent), rebuilding it after lost ids or changed cache entries."""
+        o = self.options
+        for attempt in range(o.max_commit_attempts):
+            if attempt and not self._build_commit(rt, w):
+                return
+            if result is None:
+                tc = time.perf_counter()
+                result = commit_batch(self.client, rt.keys, self.consumer, w.req, o.out_maxlen,
+                                      o.dead_maxlen)
+                self.metrics.stage_seconds.labels(**self._mw(rt), stage="commit").observe(
+                    time.perf_counter() - tc)
+            if self._after_commit(rt, w, result):
+                return
+            result = None
         raise StreamnbError(f"model {rt.name}: commit failed {o.max_commit_attempts} times; "
                             "the batch stays pending")
+
+    def _after_commit(self, rt: ModelRuntime, w: CommitWork, result: CommitResult) -> bool:
+        """Account for a committed batch (True), or drop its lost ids for the next attempt."""
+        if result.ok:
+            if w.req.inflight_key:
+                rt.inflight.withdrawn_by_commit(w.inflight)
+                w.inflight = None
+            # the log (our delta included) is applied by the next tail
+            self._committed(rt, w.learn, w.res, w.all_dead, w.add_rows, len(w.req.outputs))
+            return True
+        self.metrics.commit_conflicts.labels(**self._mw(rt)).inc()
+        if result.lost:
+            lost = set(result.lost)
+            log.info("model %s: %d entries were claimed by another worker; committing the rest",
+                     rt.name, len(lost))
+            w.items = [it for it in w.items if it.entry_id not in lost]
+            w.dead = [d for d in w.dead if d.entry_id not in lost]
+            w.refs = [r for r in w.refs if r.entry_id not in lost]
+        # conflicts: cache entries changed under us; re-read them and rebuild
+        return False
+
+    def _may_pipeline(self, rt: ModelRuntime, n_entries: int) -> bool:
+        """Send this commit without waiting? Only for a full batch (more is likely waiting;
+        a partial one is the tail of a backlog or live traffic, where the reply is read at
+        once), on one Redis server (not Cluster), and not when stopping."""
+        o = self.options
+        return (o.pipeline and n_entries >= o.batch and not self.stopping
+                and not self.connector.cluster and rt.prefetched is None)
+
+    def _send_and_prefetch(self, rt: ModelRuntime, w: CommitWork) -> None:
+        """Read (and announce) the next batch, then send this batch's commit without
+        waiting: Redis runs the script while the next batch is decoded and featurized.
+        The read goes first: behind the script it would wait for it."""
+        t0 = time.perf_counter()
+        reply = self.reader.xreadgroup(GROUP, self.consumer, {rt.keys.input: ">"},
+                                       count=self.options.batch) or []
+        entries = [e for _, es in reply for e in es]
+        if entries:
+            self.metrics.stage_seconds.labels(**self._mw(rt), stage="read").observe(
+                time.perf_counter() - t0)
+            announced = None
+            if self.options.order_wait_ms > 0:
+                announced = rt.inflight.announce(
+                    min((_s(e[0]) for e in entries), key=parse_id), len(entries))
+            rt.prefetched = (entries, announced)
+        o = self.options
+        w.sent = send_commit(self.client, rt.keys, self.consumer, w.req, o.out_maxlen,
+                             o.dead_maxlen)
+        rt.in_flight = w
+
+    def _settle(self, rt: ModelRuntime) -> bool:
+        """Read the reply of the commit on the wire, if any (retrying it if it failed)."""
+        w = rt.in_flight
+        if w is None:
+            return False
+        rt.in_flight = None
+        tc = time.perf_counter()
+        try:
+            result = w.sent.result()  # type: ignore[union-attr]
+            self.metrics.stage_seconds.labels(**self._mw(rt), stage="commit").observe(
+                time.perf_counter() - tc)
+            self._commit_attempts(rt, w, result)
+        finally:
+            self._withdraw(rt, w.inflight)
+        return True
+
+    def _abandon(self, rt: ModelRuntime, withdraw: bool = True) -> None:
+        """After an error: forget the commit on the wire and the batch read ahead. Their
+        entries are this consumer's pending ones, redone from there (``pending_phase``);
+        ``withdraw``: delete this consumer's announcements (else they go stale in 10 s)."""
+        w, rt.in_flight, rt.prefetched = rt.in_flight, None, None
+        if w is not None and w.sent is not None:
+            w.sent.abandon()
+        if not withdraw:
+            rt.inflight.fields.clear()
+            return
+        try:
+            rt.inflight.forget()
+        except redis.RedisError as exc:
+            log.warning("model %s: could not withdraw in-flight announcements: %s", rt.name, exc)
 
     def _await_earlier(self, rt: ModelRuntime, first_id: str) -> None:
         """Wait (at most ``order_wait_ms``) for other workers' labelled batches that start
@@ -755,9 +933,11 @@ class Worker:
                          "workers; predicting batch %s without them", rt.name, res.seconds * 1000,
                          res.waited_for, first_id)
 
-    def _withdraw(self, rt: ModelRuntime) -> None:
+    def _withdraw(self, rt: ModelRuntime, name: str | None) -> None:
+        if name is None:
+            return
         try:
-            rt.inflight.withdraw()
+            rt.inflight.withdraw(name)
         except redis.RedisError as exc:  # it goes stale in 10 s; others wait at most that long
             log.warning("model %s: could not withdraw the in-flight announcement: %s", rt.name, exc)
 

@@ -1,0 +1,159 @@
+"""Pipelined commits (WorkerOptions.pipeline) against a real redis-server.
+
+While a full batch's commit script runs in Redis, the worker reads the next batch and
+decodes and featurizes it; it reads the commit's reply before predicting. These tests
+check that this changes nothing a user sees: the same predictions and statistics as one
+batch after the other, every message once after a warm stop, and exactly-once learning
+when the connection drops with a commit on the wire.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import msgpack
+import pytest
+from _worker_helpers import (
+    PARAMS,
+    assert_same_stats,
+    count_spec,
+    fast_options,
+    offline_model,
+    produce,
+    token_messages,
+    url_worker,
+)
+
+import workers.worker as worker_module
+from streamnb.codec import decode_output
+from workers.commit import SentCommit
+from workers.keys import GROUP, ModelKeys
+
+pytestmark = pytest.mark.redis
+
+BATCH = 25
+
+
+def _messages() -> list[dict]:
+    msgs = token_messages(400, seed=7, labelled_share=0.7)
+    # a delayed label for an earlier message of another batch, and a malformed entry
+    msgs[260] = {"ref": "m3", "label": "ham"}
+    return msgs
+
+
+def _produce(client, name: str, msgs: list[dict]) -> None:
+    produce(client, name, msgs[:300])
+    client.xadd(ModelKeys(name).input, {"data": b"\xc1 not msgpack"})
+    produce(client, name, msgs[300:])
+
+
+def _outputs(client, name: str) -> dict[str, dict]:
+    return {o["id"]: o for o in (decode_output(f[b"data"]) for _, f in
+                                 client.xrange(ModelKeys(name).out))}
+
+
+def _count_sends(monkeypatch) -> list[int]:
+    sent: list[int] = []
+    real = worker_module.send_commit
+
+    def counting(*args, **kw):
+        sent.append(1)
+        return real(*args, **kw)
+
+    monkeypatch.setattr(worker_module, "send_commit", counting)
+    return sent
+
+
+def test_pipelined_worker_predicts_and_learns_what_one_batch_at_a_time_does(redis_server, monkeypatch):
+    client = redis_server.client()
+    msgs = _messages()
+    _produce(client, "piped", msgs)
+    _produce(client, "plain", msgs)
+    sends = _count_sends(monkeypatch)
+    piped = url_worker(redis_server.url, [count_spec("piped")], fast_options("p", batch=BATCH))
+    piped.run_until_idle()
+    assert len(sends) >= 10  # most of the 17 batches were committed pipelined
+    n_sent = len(sends)
+    plain = url_worker(redis_server.url, [count_spec("plain")],
+                       fast_options("q", batch=BATCH, pipeline=False))
+    plain.run_until_idle()
+    assert len(sends) == n_sent  # the other worker never sent one ahead
+
+    a, b = _outputs(client, "piped"), _outputs(client, "plain")
+    assert a.keys() == b.keys() and len(a) == 399
+    for mid, out in a.items():
+        other = b[mid]
+        assert (out["label"], out.get("learned"), out.get("true_label")) == \
+            (other["label"], other.get("learned"), other.get("true_label")), mid
+        assert out["log_proba"] == pytest.approx(other["log_proba"], abs=1e-12), mid
+    assert_same_stats(piped.models["piped"].replica.model, plain.models["plain"].replica.model)
+    labelled = [m for m in msgs if "tokens" in m and "label" in m]
+    relabelled = [dict(m, label="ham") if m.get("id") == "m3" else m for m in labelled]
+    assert_same_stats(piped.models["piped"].replica.model,
+                      offline_model("multinomial", PARAMS, {"bits": 10, "counts": "raw"}, relabelled))
+    for name in ("piped", "plain"):
+        k = ModelKeys(name)
+        assert client.xlen(k.dead) == 1 and client.xpending(k.input, GROUP)["pending"] == 0
+        assert client.hgetall(k.inflight) == {}  # every announcement withdrawn
+
+
+def test_a_warm_stop_commits_the_batch_read_ahead(redis_server, monkeypatch):
+    client = redis_server.client()
+    msgs = token_messages(300, seed=3)
+    produce(client, "mail", msgs)
+    w = url_worker(redis_server.url, [count_spec()], fast_options("w", batch=BATCH))
+    real = w._send_and_prefetch
+
+    def stop_after_read_ahead(rt, work):  # SIGTERM arrives while a commit is on the wire
+        real(rt, work)
+        assert rt.prefetched is not None
+        w.request_stop()
+
+    w._send_and_prefetch = stop_after_read_ahead
+    t = threading.Thread(target=w.run, kwargs={"install_signals": False})
+    t.start()
+    t.join(30)
+    assert not t.is_alive()
+    k = ModelKeys("mail")
+    outs = _outputs(client, "mail")
+    assert len(outs) == 2 * BATCH  # the batch committed and the one read ahead, nothing more
+    assert client.xpending(k.input, GROUP)["pending"] == 0
+    assert int(client.get(k.learnt)) == 2 * BATCH and client.hgetall(k.inflight) == {}
+
+
+def test_a_connection_lost_with_a_commit_on_the_wire_learns_every_message_once(redis_server,
+                                                                                 monkeypatch):
+    client = redis_server.client()
+    msgs = token_messages(600, seed=5, labelled_share=0.8)
+    produce(client, "mail", msgs)
+    real_result = SentCommit.result
+    broken: list[int] = []
+
+    def drop_connection_once(self):
+        if not broken and self.conn is not None:
+            broken.append(1)
+            self.conn.disconnect()  # the reply is lost; the script may have run
+        return real_result(self)
+
+    monkeypatch.setattr(SentCommit, "result", drop_connection_once)
+    w = url_worker(redis_server.url, [count_spec()], fast_options("w", batch=BATCH))
+    t = threading.Thread(target=w.run, kwargs={"install_signals": False})
+    t.start()
+    k = ModelKeys("mail")
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if client.xlen(k.out) >= len(msgs) and client.xpending(k.input, GROUP)["pending"] == 0:
+            break
+        time.sleep(0.05)
+    w.request_stop()
+    t.join(30)
+    assert broken and not t.is_alive()
+    labelled = [m for m in msgs if "label" in m]
+    assert int(client.get(k.learnt)) == len(labelled)  # once each, not twice, not never
+    assert sorted(_outputs(client, "mail")) == sorted(m["id"] for m in msgs)
+    w.models["mail"].replica.catch_up()
+    assert_same_stats(w.models["mail"].replica.model,
+                      offline_model("multinomial", PARAMS, {"bits": 10, "counts": "raw"}, labelled))
+    assert [msgpack.unpackb(f[b"data"])["t"] for _, f in client.xrange(k.log)].count("delta") \
+        == client.xlen(k.log)
