@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import copy
+import math
+import random
+import struct
+
 import numpy as np
 import pytest
 from scipy.stats import chi2_contingency
@@ -16,6 +21,7 @@ from streamnb.drift import (
     j_divergence,
     js_divergence,
 )
+from streamnb.drift.base import DriftDetector
 from streamnb.drift.prior_shift import g_statistic
 
 
@@ -255,3 +261,155 @@ def test_update_many_matches_update_one_at_a_time():
         assert got == expected
         assert one.state() == many.state()
         assert one.drift_detected == many.drift_detected
+
+
+# ------------------------------------------------ bulk updates: bit-identical to update()
+def assert_same(a, b, path: str = "state") -> None:
+    """a and b are identical: floats bit for bit (NaN included), arrays by dtype, shape and
+    bytes, containers in order, detectors (and the ADWIN inside TokenDrift) by vars()."""
+    assert type(a) is type(b), f"{path}: {type(a).__name__} != {type(b).__name__}"
+    if isinstance(a, float):
+        assert struct.pack("<d", a) == struct.pack("<d", b), f"{path}: {a!r} != {b!r}"
+    elif isinstance(a, np.ndarray):
+        assert a.dtype == b.dtype and a.shape == b.shape, f"{path}: {a!r} != {b!r}"
+        assert a.tobytes() == b.tobytes(), f"{path}: {a!r} != {b!r}"
+    elif isinstance(a, list | tuple):
+        assert len(a) == len(b), f"{path}: {len(a)} != {len(b)} items"
+        for i, (x, y) in enumerate(zip(a, b, strict=True)):
+            assert_same(x, y, f"{path}[{i}]")
+    elif isinstance(a, dict):
+        assert list(a) == list(b), f"{path}: keys {list(a)} != {list(b)}"
+        for k in a:
+            assert_same(a[k], b[k], f"{path}[{k!r}]")
+    elif isinstance(a, DriftDetector):
+        assert_same(vars(a), vars(b), path)
+    else:
+        assert a == b, f"{path}: {a!r} != {b!r}"
+
+
+def replay_in_batches(make, values, seed: int, as_array: bool = False) -> list:
+    """Feed ``values`` to one detector an update at a time and to another in random batches
+    of 1..300 (``update_many``); after every batch the alarms (position and last_change) and
+    the whole state must be identical. Returns the per-update detector."""
+    rng = random.Random(seed)
+    one, many = make(), make()
+    start = 0
+    while start < len(values):
+        batch = values[start:start + rng.randint(1, 300)]
+        expected = [(i, one.last_change) for i, v in enumerate(batch) if one.update(v)]
+        got = many.update_many(np.asarray(batch) if as_array else iter(batch))
+        assert_same(got, expected, f"alarms of the batch at {start}")
+        assert_same(many, one, f"state after the batch at {start}")
+        start += len(batch)
+    return one
+
+
+def regimes(seed: int, n: int, levels: list[float]) -> list[float]:
+    """A level per regime of random length 150..900, cycling through ``levels``."""
+    rng = random.Random(seed)
+    out: list[float] = []
+    while len(out) < n:
+        out += [levels[len(out) % len(levels)]] * rng.randint(150, 900)
+    return out[:n]
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_prior_shift_update_many_is_update_bit_for_bit(seed):
+    rng = random.Random(seed)
+    spam = regimes(seed, 6000, [0.05, 0.45, 0.15, 0.7])
+    labels = ["spam" if rng.random() < p else "ham" for p in spam]
+    for i in range(2500, 6000):              # new classes first seen mid-stream (mid-batch)
+        r = rng.random()
+        labels[i] = "virus" if r < 0.03 else "phish" if i > 4000 and r < 0.06 else labels[i]
+    cases = [lambda: PriorShift(cooldown=300),
+             lambda: PriorShift(windows=(5, 17, 40), check_every=3, min_reference=30, cooldown=40),
+             lambda: PriorShift(windows=(8, 24), check_every=1, min_reference=8, cooldown=2000)]
+    for make in cases:                       # alarms, and regimes restarted in cool-down
+        one = replay_in_batches(make, labels, seed)
+        assert one.n_alarms >= 2 and one.labels[2:] == ["virus", "phish"]
+        assert sorted(one._thresholds) == [1, 2, 3]
+    assert one.n_suppressed >= 1
+
+
+def test_prior_shift_update_many_new_classes_in_one_batch():
+    labels = ["a"] * 250 + ["b", "c", "a", "b", "c", "d"] * 20 + ["a", "d"] * 100
+    for size in (1, 7, 64, len(labels)):
+        one, many = PriorShift(check_every=2), PriorShift(check_every=2)
+        expected = [(i, one.last_change) for i, y in enumerate(labels) if one.update(y)]
+        got = []
+        for start in range(0, len(labels), size):
+            got += [(start + i, c) for i, c in many.update_many(labels[start:start + size])]
+        assert expected and one.labels == ["a", "b", "c", "d"]
+        assert_same(got, expected)
+        assert_same(many, one)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_adwin_update_many_is_update_bit_for_bit(seed):
+    rng = random.Random(seed)
+    p = regimes(seed, 8000, [0.03, 0.3, 0.1, 0.01])
+    errors = [float(rng.random() < q) for q in p]
+    # not 0/1: x ** 2 (libm pow) and x * x round differently now and then, so the merges
+    # must square as update() does
+    real = [rng.uniform(0.0, 0.2) + q + rng.gauss(0.0, 0.05) for q in p]
+    cases = [(lambda: ADWIN(cooldown=200), errors, True),
+             (lambda: ADWIN(direction="increase", cooldown=0), errors, False),
+             (lambda: ADWIN(direction="decrease", clock=7, max_buckets=2, cooldown=50), real, True),
+             (lambda: ADWIN(clock=1, min_window=2, grace_period=3, cooldown=0), real[:3000], False)]
+    for make, values, as_array in cases:
+        one = replay_in_batches(make, values, seed, as_array=as_array)
+        assert one.n_alarms >= 1
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_page_hinkley_update_many_is_update_bit_for_bit(seed):
+    rng = random.Random(seed)
+    scale = regimes(seed, 6000, [5.0, 0.6, 2.0, 0.4])
+    losses = [min(rng.expovariate(s), 30.0) for s in scale]
+    with_nan = [x if rng.random() > 0.002 else math.nan for x in losses]
+    cases = [(lambda: PageHinkley(delta=0.05, threshold=20.0, clip=4.6, alpha=1.0), losses),
+             (lambda: PageHinkley(delta=0.01, threshold=8.0, mode="both", cooldown=100), losses),
+             (lambda: PageHinkley(threshold=5.0, mode="down", alpha=0.99, cooldown=0), losses),
+             (lambda: PageHinkley(threshold=10.0, clip=3, min_instances=5, cooldown=0), with_nan)]
+    for make, values in cases:
+        one = replay_in_batches(make, values, seed, as_array=True)
+        assert one.n_alarms >= 1
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_token_drift_update_many_is_update_bit_for_bit(seed):
+    rng = random.Random(seed)
+    top = regimes(seed, 6000, [0.1, 0.3, 0.05, 0.6])
+    shares = [rng.uniform(0.0, t) for t in top]
+    for make in (lambda: TokenDrift(warmup=500, cooldown=150), lambda: TokenDrift(clock=5, cooldown=0)):
+        one = replay_in_batches(make, shares, seed)
+        assert one.n_alarms >= 1
+
+
+@pytest.mark.parametrize("seed", range(2))
+def test_update_many_with_a_whole_stream_at_once(seed):
+    """One call far longer than PriorShift's 1,024-label blocks and ADWIN's clock."""
+    rng = random.Random(seed)
+    level = regimes(seed, 5000, [0.05, 0.5, 0.2])
+    labels = ["spam" if rng.random() < q else "ham" if rng.random() < 0.97 else "x" for q in level]
+    for make, values in [(lambda: PriorShift(cooldown=200), labels),
+                         (lambda: ADWIN(cooldown=0), [float(rng.random() < q) for q in level]),
+                         (lambda: PageHinkley(threshold=10.0, mode="both"), level),
+                         (lambda: TokenDrift(warmup=300, cooldown=0), [q * rng.random() for q in level])]:
+        one, many = make(), make()
+        expected = [(i, one.last_change) for i, v in enumerate(values) if one.update(v)]
+        assert len(expected) >= 2
+        assert_same(many.update_many(values), expected)
+        assert_same(many, one)
+
+
+def test_update_many_on_no_values_changes_nothing():
+    for det, values in [(ADWIN(cooldown=0), [0.0] * 1000 + [1.0] * 1000),
+                        (PageHinkley(threshold=5.0), [0.0] * 100 + [1.0] * 20),
+                        (PriorShift(), ["a"] * 300 + ["b"] * 40),
+                        (TokenDrift(warmup=10), [0.0] * 1000 + [1.0] * 200)]:
+        while not det.update(values[det.n_seen % len(values)]):
+            pass
+        before = copy.deepcopy(vars(det))
+        assert det.update_many([]) == [] and det.drift_detected
+        assert_same(vars(det), before)

@@ -85,19 +85,55 @@ class ADWIN(DriftDetector):
         if len(self._rows[0]) > self.max_buckets:
             self._merge_full_rows()
 
-    def _merge_full_rows(self) -> None:
-        """Merge the two oldest buckets of every row holding more than ``max_buckets``."""
-        size = 1
-        for i, row in enumerate(self._rows):
-            if len(row) <= self.max_buckets:
+    def _merge_full_rows(self, level: int = 0) -> None:
+        """Merge the oldest buckets of every row from ``level`` on that holds more than
+        ``max_buckets``, two by two, until it holds at most that many. A row is a queue merged
+        pairwise from its old end, so merging once after several inserts gives the very
+        buckets that merging after each insert gives."""
+        rows, max_buckets = self._rows, self.max_buckets
+        for i in range(level, len(rows)):
+            row = rows[i]
+            over = len(row) - max_buckets
+            if over <= 0:
                 break
-            (s1, v1), (s2, v2) = row[0], row[1]
-            merged = [s1 + s2, v1 + v2 + size * size * (s1 / size - s2 / size) ** 2 / (2 * size)]
-            del row[:2]
-            if i + 1 == len(self._rows):
-                self._rows.append([])
-            self._rows[i + 1].append(merged)
-            size *= 2
+            size = 1 << i
+            sq, twice = size * size, 2 * size
+            if i == 0:       # buckets [x, 0.0]: the formula below with size 1, exactly
+                pairs = row[:over + over % 2]
+                merged = [[s1 + s2, (s1 - s2) ** 2 / 2]
+                          for (s1, _), (s2, _) in zip(pairs[::2], pairs[1::2], strict=True)]
+            elif over <= 2:  # one pair (most rows)
+                (s1, v1), (s2, v2) = row[0], row[1]
+                merged = [[s1 + s2, v1 + v2 + sq * (s1 / size - s2 / size) ** 2 / twice]]
+            else:            # size * size * d ** 2 / (2 * size), evaluated left to right
+                pairs = row[:over + over % 2]
+                merged = [[s1 + s2, v1 + v2 + sq * (s1 / size - s2 / size) ** 2 / twice]
+                          for (s1, v1), (s2, v2) in zip(pairs[::2], pairs[1::2], strict=True)]
+            del row[:over + over % 2]
+            if i + 1 == len(rows):
+                rows.append(merged)
+            else:
+                rows[i + 1] += merged
+
+    def _insert_many(self, xs: list[float]) -> None:
+        """The buckets of :meth:`_insert` with each of ``xs`` (sums aside): row 0's oldest
+        values are merged in pairs straight from the values, as ``_merge_full_rows`` would."""
+        rows, max_buckets = self._rows, self.max_buckets
+        row0 = rows[0]
+        if len(row0) + len(xs) <= max_buckets:
+            row0 += [[x, 0.0] for x in xs]
+            return
+        values = [s for s, _ in row0] + xs
+        k = 2 * ((len(values) - max_buckets + 1) // 2)
+        merged = [[a + b, (a - b) ** 2 / 2]
+                  for a, b in zip(values[0:k:2], values[1:k:2], strict=True)]
+        row0[:] = [[x, 0.0] for x in values[k:]]
+        if len(rows) == 1:
+            rows.append(merged)
+        else:
+            rows[1] += merged
+        if len(rows[1]) > max_buckets:
+            self._merge_full_rows(1)
 
     def _drop_oldest(self) -> tuple[int, float]:
         """Remove the oldest bucket; return its size and sum."""
@@ -119,9 +155,11 @@ class ADWIN(DriftDetector):
 
     def _find_cut(self) -> bool:
         """True if some split of the window has significantly different means."""
-        n, total = self.width, self.total
+        n, total, min_window, sqrt = self.width, self.total, self.min_window, math.sqrt
         v = self.variance
         log_term = math.log(2.0 * math.log(n) / self.delta)
+        linear = 2.0 / 3.0 * log_term        # eps's second term is linear * m, as written
+        shift = min_window - 1
         n0, s0 = 0, 0.0
         for level in range(len(self._rows) - 1, -1, -1):
             size = 1 << level
@@ -129,13 +167,14 @@ class ADWIN(DriftDetector):
                 n0 += size
                 s0 += s
                 n1 = n - n0
-                if n1 < self.min_window:
+                if n1 < min_window:
                     return False
-                if n0 < self.min_window:
+                if n0 < min_window:
                     continue
-                m = 1.0 / (n0 - self.min_window + 1) + 1.0 / (n1 - self.min_window + 1)
-                eps = math.sqrt(2.0 * m * v * log_term) + 2.0 / 3.0 * log_term * m
-                if abs(s0 / n0 - (total - s0) / n1) > eps:
+                m = 1.0 / (n0 - shift) + 1.0 / (n1 - shift)
+                diff = abs(s0 / n0 - (total - s0) / n1)
+                # eps = sqrt(...) + linear * m >= linear * m: no cut without passing that first
+                if diff > linear * m and diff > sqrt(2.0 * m * v * log_term) + linear * m:
                     return True
         return False
 
@@ -150,8 +189,11 @@ class ADWIN(DriftDetector):
         return self._cut()
 
     def update_many(self, values: Iterable[float]) -> list[tuple[int, dict[str, Any]]]:
-        """:meth:`update` with each value in turn, in one loop: the same state and alarms.
+        """:meth:`update` with each value in turn: the same state, bit for bit, and alarms.
         Returns ``(position in values, last_change)`` of every update that alarmed.
+
+        Between two clock ticks only the sums are updated value by value; the new buckets are
+        merged once before the tick's cut check (the same buckets, see ``_merge_full_rows``).
 
         >>> import random
         >>> rng = random.Random(2)
@@ -162,30 +204,33 @@ class ADWIN(DriftDetector):
         >>> (one.width, one.total, one.variance) == (many.width, many.total, many.variance)
         True
         """
+        xs = list(map(float, values))
+        if not xs:
+            return []
         alarms: list[tuple[int, dict[str, Any]]] = []
-        row0 = self._rows[0]
-        max_buckets, clock = self.max_buckets, self.clock
+        clock = self.clock
         warm = max(self.grace_period, 2 * self.min_window)
         width, total, m2, n_seen = self.width, self.total, self._m2, self.n_seen
-        i = -1
-        for i, x in enumerate(map(float, values)):  # noqa: B007 - i is read after the loop
-            n_seen += 1
-            if width:  # as _insert, operation for operation (bit-identical state)
-                m2 += width * (x - total / width) ** 2 / (width + 1)
-            width += 1
-            total += x
-            row0.append([x, 0.0])
-            if len(row0) > max_buckets:
-                self._merge_full_rows()
+        start, n = 0, len(xs)
+        while start < n:
+            stop = min(n, start + clock - n_seen % clock)   # up to the next clock tick
+            chunk = xs[start:stop]
+            for x in chunk:      # as _insert, operation for operation (bit-identical state)
+                if width:
+                    m2 += width * (x - total / width) ** 2 / (width + 1)
+                width += 1
+                total += x
+            n_seen += stop - start
+            start = stop
+            self._insert_many(chunk)
             if n_seen % clock or width <= warm:
                 continue
             self.width, self.total, self._m2, self.n_seen = width, total, m2, n_seen
             if self._cut():
-                alarms.append((i, self.last_change))
+                alarms.append((stop - 1, self.last_change))
             width, total, m2 = self.width, self.total, self._m2
-            row0 = self._rows[0]
         self.width, self.total, self._m2, self.n_seen = width, total, m2, n_seen
-        self.drift_detected = bool(alarms) and alarms[-1][0] == i
+        self.drift_detected = bool(alarms) and alarms[-1][0] == n - 1
         return alarms
 
     def _cut(self) -> bool:

@@ -94,40 +94,45 @@ class PageHinkley(DriftDetector):
         >>> one.statistic == many.statistic and one.mean == many.mean
         True
         """
+        xs = list(map(float, values))
+        if not xs:
+            return []
+        if self.clip is not None:
+            clip = self.clip
+            xs = [min(x, clip) for x in xs]
         alarms: list[tuple[int, dict[str, Any]]] = []
-        alpha, delta, clip, threshold = self.alpha, self.delta, self.clip, self.threshold
-        min_instances, watch_up, watch_down = self.min_instances, self.mode != "down", self.mode != "up"
+        alpha, delta, threshold = self.alpha, self.delta, self.threshold
+        min_instances = self.min_instances
+        watch_up, watch_down = self.mode != "down", self.mode != "up"
         n, mean, up, up_min = self.n, self.mean, self._up, self._up_min
         down, down_max, n_seen = self._down, self._down_max, self.n_seen
-        i = -1
-        for i, x in enumerate(map(float, values)):  # noqa: B007 - i is read after the loop
-            n_seen += 1  # as update, operation for operation (bit-identical state)
-            if clip is not None:
-                x = min(x, clip)
+        for i, x in enumerate(xs):  # as update, operation for operation (bit-identical state)
             n += 1
             mean += (x - mean) / n
             dev = x - mean
             up = alpha * up + dev - delta
             down = alpha * down + dev + delta
-            up_min = min(up_min, up)
-            down_max = max(down_max, down)
+            if up < up_min:          # min(up_min, up) and max(down_max, down), NaN and all
+                up_min = up
+            if down > down_max:
+                down_max = down
             if n < min_instances:
                 continue
             u = up - up_min if watch_up else 0.0
             d = down_max - down if watch_down else 0.0
-            if max(u, d) <= threshold:
+            if (d if d > u else u) <= threshold:     # max(u, d), as the builtin picks it
                 continue
             change = {"direction": "increase" if u >= d else "decrease", "mean_before": mean,
                       "statistic": max(u, d), "samples": n}
             self._restart()
             n, mean, up, up_min = self.n, self.mean, self._up, self._up_min
             down, down_max = self._down, self._down_max
-            self.n_seen = n_seen
+            self.n_seen = n_seen + i + 1
             if self._alarm(change):
                 alarms.append((i, change))
         self.n, self.mean, self._up, self._up_min = n, mean, up, up_min
-        self._down, self._down_max, self.n_seen = down, down_max, n_seen
-        self.drift_detected = bool(alarms) and alarms[-1][0] == i
+        self._down, self._down_max, self.n_seen = down, down_max, n_seen + len(xs)
+        self.drift_detected = bool(alarms) and alarms[-1][0] == len(xs) - 1
         return alarms
 
     def _state(self) -> dict[str, Any]:

@@ -134,7 +134,7 @@ class PriorShift(DriftDetector):
 
     def _threshold(self, df: int) -> float:
         if df not in self._thresholds:
-            self._thresholds[df] = float(chi2.isf(self.alpha / len(self.windows), df))
+            self._thresholds[df] = self._quantile(df)
         return self._thresholds[df]
 
     def _recent(self, w: int) -> np.ndarray:
@@ -143,17 +143,22 @@ class PriorShift(DriftDetector):
         idx = (self._pos - w + np.arange(w)) % size
         return self._ring[idx]
 
+    def _register(self, label: Any) -> int:
+        """Give a new label the next class index."""
+        k = self._index[label] = len(self.labels)
+        self.labels.append(label)
+        self._reference = np.append(self._reference, 0.0)
+        for counts in self._window_counts:
+            counts.append(0)
+        return k
+
     def update(self, label: Any) -> bool:
         """Add one label; True on an alarm."""
         self.drift_detected = False
         self.n_seen += 1
         k = self._index.get(label)
         if k is None:
-            k = self._index[label] = len(self.labels)
-            self.labels.append(label)
-            self._reference = np.append(self._reference, 0.0)
-            for counts in self._window_counts:
-                counts.append(0)
+            k = self._register(label)
         size = self._ring.shape[0]
         ring = self._ring
         for w, counts in zip(self.windows, self._window_counts, strict=True):
@@ -171,15 +176,130 @@ class PriorShift(DriftDetector):
         return self._check()
 
     def update_many(self, labels: Iterable[Any]) -> list[tuple[int, dict[str, Any]]]:
-        """:meth:`update` with each label in turn; ``(position, last_change)`` of each alarm.
+        """:meth:`update` with each label in turn (the same state, bit for bit, and alarms);
+        ``(position, last_change)`` of each alarm.
+
+        The counts of every check in a run of labels come from one cumulative count table
+        (numpy, exact integers); the G statistics of all checks are screened in numpy and only
+        those near their threshold are recomputed as :meth:`update` does (``_g_small``).
 
         >>> one, many = PriorShift(), PriorShift()
         >>> ys = ["ham"] * 300 + ["spam"] * 40
         >>> [i for i, y in enumerate(ys) if one.update(y)] == [i for i, _ in many.update_many(ys)]
         True
         """
-        update = self.update
-        return [(i, self.last_change) for i, y in enumerate(labels) if update(y)]
+        labels = labels if isinstance(labels, list) else list(labels)
+        if not labels:
+            return []
+        alarms: list[tuple[int, dict[str, Any]]] = []
+        ks = list(map(self._index.get, labels))
+        start, n = 0, len(labels)
+        while start < n:
+            try:                                 # a run of known labels up to the next new one
+                stop = ks.index(None, start)
+            except ValueError:
+                stop = n
+            while start < stop:
+                done, alarmed = self._advance(np.array(ks[start:min(stop, start + 1024)],
+                                                       dtype=np.int64))
+                start += done
+                if alarmed:
+                    alarms.append((start - 1, self.last_change))
+            if stop < n:                         # registered just before its update, as there
+                self._register(labels[stop])
+                ks[stop:] = map(self._index.get, labels[stop:])
+        self.drift_detected = bool(alarms) and alarms[-1][0] == n - 1
+        return alarms
+
+    def _advance(self, ks: np.ndarray) -> tuple[int, bool]:
+        """:meth:`update` with the known class indices ``ks`` up to the first check whose
+        G-test fires; return how many were taken and whether that check alarmed."""
+        size, ring_len, pos, ring = self._ring.shape[0], self._ring_len, self._pos, self._ring
+        m, n_classes = ks.shape[0], len(self.labels)
+        old = (ring[pos:], ring[:pos]) if ring_len == size else (self._recent(ring_len),)
+        seq = np.concatenate((*old, ks))                 # the regime's last labels, oldest first
+        cum = np.zeros((n_classes, ring_len + m + 1), dtype=np.int64)   # [k, j]: k in seq[:j]
+        np.cumsum(seq == np.arange(n_classes)[:, None], axis=1, out=cum[:, 1:])
+        at = np.arange((-self.n_seen - 1) % self.check_every, m, self.check_every)
+        taken, hit = m, None
+        if at.size:                              # _check at each, from exact integer counts
+            t = at + (ring_len + 1)                              # seq[:t] is taken there
+            win = np.array(self.windows)[:, None]
+            top = cum[:, t]
+            base = top + self._reference[:, None]                # regime's counts (class, check)
+            counts = top[:, None] - cum.take(t - win, axis=1, mode="clip")  # (class, win, check)
+            table = np.empty((2, *counts.shape))
+            table[0] = counts
+            reference = table[1]
+            np.subtract(base[:, None], counts, out=reference)
+            n = base.sum(axis=0)
+            ref_n = n - win                      # sum(reference) where the window is full
+            ok = (win <= t) & (ref_n >= np.maximum(win, self.min_reference))
+            df = (base > 0).sum(axis=0) - 1
+            dfs = df.tolist()
+            tested = ok & (df >= 1)
+            thr_of: dict[int, float] = {}
+            if tested.any():                     # G screened in numpy, close ones exactly
+                some = tested.any(axis=0).tolist()
+                thr_of = {d: self._thresholds[d] if d in self._thresholds else self._quantile(d)
+                          for d in {d for d, y in zip(dfs, some, strict=True) if y}}
+                thr: float | np.ndarray = next(iter(thr_of.values()))
+                if len(thr_of) > 1:
+                    thr = np.array([thr_of.get(d, np.inf) for d in dfs])
+                # G = 2 sum O ln(O/E) <= 2 sum O (O/E - 1) = 2 (sum O^2/E - n): only the checks
+                # whose bound passes the threshold (floating-point error << 1e-9 n) are tested
+                rows = np.empty((2, 1, *ref_n.shape))
+                rows[0, 0] = win
+                np.maximum(ref_n, 1.0, out=rows[1, 0])
+                o2_e = (table * table / (rows * np.maximum(base, 1.0)[:, None])).sum(axis=(0, 1))
+                flag = tested & (2.0 * (o2_e * n - n) + 1e-9 * n > thr)
+                if flag.any():
+                    for c, i in np.argwhere(flag.T).tolist():    # as _check: in its order
+                        g_c = _g_small(counts[:, i, c].tolist(), reference[:, i, c].tolist())
+                        if g_c > thr_of[dfs[c]]:
+                            hit = (c, i, g_c)
+                            break
+            last = hit[0] if hit else at.size - 1                # the last check taken
+            if not self._thresholds.keys() >= thr_of.keys():
+                for c in range(last + 1):        # cache the quantiles in _check's order
+                    if tested[:, c].any():
+                        self._threshold(dfs[c])
+            reached = ok[-1, :last + (hit is None or hit[1] == len(win) - 1)].tolist()
+            if True in reached:                  # the divergence of the last check reaching it
+                c = len(reached) - 1 - reached[::-1].index(True)
+                self.divergence = _js_small(counts[:, -1, c].tolist(),
+                                            reference[:, -1, c].tolist())
+            if hit:
+                taken = int(at[last]) + 1
+        self._take(ks[:taken], cum, ring_len)
+        if hit is None:
+            return taken, False
+        c, i, g_c = hit
+        return taken, self._fire(self.windows[i], g_c, dfs[c], counts[:, i, c].tolist(),
+                                 reference[:, i, c].tolist())
+
+    def _take(self, ks: np.ndarray, cum: np.ndarray, ring_len: int) -> None:
+        """The state after :meth:`update` with ``ks``, checks aside (``cum``: the class counts
+        of the prefixes of the regime's last ``ring_len`` labels then ``ks``)."""
+        size, p = self._ring.shape[0], ks.shape[0]
+        tail = min(p, size)                      # the labels left in the ring
+        start = (self._pos + p - tail) % size
+        first = min(tail, size - start)
+        self._ring[start:start + first] = ks[p - tail:p - tail + first]
+        self._ring[:tail - first] = ks[p - tail + first:]
+        self._pos = (self._pos + p) % size
+        t = ring_len + p
+        self._ring_len = held_n = min(t, size)
+        if t > size:                             # the labels that left the ring
+            self._reference += cum[:, t - size]
+        new = cum[:, t, None] - cum.take([t - min(w, held_n) for w in self.windows], axis=1)
+        for counts, now in zip(self._window_counts, new.T.tolist(), strict=True):
+            counts[:] = now
+        self.n_seen += p
+
+    def _quantile(self, df: int) -> float:
+        """The G-test threshold for df degrees of freedom (cached by :meth:`_threshold`)."""
+        return float(chi2.isf(self.alpha / len(self.windows), df))
 
     def _check(self) -> bool:
         held = self._window_counts[-1] if self._ring_len == self._ring.shape[0] else (
@@ -198,17 +318,21 @@ class PriorShift(DriftDetector):
                 continue
             g = _g_small(counts, reference)
             if g > self._threshold(df):
-                recent_a = np.array(counts, dtype=np.float64)
-                reference_a = np.array(reference, dtype=np.float64)
-                change = {
-                    "window": w, "g": g, "threshold": self._threshold(df),
-                    "divergence": js_divergence(recent_a, reference_a),
-                    "recent_shares": self._shares(recent_a),
-                    "reference_shares": self._shares(reference_a),
-                }
-                self._new_regime(w)
-                return self._alarm(change)
+                return self._fire(w, g, df, counts, reference)
         return False
+
+    def _fire(self, w: int, g: float, df: int, counts: list, reference: list) -> bool:
+        """Window w's test fired: start the new regime; True unless the alarm is cooled down."""
+        recent_a = np.array(counts, dtype=np.float64)
+        reference_a = np.array(reference, dtype=np.float64)
+        change = {
+            "window": w, "g": g, "threshold": self._threshold(df),
+            "divergence": js_divergence(recent_a, reference_a),
+            "recent_shares": self._shares(recent_a),
+            "reference_shares": self._shares(reference_a),
+        }
+        self._new_regime(w)
+        return self._alarm(change)
 
     def _shares(self, counts: np.ndarray) -> dict[str, float]:
         total = counts.sum()

@@ -62,6 +62,8 @@ class TokenDrift(DriftDetector):
         True
         """
         shares = list(shares)
+        if not shares:
+            return []
         start = self.n_seen
         alarms: list[tuple[int, dict[str, Any]]] = []
         for i, change in self._adwin.update_many(shares):
