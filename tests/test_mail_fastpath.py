@@ -3,8 +3,8 @@
 ``MailTokenizer.analyse(raw, fast=False)`` parses with ``email.parser`` only: the reference.
 The fast path must give the same tokens, in the same order, and the same meta vector, on
 real mail and on crafted corner cases; what it does not reproduce it hands to the stdlib.
-The fast word rules, address parser and letter counts are checked against the plain
-implementations they replace.
+The fast word rules, address parser, letter counts, header block scan, URL scan, HTML tag
+tokens and the case-spelt regexes are checked against the plain implementations they replace.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import csv
 import email.utils
+import re
 
 import numpy as np
 import pytest
@@ -19,7 +20,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from streamnb.features.mail import MailAnalysis, MailTokenizer, _getaddresses
-from streamnb.features.mime import Unsupported, parse_message
+from streamnb.features.markup import strip_html
+from streamnb.features.mime import (
+    Unsupported,
+    _header_block_end,
+    _plain_headers,
+    parse_message,
+    parse_part,
+)
 from streamnb.features.text import URL_RE, WordRules, _url_host, host_tokens
 
 TOKENIZER = MailTokenizer()
@@ -230,3 +238,168 @@ def test_text_stats_match_str_methods(text):
     assert a.letters == sum(c.isalpha() for c in text)
     assert a.upper == sum(c.isupper() for c in text)
     assert a.non_ascii == sum(ord(c) > 127 for c in text)
+
+
+# ------------------------------------------------------------------ scans that replace a regex
+# Each fast scan is checked against the plain regex (or loop) it replaces.
+_OLD_HEADER_BLOCK = re.compile(rb"(?>(?:From |[\x21-\x39\x3b-\x7e]*:|[\t ])[^\r\n]*(?:\r?\n|\Z))*")
+_OLD_PLAIN_FIELD = re.compile(
+    r"([\x21-\x39\x3b-\x7e]+):[ \t]*((?:[^ \t\r\n][^\r\n]*)?(?:\r?\n[ \t][^\r\n]*)*)(?:\r?\n|\Z)")
+HEADER_LINES = st.lists(st.sampled_from([
+    b"Subject: hi\n", b"To:  a@b.org\r\n", b"X-Empty:\n", b"X-Blank:   \n", b" folded\n", b"\tfolded\r\n",
+    b"From x Mon\n", b": no name\n", b"no colon here\n", b"\n", b"\r\n", b"Bad\rline: x\n", b"A: b\r",
+    b"Name-With.Dots: v", b"x:y\n", b"\xff: high\n",
+]), max_size=12).map(b"".join)
+
+
+@settings(max_examples=400, deadline=None)
+@given(HEADER_LINES, HEADER_LINES, st.integers(0, 3))
+def test_header_block_and_fields_match_the_line_regexes(head, rest, start):
+    buf = head + rest
+    start = min(start, len(buf))
+    block_end = _header_block_end(buf, start, len(buf))
+    assert block_end == _OLD_HEADER_BLOCK.match(buf, start).end()
+    if b"\r" not in buf or buf.count(b"\r") == buf.count(b"\r\n"):  # (lone ones: unsupported)
+        plain = _plain_headers(buf, start, block_end)
+        if plain is not None:
+            text = buf[start:block_end].decode("ascii")
+            if text.startswith("From "):
+                text = text[re.match(r"[^\r\n]*(?:\r?\n|\Z)", text).end() :]
+            assert plain == _OLD_PLAIN_FIELD.findall(text)
+
+
+def test_part_names_and_index_are_lower_case():
+    part = parse_part(b"Subject: a\nX-Y: 1\nsubject: b\nRECEIVED: r\n\nbody")
+    assert part.names() == ["subject", "x-y", "subject", "received"]
+    assert part.header_index() == {"subject": ["a", "b"], "x-y": ["1"], "received": ["r"]}
+    assert part.get_all("subject") == ["a", "b"] and part.get_all("cc") == []
+
+
+_OLD_RECEIVED_HOST = re.compile(r"(?=[fb])\b(?:from|by)\s+([a-z0-9][a-z0-9.-]*[a-z0-9])", re.I)
+_OLD_LINK = re.compile(
+    r"""(?i)\b(?:href|src|action)\s*=\s*["']?\s*(?:https?|ftp)://(?:[^/?#@\s"'>]*@)?([a-z0-9][a-z0-9.-]*)""")
+# The letters IGNORECASE matches beyond ASCII (İ ı ſ K) are in the alphabets.
+CASE_TEXT = st.lists(st.sampled_from(
+    ["from", "FROM", "fRoM", "by", "BY", "href", "HREF", "src", "ſrc", "actıon", "actİon", "http://", "httpſ://",
+     "ftp://", "=", "'", " ", "\t", "a", "x.y", "-", "K", "İ", "ı", "ſ", "é", "_", "@", "9", "[", "]", ".", "b", "f"]),
+    max_size=25).map("".join)
+
+
+@settings(max_examples=500, deadline=None)
+@given(CASE_TEXT)
+def test_case_spelt_out_regexes_match_their_ignorecase_forms(text):
+    from streamnb.features.mail import _RECEIVED_HOST
+    from streamnb.features.markup import _LINK
+
+    assert _RECEIVED_HOST.findall(text) == _OLD_RECEIVED_HOST.findall(text)
+    assert _LINK.findall(text) == _OLD_LINK.findall(text)
+
+
+@pytest.mark.parametrize("text", [
+    "ſrc=http://a.example", "actİon = 'http://b.example'", "actıon=ftp://c.example", "href=httpſ://d.example",
+    "HREF=HTTP://\u212aelvin.example", "xhref=http://no.example", "from ſ.example BY ı.example", "frOm K.x",
+])
+def test_case_spelt_out_regexes_on_the_odd_letters(text):
+    from streamnb.features.mail import _RECEIVED_HOST
+    from streamnb.features.markup import _LINK
+
+    assert _RECEIVED_HOST.findall(text) == _OLD_RECEIVED_HOST.findall(text)
+    assert _LINK.findall(text) == _OLD_LINK.findall(text)
+
+
+def _old_received_tokens(text: str) -> list[str]:
+    out = []
+    for host in _OLD_RECEIVED_HOST.findall(text)[:4]:
+        out.extend(host_tokens("received", host))
+    out.extend("received:" + ".".join(ip) for ip in re.findall(r"\[(\d{1,3})\.(\d{1,3})\.(\d{1,3})\.\d{1,3}\]", text)[:2])
+    return out
+
+
+@pytest.mark.parametrize("value", [
+    "from a.example.com ([10.1.2.3]) by b.example.org with SMTP id x",
+    "from x by y by z from w by v from u ([1.2.3.4]) [5.6.7.8] [9.9.9.9]",
+    "FROM Mail.Example.NET by [127.0.0.1]", "nothing here", "from  ſ.example by K.example",
+])
+def test_received_tokens_match_the_regexes(value):
+    from streamnb.features.mail import _received_tokens
+
+    out: list[str] = []
+    _received_tokens(value, out)
+    assert out == _old_received_tokens(value)
+
+
+def _old_strip_tokens(pieces: list[str], max_tag_tokens: int) -> list[str]:
+    tokens: list[str] = []
+    for slash, name, attrs in zip(pieces[1::4], pieces[2::4], pieces[3::4], strict=True):
+        if len(tokens) >= max_tag_tokens:
+            break
+        if not slash:
+            tokens.append("html:" + name.lower())
+        for host in _OLD_LINK.findall(attrs):
+            tokens.extend(host_tokens("url", host))
+    return tokens
+
+
+HTML = st.lists(st.sampled_from([
+    "<a href='http://x.example.com/'>", "</a>", "<P>", "</p >", "<img src=http://a.b.c/x src=ftp://u@d.e>",
+    "<b title='a://b'>", "text ", '<A HREF="HTTPS://Q.R">', "<!-- c -->", "</a href=http://close.example/>",
+    "<x hreF = 'http://h.example/'>", "&amp;", "<script>x</script>",
+]), max_size=30).map("".join)
+
+
+@settings(max_examples=400, deadline=None)
+@given(HTML, st.sampled_from([0, 1, 2, 3, 5, 8, 2000]))
+def test_html_tokens_match_the_tag_loop(markup, cap):
+    from streamnb.features.markup import _COMMENT, _DROP, _TAG
+
+    _, tokens = strip_html(markup, cap)
+    stripped = _DROP.sub(lambda m: f" <{m.group(1)}> ", _COMMENT.sub("", markup))
+    assert tokens == _old_strip_tokens(_TAG.split(stripped), cap)
+
+
+@pytest.mark.parametrize("text", [
+    "x " + "http://a.example/ " * 300,  # more candidates than the scan tries: one regex pass
+    "İ www.x.example http://y.example",  # lower-casing changes the length: one regex pass
+    "WwW.a.example wWw.b.example mailto://c@d.example ftp://e.example/x httpſ://f.example",
+])
+def test_url_scan_fallbacks_match_url_re(text):
+    out: list[str] = []
+    rest = WordRules().urls(text, out)
+    expected: list[str] = []
+    for m in URL_RE.finditer(text):
+        expected.append("proto:" + (m.group(1) or "http").lower())
+        expected.extend(host_tokens("url", _url_host(m.group(2))))
+    assert out == expected and rest == URL_RE.sub(" ", text)
+
+
+@pytest.mark.parametrize("text", ["", "Abc", "ÀÉ é ß", "Straße ΣΑΣ — “quoted” ﬀ K", "日本語 ABC", "\udc80x"])
+def test_text_stats_of_mixed_scripts(text):
+    a = MailAnalysis()
+    a.add_text_stats(text, from_html=False)
+    assert (a.letters, a.upper, a.non_ascii) == (
+        sum(c.isalpha() for c in text), sum(c.isupper() for c in text), sum(ord(c) > 127 for c in text))
+
+
+def test_memoised_header_values_give_the_same_tokens():
+    raw = (b"From: Bob <bob@x.org>\nTo: a@b.org, c@d.org\nFrom: (\nSubject: same subject\n"
+           b"Content-Type: text/plain; charset=utf-8; name=a.txt\n\nbody words\n")
+    first, second = TOKENIZER.analyse(raw), TOKENIZER.analyse(raw)
+    assert first.tokens == second.tokens and first.defects == second.defects
+    assert first.recipients == second.recipients == 2
+    np.testing.assert_array_equal(first.meta(), second.meta())
+    assert_paths_agree(raw)
+
+
+def test_unsupported_parameters_stay_unsupported_when_memoised():
+    assert not fast_path_reads(CASES["rfc2231"])
+    assert not fast_path_reads(CASES["rfc2231"])
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet=" \t\n\xa0.,;:!?-_=/\\|'\"<>#&abcXYZé@1", max_size=40))
+def test_word_header_tokens_match_split_and_join(text):
+    from streamnb.features.mail import _SUBJECT_SPLIT
+
+    words = [w for w in _SUBJECT_SPLIT.split(text) if w]
+    expected = tuple(f"subject:{t}" for t in WordRules().tokens(" ".join(words)))
+    assert TOKENIZER._value_tokens("subject", text) == expected

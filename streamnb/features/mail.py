@@ -51,7 +51,7 @@ import numpy as np
 from streamnb.codec import DEFAULT_LIMITS, Limits
 from streamnb.features.markup import strip_html
 from streamnb.features.mime import Part, Unsupported, parse_message
-from streamnb.features.text import WordRules, host_tokens_cached
+from streamnb.features.text import _ALNUM, WordRules, host_tokens
 
 __all__ = [
     "DEFAULT_HEADERS",
@@ -94,12 +94,18 @@ META_FEATURES = (
 )
 N_META = len(META_FEATURES)
 
-_RECEIVED_HOST = re.compile(r"(?=[fb])\b(?:from|by)\s+([a-z0-9][a-z0-9.-]*[a-z0-9])", re.I)
-_IPV4 = re.compile(r"\[(\d{1,3})\.(\d{1,3})\.(\d{1,3})\.\d{1,3}\]")
+#: ``(?i)\b(?:from|by)\s+([a-z0-9][a-z0-9.-]*[a-z0-9])`` (the relay hosts), written to start
+#: with a character set (the regex engine skips ahead to it in C; IGNORECASE would make
+#: it test every character), the word boundary checked with a look-behind.
+_RECEIVED_HOST = re.compile(
+    rf"[fFbB](?<!\w.)(?:(?<=[fF])[rR][oO][mM]|(?<=[bB])[yY])\s+([{_ALNUM}][{_ALNUM}.-]*[{_ALNUM}])")
+#: An IPv4 literal: its first three numbers (the /24 network), as written.
+_IPV4 = re.compile(r"\[(\d{1,3}\.\d{1,3}\.\d{1,3})\.\d{1,3}\]")
 _SUBJECT_SPLIT = re.compile(r"[\s.,;:!?()\[\]{}\"'<>*/\\|=+~#&^_-]+")
 _PARSER = BytesParser(policy=policy.compat32)
 #: Latin-1 byte -> 2 for str.isupper, 1 for the other str.isalpha, 0 for the rest.
 _LATIN1_LETTER_CLASS = bytes(2 if chr(i).isupper() else int(chr(i).isalpha()) for i in range(256))
+_LATIN1_RUNS = re.compile(r"[\x00-\xff]+")
 
 
 # Address lists in their common forms (``addr``, ``addr (Name)``, ``Name <addr>``,
@@ -140,6 +146,51 @@ def _getaddresses(field: str) -> list[tuple[str, str]]:
     return pairs
 
 
+#: Tokens of header values, per word rules: (name, value) -> tokens, and the To/Cc
+#: address list -> its number of addresses (-1: unreadable). Mail repeats these values
+#: (senders, recipients, mailers, content types). Bounded: values of at most
+#: ``_CACHED_CHARS`` characters, a dict emptied when it reaches ``_CACHE_SIZE`` entries,
+#: dicts for at most 4 sets of word rules.
+_VALUE_CACHES: dict[WordRules, dict] = {}
+_CACHE_SIZE = 2048
+_CACHED_CHARS = 256
+#: ``received:`` tokens of a relay host name (bounded as above).
+_RECEIVED_HOSTS: dict[str, tuple[str, ...]] = {}
+#: The tokens of an address header that ``email.utils.getaddresses`` cannot read.
+_ADDRESS_DEFECT = ("defect:address",)
+
+
+def _value_cache(rules: WordRules) -> dict:
+    """The memo of header value tokens under ``rules``."""
+    cache = _VALUE_CACHES.get(rules)
+    if cache is None:
+        if len(_VALUE_CACHES) >= 4:
+            _VALUE_CACHES.clear()
+        cache = _VALUE_CACHES.setdefault(rules, {})
+    return cache
+
+
+def _remember(cache: dict, key: object, value: object) -> None:
+    """``cache[key] = value``, emptying ``cache`` first when it is full."""
+    if len(cache) >= _CACHE_SIZE:
+        cache.clear()
+    cache[key] = value
+
+
+def _received_tokens(text: str, out: list[str]) -> None:
+    """``received:`` tokens of one Received value: up to 4 relay hosts, 2 IPv4 /24 prefixes."""
+    hosts = _RECEIVED_HOST.findall(text)
+    for host in hosts[:4] if len(hosts) > 4 else hosts:
+        toks = _RECEIVED_HOSTS.get(host)
+        if toks is None:
+            toks = tuple(host_tokens("received", host))
+            if len(host) <= 253:
+                _remember(_RECEIVED_HOSTS, host, toks)
+        out.extend(toks)
+    if "[" in text:
+        out.extend(["received:" + ip for ip in _IPV4.findall(text)[:2]])
+
+
 @dataclass(slots=True)
 class MailAnalysis:
     """What the tokenizer found in one message: tokens, defects and the raw meta counts."""
@@ -168,24 +219,24 @@ class MailAnalysis:
         self.text_chars += n
         if from_html:
             self.html_chars += n
-        if text.isascii():
-            data = text.encode("ascii")
-        else:
-            try:  # Latin-1 text (often just the U+00A0 of an HTML &nbsp;): count on bytes too
-                data = text.encode("latin-1")
-            except UnicodeEncodeError:
-                data = None
-            self.non_ascii += n - len(text.encode("ascii", "ignore"))
         if n >= 200_000:
             self.letters += n
-        elif data is not None:  # one bytes.translate to letter classes, then two C counts
-            classes = data.translate(_LATIN1_LETTER_CLASS)
+        elif text.isascii():  # one bytes.translate to letter classes, then two C counts
+            classes = text.encode("ascii").translate(_LATIN1_LETTER_CLASS)
             upper = classes.count(2)
             self.letters += classes.count(1) + upper
             self.upper += upper
-        else:  # map() over str methods counts in C, without a Python frame per character
-            self.letters += sum(map(str.isalpha, text))
-            self.upper += sum(map(str.isupper, text))
+        else:  # the Latin-1 characters (often just the U+00A0 of &nbsp;) counted on bytes too
+            classes = text.encode("latin-1", "ignore").translate(_LATIN1_LETTER_CLASS)
+            upper = classes.count(2)
+            self.letters += classes.count(1) + upper
+            self.upper += upper
+            if len(classes) < n:  # the others: map() over str methods counts in C
+                rest = _LATIN1_RUNS.sub("", text)
+                self.letters += sum(map(str.isalpha, rest))
+                self.upper += sum(map(str.isupper, rest))
+        if not text.isascii():
+            self.non_ascii += n - len(text.encode("ascii", "ignore"))
         self.exclaim += text.count("!") + text.count("$")
 
     def meta(self) -> np.ndarray:
@@ -304,7 +355,7 @@ class MailTokenizer:
         if len(raw) > self.limits.max_message_bytes:
             raw = raw[: self.limits.max_message_bytes]
             a.defect("truncated")
-        if not raw.strip():
+        if not raw or raw.isspace():
             a.defect("empty")
             return None
         return raw
@@ -329,7 +380,7 @@ class MailTokenizer:
             root.defects.append("multipartinvariantviolationdefect")
         for name in root.defects:
             a.defect(name)
-        self._headers(root.headers, root.get_all, a)
+        self._headers(root.names(), root.header_index().get, a)
         self._walk_fast(root, 0, a, [self.limits.max_decoded_bytes])
 
     def _analyse_stdlib(self, raw: bytes, a: MailAnalysis) -> None:
@@ -341,66 +392,87 @@ class MailTokenizer:
             msg = _PARSER.parsebytes(raw, headersonly=True)
         for d in msg.defects:
             a.defect(type(d).__name__.lower())
-        self._headers(msg.items(), lambda name: msg.get_all(name) or [], a)
+        self._headers([name.lower() for name in msg.keys()], msg.get_all, a)
         budget = [self.limits.max_decoded_bytes]
         self._walk(msg, 0, a, budget)
 
-    def _headers(self, items: Sequence[tuple[str, object]],
-                 get_all: Callable[[str], Sequence[object]], a: MailAnalysis) -> None:
-        wanted = self.headers
+    def _headers(self, names: Sequence[str], get_all: Callable[[str], Sequence[object] | None],
+                 a: MailAnalysis) -> None:
+        """Header tokens, from the header ``names`` (lower-case, in order) and their values
+        (``get_all(name)``: a list, empty or None when absent)."""
+        tokens = a.tokens
         if self.header_names:  # each name once, in order of first appearance
-            names = dict.fromkeys([name.lower()[:40] for name, _ in items])
-            a.tokens.extend(["header:" + key for key in names])
-        rules = self.rules
-        for name in wanted:
+            keys = dict.fromkeys(names)
+            if keys and max(map(len, keys)) > 40:
+                keys = dict.fromkeys([key[:40] for key in keys])
+            tokens.extend(["header:" + key for key in keys])
+        cap = self.limits.max_header_chars
+        text_cap = min(cap, 2000)
+        cache = _value_cache(self.rules)
+        for name in self.headers:
             values = get_all(name)
-            if name == "received":
-                a.received = len(values)
-            if name in ("to", "cc"):
-                try:
-                    cap = self.limits.max_header_chars
-                    a.recipients += len(_getaddresses(", ".join([str(v)[:cap] for v in values])))
-                except Exception:
-                    a.defect("address")
-            if not values:
+            if not values:  # (no recipients, no Received headers: the counts stay 0)
                 if name in ("subject", "from", "to", "message-id"):
-                    a.tokens.append(f"{name}:none")
+                    tokens.append(name + ":none")
                 continue
-            cap = self.limits.max_header_chars
-            for value in values[:32]:
-                if type(value) is str and "=?" not in value:  # the common case, decoded as is
-                    text = value[: min(cap, 2000)]
+            if name in ("to", "cc"):
+                joined = ", ".join([str(v)[:cap] for v in values])
+                count = cache.get(joined)
+                if count is None:
+                    try:
+                        count = len(_getaddresses(joined))
+                    except Exception:
+                        count = -1
+                    if len(joined) <= _CACHED_CHARS:
+                        _remember(cache, joined, count)
+                if count < 0:
+                    a.defect("address")
                 else:
-                    text = _decode_header(value, cap)[:2000]
-                if name in _ADDRESS_HEADERS:
-                    self._address(name, text, a)
-                elif name == "received":
-                    for host in _RECEIVED_HOST.findall(text)[:4]:
-                        a.tokens.extend(host_tokens_cached("received", host))
-                    if "[" in text:
-                        a.tokens.extend(["received:" + ".".join(ip) for ip in _IPV4.findall(text)[:2]])
-                elif name == "message-id":
+                    a.recipients += count
+            elif name == "received":
+                a.received = len(values)
+            # The common value is a str without encoded words: taken as it is.
+            texts = [value[:text_cap] if type(value) is str and "=?" not in value
+                     else _decode_header(value, cap)[:2000] for value in values[:32]]
+            if name == "received":
+                for text in texts:
+                    _received_tokens(text, tokens)
+            elif name == "message-id":
+                for text in texts:
                     at = text.rfind("@")
                     dom = text[at + 1 :].strip(" <>").lower() if at >= 0 else ""
-                    a.tokens.append("message-id:" + (dom or "no-domain")[:60])
-                elif name == "content-type":
-                    a.tokens.append("content-type:" + text.split(";", 1)[0].strip().lower()[:60])
-                else:
-                    words = [w for w in _SUBJECT_SPLIT.split(text) if w]
-                    sub = rules.tokens(" ".join(words))
-                    a.tokens.extend(f"{name}:{t}" for t in sub)
+                    tokens.append("message-id:" + (dom or "no-domain")[:60])
+            else:  # the same value gives the same tokens: memoised (mail repeats them)
+                for text in texts:
+                    key = (name, text)
+                    hit = cache.get(key)
+                    if hit is None:
+                        hit = self._value_tokens(name, text)
+                        if len(text) <= _CACHED_CHARS:
+                            _remember(cache, key, hit)
+                    tokens.extend(hit)
+                    if hit is _ADDRESS_DEFECT:
+                        a.defects += 1
 
-    def _address(self, name: str, text: str, a: MailAnalysis) -> None:
-        try:
-            pairs = _getaddresses(text)
-        except Exception:
-            a.defect("address")
-            return
-        for display, addr in pairs[:16]:
-            at = addr.rfind("@")
-            a.tokens.append(f"{name}:" + (addr[at + 1 :].lower()[:60] if at >= 0 else "no-domain"))
-            if name == "from" and display:
-                a.tokens.extend(f"from:name:{w}" for w in self.rules.tokens(display))
+    def _value_tokens(self, name: str, text: str) -> tuple[str, ...]:
+        """The tokens of one value of header ``name`` (not ``received``/``message-id``)."""
+        if name in _ADDRESS_HEADERS:
+            try:
+                pairs = _getaddresses(text)
+            except Exception:
+                return _ADDRESS_DEFECT
+            out = []
+            for display, addr in pairs[:16]:
+                at = addr.rfind("@")
+                out.append(f"{name}:" + (addr[at + 1 :].lower()[:60] if at >= 0 else "no-domain"))
+                if name == "from" and display:
+                    out.extend(["from:name:" + w for w in self.rules.tokens(display)])
+            return tuple(out)
+        if name == "content-type":
+            return ("content-type:" + text.split(";", 1)[0].strip().lower()[:60],)
+        # Words between separator runs, joined by one space: the runs become spaces.
+        prefix = name + ":"
+        return tuple([prefix + t for t in self.rules.tokens(_SUBJECT_SPLIT.sub(" ", text).strip(" "))])
 
     def _enter_part(self, a: MailAnalysis) -> bool:
         """Count one more MIME part; False past the token or part limits (then skip it)."""

@@ -18,8 +18,10 @@ from __future__ import annotations
 
 import html
 import re
+from itertools import compress, count, repeat
+from operator import contains, not_
 
-from streamnb.features.text import host_tokens_cached
+from streamnb.features.text import _ALNUM, host_tokens_cached
 
 __all__ = ["strip_html"]
 
@@ -28,7 +30,15 @@ _COMMENT = re.compile(r"<!--.*?(?:-->|$)", re.S)
 # time (quadratic: 160 kB of "<script " took 1.8 s).
 _DROP = re.compile(r"<(script|style)\b[^<>]*>.*?(?:</\1\s*>|$)", re.S | re.I)
 _TAG = re.compile(r"<\s*(/?)\s*([a-zA-Z][a-zA-Z0-9]{0,15})([^>]{0,2000})>?")
-_LINK = re.compile(r"""(?i)\b(?:href|src|action)\s*=\s*["']?\s*(?:https?|ftp)://(?:[^/?#@\s"'>]*@)?([a-z0-9][a-z0-9.-]*)""")
+#: ``(?i)\b(?:href|src|action)\s*=\s*["']?\s*(?:https?|ftp)://(?:[^/?#@\s"'>]*@)?([a-z0-9][a-z0-9.-]*)``
+#: (the host of a link), written to start with a character set (the regex engine skips
+#: ahead to it in C; IGNORECASE would make it test every character), the word boundary
+#: checked with a look-behind. The letters IGNORECASE adds (``ſ`` for s, ``İ ı`` for i)
+#: are spelt out.
+_LINK = re.compile(
+    r"""[hHsS\u017faA](?<!\w.)(?:(?<=[hH])[rR][eE][fF]|(?<=[sS\u017f])[rR][cC]|(?<=[aA])[cC][tT][iI\u0130\u0131][oO][nN])"""
+    rf"""\s*=\s*["']?\s*(?:[hH][tT][tT][pP][sS\u017f]?|[fF][tT][pP])://(?:[^/?#@\s"'>]*@)?([{_ALNUM}][{_ALNUM}.-]*)"""
+)
 
 
 def strip_html(markup: str, max_tag_tokens: int = 2000) -> tuple[str, list[str]]:
@@ -39,15 +49,36 @@ def strip_html(markup: str, max_tag_tokens: int = 2000) -> tuple[str, list[str]]
     pieces = _TAG.split(markup)
     text = html.unescape(" ".join(pieces[::4]))
     slashes, names, attributes = pieces[1::4], pieces[2::4], pieces[3::4]
-    if not any("://" in attrs for attrs in attributes):
-        return text, ["html:" + name.lower() for slash, name in zip(slashes, names, strict=True) if not slash][:max_tag_tokens]
+    # html:<name> of the opening tags, lower-cased in one call (names are ASCII, no blank).
+    opened = list(compress(names, map(not_, slashes)))
+    tags = ("html:" + " html:".join(opened)).lower().split(" ") if opened else []
+    linked = list(compress(count(), map(contains, attributes, repeat("://"))))  # tags with a URL
+    if not linked:
+        return text, tags[:max_tag_tokens]
+    # Each tag gives its html: token (an opening tag), then the hosts of its links; tags
+    # are taken until the tokens reach the limit.
     tokens: list[str] = []
-    for slash, name, attrs in zip(slashes, names, attributes, strict=True):
-        if len(tokens) >= max_tag_tokens:
+    groups: list[tuple[int, int]] = []  # where the tokens of each tag with hosts start and end
+    taken = done = closing = 0  # html: tokens copied, tags passed, closing tags among them
+    for i in linked:
+        closing += slashes[done:i].count("/")
+        done = i
+        if len(tokens) - taken + i - closing >= max_tag_tokens:  # tokens of the tags before i
             break
-        if not slash:
-            tokens.append("html:" + name.lower())
-        if "://" in attrs:
-            for host in _LINK.findall(attrs):
-                tokens.extend(host_tokens_cached("url", host))
+        hosts: list[str] = []
+        for host in _LINK.findall(attributes[i]):
+            hosts.extend(host_tokens_cached("url", host))
+        if hosts:
+            opening = not slashes[i]
+            tokens.extend(tags[taken : i - closing + opening])  # up to the html: token of tag i
+            taken = i - closing + opening
+            groups.append((len(tokens) - opening, len(tokens) + len(hosts)))
+            tokens.extend(hosts)
+    tokens.extend(tags[taken : taken + max_tag_tokens])
+    if len(tokens) > max_tag_tokens:
+        cut = max_tag_tokens
+        for first, end in groups:  # a tag's tokens are not split: the one reaching the limit
+            if first < max_tag_tokens < end:
+                cut = end
+        del tokens[cut:]
     return text, tokens

@@ -6,9 +6,11 @@ decoded payloads), without building ``Message`` objects or reading the input lin
 in Python:
 
 * the header block ends at the first line that is neither a header, a continuation nor
-  an mbox ``From `` line (one compiled regex); a blank line after it is consumed, anything
-  else is a ``MissingHeaderBodySeparatorDefect``. Folded values keep their line breaks,
-  values with non-ASCII bytes become what ``str(email.header.Header)`` makes of them;
+  an mbox ``From `` line (one regex search for a line break not followed by one); a
+  blank line after it is consumed, anything else is a ``MissingHeaderBodySeparatorDefect``.
+  Fields are cut at the line breaks that start one (one ``re.split``); folded values keep
+  their line breaks, values with non-ASCII bytes become what ``str(email.header.Header)``
+  makes of them;
 * a multipart body is cut at its boundary lines (``--boundary`` then optional ``--``,
   blanks and a line break, found with one regex per boundary); the line break before a
   boundary belongs to the boundary (RFC 2046), consecutive boundary lines delimit no
@@ -43,6 +45,7 @@ import email.charset
 import email.header
 import re
 from collections.abc import Iterator
+from itertools import repeat
 
 __all__ = ["Part", "Unsupported", "parse_message", "parse_part"]
 
@@ -52,17 +55,19 @@ class Unsupported(Exception):
 
 
 #: The header block: header, continuation and mbox ``From `` lines (the standard
-#: parser's ``headerRE``), each up to its line break or the end of the input.
-_HEADER_BLOCK = re.compile(rb"(?>(?:From |[\x21-\x39\x3b-\x7e]*:|[\t ])[^\r\n]*(?:\r?\n|\Z))*")
+#: parser's ``headerRE``), each up to its line break or the end of the input. It ends
+#: where a line starts otherwise: the first line, or a line break not followed by one.
+_HEADER_LINE = re.compile(rb"From |[\x21-\x39\x3b-\x7e]*:|[\t ]")
+_HEADER_BLOCK_END = re.compile(rb"\n(?!From |[\x21-\x39\x3b-\x7e]*:|[\t ])")
+#: A carriage return that ends no line (parse_message refuses them; parse_part ends the
+#: header block before the line holding one, as the standard parser's line regex does).
+_LONE_CR = re.compile(rb"\r(?!\n)")
 _LINE = re.compile(rb"[^\r\n]*\r?\n|[^\r\n]+\Z")
 _BLANK_LINE = re.compile(rb"\r?\n")
-#: One header field of a plain block: (name, value as compat32 keeps it: leading blanks
-#: stripped, folding line breaks kept, the final line break dropped).
-#: (The value starts at a non-blank, so no blank can go to either side: no backtracking.)
-_PLAIN_FIELD_RE = r"([\x21-\x39\x3b-\x7e]+):[ \t]*((?:[^ \t\r\n][^\r\n]*)?(?:\r?\n[ \t][^\r\n]*)*)(?:\r?\n|\Z)"
-_PLAIN_FIELD = re.compile(_PLAIN_FIELD_RE)
-_FIRST_LINE = re.compile(r"[^\r\n]*(?:\r?\n|\Z)")
-_TRAILING_EOL = re.compile(rb"\r?\n\Z")
+#: A line of a header block that is no field nor continuation (mbox ``From `` or a colon).
+_ODD_LINE = re.compile(rb"\n(?:From |:)")
+#: The start of a field of a plain block (after a line break): name, colon and blanks.
+_FIELD_START = re.compile(r"\n([\x21-\x39\x3b-\x7e]+):[ \t]*")
 _BOUNDARY_TAIL = re.compile(rb"(--)?[ \t]*(?:\r?\n|\Z)")
 
 
@@ -96,6 +101,27 @@ def _split_params(value: str) -> list[str]:
     return pieces
 
 
+#: Header value -> its parameters (:func:`_params`): content types and dispositions
+#: repeat. Bounded: values of at most 1000 characters, emptied at 1024 entries.
+_PARAMS: dict[str, dict[str, str]] = {}
+#: The parameters of a value with RFC 2231 or escaped ones (which raise Unsupported).
+_UNSUPPORTED: dict[str, str] = {}
+
+
+def _params(value: str) -> dict[str, str]:
+    """The parameters of a header value: lower-case name -> unquoted value ("" without
+    ``=``), the first of each name; :data:`_UNSUPPORTED` for RFC 2231 or escaped ones."""
+    params: dict[str, str] = {}
+    for i, piece in enumerate(_split_params(value)):
+        key, sep, val = piece.partition("=")
+        if i and ("*" in key or "\\" in val):
+            return _UNSUPPORTED
+        key = key.strip().lower()
+        if key not in params:
+            params[key] = _unquote(val.strip()) if sep else ""
+    return params
+
+
 def _header_text(name: str, value: bytes) -> str:
     """A header value as ``compat32`` returns it (non-ASCII bytes: ``str(Header)``)."""
     if value.isascii():
@@ -123,8 +149,8 @@ def _decode_b(data: bytes) -> bytes:
 class Part:
     """One message or MIME part: its headers, defects and body (a slice of the input)."""
 
-    __slots__ = ("_body_end", "_body_start", "_buf", "_children", "_ctype", "_index", "_split_done", "_trim",
-                 "defects", "headers")
+    __slots__ = ("_body_end", "_body_start", "_buf", "_children", "_ctype", "_index", "_names", "_split_done",
+                 "_trim", "defects", "headers")
 
     def __init__(self, buf: bytes, headers: list[tuple[str, str]], defects: list[str],
                  body_start: int, body_end: int, trim: bool) -> None:
@@ -135,19 +161,35 @@ class Part:
         self._body_end = body_end
         self._trim = trim  # a part inside a multipart: the line break before the boundary goes
         self._index: dict[str, list[str]] | None = None
+        self._names: list[str] | None = None
         self._children: list[tuple[int, int]] | None = None
         self._split_done = False
         self._ctype: str | None = None
 
     # ---------------------------------------------------------------- headers
-    def get_all(self, name: str) -> list[str]:
-        """Values of header ``name`` (any case), in order."""
+    def names(self) -> list[str]:
+        """The header names, lower-cased, in order (repeats kept)."""
+        if self._names is None:
+            # Names hold no line break (and only ASCII or surrogate-escaped bytes, which
+            # lower-case one by one): lower-case them all in one call.
+            self._names = "\n".join([key for key, _ in self.headers]).lower().split("\n") if self.headers else []
+        return self._names
+
+    def header_index(self) -> dict[str, list[str]]:
+        """Lower-case header name -> its values, in order."""
         if self._index is None:
             index: dict[str, list[str]] = {}
-            for key, value in self.headers:
-                index.setdefault(key.lower(), []).append(value)
+            for key, (_, value) in zip(self.names(), self.headers, strict=True):
+                if key in index:
+                    index[key].append(value)
+                else:
+                    index[key] = [value]
             self._index = index
-        return self._index.get(name, [])
+        return self._index
+
+    def get_all(self, name: str) -> list[str]:
+        """Values of header ``name`` (lower-case), in order."""
+        return (self._index or self.header_index()).get(name, [])
 
     def get(self, name: str) -> str | None:
         values = self.get_all(name)
@@ -166,14 +208,16 @@ class Part:
         value = self.get(header)
         if value is None:
             return None
-        found = None
-        for i, piece in enumerate(_split_params(value)):
-            key, sep, val = piece.partition("=")
-            if i and ("*" in key or "\\" in val):
-                raise Unsupported("RFC 2231 or escaped parameter")
-            if found is None and key.strip().lower() == name:
-                found = _unquote(val.strip()) if sep else ""
-        return found
+        params = _PARAMS.get(value)
+        if params is None:
+            params = _params(value)
+            if len(value) <= 1000:
+                if len(_PARAMS) >= 1024:
+                    _PARAMS.clear()
+                _PARAMS[value] = params
+        if params is _UNSUPPORTED:
+            raise Unsupported("RFC 2231 or escaped parameter")
+        return params.get(name)
 
     def charset(self) -> str | None:
         """``Message.get_content_charset``."""
@@ -196,10 +240,8 @@ class Part:
         if self.is_multipart():
             raise ValueError("a split multipart has no single body")
         body = self._buf[self._body_start : self._body_end]
-        if self._trim and not self.content_type().startswith("multipart/"):
-            m = _TRAILING_EOL.search(body)
-            if m:
-                body = body[: m.start()]
+        if self._trim and body[-1:] == b"\n" and not self.content_type().startswith("multipart/"):
+            body = body[:-2] if body[-2:-1] == b"\r" else body[:-1]
         return body
 
     def payload(self) -> bytes:
@@ -303,8 +345,7 @@ def parse_part(buf: bytes, start: int = 0, end: int | None = None, trim: bool = 
     if end is None:
         end = len(buf)
     defects: list[str] = []
-    m = _HEADER_BLOCK.match(buf, start, end)
-    block_end = m.end()
+    block_end = _header_block_end(buf, start, end)
     body_start = block_end
     if block_end < end:
         blank = _BLANK_LINE.match(buf, block_end, end)
@@ -318,23 +359,43 @@ def parse_part(buf: bytes, start: int = 0, end: int | None = None, trim: bool = 
     return Part(buf, headers, defects, body_start, end, trim)
 
 
+def _header_block_end(buf: bytes, start: int, end: int) -> int:
+    """Where the header block of ``buf[start:end]`` ends: at the first line that is no
+    header, continuation nor mbox ``From `` line (or that holds a lone carriage return)."""
+    if start < end and not _HEADER_LINE.match(buf, start, end):
+        return start
+    m = _HEADER_BLOCK_END.search(buf, start, end)
+    block_end = end if m is None else m.start() + 1
+    if buf.find(b"\r", start, block_end) >= 0 and (cr := _LONE_CR.search(buf, start, block_end)):
+        block_end = buf.rfind(b"\n", start, cr.start()) + 1 or start  # its line is no header
+    return block_end
+
+
 def _plain_headers(buf: bytes, start: int, end: int) -> list[tuple[str, str]] | None:
     """The common header block in one regex pass: ASCII, every line a header or its
     continuation (after an optional mbox ``From `` line). None for anything else.
 
     Every line of the block already starts as ``From ``, ``<name>:``, ``:`` or a blank
-    (``_HEADER_BLOCK``), so it is plain when no line but the first is a ``From `` line, no
+    (``_HEADER_LINE``), so it is plain when no line but the first is a ``From `` line, no
     line starts with a colon and the first field is no continuation.
     """
     block = buf[start:end]
-    if not block.isascii() or b"\nFrom " in block or b"\n:" in block:
+    if not block.isascii() or _ODD_LINE.search(block):
         return None
     text = block.decode("ascii")
     if text.startswith("From "):
-        text = text[_FIRST_LINE.match(text).end() :]
+        eol = text.find("\n")  # (the block holds no lone carriage return)
+        text = text[eol + 1 :] if eol >= 0 else ""
     if text.startswith((" ", "\t", ":")):
         return None
-    return _PLAIN_FIELD.findall(text)
+    # Split at the line breaks that start a field: [before, name, value, name, value, ...].
+    # A value is what follows the blanks after the colon up to the next field: folded
+    # line breaks kept, the final one (with its carriage return) dropped.
+    if "\r" in text:
+        pieces = _FIELD_START.split("\n" + text)
+        return list(zip(pieces[1::2], map(str.rstrip, pieces[2::2], repeat("\r\n")), strict=True))
+    pieces = _FIELD_START.split("\n" + text[:-1] if text.endswith("\n") else "\n" + text)
+    return list(zip(pieces[1::2], pieces[2::2], strict=True))
 
 
 def _headers_by_line(buf: bytes, start: int, end: int, defects: list[str]) -> list[tuple[str, str]]:

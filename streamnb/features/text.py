@@ -15,7 +15,8 @@ Rules, in order (after SpamBayes' tokenizer):
 
 ASCII text goes through list comprehensions (one token per kept word); other text takes
 the same rules with a per-word step only for the words that need one (``@``, too long,
-non-ASCII). Host tokens are memoised (:func:`host_tokens_cached`).
+non-ASCII). URLs are looked for only where one can start (before a ``://``, at a
+``www.``). Host tokens are memoised (:func:`host_tokens_cached`).
 
 >>> tokenize_text("Visit http://www.Cheap-Meds.biz/now for FREE!!! pharmacy-supercalifragilistic")
 ['proto:http', 'url:www.cheap-meds.biz', 'url:cheap-meds.biz', 'visit', 'for', 'free', 'skip:p 20']
@@ -26,7 +27,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from functools import lru_cache
-from itertools import chain
+from itertools import chain, repeat
 
 __all__ = ["URL_RE", "WordRules", "host_tokens", "host_tokens_cached", "tokenize_text"]
 
@@ -39,6 +40,9 @@ URL_RE = re.compile(r"""(?i)\b(?:(https?|ftp|mailto)://|(?=www\.))([^\s"'<>()\[\
 _URL_SCAN = re.compile(
     r"""(?i)([hfmw])(?<!\w.)(?:((?<=h)ttps?|(?<=f)tp|(?<=m)ailto)://|(?<=w)(?=ww\.))([^\s"'<>()\[\]{}]+)"""
 )
+#: ``[a-z0-9]`` under IGNORECASE, for a character set without the flag: the ASCII letters
+#: and digits, and the 4 other letters IGNORECASE matches (``İ ı ſ K``, see :mod:`re`).
+_ALNUM = "a-zA-Z0-9\u0130\u0131\u017f\u212a"
 _HOST_RE = re.compile(r"^(?:[^/?#@\s]*@)?([a-z0-9][a-z0-9.-]*)", re.I)
 _PUNCT = "\"'.,;:!?()[]{}<>*`~|^_=+-/\\#&"
 _SPLIT = re.compile(r"\s+")
@@ -74,6 +78,44 @@ def _url_host(rest: str) -> str:
     return m.group(1) if m else ""
 
 
+def _crack(m: re.Match[str], out: list[str]) -> str:
+    """Append the ``proto:`` and ``url:`` tokens of one :data:`_URL_SCAN` match."""
+    first, scheme, rest = m.groups()
+    if scheme is None:  # www.host: the first letter belongs to the host
+        out.append("proto:http")
+        rest = first + rest
+    else:
+        out.append("proto:" + (first + scheme).lower())
+    out.extend(host_tokens_cached("url", _url_host(rest)))
+    return " "
+
+
+def _url_starts(text: str, most: int = 256) -> list[int] | None:
+    """Where a :data:`_URL_SCAN` match can start, ascending: up to 6 characters before a
+    ``://`` (the scheme) and at a ``www.`` in any case. None past ``most`` of those, or
+    when lower-casing changes the length of the text (positions would not line up)."""
+    starts: list[int] = []
+    find = text.find
+    i = find("://")
+    while i >= 0:
+        if len(starts) >= most:
+            return None
+        starts.extend(range(max(i - 6, 0), max(i - 2, 0)))
+        i = find("://", i + 3)
+    low = text.lower()  # www. in any case (only W lower-cases to w, only . to .)
+    if len(low) != len(text):
+        return None
+    find = low.find
+    i = find("www.")
+    while i >= 0:
+        if len(starts) >= most:
+            return None
+        starts.append(i)
+        i = find("www.", i + 4)
+    starts.sort()
+    return starts
+
+
 @dataclass(frozen=True, slots=True)
 class WordRules:
     """The word rules above, with their options.
@@ -91,18 +133,22 @@ class WordRules:
         """Append URL tokens to ``out``; return the text with the URLs blanked out."""
         if "://" not in text and "www." not in text and "WWW." not in text:
             return text
-
-        def crack(m: re.Match[str]) -> str:
-            first, scheme, rest = m.groups()
-            if scheme is None:  # www.host: the first letter belongs to the host
-                scheme, rest = "http", first + rest
-            else:
-                scheme = (first + scheme).lower()
-            out.append(f"proto:{scheme}")
-            out.extend(host_tokens_cached("url", _url_host(rest)))
-            return " "
-
-        return _URL_SCAN.sub(crack, text)
+        starts = _url_starts(text)
+        if starts is None:  # many candidates (or an odd lower-casing): one regex pass
+            return _URL_SCAN.sub(lambda m: _crack(m, out), text)
+        # _URL_SCAN.sub, trying the regex only where a match can start.
+        pieces = []
+        pos = 0
+        match = _URL_SCAN.match
+        for start in starts:
+            if start >= pos and (m := match(text, start)) is not None:
+                pieces.append(text[pos:start])
+                _crack(m, out)
+                pos = m.end()
+        if not pieces:
+            return text
+        pieces.append(text[pos:])
+        return " ".join(pieces)
 
     def words(self, text: str, out: list[str], limit: int | None = None) -> None:
         """Append the tokens of the words of ``text`` to ``out`` (at most ``limit`` in all).
@@ -111,28 +157,27 @@ class WordRules:
         too long, non-ASCII); bigrams, a zero minimum length and a cut at ``limit`` take
         the word loop (:meth:`_word_loop`). Both give the same tokens in the same order.
         """
+        if not text.isascii():  # a no-break space (HTML &nbsp;) splits words as a space does
+            text = text.replace("\xa0", " ")
         if self.lowercase:
             text = text.lower()
         if self.ngrams or self.min_len < 1:
             self._word_loop(text, out, limit)
             return
         lo, hi = self.min_len, self.max_len
-        stripped = [w.strip(_PUNCT) for w in text.split()]  # str.split() splits where \s+ does
-        if not text.isascii():
+        words = text.split()  # str.split() splits where \s+ does
+        if not text.isascii() and not "".join(words).isascii():  # (not only white space)
             odd_tokens = self._odd_tokens
             tokens = list(chain.from_iterable(
                 [(w,) if len(w) <= hi and w.isascii() and "@" not in w else odd_tokens(w)
-                 for w in stripped if len(w) >= lo]))
-            if limit is not None and len(out) + len(tokens) > limit:
-                self._word_loop(text, out, limit)  # where to cut: as the loop cuts
-            else:
-                out.extend(tokens)
-            return
-        if "@" in text:
+                 for w in map(str.strip, words, repeat(_PUNCT)) if len(w) >= lo]))
+        elif "@" in text:
             odd = self._odd_word
-            tokens = [w if len(w) <= hi and "@" not in w else odd(w) for w in stripped if len(w) >= lo]
+            tokens = [w if len(w) <= hi and "@" not in w else odd(w)
+                      for w in map(str.strip, words, repeat(_PUNCT)) if len(w) >= lo]
         else:
-            tokens = [w if len(w) <= hi else f"skip:{w[0]} {len(w) // 10 * 10}" for w in stripped if len(w) >= lo]
+            tokens = [w if len(w) <= hi else f"skip:{w[0]} {len(w) // 10 * 10}"
+                      for w in map(str.strip, words, repeat(_PUNCT)) if len(w) >= lo]
         if limit is not None and len(out) + len(tokens) > limit:
             self._word_loop(text, out, limit)  # where to cut: as the loop cuts
         else:
