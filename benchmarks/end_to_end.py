@@ -157,6 +157,13 @@ class E2EResult:
     messages: int
     per_second: float
     dead: int
+    #: redis-server CPU (user + system) per message while the workers ran, in us.
+    redis_cpu_us: float = float("nan")
+
+
+def _redis_cpu_s(client: Any) -> float:
+    info = client.info("cpu")
+    return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
 
 
 def run_e2e(server: RedisServer, name: str, messages: Sequence[bytes], n_workers: int,
@@ -165,12 +172,15 @@ def run_e2e(server: RedisServer, name: str, messages: Sequence[bytes], n_workers
     client = server.client()
     prefill(client, name, messages)
     k = keys(name)
+    cpu0 = _redis_cpu_s(client)
     with workers(server.url, default_spec(name), n_workers, options) as procs:
         ok = wait_for(client, k["out"], len(messages), timeout, procs, k["dead"])
+        cpu = _redis_cpu_s(client) - cpu0
     if not ok:
         raise RuntimeError(f"{name}: the workers did not process {len(messages)} messages in {timeout}s")
     n, per_s = out_rate(client, k["out"])
-    return E2EResult(payload, n_workers, n, per_s, int(client.xlen(k["dead"])))
+    return E2EResult(payload, n_workers, n, per_s, int(client.xlen(k["dead"])),
+                     1e6 * cpu / max(1, len(messages)))
 
 
 def in_process_rate(messages: Sequence[bytes], batch: int = 100) -> float:
@@ -246,8 +256,10 @@ def summary(report: dict[str, Any]) -> list[str]:
 
 
 def print_report(report: dict[str, Any]) -> None:
-    rows = [[r.payload, r.workers, r.messages, r.per_second, r.dead] for r in report["results"]]
-    print(format_table(["payload", "workers", "outputs", "msg/s", "dead"], rows))
+    rows = [[r.payload, r.workers, r.messages, r.per_second, r.dead, r.redis_cpu_us]
+            for r in report["results"]]
+    print(format_table(["payload", "workers", "outputs", "msg/s", "dead",
+                        "redis-server CPU us/msg"], rows))
     print()
     print(format_table(["reference, same messages, this process", "msg/s"],
                        [[k, v] for k, v in report["refs"].items()]))

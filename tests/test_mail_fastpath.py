@@ -403,3 +403,13 @@ def test_word_header_tokens_match_split_and_join(text):
     words = [w for w in _SUBJECT_SPLIT.split(text) if w]
     expected = tuple(f"subject:{t}" for t in WordRules().tokens(" ".join(words)))
     assert TOKENIZER._value_tokens("subject", text) == expected
+
+
+def test_header_names_in_the_options_match_without_regard_to_case():
+    raw = b"From: Bob <bob@example.com>\nSubject: Cheap meds\nX-Mailer: Foo 1.0\n\nbody text"
+    upper = MailTokenizer(headers=("Subject", "X-MAILER"))
+    lower = MailTokenizer(headers=("subject", "x-mailer"))
+    assert upper.headers == ("subject", "x-mailer")
+    expected = lower.analyse(raw).tokens
+    assert "subject:cheap" in expected and "x-mailer:foo" in expected
+    assert upper.analyse(raw).tokens == expected == upper.analyse(raw, fast=False).tokens

@@ -320,9 +320,13 @@ class MailTokenizer:
     """
 
     rules: WordRules = WordRules()
+    #: Headers to tokenize, matched without regard to case (stored lower-case).
     headers: Sequence[str] = DEFAULT_HEADERS
     header_names: bool = True
     limits: Limits = DEFAULT_LIMITS
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "headers", tuple(name.lower() for name in self.headers))
 
     def tokenize(self, raw: bytes) -> list[str]:
         return self.analyse(raw).tokens
