@@ -159,6 +159,19 @@ class E2EResult:
     dead: int
     #: redis-server CPU (user + system) per message while the workers ran, in us.
     redis_cpu_us: float = float("nan")
+    #: Bytes of log deltas per message (what every worker reads back from ``:log``).
+    log_bytes: float = float("nan")
+
+
+def _log_bytes(client: Any, key: str) -> int:
+    """Total size of the ``data`` fields of the log entries still in ``key``."""
+    total, start = 0, "-"
+    while True:
+        entries = client.xrange(key, min=start, count=1000)
+        total += sum(len(f.get(b"data", b"")) for _, f in entries)
+        if len(entries) < 1000:
+            return total
+        start = "(" + entries[-1][0].decode()
 
 
 def _redis_cpu_s(client: Any) -> float:
@@ -180,7 +193,8 @@ def run_e2e(server: RedisServer, name: str, messages: Sequence[bytes], n_workers
         raise RuntimeError(f"{name}: the workers did not process {len(messages)} messages in {timeout}s")
     n, per_s = out_rate(client, k["out"])
     return E2EResult(payload, n_workers, n, per_s, int(client.xlen(k["dead"])),
-                     1e6 * cpu / max(1, len(messages)))
+                     1e6 * cpu / max(1, len(messages)),
+                     _log_bytes(client, k["log"]) / max(1, len(messages)))
 
 
 def in_process_rate(messages: Sequence[bytes], batch: int = 100) -> float:
@@ -256,10 +270,10 @@ def summary(report: dict[str, Any]) -> list[str]:
 
 
 def print_report(report: dict[str, Any]) -> None:
-    rows = [[r.payload, r.workers, r.messages, r.per_second, r.dead, r.redis_cpu_us]
+    rows = [[r.payload, r.workers, r.messages, r.per_second, r.dead, r.redis_cpu_us, r.log_bytes]
             for r in report["results"]]
     print(format_table(["payload", "workers", "outputs", "msg/s", "dead",
-                        "redis-server CPU us/msg"], rows))
+                        "redis-server CPU us/msg", "log bytes/msg"], rows))
     print()
     print(format_table(["reference, same messages, this process", "msg/s"],
                        [[k, v] for k, v in report["refs"].items()]))

@@ -21,7 +21,9 @@ import numpy as np
 
 from streamnb.exceptions import FormatError
 
-_ALLOWED_DTYPES = {"<f8", "<f4", "<i8", "<i4", "<u4", "<u8", "|b1", "|u1"}
+_ALLOWED_DTYPES = {"<f8", "<f4", "<i8", "<i4", "<u4", "<u8", "|b1", "|u1", "<u2"}
+#: Unsigned types that :func:`pack_counts` narrows whole-number counts to, smallest first.
+_COUNT_TYPES = (np.uint8, np.uint16, np.uint32)
 
 
 def pack_array(a: np.ndarray) -> dict[str, Any]:
@@ -59,6 +61,58 @@ def unpack_array(obj: Any, dtype: str | None = None, ndim: int | None = None) ->
             f"array buffer holds {len(data)} bytes, shape {tuple(shape)} of {code} needs {n * itemsize}"
         )
     return np.frombuffer(data, dtype=code).reshape(shape).copy()
+
+
+def pack_counts(a: np.ndarray) -> dict[str, Any]:
+    """:func:`pack_array` of float64 counts, in the smallest unsigned integer type that
+    holds them exactly when they are all whole numbers below 2**32 (counts of unit-weight
+    messages: 1 byte per value in a batch's delta instead of 8), else as float64.
+
+    >>> a = np.array([[0.0, 3.0, 255.0]])
+    >>> pack_counts(a)["dtype"], pack_counts(a + 0.5)["dtype"], pack_counts(a * 1000)["dtype"]
+    ('|u1', '<f8', '<u4')
+    >>> bool((unpack_counts(pack_counts(a), ndim=2) == a).all())
+    True
+    """
+    a = np.asarray(a, dtype=np.float64)
+    if a.size:
+        low, top = float(a.min()), float(a.max())
+        if low >= 0.0 and top < 2.0**32:  # False for NaN and inf
+            for t in _COUNT_TYPES:
+                if top <= np.iinfo(t).max:
+                    narrow = a.astype(t)
+                    if np.array_equal(narrow, a):  # whole numbers only: exact
+                        return pack_array(narrow)
+                    break
+    return pack_array(a)
+
+
+def unpack_counts(obj: Any, ndim: int | None = None) -> np.ndarray:
+    """The float64 array of :func:`pack_counts` (or of a float64 :func:`pack_array`)."""
+    code = obj.get("dtype") if isinstance(obj, dict) else None
+    if code not in ("<f8", "|u1", "<u2", "<u4"):
+        raise FormatError(f"expected counts as float64 or unsigned integers, got {code!r}")
+    return unpack_array(obj, ndim=ndim).astype(np.float64)
+
+
+def pack_index(a: np.ndarray) -> dict[str, Any]:
+    """:func:`pack_array` of int64 indices, as uint32 when they fit (half the bytes).
+
+    >>> pack_index(np.array([0, 5, 2**20]))["dtype"], pack_index(np.array([2**40]))["dtype"]
+    ('<u4', '<i8')
+    """
+    a = np.asarray(a, dtype=np.int64)
+    if a.size and a.min() >= 0 and a.max() < 2**32:
+        return pack_array(a.astype(np.uint32))
+    return pack_array(a)
+
+
+def unpack_index(obj: Any, ndim: int | None = None) -> np.ndarray:
+    """The int64 array of :func:`pack_index` (or of an int64 :func:`pack_array`)."""
+    code = obj.get("dtype") if isinstance(obj, dict) else None
+    if code not in ("<i8", "<u4"):
+        raise FormatError(f"expected indices as int64 or uint32, got {code!r}")
+    return unpack_array(obj, ndim=ndim).astype(np.int64)
 
 
 def dumps(obj: Any) -> bytes:

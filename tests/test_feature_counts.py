@@ -179,14 +179,51 @@ def test_corrupted_and_newer_payloads_raise_format_error():
         broken(storage="weird"),
         broken(labels=["a"]),  # shape mismatch
         broken(labels=["a", "a"]),
-        broken(columns=dict(cols, data=np.array([2, 0, 1], "<i8").tobytes())),  # unsorted
+        broken(columns=dict(cols, dtype="<i8", data=np.array([2, 0, 1], "<i8").tobytes())),  # unsorted
+        broken(columns=dict(cols, data=np.array([2, 0, 1], "<u4").tobytes())),  # unsorted
         broken(columns=dict(cols, dtype="<f8")),
         broken(values=dict(good["values"], data=good["values"]["data"][:-8])),
-        broken(values=dict(good["values"], data=np.full(6, -1.0).tobytes())),
+        broken(values=dict(good["values"], dtype="<f8", data=np.full(6, -1.0).tobytes())),
+        broken(values=dict(good["values"], dtype="<i4", data=np.full(6, -1, "<i4").tobytes())),
     ]
     for payload in bad_payloads:
         with pytest.raises(FormatError):
             FeatureCounts.from_bytes(payload)
+
+
+def test_counts_are_encoded_in_the_smallest_exact_type_and_read_back_exactly():
+    rng = np.random.default_rng(4)
+    X = sp.csr_matrix((np.ones(600), (np.repeat(np.arange(100), 6), rng.integers(0, 2**20, 600))),
+                      shape=(100, 2**20))
+    y = rng.choice(["spam", "ham"], size=100)
+    for w, values_dtype in [(np.ones(100), "|u1"), (np.full(100, 300.0), "<u2"),
+                            (np.full(100, 1e6), "<u4"), (np.full(100, 0.5), "<f8"),
+                            (np.full(100, 1e10), "<f8")]:  # above 2**32: float64
+        delta = FeatureCounts.sparse(2**20).update(X, y, w)
+        enc = loads(delta.to_bytes())
+        assert enc["v"] == 2 and enc["columns"]["dtype"] == "<u4"
+        assert enc["values"]["dtype"] == values_dtype, w[0]
+        back = FeatureCounts.from_bytes(delta.to_bytes())
+        assert back.values.dtype == np.float64 and back.touched_columns.dtype == np.int64
+        np.testing.assert_array_equal(back.values, delta.values)
+        np.testing.assert_array_equal(back.touched_columns, delta.touched_columns)
+
+
+def test_version_1_payloads_are_still_read_and_unit_counts_take_a_quarter_of_the_bytes():
+    from streamnb.encoding import pack_array
+
+    rng = np.random.default_rng(5)
+    X = sp.csr_matrix((np.ones(18_300), (np.repeat(np.arange(100), 183),
+                                         rng.integers(0, 2**20, 18_300))), shape=(100, 2**20))
+    delta = FeatureCounts.sparse(2**20).update(X, rng.choice(["spam", "ham"], size=100))
+    v2 = loads(delta.to_bytes())
+    cols = np.frombuffer(v2["columns"]["data"], "<u4").astype(np.int64)
+    vals = np.frombuffer(v2["values"]["data"], "|u1").reshape(2, -1).astype(np.float64)
+    v1 = dumps(dict(v2, v=1, columns=pack_array(cols), values=pack_array(vals)))  # as written before
+    old = FeatureCounts.from_bytes(v1)
+    np.testing.assert_array_equal(old.values, delta.values)
+    np.testing.assert_array_equal(old.touched_columns, delta.touched_columns)
+    assert len(delta.to_bytes()) * 3.5 < len(v1)  # 4 + 2 x 1 bytes per column instead of 8 + 2 x 8
 
 
 # ------------------------------------------------------------------ categories
