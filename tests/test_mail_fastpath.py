@@ -413,3 +413,17 @@ def test_header_names_in_the_options_match_without_regard_to_case():
     expected = lower.analyse(raw).tokens
     assert "subject:cheap" in expected and "x-mailer:foo" in expected
     assert upper.analyse(raw).tokens == expected == upper.analyse(raw, fast=False).tokens
+
+
+def test_clear_memos_empties_them_and_tokens_do_not_depend_on_them():
+    from streamnb.features import mail, mime
+
+    raw = (b"From: Bob <bob@example.com>\nReceived: from relay.example.net by mx.example.org\n"
+           b"Content-Type: text/html; charset=utf-8\nSubject: Cheap meds\n\n"
+           b'<a href="http://x.example.com/p">NOW</a> visit www.example.com today')
+    tok = MailTokenizer()
+    warm = tok.analyse(raw).tokens
+    assert mail._VALUE_CACHES and mime._PARAMS
+    mail.clear_memos()
+    assert not mail._VALUE_CACHES and not mail._RECEIVED_HOSTS and not mime._PARAMS
+    assert tok.analyse(raw).tokens == warm == tok.analyse(raw, fast=False).tokens

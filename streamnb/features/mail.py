@@ -160,6 +160,17 @@ _RECEIVED_HOSTS: dict[str, tuple[str, ...]] = {}
 _ADDRESS_DEFECT = ("defect:address",)
 
 
+def clear_memos() -> None:
+    """Empty the tokenizer's memos (header values, relay hosts, MIME parameters, link
+    hosts), e.g. to time it cold; they refill as mail comes."""
+    from streamnb.features import mime, text
+
+    _VALUE_CACHES.clear()
+    _RECEIVED_HOSTS.clear()
+    mime._PARAMS.clear()
+    text._cached_host_tokens.cache_clear()
+
+
 def _value_cache(rules: WordRules) -> dict:
     """The memo of header value tokens under ``rules``."""
     cache = _VALUE_CACHES.get(rules)
