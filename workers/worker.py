@@ -307,6 +307,11 @@ def _s(v: Any) -> str:
     return v.decode() if isinstance(v, bytes) else str(v)
 
 
+def _first_id(entries: list) -> str:
+    """The smallest entry id of a batch ("0-0" for none): where it starts in the stream."""
+    return min((_s(e[0]) for e in entries), key=parse_id) if entries else "0-0"
+
+
 class Worker:
     """Serves one or more models from Redis streams (see the module docstring)."""
 
@@ -655,7 +660,7 @@ class Worker:
         ``pipeline``: the commit may be sent without waiting for its reply, the next batch
         read meanwhile (:meth:`_send_and_prefetch`).
         """
-        first_id = min((_s(e[0]) for e in entries), key=parse_id) if entries else "0-0"
+        first_id = _first_id(entries)
         batch = {"inflight": announced}
         if announced is None and self.options.order_wait_ms > 0 and entries:
             # announced at once (it may hold labels), so a worker that read the next batch
@@ -880,8 +885,7 @@ class Worker:
                 time.perf_counter() - t0)
             announced = None
             if self.options.order_wait_ms > 0:
-                announced = rt.inflight.announce(
-                    min((_s(e[0]) for e in entries), key=parse_id), len(entries))
+                announced = rt.inflight.announce(_first_id(entries), len(entries))
             rt.prefetched = (entries, announced)
         o = self.options
         w.sent = send_commit(self.client, rt.keys, self.consumer, w.req, o.out_maxlen,
