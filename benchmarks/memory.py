@@ -21,6 +21,7 @@ derived tables) and the encoded snapshot size.
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
 from typing import Any
@@ -81,7 +82,8 @@ def model_bytes(kind: str = "multinomial") -> dict[str, int]:
 
 
 def benchmark(tokens: list[list[str]], labels: list[str], checkpoints: list[int], noise: int = 20,
-              chunk: int = 10_000, seed: int = 0) -> tuple[list[list[Any]], dict[str, float]]:
+              chunk: int = 10_000, seed: int = 0, options: dict[str, Any] | None = None,
+              ) -> tuple[list[list[Any]], dict[str, float]]:
     """Rows ``[messages, worker RSS MB, Redis used MB, snapshot MB, seconds]`` and cache
     figures."""
     rng = np.random.default_rng(seed)
@@ -91,7 +93,8 @@ def benchmark(tokens: list[list[str]], labels: list[str], checkpoints: list[int]
     extra: dict[str, float] = {}
     with RedisServer() as server:
         client = server.client()
-        with workers(server.url, default_spec(name), 1, {"cache_ttl_s": CACHE_TTL_S}) as procs:
+        with workers(server.url, default_spec(name), 1,
+                     {"cache_ttl_s": CACHE_TTL_S, **(options or {})}) as procs:
             pid = procs[0].pid
             done = 0
             t0 = time.perf_counter()
@@ -125,13 +128,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--corpus", default=str(DEFAULT_CORPUS))
     ap.add_argument("--checkpoints", default="10000,100000,1000000")
     ap.add_argument("--noise", type=int, default=20, help="random tokens added per message")
+    ap.add_argument("--options", type=json.loads, default=None, metavar="JSON",
+                    help='worker options, e.g. \'{"cache_labelled": false}\' (WorkerOptions fields)')
     args = ap.parse_args(argv)
     print_header("benchmark 5: worker memory", "benchmarks.memory", argv)
     corpus = corpus_or_synthetic(args.corpus)
     for k, v in model_bytes().items():
         print(f"default multinomial model, {k}: {v:,} bytes ({v / MB:.1f} MB)")
     rows, extra = benchmark(corpus_tokens(corpus), corpus.labels,
-                            [int(c) for c in args.checkpoints.split(",")], args.noise)
+                            [int(c) for c in args.checkpoints.split(",")], args.noise,
+                            options=args.options)
     print(format_table(["messages", "worker RSS MB", "redis used MB", "snapshot MB", "seconds"], rows))
     for k, v in extra.items():
         days = DEFAULT_LABEL_CACHE_TTL_S / 86400

@@ -173,3 +173,10 @@ def test_pipeline_flag_reaches_the_worker_options(tmp_path):
     assert worker_options(parsed(["worker"])).pipeline is True
     assert worker_options(parsed(["worker", "--no-pipeline"])).pipeline is False
     assert worker_options(parsed(["worker"], {"STREAMNB_PIPELINE": "off"})).pipeline is False
+
+
+def test_cache_labelled_flag_reaches_the_worker_options():
+    from workers.supervisor import worker_options
+
+    assert worker_options(parsed(["worker"])).cache_labelled is True
+    assert worker_options(parsed(["worker", "--no-cache-labelled"])).cache_labelled is False

@@ -164,3 +164,38 @@ def test_concurrent_labels_and_corrections_are_applied_exactly_once(redis_server
     assert sum(len(c) for c in delayed_calls) == len(first_labelled_later)
     assert not _dead(r)
     _ = msgpack  # keep the import for readers decoding entries by hand
+
+
+def test_without_caching_labelled_messages_delayed_labels_still_work(redis_server):
+    """--no-cache-labelled: only messages not learnt on arrival are cached. A delayed label
+    for one of them is learnt (and can then be corrected); a correction of a message learnt
+    on arrival goes to :dead as ref_expired, saying why."""
+    r = redis_server.client()
+    k = ModelKeys("mail")
+    msgs = token_messages(40, seed=4, labelled_share=0.5)
+    labelled = [m["id"] for m in msgs if "label" in m]
+    unlabelled = [m["id"] for m in msgs if "label" not in m]
+    assert labelled and unlabelled
+    produce(r, "mail", msgs)
+    w = url_worker(redis_server.url, [count_spec()], fast_options("w1", cache_labelled=False))
+    w.run_until_idle()
+    assert all(r.exists(k.cache(i)) for i in unlabelled)
+    assert not any(r.exists(k.cache(i)) for i in labelled)
+
+    late, moved = unlabelled[0], labelled[0]
+    old = next(m["label"] for m in msgs if m["id"] == moved)
+    new = "ham" if old != "ham" else "spam"
+    produce(r, "mail", [{"ref": late, "label": "news"}, {"ref": moved, "label": new}])
+    w.run_until_idle()
+    model = w.models["mail"].replica
+    assert model.learnt == len(labelled) + 1
+    expected = {m["id"]: m["label"] for m in msgs if "label" in m} | {late: "news"}
+    assert_same_stats(model.model, offline_model("multinomial", PARAMS, FCFG, _with_labels(msgs, expected)))
+    dead = _dead(r)
+    assert [d["reason"] for d in dead] == ["ref_expired"]
+    assert "--no-cache-labelled" in dead[0]["detail"] and repr(moved) in dead[0]["detail"]
+    produce(r, "mail", [{"ref": late, "label": "spam"}])  # the delayed label can be corrected
+    w.run_until_idle()
+    expected[late] = "spam"
+    assert_same_stats(model.model, offline_model("multinomial", PARAMS, FCFG, _with_labels(msgs, expected)))
+    assert model.learnt == len(labelled) + 1 and len(_dead(r)) == 1

@@ -217,6 +217,9 @@ def _add_worker_options(p: argparse.ArgumentParser) -> None:
     add_option(w, "--label-cache-ttl", type=non_negative_float, default=DEFAULT_LABEL_CACHE_TTL_S,
                metavar="SECONDS", help="keep each message's features this long for a delayed "
                "label (ref); 0: no cache, late labels are dead-lettered")
+    add_option(w, "--cache-labelled", action=argparse.BooleanOptionalAction, default=True,
+               help="cache messages learnt on arrival too, so a later label can correct them "
+               "(--no-cache-labelled: only unlabelled messages, far less Redis memory)")
     add_option(w, "--prequential", action=argparse.BooleanOptionalAction, default=True,
                help="predict each message with the labelled messages before it in its batch "
                "(multinomial, categorical and the Gaussian models)")

@@ -166,6 +166,12 @@ class WorkerOptions:
     lease_ms: int = 15_000
     #: TTL of cached message features for delayed labels (0: no cache).
     cache_ttl_s: float = DEFAULT_LABEL_CACHE_TTL_S
+    #: Cache the messages learnt in their batch too (a label in the message, or a ref in
+    #: the same batch), so that a later label can correct them. False: only messages
+    #: still unlabelled are cached (delayed labels keep working; a correction of a message
+    #: learnt on arrival goes to :dead as ref_expired); most of the cache's Redis memory
+    #: and of a commit's bytes when most traffic comes labelled.
+    cache_labelled: bool = True
     heartbeat_s: float = 5.0
     #: A heartbeat older than this marks a dead worker.
     stale_s: float = 30.0
@@ -798,8 +804,10 @@ class Worker:
             if (add is not None or sub is not None) else None
         outputs = [output_for(it.msg, it.label, it.log_proba, w.version, self.consumer,
                               learned=lab is not None) for it, lab in learn]
+        why = "never seen, or its cache entry expired" + (
+            "" if o.cache_labelled else "; messages learnt on arrival are not cached: --no-cache-labelled")
         all_dead = w.dead + [Dead(r.entry_id, REF_EXPIRED, f"no cached message with id {r.ref!r} "
-                                  "(never seen, or its cache entry expired)", w.ref_data[r.entry_id])
+                                  f"({why})", w.ref_data[r.entry_id])
                              for r in res.expired]
         all_dead.sort(key=lambda d: parse_id(d.entry_id))
         cache_ops: list[CacheNew | CacheCas] = []
@@ -807,7 +815,8 @@ class Worker:
             cache_ops += [CacheNew(rt.keys.cache(it.msg.id), it.row.to_bytes(),
                                    encode_pred(it.label, it.log_proba), encode_label(lab),
                                    it.msg.weight, batch_preds[it.msg.id][1],
-                                   int(o.cache_ttl_s * 1000)) for it, lab in learn]
+                                   int(o.cache_ttl_s * 1000))
+                          for it, lab in learn if lab is None or o.cache_labelled]
             cache_ops += res.cas
         ids = [it.entry_id for it in items] + [d.entry_id for d in w.dead] + \
             [r.entry_id for r in refs]
