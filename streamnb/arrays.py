@@ -26,12 +26,14 @@ def sorted_unique(a: np.ndarray) -> np.ndarray:
 def nonzero_columns(values: np.ndarray) -> np.ndarray:
     """Columns of a 2-d array with a nonzero entry in some row, as a boolean mask.
 
-    ``values.any(axis=0)``, one row at a time: as fast on C-ordered input and 10-30x
-    faster on F-ordered input (what fancy indexing ``values[:, cols]`` returns).
+    ``values.any(axis=0)``, which it calls on C-ordered input; on F-ordered input (what
+    fancy indexing ``values[:, cols]`` returns) one row at a time, 10-30x faster.
 
     >>> nonzero_columns(np.array([[0.0, 2.0, 0.0], [0.0, 0.0, 1.0]])).tolist()
     [False, True, True]
     """
+    if values.flags.c_contiguous:
+        return values.any(axis=0)
     out = np.zeros(values.shape[1], dtype=bool)
     for row in values:  # rows are classes: a handful
         out |= row != 0

@@ -180,14 +180,14 @@ def _weight(v: Any) -> float:
 def _tokens(v: Any, limits: Limits) -> list[str]:
     if not isinstance(v, list):
         raise MalformedMessage("bad_type", "tokens must be a list of str")
-    try:  # one C-level pass that refuses any item but a str (msgpack makes no subclasses)
-        "".join(v)
-    except TypeError:
-        raise MalformedMessage("bad_type", "tokens must be a list of str") from None
     if len(v) > limits.max_tokens:
         raise MalformedMessage(
             "too_large", f"tokens has {len(v)} items, the limit is {limits.max_tokens}"
         )
+    try:  # one C-level pass that refuses any item but a str (msgpack makes no subclasses)
+        "".join(v)
+    except TypeError:
+        raise MalformedMessage("bad_type", "tokens must be a list of str") from None
     return v
 
 

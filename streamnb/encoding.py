@@ -28,6 +28,8 @@ _COUNT_TYPES = (np.uint8, np.uint16, np.uint32)
 
 def pack_array(a: np.ndarray) -> dict[str, Any]:
     """Encode a numpy array as a msgpack-friendly map (little-endian, C order)."""
+    if type(a) is np.ndarray and a.flags.c_contiguous and a.dtype.str in _ALLOWED_DTYPES:
+        return {"dtype": a.dtype.str, "shape": list(a.shape), "data": a.tobytes()}  # as is
     a = np.asarray(a)
     dt = a.dtype.newbyteorder("<") if a.dtype.byteorder not in ("|", "<", "=") else a.dtype
     a = np.ascontiguousarray(a, dtype=dt)
@@ -92,7 +94,7 @@ def unpack_counts(obj: Any, ndim: int | None = None) -> np.ndarray:
     code = obj.get("dtype") if isinstance(obj, dict) else None
     if code not in ("<f8", "|u1", "<u2", "<u4"):
         raise FormatError(f"expected counts as float64 or unsigned integers, got {code!r}")
-    return unpack_array(obj, ndim=ndim).astype(np.float64)
+    return unpack_array(obj, ndim=ndim).astype(np.float64, copy=False)
 
 
 def pack_index(a: np.ndarray) -> dict[str, Any]:
@@ -112,7 +114,7 @@ def unpack_index(obj: Any, ndim: int | None = None) -> np.ndarray:
     code = obj.get("dtype") if isinstance(obj, dict) else None
     if code not in ("<i8", "<u4"):
         raise FormatError(f"expected indices as int64 or uint32, got {code!r}")
-    return unpack_array(obj, ndim=ndim).astype(np.int64)
+    return unpack_array(obj, ndim=ndim).astype(np.int64, copy=False)
 
 
 def dumps(obj: Any) -> bytes:

@@ -216,7 +216,8 @@ def test_featurize_batch_equals_featurize_one_at_a_time():
 
     for f in (Featurizer(bits=6), Featurizer(bits=12, counts="raw"), Featurizer(bits=12, meta=True)):
         msgs = [msg("tokens", ["a", "b", "a", "c"]), msg("tokens", []), msg("x", np.array([1.0])),
-                msg("text", "Hello THERE there"), msg("tokens", [f"t{i}" for i in range(200)])]
+                msg("text", "Hello THERE there"), msg("tokens", [f"t{i}" for i in range(200)]),
+                msg("raw", MAIL)]  # raw mail: what the worker sends through featurize_batch
         out = f.featurize_batch(msgs)
         assert isinstance(out[2], MalformedMessage) and out[2].reason == "incompatible_payload"
         for m, row in zip(msgs, out, strict=True):

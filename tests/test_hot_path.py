@@ -126,7 +126,7 @@ def test_array_helpers_equal_the_numpy_reference():
     values = rng.poisson(0.3, size=(3, 400)).astype(float)
     for block in (values, values[:, rng.permutation(400)], np.asfortranarray(values), values[:0]):
         assert np.array_equal(nonzero_columns(block), block.any(axis=0))
-    table, expect = rng.random((300, 3)), None
+    table = rng.random((300, 3))
     expect = table.copy()
     index = rng.choice(300, size=120, replace=False)
     rows = rng.random((120, 3))

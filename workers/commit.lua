@@ -12,7 +12,7 @@
 -- then the ids, the outputs, the dead letters, and 7 values per cache operation:
 --   "new", row, pred, learnt, weight, ts, ttl_ms      (write a message's cache entry)
 --   "cas", expected learnt, new learnt, "", "", "", "" (change the learnt label if unchanged)
--- then (optional) the :inflight field to delete (default: the consumer name)
+-- then, with the :inflight key, the field to delete (the batch's announcement)
 --
 -- Nothing is written unless every id is still pending for this consumer and every "cas"
 -- finds the learnt label the worker saw. Returns {"ok", log id or ""}, {"lost", ids...}
@@ -124,6 +124,6 @@ for i = first_id, first_id + n_ids - 1, chunk do
   redis.call('XACK', KEYS[1], group, unpack(ids))
 end
 if #KEYS > 5 + n_cache then
-  redis.call('HDEL', KEYS[6 + n_cache], ARGV[first_cache + 7 * n_cache] or consumer)
+  redis.call('HDEL', KEYS[6 + n_cache], ARGV[first_cache + 7 * n_cache])
 end
 return {'ok', log_id}

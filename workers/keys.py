@@ -98,7 +98,8 @@ class ModelKeys:
 
     @property
     def inflight(self) -> str:
-        """Hash consumer -> the labelled batch it is working on (see workers/ordering.py)."""
+        """Hash ``<consumer>|<first entry id>`` -> a batch in flight that may hold labels
+        (see workers/ordering.py)."""
         return f"{self.prefix}:inflight"
 
     def cache(self, msg_id: str) -> str:

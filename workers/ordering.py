@@ -98,11 +98,12 @@ class InflightBoard:
         """The commit script deleted the field along with the batch (workers/commit.lua)."""
         self.fields.discard(name)  # type: ignore[arg-type]
 
-    def forget(self) -> None:
-        """Drop every announcement of this consumer (after a reconnect: its batches are
-        redone and announced again; a field left behind goes stale in ``horizon_s``)."""
-        if self.fields:
-            names, self.fields = list(self.fields), set()
+    def forget(self, delete: bool = True) -> None:
+        """Drop every announcement of this consumer (after an error: its batches are redone
+        and announced again). ``delete=False`` when Redis is away: the fields go stale in
+        ``horizon_s``."""
+        names, self.fields = list(self.fields), set()
+        if names and delete:
             self.client.hdel(self.key, *names)
 
     def earlier(self, first_id: str, now: float | None = None) -> list[str]:

@@ -233,17 +233,19 @@ class Dead:
 
 @dataclass
 class CommitWork:
-    """The commit of one batch: what it is built from (rebuilt after a conflict), the
+    """One batch from its read to its commit: its ``:inflight`` announcement (withdrawn
+    by whoever holds the batch last: the batch itself, its commit, or the settle of a
+    pipelined commit), what the commit is built from (rebuilt after a conflict), the
     request and what it learns, and the call while it is on the wire."""
 
-    items: list[Item]
-    refs: list[LabelRef]
-    dead: list[Dead]
-    ref_data: dict[str, bytes]
-    #: The model version the predictions were made at (in every output).
-    version: str
     #: The batch's ``:inflight`` announcement (None: not announced, or withdrawn).
-    inflight: str | None
+    inflight: str | None = None
+    items: list[Item] = field(default_factory=list)
+    refs: list[LabelRef] = field(default_factory=list)
+    dead: list[Dead] = field(default_factory=list)
+    ref_data: dict[str, bytes] = field(default_factory=dict)
+    #: The model version the predictions were made at (in every output).
+    version: str = ""
     req: CommitRequest | None = None
     learn: list[tuple[Item, Any]] = field(default_factory=list)
     res: Any = None
@@ -492,10 +494,10 @@ class Worker:
                 n += self._drain_pending(rt)
         # batches read while the previous commit ran (pipelined), then the other models'
         batches = [(rt, *rt.prefetched) for rt in self.models.values() if rt.prefetched]
+        rest = [rt for rt in self.models.values() if not rt.prefetched]
         for rt, _, _ in batches:
             rt.prefetched = None
         if not self.stopping:
-            rest = [rt for rt in self.models.values() if all(rt is not b[0] for b in batches)]
             if rest:
                 block = 0 if batches or n else block_ms
                 batches += [(rt, entries, None) for rt, entries in self._read(block, rest)]
@@ -667,18 +669,20 @@ class Worker:
         read meanwhile (:meth:`_send_and_prefetch`).
         """
         first_id = _first_id(entries)
-        batch = {"inflight": announced}
+        work = CommitWork(announced)
         if announced is None and self.options.order_wait_ms > 0 and entries:
             # announced at once (it may hold labels), so a worker that read the next batch
             # can never look before this one is announced; see workers/ordering.py
-            batch["inflight"] = rt.inflight.announce(first_id, len(entries))
+            work.inflight = rt.inflight.announce(first_id, len(entries))
         try:
-            return self._decode_batch(rt, entries, deliveries, first_id, batch, pipeline)
+            return self._decode_batch(rt, entries, deliveries, first_id, work, pipeline)
         finally:
-            self._withdraw(rt, batch["inflight"])  # unless the commit took it over
+            if work.sent is None:  # else the settle of the commit on the wire withdraws it
+                self._withdraw(rt, work.inflight)
+                work.inflight = None
 
     def _decode_batch(self, rt: ModelRuntime, entries: list, deliveries: dict[str, int] | None,
-                      first_id: str, batch: dict[str, str | None], pipeline: bool) -> int:
+                      first_id: str, work: CommitWork, pipeline: bool) -> int:
         mw = self._mw(rt)
         m = self.metrics
         o = self.options
@@ -713,14 +717,14 @@ class Worker:
         t1 = time.perf_counter()
         m.stage_seconds.labels(**mw, stage="decode").observe(t1 - t0)
         if not any(msg.label is not None for _, msg, _ in msgs):
-            self._withdraw(rt, batch["inflight"])  # it learns nothing: nobody needs to wait for it
-            batch["inflight"] = None
-        return self._finish_batch(rt, entries, msgs, dead, first_id, now, t1, batch, pipeline)
+            self._withdraw(rt, work.inflight)  # it learns nothing: nobody needs to wait for it
+            work.inflight = None
+        work.dead = dead
+        return self._finish_batch(rt, entries, msgs, first_id, now, t1, work, pipeline)
 
     def _finish_batch(self, rt: ModelRuntime, entries: list,
-                      msgs: list[tuple[str, InputMessage, bytes]], dead: list[Dead],
-                      first_id: str, now: float, t1: float, batch: dict[str, str | None],
-                      pipeline: bool) -> int:
+                      msgs: list[tuple[str, InputMessage, bytes]], first_id: str, now: float,
+                      t1: float, work: CommitWork, pipeline: bool) -> int:
         """Featurize, wait for earlier labelled batches, predict, learn and commit."""
         mw = self._mw(rt)
         m = self.metrics
@@ -728,6 +732,7 @@ class Worker:
         items: list[Item] = []
         refs: list[LabelRef] = []
         ref_data: dict[str, bytes] = {}
+        dead = work.dead
         payload_msgs = []
         for eid, msg, data in msgs:
             if msg.payload_kind is None:
@@ -763,18 +768,12 @@ class Worker:
         m.stage_seconds.labels(**mw, stage="predict").observe(t3 - t2)
 
         # ---- learn and commit; rebuilt if ids were lost or cache entries changed
-        work = CommitWork(items, refs, dead, ref_data, rt.replica.version, batch["inflight"])
-        batch["inflight"] = None  # the commit withdraws it now (or the settle, if it fails)
-        try:
-            if not self._build_commit(rt, work):
-                return len(entries)
+        work.items, work.refs, work.ref_data, work.version = items, refs, ref_data, rt.replica.version
+        if self._build_commit(rt, work):
             if pipeline and self._may_pipeline(rt, len(entries)):
                 self._send_and_prefetch(rt, work)
-                return len(entries)
-            self._commit_attempts(rt, work, None)
-        finally:
-            if work.sent is None:
-                self._withdraw(rt, work.inflight)
+            else:
+                self._commit_attempts(rt, work, None)
         return len(entries)
 
     # ------------------------------------------------------------------ the commit
@@ -924,11 +923,8 @@ class Worker:
         w, rt.in_flight, rt.prefetched = rt.in_flight, None, None
         if w is not None and w.sent is not None:
             w.sent.abandon()
-        if not withdraw:
-            rt.inflight.fields.clear()
-            return
         try:
-            rt.inflight.forget()
+            rt.inflight.forget(delete=withdraw)
         except redis.RedisError as exc:
             log.warning("model %s: could not withdraw in-flight announcements: %s", rt.name, exc)
 

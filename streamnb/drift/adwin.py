@@ -117,7 +117,9 @@ class ADWIN(DriftDetector):
 
     def _insert_many(self, xs: list[float]) -> None:
         """The buckets of :meth:`_insert` with each of ``xs`` (sums aside): row 0's oldest
-        values are merged in pairs straight from the values, as ``_merge_full_rows`` would."""
+        values are merged in pairs straight from the values, as ``_merge_full_rows`` would,
+        then the rows above from level 1 (a row 1 created here may already be over full,
+        which one ``_merge_full_rows()`` pass would not revisit)."""
         rows, max_buckets = self._rows, self.max_buckets
         row0 = rows[0]
         if len(row0) + len(xs) <= max_buckets:

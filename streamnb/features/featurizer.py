@@ -93,7 +93,7 @@ class Row:
         for name, a in (("indices", self.indices), ("values", values), ("meta", self.meta),
                         ("x", self.x)):
             if a is not None:
-                body[name] = _pack_vector(a)
+                body[name] = pack_array(a)
         return dumps(body)
 
     @classmethod
@@ -124,18 +124,6 @@ class Row:
         elif idx is not None or val is not None:
             raise FormatError("a feature row is either sparse or dense")
         return cls(indices=idx, values=val, meta=meta, x=x, n_tokens=n)
-
-
-_LITTLE_ENDIAN_ROW_DTYPES = {np.dtype("<i4"): "<i4", np.dtype("<f8"): "<f8"}
-
-
-def _pack_vector(a: np.ndarray) -> dict[str, Any]:
-    """``pack_array(a)`` (the same map), without its conversions for the usual row arrays:
-    a contiguous 1-d little-endian int32 or float64 vector."""
-    code = _LITTLE_ENDIAN_ROW_DTYPES.get(a.dtype) if type(a) is np.ndarray else None
-    if code is None or a.ndim != 1 or not a.flags.c_contiguous:
-        return pack_array(a)
-    return {"dtype": code, "shape": [a.shape[0]], "data": a.tobytes()}
 
 
 def _check_config(cfg: Any) -> dict[str, Any]:

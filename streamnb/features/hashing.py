@@ -30,6 +30,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from streamnb.arrays import sorted_unique
 from streamnb.constants import DEFAULT_HASH_BITS, HASH_CACHE_SIZE, HASH_KEY
 
 __all__ = ["MAX_HASH_BITS", "TokenHasher", "token_hash64"]
@@ -146,11 +147,7 @@ class TokenHasher:
         # key = list number << bits | bucket: sorting groups by list, then by bucket
         shift = np.uint64(self.bits)
         keys |= np.repeat(np.arange(n, dtype=np.uint64) << shift, sizes)
-        keys.sort()
-        keep = np.empty(keys.size, dtype=bool)
-        keep[0] = True
-        np.not_equal(keys[1:], keys[:-1], out=keep[1:])
-        keys = keys[keep]
+        keys = sorted_unique(keys)
         bounds = np.searchsorted(keys, np.arange(n + 1, dtype=np.uint64) << shift).tolist()
         buckets = (keys & np.uint64(self.mask)).astype(np.int32)
         return [buckets[bounds[i]:bounds[i + 1]] for i in range(n)]

@@ -51,7 +51,7 @@ import numpy as np
 from streamnb.codec import DEFAULT_LIMITS, Limits
 from streamnb.features.markup import strip_html
 from streamnb.features.mime import Part, Unsupported, parse_message
-from streamnb.features.text import _ALNUM, WordRules, host_tokens
+from streamnb.features.text import _ALNUM, WordRules, host_tokens_cached
 
 __all__ = [
     "DEFAULT_HEADERS",
@@ -154,19 +154,16 @@ def _getaddresses(field: str) -> list[tuple[str, str]]:
 _VALUE_CACHES: dict[WordRules, dict] = {}
 _CACHE_SIZE = 2048
 _CACHED_CHARS = 256
-#: ``received:`` tokens of a relay host name (bounded as above).
-_RECEIVED_HOSTS: dict[str, tuple[str, ...]] = {}
 #: The tokens of an address header that ``email.utils.getaddresses`` cannot read.
 _ADDRESS_DEFECT = ("defect:address",)
 
 
 def clear_memos() -> None:
-    """Empty the tokenizer's memos (header values, relay hosts, MIME parameters, link
-    hosts), e.g. to time it cold; they refill as mail comes."""
+    """Empty the tokenizer's memos (header values, MIME parameters, relay and link hosts),
+    e.g. to time it cold; they refill as mail comes."""
     from streamnb.features import mime, text
 
     _VALUE_CACHES.clear()
-    _RECEIVED_HOSTS.clear()
     mime._PARAMS.clear()
     text._cached_host_tokens.cache_clear()
 
@@ -192,12 +189,7 @@ def _received_tokens(text: str, out: list[str]) -> None:
     """``received:`` tokens of one Received value: up to 4 relay hosts, 2 IPv4 /24 prefixes."""
     hosts = _RECEIVED_HOST.findall(text)
     for host in hosts[:4] if len(hosts) > 4 else hosts:
-        toks = _RECEIVED_HOSTS.get(host)
-        if toks is None:
-            toks = tuple(host_tokens("received", host))
-            if len(host) <= 253:
-                _remember(_RECEIVED_HOSTS, host, toks)
-        out.extend(toks)
+        out.extend(host_tokens_cached("received", host))
     if "[" in text:
         out.extend(["received:" + ip for ip in _IPV4.findall(text)[:2]])
 
@@ -232,12 +224,8 @@ class MailAnalysis:
             self.html_chars += n
         if n >= 200_000:
             self.letters += n
-        elif text.isascii():  # one bytes.translate to letter classes, then two C counts
-            classes = text.encode("ascii").translate(_LATIN1_LETTER_CLASS)
-            upper = classes.count(2)
-            self.letters += classes.count(1) + upper
-            self.upper += upper
-        else:  # the Latin-1 characters (often just the U+00A0 of &nbsp;) counted on bytes too
+        else:  # Latin-1 characters (ASCII, often U+00A0 of &nbsp;): one bytes.translate to
+            # letter classes, then two C counts
             classes = text.encode("latin-1", "ignore").translate(_LATIN1_LETTER_CLASS)
             upper = classes.count(2)
             self.letters += classes.count(1) + upper

@@ -189,7 +189,7 @@ class Part:
 
     def get_all(self, name: str) -> list[str]:
         """Values of header ``name`` (lower-case), in order."""
-        return (self._index or self.header_index()).get(name, [])
+        return self.header_index().get(name, [])
 
     def get(self, name: str) -> str | None:
         values = self.get_all(name)

@@ -74,7 +74,7 @@ class MultinomialNB(DiscreteNB):
         self._derive_columns(cc, fc, np.flatnonzero(nonzero_columns(fc.values)))
 
     def _derive_columns(self, cc: ClassCounts, fc: FeatureCounts, cols: np.ndarray) -> None:
-        put_rows(self._table, cols, self._table_rows(np.take(fc.values, cols, axis=1)))
+        put_rows(self._table, cols, self._table_rows(fc.column_counts(cols)))
 
     def _derive_classes(self, cc: ClassCounts, fc: FeatureCounts) -> None:
         self.class_log_prior_ = log_class_prior(cc.counts)

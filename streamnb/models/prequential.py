@@ -147,12 +147,12 @@ def _log_class_prior_rows(N: np.ndarray, n_known: np.ndarray) -> np.ndarray:
 
 
 def _batch_priors(model: GenerativeClassifier, n: int, y: Any, sample_weight: Any,
-                  ) -> tuple[list[Label], np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """:func:`_labelled_batch`, plus the class weights ``N`` before each row and the
-    row-wise log class priors they give."""
+                  ) -> tuple[list[Label], np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`_labelled_batch`, plus the row-wise log class priors given by the class
+    weights before each row."""
     classes, codes, w, n_known = _labelled_batch(model, n, y, sample_weight)
     N = _class_weights(model, codes, w, len(classes))
-    return classes, codes, w, n_known, N, _log_class_prior_rows(N, n_known)
+    return classes, codes, w, n_known, _log_class_prior_rows(N, n_known)
 
 
 def _nothing_learnt_before_a_row(codes: np.ndarray) -> bool:
@@ -197,7 +197,7 @@ def multinomial_prequential(model: MultinomialNB, X: Any, y: Any,
     """Exact prequential log posteriors of a MultinomialNB (see the module docstring)."""
     X = _canonical_csr(model, X)
     n, width = X.shape
-    classes, codes, w, n_known, N, log_prior = _batch_priors(model, n, y, sample_weight)
+    classes, codes, w, n_known, log_prior = _batch_priors(model, n, y, sample_weight)
     K = len(classes)
     if _nothing_learnt_before_a_row(codes):  # e.g. a batch without labels
         return _model_only(model, X, classes, n_known, log_prior)
@@ -235,7 +235,7 @@ def multinomial_prequential(model: MultinomialNB, X: Any, y: Any,
     F_cols = np.zeros((K, ucols.size))
     inside = ucols < fc.n_features
     if k0:
-        F_cols[:k0, inside] = np.take(fc.values, ucols[inside], axis=1)
+        F_cols[:k0, inside] = fc.column_counts(ucols[inside])
     if seen_mode:  # a column counts once the model or an earlier row of the batch has it
         model_seen = nonzero_columns(F_cols)
         vc = np.where(model_seen[col_of] | learnt_before, v, 0.0)
@@ -289,7 +289,7 @@ def generic_prequential(model: GenerativeClassifier, X: Any, y: Any,
     statistics that learns the labelled rows one at a time (see the module docstring)."""
     model._validate_X(X, predicting=True)
     n = X.shape[0]
-    classes, codes, w, n_known, N, log_prior = _batch_priors(model, n, y, sample_weight)
+    classes, codes, w, n_known, log_prior = _batch_priors(model, n, y, sample_weight)
     K = len(classes)
     if _nothing_learnt_before_a_row(codes):  # e.g. a batch without labels
         return _model_only(model, X, classes, n_known, log_prior)
