@@ -19,9 +19,10 @@ from _worker_helpers import FCFG, count_spec, fast_options, produce, token_messa
 from streamnb.codec import decode_input, decode_output
 from streamnb.features import Featurizer
 from streamnb.models import make_model
-from workers.keys import ModelKeys
+from workers.commit import CommitRequest, commit_batch
+from workers.keys import GROUP, ModelKeys
 from workers.model_config import resolve_spec
-from workers.ordering import InflightBoard
+from workers.ordering import InflightBoard, wait_for_earlier
 
 pytestmark = pytest.mark.redis
 
@@ -151,3 +152,70 @@ def test_labels_of_another_type_than_the_earlier_batch_defined_are_dead_letters(
     assert sorted(d["reason"] for d in dead) == ["bad_label"] * 5
     assert "but this model's labels are int" in dead[0]["detail"]
     assert b.models["mail"].replica.model.stats["classes"].labels == [0, 1]
+
+
+class _CountingBoard(InflightBoard):
+    """An :class:`InflightBoard` that counts its looks at ``:inflight`` once ``done`` is
+    set (after the other worker's batch is committed or withdrawn)."""
+
+    __slots__ = ("done", "looks_after")
+
+    def __init__(self, *args, **kw) -> None:
+        super().__init__(*args, **kw)
+        self.done = threading.Event()
+        self.looks_after = 0
+
+    def earlier(self, first_id, now=None):
+        self.looks_after += self.done.is_set()
+        return super().earlier(first_id, now)
+
+
+def _waiting_for_a(client, keys: ModelKeys, then, poll_ms: int) -> tuple[object, _CountingBoard]:
+    """B waits for A's announced batch while a thread does ``then(field, entry id)`` after
+    50 ms; B's catch-up collects the announcements named by the log entries it reads."""
+    client.xgroup_create(keys.input, GROUP, id="0", mkstream=True)
+    eid = client.xadd(keys.input, {"data": b"x"}).decode()
+    client.xreadgroup(GROUP, "a", {keys.input: ">"})
+    name = InflightBoard(client, keys, "a").announce(eid, 1)
+    b = _CountingBoard(client, keys, "b")
+    version = ["0-0"]
+
+    def catch_up(batches: set[str]) -> None:
+        for entry_id, fields in client.xrange(keys.log, min=f"({version[0]}"):
+            version[0] = entry_id.decode()
+            if b"inflight" in fields:
+                batches.add(fields[b"inflight"].decode())
+
+    def act() -> None:
+        then(name, eid)
+        b.done.set()
+
+    timer = threading.Timer(0.05, act)
+    timer.start()
+    res = wait_for_earlier(b, "9999999999999-0", 5.0, keys.log, lambda: version[0], catch_up,
+                           poll_ms=poll_ms)
+    timer.join()
+    return res, b
+
+
+def test_the_wait_ends_on_the_log_entry_of_the_batch_it_waits_for(redis_server):
+    """The commit's log entry names its announcement: applying it ends the wait, with no
+    second look at ``:inflight`` and nothing left for the caller to catch up."""
+    client, keys = redis_server.client(), ModelKeys("mail")
+
+    def commit(name: str, eid: str) -> None:
+        assert commit_batch(client, keys, "a", CommitRequest(
+            ids=[eid], log_data=b"d", n_learnt=1, inflight_key=keys.inflight,
+            inflight_field=name)).ok
+
+    res, b = _waiting_for_a(client, keys, commit, poll_ms=3000)  # blocked when it lands
+    assert res.waited_for == 1 and res.caught_up and not res.timed_out
+    assert 0.04 < res.seconds < 4 and b.looks_after == 0
+
+
+def test_a_batch_withdrawn_without_a_log_entry_ends_the_wait_at_the_next_look(redis_server):
+    client, keys = redis_server.client(), ModelKeys("mail")
+    res, b = _waiting_for_a(client, keys, lambda name, eid: client.hdel(keys.inflight, name),
+                            poll_ms=20)
+    assert res.waited_for == 1 and not res.caught_up and not res.timed_out
+    assert 0.04 < res.seconds < 4 and b.looks_after >= 1

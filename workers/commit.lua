@@ -12,7 +12,9 @@
 -- then the ids, the outputs, the dead letters, and 7 values per cache operation:
 --   "new", row, pred, learnt, weight, ts, ttl_ms      (write a message's cache entry)
 --   "cas", expected learnt, new learnt, "", "", "", "" (change the learnt label if unchanged)
--- then, with the :inflight key, the field to delete (the batch's announcement)
+-- then, with the :inflight key, the field to delete (the batch's announcement); the log
+-- entry then names it too (field "inflight"), so a worker waiting for that batch knows it
+-- is committed from the entry alone (workers/ordering.py)
 --
 -- Nothing is written unless every id is still pending for this consumer and every "cas"
 -- finds the learnt label the worker saw. Returns {"ok", log id or ""}, {"lost", ids...}
@@ -80,9 +82,15 @@ if #conflicts > 0 then
 end
 
 -- 3. writes
+local inflight_field = nil
+if #KEYS > 5 + n_cache then inflight_field = ARGV[first_cache + 7 * n_cache] end
 local log_id = ''
 if log_data ~= '' then
-  log_id = redis.call('XADD', KEYS[4], '*', 'data', log_data)
+  if inflight_field then
+    log_id = redis.call('XADD', KEYS[4], '*', 'data', log_data, 'inflight', inflight_field)
+  else
+    log_id = redis.call('XADD', KEYS[4], '*', 'data', log_data)
+  end
 end
 if n_learnt > 0 then
   local after = redis.call('INCRBY', KEYS[5], n_learnt)
@@ -123,7 +131,7 @@ for i = first_id, first_id + n_ids - 1, chunk do
   for j = i, math.min(i + chunk - 1, first_id + n_ids - 1) do ids[#ids + 1] = ARGV[j] end
   redis.call('XACK', KEYS[1], group, unpack(ids))
 end
-if #KEYS > 5 + n_cache then
-  redis.call('HDEL', KEYS[6 + n_cache], ARGV[first_cache + 7 * n_cache])
+if inflight_field then
+  redis.call('HDEL', KEYS[6 + n_cache], inflight_field)
 end
 return {'ok', log_id}

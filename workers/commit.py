@@ -166,22 +166,30 @@ class SentCommit:
     The call has a connection of the client's pool to itself until then, so the client
     stays usable meanwhile (its commands run in Redis after the script). :meth:`abandon`
     drops the connection without reading: the script ran whole or not at all, and the
-    batch's ids say which (acknowledged, or still pending).
+    batch's ids say which (acknowledged, or still pending). Commands ``before`` go in the
+    same write, ahead of the script; their replies are read and dropped by :meth:`result`
+    (Redis sends the replies of one write together, after the script: nothing is sent
+    there whose reply is needed sooner).
     """
 
-    __slots__ = ("client", "conn", "script_keys", "args", "done")
+    __slots__ = ("client", "conn", "script_keys", "args", "done", "n_before")
 
-    def __init__(self, client: Any, script_keys: list[str], args: list[Any]) -> None:
+    def __init__(self, client: Any, script_keys: list[str], args: list[Any],
+                 before: list[list[Any]] | None = None) -> None:
         self.client, self.script_keys, self.args = client, script_keys, args
         self.done: CommitResult | None = None
         self.conn: Any = None
+        self.n_before = len(before or ())
         pool = getattr(client, "connection_pool", None)
         if pool is None or not hasattr(pool, "get_connection"):  # a cluster client: at once
+            for command in before or ():
+                client.execute_command(*command)
             self.done = _result(COMMIT_SCRIPT(client, script_keys, args))
             return
         conn = pool.get_connection()
+        commit = ["EVALSHA", COMMIT_SCRIPT.sha, len(script_keys), *script_keys, *args]
         try:
-            conn.send_command("EVALSHA", COMMIT_SCRIPT.sha, len(script_keys), *script_keys, *args)
+            conn.send_packed_command(conn.pack_commands([*(before or ()), commit]))
         except BaseException:
             conn.disconnect()
             pool.release(conn)
@@ -197,6 +205,11 @@ class SentCommit:
             raise RuntimeError("the commit was abandoned")
         pool = self.client.connection_pool
         try:
+            for _ in range(self.n_before):
+                try:
+                    conn.read_response()
+                except redis.exceptions.ResponseError:
+                    pass  # not the commit's business (an announcement: it goes stale)
             reply = conn.read_response()
         except redis.exceptions.NoScriptError:
             pool.release(conn)
@@ -221,9 +234,10 @@ class SentCommit:
 
 
 def send_commit(client: Any, keys: ModelKeys, consumer: str, req: CommitRequest,
-                out_maxlen: int = 0, dead_maxlen: int = 0) -> SentCommit:
-    """Send the commit script for one batch; read its result later with
-    :meth:`SentCommit.result`. A client without a connection pool (Redis Cluster) runs
-    it at once."""
+                out_maxlen: int = 0, dead_maxlen: int = 0,
+                before: list[list[Any]] | None = None) -> SentCommit:
+    """Send the commit script for one batch (after the commands ``before``, in the same
+    write); read its result later with :meth:`SentCommit.result`. A client without a
+    connection pool (Redis Cluster) runs it at once."""
     script_keys, args = _command(keys, consumer, req, out_maxlen, dead_maxlen)
-    return SentCommit(client, script_keys, args)
+    return SentCommit(client, script_keys, args, before)

@@ -17,7 +17,10 @@ one is still running (workers/worker.py, "pipelined commits") has two batches in
 and the commit of the first must not withdraw the second. Before
 predicting, a worker looks for announcements of *other* consumers whose batch starts
 *before* its own, and waits for them to be committed (blocking on ``:log``, applying
-what arrives), at most ``max_wait_s``. Then its predictions see the same labels a single
+what arrives), at most ``max_wait_s``. The commit's log entry names the announcement it
+withdraws, so the wait usually ends on applying that entry, with no further look at the
+hash: this wait is on the path from one worker's commit to the next worker's, which
+bounds how well workers scale. Then its predictions see the same labels a single
 worker's would. Announcing right after the read (not after decoding) closes the race in
 which the worker holding the earlier batch has not announced it yet when the other one
 looks.
@@ -35,7 +38,7 @@ that start before its own.
 >>> a.announce("5-0", n_entries=3, now=100.0)
 'a|5-0'
 >>> b.earlier("9-0", now=100.5), b.earlier("2-0", now=100.5), a.earlier("9-0", now=100.5)
-(['a'], [], [])
+(['a|5-0'], [], [])
 >>> b.earlier("9-0", now=200.0)  # stale: ignored (and removed)
 []
 >>> r.hgetall(k.inflight)
@@ -81,12 +84,19 @@ class InflightBoard:
     def announce(self, first_id: str, n_entries: int, now: float | None = None) -> str:
         """Say that this consumer's batch of ``n_entries`` starting at ``first_id`` may
         learn labels; returns the field to withdraw."""
+        name, command = self.announcement(first_id, n_entries, now)
+        self.client.execute_command(*command)
+        return name
+
+    def announcement(self, first_id: str, n_entries: int, now: float | None = None,
+                     ) -> tuple[str, list[Any]]:
+        """:meth:`announce` as a command for the caller to send (e.g. in the same write as
+        a commit, workers/commit.py): the field, tracked from now on, and the HSET."""
         ts = time.time() if now is None else now
         name = self.field(first_id)
-        self.client.hset(self.key, name, dumps({"first": first_id, "n": int(n_entries),
-                                                "ts": float(ts)}))
         self.fields.add(name)
-        return name
+        return name, ["HSET", self.key, name, dumps({"first": first_id, "n": int(n_entries),
+                                                     "ts": float(ts)})]
 
     def withdraw(self, name: str | None) -> None:
         """The batch is committed (or abandoned): nobody needs to wait for it any more."""
@@ -107,11 +117,11 @@ class InflightBoard:
             self.client.hdel(self.key, *names)
 
     def earlier(self, first_id: str, now: float | None = None) -> list[str]:
-        """Other consumers with a batch in flight (that may learn labels) starting before
-        ``first_id``."""
+        """The fields of other consumers' batches in flight (that may learn labels)
+        starting before ``first_id``."""
         now = time.time() if now is None else now
         mine = parse_id(first_id)
-        found, stale = set(), []
+        found, stale = [], []
         for name, raw in (self.client.hgetall(self.key) or {}).items():
             field = _s(name)
             consumer = field.rpartition("|")[0] or field  # a bare consumer name: older workers
@@ -126,7 +136,7 @@ class InflightBoard:
             if now - ts > self.horizon_s:
                 stale.append(field)
             elif n > 0 and first < mine:
-                found.add(consumer)
+                found.append(field)
         if stale:
             self.client.hdel(self.key, *stale)
         return sorted(found)
@@ -134,40 +144,52 @@ class InflightBoard:
 
 @dataclass(slots=True)
 class OrderWait:
-    """What one wait did: seconds waited, and whether it gave up at ``max_wait_s``."""
+    """What one wait did: seconds waited, whether it gave up at ``max_wait_s``, the most
+    batches waited for at once, and whether its last step applied the log (then the
+    caller need not tail it again before predicting)."""
 
     seconds: float = 0.0
     timed_out: bool = False
     waited_for: int = 0
+    caught_up: bool = False
 
 
 def wait_for_earlier(board: InflightBoard, first_id: str, max_wait_s: float,
-                     log_key: str, version: Callable[[], str], catch_up: Callable[[], Any],
-                     poll_ms: int = 2) -> OrderWait:
+                     log_key: str, version: Callable[[], str],
+                     catch_up: Callable[[set[str]], Any], poll_ms: int = 2) -> OrderWait:
     """Block until no earlier labelled batch of another consumer is in flight, applying
-    the log as it grows (``catch_up``), for at most ``max_wait_s`` seconds.
+    the log as it grows, for at most ``max_wait_s`` seconds.
 
     ``version()`` is the id of the last log entry applied; the wait blocks on ``XREAD``
-    of the log after it (a commit wakes it at once) for at most ``poll_ms`` at a time.
-    The caller catches up once more afterwards: the commit that ended the wait may have
-    landed between two polls.
+    of the log after it (a commit wakes it at once) for at most ``poll_ms`` at a time,
+    then ``catch_up(batches)`` applies the log and adds to ``batches`` the announcements
+    whose commits it applied (each commit's log entry names its batch). When those cover
+    every batch waited for, the wait ends there: no second look at ``:inflight``, and
+    ``caught_up`` tells the caller the model is current. Otherwise (a batch withdrawn
+    without a log entry: unlabelled after all, abandoned, or a worker of an older
+    version) it looks at ``:inflight`` again; the caller then catches up once more, since
+    the commit that ended the wait may have landed between two polls.
     """
     t0 = time.monotonic()
     result = OrderWait()
     if max_wait_s <= 0:
         return result
     deadline = t0 + max_wait_s
-    while True:
-        others = board.earlier(first_id)
-        if not others:
-            break
-        result.waited_for = max(result.waited_for, len(others))
+    waiting = set(board.earlier(first_id))
+    while waiting:
+        result.waited_for = max(result.waited_for, len(waiting))
         left = deadline - time.monotonic()
         if left <= 0:
             result.timed_out = True
             break
         block = max(1, min(poll_ms, int(left * 1000)))
         if board.client.xread({log_key: version()}, count=1, block=block):
-            catch_up()
+            committed: set[str] = set()
+            catch_up(committed)
+            waiting -= committed
+            if not waiting:
+                result.caught_up = True
+                break
+        waiting = set(board.earlier(first_id))
     result.seconds = time.monotonic() - t0
     return result

@@ -220,8 +220,11 @@ class Replica:
             f"from a backup, or delete it to restart the model from zero (losing what it learnt)")
 
     # ------------------------------------------------------------------ tailing
-    def catch_up(self, limit: int | None = None) -> int:
-        """Apply every log entry after ``version``; return how many were applied."""
+    def catch_up(self, limit: int | None = None, batches: set[str] | None = None) -> int:
+        """Apply every log entry after ``version``; return how many were applied.
+
+        ``batches``: gets the ``:inflight`` field of every announced batch whose commit was
+        applied (the log entry names it; workers/ordering.py)."""
         done = 0
         checked = False
         while limit is None or done < limit:
@@ -248,6 +251,10 @@ class Replica:
             for entry_id, fields in entries:
                 self.apply(_s(entry_id), fields)
                 done += 1
+                if batches is not None:
+                    name = fields.get(b"inflight", fields.get("inflight"))
+                    if name is not None:
+                        batches.add(_s(name))
             if len(entries) < TAIL_CHUNK:
                 break
         return done

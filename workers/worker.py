@@ -221,6 +221,8 @@ class Item:
     log_proba: dict[Any, float] = field(default_factory=dict)
     #: The model's log posteriors (before the decision rule), None if it could not predict.
     model_log_proba: np.ndarray | None = None
+    #: ``row.to_bytes()`` for its cache entry, made before the wait for other workers.
+    row_bytes: bytes | None = None
 
 
 @dataclass
@@ -229,6 +231,17 @@ class Dead:
     reason: str
     detail: str
     data: bytes
+
+
+@dataclass
+class Predicted:
+    """A batch's decided predictions, for the observer: the classes, the items predicted
+    (those with a known class), their decision log posteriors and unsure flags."""
+
+    classes: list[Any]
+    items: list[Item]
+    log_proba: np.ndarray
+    unsure: np.ndarray
 
 
 @dataclass
@@ -252,6 +265,10 @@ class CommitWork:
     all_dead: list[Dead] = field(default_factory=list)
     add_rows: list[tuple[Row, Any, float]] = field(default_factory=list)
     sent: SentCommit | None = None
+    #: The statistics of the batch's own labelled items, made before the wait for other
+    #: workers when the batch holds no delayed labels: (their entry ids, statistics).
+    own: tuple[list[str], Any] | None = None
+    prepared_s: float = 0.0
 
 
 class ModelRuntime:
@@ -595,10 +612,12 @@ class Worker:
             return self._process(rt, entries, self._deliveries(rt, entries))
         return 0
 
-    def _tail(self, rt: ModelRuntime) -> None:
+    def _tail(self, rt: ModelRuntime, batches: set[str] | None = None) -> None:
+        """Apply the log entries after the replica's version (``batches``: see
+        :meth:`Replica.catch_up`)."""
         t0 = time.perf_counter()
         before = rt.replica.applied
-        if rt.replica.catch_up():
+        if rt.replica.catch_up(batches=batches):
             n = rt.replica.applied - before
             self.metrics.deltas_applied.labels(**self._mw(rt)).inc(n)
             self.metrics.stage_seconds.labels(**self._mw(rt), stage="apply").observe(
@@ -748,22 +767,22 @@ class Worker:
                 items.append(Item(eid, msg, row, data))
         t2 = time.perf_counter()
         m.stage_seconds.labels(**mw, stage="featurize").observe(t2 - t1)
+        if items:
+            self._prepare_commit(rt, work, items, refs)
 
         # ---- the previous batch's commit (pipelined) lands before anything reads the model
         settled = self._settle(rt)
         # ---- ordered predictions: other workers' earlier labelled batches first, then
         # catch up with the log (batches committed while this one was read and featurized)
-        if items and o.order_wait_ms > 0:
-            self._await_earlier(rt, first_id)
-        if settled or (items and (o.order_wait_ms > 0 or o.prequential)):
+        current = items and o.order_wait_ms > 0 and self._await_earlier(rt, first_id)
+        if not current and (settled or (items and (o.order_wait_ms > 0 or o.prequential))):
             self._tail(rt)
         t2 = time.perf_counter()
         # after the log tail: it may have brought the model's first classes
         items, refs = self._drop_foreign_labels(rt, msgs, items, refs, dead, ref_data)
 
         # ---- predict before learning (test-then-train; prequential within the batch)
-        if items:
-            self._predict(rt, items, now)
+        predicted = self._predict(rt, items) if items else None
         t3 = time.perf_counter()
         m.stage_seconds.labels(**mw, stage="predict").observe(t3 - t2)
 
@@ -774,9 +793,33 @@ class Worker:
                 self._send_and_prefetch(rt, work)
             else:
                 self._commit_attempts(rt, work, None)
+        if predicted is not None:
+            self._observe_predictions(rt, predicted, now)
         return len(entries)
 
     # ------------------------------------------------------------------ the commit
+    def _prepare_commit(self, rt: ModelRuntime, w: CommitWork, items: list[Item],
+                        refs: list[LabelRef]) -> None:
+        """What the commit needs that no other worker's batch changes: the cache rows and,
+        without delayed labels, the batch's statistics. Made before the wait for earlier
+        batches of other workers, it is off the path from one worker's commit to the
+        next's; :meth:`_build_commit` uses it only where it still applies."""
+        o = self.options
+        if o.cache_ttl_s > 0:
+            for it in items:
+                if o.cache_labelled or it.msg.label is None:
+                    it.row_bytes = it.row.to_bytes()
+        if refs:
+            return
+        t0 = time.perf_counter()
+        labelled = [it for it in items if it.msg.label is not None]
+        try:
+            w.own = ([it.entry_id for it in labelled],
+                     self._stats(rt, [(it.row, it.msg.label, it.msg.weight) for it in labelled]))
+        except ValueError:  # e.g. a label of another type: dropped later, then made again
+            w.own = None
+        w.prepared_s = time.perf_counter() - t0  # counted in the "learn" stage of the build
+
     def _build_commit(self, rt: ModelRuntime, w: CommitWork) -> bool:
         """Resolve the delayed labels and build ``w.req``; False if there is nothing to
         commit (every entry was lost)."""
@@ -796,7 +839,11 @@ class Worker:
         add_rows = [(it.row, lab, it.msg.weight) for it, lab in learn if lab is not None]
         n_learnt = len(add_rows) + res.n_learnt
         add_rows += res.adds
-        add = self._stats(rt, add_rows)
+        if w.own is not None and not res.adds and \
+                w.own[0] == [it.entry_id for it, lab in learn if lab is not None]:
+            add = w.own[1]  # made before the wait (_prepare_commit): the same rows
+        else:
+            add = self._stats(rt, add_rows)
         sub = self._stats(rt, res.subs)
         batch_id = uuid.uuid4().hex[:16]
         log_data = encode_delta(add, sub, n_learnt, self.consumer, batch_id) \
@@ -811,7 +858,8 @@ class Worker:
         all_dead.sort(key=lambda d: parse_id(d.entry_id))
         cache_ops: list[CacheNew | CacheCas] = []
         if o.cache_ttl_s > 0:
-            cache_ops += [CacheNew(rt.keys.cache(it.msg.id), it.row.to_bytes(),
+            cache_ops += [CacheNew(rt.keys.cache(it.msg.id),
+                                   it.row.to_bytes() if it.row_bytes is None else it.row_bytes,
                                    encode_pred(it.label, it.log_proba), encode_label(lab),
                                    it.msg.weight, batch_preds[it.msg.id][1],
                                    int(o.cache_ttl_s * 1000))
@@ -830,7 +878,8 @@ class Worker:
             inflight_key=rt.keys.inflight if w.inflight else None, inflight_field=w.inflight)
         w.learn, w.res, w.all_dead, w.add_rows = learn, res, all_dead, add_rows
         self.metrics.stage_seconds.labels(**self._mw(rt), stage="learn").observe(
-            time.perf_counter() - tl)
+            time.perf_counter() - tl + w.prepared_s)
+        w.prepared_s = 0.0
         return True
 
     def _commit_attempts(self, rt: ModelRuntime, w: CommitWork, result: CommitResult | None) -> None:
@@ -881,23 +930,27 @@ class Worker:
                 and not self.connector.cluster and rt.prefetched is None)
 
     def _send_and_prefetch(self, rt: ModelRuntime, w: CommitWork) -> None:
-        """Read (and announce) the next batch, then send this batch's commit without
-        waiting: Redis runs the script while the next batch is decoded and featurized.
-        The read goes first: behind the script it would wait for it."""
+        """Read the next batch, then send this batch's commit without waiting: Redis runs
+        the script while the next batch is decoded and featurized. The read goes first:
+        behind the script it would wait for it (Redis answers the commands of one write
+        together). The next batch's announcement goes in the commit's write, ahead of the
+        script: no round trip of its own."""
         t0 = time.perf_counter()
         reply = self.reader.xreadgroup(GROUP, self.consumer, {rt.keys.input: ">"},
                                        count=self.options.batch) or []
         entries = [e for _, es in reply for e in es]
+        before = []
         if entries:
             self.metrics.stage_seconds.labels(**self._mw(rt), stage="read").observe(
                 time.perf_counter() - t0)
             announced = None
             if self.options.order_wait_ms > 0:
-                announced = rt.inflight.announce(_first_id(entries), len(entries))
+                announced, command = rt.inflight.announcement(_first_id(entries), len(entries))
+                before.append(command)
             rt.prefetched = (entries, announced)
         o = self.options
         w.sent = send_commit(self.client, rt.keys, self.consumer, w.req, o.out_maxlen,
-                             o.dead_maxlen)
+                             o.dead_maxlen, before)
         rt.in_flight = w
 
     def _settle(self, rt: ModelRuntime) -> bool:
@@ -928,11 +981,13 @@ class Worker:
         except redis.RedisError as exc:
             log.warning("model %s: could not withdraw in-flight announcements: %s", rt.name, exc)
 
-    def _await_earlier(self, rt: ModelRuntime, first_id: str) -> None:
+    def _await_earlier(self, rt: ModelRuntime, first_id: str) -> bool:
         """Wait (at most ``order_wait_ms``) for other workers' labelled batches that start
-        before ``first_id`` to be committed, applying the log as it grows."""
+        before ``first_id`` to be committed, applying the log as it grows. True if the
+        wait ended by applying the log (then the model is current)."""
         res = wait_for_earlier(rt.inflight, first_id, self.options.order_wait_ms / 1000.0,
-                               rt.keys.log, lambda: rt.replica.version, lambda: self._tail(rt))
+                               rt.keys.log, lambda: rt.replica.version,
+                               lambda batches: self._tail(rt, batches))
         if res.waited_for:
             mw = self._mw(rt)
             self.metrics.order_wait_seconds.labels(**mw).observe(res.seconds)
@@ -941,6 +996,7 @@ class Worker:
                 log.info("model %s: waited %.0f ms for %d earlier labelled batch(es) of other "
                          "workers; predicting batch %s without them", rt.name, res.seconds * 1000,
                          res.waited_for, first_id)
+        return res.caught_up
 
     def _withdraw(self, rt: ModelRuntime, name: str | None) -> None:
         if name is None:
@@ -973,10 +1029,12 @@ class Worker:
         return ([it for it in items if it.entry_id not in foreign],
                 [r for r in refs if r.entry_id not in foreign])
 
-    def _predict(self, rt: ModelRuntime, items: list[Item], now: float) -> None:
+    def _predict(self, rt: ModelRuntime, items: list[Item]) -> Predicted | None:
         """Predict and decide every item. Prequential (the default): item i is predicted by
         the replica plus the labelled items before it in the batch, as one-at-a-time
-        processing would; the replica itself is not touched (it changes only by the log)."""
+        processing would; the replica itself is not touched (it changes only by the log).
+        Returns what the observer is shown once the commit is sent (None: no item had a
+        class to predict)."""
         prequential = self.options.prequential and rt.replica.model.cheap_prequential
         model = rt.replica.model
         X = rt.featurizer.stack([it.row for it in items])
@@ -1026,13 +1084,18 @@ class Worker:
                 it.model_log_proba = lp[i]  # scored against its label once the batch commits
         done = np.flatnonzero(n_known > 0)
         if not done.size:
-            return
-        mw = self._mw(rt)
-        ages = np.array([max(0.0, now - parse_id(items[i].entry_id)[0] / 1000.0) for i in done])
-        observe_many(self.metrics.message_age.labels(**mw), ages)
-        self._observe(rt, "observe_predictions", classes, dec_lp[done],
-                      self._oov_share(model, [items[i] for i in done]), ages, unsure[done])
+            return None
         rt.predicted_classes = classes
+        return Predicted(classes, [items[i] for i in done], dec_lp[done], unsure[done])
+
+    def _observe_predictions(self, rt: ModelRuntime, p: Predicted, now: float) -> None:
+        """Message ages and the observer's view of one batch's predictions: run once the
+        commit is on its way (off the path from one worker's commit to the next's), with
+        the model the batch was predicted with (the log is applied only after)."""
+        ages = np.array([max(0.0, now - parse_id(it.entry_id)[0] / 1000.0) for it in p.items])
+        observe_many(self.metrics.message_age.labels(**self._mw(rt)), ages)
+        self._observe(rt, "observe_predictions", p.classes, p.log_proba,
+                      self._oov_share(rt.replica.model, p.items), ages, p.unsure)
 
     @staticmethod
     def _oov_share(model: Any, items: list[Item]) -> np.ndarray:
