@@ -59,6 +59,19 @@ def test_text_token_limit():
     assert len(WordRules().tokens("word " * 100, limit=10)) == 10
 
 
+def test_the_word_loop_stops_at_the_limit_after_any_kind_of_word():
+    """Also after a short e-mail address (it used to read one more word after it); a
+    word's own tokens (word, bigram, 8bit%) are not split."""
+    rules = WordRules(ngrams=True)
+    for text, first in [("bob@ex.org " + "x" * 30 + " more words", ["email:ex.org"]),
+                        ("verylongwordhere x " * 5, ["skip:v 10"]),
+                        ("zürich genève " * 5, ["zürich", "8bit%:20"])]:
+        out: list[str] = []
+        rules._word_loop(text, out, limit=1)
+        assert out == first == rules.tokens(text)[: len(first)]
+        assert rules.tokens(text, limit=1) == first[:1]
+
+
 # ------------------------------------------------------------------ html
 def test_html_tags_links_comments_scripts_entities():
     text, toks = strip_html(
@@ -238,3 +251,10 @@ def test_meta_vector_hand_worked():
     assert meta["upper_share"] == pytest.approx(uppers / letters)
     assert meta["log_exclaim"] == pytest.approx(math.log1p(1))
     assert meta["log_tokens"] == pytest.approx(math.log1p(len(a.tokens)))
+
+
+def test_html_declarations_are_markup_not_words():
+    """``<!DOCTYPE ...>`` used to leak into the text (``doctype html public w3c//dtd``)."""
+    text, tokens = strip_html('<!DOCTYPE HTML PUBLIC "-//W3C//DTD HTML 4.0//EN">'
+                              '<?xml version="1.0"?><p>Hi<!x>there</p>')
+    assert text.split() == ["Hi", "there"] and tokens == ["html:p"]

@@ -203,33 +203,25 @@ class WordRules:
         return token, f"8bit%:{int(high * 10 / len(w) + 0.5) * 10}"
 
     def _word_loop(self, text: str, out: list[str], limit: int | None) -> None:
-        """The word rules one word at a time (non-ASCII words add an ``8bit%:`` token)."""
-        lo, hi = self.min_len, self.max_len
+        """The word rules one word at a time (:meth:`_odd_tokens`), with bigrams between
+        words kept as they are, stopping once ``out`` holds ``limit`` tokens."""
+        lo = self.min_len
         prev = None
-        append = out.append
+        append, extend = out.append, out.extend
         for raw in _SPLIT.split(text):
             w = raw.strip(_PUNCT)
-            n = len(w)
-            if n < lo:
+            if len(w) < lo:
                 continue
-            if n > hi:
-                if "@" in w and "." in w and w.count("@") == 1 and n < 60:
-                    append("email:" + w.split("@", 1)[1])
-                else:
-                    append(f"skip:{w[0]} {n // 10 * 10}")
-                prev = None
-            else:
-                if "@" in w and w.count("@") == 1:
-                    append("email:" + w.split("@", 1)[1])
-                    prev = None
-                    continue
+            tokens = self._odd_tokens(w)
+            if tokens[0] is w:  # kept as it is (then its 8bit% token, if any)
                 append(w)
                 if self.ngrams and prev is not None:
                     append(f"bi:{prev} {w}")
                 prev = w
-            if not w.isascii():
-                high = sum(1 for ch in w if ord(ch) > 127)
-                append(f"8bit%:{int(high * 10 / n + 0.5) * 10}")
+                extend(tokens[1:])
+            else:  # skip: or email:
+                extend(tokens)
+                prev = None
             if limit is not None and len(out) >= limit:
                 return
 
