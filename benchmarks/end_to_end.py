@@ -9,6 +9,10 @@ from the stream ids of ``:out``: (predictions after the first commit) / (time fr
 first to the last commit), so worker start-up is excluded. The reference figures come
 from the same messages in this process: bare ``email.message_from_bytes``, and the
 worker's pipeline without Redis (decode, featurize, predict, learn in batches of 100).
+Each run also prints redis-server's CPU per message, the bytes of log deltas per message,
+and the CPU the worker processes and redis-server used from the first output on, in cores
+(on a 2-core host, two workers and redis-server near 2 cores are CPU-bound; less is
+waiting).
 
     python -m benchmarks.end_to_end [--limit N] [--repeat R] [--workers 1,2]
 """
@@ -161,6 +165,10 @@ class E2EResult:
     redis_cpu_us: float = float("nan")
     #: Bytes of log deltas per message (what every worker reads back from ``:log``).
     log_bytes: float = float("nan")
+    #: CPU of the worker processes, in cores, from the first output to the last (Linux).
+    worker_cores: float = float("nan")
+    #: The same for redis-server.
+    redis_cores: float = float("nan")
 
 
 def _log_bytes(client: Any, key: str) -> int:
@@ -179,6 +187,40 @@ def _redis_cpu_s(client: Any) -> float:
     return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
 
 
+def _process_cpu_s(pid: int) -> float:
+    """User + system CPU seconds of a live process (Linux ``/proc``; NaN elsewhere)."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            fields = fh.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return float("nan")
+
+
+@dataclass
+class _CpuWindow:
+    """CPU of the workers and of redis-server between :meth:`start` and :meth:`stop`."""
+
+    client: Any
+    procs: Sequence[subprocess.Popen]
+    t0: float = float("nan")
+    workers0: float = float("nan")
+    redis0: float = float("nan")
+    worker_cores: float = float("nan")
+    redis_cores: float = float("nan")
+
+    def start(self) -> None:
+        self.t0 = time.monotonic()
+        self.workers0 = sum(_process_cpu_s(p.pid) for p in self.procs)
+        self.redis0 = _redis_cpu_s(self.client)
+
+    def stop(self) -> None:
+        dt = time.monotonic() - self.t0
+        if dt >= 0.2:  # else a few clock ticks would read as many cores
+            self.worker_cores = (sum(_process_cpu_s(p.pid) for p in self.procs) - self.workers0) / dt
+            self.redis_cores = (_redis_cpu_s(self.client) - self.redis0) / dt
+
+
 def run_e2e(server: RedisServer, name: str, messages: Sequence[bytes], n_workers: int,
             payload: str, timeout: float = 600.0, options: dict[str, Any] | None = None) -> E2EResult:
     """Pre-fill, start ``n_workers``, wait until every message has an output or a dead letter."""
@@ -187,14 +229,19 @@ def run_e2e(server: RedisServer, name: str, messages: Sequence[bytes], n_workers
     k = keys(name)
     cpu0 = _redis_cpu_s(client)
     with workers(server.url, default_spec(name), n_workers, options) as procs:
+        window = _CpuWindow(client, procs)
+        if wait_for(client, k["out"], 1, timeout, procs, k["dead"]):  # start-up left out
+            window.start()
         ok = wait_for(client, k["out"], len(messages), timeout, procs, k["dead"])
+        window.stop()
         cpu = _redis_cpu_s(client) - cpu0
     if not ok:
         raise RuntimeError(f"{name}: the workers did not process {len(messages)} messages in {timeout}s")
     n, per_s = out_rate(client, k["out"])
     return E2EResult(payload, n_workers, n, per_s, int(client.xlen(k["dead"])),
                      1e6 * cpu / max(1, len(messages)),
-                     _log_bytes(client, k["log"]) / max(1, len(messages)))
+                     _log_bytes(client, k["log"]) / max(1, len(messages)),
+                     window.worker_cores, window.redis_cores)
 
 
 def in_process_rate(messages: Sequence[bytes], batch: int = 100) -> float:
@@ -270,10 +317,11 @@ def summary(report: dict[str, Any]) -> list[str]:
 
 
 def print_report(report: dict[str, Any]) -> None:
-    rows = [[r.payload, r.workers, r.messages, r.per_second, r.dead, r.redis_cpu_us, r.log_bytes]
-            for r in report["results"]]
+    rows = [[r.payload, r.workers, r.messages, r.per_second, r.dead, r.redis_cpu_us, r.log_bytes,
+             r.worker_cores, r.redis_cores] for r in report["results"]]
     print(format_table(["payload", "workers", "outputs", "msg/s", "dead",
-                        "redis-server CPU us/msg", "log bytes/msg"], rows))
+                        "redis-server CPU us/msg", "log bytes/msg", "worker CPU cores",
+                        "redis-server cores"], rows))
     print()
     print(format_table(["reference, same messages, this process", "msg/s"],
                        [[k, v] for k, v in report["refs"].items()]))

@@ -106,6 +106,8 @@ def test_end_to_end_counts_every_message(tmp_path):
         res = end_to_end.run_e2e(server, "smoke", msgs, 1, "tokens", timeout=60)
     assert res.messages == 150 and res.dead == 0
     assert res.per_second > 0 or math.isnan(res.per_second)  # nan if one commit did it all
+    for cores in (res.worker_cores, res.redis_cores):  # CPU over the processing window
+        assert math.isnan(cores) or 0 <= cores < 4  # (nan: too short a window, or no /proc)
 
 
 @needs_redis
@@ -162,3 +164,12 @@ def test_bernoulli_incremental_refresh_matches_full_derivation():
             fresh = BernoulliNB.from_stats(model.stats, **model.get_params())
             np.testing.assert_allclose(model.predict_joint_log_proba(Xt),
                                        fresh.predict_joint_log_proba(Xt), rtol=1e-10, atol=1e-9)
+
+
+@needs_redis
+def test_commit_cost_reads_redis_own_time_for_each_variant():
+    from benchmarks import commit_cost
+
+    with end_to_end.RedisServer() as server:
+        res = commit_cost.commit_cost(server.client(), batches=2, batch=5)
+    assert len(res) == 3 and all(math.isfinite(v) and v > 0 for v in res.values())

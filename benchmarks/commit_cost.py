@@ -1,0 +1,100 @@
+"""redis-server's own time per message in the commit script, and what the cache rows cost.
+
+A private redis-server; batches of ``--batch`` pending entries committed by the daemon's
+commit script (``workers.commit.commit_batch``) with payloads of the sizes a batch of
+corpus mail has (``--row-bytes`` per cached row, ``--out-bytes`` per prediction,
+``--delta-bytes`` of log delta per message: the defaults are the figures of
+``python -m benchmarks.end_to_end``, docs/performance.md). Redis' own accounting
+(``INFO commandstats``: microseconds inside each command, the script included) is read
+after each variant:
+
+* the commit as the daemon sends it (a cache entry per message: a hash of 5 fields and
+  its ``PEXPIRE``);
+* without cache entries (``--no-cache-labelled`` on labelled traffic);
+* for comparison only (the daemon does not store it so): each cache entry as one string
+  written with ``SET ... PX``, by a script doing nothing else.
+
+    python -m benchmarks.commit_cost [--batches 40] [--batch 100]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Any
+
+from benchmarks._common import RedisServer, format_table, print_header
+from workers.commit import CacheNew, CommitRequest, LuaScript, commit_batch
+from workers.keys import GROUP, ModelKeys
+
+#: One cache entry per key as one string, for the comparison row.
+_SET_PX = LuaScript("for i = 1, #KEYS do redis.call('SET', KEYS[i], ARGV[i], 'PX', 172800000) end "
+                    "return 1")
+
+
+def _pending_ids(client: Any, keys: ModelKeys, n: int) -> list[str]:
+    pipe = client.pipeline(transaction=False)
+    for _ in range(n):
+        pipe.xadd(keys.input, {"data": b"m"})
+    pipe.execute()
+    reply = client.xreadgroup(GROUP, "bench", {keys.input: ">"}, count=n)
+    return [e[0].decode() for e in reply[0][1]]
+
+
+def _us_per_message(client: Any, command: str, messages: int) -> float:
+    stats = client.info("commandstats").get(f"cmdstat_{command}")
+    return float(stats["usec"]) / messages if stats else float("nan")
+
+
+def commit_cost(client: Any, batches: int = 40, batch: int = 100, row_bytes: int = 789,
+                out_bytes: int = 144, delta_bytes: int = 351) -> dict[str, float]:
+    """redis-server microseconds per message for each variant (see the module docstring)."""
+    results = {}
+    for variant in ("commit, cache rows (default)", "commit, no cache rows"):
+        keys = ModelKeys(f"cost{len(results)}")
+        client.xgroup_create(keys.input, GROUP, id="0", mkstream=True)
+        client.config_resetstat()
+        for b in range(batches):
+            ids = _pending_ids(client, keys, batch)
+            cache = [] if "no cache" in variant else [
+                CacheNew(keys.cache(f"{b}-{i}"), os.urandom(row_bytes), os.urandom(60),
+                         b"\xa4spam", 1.0, 1.7e9, 172_800_000) for i in range(batch)]
+            req = CommitRequest(ids=ids, outputs=[os.urandom(out_bytes) for _ in ids],
+                                log_data=os.urandom(delta_bytes * batch), n_learnt=batch,
+                                cache_ops=cache)
+            if not commit_batch(client, keys, "bench", req, 1_000_000, 100_000).ok:
+                raise RuntimeError("the commit failed")
+        results[variant] = _us_per_message(client, "evalsha", batches * batch)
+    keys = ModelKeys("cost-string")
+    client.config_resetstat()
+    for b in range(batches):
+        _SET_PX(client, [keys.cache(f"{b}-{i}") for i in range(batch)],
+                [os.urandom(row_bytes + 60 + 5 + 30) for _ in range(batch)])
+    results["cache entries alone, as one string (SET PX)"] = _us_per_message(
+        client, "evalsha", batches * batch)
+    return results
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--batches", type=int, default=40)
+    ap.add_argument("--batch", type=int, default=100)
+    ap.add_argument("--row-bytes", type=int, default=789)
+    ap.add_argument("--out-bytes", type=int, default=144)
+    ap.add_argument("--delta-bytes", type=int, default=351)
+    args = ap.parse_args(argv)
+    print_header("redis-server time per message in the commit script", "benchmarks.commit_cost",
+                 argv)
+    with RedisServer() as server:
+        res = commit_cost(server.client(), args.batches, args.batch, args.row_bytes,
+                          args.out_bytes, args.delta_bytes)
+    print(format_table(["variant", "redis-server us/message"], [[k, v] for k, v in res.items()]))
+    default, bare = res["commit, cache rows (default)"], res["commit, no cache rows"]
+    print(f"cache rows: {default - bare:.1f} us of {default:.1f} us per message in the commit")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
