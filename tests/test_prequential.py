@@ -345,3 +345,36 @@ def test_non_canonical_csr_with_empty_rows_equals_one_row_at_a_time():
     expect = model.predict_log_proba_prequential(canonical, y)
     np.testing.assert_allclose(pred.log_proba, expect.log_proba, rtol=1e-12, atol=1e-12)
     assert_matches_loop(model, canonical, y, None)
+
+
+@pytest.mark.parametrize("smoothing_m", ["seen", "columns"])
+def test_a_plan_made_before_the_model_changed_gives_the_same_predictions(smoothing_m):
+    """What a worker does: plan the batch, apply other workers' deltas, then predict. Equal
+    to predicting without the plan after the same change, bit for bit, also when the
+    change brings a class the plan did not know (the plan is then made again)."""
+    from streamnb.models.multinomial import MultinomialNB
+
+    rng = np.random.default_rng(11)
+    d = 64
+
+    def batch(n: int, labels: list) -> tuple[sp.csr_matrix, list, np.ndarray]:
+        X = sp.random(n, d, density=0.15, random_state=rng, format="csr")
+        X.data = np.ceil(X.data * 3)
+        return X, [labels[i] if rng.random() < 0.7 else None for i in rng.integers(0, len(labels), n)], \
+            rng.uniform(0.5, 2.0, n)
+
+    changes = [(["ham", "spam"], "same classes"), (["ham", "spam", "eggs"], "a class new to the plan"),
+               (["bacon"], "a class not in the batch")]
+    for labels, _why in changes:
+        model = MultinomialNB(alpha=0.3, n_features=d, smoothing_m=smoothing_m)
+        X0, y0, _ = batch(40, ["ham", "spam"])
+        model.partial_fit(X0, [lab or "ham" for lab in y0])
+        X, y, w = batch(30, ["ham", "spam", "eggs"])
+        plan = model.prequential_plan(X, y, w)
+        Xc, yc, _ = batch(20, labels)
+        model.partial_fit(Xc, [lab or labels[0] for lab in yc])  # another worker's delta
+        got = model.predict_log_proba_prequential(X, y, w, plan=plan)
+        want = model.predict_log_proba_prequential(X, y, w)
+        assert got.classes == want.classes
+        np.testing.assert_array_equal(got.log_proba, want.log_proba)
+        np.testing.assert_array_equal(got.n_known, want.n_known)

@@ -269,6 +269,10 @@ class CommitWork:
     #: workers when the batch holds no delayed labels: (their entry ids, statistics).
     own: tuple[list[str], Any] | None = None
     prepared_s: float = 0.0
+    #: The batch's rows stacked and the model's prequential plan, made before the wait
+    #: for other workers: (the items' entry ids, X, plan or None), and the seconds taken.
+    prediction: tuple[list[str], Any, Any] | None = None
+    prediction_s: float = 0.0
 
 
 class ModelRuntime:
@@ -769,6 +773,7 @@ class Worker:
         m.stage_seconds.labels(**mw, stage="featurize").observe(t2 - t1)
         if items:
             self._prepare_commit(rt, work, items, refs)
+            self._prepare_prediction(rt, work, items)
 
         # ---- the previous batch's commit (pipelined) lands before anything reads the model
         settled = self._settle(rt)
@@ -782,9 +787,9 @@ class Worker:
         items, refs = self._drop_foreign_labels(rt, msgs, items, refs, dead, ref_data)
 
         # ---- predict before learning (test-then-train; prequential within the batch)
-        predicted = self._predict(rt, items) if items else None
+        predicted = self._predict(rt, items, work.prediction) if items else None
         t3 = time.perf_counter()
-        m.stage_seconds.labels(**mw, stage="predict").observe(t3 - t2)
+        m.stage_seconds.labels(**mw, stage="predict").observe(t3 - t2 + work.prediction_s)
 
         # ---- learn and commit; rebuilt if ids were lost or cache entries changed
         work.items, work.refs, work.ref_data, work.version = items, refs, ref_data, rt.replica.version
@@ -819,6 +824,25 @@ class Worker:
         except ValueError:  # e.g. a label of another type: dropped later, then made again
             w.own = None
         w.prepared_s = time.perf_counter() - t0  # counted in the "learn" stage of the build
+
+    def _prepare_prediction(self, rt: ModelRuntime, w: CommitWork, items: list[Item]) -> None:
+        """The batch's rows stacked and the part of the prequential prediction that depends
+        on the batch alone (the model's ``prequential_plan``: for MultinomialNB the sort of
+        the nonzeros and the in-batch prefix sums), made before the wait for other
+        workers' batches, off the path from one worker's commit to the next's."""
+        t0 = time.perf_counter()
+        X = rt.featurizer.stack([it.row for it in items])
+        plan = None
+        model = rt.replica.model
+        if self.options.prequential and model.cheap_prequential:
+            try:
+                plan = model.prequential_plan(
+                    X, [it.msg.label for it in items],
+                    np.array([it.msg.weight for it in items], dtype=np.float64))
+            except ValueError:  # e.g. a label of another type: dropped, then predicted anew
+                plan = None
+        w.prediction = ([it.entry_id for it in items], X, plan)
+        w.prediction_s = time.perf_counter() - t0
 
     def _build_commit(self, rt: ModelRuntime, w: CommitWork) -> bool:
         """Resolve the delayed labels and build ``w.req``; False if there is nothing to
@@ -1029,20 +1053,25 @@ class Worker:
         return ([it for it in items if it.entry_id not in foreign],
                 [r for r in refs if r.entry_id not in foreign])
 
-    def _predict(self, rt: ModelRuntime, items: list[Item]) -> Predicted | None:
+    def _predict(self, rt: ModelRuntime, items: list[Item],
+                 prepared: tuple[list[str], Any, Any] | None = None) -> Predicted | None:
         """Predict and decide every item. Prequential (the default): item i is predicted by
         the replica plus the labelled items before it in the batch, as one-at-a-time
         processing would; the replica itself is not touched (it changes only by the log).
-        Returns what the observer is shown once the commit is sent (None: no item had a
-        class to predict)."""
+        ``prepared``: :meth:`_prepare_prediction` of the batch, used if the items are still
+        the same. Returns what the observer is shown once the commit is sent (None: no item
+        had a class to predict)."""
         prequential = self.options.prequential and rt.replica.model.cheap_prequential
         model = rt.replica.model
-        X = rt.featurizer.stack([it.row for it in items])
+        if prepared is not None and prepared[0] == [it.entry_id for it in items]:
+            X, plan = prepared[1], prepared[2]
+        else:  # items were dropped since (labels of another type): stacked again
+            X, plan = rt.featurizer.stack([it.row for it in items]), None
         n = len(items)
         if prequential:
             pred = model.predict_log_proba_prequential(
                 X, [it.msg.label for it in items],
-                np.array([it.msg.weight for it in items], dtype=np.float64))
+                np.array([it.msg.weight for it in items], dtype=np.float64), plan=plan)
             classes, lp, n_known = list(pred.classes), pred.log_proba, pred.n_known
             log_prior = pred.log_prior
         else:  # the whole batch with the model as it was before the batch

@@ -172,14 +172,20 @@ class GenerativeClassifier(ABC):
         return log_normalize(jll)
 
     def predict_log_proba_prequential(
-        self, X: Any, y: Any, sample_weight: Any = None
+        self, X: Any, y: Any, sample_weight: Any = None, plan: Any = None
     ) -> PrequentialPrediction:
         """Log posteriors of each row by this model plus the labelled rows before it in
         the batch (label ``None``: unlabelled); the model itself is unchanged. See
-        :mod:`streamnb.models.prequential`."""
+        :mod:`streamnb.models.prequential`. ``plan``: :meth:`prequential_plan` of the same
+        batch, made earlier (the model's statistics may have changed since)."""
         from streamnb.models.prequential import generic_prequential
 
         return generic_prequential(self, X, y, sample_weight)
+
+    def prequential_plan(self, X: Any, y: Any, sample_weight: Any = None) -> Any:
+        """The part of :meth:`predict_log_proba_prequential` that depends on the batch
+        alone, to make before the model is current (None: nothing to prepare)."""
+        return None
 
     def predict_proba(self, X: Any) -> np.ndarray:
         return np.exp(self.predict_log_proba(X))

@@ -8,7 +8,12 @@ import numpy as np
 
 from streamnb.arrays import nonzero_columns, put_rows
 from streamnb.models._discrete import DiscreteNB, log_class_prior
-from streamnb.models.prequential import PrequentialPrediction, multinomial_prequential
+from streamnb.models.prequential import (
+    MultinomialPlan,
+    PrequentialPrediction,
+    multinomial_plan,
+    multinomial_prequential,
+)
 from streamnb.stats.class_counts import ClassCounts
 from streamnb.stats.feature_counts import FeatureCounts
 
@@ -99,10 +104,26 @@ class MultinomialNB(DiscreteNB):
         return W, self.class_log_prior_.copy()
 
     def predict_log_proba_prequential(
-        self, X: Any, y: Any, sample_weight: Any = None
+        self, X: Any, y: Any, sample_weight: Any = None, plan: MultinomialPlan | None = None
     ) -> PrequentialPrediction:
         """Exact and vectorised (see :func:`streamnb.models.prequential.multinomial_prequential`)."""
-        return multinomial_prequential(self, X, y, sample_weight)
+        return multinomial_prequential(self, X, y, sample_weight, plan)
+
+    def prequential_plan(self, X: Any, y: Any, sample_weight: Any = None) -> MultinomialPlan:
+        """The sort of the batch's nonzeros and its in-batch prefix sums
+        (:class:`streamnb.models.prequential.MultinomialPlan`); valid while the model's
+        classes stay the same.
+
+        >>> import numpy as np
+        >>> m = MultinomialNB().partial_fit(np.array([[2, 0], [0, 2]]), ["a", "b"])
+        >>> X, y = np.array([[1, 1], [1, 0]]), ["a", None]
+        >>> plan = m.prequential_plan(X, y)
+        >>> _ = m.partial_fit(np.array([[0, 1]]), ["b"])  # the model changes meanwhile
+        >>> bool(np.array_equal(m.predict_log_proba_prequential(X, y, plan=plan).log_proba,
+        ...                     m.predict_log_proba_prequential(X, y).log_proba))
+        True
+        """
+        return multinomial_plan(self, X, y, sample_weight)
 
     @property
     def feature_log_prob_(self) -> np.ndarray:

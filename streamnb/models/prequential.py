@@ -53,7 +53,8 @@ if TYPE_CHECKING:
     from streamnb.models.base import GenerativeClassifier
     from streamnb.models.multinomial import MultinomialNB
 
-__all__ = ["PrequentialPrediction", "generic_prequential", "multinomial_prequential"]
+__all__ = ["MultinomialPlan", "PrequentialPrediction", "generic_prequential",
+           "multinomial_plan", "multinomial_prequential"]
 
 
 @dataclass(frozen=True)
@@ -192,21 +193,40 @@ def _canonical_csr(model: MultinomialNB, X: Any) -> sp.csr_matrix:
     return X
 
 
-def multinomial_prequential(model: MultinomialNB, X: Any, y: Any,
-                            sample_weight: Any = None) -> PrequentialPrediction:
-    """Exact prequential log posteriors of a MultinomialNB (see the module docstring)."""
+@dataclass(frozen=True)
+class MultinomialPlan:
+    """What :func:`multinomial_prequential` computes from the batch alone: its nonzeros
+    sorted by (column, row), each column's segment, what the labelled rows add before each
+    nonzero (per class), the row sums. Made with the model's classes as they were; used
+    only while the model has the same classes (the counts may have changed: they are read
+    at prediction time). A worker makes it while it waits for other workers' batches."""
+
+    classes: list[Label]
+    X: sp.csr_matrix
+    c: np.ndarray
+    r: np.ndarray
+    v: np.ndarray
+    col_of: np.ndarray
+    ucols: np.ndarray
+    first_add: np.ndarray
+    learnt_before: np.ndarray
+    prefix: np.ndarray
+    row_sums: np.ndarray
+
+
+def multinomial_plan(model: MultinomialNB, X: Any, y: Any,
+                     sample_weight: Any = None) -> MultinomialPlan:
+    """The batch-only part of :func:`multinomial_prequential` (see :class:`MultinomialPlan`)."""
     X = _canonical_csr(model, X)
+    classes, codes, w, _ = _labelled_batch(model, X.shape[0], y, sample_weight)
+    return _plan(X, classes, codes, w)
+
+
+def _plan(X: sp.csr_matrix, classes: list[Label], codes: np.ndarray,
+          w: np.ndarray) -> MultinomialPlan:
     n, width = X.shape
-    classes, codes, w, n_known, log_prior = _batch_priors(model, n, y, sample_weight)
     K = len(classes)
-    if _nothing_learnt_before_a_row(codes):  # e.g. a batch without labels
-        return _model_only(model, X, classes, n_known, log_prior)
-    cc, fc = model._parts()
-    k0 = len(cc.labels)
-    labelled = codes >= 0
-    rw = np.where(labelled, w, 0.0)                      # weight each row is learnt with
-    seen_mode = model.smoothing_m == "seen"
-    alpha = model.alpha
+    rw = np.where(codes >= 0, w, 0.0)                    # weight each row is learnt with
 
     # Nonzeros sorted by (column, row): one sort (a column's rows stay in order), then
     # each nonzero's column segment.
@@ -230,6 +250,42 @@ def multinomial_prequential(model: MultinomialNB, X: Any, y: Any,
     first_add = np.minimum.reduceat(np.where(adding, everywhere, c.size), starts)
     learnt_before = everywhere > first_add[col_of]
 
+    # Per class and nonzero, what the earlier labelled rows of the batch added to the
+    # column (per-column exclusive prefix sums in row order).
+    added = np.where(codes[r] == np.arange(K)[:, None], add_w, 0.0)  # (K, nonzeros)
+    prefix = np.zeros_like(added)
+    np.cumsum(added[:, :-1], axis=1, out=prefix[:, 1:])
+    prefix -= np.take(prefix[:, starts], col_of, axis=1)
+    np.maximum(prefix, 0.0, out=prefix)
+    prefix *= learnt_before                              # exactly 0 where nothing was added
+    row_sums = np.bincount(row_of, weights=X.data, minlength=n)
+    return MultinomialPlan(list(classes), X, c, r, v, col_of, ucols, first_add, learnt_before,
+                           prefix, row_sums)
+
+
+def multinomial_prequential(model: MultinomialNB, X: Any, y: Any, sample_weight: Any = None,
+                            plan: MultinomialPlan | None = None) -> PrequentialPrediction:
+    """Exact prequential log posteriors of a MultinomialNB (see the module docstring).
+
+    ``plan``: :func:`multinomial_plan` of the same ``X``, ``y`` and weights, made earlier;
+    used if the model still has the classes it was made with (else made again)."""
+    X = plan.X if plan is not None else _canonical_csr(model, X)
+    n, width = X.shape
+    classes, codes, w, n_known, log_prior = _batch_priors(model, n, y, sample_weight)
+    K = len(classes)
+    if _nothing_learnt_before_a_row(codes):  # e.g. a batch without labels
+        return _model_only(model, X, classes, n_known, log_prior)
+    if plan is None or plan.classes != classes:
+        plan = _plan(X, classes, codes, w)
+    cc, fc = model._parts()
+    k0 = len(cc.labels)
+    labelled = codes >= 0
+    rw = np.where(labelled, w, 0.0)
+    seen_mode = model.smoothing_m == "seen"
+    alpha = model.alpha
+    c, r, v, col_of, ucols = plan.c, plan.r, plan.v, plan.col_of, plan.ucols
+    first_add, learnt_before = plan.first_add, plan.learnt_before
+
     # The model's counts of the batch's columns (read once per column; zero for classes
     # new in the batch), and which of the columns count at each nonzero.
     F_cols = np.zeros((K, ucols.size))
@@ -243,16 +299,10 @@ def multinomial_prequential(model: MultinomialNB, X: Any, y: Any,
         vc = v
 
     # Per class and nonzero: log(F_cj(i) + alpha), F_cj(i) the model's count plus what
-    # the earlier labelled rows of the batch added to the column (per-column exclusive
-    # prefix sums in row order); per row and class, the sum of x_ij times that.
-    added = np.where(codes[r] == np.arange(K)[:, None], add_w, 0.0)  # (K, nonzeros)
-    prefix = np.zeros_like(added)
-    np.cumsum(added[:, :-1], axis=1, out=prefix[:, 1:])
-    prefix -= np.take(prefix[:, starts], col_of, axis=1)
-    np.maximum(prefix, 0.0, out=prefix)
-    prefix *= learnt_before                              # exactly 0 where nothing was added
+    # the earlier labelled rows of the batch added to the column (the plan's prefix
+    # sums); per row and class, the sum of x_ij times that.
     F = np.take(F_cols, col_of, axis=1)
-    F += prefix
+    F += plan.prefix
     F += alpha
     np.log(F, out=F)
     F *= vc
@@ -262,7 +312,7 @@ def multinomial_prequential(model: MultinomialNB, X: Any, y: Any,
     S0 = np.bincount(r, weights=vc, minlength=n)         # sum_j x_ij over the counted columns
 
     # per-class totals T_c(i) and smoothing width m(i) before each row
-    row_sums = np.bincount(row_of, weights=X.data, minlength=n)
+    row_sums = plan.row_sums
     per_row = np.zeros((n, K))
     per_row[labelled, codes[labelled]] = row_sums[labelled] * rw[labelled]
     base_T = np.zeros(K)
