@@ -279,6 +279,15 @@ class RedisServer:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a live process (Linux /proc), NaN if unknown."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return float("nan")
+
+
 def rss_bytes(pid: int) -> int:
     """Resident set size of a process (Linux /proc), 0 if unknown."""
     try:

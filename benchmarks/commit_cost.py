@@ -25,6 +25,7 @@ import sys
 from typing import Any
 
 from benchmarks._common import RedisServer, format_table, print_header
+from benchmarks.end_to_end import prefill
 from workers.commit import CacheNew, CommitRequest, LuaScript, commit_batch
 from workers.keys import GROUP, ModelKeys
 
@@ -34,10 +35,7 @@ _SET_PX = LuaScript("for i = 1, #KEYS do redis.call('SET', KEYS[i], ARGV[i], 'PX
 
 
 def _pending_ids(client: Any, keys: ModelKeys, n: int) -> list[str]:
-    pipe = client.pipeline(transaction=False)
-    for _ in range(n):
-        pipe.xadd(keys.input, {"data": b"m"})
-    pipe.execute()
+    prefill(client, keys.name, [b"m"] * n)
     reply = client.xreadgroup(GROUP, "bench", {keys.input: ">"}, count=n)
     return [e[0].decode() for e in reply[0][1]]
 

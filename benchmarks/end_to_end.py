@@ -39,6 +39,7 @@ from benchmarks._common import (
     Corpus,
     RedisServer,
     corpus_or_synthetic,
+    cpu_seconds,
     format_table,
     print_header,
     rate,
@@ -187,18 +188,8 @@ def _redis_cpu_s(client: Any) -> float:
     return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
 
 
-def _process_cpu_s(pid: int) -> float:
-    """User + system CPU seconds of a live process (Linux ``/proc``; NaN elsewhere)."""
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            fields = fh.read().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    except (OSError, ValueError, IndexError):
-        return float("nan")
-
-
 @dataclass
-class _CpuWindow:
+class CpuWindow:
     """CPU of the workers and of redis-server between :meth:`start` and :meth:`stop`."""
 
     client: Any
@@ -211,13 +202,13 @@ class _CpuWindow:
 
     def start(self) -> None:
         self.t0 = time.monotonic()
-        self.workers0 = sum(_process_cpu_s(p.pid) for p in self.procs)
+        self.workers0 = sum(cpu_seconds(p.pid) for p in self.procs)
         self.redis0 = _redis_cpu_s(self.client)
 
     def stop(self) -> None:
         dt = time.monotonic() - self.t0
         if dt >= 0.2:  # else a few clock ticks would read as many cores
-            self.worker_cores = (sum(_process_cpu_s(p.pid) for p in self.procs) - self.workers0) / dt
+            self.worker_cores = (sum(cpu_seconds(p.pid) for p in self.procs) - self.workers0) / dt
             self.redis_cores = (_redis_cpu_s(self.client) - self.redis0) / dt
 
 
@@ -229,7 +220,7 @@ def run_e2e(server: RedisServer, name: str, messages: Sequence[bytes], n_workers
     k = keys(name)
     cpu0 = _redis_cpu_s(client)
     with workers(server.url, default_spec(name), n_workers, options) as procs:
-        window = _CpuWindow(client, procs)
+        window = CpuWindow(client, procs)
         if wait_for(client, k["out"], 1, timeout, procs, k["dead"]):  # start-up left out
             window.start()
         ok = wait_for(client, k["out"], len(messages), timeout, procs, k["dead"])

@@ -4,7 +4,9 @@ numbers. No timing assertions (speed figures belong in benchmarks/, not in tests
 from __future__ import annotations
 
 import math
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -173,3 +175,22 @@ def test_commit_cost_reads_redis_own_time_for_each_variant():
     with end_to_end.RedisServer() as server:
         res = commit_cost.commit_cost(server.client(), batches=2, batch=5)
     assert len(res) == 3 and all(math.isfinite(v) and v > 0 for v in res.values())
+
+
+@needs_redis
+@pytest.mark.skipif(sys.platform != "linux", reason="process CPU is read from /proc")
+def test_the_cpu_window_reads_a_busy_process_as_about_one_core():
+    """The cores columns of the end-to-end table: a process spinning for the whole window
+    is about one core, an idle redis-server about none."""
+    spin = "import time\nt = time.monotonic()\nwhile time.monotonic() - t < 5: pass"
+    busy = subprocess.Popen([sys.executable, "-c", spin])
+    try:
+        with end_to_end.RedisServer() as server:
+            window = end_to_end.CpuWindow(server.client(), [busy])
+            window.start()
+            time.sleep(0.8)
+            window.stop()
+    finally:
+        busy.kill()
+        busy.wait()
+    assert 0.3 < window.worker_cores <= 1.2 and 0 <= window.redis_cores < 0.3

@@ -63,6 +63,11 @@ def _s(v: Any) -> str:
     return v.decode() if isinstance(v, bytes) else str(v)
 
 
+def _field(fields: dict, name: str) -> Any:
+    """A stream entry's field, whether the client decodes responses or not."""
+    return fields.get(name.encode(), fields.get(name))
+
+
 def encode_delta(add: StatsBundle | None, sub: StatsBundle | None, n_learnt: int,
                  worker: str, batch: str) -> bytes:
     """A delta log entry (see the module docstring)."""
@@ -251,10 +256,8 @@ class Replica:
             for entry_id, fields in entries:
                 self.apply(_s(entry_id), fields)
                 done += 1
-                if batches is not None:
-                    name = fields.get(b"inflight", fields.get("inflight"))
-                    if name is not None:
-                        batches.add(_s(name))
+                if batches is not None and (name := _field(fields, "inflight")) is not None:
+                    batches.add(_s(name))
             if len(entries) < TAIL_CHUNK:
                 break
         return done
@@ -276,7 +279,7 @@ class Replica:
 
     def apply(self, entry_id: str, fields: dict) -> None:
         """Apply one log entry (called in log order only), validated whole before any change."""
-        data = fields.get(b"data", fields.get("data"))
+        data = _field(fields, "data")
         try:
             if data is None:
                 raise FormatError("log entry has no 'data' field")

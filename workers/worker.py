@@ -771,15 +771,15 @@ class Worker:
                 items.append(Item(eid, msg, row, data))
         t2 = time.perf_counter()
         m.stage_seconds.labels(**mw, stage="featurize").observe(t2 - t1)
-        if items:
-            self._prepare_commit(rt, work, items, refs)
-            self._prepare_prediction(rt, work, items)
+        if items:  # what neither depends on other workers' batches: before the wait
+            X = self._prepare_prediction(rt, work, items)
+            self._prepare_commit(rt, work, items, refs, X)
 
         # ---- the previous batch's commit (pipelined) lands before anything reads the model
         settled = self._settle(rt)
         # ---- ordered predictions: other workers' earlier labelled batches first, then
         # catch up with the log (batches committed while this one was read and featurized)
-        current = items and o.order_wait_ms > 0 and self._await_earlier(rt, first_id)
+        current = bool(items) and o.order_wait_ms > 0 and self._await_earlier(rt, first_id)
         if not current and (settled or (items and (o.order_wait_ms > 0 or o.prequential))):
             self._tail(rt)
         t2 = time.perf_counter()
@@ -804,11 +804,12 @@ class Worker:
 
     # ------------------------------------------------------------------ the commit
     def _prepare_commit(self, rt: ModelRuntime, w: CommitWork, items: list[Item],
-                        refs: list[LabelRef]) -> None:
+                        refs: list[LabelRef], X: Any) -> None:
         """What the commit needs that no other worker's batch changes: the cache rows and,
-        without delayed labels, the batch's statistics. Made before the wait for earlier
-        batches of other workers, it is off the path from one worker's commit to the
-        next's; :meth:`_build_commit` uses it only where it still applies."""
+        without delayed labels, the batch's statistics (from ``X``, the items' rows
+        stacked). Made before the wait for earlier batches of other workers, it is off the
+        path from one worker's commit to the next's; :meth:`_build_commit` uses it only
+        where it still applies."""
         o = self.options
         if o.cache_ttl_s > 0:
             for it in items:
@@ -817,19 +818,25 @@ class Worker:
         if refs:
             return
         t0 = time.perf_counter()
-        labelled = [it for it in items if it.msg.label is not None]
-        try:
-            w.own = ([it.entry_id for it in labelled],
-                     self._stats(rt, [(it.row, it.msg.label, it.msg.weight) for it in labelled]))
-        except ValueError:  # e.g. a label of another type: dropped later, then made again
-            w.own = None
+        labelled = [i for i, it in enumerate(items) if it.msg.label is not None]
+        stats = None
+        if labelled:
+            try:
+                stats = rt.replica.model.batch_stats(
+                    X if len(labelled) == len(items) else X[labelled],
+                    [items[i].msg.label for i in labelled],
+                    np.array([items[i].msg.weight for i in labelled], dtype=np.float64))
+            except ValueError:  # e.g. a label of another type: dropped later, then made again
+                return
+        w.own = ([items[i].entry_id for i in labelled], stats)
         w.prepared_s = time.perf_counter() - t0  # counted in the "learn" stage of the build
 
-    def _prepare_prediction(self, rt: ModelRuntime, w: CommitWork, items: list[Item]) -> None:
-        """The batch's rows stacked and the part of the prequential prediction that depends
-        on the batch alone (the model's ``prequential_plan``: for MultinomialNB the sort of
-        the nonzeros and the in-batch prefix sums), made before the wait for other
-        workers' batches, off the path from one worker's commit to the next's."""
+    def _prepare_prediction(self, rt: ModelRuntime, w: CommitWork, items: list[Item]) -> Any:
+        """The batch's rows stacked (returned) and the part of the prequential prediction
+        that depends on the batch alone (the model's ``prequential_plan``: for
+        MultinomialNB the sort of the nonzeros and the in-batch prefix sums), made before
+        the wait for other workers' batches, off the path from one worker's commit to the
+        next's."""
         t0 = time.perf_counter()
         X = rt.featurizer.stack([it.row for it in items])
         plan = None
@@ -843,6 +850,7 @@ class Worker:
                 plan = None
         w.prediction = ([it.entry_id for it in items], X, plan)
         w.prediction_s = time.perf_counter() - t0
+        return X
 
     def _build_commit(self, rt: ModelRuntime, w: CommitWork) -> bool:
         """Resolve the delayed labels and build ``w.req``; False if there is nothing to

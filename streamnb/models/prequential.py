@@ -280,7 +280,6 @@ def multinomial_prequential(model: MultinomialNB, X: Any, y: Any, sample_weight:
     cc, fc = model._parts()
     k0 = len(cc.labels)
     labelled = codes >= 0
-    rw = np.where(labelled, w, 0.0)
     seen_mode = model.smoothing_m == "seen"
     alpha = model.alpha
     c, r, v, col_of, ucols = plan.c, plan.r, plan.v, plan.col_of, plan.ucols
@@ -314,7 +313,7 @@ def multinomial_prequential(model: MultinomialNB, X: Any, y: Any, sample_weight:
     # per-class totals T_c(i) and smoothing width m(i) before each row
     row_sums = plan.row_sums
     per_row = np.zeros((n, K))
-    per_row[labelled, codes[labelled]] = row_sums[labelled] * rw[labelled]
+    per_row[labelled, codes[labelled]] = row_sums[labelled] * w[labelled]
     base_T = np.zeros(K)
     base_T[:k0] = fc.totals
     T = _exclusive_row_prefix(base_T, per_row)
