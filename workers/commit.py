@@ -38,6 +38,7 @@ from typing import Any
 import redis
 
 from workers.keys import GROUP, ModelKeys
+from workers.replies import as_str
 
 
 class LuaScript:
@@ -119,10 +120,6 @@ class CommitResult:
         return self.log_id is not None
 
 
-def _text(v: Any) -> str:
-    return v.decode() if isinstance(v, bytes) else str(v)
-
-
 def _command(keys: ModelKeys, consumer: str, req: CommitRequest, out_maxlen: int,
              dead_maxlen: int) -> tuple[list[str], list[Any]]:
     """The commit script's KEYS and ARGV for ``req`` (layout: workers/commit.lua)."""
@@ -143,13 +140,13 @@ def _command(keys: ModelKeys, consumer: str, req: CommitRequest, out_maxlen: int
 
 
 def _result(reply: Any) -> CommitResult:
-    status = _text(reply[0])
+    status = as_str(reply[0])
     if status == "ok":
-        return CommitResult(log_id=_text(reply[1]))
+        return CommitResult(log_id=as_str(reply[1]))
     if status == "lost":
-        return CommitResult(lost=[_text(v) for v in reply[1:]])
+        return CommitResult(lost=[as_str(v) for v in reply[1:]])
     if status == "conflict":
-        return CommitResult(conflicts=[int(_text(v)) for v in reply[1:]])
+        return CommitResult(conflicts=[int(as_str(v)) for v in reply[1:]])
     raise RuntimeError(f"unexpected reply from the commit script: {reply!r}")
 
 

@@ -29,6 +29,7 @@ from typing import Any, TextIO
 
 from streamnb.constants import DATA_FIELD, EXIT_FAILURE, EXIT_USAGE
 from streamnb.exceptions import SettingsError
+from workers.replies import as_str, entry_field
 
 __all__ = ["SAMPLE_NAME", "SampleMessage", "build_sample", "load_sample", "run_demo"]
 
@@ -120,8 +121,8 @@ class Tally:
         while True:
             entries = self.client.xrange(self.key, min=f"({self.last}", max="+", count=500)
             for entry_id, fields in entries:
-                self.last = entry_id.decode() if isinstance(entry_id, bytes) else str(entry_id)
-                out = decode_output(fields.get(b"data", fields.get(DATA_FIELD)))
+                self.last = as_str(entry_id)
+                out = decode_output(entry_field(fields, DATA_FIELD))
                 if out["id"] not in self.seen:  # at-least-once: keep the first prediction
                     self.seen[out["id"]] = out
                     w = str(out.get("worker"))

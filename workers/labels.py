@@ -34,6 +34,7 @@ import numpy as np
 from streamnb.features import Row
 from workers.commit import CacheCas
 from workers.keys import ModelKeys
+from workers.replies import as_str
 
 #: The ``learnt`` value of a cached message not learnt yet.
 NOT_LEARNT = b""
@@ -78,7 +79,7 @@ def parse_cached(key: str, h: dict[Any, Any]) -> CachedMessage | None:
     """A cache hash -> :class:`CachedMessage` (None if empty or unreadable)."""
     if not h:
         return None
-    h = {(k.decode() if isinstance(k, bytes) else k): v for k, v in h.items()}
+    h = {as_str(k): v for k, v in h.items()}
     try:
         pred = msgpack.unpackb(h["pred"], raw=False, strict_map_key=False)
         return CachedMessage(key=key, row=Row.from_bytes(h["row"]), pred_label=pred.get("label"),

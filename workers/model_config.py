@@ -39,6 +39,7 @@ from streamnb.constants import DEFAULT_MAIL_ALPHA
 from streamnb.exceptions import ConfigConflict
 from workers.commit import LuaScript
 from workers.keys import ModelKeys, check_model_name
+from workers.replies import as_str
 
 #: Version of the stored config layout.
 CONFIG_FORMAT_VERSION = 1
@@ -102,7 +103,7 @@ class ModelConfig:
 
     @classmethod
     def from_hash(cls, name: str, h: dict[Any, Any]) -> ModelConfig:
-        h = {_s(k): _s(v) for k, v in h.items()}
+        h = {as_str(k): as_str(v) for k, v in h.items()}
         try:
             fmt = int(h["format"])
             if fmt > CONFIG_FORMAT_VERSION:
@@ -145,10 +146,6 @@ class ModelConfig:
     def decay_factor(self) -> float:
         """g = 0.5 ** (K / H), so the weight halves every H learnt messages."""
         return 0.5 ** (self.decay_every / float(self.half_life)) if self.half_life else 1.0
-
-
-def _s(v: Any) -> str:
-    return v.decode() if isinstance(v, bytes) else str(v)
 
 
 def _canon(v: Any) -> str:

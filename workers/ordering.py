@@ -54,7 +54,8 @@ from typing import Any
 
 from streamnb.encoding import dumps, loads
 from workers.keys import ModelKeys
-from workers.replica import _s, parse_id
+from workers.replica import parse_id
+from workers.replies import as_str
 
 __all__ = ["InflightBoard", "OrderWait", "wait_for_earlier"]
 
@@ -123,7 +124,7 @@ class InflightBoard:
         mine = parse_id(first_id)
         found, stale = [], []
         for name, raw in (self.client.hgetall(self.key) or {}).items():
-            field = _s(name)
+            field = as_str(name)
             consumer = field.rpartition("|")[0] or field  # a bare consumer name: older workers
             if consumer == self.consumer:
                 continue

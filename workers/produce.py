@@ -46,6 +46,7 @@ from streamnb.codec import decode_input
 from streamnb.constants import DATA_FIELD, DEFAULT_PRODUCE_CHUNK
 from streamnb.exceptions import MalformedMessage, SettingsError
 from workers.keys import ModelKeys
+from workers.replies import as_str, entry_field
 
 __all__ = [
     "IndexEntry",
@@ -366,15 +367,15 @@ def send_and_wait(client: Any, model: str, path: str, timeout: float = 30.0) -> 
     data = out.encode()
     _validate(data, out.id)
     entry = client.xadd(keys.input, {DATA_FIELD: data})
-    last = entry.decode() if isinstance(entry, bytes) else str(entry)
+    last = as_str(entry)
     deadline = time.monotonic() + timeout
     while (left := deadline - time.monotonic()) > 0:
         block = max(1, int(min(left, 1.0) * 1000))
         reply = client.xread({keys.out: last}, count=100, block=block)
         for _stream, entries in reply or []:
             for entry_id, fields in entries:
-                last = entry_id.decode() if isinstance(entry_id, bytes) else str(entry_id)
-                raw = fields.get(b"data", fields.get(DATA_FIELD))
+                last = as_str(entry_id)
+                raw = entry_field(fields, DATA_FIELD)
                 try:
                     result = decode_output(raw)
                 except MalformedMessage:

@@ -45,6 +45,7 @@ from streamnb.exceptions import FormatError
 from streamnb.stats.bundle import StatsBundle
 from workers.keys import ModelKeys
 from workers.model_config import ModelConfig
+from workers.replies import as_str, entry_field
 
 log = logging.getLogger(__name__)
 
@@ -54,18 +55,9 @@ TAIL_CHUNK = 500
 
 def parse_id(entry_id: Any) -> tuple[int, int]:
     """``"1700000000000-3"`` -> ``(1700000000000, 3)``; compares stream ids correctly."""
-    s = entry_id.decode() if isinstance(entry_id, bytes) else str(entry_id)
+    s = as_str(entry_id)
     ms, _, seq = s.partition("-")
     return int(ms), int(seq or 0)
-
-
-def _s(v: Any) -> str:
-    return v.decode() if isinstance(v, bytes) else str(v)
-
-
-def _field(fields: dict, name: str) -> Any:
-    """A stream entry's field, whether the client decodes responses or not."""
-    return fields.get(name.encode(), fields.get(name))
 
 
 def encode_delta(add: StatsBundle | None, sub: StatsBundle | None, n_learnt: int,
@@ -170,7 +162,7 @@ class Replica:
             self.model = self.config.make_model()
             self.version = "0-0"
             return
-        h = {_s(k): v for k, v in h.items()}
+        h = {as_str(k): v for k, v in h.items()}
         try:
             model, version = self._decode_snapshot(h)
         except FormatError as exc:
@@ -189,7 +181,7 @@ class Replica:
         if "data" not in h or "log_id" not in h:
             raise FormatError(f"snapshot hash lacks {'data' if 'data' not in h else 'log_id'}")
         try:
-            version = _s(h["log_id"])
+            version = as_str(h["log_id"])
             parse_id(version)
             if "trimmed" in h:
                 parse_id(h["trimmed"])
@@ -254,10 +246,10 @@ class Replica:
                     self._load_snapshot()
                     continue
             for entry_id, fields in entries:
-                self.apply(_s(entry_id), fields)
+                self.apply(as_str(entry_id), fields)
                 done += 1
-                if batches is not None and (name := _field(fields, "inflight")) is not None:
-                    batches.add(_s(name))
+                if batches is not None and (name := entry_field(fields, "inflight")) is not None:
+                    batches.add(as_str(name))
             if len(entries) < TAIL_CHUNK:
                 break
         return done
@@ -268,7 +260,7 @@ class Replica:
         must reload, or it would count the redelivered messages twice."""
         if self.version == "0-0" or own:
             return False
-        return snap_id is None or _s(snap_id) != self.version
+        return snap_id is None or as_str(snap_id) != self.version
 
     @staticmethod
     def _trim_mark(trimmed: Any) -> tuple[int, int]:
@@ -279,7 +271,7 @@ class Replica:
 
     def apply(self, entry_id: str, fields: dict) -> None:
         """Apply one log entry (called in log order only), validated whole before any change."""
-        data = _field(fields, "data")
+        data = entry_field(fields, "data")
         try:
             if data is None:
                 raise FormatError("log entry has no 'data' field")
@@ -335,4 +327,4 @@ def load_model(client: Any, name: str) -> tuple[Any, str]:
 def snapshot_age(client: Any, keys: ModelKeys) -> float | None:
     """Seconds since the stored snapshot was written (None if there is none)."""
     ts = client.hget(keys.snapshot, "ts")
-    return None if ts is None else max(0.0, time.time() - float(_s(ts)))
+    return None if ts is None else max(0.0, time.time() - float(as_str(ts)))

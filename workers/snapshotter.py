@@ -29,6 +29,7 @@ from streamnb.encoding import loads
 from workers.commit import LuaScript
 from workers.keys import GROUP, ModelKeys
 from workers.replica import Replica, parse_id
+from workers.replies import as_str
 
 log = logging.getLogger(__name__)
 
@@ -125,7 +126,7 @@ class Snapshotter:
         minid = trim_point(replica.version, self.margin_ms)
         res = _WRITE(self.client, [self.keys.lease, self.keys.snapshot, self.keys.log],
                      [self.consumer, replica.version, data, repr(time.time()), minid])
-        res = res.decode() if isinstance(res, bytes) else str(res)
+        res = as_str(res)
         self._last_write = time.monotonic()
         self._applied_at_last = replica.applied
         if res == "ok":
@@ -151,7 +152,7 @@ def read_heartbeats(client: Any, keys: ModelKeys) -> dict[str, dict[str, Any]]:
         except Exception:  # noqa: BLE001 - a garbled heartbeat is just not live
             continue
         if isinstance(hb, dict):
-            out[name.decode() if isinstance(name, bytes) else str(name)] = hb
+            out[as_str(name)] = hb
     return out
 
 
@@ -168,7 +169,7 @@ def remove_dead_consumers(client: Any, keys: ModelKeys, stale_s: float, me: str)
     live = live_workers(client, keys, stale_s)
     removed = []
     for c in client.xinfo_consumers(keys.input, GROUP):
-        name = c["name"].decode() if isinstance(c["name"], bytes) else str(c["name"])
+        name = as_str(c["name"])
         if name == me or name in live or int(c.get("pending", 0)) > 0:
             continue
         if float(c.get("idle", 0)) / 1000.0 < stale_s:
@@ -190,7 +191,7 @@ def stream_gauges(client: Any, keys: ModelKeys) -> dict[str, Any]:
     lag = pending = None
     try:
         for g in client.xinfo_groups(keys.input):
-            gname = g["name"].decode() if isinstance(g["name"], bytes) else g["name"]
+            gname = as_str(g["name"])
             if gname == GROUP:
                 pending = int(g.get("pending", 0))
                 lag = g.get("lag")

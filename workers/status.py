@@ -29,6 +29,7 @@ from typing import Any
 
 from workers.connection import redact_url
 from workers.keys import GROUP, ModelKeys
+from workers.replies import as_str
 
 __all__ = ["HEARTBEAT_STALE_S", "collect", "format_text"]
 
@@ -36,14 +37,10 @@ __all__ = ["HEARTBEAT_STALE_S", "collect", "format_text"]
 HEARTBEAT_STALE_S = 30.0
 
 
-def _s(v: Any) -> str:
-    return v.decode() if isinstance(v, bytes) else str(v)
-
-
 def _lag_is_reported(client: Any, keys: ModelKeys) -> bool:
     try:
         for g in client.xinfo_groups(keys.input):
-            if _s(g["name"]) == GROUP:
+            if as_str(g["name"]) == GROUP:
                 return g.get("lag") is not None
     except Exception:  # noqa: BLE001 - no stream or no group yet: lag 0 is exact
         return True
@@ -88,7 +85,7 @@ def collect(client: Any, name: str, redis_url: str | None = None,
         info["version"] = version
         log_id = client.hget(keys.snapshot, "log_id")
         if log_id is not None:
-            info["snapshot"] = {"log_id": _s(log_id), "age_s": snapshot_age(client, keys)}
+            info["snapshot"] = {"log_id": as_str(log_id), "age_s": snapshot_age(client, keys)}
     now = time.time()
     for worker, hb in sorted(live_workers(client, keys, stale_s).items()):
         info["workers"].append({

@@ -37,6 +37,7 @@ from streamnb.decision import DecisionRule
 from streamnb.encoding import dumps as pack
 from streamnb.encoding import loads as unpack
 from streamnb.exceptions import FormatError, SettingsError
+from workers.replies import as_str
 
 __all__ = [
     "dump_envelope",
@@ -121,7 +122,7 @@ def import_model(client: Any, name: str, path: str | os.PathLike[str]) -> str:
     total = model.stats["classes"].total
     data = encode_delta(model.stats, None, int(round(total)), "import", f"import:{Path(path).name}")
     entry = client.xadd(ModelKeys(name).log, {"data": data})
-    entry = entry.decode() if isinstance(entry, bytes) else str(entry)
+    entry = as_str(entry)
     return f"{cfg.kind} statistics ({total:g} learnt) as log entry {entry}"
 
 

@@ -61,7 +61,7 @@ from streamnb.codec import (
     encode_dead,
     output_for,
 )
-from streamnb.constants import DEFAULT_LABEL_CACHE_TTL_S, DEFAULT_ORDER_WAIT_MS
+from streamnb.constants import DATA_FIELD, DEFAULT_LABEL_CACHE_TTL_S, DEFAULT_ORDER_WAIT_MS
 from streamnb.encoding import dumps
 from streamnb.exceptions import MalformedMessage, NotFittedError, StreamnbError
 from streamnb.features import Row
@@ -90,6 +90,7 @@ from workers.metrics import Metrics, default_metrics, observe_many
 from workers.model_config import ModelConfig, ModelSpec, ensure_config
 from workers.ordering import InflightBoard, wait_for_earlier
 from workers.replica import Replica, encode_decay, encode_delta, parse_id
+from workers.replies import as_str, entry_field
 from workers.snapshotter import Snapshotter, remove_dead_consumers, stream_gauges
 
 log = logging.getLogger("streamnb.worker")
@@ -322,7 +323,7 @@ class ModelRuntime:
 def ensure_group(client: Any, keys: ModelKeys) -> None:
     """Create the consumer group (and the stream) unless present; never clobber a non-stream."""
     t = client.type(keys.input)
-    t = t.decode() if isinstance(t, bytes) else str(t)
+    t = as_str(t)
     if t not in ("none", "stream"):
         raise StreamnbError(f"{keys.input} is a {t}, not a stream; refusing to touch it")
     try:
@@ -332,13 +333,9 @@ def ensure_group(client: Any, keys: ModelKeys) -> None:
             raise
 
 
-def _s(v: Any) -> str:
-    return v.decode() if isinstance(v, bytes) else str(v)
-
-
 def _first_id(entries: list) -> str:
     """The smallest entry id of a batch ("0-0" for none): where it starts in the stream."""
-    return min((_s(e[0]) for e in entries), key=parse_id) if entries else "0-0"
+    return min((as_str(e[0]) for e in entries), key=parse_id) if entries else "0-0"
 
 
 class Worker:
@@ -547,7 +544,7 @@ class Worker:
             if int(self.client.xpending(rt.keys.input, GROUP)["pending"]) > 0:
                 return False
             groups = self.client.xinfo_groups(rt.keys.input)
-            g = next(g for g in groups if _s(g["name"]) == GROUP)
+            g = next(g for g in groups if as_str(g["name"]) == GROUP)
             last = self.client.xrevrange(rt.keys.input, count=1)
             if last and parse_id(last[0][0]) > parse_id(g["last-delivered-id"]):
                 return False
@@ -572,7 +569,7 @@ class Worker:
         by_key = {rt.keys.input: rt for rt in rts}
         out = []
         for stream, entries in replies:
-            rt = by_key[_s(stream)]
+            rt = by_key[as_str(stream)]
             if entries:
                 self.metrics.stage_seconds.labels(**self._mw(rt), stage="read").observe(dt)
                 out.append((rt, entries))
@@ -581,11 +578,11 @@ class Worker:
     def _deliveries(self, rt: ModelRuntime, entries: list) -> dict[str, int]:
         if not entries:
             return {}
-        ids = [_s(e[0]) for e in entries]
+        ids = [as_str(e[0]) for e in entries]
         rows = self.client.xpending_range(rt.keys.input, GROUP, min=min(ids, key=parse_id),
                                           max=max(ids, key=parse_id), count=len(ids) * 2 + 10,
                                           consumername=self.consumer)
-        return {_s(r["message_id"]): int(r["times_delivered"]) for r in rows}
+        return {as_str(r["message_id"]): int(r["times_delivered"]) for r in rows}
 
     def _drain_pending(self, rt: ModelRuntime) -> int:
         reply = self.client.xreadgroup(GROUP, self.consumer, {rt.keys.input: "0"},
@@ -605,7 +602,7 @@ class Worker:
         reply = self.client.xautoclaim(rt.keys.input, GROUP, self.consumer,
                                        min_idle_time=self.options.claim_idle_ms,
                                        start_id=rt.claim_cursor, count=self.options.batch)
-        rt.claim_cursor = _s(reply[0])
+        rt.claim_cursor = as_str(reply[0])
         entries = [e for e in reply[1] if e and e[1] is not None]
         if entries:
             # Claimed entries are handled at once; if the cursor went on, claim again soon.
@@ -719,8 +716,8 @@ class Worker:
         dense_dim = rt.featurizer.dim if rt.featurizer.input == "dense" else None
         msgs: list[tuple[str, InputMessage, bytes]] = []
         for entry_id, fields in entries:
-            eid = _s(entry_id)
-            data = (fields or {}).get(b"data", (fields or {}).get("data"))
+            eid = as_str(entry_id)
+            data = entry_field(fields, DATA_FIELD)
             n_deliv = (deliveries or {}).get(eid, 1)
             if n_deliv > o.max_deliveries:
                 dead.append(Dead(eid, "poison", f"delivered {n_deliv} times, the limit is "
