@@ -34,6 +34,7 @@ from streamnb.codec import InputMessage
 from streamnb.constants import DEFAULT_MAIL_ALPHA
 from streamnb.features import Featurizer, MailTokenizer
 from streamnb.features import mail as mail_features
+from streamnb.features import text as text_rules
 from streamnb.features.mail import N_META
 from streamnb.models.bernoulli import BernoulliNB
 from streamnb.models.hybrid import HybridNB
@@ -121,17 +122,28 @@ def main(argv: list[str] | None = None) -> int:
 
     # ---- tokenizer throughput: best of N alternating passes, CPU time, cold memos
     tokenizer = MailTokenizer()
-    parse_s = tok_s = float("inf")
+    # an older tree (PYTHONPATH=<checkout>, for A/B runs) may have no C word rules
+    c_words = getattr(text_rules, "_word_tokens", None)
+    parse_s = tok_s = pure_s = float("inf")
     for _ in range(max(1, args.passes)):
         t0 = time.process_time()
         for raw in raws:
             email.message_from_bytes(raw)
         parse_s = min(parse_s, time.process_time() - t0)
-        # an older tree (PYTHONPATH=<checkout>, for A/B runs) may have no memos to clear
+        # (an older tree may have no memos to clear)
         getattr(mail_features, "clear_memos", lambda: None)()
         t0 = time.process_time()
         analyses = [tokenizer.analyse(raw) for raw in raws]
         tok_s = min(tok_s, time.process_time() - t0)
+        if c_words is not None:  # the same with the word rules in Python
+            text_rules._word_tokens = None
+            mail_features.clear_memos()
+            t0 = time.process_time()
+            pure = [tokenizer.analyse(raw).tokens for raw in raws]
+            pure_s = min(pure_s, time.process_time() - t0)
+            text_rules._word_tokens = c_words
+            if pure != [a.tokens for a in analyses]:
+                raise SystemExit("the C and Python word rules gave different tokens")
     featurizer = Featurizer(bits=args.bits, meta=True)
     t0 = time.perf_counter()
     rows = [featurizer.featurize(InputMessage("", "", "raw", raw)) for raw in raws]
@@ -143,7 +155,11 @@ def main(argv: list[str] | None = None) -> int:
     print(f"bare email.message_from_bytes: {len(raws) / parse_s:8.0f} messages/s of CPU "
           f"(best of {max(1, args.passes)} passes)")
     print(f"tokenize_email (parse + tokens + meta): {len(raws) / tok_s:8.0f} messages/s of CPU "
-          f"({n_tokens / len(raws):.0f} tokens/message)")
+          f"({n_tokens / len(raws):.0f} tokens/message; word rules in "
+          f"{'C' if c_words is not None else 'Python'})")
+    if c_words is not None:
+        print(f"tokenize_email, word rules in Python: {len(raws) / pure_s:8.0f} messages/s of CPU "
+              f"(C word rules: {pure_s / tok_s:.2f}x)")
     print(f"featurize (tokens + hashing + meta): {len(raws) / feat_s:8.0f} messages/s")
 
     # ---- accuracy, test-then-train

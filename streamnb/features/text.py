@@ -13,9 +13,10 @@ Rules, in order (after SpamBayes' tokenizer):
 6. Words with non-ASCII characters add an ``8bit%:<share rounded to 10>`` token.
 7. Optional word bigrams ``bi:<w1> <w2>`` (option ``ngrams``).
 
-ASCII text goes through list comprehensions (one token per kept word); other text takes
-the same rules with a per-word step only for the words that need one (``@``, too long,
-non-ASCII). URLs are looked for only where one can start (before a ``://``, at a
+Words go through :mod:`streamnb.features._speedups` (the same rules in C, built when a C
+compiler is found at install; :data:`SPEEDUPS` says whether it is in use) or else through
+list comprehensions: ASCII text one token per kept word, other text the same rules with a
+per-word step only for the words that need one (``@``, too long, non-ASCII). URLs are looked for only where one can start (before a ``://``, at a
 ``www.``). Host tokens are memoised (:func:`host_tokens_cached`).
 
 >>> tokenize_text("Visit http://www.Cheap-Meds.biz/now for FREE!!! pharmacy-supercalifragilistic")
@@ -24,12 +25,13 @@ non-ASCII). URLs are looked for only where one can start (before a ``://``, at a
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass
 from functools import lru_cache
 from itertools import chain, repeat
 
-__all__ = ["URL_RE", "WordRules", "host_tokens", "host_tokens_cached", "tokenize_text"]
+__all__ = ["SPEEDUPS", "URL_RE", "WordRules", "host_tokens", "host_tokens_cached", "tokenize_text"]
 
 #: URLs: a scheme or a bare ``www.`` host, up to white space or a quote/bracket.
 #: URLs: a scheme or a bare ``www.`` host, up to white space or a quote/bracket.
@@ -46,6 +48,24 @@ _ALNUM = "a-zA-Z0-9\u0130\u0131\u017f\u212a"
 _HOST_RE = re.compile(r"^(?:[^/?#@\s]*@)?([a-z0-9][a-z0-9.-]*)", re.I)
 _PUNCT = "\"'.,;:!?()[]{}<>*`~|^_=+-/\\#&"
 _SPLIT = re.compile(r"\s+")
+
+
+def _load_word_tokens():
+    """The C word rules, or None: not built, other punctuation, or turned off by the
+    environment variable ``STREAMNB_PURE_PYTHON=1``."""
+    if os.environ.get("STREAMNB_PURE_PYTHON", "") not in ("", "0"):
+        return None
+    try:
+        from streamnb.features import _speedups
+    except ImportError:
+        return None
+    return _speedups.word_tokens if _speedups.PUNCT == _PUNCT else None
+
+
+#: ``word_tokens(text, min_len, max_len, out)``, see :func:`_load_word_tokens`.
+_word_tokens = _load_word_tokens()
+#: Whether the word rules run in C.
+SPEEDUPS = _word_tokens is not None
 
 
 def host_tokens(prefix: str, host: str) -> list[str]:
@@ -153,9 +173,10 @@ class WordRules:
     def words(self, text: str, out: list[str], limit: int | None = None) -> None:
         """Append the tokens of the words of ``text`` to ``out`` (at most ``limit`` in all).
 
-        List comprehensions, with a per-word call only for the words that need one (``@``,
-        too long, non-ASCII); bigrams, a zero minimum length and a cut at ``limit`` take
-        the word loop (:meth:`_word_loop`). Both give the same tokens in the same order.
+        The C word rules when built, else list comprehensions with a per-word call only for
+        the words that need one (``@``, too long, non-ASCII); bigrams, a zero minimum length
+        and a cut at ``limit`` take the word loop (:meth:`_word_loop`). All give the same
+        tokens in the same order.
         """
         if not text.isascii():  # a no-break space (HTML &nbsp;) splits words as a space does
             text = text.replace("\xa0", " ")
@@ -165,6 +186,13 @@ class WordRules:
             self._word_loop(text, out, limit)
             return
         lo, hi = self.min_len, self.max_len
+        if _word_tokens is not None:
+            start = len(out)
+            _word_tokens(text, lo, hi, out)
+            if limit is not None and len(out) > limit:
+                del out[start:]
+                self._word_loop(text, out, limit)  # where to cut: as the loop cuts
+            return
         words = text.split()  # str.split() splits where \s+ does
         if not text.isascii() and not "".join(words).isascii():  # (not only white space)
             odd_tokens = self._odd_tokens

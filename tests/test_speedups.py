@@ -1,0 +1,139 @@
+"""The C word rules (``streamnb.features._speedups``) against the Python ones they replace.
+
+The Python list comprehensions and the word loop of :class:`WordRules` are the reference:
+every test runs both (the C module switched off by setting ``text._word_tokens`` to None)
+and compares the tokens. CI sets ``STREAMNB_REQUIRE_SPEEDUPS=1`` so that a build that
+silently left the module out fails there instead of testing only the Python path.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+import string
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from streamnb.features import mail
+from streamnb.features import text as text_rules
+from streamnb.features.text import WordRules
+
+try:
+    from streamnb.features import _speedups as speedups
+except ImportError:
+    speedups = None
+
+
+def test_speedups_built_where_ci_requires_them():
+    if os.environ.get("STREAMNB_REQUIRE_SPEEDUPS", "") in ("", "0"):
+        pytest.skip("STREAMNB_REQUIRE_SPEEDUPS is not set")
+    assert text_rules.SPEEDUPS, "streamnb.features._speedups was not built (no C compiler?)"
+
+
+needs_speedups = pytest.mark.skipif(not text_rules.SPEEDUPS,
+                                    reason="streamnb.features._speedups is not built")
+
+
+def python_words(rules: WordRules, text: str, limit: int | None = None) -> list[str]:
+    saved = text_rules._word_tokens
+    text_rules._word_tokens = None
+    try:
+        out: list[str] = []
+        rules.words(text, out, limit)
+        return out
+    finally:
+        text_rules._word_tokens = saved
+
+
+def c_words(rules: WordRules, text: str, limit: int | None = None) -> list[str]:
+    out: list[str] = []
+    rules.words(text, out, limit)
+    return out
+
+
+# Words and their edges: letters (both cases), digits, every stripped punctuation mark,
+# '@' and '.', str.split()'s ASCII white space (\x1c-\x1f too) and other control characters;
+# then non-ASCII letters (Latin-1, 2- and 4-byte kinds, an upper case that lower-cases to
+# two characters), non-ASCII white space (no-break, em, ideographic space, U+0085) and
+# punctuation that is not stripped.
+ASCII_CHARS = (list("abcxyzABCXYZ0129@.@.-") + list(text_rules._PUNCT)
+               + list(" \t\n\r\x0b\x0c\x1c\x1d\x1e\x1f") + ["\x00", "\x7f", "$", "%"])
+ascii_text = st.text(alphabet=st.sampled_from(ASCII_CHARS), max_size=300)
+any_text = st.text(
+    alphabet=st.sampled_from(ASCII_CHARS + list("éüßİЖж中文€—«»\xa0\u2003\u3000\x85\u200b😀")),
+    max_size=300,
+)
+long_words = st.lists(
+    st.builds(lambda a, b, dot: a + "@" + b if dot else a + b,
+              st.text(alphabet=string.ascii_letters + "@.", min_size=0, max_size=70),
+              st.text(alphabet=string.ascii_letters + ".", max_size=10), st.booleans()),
+    max_size=20,
+).map(" ".join)
+
+
+@needs_speedups
+@settings(max_examples=400, deadline=None)
+@given(text=st.one_of(ascii_text, any_text, long_words), lo=st.integers(1, 4), hi=st.integers(1, 16),
+       lowercase=st.booleans())
+def test_c_word_rules_equal_the_python_ones(text, lo, hi, lowercase):
+    rules = WordRules(lowercase=lowercase, min_len=lo, max_len=max(lo, hi))
+    assert c_words(rules, text) == python_words(rules, text)
+
+
+@needs_speedups
+@settings(max_examples=100, deadline=None)
+@given(text=st.one_of(long_words, any_text), limit=st.integers(0, 30))
+def test_c_word_rules_cut_at_the_limit_as_the_python_ones(text, limit):
+    rules = WordRules()
+    assert c_words(rules, text, limit) == python_words(rules, text, limit)
+
+
+@needs_speedups
+def test_c_word_rules_hand_worked():
+    rules = WordRules()
+    assert c_words(rules, "FREE!!! (cheap) a bob@Example.org x@y "
+                          "supercalifragilistic verylongname@example.com a@b@c.d\x1cend") == [
+        "free", "cheap", "email:example.org", "email:y", "skip:s 20", "email:example.com",
+        "a@b@c.d", "end"]
+    # the edges: 12 and 13 characters, e-mail addresses of 59 and 60 characters
+    edges = ["a" * 12, "b" * 13, "x@" + "d" * 53 + ".org", "y@" + "d" * 54 + ".org",
+             "nodot@" + "d" * 20, "two@at@" + "d" * 10 + ".org"]
+    assert [len(w) for w in edges[2:4]] == [59, 60]
+    assert c_words(rules, " ".join(edges)) == python_words(rules, " ".join(edges)) == [
+        "a" * 12, "skip:b 10", "email:" + "d" * 53 + ".org", "skip:y 60", "skip:n 20",
+        "skip:t 20"]
+    # non-ASCII: 8bit% shares (1 of 6 rounds to 20, 1 of 21 to 0), a long word's first
+    # character, a short address without one, a long one (48 characters) with one, and a
+    # word too long (68) to be an address
+    text = ("zürich\xa0naïveté x" + "é" * 20 + " ab@né.fr " + "q" * 40 + "@exé.com "
+            + "r" * 60 + "@exé.com")
+    assert c_words(rules, text) == python_words(rules, text) == [
+        "zürich", "8bit%:20", "naïveté", "8bit%:30", "skip:x 20", "8bit%:100", "email:né.fr",
+        "email:exé.com", "8bit%:0", "skip:r 60", "8bit%:0"]
+    with pytest.raises(TypeError):
+        speedups.word_tokens(b"abc", 3, 12, [])
+    with pytest.raises(TypeError):
+        speedups.word_tokens("abc", 3, 12, ())
+
+
+@needs_speedups
+def test_c_module_strips_the_same_punctuation():
+    assert speedups.PUNCT == text_rules._PUNCT
+
+
+@needs_speedups
+@pytest.mark.corpus
+def test_corpus_tokens_equal_with_and_without_the_c_word_rules(corpus_dir, monkeypatch):
+    with open(corpus_dir / "index.tsv", newline="") as fh:
+        rows = list(csv.DictReader(fh, delimiter="\t"))
+    raws = [(corpus_dir / row["path"]).read_bytes() for row in rows]
+    tokenizer = mail.MailTokenizer()
+    mail.clear_memos()
+    with_c = [tokenizer.analyse(raw).tokens for raw in raws]
+    monkeypatch.setattr(text_rules, "_word_tokens", None)
+    mail.clear_memos()
+    without = [tokenizer.analyse(raw).tokens for raw in raws]
+    assert sum(map(len, with_c)) > 500_000
+    assert with_c == without
