@@ -12,11 +12,12 @@ import csv
 import os
 import string
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from streamnb.features import mail
+from streamnb.features import hashing, mail
 from streamnb.features import text as text_rules
 from streamnb.features.text import WordRules
 
@@ -137,3 +138,70 @@ def test_corpus_tokens_equal_with_and_without_the_c_word_rules(corpus_dir, monke
     without = [tokenizer.analyse(raw).tokens for raw in raws]
     assert sum(map(len, with_c)) > 500_000
     assert with_c == without
+
+
+# ------------------------------------------------------------------ the token hash cache
+
+
+def python_hashes(tokens: list[str]) -> list[int]:
+    return [hashing._CACHE[t] for t in tokens]  # the dict cache: the reference
+
+
+@needs_speedups
+@settings(max_examples=200, deadline=None)
+@given(lists=st.lists(st.lists(st.one_of(any_text, st.sampled_from(["a", "b", "ab", ""])),
+                               max_size=20), max_size=8))
+def test_c_token_hashes_equal_the_python_ones(lists):
+    total = sum(map(len, lists))
+    got = hashing._hashes(lists, total)
+    assert got.dtype == np.uint64
+    assert got.tolist() == python_hashes([t for tokens in lists for t in tokens])
+    assert [hashing.token_hash64(t) for tokens in lists for t in tokens] == got.tolist()
+
+
+@pytest.fixture
+def small_c_cache():
+    """The C table re-made with room for 8 tokens (16 slots: probing and emptying happen
+    all the time), restored afterwards."""
+    speedups.hash_cache_init(8, hashing._blake64)
+    yield
+    speedups.hash_cache_init(hashing.HASH_CACHE_SIZE, hashing._blake64)
+
+
+@needs_speedups
+def test_c_token_hash_cache_is_bounded_and_stays_exact(small_c_cache):
+    tokens = [f"tok{i}" for i in range(200)] * 3 + ["é", "日本語", "x" * 1000]
+    out = np.empty(len(tokens), dtype=np.uint64)
+    speedups.hash_lists([tokens[:300], tuple(tokens[300:])], out)
+    assert out.tolist() == python_hashes(tokens)
+    assert 0 < speedups.hash_cache_len() <= 8
+    assert hashing.token_hash64.cache_info().currsize <= 8
+    speedups.hash_cache_clear()
+    assert speedups.hash_cache_len() == 0
+
+
+@needs_speedups
+def test_c_token_hash_cache_rejects_what_it_cannot_hash():
+    out = np.empty(2, dtype=np.uint64)
+    with pytest.raises(TypeError, match="tokens must be str"):
+        speedups.hash_lists([["a", 3]], out)
+    with pytest.raises(TypeError):
+        speedups.hash_lists([5], out)
+    with pytest.raises(ValueError, match="too small"):
+        speedups.hash_lists([["a", "b", "c"]], out)
+    with pytest.raises(ValueError, match="larger"):
+        speedups.hash_lists([["a"]], out)
+    with pytest.raises(BufferError):  # read-only
+        speedups.hash_lists([["a", "b"]], bytes(16))
+    with pytest.raises((BufferError, ValueError)):  # not contiguous
+        speedups.hash_lists([["a", "b"]], np.empty(4, dtype=np.uint64)[::2])
+
+
+@needs_speedups
+def test_c_token_hash_cache_passes_the_miss_error_on(small_c_cache):
+    def fails(token: str) -> int:
+        raise RuntimeError("no hash for " + token)
+
+    speedups.hash_cache_init(8, fails)
+    with pytest.raises(RuntimeError, match="no hash for new"):
+        speedups.hash_one("new")

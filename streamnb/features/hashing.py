@@ -9,7 +9,9 @@ No sign hashing: counts stay non-negative, as count models need.
 
 A per-process cache (at most :data:`streamnb.constants.HASH_CACHE_SIZE` entries, emptied
 when full) maps token -> 64-bit hash, so the frequent tokens of a mail stream are hashed
-once.
+once. Where the optional C module is built (:mod:`streamnb.features._accel`) the cache is
+its table of (str hash, length) -> 64-bit hash, filled straight into numpy arrays, about
+3x faster per token than a dict lookup; otherwise a dict. Both give the same hashes.
 
 >>> token_hash64("viagra") == token_hash64("viagra")
 True
@@ -32,6 +34,7 @@ import numpy as np
 
 from streamnb.arrays import sorted_unique
 from streamnb.constants import DEFAULT_HASH_BITS, HASH_CACHE_SIZE, HASH_KEY
+from streamnb.features._accel import speedups
 
 __all__ = ["MAX_HASH_BITS", "TokenHasher", "token_hash64"]
 
@@ -62,13 +65,32 @@ class _HashCache(dict):
         return h
 
 
+#: The Python cache: the one in use without the C module, the reference with it.
 _CACHE = _HashCache()
-_lookup = _CACHE.__getitem__
+_C = speedups()
+if _C is not None:  # the C table (see the module docstring)
+    _C.hash_cache_init(HASH_CACHE_SIZE, _blake64)
+    _lookup = _C.hash_one
+    _hash_lists = _C.hash_lists
+    _cache_len, _cache_clear = _C.hash_cache_len, _C.hash_cache_clear
+else:
+    _lookup = _CACHE.__getitem__
+    _hash_lists = None
+    _cache_len, _cache_clear = _CACHE.__len__, _CACHE.clear
 
 
 def token_hash64(token: str) -> int:
     """The stable 64-bit hash of a token (keyed BLAKE2b, see the module docstring)."""
     return _lookup(token)
+
+
+def _hashes(token_lists: Sequence[Iterable[str]], total: int) -> np.ndarray:
+    """The 64-bit hashes of the tokens of every list, one after the other (``total`` of them)."""
+    if _hash_lists is not None:
+        out = np.empty(total, dtype=np.uint64)
+        _hash_lists(token_lists if type(token_lists) is list else list(token_lists), out)
+        return out
+    return np.fromiter(map(_lookup, chain.from_iterable(token_lists)), dtype=np.uint64, count=total)
 
 
 class CacheInfo(NamedTuple):
@@ -78,11 +100,11 @@ class CacheInfo(NamedTuple):
 
 def _cache_info() -> CacheInfo:
     """Size and bound of the token hash cache (like ``functools.lru_cache``'s)."""
-    return CacheInfo(HASH_CACHE_SIZE, len(_CACHE))
+    return CacheInfo(HASH_CACHE_SIZE, _cache_len())
 
 
 token_hash64.cache_info = _cache_info  # type: ignore[attr-defined]
-token_hash64.cache_clear = _CACHE.clear  # type: ignore[attr-defined]
+token_hash64.cache_clear = _cache_clear  # type: ignore[attr-defined]
 
 
 class TokenHasher:
@@ -141,8 +163,7 @@ class TokenHasher:
         total = int(sizes.sum())
         if not total:
             return [np.empty(0, dtype=np.int32) for _ in range(n)]
-        keys = np.fromiter(map(_lookup, chain.from_iterable(token_lists)), dtype=np.uint64,
-                           count=total)
+        keys = _hashes(token_lists, total)
         keys &= np.uint64(self.mask)
         # key = list number << bits | bucket: sorting groups by list, then by bucket
         shift = np.uint64(self.bits)
@@ -157,8 +178,8 @@ class TokenHasher:
         if not values:
             return np.empty(0, dtype=np.int32), np.empty(0, dtype=np.float64)
         n = len(values)
-        # map() over the cached hash and a numpy mask: no Python frame per token.
-        raw = np.fromiter(map(_lookup, values), dtype=np.uint64, count=n)
+        # the cached hashes and a numpy mask: no Python frame per token.
+        raw = _hashes([values.keys()], n)
         raw &= np.uint64(self.mask)
         vals = np.fromiter(values.values(), dtype=np.float64, count=n)
         order = np.argsort(raw, kind="stable")

@@ -25,11 +25,12 @@ per-word step only for the words that need one (``@``, too long, non-ASCII). URL
 
 from __future__ import annotations
 
-import os
 import re
 from dataclasses import dataclass
 from functools import lru_cache
 from itertools import chain, repeat
+
+from streamnb.features._accel import speedups
 
 __all__ = ["SPEEDUPS", "URL_RE", "WordRules", "host_tokens", "host_tokens_cached", "tokenize_text"]
 
@@ -51,15 +52,10 @@ _SPLIT = re.compile(r"\s+")
 
 
 def _load_word_tokens():
-    """The C word rules, or None: not built, other punctuation, or turned off by the
-    environment variable ``STREAMNB_PURE_PYTHON=1``."""
-    if os.environ.get("STREAMNB_PURE_PYTHON", "") not in ("", "0"):
-        return None
-    try:
-        from streamnb.features import _speedups
-    except ImportError:
-        return None
-    return _speedups.word_tokens if _speedups.PUNCT == _PUNCT else None
+    """The C word rules, or None: not built (:mod:`streamnb.features._accel`), or built
+    with other punctuation."""
+    c = speedups()
+    return c.word_tokens if c is not None and c.PUNCT == _PUNCT else None
 
 
 #: ``word_tokens(text, min_len, max_len, out)``, see :func:`_load_word_tokens`.
