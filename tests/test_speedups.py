@@ -205,3 +205,15 @@ def test_c_token_hash_cache_passes_the_miss_error_on(small_c_cache):
     speedups.hash_cache_init(8, fails)
     with pytest.raises(RuntimeError, match="no hash for new"):
         speedups.hash_one("new")
+
+
+def test_python_hash_path_equals_the_one_in_use(monkeypatch):
+    """The dict path of ``hashing._hashes`` (what a build without the C module runs) gives
+    what the path in use gives."""
+    lists = [["cheap", "meds", "é", ""], [], ("tuple", "of", "tokens"), ["cheap"] * 3]
+    total = sum(map(len, lists))
+    in_use = hashing._hashes(lists, total).tolist()
+    monkeypatch.setattr(hashing, "_hash_lists", None)
+    monkeypatch.setattr(hashing, "_lookup", hashing._CACHE.__getitem__)
+    assert hashing._hashes(lists, total).tolist() == in_use == python_hashes(
+        [t for tokens in lists for t in tokens])

@@ -347,10 +347,20 @@ cached_hash(PyObject *token, uint64_t *value)
     if (v == (uint64_t)-1 && PyErr_Occurred()) {
         return -1;
     }
+    /* The miss function ran Python code (another thread may have used the table, or a
+     * test re-made it): find the slot again. */
     if (n_used >= capacity) { /* full: start again (hot tokens come back) */
         memset(slots, 0, n_slots * sizeof(slot_t));
         n_used = 0;
-        i = (size_t)h & mask;
+    }
+    mask = n_slots - 1;
+    i = (size_t)h & mask;
+    while (slots[i].len_plus_1 != 0) {
+        if (slots[i].hash == h && slots[i].len_plus_1 == len_plus_1) {
+            *value = v;
+            return 0;
+        }
+        i = (i + 1) & mask;
     }
     slots[i].hash = h;
     slots[i].len_plus_1 = len_plus_1;
