@@ -1,8 +1,9 @@
-"""The C word rules (``streamnb.features._speedups``) against the Python ones they replace.
+"""The C module (``streamnb.features._speedups``) against the Python code it replaces.
 
-The Python list comprehensions and the word loop of :class:`WordRules` are the reference:
-every test runs both (the C module switched off by setting ``text._word_tokens`` to None)
-and compares the tokens. CI sets ``STREAMNB_REQUIRE_SPEEDUPS=1`` so that a build that
+The word rules: the Python list comprehensions and the word loop of :class:`WordRules` are
+the reference; every test runs both (the C rules switched off by setting
+``text._word_tokens`` to None) and compares the tokens. The token hash table: the dict
+cache of :mod:`streamnb.features.hashing` is the reference. CI sets ``STREAMNB_REQUIRE_SPEEDUPS=1`` so that a build that
 silently left the module out fails there instead of testing only the Python path.
 """
 

@@ -16,8 +16,9 @@ Rules, in order (after SpamBayes' tokenizer):
 Words go through :mod:`streamnb.features._speedups` (the same rules in C, built when a C
 compiler is found at install; :data:`SPEEDUPS` says whether it is in use) or else through
 list comprehensions: ASCII text one token per kept word, other text the same rules with a
-per-word step only for the words that need one (``@``, too long, non-ASCII). URLs are looked for only where one can start (before a ``://``, at a
-``www.``). Host tokens are memoised (:func:`host_tokens_cached`).
+per-word step only for the words that need one (``@``, too long, non-ASCII). URLs are
+looked for only where one can start (before a ``://``, at a ``www.``). Host tokens are
+memoised (:func:`host_tokens_cached`).
 
 >>> tokenize_text("Visit http://www.Cheap-Meds.biz/now for FREE!!! pharmacy-supercalifragilistic")
 ['proto:http', 'url:www.cheap-meds.biz', 'url:cheap-meds.biz', 'visit', 'for', 'free', 'skip:p 20']
@@ -34,7 +35,6 @@ from streamnb.features._accel import speedups
 
 __all__ = ["SPEEDUPS", "URL_RE", "WordRules", "host_tokens", "host_tokens_cached", "tokenize_text"]
 
-#: URLs: a scheme or a bare ``www.`` host, up to white space or a quote/bracket.
 #: URLs: a scheme or a bare ``www.`` host, up to white space or a quote/bracket.
 URL_RE = re.compile(r"""(?i)\b(?:(https?|ftp|mailto)://|(?=www\.))([^\s"'<>()\[\]{}]+)""")
 #: The same matches, faster: starts with a character set (the regex engine skips ahead in
