@@ -56,16 +56,23 @@ def keys(name: str) -> dict[str, str]:
 
 def encode_messages(corpus: Corpus, payload: str, labelled: bool = True,
                     tokens: list[list[str]] | None = None) -> list[bytes]:
-    """The corpus as wire messages: ``raw`` bytes or ``tokens`` lists (streamnb's tokens)."""
+    """The corpus as wire messages: ``raw`` bytes, ``tokens`` lists (streamnb's tokens) or
+    ``hashes`` (the same tokens hashed by the producer, :func:`streamnb.features.token_hashes`)."""
     from streamnb.codec import encode_input
+    from streamnb.features import token_hashes
 
+    if payload not in ("raw", "tokens", "hashes"):
+        raise ValueError(f"payload must be raw, tokens or hashes, got {payload!r}")
     out = []
     for i, (raw, label) in enumerate(zip(corpus.raws, corpus.labels, strict=True)):
         lab = label if labelled else None
         if payload == "raw":
             out.append(encode_input("raw", raw, id=f"m{i}", label=lab))
+            continue
+        toks = tokens[i] if tokens is not None else []
+        if payload == "hashes":
+            out.append(encode_input("hashes", token_hashes(toks), id=f"m{i}", label=lab))
         else:
-            toks = tokens[i] if tokens is not None else []
             out.append(encode_input("tokens", toks, id=f"m{i}", label=lab))
     return out
 
@@ -300,9 +307,14 @@ def summary(report: dict[str, Any]) -> list[str]:
         bare = refs["bare email.message_from_bytes"]
         lines.append(f"raw mail, 1 worker / bare email.message_from_bytes: "
                      f"{by[('raw', 1)] / bare:.0%} (target >= 60%)")
-    for p in ("tokens", "raw"):
+    if ("hashes", 1) in by:
+        lines.append(f"1 worker, producer-hashed tokens: {by[('hashes', 1)]:,.0f} msg/s"
+                     + (f" ({by[('hashes', 1)] / by[('tokens', 1)]:.2f}x the token payload)"
+                        if ("tokens", 1) in by else ""))
+    for p in ("tokens", "raw", "hashes"):
         if (p, 1) in by and (p, 2) in by:
-            lines.append(f"{p}: 2 workers / 1 worker: {by[(p, 2)] / by[(p, 1)]:.2f}x (target >= 1.6x)")
+            target = "" if p == "hashes" else " (target >= 1.6x)"
+            lines.append(f"{p}: 2 workers / 1 worker: {by[(p, 2)] / by[(p, 1)]:.2f}x{target}")
         if (p, 1) in by and f"in-process pipeline ({p})" in refs:
             lines.append(f"{p}: 1 worker / in-process pipeline: "
                          f"{by[(p, 1)] / refs[f'in-process pipeline ({p})']:.0%}")
@@ -330,7 +342,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--limit", type=int, default=None, help="first N corpus messages only")
     ap.add_argument("--repeat", type=int, default=3, help="passes over the corpus")
     ap.add_argument("--workers", default="1,2")
-    ap.add_argument("--payloads", default="tokens,raw")
+    ap.add_argument("--payloads", default="tokens,raw",
+                    help="comma-separated: tokens, raw, hashes (tokens hashed by the producer)")
     ap.add_argument("--trials", type=int, default=2, help="interleaved runs; the best is kept")
     ap.add_argument("--options", type=json.loads, default=None, metavar="JSON",
                     help='worker options, e.g. \'{"order_wait_ms": 0}\' (WorkerOptions fields)')

@@ -88,7 +88,8 @@ DEFAULT_LIMITS = Limits()
 class InputMessage:
     """One validated input message.
 
-    ``payload`` is ``bytes`` for raw, ``str`` for text, ``list[str]`` for tokens,
+    ``payload`` is ``bytes`` for raw, ``str`` for text, ``list[str]`` for tokens, a uint64
+    ``numpy`` array for hashes (the tokens' 64-bit hashes, :func:`streamnb.features.token_hashes`),
     ``dict[str, float]`` for features and a float64 ``numpy`` vector for x; it is None
     (and ``payload_kind`` is None) for a delayed label carrying ``ref``.
     """
@@ -189,6 +190,16 @@ def _tokens(v: Any, limits: Limits) -> list[str]:
     except TypeError:
         raise MalformedMessage("bad_type", "tokens must be a list of str") from None
     return v
+
+
+def _hashes(v: Any, limits: Limits) -> np.ndarray:
+    if not isinstance(v, bytes) or len(v) % 8:
+        raise MalformedMessage(
+            "bad_type", "hashes must be bin: the tokens' 64-bit hashes, little-endian, 8 bytes each")
+    if len(v) // 8 > limits.max_tokens:
+        raise MalformedMessage(
+            "too_large", f"hashes has {len(v) // 8} tokens, the limit is {limits.max_tokens}")
+    return np.frombuffer(v, dtype="<u8")
 
 
 def _features(v: Any, limits: Limits) -> dict[str, float]:
@@ -304,6 +315,8 @@ def decode_input(
             payload = value
         elif kind == "tokens":
             payload = _tokens(value, limits)
+        elif kind == "hashes":
+            payload = _hashes(value, limits)
         elif kind == "features":
             payload = _features(value, limits)
         else:
@@ -333,11 +346,15 @@ def encode_input(payload_kind: str, payload: Any, **fields: Any) -> bytes:
 
     >>> decode_input(encode_input("tokens", ["a", "b"], id="m1"), "1-0").payload
     ['a', 'b']
+    >>> decode_input(encode_input("hashes", [1, 2**64 - 1]), "1-0").payload.tolist()
+    [1, 18446744073709551615]
     """
     if payload_kind not in PAYLOAD_KEYS:
         raise ValueError(f"payload_kind must be one of {PAYLOAD_KEYS}, got {payload_kind!r}")
     if payload_kind == "x":
         payload = [float(v) for v in np.asarray(payload, dtype=np.float64).ravel()]
+    elif payload_kind == "hashes":
+        payload = np.asarray(payload, dtype="<u8").tobytes()
     return _pack({payload_kind: payload, **{k: v for k, v in fields.items() if v is not None}})
 
 

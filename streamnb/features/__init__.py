@@ -18,7 +18,7 @@ from streamnb.features.featurizer import (
     Row,
     TextFeaturizer,
 )
-from streamnb.features.hashing import TokenHasher, token_hash64
+from streamnb.features.hashing import TokenHasher, token_hash64, token_hashes
 from streamnb.features.mail import (
     DEFAULT_HEADERS,
     META_FEATURES,
@@ -45,6 +45,7 @@ __all__ = [
     "WordRules",
     "strip_html",
     "token_hash64",
+    "token_hashes",
     "tokenize_email",
     "tokenize_text",
 ]

@@ -295,8 +295,24 @@ class Featurizer:
             idx, val = self.hasher.hash_values(values)
             meta = np.zeros(N_META) if self.meta else None
             return Row(indices=idx, values=val, meta=meta, n_tokens=len(values))
+        if kind == "hashes":
+            return self._hashes_row(msg.payload)
         tokens, meta = self._tokens_and_meta(msg)
         return self._token_row(tokens, meta)
+
+    def _hashes_row(self, hashes: np.ndarray) -> Row:
+        """The row of a ``hashes`` payload: the tokens' 64-bit hashes, already computed by
+        the producer (the same row as the tokens themselves would give)."""
+        buckets = (hashes & np.uint64(self.hasher.mask)).astype(np.int32)
+        meta = text_meta("", int(hashes.size)) if self.meta else None
+        if self.counts == "binary":
+            idx = np.unique(buckets)
+            return Row(indices=idx, values=np.ones(idx.size), meta=meta, n_tokens=int(hashes.size))
+        idx, counts = np.unique(buckets, return_counts=True)
+        val = counts.astype(np.float64)
+        if self.counts == "log":
+            val = np.log1p(val)
+        return Row(indices=idx, values=val, meta=meta, n_tokens=int(hashes.size))
 
     def _tokens_and_meta(self, msg: InputMessage) -> tuple[list[str], np.ndarray | None]:
         """The tokens of a raw, text or tokens payload, and its meta vector (if ``meta``)."""

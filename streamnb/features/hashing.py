@@ -36,7 +36,7 @@ from streamnb.arrays import sorted_unique
 from streamnb.constants import DEFAULT_HASH_BITS, HASH_CACHE_SIZE, HASH_KEY
 from streamnb.features._accel import speedups
 
-__all__ = ["MAX_HASH_BITS", "TokenHasher", "token_hash64"]
+__all__ = ["MAX_HASH_BITS", "TokenHasher", "token_hash64", "token_hashes"]
 
 #: Buckets are stored as int32, so at most 2**31 of them.
 MAX_HASH_BITS = 31
@@ -91,6 +91,19 @@ def _hashes(token_lists: Sequence[Iterable[str]], total: int) -> np.ndarray:
         _hash_lists(token_lists if type(token_lists) is list else list(token_lists), out)
         return out
     return np.fromiter(map(_lookup, chain.from_iterable(token_lists)), dtype=np.uint64, count=total)
+
+
+def token_hashes(tokens: Iterable[str]) -> np.ndarray:
+    """The 64-bit hashes of ``tokens``, in order (uint64): what a producer that tokenizes
+    sends as a ``hashes`` payload (docs/protocol.md), so that the workers skip decoding
+    and hashing the token strings. Hashes are independent of the model's ``bits``.
+
+    >>> token_hashes(["cheap", "meds"]).tolist() == [token_hash64("cheap"), token_hash64("meds")]
+    True
+    """
+    if not isinstance(tokens, (list, tuple)):
+        tokens = list(tokens)
+    return _hashes([tokens], len(tokens))
 
 
 class CacheInfo(NamedTuple):
