@@ -306,13 +306,18 @@ class Featurizer:
         buckets = (hashes & np.uint64(self.hasher.mask)).astype(np.int32)
         meta = text_meta("", int(hashes.size)) if self.meta else None
         if self.counts == "binary":
-            idx = np.unique(buckets)
-            return Row(indices=idx, values=np.ones(idx.size), meta=meta, n_tokens=int(hashes.size))
+            return self._counted_row(np.unique(buckets), None, meta, int(hashes.size))
         idx, counts = np.unique(buckets, return_counts=True)
-        val = counts.astype(np.float64)
-        if self.counts == "log":
-            val = np.log1p(val)
-        return Row(indices=idx, values=val, meta=meta, n_tokens=int(hashes.size))
+        return self._counted_row(idx, counts.astype(np.float64), meta, int(hashes.size))
+
+    def _counted_row(self, idx: np.ndarray, counts: np.ndarray | None, meta: np.ndarray | None,
+                     n_tokens: int) -> Row:
+        """The row of sorted unique buckets and how many tokens fell in each (None: binary
+        values), under this featurizer's ``counts`` option."""
+        if self.counts == "binary":
+            return Row(indices=idx, values=np.ones(idx.size), meta=meta, n_tokens=n_tokens)
+        return Row(indices=idx, values=np.log1p(counts) if self.counts == "log" else counts,
+                   meta=meta, n_tokens=n_tokens)
 
     def _tokens_and_meta(self, msg: InputMessage) -> tuple[list[str], np.ndarray | None]:
         """The tokens of a raw, text or tokens payload, and its meta vector (if ``meta``)."""
@@ -340,11 +345,8 @@ class Featurizer:
         """The row of a message's tokens; ``unique``: its buckets, already hashed (binary)."""
         if self.counts == "binary":  # distinct buckets only: no per-token counting
             idx = self.hasher.hash_unique(tokens) if unique is None else unique
-            return Row(indices=idx, values=np.ones(idx.size), meta=meta, n_tokens=len(tokens))
-        idx, val = self.hasher.hash_counts(tokens)
-        if self.counts == "log":
-            val = np.log1p(val)
-        return Row(indices=idx, values=val, meta=meta, n_tokens=len(tokens))
+            return self._counted_row(idx, None, meta, len(tokens))
+        return self._counted_row(*self.hasher.hash_counts(tokens), meta, len(tokens))
 
     def featurize_many(self, msgs: Iterable[InputMessage]) -> list[Row]:
         return [self.featurize(m) for m in msgs]
