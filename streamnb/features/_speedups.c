@@ -46,48 +46,6 @@ ascii_str(const Py_UCS1 *data, Py_ssize_t n)
     return s;
 }
 
-static PyObject *
-prefixed(const char *prefix, Py_ssize_t np, const Py_UCS1 *data, Py_ssize_t n)
-{
-    PyObject *s = PyUnicode_New(np + n, 127);
-    if (s != NULL) {
-        Py_UCS1 *dst = PyUnicode_1BYTE_DATA(s);
-        memcpy(dst, prefix, (size_t)np);
-        if (n > 0) {
-            memcpy(dst + np, data, (size_t)n);
-        }
-    }
-    return s;
-}
-
-/* The token of one stripped ASCII word of n >= min_len characters (a new reference). */
-static PyObject *
-ascii_word_token(const Py_UCS1 *w, Py_ssize_t n, Py_ssize_t max_len)
-{
-    const Py_UCS1 *at = NULL;
-    Py_ssize_t ats = 0;
-    int dot = 0;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        if (w[i] == '@') {
-            if (ats++ == 0) {
-                at = w + i;
-            }
-        }
-        else if (w[i] == '.') {
-            dot = 1;
-        }
-    }
-    if (ats == 1 && (n <= max_len || (dot && n < 60))) {
-        return prefixed("email:", 6, at + 1, n - (at + 1 - w));
-    }
-    if (n > max_len) {
-        char buf[64];
-        int k = snprintf(buf, sizeof buf, "skip:%c %zd", (char)w[0], n / 10 * 10);
-        return ascii_str((const Py_UCS1 *)buf, k);
-    }
-    return ascii_str(w, n);
-}
-
 /* Append the tokens of the stripped word text[start:end] (any str kind) to out: the word
  * token, then "8bit%:<share>" for a word with non-ASCII characters (WordRules._odd_tokens). */
 static int
@@ -171,7 +129,9 @@ word_tokens(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     }
     Py_ssize_t len = PyUnicode_GET_LENGTH(text), i = 0;
-    if (PyUnicode_IS_ASCII(text)) {  /* the common case: bytes, no 8bit% tokens */
+    /* Two loops over the same rules: ASCII text (the common case) as bytes, with the
+     * common word made in place; any other text through PyUnicode_READ. */
+    if (PyUnicode_IS_ASCII(text)) {
         const Py_UCS1 *s = PyUnicode_1BYTE_DATA(text);
         while (i < len) {
             while (i < len && is_space[s[i]]) {
@@ -192,13 +152,14 @@ word_tokens(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
             if (n == 0 || n < min_len) {
                 continue;  /* (an empty word: only white space or punctuation) */
             }
-            PyObject *token;
-            if (n <= max_len && memchr(s + start, '@', (size_t)n) == NULL) {
-                token = ascii_str(s + start, n);
+            if (n > max_len || memchr(s + start, '@', (size_t)n) != NULL) {
+                /* long, or an address: the rules for any word (rare) */
+                if (append_word_tokens(text, PyUnicode_1BYTE_KIND, s, start, end, max_len, out) < 0) {
+                    return NULL;
+                }
+                continue;
             }
-            else {
-                token = ascii_word_token(s + start, n, max_len);
-            }
+            PyObject *token = ascii_str(s + start, n);  /* kept as it is: the common case */
             if (token == NULL) {
                 return NULL;
             }

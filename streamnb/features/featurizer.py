@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
+from streamnb.arrays import sorted_unique
 from streamnb.codec import DEFAULT_LIMITS, InputMessage, Limits
 from streamnb.constants import DEFAULT_HASH_BITS, FEATURIZER_FORMAT_VERSION
 from streamnb.encoding import dumps, loads, pack_array, unpack_array
@@ -306,7 +307,7 @@ class Featurizer:
         buckets = (hashes & np.uint64(self.hasher.mask)).astype(np.int32)
         meta = text_meta("", int(hashes.size)) if self.meta else None
         if self.counts == "binary":
-            return self._counted_row(np.unique(buckets), None, meta, int(hashes.size))
+            return self._counted_row(sorted_unique(buckets), None, meta, int(hashes.size))
         idx, counts = np.unique(buckets, return_counts=True)
         return self._counted_row(idx, counts.astype(np.float64), meta, int(hashes.size))
 

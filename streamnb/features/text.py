@@ -174,8 +174,6 @@ class WordRules:
         and a cut at ``limit`` take the word loop (:meth:`_word_loop`). All give the same
         tokens in the same order.
         """
-        if not text.isascii():  # a no-break space (HTML &nbsp;) splits words as a space does
-            text = text.replace("\xa0", " ")
         if self.lowercase:
             text = text.lower()
         if self.ngrams or self.min_len < 1:
@@ -189,6 +187,8 @@ class WordRules:
                 del out[start:]
                 self._word_loop(text, out, limit)  # where to cut: as the loop cuts
             return
+        if not text.isascii():  # a no-break space (HTML &nbsp;) splits words as a space
+            text = text.replace("\xa0", " ")  # does; without it, the text may be ASCII
         words = text.split()  # str.split() splits where \s+ does
         if not text.isascii() and not "".join(words).isascii():  # (not only white space)
             odd_tokens = self._odd_tokens
