@@ -3,7 +3,9 @@
 The word rules: the Python list comprehensions and the word loop of :class:`WordRules` are
 the reference; every test runs both (the C rules switched off by setting
 ``text._word_tokens`` to None) and compares the tokens. The token hash table: the dict
-cache of :mod:`streamnb.features.hashing` is the reference. CI sets ``STREAMNB_REQUIRE_SPEEDUPS=1`` so that a build that
+cache of :mod:`streamnb.features.hashing` is the reference. The letter counts: the Python
+counts of :meth:`MailAnalysis.add_text_stats` (``mail._text_counts`` set to None). The URL
+rule: :meth:`WordRules.urls` in Python (``text._url_scan`` set to None). CI sets ``STREAMNB_REQUIRE_SPEEDUPS=1`` so that a build that
 silently left the module out fails there instead of testing only the Python path.
 """
 
@@ -133,12 +135,110 @@ def test_corpus_tokens_equal_with_and_without_the_c_word_rules(corpus_dir, monke
     raws = [(corpus_dir / row["path"]).read_bytes() for row in rows]
     tokenizer = mail.MailTokenizer()
     mail.clear_memos()
-    with_c = [tokenizer.analyse(raw).tokens for raw in raws]
+    with_c = [tokenizer.analyse(raw) for raw in raws]
     monkeypatch.setattr(text_rules, "_word_tokens", None)
+    monkeypatch.setattr(mail, "_text_counts", None)
+    monkeypatch.setattr(text_rules, "_url_scan", None)
     mail.clear_memos()
-    without = [tokenizer.analyse(raw).tokens for raw in raws]
-    assert sum(map(len, with_c)) > 500_000
+    without = [tokenizer.analyse(raw) for raw in raws]
+    assert sum(len(a.tokens) for a in with_c) > 500_000
+    assert [a.tokens for a in with_c] == [a.tokens for a in without]
+    # the meta counts too (C text_counts against add_text_stats' Python counts)
+    assert sum(a.upper for a in with_c) > 10_000 and sum(a.non_ascii for a in with_c) > 1_000
     assert with_c == without
+
+
+# ------------------------------------------------------------------ the URL rule
+
+
+def python_urls(text: str) -> tuple[str, list[str]]:
+    saved = text_rules._url_scan
+    text_rules._url_scan = None
+    try:
+        out: list[str] = []
+        return WordRules().urls(text, out), out
+    finally:
+        text_rules._url_scan = saved
+
+
+def c_urls(text: str) -> tuple[str, list[str]]:
+    out: list[str] = []
+    return WordRules().urls(text, out), out
+
+
+# URL pieces in any case (schemes, www., user parts, ports, paths), what ends a URL (white
+# space of both kinds, quotes, brackets), word characters before a scheme (Latin-1 letters,
+# digits, '_'), and characters beyond Latin-1 that IGNORECASE folds onto scheme letters.
+URL_PIECES = ["http", "https", "HTTPS", "hTtP", "ftp", "FTP", "mailto", "MailTo", "www.", "WWW.",
+              "Www.", "wWW.", "://", ":/", "@", "/", "?", "#", ".", "..", "-", "x", "Ab", "9", "_",
+              "com", "a.b.c", " ", "\n", "\xa0", "\x85", "\x1c", "\t", '"', "'", "<", ">", "(", ")",
+              "[", "]", "{", "}", "\xe9", "\xaa", "\xb2", "\xc9", "!", ",", ":"]
+url_text = st.lists(st.sampled_from(URL_PIECES), max_size=40).map("".join)
+odd_url_text = st.lists(st.sampled_from(URL_PIECES + ["\u017f", "\u0130", "\u0131", "\u212a", "\u4e2d"]),
+                        max_size=40).map("".join)
+
+
+@needs_speedups
+@settings(max_examples=600, deadline=None)
+@given(text=st.one_of(url_text, odd_url_text))
+def test_c_url_rule_equals_the_python_one(text):
+    assert c_urls(text) == python_urls(text)
+
+
+@needs_speedups
+def test_c_url_rule_hand_worked():
+    out: list[str] = []
+    text = "see HTTPS://user@Mail.Example.co.uk:8080/x?y, www.A-B.org. and xhttp://no.example"
+    # each URL becomes one space (the "," after y belongs to the first URL)
+    assert speedups.url_scan(text, out) == "see" + " " * 5 + "and xhttp://no.example"
+    assert out == ["proto:https", "url:mail.example.co.uk", "url:co.uk",
+                   "proto:http", "url:www.a-b.org", "url:a-b.org"]
+    assert speedups.url_scan("http:// ftp://x", out := []) == "http://  "  # a URL needs a character
+    assert out == ["proto:ftp", "url:x"]
+    assert speedups.url_scan("mailto://@ www.-x", out := []) == "   "  # no host: the proto only
+    assert out == ["proto:mailto", "proto:http", "url:www.-x"]
+    assert speedups.url_scan("http://x \u017f", []) is None  # not Latin-1: the Python rule
+    with pytest.raises(TypeError):
+        speedups.url_scan(b"http://x", [])
+
+# ------------------------------------------------------------------ the text letter counts
+
+
+def python_text_stats(text: str) -> mail.MailAnalysis:
+    saved = mail._text_counts
+    mail._text_counts = None
+    try:
+        a = mail.MailAnalysis()
+        a.add_text_stats(text, from_html=True)
+        return a
+    finally:
+        mail._text_counts = saved
+
+
+def c_text_stats(text: str) -> mail.MailAnalysis:
+    a = mail.MailAnalysis()
+    a.add_text_stats(text, from_html=True)
+    return a
+
+
+@needs_speedups
+@settings(max_examples=400, deadline=None)
+@given(text=st.one_of(any_text, st.text(max_size=200)))
+def test_c_text_counts_equal_the_python_ones(text):
+    assert c_text_stats(text) == python_text_stats(text)
+
+
+@needs_speedups
+def test_c_text_counts_hand_worked():
+    # H W O R L D, circled A (upper-case, not a letter) and sigma: 8 upper-case; the letters
+    # are H e-acute l l o W O R L D sigma sigma; e-acute, circled A and the sigmas: 4 non-ASCII
+    assert speedups.text_counts("H\xe9llo WORLD! $ \u24b6\u03a3\u03c3") == (8, 12, 4, 2)
+    assert speedups.text_counts("") == (0, 0, 0, 0)
+    assert speedups.text_counts("\xa0\xd7\xf7\xaa") == (0, 1, 4, 0)  # only the ordinal is alphabetic
+    with pytest.raises(TypeError):
+        speedups.text_counts(b"bytes")
+    a = c_text_stats("ab" * 100_000)  # from 200,000 characters every one counts as a letter
+    assert (a.letters, a.upper) == (200_000, 0) == (python_text_stats("ab" * 100_000).letters, 0)
 
 
 # ------------------------------------------------------------------ the token hash cache

@@ -1,7 +1,9 @@
 /* streamnb.features._speedups: two per-token steps of streamnb.features, in C.
  *
  * 1. The word rules of streamnb.features.text (below), and
- * 2. the token hash cache of streamnb.features.hashing (further down).
+ * 2. the token hash cache of streamnb.features.hashing (further down), and
+ * 3. the letter counts of MailAnalysis.add_text_stats (text_counts), and
+ * 4. the URL rule of WordRules.urls on Latin-1 text (url_scan, at the end).
  *
  * word_tokens(text, min_len, max_len, out) appends to the list `out`
  * exactly the tokens that WordRules.words' list comprehensions give for `text` (already
@@ -402,6 +404,243 @@ fail:
     return NULL;
 }
 
+/* ------------------------------------------------------------------ text_counts
+ *
+ * text_counts(text) -> (upper, letters, non_ascii, exclaim): the characters of `text`
+ * for which str.isupper() and str.isalpha() are true (Py_UNICODE_ISUPPER / ISALPHA, the
+ * same tests those methods make on one character), those above U+007F, and the '!' and
+ * '$' characters: what MailAnalysis.add_text_stats counts in Python (its reference).
+ * Latin-1 text (the common kind) takes a table of the 256 characters' classes. */
+static unsigned char latin1_class[256];  /* 1: alphabetic, 2: upper-case (and alphabetic) */
+
+static PyObject *
+text_counts(PyObject *self, PyObject *text)
+{
+    if (!PyUnicode_Check(text)) {
+        PyErr_SetString(PyExc_TypeError, "text_counts: text must be a str");
+        return NULL;
+    }
+    Py_ssize_t n = PyUnicode_GET_LENGTH(text), upper = 0, letters = 0, high = 0, exclaim = 0;
+    int kind = PyUnicode_KIND(text);
+    const void *data = PyUnicode_DATA(text);
+    if (kind == PyUnicode_1BYTE_KIND) {
+        const Py_UCS1 *p = (const Py_UCS1 *)data;
+        for (Py_ssize_t i = 0; i < n; i++) {
+            Py_UCS1 c = p[i];
+            unsigned char cls = latin1_class[c];
+            letters += cls != 0;
+            upper += cls >> 1;
+            high += c >> 7;
+            exclaim += (c == '!') | (c == '$');
+        }
+    }
+    else {
+        for (Py_ssize_t i = 0; i < n; i++) {
+            Py_UCS4 c = PyUnicode_READ(kind, data, i);
+            if (c < 256) {
+                unsigned char cls = latin1_class[c];
+                letters += cls != 0;
+                upper += cls >> 1;
+                high += c >> 7;
+                exclaim += (c == '!') | (c == '$');
+            }
+            else {
+                letters += Py_UNICODE_ISALPHA(c) != 0;
+                upper += Py_UNICODE_ISUPPER(c) != 0;
+                high++;
+            }
+        }
+    }
+    return Py_BuildValue("(nnnn)", upper, letters, high, exclaim);
+}
+
+/* ------------------------------------------------------------------ url_scan
+ *
+ * url_scan(text, out) -> str or None: WordRules.urls for a text whose characters are all
+ * Latin-1 (None for any other text: the caller runs the Python code, the reference). It
+ * is text._URL_SCAN.sub on the whole text, each URL replaced by one space, with its
+ * "proto:<scheme>" and host_tokens("url", host) appended to out in order:
+ *
+ *   (?i)([hfmw])(?<!\w.)(?:((?<=h)ttps?|(?<=f)tp|(?<=m)ailto)://|(?<=w)(?=ww\.))
+ *       ([^\s"'<>()\[\]{}]+)
+ *
+ * On Latin-1 text IGNORECASE folds only the ASCII letters (the other characters it folds
+ * onto h, t, p, s, f, m, a, i, l, o, w are beyond U+00FF), \w is Py_UNICODE_ISALNUM or
+ * '_' and \s is Py_UNICODE_ISSPACE, as in the re module. The host is text._HOST_RE's
+ * group: after an optional user part (a run without / ? # @ or white space, then '@'),
+ * an ASCII letter or digit, then letters, digits, '.' and '-'. The caller has checked
+ * that the text holds "://", "www." or "WWW." (WordRules.urls looks no further otherwise). */
+static unsigned char is_word1[256];  /* \w among the Latin-1 characters */
+static unsigned char is_space1[256]; /* \s among the Latin-1 characters */
+static unsigned char url_stop[256];  /* what ends a URL: \s and "'<>()[]{} */
+
+static inline Py_UCS1
+lower1(Py_UCS1 c)
+{
+    return (c >= 'A' && c <= 'Z') ? (Py_UCS1)(c + 32) : c;
+}
+
+static inline int
+is_alnum_ascii(Py_UCS1 c)
+{
+    return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z');
+}
+
+/* Whether text[i:] starts with `word` (lower-case ASCII), ignoring case. */
+static int
+ci_at(const Py_UCS1 *p, Py_ssize_t n, Py_ssize_t i, const char *word)
+{
+    for (; *word; word++, i++) {
+        if (i >= n || lower1(p[i]) != (Py_UCS1)*word) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+static int
+append_new(PyObject *out, PyObject *token)
+{
+    if (token == NULL) {
+        return -1;
+    }
+    int rc = PyList_Append(out, token);
+    Py_DECREF(token);
+    return rc;
+}
+
+/* Append host_tokens("url", host) of the URL text u[0:len] (_url_host, then host_tokens). */
+static int
+append_host_tokens(const Py_UCS1 *u, Py_ssize_t len, PyObject *out)
+{
+    Py_ssize_t k = 0, start = 0, end;
+    while (k < len && u[k] != '/' && u[k] != '?' && u[k] != '#' && u[k] != '@' && !is_space1[u[k]]) {
+        k++;
+    }
+    if (k < len && u[k] == '@' && k + 1 < len && is_alnum_ascii(u[k + 1])) {
+        start = k + 1; /* (a user part without a host after it is not one: the regex backtracks) */
+    }
+    if (!is_alnum_ascii(u[start])) {
+        return 0; /* no host: host_tokens("url", "") is empty */
+    }
+    end = start + 1;
+    while (end < len && (is_alnum_ascii(u[end]) || u[end] == '.' || u[end] == '-')) {
+        end++;
+    }
+    while (end > start && u[end - 1] == '.') { /* host.strip("."): it starts with a letter or digit */
+        end--;
+    }
+    Py_ssize_t n = end - start, dots = 0, last = -1, second = -1;
+    PyObject *whole = PyUnicode_New(4 + n, 127);
+    if (whole == NULL) {
+        return -1;
+    }
+    Py_UCS1 *w = PyUnicode_1BYTE_DATA(whole);
+    memcpy(w, "url:", 4);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        Py_UCS1 c = lower1(u[start + i]);
+        w[4 + i] = c;
+        if (c == '.') {
+            dots++;
+            second = last;
+            last = i;
+        }
+    }
+    if (append_new(out, whole) < 0) {
+        return -1;
+    }
+    if (dots >= 2) { /* more than two labels: the last two too */
+        Py_ssize_t from = second + 1, m = n - from;
+        PyObject *tail = PyUnicode_New(4 + m, 127);
+        if (tail == NULL) {
+            return -1;
+        }
+        Py_UCS1 *t = PyUnicode_1BYTE_DATA(tail);
+        memcpy(t, "url:", 4);
+        memcpy(t + 4, w + 4 + from, (size_t)m);
+        if (append_new(out, tail) < 0) {
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static PyObject *
+url_scan(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2 || !PyUnicode_Check(args[0]) || !PyList_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "url_scan(text, out): a str and a list");
+        return NULL;
+    }
+    PyObject *text = args[0], *out = args[1];
+    if (PyUnicode_KIND(text) != PyUnicode_1BYTE_KIND) {
+        Py_RETURN_NONE;
+    }
+    const Py_UCS1 *p = PyUnicode_1BYTE_DATA(text);
+    Py_ssize_t n = PyUnicode_GET_LENGTH(text), copied = 0;
+    Py_UCS1 *buf = NULL; /* the text with its URLs replaced by spaces, once one is found */
+    Py_ssize_t used = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        Py_UCS1 c = lower1(p[i]);
+        if (c != 'h' && c != 'f' && c != 'm' && c != 'w') {
+            continue;
+        }
+        if (i > 0 && is_word1[p[i - 1]]) { /* (?<!\w.): a word character before */
+            continue;
+        }
+        const char *proto = NULL;
+        Py_ssize_t rest = 0, host_from;
+        if (c == 'h' && ci_at(p, n, i + 1, "ttps://")) {
+            proto = "proto:https", rest = i + 8;
+        }
+        else if (c == 'h' && ci_at(p, n, i + 1, "ttp://")) {
+            proto = "proto:http", rest = i + 7;
+        }
+        else if (c == 'f' && ci_at(p, n, i + 1, "tp://")) {
+            proto = "proto:ftp", rest = i + 6;
+        }
+        else if (c == 'm' && ci_at(p, n, i + 1, "ailto://")) {
+            proto = "proto:mailto", rest = i + 9;
+        }
+        else if (c == 'w' && ci_at(p, n, i + 1, "ww.")) {
+            proto = "proto:http", rest = i + 1;
+        }
+        if (proto == NULL) {
+            continue;
+        }
+        Py_ssize_t end = rest;
+        while (end < n && !url_stop[p[end]]) {
+            end++;
+        }
+        if (end == rest) { /* the URL needs one character after its scheme */
+            continue;
+        }
+        host_from = c == 'w' ? i : rest; /* www.: the first letter belongs to the host */
+        if (append_new(out, PyUnicode_FromString(proto)) < 0
+            || append_host_tokens(p + host_from, end - host_from, out) < 0) {
+            PyMem_Free(buf);
+            return NULL;
+        }
+        if (buf == NULL && (buf = PyMem_Malloc((size_t)n + 1)) == NULL) {
+            return PyErr_NoMemory();
+        }
+        memcpy(buf + used, p + copied, (size_t)(i - copied));
+        used += i - copied;
+        buf[used++] = ' ';
+        copied = end;
+        i = end - 1;
+    }
+    if (buf == NULL) {
+        Py_INCREF(text);
+        return text;
+    }
+    memcpy(buf + used, p + copied, (size_t)(n - copied));
+    used += n - copied;
+    PyObject *result = PyUnicode_FromKindAndData(PyUnicode_1BYTE_KIND, buf, used);
+    PyMem_Free(buf);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"word_tokens", (PyCFunction)(void (*)(void))word_tokens, METH_FASTCALL,
      "word_tokens(text, min_len, max_len, out): append the word tokens of text to out "
@@ -415,12 +654,18 @@ static PyMethodDef methods[] = {
     {"hash_lists", (PyCFunction)(void (*)(void))hash_lists, METH_FASTCALL,
      "hash_lists(lists, out): the cached stable hashes of the tokens of every list, in order, "
      "into out (a writable buffer of as many uint64)."},
+    {"text_counts", text_counts, METH_O,
+     "text_counts(text): (upper-case, alphabetic, non-ASCII, '!' or '$') characters of text "
+     "(MailAnalysis.add_text_stats' counts)."},
+    {"url_scan", (PyCFunction)(void (*)(void))url_scan, METH_FASTCALL,
+     "url_scan(text, out): WordRules.urls on Latin-1 text (the text with its URLs blanked, "
+     "their tokens appended to out); None for other text."},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, "_speedups",
-    "The word rules and the token hash cache of streamnb.features, in C (optional).", -1, methods,
+    "The word rules, the token hash cache and the text letter counts of streamnb.features, in C (optional).", -1, methods,
 };
 
 PyMODINIT_FUNC
@@ -428,6 +673,15 @@ PyInit__speedups(void)
 {
     for (int c = 0; c < 128; c++) {
         is_space[c] = (unsigned char)Py_UNICODE_ISSPACE((Py_UCS4)c);
+    }
+    for (Py_UCS4 c = 0; c < 256; c++) {
+        /* a Latin-1 upper-case character is alphabetic too (2 counts as a letter) */
+        latin1_class[c] = Py_UNICODE_ISUPPER(c) ? 2 : (Py_UNICODE_ISALPHA(c) ? 1 : 0);
+    }
+    for (Py_UCS4 c = 0; c < 256; c++) {
+        is_word1[c] = Py_UNICODE_ISALNUM(c) || c == '_';
+        is_space1[c] = Py_UNICODE_ISSPACE(c) != 0;
+        url_stop[c] = is_space1[c] || (c != 0 && strchr("\"'<>()[]{}", (int)c) != NULL);
     }
     for (const char *p = PUNCT; *p; p++) {
         is_punct[(unsigned char)*p] = 1;

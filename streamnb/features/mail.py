@@ -49,6 +49,7 @@ from email.parser import BytesParser
 import numpy as np
 
 from streamnb.codec import DEFAULT_LIMITS, Limits
+from streamnb.features._accel import speedups
 from streamnb.features.markup import strip_html
 from streamnb.features.mime import Part, Unsupported, parse_message
 from streamnb.features.text import _ALNUM, WordRules, host_tokens_cached
@@ -106,6 +107,9 @@ _PARSER = BytesParser(policy=policy.compat32)
 #: Latin-1 byte -> 2 for str.isupper, 1 for the other str.isalpha, 0 for the rest.
 _LATIN1_LETTER_CLASS = bytes(2 if chr(i).isupper() else int(chr(i).isalpha()) for i in range(256))
 _LATIN1_RUNS = re.compile(r"[\x00-\xff]+")
+#: ``text_counts(text) -> (upper, letters, non_ascii, exclaim)`` of the C module, or None:
+#: :meth:`MailAnalysis.add_text_stats` counts in Python then (the reference).
+_text_counts = getattr(speedups(), "text_counts", None)
 
 
 # Address lists in their common forms (``addr``, ``addr (Name)``, ``Name <addr>``,
@@ -161,11 +165,12 @@ _ADDRESS_DEFECT = ("defect:address",)
 def clear_memos() -> None:
     """Empty the tokenizer's memos (header values, MIME parameters, relay and link hosts),
     e.g. to time it cold; they refill as mail comes."""
-    from streamnb.features import mime, text
+    from streamnb.features import markup, mime, text
 
     _VALUE_CACHES.clear()
     mime._PARAMS.clear()
     text._cached_host_tokens.cache_clear()
+    markup._cached_link_hosts.cache_clear()
 
 
 def _value_cache(rules: WordRules) -> dict:
@@ -218,10 +223,21 @@ class MailAnalysis:
         self.tokens.append(f"defect:{name}")
 
     def add_text_stats(self, text: str, from_html: bool) -> None:
+        """Count the characters of one piece of body text (C ``text_counts`` when built)."""
         n = len(text)
         self.text_chars += n
         if from_html:
             self.html_chars += n
+        if _text_counts is not None:
+            upper, letters, high, exclaim = _text_counts(text)
+            if n >= 200_000:  # (the Python counts below take this short cut)
+                self.letters += n
+            else:
+                self.letters += letters
+                self.upper += upper
+            self.non_ascii += high
+            self.exclaim += exclaim
+            return
         if n >= 200_000:
             self.letters += n
         else:  # Latin-1 characters (ASCII, often U+00A0 of &nbsp;): one bytes.translate to

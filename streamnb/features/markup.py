@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import html
 import re
-from itertools import compress, count, repeat
+from functools import lru_cache
+from itertools import chain, compress, count, repeat
 from operator import contains, not_
 
 from streamnb.features.text import _ALNUM, host_tokens_cached
@@ -43,6 +44,21 @@ _LINK = re.compile(
     r"""[hHsS\u017faA](?<!\w.)(?:(?<=[hH])[rR][eE][fF]|(?<=[sS\u017f])[rR][cC]|(?<=[aA])[cC][tT][iI\u0130\u0131][oO][nN])"""
     rf"""\s*=\s*["']?\s*(?:[hH][tT][tT][pP][sS\u017f]?|[fF][tT][pP])://(?:[^/?#@\s"'>]*@)?([{_ALNUM}][{_ALNUM}.-]*)"""
 )
+
+
+def _link_hosts(attributes: str) -> tuple[str, ...]:
+    """The ``url:`` tokens of the links in one tag's attributes, memoised for attributes of
+    up to 512 characters (mail repeats its links and images)."""
+    if len(attributes) > 512:
+        return _find_link_hosts(attributes)
+    return _cached_link_hosts(attributes)
+
+
+def _find_link_hosts(attributes: str) -> tuple[str, ...]:
+    return tuple(chain.from_iterable([host_tokens_cached("url", host) for host in _LINK.findall(attributes)]))
+
+
+_cached_link_hosts = lru_cache(maxsize=2048)(_find_link_hosts)
 
 
 def strip_html(markup: str, max_tag_tokens: int = 2000) -> tuple[str, list[str]]:
@@ -70,9 +86,7 @@ def strip_html(markup: str, max_tag_tokens: int = 2000) -> tuple[str, list[str]]
         done = i
         if len(tokens) - taken + i - closing >= max_tag_tokens:  # tokens of the tags before i
             break
-        hosts: list[str] = []
-        for host in _LINK.findall(attributes[i]):
-            hosts.extend(host_tokens_cached("url", host))
+        hosts = _link_hosts(attributes[i])
         if hosts:
             opening = not slashes[i]
             tokens.extend(tags[taken : i - closing + opening])  # up to the html: token of tag i

@@ -13,8 +13,9 @@ Rules, in order (after SpamBayes' tokenizer):
 6. Words with non-ASCII characters add an ``8bit%:<share rounded to 10>`` token.
 7. Optional word bigrams ``bi:<w1> <w2>`` (option ``ngrams``).
 
-Words go through :mod:`streamnb.features._speedups` (the same rules in C, built when a C
-compiler is found at install; :data:`SPEEDUPS` says whether it is in use) or else through
+Words, and the URLs of Latin-1 text, go through :mod:`streamnb.features._speedups` (the
+same rules in C, built when a C compiler is found at install; :data:`SPEEDUPS` says whether
+it is in use) or else through
 list comprehensions: ASCII text one token per kept word, other text the same rules with a
 per-word step only for the words that need one (``@``, too long, non-ASCII). URLs are
 looked for only where one can start (before a ``://``, at a ``www.``). Host tokens are
@@ -62,6 +63,9 @@ def _load_word_tokens():
 _word_tokens = _load_word_tokens()
 #: Whether the word rules run in C.
 SPEEDUPS = _word_tokens is not None
+#: ``url_scan(text, out)``: :meth:`WordRules.urls` in C on Latin-1 text (None for other
+#: text), or None when the C module is off.
+_url_scan = getattr(speedups(), "url_scan", None)
 
 
 def host_tokens(prefix: str, host: str) -> list[str]:
@@ -149,6 +153,8 @@ class WordRules:
         """Append URL tokens to ``out``; return the text with the URLs blanked out."""
         if "://" not in text and "www." not in text and "WWW." not in text:
             return text
+        if _url_scan is not None and (scanned := _url_scan(text, out)) is not None:
+            return scanned  # (Latin-1 text: the same rule in C)
         starts = _url_starts(text)
         if starts is None:  # many candidates (or an odd lower-casing): one regex pass
             return _URL_SCAN.sub(lambda m: _crack(m, out), text)
