@@ -19,6 +19,7 @@ A/B of the tokenizer against an older commit, this script with the other tree's 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
 import email
 import os
@@ -33,6 +34,7 @@ import numpy as np
 from streamnb.codec import InputMessage
 from streamnb.constants import DEFAULT_MAIL_ALPHA
 from streamnb.features import Featurizer, MailTokenizer, TokenHasher, hashing
+from streamnb.features import _accel as accel
 from streamnb.features import mail as mail_features
 from streamnb.features import text as text_rules
 from streamnb.features.mail import N_META
@@ -122,8 +124,17 @@ def main(argv: list[str] | None = None) -> int:
 
     # ---- tokenizer throughput: best of N alternating passes, CPU time, cold memos
     tokenizer = MailTokenizer()
-    # an older tree (PYTHONPATH=<checkout>, for A/B runs) may have no C word rules
+    # an older tree (PYTHONPATH=<checkout>, for A/B runs) may have no C steps
     c_words = getattr(text_rules, "_word_tokens", None)
+    python_steps = getattr(accel, "python_tokenizer", None)
+    if python_steps is None:  # (older trees: the word rules were the only C step)
+        @contextlib.contextmanager
+        def python_steps():
+            text_rules._word_tokens = None
+            try:
+                yield
+            finally:
+                text_rules._word_tokens = c_words
     parse_s = tok_s = pure_s = float("inf")
     for _ in range(max(1, args.passes)):
         t0 = time.process_time()
@@ -135,15 +146,14 @@ def main(argv: list[str] | None = None) -> int:
         t0 = time.process_time()
         analyses = [tokenizer.analyse(raw) for raw in raws]
         tok_s = min(tok_s, time.process_time() - t0)
-        if c_words is not None:  # the same with the word rules in Python
-            text_rules._word_tokens = None
+        if c_words is not None:  # the same with the C steps off (the Python reference)
             mail_features.clear_memos()
-            t0 = time.process_time()
-            pure = [tokenizer.analyse(raw).tokens for raw in raws]
-            pure_s = min(pure_s, time.process_time() - t0)
-            text_rules._word_tokens = c_words
-            if pure != [a.tokens for a in analyses]:
-                raise SystemExit("the C and Python word rules gave different tokens")
+            with python_steps():
+                t0 = time.process_time()
+                pure = [tokenizer.analyse(raw) for raw in raws]
+                pure_s = min(pure_s, time.process_time() - t0)
+            if pure != analyses:
+                raise SystemExit("the tokenizer's C and Python steps gave different tokens or counts")
     # ---- token hashing, batches of 100 fresh str (as a worker gets them): the C table
     # (when built) against the dict cache, alternating passes, best of each
     hash_s = {"in use": float("inf"), "dict": float("inf")}
@@ -171,11 +181,11 @@ def main(argv: list[str] | None = None) -> int:
     print(f"bare email.message_from_bytes: {len(raws) / parse_s:8.0f} messages/s of CPU "
           f"(best of {max(1, args.passes)} passes)")
     print(f"tokenize_email (parse + tokens + meta): {len(raws) / tok_s:8.0f} messages/s of CPU "
-          f"({n_tokens / len(raws):.0f} tokens/message; word rules in "
-          f"{'C' if c_words is not None else 'Python'})")
+          f"({n_tokens / len(raws):.0f} tokens/message; C steps "
+          f"{'on' if c_words is not None else 'off'})")
     if c_words is not None:
-        print(f"tokenize_email, word rules in Python: {len(raws) / pure_s:8.0f} messages/s of CPU "
-              f"(C word rules: {pure_s / tok_s:.2f}x)")
+        print(f"tokenize_email, C steps off (Python): {len(raws) / pure_s:8.0f} messages/s of CPU "
+              f"(C steps: {pure_s / tok_s:.2f}x)")
     print(f"featurize (tokens + hashing + meta): {len(raws) / feat_s:8.0f} messages/s")
     print(f"token hashing (hash_unique_many, batches of 100), cache "
           f"{'in C' if c_lists is not None else 'a dict'}: {hash_s['in use'] / len(raws) * 1e6:.1f} "

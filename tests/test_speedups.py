@@ -5,7 +5,9 @@ the reference; every test runs both (the C rules switched off by setting
 ``text._word_tokens`` to None) and compares the tokens. The token hash table: the dict
 cache of :mod:`streamnb.features.hashing` is the reference. The letter counts: the Python
 counts of :meth:`MailAnalysis.add_text_stats` (``mail._text_counts`` set to None). The URL
-rule: :meth:`WordRules.urls` in Python (``text._url_scan`` set to None). CI sets ``STREAMNB_REQUIRE_SPEEDUPS=1`` so that a build that
+rule: :meth:`WordRules.urls` in Python (``text._url_scan`` set to None). The tag split:
+``markup._TAG.split`` (``markup._tag_split`` set to None). Received headers:
+``mail._received_tokens`` in Python (``mail._c_received_tokens`` set to None). CI sets ``STREAMNB_REQUIRE_SPEEDUPS=1`` so that a build that
 silently left the module out fails there instead of testing only the Python path.
 """
 
@@ -14,6 +16,7 @@ from __future__ import annotations
 import csv
 import os
 import string
+import sys
 
 import numpy as np
 import pytest
@@ -21,7 +24,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from streamnb.features import hashing, mail
+from streamnb.features import markup as markup_module
 from streamnb.features import text as text_rules
+from streamnb.features._accel import TOKENIZER_STEPS, python_tokenizer
 from streamnb.features.text import WordRules
 
 try:
@@ -129,18 +134,17 @@ def test_c_module_strips_the_same_punctuation():
 
 @needs_speedups
 @pytest.mark.corpus
-def test_corpus_tokens_equal_with_and_without_the_c_word_rules(corpus_dir, monkeypatch):
+def test_corpus_tokens_equal_with_and_without_the_c_steps(corpus_dir):
     with open(corpus_dir / "index.tsv", newline="") as fh:
         rows = list(csv.DictReader(fh, delimiter="\t"))
     raws = [(corpus_dir / row["path"]).read_bytes() for row in rows]
     tokenizer = mail.MailTokenizer()
     mail.clear_memos()
     with_c = [tokenizer.analyse(raw) for raw in raws]
-    monkeypatch.setattr(text_rules, "_word_tokens", None)
-    monkeypatch.setattr(mail, "_text_counts", None)
-    monkeypatch.setattr(text_rules, "_url_scan", None)
     mail.clear_memos()
-    without = [tokenizer.analyse(raw) for raw in raws]
+    with python_tokenizer():
+        without = [tokenizer.analyse(raw) for raw in raws]
+    assert all(getattr(sys.modules[m], a) is not None for m, a in TOKENIZER_STEPS)  # switched back
     assert sum(len(a.tokens) for a in with_c) > 500_000
     assert [a.tokens for a in with_c] == [a.tokens for a in without]
     # the meta counts too (C text_counts against add_text_stats' Python counts)
@@ -200,6 +204,92 @@ def test_c_url_rule_hand_worked():
     assert speedups.url_scan("http://x \u017f", []) is None  # not Latin-1: the Python rule
     with pytest.raises(TypeError):
         speedups.url_scan(b"http://x", [])
+
+# ------------------------------------------------------------------ the tag split of strip_html
+
+# Markup pieces: tag openers with white space of both kinds and slashes, names (letters,
+# digits, longer than the 16-character limit), attributes with links, comments, script and
+# style, a lone '>', text in Latin-1 and beyond it.
+HTML_PIECES = ["<", ">", "</", "< /", "<\t/ ", "/", " ", "\n", "\xa0", "\x85", "\x1c", "a", "B", "p",
+               "9", "br", "DIV", "x" * 17, "=", '"', "'", ' href="http://Ex.example.com/a"', " src=ftp://h.org",
+               "<!--", "-->", "<!DOCTYPE html>", "<?xml?>", "<script>", "</SCRIPT >", "<style x>",
+               "&amp;", "&nbsp;", "\xe9", "\xff"]
+markup_text = st.lists(st.sampled_from(HTML_PIECES), max_size=60).map("".join)
+odd_markup = st.lists(st.sampled_from(HTML_PIECES + ["\u2003", "\u4e2d", "\u017f"]), max_size=60).map("".join)
+long_attributes = st.builds(lambda name, n, close: f"<{name}{' ' * n}{'>' if close else ''}tail",
+                            st.sampled_from(["a", "Q" * 16, "q" * 30]), st.integers(1990, 2010), st.booleans())
+
+
+@needs_speedups
+@settings(max_examples=600, deadline=None)
+@given(markup=st.one_of(markup_text, odd_markup, long_attributes))
+def test_c_tag_split_equals_the_regex(markup):
+    expected = markup_module._TAG.split(markup)
+    got = speedups.tag_split(markup)
+    if markup.isascii() or max(map(ord, markup)) < 256:
+        assert got == expected
+    else:
+        assert got is None  # beyond Latin-1: strip_html uses the regex
+    with_c = markup_module.strip_html(markup)
+    saved = markup_module._tag_split
+    markup_module._tag_split = None
+    try:
+        assert with_c == markup_module.strip_html(markup)
+    finally:
+        markup_module._tag_split = saved
+
+
+@needs_speedups
+def test_c_tag_split_hand_worked():
+    assert speedups.tag_split("a< /B x>b<1>c<i") == ["a", "/", "B", " x", "b<1>c", "", "i", "", ""]
+    assert speedups.tag_split("") == [""]
+    with pytest.raises(TypeError):
+        speedups.tag_split(None)
+
+# ------------------------------------------------------------------ Received headers
+
+
+def python_received(text: str) -> list[str]:
+    saved = mail._c_received_tokens
+    mail._c_received_tokens = None
+    try:
+        out: list[str] = []
+        mail._received_tokens(text, out)
+        return out
+    finally:
+        mail._c_received_tokens = saved
+
+
+# Received pieces: from/by in any case after word and non-word characters, white space of
+# both kinds, host runs ending in '.' or '-', IPv4 literals with 1 to 4 digits per number.
+RECEIVED_PIECES = ["from", "FROM", "From", "by", "BY", "bY", "xfrom", "_by", " ", "  ", "\t", "\n", "\xa0",
+                   "\x85", "mail", "Example", ".", "-", "co.uk", "a", "9", "(", ")", ";", "[", "]", "1", "12",
+                   "123", "1234", "10.1.2.3", "[1.2.3.4]", "\xe9", "helo=", "with", "esmtp", "id"]
+received_text = st.lists(st.sampled_from(RECEIVED_PIECES), max_size=60).map("".join)
+odd_received = st.lists(st.sampled_from(RECEIVED_PIECES + ["\u0131", "\u212a", "\u2003", "\u0660"]),
+                        max_size=60).map("".join)
+
+
+@needs_speedups
+@settings(max_examples=600, deadline=None)
+@given(text=st.one_of(received_text, odd_received))
+def test_c_received_tokens_equal_the_python_ones(text):
+    out: list[str] = []
+    mail._received_tokens(text, out)
+    assert out == python_received(text)
+
+
+@needs_speedups
+def test_c_received_tokens_hand_worked():
+    text = ("from mail.Example.co.uk ([10.1.2.3] helo=x) by mx1.example.org; from a. by b.c- "
+            "[1.2.3.4567] [9.9.9.9] [8.8.8.8] by five.example by six.example")
+    out: list[str] = []
+    assert speedups.received_tokens(text, out) is True
+    # 4 hosts at most ("a." is no host: one character), then 2 IPv4 prefixes at most
+    assert out == ["received:mail.example.co.uk", "received:co.uk", "received:mx1.example.org",
+                   "received:example.org", "received:b.c", "received:five.example",
+                   "received:10.1.2", "received:9.9.9"]
+    assert speedups.received_tokens("from \u0131x.example", out := []) is False and out == []
 
 # ------------------------------------------------------------------ the text letter counts
 

@@ -11,9 +11,21 @@ True
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from types import ModuleType
 
-__all__ = ["speedups"]
+__all__ = ["python_tokenizer", "speedups"]
+
+#: The tokenizer's C steps: (module, attribute) holding the C function, None to run the
+#: Python code (the reference) instead. Token hashing has its own switch (hashing).
+TOKENIZER_STEPS = (
+    ("streamnb.features.text", "_word_tokens"),
+    ("streamnb.features.text", "_url_scan"),
+    ("streamnb.features.markup", "_tag_split"),
+    ("streamnb.features.mail", "_c_received_tokens"),
+    ("streamnb.features.mail", "_text_counts"),
+)
 
 
 def speedups() -> ModuleType | None:
@@ -25,3 +37,27 @@ def speedups() -> ModuleType | None:
     except ImportError:
         return None
     return _speedups
+
+
+@contextmanager
+def python_tokenizer() -> Iterator[None]:
+    """Run the tokenizer's Python code in the block, every C step of :data:`TOKENIZER_STEPS`
+    switched off (tests compare both; ``benchmarks/accuracy.py`` times both).
+
+    >>> from streamnb.features import tokenize_text
+    >>> with python_tokenizer():
+    ...     tokenize_text("see www.example.com")
+    ['proto:http', 'url:www.example.com', 'url:example.com', 'see']
+    """
+    import importlib
+
+    saved = []
+    for module_name, attribute in TOKENIZER_STEPS:
+        module = importlib.import_module(module_name)
+        saved.append((module, attribute, getattr(module, attribute)))
+        setattr(module, attribute, None)
+    try:
+        yield
+    finally:
+        for module, attribute, value in saved:
+            setattr(module, attribute, value)

@@ -3,7 +3,9 @@
  * 1. The word rules of streamnb.features.text (below), and
  * 2. the token hash cache of streamnb.features.hashing (further down), and
  * 3. the letter counts of MailAnalysis.add_text_stats (text_counts), and
- * 4. the URL rule of WordRules.urls on Latin-1 text (url_scan, at the end).
+ * 4. the URL rule of WordRules.urls on Latin-1 text (url_scan), and
+ * 5. the tag split of markup.strip_html on Latin-1 markup (tag_split), and
+ * 6. the tokens of a Received header of mail._received_tokens (received_tokens, at the end).
  *
  * word_tokens(text, min_len, max_len, out) appends to the list `out`
  * exactly the tokens that WordRules.words' list comprehensions give for `text` (already
@@ -509,9 +511,53 @@ append_new(PyObject *out, PyObject *token)
     return rc;
 }
 
-/* Append host_tokens("url", host) of the URL text u[0:len] (_url_host, then host_tokens). */
+/* Append text.host_tokens(prefix, host) for the host u[0:n] (ASCII letters, digits, '.'
+ * and '-', starting with a letter or digit): "<prefix>:<host>" lower-cased, its trailing
+ * dots stripped, and "<prefix>:<last two labels>" when it has more than two. */
 static int
-append_host_tokens(const Py_UCS1 *u, Py_ssize_t len, PyObject *out)
+append_host(const char *prefix, const Py_UCS1 *u, Py_ssize_t n, PyObject *out)
+{
+    Py_ssize_t pre = (Py_ssize_t)strlen(prefix), dots = 0, last = -1, second = -1;
+    while (n > 1 && u[n - 1] == '.') { /* host.strip("."): it starts with a letter or digit */
+        n--;
+    }
+    PyObject *whole = PyUnicode_New(pre + n, 127);
+    if (whole == NULL) {
+        return -1;
+    }
+    Py_UCS1 *w = PyUnicode_1BYTE_DATA(whole);
+    memcpy(w, prefix, (size_t)pre);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        Py_UCS1 c = lower1(u[i]);
+        w[pre + i] = c;
+        if (c == '.') {
+            dots++;
+            second = last;
+            last = i;
+        }
+    }
+    if (append_new(out, whole) < 0) {
+        return -1;
+    }
+    if (dots >= 2) { /* more than two labels: the last two too */
+        Py_ssize_t from = second + 1, m = n - from;
+        PyObject *tail = PyUnicode_New(pre + m, 127);
+        if (tail == NULL) {
+            return -1;
+        }
+        Py_UCS1 *t = PyUnicode_1BYTE_DATA(tail);
+        memcpy(t, prefix, (size_t)pre);
+        memcpy(t + pre, w + pre + from, (size_t)m);
+        if (append_new(out, tail) < 0) {
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* Append host_tokens("url", host) of the URL text u[0:len] (text._url_host, then host_tokens). */
+static int
+append_url_host_tokens(const Py_UCS1 *u, Py_ssize_t len, PyObject *out)
 {
     Py_ssize_t k = 0, start = 0, end;
     while (k < len && u[k] != '/' && u[k] != '?' && u[k] != '#' && u[k] != '@' && !is_space1[u[k]]) {
@@ -527,42 +573,7 @@ append_host_tokens(const Py_UCS1 *u, Py_ssize_t len, PyObject *out)
     while (end < len && (is_alnum_ascii(u[end]) || u[end] == '.' || u[end] == '-')) {
         end++;
     }
-    while (end > start && u[end - 1] == '.') { /* host.strip("."): it starts with a letter or digit */
-        end--;
-    }
-    Py_ssize_t n = end - start, dots = 0, last = -1, second = -1;
-    PyObject *whole = PyUnicode_New(4 + n, 127);
-    if (whole == NULL) {
-        return -1;
-    }
-    Py_UCS1 *w = PyUnicode_1BYTE_DATA(whole);
-    memcpy(w, "url:", 4);
-    for (Py_ssize_t i = 0; i < n; i++) {
-        Py_UCS1 c = lower1(u[start + i]);
-        w[4 + i] = c;
-        if (c == '.') {
-            dots++;
-            second = last;
-            last = i;
-        }
-    }
-    if (append_new(out, whole) < 0) {
-        return -1;
-    }
-    if (dots >= 2) { /* more than two labels: the last two too */
-        Py_ssize_t from = second + 1, m = n - from;
-        PyObject *tail = PyUnicode_New(4 + m, 127);
-        if (tail == NULL) {
-            return -1;
-        }
-        Py_UCS1 *t = PyUnicode_1BYTE_DATA(tail);
-        memcpy(t, "url:", 4);
-        memcpy(t + 4, w + 4 + from, (size_t)m);
-        if (append_new(out, tail) < 0) {
-            return -1;
-        }
-    }
-    return 0;
+    return append_host("url:", u + start, end - start, out);
 }
 
 static PyObject *
@@ -617,7 +628,7 @@ url_scan(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         }
         host_from = c == 'w' ? i : rest; /* www.: the first letter belongs to the host */
         if (append_new(out, PyUnicode_FromString(proto)) < 0
-            || append_host_tokens(p + host_from, end - host_from, out) < 0) {
+            || append_url_host_tokens(p + host_from, end - host_from, out) < 0) {
             PyMem_Free(buf);
             return NULL;
         }
@@ -641,6 +652,208 @@ url_scan(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     return result;
 }
 
+/* ------------------------------------------------------------------ tag_split
+ *
+ * tag_split(markup) -> list or None: markup._TAG.split(markup) for markup whose characters
+ * are all Latin-1 (None for any other: the caller runs the regex, the reference):
+ *
+ *   <\s*(/?)\s*([a-zA-Z][a-zA-Z0-9]{0,15})([^>]{0,2000})>?
+ *
+ * [text, slash, name, attributes, text, ...]. Every part of the pattern after the name is
+ * greedy and may be empty, so a '<' starts a tag exactly when white space, an optional
+ * '/' and white space lead to an ASCII letter (no backtracking can change that), and the
+ * tag takes the longest name, then the longest attribute run, then a '>' if one follows. */
+static PyObject *
+latin1_str(const Py_UCS1 *p, Py_ssize_t n)
+{
+    return PyUnicode_FromKindAndData(PyUnicode_1BYTE_KIND, p, n);
+}
+
+static inline int
+is_letter_ascii(Py_UCS1 c)
+{
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z');
+}
+
+static int
+append_piece(PyObject *out, const Py_UCS1 *p, Py_ssize_t n)
+{
+    return append_new(out, latin1_str(p, n));
+}
+
+static PyObject *
+tag_split(PyObject *self, PyObject *markup)
+{
+    if (!PyUnicode_Check(markup)) {
+        PyErr_SetString(PyExc_TypeError, "tag_split: markup must be a str");
+        return NULL;
+    }
+    if (PyUnicode_KIND(markup) != PyUnicode_1BYTE_KIND) {
+        Py_RETURN_NONE;
+    }
+    const Py_UCS1 *p = PyUnicode_1BYTE_DATA(markup);
+    Py_ssize_t n = PyUnicode_GET_LENGTH(markup), text_from = 0;
+    PyObject *out = PyList_New(0);
+    if (out == NULL) {
+        return NULL;
+    }
+    const Py_UCS1 *lt;
+    Py_ssize_t i = 0;
+    while (i < n && (lt = memchr(p + i, '<', (size_t)(n - i))) != NULL) {
+        i = lt - p;
+        Py_ssize_t j = i + 1, slash_from, slash_len = 0, name_from, name_end, attr_end, end;
+        while (j < n && is_space1[p[j]]) {
+            j++;
+        }
+        slash_from = j;
+        if (j < n && p[j] == '/') {
+            slash_len = 1;
+            j++;
+        }
+        while (j < n && is_space1[p[j]]) {
+            j++;
+        }
+        if (j >= n || !is_letter_ascii(p[j])) {
+            i++;
+            continue;
+        }
+        name_from = j;
+        name_end = j + 1;
+        while (name_end < n && name_end - name_from < 16 && is_alnum_ascii(p[name_end])) {
+            name_end++;
+        }
+        attr_end = name_end;
+        while (attr_end < n && attr_end - name_end < 2000 && p[attr_end] != '>') {
+            attr_end++;
+        }
+        end = attr_end < n && p[attr_end] == '>' ? attr_end + 1 : attr_end;
+        if (append_piece(out, p + text_from, i - text_from) < 0
+            || append_piece(out, p + slash_from, slash_len) < 0
+            || append_piece(out, p + name_from, name_end - name_from) < 0
+            || append_piece(out, p + name_end, attr_end - name_end) < 0) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        text_from = i = end;
+    }
+    if (append_piece(out, p + text_from, n - text_from) < 0) {
+        Py_DECREF(out);
+        return NULL;
+    }
+    return out;
+}
+
+/* ------------------------------------------------------------------ received_tokens
+ *
+ * received_tokens(text, out) -> bool: mail._received_tokens for a Received value whose
+ * characters are all Latin-1 (False for any other value, and nothing appended: the
+ * caller runs the Python code, the reference). Appended to out: host_tokens("received",
+ * host) of the first 4 relay hosts of mail._RECEIVED_HOST,
+ *
+ *   [fFbB](?<!\w.)(?:(?<=[fF])[rR][oO][mM]|(?<=[bB])[yY])\s+([ALNUM][ALNUM.-]*[ALNUM])
+ *
+ * (on Latin-1 text ALNUM is the ASCII letters and digits; the host is the longest run of
+ * them, '.' and '-' that starts with one, cut after its last letter or digit, at least two
+ * characters), then "received:<a.b.c>" for the first 2 IPv4 literals of mail._IPV4,
+ * \[(\d{1,3}\.\d{1,3}\.\d{1,3})\.\d{1,3}\] (\d: the ASCII digits, on Latin-1 text). */
+
+/* Length of a run of 1 to 3 ASCII digits at p[i:] followed by `after` (0: none). */
+static Py_ssize_t
+digits_then(const Py_UCS1 *p, Py_ssize_t n, Py_ssize_t i, Py_UCS1 after)
+{
+    Py_ssize_t k = i;
+    while (k < n && k - i < 3 && p[k] >= '0' && p[k] <= '9') {
+        k++;
+    }
+    return (k > i && k < n && p[k] == after) ? k - i : 0;
+}
+
+static PyObject *
+received_tokens(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2 || !PyUnicode_Check(args[0]) || !PyList_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "received_tokens(text, out): a str and a list");
+        return NULL;
+    }
+    PyObject *text = args[0], *out = args[1];
+    if (PyUnicode_KIND(text) != PyUnicode_1BYTE_KIND) {
+        Py_RETURN_FALSE;
+    }
+    const Py_UCS1 *p = PyUnicode_1BYTE_DATA(text);
+    Py_ssize_t n = PyUnicode_GET_LENGTH(text);
+    int hosts = 0;
+    for (Py_ssize_t i = 0; i < n && hosts < 4; i++) {
+        Py_UCS1 c = p[i];
+        Py_ssize_t j;
+        if (c == 'f' || c == 'F') {
+            if (!ci_at(p, n, i + 1, "rom")) {
+                continue;
+            }
+            j = i + 4;
+        }
+        else if (c == 'b' || c == 'B') {
+            if (!ci_at(p, n, i + 1, "y")) {
+                continue;
+            }
+            j = i + 2;
+        }
+        else {
+            continue;
+        }
+        if (i > 0 && is_word1[p[i - 1]]) { /* (?<!\w.) */
+            continue;
+        }
+        Py_ssize_t blanks = j;
+        while (j < n && is_space1[p[j]]) {
+            j++;
+        }
+        if (j == blanks || j >= n || !is_alnum_ascii(p[j])) {
+            continue;
+        }
+        Py_ssize_t end = j + 1, last = -1;
+        while (end < n && (is_alnum_ascii(p[end]) || p[end] == '.' || p[end] == '-')) {
+            if (is_alnum_ascii(p[end])) {
+                last = end;
+            }
+            end++;
+        }
+        if (last < 0) { /* a host has two letters or digits at least */
+            continue;
+        }
+        if (append_host("received:", p + j, last + 1 - j, out) < 0) {
+            return NULL;
+        }
+        hosts++;
+        i = last; /* findall goes on after the match */
+    }
+    if (memchr(p, '[', (size_t)n) != NULL) {
+        int ips = 0;
+        for (Py_ssize_t i = 0; i + 8 < n && ips < 2; i++) {
+            if (p[i] != '[') {
+                continue;
+            }
+            Py_ssize_t a = digits_then(p, n, i + 1, '.'), b, c, d;
+            if (!a || !(b = digits_then(p, n, i + 2 + a, '.')) || !(c = digits_then(p, n, i + 3 + a + b, '.'))
+                || !(d = digits_then(p, n, i + 4 + a + b + c, ']'))) {
+                continue;
+            }
+            Py_ssize_t m = a + b + c + 2;
+            PyObject *tok = PyUnicode_New(9 + m, 127);
+            if (tok == NULL) {
+                return NULL;
+            }
+            memcpy(PyUnicode_1BYTE_DATA(tok), "received:", 9);
+            memcpy(PyUnicode_1BYTE_DATA(tok) + 9, p + i + 1, (size_t)m);
+            if (append_new(out, tok) < 0) {
+                return NULL;
+            }
+            ips++;
+            i += 4 + a + b + c + d; /* at the closing bracket */
+        }
+    }
+    Py_RETURN_TRUE;
+}
+
 static PyMethodDef methods[] = {
     {"word_tokens", (PyCFunction)(void (*)(void))word_tokens, METH_FASTCALL,
      "word_tokens(text, min_len, max_len, out): append the word tokens of text to out "
@@ -660,6 +873,11 @@ static PyMethodDef methods[] = {
     {"url_scan", (PyCFunction)(void (*)(void))url_scan, METH_FASTCALL,
      "url_scan(text, out): WordRules.urls on Latin-1 text (the text with its URLs blanked, "
      "their tokens appended to out); None for other text."},
+    {"tag_split", tag_split, METH_O,
+     "tag_split(markup): markup._TAG.split(markup) for Latin-1 markup; None for other markup."},
+    {"received_tokens", (PyCFunction)(void (*)(void))received_tokens, METH_FASTCALL,
+     "received_tokens(text, out): append the tokens of one Latin-1 Received value to out "
+     "(mail._received_tokens); False, appending nothing, for other text."},
     {NULL, NULL, 0, NULL},
 };
 

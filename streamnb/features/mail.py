@@ -110,6 +110,9 @@ _LATIN1_RUNS = re.compile(r"[\x00-\xff]+")
 #: ``text_counts(text) -> (upper, letters, non_ascii, exclaim)`` of the C module, or None:
 #: :meth:`MailAnalysis.add_text_stats` counts in Python then (the reference).
 _text_counts = getattr(speedups(), "text_counts", None)
+#: ``received_tokens(text, out) -> bool`` of the C module (False: not Latin-1), or None:
+#: :func:`_received_tokens` runs in Python then (the reference).
+_c_received_tokens = getattr(speedups(), "received_tokens", None)
 
 
 # Address lists in their common forms (``addr``, ``addr (Name)``, ``Name <addr>``,
@@ -191,7 +194,10 @@ def _remember(cache: dict, key: object, value: object) -> None:
 
 
 def _received_tokens(text: str, out: list[str]) -> None:
-    """``received:`` tokens of one Received value: up to 4 relay hosts, 2 IPv4 /24 prefixes."""
+    """``received:`` tokens of one Received value: up to 4 relay hosts, 2 IPv4 /24 prefixes
+    (C ``received_tokens`` for Latin-1 values when built)."""
+    if _c_received_tokens is not None and _c_received_tokens(text, out):
+        return
     hosts = _RECEIVED_HOST.findall(text)
     for host in hosts[:4] if len(hosts) > 4 else hosts:
         out.extend(host_tokens_cached("received", host))

@@ -23,6 +23,7 @@ from functools import lru_cache
 from itertools import chain, compress, count, repeat
 from operator import contains, not_
 
+from streamnb.features._accel import speedups
 from streamnb.features.text import _ALNUM, host_tokens_cached
 
 __all__ = ["strip_html"]
@@ -35,6 +36,9 @@ _DECLARATION = re.compile(r"<[!?][^<>]{0,2000}>")
 # time (quadratic: 160 kB of "<script " took 1.8 s).
 _DROP = re.compile(r"<(script|style)\b[^<>]*>.*?(?:</\1\s*>|$)", re.S | re.I)
 _TAG = re.compile(r"<\s*(/?)\s*([a-zA-Z][a-zA-Z0-9]{0,15})([^>]{0,2000})>?")
+#: ``tag_split(markup)``: ``_TAG.split`` in C for Latin-1 markup (None for other markup),
+#: or None when the C module is off.
+_tag_split = getattr(speedups(), "tag_split", None)
 #: ``(?i)\b(?:href|src|action)\s*=\s*["']?\s*(?:https?|ftp)://(?:[^/?#@\s"'>]*@)?([a-z0-9][a-z0-9.-]*)``
 #: (the host of a link), written to start with a character set (the regex engine skips
 #: ahead to it in C; IGNORECASE would make it test every character), the word boundary
@@ -67,7 +71,9 @@ def strip_html(markup: str, max_tag_tokens: int = 2000) -> tuple[str, list[str]]
     markup = _DECLARATION.sub(" ", markup)
     markup = _DROP.sub(lambda m: f" <{m.group(1)}> ", markup)
     # One regex pass: split() interleaves the text between tags with each tag's 3 groups.
-    pieces = _TAG.split(markup)
+    pieces = _tag_split(markup) if _tag_split is not None else None
+    if pieces is None:  # (the C split takes Latin-1 markup only)
+        pieces = _TAG.split(markup)
     text = html.unescape(" ".join(pieces[::4]))
     slashes, names, attributes = pieces[1::4], pieces[2::4], pieces[3::4]
     # html:<name> of the opening tags, lower-cased in one call (names are ASCII, no blank).
