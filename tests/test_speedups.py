@@ -5,8 +5,8 @@ the reference; every test runs both (the C rules switched off by setting
 ``text._word_tokens`` to None) and compares the tokens. The token hash table: the dict
 cache of :mod:`streamnb.features.hashing` is the reference. The letter counts: the Python
 counts of :meth:`MailAnalysis.add_text_stats` (``mail._text_counts`` set to None). The URL
-rule: :meth:`WordRules.urls` in Python (``text._url_scan`` set to None). The tag split:
-``markup._TAG.split`` (``markup._tag_split`` set to None). Received headers:
+rule: :meth:`WordRules.urls` in Python (``text._url_scan`` set to None). The tag split and the
+tag tokens: ``markup._TAG.split`` and the rest of ``markup.strip_html`` in Python. Received headers:
 ``mail._received_tokens`` in Python (``mail._c_received_tokens`` set to None). CI sets ``STREAMNB_REQUIRE_SPEEDUPS=1`` so that a build that
 silently left the module out fails there instead of testing only the Python path.
 """
@@ -213,7 +213,12 @@ def test_c_url_rule_hand_worked():
 HTML_PIECES = ["<", ">", "</", "< /", "<\t/ ", "/", " ", "\n", "\xa0", "\x85", "\x1c", "a", "B", "p",
                "9", "br", "DIV", "x" * 17, "=", '"', "'", ' href="http://Ex.example.com/a"', " src=ftp://h.org",
                "<!--", "-->", "<!DOCTYPE html>", "<?xml?>", "<script>", "</SCRIPT >", "<style x>",
-               "&amp;", "&nbsp;", "\xe9", "\xff"]
+               "&amp;", "&nbsp;", "\xe9", "\xff",
+               # link attributes in pieces: names in any case after word characters, blanks and
+               # quotes around '=', schemes, user parts, hosts ending in '.' or '-'
+               "href", "HREF", "src", "Src", "action", "ACTION", "xhref", "_src", " = ", "=\t'", "https://",
+               "HTTP://", "ftp://", "http:/", "u@", "@", "@-", "x.y.z", "a.b", ".", "-", "?q", "#f", "actio", "hre",
+               "sr", "n"]
 markup_text = st.lists(st.sampled_from(HTML_PIECES), max_size=60).map("".join)
 odd_markup = st.lists(st.sampled_from(HTML_PIECES + ["\u2003", "\u4e2d", "\u017f"]), max_size=60).map("".join)
 long_attributes = st.builds(lambda name, n, close: f"<{name}{' ' * n}{'>' if close else ''}tail",
@@ -221,22 +226,19 @@ long_attributes = st.builds(lambda name, n, close: f"<{name}{' ' * n}{'>' if clo
 
 
 @needs_speedups
-@settings(max_examples=600, deadline=None)
-@given(markup=st.one_of(markup_text, odd_markup, long_attributes))
-def test_c_tag_split_equals_the_regex(markup):
+@settings(max_examples=800, deadline=None)
+@given(markup=st.one_of(markup_text, odd_markup, long_attributes), limit=st.integers(0, 12))
+def test_c_tag_split_and_tokens_equal_the_python_ones(markup, limit):
     expected = markup_module._TAG.split(markup)
     got = speedups.tag_split(markup)
     if markup.isascii() or max(map(ord, markup)) < 256:
         assert got == expected
     else:
         assert got is None  # beyond Latin-1: strip_html uses the regex
-    with_c = markup_module.strip_html(markup)
-    saved = markup_module._tag_split
-    markup_module._tag_split = None
-    try:
-        assert with_c == markup_module.strip_html(markup)
-    finally:
-        markup_module._tag_split = saved
+    for max_tag_tokens in (limit, 2000):  # the cut at the limit, and none
+        with_c = markup_module.strip_html(markup, max_tag_tokens)
+        with python_tokenizer():
+            assert with_c == markup_module.strip_html(markup, max_tag_tokens)
 
 
 @needs_speedups
@@ -245,6 +247,27 @@ def test_c_tag_split_hand_worked():
     assert speedups.tag_split("") == [""]
     with pytest.raises(TypeError):
         speedups.tag_split(None)
+
+
+@needs_speedups
+def test_c_tag_tokens_hand_worked():
+    slashes, names = ["", "", "/", ""], ["P", "a", "a", "IMG"]
+    attributes = ["", ' href="http://x.Example.com/p"', "", " SRC = ' https://u@a.b.c.d/x' xsrc=http://no.example"]
+    assert speedups.tag_tokens(slashes, names, attributes, 2000) == [
+        "html:p", "html:a", "url:x.example.com", "url:example.com", "html:img", "url:a.b.c.d", "url:c.d"]
+    # the limit falls inside the first linked tag's tokens: they are kept whole
+    assert speedups.tag_tokens(slashes, names, attributes, 3) == [
+        "html:p", "html:a", "url:x.example.com", "url:example.com"]
+    assert speedups.tag_tokens(slashes, names, attributes, 0) == []
+    # only href, src and action name a link; a user part without a host after it is none
+    near = [" actio = http://no.example hre=http://no.example", " ACTION=ftp://u@@-x.org:21"]
+    assert speedups.tag_tokens(["", ""], ["form", "form"], near, 2000) == [
+        "html:form", "html:form", "url:u"]
+    assert speedups.tag_tokens(["/"], ["a"], [" href=http://h\u2003"], 10) is None  # not Latin-1
+    with pytest.raises(ValueError):
+        speedups.tag_tokens(slashes, names, attributes[:1], 10)
+    with pytest.raises(ValueError):
+        speedups.tag_tokens(slashes, names, attributes, -1)
 
 # ------------------------------------------------------------------ Received headers
 

@@ -5,7 +5,8 @@
  * 3. the letter counts of MailAnalysis.add_text_stats (text_counts), and
  * 4. the URL rule of WordRules.urls on Latin-1 text (url_scan), and
  * 5. the tag split of markup.strip_html on Latin-1 markup (tag_split), and
- * 6. the tokens of a Received header of mail._received_tokens (received_tokens, at the end).
+ * 6. the tokens of a Received header of mail._received_tokens (received_tokens), and
+ * 7. the html: and url: tokens of markup.strip_html's tags (tag_tokens, at the end).
  *
  * word_tokens(text, min_len, max_len, out) appends to the list `out`
  * exactly the tokens that WordRules.words' list comprehensions give for `text` (already
@@ -854,6 +855,204 @@ received_tokens(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     Py_RETURN_TRUE;
 }
 
+/* ------------------------------------------------------------------ tag_tokens
+ *
+ * tag_tokens(slashes, names, attributes, max_tag_tokens) -> list or None: the tokens
+ * markup.strip_html makes of the tags of tag_split (the lists of their slashes, names and
+ * attributes): "html:<name>" lower-cased for each opening tag, and after the html: token
+ * of each tag with links, host_tokens("url", host) of the hosts of markup._LINK,
+ *
+ *   [hHsSaA](?<!\w.)(?:(?<=[hH])[rR][eE][fF]|(?<=[sS])[rR][cC]|(?<=[aA])[cC][tT][iI][oO][nN])
+ *   \s*=\s*["']?\s*(?:[hH][tT][tT][pP][sS]?|[fF][tT][pP])://(?:[^/?#@\s"'>]*@)?([ALNUM][ALNUM.-]*)
+ *
+ * (the pattern as it reads on Latin-1 text: its other letters are beyond U+00FF), with the
+ * same cut at max_tag_tokens (a tag's tokens are not split). None when an attribute with
+ * "://" is not Latin-1: the caller runs the Python code, the reference. */
+
+/* Append the url: tokens of the links in the Latin-1 attributes p[0:n] (markup._LINK). */
+static int
+append_link_hosts(const Py_UCS1 *p, Py_ssize_t n, PyObject *out)
+{
+    for (Py_ssize_t i = 0; i < n; i++) {
+        Py_UCS1 c = lower1(p[i]);
+        Py_ssize_t j;
+        if (c == 'h' && ci_at(p, n, i + 1, "ref")) {
+            j = i + 4;
+        }
+        else if (c == 's' && ci_at(p, n, i + 1, "rc")) {
+            j = i + 3;
+        }
+        else if (c == 'a' && ci_at(p, n, i + 1, "ction")) {
+            j = i + 6;
+        }
+        else {
+            continue;
+        }
+        if (i > 0 && is_word1[p[i - 1]]) { /* (?<!\w.) */
+            continue;
+        }
+        while (j < n && is_space1[p[j]]) {
+            j++;
+        }
+        if (j >= n || p[j] != '=') {
+            continue;
+        }
+        j++;
+        while (j < n && is_space1[p[j]]) {
+            j++;
+        }
+        if (j < n && (p[j] == '"' || p[j] == '\'')) {
+            j++;
+        }
+        while (j < n && is_space1[p[j]]) {
+            j++;
+        }
+        if (ci_at(p, n, j, "https://")) {
+            j += 8;
+        }
+        else if (ci_at(p, n, j, "http://")) {
+            j += 7;
+        }
+        else if (ci_at(p, n, j, "ftp://")) {
+            j += 6;
+        }
+        else {
+            continue;
+        }
+        Py_ssize_t k = j, start = j, end;
+        while (k < n && p[k] != '/' && p[k] != '?' && p[k] != '#' && p[k] != '@' && p[k] != '"'
+               && p[k] != '\'' && p[k] != '>' && !is_space1[p[k]]) {
+            k++;
+        }
+        if (k < n && p[k] == '@' && k + 1 < n && is_alnum_ascii(p[k + 1])) {
+            start = k + 1; /* (a user part without a host after it is not one: the regex backtracks) */
+        }
+        if (start >= n || !is_alnum_ascii(p[start])) {
+            continue;
+        }
+        end = start + 1;
+        while (end < n && (is_alnum_ascii(p[end]) || p[end] == '.' || p[end] == '-')) {
+            end++;
+        }
+        if (append_host("url:", p + start, end - start, out) < 0) {
+            return -1;
+        }
+        i = end - 1; /* findall goes on after the match */
+    }
+    return 0;
+}
+
+/* Whether p[0:n] holds "://". */
+static int
+has_scheme_separator(const Py_UCS1 *p, Py_ssize_t n)
+{
+    const Py_UCS1 *q = p, *end = p + n;
+    while (end - q >= 3 && (q = memchr(q, ':', (size_t)(end - q - 2))) != NULL) {
+        if (q[1] == '/' && q[2] == '/') {
+            return 1;
+        }
+        q++;
+    }
+    return 0;
+}
+
+static PyObject *
+tag_tokens(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 4 || !PyList_Check(args[0]) || !PyList_Check(args[1]) || !PyList_Check(args[2])
+        || !PyLong_Check(args[3])) {
+        PyErr_SetString(PyExc_TypeError, "tag_tokens(slashes, names, attributes, max_tag_tokens): "
+                        "three lists and an int");
+        return NULL;
+    }
+    PyObject *slashes = args[0], *names = args[1], *attributes = args[2];
+    Py_ssize_t n = PyList_GET_SIZE(names), limit = PyLong_AsSsize_t(args[3]);
+    if (limit == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    if (limit < 0) {
+        PyErr_SetString(PyExc_ValueError, "tag_tokens: max_tag_tokens must be >= 0");
+        return NULL;
+    }
+    if (PyList_GET_SIZE(slashes) != n || PyList_GET_SIZE(attributes) != n) {
+        PyErr_SetString(PyExc_ValueError, "tag_tokens: the three lists differ in length");
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *a = PyList_GET_ITEM(attributes, i), *name = PyList_GET_ITEM(names, i);
+        PyObject *slash = PyList_GET_ITEM(slashes, i);
+        if (!PyUnicode_Check(a) || !PyUnicode_Check(name) || !PyUnicode_Check(slash)) {
+            PyErr_SetString(PyExc_TypeError, "tag_tokens: the lists must hold str");
+            return NULL;
+        }
+        if (PyUnicode_KIND(a) != PyUnicode_1BYTE_KIND || PyUnicode_KIND(name) != PyUnicode_1BYTE_KIND) {
+            Py_RETURN_NONE;
+        }
+    }
+    PyObject *tokens = PyList_New(0), *hosts = PyList_New(0);
+    if (tokens == NULL || hosts == NULL) {
+        goto fail;
+    }
+    /* cut: where the tokens end; a tag's html: token and hosts are not split */
+    Py_ssize_t cut = -1;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *a = PyList_GET_ITEM(attributes, i);
+        int opening = PyUnicode_GET_LENGTH(PyList_GET_ITEM(slashes, i)) == 0;
+        Py_ssize_t first = PyList_GET_SIZE(tokens); /* where this tag's tokens start */
+        if (first >= limit) {
+            break;
+        }
+        if (opening) {
+            PyObject *name = PyList_GET_ITEM(names, i);
+            Py_ssize_t m = PyUnicode_GET_LENGTH(name);
+            PyObject *tok = PyUnicode_New(5 + m, 127);
+            if (tok == NULL) {
+                goto fail;
+            }
+            Py_UCS1 *t = PyUnicode_1BYTE_DATA(tok);
+            memcpy(t, "html:", 5);
+            for (Py_ssize_t k = 0; k < m; k++) {
+                t[5 + k] = lower1(PyUnicode_1BYTE_DATA(name)[k]);
+            }
+            if (append_new(tokens, tok) < 0) {
+                goto fail;
+            }
+        }
+        Py_ssize_t an = PyUnicode_GET_LENGTH(a);
+        const Py_UCS1 *ap = PyUnicode_1BYTE_DATA(a);
+        if (!has_scheme_separator(ap, an)) { /* no "://": no link */
+            continue;
+        }
+        if (PyList_SetSlice(hosts, 0, PyList_GET_SIZE(hosts), NULL) < 0 || append_link_hosts(ap, an, hosts) < 0) {
+            goto fail;
+        }
+        Py_ssize_t nh = PyList_GET_SIZE(hosts);
+        if (nh == 0) {
+            continue;
+        }
+        Py_ssize_t tag_first = first, end = first + opening + nh;
+        if (PyList_SetSlice(tokens, PyList_GET_SIZE(tokens), PyList_GET_SIZE(tokens), hosts) < 0) {
+            goto fail;
+        }
+        if (tag_first < limit && limit < end) { /* the tag reaching the limit keeps its tokens */
+            cut = end;
+            break;
+        }
+    }
+    if (cut < 0) {
+        cut = limit;
+    }
+    if (PyList_GET_SIZE(tokens) > cut && PyList_SetSlice(tokens, cut, PyList_GET_SIZE(tokens), NULL) < 0) {
+        goto fail;
+    }
+    Py_DECREF(hosts);
+    return tokens;
+fail:
+    Py_XDECREF(tokens);
+    Py_XDECREF(hosts);
+    return NULL;
+}
+
 static PyMethodDef methods[] = {
     {"word_tokens", (PyCFunction)(void (*)(void))word_tokens, METH_FASTCALL,
      "word_tokens(text, min_len, max_len, out): append the word tokens of text to out "
@@ -878,6 +1077,9 @@ static PyMethodDef methods[] = {
     {"received_tokens", (PyCFunction)(void (*)(void))received_tokens, METH_FASTCALL,
      "received_tokens(text, out): append the tokens of one Latin-1 Received value to out "
      "(mail._received_tokens); False, appending nothing, for other text."},
+    {"tag_tokens", (PyCFunction)(void (*)(void))tag_tokens, METH_FASTCALL,
+     "tag_tokens(slashes, names, attributes, max_tag_tokens): the html: and url: tokens of "
+     "strip_html's tags; None when an attribute is not Latin-1."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -39,6 +39,9 @@ _TAG = re.compile(r"<\s*(/?)\s*([a-zA-Z][a-zA-Z0-9]{0,15})([^>]{0,2000})>?")
 #: ``tag_split(markup)``: ``_TAG.split`` in C for Latin-1 markup (None for other markup),
 #: or None when the C module is off.
 _tag_split = getattr(speedups(), "tag_split", None)
+#: ``tag_tokens(slashes, names, attributes, max_tag_tokens)``: the ``html:`` and ``url:``
+#: tokens of the tags in C (None for attributes beyond Latin-1), or None when it is off.
+_tag_tokens = getattr(speedups(), "tag_tokens", None)
 #: ``(?i)\b(?:href|src|action)\s*=\s*["']?\s*(?:https?|ftp)://(?:[^/?#@\s"'>]*@)?([a-z0-9][a-z0-9.-]*)``
 #: (the host of a link), written to start with a character set (the regex engine skips
 #: ahead to it in C; IGNORECASE would make it test every character), the word boundary
@@ -76,6 +79,10 @@ def strip_html(markup: str, max_tag_tokens: int = 2000) -> tuple[str, list[str]]
         pieces = _TAG.split(markup)
     text = html.unescape(" ".join(pieces[::4]))
     slashes, names, attributes = pieces[1::4], pieces[2::4], pieces[3::4]
+    if _tag_tokens is not None and max_tag_tokens >= 0:
+        c_tokens = _tag_tokens(slashes, names, attributes, max_tag_tokens)
+        if c_tokens is not None:  # (Latin-1 attributes: the rest of this function, in C)
+            return text, c_tokens
     # html:<name> of the opening tags, lower-cased in one call (names are ASCII, no blank).
     opened = list(compress(names, map(not_, slashes)))
     tags = ("html:" + " html:".join(opened)).lower().split(" ") if opened else []
