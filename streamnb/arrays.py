@@ -5,16 +5,18 @@ from __future__ import annotations
 import numpy as np
 
 
-def sorted_unique(a: np.ndarray) -> np.ndarray:
+def sorted_unique(a: np.ndarray, runs: bool = False) -> np.ndarray:
     """The sorted distinct values of a 1-d integer array.
 
     Same result as ``np.unique(a)``, by sorting: numpy 2.x's hash-based ``unique`` was 7x
     slower on the batch column indices (20,000 int32 of 2**20 buckets) this is used for.
+    ``runs``: ``a`` is a few sorted arrays end to end (a union of column sets), which
+    numpy's stable sort merges (its quicksort takes them as shuffled).
 
     >>> sorted_unique(np.array([5, 1, 5, 3, 1])).tolist()
     [1, 3, 5]
     """
-    b = np.sort(a, kind="stable" if a.dtype.kind not in "iu" else None)
+    b = np.sort(a, kind="stable" if runs or a.dtype.kind not in "iu" else None)
     if b.size == 0:
         return b
     keep = np.empty(b.size, dtype=bool)
@@ -60,9 +62,11 @@ def sort_with_order(keys: np.ndarray, bound: int) -> tuple[np.ndarray, np.ndarra
     """``(keys[order], order)`` with ``order = np.argsort(keys, kind="stable")``, for
     integer keys in ``[0, bound)``; both int64.
 
-    One plain sort of int64 words holding the key in the high bits and the position in
-    the low bits (3-4x faster than numpy's stable argsort of int32 keys); numpy's
-    stable argsort when the two do not fit in 63 bits.
+    One sort of int64 words holding the key in the high bits and the position in the low
+    bits; numpy's stable argsort when the two do not fit in 63 bits. The keys are the
+    column indices of CSR rows (sorted runs, one per row), and so are the words: numpy's
+    stable sort merges the runs, 1.6x faster than its quicksort on a batch of 100 mail
+    rows (32,000 indices) and 1.3x faster than its stable argsort of the keys.
 
     >>> [a.tolist() for a in sort_with_order(np.array([3, 1, 3, 0, 1]), 4)]
     [[0, 1, 1, 3, 3], [3, 1, 4, 0, 2]]
@@ -73,7 +77,26 @@ def sort_with_order(keys: np.ndarray, bound: int) -> tuple[np.ndarray, np.ndarra
         return keys[order].astype(np.int64), order
     words = keys.astype(np.int64) << shift
     words |= np.arange(keys.size, dtype=np.int64)
-    words.sort()
+    words.sort(kind="stable")  # (the words are distinct: any sort gives this order)
     order = words & ((1 << shift) - 1)
     words >>= shift
     return words, order
+
+
+def unique_inverse(keys: np.ndarray, bound: int) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(keys, return_inverse=True)`` for integer keys in ``[0, bound)`` (both
+    int64), by :func:`sort_with_order`, for the column indices of CSR rows: on a batch of
+    100 mail rows (32,000 indices of 2**20 buckets) about 1.5x faster than ``np.unique``.
+
+    >>> [a.tolist() for a in unique_inverse(np.array([7, 2, 7, 5]), 8)]
+    [[2, 5, 7], [2, 0, 2, 1]]
+    """
+    ordered, order = sort_with_order(keys, bound)
+    if ordered.size == 0:
+        return ordered, order
+    first = np.empty(ordered.size, dtype=bool)  # where each distinct key starts
+    first[0] = True
+    np.not_equal(ordered[1:], ordered[:-1], out=first[1:])
+    inverse = np.empty(ordered.size, dtype=np.int64)
+    inverse[order] = np.cumsum(first) - 1
+    return ordered[first], inverse

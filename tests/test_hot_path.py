@@ -112,7 +112,13 @@ def test_oov_share_per_message_by_hand():
 
 # ----------------------------------------------------------- count-model helpers
 def test_array_helpers_equal_the_numpy_reference():
-    from streamnb.arrays import nonzero_columns, put_rows, sort_with_order
+    from streamnb.arrays import (
+        nonzero_columns,
+        put_rows,
+        sort_with_order,
+        sorted_unique,
+        unique_inverse,
+    )
 
     rng = np.random.default_rng(11)
     for size, bound in ((0, 5), (1, 1), (50, 3), (5000, 2**20), (20000, 70000)):
@@ -120,6 +126,13 @@ def test_array_helpers_equal_the_numpy_reference():
         order = np.argsort(keys, kind="stable")
         got_keys, got_order = sort_with_order(keys, bound)
         assert np.array_equal(got_order, order) and np.array_equal(got_keys, keys[order])
+        got_unique, got_inverse = unique_inverse(keys, bound)
+        ref_unique, ref_inverse = np.unique(keys, return_inverse=True)
+        assert np.array_equal(got_unique, ref_unique) and np.array_equal(got_inverse, ref_inverse)
+        for runs in (False, True):  # (any input: runs only makes sorted pieces cheaper)
+            assert np.array_equal(sorted_unique(keys, runs=runs), np.unique(keys))
+        pieces = np.concatenate([np.sort(keys[: size // 2]), np.sort(keys[size // 2 :])])
+        assert np.array_equal(sorted_unique(pieces, runs=True), np.unique(keys))
     # too wide for the packed sort: numpy's stable argsort, same answer
     wide = np.array([2**40, 3, 2**40, 0], dtype=np.int64)
     assert sort_with_order(wide, 2**41)[1].tolist() == [3, 1, 0, 2]

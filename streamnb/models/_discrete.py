@@ -157,7 +157,7 @@ class DiscreteNB(GenerativeClassifier):
         elif self._pending:
             # one delta's columns are sorted and distinct already
             cols = self._pending[0] if len(self._pending) == 1 else \
-                sorted_unique(np.concatenate(self._pending))
+                sorted_unique(np.concatenate(self._pending), runs=True)
             self._pending = []
             self._derive_columns(cc, fc, cols)
         if self._classes_stale:

@@ -20,7 +20,7 @@ from typing import Any, Self
 import numpy as np
 import scipy.sparse as sp
 
-from streamnb.arrays import sorted_unique
+from streamnb.arrays import sorted_unique, unique_inverse
 from streamnb.encoding import pack_counts, pack_index, unpack_counts, unpack_index
 from streamnb.exceptions import FormatError
 from streamnb.stats.base import ClassIndex, Label, Statistic, check_scale_factor, normalize_labels
@@ -206,7 +206,7 @@ class FeatureCounts(Statistic):
             self.columns, self.values = np.array(cols, dtype=np.int64), fresh
             self.n_seen = int(np.count_nonzero(fresh.any(axis=0)))
         else:
-            union = sorted_unique(np.concatenate([self.columns, cols]))
+            union = sorted_unique(np.concatenate([self.columns, cols]), runs=True)
             merged = np.zeros((self.values.shape[0], union.size))
             merged[:, np.searchsorted(union, self.columns)] = self.values
             sub = merged[:, np.searchsorted(union, cols)]
@@ -333,8 +333,7 @@ def _class_sums(
     if sp.issparse(X):
         # one sort of the nonzeros and one bincount over (class row, column position)
         X = sp.csr_matrix(X)
-        cols, pos = np.unique(X.indices, return_inverse=True)
-        cols = cols.astype(np.int64)
+        cols, pos = unique_inverse(X.indices, X.shape[1])
         per_row = np.diff(X.indptr)
         cell = np.repeat(np.asarray(rows, dtype=np.int64) * cols.size, per_row) + pos.ravel()
         weighted = np.repeat(np.asarray(w, dtype=np.float64), per_row) * X.data
