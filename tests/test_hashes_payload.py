@@ -84,6 +84,17 @@ def test_a_hashes_row_is_the_tokens_row(tokens, counts, bits, meta):
     assert batch[0] == batch[1] == a
 
 
+@settings(max_examples=40, deadline=None)
+@given(lists=st.lists(st.lists(st.sampled_from(["cheap", "meds", "now", "é", ""]) | st.text(max_size=6),
+                               max_size=30), max_size=8),
+       counts=st.sampled_from(["binary", "raw"]), bits=st.sampled_from([2, 20]))
+def test_a_batch_of_hashes_rows_is_the_rows_one_by_one(lists, counts, bits):
+    """featurize_batch masks and sorts the batch's hashes payloads in one pass (binary counts)."""
+    f = Featurizer(bits=bits, counts=counts)
+    msgs = [decode_input(encode_input("hashes", token_hashes(tokens)), f"{i}-0") for i, tokens in enumerate(lists)]
+    assert f.featurize_batch(msgs) == [f.featurize(m) for m in msgs]
+
+
 def test_a_dense_model_rejects_hashes():
     f = Featurizer(input="dense", dim=3)
     with pytest.raises(MalformedMessage) as exc:

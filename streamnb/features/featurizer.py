@@ -356,8 +356,9 @@ class Featurizer:
         """:meth:`featurize` of every message, in order; a message that cannot be featurized
         gets its :class:`MalformedMessage` in its place (the others are unaffected). With
         binary counts, the token lists of the batch (raw, text and tokens payloads) are
-        hashed in one pass (:meth:`TokenHasher.hash_unique_many`): the same rows as one
-        message at a time.
+        hashed in one pass (:meth:`TokenHasher.hash_unique_many`), and the hashes payloads
+        masked and sorted in one (:meth:`TokenHasher.unique_buckets_many`): the same rows
+        as one message at a time.
 
         >>> f = Featurizer(bits=10)
         >>> msgs = [InputMessage("1-0", "a", "tokens", ["cheap", "meds", "cheap"]),
@@ -369,18 +370,27 @@ class Featurizer:
         out: list[Row | MalformedMessage | None] = [None] * len(msgs)
         in_one_pass = self.input == "sparse" and self.counts == "binary"
         pending: list[tuple[int, list[str], np.ndarray | None]] = []
+        hashed: list[tuple[int, np.ndarray]] = []  # hashes payloads
         for i, msg in enumerate(msgs):
             try:
                 if in_one_pass and msg.payload_kind in ("raw", "text", "tokens"):
                     pending.append((i, *self._tokens_and_meta(msg)))
+                elif in_one_pass and msg.payload_kind == "hashes":
+                    hashed.append((i, msg.payload))
                 else:
                     out[i] = self.featurize(msg)
             except MalformedMessage as exc:
                 out[i] = exc
         if pending:
-            hashed = self.hasher.hash_unique_many([tokens for _, tokens, _ in pending])
-            for (i, tokens, meta), idx in zip(pending, hashed, strict=True):
+            unique = self.hasher.hash_unique_many([tokens for _, tokens, _ in pending])
+            for (i, tokens, meta), idx in zip(pending, unique, strict=True):
                 out[i] = self._token_row(tokens, meta, unique=idx)
+        if hashed:
+            sizes = np.array([h.size for _, h in hashed], dtype=np.int64)
+            unique = self.hasher.unique_buckets_many(np.concatenate([h for _, h in hashed]), sizes)
+            for (i, _), idx, n in zip(hashed, unique, sizes.tolist(), strict=True):
+                meta = text_meta("", n) if self.meta else None
+                out[i] = self._counted_row(idx, None, meta, n)
         return out  # type: ignore[return-value]
 
     def fits(self, row: Row) -> bool:

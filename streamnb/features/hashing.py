@@ -177,7 +177,19 @@ class TokenHasher:
         total = int(sizes.sum())
         if not total:
             return [np.empty(0, dtype=np.int32) for _ in range(n)]
-        keys = _hashes(token_lists, total)
+        return self.unique_buckets_many(_hashes(token_lists, total), sizes)
+
+    def unique_buckets_many(self, hashes: np.ndarray, sizes: np.ndarray) -> list[np.ndarray]:
+        """The sorted unique buckets (int32) of each list of 64-bit token hashes, the lists
+        end to end in ``hashes`` (``sizes[i]`` hashes for list i; ``hashes`` is modified):
+        one mask, one sort of (list number, bucket) keys, one split.
+
+        >>> h = TokenHasher(bits=4)
+        >>> [b.tolist() for b in h.unique_buckets_many(np.array([17, 1, 2, 33], np.uint64), np.array([3, 0, 1]))]
+        [[1, 2], [], [1]]
+        """
+        n = len(sizes)
+        keys = hashes
         keys &= np.uint64(self.mask)
         # key = list number << bits | bucket: sorting groups by list, then by bucket
         shift = np.uint64(self.bits)
