@@ -7,7 +7,8 @@ cache of :mod:`streamnb.features.hashing` is the reference. The letter counts: t
 counts of :meth:`MailAnalysis.add_text_stats` (``mail._text_counts`` set to None). The URL
 rule: :meth:`WordRules.urls` in Python (``text._url_scan`` set to None). The tag split and the
 tag tokens: ``markup._TAG.split`` and the rest of ``markup.strip_html`` in Python. Received headers:
-``mail._received_tokens`` in Python (``mail._c_received_tokens`` set to None). CI sets ``STREAMNB_REQUIRE_SPEEDUPS=1`` so that a build that
+``mail._received_tokens`` in Python (``mail._c_received_tokens`` set to None). Header
+fields: ``mime._FIELD_START.split``. CI sets ``STREAMNB_REQUIRE_SPEEDUPS=1`` so that a build that
 silently left the module out fails there instead of testing only the Python path.
 """
 
@@ -25,6 +26,7 @@ from hypothesis import strategies as st
 
 from streamnb.features import hashing, mail
 from streamnb.features import markup as markup_module
+from streamnb.features import mime as mime_module
 from streamnb.features import text as text_rules
 from streamnb.features._accel import TOKENIZER_STEPS, python_tokenizer
 from streamnb.features.text import WordRules
@@ -313,6 +315,45 @@ def test_c_received_tokens_hand_worked():
                    "received:example.org", "received:b.c", "received:five.example",
                    "received:10.1.2", "received:9.9.9"]
     assert speedups.received_tokens("from \u0131x.example", out := []) is False and out == []
+
+# ------------------------------------------------------------------ header fields
+
+
+def regex_fields(text: str, crlf: bool) -> list[tuple[str, str]]:
+    pieces = mime_module._FIELD_START.split(text)
+    values = [v.rstrip("\r\n") for v in pieces[2::2]] if crlf else pieces[2::2]
+    return list(zip(pieces[1::2], values, strict=True))
+
+
+# Header lines in pieces: names (with the characters around ':' that end them), colons,
+# blanks, continuations, line breaks with and without carriage returns.
+FIELD_PIECES = ["\n", "\r\n", "\r", "Subject", "X-A", "a", "~!", ":", "::", " ", "\t", "  ", "\n\t", "\n ",
+                "value", "From ", "a b", "=?x?=", ";", "\x7f"]
+field_text = st.lists(st.sampled_from(FIELD_PIECES), max_size=40).map("".join)
+# ... and as lines: a name (of field characters, or with a space, DEL or nothing), a
+# colon or not, blanks, a value, a line break.
+field_lines = st.lists(
+    st.tuples(st.text(alphabet="aZ9-~!\x7f ", max_size=4), st.sampled_from([":", "", "::"]),
+              st.sampled_from(["", " ", "\t", " \t "]), st.sampled_from(["", "v", "v w", "\r", ":"]),
+              st.sampled_from(["\n", "\r\n", "\n\t", "\n "])),
+    max_size=8,
+).map(lambda lines: "\n" + "".join("".join(line) for line in lines))
+
+
+@needs_speedups
+@settings(max_examples=600, deadline=None)
+@given(text=st.one_of(field_text, field_lines, field_text.map(lambda t: t + "\xe9")), crlf=st.booleans())
+def test_c_header_fields_equal_the_regex_split(text, crlf):
+    got = speedups.header_fields(text, crlf)
+    assert got == (regex_fields(text, crlf) if text.isascii() else None)
+
+
+@needs_speedups
+def test_c_header_fields_hand_worked():
+    text = "\nSubject: hi\r\n\tthere\r\nX-A:\r\nTo:  b\r\n"
+    assert speedups.header_fields(text, True) == [("Subject", "hi\r\n\tthere"), ("X-A", ""), ("To", "b")]
+    assert speedups.header_fields(text, False)[-1] == ("To", "b\r\n")
+    assert speedups.header_fields("no field", False) == []
 
 # ------------------------------------------------------------------ the text letter counts
 

@@ -26,6 +26,7 @@ TOKENIZER_STEPS = (
     ("streamnb.features.markup", "_tag_tokens"),
     ("streamnb.features.mail", "_c_received_tokens"),
     ("streamnb.features.mail", "_text_counts"),
+    ("streamnb.features.mime", "_header_fields"),
 )
 
 

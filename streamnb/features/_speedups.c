@@ -6,7 +6,8 @@
  * 4. the URL rule of WordRules.urls on Latin-1 text (url_scan), and
  * 5. the tag split of markup.strip_html on Latin-1 markup (tag_split), and
  * 6. the tokens of a Received header of mail._received_tokens (received_tokens), and
- * 7. the html: and url: tokens of markup.strip_html's tags (tag_tokens, at the end).
+ * 7. the html: and url: tokens of markup.strip_html's tags (tag_tokens), and
+ * 8. the field split of a plain header block of mime._plain_headers (header_fields, at the end).
  *
  * word_tokens(text, min_len, max_len, out) appends to the list `out`
  * exactly the tokens that WordRules.words' list comprehensions give for `text` (already
@@ -1053,6 +1054,91 @@ fail:
     return NULL;
 }
 
+/* ------------------------------------------------------------------ header_fields
+ *
+ * header_fields(text, strip_crlf) -> list of (name, value): for an ASCII str, the pairs
+ * of mime._FIELD_START.split(text), \n([\x21-\x39\x3b-\x7e]+):[ \t]* (the name between a
+ * line break and a colon, the blanks after the colon dropped; a value runs to the next
+ * match), that is list(zip(pieces[1::2], pieces[2::2])); with strip_crlf, each value
+ * with its trailing \r and \n characters stripped (str.rstrip("\r\n")). None for a str
+ * that is not ASCII (the caller runs the regex, the reference). */
+static inline int
+is_field_name_char(Py_UCS1 c)
+{
+    return c >= 0x21 && c <= 0x7e && c != ':';
+}
+
+static PyObject *
+header_fields(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2 || !PyUnicode_Check(args[0])) {
+        PyErr_SetString(PyExc_TypeError, "header_fields(text, strip_crlf): a str and a bool");
+        return NULL;
+    }
+    PyObject *text = args[0];
+    int strip_crlf = PyObject_IsTrue(args[1]);
+    if (strip_crlf < 0) {
+        return NULL;
+    }
+    if (!PyUnicode_IS_ASCII(text)) {
+        Py_RETURN_NONE;
+    }
+    const Py_UCS1 *p = PyUnicode_1BYTE_DATA(text);
+    Py_ssize_t n = PyUnicode_GET_LENGTH(text), i = 0;
+    PyObject *out = PyList_New(0);
+    if (out == NULL) {
+        return NULL;
+    }
+    PyObject *name = NULL; /* the field whose value is being read */
+    Py_ssize_t value_from = 0;
+    for (;;) {
+        /* the next match: a line break, a name, a colon */
+        Py_ssize_t j = i, name_end = -1;
+        const Py_UCS1 *nl;
+        while (j < n && (nl = memchr(p + j, '\n', (size_t)(n - j))) != NULL) {
+            j = nl - p;
+            Py_ssize_t k = j + 1;
+            while (k < n && is_field_name_char(p[k])) {
+                k++;
+            }
+            if (k > j + 1 && k < n && p[k] == ':') {
+                name_end = k;
+                break;
+            }
+            j++;
+        }
+        Py_ssize_t match = name_end < 0 ? n : j; /* where the current value ends */
+        if (name != NULL) {
+            Py_ssize_t end = match;
+            while (strip_crlf && end > value_from && (p[end - 1] == '\r' || p[end - 1] == '\n')) {
+                end--;
+            }
+            PyObject *value = ascii_str(p + value_from, end - value_from);
+            PyObject *pair = value == NULL ? NULL : PyTuple_Pack(2, name, value);
+            Py_XDECREF(value);
+            Py_CLEAR(name);
+            if (append_new(out, pair) < 0) {
+                Py_DECREF(out);
+                return NULL;
+            }
+        }
+        if (name_end < 0) {
+            break;
+        }
+        name = ascii_str(p + j + 1, name_end - j - 1);
+        if (name == NULL) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        value_from = name_end + 1;
+        while (value_from < n && (p[value_from] == ' ' || p[value_from] == '\t')) {
+            value_from++;
+        }
+        i = value_from;
+    }
+    return out;
+}
+
 static PyMethodDef methods[] = {
     {"word_tokens", (PyCFunction)(void (*)(void))word_tokens, METH_FASTCALL,
      "word_tokens(text, min_len, max_len, out): append the word tokens of text to out "
@@ -1080,6 +1166,9 @@ static PyMethodDef methods[] = {
     {"tag_tokens", (PyCFunction)(void (*)(void))tag_tokens, METH_FASTCALL,
      "tag_tokens(slashes, names, attributes, max_tag_tokens): the html: and url: tokens of "
      "strip_html's tags; None when an attribute is not Latin-1."},
+    {"header_fields", (PyCFunction)(void (*)(void))header_fields, METH_FASTCALL,
+     "header_fields(text, strip_crlf): the (name, value) pairs of mime._FIELD_START.split(text) "
+     "for ASCII text; None for other text."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -47,6 +47,8 @@ import re
 from collections.abc import Iterator
 from itertools import repeat
 
+from streamnb.features._accel import speedups
+
 __all__ = ["Part", "Unsupported", "parse_message", "parse_part"]
 
 
@@ -69,6 +71,9 @@ _ODD_LINE = re.compile(rb"\n(?:From |:)")
 #: The start of a field of a plain block (after a line break): name, colon and blanks.
 _FIELD_START = re.compile(r"\n([\x21-\x39\x3b-\x7e]+):[ \t]*")
 _BOUNDARY_TAIL = re.compile(rb"(--)?[ \t]*(?:\r?\n|\Z)")
+#: ``header_fields(text, strip_crlf)``: the pairs of ``_FIELD_START.split`` in C (the
+#: text of a plain block is ASCII), or None when the C module is off.
+_header_fields = getattr(speedups(), "header_fields", None)
 
 
 def _unquote(value: str) -> str:
@@ -391,10 +396,14 @@ def _plain_headers(buf: bytes, start: int, end: int) -> list[tuple[str, str]] | 
     # Split at the line breaks that start a field: [before, name, value, name, value, ...].
     # A value is what follows the blanks after the colon up to the next field: folded
     # line breaks kept, the final one (with its carriage return) dropped.
-    if "\r" in text:
-        pieces = _FIELD_START.split("\n" + text)
+    crlf = "\r" in text
+    if not crlf and text.endswith("\n"):
+        text = text[:-1]
+    if _header_fields is not None:  # (the same split in C)
+        return _header_fields("\n" + text, crlf)
+    pieces = _FIELD_START.split("\n" + text)
+    if crlf:
         return list(zip(pieces[1::2], map(str.rstrip, pieces[2::2], repeat("\r\n")), strict=True))
-    pieces = _FIELD_START.split("\n" + text[:-1] if text.endswith("\n") else "\n" + text)
     return list(zip(pieces[1::2], pieces[2::2], strict=True))
 
 
