@@ -11,7 +11,8 @@ def sorted_unique(a: np.ndarray, runs: bool = False) -> np.ndarray:
     Same result as ``np.unique(a)``, by sorting: numpy 2.x's hash-based ``unique`` was 7x
     slower on the batch column indices (20,000 int32 of 2**20 buckets) this is used for.
     ``runs``: ``a`` is a few sorted arrays end to end (a union of column sets), which
-    numpy's stable sort merges (its quicksort takes them as shuffled).
+    numpy's stable sort merges (its quicksort takes them as shuffled: 25x slower on a
+    union of 200,000 columns, ``python -m benchmarks.array_sorts``).
 
     >>> sorted_unique(np.array([5, 1, 5, 3, 1])).tolist()
     [1, 3, 5]
@@ -65,8 +66,9 @@ def sort_with_order(keys: np.ndarray, bound: int) -> tuple[np.ndarray, np.ndarra
     One sort of int64 words holding the key in the high bits and the position in the low
     bits; numpy's stable argsort when the two do not fit in 63 bits. The keys are the
     column indices of CSR rows (sorted runs, one per row), and so are the words: numpy's
-    stable sort merges the runs, 1.6x faster than its quicksort on a batch of 100 mail
-    rows (32,000 indices) and 1.3x faster than its stable argsort of the keys.
+    stable sort merges the runs, about 1.6x faster than its quicksort on a batch of mail
+    rows and 1.2x faster than its stable argsort of the keys
+    (``python -m benchmarks.array_sorts``).
 
     >>> [a.tolist() for a in sort_with_order(np.array([3, 1, 3, 0, 1]), 4)]
     [[0, 1, 1, 3, 3], [3, 1, 4, 0, 2]]
@@ -85,8 +87,8 @@ def sort_with_order(keys: np.ndarray, bound: int) -> tuple[np.ndarray, np.ndarra
 
 def unique_inverse(keys: np.ndarray, bound: int) -> tuple[np.ndarray, np.ndarray]:
     """``np.unique(keys, return_inverse=True)`` for integer keys in ``[0, bound)`` (both
-    int64), by :func:`sort_with_order`, for the column indices of CSR rows: on a batch of
-    100 mail rows (32,000 indices of 2**20 buckets) about 1.5x faster than ``np.unique``.
+    int64), by :func:`sort_with_order`, for the column indices of CSR rows: about 1.6x
+    faster than ``np.unique`` on a batch of mail rows (``python -m benchmarks.array_sorts``).
 
     >>> [a.tolist() for a in unique_inverse(np.array([7, 2, 7, 5]), 8)]
     [[2, 5, 7], [2, 0, 2, 1]]

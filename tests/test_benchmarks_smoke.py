@@ -168,6 +168,15 @@ def test_bernoulli_incremental_refresh_matches_full_derivation():
                                        fresh.predict_joint_log_proba(Xt), rtol=1e-10, atol=1e-9)
 
 
+def test_array_sorts_times_each_step_on_equal_results():
+    from benchmarks import array_sorts
+
+    rows = array_sorts.measure(rows=5, per_row=20, columns=300, repeat=1)
+    assert [r[0].split(":")[0].strip() for r in rows] == [
+        "plan", "(the packed words of sort_with_order)", "class sums", "delta merge"]
+    assert all(ref > 0 and ours > 0 for _, _, ref, ours in rows)
+
+
 @needs_redis
 def test_commit_cost_reads_redis_own_time_for_each_variant():
     from benchmarks import commit_cost

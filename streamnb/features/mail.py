@@ -24,6 +24,11 @@ Tokens come from
   plus ``html:<tag>`` and ``url:<host>`` tokens (:mod:`streamnb.features.markup`), run
   through the word rules of :mod:`streamnb.features.text`.
 
+The per-character steps (Received tokens and letter counts here, the word rules and URLs
+in :mod:`~streamnb.features.text`, HTML tags in :mod:`~streamnb.features.markup`, header
+fields in :mod:`~streamnb.features.mime`) run in the optional C module where it is built,
+on Latin-1 input; this Python code is their reference (docs/architecture.md, decision 16).
+
 It never raises: every defect the parser reports, and every limit hit, becomes a
 ``defect:<name>`` token and is counted. Limits (:class:`streamnb.codec.Limits`) bound
 the raw size, MIME depth, number of parts, decoded text bytes and tokens.

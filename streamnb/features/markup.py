@@ -6,7 +6,8 @@ Comments are removed without a space (``vi<!-- -->agra`` is ``viagra``), ``<scri
 ``html:<tag>`` token, hosts in ``href``/``src`` attributes become ``url:`` tokens, and character
 references are unescaped. Regular expressions, not a DOM: spam HTML is rarely
 well-formed, and this runs in linear time on any input (tags are found and replaced in
-one ``re.split`` pass, without a Python call per tag).
+one ``re.split`` pass, without a Python call per tag). On Latin-1 markup the tag split and
+the tag tokens run in the optional C module where it is built (the same tokens).
 
 >>> text, tokens = strip_html('<p>Buy <a href="http://x.example.com/p">NOW</a><!-- z --></p>')
 >>> text.split()
