@@ -5,8 +5,8 @@ the reference; every test runs both (the C rules switched off by setting
 ``text._word_tokens`` to None) and compares the tokens. The token hash table: the dict
 cache of :mod:`streamnb.features.hashing` is the reference. The letter counts: the Python
 counts of :meth:`MailAnalysis.add_text_stats` (``mail._text_counts`` set to None). The URL
-rule: :meth:`WordRules.urls` in Python (``text._url_scan`` set to None). The tag split and the
-tag tokens: ``markup._TAG.split`` and the rest of ``markup.strip_html`` in Python. Received headers:
+rule: :meth:`WordRules.urls` in Python (``text._url_scan`` set to None). The HTML passes, tag
+split and tag tokens: the regular expressions and the rest of ``markup.strip_html``. Received headers:
 ``mail._received_tokens`` in Python (``mail._c_received_tokens`` set to None). Header
 fields: ``mime._FIELD_START.split``. CI sets ``STREAMNB_REQUIRE_SPEEDUPS=1`` so that a build that
 silently left the module out fails there instead of testing only the Python path.
@@ -220,7 +220,7 @@ HTML_PIECES = ["<", ">", "</", "< /", "<\t/ ", "/", " ", "\n", "\xa0", "\x85", "
                # quotes around '=', schemes, user parts, hosts ending in '.' or '-'
                "href", "HREF", "src", "Src", "action", "ACTION", "xhref", "_src", " = ", "=\t'", "https://",
                "HTTP://", "ftp://", "http:/", "u@", "@", "@-", "x.y.z", "a.b", ".", "-", "?q", "#f", "actio", "hre",
-               "sr", "n"]
+               "sr", "n", "</script", "</StYle", "\t>"]
 markup_text = st.lists(st.sampled_from(HTML_PIECES), max_size=60).map("".join)
 odd_markup = st.lists(st.sampled_from(HTML_PIECES + ["\u2003", "\u4e2d", "\u017f"]), max_size=60).map("".join)
 long_attributes = st.builds(lambda name, n, close: f"<{name}{' ' * n}{'>' if close else ''}tail",
@@ -241,6 +241,32 @@ def test_c_tag_split_and_tokens_equal_the_python_ones(markup, limit):
         with_c = markup_module.strip_html(markup, max_tag_tokens)
         with python_tokenizer():
             assert with_c == markup_module.strip_html(markup, max_tag_tokens)
+
+
+def regex_clean(markup: str) -> str:
+    markup = markup_module._COMMENT.sub("", markup)
+    markup = markup_module._DECLARATION.sub(" ", markup)
+    return markup_module._DROP.sub(lambda m: f" <{m.group(1)}> ", markup)
+
+
+@needs_speedups
+@settings(max_examples=800, deadline=None)
+@given(markup=st.one_of(markup_text, odd_markup, long_attributes,
+                        markup_text.map(lambda t: t + "\n"), markup_text.map(lambda t: "<!DOCTYPE " + t)))
+def test_c_html_clean_equals_the_regex_passes(markup):
+    got = speedups.html_clean(markup)
+    assert got == (regex_clean(markup) if max(map(ord, markup), default=0) < 256 else None)
+
+
+@needs_speedups
+def test_c_html_clean_hand_worked():
+    assert speedups.html_clean("a<!-- x -->b<!-- open\n") == "ab\n"  # an open comment stops at `$`
+    assert speedups.html_clean("<?xml v?><!x<y>") == " <!x<y>"  # no '<' inside a declaration
+    assert speedups.html_clean("<SCRIPT a>x</script >y<style>z") == " <SCRIPT> y <style> "
+    assert speedups.html_clean("<scripts>x</scripts>") == "<scripts>x</scripts>"  # \b after the name
+    assert speedups.html_clean("<style>z</StYle\xa0\t>w") == " <style> w"  # \s* before the '>'
+    assert speedups.html_clean("<!" + "x" * 2000 + ">") == " " and speedups.html_clean("<!" + "x" * 2001 + ">")[0] == "<"
+    assert speedups.html_clean("\u2003<p>") is None
 
 
 @needs_speedups

@@ -7,7 +7,9 @@
  * 5. the tag split of markup.strip_html on Latin-1 markup (tag_split), and
  * 6. the tokens of a Received header of mail._received_tokens (received_tokens), and
  * 7. the html: and url: tokens of markup.strip_html's tags (tag_tokens), and
- * 8. the field split of a plain header block of mime._plain_headers (header_fields, at the end).
+ * 8. the field split of a plain header block of mime._plain_headers (header_fields), and
+ * 9. the comment, declaration and script/style passes of markup.strip_html (html_clean, at
+ *    the end).
  *
  * word_tokens(text, min_len, max_len, out) appends to the list `out`
  * exactly the tokens that WordRules.words' list comprehensions give for `text` (already
@@ -1139,6 +1141,183 @@ header_fields(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     return out;
 }
 
+/* ------------------------------------------------------------------ html_clean
+ *
+ * html_clean(markup) -> str or None: the first three passes of markup.strip_html, one
+ * after the other, for markup whose characters are all Latin-1 (None for any other: the
+ * caller runs the regexes, the reference):
+ *
+ *   _COMMENT      <!--.*?(?:-->|$)                               (DOTALL) -> ""
+ *   _DECLARATION  <[!?][^<>]{0,2000}>                                     -> " "
+ *   _DROP         <(script|style)\b[^<>]*>.*?(?:</\1\s*>|$)      (DOTALL, IGNORECASE)
+ *                                                                          -> " <\1> "
+ *
+ * `$` (no MULTILINE) matches at the end and before a line break that ends the text; a
+ * lazy `.*?` takes the first place where its alternative matches. On Latin-1 text
+ * IGNORECASE folds only the ASCII letters. */
+
+/* Where a lazy .*? ending in `$` stops when nothing before matches: before a final line
+ * break, if there is one at or after `from`, else at the end. */
+static Py_ssize_t
+dollar_at(const Py_UCS1 *p, Py_ssize_t n, Py_ssize_t from)
+{
+    return (n > 0 && p[n - 1] == '\n' && n - 1 >= from) ? n - 1 : n;
+}
+
+/* Pass 1: comments removed. Writes to out (room for n), returns the new length. */
+static Py_ssize_t
+drop_comments(const Py_UCS1 *p, Py_ssize_t n, Py_UCS1 *out)
+{
+    Py_ssize_t i = 0, used = 0;
+    while (i < n) {
+        const Py_UCS1 *lt = memchr(p + i, '<', (size_t)(n - i));
+        Py_ssize_t k = lt == NULL ? n : lt - p;
+        if (k + 4 > n || memcmp(p + k, "<!--", 4) != 0) {
+            Py_ssize_t upto = lt == NULL ? n : k + 1;
+            memcpy(out + used, p + i, (size_t)(upto - i));
+            used += upto - i;
+            i = upto;
+            continue;
+        }
+        memcpy(out + used, p + i, (size_t)(k - i));
+        used += k - i;
+        Py_ssize_t m = k + 4, end = -1;
+        for (; m + 3 <= n; m++) {
+            const Py_UCS1 *dash = memchr(p + m, '-', (size_t)(n - m));
+            if (dash == NULL) {
+                break;
+            }
+            m = dash - p;
+            if (m + 3 <= n && p[m + 1] == '-' && p[m + 2] == '>') {
+                end = m + 3;
+                break;
+            }
+        }
+        i = end >= 0 ? end : dollar_at(p, n, k + 4);
+    }
+    return used;
+}
+
+/* Pass 2: declarations and processing instructions become a space. */
+static Py_ssize_t
+blank_declarations(const Py_UCS1 *p, Py_ssize_t n, Py_UCS1 *out)
+{
+    Py_ssize_t i = 0, used = 0;
+    while (i < n) {
+        const Py_UCS1 *lt = memchr(p + i, '<', (size_t)(n - i));
+        Py_ssize_t k = lt == NULL ? n : lt - p;
+        memcpy(out + used, p + i, (size_t)(k - i));
+        used += k - i;
+        if (k >= n) {
+            break;
+        }
+        if (k + 1 < n && (p[k + 1] == '!' || p[k + 1] == '?')) {
+            Py_ssize_t j = k + 2;
+            while (j < n && j - (k + 2) < 2000 && p[j] != '<' && p[j] != '>') {
+                j++;
+            }
+            if (j < n && p[j] == '>') {
+                out[used++] = ' ';
+                i = j + 1;
+                continue;
+            }
+        }
+        out[used++] = '<';
+        i = k + 1;
+    }
+    return used;
+}
+
+/* Pass 3: script and style elements become " <name> ". out has room for n + 2. */
+static Py_ssize_t
+drop_scripts(const Py_UCS1 *p, Py_ssize_t n, Py_UCS1 *out)
+{
+    Py_ssize_t i = 0, used = 0;
+    while (i < n) {
+        const Py_UCS1 *lt = memchr(p + i, '<', (size_t)(n - i));
+        Py_ssize_t k = lt == NULL ? n : lt - p;
+        memcpy(out + used, p + i, (size_t)(k - i));
+        used += k - i;
+        if (k >= n) {
+            break;
+        }
+        const char *name = ci_at(p, n, k + 1, "script") ? "script" : ci_at(p, n, k + 1, "style") ? "style" : NULL;
+        Py_ssize_t len = name == NULL ? 0 : (Py_ssize_t)strlen(name), j = k + 1 + len;
+        if (name != NULL && (j >= n || !is_word1[p[j]])) { /* \b after the name */
+            while (j < n && p[j] != '<' && p[j] != '>') {
+                j++;
+            }
+            if (j < n && p[j] == '>') {
+                /* the body: up to the first closing tag of the same name, else to `$` */
+                Py_ssize_t m = j + 1, end = -1;
+                while (m < n) {
+                    const Py_UCS1 *close = memchr(p + m, '<', (size_t)(n - m));
+                    if (close == NULL) {
+                        break;
+                    }
+                    m = close - p;
+                    if (m + 1 < n && p[m + 1] == '/' && ci_at(p, n, m + 2, name)) {
+                        Py_ssize_t t = m + 2 + len;
+                        while (t < n && is_space1[p[t]]) {
+                            t++;
+                        }
+                        if (t < n && p[t] == '>') {
+                            end = t + 1;
+                            break;
+                        }
+                    }
+                    m++;
+                }
+                if (end < 0) {
+                    end = dollar_at(p, n, j + 1);
+                }
+                out[used++] = ' ';
+                out[used++] = '<';
+                memcpy(out + used, p + k + 1, (size_t)len); /* the name as written */
+                used += len;
+                out[used++] = '>';
+                out[used++] = ' ';
+                i = end;
+                continue;
+            }
+        }
+        out[used++] = '<';
+        i = k + 1;
+    }
+    return used;
+}
+
+static PyObject *
+html_clean(PyObject *self, PyObject *markup)
+{
+    if (!PyUnicode_Check(markup)) {
+        PyErr_SetString(PyExc_TypeError, "html_clean: markup must be a str");
+        return NULL;
+    }
+    if (PyUnicode_KIND(markup) != PyUnicode_1BYTE_KIND) {
+        Py_RETURN_NONE;
+    }
+    const Py_UCS1 *p = PyUnicode_1BYTE_DATA(markup);
+    Py_ssize_t n = PyUnicode_GET_LENGTH(markup);
+    if (memchr(p, '<', (size_t)n) == NULL) { /* no markup: nothing to do */
+        Py_INCREF(markup);
+        return markup;
+    }
+    Py_UCS1 *a = PyMem_Malloc((size_t)n + 3), *b = PyMem_Malloc((size_t)n + 3);
+    if (a == NULL || b == NULL) {
+        PyMem_Free(a);
+        PyMem_Free(b);
+        return PyErr_NoMemory();
+    }
+    Py_ssize_t m = drop_comments(p, n, a);
+    m = blank_declarations(a, m, b);
+    m = drop_scripts(b, m, a);
+    PyObject *result = PyUnicode_FromKindAndData(PyUnicode_1BYTE_KIND, a, m);
+    PyMem_Free(a);
+    PyMem_Free(b);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"word_tokens", (PyCFunction)(void (*)(void))word_tokens, METH_FASTCALL,
      "word_tokens(text, min_len, max_len, out): append the word tokens of text to out "
@@ -1169,6 +1348,9 @@ static PyMethodDef methods[] = {
     {"header_fields", (PyCFunction)(void (*)(void))header_fields, METH_FASTCALL,
      "header_fields(text, strip_crlf): the (name, value) pairs of mime._FIELD_START.split(text) "
      "for ASCII text; None for other text."},
+    {"html_clean", html_clean, METH_O,
+     "html_clean(markup): strip_html's comment, declaration and script/style passes on Latin-1 "
+     "markup; None for other markup."},
     {NULL, NULL, 0, NULL},
 };
 

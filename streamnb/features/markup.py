@@ -6,8 +6,9 @@ Comments are removed without a space (``vi<!-- -->agra`` is ``viagra``), ``<scri
 ``html:<tag>`` token, hosts in ``href``/``src`` attributes become ``url:`` tokens, and character
 references are unescaped. Regular expressions, not a DOM: spam HTML is rarely
 well-formed, and this runs in linear time on any input (tags are found and replaced in
-one ``re.split`` pass, without a Python call per tag). On Latin-1 markup the tag split and
-the tag tokens run in the optional C module where it is built (the same tokens).
+one ``re.split`` pass, without a Python call per tag). On Latin-1 markup these passes, the
+tag split and the tag tokens run in the optional C module where it is built (the same
+text and tokens).
 
 >>> text, tokens = strip_html('<p>Buy <a href="http://x.example.com/p">NOW</a><!-- z --></p>')
 >>> text.split()
@@ -37,6 +38,9 @@ _DECLARATION = re.compile(r"<[!?][^<>]{0,2000}>")
 # time (quadratic: 160 kB of "<script " took 1.8 s).
 _DROP = re.compile(r"<(script|style)\b[^<>]*>.*?(?:</\1\s*>|$)", re.S | re.I)
 _TAG = re.compile(r"<\s*(/?)\s*([a-zA-Z][a-zA-Z0-9]{0,15})([^>]{0,2000})>?")
+#: ``html_clean(markup)``: the three passes above in C for Latin-1 markup (None for other
+#: markup), or None when the C module is off.
+_html_clean = getattr(speedups(), "html_clean", None)
 #: ``tag_split(markup)``: ``_TAG.split`` in C for Latin-1 markup (None for other markup),
 #: or None when the C module is off.
 _tag_split = getattr(speedups(), "tag_split", None)
@@ -71,9 +75,13 @@ _cached_link_hosts = lru_cache(maxsize=2048)(_find_link_hosts)
 
 def strip_html(markup: str, max_tag_tokens: int = 2000) -> tuple[str, list[str]]:
     """Return the visible text of ``markup`` and its ``html:``/``url:`` tokens."""
-    markup = _COMMENT.sub("", markup)
-    markup = _DECLARATION.sub(" ", markup)
-    markup = _DROP.sub(lambda m: f" <{m.group(1)}> ", markup)
+    cleaned = _html_clean(markup) if _html_clean is not None else None
+    if cleaned is not None:  # (Latin-1 markup: the same three passes in C)
+        markup = cleaned
+    else:
+        markup = _COMMENT.sub("", markup)
+        markup = _DECLARATION.sub(" ", markup)
+        markup = _DROP.sub(lambda m: f" <{m.group(1)}> ", markup)
     # One regex pass: split() interleaves the text between tags with each tag's 3 groups.
     pieces = _tag_split(markup) if _tag_split is not None else None
     if pieces is None:  # (the C split takes Latin-1 markup only)
