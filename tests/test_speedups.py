@@ -292,6 +292,7 @@ def test_c_tag_tokens_hand_worked():
     assert speedups.tag_tokens(["", ""], ["form", "form"], near, 2000) == [
         "html:form", "html:form", "url:u"]
     assert speedups.tag_tokens(["/"], ["a"], [" href=http://h\u2003"], 10) is None  # not Latin-1
+    assert speedups.tag_tokens([""], ["\xe9"], [""], 10) is None  # a name beyond ASCII: not a tag_split name
     with pytest.raises(ValueError):
         speedups.tag_tokens(slashes, names, attributes[:1], 10)
     with pytest.raises(ValueError):

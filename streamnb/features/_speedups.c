@@ -988,8 +988,8 @@ tag_tokens(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
             PyErr_SetString(PyExc_TypeError, "tag_tokens: the lists must hold str");
             return NULL;
         }
-        if (PyUnicode_KIND(a) != PyUnicode_1BYTE_KIND || PyUnicode_KIND(name) != PyUnicode_1BYTE_KIND) {
-            Py_RETURN_NONE;
+        if (PyUnicode_KIND(a) != PyUnicode_1BYTE_KIND || !PyUnicode_IS_ASCII(name)) {
+            Py_RETURN_NONE; /* (tag names are ASCII: the html: tokens are made as ASCII) */
         }
     }
     PyObject *tokens = PyList_New(0), *hosts = PyList_New(0);
