@@ -479,6 +479,8 @@ text_counts(PyObject *self, PyObject *text)
 static unsigned char is_word1[256];  /* \w among the Latin-1 characters */
 static unsigned char is_space1[256]; /* \s among the Latin-1 characters */
 static unsigned char url_stop[256];  /* what ends a URL: \s and "'<>()[]{} */
+static unsigned char url_user_stop[256];  /* what ends a URL's user part: \s and /?#@ */
+static unsigned char link_user_stop[256]; /* what ends a link's user part: \s, /?#@ and "'> */
 
 static inline Py_UCS1
 lower1(Py_UCS1 c)
@@ -559,25 +561,39 @@ append_host(const char *prefix, const Py_UCS1 *u, Py_ssize_t n, PyObject *out)
     return 0;
 }
 
+/* The host at the start of u[0:len], after an optional user part (a run of characters
+ * not in user_stop, then '@'): an ASCII letter or digit, then letters, digits, '.' and
+ * '-' (text._HOST_RE, and the end of markup._LINK). Its start goes to *start; returns its
+ * end, or -1 when there is none. A user part with no host after it is not one: the
+ * regexes backtrack and look for the host at the start. */
+static Py_ssize_t
+find_host(const Py_UCS1 *u, Py_ssize_t len, const unsigned char *user_stop, Py_ssize_t *start)
+{
+    Py_ssize_t k = 0, from = 0, end;
+    while (k < len && !user_stop[u[k]]) {
+        k++;
+    }
+    if (k < len && u[k] == '@' && k + 1 < len && is_alnum_ascii(u[k + 1])) {
+        from = k + 1;
+    }
+    if (from >= len || !is_alnum_ascii(u[from])) {
+        return -1;
+    }
+    end = from + 1;
+    while (end < len && (is_alnum_ascii(u[end]) || u[end] == '.' || u[end] == '-')) {
+        end++;
+    }
+    *start = from;
+    return end;
+}
+
 /* Append host_tokens("url", host) of the URL text u[0:len] (text._url_host, then host_tokens). */
 static int
 append_url_host_tokens(const Py_UCS1 *u, Py_ssize_t len, PyObject *out)
 {
-    Py_ssize_t k = 0, start = 0, end;
-    while (k < len && u[k] != '/' && u[k] != '?' && u[k] != '#' && u[k] != '@' && !is_space1[u[k]]) {
-        k++;
-    }
-    if (k < len && u[k] == '@' && k + 1 < len && is_alnum_ascii(u[k + 1])) {
-        start = k + 1; /* (a user part without a host after it is not one: the regex backtracks) */
-    }
-    if (!is_alnum_ascii(u[start])) {
-        return 0; /* no host: host_tokens("url", "") is empty */
-    }
-    end = start + 1;
-    while (end < len && (is_alnum_ascii(u[end]) || u[end] == '.' || u[end] == '-')) {
-        end++;
-    }
-    return append_host("url:", u + start, end - start, out);
+    Py_ssize_t start, end = find_host(u, len, url_user_stop, &start);
+    /* no host: host_tokens("url", "") is empty */
+    return end < 0 ? 0 : append_host("url:", u + start, end - start, out);
 }
 
 static PyObject *
@@ -922,25 +938,14 @@ append_link_hosts(const Py_UCS1 *p, Py_ssize_t n, PyObject *out)
         else {
             continue;
         }
-        Py_ssize_t k = j, start = j, end;
-        while (k < n && p[k] != '/' && p[k] != '?' && p[k] != '#' && p[k] != '@' && p[k] != '"'
-               && p[k] != '\'' && p[k] != '>' && !is_space1[p[k]]) {
-            k++;
-        }
-        if (k < n && p[k] == '@' && k + 1 < n && is_alnum_ascii(p[k + 1])) {
-            start = k + 1; /* (a user part without a host after it is not one: the regex backtracks) */
-        }
-        if (start >= n || !is_alnum_ascii(p[start])) {
+        Py_ssize_t start, end = find_host(p + j, n - j, link_user_stop, &start);
+        if (end < 0) {
             continue;
         }
-        end = start + 1;
-        while (end < n && (is_alnum_ascii(p[end]) || p[end] == '.' || p[end] == '-')) {
-            end++;
-        }
-        if (append_host("url:", p + start, end - start, out) < 0) {
+        if (append_host("url:", p + j + start, end - start, out) < 0) {
             return -1;
         }
-        i = end - 1; /* findall goes on after the match */
+        i = j + end - 1; /* findall goes on after the match */
     }
     return 0;
 }
@@ -1164,23 +1169,33 @@ dollar_at(const Py_UCS1 *p, Py_ssize_t n, Py_ssize_t from)
     return (n > 0 && p[n - 1] == '\n' && n - 1 >= from) ? n - 1 : n;
 }
 
+/* Copy p[i:k] to out at *used, k the next '<' at or after i (n if none); returns k. The
+ * passes below copy the text between tags with it, then look at the tag at k. */
+static Py_ssize_t
+copy_to_tag(const Py_UCS1 *p, Py_ssize_t n, Py_ssize_t i, Py_UCS1 *out, Py_ssize_t *used)
+{
+    const Py_UCS1 *lt = memchr(p + i, '<', (size_t)(n - i));
+    Py_ssize_t k = lt == NULL ? n : lt - p;
+    memcpy(out + *used, p + i, (size_t)(k - i));
+    *used += k - i;
+    return k;
+}
+
 /* Pass 1: comments removed. Writes to out (room for n), returns the new length. */
 static Py_ssize_t
 drop_comments(const Py_UCS1 *p, Py_ssize_t n, Py_UCS1 *out)
 {
     Py_ssize_t i = 0, used = 0;
     while (i < n) {
-        const Py_UCS1 *lt = memchr(p + i, '<', (size_t)(n - i));
-        Py_ssize_t k = lt == NULL ? n : lt - p;
+        Py_ssize_t k = copy_to_tag(p, n, i, out, &used);
+        if (k >= n) {
+            break;
+        }
         if (k + 4 > n || memcmp(p + k, "<!--", 4) != 0) {
-            Py_ssize_t upto = lt == NULL ? n : k + 1;
-            memcpy(out + used, p + i, (size_t)(upto - i));
-            used += upto - i;
-            i = upto;
+            out[used++] = '<';
+            i = k + 1;
             continue;
         }
-        memcpy(out + used, p + i, (size_t)(k - i));
-        used += k - i;
         Py_ssize_t m = k + 4, end = -1;
         for (; m + 3 <= n; m++) {
             const Py_UCS1 *dash = memchr(p + m, '-', (size_t)(n - m));
@@ -1204,10 +1219,7 @@ blank_declarations(const Py_UCS1 *p, Py_ssize_t n, Py_UCS1 *out)
 {
     Py_ssize_t i = 0, used = 0;
     while (i < n) {
-        const Py_UCS1 *lt = memchr(p + i, '<', (size_t)(n - i));
-        Py_ssize_t k = lt == NULL ? n : lt - p;
-        memcpy(out + used, p + i, (size_t)(k - i));
-        used += k - i;
+        Py_ssize_t k = copy_to_tag(p, n, i, out, &used);
         if (k >= n) {
             break;
         }
@@ -1234,10 +1246,7 @@ drop_scripts(const Py_UCS1 *p, Py_ssize_t n, Py_UCS1 *out)
 {
     Py_ssize_t i = 0, used = 0;
     while (i < n) {
-        const Py_UCS1 *lt = memchr(p + i, '<', (size_t)(n - i));
-        Py_ssize_t k = lt == NULL ? n : lt - p;
-        memcpy(out + used, p + i, (size_t)(k - i));
-        used += k - i;
+        Py_ssize_t k = copy_to_tag(p, n, i, out, &used);
         if (k >= n) {
             break;
         }
@@ -1373,6 +1382,8 @@ PyInit__speedups(void)
         is_word1[c] = Py_UNICODE_ISALNUM(c) || c == '_';
         is_space1[c] = Py_UNICODE_ISSPACE(c) != 0;
         url_stop[c] = is_space1[c] || (c != 0 && strchr("\"'<>()[]{}", (int)c) != NULL);
+        url_user_stop[c] = is_space1[c] || (c != 0 && strchr("/?#@", (int)c) != NULL);
+        link_user_stop[c] = url_user_stop[c] || (c != 0 && strchr("\"'>", (int)c) != NULL);
     }
     for (const char *p = PUNCT; *p; p++) {
         is_punct[(unsigned char)*p] = 1;

@@ -28,7 +28,6 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
-from streamnb.arrays import sorted_unique
 from streamnb.codec import DEFAULT_LIMITS, InputMessage, Limits
 from streamnb.constants import DEFAULT_HASH_BITS, FEATURIZER_FORMAT_VERSION
 from streamnb.encoding import dumps, loads, pack_array, unpack_array
@@ -304,12 +303,16 @@ class Featurizer:
     def _hashes_row(self, hashes: np.ndarray) -> Row:
         """The row of a ``hashes`` payload: the tokens' 64-bit hashes, already computed by
         the producer (the same row as the tokens themselves would give)."""
-        buckets = (hashes & np.uint64(self.hasher.mask)).astype(np.int32)
-        meta = text_meta("", int(hashes.size)) if self.meta else None
-        if self.counts == "binary":
-            return self._counted_row(sorted_unique(buckets), None, meta, int(hashes.size))
-        idx, counts = np.unique(buckets, return_counts=True)
-        return self._counted_row(idx, counts.astype(np.float64), meta, int(hashes.size))
+        n = int(hashes.size)
+        if self.counts == "binary":  # as featurize_batch does it, for a batch of one
+            idx = self.hasher.unique_buckets_many(hashes.copy(), np.array([n]))[0]
+            return self._counted_row(idx, None, self._no_text_meta(n), n)
+        idx, counts = np.unique((hashes & np.uint64(self.hasher.mask)).astype(np.int32), return_counts=True)
+        return self._counted_row(idx, counts.astype(np.float64), self._no_text_meta(n), n)
+
+    def _no_text_meta(self, n_tokens: int) -> np.ndarray | None:
+        """The meta vector of a payload that brings tokens but no text (None without meta)."""
+        return text_meta("", n_tokens) if self.meta else None
 
     def _counted_row(self, idx: np.ndarray, counts: np.ndarray | None, meta: np.ndarray | None,
                      n_tokens: int) -> Row:
@@ -335,8 +338,7 @@ class Featurizer:
                 meta = text_meta(msg.payload[: self.limits.max_text_chars], len(tokens))
         elif kind == "tokens":
             tokens = msg.payload  # taken as given
-            if self.meta:
-                meta = text_meta("", len(tokens))
+            meta = self._no_text_meta(len(tokens))
         else:  # pragma: no cover - decode_input admits no other kind
             raise MalformedMessage("bad_type", f"unknown payload kind {kind!r}")
         return tokens, meta
@@ -389,8 +391,7 @@ class Featurizer:
             sizes = np.array([h.size for _, h in hashed], dtype=np.int64)
             unique = self.hasher.unique_buckets_many(np.concatenate([h for _, h in hashed]), sizes)
             for (i, _), idx, n in zip(hashed, unique, sizes.tolist(), strict=True):
-                meta = text_meta("", n) if self.meta else None
-                out[i] = self._counted_row(idx, None, meta, n)
+                out[i] = self._counted_row(idx, None, self._no_text_meta(n), n)
         return out  # type: ignore[return-value]
 
     def fits(self, row: Row) -> bool:

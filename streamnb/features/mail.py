@@ -113,8 +113,30 @@ _PARSER = BytesParser(policy=policy.compat32)
 _LATIN1_LETTER_CLASS = bytes(2 if chr(i).isupper() else int(chr(i).isalpha()) for i in range(256))
 _LATIN1_RUNS = re.compile(r"[\x00-\xff]+")
 #: ``text_counts(text) -> (upper, letters, non_ascii, exclaim)`` of the C module, or None:
-#: :meth:`MailAnalysis.add_text_stats` counts in Python then (the reference).
+#: :meth:`MailAnalysis.add_text_stats` counts with :func:`_python_text_counts` then.
 _text_counts = getattr(speedups(), "text_counts", None)
+
+
+def _python_text_counts(text: str, letters: bool = True) -> tuple[int, int, int, int]:
+    """``(upper, letters, non_ascii, exclaim)`` characters of ``text`` (str.isupper,
+    str.isalpha, above U+007F, ``!`` or ``$``): the reference of the C ``text_counts``.
+    ``letters=False`` skips the first two (0).
+
+    >>> _python_text_counts("H\xe9llo WORLD! $")
+    (6, 10, 1, 2)
+    """
+    upper = n_letters = 0
+    if letters:  # Latin-1 characters (ASCII, often U+00A0 of &nbsp;): one bytes.translate
+        # to letter classes, then two C counts
+        classes = text.encode("latin-1", "ignore").translate(_LATIN1_LETTER_CLASS)
+        upper = classes.count(2)
+        n_letters = classes.count(1) + upper
+        if len(classes) < len(text):  # the others: map() over str methods counts in C
+            rest = _LATIN1_RUNS.sub("", text)
+            n_letters += sum(map(str.isalpha, rest))
+            upper += sum(map(str.isupper, rest))
+    high = 0 if text.isascii() else len(text) - len(text.encode("ascii", "ignore"))
+    return upper, n_letters, high, text.count("!") + text.count("$")
 #: ``received_tokens(text, out) -> bool`` of the C module (False: not Latin-1), or None:
 #: :func:`_received_tokens` runs in Python then (the reference).
 _c_received_tokens = getattr(speedups(), "received_tokens", None)
@@ -234,36 +256,22 @@ class MailAnalysis:
         self.tokens.append(f"defect:{name}")
 
     def add_text_stats(self, text: str, from_html: bool) -> None:
-        """Count the characters of one piece of body text (C ``text_counts`` when built)."""
+        """Count the characters of one piece of body text (C ``text_counts`` when built).
+        From 200,000 characters on, every character counts as a letter (and none as
+        upper-case): a bound on the work, kept as it was for the same meta vectors."""
         n = len(text)
         self.text_chars += n
         if from_html:
             self.html_chars += n
-        if _text_counts is not None:
-            upper, letters, high, exclaim = _text_counts(text)
-            if n >= 200_000:  # (the Python counts below take this short cut)
-                self.letters += n
-            else:
-                self.letters += letters
-                self.upper += upper
-            self.non_ascii += high
-            self.exclaim += exclaim
-            return
-        if n >= 200_000:
-            self.letters += n
-        else:  # Latin-1 characters (ASCII, often U+00A0 of &nbsp;): one bytes.translate to
-            # letter classes, then two C counts
-            classes = text.encode("latin-1", "ignore").translate(_LATIN1_LETTER_CLASS)
-            upper = classes.count(2)
-            self.letters += classes.count(1) + upper
-            self.upper += upper
-            if len(classes) < n:  # the others: map() over str methods counts in C
-                rest = _LATIN1_RUNS.sub("", text)
-                self.letters += sum(map(str.isalpha, rest))
-                self.upper += sum(map(str.isupper, rest))
-        if not text.isascii():
-            self.non_ascii += n - len(text.encode("ascii", "ignore"))
-        self.exclaim += text.count("!") + text.count("$")
+        if n < 200_000:
+            upper, letters, high, exclaim = (_text_counts or _python_text_counts)(text)
+        else:
+            _, _, high, exclaim = _python_text_counts(text, letters=False)
+            upper, letters = 0, n
+        self.upper += upper
+        self.letters += letters
+        self.non_ascii += high
+        self.exclaim += exclaim
 
     def meta(self) -> np.ndarray:
         """The dense meta vector, in :data:`META_FEATURES` order."""
