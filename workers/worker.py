@@ -76,6 +76,7 @@ from workers.commit import (
     send_commit,
 )
 from workers.connection import Connector, is_access_error
+from workers.heap import HeapTrimmer
 from workers.keys import GROUP, ModelKeys
 from workers.labels import (
     REF_EXPIRED,
@@ -196,6 +197,10 @@ class WorkerOptions:
     #: predicted, so predictions and what is learnt are the same). False: one batch after
     #: the other. See docs/worker.md, "Pipelined commits".
     pipeline: bool = True
+    #: Return freed heap memory to the system (glibc ``malloc_trim``) when the worker goes
+    #: idle after work, and at most this often while it stays busy (0: only when idle).
+    #: See workers/heap.py.
+    release_memory_s: float = 60.0
 
     def __post_init__(self) -> None:
         if self.batch < 1:
@@ -204,6 +209,8 @@ class WorkerOptions:
             raise ValueError(f"block_ms must be >= 0, got {self.block_ms}")
         if self.order_wait_ms < 0:
             raise ValueError(f"order_wait_ms must be >= 0, got {self.order_wait_ms}")
+        if self.release_memory_s < 0:
+            raise ValueError(f"release_memory_s must be >= 0, got {self.release_memory_s}")
         if self.max_deliveries < 1:
             raise ValueError(f"max_deliveries must be >= 1, got {self.max_deliveries}")
         if self.consumer is None:
@@ -360,6 +367,7 @@ class Worker:
         self._signals = 0
         self.started = False
         self.backoff = Backoff(self.options.backoff_base_s, self.options.backoff_cap_s)
+        self.heap = HeapTrimmer(self.options.release_memory_s)
 
     # ------------------------------------------------------------------ lifecycle
     def _mw(self, rt: ModelRuntime) -> dict[str, str]:
@@ -525,6 +533,7 @@ class Worker:
             if rt.prefetched is None:  # else the commit runs on while the next batch decodes
                 self._settle(rt)
                 self._tail(rt)
+        self.heap.after_step(n)
         return n
 
     def run_until_idle(self, timeout: float = 60.0, block_ms: int = 20) -> None:

@@ -38,6 +38,13 @@ def _wait_done(r, keys: ModelKeys, n_out: int, proc, timeout: float = 240.0) -> 
     raise TimeoutError(f"{r.xlen(keys.out)} of {n_out} predictions after {timeout}s")
 
 
+def _idle_rss(pid: int) -> int:
+    """The worker's RSS once it has gone idle: an empty read of block_ms (100 ms) after
+    its last batch, where it hands freed heap pages back (workers/heap.py)."""
+    time.sleep(0.5)
+    return rss_bytes(pid)
+
+
 def _accuracy(model, msgs) -> float:
     f = Featurizer.from_config(FCFG)
     X = f.stack([f.featurize(decode_input(msgpack.packb({"tokens": m["tokens"]}), "0-0"))
@@ -64,7 +71,7 @@ def test_vocabulary_flood_keeps_memory_bounded_and_model_usable(redis_server, tm
         clean_model, _ = load_model(r, "flood")
         clean_acc = _accuracy(clean_model, held_out)
         nbytes = _features_nbytes(clean_model)
-        rss0 = rss_bytes(proc.pid)
+        rss0 = _idle_rss(proc.pid)
 
         rng = np.random.default_rng(22)
         classes = ["spam", "ham", "news"]
@@ -73,7 +80,7 @@ def test_vocabulary_flood_keeps_memory_bounded_and_model_usable(redis_server, tm
         for start in range(0, n_msg, 100):  # 100 messages (100k tokens) per produce call
             if start == n_msg // 2:  # once the LRU token cache is full, RSS must stop growing
                 _wait_done(r, keys, len(train) + start, proc)
-                rss_half = rss_bytes(proc.pid)
+                rss_half = _idle_rss(proc.pid)
             batch = []
             for i in range(start, min(start + 100, n_msg)):
                 base = i * TOKENS_PER_MESSAGE
@@ -82,7 +89,7 @@ def test_vocabulary_flood_keeps_memory_bounded_and_model_usable(redis_server, tm
                                          for j in range(TOKENS_PER_MESSAGE)]})
             produce(r, "flood", batch)
         _wait_done(r, keys, len(train) + n_msg, proc, timeout=300)
-        rss_end = rss_bytes(proc.pid)
+        rss_end = _idle_rss(proc.pid)
         grown, second_half = rss_end - rss0, rss_end - rss_half
     finally:
         proc.terminate()
