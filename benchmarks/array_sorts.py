@@ -1,6 +1,9 @@
 """The sorts of a batch's column indices (streamnb.arrays), next to numpy's own.
 
-A worker sorts the column indices of a batch's rows three times: the prequential plan
+Before the rows exist, the featurizer makes each message's distinct buckets from its
+token hashes (``TokenHasher.unique_buckets_many``: the C ``unique_buckets`` where the C
+module is built, against its numpy reference; here ``--per-row`` hashes per row, a third
+of them repeats). Then a worker sorts the column indices of a batch's rows three times: the prequential plan
 (``sort_with_order``), the class sums of the statistics (``unique_inverse``) and the union
 of column sets when deltas merge (``sorted_unique(runs=True)``). The input here has the
 shape of a batch of mail: ``--rows`` CSR rows of ``--per-row`` sorted distinct buckets of
@@ -22,6 +25,7 @@ import numpy as np
 
 from benchmarks._common import format_table, print_header
 from streamnb.arrays import sort_with_order, sorted_unique, unique_inverse
+from streamnb.features.hashing import TokenHasher
 
 BUCKETS = 2**20
 
@@ -59,8 +63,20 @@ def measure(rows: int = 100, per_row: int = 320, columns: int = 200_000,
                             keys[:per_row]])
     assert np.array_equal(sorted_unique(union, runs=True), np.unique(union))
 
+    hasher = TokenHasher(20)
+    hashes = rng.integers(0, 2**63, size=(rows, per_row), dtype=np.uint64)
+    hashes[:, ::3] = hashes[:, 1::3][:, : hashes[:, ::3].shape[1]]  # repeated tokens
+    hashes = hashes.ravel()
+    sizes = np.full(rows, per_row, dtype=np.int64)
+    got = hasher.unique_buckets_many(hashes.copy(), sizes)
+    want = hasher._unique_buckets_numpy(hashes.copy(), sizes)
+    assert all(np.array_equal(g, w) for g, w in zip(got, want, strict=True))
+
     words = (keys.astype(np.int64) << 15) | np.arange(keys.size, dtype=np.int64)
     return [
+        ("featurize: each row's distinct buckets", "sort of (row, bucket) keys",
+         best_ms(lambda: hasher._unique_buckets_numpy(hashes.copy(), sizes), repeat),
+         best_ms(lambda: hasher.unique_buckets_many(hashes.copy(), sizes), repeat)),
         ("plan: sort the batch's indices with their order", "np.argsort(kind='stable')",
          best_ms(lambda: np.argsort(keys, kind="stable"), repeat),
          best_ms(lambda: sort_with_order(keys, BUCKETS), repeat)),

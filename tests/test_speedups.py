@@ -467,6 +467,8 @@ def test_c_token_hash_cache_rejects_what_it_cannot_hash():
     out = np.empty(2, dtype=np.uint64)
     with pytest.raises(TypeError, match="tokens must be str"):
         speedups.hash_lists([["a", 3]], out)
+    with pytest.raises(TypeError, match="tokens must be str, got bytes"):  # in a later block
+        speedups.hash_lists([[f"t{i}" for i in range(20)] + [b"x"]], np.empty(21, np.uint64))
     with pytest.raises(TypeError):
         speedups.hash_lists([5], out)
     with pytest.raises(ValueError, match="too small"):
@@ -487,6 +489,58 @@ def test_c_token_hash_cache_passes_the_miss_error_on(small_c_cache):
     speedups.hash_cache_init(8, fails)
     with pytest.raises(RuntimeError, match="no hash for new"):
         speedups.hash_one("new")
+
+
+bucket_lists = st.lists(
+    st.one_of(st.lists(st.integers(0, 2**64 - 1), max_size=40),  # insertion sort
+              st.lists(st.integers(0, 2**64 - 1), min_size=33, max_size=400),  # radix sort
+              st.lists(st.integers(0, 2**64 - 1), max_size=5).map(lambda v: v * 60)),  # repeats
+    max_size=8)
+
+
+@needs_speedups
+@settings(max_examples=400, deadline=None)
+@given(lists=bucket_lists, bits=st.integers(1, hashing.MAX_HASH_BITS))
+def test_c_unique_buckets_equal_the_numpy_ones(lists, bits):
+    hasher = hashing.TokenHasher(bits)
+    hashes = np.array([h for values in lists for h in values], dtype=np.uint64)
+    sizes = np.array([len(values) for values in lists], dtype=np.int64)
+    got = hasher.unique_buckets_many(hashes.copy(), sizes)
+    want = hasher._unique_buckets_numpy(hashes.copy(), sizes)
+    assert [g.tolist() for g in got] == [w.tolist() for w in want]
+    assert all(g.dtype == np.int32 for g in got) and len(got) == len(lists)
+
+
+@needs_speedups
+def test_c_unique_buckets_hand_worked():
+    # bits 4: 17 -> 1, 33 -> 1, 2 -> 2, 255 -> 15; a list of 40 (radix) of 3 values
+    hashes = np.array([17, 1, 2, 33, 255, 2] + [9, 3, 7] * 40, dtype=np.uint64)
+    sizes = np.array([3, 0, 3, 120], dtype=np.int64)
+    out = np.full(126, -1, dtype=np.int32)
+    counts = np.empty(4, dtype=np.int64)
+    assert speedups.unique_buckets(hashes, sizes, 4, out, counts) is None
+    assert counts.tolist() == [2, 0, 3, 3]
+    assert out[:8].tolist() == [1, 2, 1, 2, 15, 3, 7, 9]
+
+
+@needs_speedups
+def test_c_unique_buckets_rejects_inconsistent_buffers():
+    hashes = np.arange(4, dtype=np.uint64)
+    out, counts = np.empty(4, dtype=np.int32), np.empty(2, dtype=np.int64)
+    with pytest.raises(ValueError, match="do not add up"):
+        speedups.unique_buckets(hashes, np.array([2, 1]), 8, out, counts)
+    with pytest.raises(ValueError, match="do not add up"):
+        speedups.unique_buckets(hashes, np.array([5, -1]), 8, out, counts)
+    with pytest.raises(ValueError, match="one item per list"):
+        speedups.unique_buckets(hashes, np.array([2, 2]), 8, out, counts[:1])
+    with pytest.raises(ValueError, match="too small"):
+        speedups.unique_buckets(hashes, np.array([2, 2]), 8, out[:3], counts)
+    with pytest.raises(ValueError, match="bits"):
+        speedups.unique_buckets(hashes, np.array([2, 2]), 32, out, counts)
+    with pytest.raises(TypeError, match="8-byte items"):
+        speedups.unique_buckets(hashes, np.array([2, 2]), 8, out.astype(np.int64), counts)
+    with pytest.raises(BufferError):  # read-only
+        speedups.unique_buckets(hashes, np.array([2, 2]), 8, bytes(16), counts)
 
 
 def test_python_hash_path_equals_the_one_in_use(monkeypatch):

