@@ -543,6 +543,41 @@ def test_c_unique_buckets_rejects_inconsistent_buffers():
         speedups.unique_buckets(hashes, np.array([2, 2]), 8, bytes(16), counts)
 
 
+@needs_speedups
+@settings(max_examples=300, deadline=None)
+@given(bits=st.integers(1, 31), data=st.data(), wide=st.booleans())
+def test_c_sort_order_is_the_stable_argsort(bits, data, wide):
+    keys = np.array(data.draw(st.lists(st.integers(0, 2**bits - 1), max_size=300)
+                              | st.lists(st.integers(0, min(3, 2**bits - 1)), max_size=300)),
+                    dtype=np.int64 if wide else np.int32)
+    words, order = np.empty(keys.size, np.int64), np.empty(keys.size, np.int64)
+    assert speedups.sort_order(keys, bits, words, order) is None
+    want = np.argsort(keys, kind="stable")
+    assert order.tolist() == want.tolist() and words.tolist() == keys[want].tolist()
+
+
+@needs_speedups
+def test_c_sort_order_on_a_batch_of_rows_and_bad_input():
+    from streamnb.arrays import _sort_with_order_numpy, sort_with_order
+
+    rng = np.random.default_rng(5)  # 100 CSR rows of 2**20 buckets: two 11-bit passes
+    keys = np.concatenate([np.sort(rng.choice(2**20, 300, replace=False)) for _ in range(100)])
+    for dtype in (np.int32, np.int64):
+        got, want = sort_with_order(keys.astype(dtype), 2**20), _sort_with_order_numpy(keys, 2**20)
+        assert all(np.array_equal(g, w) and g.dtype == np.int64 for g, w in zip(got, want, strict=True))
+    out = np.empty(3, np.int64), np.empty(3, np.int64)
+    with pytest.raises(ValueError, match=r"key 8 is not in \[0, 2\*\*3\)"):
+        speedups.sort_order(np.array([1, 8, 2]), 3, *out)
+    with pytest.raises(ValueError, match=r"key -1 is not in"):
+        speedups.sort_order(np.array([1, -1, 2], dtype=np.int32), 3, *out)
+    with pytest.raises(ValueError, match="one item per key"):
+        speedups.sort_order(np.array([1, 2]), 3, *out)
+    with pytest.raises(TypeError, match="4- or 8-byte"):
+        speedups.sort_order(np.array([1, 2, 3], dtype=np.int16), 3, *out)
+    with pytest.raises(ValueError, match="bits"):
+        speedups.sort_order(np.array([1, 2, 3]), 0, *out)
+
+
 def test_python_hash_path_equals_the_one_in_use(monkeypatch):
     """The dict path of ``hashing._hashes`` (what a build without the C module runs) gives
     what the path in use gives."""

@@ -11,7 +11,9 @@
  * 9. the comment, declaration and script/style passes of markup.strip_html (html_clean, at
  *    the end), and
  * 10. the sorted distinct buckets of each message's token hashes for
- *    TokenHasher.unique_buckets_many (unique_buckets, after the hash cache).
+ *    TokenHasher.unique_buckets_many (unique_buckets, after the hash cache), and
+ * 11. the stable argsort of a batch's column indices for streamnb.arrays.sort_with_order
+ *    (sort_order, after it).
  *
  * word_tokens(text, min_len, max_len, out) appends to the list `out`
  * exactly the tokens that WordRules.words' list comprehensions give for `text` (already
@@ -591,6 +593,116 @@ done:
     PyBuffer_Release(&sv);
     PyBuffer_Release(&ov);
     PyBuffer_Release(&cv);
+    return result;
+}
+
+/* ------------------------------------------------------------------ sort_order
+ *
+ * sort_order(keys, bits, sorted_out, order_out): streamnb.arrays.sort_with_order for
+ * keys in [0, 2**bits): order_out gets np.argsort(keys, kind="stable") and sorted_out
+ * keys[order] (both int64). `keys` is int32 or int64 (a batch's CSR column indices);
+ * a key out of range raises ValueError. An LSD radix sort of (key, position) pairs,
+ * 11-bit digits (a digit shared by every key is skipped): two passes over a batch of
+ * 2**20-bucket columns, where numpy's stable sort merges the rows' sorted runs in
+ * about log2(rows) passes. */
+#define ORDER_DIGIT 11
+
+static PyObject *
+sort_order(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "sort_order(keys, bits, sorted_out, order_out) takes 4 arguments");
+        return NULL;
+    }
+    long bits = PyLong_AsLong(args[1]);
+    if (bits == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    if (bits < 1 || bits > 31) {
+        PyErr_SetString(PyExc_ValueError, "sort_order: bits must be in 1..31");
+        return NULL;
+    }
+    Py_buffer kv, sv, ov;
+    if (PyObject_GetBuffer(args[0], &kv, PyBUF_C_CONTIGUOUS) < 0) {
+        return NULL;
+    }
+    if (PyObject_GetBuffer(args[2], &sv, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0) {
+        PyBuffer_Release(&kv);
+        return NULL;
+    }
+    if (PyObject_GetBuffer(args[3], &ov, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0) {
+        PyBuffer_Release(&kv);
+        PyBuffer_Release(&sv);
+        return NULL;
+    }
+    PyObject *result = NULL;
+    uint32_t *work = NULL;
+    Py_ssize_t n = kv.itemsize ? kv.len / kv.itemsize : 0;
+    if ((kv.itemsize != 4 && kv.itemsize != 8) || sv.itemsize != 8 || ov.itemsize != 8) {
+        PyErr_SetString(PyExc_TypeError, "sort_order: keys take 4- or 8-byte items, the outputs 8-byte ones");
+        goto done;
+    }
+    if (sv.len / 8 != n || ov.len / 8 != n) {
+        PyErr_SetString(PyExc_ValueError, "sort_order: the outputs must have one item per key");
+        goto done;
+    }
+    if (n > (Py_ssize_t)UINT32_MAX) {
+        PyErr_SetString(PyExc_ValueError, "sort_order: too many keys");
+        goto done;
+    }
+    work = PyMem_Malloc(4 * ((size_t)n + 1) * sizeof(uint32_t));
+    if (work == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    uint32_t *key = work, *pos = work + n + 1, *key2 = work + 2 * (n + 1), *pos2 = work + 3 * (n + 1);
+    int64_t bound = (int64_t)1 << bits;
+    for (Py_ssize_t j = 0; j < n; j++) {
+        int64_t v = kv.itemsize == 4 ? ((const int32_t *)kv.buf)[j] : ((const int64_t *)kv.buf)[j];
+        if (v < 0 || v >= bound) {
+            PyErr_Format(PyExc_ValueError, "sort_order: key %lld is not in [0, 2**%ld)", (long long)v, bits);
+            goto done;
+        }
+        key[j] = (uint32_t)v;
+        pos[j] = (uint32_t)j;
+    }
+    for (int shift = 0; shift < bits && n > 1; shift += ORDER_DIGIT) {
+        Py_ssize_t count[(1 << ORDER_DIGIT) + 1];
+        memset(count, 0, sizeof(count));
+        uint32_t dmask = (1u << ORDER_DIGIT) - 1;
+        for (Py_ssize_t j = 0; j < n; j++) {
+            count[((key[j] >> shift) & dmask) + 1]++;
+        }
+        if (count[((key[0] >> shift) & dmask) + 1] == n) {
+            continue; /* one digit for every key: already in order on it */
+        }
+        for (int d = 0; d < (1 << ORDER_DIGIT); d++) {
+            count[d + 1] += count[d];
+        }
+        for (Py_ssize_t j = 0; j < n; j++) {
+            Py_ssize_t at = count[(key[j] >> shift) & dmask]++;
+            key2[at] = key[j];
+            pos2[at] = pos[j];
+        }
+        uint32_t *t = key;
+        key = key2;
+        key2 = t;
+        t = pos;
+        pos = pos2;
+        pos2 = t;
+    }
+    int64_t *sorted = sv.buf, *order = ov.buf;
+    for (Py_ssize_t j = 0; j < n; j++) {
+        sorted[j] = key[j];
+        order[j] = pos[j];
+    }
+    result = Py_None;
+    Py_INCREF(result);
+done:
+    PyMem_Free(work);
+    PyBuffer_Release(&kv);
+    PyBuffer_Release(&sv);
+    PyBuffer_Release(&ov);
     return result;
 }
 
@@ -1527,6 +1639,9 @@ static PyMethodDef methods[] = {
     {"unique_buckets", (PyCFunction)(void (*)(void))unique_buckets, METH_FASTCALL,
      "unique_buckets(hashes, sizes, bits, out, counts): the sorted distinct buckets of each "
      "list of uint64 hashes, lists end to end, into out (int32); counts[i]: how many for list i."},
+    {"sort_order", (PyCFunction)(void (*)(void))sort_order, METH_FASTCALL,
+     "sort_order(keys, bits, sorted_out, order_out): the stable argsort of keys in [0, 2**bits) "
+     "into order_out and the sorted keys into sorted_out (int64)."},
     {"text_counts", text_counts, METH_O,
      "text_counts(text): (upper-case, alphabetic, non-ASCII, '!' or '$') characters of text "
      "(MailAnalysis.add_text_stats' counts)."},
