@@ -1,8 +1,10 @@
-"""Build hook for the optional C speed-up (metadata is in pyproject.toml).
+"""Build hook for the optional C speed-ups (metadata is in pyproject.toml).
 
 ``streamnb.features._speedups`` runs the tokenizer's per-character steps and the token
-hash cache (see its source). It is optional: where no C compiler is found, the build goes on without it and the same rules
-run in Python (``python -c "import streamnb.features.text as t; print(t.SPEEDUPS)"``).
+hash cache (see its source); ``workers._resp`` packs a worker's commit command in the Redis
+protocol. Both are optional: where no C compiler is found, the build goes on without them
+and the same code runs in Python (``python -c "import streamnb.features.text as t;
+print(t.SPEEDUPS)"``).
 """
 
 from setuptools import Extension, setup
@@ -13,6 +15,7 @@ setup(
             "streamnb.features._speedups",
             ["streamnb/features/_speedups.c"],
             optional=True,
-        )
+        ),
+        Extension("workers._resp", ["workers/_resp.c"], optional=True),
     ]
 )

@@ -5,6 +5,7 @@ from __future__ import annotations
 import fakeredis
 import pytest
 
+from workers import commit as commit_module
 from workers.commit import CacheCas, CacheNew, CommitRequest, commit_batch, send_commit
 from workers.keys import GROUP, ModelKeys
 from workers.labels import encode_label
@@ -20,6 +21,16 @@ def r(request):
 
 
 K = ModelKeys("t")
+
+
+@pytest.fixture(params=["C", "redis-py"])
+def packing(request, monkeypatch):
+    """send_commit packs the command with workers._resp (when built) or with redis-py."""
+    if request.param == "C" and commit_module.PACK_COMMAND is None:
+        pytest.skip("workers._resp is not built")
+    if request.param == "redis-py":
+        monkeypatch.setattr(commit_module, "PACK_COMMAND", None)
+    return request.param
 
 
 def _read(r, consumer: str, n: int) -> list[str]:
@@ -147,7 +158,7 @@ def test_the_log_entry_names_the_announcement_its_commit_withdraws(r):
     assert announced == {b"data": b"d1", b"inflight": b"w1|1-0"} and plain == {b"data": b"d2"}
 
 
-def test_commands_sent_before_a_commit_run_first_and_their_replies_are_read_with_it(r):
+def test_commands_sent_before_a_commit_run_first_and_their_replies_are_read_with_it(r, packing):
     """The next batch's announcement goes in the commit's write (pipelined commits)."""
     ids = _read(r, "w1", 1)
     sent = send_commit(r, K, "w1", CommitRequest(ids=ids, log_data=b"d",
@@ -159,7 +170,7 @@ def test_commands_sent_before_a_commit_run_first_and_their_replies_are_read_with
     assert r.ping() and r.xpending(K.input, GROUP)["pending"] == 0  # in step with the replies
 
 
-def test_a_sent_commit_gives_what_the_direct_call_gives_and_the_client_stays_usable(r):
+def test_a_sent_commit_gives_what_the_direct_call_gives_and_the_client_stays_usable(r, packing):
     ids = _read(r, "w1", 3)
     sent = send_commit(r, K, "w1", CommitRequest(ids=ids[:2], outputs=[b"o1", b"o2"],
                                                  log_data=b"delta", n_learnt=2))
@@ -172,14 +183,14 @@ def test_a_sent_commit_gives_what_the_direct_call_gives_and_the_client_stays_usa
     assert lost.lost == ids[:2] and r.xlen(K.log) == 1  # a replay writes nothing, as before
 
 
-def test_a_sent_commit_loads_the_script_after_a_flush(r):
+def test_a_sent_commit_loads_the_script_after_a_flush(r, packing):
     ids = _read(r, "w1", 1)
     r.script_flush()  # as after a restart of Redis: the first EVALSHA finds no script
     res = send_commit(r, K, "w1", CommitRequest(ids=ids, outputs=[b"o"], log_data=b"d")).result()
     assert res.ok and r.xlen(K.out) == 1 and r.xlen(K.log) == 1
 
 
-def test_an_abandoned_commit_ran_whole_or_not_at_all(redis_server):
+def test_an_abandoned_commit_ran_whole_or_not_at_all(redis_server, packing):
     r = redis_server.client()
     ids = _read(r, "w1", 50)
     sent = send_commit(r, K, "w1", CommitRequest(ids=ids, outputs=[b"o"] * 50, log_data=b"d",
@@ -193,3 +204,29 @@ def test_an_abandoned_commit_ran_whole_or_not_at_all(redis_server):
         assert pending == 50 and _nothing_written(r)
     with pytest.raises(RuntimeError, match="abandoned"):
         sent.result()
+
+
+@pytest.mark.skipif(commit_module.PACK_COMMAND is None, reason="workers._resp is not built")
+def test_c_packing_gives_redis_py_bytes():
+    """workers._resp.pack_command against redis-py's packing (the reference), on a whole
+    batch's commit and on every kind of argument."""
+    conn = fakeredis.FakeRedis().connection_pool.get_connection()
+    cache = [CacheNew(K.cache(f"m{i}"), bytes(range(256)) * 4, b"\x81\xa1p\x01", encode_label("spam"),
+                      1.0, 1700000000.25, 172_800_000) for i in range(100)]
+    req = CommitRequest(ids=[f"17000-{i}" for i in range(100)], outputs=[b"o" * 300] * 100,
+                        dead=[b"\x00\r\n"], log_data=b"d" * 40_000, n_learnt=100,
+                        cache_ops=[*cache, CacheCas(K.cache("x"), b"a", b"")],
+                        inflight_key=K.inflight, inflight_field="w1|17000-0")
+    script_keys, args = commit_module._command(K, "w1", req, 1_000_000, 100_000)
+    odd = ["ECHO", "", "é€😀", 0, -1, 2**63 - 1, -(2**63), 2**64, 10**30, b"", bytearray(b"ab"),
+           memoryview(b"cd"), "x" * 70_000]
+    for command in (["EVALSHA", "f" * 40, len(script_keys), *script_keys, *args], odd, ["PING"]):
+        assert commit_module.PACK_COMMAND(command) == b"".join(conn.pack_commands([command]))
+        assert commit_module.PACK_COMMAND(tuple(command)) == commit_module.PACK_COMMAND(command)
+    for bad in ([1.5], [True], [None], ["ok", object()]):
+        with pytest.raises(TypeError, match="bytes, str or int"):
+            commit_module.PACK_COMMAND(bad)
+    with pytest.raises(TypeError, match="list or a tuple"):
+        commit_module.PACK_COMMAND(5)
+    with pytest.raises(UnicodeEncodeError):
+        commit_module.PACK_COMMAND(["\ud800"])

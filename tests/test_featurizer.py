@@ -242,3 +242,23 @@ def test_binary_rows_are_cached_without_their_values_and_old_rows_still_read():
     for bad in (dict(legacy, ones=True), dict(msgpack.unpackb(data), ones=1)):
         with pytest.raises(FormatError, match="'ones'"):
             Row.from_bytes(msgpack.packb(bad))
+
+
+def test_row_bytes_are_the_general_encoding_on_the_fast_path():
+    """The common row (binary values, int32 buckets, no meta) is encoded without looking at
+    its values or going through pack_array: the same bytes as the general encoding."""
+    from streamnb.constants import FEATURIZER_FORMAT_VERSION
+    from streamnb.encoding import dumps, pack_array
+
+    f = Featurizer(bits=16)
+    row = f.featurize(msg("raw", MAIL))
+    assert row.binary and row.meta is None
+    general = dumps({"type": "row", "v": FEATURIZER_FORMAT_VERSION, "n": row.n_tokens,
+                     "ones": True, "indices": pack_array(row.indices)})
+    assert row.to_bytes() == general
+    unflagged = Row(indices=row.indices, values=row.values.copy(), n_tokens=row.n_tokens)
+    assert unflagged.to_bytes() == general  # ones found by looking
+    back = Row.from_bytes(general)
+    assert back == row and back.binary and back.to_bytes() == general
+    meta = Featurizer(bits=16, meta=True).featurize(msg("raw", MAIL))
+    assert Row.from_bytes(meta.to_bytes()) == meta and b"meta" in meta.to_bytes()

@@ -41,6 +41,9 @@ def test_speedups_built_where_ci_requires_them():
     if os.environ.get("STREAMNB_REQUIRE_SPEEDUPS", "") in ("", "0"):
         pytest.skip("STREAMNB_REQUIRE_SPEEDUPS is not set")
     assert text_rules.SPEEDUPS, "streamnb.features._speedups was not built (no C compiler?)"
+    from workers import commit
+
+    assert commit.PACK_COMMAND is not None, "workers._resp was not built (no C compiler?)"
 
 
 needs_speedups = pytest.mark.skipif(not text_rules.SPEEDUPS,

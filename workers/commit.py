@@ -31,6 +31,7 @@ True
 from __future__ import annotations
 
 import hashlib
+import os
 from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
@@ -57,6 +58,22 @@ class LuaScript:
 
 
 COMMIT_SCRIPT = LuaScript(resources.files("workers").joinpath("commit.lua").read_text())
+
+
+def _c_pack_command() -> Any:
+    """``workers._resp.pack_command`` (C), or None: not built, or turned off by
+    ``STREAMNB_PURE_PYTHON`` (then redis-py packs the command, the reference)."""
+    if os.environ.get("STREAMNB_PURE_PYTHON", "") not in ("", "0"):
+        return None
+    try:
+        from workers._resp import pack_command
+    except ImportError:
+        return None
+    return pack_command
+
+
+#: Packs one command in the Redis protocol (bytes), or None: see :func:`_c_pack_command`.
+PACK_COMMAND = _c_pack_command()
 
 
 @dataclass(slots=True)
@@ -186,7 +203,12 @@ class SentCommit:
         conn = pool.get_connection()
         commit = ["EVALSHA", COMMIT_SCRIPT.sha, len(script_keys), *script_keys, *args]
         try:
-            conn.send_packed_command(conn.pack_commands([*(before or ()), commit]))
+            if PACK_COMMAND is None:
+                packed = conn.pack_commands([*(before or ()), commit])
+            else:  # the commit's thousand arguments in one C pass (workers/_resp.c)
+                packed = [*conn.pack_commands(before), PACK_COMMAND(commit)] if before else \
+                    [PACK_COMMAND(commit)]
+            conn.send_packed_command(packed)
         except BaseException:
             conn.disconnect()
             pool.release(conn)

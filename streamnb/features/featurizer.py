@@ -56,6 +56,8 @@ class Row:
     meta: np.ndarray | None = None
     x: np.ndarray | None = None
     n_tokens: int = 0
+    #: The values are all 1, as made (binary counts): :meth:`to_bytes` need not look.
+    binary: bool = False
 
     @property
     def is_dense(self) -> bool:
@@ -85,9 +87,15 @@ class Row:
         >>> Row.from_bytes(r.to_bytes()) == r, len(r.to_bytes()) < 100 * 4 + 100
         (True, True)
         """
+        values, idx = self.values, self.indices
+        ones = values is not None and values.size and (self.binary or bool((values == 1.0).all()))
+        if ones and self.meta is None and self.x is None and type(idx) is np.ndarray \
+                and idx.dtype.str == "<i4" and idx.flags.c_contiguous:  # the common row: as below
+            return dumps({"type": "row", "v": FEATURIZER_FORMAT_VERSION, "n": self.n_tokens,
+                          "ones": True, "indices": {"dtype": "<i4", "shape": [idx.size],
+                                                    "data": idx.tobytes()}})
         body: dict[str, Any] = {"type": "row", "v": FEATURIZER_FORMAT_VERSION, "n": self.n_tokens}
-        values = self.values
-        if values is not None and values.size and bool((values == 1.0).all()):
+        if ones:
             body["ones"] = True
             values = None
         for name, a in (("indices", self.indices), ("values", values), ("meta", self.meta),
@@ -123,7 +131,7 @@ class Row:
                 raise FormatError("sparse feature row indices must be sorted, unique, >= 0")
         elif idx is not None or val is not None:
             raise FormatError("a feature row is either sparse or dense")
-        return cls(indices=idx, values=val, meta=meta, x=x, n_tokens=n)
+        return cls(indices=idx, values=val, meta=meta, x=x, n_tokens=n, binary="ones" in obj)
 
 
 def _check_config(cfg: Any) -> dict[str, Any]:
@@ -319,7 +327,8 @@ class Featurizer:
         """The row of sorted unique buckets and how many tokens fell in each (None: binary
         values), under this featurizer's ``counts`` option."""
         if self.counts == "binary":
-            return Row(indices=idx, values=np.ones(idx.size), meta=meta, n_tokens=n_tokens)
+            return Row(indices=idx, values=np.ones(idx.size), meta=meta, n_tokens=n_tokens,
+                       binary=True)
         return Row(indices=idx, values=np.log1p(counts) if self.counts == "log" else counts,
                    meta=meta, n_tokens=n_tokens)
 
