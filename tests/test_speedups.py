@@ -273,6 +273,29 @@ def test_c_html_clean_hand_worked():
 
 
 @needs_speedups
+def test_c_html_strip_is_the_steps_in_one_call():
+    markup = ('<p>Buy<!-- x --> <A HREF="http://u@Ex.example.com/a">now</a>'
+              '<script>var x;</script>&amp; <img src=ftp://h.org></p>')
+    text, tokens = speedups.html_strip(markup, 2000)
+    pieces = speedups.tag_split(speedups.html_clean(markup))
+    assert text == " ".join(pieces[::4]) and "&amp;" in text  # unescaped by the caller
+    assert tokens == speedups.tag_tokens(pieces[1::4], pieces[2::4], pieces[3::4], 2000)
+    assert tokens == ["html:p", "html:a", "url:ex.example.com", "url:example.com", "html:script",
+                      "html:img", "url:h.org"]
+    assert speedups.html_strip(markup, 3) == (text, tokens[:4])  # a tag's tokens are not split
+    assert speedups.html_strip(markup, 0) == (text, [])
+    assert speedups.html_strip("no tags &lt;", 5) == ("no tags &lt;", [])
+    many = "".join(f"<b{i % 7}>w{i}" for i in range(300))  # more tags than the first room
+    assert speedups.html_strip(many, 2000) == (" " + " ".join(f"w{i}" for i in range(300)),
+                                               [f"html:b{i % 7}" for i in range(300)])
+    assert speedups.html_strip("\u2003<p>", 5) is None  # beyond Latin-1: the steps one by one
+    with pytest.raises(ValueError, match="max_tag_tokens"):
+        speedups.html_strip("<p>", -1)
+    with pytest.raises(TypeError):
+        speedups.html_strip(b"<p>", 5)
+
+
+@needs_speedups
 def test_c_tag_split_hand_worked():
     assert speedups.tag_split("a< /B x>b<1>c<i") == ["a", "/", "B", " x", "b<1>c", "", "i", "", ""]
     assert speedups.tag_split("") == [""]

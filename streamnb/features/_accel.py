@@ -22,6 +22,7 @@ __all__ = ["python_tokenizer", "speedups"]
 TOKENIZER_STEPS = (
     ("streamnb.features.text", "_word_tokens"),
     ("streamnb.features.text", "_url_scan"),
+    ("streamnb.features.markup", "_html_strip"),
     ("streamnb.features.markup", "_html_clean"),
     ("streamnb.features.markup", "_tag_split"),
     ("streamnb.features.markup", "_tag_tokens"),

@@ -13,7 +13,9 @@
  * 10. the sorted distinct buckets of each message's token hashes for
  *    TokenHasher.unique_buckets_many (unique_buckets, after the hash cache), and
  * 11. the stable argsort of a batch's column indices for streamnb.arrays.sort_with_order
- *    (sort_order, after it).
+ *    (sort_order, after it), and
+ * 12. markup.strip_html whole on Latin-1 markup (html_strip: the passes of 9, the split of
+ *    5 and the tokens of 7 in one call, at the end).
  *
  * word_tokens(text, min_len, max_len, out) appends to the list `out`
  * exactly the tokens that WordRules.words' list comprehensions give for `text` (already
@@ -997,6 +999,55 @@ append_piece(PyObject *out, const Py_UCS1 *p, Py_ssize_t n)
     return append_new(out, latin1_str(p, n));
 }
 
+/* One tag of markup._TAG: the slash, name and attribute runs (pointers into the markup). */
+typedef struct {
+    const Py_UCS1 *slash, *name, *attr;
+    Py_ssize_t slash_len, name_len, attr_len;
+} tag_t;
+
+/* The first tag of p[i:n]: its '<' position (tag->... filled, *end after its '>' if any),
+ * or -1 if there is none. */
+static Py_ssize_t
+next_tag(const Py_UCS1 *p, Py_ssize_t n, Py_ssize_t i, tag_t *tag, Py_ssize_t *end)
+{
+    const Py_UCS1 *lt;
+    while (i < n && (lt = memchr(p + i, '<', (size_t)(n - i))) != NULL) {
+        i = lt - p;
+        Py_ssize_t j = i + 1, name_end, attr_end;
+        while (j < n && is_space1[p[j]]) {
+            j++;
+        }
+        tag->slash = p + j;
+        tag->slash_len = 0;
+        if (j < n && p[j] == '/') {
+            tag->slash_len = 1;
+            j++;
+        }
+        while (j < n && is_space1[p[j]]) {
+            j++;
+        }
+        if (j >= n || !is_letter_ascii(p[j])) {
+            i++;
+            continue;
+        }
+        name_end = j + 1;
+        while (name_end < n && name_end - j < 16 && is_alnum_ascii(p[name_end])) {
+            name_end++;
+        }
+        attr_end = name_end;
+        while (attr_end < n && attr_end - name_end < 2000 && p[attr_end] != '>') {
+            attr_end++;
+        }
+        tag->name = p + j;
+        tag->name_len = name_end - j;
+        tag->attr = p + name_end;
+        tag->attr_len = attr_end - name_end;
+        *end = attr_end < n && p[attr_end] == '>' ? attr_end + 1 : attr_end;
+        return i;
+    }
+    return -1;
+}
+
 static PyObject *
 tag_split(PyObject *self, PyObject *markup)
 {
@@ -1008,49 +1059,21 @@ tag_split(PyObject *self, PyObject *markup)
         Py_RETURN_NONE;
     }
     const Py_UCS1 *p = PyUnicode_1BYTE_DATA(markup);
-    Py_ssize_t n = PyUnicode_GET_LENGTH(markup), text_from = 0;
+    Py_ssize_t n = PyUnicode_GET_LENGTH(markup), text_from = 0, i, end;
     PyObject *out = PyList_New(0);
     if (out == NULL) {
         return NULL;
     }
-    const Py_UCS1 *lt;
-    Py_ssize_t i = 0;
-    while (i < n && (lt = memchr(p + i, '<', (size_t)(n - i))) != NULL) {
-        i = lt - p;
-        Py_ssize_t j = i + 1, slash_from, slash_len = 0, name_from, name_end, attr_end, end;
-        while (j < n && is_space1[p[j]]) {
-            j++;
-        }
-        slash_from = j;
-        if (j < n && p[j] == '/') {
-            slash_len = 1;
-            j++;
-        }
-        while (j < n && is_space1[p[j]]) {
-            j++;
-        }
-        if (j >= n || !is_letter_ascii(p[j])) {
-            i++;
-            continue;
-        }
-        name_from = j;
-        name_end = j + 1;
-        while (name_end < n && name_end - name_from < 16 && is_alnum_ascii(p[name_end])) {
-            name_end++;
-        }
-        attr_end = name_end;
-        while (attr_end < n && attr_end - name_end < 2000 && p[attr_end] != '>') {
-            attr_end++;
-        }
-        end = attr_end < n && p[attr_end] == '>' ? attr_end + 1 : attr_end;
+    tag_t tag;
+    while ((i = next_tag(p, n, text_from, &tag, &end)) >= 0) {
         if (append_piece(out, p + text_from, i - text_from) < 0
-            || append_piece(out, p + slash_from, slash_len) < 0
-            || append_piece(out, p + name_from, name_end - name_from) < 0
-            || append_piece(out, p + name_end, attr_end - name_end) < 0) {
+            || append_piece(out, tag.slash, tag.slash_len) < 0
+            || append_piece(out, tag.name, tag.name_len) < 0
+            || append_piece(out, tag.attr, tag.attr_len) < 0) {
             Py_DECREF(out);
             return NULL;
         }
-        text_from = i = end;
+        text_from = end;
     }
     if (append_piece(out, p + text_from, n - text_from) < 0) {
         Py_DECREF(out);
@@ -1260,39 +1283,10 @@ has_scheme_separator(const Py_UCS1 *p, Py_ssize_t n)
     return 0;
 }
 
+/* The tokens of n tags of Latin-1 markup (tag_tokens, below), cut at limit >= 0. */
 static PyObject *
-tag_tokens(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+tokens_of_tags(const tag_t *tags, Py_ssize_t n, Py_ssize_t limit)
 {
-    if (nargs != 4 || !PyList_Check(args[0]) || !PyList_Check(args[1]) || !PyList_Check(args[2])
-        || !PyLong_Check(args[3])) {
-        PyErr_SetString(PyExc_TypeError, "tag_tokens(slashes, names, attributes, max_tag_tokens): "
-                        "three lists and an int");
-        return NULL;
-    }
-    PyObject *slashes = args[0], *names = args[1], *attributes = args[2];
-    Py_ssize_t n = PyList_GET_SIZE(names), limit = PyLong_AsSsize_t(args[3]);
-    if (limit == -1 && PyErr_Occurred()) {
-        return NULL;
-    }
-    if (limit < 0) {
-        PyErr_SetString(PyExc_ValueError, "tag_tokens: max_tag_tokens must be >= 0");
-        return NULL;
-    }
-    if (PyList_GET_SIZE(slashes) != n || PyList_GET_SIZE(attributes) != n) {
-        PyErr_SetString(PyExc_ValueError, "tag_tokens: the three lists differ in length");
-        return NULL;
-    }
-    for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *a = PyList_GET_ITEM(attributes, i), *name = PyList_GET_ITEM(names, i);
-        PyObject *slash = PyList_GET_ITEM(slashes, i);
-        if (!PyUnicode_Check(a) || !PyUnicode_Check(name) || !PyUnicode_Check(slash)) {
-            PyErr_SetString(PyExc_TypeError, "tag_tokens: the lists must hold str");
-            return NULL;
-        }
-        if (PyUnicode_KIND(a) != PyUnicode_1BYTE_KIND || !PyUnicode_IS_ASCII(name)) {
-            Py_RETURN_NONE; /* (tag names are ASCII: the html: tokens are made as ASCII) */
-        }
-    }
     PyObject *tokens = PyList_New(0), *hosts = PyList_New(0);
     if (tokens == NULL || hosts == NULL) {
         goto fail;
@@ -1300,15 +1294,13 @@ tag_tokens(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     /* cut: where the tokens end; a tag's html: token and hosts are not split */
     Py_ssize_t cut = -1;
     for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *a = PyList_GET_ITEM(attributes, i);
-        int opening = PyUnicode_GET_LENGTH(PyList_GET_ITEM(slashes, i)) == 0;
+        int opening = tags[i].slash_len == 0;
         Py_ssize_t first = PyList_GET_SIZE(tokens); /* where this tag's tokens start */
         if (first >= limit) {
             break;
         }
         if (opening) {
-            PyObject *name = PyList_GET_ITEM(names, i);
-            Py_ssize_t m = PyUnicode_GET_LENGTH(name);
+            Py_ssize_t m = tags[i].name_len;
             PyObject *tok = PyUnicode_New(5 + m, 127);
             if (tok == NULL) {
                 goto fail;
@@ -1316,18 +1308,17 @@ tag_tokens(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
             Py_UCS1 *t = PyUnicode_1BYTE_DATA(tok);
             memcpy(t, "html:", 5);
             for (Py_ssize_t k = 0; k < m; k++) {
-                t[5 + k] = lower1(PyUnicode_1BYTE_DATA(name)[k]);
+                t[5 + k] = lower1(tags[i].name[k]);
             }
             if (append_new(tokens, tok) < 0) {
                 goto fail;
             }
         }
-        Py_ssize_t an = PyUnicode_GET_LENGTH(a);
-        const Py_UCS1 *ap = PyUnicode_1BYTE_DATA(a);
-        if (!has_scheme_separator(ap, an)) { /* no "://": no link */
+        if (!has_scheme_separator(tags[i].attr, tags[i].attr_len)) { /* no "://": no link */
             continue;
         }
-        if (PyList_SetSlice(hosts, 0, PyList_GET_SIZE(hosts), NULL) < 0 || append_link_hosts(ap, an, hosts) < 0) {
+        if (PyList_SetSlice(hosts, 0, PyList_GET_SIZE(hosts), NULL) < 0
+            || append_link_hosts(tags[i].attr, tags[i].attr_len, hosts) < 0) {
             goto fail;
         }
         Py_ssize_t nh = PyList_GET_SIZE(hosts);
@@ -1355,6 +1346,56 @@ fail:
     Py_XDECREF(tokens);
     Py_XDECREF(hosts);
     return NULL;
+}
+
+static PyObject *
+tag_tokens(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 4 || !PyList_Check(args[0]) || !PyList_Check(args[1]) || !PyList_Check(args[2])
+        || !PyLong_Check(args[3])) {
+        PyErr_SetString(PyExc_TypeError, "tag_tokens(slashes, names, attributes, max_tag_tokens): "
+                        "three lists and an int");
+        return NULL;
+    }
+    PyObject *slashes = args[0], *names = args[1], *attributes = args[2];
+    Py_ssize_t n = PyList_GET_SIZE(names), limit = PyLong_AsSsize_t(args[3]);
+    if (limit == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    if (limit < 0) {
+        PyErr_SetString(PyExc_ValueError, "tag_tokens: max_tag_tokens must be >= 0");
+        return NULL;
+    }
+    if (PyList_GET_SIZE(slashes) != n || PyList_GET_SIZE(attributes) != n) {
+        PyErr_SetString(PyExc_ValueError, "tag_tokens: the three lists differ in length");
+        return NULL;
+    }
+    tag_t *tags = PyMem_Malloc(((size_t)n + 1) * sizeof(tag_t));
+    if (tags == NULL) {
+        return PyErr_NoMemory();
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *a = PyList_GET_ITEM(attributes, i), *name = PyList_GET_ITEM(names, i);
+        PyObject *slash = PyList_GET_ITEM(slashes, i);
+        if (!PyUnicode_Check(a) || !PyUnicode_Check(name) || !PyUnicode_Check(slash)) {
+            PyMem_Free(tags);
+            PyErr_SetString(PyExc_TypeError, "tag_tokens: the lists must hold str");
+            return NULL;
+        }
+        if (PyUnicode_KIND(a) != PyUnicode_1BYTE_KIND || !PyUnicode_IS_ASCII(name)) {
+            PyMem_Free(tags);
+            Py_RETURN_NONE; /* (tag names are ASCII: the html: tokens are made as ASCII) */
+        }
+        tags[i].slash = NULL; /* (only its length is read) */
+        tags[i].slash_len = PyUnicode_GET_LENGTH(slash);
+        tags[i].name = PyUnicode_1BYTE_DATA(name);
+        tags[i].name_len = PyUnicode_GET_LENGTH(name);
+        tags[i].attr = PyUnicode_1BYTE_DATA(a);
+        tags[i].attr_len = PyUnicode_GET_LENGTH(a);
+    }
+    PyObject *tokens = tokens_of_tags(tags, n, limit);
+    PyMem_Free(tags);
+    return tokens;
 }
 
 /* ------------------------------------------------------------------ header_fields
@@ -1623,6 +1664,83 @@ html_clean(PyObject *self, PyObject *markup)
     return result;
 }
 
+/* ------------------------------------------------------------------ html_strip
+ *
+ * html_strip(markup, max_tag_tokens) -> (text, tokens) or None: markup.strip_html on
+ * Latin-1 markup in one call, before html.unescape (which the caller applies to text):
+ * html_clean's three passes, then tag_split's tags, the text between them joined by one
+ * space (" ".join(pieces[::4])), and tag_tokens' tokens of the tags, without a str per
+ * piece of the split. None for other markup (the caller runs the steps one by one). */
+static PyObject *
+html_strip(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2 || !PyUnicode_Check(args[0]) || !PyLong_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "html_strip(markup, max_tag_tokens): a str and an int");
+        return NULL;
+    }
+    PyObject *markup = args[0];
+    Py_ssize_t limit = PyLong_AsSsize_t(args[1]);
+    if (limit == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    if (limit < 0) {
+        PyErr_SetString(PyExc_ValueError, "html_strip: max_tag_tokens must be >= 0");
+        return NULL;
+    }
+    if (PyUnicode_KIND(markup) != PyUnicode_1BYTE_KIND) {
+        Py_RETURN_NONE;
+    }
+    const Py_UCS1 *p = PyUnicode_1BYTE_DATA(markup);
+    Py_ssize_t n = PyUnicode_GET_LENGTH(markup);
+    if (memchr(p, '<', (size_t)n) == NULL) { /* no markup: the text as it is, no tokens */
+        PyObject *tokens = PyList_New(0);
+        return tokens == NULL ? NULL : Py_BuildValue("(ON)", markup, tokens);
+    }
+    PyObject *result = NULL, *tokens = NULL;
+    Py_ssize_t n_tags = 0, room = 64;
+    Py_UCS1 *a = PyMem_Malloc((size_t)n + 3), *b = PyMem_Malloc((size_t)n + 3);
+    tag_t *tags = PyMem_Malloc((size_t)room * sizeof(tag_t));
+    if (a == NULL || b == NULL || tags == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    Py_ssize_t m = drop_comments(p, n, a);
+    m = blank_declarations(a, m, b);
+    m = drop_scripts(b, m, a);
+    /* the text into b (one space for each tag: never longer than a), the tags listed */
+    Py_ssize_t used = 0, text_from = 0, i, end;
+    tag_t tag;
+    while ((i = next_tag(a, m, text_from, &tag, &end)) >= 0) {
+        memcpy(b + used, a + text_from, (size_t)(i - text_from));
+        used += i - text_from;
+        b[used++] = ' ';
+        if (n_tags == room) {
+            room *= 2;
+            tag_t *more = PyMem_Realloc(tags, (size_t)room * sizeof(tag_t));
+            if (more == NULL) {
+                PyErr_NoMemory();
+                goto done;
+            }
+            tags = more;
+        }
+        tags[n_tags++] = tag;
+        text_from = end;
+    }
+    memcpy(b + used, a + text_from, (size_t)(m - text_from));
+    used += m - text_from;
+    tokens = tokens_of_tags(tags, n_tags, limit);
+    if (tokens != NULL) {
+        result = Py_BuildValue("(NN)", latin1_str(b, used), tokens);
+        tokens = NULL; /* (stolen, or freed with the tuple on failure) */
+    }
+done:
+    Py_XDECREF(tokens);
+    PyMem_Free(a);
+    PyMem_Free(b);
+    PyMem_Free(tags);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"word_tokens", (PyCFunction)(void (*)(void))word_tokens, METH_FASTCALL,
      "word_tokens(text, min_len, max_len, out): append the word tokens of text to out "
@@ -1659,6 +1777,9 @@ static PyMethodDef methods[] = {
     {"header_fields", (PyCFunction)(void (*)(void))header_fields, METH_FASTCALL,
      "header_fields(text, strip_crlf): the (name, value) pairs of mime._FIELD_START.split(text) "
      "for ASCII text; None for other text."},
+    {"html_strip", (PyCFunction)(void (*)(void))html_strip, METH_FASTCALL,
+     "html_strip(markup, max_tag_tokens): markup.strip_html on Latin-1 markup before "
+     "html.unescape: (text, tokens); None for other markup."},
     {"html_clean", html_clean, METH_O,
      "html_clean(markup): strip_html's comment, declaration and script/style passes on Latin-1 "
      "markup; None for other markup."},

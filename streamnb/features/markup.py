@@ -7,8 +7,8 @@ Comments are removed without a space (``vi<!-- -->agra`` is ``viagra``), ``<scri
 references are unescaped. Regular expressions, not a DOM: spam HTML is rarely
 well-formed, and this runs in linear time on any input (tags are found and replaced in
 one ``re.split`` pass, without a Python call per tag). On Latin-1 markup these passes, the
-tag split and the tag tokens run in the optional C module where it is built (the same
-text and tokens).
+tag split and the tag tokens run in one call of the optional C module where it is built
+(the same text and tokens); on other markup, the tag tokens of Latin-1 attributes do.
 
 >>> text, tokens = strip_html('<p>Buy <a href="http://x.example.com/p">NOW</a><!-- z --></p>')
 >>> text.split()
@@ -38,6 +38,10 @@ _DECLARATION = re.compile(r"<[!?][^<>]{0,2000}>")
 # time (quadratic: 160 kB of "<script " took 1.8 s).
 _DROP = re.compile(r"<(script|style)\b[^<>]*>.*?(?:</\1\s*>|$)", re.S | re.I)
 _TAG = re.compile(r"<\s*(/?)\s*([a-zA-Z][a-zA-Z0-9]{0,15})([^>]{0,2000})>?")
+#: ``html_strip(markup, max_tag_tokens)``: the whole of :func:`strip_html` but the final
+#: ``html.unescape``, in one C call for Latin-1 markup (None for other markup), or None
+#: when the C module is off. Below, the steps it runs, one by one, for other markup.
+_html_strip = getattr(speedups(), "html_strip", None)
 #: ``html_clean(markup)``: the three passes above in C for Latin-1 markup (None for other
 #: markup), or None when the C module is off.
 _html_clean = getattr(speedups(), "html_clean", None)
@@ -75,6 +79,10 @@ _cached_link_hosts = lru_cache(maxsize=2048)(_find_link_hosts)
 
 def strip_html(markup: str, max_tag_tokens: int = 2000) -> tuple[str, list[str]]:
     """Return the visible text of ``markup`` and its ``html:``/``url:`` tokens."""
+    if _html_strip is not None and max_tag_tokens >= 0:
+        done = _html_strip(markup, max_tag_tokens)
+        if done is not None:  # (Latin-1 markup: every step below but the unescaping, in C)
+            return html.unescape(done[0]), done[1]
     cleaned = _html_clean(markup) if _html_clean is not None else None
     if cleaned is not None:  # (Latin-1 markup: the same three passes in C)
         markup = cleaned
