@@ -347,7 +347,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--trials", type=int, default=2, help="interleaved runs; the best is kept")
     ap.add_argument("--options", type=json.loads, default=None, metavar="JSON",
                     help='worker options, e.g. \'{"order_wait_ms": 0}\' (WorkerOptions fields)')
-    ap.add_argument("--profile", choices=("tokens", "raw"),
+    ap.add_argument("--profile", choices=("tokens", "raw", "hashes"),
                     help="instead: profile one in-process worker on this payload (cProfile)")
     args = ap.parse_args(argv)
     print_header("benchmark 3: end to end through redis-server, 1 and 2 workers",
@@ -355,7 +355,7 @@ def main(argv: list[str] | None = None) -> int:
     corpus = corpus_or_synthetic(args.corpus, args.limit)
     if args.profile:
         big = Corpus(corpus.raws * args.repeat, corpus.labels * args.repeat)
-        tokens = corpus_tokens(corpus) * args.repeat if args.profile == "tokens" else None
+        tokens = corpus_tokens(corpus) * args.repeat if args.profile != "raw" else None
         msgs = encode_messages(big, args.profile, tokens=tokens)
         print_stage_times(msgs, f"stage timings ({args.profile}, in-process worker, no profiler)")
         print()

@@ -23,8 +23,6 @@ TOKENIZER_STEPS = (
     ("streamnb.features.text", "_word_tokens"),
     ("streamnb.features.text", "_url_scan"),
     ("streamnb.features.markup", "_html_strip"),
-    ("streamnb.features.markup", "_html_clean"),
-    ("streamnb.features.markup", "_tag_split"),
     ("streamnb.features.markup", "_tag_tokens"),
     ("streamnb.features.mail", "_c_received_tokens"),
     ("streamnb.features.mail", "_text_counts"),

@@ -40,14 +40,9 @@ _DROP = re.compile(r"<(script|style)\b[^<>]*>.*?(?:</\1\s*>|$)", re.S | re.I)
 _TAG = re.compile(r"<\s*(/?)\s*([a-zA-Z][a-zA-Z0-9]{0,15})([^>]{0,2000})>?")
 #: ``html_strip(markup, max_tag_tokens)``: the whole of :func:`strip_html` but the final
 #: ``html.unescape``, in one C call for Latin-1 markup (None for other markup), or None
-#: when the C module is off. Below, the steps it runs, one by one, for other markup.
+#: when the C module is off. (Its passes and its split are in the C module too, as
+#: ``html_clean`` and ``tag_split``, for the tests that compare each with its regex.)
 _html_strip = getattr(speedups(), "html_strip", None)
-#: ``html_clean(markup)``: the three passes above in C for Latin-1 markup (None for other
-#: markup), or None when the C module is off.
-_html_clean = getattr(speedups(), "html_clean", None)
-#: ``tag_split(markup)``: ``_TAG.split`` in C for Latin-1 markup (None for other markup),
-#: or None when the C module is off.
-_tag_split = getattr(speedups(), "tag_split", None)
 #: ``tag_tokens(slashes, names, attributes, max_tag_tokens)``: the ``html:`` and ``url:``
 #: tokens of the tags in C (None for attributes beyond Latin-1), or None when it is off.
 _tag_tokens = getattr(speedups(), "tag_tokens", None)
@@ -83,17 +78,11 @@ def strip_html(markup: str, max_tag_tokens: int = 2000) -> tuple[str, list[str]]
         done = _html_strip(markup, max_tag_tokens)
         if done is not None:  # (Latin-1 markup: every step below but the unescaping, in C)
             return html.unescape(done[0]), done[1]
-    cleaned = _html_clean(markup) if _html_clean is not None else None
-    if cleaned is not None:  # (Latin-1 markup: the same three passes in C)
-        markup = cleaned
-    else:
-        markup = _COMMENT.sub("", markup)
-        markup = _DECLARATION.sub(" ", markup)
-        markup = _DROP.sub(lambda m: f" <{m.group(1)}> ", markup)
+    markup = _COMMENT.sub("", markup)
+    markup = _DECLARATION.sub(" ", markup)
+    markup = _DROP.sub(lambda m: f" <{m.group(1)}> ", markup)
     # One regex pass: split() interleaves the text between tags with each tag's 3 groups.
-    pieces = _tag_split(markup) if _tag_split is not None else None
-    if pieces is None:  # (the C split takes Latin-1 markup only)
-        pieces = _TAG.split(markup)
+    pieces = _TAG.split(markup)
     text = html.unescape(" ".join(pieces[::4]))
     slashes, names, attributes = pieces[1::4], pieces[2::4], pieces[3::4]
     if _tag_tokens is not None and max_tag_tokens >= 0:
