@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import fakeredis
 import pytest
+import redis
 
 from workers import commit as commit_module
 from workers.commit import CacheCas, CacheNew, CommitRequest, commit_batch, send_commit
@@ -230,3 +231,54 @@ def test_c_packing_gives_redis_py_bytes():
         commit_module.PACK_COMMAND(5)
     with pytest.raises(UnicodeEncodeError):
         commit_module.PACK_COMMAND(["\ud800"])
+
+
+def test_read_script_reads_and_announces_in_one_step(r):
+    """workers/read.lua: XREADGROUP and the announcement ordering.py would write, byte for
+    byte (written out in Lua), for batch sizes on each side of msgpack's integer widths."""
+    from workers.ordering import InflightBoard
+
+    for i in range(700):
+        r.xadd(K.input, {"data": f"m{i}".encode()})
+    r.xgroup_create(K.input, GROUP, id="0", mkstream=True)
+    commit_module.READ_SCRIPT.load(r)
+    board = InflightBoard(r, K, "w1")
+    seen = 0
+    for count in (1, 127, 128, 255, 189):
+        reply = r.execute_command(*commit_module.read_command(K, "w1", count, True, now=1.7e9 + 0.25))
+        field, entries = commit_module.read_reply(reply)
+        assert [e[1] for e in entries] == [{b"data": f"m{i}".encode()} for i in range(seen, seen + count)]
+        first = entries[0][0].decode()
+        name, (_, key, want_field, want_value) = board.announcement(first, count, now=1.7e9 + 0.25)
+        assert field == name == want_field and r.hget(key, field) == want_value
+        seen += count
+    assert r.xpending(K.input, GROUP)["pending"] == seen == 700
+    assert commit_module.read_reply(r.execute_command(
+        *commit_module.read_command(K, "w1", 5, True))) == (None, [])  # nothing left
+    r.xadd(K.input, {"data": b"late"})
+    field, entries = commit_module.read_reply(r.execute_command(
+        *commit_module.read_command(K, "w2", 5, False)))
+    assert field is None and entries[0][1] == {b"data": b"late"}  # not announced
+    assert len(r.hgetall(K.inflight)) == 5
+
+
+def test_commands_sent_after_a_commit_run_after_it_and_keep_their_replies(r, packing):
+    ids = _read(r, "w1", 2)
+    r.xadd(K.input, {"data": b"next"})
+    commit_module.READ_SCRIPT.load(r)
+    commit_module.COMMIT_SCRIPT.load(r)  # (else: NOSCRIPT, and the commit runs after them)
+    after = [commit_module.read_command(K, "w1", 10, True), ["GET", K.learnt], ["HGET", K.out]]
+    sent = send_commit(r, K, "w1", CommitRequest(ids=ids, log_data=b"d", n_learnt=2), after=after)
+    assert sent.result().ok
+    read, learnt, error = sent.after
+    (next_id, fields), = commit_module.read_reply(read)[1]
+    assert fields == {b"data": b"next"}
+    assert learnt == b"2"  # behind the script: it saw the commit
+    assert isinstance(error, Exception) and r.ping()  # a failed command: its error, in step
+    r.script_flush()  # both scripts gone: the commit runs again, the read reads nothing
+    r.xadd(K.input, {"data": b"later"})
+    ids = [next_id.decode()] + [e[0].decode() for e in r.xreadgroup(GROUP, "w1", {K.input: ">"})[0][1]]
+    sent = send_commit(r, K, "w1", CommitRequest(ids=ids, log_data=b"d2"),
+                       after=[commit_module.read_command(K, "w1", 10, True)])
+    assert sent.result().ok and r.xlen(K.log) == 2 and r.xpending(K.input, GROUP)["pending"] == 0
+    assert isinstance(sent.after[0], redis.exceptions.NoScriptError)

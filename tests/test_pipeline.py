@@ -1,7 +1,8 @@
 """Pipelined commits (WorkerOptions.pipeline) against a real redis-server.
 
-While a full batch's commit script runs in Redis, the worker reads the next batch and
-decodes and featurizes it; it reads the commit's reply before predicting. These tests
+While a full batch's commit script runs in Redis, the worker decodes and featurizes the
+next batch (read before the commit, or behind the previous one); it reads the commit's
+reply before predicting. These tests
 check that this changes nothing a user sees: the same predictions and statistics as one
 batch after the other, every message once after a warm stop, and exactly-once learning
 when the connection drops with a commit on the wire.
@@ -98,6 +99,44 @@ def test_pipelined_worker_predicts_and_learns_what_one_batch_at_a_time_does(redi
         assert client.hgetall(k.inflight) == {}  # every announcement withdrawn
 
 
+def test_batches_after_the_first_two_are_read_behind_the_commits(redis_server, monkeypatch):
+    """In a backlog, a full batch's commit carries the read of the batch after next
+    (workers/read.lua): no read waits on the way, and each of those batches was announced
+    in the step that read it."""
+    client = redis_server.client()
+    _produce(client, "deep", _messages())  # 401 entries (a delayed label, a malformed one)
+    sync_reads: list[int] = []
+    w = url_worker(redis_server.url, [count_spec("deep")], fast_options("d", batch=BATCH))
+    w.start()
+    real_read = w.reader.xreadgroup
+
+    def counting(*args, **kw):
+        sync_reads.append(1)
+        return real_read(*args, **kw)
+
+    monkeypatch.setattr(w.reader, "xreadgroup", counting)
+    announced: list[tuple[str, dict]] = []
+    real_take = w._take_read_ahead
+
+    def watching(rt, reply):
+        field, entries = worker_module.read_reply(reply)
+        if entries:  # the announcement is there the moment the entries are read
+            announced.append((field, msgpack.unpackb(client.hget(rt.keys.inflight, field))))
+        real_take(rt, reply)
+
+    monkeypatch.setattr(w, "_take_read_ahead", watching)
+    w.run_until_idle()
+    # the first batch (blocking read), the second (read before the first commit), then
+    # none until the partial batch at the end and the empty read that ends the run
+    assert len(sync_reads) <= 4
+    assert len(announced) >= 12
+    for field, ann in announced:
+        assert field == f"d|{ann['first']}" and ann["n"] in (BATCH, 1)
+    k = ModelKeys("deep")
+    assert len(_outputs(client, "deep")) == 399 and client.xpending(k.input, GROUP)["pending"] == 0
+    assert client.hgetall(k.inflight) == {}
+
+
 def test_a_warm_stop_commits_the_batch_read_ahead(redis_server, monkeypatch):
     client = redis_server.client()
     msgs = token_messages(300, seed=3)
@@ -117,9 +156,11 @@ def test_a_warm_stop_commits_the_batch_read_ahead(redis_server, monkeypatch):
     assert not t.is_alive()
     k = ModelKeys("mail")
     outs = _outputs(client, "mail")
-    assert len(outs) == 2 * BATCH  # the batch committed and the one read ahead, nothing more
+    # the batch committed, the one read ahead and the one read behind its commit (the batch
+    # read ahead was full), nothing more: what was read is committed, nothing stays pending
+    assert len(outs) == 3 * BATCH
     assert client.xpending(k.input, GROUP)["pending"] == 0
-    assert int(client.get(k.learnt)) == 2 * BATCH and client.hgetall(k.inflight) == {}
+    assert int(client.get(k.learnt)) == 3 * BATCH and client.hgetall(k.inflight) == {}
 
 
 def test_a_connection_lost_with_a_commit_on_the_wire_learns_every_message_once(redis_server,

@@ -32,10 +32,12 @@ from __future__ import annotations
 
 import hashlib
 import os
+import time
 from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
 
+import msgpack
 import redis
 
 from workers.keys import GROUP, ModelKeys
@@ -49,6 +51,10 @@ class LuaScript:
         self.source = source
         self.sha = hashlib.sha1(source.encode()).hexdigest()
 
+    def load(self, client: Any) -> None:
+        """SCRIPT LOAD it (for callers that send EVALSHA themselves)."""
+        client.script_load(self.source)
+
     def __call__(self, client: Any, keys: list[str], args: list[Any]) -> Any:
         try:
             return client.evalsha(self.sha, len(keys), *keys, *args)
@@ -58,6 +64,30 @@ class LuaScript:
 
 
 COMMIT_SCRIPT = LuaScript(resources.files("workers").joinpath("commit.lua").read_text())
+#: Reads a batch and announces it in one step (workers/read.lua): sent behind a commit.
+READ_SCRIPT = LuaScript(resources.files("workers").joinpath("read.lua").read_text())
+
+
+def read_command(keys: ModelKeys, consumer: str, count: int, announce: bool,
+                 now: float | None = None) -> list[Any]:
+    """The command reading this consumer's next batch of at most ``count`` new entries
+    (workers/read.lua), announcing it in ``{M}:inflight`` if ``announce`` (as
+    :meth:`~workers.ordering.InflightBoard.announcement` does); :func:`read_reply` reads
+    its reply."""
+    script_keys = [keys.input, keys.inflight] if announce else [keys.input]
+    ts = time.time() if now is None else now
+    return ["EVALSHA", READ_SCRIPT.sha, len(script_keys), *script_keys, GROUP, consumer,
+            int(count), msgpack.packb(float(ts))]
+
+
+def read_reply(reply: Any) -> tuple[str | None, list[tuple[Any, dict[Any, Any]]]]:
+    """The announcement field (None: not announced) and the entries, ``(id, {field:
+    value})`` as redis-py's XREADGROUP gives them, of a reply of :func:`read_command`."""
+    if not reply:
+        return None, []
+    field = as_str(reply[0]) or None
+    entries = [(eid, dict(zip(flat[::2], flat[1::2], strict=True))) for eid, flat in reply[1]]
+    return field, entries
 
 
 def _c_pack_command() -> Any:
@@ -183,31 +213,36 @@ class SentCommit:
     batch's ids say which (acknowledged, or still pending). Commands ``before`` go in the
     same write, ahead of the script; their replies are read and dropped by :meth:`result`
     (Redis sends the replies of one write together, after the script: nothing is sent
-    there whose reply is needed sooner).
+    there whose reply is needed sooner). Commands ``after`` go behind the script (e.g.
+    :func:`read_command`); :meth:`result` keeps their replies in :attr:`after` (an
+    exception object for a command that failed).
     """
 
-    __slots__ = ("client", "conn", "script_keys", "args", "done", "n_before")
+    __slots__ = ("client", "conn", "script_keys", "args", "done", "n_before", "n_after", "after")
 
     def __init__(self, client: Any, script_keys: list[str], args: list[Any],
-                 before: list[list[Any]] | None = None) -> None:
+                 before: list[list[Any]] | None = None,
+                 after: list[list[Any]] | None = None) -> None:
         self.client, self.script_keys, self.args = client, script_keys, args
         self.done: CommitResult | None = None
         self.conn: Any = None
-        self.n_before = len(before or ())
+        self.n_before, self.n_after = len(before or ()), len(after or ())
+        self.after: list[Any] = []
         pool = getattr(client, "connection_pool", None)
         if pool is None or not hasattr(pool, "get_connection"):  # a cluster client: at once
             for command in before or ():
                 client.execute_command(*command)
             self.done = _result(COMMIT_SCRIPT(client, script_keys, args))
+            self.after = [_reply_or_error(client, command) for command in after or ()]
             return
         conn = pool.get_connection()
         commit = ["EVALSHA", COMMIT_SCRIPT.sha, len(script_keys), *script_keys, *args]
+        commands = [*(before or ()), commit, *(after or ())]
         try:
             if PACK_COMMAND is None:
-                packed = conn.pack_commands([*(before or ()), commit])
+                packed = conn.pack_commands(commands)
             else:  # the commit's thousand arguments in one C pass (workers/_resp.c)
-                packed = [*conn.pack_commands(before), PACK_COMMAND(commit)] if before else \
-                    [PACK_COMMAND(commit)]
+                packed = [PACK_COMMAND(command) for command in commands]
             conn.send_packed_command(packed)
         except BaseException:
             conn.disconnect()
@@ -223,22 +258,29 @@ class SentCommit:
         if conn is None:
             raise RuntimeError("the commit was abandoned")
         pool = self.client.connection_pool
+        rerun = False
         try:
             for _ in range(self.n_before):
                 try:
                     conn.read_response()
                 except redis.exceptions.ResponseError:
                     pass  # not the commit's business (an announcement: it goes stale)
-            reply = conn.read_response()
-        except redis.exceptions.NoScriptError:
-            pool.release(conn)
-            reply = COMMIT_SCRIPT(self.client, self.script_keys, self.args)  # nothing ran
+            try:
+                reply = conn.read_response()
+            except redis.exceptions.NoScriptError:
+                rerun = True  # nothing ran: run it once the replies behind it are read
+            for _ in range(self.n_after):
+                try:
+                    self.after.append(conn.read_response())
+                except redis.exceptions.ResponseError as exc:
+                    self.after.append(exc)
         except BaseException:
             conn.disconnect()  # the reply may still come: never hand this socket out again
             pool.release(conn)
             raise
-        else:
-            pool.release(conn)
+        pool.release(conn)
+        if rerun:
+            reply = COMMIT_SCRIPT(self.client, self.script_keys, self.args)
         self.done = _result(reply)
         return self.done
 
@@ -252,11 +294,19 @@ class SentCommit:
                 self.client.connection_pool.release(conn)
 
 
+def _reply_or_error(client: Any, command: list[Any]) -> Any:
+    try:
+        return client.execute_command(*command)
+    except redis.exceptions.ResponseError as exc:
+        return exc
+
+
 def send_commit(client: Any, keys: ModelKeys, consumer: str, req: CommitRequest,
                 out_maxlen: int = 0, dead_maxlen: int = 0,
-                before: list[list[Any]] | None = None) -> SentCommit:
-    """Send the commit script for one batch (after the commands ``before``, in the same
-    write); read its result later with :meth:`SentCommit.result`. A client without a
-    connection pool (Redis Cluster) runs it at once."""
+                before: list[list[Any]] | None = None,
+                after: list[list[Any]] | None = None) -> SentCommit:
+    """Send the commit script for one batch (between the commands ``before`` and
+    ``after``, in the same write); read its result later with :meth:`SentCommit.result`.
+    A client without a connection pool (Redis Cluster) runs it at once."""
     script_keys, args = _command(keys, consumer, req, out_maxlen, dead_maxlen)
-    return SentCommit(client, script_keys, args, before)
+    return SentCommit(client, script_keys, args, before, after)

@@ -67,12 +67,16 @@ from streamnb.exceptions import MalformedMessage, NotFittedError, StreamnbError
 from streamnb.features import Row
 from workers.backoff import Backoff
 from workers.commit import (
+    COMMIT_SCRIPT,
+    READ_SCRIPT,
     CacheCas,
     CacheNew,
     CommitRequest,
     CommitResult,
     SentCommit,
     commit_batch,
+    read_command,
+    read_reply,
     send_commit,
 )
 from workers.connection import Connector, is_access_error
@@ -386,6 +390,9 @@ class Worker:
         check = getattr(self.connector, "check_access", None)
         if check is not None and not self.models:  # ACL/credentials: fail now, in one line
             check(self.client, [s.name for s in self.specs])
+        if self.options.pipeline and not self.connector.cluster:
+            for script in (COMMIT_SCRIPT, READ_SCRIPT):  # pipelined writes send EVALSHA only
+                script.load(self.client)
         for spec in self.specs:
             if spec.name in self.models:
                 continue
@@ -453,7 +460,7 @@ class Worker:
         """Warm shutdown: process the batch read ahead and read the last commit's reply."""
         for rt in self.models.values():
             try:
-                if rt.prefetched:
+                while rt.prefetched:  # (settling a commit may bring the batch read behind it)
                     (entries, announced), rt.prefetched = rt.prefetched, None
                     self._process(rt, entries, None, announced)
                 self._settle(rt)
@@ -965,31 +972,61 @@ class Worker:
         once), on one Redis server (not Cluster), and not when stopping."""
         o = self.options
         return (o.pipeline and n_entries >= o.batch and not self.stopping
-                and not self.connector.cluster and rt.prefetched is None)
+                and not self.connector.cluster)
 
     def _send_and_prefetch(self, rt: ModelRuntime, w: CommitWork) -> None:
-        """Read the next batch, then send this batch's commit without waiting: Redis runs
-        the script while the next batch is decoded and featurized. The read goes first:
-        behind the script it would wait for it (Redis answers the commands of one write
-        together). The next batch's announcement goes in the commit's write, ahead of the
-        script: no round trip of its own."""
-        t0 = time.perf_counter()
-        reply = self.reader.xreadgroup(GROUP, self.consumer, {rt.keys.input: ">"},
-                                       count=self.options.batch) or []
-        entries = [e for _, es in reply for e in es]
-        before = []
-        if entries:
-            self.metrics.stage_seconds.labels(**self._mw(rt), stage="read").observe(
-                time.perf_counter() - t0)
-            announced = None
-            if self.options.order_wait_ms > 0:
-                announced, command = rt.inflight.announcement(_first_id(entries), len(entries))
-                before.append(command)
-            rt.prefetched = (entries, announced)
+        """Send this batch's commit without waiting, with the next batch in hand: Redis
+        runs the script while the next batch is decoded and featurized.
+
+        The next batch usually came with the previous commit's reply (below). Otherwise it
+        is read first, in a round trip of its own: behind the script the read would wait
+        for it (Redis answers the commands of one write together); its announcement goes
+        in the commit's write, ahead of the script. When the batch in hand is full, the
+        one after it is read behind the script, in the same write (workers/read.lua,
+        which announces it in the same step): its entries come with the commit's reply,
+        and no read waits on the way (:meth:`_take_read_ahead`)."""
         o = self.options
+        before: list[list[Any]] = []
+        if rt.prefetched is None:
+            t0 = time.perf_counter()
+            reply = self.reader.xreadgroup(GROUP, self.consumer, {rt.keys.input: ">"},
+                                           count=o.batch) or []
+            entries = [e for _, es in reply for e in es]
+            if entries:
+                self.metrics.stage_seconds.labels(**self._mw(rt), stage="read").observe(
+                    time.perf_counter() - t0)
+                announced = None
+                if o.order_wait_ms > 0:
+                    announced, command = rt.inflight.announcement(_first_id(entries), len(entries))
+                    before.append(command)
+                rt.prefetched = (entries, announced)
+        after = []
+        if rt.prefetched is not None and len(rt.prefetched[0]) >= o.batch:
+            after.append(read_command(rt.keys, self.consumer, o.batch, o.order_wait_ms > 0))
         w.sent = send_commit(self.client, rt.keys, self.consumer, w.req, o.out_maxlen,
-                             o.dead_maxlen, before)
+                             o.dead_maxlen, before, after)
         rt.in_flight = w
+
+    def _take_read_ahead(self, rt: ModelRuntime, reply: Any) -> None:
+        """The batch read behind a commit (:meth:`_send_and_prefetch`): the next one to
+        process. A failed read reads nothing (on NOSCRIPT, e.g. after a restart of Redis,
+        the script is loaded for the next time)."""
+        if isinstance(reply, redis.exceptions.NoScriptError):
+            READ_SCRIPT.load(self.client)
+            return
+        if isinstance(reply, Exception):
+            log.warning("model %s: reading ahead failed: %s", rt.name, reply)
+            return
+        field, entries = read_reply(reply)
+        if field is not None:
+            rt.inflight.fields.add(field)
+        if not entries:
+            self._withdraw(rt, field)
+        elif rt.prefetched is None:
+            rt.prefetched = (entries, field)
+        else:  # (not on the worker's path) its entries are this consumer's pending ones
+            self._withdraw(rt, field)
+            rt.pending_phase = True
 
     def _settle(self, rt: ModelRuntime) -> bool:
         """Read the reply of the commit on the wire, if any (retrying it if it failed)."""
@@ -1002,6 +1039,8 @@ class Worker:
             result = w.sent.result()  # type: ignore[union-attr]
             self.metrics.stage_seconds.labels(**self._mw(rt), stage="commit").observe(
                 time.perf_counter() - tc)
+            for reply in w.sent.after:  # type: ignore[union-attr]
+                self._take_read_ahead(rt, reply)
             self._commit_attempts(rt, w, result)
         finally:
             self._withdraw(rt, w.inflight)

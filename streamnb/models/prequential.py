@@ -92,20 +92,20 @@ def _labelled_batch(
     labels = model._validate_y([y[i] for i in rows], len(rows))
     classes = list(model.stats["classes"].labels)  # type: ignore[attr-defined]
     index = {c: k for k, c in enumerate(classes)}
+    k0 = len(classes)
+    row_codes, new_at = [], []  # (O(batch) label bookkeeping; features are never looped over)
+    for i, lab in zip(rows, labels, strict=True):
+        k = index.get(lab)
+        if k is None:  # a new class, known from the next row on
+            k = index[lab] = len(classes)
+            classes.append(lab)
+            new_at.append(i)
+        row_codes.append(k)
     codes = np.full(n, -1, dtype=np.int64)
-    n_known = np.empty(n, dtype=np.int64)
-    known, pos = len(classes), 0
-    for i in range(n):  # O(batch) label bookkeeping; features are never looped over
-        n_known[i] = known
-        if pos < len(rows) and rows[pos] == i:
-            lab = labels[pos]
-            pos += 1
-            k = index.get(lab)
-            if k is None:
-                k = index[lab] = len(classes)
-                classes.append(lab)
-                known += 1
-            codes[i] = k
+    codes[rows] = row_codes
+    n_known = np.full(n, k0, dtype=np.int64)
+    if new_at:  # the classes new at rows before i
+        n_known += np.searchsorted(np.array(new_at), np.arange(n), side="left")
     return classes, codes, w, n_known
 
 
