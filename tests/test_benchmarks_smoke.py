@@ -186,6 +186,13 @@ def test_commit_cost_reads_redis_own_time_for_each_variant():
     assert len(res) == 3 and all(math.isfinite(v) and v > 0 for v in res.values())
 
 
+def test_commit_packing_cost_times_each_packer_on_the_same_bytes():
+    from benchmarks import commit_cost
+
+    res = commit_cost.packing_cost(batch=5, repeat=1)
+    assert "redis-py (hiredis)" in res and all(v > 0 for v in res.values())
+
+
 @needs_redis
 @pytest.mark.skipif(sys.platform != "linux", reason="process CPU is read from /proc")
 def test_the_cpu_window_reads_a_busy_process_as_about_one_core():

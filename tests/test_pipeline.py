@@ -137,6 +137,37 @@ def test_batches_after_the_first_two_are_read_behind_the_commits(redis_server, m
     assert client.hgetall(k.inflight) == {}
 
 
+def test_with_other_workers_about_no_batch_is_read_behind_a_commit(redis_server, monkeypatch):
+    """Ordered predictions make other workers wait for this one's earlier batches: a
+    batch read behind a commit is committed a batch later, so they would wait longer.
+    Another worker's fresh heartbeat, or its batch in ``{M}:inflight``, turns it off."""
+    from workers.ordering import InflightBoard
+
+    client = redis_server.client()
+    _produce(client, "peers", _messages())
+    k = ModelKeys("peers")
+    client.hset(k.workers, "other", msgpack.packb({"ts": time.time() + 60}))  # alive meanwhile
+    w = url_worker(redis_server.url, [count_spec("peers")], fast_options("p", batch=BATCH))
+    sent_after: list[int] = []
+    real = worker_module.send_commit
+
+    def counting(*args, **kw):
+        sent_after.append(len(kw.get("after") or (args[7] if len(args) > 7 else [])))
+        return real(*args, **kw)
+
+    monkeypatch.setattr(worker_module, "send_commit", counting)
+    w.run_until_idle()
+    rt = w.models["peers"]
+    assert rt.peers and not rt.alone() and len(sent_after) >= 10 and not any(sent_after)
+    assert len(_outputs(client, "peers")) == 399
+
+    rt.peers = False  # the heartbeat gone; now another worker's batch in flight
+    assert rt.alone()
+    InflightBoard(client, k, "other").announce("1-0", n_entries=5)
+    assert rt.inflight.earlier("0-1") == [] and rt.inflight.saw_others() and not rt.alone()
+    assert not rt.inflight.saw_others(now=time.time() + rt.inflight.horizon_s + 1)
+
+
 def test_a_warm_stop_commits_the_batch_read_ahead(redis_server, monkeypatch):
     client = redis_server.client()
     msgs = token_messages(300, seed=3)

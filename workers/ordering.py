@@ -69,7 +69,7 @@ class InflightBoard:
     """One consumer's view of the ``{M}:inflight`` hash (``<consumer>|<first id>`` ->
     announcement)."""
 
-    __slots__ = ("client", "consumer", "horizon_s", "key", "fields")
+    __slots__ = ("client", "consumer", "horizon_s", "key", "fields", "others_seen")
 
     def __init__(self, client: Any, keys: ModelKeys, consumer: str,
                  horizon_s: float = DEFAULT_HORIZON_S) -> None:
@@ -79,6 +79,8 @@ class InflightBoard:
         self.horizon_s = horizon_s
         #: This consumer's announcements not yet withdrawn.
         self.fields: set[str] = set()
+        #: When :meth:`earlier` last found another consumer's batch in flight (time.time()).
+        self.others_seen = float("-inf")
 
     def field(self, first_id: str) -> str:
         """The hash field of this consumer's batch starting at ``first_id``."""
@@ -119,6 +121,11 @@ class InflightBoard:
         if names and delete:
             self.client.hdel(self.key, *names)
 
+    def saw_others(self, now: float | None = None) -> bool:
+        """Whether :meth:`earlier` found another consumer's batch in flight in the last
+        ``horizon_s`` seconds (another worker serves the model)."""
+        return (time.time() if now is None else now) - self.others_seen <= self.horizon_s
+
     def earlier(self, first_id: str, now: float | None = None) -> list[str]:
         """The fields of other consumers' batches in flight (that may learn labels)
         starting before ``first_id``."""
@@ -138,7 +145,9 @@ class InflightBoard:
                 continue
             if now - ts > self.horizon_s:
                 stale.append(field)
-            elif n > 0 and first < mine:
+                continue
+            self.others_seen = now
+            if n > 0 and first < mine:
                 found.append(field)
         if stale:
             self.client.hdel(self.key, *stale)

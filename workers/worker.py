@@ -96,7 +96,7 @@ from workers.model_config import ModelConfig, ModelSpec, ensure_config
 from workers.ordering import InflightBoard, wait_for_earlier
 from workers.replica import Replica, encode_decay, encode_delta, parse_id
 from workers.replies import as_str, entry_field
-from workers.snapshotter import Snapshotter, remove_dead_consumers, stream_gauges
+from workers.snapshotter import Snapshotter, live_workers, remove_dead_consumers, stream_gauges
 
 log = logging.getLogger("streamnb.worker")
 
@@ -318,6 +318,14 @@ class ModelRuntime:
         #: (its entries and its ``:inflight`` field).
         self.in_flight: CommitWork | None = None
         self.prefetched: tuple[list, str | None] | None = None
+        #: Another worker's fresh heartbeat was in ``:workers`` at the last heartbeat.
+        self.peers = False
+
+    def alone(self) -> bool:
+        """No other worker serves the model, as far as this one can tell: no other
+        heartbeat in ``:workers`` at its last heartbeat, and no other worker's batch in
+        ``{M}:inflight`` seen for ``horizon_s`` (ordered predictions look there)."""
+        return not self.peers and not self.inflight.saw_others()
 
     def emit_event(self, kind: str, fields: dict[str, Any]) -> None:
         data = dumps({"kind": kind, "ts": time.time(), "worker": self.worker.options.consumer,
@@ -653,6 +661,7 @@ class Worker:
             hb = dumps({"ts": time.time(), "pid": os.getpid(), "host": socket.gethostname(),
                         "version": rt.replica.version, "models": list(self.models)})
             self.client.hset(rt.keys.workers, self.consumer, hb)
+            rt.peers = bool(live_workers(self.client, rt.keys, o.stale_s).keys() - {self.consumer})
             self.metrics.heartbeat.labels(**self._mw(rt)).set(time.time())
         if now >= nxt.get("lease", 0.0):
             nxt["lease"] = now + o.lease_ms / 3000.0
@@ -675,7 +684,6 @@ class Worker:
 
     def _gauges(self, rt: ModelRuntime) -> None:
         from workers.replica import snapshot_age
-        from workers.snapshotter import live_workers
 
         g = stream_gauges(self.client, rt.keys)
         m = self.metrics
@@ -984,7 +992,9 @@ class Worker:
         in the commit's write, ahead of the script. When the batch in hand is full, the
         one after it is read behind the script, in the same write (workers/read.lua,
         which announces it in the same step): its entries come with the commit's reply,
-        and no read waits on the way (:meth:`_take_read_ahead`)."""
+        and no read waits on the way (:meth:`_take_read_ahead`). Not with ordered
+        predictions when other workers serve the model (:meth:`ModelRuntime.alone`): a
+        batch read that early is committed later, and they would wait for it."""
         o = self.options
         before: list[list[Any]] = []
         if rt.prefetched is None:
@@ -1001,7 +1011,8 @@ class Worker:
                     before.append(command)
                 rt.prefetched = (entries, announced)
         after = []
-        if rt.prefetched is not None and len(rt.prefetched[0]) >= o.batch:
+        if rt.prefetched is not None and len(rt.prefetched[0]) >= o.batch and \
+                (o.order_wait_ms == 0 or rt.alone()):
             after.append(read_command(rt.keys, self.consumer, o.batch, o.order_wait_ms > 0))
         w.sent = send_commit(self.client, rt.keys, self.consumer, w.req, o.out_maxlen,
                              o.dead_maxlen, before, after)
