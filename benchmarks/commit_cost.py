@@ -14,6 +14,10 @@ after each variant:
 * for comparison only (the daemon does not store it so): each cache entry as one string
   written with ``SET ... PX``, by a script doing nothing else.
 
+Then the worker's side of the same commit: the time to pack its ``EVALSHA`` (about 1,000
+arguments at batch 100) in the Redis protocol with redis-py (hiredis) and with the C
+module ``workers._resp`` (the best of ``--repeat`` timings of 20 packings each).
+
     python -m benchmarks.commit_cost [--batches 40] [--batch 100]
 """
 
@@ -22,10 +26,12 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
 from typing import Any
 
 from benchmarks._common import RedisServer, format_table, print_header
 from benchmarks.end_to_end import prefill
+from workers import commit as commit_module
 from workers.commit import CacheNew, CommitRequest, LuaScript, commit_batch
 from workers.keys import GROUP, ModelKeys
 
@@ -74,6 +80,38 @@ def commit_cost(client: Any, batches: int = 40, batch: int = 100, row_bytes: int
     return results
 
 
+def packing_cost(batch: int = 100, row_bytes: int = 789, out_bytes: int = 144,
+                 delta_bytes: int = 351, repeat: int = 5) -> dict[str, float]:
+    """Milliseconds to pack one batch's commit command, per packer (the same bytes)."""
+    import fakeredis
+
+    keys = ModelKeys("pack")
+    cache = [CacheNew(keys.cache(f"m{i}"), os.urandom(row_bytes), os.urandom(60), b"\xa4spam",
+                      1.0, 1.7e9, 172_800_000) for i in range(batch)]
+    req = CommitRequest(ids=[f"17000000000{i:02d}-0" for i in range(batch)],
+                        outputs=[os.urandom(out_bytes) for _ in range(batch)],
+                        log_data=os.urandom(delta_bytes * batch), n_learnt=batch,
+                        cache_ops=cache, inflight_key=keys.inflight, inflight_field="w|1-0")
+    script_keys, args = commit_module._command(keys, "w", req, 1_000_000, 100_000)
+    command = ["EVALSHA", commit_module.COMMIT_SCRIPT.sha, len(script_keys), *script_keys, *args]
+    conn = fakeredis.FakeRedis().connection_pool.get_connection()  # (redis-py's own packer)
+    packers = {"redis-py (hiredis)": lambda: conn.pack_commands([command])}
+    if commit_module.PACK_COMMAND is not None:
+        if commit_module.PACK_COMMAND(command) != b"".join(conn.pack_commands([command])):
+            raise RuntimeError("the two packers disagree")
+        packers["workers._resp (C)"] = lambda: commit_module.PACK_COMMAND(command)
+    out = {}
+    for name, pack in packers.items():
+        best = float("inf")
+        for _ in range(repeat):
+            t0 = time.perf_counter()
+            for _ in range(20):
+                pack()
+            best = min(best, (time.perf_counter() - t0) / 20)
+        out[name] = best * 1e3
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -91,6 +129,9 @@ def main(argv: list[str] | None = None) -> int:
     print(format_table(["variant", "redis-server us/message"], [[k, v] for k, v in res.items()]))
     default, bare = res["commit, cache rows (default)"], res["commit, no cache rows"]
     print(f"cache rows: {default - bare:.1f} us of {default:.1f} us per message in the commit")
+    packing = packing_cost(args.batch, args.row_bytes, args.out_bytes, args.delta_bytes)
+    print(format_table(["the worker packing the commit command", "ms per batch"],
+                       [[k, v] for k, v in packing.items()]))
     return 0
 
 

@@ -5,7 +5,7 @@
  * (UTF-8) or int (decimal); anything else raises TypeError. (Unlike redis-py, a first
  * argument with spaces, such as "CONFIG GET", is not split into words.) The commit of a batch is one
  * EVALSHA of about a thousand arguments (workers/commit.lua): hiredis' pack_command takes
- * about 330 ns an argument there, and redis-py adds a pass over them in Python; here the
+ * a few hundred ns an argument there, and redis-py adds a pass over them in Python; here the
  * size is counted first (a str's UTF-8 is the one it caches, an int's digits go on the
  * stack) and the bytes are copied once into one buffer. Without this
  * module, workers/commit.py packs the command with redis-py (the reference;

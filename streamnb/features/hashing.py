@@ -185,7 +185,7 @@ class TokenHasher:
         """The sorted unique buckets (int32) of each list of 64-bit token hashes, the lists
         end to end in ``hashes`` (``sizes[i]`` hashes for list i; ``hashes`` may be
         modified). With the C module, one pass sorts each list apart (``unique_buckets``,
-        4.6-5.5x the numpy code on a batch of mail-sized lists: ``python -m benchmarks.array_sorts``); without it, one mask, one
+        4.3-4.6x the numpy code on a batch of mail-sized lists: ``python -m benchmarks.array_sorts``); without it, one mask, one
         sort of (list number, bucket) keys, one split.
 
         >>> h = TokenHasher(bits=4)
