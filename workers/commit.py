@@ -31,7 +31,6 @@ True
 from __future__ import annotations
 
 import hashlib
-import os
 import time
 from dataclasses import dataclass, field
 from importlib import resources
@@ -40,6 +39,7 @@ from typing import Any
 import msgpack
 import redis
 
+from streamnb.features._accel import optional_c_module
 from workers.keys import GROUP, ModelKeys
 from workers.replies import as_str
 
@@ -90,20 +90,9 @@ def read_reply(reply: Any) -> tuple[str | None, list[tuple[Any, dict[Any, Any]]]
     return field, entries
 
 
-def _c_pack_command() -> Any:
-    """``workers._resp.pack_command`` (C), or None: not built, or turned off by
-    ``STREAMNB_PURE_PYTHON`` (then redis-py packs the command, the reference)."""
-    if os.environ.get("STREAMNB_PURE_PYTHON", "") not in ("", "0"):
-        return None
-    try:
-        from workers._resp import pack_command
-    except ImportError:
-        return None
-    return pack_command
-
-
-#: Packs one command in the Redis protocol (bytes), or None: see :func:`_c_pack_command`.
-PACK_COMMAND = _c_pack_command()
+#: ``workers._resp.pack_command``: one command in the Redis protocol (bytes), or None
+#: (not built, or ``STREAMNB_PURE_PYTHON``): then redis-py packs it, the reference.
+PACK_COMMAND = getattr(optional_c_module("workers._resp"), "pack_command", None)
 
 
 @dataclass(slots=True)

@@ -10,12 +10,13 @@ True
 
 from __future__ import annotations
 
+import importlib
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from types import ModuleType
 
-__all__ = ["python_tokenizer", "speedups"]
+__all__ = ["optional_c_module", "python_tokenizer", "speedups"]
 
 #: The tokenizer's C steps: (module, attribute) holding the C function, None to run the
 #: Python code (the reference) instead. Token hashing has its own switch (hashing).
@@ -30,15 +31,20 @@ TOKENIZER_STEPS = (
 )
 
 
-def speedups() -> ModuleType | None:
-    """The C module, or None (not built, or turned off by ``STREAMNB_PURE_PYTHON``)."""
+def optional_c_module(name: str) -> ModuleType | None:
+    """The optional C module ``name`` (``streamnb.features._speedups``, ``workers._resp``),
+    or None: not built, or every one turned off by ``STREAMNB_PURE_PYTHON``."""
     if os.environ.get("STREAMNB_PURE_PYTHON", "") not in ("", "0"):
         return None
     try:
-        from streamnb.features import _speedups
+        return importlib.import_module(name)
     except ImportError:
         return None
-    return _speedups
+
+
+def speedups() -> ModuleType | None:
+    """The tokenizer's C module, or None (see :func:`optional_c_module`)."""
+    return optional_c_module("streamnb.features._speedups")
 
 
 @contextmanager
@@ -51,8 +57,6 @@ def python_tokenizer() -> Iterator[None]:
     ...     tokenize_text("see www.example.com")
     ['proto:http', 'url:www.example.com', 'url:example.com', 'see']
     """
-    import importlib
-
     saved = []
     for module_name, attribute in TOKENIZER_STEPS:
         module = importlib.import_module(module_name)

@@ -500,6 +500,21 @@ sort_u32(uint32_t *a, uint32_t *tmp, Py_ssize_t n, int bits)
     }
 }
 
+/* The hash bits argument of `fn` into *bits (1..31); -1 with an exception set if not. */
+static int
+bits_argument(PyObject *arg, const char *fn, long *bits)
+{
+    *bits = PyLong_AsLong(arg);
+    if (*bits == -1 && PyErr_Occurred()) {
+        return -1;
+    }
+    if (*bits < 1 || *bits > 31) {
+        PyErr_Format(PyExc_ValueError, "%s: bits must be in 1..31", fn);
+        return -1;
+    }
+    return 0;
+}
+
 static PyObject *
 unique_buckets(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -507,12 +522,8 @@ unique_buckets(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         PyErr_SetString(PyExc_TypeError, "unique_buckets(hashes, sizes, bits, out, counts) takes 5 arguments");
         return NULL;
     }
-    long bits = PyLong_AsLong(args[2]);
-    if (bits == -1 && PyErr_Occurred()) {
-        return NULL;
-    }
-    if (bits < 1 || bits > 31) {
-        PyErr_SetString(PyExc_ValueError, "unique_buckets: bits must be in 1..31");
+    long bits;
+    if (bits_argument(args[2], "unique_buckets", &bits) < 0) {
         return NULL;
     }
     Py_buffer hv, sv, ov, cv;
@@ -616,12 +627,8 @@ sort_order(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         PyErr_SetString(PyExc_TypeError, "sort_order(keys, bits, sorted_out, order_out) takes 4 arguments");
         return NULL;
     }
-    long bits = PyLong_AsLong(args[1]);
-    if (bits == -1 && PyErr_Occurred()) {
-        return NULL;
-    }
-    if (bits < 1 || bits > 31) {
-        PyErr_SetString(PyExc_ValueError, "sort_order: bits must be in 1..31");
+    long bits;
+    if (bits_argument(args[1], "sort_order", &bits) < 0) {
         return NULL;
     }
     Py_buffer kv, sv, ov;
@@ -1633,6 +1640,16 @@ drop_scripts(const Py_UCS1 *p, Py_ssize_t n, Py_UCS1 *out)
     return used;
 }
 
+/* The three passes on p[0:n], the result in a (its length returned); a and b have room
+ * for n + 3 characters. */
+static Py_ssize_t
+clean_passes(const Py_UCS1 *p, Py_ssize_t n, Py_UCS1 *a, Py_UCS1 *b)
+{
+    Py_ssize_t m = drop_comments(p, n, a);
+    m = blank_declarations(a, m, b);
+    return drop_scripts(b, m, a);
+}
+
 static PyObject *
 html_clean(PyObject *self, PyObject *markup)
 {
@@ -1655,10 +1672,7 @@ html_clean(PyObject *self, PyObject *markup)
         PyMem_Free(b);
         return PyErr_NoMemory();
     }
-    Py_ssize_t m = drop_comments(p, n, a);
-    m = blank_declarations(a, m, b);
-    m = drop_scripts(b, m, a);
-    PyObject *result = PyUnicode_FromKindAndData(PyUnicode_1BYTE_KIND, a, m);
+    PyObject *result = PyUnicode_FromKindAndData(PyUnicode_1BYTE_KIND, a, clean_passes(p, n, a, b));
     PyMem_Free(a);
     PyMem_Free(b);
     return result;
@@ -1704,9 +1718,7 @@ html_strip(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         PyErr_NoMemory();
         goto done;
     }
-    Py_ssize_t m = drop_comments(p, n, a);
-    m = blank_declarations(a, m, b);
-    m = drop_scripts(b, m, a);
+    Py_ssize_t m = clean_passes(p, n, a, b);
     /* the text into b (one space for each tag: never longer than a), the tags listed */
     Py_ssize_t used = 0, text_from = 0, i, end;
     tag_t tag;
