@@ -5,7 +5,7 @@ A batch allocates and frees arrays and strings of hundreds of kilobytes. glibc's
 allocator raises its mmap threshold after such frees, so later blocks of that size come
 from the heap, and the heap keeps what is freed in the middle of it: the worker's RSS then
 drifts up by tens of megabytes, more or less by chance, after a large batch or a burst.
-``malloc_trim(0)`` returns those free pages (about 3 ms when 50 MB were freed); elsewhere than
+``malloc_trim(0)`` returns those free pages (it walks the free heap once); elsewhere than
 glibc, :class:`HeapTrimmer` does nothing.
 
 >>> t = HeapTrimmer(interval_s=60.0, clock=lambda: 0.0)
