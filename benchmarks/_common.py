@@ -134,6 +134,17 @@ def timed(fn: Callable[[], Any]) -> tuple[float, Any]:
     return time.perf_counter() - t0, result
 
 
+def best_ms(fn: Callable[[], Any], repeat: int = 5, calls: int = 20) -> float:
+    """Milliseconds per call: the best of ``repeat`` timings of ``calls`` calls."""
+    best = float("inf")
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        best = min(best, (time.perf_counter() - t0) / calls)
+    return best * 1e3
+
+
 def rate(n: float, seconds: float) -> float:
     """Items per second (0 when nothing was timed)."""
     return n / seconds if seconds > 0 else 0.0

@@ -17,28 +17,14 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
-from collections.abc import Callable
-from typing import Any
 
 import numpy as np
 
-from benchmarks._common import format_table, print_header
+from benchmarks._common import best_ms, format_table, print_header
 from streamnb.arrays import sort_with_order, sorted_unique, unique_inverse
 from streamnb.features.hashing import TokenHasher
 
 BUCKETS = 2**20
-
-
-def best_ms(fn: Callable[[], Any], repeat: int = 5, calls: int = 20) -> float:
-    """Milliseconds per call: the best of ``repeat`` timings of ``calls`` calls."""
-    best = float("inf")
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        best = min(best, (time.perf_counter() - t0) / calls)
-    return best * 1e3
 
 
 def batch_indices(rows: int, per_row: int, seed: int = 1) -> np.ndarray:

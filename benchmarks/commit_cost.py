@@ -26,10 +26,9 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import time
 from typing import Any
 
-from benchmarks._common import RedisServer, format_table, print_header
+from benchmarks._common import RedisServer, best_ms, format_table, print_header
 from benchmarks.end_to_end import prefill
 from workers import commit as commit_module
 from workers.commit import CacheNew, CommitRequest, LuaScript, commit_batch
@@ -100,16 +99,7 @@ def packing_cost(batch: int = 100, row_bytes: int = 789, out_bytes: int = 144,
         if commit_module.PACK_COMMAND(command) != b"".join(conn.pack_commands([command])):
             raise RuntimeError("the two packers disagree")
         packers["workers._resp (C)"] = lambda: commit_module.PACK_COMMAND(command)
-    out = {}
-    for name, pack in packers.items():
-        best = float("inf")
-        for _ in range(repeat):
-            t0 = time.perf_counter()
-            for _ in range(20):
-                pack()
-            best = min(best, (time.perf_counter() - t0) / 20)
-        out[name] = best * 1e3
-    return out
+    return {name: best_ms(pack, repeat) for name, pack in packers.items()}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -2,22 +2,19 @@
 
 from __future__ import annotations
 
+from functools import cache
 from typing import Any
 
 import numpy as np
 
-#: The C ``sort_order`` (:mod:`streamnb.features._speedups`), None without it; looked up
-#: on first use (the features package imports this module).
-_sort_order: Any = ...
 
-
+@cache
 def _c_sort_order() -> Any:
-    global _sort_order
-    if _sort_order is ...:
-        from streamnb.features._accel import speedups
+    """The C ``sort_order`` (:mod:`streamnb.features._speedups`), None without it; looked
+    up on first use (the features package imports this module)."""
+    from streamnb.features._accel import speedups
 
-        _sort_order = getattr(speedups(), "sort_order", None)
-    return _sort_order
+    return getattr(speedups(), "sort_order", None)
 
 
 def sorted_unique(a: np.ndarray, runs: bool = False) -> np.ndarray:

@@ -282,3 +282,11 @@ def test_commands_sent_after_a_commit_run_after_it_and_keep_their_replies(r, pac
                        after=[commit_module.read_command(K, "w1", 10, True)])
     assert sent.result().ok and r.xlen(K.log) == 2 and r.xpending(K.input, GROUP)["pending"] == 0
     assert isinstance(sent.after[0], redis.exceptions.NoScriptError)
+
+
+def test_a_sent_commit_needs_a_connection_pool():
+    class NoPool:  # as a Redis Cluster client: the worker does not pipeline there
+        connection_pool = None
+
+    with pytest.raises(TypeError, match="connection pool"):
+        send_commit(NoPool(), K, "w1", CommitRequest(ids=["1-0"]))

@@ -168,6 +168,27 @@ def test_with_other_workers_about_no_batch_is_read_behind_a_commit(redis_server,
     assert not rt.inflight.saw_others(now=time.time() + rt.inflight.horizon_s + 1)
 
 
+def test_a_batch_read_behind_a_commit_with_one_already_in_hand_is_redone(redis_server):
+    """(Not on the worker's path: a commit is settled only once the batch in hand is
+    taken.) The one in hand stays; the other's announcement is withdrawn and its entries,
+    pending for this consumer, are read again from the pending list."""
+    client = redis_server.client()
+    produce(client, "twice", token_messages(10, seed=4))
+    w = url_worker(redis_server.url, [count_spec("twice")], fast_options("t", batch=BATCH))
+    w.start()
+    rt = w.models["twice"]
+    rt.pending_phase, rt.prefetched = False, ([], None)
+    reply = client.execute_command(*worker_module.read_command(rt.keys, "t", 5, True))
+    field, entries = worker_module.read_reply(reply)
+    assert len(entries) == 5 and client.hexists(rt.keys.inflight, field)
+    w._take_read_ahead(rt, reply)
+    assert rt.prefetched == ([], None) and rt.pending_phase
+    assert not client.hexists(rt.keys.inflight, field) and field not in rt.inflight.fields
+    rt.prefetched = None
+    w.run_until_idle()
+    assert len(_outputs(client, "twice")) == 10 and client.xpending(rt.keys.input, GROUP)["pending"] == 0
+
+
 def test_a_warm_stop_commits_the_batch_read_ahead(redis_server, monkeypatch):
     client = redis_server.client()
     msgs = token_messages(300, seed=3)

@@ -210,7 +210,7 @@ def test_c_url_rule_hand_worked():
     with pytest.raises(TypeError):
         speedups.url_scan(b"http://x", [])
 
-# ------------------------------------------------------------------ the tag split of strip_html
+# ------------------------------------------------------------------ strip_html
 
 # Markup pieces: tag openers with white space of both kinds and slashes, names (letters,
 # digits, longer than the 16-character limit), attributes with links, comments, script and
@@ -230,60 +230,65 @@ long_attributes = st.builds(lambda name, n, close: f"<{name}{' ' * n}{'>' if clo
                             st.sampled_from(["a", "Q" * 16, "q" * 30]), st.integers(1990, 2010), st.booleans())
 
 
-@needs_speedups
-@settings(max_examples=800, deadline=None)
-@given(markup=st.one_of(markup_text, odd_markup, long_attributes), limit=st.integers(0, 12))
-def test_c_tag_split_and_tokens_equal_the_python_ones(markup, limit):
-    expected = markup_module._TAG.split(markup)
-    got = speedups.tag_split(markup)
-    if markup.isascii() or max(map(ord, markup)) < 256:
-        assert got == expected
-    else:
-        assert got is None  # beyond Latin-1: strip_html uses the regex
-    for max_tag_tokens in (limit, 2000):  # the cut at the limit, and none
-        with_c = markup_module.strip_html(markup, max_tag_tokens)
-        with python_tokenizer():
-            assert with_c == markup_module.strip_html(markup, max_tag_tokens)
-
-
 def regex_clean(markup: str) -> str:
     markup = markup_module._COMMENT.sub("", markup)
     markup = markup_module._DECLARATION.sub(" ", markup)
     return markup_module._DROP.sub(lambda m: f" <{m.group(1)}> ", markup)
 
 
+def regex_text(markup: str) -> str:
+    """strip_html's text before unescaping, by the regexes: the passes, then the split."""
+    return " ".join(markup_module._TAG.split(regex_clean(markup))[::4])
+
+
+@needs_speedups
+@settings(max_examples=800, deadline=None)
+@given(markup=st.one_of(markup_text, odd_markup, long_attributes), limit=st.integers(0, 12))
+def test_c_html_strip_and_tag_tokens_equal_the_python_ones(markup, limit):
+    if max(map(ord, markup), default=0) >= 256:
+        assert speedups.html_strip(markup, 2000) is None  # strip_html uses the regexes
+    for max_tag_tokens in (limit, 2000):  # the cut at the limit, and none
+        with_c = markup_module.strip_html(markup, max_tag_tokens)
+        with python_tokenizer():
+            assert with_c == markup_module.strip_html(markup, max_tag_tokens)
+
+
 @needs_speedups
 @settings(max_examples=800, deadline=None)
 @given(markup=st.one_of(markup_text, odd_markup, long_attributes,
                         markup_text.map(lambda t: t + "\n"), markup_text.map(lambda t: "<!DOCTYPE " + t)))
-def test_c_html_clean_equals_the_regex_passes(markup):
-    got = speedups.html_clean(markup)
-    assert got == (regex_clean(markup) if max(map(ord, markup), default=0) < 256 else None)
+def test_c_html_strip_text_is_the_regex_passes_and_split(markup):
+    got = speedups.html_strip(markup, 2000)
+    if max(map(ord, markup), default=0) < 256:
+        assert got[0] == regex_text(markup)
+    else:
+        assert got is None
 
 
 @needs_speedups
-def test_c_html_clean_hand_worked():
-    assert speedups.html_clean("a<!-- x -->b<!-- open\n") == "ab\n"  # an open comment stops at `$`
-    assert speedups.html_clean("<?xml v?><!x<y>") == " <!x<y>"  # no '<' inside a declaration
-    assert speedups.html_clean("<SCRIPT a>x</script >y<style>z") == " <SCRIPT> y <style> "
-    assert speedups.html_clean("<scripts>x</scripts>") == "<scripts>x</scripts>"  # \b after the name
-    assert speedups.html_clean("<style>z</StYle\xa0\t>w") == " <style> w"  # \s* before the '>'
-    assert speedups.html_clean("<!" + "x" * 2000 + ">") == " " and speedups.html_clean("<!" + "x" * 2001 + ">")[0] == "<"
-    assert speedups.html_clean("\u2003<p>") is None
+def test_c_html_strip_hand_worked():
+    def text(markup: str) -> str:
+        return speedups.html_strip(markup, 10)[0]
 
-
-@needs_speedups
-def test_c_html_strip_is_the_steps_in_one_call():
+    assert text("a<!-- x -->b<!-- open\n") == "ab\n"  # an open comment stops at `$`
+    assert speedups.html_strip("<?xml v?><!x<y>", 10) == (" <!x ", ["html:y"])  # no '<' inside a declaration
+    assert speedups.html_strip("<SCRIPT a>x</script >y<style>z", 10) == \
+        ("   y   ", ["html:script", "html:style"])  # the elements become " <name> "
+    assert speedups.html_strip("<scripts>x</scripts>", 10) == (" x ", ["html:scripts"])  # \b after the name
+    assert text("<style>z</StYle\xa0\t>w") == "   w"  # \s* before the '>'
+    assert text("<!" + "x" * 2000 + ">") == " " and text("<!" + "x" * 2001 + ">")[:3] == "<!x"
+    assert speedups.html_strip("a< /B x>b<1>c<i", 10) == ("a b<1>c ", ["html:i"])  # the split
+    assert speedups.html_strip("", 10) == ("", [])
     markup = ('<p>Buy<!-- x --> <A HREF="http://u@Ex.example.com/a">now</a>'
               '<script>var x;</script>&amp; <img src=ftp://h.org></p>')
-    text, tokens = speedups.html_strip(markup, 2000)
-    pieces = speedups.tag_split(speedups.html_clean(markup))
-    assert text == " ".join(pieces[::4]) and "&amp;" in text  # unescaped by the caller
+    text_, tokens = speedups.html_strip(markup, 2000)
+    pieces = markup_module._TAG.split(regex_clean(markup))
+    assert text_ == " ".join(pieces[::4]) and "&amp;" in text_  # unescaped by the caller
     assert tokens == speedups.tag_tokens(pieces[1::4], pieces[2::4], pieces[3::4], 2000)
     assert tokens == ["html:p", "html:a", "url:ex.example.com", "url:example.com", "html:script",
                       "html:img", "url:h.org"]
-    assert speedups.html_strip(markup, 3) == (text, tokens[:4])  # a tag's tokens are not split
-    assert speedups.html_strip(markup, 0) == (text, [])
+    assert speedups.html_strip(markup, 3) == (text_, tokens[:4])  # a tag's tokens are not split
+    assert speedups.html_strip(markup, 0) == (text_, [])
     assert speedups.html_strip("no tags &lt;", 5) == ("no tags &lt;", [])
     many = "".join(f"<b{i % 7}>w{i}" for i in range(300))  # more tags than the first room
     assert speedups.html_strip(many, 2000) == (" " + " ".join(f"w{i}" for i in range(300)),
@@ -291,16 +296,9 @@ def test_c_html_strip_is_the_steps_in_one_call():
     assert speedups.html_strip("\u2003<p>", 5) is None  # beyond Latin-1: the steps one by one
     with pytest.raises(ValueError, match="max_tag_tokens"):
         speedups.html_strip("<p>", -1)
-    with pytest.raises(TypeError):
-        speedups.html_strip(b"<p>", 5)
-
-
-@needs_speedups
-def test_c_tag_split_hand_worked():
-    assert speedups.tag_split("a< /B x>b<1>c<i") == ["a", "/", "B", " x", "b<1>c", "", "i", "", ""]
-    assert speedups.tag_split("") == [""]
-    with pytest.raises(TypeError):
-        speedups.tag_split(None)
+    for bad in (b"<p>", None):
+        with pytest.raises(TypeError):
+            speedups.html_strip(bad, 5)
 
 
 @needs_speedups
@@ -318,7 +316,7 @@ def test_c_tag_tokens_hand_worked():
     assert speedups.tag_tokens(["", ""], ["form", "form"], near, 2000) == [
         "html:form", "html:form", "url:u"]
     assert speedups.tag_tokens(["/"], ["a"], [" href=http://h\u2003"], 10) is None  # not Latin-1
-    assert speedups.tag_tokens([""], ["\xe9"], [""], 10) is None  # a name beyond ASCII: not a tag_split name
+    assert speedups.tag_tokens([""], ["\xe9"], [""], 10) is None  # a name beyond ASCII: not a tag name
     with pytest.raises(ValueError):
         speedups.tag_tokens(slashes, names, attributes[:1], 10)
     with pytest.raises(ValueError):

@@ -59,7 +59,7 @@ class LuaScript:
         try:
             return client.evalsha(self.sha, len(keys), *keys, *args)
         except redis.exceptions.NoScriptError:
-            client.script_load(self.source)
+            self.load(client)
             return client.evalsha(self.sha, len(keys), *keys, *args)
 
 
@@ -218,12 +218,9 @@ class SentCommit:
         self.n_before, self.n_after = len(before or ()), len(after or ())
         self.after: list[Any] = []
         pool = getattr(client, "connection_pool", None)
-        if pool is None or not hasattr(pool, "get_connection"):  # a cluster client: at once
-            for command in before or ():
-                client.execute_command(*command)
-            self.done = _result(COMMIT_SCRIPT(client, script_keys, args))
-            self.after = [_reply_or_error(client, command) for command in after or ()]
-            return
+        if pool is None or not hasattr(pool, "get_connection"):
+            raise TypeError("send_commit needs a client with a connection pool (on Redis "
+                            "Cluster the worker commits with commit_batch, unpipelined)")
         conn = pool.get_connection()
         commit = ["EVALSHA", COMMIT_SCRIPT.sha, len(script_keys), *script_keys, *args]
         commands = [*(before or ()), commit, *(after or ())]
@@ -283,19 +280,12 @@ class SentCommit:
                 self.client.connection_pool.release(conn)
 
 
-def _reply_or_error(client: Any, command: list[Any]) -> Any:
-    try:
-        return client.execute_command(*command)
-    except redis.exceptions.ResponseError as exc:
-        return exc
-
-
 def send_commit(client: Any, keys: ModelKeys, consumer: str, req: CommitRequest,
                 out_maxlen: int = 0, dead_maxlen: int = 0,
                 before: list[list[Any]] | None = None,
                 after: list[list[Any]] | None = None) -> SentCommit:
     """Send the commit script for one batch (between the commands ``before`` and
     ``after``, in the same write); read its result later with :meth:`SentCommit.result`.
-    A client without a connection pool (Redis Cluster) runs it at once."""
+    The client needs a connection pool (not Redis Cluster: :func:`commit_batch` there)."""
     script_keys, args = _command(keys, consumer, req, out_maxlen, dead_maxlen)
     return SentCommit(client, script_keys, args, before, after)

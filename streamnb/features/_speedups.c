@@ -4,12 +4,12 @@
  * 2. the token hash cache of streamnb.features.hashing (further down), and
  * 3. the letter counts of MailAnalysis.add_text_stats (text_counts), and
  * 4. the URL rule of WordRules.urls on Latin-1 text (url_scan), and
- * 5. the tag split of markup.strip_html on Latin-1 markup (tag_split), and
+ * 5. the tags of markup.strip_html's split on Latin-1 markup (next_tag, for 12), and
  * 6. the tokens of a Received header of mail._received_tokens (received_tokens), and
  * 7. the html: and url: tokens of markup.strip_html's tags (tag_tokens), and
  * 8. the field split of a plain header block of mime._plain_headers (header_fields), and
- * 9. the comment, declaration and script/style passes of markup.strip_html (html_clean, at
- *    the end), and
+ * 9. the comment, declaration and script/style passes of markup.strip_html (clean_passes,
+ *    for 12, at the end), and
  * 10. the sorted distinct buckets of each message's token hashes for
  *    TokenHasher.unique_buckets_many (unique_buckets, after the hash cache), and
  * 11. the stable argsort of a batch's column indices for streamnb.arrays.sort_with_order
@@ -901,19 +901,38 @@ append_url_host_tokens(const Py_UCS1 *u, Py_ssize_t len, PyObject *out)
     return end < 0 ? 0 : append_host("url:", u + start, end - start, out);
 }
 
+/* The arguments (text, out) of a step appending tokens to the list out: 1 with p and n
+ * the Latin-1 characters of text, 0 when text is not Latin-1 (the caller's Python code
+ * takes it), -1 with an exception set when they are not a str and a list. */
+static int
+latin1_text_and_list(PyObject *const *args, Py_ssize_t nargs, const char *usage,
+                     const Py_UCS1 **p, Py_ssize_t *n)
+{
+    if (nargs != 2 || !PyUnicode_Check(args[0]) || !PyList_Check(args[1])) {
+        PyErr_Format(PyExc_TypeError, "%s: a str and a list", usage);
+        return -1;
+    }
+    if (PyUnicode_KIND(args[0]) != PyUnicode_1BYTE_KIND) {
+        return 0;
+    }
+    *p = PyUnicode_1BYTE_DATA(args[0]);
+    *n = PyUnicode_GET_LENGTH(args[0]);
+    return 1;
+}
+
 static PyObject *
 url_scan(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 2 || !PyUnicode_Check(args[0]) || !PyList_Check(args[1])) {
-        PyErr_SetString(PyExc_TypeError, "url_scan(text, out): a str and a list");
-        return NULL;
-    }
-    PyObject *text = args[0], *out = args[1];
-    if (PyUnicode_KIND(text) != PyUnicode_1BYTE_KIND) {
+    const Py_UCS1 *p;
+    Py_ssize_t n, copied = 0;
+    int latin1 = latin1_text_and_list(args, nargs, "url_scan(text, out)", &p, &n);
+    if (latin1 <= 0) {
+        if (latin1 < 0) {
+            return NULL;
+        }
         Py_RETURN_NONE;
     }
-    const Py_UCS1 *p = PyUnicode_1BYTE_DATA(text);
-    Py_ssize_t n = PyUnicode_GET_LENGTH(text), copied = 0;
+    PyObject *text = args[0], *out = args[1];
     Py_UCS1 *buf = NULL; /* the text with its URLs replaced by spaces, once one is found */
     Py_ssize_t used = 0;
     for (Py_ssize_t i = 0; i < n; i++) {
@@ -977,14 +996,13 @@ url_scan(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     return result;
 }
 
-/* ------------------------------------------------------------------ tag_split
+/* ------------------------------------------------------------------ the tags of strip_html
  *
- * tag_split(markup) -> list or None: markup._TAG.split(markup) for markup whose characters
- * are all Latin-1 (None for any other: the caller runs the regex, the reference):
+ * next_tag finds the tags of markup._TAG.split on Latin-1 markup (for html_strip, below):
  *
  *   <\s*(/?)\s*([a-zA-Z][a-zA-Z0-9]{0,15})([^>]{0,2000})>?
  *
- * [text, slash, name, attributes, text, ...]. Every part of the pattern after the name is
+ * the slash, the name and the attributes of each. Every part of the pattern after the name is
  * greedy and may be empty, so a '<' starts a tag exactly when white space, an optional
  * '/' and white space lead to an ASCII letter (no backtracking can change that), and the
  * tag takes the longest name, then the longest attribute run, then a '>' if one follows. */
@@ -998,12 +1016,6 @@ static inline int
 is_letter_ascii(Py_UCS1 c)
 {
     return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z');
-}
-
-static int
-append_piece(PyObject *out, const Py_UCS1 *p, Py_ssize_t n)
-{
-    return append_new(out, latin1_str(p, n));
 }
 
 /* One tag of markup._TAG: the slash, name and attribute runs (pointers into the markup). */
@@ -1055,40 +1067,6 @@ next_tag(const Py_UCS1 *p, Py_ssize_t n, Py_ssize_t i, tag_t *tag, Py_ssize_t *e
     return -1;
 }
 
-static PyObject *
-tag_split(PyObject *self, PyObject *markup)
-{
-    if (!PyUnicode_Check(markup)) {
-        PyErr_SetString(PyExc_TypeError, "tag_split: markup must be a str");
-        return NULL;
-    }
-    if (PyUnicode_KIND(markup) != PyUnicode_1BYTE_KIND) {
-        Py_RETURN_NONE;
-    }
-    const Py_UCS1 *p = PyUnicode_1BYTE_DATA(markup);
-    Py_ssize_t n = PyUnicode_GET_LENGTH(markup), text_from = 0, i, end;
-    PyObject *out = PyList_New(0);
-    if (out == NULL) {
-        return NULL;
-    }
-    tag_t tag;
-    while ((i = next_tag(p, n, text_from, &tag, &end)) >= 0) {
-        if (append_piece(out, p + text_from, i - text_from) < 0
-            || append_piece(out, tag.slash, tag.slash_len) < 0
-            || append_piece(out, tag.name, tag.name_len) < 0
-            || append_piece(out, tag.attr, tag.attr_len) < 0) {
-            Py_DECREF(out);
-            return NULL;
-        }
-        text_from = end;
-    }
-    if (append_piece(out, p + text_from, n - text_from) < 0) {
-        Py_DECREF(out);
-        return NULL;
-    }
-    return out;
-}
-
 /* ------------------------------------------------------------------ received_tokens
  *
  * received_tokens(text, out) -> bool: mail._received_tokens for a Received value whose
@@ -1117,16 +1095,16 @@ digits_then(const Py_UCS1 *p, Py_ssize_t n, Py_ssize_t i, Py_UCS1 after)
 static PyObject *
 received_tokens(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 2 || !PyUnicode_Check(args[0]) || !PyList_Check(args[1])) {
-        PyErr_SetString(PyExc_TypeError, "received_tokens(text, out): a str and a list");
-        return NULL;
-    }
-    PyObject *text = args[0], *out = args[1];
-    if (PyUnicode_KIND(text) != PyUnicode_1BYTE_KIND) {
+    const Py_UCS1 *p;
+    Py_ssize_t n;
+    int latin1 = latin1_text_and_list(args, nargs, "received_tokens(text, out)", &p, &n);
+    if (latin1 <= 0) {
+        if (latin1 < 0) {
+            return NULL;
+        }
         Py_RETURN_FALSE;
     }
-    const Py_UCS1 *p = PyUnicode_1BYTE_DATA(text);
-    Py_ssize_t n = PyUnicode_GET_LENGTH(text);
+    PyObject *out = args[1];
     int hosts = 0;
     for (Py_ssize_t i = 0; i < n && hosts < 4; i++) {
         Py_UCS1 c = p[i];
@@ -1203,7 +1181,7 @@ received_tokens(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 /* ------------------------------------------------------------------ tag_tokens
  *
  * tag_tokens(slashes, names, attributes, max_tag_tokens) -> list or None: the tokens
- * markup.strip_html makes of the tags of tag_split (the lists of their slashes, names and
+ * markup.strip_html makes of the tags of _TAG.split (the lists of their slashes, names and
  * attributes): "html:<name>" lower-cased for each opening tag, and after the html: token
  * of each tag with links, host_tokens("url", host) of the hosts of markup._LINK,
  *
@@ -1490,11 +1468,10 @@ header_fields(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     return out;
 }
 
-/* ------------------------------------------------------------------ html_clean
+/* ------------------------------------------------------------------ the passes of strip_html
  *
- * html_clean(markup) -> str or None: the first three passes of markup.strip_html, one
- * after the other, for markup whose characters are all Latin-1 (None for any other: the
- * caller runs the regexes, the reference):
+ * clean_passes: the first three passes of markup.strip_html, one after the other, on
+ * Latin-1 markup (for html_strip, below; the regexes are the reference):
  *
  *   _COMMENT      <!--.*?(?:-->|$)                               (DOTALL) -> ""
  *   _DECLARATION  <[!?][^<>]{0,2000}>                                     -> " "
@@ -1650,41 +1627,13 @@ clean_passes(const Py_UCS1 *p, Py_ssize_t n, Py_UCS1 *a, Py_UCS1 *b)
     return drop_scripts(b, m, a);
 }
 
-static PyObject *
-html_clean(PyObject *self, PyObject *markup)
-{
-    if (!PyUnicode_Check(markup)) {
-        PyErr_SetString(PyExc_TypeError, "html_clean: markup must be a str");
-        return NULL;
-    }
-    if (PyUnicode_KIND(markup) != PyUnicode_1BYTE_KIND) {
-        Py_RETURN_NONE;
-    }
-    const Py_UCS1 *p = PyUnicode_1BYTE_DATA(markup);
-    Py_ssize_t n = PyUnicode_GET_LENGTH(markup);
-    if (memchr(p, '<', (size_t)n) == NULL) { /* no markup: nothing to do */
-        Py_INCREF(markup);
-        return markup;
-    }
-    Py_UCS1 *a = PyMem_Malloc((size_t)n + 3), *b = PyMem_Malloc((size_t)n + 3);
-    if (a == NULL || b == NULL) {
-        PyMem_Free(a);
-        PyMem_Free(b);
-        return PyErr_NoMemory();
-    }
-    PyObject *result = PyUnicode_FromKindAndData(PyUnicode_1BYTE_KIND, a, clean_passes(p, n, a, b));
-    PyMem_Free(a);
-    PyMem_Free(b);
-    return result;
-}
-
 /* ------------------------------------------------------------------ html_strip
  *
  * html_strip(markup, max_tag_tokens) -> (text, tokens) or None: markup.strip_html on
  * Latin-1 markup in one call, before html.unescape (which the caller applies to text):
- * html_clean's three passes, then tag_split's tags, the text between them joined by one
- * space (" ".join(pieces[::4])), and tag_tokens' tokens of the tags, without a str per
- * piece of the split. None for other markup (the caller runs the steps one by one). */
+ * the three passes (clean_passes), then the tags of the split (next_tag), the text between
+ * them joined by one space (" ".join(pieces[::4])), and tag_tokens' tokens of the tags,
+ * without a str per piece of the split. None for other markup (the caller runs the steps one by one). */
 static PyObject *
 html_strip(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -1778,8 +1727,6 @@ static PyMethodDef methods[] = {
     {"url_scan", (PyCFunction)(void (*)(void))url_scan, METH_FASTCALL,
      "url_scan(text, out): WordRules.urls on Latin-1 text (the text with its URLs blanked, "
      "their tokens appended to out); None for other text."},
-    {"tag_split", tag_split, METH_O,
-     "tag_split(markup): markup._TAG.split(markup) for Latin-1 markup; None for other markup."},
     {"received_tokens", (PyCFunction)(void (*)(void))received_tokens, METH_FASTCALL,
      "received_tokens(text, out): append the tokens of one Latin-1 Received value to out "
      "(mail._received_tokens); False, appending nothing, for other text."},
@@ -1792,9 +1739,6 @@ static PyMethodDef methods[] = {
     {"html_strip", (PyCFunction)(void (*)(void))html_strip, METH_FASTCALL,
      "html_strip(markup, max_tag_tokens): markup.strip_html on Latin-1 markup before "
      "html.unescape: (text, tokens); None for other markup."},
-    {"html_clean", html_clean, METH_O,
-     "html_clean(markup): strip_html's comment, declaration and script/style passes on Latin-1 "
-     "markup; None for other markup."},
     {NULL, NULL, 0, NULL},
 };
 

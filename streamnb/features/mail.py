@@ -137,6 +137,8 @@ def _python_text_counts(text: str, letters: bool = True) -> tuple[int, int, int,
             upper += sum(map(str.isupper, rest))
     high = 0 if text.isascii() else len(text) - len(text.encode("ascii", "ignore"))
     return upper, n_letters, high, text.count("!") + text.count("$")
+
+
 #: ``received_tokens(text, out) -> bool`` of the C module (False: not Latin-1), or None:
 #: :func:`_received_tokens` runs in Python then (the reference).
 _c_received_tokens = getattr(speedups(), "received_tokens", None)

@@ -40,8 +40,7 @@ _DROP = re.compile(r"<(script|style)\b[^<>]*>.*?(?:</\1\s*>|$)", re.S | re.I)
 _TAG = re.compile(r"<\s*(/?)\s*([a-zA-Z][a-zA-Z0-9]{0,15})([^>]{0,2000})>?")
 #: ``html_strip(markup, max_tag_tokens)``: the whole of :func:`strip_html` but the final
 #: ``html.unescape``, in one C call for Latin-1 markup (None for other markup), or None
-#: when the C module is off. (Its passes and its split are in the C module too, as
-#: ``html_clean`` and ``tag_split``, for the tests that compare each with its regex.)
+#: when the C module is off.
 _html_strip = getattr(speedups(), "html_strip", None)
 #: ``tag_tokens(slashes, names, attributes, max_tag_tokens)``: the ``html:`` and ``url:``
 #: tokens of the tags in C (None for attributes beyond Latin-1), or None when it is off.
