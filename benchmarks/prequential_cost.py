@@ -5,8 +5,9 @@ model that has learnt ``--train`` messages, per batch of ``--batch`` messages:
 
 * ``batch``: ``predict_log_proba`` of the whole batch with the model before it (the old
   worker behaviour, ``WorkerOptions(prequential=False)``);
-* ``prequential``: ``predict_log_proba_prequential`` (MultinomialNB: the vectorised exact
-  path; BernoulliNB: the generic path, a scratch copy of the statistics per batch);
+* ``prequential``: ``predict_log_proba_prequential`` (MultinomialNB: the exact path, by
+  the C loop of ``streamnb._kernels`` when built, and by its numpy form on the row
+  "numpy form"; BernoulliNB: the generic path, a scratch copy of the statistics per batch);
 * ``generic``: the generic path forced on MultinomialNB, for comparison.
 
     python -m benchmarks.prequential_cost [--train 1000] [--batch 100] [--batches 15]
@@ -50,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
     from streamnb.codec import decode_input, encode_input
     from streamnb.constants import DEFAULT_MAIL_ALPHA
     from streamnb.features import Featurizer
-    from streamnb.models import make_model
+    from streamnb.models import make_model, prequential
     from streamnb.models.prequential import generic_prequential
 
     n = a.train + a.batch * a.batches
@@ -60,7 +61,13 @@ def main(argv: list[str] | None = None) -> int:
     labels = list(corpus.labels)
     X_all = f.stack(rows)
     table = []
-    for kind in ("multinomial", "bernoulli"):
+    c_loop = prequential.MULTINOMIAL_JLL
+    forms = [("multinomial", "multinomial" if c_loop else "multinomial (no C loop built)", c_loop),
+             ("multinomial", "multinomial, numpy form", None), ("bernoulli", "bernoulli", None)]
+    for kind, name, loop in forms:
+        if name == "multinomial, numpy form" and c_loop is None:
+            continue
+        prequential.MULTINOMIAL_JLL = loop
         model = make_model(kind, alpha=DEFAULT_MAIL_ALPHA, n_features=f.n_columns,
                            smoothing_m="seen")
         model.partial_fit(X_all[: a.train], labels[: a.train])
@@ -69,14 +76,17 @@ def main(argv: list[str] | None = None) -> int:
                    for s in range(a.train, min(n, len(labels)) - a.batch + 1, a.batch)]
         base = _per_batch_ms(lambda X, y, m=model: m.predict_log_proba(X), batches)
         preq = _per_batch_ms(lambda X, y, m=model: m.predict_log_proba_prequential(X, y), batches)
-        row = [kind, f"{base:.2f}", f"{preq:.2f}", f"{preq / base:.1f}x",
+        row = [name, f"{base:.2f}", f"{preq:.2f}", f"{preq / base:.1f}x",
                f"{1e3 * preq / a.batch:.0f}"]
-        if kind == "multinomial":
+        if name == "multinomial, numpy form":
+            row.append("(= multinomial)")
+        elif kind == "multinomial":
             gen = _per_batch_ms(lambda X, y, m=model: generic_prequential(m, X, y), batches)
             row.append(f"{gen:.2f}")
         else:
             row.append("(= prequential)")
         table.append(row)
+    prequential.MULTINOMIAL_JLL = c_loop
     print(format_table(["model (2**20 buckets)", "batch ms", "prequential ms", "ratio",
                         "prequential us/msg", "generic ms"], table))
     return 0

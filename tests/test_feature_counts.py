@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from streamnb.encoding import dumps, loads
 from streamnb.exceptions import FormatError
 from streamnb.stats import CategoryCounts, FeatureCounts, Statistic
+from streamnb.stats import feature_counts as feature_counts_module
 
 LABELS = np.array(["a", "b", "c"], dtype=object)
 
@@ -298,3 +299,60 @@ def test_category_counts_refuses_bad_categories_and_payloads():
     ):
         with pytest.raises(FormatError):
             CategoryCounts.from_bytes(dumps(enc))
+
+
+@pytest.mark.skipif(feature_counts_module.CLASS_SUMS is None, reason="streamnb._kernels is not built")
+@pytest.mark.parametrize("seed", range(25))
+def test_the_c_class_sums_equal_numpy_bit_for_bit(seed, monkeypatch):
+    """streamnb._kernels.class_sums against the numpy form (its reference) on random sparse
+    batches: duplicate entries, explicit zeros, unsorted indices, empty rows, int32 and int64
+    indices, wide and narrow widths. The same columns, and the same floats: both add each
+    sum in the order of the nonzeros."""
+    rng = np.random.default_rng(seed)
+    n, d = int(rng.integers(1, 40)), int(rng.choice([7, 300, 2 ** 20]))
+    nnz = int(rng.integers(0, 6 * n))
+    rows = np.sort(rng.integers(0, n, nnz))
+    X = sp.csr_matrix((np.floor(rng.uniform(0, 4, nnz)) * rng.uniform(0.5, 2, nnz),
+                       (rows, rng.integers(0, d, nnz))), shape=(n, d))
+    if rng.random() < 0.5:  # not canonical: each entry twice, each row's entries reversed
+        ptr, idx, dat = X.indptr * 2, X.indices.repeat(2), X.data.repeat(2) / 2
+        for i in range(n):
+            idx[ptr[i]:ptr[i + 1]] = idx[ptr[i]:ptr[i + 1]][::-1].copy()
+            dat[ptr[i]:ptr[i + 1]] = dat[ptr[i]:ptr[i + 1]][::-1].copy()
+        X = sp.csr_matrix((dat, idx, ptr), shape=(n, d))
+        assert X.nnz == 0 or not X.has_canonical_format
+    if rng.random() < 0.5:
+        X.indices = X.indices.astype(np.int64)
+    K = int(rng.integers(1, 4))
+    classes = rng.integers(0, K, n)
+    w = rng.uniform(0, 3, n)
+    cols, sums = feature_counts_module._class_sums(X, classes, w, K)
+    monkeypatch.setattr(feature_counts_module, "CLASS_SUMS", None)
+    want_cols, want_sums = feature_counts_module._class_sums(X, classes, w, K)
+    np.testing.assert_array_equal(cols, want_cols)
+    np.testing.assert_array_equal(sums, want_sums)
+    dense = np.zeros((K, d))
+    np.add.at(dense, (classes[np.repeat(np.arange(n), np.diff(X.indptr))], X.indices),
+              np.repeat(w, np.diff(X.indptr)) * X.data)
+    np.testing.assert_allclose(sums, dense[:, cols], rtol=1e-12)
+
+
+@pytest.mark.skipif(feature_counts_module.CLASS_SUMS is None, reason="streamnb._kernels is not built")
+def test_the_c_class_sums_refuse_inconsistent_arrays():
+    """Arrays that do not fit each other raise instead of writing out of bounds."""
+    sums_c = feature_counts_module.CLASS_SUMS
+    indptr, indices = np.array([0, 2, 3], np.int32), np.array([4, 0, 4], np.int32)
+    data, codes, w = np.ones(3), np.array([0, 1]), np.ones(2)
+    cols, sums = np.empty(3, np.int64), np.empty(6)
+    args = [indptr, indices, data, codes, w, 2, cols, sums]
+    assert sums_c(*args) == 2
+    assert cols[:2].tolist() == [0, 4] and sums[:4].tolist() == [1.0, 1.0, 0.0, 1.0]
+    for at, bad, match in [(0, np.array([0, 2, 4], np.int32), "indptr must run from 0 to nnz"),
+                           (3, np.array([0, 2]), r"class code 2 is not in \[0, 2\)"),
+                           (3, np.array([0, -1]), r"class code -1 is not in \[0, 2\)"),
+                           (1, np.array([4, -1, 0], np.int32), "column -1 is not in"),
+                           (5, 0, "n_classes must be >= 1"),
+                           (7, np.empty(5), "sums_out n_classes x nnz"),
+                           (6, np.empty(3, np.int32), "take 8-byte items")]:
+        with pytest.raises((ValueError, TypeError), match=match):
+            sums_c(*args[:at], bad, *args[at + 1:])

@@ -16,11 +16,23 @@ from streamnb.codec import decode_input, decode_output
 from streamnb.exceptions import NotFittedError
 from streamnb.features import Featurizer
 from streamnb.models import make_model
+from streamnb.models import prequential as prequential_module
 from streamnb.models.prequential import generic_prequential
 from workers.keys import ModelKeys
 from workers.model_config import resolve_spec
 
 # ---------------------------------------------------------------------- reference loop
+
+
+@pytest.fixture(params=["C", "numpy"])
+def jll_path(request, monkeypatch):
+    """MultinomialNB's prequential sums by the C loop (streamnb._kernels, when built)
+    or by numpy (its reference)."""
+    if request.param == "C" and prequential_module.MULTINOMIAL_JLL is None:
+        pytest.skip("streamnb._kernels is not built")
+    if request.param == "numpy":
+        monkeypatch.setattr(prequential_module, "MULTINOMIAL_JLL", None)
+    return request.param
 
 
 def reference_loop(model: Any, X: Any, y: list, w: np.ndarray | None) -> tuple[list, list]:
@@ -168,8 +180,18 @@ def test_prequential_equals_one_row_at_a_time(kind, params, with_prior, weighted
         assert not pred.predicted[: first + 1].any() and pred.predicted[first + 1:].all()
 
 
+@pytest.mark.parametrize("params", KINDS["multinomial"])
+@pytest.mark.parametrize("with_prior", [True, False])
+def test_multinomial_numpy_form_equals_one_row_at_a_time(params, with_prior, monkeypatch):
+    """The numpy form (the reference for the C loop, which the test above runs when built)."""
+    monkeypatch.setattr(prequential_module, "MULTINOMIAL_JLL", None)
+    model, X, y, w = make_batch("multinomial", params, seed=zlib.crc32(f"{params}{with_prior}".encode()),
+                                with_prior=with_prior, weighted=True)
+    assert_matches_loop(model, X, y, w)
+
+
 @pytest.mark.parametrize("smoothing_m", ["seen", "columns"])
-def test_multinomial_fast_path_equals_the_generic_fallback(smoothing_m):
+def test_multinomial_fast_path_equals_the_generic_fallback(smoothing_m, jll_path):
     model, X, y, w = make_batch("multinomial", {"alpha": 0.3, "smoothing_m": smoothing_m},
                                 seed=7, with_prior=True, weighted=True)
     fast = model.predict_log_proba_prequential(X, y, w)
@@ -193,7 +215,7 @@ def test_a_batch_without_labels_is_predicted_by_the_model_alone(kind):
     assert none.classes == [] and not none.predicted.any()
 
 
-def test_int_labels_dense_input_and_zero_weights():
+def test_int_labels_dense_input_and_zero_weights(jll_path):
     rng = np.random.default_rng(3)
     X, yy = count_data(rng, 25, 12)
     model = make_model("multinomial", alpha=0.2, smoothing_m="seen").partial_fit(X[:5], yy[:5])
@@ -203,7 +225,7 @@ def test_int_labels_dense_input_and_zero_weights():
     assert_matches_loop(model, X[5:], y, w)
 
 
-def test_hashed_width_model_sees_only_batch_columns():
+def test_hashed_width_model_sees_only_batch_columns(jll_path):
     """A 2**20-wide model: the vectorised path allocates nothing of that width per row."""
     rng = np.random.default_rng(5)
     d = 2 ** 20
@@ -215,6 +237,66 @@ def test_hashed_width_model_sees_only_batch_columns():
     y = ["spam" if i % 3 else "ham" for i in range(20)]
     y[7] = None
     assert_matches_loop(model, X, y, None)
+
+
+@pytest.mark.skipif(prequential_module.MULTINOMIAL_JLL is None,
+                    reason="streamnb._kernels is not built")
+@pytest.mark.parametrize("seed", range(40))
+def test_the_c_loop_equals_numpy(seed, monkeypatch):
+    """streamnb._kernels.multinomial_jll against the numpy form (the reference) on
+    random batches: either smoothing width, 0-3 prior classes, classes new in the batch,
+    zero weights, explicit zeros, empty rows, columns the model has never seen, a model
+    without statistics (no columns yet, width unset) and batches with one row."""
+    rng = np.random.default_rng(seed)
+    d = int(rng.integers(5, 60))
+    seen = bool(rng.integers(2))
+    width = None if rng.random() < 0.3 else d
+    model = make_model("multinomial", alpha=float(rng.uniform(0.05, 2.0)),
+                       smoothing_m="seen" if seen else "columns", n_features=width)
+    prior = ["a", "b", "c"][: int(rng.integers(0, 4))]
+    if prior:
+        Xp = sp.random(25, d, density=0.2, random_state=rng, format="csr")
+        Xp.data = np.ceil(Xp.data * 4)
+        model.partial_fit(Xp, [prior[i % len(prior)] for i in range(25)])
+    n = int(rng.integers(1, 50))
+    X = sp.random(n, d, density=float(rng.uniform(0.02, 0.5)), random_state=rng, format="csr")
+    X.data = np.floor(X.data * 4)                        # some explicit zeros
+    y = [None if rng.random() < 0.3 else ["a", "b", "c", "d"][int(rng.integers(4))]
+         for _ in range(n)]
+    w = rng.uniform(0.0, 3.0, size=n)
+    w[rng.random(n) < 0.15] = 0.0
+    got = model.predict_log_proba_prequential(X, y, w)
+    monkeypatch.setattr(prequential_module, "MULTINOMIAL_JLL", None)
+    want = model.predict_log_proba_prequential(X, y, w)
+    assert got.classes == want.classes
+    np.testing.assert_array_equal(got.n_known, want.n_known)
+    np.testing.assert_array_equal(np.isnan(got.log_proba), np.isnan(want.log_proba))
+    np.testing.assert_allclose(got.log_proba, want.log_proba, rtol=1e-12, atol=1e-10)
+
+
+@pytest.mark.skipif(prequential_module.MULTINOMIAL_JLL is None,
+                    reason="streamnb._kernels is not built")
+def test_the_c_loop_refuses_inconsistent_arrays():
+    """Arrays that do not fit each other raise instead of reading out of bounds."""
+    jll = prequential_module.MULTINOMIAL_JLL
+    indptr, indices = np.array([0, 2, 3], np.int32), np.array([0, 4, 1], np.int32)
+    data, codes, w = np.ones(3), np.array([0, -1]), np.ones(2)
+    counts, totals, out = np.ones((1, 5)), np.ones(2), np.empty((2, 2))
+    args = [indptr, indices, data, codes, w, counts, 1, 5, totals, 1.0, True, 5, 5, out]
+    jll(*args)
+    expect = [np.array([[0.0, 0.0]]), np.array([[0.0, 0.0]])]  # row 0 by the model alone
+    assert np.isfinite(out).all() and not np.array_equal(out, expect[0])
+    for at, bad, match in [(0, np.array([0, 2, 4], np.int32), "indptr must run from 0 to nnz"),
+                           (0, np.array([0, 3, 3, 3], np.int32), "sizes do not fit"),
+                           (3, np.array([0, 2]), "class code 2 is not in"),
+                           (1, np.array([0, -4, 1], np.int32), r"column -4 is not in \[0, 2\*\*32 - 1\)"),
+                           (5, np.ones((1, 4)), "sizes do not fit"),
+                           (9, 0.0, "alpha > 0"),
+                           (2, np.ones(3, np.float32), "take 4- or 8-byte items")]:
+        with pytest.raises((ValueError, TypeError), match=match):
+            jll(*args[:at], bad, *args[at + 1:])
+    with pytest.raises(TypeError, match="takes 14 arguments"):
+        jll(*args[:-1])
 
 
 def test_bad_input_raises_and_changes_nothing():
@@ -319,7 +401,7 @@ def test_the_worker_skips_the_costly_exact_method_for_bernoulli(monkeypatch):
     assert len(outs) == 9 and w.models["b"].replica.learnt == 6
 
 
-def test_non_canonical_csr_with_empty_rows_equals_one_row_at_a_time():
+def test_non_canonical_csr_with_empty_rows_equals_one_row_at_a_time(jll_path):
     """Duplicate entries (summed), explicit zeros, unsorted indices and empty rows (first,
     middle and last) give what the canonical matrix gives; the caller's X is untouched."""
     rng = np.random.default_rng(9)
@@ -348,7 +430,7 @@ def test_non_canonical_csr_with_empty_rows_equals_one_row_at_a_time():
 
 
 @pytest.mark.parametrize("smoothing_m", ["seen", "columns"])
-def test_a_plan_made_before_the_model_changed_gives_the_same_predictions(smoothing_m):
+def test_a_plan_made_before_the_model_changed_gives_the_same_predictions(smoothing_m, jll_path):
     """What a worker does: plan the batch, apply other workers' deltas, then predict. Equal
     to predicting without the plan after the same change, bit for bit, also when the
     change brings a class the plan did not know (the plan is then made again)."""

@@ -44,6 +44,9 @@ def test_speedups_built_where_ci_requires_them():
     from workers import commit
 
     assert commit.PACK_COMMAND is not None, "workers._resp was not built (no C compiler?)"
+    from streamnb.models import prequential
+
+    assert prequential.MULTINOMIAL_JLL is not None, "streamnb._kernels was not built"
 
 
 needs_speedups = pytest.mark.skipif(not text_rules.SPEEDUPS,

@@ -39,7 +39,7 @@ from typing import Any
 import msgpack
 import redis
 
-from streamnb.features._accel import optional_c_module
+from streamnb._cmodules import optional_c_module
 from workers.keys import GROUP, ModelKeys
 from workers.replies import as_str
 

@@ -855,7 +855,8 @@ class Worker:
     def _prepare_prediction(self, rt: ModelRuntime, w: CommitWork, items: list[Item]) -> Any:
         """The batch's rows stacked (returned) and the part of the prequential prediction
         that depends on the batch alone (the model's ``prequential_plan``: for
-        MultinomialNB the sort of the nonzeros and the in-batch prefix sums), made before
+        MultinomialNB the validated rows and, without its C loop, the sort of the nonzeros
+        and the in-batch prefix sums), made before
         the wait for other workers' batches, off the path from one worker's commit to the
         next's."""
         t0 = time.perf_counter()

@@ -1,8 +1,8 @@
 """The optional C module :mod:`streamnb.features._speedups`, loaded in one place.
 
-It is built by ``setup.py`` where a C compiler is found (docs/architecture.md, decision 16)
-and turned off by the environment variable ``STREAMNB_PURE_PYTHON=1``; without it every
-caller runs the same rules in Python.
+It is built by ``setup.py`` where a C compiler is found and turned off by the environment
+variable ``STREAMNB_PURE_PYTHON=1`` (:mod:`streamnb._cmodules`); without it every caller
+runs the same rules in Python.
 
 >>> speedups() is None or hasattr(speedups(), "word_tokens")
 True
@@ -11,12 +11,13 @@ True
 from __future__ import annotations
 
 import importlib
-import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from types import ModuleType
 
-__all__ = ["optional_c_module", "python_tokenizer", "speedups"]
+from streamnb._cmodules import optional_c_module
+
+__all__ = ["python_tokenizer", "speedups"]
 
 #: The tokenizer's C steps: (module, attribute) holding the C function, None to run the
 #: Python code (the reference) instead. Token hashing has its own switch (hashing).
@@ -29,17 +30,6 @@ TOKENIZER_STEPS = (
     ("streamnb.features.mail", "_text_counts"),
     ("streamnb.features.mime", "_header_fields"),
 )
-
-
-def optional_c_module(name: str) -> ModuleType | None:
-    """The optional C module ``name`` (``streamnb.features._speedups``, ``workers._resp``),
-    or None: not built, or every one turned off by ``STREAMNB_PURE_PYTHON``."""
-    if os.environ.get("STREAMNB_PURE_PYTHON", "") not in ("", "0"):
-        return None
-    try:
-        return importlib.import_module(name)
-    except ImportError:
-        return None
 
 
 def speedups() -> ModuleType | None:

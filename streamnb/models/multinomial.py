@@ -110,9 +110,9 @@ class MultinomialNB(DiscreteNB):
         return multinomial_prequential(self, X, y, sample_weight, plan)
 
     def prequential_plan(self, X: Any, y: Any, sample_weight: Any = None) -> MultinomialPlan:
-        """The sort of the batch's nonzeros and its in-batch prefix sums
-        (:class:`streamnb.models.prequential.MultinomialPlan`); valid while the model's
-        classes stay the same.
+        """The validated batch and, without the C loop, the sort of its nonzeros and its
+        in-batch prefix sums (:class:`streamnb.models.prequential.MultinomialPlan`); valid
+        while the model's classes stay the same.
 
         >>> import numpy as np
         >>> m = MultinomialNB().partial_fit(np.array([[2, 0], [0, 2]]), ["a", "b"])

@@ -10,11 +10,13 @@ Two algorithms:
 * :func:`multinomial_prequential`: vectorised and exact for :class:`MultinomialNB`. For
   row i and class c, ``jll_c(i) = log pi_c(i) + sum_j x_ij [log(F_cj(i) + alpha) -
   log(T_c(i) + alpha m(i))]`` where ``F(i)``, ``T(i)``, the class weights and the
-  smoothing width ``m(i)`` include the labelled rows before i. The in-batch prefix sums are
-  taken over the CSR nonzeros sorted by (column, row), O(nnz x classes) after one sort,
-  no Python loop over rows or features. The model's counts are read once per column of
-  the batch, straight from its statistics (its derived scoring table is neither used nor
-  refreshed), and ``log(F_cj(i) + alpha)`` is evaluated at every nonzero.
+  smoothing width ``m(i)`` include the labelled rows before i. The model's counts are read
+  once per column of the batch, straight from its statistics (its derived scoring table
+  is neither used nor refreshed). With the optional C module
+  ``streamnb._kernels`` (:data:`MULTINOMIAL_JLL`), one loop over the rows in order
+  with the batch's columns in a hash table, O(nnz x classes); without it, numpy: the
+  in-batch prefix sums over the CSR nonzeros sorted by (column, row), O(nnz x classes)
+  after one sort, no Python loop over rows or features (the reference for the C loop).
 * :func:`generic_prequential`: any model. A scratch copy of the statistics learns the
   labelled rows one at a time; the rows up to and including each labelled row are
   predicted in one call before it is learnt. It copies the model's statistics once per
@@ -45,6 +47,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import scipy.sparse as sp
 
+from streamnb._cmodules import optional_c_module
 from streamnb.arrays import nonzero_columns, sort_with_order
 from streamnb.models.base import log_normalize
 from streamnb.stats.base import Label
@@ -53,8 +56,13 @@ if TYPE_CHECKING:
     from streamnb.models.base import GenerativeClassifier
     from streamnb.models.multinomial import MultinomialNB
 
-__all__ = ["MultinomialPlan", "PrequentialPrediction", "generic_prequential",
+__all__ = ["MULTINOMIAL_JLL", "MultinomialPlan", "PrequentialPrediction", "generic_prequential",
            "multinomial_plan", "multinomial_prequential"]
+
+#: ``streamnb._kernels.multinomial_jll`` (the C loop of
+#: :func:`multinomial_prequential`), or None: not built, or ``STREAMNB_PURE_PYTHON`` set;
+#: then numpy does the same (tests set it to None to compare both).
+MULTINOMIAL_JLL = getattr(optional_c_module("streamnb._kernels"), "multinomial_jll", None)
 
 
 @dataclass(frozen=True)
@@ -194,15 +202,11 @@ def _canonical_csr(model: MultinomialNB, X: Any) -> sp.csr_matrix:
 
 
 @dataclass(frozen=True)
-class MultinomialPlan:
-    """What :func:`multinomial_prequential` computes from the batch alone: its nonzeros
-    sorted by (column, row), each column's segment, what the labelled rows add before each
-    nonzero (per class), the row sums. Made with the model's classes as they were; used
-    only while the model has the same classes (the counts may have changed: they are read
-    at prediction time). A worker makes it while it waits for other workers' batches."""
+class SortedNonzeros:
+    """A batch's nonzeros sorted by (column, row), for the numpy form of
+    :func:`multinomial_prequential`: each column's segment, what the labelled rows add
+    before each nonzero (per class), the row sums."""
 
-    classes: list[Label]
-    X: sp.csr_matrix
     c: np.ndarray
     r: np.ndarray
     v: np.ndarray
@@ -214,18 +218,31 @@ class MultinomialPlan:
     row_sums: np.ndarray
 
 
+@dataclass(frozen=True)
+class MultinomialPlan:
+    """What :func:`multinomial_prequential` computes from the batch alone: the validated
+    CSR and, for the numpy form (no C loop, :data:`MULTINOMIAL_JLL`), its
+    :class:`SortedNonzeros`. Made with the model's classes as they were; used only while
+    the model has the same classes (the counts may have changed: they are read at
+    prediction time). A worker makes it while it waits for other workers' batches."""
+
+    classes: list[Label]
+    X: sp.csr_matrix
+    nonzeros: SortedNonzeros | None
+
+
 def multinomial_plan(model: MultinomialNB, X: Any, y: Any,
                      sample_weight: Any = None) -> MultinomialPlan:
     """The batch-only part of :func:`multinomial_prequential` (see :class:`MultinomialPlan`)."""
     X = _canonical_csr(model, X)
     classes, codes, w, _ = _labelled_batch(model, X.shape[0], y, sample_weight)
-    return _plan(X, classes, codes, w)
+    nonzeros = None if MULTINOMIAL_JLL is not None else _sorted_nonzeros(X, len(classes), codes, w)
+    return MultinomialPlan(list(classes), X, nonzeros)
 
 
-def _plan(X: sp.csr_matrix, classes: list[Label], codes: np.ndarray,
-          w: np.ndarray) -> MultinomialPlan:
+def _sorted_nonzeros(X: sp.csr_matrix, K: int, codes: np.ndarray,
+                     w: np.ndarray) -> SortedNonzeros:
     n, width = X.shape
-    K = len(classes)
     rw = np.where(codes >= 0, w, 0.0)                    # weight each row is learnt with
 
     # Nonzeros sorted by (column, row): one sort (a column's rows stay in order), then
@@ -259,8 +276,7 @@ def _plan(X: sp.csr_matrix, classes: list[Label], codes: np.ndarray,
     np.maximum(prefix, 0.0, out=prefix)
     prefix *= learnt_before                              # exactly 0 where nothing was added
     row_sums = np.bincount(row_of, weights=X.data, minlength=n)
-    return MultinomialPlan(list(classes), X, c, r, v, col_of, ucols, first_add, learnt_before,
-                           prefix, row_sums)
+    return SortedNonzeros(c, r, v, col_of, ucols, first_add, learnt_before, prefix, row_sums)
 
 
 def multinomial_prequential(model: MultinomialNB, X: Any, y: Any, sample_weight: Any = None,
@@ -269,21 +285,43 @@ def multinomial_prequential(model: MultinomialNB, X: Any, y: Any, sample_weight:
 
     ``plan``: :func:`multinomial_plan` of the same ``X``, ``y`` and weights, made earlier;
     used if the model still has the classes it was made with (else made again)."""
-    X = plan.X if plan is not None else _canonical_csr(model, X)
-    n, width = X.shape
-    classes, codes, w, n_known, log_prior = _batch_priors(model, n, y, sample_weight)
-    K = len(classes)
+    if plan is not None:
+        X = plan.X
+    else:
+        X = _canonical_csr(model, X)
+    classes, codes, w, n_known, log_prior = _batch_priors(model, X.shape[0], y, sample_weight)
     if _nothing_learnt_before_a_row(codes):  # e.g. a batch without labels
         return _model_only(model, X, classes, n_known, log_prior)
-    if plan is None or plan.classes != classes:
-        plan = _plan(X, classes, codes, w)
     cc, fc = model._parts()
-    k0 = len(cc.labels)
+    alpha, seen_mode = model.alpha, model.smoothing_m == "seen"
+    base_T = np.zeros(len(classes))
+    base_T[: len(cc.labels)] = fc.totals
+    if MULTINOMIAL_JLL is not None and not fc.is_sparse:
+        jll = np.empty((X.shape[0], len(classes)))
+        MULTINOMIAL_JLL(X.indptr, X.indices, X.data, codes, w, fc.values, fc.values.shape[0],
+                        fc.n_features, base_T, alpha, seen_mode, fc.n_seen,
+                        max(fc.n_features, X.shape[1]), jll)
+    else:
+        nonzeros = plan.nonzeros if plan is not None and plan.classes == classes else None
+        if nonzeros is None:
+            nonzeros = _sorted_nonzeros(X, len(classes), codes, w)
+        jll = _numpy_jll(X.shape, fc, nonzeros, codes, w, base_T, alpha, seen_mode)
+    with np.errstate(invalid="ignore"):
+        jll += log_prior
+    return _finish(classes, jll, n_known, log_prior)
+
+
+def _numpy_jll(shape: tuple[int, int], fc: Any, nz: SortedNonzeros, codes: np.ndarray,
+               w: np.ndarray, base_T: np.ndarray, alpha: float, seen_mode: bool) -> np.ndarray:
+    """The joint log-likelihoods without the class prior, in numpy (the reference for
+    :data:`MULTINOMIAL_JLL`): ``fc`` the model's feature counts, ``base_T`` their class
+    totals (0 for the classes new in the batch)."""
+    n, width = shape
+    K = base_T.size
+    k0 = len(fc.labels)
     labelled = codes >= 0
-    seen_mode = model.smoothing_m == "seen"
-    alpha = model.alpha
-    c, r, v, col_of, ucols = plan.c, plan.r, plan.v, plan.col_of, plan.ucols
-    first_add, learnt_before = plan.first_add, plan.learnt_before
+    c, r, v, col_of, ucols = nz.c, nz.r, nz.v, nz.col_of, nz.ucols
+    first_add, learnt_before = nz.first_add, nz.learnt_before
 
     # The model's counts of the batch's columns (read once per column; zero for classes
     # new in the batch), and which of the columns count at each nonzero.
@@ -298,10 +336,10 @@ def multinomial_prequential(model: MultinomialNB, X: Any, y: Any, sample_weight:
         vc = v
 
     # Per class and nonzero: log(F_cj(i) + alpha), F_cj(i) the model's count plus what
-    # the earlier labelled rows of the batch added to the column (the plan's prefix
-    # sums); per row and class, the sum of x_ij times that.
+    # the earlier labelled rows of the batch added to the column (the prefix sums); per
+    # row and class, the sum of x_ij times that.
     F = np.take(F_cols, col_of, axis=1)
-    F += plan.prefix
+    F += nz.prefix
     F += alpha
     np.log(F, out=F)
     F *= vc
@@ -311,11 +349,8 @@ def multinomial_prequential(model: MultinomialNB, X: Any, y: Any, sample_weight:
     S0 = np.bincount(r, weights=vc, minlength=n)         # sum_j x_ij over the counted columns
 
     # per-class totals T_c(i) and smoothing width m(i) before each row
-    row_sums = plan.row_sums
     per_row = np.zeros((n, K))
-    per_row[labelled, codes[labelled]] = row_sums[labelled] * w[labelled]
-    base_T = np.zeros(K)
-    base_T[:k0] = fc.totals
+    per_row[labelled, codes[labelled]] = nz.row_sums[labelled] * w[labelled]
     T = _exclusive_row_prefix(base_T, per_row)
     if seen_mode:  # a column new to the model counts from the row after its first adder
         new = (first_add < c.size) & ~model_seen
@@ -326,9 +361,7 @@ def multinomial_prequential(model: MultinomialNB, X: Any, y: Any, sample_weight:
         m = np.full(n, max(fc.n_features, width))
     den = T + alpha * m[:, None].astype(np.float64)
     log_den = np.log(np.where(den > 0, den, 1.0))
-    with np.errstate(invalid="ignore"):
-        jll = log_prior + S1 - S0[:, None] * log_den
-    return _finish(classes, jll, n_known, log_prior)
+    return S1 - S0[:, None] * log_den
 
 
 # ---------------------------------------------------------------------- any model

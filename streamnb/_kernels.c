@@ -1,0 +1,483 @@
+/* streamnb._kernels: two per-nonzero loops of the count models, in C (optional).
+ *
+ * Both take a CSR batch (indptr, indices, data: float64) with a class code per row
+ * (codes: int64) and a weight per row (weights: float64), and put the batch's distinct
+ * columns in a hash table (column_slots): a slot per column, in order of first
+ * appearance, no sort of the nonzeros.
+ *
+ * 1. multinomial_jll(indptr, indices, data, codes, weights, counts, k0, n_features,
+ *                    totals, alpha, seen_mode, n_seen, m_fixed, out)
+ *
+ *    writes into `out` (n x K float64, C order) the joint log-likelihoods without the
+ *    class prior of the batch's n rows, row i scored by the model plus the labelled rows
+ *    before i (test-then-train within the batch; streamnb.models.prequential):
+ *
+ *      out[i, k] = sum_j x_ij log(F_kj(i) + alpha) - (sum_j x_ij) log(T_k(i) + alpha m(i))
+ *
+ *    over the columns j that count at row i. F_kj(i) is the model's count `counts[k, j]`
+ *    (0 for k >= k0 or j >= n_features) plus weights[r] x_rj of every earlier row r
+ *    labelled k (codes[r] == k; -1: unlabelled); T_k(i) is totals[k] plus weights[r]
+ *    times the row sum of those rows. With seen_mode, a column counts once the model has
+ *    a nonzero count in it or an earlier row of the batch added to it (weights[r] x_rj >
+ *    0), and m(i) is n_seen plus the columns new to the model first added before row i;
+ *    otherwise every column counts and m(i) = m_fixed. log(T + alpha m) is taken as 0
+ *    where T + alpha m <= 0 (no class weight yet). The rows are walked in order, one log
+ *    per nonzero and class whose count changed since the column's last log. Reference:
+ *    the numpy form in streamnb.models.prequential (sorted nonzeros, prefix sums).
+ *
+ * 2. class_sums(indptr, indices, data, codes, weights, n_classes, cols_out, sums_out) -> t
+ *
+ *    the batch's t distinct columns, sorted, into cols_out[:t] (int64), and the weighted
+ *    per-class sums over them, sums[k, c] = sum of weights[r] x_rj over the rows r of
+ *    class k (codes in [0, n_classes)) and the nonzeros of column cols[c], into
+ *    sums_out[:n_classes * t] as (n_classes, t) in C order; cols_out and sums_out hold at
+ *    least nnz and n_classes * nnz items. Each sum adds in the order of the nonzeros, as
+ *    np.bincount does: the same floats as the numpy form, streamnb.stats.feature_counts.
+ *    _class_sums (the reference).
+ *
+ * tests/test_prequential.py and tests/test_feature_counts.py compare each with its
+ * reference. Building this module is optional.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#define MODEL_SEEN 1
+#define ADDED 2
+
+/* A CSR batch with a class code and a weight per row. */
+typedef struct {
+    Py_buffer indptr, indices, data, codes, weights;
+    int got; /* buffers held */
+    Py_ssize_t n, nnz;
+} batch_t;
+
+/* Index arrays take 4- or 8-byte items: item i as int64. */
+static inline int64_t
+index_at(const Py_buffer *b, Py_ssize_t i)
+{
+    return b->itemsize == 4 ? ((const int32_t *)b->buf)[i] : ((const int64_t *)b->buf)[i];
+}
+
+static void
+batch_release(batch_t *bt)
+{
+    Py_buffer *all[] = {&bt->indptr, &bt->indices, &bt->data, &bt->codes, &bt->weights};
+    for (int i = 0; i < bt->got; i++) {
+        PyBuffer_Release(all[i]);
+    }
+    bt->got = 0;
+}
+
+/* The first five arguments as a batch, checked: sizes, indptr from 0 to nnz and not
+ * decreasing, codes in [min_code, n_classes). -1 with an exception set if not (the
+ * buffers taken are released). */
+static int
+batch_get(PyObject *const *args, const char *fn, int64_t min_code, int64_t n_classes, batch_t *bt)
+{
+    Py_buffer *all[] = {&bt->indptr, &bt->indices, &bt->data, &bt->codes, &bt->weights};
+    for (bt->got = 0; bt->got < 5; bt->got++) {
+        if (PyObject_GetBuffer(args[bt->got], all[bt->got], PyBUF_C_CONTIGUOUS) < 0) {
+            batch_release(bt);
+            return -1;
+        }
+    }
+    if ((bt->indptr.itemsize != 4 && bt->indptr.itemsize != 8) ||
+        (bt->indices.itemsize != 4 && bt->indices.itemsize != 8) || bt->data.itemsize != 8 ||
+        bt->codes.itemsize != 8 || bt->weights.itemsize != 8) {
+        PyErr_Format(PyExc_TypeError, "%s: indptr and indices take 4- or 8-byte items, the rest 8-byte ones", fn);
+        goto bad;
+    }
+    bt->n = bt->indptr.len / bt->indptr.itemsize - 1;
+    bt->nnz = bt->indices.len / bt->indices.itemsize;
+    if (bt->n < 0 || bt->data.len / 8 != bt->nnz || bt->codes.len / 8 != bt->n || bt->weights.len / 8 != bt->n) {
+        PyErr_Format(PyExc_ValueError,
+                     "%s: the arrays' sizes do not fit (indptr n + 1, indices and data nnz, codes and weights n)", fn);
+        goto bad;
+    }
+    if (bt->nnz >= INT32_MAX) {
+        PyErr_Format(PyExc_ValueError, "%s: too many nonzeros", fn);
+        goto bad;
+    }
+    if (index_at(&bt->indptr, 0) != 0 || index_at(&bt->indptr, bt->n) != bt->nnz) {
+        PyErr_Format(PyExc_ValueError, "%s: indptr must run from 0 to nnz", fn);
+        goto bad;
+    }
+    for (Py_ssize_t i = 0; i < bt->n; i++) {
+        int64_t code = ((const int64_t *)bt->codes.buf)[i];
+        if (index_at(&bt->indptr, i + 1) < index_at(&bt->indptr, i)) {
+            PyErr_Format(PyExc_ValueError, "%s: indptr must not decrease", fn);
+            goto bad;
+        }
+        if (code < min_code || code >= n_classes) {
+            PyErr_Format(PyExc_ValueError, "%s: class code %lld is not in [%lld, %lld)", fn, (long long)code,
+                         (long long)min_code, (long long)n_classes);
+            goto bad;
+        }
+    }
+    return 0;
+bad:
+    batch_release(bt);
+    return -1;
+}
+
+/* A hash table entry: column + 1 (0: empty) and its slot, in one 8-byte load. */
+typedef struct {
+    uint32_t key;
+    int32_t slot;
+} entry_t;
+
+/* The batch's distinct columns: slot_of[p] (nnz items) the slot of nonzero p, col_of[s]
+ * (nnz items) the column of slot s, slots numbered in order of first appearance. Returns
+ * the number of slots, -1 with an exception set on a column out of range or no memory. */
+static Py_ssize_t
+column_slots(const batch_t *bt, const char *fn, int32_t *slot_of, uint32_t *col_of)
+{
+    size_t cap = 16;
+    while (cap < (size_t)bt->nnz + (size_t)bt->nnz / 2) {
+        cap <<= 1;
+    }
+    int bits = 0;
+    while (((size_t)1 << bits) < cap) {
+        bits++;
+    }
+    entry_t *table = PyMem_Calloc(cap, sizeof(entry_t));
+    if (table == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    Py_ssize_t n_slots = 0;
+    for (Py_ssize_t p = 0; p < bt->nnz; p++) {
+        int64_t j = index_at(&bt->indices, p);
+        if (j < 0 || j >= (int64_t)UINT32_MAX) {
+            PyErr_Format(PyExc_ValueError, "%s: column %lld is not in [0, 2**32 - 1)", fn, (long long)j);
+            PyMem_Free(table);
+            return -1;
+        }
+        uint32_t key = (uint32_t)j + 1;
+        size_t h = (size_t)(((uint64_t)key * 0x9E3779B97F4A7C15ULL) >> (64 - bits));
+        while (table[h].key != 0 && table[h].key != key) {
+            h = (h + 1) & (cap - 1);
+        }
+        if (table[h].key == 0) {
+            table[h].key = key;
+            table[h].slot = (int32_t)n_slots;
+            col_of[n_slots++] = (uint32_t)j;
+        }
+        slot_of[p] = table[h].slot;
+    }
+    PyMem_Free(table);
+    return n_slots;
+}
+
+static PyObject *
+multinomial_jll(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    static const char fn[] = "multinomial_jll";
+    if (nargs != 14) {
+        PyErr_SetString(PyExc_TypeError,
+                        "multinomial_jll(indptr, indices, data, codes, weights, counts, k0, n_features, totals, "
+                        "alpha, seen_mode, n_seen, m_fixed, out) takes 14 arguments");
+        return NULL;
+    }
+    Py_ssize_t k0 = PyLong_AsSsize_t(args[6]);
+    Py_ssize_t n_features = PyLong_AsSsize_t(args[7]);
+    double alpha = PyFloat_AsDouble(args[9]);
+    int seen_mode = PyObject_IsTrue(args[10]);
+    Py_ssize_t n_seen = PyLong_AsSsize_t(args[11]);
+    Py_ssize_t m_fixed = PyLong_AsSsize_t(args[12]);
+    if (PyErr_Occurred() || seen_mode < 0) {
+        return NULL;
+    }
+    if (k0 < 0 || n_features < 0 || n_seen < 0 || m_fixed < 0 || !(alpha > 0)) {
+        PyErr_SetString(PyExc_ValueError,
+                        "multinomial_jll: k0, n_features, n_seen and m_fixed must be >= 0, alpha > 0");
+        return NULL;
+    }
+    Py_buffer cv, tv, ov;
+    if (PyObject_GetBuffer(args[5], &cv, PyBUF_C_CONTIGUOUS) < 0) {
+        return NULL;
+    }
+    if (PyObject_GetBuffer(args[8], &tv, PyBUF_C_CONTIGUOUS) < 0) {
+        PyBuffer_Release(&cv);
+        return NULL;
+    }
+    if (PyObject_GetBuffer(args[13], &ov, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) < 0) {
+        PyBuffer_Release(&cv);
+        PyBuffer_Release(&tv);
+        return NULL;
+    }
+    PyObject *result = NULL;
+    batch_t bt = {.got = 0};
+    int32_t *slot_of = NULL;
+    uint32_t *col_of = NULL;
+    double *per_slot = NULL, *T = NULL;
+    unsigned char *flags = NULL;
+    Py_ssize_t K = tv.itemsize == 8 ? tv.len / 8 : 0;
+    if (cv.itemsize != 8 || tv.itemsize != 8 || ov.itemsize != 8) {
+        PyErr_SetString(PyExc_TypeError, "multinomial_jll: counts, totals and out take 8-byte items");
+        goto done;
+    }
+    if (batch_get(args, fn, -1, K, &bt) < 0) {
+        goto done;
+    }
+    Py_ssize_t n = bt.n, nnz = bt.nnz;
+    if (ov.len / 8 != n * K || K < k0 || cv.len / 8 != k0 * n_features) {
+        PyErr_SetString(PyExc_ValueError,
+                        "multinomial_jll: the arrays' sizes do not fit (totals K >= k0, counts k0 x n_features, "
+                        "out n x K)");
+        goto done;
+    }
+    const double *data = bt.data.buf, *weights = bt.weights.buf, *counts = cv.buf;
+    const int64_t *codes = bt.codes.buf;
+    double *out = ov.buf;
+    slot_of = PyMem_Malloc(((size_t)nnz + 1) * sizeof(int32_t));
+    col_of = PyMem_Malloc(((size_t)nnz + 1) * sizeof(uint32_t));
+    /* per slot: K base counts, K added by the batch, K cached logs */
+    per_slot = PyMem_Malloc(((size_t)nnz + 1) * 3 * (size_t)(K ? K : 1) * sizeof(double));
+    flags = PyMem_Malloc((size_t)nnz + 1);
+    T = PyMem_Malloc(2 * (size_t)(K ? K : 1) * sizeof(double));
+    if (!slot_of || !col_of || !per_slot || !flags || !T) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    Py_ssize_t n_slots = column_slots(&bt, fn, slot_of, col_of);
+    if (n_slots < 0) {
+        goto done;
+    }
+    /* The model's counts, read once per slot (cold memory: fetched 8 slots ahead). */
+    for (Py_ssize_t s = 0; s < n_slots; s++) {
+        if (s + 8 < n_slots && col_of[s + 8] < (uint64_t)n_features) {
+            for (Py_ssize_t k = 0; k < k0; k++) {
+                __builtin_prefetch(counts + k * n_features + col_of[s + 8]);
+            }
+        }
+        int64_t j = col_of[s];
+        double *base = per_slot + 3 * K * s, *added = base + K, *logs = added + K;
+        unsigned char f = 0;
+        for (Py_ssize_t k = 0; k < K; k++) {
+            base[k] = (k < k0 && j < n_features) ? counts[k * n_features + j] : 0.0;
+            if (base[k] != 0.0) {
+                f = MODEL_SEEN;
+            }
+            added[k] = 0.0;
+            logs[k] = NAN;
+        }
+        flags[s] = f;
+    }
+
+    /* The rows in order: score row i, then learn it if labelled. */
+    double *S1 = T + K;
+    memcpy(T, tv.buf, (size_t)K * sizeof(double));
+    Py_ssize_t new_before = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        Py_ssize_t lo = (Py_ssize_t)index_at(&bt.indptr, i), hi = (Py_ssize_t)index_at(&bt.indptr, i + 1);
+        double S0 = 0.0, row_sum = 0.0;
+        for (Py_ssize_t k = 0; k < K; k++) {
+            S1[k] = 0.0;
+        }
+        for (Py_ssize_t p = lo; p < hi; p++) {
+            Py_ssize_t s = slot_of[p];
+            double x = data[p];
+            row_sum += x;
+            if (seen_mode && !flags[s]) {
+                continue; /* neither the model nor an earlier row has the column */
+            }
+            S0 += x;
+            double *base = per_slot + 3 * K * s, *added = base + K, *logs = added + K;
+            for (Py_ssize_t k = 0; k < K; k++) {
+                if (isnan(logs[k])) {
+                    logs[k] = log(base[k] + added[k] + alpha);
+                }
+                S1[k] += x * logs[k];
+            }
+        }
+        double m = (double)(seen_mode ? n_seen + new_before : m_fixed);
+        for (Py_ssize_t k = 0; k < K; k++) {
+            double den = T[k] + alpha * m;
+            out[i * K + k] = S1[k] - S0 * (den > 0 ? log(den) : 0.0);
+        }
+        int64_t c = codes[i];
+        if (c < 0) {
+            continue;
+        }
+        double w = weights[i];
+        T[c] += row_sum * w;
+        for (Py_ssize_t p = lo; p < hi; p++) {
+            Py_ssize_t s = slot_of[p];
+            double a = w * data[p];
+            double *added = per_slot + 3 * K * s + K;
+            added[c] += a;
+            added[K + c] = NAN; /* its log is taken again when next needed */
+            if (a > 0 && !(flags[s] & ADDED)) {
+                if (seen_mode && !(flags[s] & MODEL_SEEN)) {
+                    new_before++; /* counted by m(i) from the next row on */
+                }
+                flags[s] |= ADDED;
+            }
+        }
+    }
+    result = Py_None;
+    Py_INCREF(result);
+done:
+    PyMem_Free(slot_of);
+    PyMem_Free(col_of);
+    PyMem_Free(per_slot);
+    PyMem_Free(flags);
+    PyMem_Free(T);
+    batch_release(&bt);
+    PyBuffer_Release(&cv);
+    PyBuffer_Release(&tv);
+    PyBuffer_Release(&ov);
+    return result;
+}
+
+/* Sort the n (column, slot) pairs by column: an LSD radix sort, 11-bit digits, a digit
+ * every column shares skipped (two passes for 2**20 columns). The result is in col/slot
+ * or in col2/slot2: the pointers are swapped to say which. */
+#define DIGIT 11
+
+static void
+sort_pairs(uint32_t **col, uint32_t **slot, uint32_t **col2, uint32_t **slot2, Py_ssize_t n)
+{
+    for (int shift = 0; shift < 32 && n > 1; shift += DIGIT) {
+        Py_ssize_t count[(1 << DIGIT) + 1];
+        memset(count, 0, sizeof(count));
+        uint32_t dmask = (1u << DIGIT) - 1;
+        for (Py_ssize_t j = 0; j < n; j++) {
+            count[(((*col)[j] >> shift) & dmask) + 1]++;
+        }
+        if (count[(((*col)[0] >> shift) & dmask) + 1] == n) {
+            continue;
+        }
+        for (int d = 0; d < (1 << DIGIT); d++) {
+            count[d + 1] += count[d];
+        }
+        for (Py_ssize_t j = 0; j < n; j++) {
+            Py_ssize_t at = count[((*col)[j] >> shift) & dmask]++;
+            (*col2)[at] = (*col)[j];
+            (*slot2)[at] = (*slot)[j];
+        }
+        uint32_t *t = *col;
+        *col = *col2;
+        *col2 = t;
+        t = *slot;
+        *slot = *slot2;
+        *slot2 = t;
+    }
+}
+
+static PyObject *
+class_sums(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    static const char fn[] = "class_sums";
+    if (nargs != 8) {
+        PyErr_SetString(PyExc_TypeError,
+                        "class_sums(indptr, indices, data, codes, weights, n_classes, cols_out, sums_out) "
+                        "takes 8 arguments");
+        return NULL;
+    }
+    Py_ssize_t K = PyLong_AsSsize_t(args[5]);
+    if (K == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    if (K < 1) {
+        PyErr_SetString(PyExc_ValueError, "class_sums: n_classes must be >= 1");
+        return NULL;
+    }
+    Py_buffer cv, sv;
+    if (PyObject_GetBuffer(args[6], &cv, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) < 0) {
+        return NULL;
+    }
+    if (PyObject_GetBuffer(args[7], &sv, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) < 0) {
+        PyBuffer_Release(&cv);
+        return NULL;
+    }
+    PyObject *result = NULL;
+    batch_t bt = {.got = 0};
+    int32_t *slot_of = NULL;
+    uint32_t *work = NULL;
+    double *per_slot = NULL;
+    if (cv.itemsize != 8 || sv.itemsize != 8) {
+        PyErr_SetString(PyExc_TypeError, "class_sums: cols_out and sums_out take 8-byte items");
+        goto done;
+    }
+    if (batch_get(args, fn, 0, K, &bt) < 0) {
+        goto done;
+    }
+    Py_ssize_t nnz = bt.nnz;
+    if (cv.len / 8 < nnz || sv.len / 8 < K * nnz) {
+        PyErr_SetString(PyExc_ValueError, "class_sums: cols_out must hold nnz items, sums_out n_classes x nnz");
+        goto done;
+    }
+    slot_of = PyMem_Malloc(((size_t)nnz + 1) * sizeof(int32_t));
+    work = PyMem_Malloc(4 * ((size_t)nnz + 1) * sizeof(uint32_t));
+    per_slot = PyMem_Calloc(((size_t)nnz + 1) * (size_t)K, sizeof(double));
+    if (!slot_of || !work || !per_slot) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    uint32_t *col = work, *slot = work + nnz + 1, *col2 = work + 2 * (nnz + 1), *slot2 = work + 3 * (nnz + 1);
+    Py_ssize_t t = column_slots(&bt, fn, slot_of, col);
+    if (t < 0) {
+        goto done;
+    }
+    const double *data = bt.data.buf, *weights = bt.weights.buf;
+    const int64_t *codes = bt.codes.buf;
+    for (Py_ssize_t i = 0; i < bt.n; i++) {
+        Py_ssize_t lo = (Py_ssize_t)index_at(&bt.indptr, i), hi = (Py_ssize_t)index_at(&bt.indptr, i + 1);
+        double w = weights[i];
+        int64_t c = codes[i];
+        for (Py_ssize_t p = lo; p < hi; p++) {
+            per_slot[(Py_ssize_t)slot_of[p] * K + c] += w * data[p];
+        }
+    }
+    for (Py_ssize_t s = 0; s < t; s++) {
+        slot[s] = (uint32_t)s;
+    }
+    sort_pairs(&col, &slot, &col2, &slot2, t);
+    int64_t *cols_out = cv.buf;
+    double *sums_out = sv.buf;
+    for (Py_ssize_t r = 0; r < t; r++) {
+        cols_out[r] = col[r];
+        const double *from = per_slot + (Py_ssize_t)slot[r] * K;
+        for (Py_ssize_t k = 0; k < K; k++) {
+            sums_out[k * t + r] = from[k];
+        }
+    }
+    result = PyLong_FromSsize_t(t);
+done:
+    PyMem_Free(slot_of);
+    PyMem_Free(work);
+    PyMem_Free(per_slot);
+    batch_release(&bt);
+    PyBuffer_Release(&cv);
+    PyBuffer_Release(&sv);
+    return result;
+}
+
+static PyMethodDef methods[] = {
+    {"multinomial_jll", (PyCFunction)(void (*)(void))multinomial_jll, METH_FASTCALL,
+     "multinomial_jll(indptr, indices, data, codes, weights, counts, k0, n_features, totals, alpha, "
+     "seen_mode, n_seen, m_fixed, out): the prequential joint log-likelihoods of a CSR batch "
+     "without the class prior, into out (see streamnb.models.prequential)."},
+    {"class_sums", (PyCFunction)(void (*)(void))class_sums, METH_FASTCALL,
+     "class_sums(indptr, indices, data, codes, weights, n_classes, cols_out, sums_out) -> t: the "
+     "batch's t sorted distinct columns and the weighted per-class sums over them "
+     "(see streamnb.stats.feature_counts)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "_kernels",
+    "Two per-nonzero loops of the count models (prequential scores, class sums), in C (optional).", -1,
+    methods,
+};
+
+PyMODINIT_FUNC
+PyInit__kernels(void)
+{
+    return PyModule_Create(&module);
+}
