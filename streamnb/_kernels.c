@@ -6,11 +6,13 @@
  * appearance, no sort of the nonzeros.
  *
  * 1. multinomial_jll(indptr, indices, data, codes, weights, counts, k0, n_features,
- *                    totals, alpha, seen_mode, n_seen, m_fixed, out)
+ *                    totals, alpha, seen_mode, n_seen, m_fixed, out, unseen)
  *
  *    writes into `out` (n x K float64, C order) the joint log-likelihoods without the
  *    class prior of the batch's n rows, row i scored by the model plus the labelled rows
- *    before i (test-then-train within the batch; streamnb.models.prequential):
+ *    before i (test-then-train within the batch; streamnb.models.prequential), and into
+ *    `unseen` (n int64) the number of row i's nonzeros in a column where the model has no
+ *    count (the worker's out-of-vocabulary share):
  *
  *      out[i, k] = sum_j x_ij log(F_kj(i) + alpha) - (sum_j x_ij) log(T_k(i) + alpha m(i))
  *
@@ -176,10 +178,10 @@ static PyObject *
 multinomial_jll(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
     static const char fn[] = "multinomial_jll";
-    if (nargs != 14) {
+    if (nargs != 15) {
         PyErr_SetString(PyExc_TypeError,
                         "multinomial_jll(indptr, indices, data, codes, weights, counts, k0, n_features, totals, "
-                        "alpha, seen_mode, n_seen, m_fixed, out) takes 14 arguments");
+                        "alpha, seen_mode, n_seen, m_fixed, out, unseen) takes 15 arguments");
         return NULL;
     }
     Py_ssize_t k0 = PyLong_AsSsize_t(args[6]);
@@ -196,7 +198,7 @@ multinomial_jll(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
                         "multinomial_jll: k0, n_features, n_seen and m_fixed must be >= 0, alpha > 0");
         return NULL;
     }
-    Py_buffer cv, tv, ov;
+    Py_buffer cv, tv, ov, uv;
     if (PyObject_GetBuffer(args[5], &cv, PyBUF_C_CONTIGUOUS) < 0) {
         return NULL;
     }
@@ -209,6 +211,12 @@ multinomial_jll(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         PyBuffer_Release(&tv);
         return NULL;
     }
+    if (PyObject_GetBuffer(args[14], &uv, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) < 0) {
+        PyBuffer_Release(&cv);
+        PyBuffer_Release(&tv);
+        PyBuffer_Release(&ov);
+        return NULL;
+    }
     PyObject *result = NULL;
     batch_t bt = {.got = 0};
     int32_t *slot_of = NULL;
@@ -216,23 +224,24 @@ multinomial_jll(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     double *per_slot = NULL, *T = NULL;
     unsigned char *flags = NULL;
     Py_ssize_t K = tv.itemsize == 8 ? tv.len / 8 : 0;
-    if (cv.itemsize != 8 || tv.itemsize != 8 || ov.itemsize != 8) {
-        PyErr_SetString(PyExc_TypeError, "multinomial_jll: counts, totals and out take 8-byte items");
+    if (cv.itemsize != 8 || tv.itemsize != 8 || ov.itemsize != 8 || uv.itemsize != 8) {
+        PyErr_SetString(PyExc_TypeError, "multinomial_jll: counts, totals, out and unseen take 8-byte items");
         goto done;
     }
     if (batch_get(args, fn, -1, K, &bt) < 0) {
         goto done;
     }
     Py_ssize_t n = bt.n, nnz = bt.nnz;
-    if (ov.len / 8 != n * K || K < k0 || cv.len / 8 != k0 * n_features) {
+    if (ov.len / 8 != n * K || K < k0 || cv.len / 8 != k0 * n_features || uv.len / 8 != n) {
         PyErr_SetString(PyExc_ValueError,
                         "multinomial_jll: the arrays' sizes do not fit (totals K >= k0, counts k0 x n_features, "
-                        "out n x K)");
+                        "out n x K, unseen n)");
         goto done;
     }
     const double *data = bt.data.buf, *weights = bt.weights.buf, *counts = cv.buf;
     const int64_t *codes = bt.codes.buf;
     double *out = ov.buf;
+    int64_t *unseen = uv.buf;
     slot_of = PyMem_Malloc(((size_t)nnz + 1) * sizeof(int32_t));
     col_of = PyMem_Malloc(((size_t)nnz + 1) * sizeof(uint32_t));
     /* per slot: K base counts, K added by the batch, K cached logs */
@@ -275,6 +284,7 @@ multinomial_jll(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     for (Py_ssize_t i = 0; i < n; i++) {
         Py_ssize_t lo = (Py_ssize_t)index_at(&bt.indptr, i), hi = (Py_ssize_t)index_at(&bt.indptr, i + 1);
         double S0 = 0.0, row_sum = 0.0;
+        int64_t new_to_model = 0;
         for (Py_ssize_t k = 0; k < K; k++) {
             S1[k] = 0.0;
         }
@@ -282,6 +292,7 @@ multinomial_jll(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
             Py_ssize_t s = slot_of[p];
             double x = data[p];
             row_sum += x;
+            new_to_model += !(flags[s] & MODEL_SEEN);
             if (seen_mode && !flags[s]) {
                 continue; /* neither the model nor an earlier row has the column */
             }
@@ -294,6 +305,7 @@ multinomial_jll(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
                 S1[k] += x * logs[k];
             }
         }
+        unseen[i] = new_to_model;
         double m = (double)(seen_mode ? n_seen + new_before : m_fixed);
         for (Py_ssize_t k = 0; k < K; k++) {
             double den = T[k] + alpha * m;
@@ -331,6 +343,7 @@ done:
     PyBuffer_Release(&cv);
     PyBuffer_Release(&tv);
     PyBuffer_Release(&ov);
+    PyBuffer_Release(&uv);
     return result;
 }
 
@@ -461,8 +474,9 @@ done:
 static PyMethodDef methods[] = {
     {"multinomial_jll", (PyCFunction)(void (*)(void))multinomial_jll, METH_FASTCALL,
      "multinomial_jll(indptr, indices, data, codes, weights, counts, k0, n_features, totals, alpha, "
-     "seen_mode, n_seen, m_fixed, out): the prequential joint log-likelihoods of a CSR batch "
-     "without the class prior, into out (see streamnb.models.prequential)."},
+     "seen_mode, n_seen, m_fixed, out, unseen): the prequential joint log-likelihoods of a CSR "
+     "batch without the class prior into out, each row's nonzeros new to the model into unseen "
+     "(see streamnb.models.prequential)."},
     {"class_sums", (PyCFunction)(void (*)(void))class_sums, METH_FASTCALL,
      "class_sums(indptr, indices, data, codes, weights, n_classes, cols_out, sums_out) -> t: the "
      "batch's t sorted distinct columns and the weighted per-class sums over them "

@@ -272,6 +272,37 @@ def test_the_c_loop_equals_numpy(seed, monkeypatch):
     np.testing.assert_array_equal(got.n_known, want.n_known)
     np.testing.assert_array_equal(np.isnan(got.log_proba), np.isnan(want.log_proba))
     np.testing.assert_allclose(got.log_proba, want.log_proba, rtol=1e-12, atol=1e-10)
+    if got.unseen_share is not None or want.unseen_share is not None:
+        np.testing.assert_array_equal(got.unseen_share, want.unseen_share)
+
+
+@pytest.mark.parametrize("smoothing_m", ["seen", "columns"])
+@pytest.mark.parametrize("with_prior", [True, False])
+def test_the_unseen_share_is_what_the_worker_computes_from_the_model(smoothing_m, with_prior,
+                                                                     jll_path):
+    """The share of each row's features the model has no count for, found by the
+    prediction, equals the worker's own computation (Worker._oov_share), which it replaces
+    for the out-of-vocabulary metric and drift detector."""
+    from types import SimpleNamespace
+
+    from streamnb.features import Row
+    from workers.worker import Worker
+
+    rng = np.random.default_rng(13)
+    X = sp.random(30, 40, density=0.3, random_state=rng, format="csr")
+    X.data = np.floor(X.data * 3)                        # explicit zeros are features too
+    model = make_model("multinomial", alpha=0.3, smoothing_m=smoothing_m, n_features=40)
+    if with_prior:  # the model has seen the first 25 columns only
+        Xp = np.ceil(sp.random(20, 40, density=0.5, random_state=rng).toarray())
+        Xp[:, 25:] = 0.0
+        model.partial_fit(sp.csr_matrix(Xp), ["a", "b"] * 10)
+    y = [None if i % 3 else ["a", "b", "c"][i % 2] for i in range(30)]
+    pred = model.predict_log_proba_prequential(X, y, rng.uniform(0.5, 2, 30))
+    rows = [SimpleNamespace(row=Row(indices=X.indices[a:b].astype(np.int32), values=X.data[a:b]))
+            for a, b in zip(X.indptr[:-1], X.indptr[1:], strict=True)]
+    want = Worker._oov_share(model, rows)
+    assert 0 < want.mean() < 1 if with_prior else (want[np.diff(X.indptr) > 0] == 1).all()
+    np.testing.assert_allclose(pred.unseen_share, want, rtol=1e-12, atol=1e-15)
 
 
 @pytest.mark.skipif(prequential_module.MULTINOMIAL_JLL is None,
@@ -281,21 +312,22 @@ def test_the_c_loop_refuses_inconsistent_arrays():
     jll = prequential_module.MULTINOMIAL_JLL
     indptr, indices = np.array([0, 2, 3], np.int32), np.array([0, 4, 1], np.int32)
     data, codes, w = np.ones(3), np.array([0, -1]), np.ones(2)
-    counts, totals, out = np.ones((1, 5)), np.ones(2), np.empty((2, 2))
-    args = [indptr, indices, data, codes, w, counts, 1, 5, totals, 1.0, True, 5, 5, out]
+    counts, totals, out, unseen = np.ones((1, 5)), np.ones(2), np.empty((2, 2)), np.empty(2, np.int64)
+    counts[0, 4] = 0.0
+    args = [indptr, indices, data, codes, w, counts, 1, 5, totals, 1.0, True, 5, 5, out, unseen]
     jll(*args)
-    expect = [np.array([[0.0, 0.0]]), np.array([[0.0, 0.0]])]  # row 0 by the model alone
-    assert np.isfinite(out).all() and not np.array_equal(out, expect[0])
+    assert np.isfinite(out).all() and unseen.tolist() == [1, 0]  # column 4: no count
     for at, bad, match in [(0, np.array([0, 2, 4], np.int32), "indptr must run from 0 to nnz"),
                            (0, np.array([0, 3, 3, 3], np.int32), "sizes do not fit"),
                            (3, np.array([0, 2]), "class code 2 is not in"),
                            (1, np.array([0, -4, 1], np.int32), r"column -4 is not in \[0, 2\*\*32 - 1\)"),
                            (5, np.ones((1, 4)), "sizes do not fit"),
                            (9, 0.0, "alpha > 0"),
-                           (2, np.ones(3, np.float32), "take 4- or 8-byte items")]:
+                           (2, np.ones(3, np.float32), "take 4- or 8-byte items"),
+                           (14, np.empty(3, np.int64), "unseen n")]:
         with pytest.raises((ValueError, TypeError), match=match):
             jll(*args[:at], bad, *args[at + 1:])
-    with pytest.raises(TypeError, match="takes 14 arguments"):
+    with pytest.raises(TypeError, match="takes 15 arguments"):
         jll(*args[:-1])
 
 

@@ -248,12 +248,14 @@ class Dead:
 @dataclass
 class Predicted:
     """A batch's decided predictions, for the observer: the classes, the items predicted
-    (those with a known class), their decision log posteriors and unsure flags."""
+    (those with a known class), their decision log posteriors and unsure flags, and their
+    shares of features new to the model where the prediction found them (else None)."""
 
     classes: list[Any]
     items: list[Item]
     log_proba: np.ndarray
     unsure: np.ndarray
+    oov_share: np.ndarray | None = None
 
 
 @dataclass
@@ -1133,12 +1135,13 @@ class Worker:
         else:  # items were dropped since (labels of another type): stacked again
             X, plan = rt.featurizer.stack([it.row for it in items]), None
         n = len(items)
+        oov = None
         if prequential:
             pred = model.predict_log_proba_prequential(
                 X, [it.msg.label for it in items],
                 np.array([it.msg.weight for it in items], dtype=np.float64), plan=plan)
             classes, lp, n_known = list(pred.classes), pred.log_proba, pred.n_known
-            log_prior = pred.log_prior
+            log_prior, oov = pred.log_prior, pred.unseen_share
         else:  # the whole batch with the model as it was before the batch
             try:
                 classes = list(model.classes_)
@@ -1180,7 +1183,8 @@ class Worker:
         if not done.size:
             return None
         rt.predicted_classes = classes
-        return Predicted(classes, [items[i] for i in done], dec_lp[done], unsure[done])
+        return Predicted(classes, [items[i] for i in done], dec_lp[done], unsure[done],
+                         None if oov is None else oov[done])
 
     def _observe_predictions(self, rt: ModelRuntime, p: Predicted, now: float) -> None:
         """Message ages and the observer's view of one batch's predictions: run once the
@@ -1188,12 +1192,13 @@ class Worker:
         the model the batch was predicted with (the log is applied only after)."""
         ages = np.array([max(0.0, now - parse_id(it.entry_id)[0] / 1000.0) for it in p.items])
         observe_many(self.metrics.message_age.labels(**self._mw(rt)), ages)
-        self._observe(rt, "observe_predictions", p.classes, p.log_proba,
-                      self._oov_share(rt.replica.model, p.items), ages, p.unsure)
+        oov = p.oov_share if p.oov_share is not None else self._oov_share(rt.replica.model, p.items)
+        self._observe(rt, "observe_predictions", p.classes, p.log_proba, oov, ages, p.unsure)
 
     @staticmethod
     def _oov_share(model: Any, items: list[Item]) -> np.ndarray:
-        """Share of each message's features never seen by the model (0 for dense input)."""
+        """Share of each message's features never seen by the model (0 for dense input);
+        where the prediction found it on the way (:class:`Predicted`), that is used instead."""
         out = np.zeros(len(items))
         fc = model.stats.parts.get("features") if hasattr(model.stats, "parts") else None
         if fc is None or not hasattr(fc, "column_counts"):

@@ -72,13 +72,16 @@ class PrequentialPrediction:
     ``log_proba[i, c]`` is ``-inf`` for a class not known yet at row i and NaN on a row
     predicted before any class existed (``n_known[i] == 0``: no prediction).
     ``log_prior[i]`` holds the learnt log class priors (class weight shares) of row i's
-    model, in the same columns.
+    model, in the same columns. ``unseen_share[i]``: the share of row i's features the
+    model had no count for before the batch (0 for an empty row), where the prediction
+    found it on the way (MultinomialNB with labels in the batch), else None.
     """
 
     classes: list[Label]
     log_proba: np.ndarray
     n_known: np.ndarray
     log_prior: np.ndarray
+    unseen_share: np.ndarray | None = None
 
     @property
     def predicted(self) -> np.ndarray:
@@ -181,13 +184,13 @@ def _model_only(model: GenerativeClassifier, X: Any, classes: list[Label],
 
 
 def _finish(classes: list[Label], jll: np.ndarray, n_known: np.ndarray,
-            log_prior: np.ndarray) -> PrequentialPrediction:
+            log_prior: np.ndarray, unseen_share: np.ndarray | None = None) -> PrequentialPrediction:
     """Normalise the joint log-likelihoods of the predicted rows (NaN for the others)."""
     lp = np.full(jll.shape, np.nan)
     rows = np.flatnonzero(n_known > 0)
     if rows.size and jll.shape[1]:
         lp[rows] = log_normalize(jll[rows])
-    return PrequentialPrediction(classes, lp, n_known, log_prior)
+    return PrequentialPrediction(classes, lp, n_known, log_prior, unseen_share)
 
 
 # ---------------------------------------------------------------------- multinomial
@@ -298,24 +301,29 @@ def multinomial_prequential(model: MultinomialNB, X: Any, y: Any, sample_weight:
     base_T[: len(cc.labels)] = fc.totals
     if MULTINOMIAL_JLL is not None and not fc.is_sparse:
         jll = np.empty((X.shape[0], len(classes)))
+        unseen = np.empty(X.shape[0], dtype=np.int64)
         MULTINOMIAL_JLL(X.indptr, X.indices, X.data, codes, w, fc.values, fc.values.shape[0],
                         fc.n_features, base_T, alpha, seen_mode, fc.n_seen,
-                        max(fc.n_features, X.shape[1]), jll)
+                        max(fc.n_features, X.shape[1]), jll, unseen)
     else:
         nonzeros = plan.nonzeros if plan is not None and plan.classes == classes else None
         if nonzeros is None:
             nonzeros = _sorted_nonzeros(X, len(classes), codes, w)
-        jll = _numpy_jll(X.shape, fc, nonzeros, codes, w, base_T, alpha, seen_mode)
+        jll, unseen = _numpy_jll(X.shape, fc, nonzeros, codes, w, base_T, alpha, seen_mode)
     with np.errstate(invalid="ignore"):
         jll += log_prior
-    return _finish(classes, jll, n_known, log_prior)
+    sizes = np.diff(X.indptr)
+    share = np.divide(unseen, sizes, out=np.zeros(sizes.size), where=sizes > 0)
+    return _finish(classes, jll, n_known, log_prior, share)
 
 
 def _numpy_jll(shape: tuple[int, int], fc: Any, nz: SortedNonzeros, codes: np.ndarray,
-               w: np.ndarray, base_T: np.ndarray, alpha: float, seen_mode: bool) -> np.ndarray:
-    """The joint log-likelihoods without the class prior, in numpy (the reference for
-    :data:`MULTINOMIAL_JLL`): ``fc`` the model's feature counts, ``base_T`` their class
-    totals (0 for the classes new in the batch)."""
+               w: np.ndarray, base_T: np.ndarray, alpha: float,
+               seen_mode: bool) -> tuple[np.ndarray, np.ndarray]:
+    """The joint log-likelihoods without the class prior, and each row's nonzeros in a
+    column the model has no count for, in numpy (the reference for :data:`MULTINOMIAL_JLL`):
+    ``fc`` the model's feature counts, ``base_T`` their class totals (0 for the classes new
+    in the batch)."""
     n, width = shape
     K = base_T.size
     k0 = len(fc.labels)
@@ -329,8 +337,9 @@ def _numpy_jll(shape: tuple[int, int], fc: Any, nz: SortedNonzeros, codes: np.nd
     inside = ucols < fc.n_features
     if k0:
         F_cols[:k0, inside] = fc.column_counts(ucols[inside])
+    model_seen = nonzero_columns(F_cols)
+    unseen = np.bincount(r, weights=~model_seen[col_of], minlength=n).astype(np.int64)
     if seen_mode:  # a column counts once the model or an earlier row of the batch has it
-        model_seen = nonzero_columns(F_cols)
         vc = np.where(model_seen[col_of] | learnt_before, v, 0.0)
     else:
         vc = v
@@ -361,7 +370,7 @@ def _numpy_jll(shape: tuple[int, int], fc: Any, nz: SortedNonzeros, codes: np.nd
         m = np.full(n, max(fc.n_features, width))
     den = T + alpha * m[:, None].astype(np.float64)
     log_den = np.log(np.where(den > 0, den, 1.0))
-    return S1 - S0[:, None] * log_den
+    return S1 - S0[:, None] * log_den, unseen
 
 
 # ---------------------------------------------------------------------- any model
