@@ -1,14 +1,21 @@
 """Build hook for the optional C speed-ups (metadata is in pyproject.toml).
 
 ``streamnb.features._speedups`` runs the tokenizer's per-character steps and the token
-hash cache (see its source); ``streamnb._kernels`` runs the per-nonzero loop of the
-multinomial prequential prediction; ``workers._resp`` packs a worker's commit command in the Redis
-protocol. Both are optional: where no C compiler is found, the build goes on without them
-and the same code runs in Python (``python -c "import streamnb.features.text as t;
-print(t.SPEEDUPS)"``). All three are checked by ``tests/test_speedups.py``.
+hash cache (see its source); ``streamnb._kernels`` runs the count models' loops over a
+batch (prequential scores, class sums); ``workers._resp`` packs a worker's
+commit command in the Redis protocol. All three are optional: where no C compiler is
+found, the build goes on without them and the same code runs in Python (``python -c
+"import streamnb.features.text as t; print(t.SPEEDUPS)"``); ``tests/test_speedups.py``
+checks that CI built them.
 """
 
+import sys
+
 from setuptools import Extension, setup
+
+#: streamnb._kernels must give numpy's floats bit for bit (the class sums): no
+#: fused multiply-add where a build for a newer CPU would allow one.
+NO_FMA = [] if sys.platform == "win32" else ["-ffp-contract=off"]
 
 setup(
     ext_modules=[
@@ -18,7 +25,7 @@ setup(
             optional=True,
         ),
         Extension("streamnb._kernels", ["streamnb/_kernels.c"], libraries=["m"],
-                  optional=True),
+                  extra_compile_args=NO_FMA, optional=True),
         Extension("workers._resp", ["workers/_resp.c"], optional=True),
     ]
 )

@@ -35,7 +35,8 @@
  *    sums_out[:n_classes * t] as (n_classes, t) in C order; cols_out and sums_out hold at
  *    least nnz and n_classes * nnz items. Each sum adds in the order of the nonzeros, as
  *    np.bincount does: the same floats as the numpy form, streamnb.stats.feature_counts.
- *    _class_sums (the reference).
+ *    _class_sums (the reference), as long as no multiply-add is fused (setup.py builds
+ *    this module with -ffp-contract=off).
  *
  * tests/test_prequential.py and tests/test_feature_counts.py compare each with its
  * reference. Building this module is optional.
