@@ -391,7 +391,8 @@ STAGES = {
 def stage_times(messages: Sequence[bytes], name: str = "stages") -> dict[str, float]:
     """Run one in-process worker (no profiler) over ``messages`` against a real redis-server
     and return the seconds it spent per stage, from its own ``stage_duration_seconds``
-    histogram (read, decode, featurize, predict, learn, commit, apply), plus ``total``
+    histogram (read, decode, featurize, predict, learn, send, commit, apply, observe,
+    score: docs/observability.md), plus ``total``
     (wall) and ``cpu`` (process CPU time of this process during the run)."""
     from prometheus_client import CollectorRegistry
 
@@ -420,7 +421,7 @@ def stage_times(messages: Sequence[bytes], name: str = "stages") -> dict[str, fl
             if sample.name.endswith("_sum"):
                 stage = sample.labels["stage"]
                 out[stage] = out.get(stage, 0.0) + sample.value
-    out["other (observe, metrics, housekeeping)"] = max(0.0, total - sum(out.values()))
+    out["other (replies, metrics, housekeeping)"] = max(0.0, total - sum(out.values()))
     out["total"], out["cpu"] = total, cpu
     return out
 

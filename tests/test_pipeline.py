@@ -250,3 +250,31 @@ def test_a_connection_lost_with_a_commit_on_the_wire_learns_every_message_once(r
                       offline_model("multinomial", PARAMS, {"bits": 10, "counts": "raw"}, labelled))
     assert [msgpack.unpackb(f[b"data"])["t"] for _, f in client.xrange(k.log)].count("delta") \
         == client.xlen(k.log)
+
+
+def test_every_stage_of_a_pipelined_batch_is_timed(redis_server, monkeypatch):
+    """The stage histogram accounts for the whole batch: send is timed once per pipelined
+    commit, score once per commit, observe once per batch with predictions."""
+    from prometheus_client import CollectorRegistry
+
+    from workers.metrics import Metrics
+
+    client = redis_server.client()
+    _produce(client, "timed", _messages())
+    sends = _count_sends(monkeypatch)
+    registry = CollectorRegistry()
+    w = url_worker(redis_server.url, [count_spec("timed")], fast_options("t", batch=BATCH),
+                   Metrics(registry))
+    w.run_until_idle()
+
+    def count(stage: str) -> float:
+        return registry.get_sample_value("streamnb_stage_duration_seconds_count",
+                                         {"model": "timed", "worker": "t", "stage": stage}) or 0.0
+
+    commits = registry.get_sample_value("streamnb_commits_total", {"model": "timed", "worker": "t"})
+    assert commits >= 16
+    assert count("send") == len(sends) >= 10
+    assert count("score") == commits
+    assert commits - 1 <= count("observe") <= commits  # the first batch has no class to predict
+    for stage in ("read", "decode", "featurize", "predict", "learn", "commit", "apply"):
+        assert count(stage) > 0, stage

@@ -818,11 +818,15 @@ class Worker:
         work.items, work.refs, work.ref_data, work.version = items, refs, ref_data, rt.replica.version
         if self._build_commit(rt, work):
             if pipeline and self._may_pipeline(rt, len(entries)):
+                t4 = time.perf_counter()
                 self._send_and_prefetch(rt, work)
+                m.stage_seconds.labels(**mw, stage="send").observe(time.perf_counter() - t4)
             else:
                 self._commit_attempts(rt, work, None)
         if predicted is not None:
+            t5 = time.perf_counter()
             self._observe_predictions(rt, predicted, now)
+            m.stage_seconds.labels(**mw, stage="observe").observe(time.perf_counter() - t5)
         return len(entries)
 
     # ------------------------------------------------------------------ the commit
@@ -834,13 +838,14 @@ class Worker:
         path from one worker's commit to the next's; :meth:`_build_commit` uses it only
         where it still applies."""
         o = self.options
+        t0 = time.perf_counter()
         if o.cache_ttl_s > 0:
             for it in items:
                 if o.cache_labelled or it.msg.label is None:
                     it.row_bytes = it.row.to_bytes()
         if refs:
+            w.prepared_s = time.perf_counter() - t0
             return
-        t0 = time.perf_counter()
         labelled = [i for i, it in enumerate(items) if it.msg.label is not None]
         stats = None
         if labelled:
@@ -850,6 +855,7 @@ class Worker:
                     [items[i].msg.label for i in labelled],
                     np.array([items[i].msg.weight for i in labelled], dtype=np.float64))
             except ValueError:  # e.g. a label of another type: dropped later, then made again
+                w.prepared_s = time.perf_counter() - t0
                 return
         w.own = ([items[i].entry_id for i in labelled], stats)
         w.prepared_s = time.perf_counter() - t0  # counted in the "learn" stage of the build
@@ -1237,6 +1243,7 @@ class Worker:
             m.corrections.labels(**mw).inc(res.corrections)
         for d in dead:
             m.dead_letters.labels(**mw, reason=d.reason).inc()
+        t0 = time.perf_counter()
         scored = [it for it, _ in learn if it.msg.label is not None and it.model_log_proba is not None]
         if scored:  # test-then-train, counted once: only what this commit learnt
             self._observe(rt, "score_labelled", rt.predicted_classes,
@@ -1246,6 +1253,7 @@ class Worker:
             classes, mat, truth, delays = delayed_matrix(res.delayed)
             if truth:
                 self._observe(rt, "score_delayed", classes, mat, truth, delays)
+        m.stage_seconds.labels(**mw, stage="score").observe(time.perf_counter() - t0)
 
 
 # ---------------------------------------------------------------------- entry point
