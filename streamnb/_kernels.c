@@ -29,7 +29,8 @@
  *
  * 2. class_sums(indptr, indices, data, codes, weights, n_classes, cols_out, sums_out) -> t
  *
- *    the batch's t distinct columns, sorted, into cols_out[:t] (int64), and the weighted
+ *    the batch's t distinct columns, in order of first appearance (the caller sorts
+ *    them), into cols_out[:t] (int64), and the weighted
  *    per-class sums over them, sums[k, c] = sum of weights[r] x_rj over the rows r of
  *    class k (codes in [0, n_classes)) and the nonzeros of column cols[c], into
  *    sums_out[:n_classes * t] as (n_classes, t) in C order; cols_out and sums_out hold at
@@ -51,9 +52,10 @@
 #define ADDED 2
 
 /* A CSR batch with a class code and a weight per row. */
+enum { INDPTR, INDICES, DATA, CODES, WEIGHTS, BATCH_ARGS };
 typedef struct {
-    Py_buffer indptr, indices, data, codes, weights;
-    int got; /* buffers held */
+    Py_buffer views[BATCH_ARGS]; /* args[0..4] */
+    int got;                     /* buffers held */
     Py_ssize_t n, nnz;
 } batch_t;
 
@@ -64,13 +66,35 @@ index_at(const Py_buffer *b, Py_ssize_t i)
     return b->itemsize == 4 ? ((const int32_t *)b->buf)[i] : ((const int64_t *)b->buf)[i];
 }
 
+/* Buffers of args[which[i]] into views[i], i < n (C-contiguous; writable where
+ * writable[i]); -1 with an exception set, and none held, if one cannot be had. */
+static int
+get_buffers(PyObject *const *args, int n, const int *which, const int *writable, Py_buffer *views)
+{
+    for (int i = 0; i < n; i++) {
+        int flags = PyBUF_C_CONTIGUOUS | (writable[i] ? PyBUF_WRITABLE : 0);
+        if (PyObject_GetBuffer(args[which[i]], &views[i], flags) < 0) {
+            while (i-- > 0) {
+                PyBuffer_Release(&views[i]);
+            }
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static void
+release_buffers(int n, Py_buffer *views)
+{
+    for (int i = 0; i < n; i++) {
+        PyBuffer_Release(&views[i]);
+    }
+}
+
 static void
 batch_release(batch_t *bt)
 {
-    Py_buffer *all[] = {&bt->indptr, &bt->indices, &bt->data, &bt->codes, &bt->weights};
-    for (int i = 0; i < bt->got; i++) {
-        PyBuffer_Release(all[i]);
-    }
+    release_buffers(bt->got, bt->views);
     bt->got = 0;
 }
 
@@ -80,22 +104,21 @@ batch_release(batch_t *bt)
 static int
 batch_get(PyObject *const *args, const char *fn, int64_t min_code, int64_t n_classes, batch_t *bt)
 {
-    Py_buffer *all[] = {&bt->indptr, &bt->indices, &bt->data, &bt->codes, &bt->weights};
-    for (bt->got = 0; bt->got < 5; bt->got++) {
-        if (PyObject_GetBuffer(args[bt->got], all[bt->got], PyBUF_C_CONTIGUOUS) < 0) {
-            batch_release(bt);
-            return -1;
-        }
+    static const int which[BATCH_ARGS] = {0, 1, 2, 3, 4}, writable[BATCH_ARGS] = {0};
+    if (get_buffers(args, BATCH_ARGS, which, writable, bt->views) < 0) {
+        return -1;
     }
-    if ((bt->indptr.itemsize != 4 && bt->indptr.itemsize != 8) ||
-        (bt->indices.itemsize != 4 && bt->indices.itemsize != 8) || bt->data.itemsize != 8 ||
-        bt->codes.itemsize != 8 || bt->weights.itemsize != 8) {
+    bt->got = BATCH_ARGS;
+    if ((bt->views[INDPTR].itemsize != 4 && bt->views[INDPTR].itemsize != 8) ||
+        (bt->views[INDICES].itemsize != 4 && bt->views[INDICES].itemsize != 8) ||
+        bt->views[DATA].itemsize != 8 || bt->views[CODES].itemsize != 8 || bt->views[WEIGHTS].itemsize != 8) {
         PyErr_Format(PyExc_TypeError, "%s: indptr and indices take 4- or 8-byte items, the rest 8-byte ones", fn);
         goto bad;
     }
-    bt->n = bt->indptr.len / bt->indptr.itemsize - 1;
-    bt->nnz = bt->indices.len / bt->indices.itemsize;
-    if (bt->n < 0 || bt->data.len / 8 != bt->nnz || bt->codes.len / 8 != bt->n || bt->weights.len / 8 != bt->n) {
+    bt->n = bt->views[INDPTR].len / bt->views[INDPTR].itemsize - 1;
+    bt->nnz = bt->views[INDICES].len / bt->views[INDICES].itemsize;
+    if (bt->n < 0 || bt->views[DATA].len / 8 != bt->nnz || bt->views[CODES].len / 8 != bt->n ||
+        bt->views[WEIGHTS].len / 8 != bt->n) {
         PyErr_Format(PyExc_ValueError,
                      "%s: the arrays' sizes do not fit (indptr n + 1, indices and data nnz, codes and weights n)", fn);
         goto bad;
@@ -104,13 +127,13 @@ batch_get(PyObject *const *args, const char *fn, int64_t min_code, int64_t n_cla
         PyErr_Format(PyExc_ValueError, "%s: too many nonzeros", fn);
         goto bad;
     }
-    if (index_at(&bt->indptr, 0) != 0 || index_at(&bt->indptr, bt->n) != bt->nnz) {
+    if (index_at(&bt->views[INDPTR], 0) != 0 || index_at(&bt->views[INDPTR], bt->n) != bt->nnz) {
         PyErr_Format(PyExc_ValueError, "%s: indptr must run from 0 to nnz", fn);
         goto bad;
     }
     for (Py_ssize_t i = 0; i < bt->n; i++) {
-        int64_t code = ((const int64_t *)bt->codes.buf)[i];
-        if (index_at(&bt->indptr, i + 1) < index_at(&bt->indptr, i)) {
+        int64_t code = ((const int64_t *)bt->views[CODES].buf)[i];
+        if (index_at(&bt->views[INDPTR], i + 1) < index_at(&bt->views[INDPTR], i)) {
             PyErr_Format(PyExc_ValueError, "%s: indptr must not decrease", fn);
             goto bad;
         }
@@ -153,7 +176,7 @@ column_slots(const batch_t *bt, const char *fn, int32_t *slot_of, uint32_t *col_
     }
     Py_ssize_t n_slots = 0;
     for (Py_ssize_t p = 0; p < bt->nnz; p++) {
-        int64_t j = index_at(&bt->indices, p);
+        int64_t j = index_at(&bt->views[INDICES], p);
         if (j < 0 || j >= (int64_t)UINT32_MAX) {
             PyErr_Format(PyExc_ValueError, "%s: column %lld is not in [0, 2**32 - 1)", fn, (long long)j);
             PyMem_Free(table);
@@ -199,25 +222,13 @@ multinomial_jll(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
                         "multinomial_jll: k0, n_features, n_seen and m_fixed must be >= 0, alpha > 0");
         return NULL;
     }
-    Py_buffer cv, tv, ov, uv;
-    if (PyObject_GetBuffer(args[5], &cv, PyBUF_C_CONTIGUOUS) < 0) {
+    /* counts, totals, out, unseen */
+    static const int which[4] = {5, 8, 13, 14}, writable[4] = {0, 0, 1, 1};
+    Py_buffer v[4];
+    if (get_buffers(args, 4, which, writable, v) < 0) {
         return NULL;
     }
-    if (PyObject_GetBuffer(args[8], &tv, PyBUF_C_CONTIGUOUS) < 0) {
-        PyBuffer_Release(&cv);
-        return NULL;
-    }
-    if (PyObject_GetBuffer(args[13], &ov, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) < 0) {
-        PyBuffer_Release(&cv);
-        PyBuffer_Release(&tv);
-        return NULL;
-    }
-    if (PyObject_GetBuffer(args[14], &uv, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) < 0) {
-        PyBuffer_Release(&cv);
-        PyBuffer_Release(&tv);
-        PyBuffer_Release(&ov);
-        return NULL;
-    }
+    Py_buffer cv = v[0], tv = v[1], ov = v[2], uv = v[3];
     PyObject *result = NULL;
     batch_t bt = {.got = 0};
     int32_t *slot_of = NULL;
@@ -239,8 +250,8 @@ multinomial_jll(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
                         "out n x K, unseen n)");
         goto done;
     }
-    const double *data = bt.data.buf, *weights = bt.weights.buf, *counts = cv.buf;
-    const int64_t *codes = bt.codes.buf;
+    const double *data = bt.views[DATA].buf, *weights = bt.views[WEIGHTS].buf, *counts = cv.buf;
+    const int64_t *codes = bt.views[CODES].buf;
     double *out = ov.buf;
     int64_t *unseen = uv.buf;
     slot_of = PyMem_Malloc(((size_t)nnz + 1) * sizeof(int32_t));
@@ -283,7 +294,8 @@ multinomial_jll(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     memcpy(T, tv.buf, (size_t)K * sizeof(double));
     Py_ssize_t new_before = 0;
     for (Py_ssize_t i = 0; i < n; i++) {
-        Py_ssize_t lo = (Py_ssize_t)index_at(&bt.indptr, i), hi = (Py_ssize_t)index_at(&bt.indptr, i + 1);
+        Py_ssize_t lo = (Py_ssize_t)index_at(&bt.views[INDPTR], i);
+        Py_ssize_t hi = (Py_ssize_t)index_at(&bt.views[INDPTR], i + 1);
         double S0 = 0.0, row_sum = 0.0;
         int64_t new_to_model = 0;
         for (Py_ssize_t k = 0; k < K; k++) {
@@ -341,46 +353,8 @@ done:
     PyMem_Free(flags);
     PyMem_Free(T);
     batch_release(&bt);
-    PyBuffer_Release(&cv);
-    PyBuffer_Release(&tv);
-    PyBuffer_Release(&ov);
-    PyBuffer_Release(&uv);
+    release_buffers(4, v);
     return result;
-}
-
-/* Sort the n (column, slot) pairs by column: an LSD radix sort, 11-bit digits, a digit
- * every column shares skipped (two passes for 2**20 columns). The result is in col/slot
- * or in col2/slot2: the pointers are swapped to say which. */
-#define DIGIT 11
-
-static void
-sort_pairs(uint32_t **col, uint32_t **slot, uint32_t **col2, uint32_t **slot2, Py_ssize_t n)
-{
-    for (int shift = 0; shift < 32 && n > 1; shift += DIGIT) {
-        Py_ssize_t count[(1 << DIGIT) + 1];
-        memset(count, 0, sizeof(count));
-        uint32_t dmask = (1u << DIGIT) - 1;
-        for (Py_ssize_t j = 0; j < n; j++) {
-            count[(((*col)[j] >> shift) & dmask) + 1]++;
-        }
-        if (count[(((*col)[0] >> shift) & dmask) + 1] == n) {
-            continue;
-        }
-        for (int d = 0; d < (1 << DIGIT); d++) {
-            count[d + 1] += count[d];
-        }
-        for (Py_ssize_t j = 0; j < n; j++) {
-            Py_ssize_t at = count[((*col)[j] >> shift) & dmask]++;
-            (*col2)[at] = (*col)[j];
-            (*slot2)[at] = (*slot)[j];
-        }
-        uint32_t *t = *col;
-        *col = *col2;
-        *col2 = t;
-        t = *slot;
-        *slot = *slot2;
-        *slot2 = t;
-    }
 }
 
 static PyObject *
@@ -401,20 +375,18 @@ class_sums(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         PyErr_SetString(PyExc_ValueError, "class_sums: n_classes must be >= 1");
         return NULL;
     }
-    Py_buffer cv, sv;
-    if (PyObject_GetBuffer(args[6], &cv, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) < 0) {
-        return NULL;
-    }
-    if (PyObject_GetBuffer(args[7], &sv, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) < 0) {
-        PyBuffer_Release(&cv);
+    /* cols_out, sums_out */
+    static const int which[2] = {6, 7}, writable[2] = {1, 1};
+    Py_buffer v[2];
+    if (get_buffers(args, 2, which, writable, v) < 0) {
         return NULL;
     }
     PyObject *result = NULL;
     batch_t bt = {.got = 0};
     int32_t *slot_of = NULL;
-    uint32_t *work = NULL;
+    uint32_t *col = NULL;
     double *per_slot = NULL;
-    if (cv.itemsize != 8 || sv.itemsize != 8) {
+    if (v[0].itemsize != 8 || v[1].itemsize != 8) {
         PyErr_SetString(PyExc_TypeError, "class_sums: cols_out and sums_out take 8-byte items");
         goto done;
     }
@@ -422,53 +394,47 @@ class_sums(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         goto done;
     }
     Py_ssize_t nnz = bt.nnz;
-    if (cv.len / 8 < nnz || sv.len / 8 < K * nnz) {
+    if (v[0].len / 8 < nnz || v[1].len / 8 < K * nnz) {
         PyErr_SetString(PyExc_ValueError, "class_sums: cols_out must hold nnz items, sums_out n_classes x nnz");
         goto done;
     }
     slot_of = PyMem_Malloc(((size_t)nnz + 1) * sizeof(int32_t));
-    work = PyMem_Malloc(4 * ((size_t)nnz + 1) * sizeof(uint32_t));
+    col = PyMem_Malloc(((size_t)nnz + 1) * sizeof(uint32_t));
     per_slot = PyMem_Calloc(((size_t)nnz + 1) * (size_t)K, sizeof(double));
-    if (!slot_of || !work || !per_slot) {
+    if (!slot_of || !col || !per_slot) {
         PyErr_NoMemory();
         goto done;
     }
-    uint32_t *col = work, *slot = work + nnz + 1, *col2 = work + 2 * (nnz + 1), *slot2 = work + 3 * (nnz + 1);
     Py_ssize_t t = column_slots(&bt, fn, slot_of, col);
     if (t < 0) {
         goto done;
     }
-    const double *data = bt.data.buf, *weights = bt.weights.buf;
-    const int64_t *codes = bt.codes.buf;
+    const double *data = bt.views[DATA].buf, *weights = bt.views[WEIGHTS].buf;
+    const int64_t *codes = bt.views[CODES].buf;
     for (Py_ssize_t i = 0; i < bt.n; i++) {
-        Py_ssize_t lo = (Py_ssize_t)index_at(&bt.indptr, i), hi = (Py_ssize_t)index_at(&bt.indptr, i + 1);
+        Py_ssize_t lo = (Py_ssize_t)index_at(&bt.views[INDPTR], i);
+        Py_ssize_t hi = (Py_ssize_t)index_at(&bt.views[INDPTR], i + 1);
         double w = weights[i];
         int64_t c = codes[i];
         for (Py_ssize_t p = lo; p < hi; p++) {
             per_slot[(Py_ssize_t)slot_of[p] * K + c] += w * data[p];
         }
     }
+    int64_t *cols_out = v[0].buf;
+    double *sums_out = v[1].buf;
     for (Py_ssize_t s = 0; s < t; s++) {
-        slot[s] = (uint32_t)s;
-    }
-    sort_pairs(&col, &slot, &col2, &slot2, t);
-    int64_t *cols_out = cv.buf;
-    double *sums_out = sv.buf;
-    for (Py_ssize_t r = 0; r < t; r++) {
-        cols_out[r] = col[r];
-        const double *from = per_slot + (Py_ssize_t)slot[r] * K;
+        cols_out[s] = col[s];
         for (Py_ssize_t k = 0; k < K; k++) {
-            sums_out[k * t + r] = from[k];
+            sums_out[k * t + s] = per_slot[s * K + k];
         }
     }
     result = PyLong_FromSsize_t(t);
 done:
     PyMem_Free(slot_of);
-    PyMem_Free(work);
+    PyMem_Free(col);
     PyMem_Free(per_slot);
     batch_release(&bt);
-    PyBuffer_Release(&cv);
-    PyBuffer_Release(&sv);
+    release_buffers(2, v);
     return result;
 }
 

@@ -21,7 +21,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from streamnb._cmodules import optional_c_module
-from streamnb.arrays import sorted_unique, unique_inverse
+from streamnb.arrays import sort_with_order, sorted_unique, unique_inverse
 from streamnb.encoding import pack_counts, pack_index, unpack_counts, unpack_index
 from streamnb.exceptions import FormatError
 from streamnb.stats.base import ClassIndex, Label, Statistic, check_scale_factor, normalize_labels
@@ -345,7 +345,8 @@ def _class_sums(
             t = CLASS_SUMS(X.indptr, X.indices, np.asarray(X.data, dtype=np.float64),
                            np.asarray(rows, dtype=np.int64), np.asarray(w, dtype=np.float64),
                            n_classes, cols, sums)
-            return cols[:t], sums[: n_classes * t].reshape(n_classes, t)
+            cols, order = sort_with_order(cols[:t], X.shape[1])  # first seen -> sorted
+            return cols, sums[: n_classes * t].reshape(n_classes, t)[:, order]
         # one sort of the nonzeros and one bincount over (class row, column position)
         cols, pos = unique_inverse(X.indices, X.shape[1])
         per_row = np.diff(X.indptr)
