@@ -56,8 +56,8 @@ if TYPE_CHECKING:
     from streamnb.models.base import GenerativeClassifier
     from streamnb.models.multinomial import MultinomialNB
 
-__all__ = ["MULTINOMIAL_JLL", "MultinomialPlan", "PrequentialPrediction", "generic_prequential",
-           "multinomial_plan", "multinomial_prequential"]
+__all__ = ["MULTINOMIAL_JLL", "MultinomialPlan", "PrequentialPrediction", "SortedNonzeros",
+           "generic_prequential", "multinomial_plan", "multinomial_prequential"]
 
 #: ``streamnb._kernels.multinomial_jll`` (the C loop of
 #: :func:`multinomial_prequential`), or None: not built, or ``STREAMNB_PURE_PYTHON`` set;
