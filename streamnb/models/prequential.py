@@ -302,7 +302,9 @@ def multinomial_prequential(model: MultinomialNB, X: Any, y: Any, sample_weight:
     if MULTINOMIAL_JLL is not None and not fc.is_sparse:
         jll = np.empty((X.shape[0], len(classes)))
         unseen = np.empty(X.shape[0], dtype=np.int64)
-        MULTINOMIAL_JLL(X.indptr, X.indices, X.data, codes, w, fc.values, fc.values.shape[0],
+        c_array = np.ascontiguousarray  # (no copy of what already is)
+        MULTINOMIAL_JLL(c_array(X.indptr), c_array(X.indices), c_array(X.data, dtype=np.float64),
+                        codes, c_array(w, dtype=np.float64), c_array(fc.values), fc.values.shape[0],
                         fc.n_features, base_T, alpha, seen_mode, fc.n_seen,
                         max(fc.n_features, X.shape[1]), jll, unseen)
     else:
