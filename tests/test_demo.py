@@ -70,7 +70,9 @@ def check_report(proc, n=600):
     right = int(spam.group(1)) + int(spam.group(3))
     assert float(m.group(1)) == pytest.approx(100.0 * right / n, abs=0.05)
     assert "both workers at the same version" in out
-    assert re.search(r"predictions by worker: demo-worker-0 \d+, demo-worker-1 \d+", out)
+    shares = re.search(r"predictions by worker: demo-worker-0 (\d+), demo-worker-1 (\d+)", out)
+    assert shares and int(shares.group(1)) > 0 and int(shares.group(2)) > 0  # both took part
+    assert int(shares.group(1)) + int(shares.group(2)) == n
     assert re.search(r"metrics were served at http://127\.0\.0\.1:\d+/metrics, http://127\.0\.0\.1:\d+/metrics", out)
     assert "tokens:" in out
     assert "learnt: 600 messages" in out or n != 600

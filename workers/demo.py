@@ -153,6 +153,20 @@ def _pct(right: int, n: int) -> str:
     return f"{100.0 * right / n:5.1f}%" if n else "  n/a"
 
 
+def _await_consumers(client: Any, keys: Any, names: list[str], timeout: float = 10.0) -> None:
+    """Wait (at most ``timeout`` s) until every worker has read from the input stream once
+    (it is then a consumer of the group), so that the messages produced next are shared
+    between them rather than taken by whichever worker started first."""
+    from workers.keys import GROUP
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        joined = {as_str(c["name"]) for c in client.xinfo_consumers(keys.input, GROUP)}
+        if joined >= set(names):
+            return
+        time.sleep(0.02)
+
+
 def run_demo(
     settings: Any = None,
     *,
@@ -228,6 +242,7 @@ def run_demo(
                                     name=w.consumer, daemon=True) for w in workers]
         for t in threads:
             t.start()
+        _await_consumers(client, keys, [w.consumer for w in workers])
         print(f"workers: {', '.join(w.consumer for w in workers)} (metrics: {', '.join(urls)})",
               file=out)
 
@@ -287,7 +302,8 @@ def run_demo(
               f"({lost} ham marked as spam); {blind} predicted before the model had learnt "
               f"anything (counted as errors)", file=out)
         print("predictions by worker: "
-              + ", ".join(f"{w} {c}" for w, c in sorted(tally.by_worker.items())), file=out)
+              + ", ".join(f"{w.consumer} {tally.by_worker.get(w.consumer, 0)}" for w in workers),
+              file=out)
         same = "the same version" if len(versions) == 1 else f"versions {sorted(versions)}"
         print(f"learnt: {learnt.total:g} messages ({', '.join(f'{k} {v:g}' for k, v in learnt.as_dict().items())}); "
               f"both workers at {same}", file=out)
