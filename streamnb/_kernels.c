@@ -51,6 +51,12 @@
 #define MODEL_SEEN 1
 #define ADDED 2
 
+#if defined(__GNUC__) || defined(__clang__)
+#define PREFETCH(p) __builtin_prefetch(p)
+#else
+#define PREFETCH(p) ((void)0)
+#endif
+
 /* A CSR batch with a class code and a weight per row. */
 enum { INDPTR, INDICES, DATA, CODES, WEIGHTS, BATCH_ARGS };
 typedef struct {
@@ -272,7 +278,7 @@ multinomial_jll(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     for (Py_ssize_t s = 0; s < n_slots; s++) {
         if (s + 8 < n_slots && col_of[s + 8] < (uint64_t)n_features) {
             for (Py_ssize_t k = 0; k < k0; k++) {
-                __builtin_prefetch(counts + k * n_features + col_of[s + 8]);
+                PREFETCH(counts + k * n_features + col_of[s + 8]);
             }
         }
         int64_t j = col_of[s];

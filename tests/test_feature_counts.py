@@ -356,3 +356,17 @@ def test_the_c_class_sums_refuse_inconsistent_arrays():
                            (6, np.empty(3, np.int32), "take 8-byte items")]:
         with pytest.raises((ValueError, TypeError), match=match):
             sums_c(*args[:at], bad, *args[at + 1:])
+
+
+def test_strided_weights_count_as_contiguous_ones():
+    """Weights that are a strided view (every other item of an array) give the same counts,
+    bit for bit, as a contiguous copy (the C class sums take them as a copy)."""
+    rng = np.random.default_rng(4)
+    X = sp.random(30, 50, density=0.2, random_state=rng, format="csr")
+    labels = list(rng.choice(["a", "b"], size=30))
+    both = rng.uniform(0.5, 2.0, 60)
+    assert not both[::2].flags.c_contiguous
+    strided = FeatureCounts(n_features=50).update(X, labels, both[::2])
+    contiguous = FeatureCounts(n_features=50).update(X, labels, both[::2].copy())
+    np.testing.assert_array_equal(strided.values, contiguous.values)
+    assert strided.labels == contiguous.labels

@@ -493,16 +493,3 @@ def test_a_plan_made_before_the_model_changed_gives_the_same_predictions(smoothi
         np.testing.assert_array_equal(got.log_proba, want.log_proba)
         np.testing.assert_array_equal(got.n_known, want.n_known)
 
-
-def test_strided_weights_give_what_contiguous_ones_give(jll_path):
-    """A caller's weights that are a strided view (every other item of an array) reach the
-    C loop as a contiguous copy: the same predictions as contiguous ones."""
-    model, X, y, _ = make_batch("multinomial", {"alpha": 0.5, "smoothing_m": "seen"}, seed=21,
-                                with_prior=True, weighted=False)
-    both = np.random.default_rng(21).uniform(0.5, 2.0, 2 * X.shape[0])
-    strided, contiguous = both[::2], both[::2].copy()
-    assert not strided.flags.c_contiguous
-    got = model.predict_log_proba_prequential(X, y, strided)
-    want = model.predict_log_proba_prequential(X, y, contiguous)
-    np.testing.assert_array_equal(got.log_proba, want.log_proba)
-    np.testing.assert_array_equal(got.unseen_share, want.unseen_share)

@@ -843,9 +843,15 @@ class Worker:
             for it in items:
                 if o.cache_labelled or it.msg.label is None:
                     it.row_bytes = it.row.to_bytes()
-        if refs:
-            w.prepared_s = time.perf_counter() - t0
-            return
+        if not refs:
+            w.own = self._own_stats(rt, items, X)
+        w.prepared_s = time.perf_counter() - t0  # counted in the "learn" stage of the build
+
+    @staticmethod
+    def _own_stats(rt: ModelRuntime, items: list[Item], X: Any) -> tuple[list[str], Any] | None:
+        """The entry ids of the batch's labelled items and their statistics; None when
+        they cannot be made yet (e.g. a label of another type: dropped later, then made
+        again by :meth:`_build_commit`)."""
         labelled = [i for i, it in enumerate(items) if it.msg.label is not None]
         stats = None
         if labelled:
@@ -854,11 +860,9 @@ class Worker:
                     X if len(labelled) == len(items) else X[labelled],
                     [items[i].msg.label for i in labelled],
                     np.array([items[i].msg.weight for i in labelled], dtype=np.float64))
-            except ValueError:  # e.g. a label of another type: dropped later, then made again
-                w.prepared_s = time.perf_counter() - t0
-                return
-        w.own = ([items[i].entry_id for i in labelled], stats)
-        w.prepared_s = time.perf_counter() - t0  # counted in the "learn" stage of the build
+            except ValueError:
+                return None
+        return [items[i].entry_id for i in labelled], stats
 
     def _prepare_prediction(self, rt: ModelRuntime, w: CommitWork, items: list[Item]) -> Any:
         """The batch's rows stacked (returned) and the part of the prequential prediction

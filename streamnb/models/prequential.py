@@ -208,8 +208,10 @@ def _canonical_csr(model: MultinomialNB, X: Any) -> sp.csr_matrix:
 class SortedNonzeros:
     """A batch's nonzeros sorted by (column, row), for the numpy form of
     :func:`multinomial_prequential`: each column's segment, what the labelled rows add
-    before each nonzero (per class), the row sums."""
+    before each nonzero (per class of ``classes``, the classes it was made with), the row
+    sums."""
 
+    classes: list[Label]
     c: np.ndarray
     r: np.ndarray
     v: np.ndarray
@@ -224,28 +226,30 @@ class SortedNonzeros:
 @dataclass(frozen=True)
 class MultinomialPlan:
     """What :func:`multinomial_prequential` computes from the batch alone: the validated
-    CSR and, for the numpy form (no C loop, :data:`MULTINOMIAL_JLL`), its
-    :class:`SortedNonzeros`. Made with the model's classes as they were; used only while
-    the model has the same classes (the counts may have changed: they are read at
-    prediction time). A worker makes it while it waits for other workers' batches."""
+    CSR and, for the numpy form only (no C loop, :data:`MULTINOMIAL_JLL`), its
+    :class:`SortedNonzeros`, used only while the model has the classes they were made
+    with (the counts may have changed: they are read at prediction time). A worker makes
+    it while it waits for other workers' batches."""
 
-    classes: list[Label]
     X: sp.csr_matrix
     nonzeros: SortedNonzeros | None
 
 
 def multinomial_plan(model: MultinomialNB, X: Any, y: Any,
                      sample_weight: Any = None) -> MultinomialPlan:
-    """The batch-only part of :func:`multinomial_prequential` (see :class:`MultinomialPlan`)."""
+    """The batch-only part of :func:`multinomial_prequential` (see :class:`MultinomialPlan`).
+    With the C loop the labels are read once, at prediction time."""
     X = _canonical_csr(model, X)
+    if MULTINOMIAL_JLL is not None:
+        return MultinomialPlan(X, None)
     classes, codes, w, _ = _labelled_batch(model, X.shape[0], y, sample_weight)
-    nonzeros = None if MULTINOMIAL_JLL is not None else _sorted_nonzeros(X, len(classes), codes, w)
-    return MultinomialPlan(list(classes), X, nonzeros)
+    return MultinomialPlan(X, _sorted_nonzeros(X, classes, codes, w))
 
 
-def _sorted_nonzeros(X: sp.csr_matrix, K: int, codes: np.ndarray,
+def _sorted_nonzeros(X: sp.csr_matrix, classes: list[Label], codes: np.ndarray,
                      w: np.ndarray) -> SortedNonzeros:
     n, width = X.shape
+    K = len(classes)
     rw = np.where(codes >= 0, w, 0.0)                    # weight each row is learnt with
 
     # Nonzeros sorted by (column, row): one sort (a column's rows stay in order), then
@@ -279,7 +283,8 @@ def _sorted_nonzeros(X: sp.csr_matrix, K: int, codes: np.ndarray,
     np.maximum(prefix, 0.0, out=prefix)
     prefix *= learnt_before                              # exactly 0 where nothing was added
     row_sums = np.bincount(row_of, weights=X.data, minlength=n)
-    return SortedNonzeros(c, r, v, col_of, ucols, first_add, learnt_before, prefix, row_sums)
+    return SortedNonzeros(list(classes), c, r, v, col_of, ucols, first_add, learnt_before,
+                          prefix, row_sums)
 
 
 def multinomial_prequential(model: MultinomialNB, X: Any, y: Any, sample_weight: Any = None,
@@ -288,10 +293,7 @@ def multinomial_prequential(model: MultinomialNB, X: Any, y: Any, sample_weight:
 
     ``plan``: :func:`multinomial_plan` of the same ``X``, ``y`` and weights, made earlier;
     used if the model still has the classes it was made with (else made again)."""
-    if plan is not None:
-        X = plan.X
-    else:
-        X = _canonical_csr(model, X)
+    X = plan.X if plan is not None else _canonical_csr(model, X)
     classes, codes, w, n_known, log_prior = _batch_priors(model, X.shape[0], y, sample_weight)
     if _nothing_learnt_before_a_row(codes):  # e.g. a batch without labels
         return _model_only(model, X, classes, n_known, log_prior)
@@ -302,15 +304,15 @@ def multinomial_prequential(model: MultinomialNB, X: Any, y: Any, sample_weight:
     if MULTINOMIAL_JLL is not None and not fc.is_sparse:
         jll = np.empty((X.shape[0], len(classes)))
         unseen = np.empty(X.shape[0], dtype=np.int64)
-        c_array = np.ascontiguousarray  # (no copy of what already is)
-        MULTINOMIAL_JLL(c_array(X.indptr), c_array(X.indices), c_array(X.data, dtype=np.float64),
-                        codes, c_array(w, dtype=np.float64), c_array(fc.values), fc.values.shape[0],
+        # (contiguous float64 and index arrays: _canonical_csr, _validate_weight, and a
+        # model's dense counts are made C-ordered)
+        MULTINOMIAL_JLL(X.indptr, X.indices, X.data, codes, w, fc.values, fc.values.shape[0],
                         fc.n_features, base_T, alpha, seen_mode, fc.n_seen,
                         max(fc.n_features, X.shape[1]), jll, unseen)
     else:
-        nonzeros = plan.nonzeros if plan is not None and plan.classes == classes else None
-        if nonzeros is None:
-            nonzeros = _sorted_nonzeros(X, len(classes), codes, w)
+        nonzeros = plan.nonzeros if plan is not None else None
+        if nonzeros is None or nonzeros.classes != classes:
+            nonzeros = _sorted_nonzeros(X, classes, codes, w)
         jll, unseen = _numpy_jll(X.shape, fc, nonzeros, codes, w, base_T, alpha, seen_mode)
     with np.errstate(invalid="ignore"):
         jll += log_prior

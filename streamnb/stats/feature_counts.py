@@ -342,8 +342,9 @@ def _class_sums(
         if CLASS_SUMS is not None and n_classes > 0:
             cols = np.empty(X.nnz, dtype=np.int64)
             sums = np.empty(n_classes * X.nnz, dtype=np.float64)
-            c_array = np.ascontiguousarray  # (no copy of what already is)
-            t = CLASS_SUMS(c_array(X.indptr), c_array(X.indices), c_array(X.data, dtype=np.float64),
+            c_array = np.ascontiguousarray  # (no copy of what already is: a caller's
+            # weights may be a strided view, its X integers)
+            t = CLASS_SUMS(X.indptr, X.indices, c_array(X.data, dtype=np.float64),
                            c_array(rows, dtype=np.int64), c_array(w, dtype=np.float64),
                            n_classes, cols, sums)
             cols, order = sort_with_order(cols[:t], X.shape[1])  # first seen -> sorted
