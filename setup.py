@@ -19,13 +19,10 @@ NO_FMA = [] if sys.platform == "win32" else ["-ffp-contract=off"]
 
 setup(
     ext_modules=[
-        Extension(
-            "streamnb.features._speedups",
-            ["streamnb/features/_speedups.c"],
-            optional=True,
-        ),
-        Extension("streamnb._kernels", ["streamnb/_kernels.c"], libraries=["m"],
-                  extra_compile_args=NO_FMA, optional=True),
+        Extension("streamnb.features._speedups", ["streamnb/features/_speedups.c"],
+                  depends=["streamnb/_buffers.h"], optional=True),
+        Extension("streamnb._kernels", ["streamnb/_kernels.c"], depends=["streamnb/_buffers.h"],
+                  libraries=["m"], extra_compile_args=NO_FMA, optional=True),
         Extension("workers._resp", ["workers/_resp.c"], optional=True),
     ]
 )

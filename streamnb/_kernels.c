@@ -48,6 +48,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "_buffers.h"
+
 #define MODEL_SEEN 1
 #define ADDED 2
 
@@ -70,31 +72,6 @@ static inline int64_t
 index_at(const Py_buffer *b, Py_ssize_t i)
 {
     return b->itemsize == 4 ? ((const int32_t *)b->buf)[i] : ((const int64_t *)b->buf)[i];
-}
-
-/* Buffers of args[which[i]] into views[i], i < n (C-contiguous; writable where
- * writable[i]); -1 with an exception set, and none held, if one cannot be had. */
-static int
-get_buffers(PyObject *const *args, int n, const int *which, const int *writable, Py_buffer *views)
-{
-    for (int i = 0; i < n; i++) {
-        int flags = PyBUF_C_CONTIGUOUS | (writable[i] ? PyBUF_WRITABLE : 0);
-        if (PyObject_GetBuffer(args[which[i]], &views[i], flags) < 0) {
-            while (i-- > 0) {
-                PyBuffer_Release(&views[i]);
-            }
-            return -1;
-        }
-    }
-    return 0;
-}
-
-static void
-release_buffers(int n, Py_buffer *views)
-{
-    for (int i = 0; i < n; i++) {
-        PyBuffer_Release(&views[i]);
-    }
 }
 
 static void

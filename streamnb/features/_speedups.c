@@ -44,6 +44,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "../_buffers.h"
+
 /* str.split()'s white space among the ASCII characters (Py_UNICODE_ISSPACE). */
 static unsigned char is_space[128];
 /* text._PUNCT: stripped from both ends of a word. */
@@ -526,25 +528,13 @@ unique_buckets(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     if (bits_argument(args[2], "unique_buckets", &bits) < 0) {
         return NULL;
     }
-    Py_buffer hv, sv, ov, cv;
-    if (PyObject_GetBuffer(args[0], &hv, PyBUF_C_CONTIGUOUS) < 0) {
+    /* hashes, sizes, out, counts */
+    static const int which[4] = {0, 1, 3, 4}, writable[4] = {0, 0, 1, 1};
+    Py_buffer v[4];
+    if (get_buffers(args, 4, which, writable, v) < 0) {
         return NULL;
     }
-    if (PyObject_GetBuffer(args[1], &sv, PyBUF_C_CONTIGUOUS) < 0) {
-        PyBuffer_Release(&hv);
-        return NULL;
-    }
-    if (PyObject_GetBuffer(args[3], &ov, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0) {
-        PyBuffer_Release(&hv);
-        PyBuffer_Release(&sv);
-        return NULL;
-    }
-    if (PyObject_GetBuffer(args[4], &cv, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0) {
-        PyBuffer_Release(&hv);
-        PyBuffer_Release(&sv);
-        PyBuffer_Release(&ov);
-        return NULL;
-    }
+    Py_buffer hv = v[0], sv = v[1], ov = v[2], cv = v[3];
     PyObject *result = NULL;
     uint32_t *work = NULL;
     const uint64_t *hashes = hv.buf;
@@ -602,10 +592,7 @@ unique_buckets(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     Py_INCREF(result);
 done:
     PyMem_Free(work);
-    PyBuffer_Release(&hv);
-    PyBuffer_Release(&sv);
-    PyBuffer_Release(&ov);
-    PyBuffer_Release(&cv);
+    release_buffers(4, v);
     return result;
 }
 
@@ -631,19 +618,13 @@ sort_order(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     if (bits_argument(args[1], "sort_order", &bits) < 0) {
         return NULL;
     }
-    Py_buffer kv, sv, ov;
-    if (PyObject_GetBuffer(args[0], &kv, PyBUF_C_CONTIGUOUS) < 0) {
+    /* keys, sorted_out, order_out */
+    static const int which[3] = {0, 2, 3}, writable[3] = {0, 1, 1};
+    Py_buffer v[3];
+    if (get_buffers(args, 3, which, writable, v) < 0) {
         return NULL;
     }
-    if (PyObject_GetBuffer(args[2], &sv, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0) {
-        PyBuffer_Release(&kv);
-        return NULL;
-    }
-    if (PyObject_GetBuffer(args[3], &ov, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0) {
-        PyBuffer_Release(&kv);
-        PyBuffer_Release(&sv);
-        return NULL;
-    }
+    Py_buffer kv = v[0], sv = v[1], ov = v[2];
     PyObject *result = NULL;
     uint32_t *work = NULL;
     Py_ssize_t n = kv.itemsize ? kv.len / kv.itemsize : 0;
@@ -709,9 +690,7 @@ sort_order(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     Py_INCREF(result);
 done:
     PyMem_Free(work);
-    PyBuffer_Release(&kv);
-    PyBuffer_Release(&sv);
-    PyBuffer_Release(&ov);
+    release_buffers(3, v);
     return result;
 }
 
