@@ -180,11 +180,14 @@ def _waiting_for_a(client, keys: ModelKeys, then, poll_ms: int) -> tuple[object,
     b = _CountingBoard(client, keys, "b")
     version = ["0-0"]
 
-    def catch_up(batches: set[str]) -> None:
-        for entry_id, fields in client.xrange(keys.log, min=f"({version[0]}"):
+    def catch_up(batches: set[str], block_ms: int) -> int:
+        read = client.xread({keys.log: version[0]}, block=block_ms)
+        entries = read[0][1] if read else []
+        for entry_id, fields in entries:
             version[0] = entry_id.decode()
             if b"inflight" in fields:
                 batches.add(fields[b"inflight"].decode())
+        return len(entries)
 
     def act() -> None:
         then(name, eid)
@@ -192,8 +195,7 @@ def _waiting_for_a(client, keys: ModelKeys, then, poll_ms: int) -> tuple[object,
 
     timer = threading.Timer(0.05, act)
     timer.start()
-    res = wait_for_earlier(b, "9999999999999-0", 5.0, keys.log, lambda: version[0], catch_up,
-                           poll_ms=poll_ms)
+    res = wait_for_earlier(b, "9999999999999-0", 5.0, catch_up, poll_ms=poll_ms)
     timer.join()
     return res, b
 

@@ -94,6 +94,51 @@ def test_a_replica_behind_the_trim_point_reloads_the_snapshot(r):
     assert_same_stats(behind.model, ref)
 
 
+def test_a_blocking_catch_up_waits_for_the_log_and_applies_what_the_wait_read(r):
+    """``catch_up(block_ms=...)``: the wait and the read are one XREAD BLOCK; it applies
+    what came as the XRANGE tail does, and names the announcements of the commits."""
+    cfg = ensure_config(r, SPEC)
+    rep = Replica(r, K, cfg).load()
+    assert rep.catch_up(block_ms=20) == 0 and rep.version == "0-0"  # nothing came
+    assert rep.waited_s >= 0.015
+    ref = _write_log(r, cfg)
+    X, y = next(_batches(seed=3))
+    scratch = make_model("multinomial", n_features=6)
+    r.xadd(K.log, {"data": encode_delta(scratch.batch_stats(X, y), None, 5, "w", "n"),
+                   "inflight": "w|9-0"})
+    ref.partial_fit(X, y)
+    batches: set[str] = set()
+    executed = []
+    real_pipeline = r.pipeline
+
+    def counting_pipeline(*args, **kw):
+        pipe = real_pipeline(*args, **kw)
+        real_execute = pipe.execute
+        pipe.execute = lambda *a, **k: executed.append(1) or real_execute(*a, **k)
+        return pipe
+
+    rep.client = type("Counting", (), {"pipeline": staticmethod(counting_pipeline)})()
+    assert rep.catch_up(batches=batches, block_ms=20) == 23 and batches == {"w|9-0"}
+    assert len(executed) == 1  # the wait, the entries and the checks: one round trip
+    assert_same_stats(rep.model, ref)
+    assert rep.version == r.xrevrange(K.log, count=1)[0][0].decode()
+
+
+def test_a_blocking_catch_up_behind_the_trim_point_reloads_the_snapshot(r):
+    """The trim mark is read behind the blocking read: entries after a gap are never
+    applied (the model reloads the snapshot, then reads on)."""
+    cfg = ensure_config(r, SPEC)
+    behind = Replica(r, K, cfg).load()
+    ref = _write_log(r, cfg)
+    ahead = Replica(r, K, cfg).load()
+    snap = Snapshotter(r, K, "w1", margin_ms=0)
+    snap.hold_lease()
+    assert snap.write(ahead)
+    behind.catch_up(block_ms=20)
+    assert behind.reloads == 1 and behind.version == ahead.version
+    assert_same_stats(behind.model, ref)
+
+
 def test_only_the_lease_holder_writes_and_snapshots_only_move_forward(r):
     cfg = ensure_config(r, SPEC)
     _write_log(r, cfg)

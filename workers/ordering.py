@@ -167,15 +167,15 @@ class OrderWait:
 
 
 def wait_for_earlier(board: InflightBoard, first_id: str, max_wait_s: float,
-                     log_key: str, version: Callable[[], str],
-                     catch_up: Callable[[set[str]], Any], poll_ms: int = 2) -> OrderWait:
+                     catch_up: Callable[[set[str], int], int], poll_ms: int = 2) -> OrderWait:
     """Block until no earlier labelled batch of another consumer is in flight, applying
     the log as it grows, for at most ``max_wait_s`` seconds.
 
-    ``version()`` is the id of the last log entry applied; the wait blocks on ``XREAD``
-    of the log after it (a commit wakes it at once) for at most ``poll_ms`` at a time,
-    then ``catch_up(batches)`` applies the log and adds to ``batches`` the announcements
-    whose commits it applied (each commit's log entry names its batch). When those cover
+    ``catch_up(batches, block_ms)`` waits at most ``block_ms`` (``poll_ms`` at a time)
+    for the log to grow, applies what it finds (the wait and the read of the entries are
+    one round trip: :meth:`workers.replica.Replica.catch_up`), adds to ``batches`` the
+    announcements whose commits it applied (each commit's log entry names its batch) and
+    returns the number of entries applied. When those cover
     every batch waited for, the wait ends there: no second look at ``:inflight``, and
     ``caught_up`` tells the caller the model is current. Otherwise (a batch withdrawn
     without a log entry: unlabelled after all, abandoned, or a worker of an older
@@ -194,10 +194,8 @@ def wait_for_earlier(board: InflightBoard, first_id: str, max_wait_s: float,
         if left <= 0:
             result.timed_out = True
             break
-        block = max(1, min(poll_ms, int(left * 1000)))
-        if board.client.xread({log_key: version()}, count=1, block=block):
-            committed: set[str] = set()
-            catch_up(committed)
+        committed: set[str] = set()
+        if catch_up(committed, max(1, min(poll_ms, int(left * 1000)))):
             waiting -= committed
             if not waiting:
                 result.caught_up = True

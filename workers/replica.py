@@ -141,6 +141,8 @@ class Replica:
         self.learnt = 0
         self.snapshot_version = "0-0"
         self.reloads = 0
+        #: Seconds the last :meth:`catch_up` with ``block_ms`` waited for the log to grow.
+        self.waited_s = 0.0
         #: Unreadable snapshots met, and unreadable log entries skipped (see the module doc).
         self.snapshot_errors = 0
         self.corrupt_entries = 0
@@ -217,20 +219,35 @@ class Replica:
             f"from a backup, or delete it to restart the model from zero (losing what it learnt)")
 
     # ------------------------------------------------------------------ tailing
-    def catch_up(self, limit: int | None = None, batches: set[str] | None = None) -> int:
+    def catch_up(self, limit: int | None = None, batches: set[str] | None = None,
+                 block_ms: int | None = None) -> int:
         """Apply every log entry after ``version``; return how many were applied.
 
         ``batches``: gets the ``:inflight`` field of every announced batch whose commit was
-        applied (the log entry names it; workers/ordering.py)."""
+        applied (the log entry names it; workers/ordering.py). ``block_ms``: wait that long
+        at most for a first entry (``XREAD BLOCK``, with the checks behind it in the same
+        round trip: Redis answers them once the entry is there); 0 if none came, and
+        :attr:`waited_s` is how long that round trip took."""
+        self.waited_s = 0.0
         done = 0
         checked = False
         while limit is None or done < limit:
             pipe = self.client.pipeline(transaction=False)
+            if block_ms is not None:
+                pipe.xread({self.keys.log: self.version}, count=TAIL_CHUNK, block=block_ms)
             pipe.hmget(self.keys.snapshot, ["trimmed", "log_id"])
-            pipe.xrange(self.keys.log, min=f"({self.version}", max="+", count=TAIL_CHUNK)
+            if block_ms is None:
+                pipe.xrange(self.keys.log, min=f"({self.version}", max="+", count=TAIL_CHUNK)
             if not checked:
                 pipe.xrange(self.keys.log, min=self.version, max=self.version, count=1)
-            (trimmed, snap_id), entries, *own = pipe.execute()
+            t0 = time.perf_counter()
+            replies = pipe.execute()
+            if block_ms is None:
+                (trimmed, snap_id), entries, *own = replies
+            else:  # a trim before the read shows in the checks behind it
+                read, (trimmed, snap_id), *own = replies
+                entries = read[0][1] if read else []
+                block_ms, self.waited_s = None, time.perf_counter() - t0
             if trimmed is not None and trimmed != self._ignored_trim and \
                     parse_id(self.version) < self._trim_mark(trimmed):
                 log.warning("model %s: log trimmed past version %s; reloading the snapshot",

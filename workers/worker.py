@@ -639,17 +639,20 @@ class Worker:
             return self._process(rt, entries, self._deliveries(rt, entries))
         return 0
 
-    def _tail(self, rt: ModelRuntime, batches: set[str] | None = None) -> None:
-        """Apply the log entries after the replica's version (``batches``: see
-        :meth:`Replica.catch_up`)."""
+    def _tail(self, rt: ModelRuntime, batches: set[str] | None = None,
+              block_ms: int | None = None) -> int:
+        """Apply the log entries after the replica's version; returns how many
+        (``batches``, ``block_ms``: see :meth:`Replica.catch_up`)."""
         t0 = time.perf_counter()
         before = rt.replica.applied
-        if rt.replica.catch_up(batches=batches):
+        done = rt.replica.catch_up(batches=batches, block_ms=block_ms)
+        if done:
             n = rt.replica.applied - before
             self.metrics.deltas_applied.labels(**self._mw(rt)).inc(n)
             self.metrics.stage_seconds.labels(**self._mw(rt), stage="apply").observe(
-                time.perf_counter() - t0)
+                time.perf_counter() - t0 - rt.replica.waited_s)  # the wait is order_wait's
             self._version_metric(rt)
+        return done
 
     def _version_metric(self, rt: ModelRuntime) -> None:
         self.metrics.model_version.labels(**self._mw(rt)).set(rt.replica.version_time)
@@ -1087,8 +1090,7 @@ class Worker:
         before ``first_id`` to be committed, applying the log as it grows. True if the
         wait ended by applying the log (then the model is current)."""
         res = wait_for_earlier(rt.inflight, first_id, self.options.order_wait_ms / 1000.0,
-                               rt.keys.log, lambda: rt.replica.version,
-                               lambda batches: self._tail(rt, batches))
+                               lambda batches, block_ms: self._tail(rt, batches, block_ms))
         if res.waited_for:
             mw = self._mw(rt)
             self.metrics.order_wait_seconds.labels(**mw).observe(res.seconds)
