@@ -178,6 +178,27 @@ class E2EResult:
     #: The same for redis-server.
     redis_cores: float = float("nan")
 
+    @property
+    def worker_cpu_us(self) -> float:
+        """CPU of the worker processes per message, in us (all workers together)."""
+        return 1e6 * self.worker_cores / self.per_second
+
+
+def scaling_ceiling(one: E2EResult, more: E2EResult, cores: int) -> float:
+    """The most ``more.workers`` workers could reach over ``one`` on a host of ``cores``
+    if they never waited: each worker at most one core, redis-server's cores (as measured
+    in ``more``'s run) left out, at the CPU per message they used in ``more``'s run.
+
+    >>> one = E2EResult("tokens", 1, 9_750, 10_000.0, 0, worker_cores=0.95, redis_cores=0.2)
+    >>> two = E2EResult("tokens", 2, 9_750, 15_000.0, 0, worker_cores=1.5, redis_cores=0.25)
+    >>> round(two.worker_cpu_us, 1), round(scaling_ceiling(one, two, cores=2), 2)
+    (100.0, 1.75)
+    >>> round(scaling_ceiling(one, two, cores=8), 2)  # two workers: two cores at most
+    2.0
+    """
+    usable = min(float(more.workers), cores - more.redis_cores)
+    return usable / (more.worker_cpu_us / 1e6) / one.per_second
+
 
 def _log_bytes(client: Any, key: str) -> int:
     """Total size of the ``data`` fields of the log entries still in ``key``."""
@@ -291,7 +312,8 @@ def benchmark(corpus: Corpus, repeat: int = 1, worker_counts: Sequence[int] = (1
                     server.client().flushdb()  # keep Redis small between runs
                     if (p, n) not in best or r.per_second > best[(p, n)].per_second:
                         best[(p, n)] = r
-    return {"results": list(best.values()), "refs": refs, "messages": len(big)}
+    return {"results": list(best.values()), "refs": refs, "messages": len(big),
+            "cores": os.cpu_count() or 1}
 
 
 def summary(report: dict[str, Any]) -> list[str]:
@@ -299,6 +321,8 @@ def summary(report: dict[str, Any]) -> list[str]:
     res: list[E2EResult] = report["results"]
     refs = report["refs"]
     by = {(r.payload, r.workers): r.per_second for r in res}
+    runs = {(r.payload, r.workers): r for r in res}
+    cores = report.get("cores") or os.cpu_count() or 1
     lines = []
     if ("tokens", 1) in by:
         lines.append(f"1 worker, pre-tokenized labelled: {by[('tokens', 1)]:,.0f} msg/s "
@@ -314,7 +338,11 @@ def summary(report: dict[str, Any]) -> list[str]:
     for p in ("tokens", "raw", "hashes"):
         if (p, 1) in by and (p, 2) in by:
             target = "" if p == "hashes" else " (target >= 1.6x)"
-            lines.append(f"{p}: 2 workers / 1 worker: {by[(p, 2)] / by[(p, 1)]:.2f}x{target}")
+            ceiling = scaling_ceiling(runs[(p, 1)], runs[(p, 2)], cores)
+            lines.append(f"{p}: 2 workers / 1 worker: {by[(p, 2)] / by[(p, 1)]:.2f}x{target}; "
+                         f"without waits at most {ceiling:.2f}x on {cores} cores (2 workers' "
+                         f"{runs[(p, 2)].worker_cpu_us:.0f} us of CPU per message, "
+                         f"redis-server's {runs[(p, 2)].redis_cores:.2f} cores left out)")
         if (p, 1) in by and f"in-process pipeline ({p})" in refs:
             lines.append(f"{p}: 1 worker / in-process pipeline: "
                          f"{by[(p, 1)] / refs[f'in-process pipeline ({p})']:.0%}")
@@ -323,10 +351,10 @@ def summary(report: dict[str, Any]) -> list[str]:
 
 def print_report(report: dict[str, Any]) -> None:
     rows = [[r.payload, r.workers, r.messages, r.per_second, r.dead, r.redis_cpu_us, r.log_bytes,
-             r.worker_cores, r.redis_cores] for r in report["results"]]
+             r.worker_cores, r.worker_cpu_us, r.redis_cores] for r in report["results"]]
     print(format_table(["payload", "workers", "outputs", "msg/s", "dead",
                         "redis-server CPU us/msg", "log bytes/msg", "worker CPU cores",
-                        "redis-server cores"], rows))
+                        "worker CPU us/msg", "redis-server cores"], rows))
     print()
     print(format_table(["reference, same messages, this process", "msg/s"],
                        [[k, v] for k, v in report["refs"].items()]))

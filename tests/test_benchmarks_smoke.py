@@ -112,6 +112,22 @@ def test_end_to_end_counts_every_message(tmp_path):
         assert math.isnan(cores) or 0 <= cores < 4  # (nan: too short a window, or no /proc)
 
 
+def test_the_scaling_ceiling_leaves_out_redis_server_and_one_core_per_worker():
+    """Worked by hand: two workers at 1.5 cores for 15,000 msg/s use 100 us per message;
+    a 2-core host with redis-server on 0.25 of a core leaves 1.75 cores: 17,500 msg/s,
+    1.75x one worker's 10,000. On 8 cores the two workers are the bound: 20,000, 2x."""
+    E = end_to_end.E2EResult
+    one = E("tokens", 1, 9_750, 10_000.0, 0, worker_cores=0.95, redis_cores=0.2)
+    two = E("tokens", 2, 9_750, 15_000.0, 0, worker_cores=1.5, redis_cores=0.25)
+    assert two.worker_cpu_us == pytest.approx(100.0)
+    assert end_to_end.scaling_ceiling(one, two, cores=2) == pytest.approx(1.75)
+    assert end_to_end.scaling_ceiling(one, two, cores=8) == pytest.approx(2.0)
+    lines = end_to_end.summary({"results": [one, two], "refs": {}, "messages": 9_750, "cores": 2})
+    assert "tokens: 2 workers / 1 worker: 1.50x (target >= 1.6x); without waits at most " \
+           "1.75x on 2 cores (2 workers' 100 us of CPU per message, redis-server's 0.25 " \
+           "cores left out)" in lines
+
+
 @needs_redis
 def test_daemon_accuracy_only_the_first_message_is_unlabelled():
     corpus = synthetic_mail(250, seed=3)
