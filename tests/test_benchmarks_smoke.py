@@ -126,6 +126,10 @@ def test_the_scaling_ceiling_leaves_out_redis_server_and_one_core_per_worker():
     assert "tokens: 2 workers / 1 worker: 1.50x (target >= 1.6x); without waits at most " \
            "1.75x on 2 cores (2 workers' 100 us of CPU per message, redis-server's 0.25 " \
            "cores left out)" in lines
+    lines = end_to_end.summary({"results": [one, two], "refs": {}, "messages": 9_750, "cores": 2,
+                                "trials": {("tokens", 1): [10_000.0, 8_000.0],
+                                           ("tokens", 2): [15_000.0, 14_000.0]}})
+    assert "tokens: 2 workers / 1 worker, trial by trial: 1.50x, 1.75x" in lines
 
 
 @needs_redis
