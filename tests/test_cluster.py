@@ -240,6 +240,33 @@ def test_workers_serving_both_models_read_each_slot(cluster):
     assert cluster.refusals() == []
 
 
+def test_the_ordering_wait_reads_the_log_in_one_pipeline_on_a_cluster(cluster):
+    """``Replica.catch_up(block_ms=...)``: XREAD BLOCK with the checks behind it in one
+    pipeline, sent to the node of the model's slot, as the worker's login (ACL)."""
+    import numpy as np
+
+    from streamnb.models import make_model
+    from workers.model_config import ModelSpec, ensure_config
+    from workers.replica import Replica, encode_delta
+
+    client = RedisSettings(cluster.url(), cluster=True).make_client()
+    spec = ModelSpec("blocking", kind="multinomial", model_params={"n_features": 4},
+                     featurizer_config={"input": "dense", "dim": 4})
+    cfg = ensure_config(client, spec)
+    keys = ModelKeys("blocking")
+    rep = Replica(client, keys, cfg).load()
+    assert rep.catch_up(block_ms=30) == 0 and rep.waited_s >= 0.02
+    X, y = np.array([[1.0, 0, 2, 0], [0, 3, 0, 1]]), ["a", "b"]
+    cluster.admin().xadd(keys.log, {"data": encode_delta(
+        make_model("multinomial", n_features=4).batch_stats(X, y), None, 2, "w", "b1"),
+        "inflight": "w|1-0"})
+    batches: set[str] = set()
+    assert rep.catch_up(batches=batches, block_ms=30) == 1 and batches == {"w|1-0"}
+    ref = make_model("multinomial", n_features=4).partial_fit(X, y)
+    np.testing.assert_array_equal(rep.model.predict_log_proba(X), ref.predict_log_proba(X))
+    assert cluster.refusals() == []
+
+
 def test_wrong_password_on_a_cluster_fails_at_once(cluster):
     t0 = time.monotonic()
     with pytest.raises(redis.AuthenticationError, match="refused the credentials") as info:
