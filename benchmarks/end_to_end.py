@@ -322,8 +322,8 @@ def summary(report: dict[str, Any]) -> list[str]:
     """Target lines (ratios) from a :func:`benchmark` report."""
     res: list[E2EResult] = report["results"]
     refs = report["refs"]
-    by = {(r.payload, r.workers): r.per_second for r in res}
     runs = {(r.payload, r.workers): r for r in res}
+    by = {key: r.per_second for key, r in runs.items()}
     cores = report.get("cores") or os.cpu_count() or 1
     lines = []
     if ("tokens", 1) in by:

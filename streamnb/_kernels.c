@@ -429,8 +429,8 @@ static PyMethodDef methods[] = {
      "(see streamnb.models.prequential)."},
     {"class_sums", (PyCFunction)(void (*)(void))class_sums, METH_FASTCALL,
      "class_sums(indptr, indices, data, codes, weights, n_classes, cols_out, sums_out) -> t: the "
-     "batch's t sorted distinct columns and the weighted per-class sums over them "
-     "(see streamnb.stats.feature_counts)."},
+     "batch's t distinct columns, in order of first appearance, and the weighted per-class sums "
+     "over them (see streamnb.stats.feature_counts, which sorts them)."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -29,6 +29,7 @@ from typing import Any, TextIO
 
 from streamnb.constants import DATA_FIELD, EXIT_FAILURE, EXIT_USAGE
 from streamnb.exceptions import SettingsError
+from workers.keys import GROUP
 from workers.replies import as_str, entry_field
 
 __all__ = ["SAMPLE_NAME", "SampleMessage", "build_sample", "load_sample", "run_demo"]
@@ -157,8 +158,6 @@ def _await_consumers(client: Any, keys: Any, names: list[str], timeout: float = 
     """Wait (at most ``timeout`` s) until every worker has read from the input stream once
     (it is then a consumer of the group), so that the messages produced next are shared
     between them rather than taken by whichever worker started first."""
-    from workers.keys import GROUP
-
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         joined = {as_str(c["name"]) for c in client.xinfo_consumers(keys.input, GROUP)}
