@@ -224,18 +224,27 @@ word_tokens(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
  * miss), for streamnb.features.hashing. The Python cache is a dict: a lookup of a token
  * that arrives as a fresh str object reads the dict's index, its entry, the stored key
  * (to compare the text) and the stored int, four places in memory, and numpy then
- * converts the int. Here a slot holds the token's str hash (SipHash, cached in the str
- * object), its length and the stable hash side by side: one place in memory, and the
+ * converts the int. Here a slot holds a key made of the token's str hash (SipHash,
+ * cached in the str object) and its length, and the stable hash, side by side: 16 bytes
+ * in one place in memory (8 MB for the default capacity, at most half full), and the
  * result goes straight into a uint64 array. Two tokens are taken for the same one only
- * if their 64-bit str hashes and their lengths are equal (about 2**-64 per pair: far
- * below the 2**-bits of two tokens sharing a bucket, which feature hashing accepts).
- * Bounded like the Python cache: emptied when it holds `capacity` tokens.
+ * if their keys are equal (about 2**-64 per pair: far below the 2**-bits of two tokens
+ * sharing a bucket, which feature hashing accepts). Bounded like the Python cache:
+ * emptied when it holds `capacity` tokens.
  */
 typedef struct {
-    Py_hash_t hash;
-    Py_ssize_t len_plus_1; /* 0: empty slot */
+    uint64_t key; /* slot_key(str hash, length); 0: empty slot */
     uint64_t value;
 } slot_t;
+
+/* The key of a token in the table: its str hash with its length mixed in (never 0, the
+ * mark of an empty slot). */
+static inline uint64_t
+slot_key(Py_hash_t h, Py_ssize_t len)
+{
+    uint64_t key = (uint64_t)h ^ ((uint64_t)len * 0x9E3779B97F4A7C15ULL);
+    return key == 0 ? 1 : key;
+}
 
 static slot_t *slots = NULL;
 static size_t n_slots = 0, n_used = 0, capacity = 0;
@@ -310,10 +319,10 @@ token_str_hash(PyObject *token)
 static int
 cached_hash_of(PyObject *token, Py_hash_t h, uint64_t *value)
 {
-    Py_ssize_t len_plus_1 = PyUnicode_GET_LENGTH(token) + 1;
+    uint64_t key = slot_key(h, PyUnicode_GET_LENGTH(token));
     size_t mask = n_slots - 1, i = (size_t)h & mask;
-    while (slots[i].len_plus_1 != 0) {
-        if (slots[i].hash == h && slots[i].len_plus_1 == len_plus_1) {
+    while (slots[i].key != 0) {
+        if (slots[i].key == key) {
             *value = slots[i].value;
             return 0;
         }
@@ -336,15 +345,14 @@ cached_hash_of(PyObject *token, Py_hash_t h, uint64_t *value)
     }
     mask = n_slots - 1;
     i = (size_t)h & mask;
-    while (slots[i].len_plus_1 != 0) {
-        if (slots[i].hash == h && slots[i].len_plus_1 == len_plus_1) {
+    while (slots[i].key != 0) {
+        if (slots[i].key == key) {
             *value = v;
             return 0;
         }
         i = (i + 1) & mask;
     }
-    slots[i].hash = h;
-    slots[i].len_plus_1 = len_plus_1;
+    slots[i].key = key;
     slots[i].value = v;
     n_used++;
     *value = v;
