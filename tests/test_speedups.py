@@ -409,6 +409,228 @@ def test_c_header_fields_hand_worked():
     assert speedups.header_fields(text, False)[-1] == ("To", "b\r\n")
     assert speedups.header_fields("no field", False) == []
 
+# ------------------------------------------------------------------ header blocks
+
+
+def python_block(buf: bytes, start: int, end: int):
+    """(block end, plain pairs or None) by the Python functions (the reference)."""
+    block_end = mime_module._header_block_end(buf, start, end)
+    saved = mime_module._header_fields
+    mime_module._header_fields = None  # the regex split, not C header_fields
+    try:
+        return block_end, mime_module._plain_headers(buf, start, block_end)
+    finally:
+        mime_module._header_fields = saved
+
+
+# Header block lines: fields, continuations, mbox From lines (first and later), lines that
+# start with a colon or are no header at all, blank lines, lone and paired carriage
+# returns, bytes above 127, a "From" without its space, and a body after the block.
+BLOCK_LINES = st.lists(st.sampled_from([
+    b"Subject: hi\n", b"To:  a@b.org\r\n", b"X-Empty:\n", b"X-Blank:   \n", b" folded\n", b"\tfolded\r\n",
+    b"From x Mon\n", b"From x\r\n", b"From", b"From:", b": no name\n", b"no colon here\n", b"\n", b"\r\n",
+    b"Bad\rline: x\n", b"A: b\r", b"Name-With.Dots: v", b"x:y\n", b"\xff: high\n", b"X: \xe9t\xe9\n",
+    b"\r", b"body text\n", b":", b" ", b"\t",
+]), max_size=14).map(b"".join)
+
+
+@needs_speedups
+@settings(max_examples=1000, deadline=None)
+@given(buf=BLOCK_LINES, start=st.integers(0, 6), cut=st.integers(0, 6))
+def test_c_header_block_equals_the_python_one(buf, start, cut):
+    end = max(len(buf) - cut, 0)
+    start = min(start, end)
+    block_end = speedups.header_block_end(buf, start, end)
+    assert (block_end, speedups.plain_headers(buf, start, block_end)) == python_block(buf, start, end)
+
+
+@needs_speedups
+def test_c_header_block_hand_worked():
+    buf = b"From a Mon\r\nSubject: hi\r\n\tthere\r\nX-A:\r\n\r\nbody: not a header\r\n"
+    assert speedups.header_block_end(buf, 0, len(buf)) == buf.index(b"\r\n\r\n") + 2
+    assert speedups.plain_headers(buf, 0, buf.index(b"\r\n\r\n") + 2) == [
+        ("Subject", "hi\r\n\tthere"), ("X-A", "")]
+    # a lone carriage return ends the block before its line; a line that is no header ends it
+    for block in (b"A: 1\nB: 2\rx\nC: 3\n", b"A: 1\nnot a header\nC: 3\n"):
+        assert speedups.header_block_end(block, 0, len(block)) == 5
+    assert speedups.header_block_end(b"body", 0, 4) == 0
+    for block in (b"A: 1\n: odd\n", b"A: \xe9\n", b"A: 1\nFrom x\n"):  # a line that starts with
+        assert speedups.plain_headers(block, 0, len(block)) is None  # ':', a high byte, From
+    with pytest.raises(ValueError):
+        speedups.header_block_end(b"A: 1\n", 0, 9)
+    with pytest.raises(TypeError):
+        speedups.plain_headers(bytearray(b"A: 1\n"), 0, 5)
+
+
+# ------------------------------------------------------------------ header index and tokens
+
+
+def python_names_and_index(pairs):
+    saved = mime_module._header_index
+    mime_module._header_index = None
+    try:
+        return mime_module._names_and_index(pairs)
+    finally:
+        mime_module._header_index = saved
+
+
+header_name = st.sampled_from(["To", "TO", "to", "Subject", "X-Mailer", "x-MAILER", "Received", "a-Z~!",
+                               "Content-Type", "to ", "\udce9x", "Nam\xe9"])
+header_pairs = st.lists(st.tuples(header_name, st.sampled_from(["", "v", "a@b.c", "=?x?="])), max_size=12)
+
+
+@needs_speedups
+@settings(max_examples=400, deadline=None)
+@given(pairs=header_pairs)
+def test_c_header_index_equals_the_python_one(pairs):
+    got = speedups.header_index(pairs)
+    if all(name.isascii() for name, _ in pairs):
+        assert got == python_names_and_index(pairs)
+        names, index = got
+        assert all(type(values) is list for values in index.values())
+    else:
+        assert got is None
+    assert mime_module._names_and_index(pairs) == python_names_and_index(pairs)
+
+
+@needs_speedups
+def test_c_header_index_hand_worked():
+    pairs = [("To", "a"), ("Subject", "s"), ("TO", "b"), ("x-Y", "c")]
+    assert speedups.header_index(pairs) == (["to", "subject", "to", "x-y"],
+                                            {"to": ["a", "b"], "subject": ["s"], "x-y": ["c"]})
+    assert speedups.header_index([]) == ([], {})
+    with pytest.raises(TypeError):
+        speedups.header_index([("To", "a", "extra")])
+    with pytest.raises(TypeError):
+        speedups.header_index(tuple(pairs))
+
+
+def both_header_tokens(tokenizer: mail.MailTokenizer, names: list[str], index: dict,
+                       start: mail.MailAnalysis | None = None):
+    """(C, Python) analyses after _headers, each from a copy of ``start`` and an empty memo;
+    the memos they leave must be equal too."""
+    results, memos = [], []
+    for use_c in (True, False):
+        mail.clear_memos()
+        a = mail.MailAnalysis(tokens=list(start.tokens), defects=start.defects,
+                              recipients=start.recipients) if start else mail.MailAnalysis()
+        cache = mail._value_cache(tokenizer.rules)
+        if use_c:
+            speedups.header_tokens(names, index, tokenizer._spec, cache, a)
+        else:
+            tokenizer._headers(names, index.get, a)
+        results.append(a)
+        memos.append(dict(cache))
+    assert memos[0] == memos[1]
+    return results
+
+
+# Header values: addresses in their common and odd forms (groups, an unbalanced quote or
+# bracket, which getaddresses cannot read or reads its own way), encoded words, subjects
+# with separators and URLs, Received hosts and IPs, message ids with and without a domain,
+# long values (past the memo's 256 characters and the 2,000-character text cap).
+HEADER_VALUES = ["Bob <bob@example.com>", '"Doe, J." <j@x.org>, c@z.org (Carol)', "a@b.c, d@e.f",
+                 "undisclosed-recipients:;", '"unbalanced <x@y.z>', "<>", "", "  ", "x@y",
+                 "=?utf-8?q?Caf=C3=A9?= <cafe@example.fr>", "=?iso-8859-1?b?SGVsbG8=?=", "=?broken",
+                 "Cheap meds!!! Buy now: http://spam.example/x", "Re: [list] hello_world", "FREE $$$",
+                 "from mail.example.com ([10.1.2.3]) by mx.example.org", "<abc@Mail.Example.COM>",
+                 "<no-at-sign>", "<x@>", "text/html; charset=utf-8", "Mozilla 4.7 [en]",
+                 "a" * 300, "s" * 256, "t@" * 128 + "x", "from \u0131x.example by y.example [1.2.3.4]", "w " * 1500 + "@tail.example", "Nam\xe9 <n@\xe9.example>"]
+HEADER_NAMES = ["subject", "from", "to", "cc", "reply-to", "return-path", "received", "x-mailer",
+                "message-id", "content-type", "sender", "x-other", "x-" + "long" * 12]
+header_index_dicts = st.dictionaries(
+    st.sampled_from(HEADER_NAMES), st.lists(st.sampled_from(HEADER_VALUES), min_size=1, max_size=40),
+    max_size=10)
+
+
+@needs_speedups
+@settings(max_examples=300, deadline=None)
+@given(index=header_index_dicts, extra_names=st.lists(st.sampled_from(HEADER_NAMES), max_size=3),
+       header_names=st.booleans(), cap=st.sampled_from([998, 40, 5000]),
+       headers=st.sampled_from([mail.DEFAULT_HEADERS, ("cc", "subject", "x-other", "sender")]))
+def test_c_header_tokens_equal_the_python_method(index, extra_names, header_names, cap, headers):
+    from streamnb.codec import Limits
+
+    tokenizer = mail.MailTokenizer(headers=headers, header_names=header_names,
+                                   limits=Limits(max_header_chars=cap))
+    names = [name for name, values in index.items() for _ in values] + extra_names
+    with_c, without = both_header_tokens(tokenizer, names, index,
+                                         start=mail.MailAnalysis(tokens=["x"], defects=1, recipients=2))
+    assert with_c == without
+
+
+@needs_speedups
+def test_c_header_tokens_hand_worked(monkeypatch):
+    def getaddresses(field):  # an address list that cannot be read: the defect paths
+        if "UNREADABLE" in field:
+            raise ValueError(field)
+        return saved(field)
+
+    saved = mail._getaddresses
+    monkeypatch.setattr(mail, "_getaddresses", getaddresses)
+    index = {"subject": ["Cheap meds"], "from": ["Bob <bob@Example.com>"],
+             "to": ["a@b.c, d@e.f", "g@h.i"], "cc": ["UNREADABLE"],
+             "received": ["from mail.example.com ([10.1.2.3]) by mx.example.org", "by b.example"],
+             "message-id": ["<abc@Mail.Example.COM>"]}
+    names = ["received", "received", "from", "to", "to", "subject", "cc", "message-id"]
+    with_c, without = both_header_tokens(mail.MailTokenizer(), names, index)
+    assert with_c == without
+    assert with_c.tokens == [
+        "header:received", "header:from", "header:to", "header:subject", "header:cc", "header:message-id",
+        "subject:cheap", "subject:meds", "from:example.com", "from:name:bob", "to:b.c", "to:e.f", "to:h.i",
+        "defect:address", "defect:address",  # the cc count, then its value's tokens
+        "received:mail.example.com", "received:example.com", "received:mx.example.org",
+        "received:example.org", "received:10.1.2", "received:b.example",
+        "message-id:mail.example.com"]
+    assert (with_c.recipients, with_c.received, with_c.defects) == (3, 2, 2)
+    # the bounds: 32 values of a header at most (all of them counted), header names cut to
+    # 40 characters when one is longer (41 here), then each cut name once
+    index = {"x-mailer": [f"mailer{i}" for i in range(35)], "received": [f"by h{i}.example" for i in range(35)]}
+    names = ["x-" + "a" * 38, "x-" + "a" * 39, "x-" + "a" * 38 + "b", "x-mailer"]
+    with_c, without = both_header_tokens(mail.MailTokenizer(), names, index)
+    assert with_c == without
+    assert with_c.tokens[:2] == ["header:x-" + "a" * 38, "header:x-mailer"]
+    assert with_c.received == 35
+    assert with_c.tokens.count("received:h31.example") == 1 and "received:h32.example" not in with_c.tokens
+    assert "x-mailer:mailer31" in with_c.tokens and "x-mailer:mailer32" not in with_c.tokens
+    # the memo: the same value again comes from it, with the same tokens
+    index = {"subject": ["Cheap meds"], "to": ["a@b.c, d@e.f", "g@h.i"]}
+    names = ["to", "subject"]
+    a = mail.MailAnalysis()
+    tokenizer = mail.MailTokenizer()
+    cache = mail._value_cache(tokenizer.rules)
+    speedups.header_tokens(names, index, tokenizer._spec, cache, a)
+    assert ("subject", "Cheap meds") in cache and cache["a@b.c, d@e.f, g@h.i"] == 3
+    b = mail.MailAnalysis()
+    speedups.header_tokens(names, index, tokenizer._spec, cache, b)
+    assert b == a
+    with pytest.raises(TypeError):
+        speedups.header_tokens(names, {"to": ("a@b.c",)}, tokenizer._spec, cache, mail.MailAnalysis())
+    with pytest.raises(TypeError):
+        speedups.header_tokens(names, index, tokenizer._spec[:5], cache, mail.MailAnalysis())
+
+
+@needs_speedups
+def test_c_header_tokens_empty_a_full_memo(monkeypatch):
+    """The memo's bound: at its size it is emptied before the next entry, as _remember does."""
+    tokenizer = mail.MailTokenizer()
+    small = list(tokenizer._spec)
+    small[4] = 3
+    object.__setattr__(tokenizer, "_spec", tuple(small))
+    monkeypatch.setattr(mail, "_CACHE_SIZE", 3)
+    index = {"subject": [f"subject {i}" for i in range(5)], "x-mailer": ["m1", "m2"]}
+    caches = []
+    for use_c in (True, False):
+        mail.clear_memos()
+        cache = mail._value_cache(tokenizer.rules)
+        a = mail.MailAnalysis()
+        if use_c:
+            speedups.header_tokens([], index, tokenizer._spec, cache, a)
+        else:
+            tokenizer._headers([], index.get, a)
+        caches.append(dict(cache))
+    assert caches[0] == caches[1] and len(caches[0]) == 1  # 7 values: emptied at 3 and 6
+
 # ------------------------------------------------------------------ the text letter counts
 
 

@@ -253,6 +253,24 @@ def test_meta_vector_hand_worked():
     assert meta["log_tokens"] == pytest.approx(math.log1p(len(a.tokens)))
 
 
+def test_without_letter_counts_the_tokens_and_lengths_are_the_same():
+    """``letter_counts=False`` (a featurizer without the meta vector) skips the letter
+    counts only: the same tokens, text lengths and other counts; those four stay 0."""
+    from streamnb.features import Featurizer
+
+    raw = (b"From: Bob <bob@example.com>\nContent-Type: multipart/alternative; boundary=B\n\n"
+           b"--B\nContent-Type: text/plain\n\nFREE Caf\xe9 $$$ now!\n"
+           b"--B\nContent-Type: text/html\n\n<b>BUY</b> http://u.example.com/\n--B--\n")
+    full, lean = MailTokenizer().analyse(raw), MailTokenizer(letter_counts=False).analyse(raw)
+    assert lean.tokens == full.tokens and lean.text_chars == full.text_chars > 0
+    assert (lean.html_chars, lean.urls, lean.parts) == (full.html_chars, full.urls, full.parts)
+    # "FREE Caf\xe9 $$$ now!" and " BUY  http://u.example.com/": upper-case FREE C BUY,
+    # letters 11 + 18, one non-ASCII, $$$ and !
+    assert (full.upper, full.letters, full.non_ascii, full.exclaim) == (8, 29, 1, 4)
+    assert (lean.upper, lean.letters, lean.non_ascii, lean.exclaim) == (0, 0, 0, 0)
+    assert Featurizer().mail.letter_counts is False and Featurizer(meta=True).mail.letter_counts is True
+
+
 def test_html_declarations_are_markup_not_words():
     """``<!DOCTYPE ...>`` used to leak into the text (``doctype html public w3c//dtd``)."""
     text, tokens = strip_html('<!DOCTYPE HTML PUBLIC "-//W3C//DTD HTML 4.0//EN">'

@@ -29,6 +29,10 @@ TOKENIZER_STEPS = (
     ("streamnb.features.mail", "_c_received_tokens"),
     ("streamnb.features.mail", "_text_counts"),
     ("streamnb.features.mime", "_header_fields"),
+    ("streamnb.features.mime", "_header_index"),
+    ("streamnb.features.mime", "_c_header_block_end"),
+    ("streamnb.features.mime", "_c_plain_headers"),
+    ("streamnb.features.mail", "_c_header_tokens"),
 )
 
 

@@ -1384,23 +1384,11 @@ is_field_name_char(Py_UCS1 c)
     return c >= 0x21 && c <= 0x7e && c != ':';
 }
 
+/* The pairs of header_fields over the ASCII characters p[0:n] (a new list). */
 static PyObject *
-header_fields(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+fields_of(const Py_UCS1 *p, Py_ssize_t n, int strip_crlf)
 {
-    if (nargs != 2 || !PyUnicode_Check(args[0])) {
-        PyErr_SetString(PyExc_TypeError, "header_fields(text, strip_crlf): a str and a bool");
-        return NULL;
-    }
-    PyObject *text = args[0];
-    int strip_crlf = PyObject_IsTrue(args[1]);
-    if (strip_crlf < 0) {
-        return NULL;
-    }
-    if (!PyUnicode_IS_ASCII(text)) {
-        Py_RETURN_NONE;
-    }
-    const Py_UCS1 *p = PyUnicode_1BYTE_DATA(text);
-    Py_ssize_t n = PyUnicode_GET_LENGTH(text), i = 0;
+    Py_ssize_t i = 0;
     PyObject *out = PyList_New(0);
     if (out == NULL) {
         return NULL;
@@ -1453,6 +1441,663 @@ header_fields(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         i = value_from;
     }
     return out;
+}
+
+static PyObject *
+header_fields(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)self;
+    if (nargs != 2 || !PyUnicode_Check(args[0])) {
+        PyErr_SetString(PyExc_TypeError, "header_fields(text, strip_crlf): a str and a bool");
+        return NULL;
+    }
+    PyObject *text = args[0];
+    int strip_crlf = PyObject_IsTrue(args[1]);
+    if (strip_crlf < 0) {
+        return NULL;
+    }
+    if (!PyUnicode_IS_ASCII(text)) {
+        Py_RETURN_NONE;
+    }
+    return fields_of(PyUnicode_1BYTE_DATA(text), PyUnicode_GET_LENGTH(text), strip_crlf);
+}
+
+/* ------------------------------------------------------------------ header blocks
+ *
+ * header_block_end(buf, start, end) and plain_headers(buf, start, end): mime's
+ * _header_block_end and _plain_headers on a bytes object, their reference (the regexes
+ * _HEADER_LINE, _HEADER_BLOCK_END, _LONE_CR and _ODD_LINE, and header_fields). */
+
+/* Whether a header line may start at p[i] (i < n): "From ", any run of field name
+ * characters then ':', a tab or a space (mime._HEADER_LINE). */
+static int
+header_line_at(const Py_UCS1 *p, Py_ssize_t n, Py_ssize_t i)
+{
+    if (p[i] == ' ' || p[i] == '\t') {
+        return 1;
+    }
+    if (n - i >= 5 && memcmp(p + i, "From ", 5) == 0) {
+        return 1;
+    }
+    while (i < n && is_field_name_char(p[i])) {
+        i++;
+    }
+    return i < n && p[i] == ':';
+}
+
+/* The bytes object args[0] and the bounds args[1:3], clipped as a slice clips them. */
+static int
+bytes_and_bounds(PyObject *const *args, Py_ssize_t nargs, const char *usage, const Py_UCS1 **p,
+                 Py_ssize_t *start, Py_ssize_t *end)
+{
+    if (nargs != 3 || !PyBytes_Check(args[0])) {
+        PyErr_SetString(PyExc_TypeError, usage);
+        return -1;
+    }
+    *start = PyLong_AsSsize_t(args[1]);
+    *end = PyLong_AsSsize_t(args[2]);
+    if ((*start == -1 || *end == -1) && PyErr_Occurred()) {
+        return -1;
+    }
+    Py_ssize_t n = PyBytes_GET_SIZE(args[0]);
+    if (*start < 0 || *end > n || *start > *end) {
+        PyErr_SetString(PyExc_ValueError, "bounds out of range");
+        return -1;
+    }
+    *p = (const Py_UCS1 *)PyBytes_AS_STRING(args[0]);
+    return 0;
+}
+
+static PyObject *
+header_block_end(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)self;
+    const Py_UCS1 *p;
+    Py_ssize_t start, end;
+    if (bytes_and_bounds(args, nargs, "header_block_end(buf, start, end): bytes and two ints", &p,
+                         &start, &end) < 0) {
+        return NULL;
+    }
+    if (start < end && !header_line_at(p, end, start)) {
+        return PyLong_FromSsize_t(start);
+    }
+    Py_ssize_t block_end = end, i = start;
+    const Py_UCS1 *nl;
+    while (i < end && (nl = memchr(p + i, '\n', (size_t)(end - i))) != NULL) {
+        i = nl - p + 1;
+        if (i >= end || !header_line_at(p, end, i)) {
+            block_end = i;
+            break;
+        }
+    }
+    /* a lone carriage return (one not followed by a line break before block_end, as the
+     * regex sees it): the block ends before its line */
+    for (Py_ssize_t k = start; k < block_end; k++) {
+        if (p[k] == '\r' && (k + 1 >= block_end || p[k + 1] != '\n')) {
+            Py_ssize_t line = k;
+            while (line > start && p[line - 1] != '\n') {
+                line--;
+            }
+            block_end = line;
+            break;
+        }
+    }
+    return PyLong_FromSsize_t(block_end);
+}
+
+static PyObject *
+plain_headers(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)self;
+    const Py_UCS1 *p;
+    Py_ssize_t start, end;
+    if (bytes_and_bounds(args, nargs, "plain_headers(buf, start, end): bytes and two ints", &p,
+                         &start, &end) < 0) {
+        return NULL;
+    }
+    int crlf = 0;
+    for (Py_ssize_t k = start; k < end; k++) {
+        if (p[k] >= 128) {
+            Py_RETURN_NONE;
+        }
+        if (p[k] == '\n' && k + 1 < end && (p[k + 1] == ':' ||
+                                             (end - k - 1 >= 5 && memcmp(p + k + 1, "From ", 5) == 0))) {
+            Py_RETURN_NONE;  /* a line that is no field nor continuation (mime._ODD_LINE) */
+        }
+        crlf |= p[k] == '\r';
+    }
+    Py_ssize_t from = start;
+    if (end - from >= 5 && memcmp(p + from, "From ", 5) == 0) {  /* an mbox From line */
+        const Py_UCS1 *nl = memchr(p + from, '\n', (size_t)(end - from));
+        from = nl == NULL ? end : nl - p + 1;
+        crlf = 0;
+        for (Py_ssize_t k = from; k < end; k++) {
+            crlf |= p[k] == '\r';
+        }
+    }
+    if (from < end && (p[from] == ' ' || p[from] == '\t' || p[from] == ':')) {
+        Py_RETURN_NONE;
+    }
+    Py_ssize_t to = end;
+    if (!crlf && to > from && p[to - 1] == '\n') {
+        to--;
+    }
+    /* "\n" + the block: what the regex split reads */
+    Py_UCS1 *text = PyMem_Malloc((size_t)(to - from) + 1);
+    if (text == NULL) {
+        return PyErr_NoMemory();
+    }
+    text[0] = '\n';
+    memcpy(text + 1, p + from, (size_t)(to - from));
+    PyObject *out = fields_of(text, to - from + 1, crlf);
+    PyMem_Free(text);
+    return out;
+}
+
+/* ------------------------------------------------------------------ header_index
+ *
+ * header_index(pairs) -> (names, index), or None: mime.Part.names() and
+ * Part.header_index() of a list of (name, value) tuples in one pass: the names
+ * lower-cased, in order (repeats kept), and a dict of lower-case name -> its values in
+ * order (new lists). None when a name is not an ASCII str (the Python code decides). */
+static PyObject *
+ascii_lower(PyObject *s)
+{
+    const Py_UCS1 *p = PyUnicode_1BYTE_DATA(s);
+    Py_ssize_t n = PyUnicode_GET_LENGTH(s), i = 0;
+    while (i < n && !(p[i] >= 'A' && p[i] <= 'Z')) {
+        i++;
+    }
+    if (i == n) {
+        Py_INCREF(s);
+        return s;
+    }
+    PyObject *out = PyUnicode_New(n, 127);
+    if (out == NULL) {
+        return NULL;
+    }
+    Py_UCS1 *q = PyUnicode_1BYTE_DATA(out);
+    for (i = 0; i < n; i++) {
+        q[i] = (p[i] >= 'A' && p[i] <= 'Z') ? (Py_UCS1)(p[i] + 32) : p[i];
+    }
+    return out;
+}
+
+static PyObject *
+header_index(PyObject *self, PyObject *pairs)
+{
+    (void)self;
+    if (!PyList_Check(pairs)) {
+        PyErr_SetString(PyExc_TypeError, "header_index(pairs): pairs must be a list");
+        return NULL;
+    }
+    Py_ssize_t n = PyList_GET_SIZE(pairs);
+    PyObject *names = PyList_New(n), *index = PyDict_New();
+    if (names == NULL || index == NULL) {
+        goto fail;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *pair = PyList_GET_ITEM(pairs, i);
+        if (!PyTuple_Check(pair) || PyTuple_GET_SIZE(pair) != 2) {
+            PyErr_SetString(PyExc_TypeError, "header_index: each pair must be a (name, value) tuple");
+            goto fail;
+        }
+        PyObject *name = PyTuple_GET_ITEM(pair, 0), *value = PyTuple_GET_ITEM(pair, 1);
+        if (!PyUnicode_Check(name) || !PyUnicode_IS_ASCII(name)) {
+            Py_DECREF(names);
+            Py_DECREF(index);
+            Py_RETURN_NONE;
+        }
+        PyObject *key = ascii_lower(name);
+        if (key == NULL) {
+            goto fail;
+        }
+        PyList_SET_ITEM(names, i, key); /* (the list holds the reference) */
+        PyObject *values = PyDict_GetItemWithError(index, key);
+        if (values != NULL) {
+            if (PyList_Append(values, value) < 0) {
+                goto fail;
+            }
+            continue;
+        }
+        if (PyErr_Occurred()) {
+            goto fail;
+        }
+        values = PyList_New(1);
+        if (values == NULL) {
+            goto fail;
+        }
+        Py_INCREF(value);
+        PyList_SET_ITEM(values, 0, value);
+        int rc = PyDict_SetItem(index, key, values);
+        Py_DECREF(values);
+        if (rc < 0) {
+            goto fail;
+        }
+    }
+    return Py_BuildValue("(NN)", names, index);
+fail:
+    Py_XDECREF(names);
+    Py_XDECREF(index);
+    return NULL;
+}
+
+/* ------------------------------------------------------------------ header_tokens
+ *
+ * header_tokens(names, index, spec, cache, analysis): MailTokenizer._headers(names,
+ * index.get, analysis) for an index of lists of values (mime.Part.header_index()): the
+ * same tokens appended to analysis.tokens in the same order, the same recipients,
+ * received and defects counts. spec is MailTokenizer's tuple (headers, header_names,
+ * max_header_chars, text_cap, cache_size, cached_chars, value_tokens, address_count,
+ * decode_header, received_tokens, address_defect): what the loop calls back into Python
+ * for (a value not yet in `cache`, encoded words, a Received value that is not Latin-1:
+ * the others go to the C received_tokens) and its bounds. The Python method is the
+ * reference (tests/test_speedups.py). */
+static PyObject *S_none_suffix, *S_header_prefix, *S_message_id_prefix, *S_no_domain,
+    *S_comma_space, *S_encoded_word, *S_strip_chars, *S_strip, *S_lower, *S_defect_address,
+    *S_tokens, *S_recipients, *S_received, *S_defects;
+
+/* `cache[key] = value`, emptying the cache first when it holds `size` entries. */
+static int
+remember(PyObject *cache, PyObject *key, PyObject *value, Py_ssize_t size)
+{
+    if (PyDict_GET_SIZE(cache) >= size) {
+        PyDict_Clear(cache);
+    }
+    return PyDict_SetItem(cache, key, value);
+}
+
+static int
+name_is(PyObject *name, const char *s)
+{
+    return PyUnicode_CompareWithASCIIString(name, s) == 0;
+}
+
+/* value[:cap] for a str, str(value)[:cap] otherwise (new reference). */
+static PyObject *
+str_prefix(PyObject *value, Py_ssize_t cap)
+{
+    PyObject *s = PyUnicode_CheckExact(value) ? (Py_INCREF(value), value) : PyObject_Str(value);
+    if (s == NULL) {
+        return NULL;
+    }
+    PyObject *cut = PyUnicode_Substring(s, 0, cap);
+    Py_DECREF(s);
+    return cut;
+}
+
+/* The text of one header value, as _headers takes it (new reference). */
+static PyObject *
+value_text(PyObject *value, Py_ssize_t cap, Py_ssize_t text_cap, PyObject *decode_header)
+{
+    if (PyUnicode_CheckExact(value)) {
+        Py_ssize_t at = PyUnicode_Find(value, S_encoded_word, 0, PY_SSIZE_T_MAX, 1);
+        if (at == -2) {
+            return NULL;
+        }
+        if (at == -1) {
+            return PyUnicode_Substring(value, 0, text_cap);
+        }
+    }
+    PyObject *capobj = PyLong_FromSsize_t(cap);
+    if (capobj == NULL) {
+        return NULL;
+    }
+    PyObject *decoded = PyObject_CallFunctionObjArgs(decode_header, value, capobj, NULL);
+    Py_DECREF(capobj);
+    if (decoded == NULL) {
+        return NULL;
+    }
+    if (!PyUnicode_Check(decoded)) {
+        Py_DECREF(decoded);
+        PyErr_SetString(PyExc_TypeError, "header_tokens: decode_header must return a str");
+        return NULL;
+    }
+    PyObject *cut = PyUnicode_Substring(decoded, 0, 2000);
+    Py_DECREF(decoded);
+    return cut;
+}
+
+/* The message-id: token of one value (new reference). */
+static PyObject *
+message_id_token(PyObject *text)
+{
+    Py_ssize_t n = PyUnicode_GET_LENGTH(text);
+    Py_ssize_t at = PyUnicode_FindChar(text, '@', 0, n, -1);
+    if (at == -2) {
+        return NULL;
+    }
+    PyObject *dom = NULL;
+    if (at >= 0) {
+        PyObject *tail = PyUnicode_Substring(text, at + 1, n);
+        PyObject *stripped = tail == NULL ? NULL : PyObject_CallMethodOneArg(tail, S_strip, S_strip_chars);
+        Py_XDECREF(tail);
+        dom = stripped == NULL ? NULL : PyObject_CallMethodNoArgs(stripped, S_lower);
+        Py_XDECREF(stripped);
+        if (dom == NULL) {
+            return NULL;
+        }
+    }
+    PyObject *cut;
+    if (dom == NULL || PyUnicode_GET_LENGTH(dom) == 0) {
+        Py_INCREF(S_no_domain);
+        cut = S_no_domain;
+    }
+    else {
+        cut = PyUnicode_Substring(dom, 0, 60);
+    }
+    Py_XDECREF(dom);
+    if (cut == NULL) {
+        return NULL;
+    }
+    PyObject *token = PyUnicode_Concat(S_message_id_prefix, cut);
+    Py_DECREF(cut);
+    return token;
+}
+
+/* The header:<name> tokens: each name once, in order, cut to 40 characters when one is
+ * longer (then each cut name once). */
+static int
+header_name_tokens(PyObject *names, PyObject *tokens)
+{
+    PyObject *keys = PyDict_New();
+    if (keys == NULL) {
+        return -1;
+    }
+    Py_ssize_t longest = 0;
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(names); i++) {
+        PyObject *name = PyList_GET_ITEM(names, i);
+        if (!PyUnicode_Check(name)) {
+            PyErr_SetString(PyExc_TypeError, "header_tokens: names must be str");
+            goto fail;
+        }
+        if (PyDict_SetDefault(keys, name, Py_None) == NULL) {
+            goto fail;
+        }
+        if (PyUnicode_GET_LENGTH(name) > longest) {
+            longest = PyUnicode_GET_LENGTH(name);
+        }
+    }
+    if (longest > 40) {
+        PyObject *cut_keys = PyDict_New();
+        if (cut_keys == NULL) {
+            goto fail;
+        }
+        Py_ssize_t pos = 0;
+        PyObject *key, *ignored;
+        while (PyDict_Next(keys, &pos, &key, &ignored)) {
+            PyObject *cut = PyUnicode_Substring(key, 0, 40);
+            if (cut == NULL || PyDict_SetDefault(cut_keys, cut, Py_None) == NULL) {
+                Py_XDECREF(cut);
+                Py_DECREF(cut_keys);
+                goto fail;
+            }
+            Py_DECREF(cut);
+        }
+        Py_SETREF(keys, cut_keys);
+    }
+    Py_ssize_t pos = 0;
+    PyObject *key, *ignored;
+    while (PyDict_Next(keys, &pos, &key, &ignored)) {
+        if (append_new(tokens, PyUnicode_Concat(S_header_prefix, key)) < 0) {
+            goto fail;
+        }
+    }
+    Py_DECREF(keys);
+    return 0;
+fail:
+    Py_DECREF(keys);
+    return -1;
+}
+
+/* The recipients of one To or Cc header (its values joined by ", "), from the cache or
+ * address_count(joined); -2 with an exception set on error (-1: unreadable). */
+static Py_ssize_t
+recipient_count(PyObject *values, Py_ssize_t cap, PyObject *cache, Py_ssize_t cache_size,
+                Py_ssize_t cached_chars, PyObject *address_count)
+{
+    Py_ssize_t n = PyList_GET_SIZE(values);
+    PyObject *pieces = PyList_New(n);
+    if (pieces == NULL) {
+        return -2;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *piece = str_prefix(PyList_GET_ITEM(values, i), cap);
+        if (piece == NULL) {
+            Py_DECREF(pieces);
+            return -2;
+        }
+        PyList_SET_ITEM(pieces, i, piece);
+    }
+    PyObject *joined = PyUnicode_Join(S_comma_space, pieces);
+    Py_DECREF(pieces);
+    if (joined == NULL) {
+        return -2;
+    }
+    PyObject *count = PyDict_GetItemWithError(cache, joined);
+    if (count != NULL) {
+        Py_INCREF(count);
+    }
+    else if (PyErr_Occurred()) {
+        Py_DECREF(joined);
+        return -2;
+    }
+    else {
+        count = PyObject_CallOneArg(address_count, joined);
+        if (count == NULL ||
+            (PyUnicode_GET_LENGTH(joined) <= cached_chars && remember(cache, joined, count, cache_size) < 0)) {
+            Py_XDECREF(count);
+            Py_DECREF(joined);
+            return -2;
+        }
+    }
+    Py_DECREF(joined);
+    Py_ssize_t c = PyLong_AsSsize_t(count);
+    Py_DECREF(count);
+    if (c == -1 && PyErr_Occurred()) {
+        return -2;
+    }
+    return c < 0 ? -1 : c;
+}
+
+/* The tokens of one value of a header that is memoised: cache[(name, text)] or
+ * value_tokens(name, text); 1 if they are address_defect, 0 if not, -1 on error. */
+static int
+memo_value_tokens(PyObject *name, PyObject *text, PyObject *cache, Py_ssize_t cache_size,
+                  Py_ssize_t cached_chars, PyObject *value_tokens, PyObject *address_defect,
+                  PyObject *tokens)
+{
+    PyObject *key = PyTuple_Pack(2, name, text);
+    if (key == NULL) {
+        return -1;
+    }
+    PyObject *hit = PyDict_GetItemWithError(cache, key);
+    if (hit != NULL) {
+        Py_INCREF(hit);
+    }
+    else if (PyErr_Occurred()) {
+        Py_DECREF(key);
+        return -1;
+    }
+    else {
+        hit = PyObject_CallFunctionObjArgs(value_tokens, name, text, NULL);
+        if (hit == NULL ||
+            (PyUnicode_GET_LENGTH(text) <= cached_chars && remember(cache, key, hit, cache_size) < 0)) {
+            Py_XDECREF(hit);
+            Py_DECREF(key);
+            return -1;
+        }
+    }
+    Py_DECREF(key);
+    PyObject *seq = PySequence_Fast(hit, "header_tokens: value_tokens must return a sequence");
+    int rc = seq == NULL ? -1 : 0;
+    for (Py_ssize_t i = 0; rc == 0 && i < PySequence_Fast_GET_SIZE(seq); i++) {
+        rc = PyList_Append(tokens, PySequence_Fast_GET_ITEM(seq, i));
+    }
+    Py_XDECREF(seq);
+    int is_defect = hit == address_defect;
+    Py_DECREF(hit);
+    return rc < 0 ? -1 : is_defect;
+}
+
+static PyObject *
+header_tokens(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)self;
+    if (nargs != 5 || !PyList_Check(args[0]) || !PyDict_Check(args[1]) || !PyTuple_Check(args[2]) ||
+        PyTuple_GET_SIZE(args[2]) != 11 || !PyDict_Check(args[3])) {
+        PyErr_SetString(PyExc_TypeError,
+                        "header_tokens(names, index, spec, cache, analysis): a list, a dict, "
+                        "an 11-tuple, a dict and a MailAnalysis");
+        return NULL;
+    }
+    PyObject *names = args[0], *index = args[1], *spec = args[2], *cache = args[3], *a = args[4];
+    PyObject *headers = PyTuple_GET_ITEM(spec, 0);
+    int header_names = PyObject_IsTrue(PyTuple_GET_ITEM(spec, 1));
+    Py_ssize_t cap = PyLong_AsSsize_t(PyTuple_GET_ITEM(spec, 2));
+    Py_ssize_t text_cap = PyLong_AsSsize_t(PyTuple_GET_ITEM(spec, 3));
+    Py_ssize_t cache_size = PyLong_AsSsize_t(PyTuple_GET_ITEM(spec, 4));
+    Py_ssize_t cached_chars = PyLong_AsSsize_t(PyTuple_GET_ITEM(spec, 5));
+    PyObject *value_tokens = PyTuple_GET_ITEM(spec, 6), *address_count = PyTuple_GET_ITEM(spec, 7),
+             *decode_header = PyTuple_GET_ITEM(spec, 8), *received_callback = PyTuple_GET_ITEM(spec, 9),
+             *address_defect = PyTuple_GET_ITEM(spec, 10);
+    if (header_names < 0 || PyErr_Occurred()) {
+        return NULL;
+    }
+    if (!PyTuple_Check(headers)) {
+        PyErr_SetString(PyExc_TypeError, "header_tokens: spec[0] must be a tuple of header names");
+        return NULL;
+    }
+    PyObject *tokens = PyObject_GetAttr(a, S_tokens);
+    if (tokens == NULL) {
+        return NULL;
+    }
+    if (!PyList_Check(tokens)) {
+        Py_DECREF(tokens);
+        PyErr_SetString(PyExc_TypeError, "header_tokens: analysis.tokens must be a list");
+        return NULL;
+    }
+    Py_ssize_t recipients = 0, received = -1, defects = 0;
+    PyObject *text = NULL;
+    if (header_names && header_name_tokens(names, tokens) < 0) {
+        goto fail;
+    }
+    for (Py_ssize_t h = 0; h < PyTuple_GET_SIZE(headers); h++) {
+        PyObject *name = PyTuple_GET_ITEM(headers, h);
+        if (!PyUnicode_Check(name)) {
+            PyErr_SetString(PyExc_TypeError, "header_tokens: header names must be str");
+            goto fail;
+        }
+        PyObject *values = PyDict_GetItemWithError(index, name);
+        if (values == NULL && PyErr_Occurred()) {
+            goto fail;
+        }
+        if (values != NULL && !PyList_Check(values)) {
+            PyErr_SetString(PyExc_TypeError, "header_tokens: index values must be lists");
+            goto fail;
+        }
+        if (values == NULL || PyList_GET_SIZE(values) == 0) {
+            if (name_is(name, "subject") || name_is(name, "from") || name_is(name, "to") ||
+                name_is(name, "message-id")) {
+                if (append_new(tokens, PyUnicode_Concat(name, S_none_suffix)) < 0) {
+                    goto fail;
+                }
+            }
+            continue;
+        }
+        int is_received = name_is(name, "received"), is_message_id = name_is(name, "message-id");
+        if (name_is(name, "to") || name_is(name, "cc")) {
+            Py_ssize_t count = recipient_count(values, cap, cache, cache_size, cached_chars, address_count);
+            if (count == -2) {
+                goto fail;
+            }
+            if (count < 0) {
+                defects++;
+                if (PyList_Append(tokens, S_defect_address) < 0) {
+                    goto fail;
+                }
+            }
+            else {
+                recipients += count;
+            }
+        }
+        else if (is_received) {
+            received = PyList_GET_SIZE(values);
+        }
+        Py_ssize_t n = PyList_GET_SIZE(values) < 32 ? PyList_GET_SIZE(values) : 32;
+        for (Py_ssize_t v = 0; v < n; v++) {
+            /* (the values are read one at a time: every text is made before any is used in
+             * the Python code, but making one neither depends on nor changes the others) */
+            text = value_text(PyList_GET_ITEM(values, v), cap, text_cap, decode_header);
+            if (text == NULL) {
+                goto fail;
+            }
+            if (is_received) {  /* the C rule, or for a value that is not Latin-1 the callback */
+                PyObject *argv[2] = {text, tokens};
+                PyObject *r = received_tokens(NULL, argv, 2);
+                if (r == Py_False) {
+                    Py_SETREF(r, PyObject_CallFunctionObjArgs(received_callback, text, tokens, NULL));
+                }
+                if (r == NULL) {
+                    goto fail;
+                }
+                Py_DECREF(r);
+            }
+            else if (is_message_id) {
+                if (append_new(tokens, message_id_token(text)) < 0) {
+                    goto fail;
+                }
+            }
+            else {
+                int rc = memo_value_tokens(name, text, cache, cache_size, cached_chars, value_tokens,
+                                           address_defect, tokens);
+                if (rc < 0) {
+                    goto fail;
+                }
+                defects += rc;
+            }
+            Py_CLEAR(text);
+        }
+    }
+    Py_DECREF(tokens);
+    tokens = NULL;
+    /* the counts, as the Python code leaves them */
+    PyObject *value = NULL;
+    if (recipients) {
+        PyObject *before = PyObject_GetAttr(a, S_recipients), *add = PyLong_FromSsize_t(recipients);
+        value = before == NULL || add == NULL ? NULL : PyNumber_Add(before, add);
+        Py_XDECREF(before);
+        Py_XDECREF(add);
+        if (value == NULL || PyObject_SetAttr(a, S_recipients, value) < 0) {
+            Py_XDECREF(value);
+            return NULL;
+        }
+        Py_DECREF(value);
+    }
+    if (received >= 0) {
+        value = PyLong_FromSsize_t(received);
+        if (value == NULL || PyObject_SetAttr(a, S_received, value) < 0) {
+            Py_XDECREF(value);
+            return NULL;
+        }
+        Py_DECREF(value);
+    }
+    if (defects) {
+        PyObject *before = PyObject_GetAttr(a, S_defects), *add = PyLong_FromSsize_t(defects);
+        value = before == NULL || add == NULL ? NULL : PyNumber_Add(before, add);
+        Py_XDECREF(before);
+        Py_XDECREF(add);
+        if (value == NULL || PyObject_SetAttr(a, S_defects, value) < 0) {
+            Py_XDECREF(value);
+            return NULL;
+        }
+        Py_DECREF(value);
+    }
+    Py_RETURN_NONE;
+fail:
+    Py_XDECREF(text);
+    Py_XDECREF(tokens);
+    return NULL;
 }
 
 /* ------------------------------------------------------------------ the passes of strip_html
@@ -1723,6 +2368,18 @@ static PyMethodDef methods[] = {
     {"header_fields", (PyCFunction)(void (*)(void))header_fields, METH_FASTCALL,
      "header_fields(text, strip_crlf): the (name, value) pairs of mime._FIELD_START.split(text) "
      "for ASCII text; None for other text."},
+    {"header_block_end", (PyCFunction)(void (*)(void))header_block_end, METH_FASTCALL,
+     "header_block_end(buf, start, end): where the header block of the bytes buf[start:end] "
+     "ends (mime._header_block_end)."},
+    {"plain_headers", (PyCFunction)(void (*)(void))plain_headers, METH_FASTCALL,
+     "plain_headers(buf, start, end): the (name, value) pairs of a plain header block "
+     "buf[start:end] (mime._plain_headers), or None."},
+    {"header_index", header_index, METH_O,
+     "header_index(pairs): (lower-case names, dict of name -> values) of a list of (name, value) "
+     "pairs with ASCII names (mime.Part.names and header_index); None otherwise."},
+    {"header_tokens", (PyCFunction)(void (*)(void))header_tokens, METH_FASTCALL,
+     "header_tokens(names, index, spec, cache, analysis): MailTokenizer._headers over a dict "
+     "index of header values (see streamnb.features.mail)."},
     {"html_strip", (PyCFunction)(void (*)(void))html_strip, METH_FASTCALL,
      "html_strip(markup, max_tag_tokens): markup.strip_html on Latin-1 markup before "
      "html.unescape: (text, tokens); None for other markup."},
@@ -1753,6 +2410,19 @@ PyInit__speedups(void)
     }
     for (const char *p = PUNCT; *p; p++) {
         is_punct[(unsigned char)*p] = 1;
+    }
+    struct { PyObject **slot; const char *text; } strings[] = {
+        {&S_none_suffix, ":none"}, {&S_header_prefix, "header:"},
+        {&S_message_id_prefix, "message-id:"}, {&S_no_domain, "no-domain"},
+        {&S_comma_space, ", "}, {&S_encoded_word, "=?"}, {&S_strip_chars, " <>"},
+        {&S_strip, "strip"}, {&S_lower, "lower"}, {&S_defect_address, "defect:address"},
+        {&S_tokens, "tokens"}, {&S_recipients, "recipients"}, {&S_received, "received"},
+        {&S_defects, "defects"},
+    };
+    for (size_t k = 0; k < sizeof(strings) / sizeof(strings[0]); k++) {
+        if ((*strings[k].slot = PyUnicode_InternFromString(strings[k].text)) == NULL) {
+            return NULL;
+        }
     }
     PyObject *m = PyModule_Create(&module);
     if (m != NULL && PyModule_AddStringConstant(m, "PUNCT", PUNCT) < 0) {

@@ -203,6 +203,7 @@ class Featurizer:
             headers=tuple(h.lower() for h in headers),
             header_names=bool(header_names),
             limits=limits,
+            letter_counts=self.meta,  # (only the meta vector reads them)
         )
 
     # ------------------------------------------------------------------ config

@@ -139,6 +139,9 @@ def _python_text_counts(text: str, letters: bool = True) -> tuple[int, int, int,
     return upper, n_letters, high, text.count("!") + text.count("$")
 
 
+#: ``header_tokens(names, index, spec, cache, analysis)`` of the C module:
+#: :meth:`MailTokenizer._headers` over a dict of value lists, or None (then that method).
+_c_header_tokens = getattr(speedups(), "header_tokens", None)
 #: ``received_tokens(text, out) -> bool`` of the C module (False: not Latin-1), or None:
 #: :func:`_received_tokens` runs in Python then (the reference).
 _c_received_tokens = getattr(speedups(), "received_tokens", None)
@@ -180,6 +183,14 @@ def _getaddresses(field: str) -> list[tuple[str, str]]:
             pairs.append((comment or "", bare))
         pos = m.end()
     return pairs
+
+
+def _address_count(joined: str) -> int:
+    """How many addresses an address list holds; -1 when it cannot be read."""
+    try:
+        return len(_getaddresses(joined))
+    except Exception:
+        return -1
 
 
 #: Tokens of header values, per word rules: (name, value) -> tokens, and the To/Cc
@@ -257,14 +268,18 @@ class MailAnalysis:
         self.defects += 1
         self.tokens.append(f"defect:{name}")
 
-    def add_text_stats(self, text: str, from_html: bool) -> None:
+    def add_text_stats(self, text: str, from_html: bool, letter_counts: bool = True) -> None:
         """Count the characters of one piece of body text (C ``text_counts`` when built).
         From 200,000 characters on, every character counts as a letter (and none as
-        upper-case): a bound on the work, kept as it was for the same meta vectors."""
+        upper-case): a bound on the work, kept as it was for the same meta vectors.
+        ``letter_counts=False`` counts only its length (upper-case, letters, non-ASCII and
+        ``!``/``$`` stay as they are)."""
         n = len(text)
         self.text_chars += n
         if from_html:
             self.html_chars += n
+        if not letter_counts:
+            return
         if n < 200_000:
             upper, letters, high, exclaim = (_text_counts or _python_text_counts)(text)
         else:
@@ -360,9 +375,23 @@ class MailTokenizer:
     headers: Sequence[str] = DEFAULT_HEADERS
     header_names: bool = True
     limits: Limits = DEFAULT_LIMITS
+    #: Count the body text's upper-case, letter, non-ASCII and ``!``/``$`` characters for
+    #: the meta vector; False leaves those counts at 0 (a featurizer without the meta
+    #: vector needs none of them). The tokens are the same either way.
+    letter_counts: bool = True
+    #: What C ``header_tokens`` needs of these options (derived; see :meth:`_header_spec`).
+    _spec: tuple = field(init=False, repr=False, compare=False, default=())
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "headers", tuple(name.lower() for name in self.headers))
+        object.__setattr__(self, "_spec", self._header_spec())
+
+    def _header_spec(self) -> tuple:
+        """The options, bounds and Python callbacks of :meth:`_headers`, for the C loop."""
+        cap = self.limits.max_header_chars
+        return (self.headers, self.header_names, cap, min(cap, 2000), _CACHE_SIZE, _CACHED_CHARS,
+                self._value_tokens, _address_count, _decode_header, _received_tokens,
+                _ADDRESS_DEFECT)
 
     def tokenize(self, raw: bytes) -> list[str]:
         return self.analyse(raw).tokens
@@ -420,7 +449,11 @@ class MailTokenizer:
             root.defects.append("multipartinvariantviolationdefect")
         for name in root.defects:
             a.defect(name)
-        self._headers(root.names(), root.header_index().get, a)
+        index = root.header_index()
+        if _c_header_tokens is not None:
+            _c_header_tokens(root.names(), index, self._spec, _value_cache(self.rules), a)
+        else:
+            self._headers(root.names(), index.get, a)
         self._walk_fast(root, 0, a, [self.limits.max_decoded_bytes])
 
     def _analyse_stdlib(self, raw: bytes, a: MailAnalysis) -> None:
@@ -459,10 +492,7 @@ class MailTokenizer:
                 joined = ", ".join([str(v)[:cap] for v in values])
                 count = cache.get(joined)
                 if count is None:
-                    try:
-                        count = len(_getaddresses(joined))
-                    except Exception:
-                        count = -1
+                    count = _address_count(joined)
                     if len(joined) <= _CACHED_CHARS:
                         _remember(cache, joined, count)
                 if count < 0:
@@ -615,7 +645,7 @@ class MailTokenizer:
         self._body_text(text[: self.limits.max_text_chars], is_html, a)
 
     def _body_text(self, text: str, from_html: bool, a: MailAnalysis) -> None:
-        a.add_text_stats(text, from_html)
+        a.add_text_stats(text, from_html, self.letter_counts)
         before = len(a.tokens)
         text = self.rules.urls(text, a.tokens)
         a.urls += sum(1 for t in a.tokens[before:] if t.startswith("proto:"))

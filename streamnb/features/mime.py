@@ -74,6 +74,13 @@ _BOUNDARY_TAIL = re.compile(rb"(--)?[ \t]*(?:\r?\n|\Z)")
 #: ``header_fields(text, strip_crlf)``: the pairs of ``_FIELD_START.split`` in C (the
 #: text of a plain block is ASCII), or None when the C module is off.
 _header_fields = getattr(speedups(), "header_fields", None)
+#: ``header_block_end(buf, start, end)`` and ``plain_headers(buf, start, end)``: the two
+#: functions below in C (on bytes), or None when the C module is off.
+_c_header_block_end = getattr(speedups(), "header_block_end", None)
+_c_plain_headers = getattr(speedups(), "plain_headers", None)
+#: ``header_index(pairs)``: :func:`_names_and_index` in C for ASCII names (else None), or
+#: None when the C module is off.
+_header_index = getattr(speedups(), "header_index", None)
 
 
 def _unquote(value: str) -> str:
@@ -135,6 +142,27 @@ def _header_text(name: str, value: bytes) -> str:
     return str(email.header.Header(text, charset=email.charset.UNKNOWN8BIT, header_name=name))
 
 
+def _names_and_index(headers: list[tuple[str, str]]) -> tuple[list[str], dict[str, list[str]]]:
+    """The lower-cased header names in order, and lower-case name -> its values in order
+    (C ``header_index`` when built and the names are ASCII; this code is its reference).
+
+    >>> _names_and_index([("To", "a"), ("Subject", "s"), ("TO", "b")])
+    (['to', 'subject', 'to'], {'to': ['a', 'b'], 'subject': ['s']})
+    """
+    if _header_index is not None and (built := _header_index(headers)) is not None:
+        return built
+    # Names hold no line break (and only ASCII or surrogate-escaped bytes, which
+    # lower-case one by one): lower-case them all in one call.
+    names = "\n".join([key for key, _ in headers]).lower().split("\n") if headers else []
+    index: dict[str, list[str]] = {}
+    for key, (_, value) in zip(names, headers, strict=True):
+        if key in index:
+            index[key].append(value)
+        else:
+            index[key] = [value]
+    return names, index
+
+
 def _decode_b(data: bytes) -> bytes:
     """``email._encoded_words.decode_b`` (the payload, its defects are not reported)."""
     pad_err = len(data) % 4
@@ -175,21 +203,13 @@ class Part:
     def names(self) -> list[str]:
         """The header names, lower-cased, in order (repeats kept)."""
         if self._names is None:
-            # Names hold no line break (and only ASCII or surrogate-escaped bytes, which
-            # lower-case one by one): lower-case them all in one call.
-            self._names = "\n".join([key for key, _ in self.headers]).lower().split("\n") if self.headers else []
+            self._names, self._index = _names_and_index(self.headers)
         return self._names
 
     def header_index(self) -> dict[str, list[str]]:
         """Lower-case header name -> its values, in order."""
         if self._index is None:
-            index: dict[str, list[str]] = {}
-            for key, (_, value) in zip(self.names(), self.headers, strict=True):
-                if key in index:
-                    index[key].append(value)
-                else:
-                    index[key] = [value]
-            self._index = index
+            self._names, self._index = _names_and_index(self.headers)
         return self._index
 
     def get_all(self, name: str) -> list[str]:
@@ -350,7 +370,9 @@ def parse_part(buf: bytes, start: int = 0, end: int | None = None, trim: bool = 
     if end is None:
         end = len(buf)
     defects: list[str] = []
-    block_end = _header_block_end(buf, start, end)
+    is_bytes = type(buf) is bytes  # (the C functions read bytes; the Python ones any buffer)
+    block_end = (_c_header_block_end if _c_header_block_end is not None and is_bytes
+                 else _header_block_end)(buf, start, end)
     body_start = block_end
     if block_end < end:
         blank = _BLANK_LINE.match(buf, block_end, end)
@@ -358,7 +380,8 @@ def parse_part(buf: bytes, start: int = 0, end: int | None = None, trim: bool = 
             body_start = blank.end()
         else:
             defects.append("missingheaderbodyseparatordefect")
-    headers = _plain_headers(buf, start, block_end)
+    headers = (_c_plain_headers if _c_plain_headers is not None and is_bytes
+               else _plain_headers)(buf, start, block_end)
     if headers is None:
         headers = _headers_by_line(buf, start, block_end, defects)
     return Part(buf, headers, defects, body_start, end, trim)
