@@ -178,6 +178,16 @@ MIME_PIECES = st.lists(st.sampled_from([
 ]), max_size=30)
 
 
+def test_a_folded_boundary_goes_to_the_standard_parser():
+    """A boundary parameter folded onto a second line holds a line break: the standard
+    parser reads line by line and never finds it; the fast reader must not either (it
+    used to find it across the two lines). Found by the test below."""
+    raw = b"Content-Type: multipart/mixed; boundary=B\n folded\n--B\n folded\n"
+    assert not fast_path_reads(raw)
+    assert_paths_agree(raw)
+    assert "defect:startboundarynotfounddefect" in TOKENIZER.analyse(raw).tokens
+
+
 @settings(max_examples=300, deadline=None)
 @given(MIME_PIECES)
 def test_random_mime_fragments_agree(pieces):

@@ -25,8 +25,8 @@ in Python:
 What it does not reproduce raises :class:`Unsupported`, and the caller uses the standard
 library instead: a lone carriage return (the standard parser ends lines there), nested
 ``message/*`` parts, ``multipart/digest``, uuencoded payloads, RFC 2231 parameters and
-backslashes in parameters, an mbox ``From `` line closing a header block, MIME nesting
-at the depth limit. Every search is a single forward regex scan: linear in the input.
+backslashes in parameters, a boundary folded onto a second line, an mbox ``From `` line
+closing a header block, MIME nesting at the depth limit. Every search is a single forward regex scan: linear in the input.
 
 >>> part = parse_part(b"From x  Mon\\nSubject: hi\\n\\tthere\\nContent-Type: text/plain; charset=\\"UTF-8\\"\\n\\nbody\\n")
 >>> part.headers
@@ -308,8 +308,9 @@ class Part:
             self.defects.append("noboundaryinmultipartdefect")
             return None
         boundary = _unquote(boundary).rstrip()
-        if not boundary.isascii():
-            raise Unsupported("non-ASCII boundary")
+        if not boundary.isascii() or "\n" in boundary or "\r" in boundary:
+            # (a folded one: the standard parser reads line by line and never finds it)
+            raise Unsupported("non-ASCII or folded boundary")
         if (self.get("content-transfer-encoding") or "8bit").lower() not in ("7bit", "8bit", "binary"):
             self.defects.append("invalidmultipartcontenttransferencodingdefect")
         regions, preamble_end = _split_multipart(
