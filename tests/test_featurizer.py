@@ -18,6 +18,7 @@ from streamnb.features import (
     N_META,
     EmailFeaturizer,
     Featurizer,
+    MailTokenizer,
     Row,
     TextFeaturizer,
     TokenHasher,
@@ -223,6 +224,45 @@ def test_featurize_batch_equals_featurize_one_at_a_time():
         for m, row in zip(msgs, out, strict=True):
             if not isinstance(row, MalformedMessage):
                 assert row == f.featurize(m)
+
+
+def test_hashed_word_tokens_give_the_same_analysis_as_the_tokens():
+    """``analyse(hash_words=True)``: the word tokens as hashes, the others as tokens; the
+    same hashes in all, the same counts and meta vector. Past the token limit it is the
+    analysis with every token a str (where the limit cuts depends on their order)."""
+    from streamnb.codec import Limits
+    from streamnb.features.hashing import token_hashes
+
+    tokenizer = MailTokenizer()
+    # ASCII text (its words hashed), Latin-1 text (its words as tokens), many words
+    for raw, hashed_words in ((MAIL, 4), (MAIL + b"\n" + b"Caf\xe9 cr\xe8me " * 3, 0),
+                              (b"Subject: x\n\n" + b"word " * 50, 50)):
+        plain, hashed = tokenizer.analyse(raw), tokenizer.analyse(raw, hash_words=True)
+        assert len(hashed.word_hashes) == 8 * hashed_words
+        assert hashed.n_tokens == plain.n_tokens == len(plain.tokens)
+        both = token_hashes(hashed.tokens).tolist() + np.frombuffer(hashed.word_hashes, np.uint64).tolist()
+        assert sorted(both) == sorted(token_hashes(plain.tokens).tolist())
+        assert np.array_equal(hashed.meta(), plain.meta())
+        assert (hashed.urls, hashed.defects, hashed.parts) == (plain.urls, plain.defects, plain.parts)
+    small = MailTokenizer(limits=Limits(max_tokens=40))
+    hashed = small.analyse(b"Subject: x\n\n" + b"word " * 50, hash_words=True)
+    assert hashed == small.analyse(b"Subject: x\n\n" + b"word " * 50) and hashed.word_hashes is None
+    assert hashed.tokens[-1] == "defect:too_many_tokens" and len(hashed.tokens) == 40
+    assert small.analyse(MAIL, hash_words=True).word_hashes  # (below the limit)
+
+
+@pytest.mark.corpus
+def test_corpus_rows_in_batches_equal_the_rows_one_at_a_time(corpus_dir):
+    """The worker's path (featurize_batch: word tokens hashed as found) against featurize."""
+    import csv
+
+    with open(corpus_dir / "index.tsv", newline="") as fh:
+        rows = list(csv.DictReader(fh, delimiter="\t"))
+    msgs = [msg("raw", (corpus_dir / row["path"]).read_bytes()) for row in rows]
+    for f in (Featurizer(), Featurizer(meta=True, bits=18)):
+        batched = [row for i in range(0, len(msgs), 100) for row in f.featurize_batch(msgs[i : i + 100])]
+        assert sum(row.n_tokens for row in batched) > 500_000
+        assert batched == [f.featurize(m) for m in msgs]
 
 
 def test_binary_rows_are_cached_without_their_values_and_old_rows_still_read():

@@ -135,6 +135,51 @@ def test_c_word_rules_hand_worked():
         speedups.word_tokens("abc", 3, 12, ())
 
 
+def listed_hashes(text: str, lo: int, hi: int) -> list[int]:
+    """hash_lists over word_tokens' tokens: what word_hashes must give."""
+    out: list[str] = []
+    speedups.word_tokens(text, lo, hi, out)
+    hashes = np.empty(len(out), dtype=np.uint64)
+    speedups.hash_lists([out], hashes)
+    return hashes.tolist()
+
+
+@needs_speedups
+@settings(max_examples=400, deadline=None)
+@given(text=st.one_of(ascii_text, long_words, any_text), lo=st.integers(1, 4), hi=st.integers(1, 16),
+       prefix=st.binary(max_size=16))
+def test_c_word_hashes_equal_the_hashes_of_the_word_tokens(text, lo, hi, prefix):
+    hi = max(lo, hi)
+    out = bytearray(prefix)  # appended after what the bytearray holds
+    n = speedups.word_hashes(text, lo, hi, out)
+    if not text.isascii():
+        assert n is None and out == prefix
+        return
+    assert bytes(out[: len(prefix)]) == prefix and len(out) == len(prefix) + 8 * n
+    assert np.frombuffer(bytes(out[len(prefix):]), dtype=np.uint64).tolist() == listed_hashes(text, lo, hi)
+
+
+@needs_speedups
+def test_c_word_hashes_hand_worked():
+    text = "free CHEAP!! a bob@example.org supercalifragilistic free " + " ".join(f"w{i}" for i in range(40))
+    out = bytearray()
+    n = speedups.word_hashes(text.lower(), 3, 12, out)
+    tokens = ["free", "cheap", "email:example.org", "skip:s 20", "free"] + [f"w{i}" for i in range(10, 40)]
+    assert n == len(tokens)
+    assert np.frombuffer(bytes(out), dtype=np.uint64).tolist() == [hashing.token_hash64(t) for t in tokens]
+    # tokens new to the table (misses) give the same hashes as the dict cache's
+    hashing.token_hash64.cache_clear()
+    out = bytearray()
+    assert speedups.word_hashes("never seen before", 3, 12, out) == 3
+    assert np.frombuffer(bytes(out), dtype=np.uint64).tolist() == [
+        hashing._blake64(t) for t in ("never", "seen", "before")]
+    assert speedups.word_hashes("", 3, 12, out) == 0 and len(out) == 24
+    with pytest.raises(TypeError):
+        speedups.word_hashes("abc", 3, 12, [])
+    with pytest.raises(ValueError):
+        speedups.word_hashes("abc", 0, 12, bytearray())
+
+
 @needs_speedups
 def test_c_module_strips_the_same_punctuation():
     assert speedups.PUNCT == text_rules._PUNCT

@@ -1,4 +1,4 @@
-/* streamnb.features._speedups: two per-token steps of streamnb.features, in C.
+/* streamnb.features._speedups: the per-character and per-token steps of streamnb.features, in C.
  *
  * 1. The word rules of streamnb.features.text (below), and
  * 2. the token hash cache of streamnb.features.hashing (further down), and
@@ -15,7 +15,11 @@
  * 11. the stable argsort of a batch's column indices for streamnb.arrays.sort_with_order
  *    (sort_order, after it), and
  * 12. markup.strip_html whole on Latin-1 markup (html_strip: the passes of 9, the split of
- *    5 and the tokens of 7 in one call, at the end).
+ *    5 and the tokens of 7 in one call, at the end), and
+ * 13. the header stage of the mail tokenizer: mime._header_block_end and
+ *    mime._plain_headers on the raw bytes (header_block_end, plain_headers, around
+ *    header_fields), mime.Part's names and index (header_index) and
+ *    MailTokenizer._headers (header_tokens), after 8.
  *
  * word_tokens(text, min_len, max_len, out) appends to the list `out`
  * exactly the tokens that WordRules.words' list comprehensions give for `text` (already
@@ -387,6 +391,147 @@ hash_one(PyObject *module, PyObject *token)
 #else
 #define PREFETCH(p) ((void)0)
 #endif
+
+/* ------------------------------------------------------------------ word_hashes
+ *
+ * word_hashes(text, min_len, max_len, out) -> int, or None: the stable hashes of the
+ * tokens word_tokens gives for an ASCII str, in order, appended to the bytearray `out` as
+ * native uint64; returns how many. The same values as hash_lists over those tokens,
+ * without making a str of the common word (one kept as it is): its str hash is computed
+ * on its bytes (the function str.__hash__ runs on an ASCII str's bytes) and looked up in
+ * the table, a block of words at a time with their slots fetched ahead as hash_lists
+ * does; a str is made only on a miss, and for the odd words (long, or with an '@').
+ * None for a str that is not ASCII (the caller makes its tokens). */
+static PyObject *
+word_hashes(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)module;
+    if (nargs != 4 || !PyUnicode_Check(args[0]) || !PyByteArray_Check(args[3])) {
+        PyErr_SetString(PyExc_TypeError, "word_hashes(text, min_len, max_len, out): a str, two ints "
+                        "and a bytearray");
+        return NULL;
+    }
+    if (slots == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "word_hashes: call hash_cache_init first");
+        return NULL;
+    }
+    PyObject *text = args[0], *out = args[3];
+    Py_ssize_t min_len = PyLong_AsSsize_t(args[1]), max_len = PyLong_AsSsize_t(args[2]);
+    if ((min_len == -1 || max_len == -1) && PyErr_Occurred()) {
+        return NULL;
+    }
+    if (min_len < 1) {
+        PyErr_SetString(PyExc_ValueError, "word_hashes: min_len must be at least 1");
+        return NULL;
+    }
+    if (!PyUnicode_IS_ASCII(text)) {
+        Py_RETURN_NONE;
+    }
+    const Py_UCS1 *s = PyUnicode_1BYTE_DATA(text);
+    Py_ssize_t len = PyUnicode_GET_LENGTH(text), i = 0, count = 0;
+    Py_ssize_t before = PyByteArray_GET_SIZE(out);
+    /* room for every token: a word and the white space after it take two characters at
+     * least, and a word gives at most two tokens (an odd ASCII word gives one) */
+    Py_ssize_t most = len / 2 + 1;
+    if (most > (PY_SSIZE_T_MAX - before) / 8 || PyByteArray_Resize(out, before + 8 * most) < 0) {
+        return PyErr_Occurred() ? NULL : PyErr_NoMemory();
+    }
+    PyObject *odd = NULL;
+    Py_ssize_t w_start[HASH_BLOCK], w_end[HASH_BLOCK];
+    Py_hash_t w_hash[HASH_BLOCK];
+    while (i < len) {
+        int b = 0;
+        while (b < HASH_BLOCK && i < len) {  /* the next block of words */
+            while (i < len && is_space[s[i]]) {
+                i++;
+            }
+            Py_ssize_t start = i;
+            while (i < len && !is_space[s[i]]) {
+                i++;
+            }
+            Py_ssize_t end = i;
+            while (start < end && is_punct[s[start]]) {
+                start++;
+            }
+            while (end > start && is_punct[s[end - 1]]) {
+                end--;
+            }
+            Py_ssize_t n = end - start;
+            if (n < min_len) {
+                continue;
+            }
+            w_start[b] = start;
+            w_end[b] = end;
+            if (n > max_len || memchr(s + start, '@', (size_t)n) != NULL) {
+                w_hash[b] = -1;  /* an odd word (no str hash is -1) */
+            }
+            else {
+                w_hash[b] = _Py_HashBytes(s + start, n);
+                PREFETCH(&slots[(size_t)w_hash[b] & (n_slots - 1)]);
+            }
+            b++;
+        }
+        for (int w = 0; w < b; w++) {  /* their lookups, in order */
+            /* (a miss runs Python code, which could resize `out`: its address is read
+             * again after one) */
+            uint64_t *dst = (uint64_t *)(void *)(PyByteArray_AS_STRING(out) + before);
+            Py_ssize_t start = w_start[w], n = w_end[w] - start;
+            Py_hash_t h = w_hash[w];
+            if (h == -1) {
+                if (odd == NULL && (odd = PyList_New(0)) == NULL) {
+                    goto fail;
+                }
+                if (append_word_tokens(text, PyUnicode_1BYTE_KIND, s, start, w_end[w], max_len, odd) < 0) {
+                    goto fail;
+                }
+                for (Py_ssize_t t = 0; t < PyList_GET_SIZE(odd); t++) {
+                    uint64_t value;
+                    if (cached_hash(PyList_GET_ITEM(odd, t), &value) < 0) {
+                        goto fail;
+                    }
+                    ((uint64_t *)(void *)(PyByteArray_AS_STRING(out) + before))[count++] = value;
+                }
+                if (PyList_SetSlice(odd, 0, PyList_GET_SIZE(odd), NULL) < 0) {
+                    goto fail;
+                }
+                continue;
+            }
+            uint64_t key = slot_key(h, n);
+            size_t mask = n_slots - 1, k = (size_t)h & mask;
+            while (slots[k].key != 0 && slots[k].key != key) {
+                k = (k + 1) & mask;
+            }
+            if (slots[k].key == key) {
+                dst[count++] = slots[k].value;
+                continue;
+            }
+            PyObject *token = ascii_str(s + start, n);  /* a miss: the miss function hashes it */
+            uint64_t value;
+            int rc = token == NULL ? -1 : cached_hash_of(token, h, &value);
+            Py_XDECREF(token);
+            if (rc < 0) {
+                goto fail;
+            }
+            ((uint64_t *)(void *)(PyByteArray_AS_STRING(out) + before))[count++] = value;
+        }
+    }
+    Py_XDECREF(odd);
+    if (PyByteArray_Resize(out, before + 8 * count) < 0) {
+        return NULL;
+    }
+    return PyLong_FromSsize_t(count);
+fail:
+    Py_XDECREF(odd);
+    if (PyByteArray_GET_SIZE(out) >= before) {  /* nothing appended */
+        PyObject *type, *value, *traceback;
+        PyErr_Fetch(&type, &value, &traceback);
+        if (PyByteArray_Resize(out, before) < 0) {
+            PyErr_Clear();
+        }
+        PyErr_Restore(type, value, traceback);
+    }
+    return NULL;
+}
 
 /* hash_lists(lists, out): the stable hashes of the str tokens of every list (or tuple) in
  * the list `lists` (each a sequence), one after the other, written into `out` (a writable buffer of exactly
@@ -2347,6 +2492,9 @@ static PyMethodDef methods[] = {
     {"hash_lists", (PyCFunction)(void (*)(void))hash_lists, METH_FASTCALL,
      "hash_lists(lists, out): the cached stable hashes of the tokens of every list, in order, "
      "into out (a writable buffer of as many uint64)."},
+    {"word_hashes", (PyCFunction)(void (*)(void))word_hashes, METH_FASTCALL,
+     "word_hashes(text, min_len, max_len, out): the cached stable hashes of word_tokens' tokens "
+     "of an ASCII text, appended to the bytearray out (uint64); how many, or None."},
     {"unique_buckets", (PyCFunction)(void (*)(void))unique_buckets, METH_FASTCALL,
      "unique_buckets(hashes, sizes, bits, out, counts): the sorted distinct buckets of each "
      "list of uint64 hashes, lists end to end, into out (int32); counts[i]: how many for list i."},

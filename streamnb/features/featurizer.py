@@ -306,7 +306,7 @@ class Featurizer:
             return Row(indices=idx, values=val, meta=meta, n_tokens=len(values))
         if kind == "hashes":
             return self._hashes_row(msg.payload)
-        tokens, meta = self._tokens_and_meta(msg)
+        tokens, meta, _ = self._tokens_and_meta(msg)
         return self._token_row(tokens, meta)
 
     def _hashes_row(self, hashes: np.ndarray) -> Row:
@@ -333,13 +333,16 @@ class Featurizer:
         return Row(indices=idx, values=np.log1p(counts) if self.counts == "log" else counts,
                    meta=meta, n_tokens=n_tokens)
 
-    def _tokens_and_meta(self, msg: InputMessage) -> tuple[list[str], np.ndarray | None]:
-        """The tokens of a raw, text or tokens payload, and its meta vector (if ``meta``)."""
+    def _tokens_and_meta(self, msg: InputMessage, hash_words: bool = False
+                         ) -> tuple[list[str], np.ndarray | None, bytearray | None]:
+        """The tokens of a raw, text or tokens payload, its meta vector (if ``meta``) and,
+        with ``hash_words``, the hashes of the word tokens of raw mail that are not in the
+        list (:meth:`MailTokenizer.analyse`; else None)."""
         kind = msg.payload_kind
-        meta = None
+        meta = word_hashes = None
         if kind == "raw":
-            analysis = self.mail.analyse(msg.payload)
-            tokens = analysis.tokens
+            analysis = self.mail.analyse(msg.payload, hash_words=hash_words)
+            tokens, word_hashes = analysis.tokens, analysis.word_hashes
             if self.meta:
                 meta = analysis.meta()
         elif kind == "text":
@@ -351,15 +354,17 @@ class Featurizer:
             meta = self._no_text_meta(len(tokens))
         else:  # pragma: no cover - decode_input admits no other kind
             raise MalformedMessage("bad_type", f"unknown payload kind {kind!r}")
-        return tokens, meta
+        return tokens, meta, word_hashes
 
     def _token_row(self, tokens: list[str], meta: np.ndarray | None,
-                   unique: np.ndarray | None = None) -> Row:
-        """The row of a message's tokens; ``unique``: its buckets, already hashed (binary)."""
+                   unique: np.ndarray | None = None, n_tokens: int | None = None) -> Row:
+        """The row of a message's tokens; ``unique``: its buckets, already hashed (binary),
+        and ``n_tokens`` how many tokens they came from (default: ``len(tokens)``)."""
+        n = len(tokens) if n_tokens is None else n_tokens
         if self.counts == "binary":  # distinct buckets only: no per-token counting
             idx = self.hasher.hash_unique(tokens) if unique is None else unique
-            return self._counted_row(idx, None, meta, len(tokens))
-        return self._counted_row(*self.hasher.hash_counts(tokens), meta, len(tokens))
+            return self._counted_row(idx, None, meta, n)
+        return self._counted_row(*self.hasher.hash_counts(tokens), meta, n)
 
     def featurize_many(self, msgs: Iterable[InputMessage]) -> list[Row]:
         return [self.featurize(m) for m in msgs]
@@ -368,9 +373,10 @@ class Featurizer:
         """:meth:`featurize` of every message, in order; a message that cannot be featurized
         gets its :class:`MalformedMessage` in its place (the others are unaffected). With
         binary counts, the token lists of the batch (raw, text and tokens payloads) are
-        hashed in one pass (:meth:`TokenHasher.hash_unique_many`), and the hashes payloads
-        masked and sorted in one (:meth:`TokenHasher.unique_buckets_many`): the same rows
-        as one message at a time.
+        hashed in one pass (:meth:`TokenHasher.hash_unique_many`; the word tokens of raw
+        mail hashed as the tokenizer finds them, :meth:`MailTokenizer.analyse` with
+        ``hash_words``), and the hashes payloads masked and sorted in one
+        (:meth:`TokenHasher.unique_buckets_many`): the same rows as one message at a time.
 
         >>> f = Featurizer(bits=10)
         >>> msgs = [InputMessage("1-0", "a", "tokens", ["cheap", "meds", "cheap"]),
@@ -381,12 +387,12 @@ class Featurizer:
         """
         out: list[Row | MalformedMessage | None] = [None] * len(msgs)
         in_one_pass = self.input == "sparse" and self.counts == "binary"
-        pending: list[tuple[int, list[str], np.ndarray | None]] = []
+        pending: list[tuple[int, list[str], np.ndarray | None, bytearray | None]] = []
         hashed: list[tuple[int, np.ndarray]] = []  # hashes payloads
         for i, msg in enumerate(msgs):
             try:
                 if in_one_pass and msg.payload_kind in ("raw", "text", "tokens"):
-                    pending.append((i, *self._tokens_and_meta(msg)))
+                    pending.append((i, *self._tokens_and_meta(msg, hash_words=True)))
                 elif in_one_pass and msg.payload_kind == "hashes":
                     hashed.append((i, msg.payload))
                 else:
@@ -394,9 +400,11 @@ class Featurizer:
             except MalformedMessage as exc:
                 out[i] = exc
         if pending:
-            unique = self.hasher.hash_unique_many([tokens for _, tokens, _ in pending])
-            for (i, tokens, meta), idx in zip(pending, unique, strict=True):
-                out[i] = self._token_row(tokens, meta, unique=idx)
+            unique = self.hasher.hash_unique_many([tokens for _, tokens, _, _ in pending],
+                                                  [hashes for _, _, _, hashes in pending])
+            for (i, tokens, meta, hashes), idx in zip(pending, unique, strict=True):
+                n = len(tokens) + (len(hashes) // 8 if hashes else 0)
+                out[i] = self._token_row(tokens, meta, unique=idx, n_tokens=n)
         if hashed:
             sizes = np.array([h.size for _, h in hashed], dtype=np.int64)
             unique = self.hasher.unique_buckets_many(np.concatenate([h for _, h in hashed]), sizes)

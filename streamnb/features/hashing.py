@@ -96,6 +96,9 @@ def _hashes(token_lists: Sequence[Iterable[str]], total: int) -> np.ndarray:
     return np.fromiter(map(_lookup, chain.from_iterable(token_lists)), dtype=np.uint64, count=total)
 
 
+_NO_HASHES = np.empty(0, dtype=np.uint64)
+
+
 def token_hashes(tokens: Iterable[str]) -> np.ndarray:
     """The 64-bit hashes of ``tokens``, in order (uint64): what a producer that tokenizes
     sends as a ``hashes`` payload (docs/protocol.md), so that the workers skip decoding
@@ -165,21 +168,34 @@ class TokenHasher:
             tokens = list(tokens)
         return self.hash_unique_many([tokens])[0]
 
-    def hash_unique_many(self, token_lists: Sequence[Sequence[str]]) -> list[np.ndarray]:
+    def hash_unique_many(self, token_lists: Sequence[Sequence[str]],
+                         more_hashes: Sequence[bytes | bytearray | None] | None = None) -> list[np.ndarray]:
         """:meth:`hash_unique` of every list, in one pass: one lookup per token over the
-        whole batch, one sort of (list number, bucket) keys, one split.
+        whole batch, one sort of (list number, bucket) keys, one split. ``more_hashes[i]``:
+        the 64-bit hashes (uint64 bytes, or None) of more tokens of list i, already hashed
+        (:meth:`MailAnalysis.word_hashes <streamnb.features.mail.MailAnalysis>`).
 
         >>> h = TokenHasher(bits=20)
         >>> lists = [["a", "b", "a"], [], ["b"]]
         >>> all(np.array_equal(x, h.hash_counts(t)[0]) for x, t in zip(h.hash_unique_many(lists), lists))
         True
+        >>> more = [token_hashes(["c"]).tobytes(), None, b""]
+        >>> [b.size for b in h.hash_unique_many(lists, more)]
+        [3, 0, 1]
         """
         n = len(token_lists)
         sizes = np.fromiter(map(len, token_lists), dtype=np.int64, count=n)
         total = int(sizes.sum())
-        if not total:
+        hashes = _hashes(token_lists, total) if total else np.empty(0, dtype=np.uint64)
+        if more_hashes is not None and any(more_hashes):
+            more = [np.frombuffer(m, dtype=np.uint64) if m else _NO_HASHES for m in more_hashes]
+            bounds = [0, *np.cumsum(sizes).tolist()]
+            hashes = np.concatenate(list(chain.from_iterable(
+                (hashes[bounds[i]:bounds[i + 1]], more[i]) for i in range(n))))
+            sizes += np.fromiter(map(len, more), dtype=np.int64, count=n)
+        if not hashes.size:
             return [np.empty(0, dtype=np.int32) for _ in range(n)]
-        return self.unique_buckets_many(_hashes(token_lists, total), sizes)
+        return self.unique_buckets_many(hashes, sizes)
 
     def unique_buckets_many(self, hashes: np.ndarray, sizes: np.ndarray) -> list[np.ndarray]:
         """The sorted unique buckets (int32) of each list of 64-bit token hashes, the lists

@@ -245,9 +245,17 @@ def _received_tokens(text: str, out: list[str]) -> None:
         out.extend(["received:" + ip for ip in _IPV4.findall(text)[:2]])
 
 
+class _PastTokenLimit(Exception):
+    """A message analysed with its word tokens hashed has more tokens than the limit: it is
+    analysed again with every token a str (where the limit cuts depends on their order)."""
+
+
 @dataclass(slots=True)
 class MailAnalysis:
-    """What the tokenizer found in one message: tokens, defects and the raw meta counts."""
+    """What the tokenizer found in one message: tokens, defects and the raw meta counts.
+    With ``word_hashes`` (a bytearray; :meth:`MailTokenizer.analyse` with ``hash_words``)
+    the body's word tokens are there as their stable hashes (uint64) instead of in
+    ``tokens``, where only the others are (:attr:`n_tokens` counts both)."""
 
     tokens: list[str] = field(default_factory=list)
     defects: int = 0
@@ -263,6 +271,12 @@ class MailAnalysis:
     recipients: int = 0
     attachments: int = 0
     received: int = 0
+    word_hashes: bytearray | None = None
+
+    @property
+    def n_tokens(self) -> int:
+        """How many tokens: those in :attr:`tokens` and those hashed in :attr:`word_hashes`."""
+        return len(self.tokens) + (0 if self.word_hashes is None else len(self.word_hashes) // 8)
 
     def defect(self, name: str) -> None:
         self.defects += 1
@@ -302,7 +316,7 @@ class MailAnalysis:
                 self.html_chars / text,
                 log1p(self.recipients),
                 self.upper / max(self.letters, 1),
-                log1p(len(self.tokens)),
+                log1p(self.n_tokens),
                 log1p(self.defects),
                 log1p(self.attachments),
                 log1p(self.received),
@@ -396,19 +410,26 @@ class MailTokenizer:
     def tokenize(self, raw: bytes) -> list[str]:
         return self.analyse(raw).tokens
 
-    def analyse(self, raw: bytes, fast: bool = True) -> MailAnalysis:
+    def analyse(self, raw: bytes, fast: bool = True, hash_words: bool = False) -> MailAnalysis:
         """Tokens and meta counts of one message; never raises. ``fast=False`` parses with
-        the standard library only (the fast reader gives the same tokens where it applies)."""
-        a = MailAnalysis(size=len(raw))
+        the standard library only (the fast reader gives the same tokens where it applies).
+        ``hash_words``: the body's word tokens as their stable hashes in
+        :attr:`MailAnalysis.word_hashes` (for a caller that only hashes tokens: the same
+        hashes, without a str per word), unless the message has more tokens than the limit."""
+        a = MailAnalysis(size=len(raw), word_hashes=bytearray() if hash_words else None)
         try:
             data = self._prepare(raw, a)
             if data is not None:
                 a = self._parse(data, a, fast)
+        except _PastTokenLimit:
+            return self.analyse(raw, fast)
         except RecursionError:
             a.defect("recursion")
         except Exception as exc:  # a parser corner case: the message still gets tokens
             a.defect("error_" + type(exc).__name__.lower())
         limit = self.limits.max_tokens
+        if a.word_hashes is not None and a.n_tokens > limit:
+            return self.analyse(raw, fast)  # (the tokens cut below are the first ones)
         if len(a.tokens) > limit:
             del a.tokens[limit:]
             a.defects += 1
@@ -432,10 +453,13 @@ class MailTokenizer:
     def _parse(self, raw: bytes, a: MailAnalysis, fast: bool) -> MailAnalysis:
         """The fast reader when it can read the message, else the standard library."""
         if fast:
-            trial = MailAnalysis(size=a.size, tokens=list(a.tokens), defects=a.defects)
+            trial = MailAnalysis(size=a.size, tokens=list(a.tokens), defects=a.defects,
+                                 word_hashes=None if a.word_hashes is None else bytearray(a.word_hashes))
             try:
                 self._analyse_fast(raw, trial)
                 return trial
+            except _PastTokenLimit:
+                raise
             except Exception:  # Unsupported, or a corner case: the standard parser decides
                 pass
         self._analyse_stdlib(raw, a)
@@ -546,7 +570,9 @@ class MailTokenizer:
 
     def _enter_part(self, a: MailAnalysis) -> bool:
         """Count one more MIME part; False past the token or part limits (then skip it)."""
-        if len(a.tokens) > self.limits.max_tokens:
+        if a.n_tokens > self.limits.max_tokens:
+            if a.word_hashes is not None:
+                raise _PastTokenLimit
             return False  # cut and counted by analyse()
         if a.parts >= self.limits.max_mime_parts:
             if a.parts == self.limits.max_mime_parts:
@@ -649,7 +675,12 @@ class MailTokenizer:
         before = len(a.tokens)
         text = self.rules.urls(text, a.tokens)
         a.urls += sum(1 for t in a.tokens[before:] if t.startswith("proto:"))
-        self.rules.words(text, a.tokens, limit=self.limits.max_tokens + 1)
+        if a.word_hashes is None:
+            self.rules.words(text, a.tokens, limit=self.limits.max_tokens + 1)
+            return
+        self.rules.hash_words(text, a.tokens, a.word_hashes)
+        if a.n_tokens > self.limits.max_tokens:
+            raise _PastTokenLimit
 
 
 def text_meta(text: str, n_tokens: int) -> np.ndarray:

@@ -61,6 +61,9 @@ def _load_word_tokens():
 
 #: ``word_tokens(text, min_len, max_len, out)``, see :func:`_load_word_tokens`.
 _word_tokens = _load_word_tokens()
+#: ``word_hashes(text, min_len, max_len, out)`` of the C module (the stable hashes of the
+#: word tokens of ASCII text, no str made of a common word), or None.
+_word_hashes = getattr(speedups(), "word_hashes", None)
 #: Whether the word rules run in C.
 SPEEDUPS = _word_tokens is not None
 #: ``url_scan(text, out)``: :meth:`WordRules.urls` in C on Latin-1 text (None for other
@@ -212,6 +215,27 @@ class WordRules:
             self._word_loop(text, out, limit)  # where to cut: as the loop cuts
         else:
             out.extend(tokens)
+
+    def hash_words(self, text: str, out: list[str], hashes: bytearray) -> None:
+        """:meth:`words` without a limit, for a caller that only hashes the tokens: the C
+        module appends the stable hashes of the word tokens of ASCII text to ``hashes``
+        (uint64, what :func:`~streamnb.features.hashing.token_hashes` gives for them) without
+        making each token a str; other text (and bigrams, or no C module) appends the
+        tokens to ``out``. Either way the same tokens are hashed, in their order.
+
+        >>> import numpy as np
+        >>> from streamnb.features.hashing import token_hashes
+        >>> out, hashes = [], bytearray()
+        >>> WordRules().hash_words("Cheap MEDS now", out, hashes)
+        >>> got = token_hashes(out).tolist() + np.frombuffer(hashes, np.uint64).tolist()
+        >>> got == token_hashes(["cheap", "meds", "now"]).tolist()
+        True
+        """
+        if _word_hashes is not None and not self.ngrams and self.min_len >= 1 and \
+                _word_hashes(text.lower() if self.lowercase else text, self.min_len, self.max_len,
+                             hashes) is not None:
+            return
+        self.words(text, out)
 
     def _odd_word(self, w: str) -> str:
         """The word token (no ``8bit%:``) of a word that is too long or holds an ``@``."""
