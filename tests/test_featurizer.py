@@ -234,9 +234,11 @@ def test_hashed_word_tokens_give_the_same_analysis_as_the_tokens():
     from streamnb.features.hashing import token_hashes
 
     tokenizer = MailTokenizer()
-    # ASCII text (its words hashed), Latin-1 text (its words as tokens), many words
-    for raw, hashed_words in ((MAIL, 4), (MAIL + b"\n" + b"Caf\xe9 cr\xe8me " * 3, 0),
-                              (b"Subject: x\n\n" + b"word " * 50, 50)):
+    # ASCII text and Latin-1 text (their words hashed, 8bit% tokens too), text beyond
+    # Latin-1 (its words as tokens), many words
+    beyond = "Subject: x\nContent-Type: text/plain; charset=utf-8\n\nna\u00efve \u65e5\u672c text"
+    for raw, hashed_words in ((MAIL, 4), (MAIL + b"\n" + b"Caf\xe9 cr\xe8me " * 3, 16),
+                              (beyond.encode(), 0), (b"Subject: x\n\n" + b"word " * 50, 50)):
         plain, hashed = tokenizer.analyse(raw), tokenizer.analyse(raw, hash_words=True)
         assert len(hashed.word_hashes) == 8 * hashed_words
         assert hashed.n_tokens == plain.n_tokens == len(plain.tokens)

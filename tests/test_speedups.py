@@ -152,7 +152,7 @@ def test_c_word_hashes_equal_the_hashes_of_the_word_tokens(text, lo, hi, prefix)
     hi = max(lo, hi)
     out = bytearray(prefix)  # appended after what the bytearray holds
     n = speedups.word_hashes(text, lo, hi, out)
-    if not text.isascii():
+    if max(map(ord, text), default=0) > 255:  # (beyond Latin-1)
         assert n is None and out == prefix
         return
     assert bytes(out[: len(prefix)]) == prefix and len(out) == len(prefix) + 8 * n
@@ -174,6 +174,13 @@ def test_c_word_hashes_hand_worked():
     assert np.frombuffer(bytes(out), dtype=np.uint64).tolist() == [
         hashing._blake64(t) for t in ("never", "seen", "before")]
     assert speedups.word_hashes("", 3, 12, out) == 0 and len(out) == 24
+    # Latin-1 text: a word with a character beyond ASCII is made a str (with its 8bit%
+    # token); a no-break space splits words as str.split() does
+    out = bytearray()
+    tokens = ["caf\xe9", "8bit%:30", "cr\xe8me", "8bit%:20", "na\xefve", "8bit%:20", "plain", "words"]
+    assert speedups.word_hashes("caf\xe9\xa0cr\xe8me (na\xefve) plain\xa0words", 3, 12, out) == 8
+    assert np.frombuffer(bytes(out), dtype=np.uint64).tolist() == [hashing.token_hash64(t) for t in tokens]
+    assert speedups.word_hashes("\u0131x", 1, 12, out) is None and len(out) == 64  # beyond Latin-1
     with pytest.raises(TypeError):
         speedups.word_hashes("abc", 3, 12, [])
     with pytest.raises(ValueError):

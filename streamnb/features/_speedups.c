@@ -52,6 +52,7 @@
 
 /* str.split()'s white space among the ASCII characters (Py_UNICODE_ISSPACE). */
 static unsigned char is_space[128];
+static unsigned char is_space1[256]; /* \s among the Latin-1 characters */
 /* text._PUNCT: stripped from both ends of a word. */
 static const char PUNCT[] = "\"'.,;:!?()[]{}<>*`~|^_=+-/\\#&";
 static unsigned char is_punct[128];
@@ -392,16 +393,29 @@ hash_one(PyObject *module, PyObject *token)
 #define PREFETCH(p) ((void)0)
 #endif
 
+/* Whether s[0:n] is all ASCII. */
+static inline int
+all_ascii(const Py_UCS1 *s, Py_ssize_t n)
+{
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (s[i] >= 128) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
 /* ------------------------------------------------------------------ word_hashes
  *
  * word_hashes(text, min_len, max_len, out) -> int, or None: the stable hashes of the
- * tokens word_tokens gives for an ASCII str, in order, appended to the bytearray `out` as
- * native uint64; returns how many. The same values as hash_lists over those tokens,
- * without making a str of the common word (one kept as it is): its str hash is computed
- * on its bytes (the function str.__hash__ runs on an ASCII str's bytes) and looked up in
- * the table, a block of words at a time with their slots fetched ahead as hash_lists
- * does; a str is made only on a miss, and for the odd words (long, or with an '@').
- * None for a str that is not ASCII (the caller makes its tokens). */
+ * tokens word_tokens gives for a Latin-1 str (one byte per character), in order, appended
+ * to the bytearray `out` as native uint64; returns how many. The same values as
+ * hash_lists over those tokens, without making a str of the common word (one kept as it
+ * is, all ASCII): its str hash is computed on its bytes (the function str.__hash__ runs
+ * on a one-byte str's bytes) and looked up in the table, a block of words at a time with
+ * their slots fetched ahead as hash_lists does; a str is made only on a miss, and for
+ * the odd words (long, with an '@' or with characters beyond ASCII). None for other
+ * text (the caller makes its tokens). */
 static PyObject *
 word_hashes(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -424,16 +438,18 @@ word_hashes(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         PyErr_SetString(PyExc_ValueError, "word_hashes: min_len must be at least 1");
         return NULL;
     }
-    if (!PyUnicode_IS_ASCII(text)) {
+    if (PyUnicode_KIND(text) != PyUnicode_1BYTE_KIND) {
         Py_RETURN_NONE;
     }
     const Py_UCS1 *s = PyUnicode_1BYTE_DATA(text);
+    int ascii = PyUnicode_IS_ASCII(text);
     Py_ssize_t len = PyUnicode_GET_LENGTH(text), i = 0, count = 0;
     Py_ssize_t before = PyByteArray_GET_SIZE(out);
     /* room for every token: a word and the white space after it take two characters at
-     * least, and a word gives at most two tokens (an odd ASCII word gives one) */
+     * least, and a word gives at most two tokens (the second, 8bit%, for a word with a
+     * character beyond ASCII, which takes one more) */
     Py_ssize_t most = len / 2 + 1;
-    if (most > (PY_SSIZE_T_MAX - before) / 8 || PyByteArray_Resize(out, before + 8 * most) < 0) {
+    if (most > (PY_SSIZE_T_MAX - before) / 16 || PyByteArray_Resize(out, before + 16 * most) < 0) {
         return PyErr_Occurred() ? NULL : PyErr_NoMemory();
     }
     PyObject *odd = NULL;
@@ -442,18 +458,20 @@ word_hashes(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     while (i < len) {
         int b = 0;
         while (b < HASH_BLOCK && i < len) {  /* the next block of words */
-            while (i < len && is_space[s[i]]) {
+            while (i < len && is_space1[s[i]]) {
                 i++;
             }
             Py_ssize_t start = i;
-            while (i < len && !is_space[s[i]]) {
+            int high = 0;
+            while (i < len && !is_space1[s[i]]) {
+                high |= s[i] >= 128;
                 i++;
             }
             Py_ssize_t end = i;
-            while (start < end && is_punct[s[start]]) {
+            while (start < end && s[start] < 128 && is_punct[s[start]]) {
                 start++;
             }
-            while (end > start && is_punct[s[end - 1]]) {
+            while (end > start && s[end - 1] < 128 && is_punct[s[end - 1]]) {
                 end--;
             }
             Py_ssize_t n = end - start;
@@ -462,7 +480,8 @@ word_hashes(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
             }
             w_start[b] = start;
             w_end[b] = end;
-            if (n > max_len || memchr(s + start, '@', (size_t)n) != NULL) {
+            if (n > max_len || memchr(s + start, '@', (size_t)n) != NULL ||
+                    (high && !ascii && !all_ascii(s + start, n))) {
                 w_hash[b] = -1;  /* an odd word (no str hash is -1) */
             }
             else {
@@ -914,7 +933,6 @@ text_counts(PyObject *self, PyObject *text)
  * an ASCII letter or digit, then letters, digits, '.' and '-'. The caller has checked
  * that the text holds "://", "www." or "WWW." (WordRules.urls looks no further otherwise). */
 static unsigned char is_word1[256];  /* \w among the Latin-1 characters */
-static unsigned char is_space1[256]; /* \s among the Latin-1 characters */
 static unsigned char url_stop[256];  /* what ends a URL: \s and "'<>()[]{} */
 static unsigned char url_user_stop[256];  /* what ends a URL's user part: \s and /?#@ */
 static unsigned char link_user_stop[256]; /* what ends a link's user part: \s, /?#@ and "'> */

@@ -62,7 +62,7 @@ def _load_word_tokens():
 #: ``word_tokens(text, min_len, max_len, out)``, see :func:`_load_word_tokens`.
 _word_tokens = _load_word_tokens()
 #: ``word_hashes(text, min_len, max_len, out)`` of the C module (the stable hashes of the
-#: word tokens of ASCII text, no str made of a common word), or None.
+#: word tokens of Latin-1 text, no str made of a common word), or None.
 _word_hashes = getattr(speedups(), "word_hashes", None)
 #: Whether the word rules run in C.
 SPEEDUPS = _word_tokens is not None
@@ -218,7 +218,7 @@ class WordRules:
 
     def hash_words(self, text: str, out: list[str], hashes: bytearray) -> None:
         """:meth:`words` without a limit, for a caller that only hashes the tokens: the C
-        module appends the stable hashes of the word tokens of ASCII text to ``hashes``
+        module appends the stable hashes of the word tokens of Latin-1 text to ``hashes``
         (uint64, what :func:`~streamnb.features.hashing.token_hashes` gives for them) without
         making each token a str; other text (and bigrams, or no C module) appends the
         tokens to ``out``. Either way the same tokens are hashed, in their order.
