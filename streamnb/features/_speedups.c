@@ -1070,6 +1070,20 @@ latin1_text_and_list(PyObject *const *args, Py_ssize_t nargs, const char *usage,
     return 1;
 }
 
+/* Whether the k bytes of `needle` occur in p[0:n] (k >= 1). */
+static int
+contains_bytes(const Py_UCS1 *p, Py_ssize_t n, const char *needle, Py_ssize_t k)
+{
+    const Py_UCS1 *end = p + n, *at = p;
+    while (end - at >= k && (at = memchr(at, needle[0], (size_t)(end - at - k + 1))) != NULL) {
+        if (memcmp(at, needle, (size_t)k) == 0) {
+            return 1;
+        }
+        at++;
+    }
+    return 0;
+}
+
 static PyObject *
 url_scan(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -1083,6 +1097,12 @@ url_scan(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         Py_RETURN_NONE;
     }
     PyObject *text = args[0], *out = args[1];
+    /* WordRules.urls' first test: without "://", "www." or "WWW." the text is kept as is */
+    if (!contains_bytes(p, n, "://", 3) && !contains_bytes(p, n, "www.", 4) &&
+            !contains_bytes(p, n, "WWW.", 4)) {
+        Py_INCREF(text);
+        return text;
+    }
     Py_UCS1 *buf = NULL; /* the text with its URLs replaced by spaces, once one is found */
     Py_ssize_t used = 0;
     for (Py_ssize_t i = 0; i < n; i++) {

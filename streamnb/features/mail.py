@@ -564,9 +564,12 @@ class MailTokenizer:
             return tuple(out)
         if name == "content-type":
             return ("content-type:" + text.split(";", 1)[0].strip().lower()[:60],)
-        # Words between separator runs, joined by one space: the runs become spaces.
+        # Words between separator runs, joined by one space: the runs become spaces (every
+        # '.', ':' and '/' with them, so no URL is left for the URL rule: the word rules only).
         prefix = name + ":"
-        return tuple([prefix + t for t in self.rules.tokens(_SUBJECT_SPLIT.sub(" ", text).strip(" "))])
+        words: list[str] = []
+        self.rules.words(_SUBJECT_SPLIT.sub(" ", text).strip(" "), words)
+        return tuple([prefix + t for t in words])
 
     def _enter_part(self, a: MailAnalysis) -> bool:
         """Count one more MIME part; False past the token or part limits (then skip it)."""

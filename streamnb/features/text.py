@@ -154,10 +154,10 @@ class WordRules:
 
     def urls(self, text: str, out: list[str]) -> str:
         """Append URL tokens to ``out``; return the text with the URLs blanked out."""
+        if _url_scan is not None and (scanned := _url_scan(text, out)) is not None:
+            return scanned  # (Latin-1 text: the same rule in C, the test below first)
         if "://" not in text and "www." not in text and "WWW." not in text:
             return text
-        if _url_scan is not None and (scanned := _url_scan(text, out)) is not None:
-            return scanned  # (Latin-1 text: the same rule in C)
         starts = _url_starts(text)
         if starts is None:  # many candidates (or an odd lower-casing): one regex pass
             return _URL_SCAN.sub(lambda m: _crack(m, out), text)
