@@ -393,6 +393,23 @@ hash_one(PyObject *module, PyObject *token)
 #define PREFETCH(p) ((void)0)
 #endif
 
+/* s[0:n] (ASCII) as a str, its upper-case letters lowered (str.lower on ASCII text). */
+static PyObject *
+ascii_lower_str(const Py_UCS1 *s, Py_ssize_t n)
+{
+    PyObject *out = PyUnicode_New(n, 127);
+    if (out != NULL) {
+        Py_UCS1 *q = PyUnicode_1BYTE_DATA(out);
+        for (Py_ssize_t i = 0; i < n; i++) {
+            q[i] = (s[i] >= 'A' && s[i] <= 'Z') ? (Py_UCS1)(s[i] + 32) : s[i];
+        }
+    }
+    return out;
+}
+
+/* "lower" (interned at import, with the other names the functions below call by). */
+static PyObject *S_lower;
+
 /* Whether s[0:n] is all ASCII. */
 static inline int
 all_ascii(const Py_UCS1 *s, Py_ssize_t n)
@@ -415,14 +432,20 @@ all_ascii(const Py_UCS1 *s, Py_ssize_t n)
  * on a one-byte str's bytes) and looked up in the table, a block of words at a time with
  * their slots fetched ahead as hash_lists does; a str is made only on a miss, and for
  * the odd words (long, with an '@' or with characters beyond ASCII). None for other
- * text (the caller makes its tokens). */
+ * text (the caller makes its tokens). With `lower`, the tokens of the text lower-cased
+ * (str.lower, which keeps Latin-1 text Latin-1, one character for one): the common word
+ * lower-cased as it is hashed, the odd ones by str.lower. */
 static PyObject *
 word_hashes(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
     (void)module;
-    if (nargs != 4 || !PyUnicode_Check(args[0]) || !PyByteArray_Check(args[3])) {
-        PyErr_SetString(PyExc_TypeError, "word_hashes(text, min_len, max_len, out): a str, two ints "
-                        "and a bytearray");
+    if ((nargs != 4 && nargs != 5) || !PyUnicode_Check(args[0]) || !PyByteArray_Check(args[3])) {
+        PyErr_SetString(PyExc_TypeError, "word_hashes(text, min_len, max_len, out[, lower]): a str, two "
+                        "ints and a bytearray");
+        return NULL;
+    }
+    int lower = nargs == 5 ? PyObject_IsTrue(args[4]) : 0;
+    if (lower < 0) {
         return NULL;
     }
     if (slots == NULL) {
@@ -455,6 +478,7 @@ word_hashes(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     PyObject *odd = NULL;
     Py_ssize_t w_start[HASH_BLOCK], w_end[HASH_BLOCK];
     Py_hash_t w_hash[HASH_BLOCK];
+    Py_UCS1 lowered[64];  /* a common word, lower-cased (a longer one takes the odd path) */
     while (i < len) {
         int b = 0;
         while (b < HASH_BLOCK && i < len) {  /* the next block of words */
@@ -481,11 +505,18 @@ word_hashes(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
             w_start[b] = start;
             w_end[b] = end;
             if (n > max_len || memchr(s + start, '@', (size_t)n) != NULL ||
-                    (high && !ascii && !all_ascii(s + start, n))) {
+                    (high && !ascii && !all_ascii(s + start, n)) || (lower && n > (Py_ssize_t)sizeof lowered)) {
                 w_hash[b] = -1;  /* an odd word (no str hash is -1) */
             }
             else {
-                w_hash[b] = _Py_HashBytes(s + start, n);
+                const Py_UCS1 *word = s + start;
+                if (lower) {
+                    for (Py_ssize_t k = 0; k < n; k++) {
+                        lowered[k] = (word[k] >= 'A' && word[k] <= 'Z') ? (Py_UCS1)(word[k] + 32) : word[k];
+                    }
+                    word = lowered;
+                }
+                w_hash[b] = _Py_HashBytes(word, n);
                 PREFETCH(&slots[(size_t)w_hash[b] & (n_slots - 1)]);
             }
             b++;
@@ -500,7 +531,18 @@ word_hashes(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
                 if (odd == NULL && (odd = PyList_New(0)) == NULL) {
                     goto fail;
                 }
-                if (append_word_tokens(text, PyUnicode_1BYTE_KIND, s, start, w_end[w], max_len, odd) < 0) {
+                if (lower) {  /* the word lower-cased by str.lower, then its tokens */
+                    PyObject *word = PyUnicode_Substring(text, start, w_end[w]);
+                    PyObject *low = word == NULL ? NULL : PyObject_CallMethodNoArgs(word, S_lower);
+                    Py_XDECREF(word);
+                    int rc = low == NULL ? -1 : append_word_tokens(low, PyUnicode_KIND(low), PyUnicode_DATA(low), 0,
+                                                                   PyUnicode_GET_LENGTH(low), max_len, odd);
+                    Py_XDECREF(low);
+                    if (rc < 0) {
+                        goto fail;
+                    }
+                }
+                else if (append_word_tokens(text, PyUnicode_1BYTE_KIND, s, start, w_end[w], max_len, odd) < 0) {
                     goto fail;
                 }
                 for (Py_ssize_t t = 0; t < PyList_GET_SIZE(odd); t++) {
@@ -524,7 +566,8 @@ word_hashes(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
                 dst[count++] = slots[k].value;
                 continue;
             }
-            PyObject *token = ascii_str(s + start, n);  /* a miss: the miss function hashes it */
+            /* a miss: the token as a str, which the miss function hashes */
+            PyObject *token = lower ? ascii_lower_str(s + start, n) : ascii_str(s + start, n);
             uint64_t value;
             int rc = token == NULL ? -1 : cached_hash_of(token, h, &value);
             Py_XDECREF(token);
@@ -1795,15 +1838,7 @@ ascii_lower(PyObject *s)
         Py_INCREF(s);
         return s;
     }
-    PyObject *out = PyUnicode_New(n, 127);
-    if (out == NULL) {
-        return NULL;
-    }
-    Py_UCS1 *q = PyUnicode_1BYTE_DATA(out);
-    for (i = 0; i < n; i++) {
-        q[i] = (p[i] >= 'A' && p[i] <= 'Z') ? (Py_UCS1)(p[i] + 32) : p[i];
-    }
-    return out;
+    return ascii_lower_str(p, n);
 }
 
 static PyObject *
@@ -1877,7 +1912,7 @@ fail:
  * the others go to the C received_tokens) and its bounds. The Python method is the
  * reference (tests/test_speedups.py). */
 static PyObject *S_none_suffix, *S_header_prefix, *S_message_id_prefix, *S_no_domain,
-    *S_comma_space, *S_encoded_word, *S_strip_chars, *S_strip, *S_lower, *S_defect_address,
+    *S_comma_space, *S_encoded_word, *S_strip_chars, *S_strip, *S_defect_address,
     *S_tokens, *S_recipients, *S_received, *S_defects;
 
 /* `cache[key] = value`, emptying the cache first when it holds `size` entries. */
@@ -2531,8 +2566,8 @@ static PyMethodDef methods[] = {
      "hash_lists(lists, out): the cached stable hashes of the tokens of every list, in order, "
      "into out (a writable buffer of as many uint64)."},
     {"word_hashes", (PyCFunction)(void (*)(void))word_hashes, METH_FASTCALL,
-     "word_hashes(text, min_len, max_len, out): the cached stable hashes of word_tokens' tokens "
-     "of an ASCII text, appended to the bytearray out (uint64); how many, or None."},
+     "word_hashes(text, min_len, max_len, out[, lower]): the cached stable hashes of word_tokens' "
+     "tokens of a Latin-1 text (lower-cased), appended to the bytearray out (uint64); how many, or None."},
     {"unique_buckets", (PyCFunction)(void (*)(void))unique_buckets, METH_FASTCALL,
      "unique_buckets(hashes, sizes, bits, out, counts): the sorted distinct buckets of each "
      "list of uint64 hashes, lists end to end, into out (int32); counts[i]: how many for list i."},

@@ -232,9 +232,8 @@ class WordRules:
         True
         """
         if _word_hashes is not None and not self.ngrams and self.min_len >= 1 and \
-                _word_hashes(text.lower() if self.lowercase else text, self.min_len, self.max_len,
-                             hashes) is not None:
-            return
+                _word_hashes(text, self.min_len, self.max_len, hashes, self.lowercase) is not None:
+            return  # (lower-cased word by word in C: str.lower of a whole text costs more)
         self.words(text, out)
 
     def _odd_word(self, w: str) -> str:
