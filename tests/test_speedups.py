@@ -665,6 +665,49 @@ def test_c_header_tokens_hand_worked(monkeypatch):
         speedups.header_tokens(names, index, tokenizer._spec[:5], cache, mail.MailAnalysis())
 
 
+def python_value_tokens(tokenizer: mail.MailTokenizer, name: str, text: str) -> tuple[str, ...]:
+    saved = mail._c_value_words
+    mail._c_value_words = None
+    try:
+        return tokenizer._value_tokens(name, text)
+    finally:
+        mail._c_value_words = saved
+
+
+# Subject pieces: every separator, white space of both kinds, letters of both cases
+# (Latin-1 ones too, whose lower case stays Latin-1), '@', the backtick (stripped from
+# word ends, not a separator), long words and characters beyond Latin-1.
+SUBJECT_PIECES = (list(mail._SUBJECT_SEPARATORS) + [" ", "\t", "\xa0", "\x85", "\x1c", "Re", "FREE", "caf\xe9",
+                  "\xc9T\xc9", "\xdf", "\xff", "@", "`", "a@b.c", "x" * 14, "\u0131", "\u20ac", "9"])
+subject_text = st.lists(st.sampled_from(SUBJECT_PIECES), max_size=30).map("".join)
+
+
+@needs_speedups
+@settings(max_examples=500, deadline=None)
+@given(text=st.one_of(subject_text, st.text(alphabet=st.characters(max_codepoint=255), max_size=40)),
+       lowercase=st.booleans(), lo=st.integers(1, 4))
+def test_c_value_words_equal_the_regex_split(text, lowercase, lo):
+    tokenizer = mail.MailTokenizer(rules=WordRules(lowercase=lowercase, min_len=lo))
+    assert tokenizer._value_tokens("subject", text) == python_value_tokens(tokenizer, "subject", text)
+
+
+@needs_speedups
+def test_c_value_words_hand_worked():
+    args = (3, 12, True, mail._SUBJECT_SEPARATORS)
+    assert speedups.value_words("Re: [list] FREE$$$ caf\xc9-cr\xe8me...now!! `quoted`", "subject:", *args) == (
+        "subject:list", "subject:free$$$", "subject:caf\xe9", "subject:8bit%:30", "subject:cr\xe8me",
+        "subject:8bit%:20", "subject:now", "subject:quoted")
+    assert speedups.value_words("caf\xe9", "subject:", *args) == ("subject:caf\xe9", "subject:8bit%:30")
+    assert speedups.value_words("\u20ac price", "subject:", *args) is None  # beyond Latin-1
+    # every Latin-1 letter lower-cases as str.lower does
+    letters = "".join(chr(c) for c in range(256) if chr(c).isalpha())
+    high = sum(c > "\x7f" for c in letters)  # 65 of 117: 8bit%:60
+    assert speedups.value_words(letters, "", 1, 1000, True, "") == (
+        letters.lower(), f"8bit%:{int(high * 10 / len(letters) + 0.5) * 10}")
+    with pytest.raises(TypeError):
+        speedups.value_words("x", "subject:", 3, 12, True, "\u20ac")
+
+
 @needs_speedups
 def test_c_header_tokens_empty_a_full_memo(monkeypatch):
     """The memo's bound: at its size it is emptied before the next entry, as _remember does."""

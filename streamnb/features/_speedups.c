@@ -223,6 +223,80 @@ word_tokens(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     Py_RETURN_NONE;
 }
 
+/* ------------------------------------------------------------------ value_words
+ *
+ * value_words(text, prefix, min_len, max_len, lower, separators) -> tuple, or None: the
+ * word tokens of a header value after mail._SUBJECT_SPLIT made each run of its
+ * separators (`separators`, ASCII, and white space) one space, each with `prefix` in
+ * front: MailTokenizer._value_tokens' rules for subjects and the like (lower: the text
+ * lower-cased first, which keeps Latin-1 text Latin-1). A run of spaces splits words as
+ * one does, so the separators are simply made spaces here and word_tokens does the rest.
+ * None for text beyond Latin-1 (the caller runs the regex). */
+static unsigned char latin1_lower[256];
+
+static PyObject *
+value_words(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 6 || !PyUnicode_Check(args[0]) || !PyUnicode_Check(args[1]) || !PyUnicode_Check(args[5])
+            || !PyUnicode_IS_ASCII(args[5])) {
+        PyErr_SetString(PyExc_TypeError, "value_words(text, prefix, min_len, max_len, lower, separators): "
+                        "two str, two ints, a bool and an ASCII str");
+        return NULL;
+    }
+    int lower = PyObject_IsTrue(args[4]);
+    if (lower < 0) {
+        return NULL;
+    }
+    PyObject *text = args[0];
+    if (PyUnicode_KIND(text) != PyUnicode_1BYTE_KIND) {
+        Py_RETURN_NONE;
+    }
+    unsigned char sep[128] = {0};
+    const Py_UCS1 *sp = PyUnicode_1BYTE_DATA(args[5]);
+    for (Py_ssize_t k = 0; k < PyUnicode_GET_LENGTH(args[5]); k++) {
+        sep[sp[k]] = 1;
+    }
+    const Py_UCS1 *p = PyUnicode_1BYTE_DATA(text);
+    Py_ssize_t n = PyUnicode_GET_LENGTH(text);
+    Py_UCS1 small[512], *buf = n <= (Py_ssize_t)sizeof small ? small : PyMem_Malloc((size_t)n + 1);
+    if (buf == NULL) {
+        return PyErr_NoMemory();
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        Py_UCS1 c = p[i];
+        buf[i] = (c < 128 && sep[c]) || is_space1[c] ? ' ' : (lower ? latin1_lower[c] : c);
+    }
+    PyObject *spaced = PyUnicode_FromKindAndData(PyUnicode_1BYTE_KIND, buf, n);
+    if (buf != small) {
+        PyMem_Free(buf);
+    }
+    PyObject *words = spaced == NULL ? NULL : PyList_New(0);
+    if (words == NULL) {
+        Py_XDECREF(spaced);
+        return NULL;
+    }
+    PyObject *argv[4] = {spaced, args[2], args[3], words};
+    PyObject *r = word_tokens(module, argv, 4);
+    Py_DECREF(spaced);
+    if (r == NULL) {
+        Py_DECREF(words);
+        return NULL;
+    }
+    Py_DECREF(r);
+    Py_ssize_t count = PyList_GET_SIZE(words);
+    PyObject *out = PyTuple_New(count);
+    for (Py_ssize_t i = 0; out != NULL && i < count; i++) {
+        PyObject *token = PyUnicode_Concat(args[1], PyList_GET_ITEM(words, i));
+        if (token == NULL) {
+            Py_CLEAR(out);
+            break;
+        }
+        PyTuple_SET_ITEM(out, i, token);
+    }
+    Py_DECREF(words);
+    return out;
+}
+
 /* ------------------------------------------------------------------ token hash cache
  *
  * token -> its 64-bit stable hash (keyed BLAKE2b, computed by a Python function on a
@@ -2556,6 +2630,9 @@ static PyMethodDef methods[] = {
     {"word_tokens", (PyCFunction)(void (*)(void))word_tokens, METH_FASTCALL,
      "word_tokens(text, min_len, max_len, out): append the word tokens of text to out "
      "(WordRules.words' rules, see streamnb.features.text)."},
+    {"value_words", (PyCFunction)(void (*)(void))value_words, METH_FASTCALL,
+     "value_words(text, prefix, min_len, max_len, lower, separators): the prefixed word tokens "
+     "of a header value whose separators are made spaces (a tuple), or None beyond Latin-1."},
     {"hash_cache_init", (PyCFunction)(void (*)(void))hash_cache_init, METH_FASTCALL,
      "hash_cache_init(capacity, miss): an empty token hash cache of at most capacity tokens; "
      "miss(token) gives the hash of a token not in it."},
@@ -2631,6 +2708,10 @@ PyInit__speedups(void)
     }
     for (const char *p = PUNCT; *p; p++) {
         is_punct[(unsigned char)*p] = 1;
+    }
+    for (Py_UCS4 c = 0; c < 256; c++) {  /* str.lower keeps a Latin-1 character Latin-1 */
+        Py_UCS4 low = Py_UNICODE_TOLOWER(c);
+        latin1_lower[c] = (unsigned char)(low < 256 ? low : c);
     }
     struct { PyObject **slot; const char *text; } strings[] = {
         {&S_none_suffix, ":none"}, {&S_header_prefix, "header:"},

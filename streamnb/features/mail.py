@@ -107,7 +107,12 @@ _RECEIVED_HOST = re.compile(
     rf"[fFbB](?<!\w.)(?:(?<=[fF])[rR][oO][mM]|(?<=[bB])[yY])\s+([{_ALNUM}][{_ALNUM}.-]*[{_ALNUM}])")
 #: An IPv4 literal: its first three numbers (the /24 network), as written.
 _IPV4 = re.compile(r"\[(\d{1,3}\.\d{1,3}\.\d{1,3})\.\d{1,3}\]")
-_SUBJECT_SPLIT = re.compile(r"[\s.,;:!?()\[\]{}\"'<>*/\\|=+~#&^_-]+")
+#: What separates the words of a subject-like header value, with white space.
+_SUBJECT_SEPARATORS = ".,;:!?()[]{}\"'<>*/\\|=+~#&^_-"
+_SUBJECT_SPLIT = re.compile(rf"[\s{re.escape(_SUBJECT_SEPARATORS)}]+")
+#: ``value_words(text, prefix, min_len, max_len, lower, separators)`` of the C module: the
+#: word tokens of :data:`_SUBJECT_SPLIT`'s text for Latin-1 text, or None.
+_c_value_words = getattr(speedups(), "value_words", None)
 _PARSER = BytesParser(policy=policy.compat32)
 #: Latin-1 byte -> 2 for str.isupper, 1 for the other str.isalpha, 0 for the rest.
 _LATIN1_LETTER_CLASS = bytes(2 if chr(i).isupper() else int(chr(i).isalpha()) for i in range(256))
@@ -567,8 +572,14 @@ class MailTokenizer:
         # Words between separator runs, joined by one space: the runs become spaces (every
         # '.', ':' and '/' with them, so no URL is left for the URL rule: the word rules only).
         prefix = name + ":"
+        rules = self.rules
+        if _c_value_words is not None and not rules.ngrams and rules.min_len >= 1:
+            done = _c_value_words(text, prefix, rules.min_len, rules.max_len, rules.lowercase,
+                                  _SUBJECT_SEPARATORS)
+            if done is not None:  # (Latin-1 text: the same in C)
+                return done
         words: list[str] = []
-        self.rules.words(_SUBJECT_SPLIT.sub(" ", text).strip(" "), words)
+        rules.words(_SUBJECT_SPLIT.sub(" ", text).strip(" "), words)
         return tuple([prefix + t for t in words])
 
     def _enter_part(self, a: MailAnalysis) -> bool:
