@@ -484,6 +484,15 @@ ascii_lower_str(const Py_UCS1 *s, Py_ssize_t n)
 /* "lower" (interned at import, with the other names the functions below call by). */
 static PyObject *S_lower;
 
+/* The str hash of a one-byte str's characters p[0:n], without making the str: what
+ * str.__hash__ computes on its data (CPython hashes a str's bytes as they are stored).
+ * Python 3.14 names the function Py_HashBuffer; 3.11-3.13 export it as _Py_HashBytes. */
+#if PY_VERSION_HEX >= 0x030E0000
+#define STR_HASH_OF_BYTES(p, n) Py_HashBuffer((p), (n))
+#else
+#define STR_HASH_OF_BYTES(p, n) _Py_HashBytes((p), (n))
+#endif
+
 /* Whether s[0:n] is all ASCII. */
 static inline int
 all_ascii(const Py_UCS1 *s, Py_ssize_t n)
@@ -590,7 +599,7 @@ word_hashes(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
                     }
                     word = lowered;
                 }
-                w_hash[b] = _Py_HashBytes(word, n);
+                w_hash[b] = STR_HASH_OF_BYTES(word, n);
                 PREFETCH(&slots[(size_t)w_hash[b] & (n_slots - 1)]);
             }
             b++;
