@@ -2008,6 +2008,27 @@ remember(PyObject *cache, PyObject *key, PyObject *value, Py_ssize_t size)
     return PyDict_SetItem(cache, key, value);
 }
 
+/* cache[key], or fn(arg1[, arg2]) remembered there under key when the value it is made
+ * of is at most cached_chars long (a new reference; NULL with an exception set). */
+static PyObject *
+memo(PyObject *cache, PyObject *key, Py_ssize_t length, Py_ssize_t cached_chars, Py_ssize_t cache_size,
+     PyObject *fn, PyObject *arg1, PyObject *arg2)
+{
+    PyObject *hit = PyDict_GetItemWithError(cache, key);
+    if (hit != NULL) {
+        Py_INCREF(hit);
+        return hit;
+    }
+    if (PyErr_Occurred()) {
+        return NULL;
+    }
+    hit = arg2 == NULL ? PyObject_CallOneArg(fn, arg1) : PyObject_CallFunctionObjArgs(fn, arg1, arg2, NULL);
+    if (hit != NULL && length <= cached_chars && remember(cache, key, hit, cache_size) < 0) {
+        Py_CLEAR(hit);
+    }
+    return hit;
+}
+
 static int
 name_is(PyObject *name, const char *s)
 {
@@ -2175,24 +2196,12 @@ recipient_count(PyObject *values, Py_ssize_t cap, PyObject *cache, Py_ssize_t ca
     if (joined == NULL) {
         return -2;
     }
-    PyObject *count = PyDict_GetItemWithError(cache, joined);
-    if (count != NULL) {
-        Py_INCREF(count);
-    }
-    else if (PyErr_Occurred()) {
-        Py_DECREF(joined);
+    PyObject *count = memo(cache, joined, PyUnicode_GET_LENGTH(joined), cached_chars, cache_size,
+                           address_count, joined, NULL);
+    Py_DECREF(joined);
+    if (count == NULL) {
         return -2;
     }
-    else {
-        count = PyObject_CallOneArg(address_count, joined);
-        if (count == NULL ||
-            (PyUnicode_GET_LENGTH(joined) <= cached_chars && remember(cache, joined, count, cache_size) < 0)) {
-            Py_XDECREF(count);
-            Py_DECREF(joined);
-            return -2;
-        }
-    }
-    Py_DECREF(joined);
     Py_ssize_t c = PyLong_AsSsize_t(count);
     Py_DECREF(count);
     if (c == -1 && PyErr_Occurred()) {
@@ -2212,24 +2221,12 @@ memo_value_tokens(PyObject *name, PyObject *text, PyObject *cache, Py_ssize_t ca
     if (key == NULL) {
         return -1;
     }
-    PyObject *hit = PyDict_GetItemWithError(cache, key);
-    if (hit != NULL) {
-        Py_INCREF(hit);
-    }
-    else if (PyErr_Occurred()) {
-        Py_DECREF(key);
+    PyObject *hit = memo(cache, key, PyUnicode_GET_LENGTH(text), cached_chars, cache_size, value_tokens,
+                         name, text);
+    Py_DECREF(key);
+    if (hit == NULL) {
         return -1;
     }
-    else {
-        hit = PyObject_CallFunctionObjArgs(value_tokens, name, text, NULL);
-        if (hit == NULL ||
-            (PyUnicode_GET_LENGTH(text) <= cached_chars && remember(cache, key, hit, cache_size) < 0)) {
-            Py_XDECREF(hit);
-            Py_DECREF(key);
-            return -1;
-        }
-    }
-    Py_DECREF(key);
     PyObject *seq = PySequence_Fast(hit, "header_tokens: value_tokens must return a sequence");
     int rc = seq == NULL ? -1 : 0;
     for (Py_ssize_t i = 0; rc == 0 && i < PySequence_Fast_GET_SIZE(seq); i++) {
