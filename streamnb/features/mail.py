@@ -57,7 +57,7 @@ from streamnb.codec import DEFAULT_LIMITS, Limits
 from streamnb.features._accel import speedups
 from streamnb.features.markup import strip_html
 from streamnb.features.mime import Part, Unsupported, parse_message
-from streamnb.features.text import _ALNUM, WordRules, host_tokens_cached
+from streamnb.features.text import _ALNUM, WordRules, _word_tokens, host_tokens_cached
 
 __all__ = [
     "DEFAULT_HEADERS",
@@ -111,8 +111,9 @@ _IPV4 = re.compile(r"\[(\d{1,3}\.\d{1,3}\.\d{1,3})\.\d{1,3}\]")
 _SUBJECT_SEPARATORS = ".,;:!?()[]{}\"'<>*/\\|=+~#&^_-"
 _SUBJECT_SPLIT = re.compile(rf"[\s{re.escape(_SUBJECT_SEPARATORS)}]+")
 #: ``value_words(text, prefix, min_len, max_len, lower, separators)`` of the C module: the
-#: word tokens of :data:`_SUBJECT_SPLIT`'s text for Latin-1 text, or None.
-_c_value_words = getattr(speedups(), "value_words", None)
+#: word tokens of :data:`_SUBJECT_SPLIT`'s text for Latin-1 text, or None; only with the
+#: C word rules (the same punctuation).
+_c_value_words = getattr(speedups(), "value_words", None) if _word_tokens is not None else None
 _PARSER = BytesParser(policy=policy.compat32)
 #: Latin-1 byte -> 2 for str.isupper, 1 for the other str.isalpha, 0 for the rest.
 _LATIN1_LETTER_CLASS = bytes(2 if chr(i).isupper() else int(chr(i).isalpha()) for i in range(256))

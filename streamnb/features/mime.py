@@ -26,7 +26,8 @@ What it does not reproduce raises :class:`Unsupported`, and the caller uses the 
 library instead: a lone carriage return (the standard parser ends lines there), nested
 ``message/*`` parts, ``multipart/digest``, uuencoded payloads, RFC 2231 parameters and
 backslashes in parameters, a boundary folded onto a second line, an mbox ``From `` line
-closing a header block, MIME nesting at the depth limit. Every search is a single forward regex scan: linear in the input.
+closing a header block, MIME nesting at the depth limit. Every search is a single forward
+regex scan: linear in the input.
 
 >>> part = parse_part(b"From x  Mon\\nSubject: hi\\n\\tthere\\nContent-Type: text/plain; charset=\\"UTF-8\\"\\n\\nbody\\n")
 >>> part.headers

@@ -61,9 +61,10 @@ def _load_word_tokens():
 
 #: ``word_tokens(text, min_len, max_len, out)``, see :func:`_load_word_tokens`.
 _word_tokens = _load_word_tokens()
-#: ``word_hashes(text, min_len, max_len, out)`` of the C module (the stable hashes of the
-#: word tokens of Latin-1 text, no str made of a common word), or None.
-_word_hashes = getattr(speedups(), "word_hashes", None)
+#: ``word_hashes(text, min_len, max_len, out[, lower])`` of the C module (the stable hashes
+#: of the word tokens of Latin-1 text, no str made of a common word), or None; only with
+#: the C word rules (the same punctuation).
+_word_hashes = getattr(speedups(), "word_hashes", None) if _word_tokens is not None else None
 #: Whether the word rules run in C.
 SPEEDUPS = _word_tokens is not None
 #: ``url_scan(text, out)``: :meth:`WordRules.urls` in C on Latin-1 text (None for other
