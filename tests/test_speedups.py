@@ -665,6 +665,65 @@ def test_c_header_tokens_hand_worked(monkeypatch):
         speedups.header_tokens(names, index, tokenizer._spec[:5], cache, mail.MailAnalysis())
 
 
+def python_addresses(field: str) -> list[tuple[str, str]] | None:
+    saved = mail._c_addresses
+    mail._c_addresses = None
+    try:
+        return mail._address_matches(field)
+    finally:
+        mail._c_addresses = saved
+
+
+# Address-list pieces: atoms (with dots, Latin-1 letters, characters no rule names), quoted
+# words (with a backslash or a carriage return inside, unterminated), <, >, @, commas,
+# comments, every kind of white space the rules name and some they do not, groups.
+ADDRESS_PIECES = ["a", "Bob", "x.y", "caf\xe9", "\x0b", "\xa0", "@", "b.org", '"Doe, J."', '"q\\x"', '"r\rs"',
+                  '"', "<", ">", ",", " ", "  ", "\t", "\r\n", "\n", "(Carol)", "(", ")", "(x\\y)", "()", ":", ";",
+                  "[", "]", "\\", "g:", "\x00", "\u0131"]
+address_text = st.lists(st.sampled_from(ADDRESS_PIECES), max_size=24).map("".join)
+# ... and address lists made of the rules' own parts, each part drawn with its edges:
+# blanks of each kind around them, quoted words with a backslash or a carriage return,
+# comments with them, separators other than a comma, junk after an address.
+_blank = st.sampled_from(["", " ", "  ", "\t", "\r\n", "\n", "\x0b"])
+_word = st.sampled_from(["Bob", "x.y", "caf\xe9", '"Doe, J."', '"q\\x"', '"r\rs"', '""', "a@b", '"'])
+_spec = st.sampled_from(["a@b.c", "x@y", "a.b@c.d", "@b", "a@", "a b@c", "\xe9@x"])
+_comment = st.sampled_from(["", "(Carol)", "()", "(x\\y)", "(r\rs)", "(a(b))", "(n\nl)"])
+_routed = st.tuples(_blank, st.lists(_word, max_size=3), _blank, _blank, _spec, _blank).map(
+    lambda t: t[0] + " ".join(t[1]) + t[2] + "<" + t[3] + t[4] + t[5] + ">")
+_bare = st.tuples(_blank, _spec, st.sampled_from(["", " ", "\t", "\n"]), _comment).map(
+    lambda t: t[0] + t[1] + (t[2] + t[3] if t[3] else ""))
+_entry = st.tuples(st.one_of(_routed, _bare), _blank, st.sampled_from([",", ",", ";", "", " x", ",,"])).map(
+    lambda t: t[0] + t[1] + t[2])
+address_lists = st.lists(_entry, max_size=4).map("".join)
+
+
+@needs_speedups
+@settings(max_examples=2000, deadline=None)
+@given(field=st.one_of(address_text, address_lists))
+def test_c_addresses_equal_the_regex_loop(field):
+    got = speedups.addresses(field)
+    if max(map(ord, field), default=0) > 255:
+        assert got is None
+    else:
+        assert (None if got is False else got) == python_addresses(field)
+
+
+@needs_speedups
+def test_c_addresses_hand_worked():
+    field = '"Doe, J." <j@x.org>, Bob  Smith <b@y.org>, c@z.org (Carol),d@e.f'
+    assert speedups.addresses(field) == [("Doe, J.", "j@x.org"), ("Bob Smith", "b@y.org"), ("Carol", "c@z.org"),
+                                         ("", "d@e.f")]
+    assert speedups.addresses("a@b <c@d>") is False and speedups.addresses("bad <x>") is False
+    # the edges of each part: a backslash in a quoted word or a comment, a line break
+    # before '>', a separator other than a comma, an empty quoted word in a phrase
+    for field in ('"q\\x" <a@b.c>', "a@b.c (x\\y)", "<a@b.c\r\n>", "a@b.c; d@e.f"):
+        assert speedups.addresses(field) is False and python_addresses(field) is None
+    assert speedups.addresses('"" Bob <a@b.c>') == [(" Bob", "a@b.c")] == python_addresses('"" Bob <a@b.c>')
+    assert speedups.addresses("") == [] and speedups.addresses("\u0131 <a@b>") is None
+    with pytest.raises(TypeError):
+        speedups.addresses(b"a@b")
+
+
 def python_value_tokens(tokenizer: mail.MailTokenizer, name: str, text: str) -> tuple[str, ...]:
     saved = mail._c_value_words
     mail._c_value_words = None

@@ -34,6 +34,7 @@ TOKENIZER_STEPS = (
     ("streamnb.features.mime", "_c_plain_headers"),
     ("streamnb.features.mail", "_c_header_tokens"),
     ("streamnb.features.mail", "_c_value_words"),
+    ("streamnb.features.mail", "_c_addresses"),
 )
 
 

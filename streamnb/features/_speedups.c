@@ -18,8 +18,9 @@
  *    5 and the tokens of 7 in one call, at the end), and
  * 13. the header stage of the mail tokenizer: mime._header_block_end and
  *    mime._plain_headers on the raw bytes (header_block_end, plain_headers, around
- *    header_fields), mime.Part's names and index (header_index) and
- *    MailTokenizer._headers (header_tokens), after 8.
+ *    header_fields), mime.Part's names and index (header_index),
+ *    MailTokenizer._headers (header_tokens) and the address lists of mail._getaddresses
+ *    (addresses), after 8.
  *
  * word_tokens(text, min_len, max_len, out) appends to the list `out`
  * exactly the tokens that WordRules.words' list comprehensions give for `text` (already
@@ -2398,6 +2399,224 @@ fail:
     return NULL;
 }
 
+/* ------------------------------------------------------------------ addresses
+ *
+ * addresses(field) -> list of (display name, address), False, or None: mail._getaddresses'
+ * loop of mail._ADDRESS matches on a Latin-1 str (its reference), where
+ *
+ *   ATOM   [^()<>@,:;"\[\]\\ \t\r\n]+     QUOTED  "[^"\\\r]*"      WS  [ \t\r\n]
+ *   WS* ( ((QUOTED|ATOM)(WS+ (QUOTED|ATOM))*) WS* )? < WS* (ATOM@ATOM) [ \t]* >
+ *       | (ATOM@ATOM) ([ \t]* \( ([^()\\\r]*) \))?
+ *   WS* (, | end)
+ *
+ * Every repetition there can only succeed at its longest (what may follow each one cannot
+ * start it), so one forward scan decides each match. False where a match fails (the caller
+ * asks email.utils.getaddresses), None for text beyond Latin-1 (the caller runs the regex). */
+static unsigned char is_atom1[256];
+
+static inline int
+is_ws(Py_UCS1 c)
+{
+    return c == ' ' || c == '\t' || c == '\r' || c == '\n';
+}
+
+/* The end of the longest ATOM at p[i] (i if none). */
+static inline Py_ssize_t
+atom_end(const Py_UCS1 *p, Py_ssize_t n, Py_ssize_t i)
+{
+    while (i < n && is_atom1[p[i]]) {
+        i++;
+    }
+    return i;
+}
+
+/* The end of a phrase word (QUOTED or ATOM) at p[i], or -1. */
+static Py_ssize_t
+phrase_word_end(const Py_UCS1 *p, Py_ssize_t n, Py_ssize_t i)
+{
+    if (i < n && p[i] == '"') {
+        for (Py_ssize_t j = i + 1; j < n; j++) {
+            if (p[j] == '"') {
+                return j + 1;
+            }
+            if (p[j] == '\\' || p[j] == '\r') {
+                return -1;
+            }
+        }
+        return -1;
+    }
+    Py_ssize_t j = atom_end(p, n, i);
+    return j > i ? j : -1;
+}
+
+/* The end of ATOM@ATOM at p[i], or -1. */
+static Py_ssize_t
+addr_spec_end(const Py_UCS1 *p, Py_ssize_t n, Py_ssize_t i)
+{
+    Py_ssize_t j = atom_end(p, n, i);
+    if (j == i || j >= n || p[j] != '@') {
+        return -1;
+    }
+    Py_ssize_t k = atom_end(p, n, j + 1);
+    return k > j + 1 ? k : -1;
+}
+
+/* After a match's address: WS* then ',' or the end; the position after it, or -1. */
+static Py_ssize_t
+list_sep_end(const Py_UCS1 *p, Py_ssize_t n, Py_ssize_t i)
+{
+    while (i < n && is_ws(p[i])) {
+        i++;
+    }
+    if (i == n) {
+        return n;
+    }
+    return p[i] == ',' ? i + 1 : -1;
+}
+
+/* The display name of a phrase p[from:to] (its words, quotes taken off, joined by one
+ * space), a new str. */
+static PyObject *
+phrase_name(const Py_UCS1 *p, Py_ssize_t from, Py_ssize_t to)
+{
+    Py_UCS1 *buf = PyMem_Malloc((size_t)(to - from) + 1);
+    if (buf == NULL) {
+        return PyErr_NoMemory();
+    }
+    Py_ssize_t used = 0, i = from, words = 0;
+    while (i < to) {
+        while (i < to && is_ws(p[i])) {
+            i++;
+        }
+        if (i >= to) {
+            break;
+        }
+        Py_ssize_t end = phrase_word_end(p, to, i);
+        if (words++ > 0) {  /* (after an empty quoted word too: "" Bob is " Bob") */
+            buf[used++] = ' ';
+        }
+        Py_ssize_t a = i, b = end;
+        if (p[i] == '"') {
+            a++, b--;
+        }
+        memcpy(buf + used, p + a, (size_t)(b - a));
+        used += b - a;
+        i = end;
+    }
+    PyObject *name = PyUnicode_FromKindAndData(PyUnicode_1BYTE_KIND, buf, used);
+    PyMem_Free(buf);
+    return name;
+}
+
+static PyObject *
+addresses(PyObject *self, PyObject *field)
+{
+    (void)self;
+    if (!PyUnicode_Check(field)) {
+        PyErr_SetString(PyExc_TypeError, "addresses(field): field must be a str");
+        return NULL;
+    }
+    if (PyUnicode_KIND(field) != PyUnicode_1BYTE_KIND) {
+        Py_RETURN_NONE;
+    }
+    const Py_UCS1 *p = PyUnicode_1BYTE_DATA(field);
+    Py_ssize_t n = PyUnicode_GET_LENGTH(field), pos = 0;
+    PyObject *pairs = PyList_New(0);
+    if (pairs == NULL) {
+        return NULL;
+    }
+    while (pos < n) {
+        Py_ssize_t i = pos;
+        while (i < n && is_ws(p[i])) {
+            i++;
+        }
+        PyObject *pair = NULL;
+        Py_ssize_t next = -1;
+        /* the first alternative: an optional phrase, then <ATOM@ATOM> */
+        Py_ssize_t phrase_to = i, j = i, w = phrase_word_end(p, n, i);
+        if (w > 0) {
+            phrase_to = w;
+            for (;;) {  /* (WS+ word)*, at its longest */
+                Py_ssize_t k = phrase_to;
+                while (k < n && is_ws(p[k])) {
+                    k++;
+                }
+                Py_ssize_t e = k > phrase_to ? phrase_word_end(p, n, k) : -1;
+                if (e < 0) {
+                    break;
+                }
+                phrase_to = e;
+            }
+            j = phrase_to;
+            while (j < n && is_ws(p[j])) {
+                j++;
+            }
+        }
+        if (j < n && p[j] == '<') {
+            Py_ssize_t a = j + 1;
+            while (a < n && is_ws(p[a])) {
+                a++;
+            }
+            Py_ssize_t a_end = addr_spec_end(p, n, a), k = a_end;
+            while (k >= 0 && k < n && (p[k] == ' ' || p[k] == '\t')) {
+                k++;
+            }
+            if (a_end > 0 && k < n && p[k] == '>' && (next = list_sep_end(p, n, k + 1)) >= 0) {
+                PyObject *name = phrase_to > i ? phrase_name(p, i, phrase_to) : PyUnicode_New(0, 127);
+                PyObject *addr = name == NULL ? NULL : PyUnicode_FromKindAndData(PyUnicode_1BYTE_KIND, p + a,
+                                                                                   a_end - a);
+                pair = addr == NULL ? NULL : PyTuple_Pack(2, name, addr);
+                Py_XDECREF(name);
+                Py_XDECREF(addr);
+                if (pair == NULL) {
+                    Py_DECREF(pairs);
+                    return NULL;
+                }
+            }
+        }
+        if (pair == NULL) {  /* the second alternative: ATOM@ATOM, an optional (comment) */
+            Py_ssize_t a_end = addr_spec_end(p, n, i);
+            if (a_end < 0) {
+                Py_DECREF(pairs);
+                Py_RETURN_FALSE;
+            }
+            Py_ssize_t c = a_end, c_from = -1, c_to = -1;
+            while (c < n && (p[c] == ' ' || p[c] == '\t')) {
+                c++;
+            }
+            if (c < n && p[c] == '(') {
+                Py_ssize_t d = c + 1;
+                while (d < n && p[d] != '(' && p[d] != ')' && p[d] != '\\' && p[d] != '\r') {
+                    d++;
+                }
+                if (d < n && p[d] == ')' && (next = list_sep_end(p, n, d + 1)) >= 0) {
+                    c_from = c + 1, c_to = d;
+                }
+            }
+            if (c_from < 0 && (next = list_sep_end(p, n, a_end)) < 0) {
+                Py_DECREF(pairs);
+                Py_RETURN_FALSE;
+            }
+            PyObject *name = c_from >= 0 ? PyUnicode_FromKindAndData(PyUnicode_1BYTE_KIND, p + c_from, c_to - c_from)
+                                         : PyUnicode_New(0, 127);
+            PyObject *addr = name == NULL ? NULL : PyUnicode_FromKindAndData(PyUnicode_1BYTE_KIND, p + i, a_end - i);
+            pair = addr == NULL ? NULL : PyTuple_Pack(2, name, addr);
+            Py_XDECREF(name);
+            Py_XDECREF(addr);
+            if (pair == NULL) {
+                Py_DECREF(pairs);
+                return NULL;
+            }
+        }
+        if (append_new(pairs, pair) < 0) {
+            Py_DECREF(pairs);
+            return NULL;
+        }
+        pos = next;
+    }
+    return pairs;
+}
+
 /* ------------------------------------------------------------------ the passes of strip_html
  *
  * clean_passes: the first three passes of markup.strip_html, one after the other, on
@@ -2672,6 +2891,9 @@ static PyMethodDef methods[] = {
     {"header_fields", (PyCFunction)(void (*)(void))header_fields, METH_FASTCALL,
      "header_fields(text, strip_crlf): the (name, value) pairs of mime._FIELD_START.split(text) "
      "for ASCII text; None for other text."},
+    {"addresses", addresses, METH_O,
+     "addresses(field): mail._getaddresses' (display name, address) pairs of a Latin-1 address "
+     "list; False where its regex fails, None beyond Latin-1."},
     {"header_block_end", (PyCFunction)(void (*)(void))header_block_end, METH_FASTCALL,
      "header_block_end(buf, start, end): where the header block of the bytes buf[start:end] "
      "ends (mime._header_block_end)."},
@@ -2714,6 +2936,9 @@ PyInit__speedups(void)
     }
     for (const char *p = PUNCT; *p; p++) {
         is_punct[(unsigned char)*p] = 1;
+    }
+    for (int c = 0; c < 256; c++) {  /* mail._ATOM */
+        is_atom1[c] = c >= 128 || strchr("()<>@,:;\"[]\\ \t\r\n", c) == NULL || c == 0;
     }
     for (Py_UCS4 c = 0; c < 256; c++) {  /* str.lower keeps a Latin-1 character Latin-1 */
         Py_UCS4 low = Py_UNICODE_TOLOWER(c);

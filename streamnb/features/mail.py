@@ -168,19 +168,34 @@ _ADDRESS = re.compile(
 )
 
 
+#: ``addresses(field)`` of the C module: :func:`_address_matches` for Latin-1 text (False
+#: where a match fails, None for other text), or None.
+_c_addresses = getattr(speedups(), "addresses", None)
+
+
 def _getaddresses(field: str) -> list[tuple[str, str]]:
     """``email.utils.getaddresses([field])``: (display name, address) pairs.
 
     >>> _getaddresses('"Doe, J." <j@x.org>, Bob  Smith <b@y.org>, c@z.org (Carol)')
     [('Doe, J.', 'j@x.org'), ('Bob Smith', 'b@y.org'), ('Carol', 'c@z.org')]
     """
+    pairs = _address_matches(field)
+    return email.utils.getaddresses([field]) if pairs is None else pairs
+
+
+def _address_matches(field: str) -> list[tuple[str, str]] | None:
+    """The pairs of the common forms, one :data:`_ADDRESS` match after the other, or None
+    where one fails (C ``addresses`` for Latin-1 text when built; this loop is its
+    reference)."""
+    if _c_addresses is not None and (got := _c_addresses(field)) is not None:
+        return None if got is False else got
     pairs = []
     pos, end = 0, len(field)
     match = _ADDRESS.match
     while pos < end:
         m = match(field, pos)
         if m is None:
-            return email.utils.getaddresses([field])
+            return None
         phrase, routed, bare, comment = m.groups()
         if routed is not None:
             name = " ".join([w[1:-1] if w[0] == '"' else w for w in _PHRASE_WORD.findall(phrase)]) if phrase else ""
