@@ -18,6 +18,7 @@ import csv
 import os
 import string
 import sys
+from contextlib import contextmanager
 
 import numpy as np
 import pytest
@@ -53,15 +54,22 @@ needs_speedups = pytest.mark.skipif(not text_rules.SPEEDUPS,
                                     reason="streamnb.features._speedups is not built")
 
 
-def python_words(rules: WordRules, text: str, limit: int | None = None) -> list[str]:
-    saved = text_rules._word_tokens
-    text_rules._word_tokens = None
+@contextmanager
+def c_step_off(module, attribute: str):
+    """The C step ``module.attribute`` switched off in the block: its Python reference runs."""
+    saved = getattr(module, attribute)
+    setattr(module, attribute, None)
     try:
-        out: list[str] = []
-        rules.words(text, out, limit)
-        return out
+        yield
     finally:
-        text_rules._word_tokens = saved
+        setattr(module, attribute, saved)
+
+
+def python_words(rules: WordRules, text: str, limit: int | None = None) -> list[str]:
+    out: list[str] = []
+    with c_step_off(text_rules, "_word_tokens"):
+        rules.words(text, out, limit)
+    return out
 
 
 def c_words(rules: WordRules, text: str, limit: int | None = None) -> list[str]:
@@ -219,13 +227,9 @@ def test_corpus_tokens_equal_with_and_without_the_c_steps(corpus_dir):
 
 
 def python_urls(text: str) -> tuple[str, list[str]]:
-    saved = text_rules._url_scan
-    text_rules._url_scan = None
-    try:
-        out: list[str] = []
+    out: list[str] = []
+    with c_step_off(text_rules, "_url_scan"):
         return WordRules().urls(text, out), out
-    finally:
-        text_rules._url_scan = saved
 
 
 def c_urls(text: str) -> tuple[str, list[str]]:
@@ -384,14 +388,10 @@ def test_c_tag_tokens_hand_worked():
 
 
 def python_received(text: str) -> list[str]:
-    saved = mail._c_received_tokens
-    mail._c_received_tokens = None
-    try:
-        out: list[str] = []
+    out: list[str] = []
+    with c_step_off(mail, "_c_received_tokens"):
         mail._received_tokens(text, out)
-        return out
-    finally:
-        mail._c_received_tokens = saved
+    return out
 
 
 # Received pieces: from/by in any case after word and non-word characters, white space of
@@ -470,12 +470,8 @@ def test_c_header_fields_hand_worked():
 def python_block(buf: bytes, start: int, end: int):
     """(block end, plain pairs or None) by the Python functions (the reference)."""
     block_end = mime_module._header_block_end(buf, start, end)
-    saved = mime_module._header_fields
-    mime_module._header_fields = None  # the regex split, not C header_fields
-    try:
+    with c_step_off(mime_module, "_header_fields"):  # the regex split, not C header_fields
         return block_end, mime_module._plain_headers(buf, start, block_end)
-    finally:
-        mime_module._header_fields = saved
 
 
 # Header block lines: fields, continuations, mbox From lines (first and later), lines that
@@ -521,12 +517,8 @@ def test_c_header_block_hand_worked():
 
 
 def python_names_and_index(pairs):
-    saved = mime_module._header_index
-    mime_module._header_index = None
-    try:
+    with c_step_off(mime_module, "_header_index"):
         return mime_module._names_and_index(pairs)
-    finally:
-        mime_module._header_index = saved
 
 
 header_name = st.sampled_from(["To", "TO", "to", "Subject", "X-Mailer", "x-MAILER", "Received", "a-Z~!",
@@ -666,12 +658,8 @@ def test_c_header_tokens_hand_worked(monkeypatch):
 
 
 def python_addresses(field: str) -> list[tuple[str, str]] | None:
-    saved = mail._c_addresses
-    mail._c_addresses = None
-    try:
+    with c_step_off(mail, "_c_addresses"):
         return mail._address_matches(field)
-    finally:
-        mail._c_addresses = saved
 
 
 # Address-list pieces: atoms (with dots, Latin-1 letters, characters no rule names), quoted
@@ -725,12 +713,8 @@ def test_c_addresses_hand_worked():
 
 
 def python_value_tokens(tokenizer: mail.MailTokenizer, name: str, text: str) -> tuple[str, ...]:
-    saved = mail._c_value_words
-    mail._c_value_words = None
-    try:
+    with c_step_off(mail, "_c_value_words"):
         return tokenizer._value_tokens(name, text)
-    finally:
-        mail._c_value_words = saved
 
 
 # Subject pieces: every separator, white space of both kinds, letters of both cases
@@ -792,14 +776,10 @@ def test_c_header_tokens_empty_a_full_memo(monkeypatch):
 
 
 def python_text_stats(text: str) -> mail.MailAnalysis:
-    saved = mail._text_counts
-    mail._text_counts = None
-    try:
-        a = mail.MailAnalysis()
+    a = mail.MailAnalysis()
+    with c_step_off(mail, "_text_counts"):
         a.add_text_stats(text, from_html=True)
-        return a
-    finally:
-        mail._text_counts = saved
+    return a
 
 
 def c_text_stats(text: str) -> mail.MailAnalysis:
