@@ -58,6 +58,43 @@ static unsigned char is_space1[256]; /* \s among the Latin-1 characters */
 static const char PUNCT[] = "\"'.,;:!?()[]{}<>*`~|^_=+-/\\#&";
 static unsigned char is_punct[128];
 
+/* An ASCII letter lower-cased (other characters as they are). */
+static inline Py_UCS1
+lower1(Py_UCS1 c)
+{
+    return (c >= 'A' && c <= 'Z') ? (Py_UCS1)(c + 32) : c;
+}
+
+/* The next word of the one-byte text s[*i:len] as word_tokens splits and strips it:
+ * white space skipped (str.split()'s, is_space1), the run up to the next white space,
+ * text._PUNCT stripped from both ends, into [*start, *end) (empty for a run of
+ * punctuation only); *i moves past the run. 0 once the text is done. */
+static inline int
+next_word(const Py_UCS1 *s, Py_ssize_t len, Py_ssize_t *i, Py_ssize_t *start, Py_ssize_t *end)
+{
+    Py_ssize_t j = *i;
+    while (j < len && is_space1[s[j]]) {
+        j++;
+    }
+    if (j >= len) {
+        *i = j;
+        return 0;
+    }
+    Py_ssize_t a = j;
+    while (j < len && !is_space1[s[j]]) {
+        j++;
+    }
+    Py_ssize_t b = j;
+    while (a < b && s[a] < 128 && is_punct[s[a]]) {
+        a++;
+    }
+    while (b > a && s[b - 1] < 128 && is_punct[s[b - 1]]) {
+        b--;
+    }
+    *i = j, *start = a, *end = b;
+    return 1;
+}
+
 static PyObject *
 ascii_str(const Py_UCS1 *data, Py_ssize_t n)
 {
@@ -155,21 +192,8 @@ word_tokens(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
      * common word made in place; any other text through PyUnicode_READ. */
     if (PyUnicode_IS_ASCII(text)) {
         const Py_UCS1 *s = PyUnicode_1BYTE_DATA(text);
-        while (i < len) {
-            while (i < len && is_space[s[i]]) {
-                i++;
-            }
-            Py_ssize_t start = i;
-            while (i < len && !is_space[s[i]]) {
-                i++;
-            }
-            Py_ssize_t end = i;
-            while (start < end && is_punct[s[start]]) {
-                start++;
-            }
-            while (end > start && is_punct[s[end - 1]]) {
-                end--;
-            }
+        Py_ssize_t start, end;
+        while (next_word(s, len, &i, &start, &end)) {
             Py_ssize_t n = end - start;
             if (n == 0 || n < min_len) {
                 continue;  /* (an empty word: only white space or punctuation) */
@@ -396,17 +420,25 @@ token_str_hash(PyObject *token)
 
 /* The stable hash of one str token, whose str hash is h, into *value; -1 with an
  * exception set on error. */
+/* The slot that holds `key` (of str hash h), or the empty one where it would go. */
+static inline size_t
+find_slot(Py_hash_t h, uint64_t key)
+{
+    size_t mask = n_slots - 1, i = (size_t)h & mask;
+    while (slots[i].key != 0 && slots[i].key != key) {
+        i = (i + 1) & mask;
+    }
+    return i;
+}
+
 static int
 cached_hash_of(PyObject *token, Py_hash_t h, uint64_t *value)
 {
     uint64_t key = slot_key(h, PyUnicode_GET_LENGTH(token));
-    size_t mask = n_slots - 1, i = (size_t)h & mask;
-    while (slots[i].key != 0) {
-        if (slots[i].key == key) {
-            *value = slots[i].value;
-            return 0;
-        }
-        i = (i + 1) & mask;
+    size_t i = find_slot(h, key);
+    if (slots[i].key == key) {
+        *value = slots[i].value;
+        return 0;
     }
     PyObject *r = PyObject_CallOneArg(miss_fn, token);
     if (r == NULL) {
@@ -423,14 +455,10 @@ cached_hash_of(PyObject *token, Py_hash_t h, uint64_t *value)
         memset(slots, 0, n_slots * sizeof(slot_t));
         n_used = 0;
     }
-    mask = n_slots - 1;
-    i = (size_t)h & mask;
-    while (slots[i].key != 0) {
-        if (slots[i].key == key) {
-            *value = v;
-            return 0;
-        }
-        i = (i + 1) & mask;
+    i = find_slot(h, key);
+    if (slots[i].key == key) {
+        *value = v;
+        return 0;
     }
     slots[i].key = key;
     slots[i].value = v;
@@ -476,7 +504,7 @@ ascii_lower_str(const Py_UCS1 *s, Py_ssize_t n)
     if (out != NULL) {
         Py_UCS1 *q = PyUnicode_1BYTE_DATA(out);
         for (Py_ssize_t i = 0; i < n; i++) {
-            q[i] = (s[i] >= 'A' && s[i] <= 'Z') ? (Py_UCS1)(s[i] + 32) : s[i];
+            q[i] = lower1(s[i]);
         }
     }
     return out;
@@ -565,23 +593,8 @@ word_hashes(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     Py_UCS1 lowered[64];  /* a common word, lower-cased (a longer one takes the odd path) */
     while (i < len) {
         int b = 0;
-        while (b < HASH_BLOCK && i < len) {  /* the next block of words */
-            while (i < len && is_space1[s[i]]) {
-                i++;
-            }
-            Py_ssize_t start = i;
-            int high = 0;
-            while (i < len && !is_space1[s[i]]) {
-                high |= s[i] >= 128;
-                i++;
-            }
-            Py_ssize_t end = i;
-            while (start < end && s[start] < 128 && is_punct[s[start]]) {
-                start++;
-            }
-            while (end > start && s[end - 1] < 128 && is_punct[s[end - 1]]) {
-                end--;
-            }
+        Py_ssize_t start, end;
+        while (b < HASH_BLOCK && next_word(s, len, &i, &start, &end)) {  /* the next block of words */
             Py_ssize_t n = end - start;
             if (n < min_len) {
                 continue;
@@ -589,14 +602,14 @@ word_hashes(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
             w_start[b] = start;
             w_end[b] = end;
             if (n > max_len || memchr(s + start, '@', (size_t)n) != NULL ||
-                    (high && !ascii && !all_ascii(s + start, n)) || (lower && n > (Py_ssize_t)sizeof lowered)) {
+                    (!ascii && !all_ascii(s + start, n)) || (lower && n > (Py_ssize_t)sizeof lowered)) {
                 w_hash[b] = -1;  /* an odd word (no str hash is -1) */
             }
             else {
                 const Py_UCS1 *word = s + start;
                 if (lower) {
                     for (Py_ssize_t k = 0; k < n; k++) {
-                        lowered[k] = (word[k] >= 'A' && word[k] <= 'Z') ? (Py_UCS1)(word[k] + 32) : word[k];
+                        lowered[k] = lower1(word[k]);
                     }
                     word = lowered;
                 }
@@ -642,10 +655,7 @@ word_hashes(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
                 continue;
             }
             uint64_t key = slot_key(h, n);
-            size_t mask = n_slots - 1, k = (size_t)h & mask;
-            while (slots[k].key != 0 && slots[k].key != key) {
-                k = (k + 1) & mask;
-            }
+            size_t k = find_slot(h, key);
             if (slots[k].key == key) {
                 dst[count++] = slots[k].value;
                 continue;
@@ -1063,12 +1073,6 @@ static unsigned char is_word1[256];  /* \w among the Latin-1 characters */
 static unsigned char url_stop[256];  /* what ends a URL: \s and "'<>()[]{} */
 static unsigned char url_user_stop[256];  /* what ends a URL's user part: \s and /?#@ */
 static unsigned char link_user_stop[256]; /* what ends a link's user part: \s, /?#@ and "'> */
-
-static inline Py_UCS1
-lower1(Py_UCS1 c)
-{
-    return (c >= 'A' && c <= 'Z') ? (Py_UCS1)(c + 32) : c;
-}
 
 static inline int
 is_alnum_ascii(Py_UCS1 c)
@@ -2030,6 +2034,21 @@ memo(PyObject *cache, PyObject *key, Py_ssize_t length, Py_ssize_t cached_chars,
     return hit;
 }
 
+/* analysis.<name> = n, or += n with `add`; -1 with an exception set on error. */
+static int
+set_count(PyObject *a, PyObject *name, Py_ssize_t n, int add)
+{
+    PyObject *value = PyLong_FromSsize_t(n);
+    if (value != NULL && add) {
+        PyObject *before = PyObject_GetAttr(a, name);
+        Py_SETREF(value, before == NULL ? NULL : PyNumber_Add(before, value));
+        Py_XDECREF(before);
+    }
+    int rc = value == NULL ? -1 : PyObject_SetAttr(a, name, value);
+    Py_XDECREF(value);
+    return rc;
+}
+
 static int
 name_is(PyObject *name, const char *s)
 {
@@ -2361,36 +2380,10 @@ header_tokens(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     Py_DECREF(tokens);
     tokens = NULL;
     /* the counts, as the Python code leaves them */
-    PyObject *value = NULL;
-    if (recipients) {
-        PyObject *before = PyObject_GetAttr(a, S_recipients), *add = PyLong_FromSsize_t(recipients);
-        value = before == NULL || add == NULL ? NULL : PyNumber_Add(before, add);
-        Py_XDECREF(before);
-        Py_XDECREF(add);
-        if (value == NULL || PyObject_SetAttr(a, S_recipients, value) < 0) {
-            Py_XDECREF(value);
-            return NULL;
-        }
-        Py_DECREF(value);
-    }
-    if (received >= 0) {
-        value = PyLong_FromSsize_t(received);
-        if (value == NULL || PyObject_SetAttr(a, S_received, value) < 0) {
-            Py_XDECREF(value);
-            return NULL;
-        }
-        Py_DECREF(value);
-    }
-    if (defects) {
-        PyObject *before = PyObject_GetAttr(a, S_defects), *add = PyLong_FromSsize_t(defects);
-        value = before == NULL || add == NULL ? NULL : PyNumber_Add(before, add);
-        Py_XDECREF(before);
-        Py_XDECREF(add);
-        if (value == NULL || PyObject_SetAttr(a, S_defects, value) < 0) {
-            Py_XDECREF(value);
-            return NULL;
-        }
-        Py_DECREF(value);
+    if ((recipients && set_count(a, S_recipients, recipients, 1) < 0) ||
+            (received >= 0 && set_count(a, S_received, received, 0) < 0) ||
+            (defects && set_count(a, S_defects, defects, 1) < 0)) {
+        return NULL;
     }
     Py_RETURN_NONE;
 fail:

@@ -306,7 +306,7 @@ class Featurizer:
             return Row(indices=idx, values=val, meta=meta, n_tokens=len(values))
         if kind == "hashes":
             return self._hashes_row(msg.payload)
-        tokens, meta, _ = self._tokens_and_meta(msg)
+        tokens, meta, _, _ = self._tokens_and_meta(msg)
         return self._token_row(tokens, meta)
 
     def _hashes_row(self, hashes: np.ndarray) -> Row:
@@ -334,15 +334,16 @@ class Featurizer:
                    meta=meta, n_tokens=n_tokens)
 
     def _tokens_and_meta(self, msg: InputMessage, hash_words: bool = False
-                         ) -> tuple[list[str], np.ndarray | None, bytearray | None]:
-        """The tokens of a raw, text or tokens payload, its meta vector (if ``meta``) and,
-        with ``hash_words``, the hashes of the word tokens of raw mail that are not in the
-        list (:meth:`MailTokenizer.analyse`; else None)."""
+                         ) -> tuple[list[str], np.ndarray | None, bytearray | None, int]:
+        """The tokens of a raw, text or tokens payload, its meta vector (if ``meta``), with
+        ``hash_words`` the hashes of the word tokens of raw mail that are not in the list
+        (:meth:`MailTokenizer.analyse`; else None), and how many tokens in all."""
         kind = msg.payload_kind
-        meta = word_hashes = None
+        meta = word_hashes = n_tokens = None
         if kind == "raw":
             analysis = self.mail.analyse(msg.payload, hash_words=hash_words)
             tokens, word_hashes = analysis.tokens, analysis.word_hashes
+            n_tokens = analysis.n_tokens
             if self.meta:
                 meta = analysis.meta()
         elif kind == "text":
@@ -354,7 +355,7 @@ class Featurizer:
             meta = self._no_text_meta(len(tokens))
         else:  # pragma: no cover - decode_input admits no other kind
             raise MalformedMessage("bad_type", f"unknown payload kind {kind!r}")
-        return tokens, meta, word_hashes
+        return tokens, meta, word_hashes, len(tokens) if n_tokens is None else n_tokens
 
     def _token_row(self, tokens: list[str], meta: np.ndarray | None,
                    unique: np.ndarray | None = None, n_tokens: int | None = None) -> Row:
@@ -387,7 +388,7 @@ class Featurizer:
         """
         out: list[Row | MalformedMessage | None] = [None] * len(msgs)
         in_one_pass = self.input == "sparse" and self.counts == "binary"
-        pending: list[tuple[int, list[str], np.ndarray | None, bytearray | None]] = []
+        pending: list[tuple[int, list[str], np.ndarray | None, bytearray | None, int]] = []
         hashed: list[tuple[int, np.ndarray]] = []  # hashes payloads
         for i, msg in enumerate(msgs):
             try:
@@ -400,10 +401,9 @@ class Featurizer:
             except MalformedMessage as exc:
                 out[i] = exc
         if pending:
-            unique = self.hasher.hash_unique_many([tokens for _, tokens, _, _ in pending],
-                                                  [hashes for _, _, _, hashes in pending])
-            for (i, tokens, meta, hashes), idx in zip(pending, unique, strict=True):
-                n = len(tokens) + (len(hashes) // 8 if hashes else 0)
+            unique = self.hasher.hash_unique_many([tokens for _, tokens, _, _, _ in pending],
+                                                  [hashes for _, _, _, hashes, _ in pending])
+            for (i, tokens, meta, _, n), idx in zip(pending, unique, strict=True):
                 out[i] = self._token_row(tokens, meta, unique=idx, n_tokens=n)
         if hashed:
             sizes = np.array([h.size for _, h in hashed], dtype=np.int64)
