@@ -93,16 +93,16 @@ class BernoulliNB(DiscreteNB):
         self._seen_mask = fc.values.any(axis=0)
         self._n_seen_cols = int(np.count_nonzero(self._seen_mask))
         self._df = fc.values.copy()  # document frequencies as of the last derivation
-        seen = fc.values[:, self._seen_mask]
+        seen = np.compress(self._seen_mask, fc.values, axis=1)
         self._df_hist: list[dict[float, int]] = [{} for _ in range(seen.shape[0])]
         for c, hist in enumerate(self._df_hist):
             _hist_add(hist, seen[c], 1)
 
     def _derive_columns(self, cc: ClassCounts, fc: FeatureCounts, cols: np.ndarray) -> None:
-        new = fc.values[:, cols]
+        new = np.take(fc.values, cols, axis=1)  # C-ordered rows (not [:, cols])
         nonzero = new.any(axis=0)
         was = self._seen_mask[cols]
-        old = self._df[:, cols]
+        old = np.take(self._df, cols, axis=1)
         for c, hist in enumerate(self._df_hist):
             _hist_add(hist, old[c, was], -1)
             _hist_add(hist, new[c, nonzero], 1)
@@ -140,7 +140,7 @@ class BernoulliNB(DiscreteNB):
     def _joint_log_likelihood(self, X: Any) -> np.ndarray:
         cc, fc = self._refresh()
         Xb = self._count_matrix(X)
-        w = self._weights(fc.values[:, Xb.indices], cc)
+        w = self._weights(np.take(fc.values, Xb.indices, axis=1), cc)
         # Row sums of the per-entry weights (times x, which is 1): a CSR product.
         per_row = sp.csr_matrix((Xb.data, np.arange(Xb.nnz), Xb.indptr), shape=(Xb.shape[0], Xb.nnz))
         return np.asarray(per_row @ w.T) + self._const
