@@ -106,6 +106,26 @@ def test_decay_events_every_k_learnt_messages(r):
     assert [f[b"data"] for _, f in r.xrange(K.log)] == [b"d0", b"d1", b"decay", b"d2", b"decay"]
 
 
+def test_a_commit_says_which_log_entry_came_before_its_delta(r):
+    """The reply names the delta's entry and :log's last entry before the commit wrote any
+    (what a worker needs to apply its own delta without reading it back); "" where there is
+    none. Decay entries written after the delta make the log id another id than the delta's."""
+    ids = _read(r, "w1", 4)
+    first = commit_batch(r, K, "w1", CommitRequest(ids=[ids[0]], log_data=b"d0", n_learnt=1))
+    assert (first.prev_id, first.delta_id) == ("", first.log_id)
+    second = commit_batch(r, K, "w1", CommitRequest(ids=[ids[1]], log_data=b"d1", n_learnt=1))
+    assert (second.prev_id, second.delta_id) == (first.log_id, second.log_id)
+    assert [eid.decode() for eid, _ in r.xrange(K.log)] == [first.log_id, second.log_id]
+    quiet = commit_batch(r, K, "w1", CommitRequest(ids=[ids[2]], outputs=[b"o"]))
+    assert (quiet.log_id, quiet.prev_id, quiet.delta_id) == ("", "", "")
+    decayed = commit_batch(r, K, "w1", CommitRequest(ids=[ids[3]], log_data=b"d3", n_learnt=2,
+                                                     decay_every=4, decay_data=b"decay"))
+    log = [(eid.decode(), f[b"data"]) for eid, f in r.xrange(K.log)]
+    assert [data for _, data in log] == [b"d0", b"d1", b"d3", b"decay"]
+    assert decayed.prev_id == second.log_id
+    assert (decayed.delta_id, decayed.log_id) == (log[2][0], log[3][0])
+
+
 def test_out_is_capped_and_the_script_survives_a_flush(r):
     ids = _read(r, "w1", 1)
     outs = [f"o{i}".encode() for i in range(1000)]

@@ -137,6 +137,74 @@ def test_batches_after_the_first_two_are_read_behind_the_commits(redis_server, m
     assert client.hgetall(k.inflight) == {}
 
 
+def test_a_worker_alone_applies_its_own_deltas_without_reading_them_back(redis_server, monkeypatch):
+    """Its commit's reply says no log entry came between the model's version and its delta
+    (workers/commit.lua), so the worker applies the delta from the bytes it sent: the log
+    is not read on the way through a backlog, and the model is the one the log builds,
+    bit for bit, at the same version."""
+    client = redis_server.client()
+    _produce(client, "own", _messages())
+    w = url_worker(redis_server.url, [count_spec("own")], fast_options("o", batch=BATCH))
+    w.start()
+    rt = w.models["own"]
+    tails: list[int] = []
+    owns: list[bool] = []
+    real_tail, real_own = rt.replica.catch_up, rt.replica.apply_own
+    monkeypatch.setattr(rt.replica, "catch_up", lambda *a, **kw: tails.append(1) or real_tail(*a, **kw))
+    monkeypatch.setattr(rt.replica, "apply_own",
+                        lambda *a, **kw: owns.append(real_own(*a, **kw)) or owns[-1])
+    w.run_until_idle()
+    n_log = client.xlen(ModelKeys("own").log)
+    assert n_log >= 15 and owns.count(True) >= n_log - 2  # all but the first one or two
+    assert len(tails) <= 5  # the first batch, the end of the backlog and run_until_idle's own
+    rebuilt = worker_module.Replica(client, ModelKeys("own"), rt.config).load()
+    assert rebuilt.version == rt.replica.version and rebuilt.learnt == rt.replica.learnt
+    assert_same_stats(rt.replica.model, rebuilt.model)
+    assert len(_outputs(client, "own")) == 399
+
+
+def test_two_workers_apply_their_own_deltas_only_right_after_what_they_applied(redis_server,
+                                                                                monkeypatch):
+    """Two workers taking turns, and three times a commit of the other worker between
+    the moment a worker caught up with the log and its own commit: that delta is not
+    applied from memory (the entry before it is not applied yet) but read back with the
+    other's; both models end as the log builds them, bit for bit."""
+    client = redis_server.client()
+    _produce(client, "two", _messages())
+    a, b = [url_worker(redis_server.url, [count_spec("two")],  # (short waits: turns, not threads)
+                       fast_options(name, batch=BATCH, order_wait_ms=20)) for name in ("a", "b")]
+    owns: list[bool] = []
+    for w in (a, b):
+        w.start()
+        replica = w.models["two"].replica
+        real_own = replica.apply_own
+        monkeypatch.setattr(replica, "apply_own",
+                            lambda *args, _f=real_own, **kw: owns.append(_f(*args, **kw)) or owns[-1])
+    cut_in: list[int] = []
+    real_send = a._send_and_prefetch
+
+    def b_commits_first(rt, work):
+        if len(cut_in) < 3:  # b predicts and commits a batch, its commit lands, then a's
+            cut_in.append(b.step(block_ms=5))
+            b._settle(b.models["two"])
+        real_send(rt, work)
+
+    monkeypatch.setattr(a, "_send_and_prefetch", b_commits_first)
+    quiet = 0
+    while quiet < 2:  # until a round where neither had anything left (read ahead included)
+        quiet = quiet + 1 if sum(w.step(block_ms=5) for w in (a, b)) == 0 else 0
+    for w in (a, b):
+        w.run_until_idle()
+    assert len(cut_in) == 3 and all(cut_in)
+    assert owns.count(True) >= 5 and owns.count(False) >= 3  # (at least the 3 above)
+    rebuilt = worker_module.Replica(client, ModelKeys("two"), a.models["two"].config).load()
+    for w in (a, b):
+        replica = w.models["two"].replica
+        assert (replica.version, replica.learnt) == (rebuilt.version, rebuilt.learnt)
+        assert_same_stats(replica.model, rebuilt.model)
+    assert len(_outputs(client, "two")) == 399
+
+
 def test_with_other_workers_about_no_batch_is_read_behind_a_commit(redis_server, monkeypatch):
     """Ordered predictions make other workers wait for this one's earlier batches: a
     batch read behind a commit is committed a batch later, so they would wait longer.

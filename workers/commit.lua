@@ -17,8 +17,12 @@
 -- is committed from the entry alone (workers/ordering.py)
 --
 -- Nothing is written unless every id is still pending for this consumer and every "cas"
--- finds the learnt label the worker saw. Returns {"ok", log id or ""}, {"lost", ids...}
--- or {"conflict", cache operation numbers...}. A replay of a commit that already ran
+-- finds the learnt label the worker saw. Returns {"ok", log id or "", previous log id,
+-- delta id}, {"lost", ids...} or {"conflict", cache operation numbers...}. The log id is
+-- the id of the last entry written to :log, the delta id that of the delta entry (both ""
+-- if none), and the previous log id the id of :log's last entry before this commit wrote
+-- any ("" if :log was empty or nothing was written): a worker whose model is at that
+-- version applies its own delta without reading it back (workers/replica.py). A replay of a commit that already ran
 -- finds its ids acknowledged and returns "lost" without writing: the commit is idempotent.
 
 local group, consumer = ARGV[1], ARGV[2]
@@ -84,13 +88,18 @@ end
 -- 3. writes
 local inflight_field = nil
 if #KEYS > 5 + n_cache then inflight_field = ARGV[first_cache + 7 * n_cache] end
-local log_id = ''
+local log_id, prev_id, delta_id = '', '', ''
+if log_data ~= '' or (n_learnt > 0 and decay_every > 0) then
+  local last = redis.call('XREVRANGE', KEYS[4], '+', '-', 'COUNT', 1)
+  if #last > 0 then prev_id = last[1][1] end
+end
 if log_data ~= '' then
   if inflight_field then
     log_id = redis.call('XADD', KEYS[4], '*', 'data', log_data, 'inflight', inflight_field)
   else
     log_id = redis.call('XADD', KEYS[4], '*', 'data', log_data)
   end
+  delta_id = log_id
 end
 if n_learnt > 0 then
   local after = redis.call('INCRBY', KEYS[5], n_learnt)
@@ -134,4 +143,4 @@ end
 if inflight_field then
   redis.call('HDEL', KEYS[6 + n_cache], inflight_field)
 end
-return {'ok', log_id}
+return {'ok', log_id, prev_id, delta_id}

@@ -145,11 +145,19 @@ class CommitRequest:
 
 @dataclass(slots=True)
 class CommitResult:
-    """``log_id`` on success ("" if nothing was logged), else the lost ids or conflicts."""
+    """``log_id`` on success ("" if nothing was logged), else the lost ids or conflicts.
+
+    On success also ``delta_id``, the id of the batch's delta entry ("" if none), and
+    ``prev_id``, the id of ``:log``'s last entry before the commit wrote to it ("" if it
+    was empty or nothing was written): a replica at ``prev_id`` may apply the delta it
+    sent as the entry ``delta_id`` without reading it back (:meth:`Replica.apply_own`).
+    Both None from a commit script of an older version, which does not say."""
 
     log_id: str | None = None
     lost: list[str] = field(default_factory=list)
     conflicts: list[int] = field(default_factory=list)
+    prev_id: str | None = None
+    delta_id: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -178,7 +186,10 @@ def _command(keys: ModelKeys, consumer: str, req: CommitRequest, out_maxlen: int
 def _result(reply: Any) -> CommitResult:
     status = as_str(reply[0])
     if status == "ok":
-        return CommitResult(log_id=as_str(reply[1]))
+        if len(reply) < 4:  # (a script of an older version)
+            return CommitResult(log_id=as_str(reply[1]))
+        return CommitResult(log_id=as_str(reply[1]), prev_id=as_str(reply[2]),
+                            delta_id=as_str(reply[3]))
     if status == "lost":
         return CommitResult(lost=[as_str(v) for v in reply[1:]])
     if status == "conflict":

@@ -286,6 +286,37 @@ class Replica:
         except (ValueError, UnicodeDecodeError):
             return (0, 0)  # a garbled mark: decided by _load_snapshot, never a reload loop
 
+    def apply_own(self, entry_id: str, data: bytes, prev_id: str | None) -> bool:
+        """Apply the log entry ``entry_id`` that this worker's commit just wrote with
+        ``data``, without reading it back, if it follows this replica's version directly:
+        the log's last entry before it (``prev_id``, the commit script's reply) is the one
+        applied last here. That is what the next :meth:`catch_up` would read and apply (the
+        same bytes, so the same model); False, and nothing done, otherwise (a
+        :meth:`catch_up` applies it with the entries before it).
+
+        >>> import fakeredis
+        >>> from workers.model_config import ModelSpec, ensure_config
+        >>> from streamnb.stats.bundle import StatsBundle
+        >>> r = fakeredis.FakeRedis()
+        >>> cfg = ensure_config(r, ModelSpec("own", kind="multinomial", featurizer_config={"bits": 4}))
+        >>> rep = Replica(r, ModelKeys("own"), cfg).load()
+        >>> delta = rep.model.batch_stats(np.array([[1.0] * 16]), ["ham"])
+        >>> data = encode_delta(delta, None, 1, "w1", "b1")
+        >>> rep.apply_own("5-0", data, prev_id="4-0"), rep.version  # 4-0 not applied here
+        (False, '0-0')
+        >>> rep.apply_own("5-0", data, prev_id=""), rep.version     # an empty log: tail it
+        (False, '0-0')
+        >>> first = r.xadd(ModelKeys("own").log, {"data": data}).decode()
+        >>> rep.catch_up(), rep.version == first, rep.learnt
+        (1, True, 1)
+        >>> rep.apply_own("9999999999999-0", data, prev_id=first), rep.version, rep.learnt
+        (True, '9999999999999-0', 2)
+        """
+        if not prev_id or prev_id != self.version:
+            return False
+        self.apply(entry_id, {"data": data})
+        return True
+
     def apply(self, entry_id: str, fields: dict) -> None:
         """Apply one log entry (called in log order only), validated whole before any change."""
         data = entry_field(fields, "data")

@@ -322,6 +322,8 @@ class ModelRuntime:
         self.prefetched: tuple[list, str | None] | None = None
         #: Another worker's fresh heartbeat was in ``:workers`` at the last heartbeat.
         self.peers = False
+        #: The last commit settled applied its own delta (Worker._apply_own_delta).
+        self.own_applied = False
 
     def alone(self) -> bool:
         """No other worker serves the model, as far as this one can tell: no other
@@ -802,10 +804,14 @@ class Worker:
             self._prepare_commit(rt, work, items, refs, X)
 
         # ---- the previous batch's commit (pipelined) lands before anything reads the model
+        rt.own_applied = False
         settled = self._settle(rt)
         # ---- ordered predictions: other workers' earlier labelled batches first, then
-        # catch up with the log (batches committed while this one was read and featurized)
+        # catch up with the log (batches committed while this one was read and featurized);
+        # a worker alone that applied its own delta at the commit (no entry came between)
+        # has nothing to catch up with
         current = bool(items) and o.order_wait_ms > 0 and self._await_earlier(rt, first_id)
+        current = current or (rt.own_applied and rt.alone())
         if not current and (settled or (items and (o.order_wait_ms > 0 or o.prequential))):
             self._tail(rt)
         t2 = time.perf_counter()
@@ -976,6 +982,7 @@ class Worker:
             if w.req.inflight_key:
                 rt.inflight.withdrawn_by_commit(w.inflight)
                 w.inflight = None
+            self._apply_own_delta(rt, w, result)
             # the log (our delta included) is applied by the next tail
             self._committed(rt, w.learn, w.res, w.all_dead, w.add_rows, len(w.req.outputs))
             return True
@@ -989,6 +996,21 @@ class Worker:
             w.refs = [r for r in w.refs if r.entry_id not in lost]
         # conflicts: cache entries changed under us; re-read them and rebuild
         return False
+
+    def _apply_own_delta(self, rt: ModelRuntime, w: CommitWork, result: CommitResult) -> None:
+        """Apply the commit's delta from the bytes sent, when the log held nothing after
+        the replica's version (:meth:`Replica.apply_own`): no read of it back, and for a
+        worker alone no tail before the next prediction (``rt.own_applied``)."""
+        data = w.req.log_data if w.req is not None else None
+        if not data or not result.delta_id or result.delta_id != result.log_id:
+            return  # nothing logged, or decay entries after the delta: the tail applies them
+        t0 = time.perf_counter()
+        if rt.replica.apply_own(result.delta_id, data, result.prev_id):
+            rt.own_applied = True
+            mw = self._mw(rt)
+            self.metrics.deltas_applied.labels(**mw).inc()
+            self.metrics.stage_seconds.labels(**mw, stage="apply").observe(time.perf_counter() - t0)
+            self._version_metric(rt)
 
     def _may_pipeline(self, rt: ModelRuntime, n_entries: int) -> bool:
         """Send this commit without waiting? Only for a full batch (more is likely waiting;
