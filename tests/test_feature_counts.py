@@ -373,3 +373,55 @@ def test_strided_weights_count_as_contiguous_ones():
     contiguous = FeatureCounts(n_features=50).update(X, labels, both[::2].copy())
     np.testing.assert_array_equal(strided.values, contiguous.values)
     assert strided.labels == contiguous.labels
+
+
+@pytest.mark.skipif(feature_counts_module.MERGE_COLUMNS is None, reason="streamnb._kernels is not built")
+@pytest.mark.parametrize("seed", range(30))
+def test_the_c_merge_into_dense_counts_is_the_numpy_one_bit_for_bit(seed, monkeypatch):
+    """streamnb._kernels.merge_columns against FeatureCounts._add's numpy form: merges and
+    subtractions (clamped at 0) of sparse deltas of some of the classes, in another class
+    order, with zero and fractional counts, into dense counts; the same counts, totals and
+    number of nonzero columns, bit for bit."""
+    rng = np.random.default_rng(seed)
+    d, labels = int(rng.choice([5, 64, 4096])), list(rng.permutation(["a", "b", "c", "d"]))
+
+    def delta(classes: list[str]) -> FeatureCounts:
+        cols = np.unique(rng.integers(0, d, int(rng.integers(0, d + 1))))
+        vals = rng.choice([0.0, 0.25, 1.0, 3.0, 1 / 3], size=(len(classes), cols.size))
+        return FeatureCounts.sparse(d, classes, cols.astype(np.int64), vals)
+
+    base = delta(labels[: int(rng.integers(1, 5))]).densify()
+    steps = [(delta(list(rng.permutation(base.labels))[: int(rng.integers(1, len(base.labels) + 1))]),
+              bool(rng.random() < 0.4)) for _ in range(6)]
+
+    def replay() -> FeatureCounts:
+        f = base.copy()
+        for other, subtract in steps:
+            f.subtract(other) if subtract else f.merge(other)
+            assert f.values.flags.c_contiguous
+        return f
+
+    in_c = replay()
+    monkeypatch.setattr(feature_counts_module, "MERGE_COLUMNS", None)
+    in_numpy = replay()
+    assert in_c.labels == in_numpy.labels and in_c.n_seen == in_numpy.n_seen
+    assert in_c.values.tobytes() == in_numpy.values.tobytes()
+    assert in_c.totals.tobytes() == in_numpy.totals.tobytes()
+    assert in_c.n_seen == np.count_nonzero(in_c.values.any(axis=0))
+
+
+@pytest.mark.skipif(feature_counts_module.MERGE_COLUMNS is None, reason="streamnb._kernels is not built")
+def test_the_c_merge_refuses_what_it_cannot_add():
+    merge = feature_counts_module.MERGE_COLUMNS
+    values, cols, vals = np.zeros((2, 8)), np.array([1, 5], dtype=np.int64), np.ones((1, 2))
+    assert merge(values, cols, np.array([1], dtype=np.int64), vals, 1.0) == 2
+    assert values[1].tolist() == [0, 1, 0, 0, 0, 1, 0, 0] and not values[0].any()
+    for bad_cols, bad_rows in [([5, 1], [0]), ([1, 8], [0]), ([1, 5], [2]), ([1, 5], [-1])]:
+        with pytest.raises(ValueError, match="merge_columns"):
+            merge(values, np.array(bad_cols, dtype=np.int64), np.array(bad_rows, dtype=np.int64),
+                  vals, 1.0)
+    with pytest.raises(ValueError, match="rows must be distinct"):
+        merge(values, cols, np.array([0, 0], dtype=np.int64), np.ones((2, 2)), 1.0)
+    with pytest.raises(ValueError, match="len\\(rows\\) x len\\(cols\\)"):
+        merge(values, cols, np.array([0], dtype=np.int64), np.ones((1, 3)), 1.0)
+    assert values[1].tolist() == [0, 1, 0, 0, 0, 1, 0, 0]  # nothing changed by a refusal

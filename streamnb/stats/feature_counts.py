@@ -192,7 +192,12 @@ class FeatureCounts(Statistic):
         """``self[rows, cols] += sign * vals`` for sorted unique ``cols``; keep totals/n_seen."""
         if cols.size == 0:
             return
-        if self.columns is None:
+        if self.columns is None and MERGE_COLUMNS is not None and self.values.flags.c_contiguous \
+                and self.values.dtype == np.float64:  # (the numpy below is its reference)
+            self.n_seen += MERGE_COLUMNS(self.values, np.ascontiguousarray(cols, dtype=np.int64),
+                                         np.ascontiguousarray(rows, dtype=np.int64),
+                                         np.ascontiguousarray(vals, dtype=np.float64), float(sign))
+        elif self.columns is None:
             block = np.take(self.values, cols, axis=1)  # C-ordered (k, t)
             before = np.count_nonzero(block.any(axis=0))
             block[rows] += sign * vals
@@ -325,6 +330,9 @@ def _check_columns(cols: np.ndarray, n_features: int) -> None:
 #: ``streamnb._kernels.class_sums`` (:func:`_class_sums` of sparse X in one C pass), or
 #: None: not built, or ``STREAMNB_PURE_PYTHON`` set (tests set it to None to compare).
 CLASS_SUMS = getattr(optional_c_module("streamnb._kernels"), "class_sums", None)
+#: ``streamnb._kernels.merge_columns``: a delta's columns added to dense counts in one C
+#: pass (:meth:`FeatureCounts._add`), or None, as CLASS_SUMS.
+MERGE_COLUMNS = getattr(optional_c_module("streamnb._kernels"), "merge_columns", None)
 
 
 def _class_sums(
