@@ -50,6 +50,7 @@ from dataclasses import dataclass, field
 from email import policy
 from email.message import Message
 from email.parser import BytesParser
+from itertools import repeat
 
 import numpy as np
 
@@ -704,7 +705,8 @@ class MailTokenizer:
         a.add_text_stats(text, from_html, self.letter_counts)
         before = len(a.tokens)
         text = self.rules.urls(text, a.tokens)
-        a.urls += sum(1 for t in a.tokens[before:] if t.startswith("proto:"))
+        if len(a.tokens) > before:  # one proto: token per URL
+            a.urls += sum(map(str.startswith, a.tokens[before:], repeat("proto:")))
         if a.word_hashes is None:
             self.rules.words(text, a.tokens, limit=self.limits.max_tokens + 1)
             return

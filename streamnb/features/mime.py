@@ -215,10 +215,12 @@ class Part:
 
     def get_all(self, name: str) -> list[str]:
         """Values of header ``name`` (lower-case), in order."""
-        return self.header_index().get(name, [])
+        index = self._index if self._index is not None else self.header_index()
+        return index.get(name, [])
 
     def get(self, name: str) -> str | None:
-        values = self.get_all(name)
+        """The first value of header ``name`` (lower-case), None without one."""
+        values = (self._index if self._index is not None else self.header_index()).get(name)
         return values[0] if values else None
 
     def content_type(self) -> str:
