@@ -26,6 +26,7 @@ import msgpack
 import numpy as np
 
 from streamnb.constants import DEFAULT_MAX_MESSAGE_BYTES, PAYLOAD_KEYS
+from streamnb.encoding import dumps
 from streamnb.exceptions import MalformedMessage
 
 __all__ = [
@@ -338,7 +339,7 @@ def decode_input(
 
 # ---------------------------------------------------------------------------- encoding
 def _pack(obj: dict[str, Any]) -> bytes:
-    return msgpack.packb(obj, use_bin_type=True)
+    return dumps(obj)  # (msgpack, bin type for bytes: a Packer kept per thread)
 
 
 def encode_input(payload_kind: str, payload: Any, **fields: Any) -> bytes:

@@ -110,3 +110,36 @@ def test_an_empty_model_of_every_kind_round_trips() -> None:
     for kind, cls in MODEL_KINDS.items():
         back = loads(dumps(cls()))
         assert type(back) is cls and back.stats.is_empty(), kind
+
+
+def test_msgpack_encoding_from_several_threads_at_once_is_packb_s():
+    """streamnb.encoding.dumps keeps one msgpack Packer per thread (the embedded demo runs
+    workers as threads): threads packing at once each get msgpack.packb's bytes, also
+    after a value that cannot be packed."""
+    import threading
+
+    import msgpack
+
+    objects = [{"id": f"m{i}", "lp": {"ham": -0.5 * i, "spam": -1.0 / (i + 1)},
+                "row": bytes(range(i % 256)) * 40, "n": list(range(i % 50))} for i in range(300)]
+    expected = [msgpack.packb(o, use_bin_type=True) for o in objects]
+    failures: list[str] = []
+    start = threading.Barrier(4)
+
+    def work(offset: int) -> None:
+        start.wait()
+        for _ in range(20):
+            for i in range(len(objects)):
+                j = (i + offset) % len(objects)
+                if i % 97 == 0:
+                    with pytest.raises(TypeError):
+                        pack({"bad": object()})
+                if pack(objects[j]) != expected[j]:
+                    failures.append(f"object {j} in thread {offset}")
+
+    threads = [threading.Thread(target=work, args=(k * 71,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert failures == []

@@ -31,6 +31,7 @@ from typing import Any
 import msgpack
 import numpy as np
 
+from streamnb.encoding import dumps
 from streamnb.features import Row
 from workers.commit import CacheCas
 from workers.keys import ModelKeys
@@ -44,7 +45,7 @@ REF_EXPIRED = "ref_expired"
 
 
 def encode_label(label: Any) -> bytes:
-    return NOT_LEARNT if label is None else msgpack.packb(label, use_bin_type=True)
+    return NOT_LEARNT if label is None else dumps(label)
 
 
 def decode_label(data: bytes | None) -> Any:
@@ -54,8 +55,7 @@ def decode_label(data: bytes | None) -> Any:
 
 
 def encode_pred(label: Any, log_proba: dict[Any, float]) -> bytes:
-    return msgpack.packb({"label": label, "lp": {k: float(v) for k, v in log_proba.items()}},
-                         use_bin_type=True)
+    return dumps({"label": label, "lp": {k: float(v) for k, v in log_proba.items()}})
 
 
 @dataclass(slots=True)
