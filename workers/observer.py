@@ -21,6 +21,7 @@ from __future__ import annotations
 import logging
 import math
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -75,7 +76,8 @@ def score(classes: Sequence[Any], log_proba: np.ndarray,
                          f"{len(classes)} classes need ({len(true_labels)}, {len(classes)})")
     index = {c: i for i, c in enumerate(classes)}
     index_str = {str(c): i for i, c in enumerate(classes)}
-    true = np.array([index.get(y, index_str.get(str(y), -1)) for y in true_labels], dtype=np.int64)
+    true = np.array([index[y] if y in index else index_str.get(str(y), -1) for y in true_labels],
+                    dtype=np.int64)
     with np.errstate(invalid="ignore", over="ignore"):
         proba = np.nan_to_num(np.exp(lp), nan=0.0, posinf=0.0)
     bad = proba.sum(axis=1) <= 0
@@ -205,11 +207,10 @@ class ModelObserver:
             else (m.delayed, m.delayed_correct, m.delayed_log_loss, m.delayed_brier))
         true, pred, loss, brier = score(classes, log_proba, true_labels)
         names = [str(c) for c in classes]
-        true_names = [names[t] if t >= 0 else str(y) for t, y in zip(true, true_labels, strict=True)]
-        pairs: dict[tuple[str, str], int] = {}
-        for t, p in zip(true_names, pred.tolist(), strict=True):
-            key = (t, names[p] if names else "")
-            pairs[key] = pairs.get(key, 0) + 1
+        true_names = [names[t] if t >= 0 else str(y)
+                      for t, y in zip(true.tolist(), true_labels, strict=True)]
+        predicted = list(map(names.__getitem__, pred.tolist())) if names else [""] * len(true_names)
+        pairs = Counter(zip(true_names, predicted, strict=True))  # (true, predicted) -> n
         for (t, p), n in pairs.items():
             confusion.labels(**self._mw, **{"class": t, "predicted": p}).inc(n)
             right = correct.labels(**self._mw, **{"class": t})    # created at 0 if never right

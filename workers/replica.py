@@ -60,6 +60,16 @@ def parse_id(entry_id: Any) -> tuple[int, int]:
     return int(ms), int(seq or 0)
 
 
+def entry_time(entry_id: str) -> float:
+    """Unix time in seconds of a stream entry id (a str): ``"1700000000123-4"`` ->
+    ``1700000000.123`` (``parse_id(entry_id)[0] / 1000.0``, for a worker's every message).
+
+    >>> entry_time("1700000000123-4") == parse_id("1700000000123-4")[0] / 1000.0
+    True
+    """
+    return int(entry_id.partition("-")[0]) / 1000.0
+
+
 def encode_delta(add: StatsBundle | None, sub: StatsBundle | None, n_learnt: int,
                  worker: str, batch: str) -> bytes:
     """A delta log entry (see the module docstring)."""
@@ -355,7 +365,7 @@ class Replica:
     @property
     def version_time(self) -> float:
         """Unix time of the version's log entry (0 before any)."""
-        return parse_id(self.version)[0] / 1000.0
+        return entry_time(self.version)
 
 
 def load_model(client: Any, name: str) -> tuple[Any, str]:

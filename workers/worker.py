@@ -94,7 +94,7 @@ from workers.labels import (
 from workers.metrics import Metrics, default_metrics, observe_many
 from workers.model_config import ModelConfig, ModelSpec, ensure_config
 from workers.ordering import InflightBoard, wait_for_earlier
-from workers.replica import Replica, encode_decay, encode_delta, parse_id
+from workers.replica import Replica, encode_decay, encode_delta, entry_time, parse_id
 from workers.replies import as_str, entry_field
 from workers.snapshotter import Snapshotter, live_workers, remove_dead_consumers, stream_gauges
 
@@ -787,7 +787,7 @@ class Worker:
         payload_msgs = []
         for eid, msg, data in msgs:
             if msg.payload_kind is None:
-                refs.append(LabelRef(eid, msg.ref, msg.label, msg.ts or parse_id(eid)[0] / 1000.0))
+                refs.append(LabelRef(eid, msg.ref, msg.label, msg.ts or entry_time(eid)))
                 ref_data[eid] = data
             else:
                 payload_msgs.append((eid, msg, data))
@@ -902,7 +902,7 @@ class Worker:
         tl = time.perf_counter()
         items, refs = w.items, w.refs
         batch_labels = {it.msg.id: it.msg.label for it in items}
-        batch_preds = {it.msg.id: (it.log_proba, it.msg.ts or parse_id(it.entry_id)[0] / 1000.0)
+        batch_preds = {it.msg.id: (it.log_proba, it.msg.ts or entry_time(it.entry_id))
                        for it in items}
         outside = [r.ref for r in refs if r.ref not in batch_labels]
         cached = fetch_cached(self.client, rt.keys, outside) if o.cache_ttl_s > 0 else {}
@@ -1224,7 +1224,7 @@ class Worker:
         """Message ages and the observer's view of one batch's predictions: run once the
         commit is on its way (off the path from one worker's commit to the next's), with
         the model the batch was predicted with (the log is applied only after)."""
-        ages = np.array([max(0.0, now - parse_id(it.entry_id)[0] / 1000.0) for it in p.items])
+        ages = np.array([max(0.0, now - entry_time(it.entry_id)) for it in p.items])
         observe_many(self.metrics.message_age.labels(**self._mw(rt)), ages)
         oov = p.oov_share if p.oov_share is not None else self._oov_share(rt.replica.model, p.items)
         self._observe(rt, "observe_predictions", p.classes, p.log_proba, oov, ages, p.unsure)
