@@ -1207,11 +1207,11 @@ class Worker:
                                  prior_k if np.isfinite(prior_k).any() else None)
             dec_lp[rows, :k] = dec.log_proba
             unsure[rows] = dec.unsure
+            known, decided = classes[:k], dec.log_proba.tolist()  # (Python floats)
             for j, i in enumerate(rows):
                 it = items[i]
                 it.label = dec.labels[j]
-                it.log_proba = {c: float(v) for c, v in zip(classes[:k], dec.log_proba[j],
-                                                            strict=True)}
+                it.log_proba = dict(zip(known, decided[j], strict=True))
                 it.model_log_proba = lp[i]  # scored against its label once the batch commits
         done = np.flatnonzero(n_known > 0)
         if not done.size:
