@@ -5,6 +5,7 @@ from __future__ import annotations
 import fakeredis
 import pytest
 import redis
+from _c_steps import c_or_reference
 
 from workers import commit as commit_module
 from workers.commit import CacheCas, CacheNew, CommitRequest, commit_batch, send_commit
@@ -27,11 +28,7 @@ K = ModelKeys("t")
 @pytest.fixture(params=["C", "redis-py"])
 def packing(request, monkeypatch):
     """send_commit packs the command with workers._resp (when built) or with redis-py."""
-    if request.param == "C" and commit_module.PACK_COMMAND is None:
-        pytest.skip("workers._resp is not built")
-    if request.param == "redis-py":
-        monkeypatch.setattr(commit_module, "PACK_COMMAND", None)
-    return request.param
+    return c_or_reference(request, monkeypatch, commit_module, "PACK_COMMAND")
 
 
 def _read(r, consumer: str, n: int) -> list[str]:

@@ -9,6 +9,7 @@ import struct
 
 import numpy as np
 import pytest
+from _c_steps import c_or_reference
 from scipy.stats import chi2_contingency
 
 from streamnb.drift import (
@@ -30,11 +31,7 @@ from streamnb.drift.prior_shift import g_statistic
 def adwin_window(request, monkeypatch):
     """ADWIN.update_many with its window in C (streamnb._kernels.adwin_update, when built)
     and in Python (its reference)."""
-    if request.param == "C" and adwin_module.ADWIN_UPDATE is None:
-        pytest.skip("streamnb._kernels is not built")
-    if request.param == "Python":
-        monkeypatch.setattr(adwin_module, "ADWIN_UPDATE", None)
-    return request.param
+    return c_or_reference(request, monkeypatch, adwin_module, "ADWIN_UPDATE")
 
 
 def first_alarm(detector, stream, *args) -> int | None:

@@ -10,6 +10,7 @@ import msgpack
 import numpy as np
 import pytest
 import scipy.sparse as sp
+from _c_steps import c_or_reference
 from _worker_helpers import count_spec, fast_options, produce, token_messages, url_worker
 
 from streamnb.codec import decode_input, decode_output
@@ -28,11 +29,7 @@ from workers.model_config import resolve_spec
 def jll_path(request, monkeypatch):
     """MultinomialNB's prequential sums by the C loop (streamnb._kernels, when built)
     or by numpy (its reference)."""
-    if request.param == "C" and prequential_module.MULTINOMIAL_JLL is None:
-        pytest.skip("streamnb._kernels is not built")
-    if request.param == "numpy":
-        monkeypatch.setattr(prequential_module, "MULTINOMIAL_JLL", None)
-    return request.param
+    return c_or_reference(request, monkeypatch, prequential_module, "MULTINOMIAL_JLL")
 
 
 def reference_loop(model: Any, X: Any, y: list, w: np.ndarray | None) -> tuple[list, list]:
