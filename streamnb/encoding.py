@@ -121,6 +121,9 @@ def unpack_index(obj: Any, ndim: int | None = None) -> np.ndarray:
 #: One msgpack Packer per thread, kept: ``msgpack.packb`` makes one per call, which took
 #: half the time of packing a worker's small maps (outputs, cache entries, rows).
 _PACKERS = threading.local()
+#: A Packer keeps a buffer as large as the largest object it packed: after one larger
+#: than this (a snapshot, a delta of a huge batch) the thread's Packer is let go.
+PACKER_KEEP_BYTES = 1 << 20
 
 
 def dumps(obj: Any) -> bytes:
@@ -134,7 +137,10 @@ def dumps(obj: Any) -> bytes:
         pack = _PACKERS.pack
     except AttributeError:
         pack = _PACKERS.pack = msgpack.Packer(use_bin_type=True).pack
-    return pack(obj)
+    out = pack(obj)
+    if len(out) > PACKER_KEEP_BYTES:
+        del _PACKERS.pack  # (its buffer goes with it)
+    return out
 
 
 def loads(data: bytes, max_size: int = 1 << 31) -> Any:

@@ -143,3 +143,20 @@ def test_msgpack_encoding_from_several_threads_at_once_is_packb_s():
     for t in threads:
         t.join()
     assert failures == []
+
+
+def test_a_large_object_lets_the_thread_s_packer_go():
+    """The kept Packer's buffer grows to the largest object it packed: after one beyond
+    PACKER_KEEP_BYTES (a snapshot) the next call starts a fresh Packer."""
+    import msgpack
+
+    from streamnb import encoding
+
+    pack({"small": 1})
+    kept = encoding._PACKERS.pack
+    pack({"small": 2})
+    assert encoding._PACKERS.pack is kept
+    big = {"blob": b"x" * (encoding.PACKER_KEEP_BYTES + 1)}
+    assert pack(big) == msgpack.packb(big, use_bin_type=True)
+    assert not hasattr(encoding._PACKERS, "pack")
+    assert pack({"small": 3}) == msgpack.packb({"small": 3}) and encoding._PACKERS.pack is not kept

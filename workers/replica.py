@@ -62,7 +62,8 @@ def parse_id(entry_id: Any) -> tuple[int, int]:
 
 def entry_time(entry_id: str) -> float:
     """Unix time in seconds of a stream entry id (a str): ``"1700000000123-4"`` ->
-    ``1700000000.123`` (``parse_id(entry_id)[0] / 1000.0``, for a worker's every message).
+    ``1700000000.123``, what ``parse_id(entry_id)[0] / 1000.0`` gives, without parsing the
+    sequence number (a worker takes it of every message).
 
     >>> entry_time("1700000000123-4") == parse_id("1700000000123-4")[0] / 1000.0
     True
@@ -306,7 +307,6 @@ class Replica:
 
         >>> import fakeredis
         >>> from workers.model_config import ModelSpec, ensure_config
-        >>> from streamnb.stats.bundle import StatsBundle
         >>> r = fakeredis.FakeRedis()
         >>> cfg = ensure_config(r, ModelSpec("own", kind="multinomial", featurizer_config={"bits": 4}))
         >>> rep = Replica(r, ModelKeys("own"), cfg).load()
