@@ -230,3 +230,42 @@ def test_the_cpu_window_reads_a_busy_process_as_about_one_core():
         busy.kill()
         busy.wait()
     assert 0.3 < window.worker_cores <= 1.2 and 0 <= window.redis_cores < 0.3
+
+
+def test_instructions_per_message_is_the_difference_of_two_counted_runs(monkeypatch, capsys):
+    """benchmarks.instructions: (instructions with 3 passes - with 1) / (2 x messages), so
+    that start-up, imports and loading the corpus cancel out."""
+    from benchmarks import instructions
+
+    counted = {1: 7_000_000, 3: 7_600_000}
+    calls: list[tuple[str, int]] = []
+    monkeypatch.setattr(instructions.shutil, "which", lambda name: "/usr/bin/" + name)
+    monkeypatch.setattr(instructions, "count",
+                        lambda what, corpus, messages, reps: calls.append((what, reps)) or counted[reps])
+    assert instructions.main(["--what", "featurize,worker-hashes", "--messages", "100"]) == 0
+    out = capsys.readouterr().out
+    assert calls == [("featurize", 1), ("featurize", 3), ("worker-hashes", 1), ("worker-hashes", 3)]
+    assert out.count("3,000") == 2  # (7.6M - 7.0M) / 200 for each workload
+    assert instructions.collected("==7== Collected : 1,234,567\n") == 1234567
+
+
+def test_instructions_without_valgrind_or_with_a_bad_workload_says_so(monkeypatch, capsys):
+    from benchmarks import instructions
+
+    monkeypatch.setattr(instructions.shutil, "which", lambda name: None)
+    assert instructions.main(["--what", "featurize"]) == 2
+    assert "valgrind is not installed" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exc:
+        instructions.main(["--what", "featurize,nope"])
+    assert exc.value.code == 2
+
+
+@needs_redis
+def test_the_counted_workloads_run_on_a_few_messages(tmp_path):
+    """What valgrind counts: the featurizing and a worker over its own redis-server (here
+    without valgrind, on synthetic mail: tmp_path holds no corpus)."""
+    from benchmarks import instructions
+
+    for what in instructions.WORKLOADS:
+        assert instructions.main(["--inner", what, "--messages", "30", "--corpus", str(tmp_path),
+                                  "--reps", "2"]) == 0

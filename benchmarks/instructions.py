@@ -1,0 +1,131 @@
+"""Instructions per message, counted by valgrind: a figure that a busy shared host does not move.
+
+On the shared VMs of these benchmarks the same code runs up to 1.3x faster or slower from
+one run to the next, and a change of a few percent is lost in that. The number of
+instructions a process executes per message is not: this script runs a workload twice
+under ``valgrind --tool=callgrind`` (with ``--reps 1`` and ``--reps 3`` passes over the
+same messages) and prints the difference per message, which leaves out start-up,
+imports and loading the corpus. Instructions are not time (a cache miss costs no
+instruction), so a change that moves memory rather than work shows only in the timed
+benchmarks; for the rest, an A/B of two trees by this script is exact.
+
+Workloads: ``featurize`` (a worker's featurizing, ``Featurizer.featurize_batch`` in
+batches of 100, on raw mail, one process) and ``worker-raw``, ``worker-tokens``,
+``worker-hashes`` (one in-process worker against its own redis-server, over a backlog of
+that payload; redis-server is another process and is not counted).
+
+    python -m benchmarks.instructions [--corpus DIR] [--messages 1000] [--what featurize,worker-raw]
+
+A/B against an older commit: ``git worktree add /tmp/before <rev>``, build its C modules
+there, and run ``PYTHONPATH=/tmp/before python -m benchmarks.instructions`` from
+``/tmp/before``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+from collections.abc import Sequence
+
+from benchmarks._common import DEFAULT_CORPUS, corpus_or_synthetic, format_table, print_header
+
+WORKLOADS = ("featurize", "worker-raw", "worker-tokens", "worker-hashes")
+_COLLECTED = re.compile(r"Collected\s*:\s*([\d,]+)")
+
+
+def collected(valgrind_output: str) -> int:
+    """The instruction count of a callgrind run's summary (``Collected : 1,234``).
+
+    >>> collected("==1== Events    : Ir\\n==1== Collected : 7,446,165,616\\n")
+    7446165616
+    """
+    m = _COLLECTED.search(valgrind_output)
+    if m is None:
+        raise RuntimeError("no 'Collected' line in valgrind's output:\n" + valgrind_output[-2000:])
+    return int(m.group(1).replace(",", ""))
+
+
+def run_workload(what: str, corpus_dir: str, messages: int, reps: int) -> None:
+    """The workload itself (in the process valgrind counts): ``reps`` passes over the
+    first ``messages`` messages of the corpus."""
+    corpus = corpus_or_synthetic(corpus_dir, messages)
+    if what == "featurize":
+        from streamnb.codec import InputMessage
+        from streamnb.features import Featurizer
+
+        featurizer = Featurizer()
+        msgs = [InputMessage(f"{i}-0", "", "raw", raw) for i, raw in enumerate(corpus.raws)]
+        for _ in range(reps):
+            for i in range(0, len(msgs), 100):
+                featurizer.featurize_batch(msgs[i:i + 100])
+        return
+    from prometheus_client import CollectorRegistry
+
+    from benchmarks import end_to_end
+    from benchmarks._common import Corpus, RedisServer
+    from workers.connection import RedisSettings, UrlConnector
+    from workers.metrics import Metrics
+    from workers.model_config import ModelSpec
+    from workers.worker import Worker, WorkerOptions, tune_gc
+
+    payload = what.removeprefix("worker-")
+    big = Corpus(corpus.raws * reps, corpus.labels * reps)
+    tokens = end_to_end.corpus_tokens(corpus) * reps if payload != "raw" else None
+    encoded = end_to_end.encode_messages(big, payload, tokens=tokens)
+    with RedisServer() as server:
+        end_to_end.prefill(server.client(), "count", encoded)
+        worker = Worker(UrlConnector(RedisSettings(server.url)), [ModelSpec("count", kind="multinomial")],
+                        WorkerOptions(consumer="count"), Metrics(CollectorRegistry()))
+        worker.start()
+        tune_gc()
+        worker.run_until_idle(timeout=3600)
+        worker.shutdown()
+
+
+def count(what: str, corpus_dir: str, messages: int, reps: int) -> int:
+    """Instructions of one run of the workload under callgrind."""
+    cmd = ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", sys.executable,
+           "-m", "benchmarks.instructions", "--inner", what, "--reps", str(reps),
+           "--messages", str(messages), "--corpus", corpus_dir]
+    done = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ), check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed ({done.returncode}):\n{done.stderr[-2000:]}")
+    return collected(done.stderr)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.instructions", description=__doc__.split("\n")[0])
+    ap.add_argument("--corpus", default=str(DEFAULT_CORPUS))
+    ap.add_argument("--messages", type=int, default=1000, help="corpus messages per pass")
+    ap.add_argument("--what", default="featurize,worker-raw,worker-hashes",
+                    help=f"comma-separated, of {', '.join(WORKLOADS)}")
+    ap.add_argument("--inner", choices=WORKLOADS, help=argparse.SUPPRESS)  # the counted process
+    ap.add_argument("--reps", type=int, default=1, help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.inner:
+        run_workload(args.inner, args.corpus, args.messages, args.reps)
+        return 0
+    what = [w for w in args.what.split(",") if w]
+    unknown = sorted(set(what) - set(WORKLOADS))
+    if unknown or args.messages < 1:
+        ap.error(f"unknown workload {unknown[0]!r}" if unknown else "--messages must be >= 1")
+    if shutil.which("valgrind") is None:
+        print("python -m benchmarks.instructions: valgrind is not installed (apt-get install valgrind)",
+              file=sys.stderr)
+        return 2
+    print_header("instructions per message (valgrind --tool=callgrind)", "benchmarks.instructions", argv)
+    rows = []
+    for w in what:
+        one, three = count(w, args.corpus, args.messages, 1), count(w, args.corpus, args.messages, 3)
+        rows.append([w, args.messages, f"{(three - one) / (2 * args.messages):,.0f}"])
+    print(format_table(["workload", "messages per pass", "instructions per message"], rows))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
