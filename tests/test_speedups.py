@@ -831,9 +831,9 @@ def test_c_token_hashes_equal_the_python_ones(lists):
 def small_c_cache():
     """The C table re-made with room for 8 tokens (16 slots: probing and emptying happen
     all the time), restored afterwards."""
-    speedups.hash_cache_init(8, hashing._blake64)
+    speedups.hash_cache_init(8, hashing._blake64, hashing.HASH_KEY)
     yield
-    speedups.hash_cache_init(hashing.HASH_CACHE_SIZE, hashing._blake64)
+    speedups.hash_cache_init(hashing.HASH_CACHE_SIZE, hashing._blake64, hashing.HASH_KEY)
 
 
 @needs_speedups
@@ -865,6 +865,38 @@ def test_c_token_hash_cache_rejects_what_it_cannot_hash():
         speedups.hash_lists([["a", "b"]], bytes(16))
     with pytest.raises((BufferError, ValueError)):  # not contiguous
         speedups.hash_lists([["a", "b"]], np.empty(4, dtype=np.uint64)[::2])
+
+
+@needs_speedups
+@settings(max_examples=300, deadline=None)
+@given(tokens=st.lists(st.one_of(any_text, st.text(min_size=100, max_size=400),
+                                 st.sampled_from(["", "a", "é", "\ud800", "x" * 127, "x" * 128,
+                                                  "x" * 129, "é" * 64, "y" * 256, "y" * 257])),
+                       max_size=30))
+def test_the_c_blake2b_of_a_miss_is_hashlib_s(tokens):
+    """With the key, a token new to the table is hashed by the C BLAKE2b: the keyed
+    8-byte digest of its UTF-8 bytes (surrogates passed), as hashlib computes it
+    (_blake64), across the 128-byte block edges; an empty token goes to the Python."""
+    for token in tokens:
+        speedups.hash_cache_clear()
+        assert speedups.hash_one(token) == hashing._blake64(token), repr(token)
+
+
+@needs_speedups
+def test_without_the_key_a_miss_is_the_python_function_s(small_c_cache):
+    calls: list[str] = []
+
+    def counting(token: str) -> int:
+        calls.append(token)
+        return hashing._blake64(token)
+
+    speedups.hash_cache_init(8, counting)
+    assert speedups.hash_one("fresh") == hashing._blake64("fresh") and calls == ["fresh"]
+    speedups.hash_cache_init(8, counting, hashing.HASH_KEY)
+    assert speedups.hash_one("fresh") == hashing._blake64("fresh") and calls == ["fresh"]
+    assert speedups.hash_one("") == hashing._blake64("") and calls == ["fresh", ""]
+    with pytest.raises(ValueError, match="1 to 64 bytes"):
+        speedups.hash_cache_init(8, counting, b"k" * 65)
 
 
 @needs_speedups

@@ -69,8 +69,9 @@ class _HashCache(dict):
 #: The Python cache: the one in use without the C module, the reference with it.
 _CACHE = _HashCache()
 _C = speedups()
-if _C is not None:  # the C table (see the module docstring)
-    _C.hash_cache_init(HASH_CACHE_SIZE, _blake64)
+if _C is not None:  # the C table (see the module docstring); with the key, a miss is
+    # hashed by the C BLAKE2b (the same as _blake64, its reference), not by a Python call
+    _C.hash_cache_init(HASH_CACHE_SIZE, _blake64, HASH_KEY)
     _lookup = _C.hash_one
     _hash_lists = _C.hash_lists
     _unique_buckets = getattr(_C, "unique_buckets", None)
