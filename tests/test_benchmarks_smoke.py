@@ -247,6 +247,11 @@ def test_instructions_per_message_is_the_difference_of_two_counted_runs(monkeypa
     assert calls == [("featurize", 1), ("featurize", 3), ("worker-hashes", 1), ("worker-hashes", 3)]
     assert out.count("3,000") == 2  # (7.6M - 7.0M) / 200 for each workload
     assert instructions.collected("==7== Collected : 1,234,567\n") == 1234567
+    counted.update({0: 6_900_000, 1: 7_000_000})
+    calls.clear()
+    assert instructions.main(["--what", "featurize", "--messages", "100", "--first-pass"]) == 0
+    assert calls == [("featurize", 0), ("featurize", 1)]
+    assert "1,000" in capsys.readouterr().out  # (7.0M - 6.9M) / 100
 
 
 def test_instructions_without_valgrind_or_with_a_bad_workload_says_so(monkeypatch, capsys):
