@@ -214,11 +214,11 @@ class ADWIN(DriftDetector):
         xs = list(map(float, values))
         if not xs:
             return []
-        alarms: list[tuple[int, dict[str, Any]]] = []
-        clock = self.clock
         warm = max(self.grace_period, 2 * self.min_window)
         if ADWIN_UPDATE is not None:
             return self._update_many_c(xs, warm)
+        alarms: list[tuple[int, dict[str, Any]]] = []
+        clock = self.clock
         width, total, m2, n_seen = self.width, self.total, self._m2, self.n_seen
         start, n = 0, len(xs)
         while start < n:

@@ -373,7 +373,6 @@ static const uint8_t blake2b_sigma[12][16] = {
     {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15}, {14, 10, 4, 8, 9, 15, 13, 6, 1, 12, 0, 2, 11, 7, 5, 3},
 };
 static uint64_t keyed_state[8];
-static uint8_t hash_key_block[128];
 static int have_key = 0;
 
 static inline uint64_t
@@ -478,10 +477,10 @@ hash_cache_init(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
             return NULL;
         }
         /* the state after the key block (a full block, not the last one) */
+        uint8_t key_block[128] = {0};
+        memcpy(key_block, key.buf, (size_t)key.len);
         blake2b_init8(keyed_state, (size_t)key.len);
-        memset(hash_key_block, 0, sizeof(hash_key_block));
-        memcpy(hash_key_block, key.buf, (size_t)key.len);
-        blake2b_compress(keyed_state, hash_key_block, 128, 0);
+        blake2b_compress(keyed_state, key_block, 128, 0);
         PyBuffer_Release(&key);
     }
     have_key = nargs == 3 && args[2] != Py_None;
