@@ -37,3 +37,19 @@ def corpus_dir() -> Path:
     if not (CORPUS / "index.tsv").exists():
         pytest.skip(f"SpamAssassin corpus not found at {CORPUS}")
     return CORPUS
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    """Repeat each failure's message in full after the short summary, which cuts them at
+    the terminal's width: a CI log is often read from its end (the fault tests put what
+    the streams and workers were doing in theirs)."""
+    try:
+        return (yield)
+    finally:
+        failed = terminalreporter.stats.get("failed", [])
+        if failed:
+            terminalreporter.section("failure messages in full")
+            for rep in failed:
+                crash = getattr(rep.longrepr, "reprcrash", None)
+                terminalreporter.line(f"{rep.nodeid}: {crash.message if crash else rep.longrepr}")

@@ -57,11 +57,19 @@ def _s(v: Any) -> str:
 
 
 def wait_for(cond: Callable[[], bool], timeout: float = 60.0, what: str = "condition",
-             poll: float = 0.05) -> None:
+             poll: float = 0.05, state: Callable[[], str] | None = None) -> None:
+    """Poll ``cond`` until true; on timeout fail with ``what`` and, if given, ``state()``
+    (what the streams and workers were doing: a failure in CI then says what was stuck)."""
     deadline = time.monotonic() + timeout
     while not cond():
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+            detail = ""
+            if state is not None:
+                try:
+                    detail = f" ({state()})"
+                except Exception as exc:  # noqa: BLE001 - Redis may be the thing that is down
+                    detail = f" (state unreadable: {exc!r})"
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}{detail}")
         time.sleep(poll)
 
 
@@ -191,6 +199,24 @@ class WorkerThreads:
             f"streamnb_{name}_total", {"model": NAME, "worker": consumer, **labels})
         return float(v or 0.0)
 
+    def describe(self) -> str:
+        """Each worker: alive or not, its replica's version and reloads, its Redis and
+        other errors and commit conflicts, and the errors that ended a thread."""
+        out = []
+        for c, w in self.workers.items():
+            rts = list(w.models.values())
+            rep = rts[0].replica if rts else None
+            errors = sum(self.metric(c, "redis_errors", kind=k)
+                         for k in ("connection", "timeout", "readonly", "misconf", "other"))
+            out.append(f"{c}: {'alive' if self.threads[c].is_alive() else 'dead'}, "
+                       f"version {rep.version if rep else '-'}, "
+                       f"reloads {rep.reloads if rep else '-'}, redis errors {errors:.0f}, "
+                       f"other errors {self.metric(c, 'worker_errors'):.0f}, "
+                       f"conflicts {self.metric(c, 'commit_conflicts'):.0f}")
+        if self.errors:
+            out.append(f"thread errors {self.errors!r}")
+        return "; ".join(out)
+
     def stop_all(self, timeout: float = 30.0) -> None:
         for w in self.workers.values():
             w.request_stop()
@@ -245,14 +271,45 @@ def threads() -> Iterator[WorkerThreads]:
 
 # ---------------------------------------------------------------------- checks
 def all_done(client: Any, n_inputs: int) -> bool:
-    """Every one of ``n_inputs`` entries delivered and acknowledged, none pending."""
-    if client.xlen(K.input) < n_inputs:
-        return False
-    if int(client.xpending(K.input, GROUP)["pending"]) > 0:
-        return False
-    g = next((g for g in client.xinfo_groups(K.input) if _s(g["name"]) == GROUP), None)
+    """Every one of ``n_inputs`` entries delivered and acknowledged, none pending.
+
+    Read in one MULTI/EXEC: read one after the other, the pending count could be taken
+    just before a worker reads the last batch and the delivery mark just after, and a
+    batch still to be committed would pass for done."""
+    pipe = client.pipeline(transaction=True)
+    pipe.xlen(K.input)
+    pipe.xpending(K.input, GROUP)
+    pipe.xinfo_groups(K.input)
+    pipe.xrevrange(K.input, count=1)
+    n, pending, groups, last = pipe.execute()
+    g = next((g for g in groups if _s(g["name"]) == GROUP), None)
+    return (n >= n_inputs and int(pending["pending"]) == 0 and g is not None and bool(last)
+            and parse_id(g["last-delivered-id"]) >= parse_id(last[0][0]))
+
+
+def stream_state(client: Any, threads: WorkerThreads | None = None) -> str:
+    """One line: the input's last id and the group's delivery mark, pending entries per
+    consumer, the log's last id and the snapshot's, and each worker thread's state."""
     last = client.xrevrange(K.input, count=1)
-    return g is not None and bool(last) and parse_id(g["last-delivered-id"]) >= parse_id(last[0][0])
+    g = next((g for g in client.xinfo_groups(K.input) if _s(g["name"]) == GROUP), {})
+    pend = client.xpending(K.input, GROUP)
+    per = ",".join(f"{_s(c['name'])}:{c['pending']}" for c in pend.get("consumers") or [])
+    snap = client.hget(K.snapshot, "log_id")
+    parts = [f"in last {_s(last[0][0]) if last else '-'}",
+             f"delivered to {_s(g.get('last-delivered-id', '-'))}",
+             f"pending {pend['pending']} [{per}]",
+             f"log last {last_log_id(client)}", f"snapshot {_s(snap) if snap else '-'}"]
+    if threads is not None:
+        parts.append(threads.describe())
+    return "; ".join(parts)
+
+
+def wait_all_done(client: Any, n_inputs: int, timeout: float, what: str,
+                  threads: WorkerThreads | None = None) -> None:
+    """Wait until :func:`all_done`; on timeout the message says where things stood
+    (:func:`stream_state`)."""
+    wait_for(lambda: all_done(client, n_inputs), timeout, what,
+             state=lambda: stream_state(client, threads))
 
 
 def last_log_id(client: Any) -> str:

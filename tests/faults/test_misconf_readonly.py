@@ -11,10 +11,10 @@ from _worker_helpers import token_messages
 
 from faults.harness import (
     K,
-    all_done,
     check_guarantees,
     last_log_id,
     produce_mixed,
+    wait_all_done,
     wait_for,
 )
 
@@ -71,7 +71,7 @@ def test_misconf_then_readonly_then_resume(redis_factory, threads, tmp_path):
     r.replicaof("NO", "ONE")
     ids += produce_mixed(r, msgs[2500:], 2500)
 
-    wait_for(lambda: all_done(r, len(msgs)), 60, "every entry processed")
+    wait_all_done(r, len(msgs), 60, "every entry processed", threads)
     reps = [w.models["mail"].replica for w in ws]
     wait_for(lambda: {rep.version for rep in reps} == {last_log_id(r)}, 10, "replicas converge")
     threads.stop_all()

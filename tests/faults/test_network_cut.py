@@ -10,10 +10,10 @@ from _worker_helpers import token_messages
 
 from faults.harness import (
     K,
-    all_done,
     check_guarantees,
     last_log_id,
     produce_mixed,
+    wait_all_done,
     wait_for,
 )
 from faults.proxy import TcpProxy
@@ -39,7 +39,7 @@ def test_network_cut_and_restore(redis_server, threads):
         proxy.stop()  # a short cut: the cut worker keeps its entries and redoes them
         time.sleep(0.3)
         proxy.start()
-        wait_for(lambda: all_done(r, len(msgs)), 60, "every entry processed")
+        wait_all_done(r, len(msgs), 60, "every entry processed", threads)
         reps = [cut.models["mail"].replica, direct.models["mail"].replica]
         wait_for(lambda: {rep.version for rep in reps} == {last_log_id(r)}, 10,
                  "both replicas at the last log entry")

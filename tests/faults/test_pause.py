@@ -11,9 +11,9 @@ from _worker_helpers import token_messages
 
 from faults.harness import (
     K,
-    all_done,
     check_guarantees,
     produce_mixed,
+    wait_all_done,
     wait_converged,
     wait_for,
 )
@@ -48,7 +48,7 @@ def test_sigstop_past_claim_timeout_then_sigcont(redis_server, procs):
         procs.spawn("b")
         procs.spawn("c")
         # b and c claim a's batch once it is idle past claim_idle_ms, and finish the stream
-        wait_for(lambda: all_done(r, len(msgs)), 60, "b and c claim a's batch and finish")
+        wait_all_done(r, len(msgs), 60, "b and c claim a's batch and finish")
         claimed = {e["message_id"] for e in r.xpending_range(K.input, GROUP, "-", "+", 10)}
         assert not claimed & held_ids
     finally:
@@ -56,7 +56,7 @@ def test_sigstop_past_claim_timeout_then_sigcont(redis_server, procs):
     # a wakes up with its old batch and commits it: the ownership check must drop it.
     # a's heartbeat reaches the last log id only after that commit and its tail.
     wait_converged(r, names)
-    wait_for(lambda: all_done(r, len(msgs)), 30, "nothing pending")
+    wait_all_done(r, len(msgs), 30, "nothing pending")
     check_guarantees(r, msgs, ids)
     assert "claimed by another worker" in (procs.log_dir / "a.log").read_text()
     assert set(procs.stop_all().values()) == {0}

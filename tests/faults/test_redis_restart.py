@@ -11,10 +11,10 @@ import pytest
 from _worker_helpers import token_messages
 
 from faults.harness import (
-    all_done,
     check_guarantees,
     last_log_id,
     produce_mixed,
+    wait_all_done,
     wait_for,
 )
 from workers.replica import parse_id
@@ -39,7 +39,7 @@ def test_restart_with_appendfsync_always(redis_factory, threads, sig):
     server.start()
     r = server.client()
     produce_mixed(r, msgs[2000:], 2000)
-    wait_for(lambda: all_done(r, 3000), 60, "every entry processed after the restart")
+    wait_all_done(r, 3000, 60, "every entry processed after the restart", threads)
     wait_for(lambda: {a.models["mail"].replica.version, b.models["mail"].replica.version}
              == {last_log_id(r)}, 10, "both replicas at the last log entry")
     threads.stop_all()
@@ -91,7 +91,7 @@ def test_crash_with_appendfsync_everysec_loses_only_redone_commits(redis_factory
     assert parse_id(ahead) > copied_last
     server.start()
     r = server.client()
-    wait_for(lambda: all_done(r, len(msgs)), 60, "every entry processed after the crash")
+    wait_all_done(r, len(msgs), 60, "every entry processed after the crash", threads)
     wait_for(lambda: {m["mail"].replica.version for m in reps} == {last_log_id(r)}, 10,
              "both replicas at the last log entry")
     threads.stop_all()

@@ -14,8 +14,8 @@ from _worker_helpers import token_messages
 from faults.harness import (
     K,
     StreamFeeder,
-    all_done,
     check_guarantees,
+    wait_all_done,
     wait_converged,
     wait_for,
 )
@@ -112,7 +112,7 @@ def test_snapshot_holder_killed_while_writing(redis_server, procs):
             live[live.index(holder)] = new
             procs.spawn(new)
         feeder.join()
-        wait_for(lambda: all_done(r, len(msgs)), 60, "every entry processed")
+        wait_all_done(r, len(msgs), 60, "every entry processed")
         wait_converged(r, live)
     except AssertionError as exc:
         raise AssertionError(f"{exc}\ntrim violations {watcher.violations[:5]}\n"

@@ -11,8 +11,8 @@ from _worker_helpers import token_messages
 
 from faults.harness import (
     StreamFeeder,
-    all_done,
     check_guarantees,
+    wait_all_done,
     wait_converged,
     wait_for,
 )
@@ -48,7 +48,7 @@ def test_kill_9_random_workers_ten_times(redis_server, procs):
     feeder.join()
     ids = [e.decode() for e, _ in r.xrange("streamnb:{mail}:in")]
     try:
-        wait_for(lambda: all_done(r, N_MESSAGES), 90, "every entry processed")
+        wait_all_done(r, N_MESSAGES, 90, "every entry processed")
         wait_converged(r, live)
     except AssertionError as exc:
         raise AssertionError(f"{exc}\nkills {kills}\n{procs.logs()}") from None
