@@ -645,7 +645,7 @@ def test_acl_producer_and_keda_users_are_narrower(prod_redis: ProductionRedis) -
 
 
 WORKER_SOURCES = sorted((ROOT / "workers").glob("*.py")) + sorted((ROOT / "workers").glob("*.lua"))
-_LUA_CALL = re.compile(r"redis\.(?:p?call)\(\s*'([A-Za-z]+)'")
+_LUA_CALL = re.compile(r"redis\.(?:p?call)\(\s*'([A-Za-z]+)'(?:\s*,\s*'([A-Za-z]+)')?")
 _PY_CALL = re.compile(r"\.((?:x|h|script_|client_)[a-z_]*|evalsha|eval|incrby|incr|pexpire|expire"
                       r"|mget|exists|delete|ping|type|set|get)\(")
 _MOVABLE_KEYS = {"XREADGROUP": ["GROUP", "g", "c", "STREAMS", f"{M}:in", ">"],
@@ -659,7 +659,9 @@ def commands_in_worker_code() -> set[tuple[str, ...]]:
     found: set[tuple[str, ...]] = set()
     for path in WORKER_SOURCES:
         text = path.read_text()
-        found |= {(c.upper(),) for c in _LUA_CALL.findall(text)}
+        for c, sub in _LUA_CALL.findall(text):  # XGROUP DELCONSUMER & co.: two words
+            two = f"{c.lower()}_" in _TWO_WORDS
+            found.add((c.upper(), sub.upper()) if two else (c.upper(),))
         for name in _PY_CALL.findall(text):
             if not callable(getattr(redis.Redis, name, None)) or name in ("get", "set", "type"):
                 continue  # dict.get & co. are indistinguishable here; GET/SET come from Lua

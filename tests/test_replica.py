@@ -153,3 +153,30 @@ def test_only_the_lease_holder_writes_and_snapshots_only_move_forward(r):
     assert b.hold_lease()
     assert not b.write(old)  # older than the stored snapshot: refused
     assert r.hget(K.snapshot, "log_id").decode() == rep.version
+
+
+def test_a_dead_consumer_is_removed_only_with_nothing_pending(r):
+    """The lease holder removes consumers without a heartbeat, idle and with nothing
+    pending. The pending check and the delete are one script: a consumer that reads a batch
+    after the holder listed it idle keeps it (XGROUP DELCONSUMER would drop it from the
+    group's pending list, and nobody would ever process it)."""
+    from workers.keys import GROUP
+    from workers.snapshotter import delete_consumer_if_idle, remove_dead_consumers
+
+    r.xgroup_create(K.input, GROUP, id="0", mkstream=True)
+    ids = [r.xadd(K.input, {"data": b"x"}) for _ in range(3)]
+    r.xreadgroup(GROUP, "idle", {K.input: ">"}, count=1)
+    r.xack(K.input, GROUP, ids[0])
+    r.xreadgroup(GROUP, "busy", {K.input: ">"}, count=1)
+    assert delete_consumer_if_idle(r, K, "busy") is False
+    assert delete_consumer_if_idle(r, K, "idle") is True
+    assert {c["name"] for c in r.xinfo_consumers(K.input, GROUP)} == {b"busy"}
+
+    # the holder's listing says "late" has nothing pending; it reads a batch before the delete
+    r.xreadgroup(GROUP, "late", {K.input: ">"}, count=1)
+    listed = [{"name": b"late", "pending": 0, "idle": 10**9}]
+    view = type("Listing", (), {"__getattr__": lambda _, a: getattr(r, a),
+                                "xinfo_consumers": lambda _, *a: listed})()
+    assert remove_dead_consumers(view, K, 30.0, "holder") == []
+    assert [p["consumer"] for p in r.xpending_range(K.input, GROUP, "-", "+", 10)] == \
+        [b"busy", b"late"]

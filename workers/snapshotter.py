@@ -66,6 +66,16 @@ return 'ok'
 """)
 
 
+# KEYS: :in. ARGV: group, consumer. Deletes the consumer only if nothing is pending for it,
+# in one step: checked first and deleted after, a batch read in between would be dropped
+# from the group's pending list with the consumer, never processed.
+_DELETE_IDLE_CONSUMER = LuaScript("""
+if #redis.call('XPENDING', KEYS[1], ARGV[1], '-', '+', 1, ARGV[2]) > 0 then return 0 end
+redis.call('XGROUP', 'DELCONSUMER', KEYS[1], ARGV[1], ARGV[2])
+return 1
+""")
+
+
 def trim_point(log_id: str, margin_ms: int) -> str:
     """The MINID to trim to: ``margin_ms`` before ``log_id``, never after it.
 
@@ -163,6 +173,12 @@ def live_workers(client: Any, keys: ModelKeys, stale_s: float) -> dict[str, dict
             if now - float(v.get("ts", 0)) <= stale_s}
 
 
+def delete_consumer_if_idle(client: Any, keys: ModelKeys, consumer: str) -> bool:
+    """Delete ``consumer`` from the group if nothing is pending for it (one script, so a
+    batch it reads meanwhile is never dropped with it); True if deleted."""
+    return bool(_DELETE_IDLE_CONSUMER(client, [keys.input], [GROUP, consumer]))
+
+
 def remove_dead_consumers(client: Any, keys: ModelKeys, stale_s: float, me: str) -> list[str]:
     """Delete group consumers with no fresh heartbeat and no pending entry; drop stale
     heartbeats. Returns the consumers removed."""
@@ -174,8 +190,8 @@ def remove_dead_consumers(client: Any, keys: ModelKeys, stale_s: float, me: str)
             continue
         if float(c.get("idle", 0)) / 1000.0 < stale_s:
             continue
-        client.xgroup_delconsumer(keys.input, GROUP, name)
-        removed.append(name)
+        if delete_consumer_if_idle(client, keys, name):
+            removed.append(name)
     stale = [k for k in read_heartbeats(client, keys) if k not in live and k != me]
     if stale:
         client.hdel(keys.workers, *stale)

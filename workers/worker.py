@@ -96,7 +96,13 @@ from workers.model_config import ModelConfig, ModelSpec, ensure_config
 from workers.ordering import InflightBoard, wait_for_earlier
 from workers.replica import Replica, encode_decay, encode_delta, entry_time, parse_id
 from workers.replies import as_str, entry_field
-from workers.snapshotter import Snapshotter, live_workers, remove_dead_consumers, stream_gauges
+from workers.snapshotter import (
+    Snapshotter,
+    delete_consumer_if_idle,
+    live_workers,
+    remove_dead_consumers,
+    stream_gauges,
+)
 
 log = logging.getLogger("streamnb.worker")
 
@@ -517,10 +523,7 @@ class Worker:
                     rt.snapshotter.maybe_write(rt.replica, final=True)
                     rt.snapshotter.release()
                 self.client.hdel(rt.keys.workers, self.consumer)
-                pending = self.client.xpending_range(rt.keys.input, GROUP, min="-", max="+",
-                                                     count=1, consumername=self.consumer)
-                if not pending:
-                    self.client.xgroup_delconsumer(rt.keys.input, GROUP, self.consumer)
+                delete_consumer_if_idle(self.client, rt.keys, self.consumer)
             except Exception as exc:  # noqa: BLE001 - Redis may be gone; nothing is lost
                 log.warning("model %s: clean shutdown incomplete: %s", rt.name, exc)
         log.info("worker %s stopped", self.consumer)
