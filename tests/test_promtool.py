@@ -18,7 +18,7 @@ DASHBOARD = GRAFANA / "dashboards" / "streamnb.json"
 PROMTOOL = shutil.which("promtool")
 ALERTS = ["StreamnbWorkerDown", "StreamnbLagGrowing", "StreamnbAccuracyLow",
           "StreamnbFalsePositiveRateHigh", "StreamnbDriftDetected", "StreamnbDeadLettersRising",
-          "StreamnbSnapshotStale"]
+          "StreamnbSnapshotStale", "StreamnbWorkerErrors"]
 
 needs_promtool = pytest.mark.skipif(PROMTOOL is None, reason="promtool not installed "
                                     "(Debian package prometheus)")

@@ -49,11 +49,16 @@ def _delivered_all(r):
 
 
 def _check_exactly_once(r, msgs):
+    _check_exactly_once_of(r, msgs)
+    ids = {decode_output(f[b"data"])["id"] for _, f in r.xrange(K.out)}
+    assert ids == {m["id"] for m in msgs}  # every message has a prediction
+
+
+def _check_exactly_once_of(r, msgs):
+    """The stored model is an offline fit of ``msgs``, each learnt once."""
     model, _ = learnt_model(r, "mail")
     assert_same_stats(model, offline_model("multinomial", {"n_features": 1024}, FCFG, msgs))
     assert int(r.get(K.learnt)) == sum(1 for m in msgs if "label" in m)
-    ids = {decode_output(f[b"data"])["id"] for _, f in r.xrange(K.out)}
-    assert ids == {m["id"] for m in msgs}  # every message has a prediction
 
 
 def _stop(p, sig=signal.SIGTERM):
@@ -198,3 +203,49 @@ def test_redis_restart_with_aof_always(tmp_path):
         assert code == 0, log[-3000:]
         assert "reconnecting in" in log
         _check_exactly_once(r, msgs)
+
+
+def test_a_message_that_breaks_the_worker_goes_to_dead_alone(redis_server):
+    """An unexpected error (not Redis) on one message: counted, the batch redone from the
+    pending entries one at a time, so only that message reaches max_deliveries and goes
+    to :dead as poison; its batch-mates are learnt and predicted as usual."""
+    import threading
+
+    from prometheus_client import CollectorRegistry
+
+    from workers.metrics import Metrics
+
+    r = redis_server.client()
+    msgs = token_messages(8, seed=17, labelled_share=1.0)
+    ids = produce(r, "mail", msgs)
+    bad = msgs[3]["id"]
+    reg = CollectorRegistry()
+    w = url_worker(redis_server.url, [count_spec()],
+                   fast_options("w1", max_deliveries=3, claim_idle_ms=60_000), Metrics(reg))
+    w.start()
+    featurizer = w.models["mail"].featurizer
+    real = featurizer.featurize_batch
+
+    def breaks_on_bad(batch):
+        if any(m.id == bad for m in batch):
+            raise RuntimeError("a bug this message triggers")
+        return real(batch)
+
+    featurizer.featurize_batch = breaks_on_bad
+    t = threading.Thread(target=w.run, kwargs={"install_signals": False}, daemon=True)
+    t.start()
+    try:
+        _wait(lambda: r.xpending(K.input, GROUP)["pending"] == 0 and _delivered_all(r), 30,
+              "nothing pending")
+    finally:
+        w.request_stop()
+        t.join(30)
+    assert not t.is_alive()
+    dead = [decode_output(f[b"data"]) for _, f in r.xrange(K.dead)]
+    assert [(d["entry"], d["reason"]) for d in dead] == [(ids[3], "poison")]
+    outs = {decode_output(f[b"data"])["id"] for _, f in r.xrange(K.out)}
+    assert outs == {m["id"] for m in msgs} - {bad}
+    good = [m for m in msgs if m["id"] != bad]
+    _check_exactly_once_of(r, good)
+    errors = reg.get_sample_value("streamnb_worker_errors_total", {"model": "mail", "worker": "w1"})
+    assert errors == 3  # delivered 1, 2 and 3 times; poison on the 4th delivery

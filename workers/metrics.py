@@ -68,6 +68,9 @@ class Metrics:
             "redis_errors", "Redis errors by kind (connection, timeout, misconf, readonly, other)",
             (*MW, "kind"), **r)
         self.reconnects = Counter("redis_reconnects", "Reconnection attempts after an error", MW, **r)
+        self.worker_errors = Counter(
+            "worker_errors", "Unexpected errors in the worker loop (not Redis being away); the "
+            "batch stays pending and is redone", MW, **r)
         self.batch_size = Histogram(
             "batch_size_messages", "Messages per batch read", MW, buckets=BATCH_BUCKETS, **r)
         self.stage_seconds = Histogram(

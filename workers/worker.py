@@ -317,6 +317,8 @@ class ModelRuntime:
         self.inflight = InflightBoard(client, self.keys, o.consumer)
         self.worker = worker
         self.pending_phase = True
+        #: Redo the pending entries one at a time (after an unexpected error).
+        self.isolate = False
         self.claim_cursor = "0-0"
         self.next: dict[str, float] = {}
         self.observed_applied = -1
@@ -459,20 +461,30 @@ class Worker:
                 if error_kind(exc) is None:
                     if isinstance(exc, (StreamnbError, ValueError)) and not self.started:
                         raise
-                    log.exception("worker %s: unexpected error; the batch stays pending", self.consumer)
-                    self._stop.wait(1.0)
-                    for rt in self.models.values():
-                        try:
-                            self._settle(rt)
-                        except Exception:  # noqa: BLE001 - its batch stays pending
-                            log.exception("model %s: the commit on the wire failed", rt.name)
-                        self._abandon(rt)
-                        rt.pending_phase = True
+                    self._unexpected_error()
                     continue
                 self._recover(exc)
         self._finish_pipeline()
         self.shutdown()
         return 0
+
+    def _unexpected_error(self) -> None:
+        """After an error that is not Redis being away (a bug, or a message the worker does
+        not handle): log and count it, wait a second, then redo the pending entries one at a
+        time (``isolate``). Redone as a batch, every entry of the batch would be delivered
+        again at each failure and reach ``max_deliveries`` with the one that fails; one at
+        a time, only that one does, and goes to ``:dead`` as poison."""
+        log.exception("worker %s: unexpected error; the batch stays pending", self.consumer)
+        for rt in self.models.values():
+            self.metrics.worker_errors.labels(**self._mw(rt)).inc()
+        self._stop.wait(1.0)
+        for rt in self.models.values():
+            try:
+                self._settle(rt)
+            except Exception:  # noqa: BLE001 - its batch stays pending
+                log.exception("model %s: the commit on the wire failed", rt.name)
+            self._abandon(rt)
+            rt.pending_phase = rt.isolate = True
 
     def _finish_pipeline(self) -> None:
         """Warm shutdown: process the batch read ahead and read the last commit's reply."""
@@ -618,11 +630,13 @@ class Worker:
         return {as_str(r["message_id"]): int(r["times_delivered"]) for r in rows}
 
     def _drain_pending(self, rt: ModelRuntime) -> int:
+        """Redo a batch of this consumer's pending entries (one entry after an unexpected
+        error: :meth:`_unexpected_error`); the pending phase ends when none is left."""
         reply = self.client.xreadgroup(GROUP, self.consumer, {rt.keys.input: "0"},
-                                       count=self.options.batch)
+                                       count=1 if rt.isolate else self.options.batch)
         entries = reply[0][1] if reply else []
         if not entries:
-            rt.pending_phase = False
+            rt.pending_phase = rt.isolate = False
             return 0
         log.info("model %s: re-processing %d pending entries", rt.name, len(entries))
         return self._process(rt, entries, self._deliveries(rt, entries))
