@@ -252,6 +252,11 @@ def test_instructions_per_message_is_the_difference_of_two_counted_runs(monkeypa
     assert instructions.main(["--what", "featurize", "--messages", "100", "--first-pass"]) == 0
     assert calls == [("featurize", 0), ("featurize", 1)]
     assert "1,000" in capsys.readouterr().out  # (7.0M - 6.9M) / 100
+    by_what = {"bare": {1: 1_000_000, 3: 1_200_000}, "worker-raw": {1: 2_000_000, 3: 2_500_000}}
+    monkeypatch.setattr(instructions, "count",
+                        lambda what, corpus, messages, reps: by_what[what][reps])
+    assert instructions.main(["--what", "worker-raw,bare", "--messages", "100"]) == 0
+    assert "in instructions: 40.0%" in capsys.readouterr().out  # 1,000 / 2,500 per message
 
 
 def test_instructions_without_valgrind_or_with_a_bad_workload_says_so(monkeypatch, capsys):
