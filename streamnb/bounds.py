@@ -27,8 +27,10 @@ from __future__ import annotations
 from typing import Any, NamedTuple
 
 import numpy as np
-from scipy.optimize import minimize_scalar
-from scipy.stats import norm
+from scipy.special import ndtr
+
+#: log sqrt(2 pi), the normal density's constant (as scipy.stats computes it).
+_LOG_SQRT_2PI = float(np.log(np.sqrt(2 * np.pi)))
 
 
 class ChernoffBound(NamedTuple):
@@ -184,10 +186,19 @@ def bayes_error(
             x = lo + 1.0
         else:
             x = 0.5 * (lo + hi)
-        first_wins = (np.log(p1) + norm.logpdf(x, m1, s1)) >= (np.log(p2) + norm.logpdf(x, m2, s2))
+        first_wins = (np.log(p1) + _normal_logpdf(x, m1, s1)) >= (np.log(p2) + _normal_logpdf(x, m2, s2))
         p, m, s = (p2, m2, s2) if first_wins else (p1, m1, s1)
-        error += p * float(norm.cdf(hi, m, s) - norm.cdf(lo, m, s))
+        error += p * float(ndtr((hi - m) / s) - ndtr((lo - m) / s))
     return float(error)
+
+
+def _normal_logpdf(x: float, mean: float, sd: float) -> float:
+    """log N(x; mean, sd^2), as ``scipy.stats.norm.logpdf``. This module is imported by
+    every worker (the observer's Bhattacharyya gauges): ``scipy.stats`` and
+    ``scipy.optimize`` would add about half a second and tens of MB to each
+    (docs/performance.md, "Thirteenth pass"), so it imports neither at module level."""
+    z = (x - mean) / sd
+    return float(-z * z / 2.0 - _LOG_SQRT_2PI - np.log(sd))
 
 
 # ------------------------------------------------------------------ any dimension
@@ -231,6 +242,8 @@ def chernoff_bound(
 
     def log_bound(a: float) -> float:
         return a * l1 + (1.0 - a) * l2 - _chernoff_k(a, g1, g2)
+
+    from scipy.optimize import minimize_scalar  # (not at import: see _normal_logpdf)
 
     best = minimize_scalar(log_bound, bounds=(0.0, 1.0), method="bounded",
                            options={"xatol": 1e-10})

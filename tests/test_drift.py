@@ -452,3 +452,29 @@ def test_update_many_on_no_values_changes_nothing():
         before = copy.deepcopy(vars(det))
         assert det.update_many([]) == [] and det.drift_detected
         assert_same(vars(det), before)
+
+
+def test_chi2_quantiles_equal_scipy_stats_bit_for_bit():
+    """The drift tests' thresholds come from scipy.special (streamnb/drift/quantiles.py),
+    so that workers need not import scipy.stats: the same floats as scipy.stats.chi2."""
+    from scipy.stats import chi2
+
+    from streamnb.drift.quantiles import chi2_isf, chi2_ppf
+
+    rng = np.random.default_rng(7)
+    for _ in range(2000):
+        df = float(rng.uniform(1.0, 500.0)) if rng.random() < 0.5 else int(rng.integers(1, 60))
+        q = float(10 ** rng.uniform(-12, -0.01))
+        assert chi2_isf(q, df) == float(chi2.isf(q, df))
+        assert chi2_ppf(q, df) == float(chi2.ppf(q, df))
+
+
+def test_a_worker_imports_neither_scipy_stats_nor_scipy_optimize():
+    """Half a second and tens of MB per worker process (docs/performance.md)."""
+    import subprocess
+    import sys
+
+    code = ("import sys, workers.worker, workers.cli, workers.observer; "
+            "print(sorted(m for m in ('scipy.stats', 'scipy.optimize') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"

@@ -29,10 +29,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from scipy.stats import chi2
 
 from streamnb.constants import DRIFT_COOLDOWN_SAMPLES, GAUSSIAN_DRIFT_ALPHA
 from streamnb.drift.base import DriftDetector
+from streamnb.drift.quantiles import chi2_isf, chi2_ppf
 
 #: Variances are floored at this fraction of the largest one (plus a tiny absolute floor).
 VAR_FLOOR = 1e-9
@@ -148,9 +148,9 @@ class GaussianDrift(DriftDetector):
         key = (round(n_r, 6), d)
         if key not in self._cache:
             df = max(n_r - 1.0, 1.0)
-            self._cache[key] = (float(chi2.isf(self.alpha / 2, d)),
-                                float(chi2.ppf(self.alpha / (4 * d), df)),
-                                float(chi2.isf(self.alpha / (4 * d), df)))
+            self._cache[key] = (chi2_isf(self.alpha / 2, d),
+                                chi2_ppf(self.alpha / (4 * d), df),
+                                chi2_isf(self.alpha / (4 * d), df))
             if len(self._cache) > 4096:
                 self._cache.clear()
         return self._cache[key]

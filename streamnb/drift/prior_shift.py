@@ -17,10 +17,10 @@ from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
-from scipy.stats import chi2
 
 from streamnb.constants import DRIFT_COOLDOWN_SAMPLES, PRIOR_SHIFT_ALPHA
 from streamnb.drift.base import DriftDetector
+from streamnb.drift.quantiles import chi2_isf
 
 
 def js_divergence(p: np.ndarray, q: np.ndarray) -> float:
@@ -299,7 +299,7 @@ class PriorShift(DriftDetector):
 
     def _quantile(self, df: int) -> float:
         """The G-test threshold for df degrees of freedom (cached by :meth:`_threshold`)."""
-        return float(chi2.isf(self.alpha / len(self.windows), df))
+        return chi2_isf(self.alpha / len(self.windows), df)
 
     def _check(self) -> bool:
         held = self._window_counts[-1] if self._ring_len == self._ring.shape[0] else (
