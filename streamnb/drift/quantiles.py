@@ -1,7 +1,7 @@
 """Chi-square quantiles of the drift tests, from ``scipy.special``.
 
 ``scipy.stats.chi2`` computes these with the same special functions, but importing
-``scipy.stats`` costs a worker about half a second and tens of MB of memory (with
+``scipy.stats`` costs a worker about 0.9 s of start-up and 40 MB of memory (with
 ``scipy.optimize``, which it imports): the daemon imports neither (docs/performance.md,
 "Thirteenth pass"). The values are those of ``scipy.stats.chi2`` bit for bit
 (tests/test_drift.py checks).
