@@ -201,8 +201,10 @@ class WorkerThreads:
 
     def describe(self) -> str:
         """Each worker: alive or not, its replica's version and reloads, its Redis and
-        other errors and commit conflicts, and the errors that ended a thread."""
+        other errors, commit conflicts and where it spends its time (:meth:`where`), and
+        the errors that ended a thread."""
         out = []
+        where = self.where()
         for c, w in self.workers.items():
             rts = list(w.models.values())
             rep = rts[0].replica if rts else None
@@ -212,10 +214,35 @@ class WorkerThreads:
                        f"version {rep.version if rep else '-'}, "
                        f"reloads {rep.reloads if rep else '-'}, redis errors {errors:.0f}, "
                        f"other errors {self.metric(c, 'worker_errors'):.0f}, "
-                       f"conflicts {self.metric(c, 'commit_conflicts'):.0f}")
+                       f"conflicts {self.metric(c, 'commit_conflicts'):.0f}, "
+                       f"mostly at {where.get(c, '-')}")
         if self.errors:
             out.append(f"thread errors {self.errors!r}")
         return "; ".join(out)
+
+    def where(self, samples: int = 20, every_s: float = 0.05) -> dict[str, str]:
+        """Where each live worker thread spends its time: its stack sampled ``samples``
+        times, the most frequent innermost frames of the package (workers/, streamnb/),
+        three levels, with how often (a stuck worker shows where it is stuck)."""
+        import collections
+        import os
+        import traceback
+
+        idents = {t.ident: c for c, t in self.threads.items() if t.is_alive()}
+        seen: dict[str, collections.Counter] = {c: collections.Counter() for c in idents.values()}
+        for _ in range(samples):
+            frames = sys._current_frames()
+            for ident, c in idents.items():
+                if ident not in frames:
+                    continue
+                ours = [f for f in traceback.extract_stack(frames[ident])
+                        if f"{os.sep}workers{os.sep}" in f.filename
+                        or f"{os.sep}streamnb{os.sep}" in f.filename]
+                seen[c][" < ".join(f"{Path(f.filename).name}:{f.lineno} {f.name}"
+                                   for f in reversed(ours[-3:]))] += 1
+            time.sleep(every_s)
+        return {c: (f"{top[0][0]} ({top[0][1]}/{samples})" if (top := n.most_common(1)) else "-")
+                for c, n in seen.items()}
 
     def stop_all(self, timeout: float = 30.0) -> None:
         for w in self.workers.values():
