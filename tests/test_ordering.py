@@ -156,23 +156,29 @@ def test_labels_of_another_type_than_the_earlier_batch_defined_are_dead_letters(
 
 class _CountingBoard(InflightBoard):
     """An :class:`InflightBoard` that counts its looks at ``:inflight`` once ``done`` is
-    set (after the other worker's batch is committed or withdrawn)."""
+    set (just before the other worker's batch is committed or withdrawn), and says when
+    it has looked once (``looked``)."""
 
-    __slots__ = ("done", "looks_after")
+    __slots__ = ("done", "looked", "looks_after")
 
     def __init__(self, *args, **kw) -> None:
         super().__init__(*args, **kw)
         self.done = threading.Event()
+        self.looked = threading.Event()
         self.looks_after = 0
 
     def earlier(self, first_id, now=None):
         self.looks_after += self.done.is_set()
-        return super().earlier(first_id, now)
+        found = super().earlier(first_id, now)
+        self.looked.set()
+        return found
 
 
 def _waiting_for_a(client, keys: ModelKeys, then, poll_ms: int) -> tuple[object, _CountingBoard]:
-    """B waits for A's announced batch while a thread does ``then(field, entry id)`` after
-    50 ms; B's catch-up collects the announcements named by the log entries it reads."""
+    """B waits for A's announced batch while a thread does ``then(field, entry id)`` 50 ms
+    after B's first look; B's catch-up collects the announcements named by the log entries
+    it reads. ``done`` is set before ``then``, so every look that can find the batch gone
+    is counted (set after, a look in between would end the wait uncounted)."""
     client.xgroup_create(keys.input, GROUP, id="0", mkstream=True)
     eid = client.xadd(keys.input, {"data": b"x"}).decode()
     client.xreadgroup(GROUP, "a", {keys.input: ">"})
@@ -190,13 +196,15 @@ def _waiting_for_a(client, keys: ModelKeys, then, poll_ms: int) -> tuple[object,
         return len(entries)
 
     def act() -> None:
-        then(name, eid)
+        assert b.looked.wait(10)  # B has seen A's batch: it is waiting for it
+        time.sleep(0.05)
         b.done.set()
+        then(name, eid)
 
-    timer = threading.Timer(0.05, act)
-    timer.start()
+    actor = threading.Thread(target=act)
+    actor.start()
     res = wait_for_earlier(b, "9999999999999-0", 5.0, catch_up, poll_ms=poll_ms)
-    timer.join()
+    actor.join()
     return res, b
 
 
