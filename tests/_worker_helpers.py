@@ -17,7 +17,10 @@ from streamnb.codec import decode_input
 from streamnb.features import Featurizer
 from streamnb.models import make_model
 from workers.connection import RedisSettings, UrlConnector
+from workers.keys import GROUP, ModelKeys
 from workers.model_config import ModelSpec
+from workers.replica import parse_id
+from workers.replies import as_str
 from workers.worker import Worker, WorkerOptions
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -29,6 +32,8 @@ VOCAB = {
     "news": ["market", "election", "weather", "sports", "score", "policy", "stocks", "rain"],
 }
 COMMON = ["hello", "today", "please", "thanks", "again", "about"]
+#: The keys of the model most worker tests serve ("mail").
+MAIL_KEYS = ModelKeys("mail")
 
 
 def token_messages(n: int, classes: tuple[str, ...] = ("spam", "ham", "news"), seed: int = 0,
@@ -157,6 +162,24 @@ def spawn_worker(url: str, spec: ModelSpec, options: dict[str, Any], log_path: P
     return subprocess.Popen([PYTHON, "-m", "workers.worker", "--redis", url, "--spec", spec_json,
                              "--options", json.dumps(options)], cwd=ROOT, env=env,
                             stdout=out, stderr=subprocess.STDOUT)
+
+
+def all_done(client: Any, n_inputs: int, keys: ModelKeys = MAIL_KEYS) -> bool:
+    """Every one of ``n_inputs`` entries of ``keys.input`` delivered and acknowledged, none
+    pending.
+
+    Read in one MULTI/EXEC: read one after the other, the pending count could be taken
+    just before a worker reads the last batch and the delivery mark just after, and a
+    batch still to be committed would pass for done."""
+    pipe = client.pipeline(transaction=True)
+    pipe.xlen(keys.input)
+    pipe.xpending(keys.input, GROUP)
+    pipe.xinfo_groups(keys.input)
+    pipe.xrevrange(keys.input, count=1)
+    n, pending, groups, last = pipe.execute()
+    g = next((g for g in groups if as_str(g["name"]) == GROUP), None)
+    return (n >= n_inputs and int(pending["pending"]) == 0 and g is not None and bool(last)
+            and parse_id(g["last-delivered-id"]) >= parse_id(last[0][0]))
 
 
 def learnt_model(client: Any, name: str) -> tuple[Any, str]:

@@ -10,6 +10,7 @@ import pytest
 from _redis_server import REDIS_SERVER, RedisServer
 from _worker_helpers import (
     FCFG,
+    all_done,
     assert_same_stats,
     count_spec,
     fast_options,
@@ -38,8 +39,7 @@ def _wait(cond, timeout=60.0, what="condition"):
 
 
 def _done(r, n):
-    return lambda: r.xlen(K.out) >= n and r.xpending(K.input, GROUP)["pending"] == 0 and \
-        _delivered_all(r)
+    return lambda: all_done(r, n) and r.xlen(K.out) >= n
 
 
 def _delivered_all(r):
@@ -235,8 +235,7 @@ def test_a_message_that_breaks_the_worker_goes_to_dead_alone(redis_server):
     t = threading.Thread(target=w.run, kwargs={"install_signals": False}, daemon=True)
     t.start()
     try:
-        _wait(lambda: r.xpending(K.input, GROUP)["pending"] == 0 and _delivered_all(r), 30,
-              "nothing pending")
+        _wait(lambda: all_done(r, len(msgs)), 30, "nothing pending")
     finally:
         w.request_stop()
         t.join(30)

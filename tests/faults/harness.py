@@ -8,11 +8,14 @@ an offline fit.
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
 import threading
 import time
+import traceback
+from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -26,6 +29,7 @@ from _redis_server import REDIS_SERVER, RedisServer  # noqa: E402
 from _worker_helpers import (  # noqa: E402
     FCFG,
     PARAMS,
+    all_done,
     assert_same_stats,
     count_spec,
     learnt_model,
@@ -39,7 +43,6 @@ from streamnb.codec import decode_output  # noqa: E402
 from streamnb.encoding import loads  # noqa: E402
 from workers.keys import GROUP, ModelKeys  # noqa: E402
 from workers.metrics import Metrics  # noqa: E402
-from workers.replica import parse_id  # noqa: E402
 from workers.worker import Worker, WorkerOptions  # noqa: E402
 
 NAME = "mail"
@@ -199,6 +202,11 @@ class WorkerThreads:
             f"streamnb_{name}_total", {"model": NAME, "worker": consumer, **labels})
         return float(v or 0.0)
 
+    def metric_sum(self, consumer: str, name: str) -> float:
+        """``streamnb_<name>_total`` of ``consumer``, summed over its other labels."""
+        return sum(sample.value for family in self.registries[consumer].collect()
+                   for sample in family.samples if sample.name == f"streamnb_{name}_total")
+
     def describe(self) -> str:
         """Each worker: alive or not, its replica's version and reloads, its Redis and
         other errors, commit conflicts and where it spends its time (:meth:`where`), and
@@ -208,8 +216,7 @@ class WorkerThreads:
         for c, w in self.workers.items():
             rts = list(w.models.values())
             rep = rts[0].replica if rts else None
-            errors = sum(self.metric(c, "redis_errors", kind=k)
-                         for k in ("connection", "timeout", "readonly", "misconf", "other"))
+            errors = self.metric_sum(c, "redis_errors")
             out.append(f"{c}: {'alive' if self.threads[c].is_alive() else 'dead'}, "
                        f"version {rep.version if rep else '-'}, "
                        f"reloads {rep.reloads if rep else '-'}, redis errors {errors:.0f}, "
@@ -224,12 +231,8 @@ class WorkerThreads:
         """Where each live worker thread spends its time: its stack sampled ``samples``
         times, the most frequent innermost frames of the package (workers/, streamnb/),
         three levels, with how often (a stuck worker shows where it is stuck)."""
-        import collections
-        import os
-        import traceback
-
         idents = {t.ident: c for c, t in self.threads.items() if t.is_alive()}
-        seen: dict[str, collections.Counter] = {c: collections.Counter() for c in idents.values()}
+        seen: dict[str, Counter] = {c: Counter() for c in idents.values()}
         for _ in range(samples):
             frames = sys._current_frames()
             for ident, c in idents.items():
@@ -297,23 +300,6 @@ def threads() -> Iterator[WorkerThreads]:
 
 
 # ---------------------------------------------------------------------- checks
-def all_done(client: Any, n_inputs: int) -> bool:
-    """Every one of ``n_inputs`` entries delivered and acknowledged, none pending.
-
-    Read in one MULTI/EXEC: read one after the other, the pending count could be taken
-    just before a worker reads the last batch and the delivery mark just after, and a
-    batch still to be committed would pass for done."""
-    pipe = client.pipeline(transaction=True)
-    pipe.xlen(K.input)
-    pipe.xpending(K.input, GROUP)
-    pipe.xinfo_groups(K.input)
-    pipe.xrevrange(K.input, count=1)
-    n, pending, groups, last = pipe.execute()
-    g = next((g for g in groups if _s(g["name"]) == GROUP), None)
-    return (n >= n_inputs and int(pending["pending"]) == 0 and g is not None and bool(last)
-            and parse_id(g["last-delivered-id"]) >= parse_id(last[0][0]))
-
-
 def stream_state(client: Any, threads: WorkerThreads | None = None) -> str:
     """One line: the input's last id and the group's delivery mark, pending entries per
     consumer, the log's last id and the snapshot's, and each worker thread's state."""
