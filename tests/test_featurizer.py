@@ -214,11 +214,13 @@ def test_hostile_inputs_end_to_end_never_raise_anything_but_malformed():
 
 def test_featurize_batch_equals_featurize_one_at_a_time():
     from streamnb.exceptions import MalformedMessage
+    from streamnb.features.hashing import token_hashes
 
     for f in (Featurizer(bits=6), Featurizer(bits=12, counts="raw"), Featurizer(bits=12, meta=True)):
         msgs = [msg("tokens", ["a", "b", "a", "c"]), msg("tokens", []), msg("x", np.array([1.0])),
                 msg("text", "Hello THERE there"), msg("tokens", [f"t{i}" for i in range(200)]),
-                msg("raw", MAIL)]  # raw mail: what the worker sends through featurize_batch
+                msg("raw", MAIL),  # raw mail: what the worker sends through featurize_batch
+                msg("hashes", token_hashes(["a", "b", "a"])), msg("tokens", ["x"])]
         out = f.featurize_batch(msgs)
         assert isinstance(out[2], MalformedMessage) and out[2].reason == "incompatible_payload"
         for m, row in zip(msgs, out, strict=True):

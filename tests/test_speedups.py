@@ -1006,3 +1006,5 @@ def test_python_hash_path_equals_the_one_in_use(monkeypatch):
     monkeypatch.setattr(hashing, "_lookup", hashing._CACHE.__getitem__)
     assert hashing._hashes(lists, total).tolist() == in_use == python_hashes(
         [t for tokens in lists for t in tokens])
+    more = hashing.token_hashes(["more", "é"]).tobytes()  # a message's word hashes after its tokens
+    assert hashing.TokenHasher().hashes_of(lists[0], more).tolist() == python_hashes(lists[0] + ["more", "é"])

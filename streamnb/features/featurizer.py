@@ -373,11 +373,13 @@ class Featurizer:
     def featurize_batch(self, msgs: Sequence[InputMessage]) -> list[Row | MalformedMessage]:
         """:meth:`featurize` of every message, in order; a message that cannot be featurized
         gets its :class:`MalformedMessage` in its place (the others are unaffected). With
-        binary counts, the token lists of the batch (raw, text and tokens payloads) are
-        hashed in one pass (:meth:`TokenHasher.hash_unique_many`; the word tokens of raw
-        mail hashed as the tokenizer finds them, :meth:`MailTokenizer.analyse` with
-        ``hash_words``), and the hashes payloads masked and sorted in one
-        (:meth:`TokenHasher.unique_buckets_many`): the same rows as one message at a time.
+        binary counts, the tokens of raw mail and text are hashed as soon as they are made
+        (:meth:`TokenHasher.hashes_of`, while they are still in the CPU's caches; the word
+        tokens of raw mail hashed as the tokenizer finds them,
+        :meth:`MailTokenizer.analyse` with ``hash_words``), the token lists of tokens
+        payloads in one pass (:meth:`TokenHasher.hash_unique_many`), and every message's
+        hashes masked and sorted in one (:meth:`TokenHasher.unique_buckets_many`): the same
+        rows as one message at a time.
 
         >>> f = Featurizer(bits=10)
         >>> msgs = [InputMessage("1-0", "a", "tokens", ["cheap", "meds", "cheap"]),
@@ -388,28 +390,31 @@ class Featurizer:
         """
         out: list[Row | MalformedMessage | None] = [None] * len(msgs)
         in_one_pass = self.input == "sparse" and self.counts == "binary"
-        pending: list[tuple[int, list[str], np.ndarray | None, bytearray | None, int]] = []
-        hashed: list[tuple[int, np.ndarray]] = []  # hashes payloads
+        listed: list[tuple[int, list[str], np.ndarray | None]] = []  # tokens payloads
+        hashed: list[tuple[int, np.ndarray, np.ndarray | None, int]] = []  # (i, hashes, meta, n)
         for i, msg in enumerate(msgs):
             try:
-                if in_one_pass and msg.payload_kind in ("raw", "text", "tokens"):
-                    pending.append((i, *self._tokens_and_meta(msg, hash_words=True)))
-                elif in_one_pass and msg.payload_kind == "hashes":
-                    hashed.append((i, msg.payload))
+                kind = msg.payload_kind
+                if in_one_pass and kind in ("raw", "text"):
+                    tokens, meta, more, n = self._tokens_and_meta(msg, hash_words=True)
+                    hashed.append((i, self.hasher.hashes_of(tokens, more), meta, n))
+                elif in_one_pass and kind == "tokens":
+                    listed.append((i, msg.payload, self._no_text_meta(len(msg.payload))))
+                elif in_one_pass and kind == "hashes":
+                    hashed.append((i, msg.payload, self._no_text_meta(msg.payload.size), msg.payload.size))
                 else:
                     out[i] = self.featurize(msg)
             except MalformedMessage as exc:
                 out[i] = exc
-        if pending:
-            unique = self.hasher.hash_unique_many([tokens for _, tokens, _, _, _ in pending],
-                                                  [hashes for _, _, _, hashes, _ in pending])
-            for (i, tokens, meta, _, n), idx in zip(pending, unique, strict=True):
-                out[i] = self._token_row(tokens, meta, unique=idx, n_tokens=n)
+        if listed:
+            unique = self.hasher.hash_unique_many([tokens for _, tokens, _ in listed])
+            for (i, tokens, meta), idx in zip(listed, unique, strict=True):
+                out[i] = self._counted_row(idx, None, meta, len(tokens))
         if hashed:
-            sizes = np.array([h.size for _, h in hashed], dtype=np.int64)
-            unique = self.hasher.unique_buckets_many(np.concatenate([h for _, h in hashed]), sizes)
-            for (i, _), idx, n in zip(hashed, unique, sizes.tolist(), strict=True):
-                out[i] = self._counted_row(idx, None, self._no_text_meta(n), n)
+            sizes = np.array([h.size for _, h, _, _ in hashed], dtype=np.int64)
+            unique = self.hasher.unique_buckets_many(np.concatenate([h for _, h, _, _ in hashed]), sizes)
+            for (i, _, meta, n), idx in zip(hashed, unique, strict=True):
+                out[i] = self._counted_row(idx, None, meta, n)
         return out  # type: ignore[return-value]
 
     def fits(self, row: Row) -> bool:

@@ -88,16 +88,16 @@ def token_hash64(token: str) -> int:
     return _lookup(token)
 
 
-def _hashes(token_lists: Sequence[Iterable[str]], total: int) -> np.ndarray:
-    """The 64-bit hashes of the tokens of every list, one after the other (``total`` of them)."""
-    if _hash_lists is not None:
+def _hashes(token_lists: Sequence[Iterable[str]], total: int, out: np.ndarray | None = None) -> np.ndarray:
+    """The 64-bit hashes of the tokens of every list, one after the other (``total`` of them),
+    into ``out`` (a contiguous uint64 array of that size; a new one if None)."""
+    if out is None:
         out = np.empty(total, dtype=np.uint64)
+    if _hash_lists is not None:
         _hash_lists(token_lists if type(token_lists) is list else list(token_lists), out)
-        return out
-    return np.fromiter(map(_lookup, chain.from_iterable(token_lists)), dtype=np.uint64, count=total)
-
-
-_NO_HASHES = np.empty(0, dtype=np.uint64)
+    else:
+        out[:] = np.fromiter(map(_lookup, chain.from_iterable(token_lists)), dtype=np.uint64, count=total)
+    return out
 
 
 def token_hashes(tokens: Iterable[str]) -> np.ndarray:
@@ -169,34 +169,42 @@ class TokenHasher:
             tokens = list(tokens)
         return self.hash_unique_many([tokens])[0]
 
-    def hash_unique_many(self, token_lists: Sequence[Sequence[str]],
-                         more_hashes: Sequence[bytes | bytearray | None] | None = None) -> list[np.ndarray]:
+    def hash_unique_many(self, token_lists: Sequence[Sequence[str]]) -> list[np.ndarray]:
         """:meth:`hash_unique` of every list, in one pass: one lookup per token over the
-        whole batch, one sort of (list number, bucket) keys, one split. ``more_hashes[i]``:
-        the 64-bit hashes (uint64 bytes, or None) of more tokens of list i, already hashed
-        (:meth:`MailAnalysis.word_hashes <streamnb.features.mail.MailAnalysis>`).
+        whole batch, one sort per list, one split.
 
         >>> h = TokenHasher(bits=20)
         >>> lists = [["a", "b", "a"], [], ["b"]]
         >>> all(np.array_equal(x, h.hash_counts(t)[0]) for x, t in zip(h.hash_unique_many(lists), lists))
         True
-        >>> more = [token_hashes(["c"]).tobytes(), None, b""]
-        >>> [b.size for b in h.hash_unique_many(lists, more)]
-        [3, 0, 1]
         """
         n = len(token_lists)
         sizes = np.fromiter(map(len, token_lists), dtype=np.int64, count=n)
         total = int(sizes.sum())
-        hashes = _hashes(token_lists, total) if total else np.empty(0, dtype=np.uint64)
-        if more_hashes is not None and any(more_hashes):
-            more = [np.frombuffer(m, dtype=np.uint64) if m else _NO_HASHES for m in more_hashes]
-            bounds = [0, *np.cumsum(sizes).tolist()]
-            hashes = np.concatenate(list(chain.from_iterable(
-                (hashes[bounds[i]:bounds[i + 1]], more[i]) for i in range(n))))
-            sizes += np.fromiter(map(len, more), dtype=np.int64, count=n)
-        if not hashes.size:
+        if not total:
             return [np.empty(0, dtype=np.int32) for _ in range(n)]
-        return self.unique_buckets_many(hashes, sizes)
+        return self.unique_buckets_many(_hashes(token_lists, total), sizes)
+
+    def hashes_of(self, tokens: Sequence[str], more: bytes | bytearray | None = None) -> np.ndarray:
+        """The 64-bit hashes of ``tokens``, then ``more``: the hashes of more tokens of the
+        same message, already computed (native uint64 bytes, as
+        :meth:`MailAnalysis.word_hashes <streamnb.features.mail.MailAnalysis>` holds them).
+        Hashing a message's tokens as soon as they are made reads them while they are still
+        in the CPU's caches (docs/performance.md, item 64).
+
+        >>> h = TokenHasher(bits=20)
+        >>> got = h.hashes_of(["a", "b"], token_hashes(["c"]).tobytes())
+        >>> got.tolist() == token_hashes(["a", "b", "c"]).tolist()
+        True
+        """
+        n = len(tokens)
+        extra = len(more) // 8 if more else 0
+        out = np.empty(n + extra, dtype=np.uint64)
+        if n:
+            _hashes([tokens], n, out[:n])
+        if extra:
+            out[n:] = np.frombuffer(more, dtype=np.uint64)
+        return out
 
     def unique_buckets_many(self, hashes: np.ndarray, sizes: np.ndarray) -> list[np.ndarray]:
         """The sorted unique buckets (int32) of each list of 64-bit token hashes, the lists
