@@ -234,29 +234,63 @@ def test_the_cpu_window_reads_a_busy_process_as_about_one_core():
 
 def test_instructions_per_message_is_the_difference_of_two_counted_runs(monkeypatch, capsys):
     """benchmarks.instructions: (instructions with 3 passes - with 1) / (2 x messages), so
-    that start-up, imports and loading the corpus cancel out."""
+    that start-up, imports and loading the corpus cancel out; for a worker, less what the
+    same process counts for the producer alone."""
     from benchmarks import instructions
 
     counted = {1: 7_000_000, 3: 7_600_000}
+    producer = {1: 100_000, 3: 300_000}
     calls: list[tuple[str, int]] = []
+
+    def fake_count(what, corpus, messages, reps, cache=False):
+        calls.append((what, reps))
+        return {"instructions": (producer if what.startswith("producer-") else counted)[reps]}
+
     monkeypatch.setattr(instructions.shutil, "which", lambda name: "/usr/bin/" + name)
-    monkeypatch.setattr(instructions, "count",
-                        lambda what, corpus, messages, reps: calls.append((what, reps)) or counted[reps])
+    monkeypatch.setattr(instructions, "count", fake_count)
     assert instructions.main(["--what", "featurize,worker-hashes", "--messages", "100"]) == 0
     out = capsys.readouterr().out
-    assert calls == [("featurize", 1), ("featurize", 3), ("worker-hashes", 1), ("worker-hashes", 3)]
-    assert out.count("3,000") == 2  # (7.6M - 7.0M) / 200 for each workload
+    assert calls == [("featurize", 1), ("featurize", 3), ("worker-hashes", 1), ("worker-hashes", 3),
+                     ("producer-hashes", 1), ("producer-hashes", 3)]
+    assert "3,000" in out  # featurize: (7.6M - 7.0M) / 200
+    assert "2,000" in out  # the worker: (7.6M - 0.3M - (7.0M - 0.1M)) / 200
     assert instructions.collected("==7== Collected : 1,234,567\n") == 1234567
     counted.update({0: 6_900_000, 1: 7_000_000})
     calls.clear()
     assert instructions.main(["--what", "featurize", "--messages", "100", "--first-pass"]) == 0
     assert calls == [("featurize", 0), ("featurize", 1)]
     assert "1,000" in capsys.readouterr().out  # (7.0M - 6.9M) / 100
-    by_what = {"bare": {1: 1_000_000, 3: 1_200_000}, "worker-raw": {1: 2_000_000, 3: 2_500_000}}
-    monkeypatch.setattr(instructions, "count",
-                        lambda what, corpus, messages, reps: by_what[what][reps])
+    by_what = {"bare": {1: 1_000_000, 3: 1_200_000}, "worker-raw": {1: 2_000_000, 3: 2_500_000},
+               "producer-raw": {1: 200_000, 3: 300_000}}
+    monkeypatch.setattr(instructions, "count", lambda what, corpus, messages, reps, cache=False:
+                        {"instructions": by_what[what][reps]})
     assert instructions.main(["--what", "worker-raw,bare", "--messages", "100"]) == 0
-    assert "in instructions: 40.0%" in capsys.readouterr().out  # 1,000 / 2,500 per message
+    assert "in instructions: 50.0%" in capsys.readouterr().out  # 1,000 / 2,000 per message
+
+
+def test_instructions_with_cache_misses(monkeypatch, capsys):
+    """``--cache``: cachegrind's instructions and simulated misses, per message, each the
+    difference of two runs."""
+    from benchmarks import instructions
+
+    runs = {1: {"instructions": 5_000_000, "L1d misses": 40_000, "L2 misses": 9_000},
+            3: {"instructions": 5_400_000, "L1d misses": 52_000, "L2 misses": 9_600}}
+    seen: list[bool] = []
+    monkeypatch.setattr(instructions.shutil, "which", lambda name: "/usr/bin/" + name)
+    monkeypatch.setattr(instructions, "count", lambda what, corpus, messages, reps, cache=False:
+                        seen.append(cache) or runs[reps])
+    assert instructions.main(["--what", "featurize", "--messages", "100", "--cache"]) == 0
+    out = capsys.readouterr().out
+    assert seen == [True, True] and "L2 misses per message" in out and "cachegrind" in out
+    row = next(line for line in out.splitlines() if line.startswith("featurize"))
+    assert row.split()[-3:] == ["2,000", "60", "3"]  # 400k, 12k and 600 over 200 messages
+    summary = ("==9== I   refs:      4,741,104,440\n==9== I1  misses: 1\n"
+               "==9== D1  misses:       23,516,065  (   16,305,866 rd   +   7,210,199 wr)\n"
+               "==9== LLd misses:        3,151,962  (    2,288,593 rd   +     863,369 wr)\n")
+    assert instructions.cache_counts(summary) == {
+        "instructions": 4_741_104_440, "L1d misses": 23_516_065, "L2 misses": 3_151_962}
+    with pytest.raises(RuntimeError, match="L2 misses"):
+        instructions.cache_counts(summary.replace("LLd", "LL?"))
 
 
 def test_instructions_without_valgrind_or_with_a_bad_workload_says_so(monkeypatch, capsys):
