@@ -45,7 +45,7 @@ from benchmarks._common import (
     rate,
 )
 
-#: Worker options for the benchmarks: the defaults (batch 100, block 1 s) unless given.
+#: Worker options for the benchmarks: the defaults (batch 200, block 1 s) unless given.
 DEFAULT_OPTIONS: dict[str, Any] = {}
 
 

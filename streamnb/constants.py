@@ -64,8 +64,11 @@ DRIFT_EVENT_COOLDOWN_S = 60.0
 DEFAULT_METRICS_PORT = 9500
 #: Address the metrics server binds by default (loopback: expose it on purpose).
 DEFAULT_METRICS_ADDR = "127.0.0.1"
-#: Entries read per XREADGROUP by a worker.
-DEFAULT_BATCH_SIZE = 100
+#: Entries read per XREADGROUP by a worker: the most in one batch (one commit). 200 rather
+#: than 100 takes a fixed cost per batch (round trips, the commit, numpy calls) over
+#: twice as many messages: 1.1-1.3x the messages/s of one worker (docs/performance.md,
+#: item 65); a commit then holds Redis about twice as long.
+DEFAULT_BATCH_SIZE = 200
 #: Milliseconds a worker's XREADGROUP blocks waiting for entries.
 DEFAULT_BLOCK_MS = 2000
 #: Longest wait (ms) before predicting for other workers' earlier labelled batches to

@@ -38,7 +38,7 @@ def toml(tmp_path):
 
 def test_defaults_when_nothing_is_given():
     a = parsed(["worker"])
-    assert (a.batch, a.block_ms, a.metrics_port, a.metrics_addr, a.model) == (100, 2000, 9500, "127.0.0.1", [])
+    assert (a.batch, a.block_ms, a.metrics_port, a.metrics_addr, a.model) == (200, 2000, 9500, "127.0.0.1", [])
     assert a.alpha is None and a.cluster is False and a.redis is None
 
 

@@ -7,7 +7,7 @@ Public API (for ``streamnb worker``, the demo and tests)::
     from workers.worker import Worker, WorkerOptions
 
     w = Worker(UrlConnector(RedisSettings("redis://localhost:6379/0")),
-               [ModelSpec("mail", kind="multinomial")], WorkerOptions(batch=100))
+               [ModelSpec("mail", kind="multinomial")], WorkerOptions(batch=200))
     exit_code = w.run()          # blocks; SIGTERM/SIGINT once: finish the batch and exit 0
     w.request_stop()             # the same, from another thread
     w.run_until_idle()           # tests/demo: process until nothing is undelivered or pending
@@ -61,7 +61,12 @@ from streamnb.codec import (
     encode_dead,
     output_for,
 )
-from streamnb.constants import DATA_FIELD, DEFAULT_LABEL_CACHE_TTL_S, DEFAULT_ORDER_WAIT_MS
+from streamnb.constants import (
+    DATA_FIELD,
+    DEFAULT_BATCH_SIZE,
+    DEFAULT_LABEL_CACHE_TTL_S,
+    DEFAULT_ORDER_WAIT_MS,
+)
 from streamnb.encoding import dumps
 from streamnb.exceptions import MalformedMessage, NotFittedError, StreamnbError
 from streamnb.features import Row
@@ -161,7 +166,7 @@ class WorkerOptions:
     #: Consumer name in the group; default ``<host>-<pid>``. Reuse it across restarts to
     #: re-read the same pending entries at once instead of after ``claim_idle_ms``.
     consumer: str | None = None
-    batch: int = 100
+    batch: int = DEFAULT_BATCH_SIZE
     block_ms: int = 1000
     #: Entries pending longer than this in another consumer are claimed (XAUTOCLAIM).
     claim_idle_ms: int = 60_000
