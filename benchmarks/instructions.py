@@ -25,8 +25,8 @@ target's "raw mail end to end >= 60% of bare parsing" in instructions, not in ti
 
 ``--cache`` runs cachegrind instead, which also simulates this VM's L1d and L2 caches and
 prints their data misses per message: what instructions do not show (a worker on raw mail
-runs about as many instructions per message as bare parsing, and takes nearly twice as
-long; it misses the L2 about ten times as often).
+runs about as many instructions per message as bare parsing, yet takes longer: it misses
+the L2 about ten times as often).
 
 A/B against an older commit: ``git worktree add /tmp/before <rev>``, build its C modules
 there, and run ``PYTHONPATH=/tmp/before python -m benchmarks.instructions`` from
