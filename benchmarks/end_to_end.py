@@ -149,8 +149,20 @@ def id_ms(entry_id: bytes | str) -> int:
 
 def out_rate(client: Any, key: str) -> tuple[int, float]:
     """(outputs, outputs/s) between the first and the last commit, on the Redis clock."""
-    stamps = [id_ms(i) for i, _ in client.xrange(key)]
-    if len(stamps) < 2:
+    return stamps_rate([id_ms(i) for i, _ in client.xrange(key)])
+
+
+def stamps_rate(stamps: Sequence[int]) -> tuple[int, float]:
+    """(outputs, outputs/s) of output ids' milliseconds: the outputs after the first commit's
+    millisecond over the time from it to the last; nan when every output has the same
+    millisecond (one commit did them all: no rate to measure).
+
+    >>> stamps_rate([1000, 1000, 1500, 2000])
+    (4, 2.0)
+    >>> stamps_rate([1000, 1000, 1000])
+    (3, nan)
+    """
+    if len(stamps) < 2 or stamps[-1] == stamps[0]:
         return len(stamps), float("nan")
     first, last = stamps[0], stamps[-1]
     after_first = sum(1 for s in stamps if s > first)
