@@ -410,7 +410,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     report = benchmark(corpus, args.repeat, [int(w) for w in args.workers.split(",")],
                        args.payloads.split(","), trials=args.trials, options=args.options)
-    print(f"{report['messages']} labelled messages per run ({len(corpus)} x {args.repeat})")
+    print(f"{report['messages']} labelled messages per run ({len(corpus)} x {args.repeat}; raw mail "
+          f"{sum(map(len, corpus.raws)) / max(1, len(corpus)):,.0f} bytes a message on average)")
     print_report(report)
     return 0
 

@@ -180,15 +180,20 @@ def main(argv: Sequence[str] | None = None) -> int:
                  + ")", "benchmarks.instructions", argv)
     low, high = (0, 1) if args.first_pass else (1, 3)
     rows, per = [], {}
+    def per_message(runs: list[dict[str, int]]) -> dict[str, float]:
+        return {k: (runs[1][k] - runs[0][k]) / ((high - low) * args.messages) for k in runs[0]}
+
+    passes = "first" if args.first_pass else "later"
     for w in what:
         runs = [count(w, args.corpus, args.messages, r, args.cache) for r in (low, high)]
         if w.startswith("worker-"):  # the producer's part of that process left out
-            producer = [count(w.replace("worker-", "producer-"), args.corpus, args.messages, r, args.cache)
-                        for r in (low, high)]
+            name = w.replace("worker-", "producer-")
+            producer = [count(name, args.corpus, args.messages, r, args.cache) for r in (low, high)]
             runs = [{k: n - p[k] for k, n in run.items()} for run, p in zip(runs, producer, strict=True)]
-        per[w] = {k: (runs[1][k] - runs[0][k]) / ((high - low) * args.messages) for k in runs[0]}
-        rows.append([w, "first" if args.first_pass else "later", args.messages,
-                     *[f"{v:,.0f}" for v in per[w].values()]])
+            rows.append([f"({name}: taken off {w})", passes, args.messages,
+                         *[f"{v:,.0f}" for v in per_message(producer).values()]])
+        per[w] = per_message(runs)
+        rows.append([w, passes, args.messages, *[f"{v:,.0f}" for v in per[w].values()]])
     print(format_table(["workload", "passes", "messages per pass",
                         *[f"{k} per message" for k in per[what[0]]]], rows))
     if "bare" in per and "worker-raw" in per:

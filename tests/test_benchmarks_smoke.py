@@ -256,6 +256,8 @@ def test_instructions_per_message_is_the_difference_of_two_counted_runs(monkeypa
                      ("producer-hashes", 1), ("producer-hashes", 3)]
     assert "3,000" in out  # featurize: (7.6M - 7.0M) / 200
     assert "2,000" in out  # the worker: (7.6M - 0.3M - (7.0M - 0.1M)) / 200
+    producer_row = next(line for line in out.splitlines() if line.startswith("(producer-hashes"))
+    assert producer_row.split()[-1] == "1,000"  # what was taken off: (0.3M - 0.1M) / 200
     assert instructions.collected("==7== Collected : 1,234,567\n") == 1234567
     counted.update({0: 6_900_000, 1: 7_000_000})
     calls.clear()

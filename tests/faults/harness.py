@@ -43,6 +43,7 @@ from streamnb.codec import decode_output  # noqa: E402
 from streamnb.encoding import loads  # noqa: E402
 from workers.keys import GROUP, ModelKeys  # noqa: E402
 from workers.metrics import Metrics  # noqa: E402
+from workers.replies import as_str  # noqa: E402
 from workers.worker import Worker, WorkerOptions  # noqa: E402
 
 NAME = "mail"
@@ -53,10 +54,6 @@ FAST = {"batch": 25, "block_ms": 50, "heartbeat_s": 0.2, "claim_idle_ms": 1000,
         "backoff_base_s": 0.05, "backoff_cap_s": 0.5, "stale_s": 3.0}
 #: Every GARBAGE_EVERY-th input is not msgpack at all: it must end in :dead.
 GARBAGE_EVERY = 97
-
-
-def _s(v: Any) -> str:
-    return v.decode() if isinstance(v, bytes) else str(v)
 
 
 def wait_for(cond: Callable[[], bool], timeout: float = 60.0, what: str = "condition",
@@ -85,7 +82,7 @@ def produce_mixed(client: Any, messages: list[dict[str, Any]], start: int = 0) -
         data = b"\xc1not msgpack" if i % GARBAGE_EVERY == GARBAGE_EVERY - 1 else \
             msgpack.packb(m, use_bin_type=True)
         pipe.xadd(K.input, {"data": data})
-    return [_s(v) for v in pipe.execute()]
+    return [as_str(v) for v in pipe.execute()]
 
 
 def garbage_positions(n: int) -> set[int]:
@@ -304,14 +301,14 @@ def stream_state(client: Any, threads: WorkerThreads | None = None) -> str:
     """One line: the input's last id and the group's delivery mark, pending entries per
     consumer, the log's last id and the snapshot's, and each worker thread's state."""
     last = client.xrevrange(K.input, count=1)
-    g = next((g for g in client.xinfo_groups(K.input) if _s(g["name"]) == GROUP), {})
+    g = next((g for g in client.xinfo_groups(K.input) if as_str(g["name"]) == GROUP), {})
     pend = client.xpending(K.input, GROUP)
-    per = ",".join(f"{_s(c['name'])}:{c['pending']}" for c in pend.get("consumers") or [])
+    per = ",".join(f"{as_str(c['name'])}:{c['pending']}" for c in pend.get("consumers") or [])
     snap = client.hget(K.snapshot, "log_id")
-    parts = [f"in last {_s(last[0][0]) if last else '-'}",
-             f"delivered to {_s(g.get('last-delivered-id', '-'))}",
+    parts = [f"in last {as_str(last[0][0]) if last else '-'}",
+             f"delivered to {as_str(g.get('last-delivered-id', '-'))}",
              f"pending {pend['pending']} [{per}]",
-             f"log last {last_log_id(client)}", f"snapshot {_s(snap) if snap else '-'}"]
+             f"log last {last_log_id(client)}", f"snapshot {as_str(snap) if snap else '-'}"]
     if threads is not None:
         parts.append(threads.describe())
     return "; ".join(parts)
@@ -327,11 +324,11 @@ def wait_all_done(client: Any, n_inputs: int, timeout: float, what: str,
 
 def last_log_id(client: Any) -> str:
     last = client.xrevrange(K.log, count=1)
-    return _s(last[0][0]) if last else "0-0"
+    return as_str(last[0][0]) if last else "0-0"
 
 
 def heartbeat_versions(client: Any, consumers: list[str]) -> dict[str, str]:
-    hbs = {_s(k): loads(v) for k, v in client.hgetall(K.workers).items()}
+    hbs = {as_str(k): loads(v) for k, v in client.hgetall(K.workers).items()}
     return {c: str(hbs[c]["version"]) if c in hbs else "?" for c in consumers}
 
 
