@@ -11,14 +11,18 @@ after each variant:
 * the commit as the daemon sends it (a cache entry per message: a hash of 5 fields and
   its ``PEXPIRE``);
 * without cache entries (``--no-cache-labelled`` on labelled traffic);
-* for comparison only (the daemon does not store it so): each cache entry as one string
-  written with ``SET ... PX``, by a script doing nothing else.
+* for comparison only (the daemon does not store them so), by scripts doing nothing else:
+  each cache entry as one string written with ``SET ... PX``, and a batch's cache entries
+  as the fields of one hash (one ``HSET`` and one ``PEXPIRE`` a batch);
+* reading a batch of input entries of ``--entry-bytes``: a plain ``XREADGROUP`` (a worker
+  serving a model with others) against workers/read.lua (read and announce in one script:
+  a worker alone, behind each commit).
 
-Then the worker's side of the same commit: the time to pack its ``EVALSHA`` (about 1,000
-arguments at batch 100) in the Redis protocol with redis-py (hiredis) and with the C
+Then the worker's side of the same commit: the time to pack its ``EVALSHA`` (about 9
+arguments a message) in the Redis protocol with redis-py (hiredis) and with the C
 module ``workers._resp`` (the best of ``--repeat`` timings of 20 packings each).
 
-    python -m benchmarks.commit_cost [--batches 40] [--batch 100]
+    python -m benchmarks.commit_cost [--batches 40] [--batch 200]
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from typing import Any
 
 from benchmarks._common import RedisServer, best_ms, format_table, print_header
 from benchmarks.end_to_end import prefill
+from streamnb.constants import DEFAULT_BATCH_SIZE
 from workers import commit as commit_module
 from workers.commit import CacheNew, CommitRequest, LuaScript, commit_batch
 from workers.keys import GROUP, ModelKeys
@@ -79,6 +84,47 @@ def commit_cost(client: Any, batches: int = 40, batch: int = 100, row_bytes: int
     return results
 
 
+#: The cache entries of a batch as one hash (a field a message), by a script doing
+#: nothing else: for comparison only (the daemon keeps a key per message, see above).
+_ONE_HASH = LuaScript("redis.call('HSET', KEYS[1], unpack(ARGV)) "
+                      "redis.call('PEXPIRE', KEYS[1], 172800000) return 1")
+
+
+def batch_hash_cost(client: Any, batches: int = 40, batch: int = 100, row_bytes: int = 789,
+                    ) -> float:
+    """redis-server microseconds per message to write a batch's cache entries (as one
+    string each: row, prediction, label, weight, time) into one hash per batch."""
+    keys = ModelKeys("cost-hash")
+    client.config_resetstat()
+    for b in range(batches):
+        args = [x for i in range(batch) for x in (f"{b}-{i}", os.urandom(row_bytes + 60 + 5 + 30))]
+        _ONE_HASH(client, [keys.cache(f"batch{b}")], args)
+    return _us_per_message(client, "evalsha", batches * batch)
+
+
+def read_cost(client: Any, batches: int = 40, batch: int = 100, entry_bytes: int = 3161,
+              ) -> dict[str, float]:
+    """redis-server microseconds per message to read batches of ``entry_bytes`` entries:
+    a plain ``XREADGROUP`` (what a worker serving a model with others sends) and
+    workers/read.lua (XREADGROUP and the announcement in one script: what a worker alone
+    sends behind each commit), whose reply Lua copies twice (into its tables, out again)."""
+    out = {}
+    for variant in ("XREADGROUP", "workers/read.lua"):
+        keys = ModelKeys(f"read-{len(out)}")
+        prefill(client, keys.name, [os.urandom(entry_bytes) for _ in range(batches * batch)])
+        client.xgroup_create(keys.input, GROUP, id="0")
+        commit_module.READ_SCRIPT.load(client)
+        client.config_resetstat()
+        for _ in range(batches):
+            if variant == "XREADGROUP":
+                client.xreadgroup(GROUP, "bench", {keys.input: ">"}, count=batch)
+            else:
+                client.execute_command(*commit_module.read_command(keys, "bench", batch, True))
+        command = "xreadgroup" if variant == "XREADGROUP" else "evalsha"
+        out[f"read a batch: {variant}"] = _us_per_message(client, command, batches * batch)
+    return out
+
+
 def packing_cost(batch: int = 100, row_bytes: int = 789, out_bytes: int = 144,
                  delta_bytes: int = 351, repeat: int = 5) -> dict[str, float]:
     """Milliseconds to pack one batch's commit command, per packer (the same bytes)."""
@@ -106,16 +152,22 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--batches", type=int, default=40)
-    ap.add_argument("--batch", type=int, default=100)
+    ap.add_argument("--batch", type=int, default=DEFAULT_BATCH_SIZE, help="the worker's default")
     ap.add_argument("--row-bytes", type=int, default=789)
     ap.add_argument("--out-bytes", type=int, default=144)
     ap.add_argument("--delta-bytes", type=int, default=351)
+    ap.add_argument("--entry-bytes", type=int, default=3161,
+                    help="bytes of an input entry in the read rows (a token payload's mean)")
     args = ap.parse_args(argv)
     print_header("redis-server time per message in the commit script", "benchmarks.commit_cost",
                  argv)
     with RedisServer() as server:
-        res = commit_cost(server.client(), args.batches, args.batch, args.row_bytes,
+        client = server.client()
+        res = commit_cost(client, args.batches, args.batch, args.row_bytes,
                           args.out_bytes, args.delta_bytes)
+        res["cache entries alone, one hash per batch (HSET, PEXPIRE)"] = batch_hash_cost(
+            client, args.batches, args.batch, args.row_bytes)
+        res.update(read_cost(client, args.batches, args.batch, args.entry_bytes))
     print(format_table(["variant", "redis-server us/message"], [[k, v] for k, v in res.items()]))
     default, bare = res["commit, cache rows (default)"], res["commit, no cache rows"]
     print(f"cache rows: {default - bare:.1f} us of {default:.1f} us per message in the commit")

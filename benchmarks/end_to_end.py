@@ -8,7 +8,10 @@ processes, default options) are started. Throughput is measured on the Redis clo
 from the stream ids of ``:out``: (predictions after the first commit) / (time from the
 first to the last commit), so worker start-up is excluded. The reference figures come
 from the same messages in this process: bare ``email.message_from_bytes``, and the
-worker's pipeline without Redis (decode, featurize, predict, learn in batches of 100).
+worker's pipeline without Redis (decode, featurize, predict, learn in batches of 100),
+and, for as many workers as the most run, that pipeline in as many processes at once
+(started together; printed trial by trial over one alone: the host's own scaling, the
+most the workers could reach with no Redis and no waiting).
 Each run also prints redis-server's CPU per message, the bytes of log deltas per message,
 and the CPU the worker processes and redis-server used from the first output on, in cores
 (on a 2-core host, two workers and redis-server near 2 cores are CPU-bound; less is
@@ -23,6 +26,7 @@ import argparse
 import email
 import json
 import os
+import queue
 import subprocess
 import sys
 import tempfile
@@ -293,6 +297,58 @@ def in_process_rate(messages: Sequence[bytes], batch: int = 100) -> float:
     return rate(len(messages), time.perf_counter() - t0)
 
 
+def _timed_pipeline(messages: Sequence[bytes], batch: int, barrier: Any, out: Any) -> None:
+    in_process_rate(messages[: min(len(messages), 2 * batch)], batch)  # imports, warm caches
+    barrier.wait()
+    t0 = time.perf_counter()
+    in_process_rate(messages, batch)
+    out.put((t0, time.perf_counter()))
+
+
+def side_by_side_spans(messages: Sequence[bytes], n: int = 2, batch: int = 100,
+                       ) -> list[tuple[float, float]]:
+    """:func:`in_process_rate` in ``n`` processes at once (forked, started together at a
+    barrier, each warmed up first): the ``time.perf_counter()`` span of each run."""
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("fork")
+    barrier, out = ctx.Barrier(n), ctx.Queue()
+    procs = [ctx.Process(target=_timed_pipeline, args=(messages, batch, barrier, out))
+             for _ in range(n)]
+    for proc in procs:
+        proc.start()
+    spans: list[tuple[float, float]] = []
+    try:
+        while len(spans) < n:
+            try:
+                spans.append(out.get(timeout=1.0))
+            except queue.Empty:
+                if any(proc.exitcode not in (None, 0) for proc in procs):
+                    raise RuntimeError("a side-by-side pipeline failed (its traceback "
+                                       "is above)") from None
+    finally:
+        for proc in procs:
+            if len(spans) < n:  # failed: the others may wait at the barrier for ever
+                proc.kill()
+            proc.join()
+    return spans
+
+
+def side_by_side_rate(messages: Sequence[bytes], n: int = 2, batch: int = 100) -> float:
+    """Messages/s of :func:`side_by_side_spans` all together, from the first start to the
+    last end. Over ``n`` times one process alone, it is what the host gives ``n`` workers
+    before any Redis: the cores' own scaling (shared caches, memory, the hypervisor).
+
+    >>> from streamnb.codec import encode_input
+    >>> msgs = [encode_input("tokens", ["a", "b"], label="x"),
+    ...         encode_input("tokens", ["c"], label="y")] * 50
+    >>> side_by_side_rate(msgs, 2, batch=10) > 0
+    True
+    """
+    spans = side_by_side_spans(messages, n, batch)
+    return rate(n * len(messages), max(t1 for _, t1 in spans) - min(t0 for t0, _ in spans))
+
+
 def bare_parse_rate(raws: Sequence[bytes]) -> float:
     t0 = time.perf_counter()
     for raw in raws:
@@ -311,14 +367,21 @@ def benchmark(corpus: Corpus, repeat: int = 1, worker_counts: Sequence[int] = (1
     big = Corpus(corpus.raws * repeat, corpus.labels * repeat)
     encoded = {p: encode_messages(big, p, tokens=tokens * repeat) for p in payloads}
     refs: dict[str, float] = {}
+    most = max(worker_counts)
+    side_by_side: dict[str, list[float]] = {}
     best: dict[tuple[str, int], E2EResult] = {}
     by_trial: dict[tuple[str, int], list[float]] = {}
     with RedisServer() as server:
         for t in range(trials):
             # the references in every trial too, best kept: the host's speed moves
+            alone = {p: in_process_rate(encoded[p]) for p in payloads}
             for name, r in [("bare email.message_from_bytes", bare_parse_rate(corpus.raws))] + [
-                    (f"in-process pipeline ({p})", in_process_rate(encoded[p])) for p in payloads]:
+                    (f"in-process pipeline ({p})", alone[p]) for p in payloads]:
                 refs[name] = max(refs.get(name, 0.0), r)
+            if most > 1:  # the host's own scaling, with no Redis, against one just before
+                for p in payloads:
+                    side_by_side.setdefault(p, []).append(
+                        side_by_side_rate(encoded[p], most) / alone[p])
             for p in payloads:
                 for n in worker_counts:
                     r = run_e2e(server, f"bench-{p}-{n}w-{t}", encoded[p], n, p, timeout, options)
@@ -327,7 +390,8 @@ def benchmark(corpus: Corpus, repeat: int = 1, worker_counts: Sequence[int] = (1
                     if (p, n) not in best or r.per_second > best[(p, n)].per_second:
                         best[(p, n)] = r
     return {"results": list(best.values()), "refs": refs, "messages": len(big),
-            "cores": os.cpu_count() or 1, "trials": by_trial}
+            "cores": os.cpu_count() or 1, "trials": by_trial, "side_by_side": side_by_side,
+            "most_workers": most}
 
 
 def summary(report: dict[str, Any]) -> list[str]:
@@ -362,6 +426,11 @@ def summary(report: dict[str, Any]) -> list[str]:
             if len(pairs) > 1:  # the runs of one trial ran back to back: the host's speed moves
                 lines.append(f"{p}: 2 workers / 1 worker, trial by trial: "
                              + ", ".join(f"{two / one:.2f}x" for two, one in pairs))
+        host, most = report.get("side_by_side", {}).get(p), report.get("most_workers", 2)
+        if host:
+            lines.append(f"{p}: {most} in-process pipelines side by side (no Redis) / one alone, "
+                         "trial by trial: " + ", ".join(f"{x:.2f}x" for x in host)
+                         + f" (the host's own scaling of {most} processes)")
         if (p, 1) in by and f"in-process pipeline ({p})" in refs:
             lines.append(f"{p}: 1 worker / in-process pipeline: "
                          f"{by[(p, 1)] / refs[f'in-process pipeline ({p})']:.0%}")

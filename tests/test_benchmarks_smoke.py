@@ -19,6 +19,7 @@ if str(ROOT) not in sys.path:
 from benchmarks import daemon_accuracy, end_to_end, gaussian_throughput, latency, memory  # noqa: E402
 from benchmarks import model_throughput as mt  # noqa: E402
 from benchmarks._common import REDIS_SERVER, format_table, percentiles, synthetic_mail  # noqa: E402
+from workers.keys import GROUP  # noqa: E402
 
 needs_redis = pytest.mark.skipif(REDIS_SERVER is None, reason="redis-server is not installed")
 
@@ -132,6 +133,21 @@ def test_the_scaling_ceiling_leaves_out_redis_server_and_one_core_per_worker():
                                 "trials": {("tokens", 1): [10_000.0, 8_000.0],
                                            ("tokens", 2): [15_000.0, 14_000.0]}})
     assert "tokens: 2 workers / 1 worker, trial by trial: 1.50x, 1.75x" in lines
+    lines = end_to_end.summary({"results": [one, two], "refs": {}, "messages": 9_750, "cores": 2,
+                                "side_by_side": {"tokens": [1.62, 1.8]}, "most_workers": 2})
+    assert "tokens: 2 in-process pipelines side by side (no Redis) / one alone, trial by " \
+           "trial: 1.62x, 1.80x (the host's own scaling of 2 processes)" in lines
+
+
+def test_side_by_side_pipelines_run_at_the_same_time_and_a_failure_does_not_hang():
+    from streamnb.codec import encode_input
+
+    msgs = [encode_input("tokens", [f"t{i % 7}", "x"], label="ab"[i % 2]) for i in range(600)]
+    spans = end_to_end.side_by_side_spans(msgs, 2, batch=50)
+    assert len(spans) == 2 and all(t0 < t1 for t0, t1 in spans)
+    assert max(t0 for t0, _ in spans) < min(t1 for _, t1 in spans)  # they overlapped
+    with pytest.raises(RuntimeError, match="side-by-side pipeline failed"):
+        end_to_end.side_by_side_spans([b"\xc1"] * 10, 2, batch=5)  # not msgpack: a child fails
 
 
 @needs_redis
@@ -204,8 +220,18 @@ def test_commit_cost_reads_redis_own_time_for_each_variant():
     from benchmarks import commit_cost
 
     with end_to_end.RedisServer() as server:
-        res = commit_cost.commit_cost(server.client(), batches=2, batch=5)
-    assert len(res) == 3 and all(math.isfinite(v) and v > 0 for v in res.values())
+        client = server.client()
+        res = commit_cost.commit_cost(client, batches=2, batch=5)
+        res["one hash"] = commit_cost.batch_hash_cost(client, batches=2, batch=5)
+        reads = commit_cost.read_cost(client, batches=3, batch=4, entry_bytes=50)
+        # every variant read every entry (else its time per message would mean nothing)
+        pending = [client.xpending(commit_cost.ModelKeys(f"read-{i}").input, GROUP)["pending"]
+                   for i in range(2)]
+        hashes = [client.hlen(commit_cost.ModelKeys("cost-hash").cache(f"batch{b}")) for b in range(2)]
+    assert len(res) == 4 and all(math.isfinite(v) and v > 0 for v in res.values())
+    assert list(reads) == ["read a batch: XREADGROUP", "read a batch: workers/read.lua"]
+    assert all(math.isfinite(v) and v > 0 for v in reads.values())
+    assert pending == [12, 12] and hashes == [5, 5]
 
 
 def test_commit_packing_cost_times_each_packer_on_the_same_bytes():
