@@ -137,6 +137,13 @@ def test_the_scaling_ceiling_leaves_out_redis_server_and_one_core_per_worker():
                                 "side_by_side": {"tokens": [1.62, 1.8]}, "most_workers": 2})
     assert "tokens: 2 in-process pipelines side by side (no Redis) / one alone, trial by " \
            "trial: 1.62x, 1.80x (the host's own scaling of 2 processes)" in lines
+    raw = E("raw", 1, 9_750, 6_000.0, 0)
+    lines = end_to_end.summary({"results": [raw], "messages": 9_750, "cores": 2,
+                                "refs": {"bare email.message_from_bytes": 10_000.0},
+                                "trials": {("raw", 1): [6_000.0, 5_000.0]},
+                                "bare_by_trial": [10_000.0, 6_250.0]})
+    assert "raw mail, 1 worker / bare email.message_from_bytes: 60% (target >= 60%)" in lines
+    assert "raw mail, 1 worker / bare email.message_from_bytes, trial by trial: 60%, 80%" in lines
 
 
 def test_side_by_side_pipelines_run_at_the_same_time_and_a_failure_does_not_hang():
