@@ -44,6 +44,12 @@ _SET_PX = LuaScript("for i = 1, #KEYS do redis.call('SET', KEYS[i], ARGV[i], 'PX
                     "return 1")
 
 
+def _one_string_entry(row_bytes: int) -> bytes:
+    """A cache entry's bytes as one value: the row, the prediction (60 bytes), the learnt
+    label (5) and the weight and time as text (30), as the comparison rows write it."""
+    return os.urandom(row_bytes + 60 + 5 + 30)
+
+
 def _pending_ids(client: Any, keys: ModelKeys, n: int) -> list[str]:
     prefill(client, keys.name, [b"m"] * n)
     reply = client.xreadgroup(GROUP, "bench", {keys.input: ">"}, count=n)
@@ -78,7 +84,7 @@ def commit_cost(client: Any, batches: int = 40, batch: int = 100, row_bytes: int
     client.config_resetstat()
     for b in range(batches):
         _SET_PX(client, [keys.cache(f"{b}-{i}") for i in range(batch)],
-                [os.urandom(row_bytes + 60 + 5 + 30) for _ in range(batch)])
+                [_one_string_entry(row_bytes) for _ in range(batch)])
     results["cache entries alone, as one string (SET PX)"] = _us_per_message(
         client, "evalsha", batches * batch)
     return results
@@ -97,7 +103,7 @@ def batch_hash_cost(client: Any, batches: int = 40, batch: int = 100, row_bytes:
     keys = ModelKeys("cost-hash")
     client.config_resetstat()
     for b in range(batches):
-        args = [x for i in range(batch) for x in (f"{b}-{i}", os.urandom(row_bytes + 60 + 5 + 30))]
+        args = [x for i in range(batch) for x in (f"{b}-{i}", _one_string_entry(row_bytes))]
         _ONE_HASH(client, [keys.cache(f"batch{b}")], args)
     return _us_per_message(client, "evalsha", batches * batch)
 
