@@ -353,7 +353,10 @@ def check_guarantees(client: Any, messages: list[dict[str, Any]], entry_ids: lis
     good = [m for i, m in enumerate(messages) if i not in garbage]
     n_labelled = sum(1 for m in good if m.get("label") is not None)
     # 1. learnt counts equal the labelled messages exactly
-    assert int(client.get(K.learnt) or 0) == n_labelled
+    learnt = int(client.get(K.learnt) or 0)
+    assert learnt == n_labelled, (
+        f"learnt {learnt}, labelled {n_labelled}; dead letters by reason: "
+        f"{Counter(decode_output(f[b'data'])['reason'] for _, f in client.xrange(K.dead))}")
     # 2. every input has at least one prediction or dead-letter entry
     out = {decode_output(f[b"data"])["entry"] for _, f in client.xrange(K.out)}
     dead = {decode_output(f[b"data"])["entry"] for _, f in client.xrange(K.dead)}
