@@ -8,12 +8,13 @@ corpus mail has (``--row-bytes`` per cached row, ``--out-bytes`` per prediction,
 (``INFO commandstats``: microseconds inside each command, the script included) is read
 after each variant:
 
-* the commit as the daemon sends it (a cache entry per message: a hash of 5 fields and
-  its ``PEXPIRE``);
+* the commit as the daemon sends it (a cache entry per message, as a field of one of the
+  batch's bucket hashes: an ``HSET`` and a ``PEXPIRE`` per hash, at most 16 a batch,
+  workers/label_cache.py);
 * without cache entries (``--no-cache-labelled`` on labelled traffic);
-* for comparison only (the daemon does not store them so), by scripts doing nothing else:
-  each cache entry as one string written with ``SET ... PX``, and a batch's cache entries
-  as the fields of one hash (one ``HSET`` and one ``PEXPIRE`` a batch);
+* for comparison, by a script doing nothing else: the same entries as the daemon wrote
+  them before item 68 (docs/performance.md), a hash of 5 fields and its ``PEXPIRE`` per
+  message;
 * reading a batch of input entries of ``--entry-bytes``: a plain ``XREADGROUP`` (a worker
   serving a model with others) against workers/read.lua (read and announce in one script:
   a worker alone, behind each commit).
@@ -36,18 +37,34 @@ from benchmarks._common import RedisServer, best_ms, format_table, print_header
 from benchmarks.end_to_end import prefill
 from streamnb.constants import DEFAULT_BATCH_SIZE
 from workers import commit as commit_module
-from workers.commit import CacheNew, CommitRequest, LuaScript, commit_batch
+from workers.commit import CommitRequest, LuaScript, commit_batch
 from workers.keys import GROUP, ModelKeys
+from workers.label_cache import batch_writes, encode_entry, registry_record
 
-#: One cache entry per key as one string, for the comparison row.
-_SET_PX = LuaScript("for i = 1, #KEYS do redis.call('SET', KEYS[i], ARGV[i], 'PX', 172800000) end "
-                    "return 1")
+#: The cache's TTL in these runs: the daemon's default, 2 days.
+TTL_MS = 172_800_000
+
+#: The cache entries of a batch as the daemon wrote them before item 68, for comparison: a
+#: hash of five fields per message (row, prediction, learnt label, weight, time), and its
+#: ``PEXPIRE``.
+_HASH_PER_MESSAGE = LuaScript("""
+for i = 1, #KEYS do
+  local a = 5 * (i - 1)
+  redis.call('HSET', KEYS[i], 'row', ARGV[a + 1], 'pred', ARGV[a + 2], 'learnt', ARGV[a + 3],
+             'w', ARGV[a + 4], 't', ARGV[a + 5])
+  redis.call('PEXPIRE', KEYS[i], 172800000)
+end
+return 1
+""")
 
 
-def _one_string_entry(row_bytes: int) -> bytes:
-    """A cache entry's bytes as one value: the row, the prediction (60 bytes), the learnt
-    label (5) and the weight and time as text (30), as the comparison rows write it."""
-    return os.urandom(row_bytes + 60 + 5 + 30)
+def cache_writes(keys: ModelKeys, b: int, batch: int, row_bytes: int, now_ms: int) -> Any:
+    """The cache writes and registry record of batch ``b`` as the daemon makes them, with
+    random rows of ``row_bytes`` and a two-class prediction."""
+    entries = [(f"{b}-{i}", encode_entry(b"\xa4spam", os.urandom(row_bytes), "spam",
+                                         {"spam": -0.01, "ham": -4.6}, 1.0, now_ms / 1000))
+               for i in range(batch)]
+    return batch_writes(keys, TTL_MS, now_ms, entries), registry_record(keys, TTL_MS, now_ms)
 
 
 def _pending_ids(client: Any, keys: ModelKeys, n: int) -> list[str]:
@@ -65,46 +82,36 @@ def commit_cost(client: Any, batches: int = 40, batch: int = 100, row_bytes: int
                 out_bytes: int = 144, delta_bytes: int = 351) -> dict[str, float]:
     """redis-server microseconds per message for each variant (see the module docstring)."""
     results = {}
-    for variant in ("commit, cache rows (default)", "commit, no cache rows"):
+    now_ms = 1_700_000_000_000
+    for variant in ("commit, cache entries (default: bucket hashes)", "commit, no cache entries"):
         keys = ModelKeys(f"cost{len(results)}")
         client.xgroup_create(keys.input, GROUP, id="0", mkstream=True)
         client.config_resetstat()
         for b in range(batches):
             ids = _pending_ids(client, keys, batch)
-            cache = [] if "no cache" in variant else [
-                CacheNew(keys.cache(f"{b}-{i}"), os.urandom(row_bytes), os.urandom(60),
-                         b"\xa4spam", 1.0, 1.7e9, 172_800_000) for i in range(batch)]
+            writes, registry = ([], None) if "no cache" in variant else \
+                cache_writes(keys, b, batch, row_bytes, now_ms + 1000 * b)
             req = CommitRequest(ids=ids, outputs=[os.urandom(out_bytes) for _ in ids],
                                 log_data=os.urandom(delta_bytes * batch), n_learnt=batch,
-                                cache_ops=cache)
+                                cache_writes=writes, cache_registry=registry)
             if not commit_batch(client, keys, "bench", req, 1_000_000, 100_000).ok:
                 raise RuntimeError("the commit failed")
         results[variant] = _us_per_message(client, "evalsha", batches * batch)
-    keys = ModelKeys("cost-string")
-    client.config_resetstat()
-    for b in range(batches):
-        _SET_PX(client, [keys.cache(f"{b}-{i}") for i in range(batch)],
-                [_one_string_entry(row_bytes) for _ in range(batch)])
-    results["cache entries alone, as one string (SET PX)"] = _us_per_message(
-        client, "evalsha", batches * batch)
+    results["cache entries alone, a hash per message (before item 68)"] = hash_per_message_cost(
+        client, batches, batch, row_bytes)
     return results
 
 
-#: The cache entries of a batch as one hash (a field a message), by a script doing
-#: nothing else: for comparison only (the daemon keeps a key per message, see above).
-_ONE_HASH = LuaScript("redis.call('HSET', KEYS[1], unpack(ARGV)) "
-                      "redis.call('PEXPIRE', KEYS[1], 172800000) return 1")
-
-
-def batch_hash_cost(client: Any, batches: int = 40, batch: int = 100, row_bytes: int = 789,
-                    ) -> float:
-    """redis-server microseconds per message to write a batch's cache entries (as one
-    string each: row, prediction, label, weight, time) into one hash per batch."""
+def hash_per_message_cost(client: Any, batches: int = 40, batch: int = 100, row_bytes: int = 789,
+                          ) -> float:
+    """redis-server microseconds per message to write a batch's cache entries as the daemon
+    did before item 68: a hash per message (row, prediction, label, weight, time as text)."""
     keys = ModelKeys("cost-hash")
     client.config_resetstat()
     for b in range(batches):
-        args = [x for i in range(batch) for x in (f"{b}-{i}", _one_string_entry(row_bytes))]
-        _ONE_HASH(client, [keys.cache(f"batch{b}")], args)
+        args = [x for _ in range(batch) for x in (os.urandom(row_bytes), os.urandom(60),
+                                                  b"\xa4spam", b"1.0", b"1700000000.123456")]
+        _HASH_PER_MESSAGE(client, [keys.cache(f"{b}-{i}") for i in range(batch)], args)
     return _us_per_message(client, "evalsha", batches * batch)
 
 
@@ -137,12 +144,12 @@ def packing_cost(batch: int = 100, row_bytes: int = 789, out_bytes: int = 144,
     import fakeredis
 
     keys = ModelKeys("pack")
-    cache = [CacheNew(keys.cache(f"m{i}"), os.urandom(row_bytes), os.urandom(60), b"\xa4spam",
-                      1.0, 1.7e9, 172_800_000) for i in range(batch)]
+    writes, registry = cache_writes(keys, 0, batch, row_bytes, 1_700_000_000_000)
     req = CommitRequest(ids=[f"17000000000{i:02d}-0" for i in range(batch)],
                         outputs=[os.urandom(out_bytes) for _ in range(batch)],
                         log_data=os.urandom(delta_bytes * batch), n_learnt=batch,
-                        cache_ops=cache, inflight_key=keys.inflight, inflight_field="w|1-0")
+                        cache_writes=writes, cache_registry=registry,
+                        inflight_key=keys.inflight, inflight_field="w|1-0")
     script_keys, args = commit_module._command(keys, "w", req, 1_000_000, 100_000)
     command = ["EVALSHA", commit_module.COMMIT_SCRIPT.sha, len(script_keys), *script_keys, *args]
     conn = fakeredis.FakeRedis().connection_pool.get_connection()  # (redis-py's own packer)
@@ -171,12 +178,12 @@ def main(argv: list[str] | None = None) -> int:
         client = server.client()
         res = commit_cost(client, args.batches, args.batch, args.row_bytes,
                           args.out_bytes, args.delta_bytes)
-        res["cache entries alone, one hash per batch (HSET, PEXPIRE)"] = batch_hash_cost(
-            client, args.batches, args.batch, args.row_bytes)
         res.update(read_cost(client, args.batches, args.batch, args.entry_bytes))
     print(format_table(["variant", "redis-server us/message"], [[k, v] for k, v in res.items()]))
-    default, bare = res["commit, cache rows (default)"], res["commit, no cache rows"]
-    print(f"cache rows: {default - bare:.1f} us of {default:.1f} us per message in the commit")
+    default, bare = res["commit, cache entries (default: bucket hashes)"], res["commit, no cache entries"]
+    print(f"cache entries: {default - bare:.1f} us of {default:.1f} us per message in the commit "
+          f"(a hash per message, before item 68: "
+          f"{res['cache entries alone, a hash per message (before item 68)']:.1f} us alone)")
     packing = packing_cost(args.batch, args.row_bytes, args.out_bytes, args.delta_bytes)
     print(format_table(["the worker packing the commit command", "ms per batch"],
                        [[k, v] for k, v in packing.items()]))

@@ -96,3 +96,11 @@ DEFAULT_MAIL_ALPHA = 0.1
 #: for the cache is about rate x TTL x 5-10 kB per mail: 2 days at 10 msg/s is ~15 GB less
 #: than 7 days would be. ``streamnb worker --label-cache-ttl`` changes it (0: no cache).
 DEFAULT_LABEL_CACHE_TTL_S = 2 * 86400.0
+#: The delayed-label cache writes its entries into time buckets of TTL / this width
+#: (workers/label_cache.py): an entry lives between TTL and TTL * (1 + 1/8); a lookup
+#: probes about this many + 3 bucket hashes.
+LABEL_CACHE_BUCKETS_PER_TTL = 8
+#: Hashes per time bucket of the delayed-label cache, chosen by a CRC-32 of the message
+#: id: a batch's entries take at most this many ``HSET`` + ``PEXPIRE`` pairs, and no one
+#: hash holds more than 1/(8 x this) of the cache.
+LABEL_CACHE_SHARDS = 16

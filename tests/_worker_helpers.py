@@ -186,3 +186,19 @@ def learnt_model(client: Any, name: str) -> tuple[Any, str]:
     from workers.replica import load_model
 
     return load_model(client, name)
+
+
+def cached(client: Any, name: str, msg_id: str) -> Any:
+    """The delayed-label cache entry of ``msg_id`` (a ``CachedMessage``, None if absent),
+    looked up as a worker does (workers/label_cache.py)."""
+    import time
+
+    from workers.label_cache import fetch_cached
+
+    return fetch_cached(client, ModelKeys(name), [msg_id], int(time.time() * 1000))[msg_id]
+
+
+def cached_learnt(client: Any, name: str, msg_id: str) -> Any:
+    """The label a cached message was learnt with (None: not learnt, or not cached)."""
+    c = cached(client, name, msg_id)
+    return None if c is None else c.learnt

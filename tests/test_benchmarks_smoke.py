@@ -229,16 +229,19 @@ def test_commit_cost_reads_redis_own_time_for_each_variant():
     with end_to_end.RedisServer() as server:
         client = server.client()
         res = commit_cost.commit_cost(client, batches=2, batch=5)
-        res["one hash"] = commit_cost.batch_hash_cost(client, batches=2, batch=5)
         reads = commit_cost.read_cost(client, batches=3, batch=4, entry_bytes=50)
         # every variant read every entry (else its time per message would mean nothing)
         pending = [client.xpending(commit_cost.ModelKeys(f"read-{i}").input, GROUP)["pending"]
                    for i in range(2)]
-        hashes = [client.hlen(commit_cost.ModelKeys("cost-hash").cache(f"batch{b}")) for b in range(2)]
-    assert len(res) == 4 and all(math.isfinite(v) and v > 0 for v in res.values())
+        per_message = [client.hlen(commit_cost.ModelKeys("cost-hash").cache(f"{b}-{i}"))
+                       for b in range(2) for i in range(5)]
+        buckets = client.keys(commit_cost.ModelKeys("cost0").cache_bucket_prefix + "*")
+        cached = sum(client.hlen(k) for k in buckets)
+    assert len(res) == 3 and all(math.isfinite(v) and v > 0 for v in res.values())
     assert list(reads) == ["read a batch: XREADGROUP", "read a batch: workers/read.lua"]
     assert all(math.isfinite(v) and v > 0 for v in reads.values())
-    assert pending == [12, 12] and hashes == [5, 5]
+    assert pending == [12, 12] and per_message == [5] * 10
+    assert cached == 10 and 1 <= len(buckets) <= 10  # the default commit wrote every entry
 
 
 def test_commit_packing_cost_times_each_packer_on_the_same_bytes():

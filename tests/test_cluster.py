@@ -240,6 +240,36 @@ def test_workers_serving_both_models_read_each_slot(cluster):
     assert cluster.refusals() == []
 
 
+def test_delayed_labels_and_corrections_on_a_cluster(cluster):
+    """The label cache on a cluster, as the worker's login: the commit writes the bucket
+    hashes, and workers/cache_get.lua finds the entries in the buckets it names from the
+    registry (keys of the model's one slot); labels and corrections are learnt exactly once."""
+    name = "late-labels"
+    admin = cluster.admin()
+    msgs = token_messages(60, seed=11, labelled_share=0.5)
+    produce(admin, name, msgs)
+    workers = [Worker(UrlConnector(RedisSettings(cluster.url(), cluster=True)), [count_spec(name)],
+                      fast_options(f"late-{i}", batch=16)) for i in range(2)]
+    run_in_threads(workers, timeout=40)
+    final = {m["id"]: m["label"] for m in msgs if "label" in m}
+    late = [m["id"] for m in msgs if "label" not in m][:10]
+    moved = [i for i in final][:5]
+    labels = [{"ref": i, "label": "spam"} for i in late] + \
+        [{"ref": i, "label": "news" if final[i] != "news" else "ham"} for i in moved]
+    produce(admin, name, labels)
+    run_in_threads(workers, timeout=40)
+    for w in workers:
+        w.shutdown()
+    final |= {lab["ref"]: lab["label"] for lab in labels}
+    expected = [dict({k: v for k, v in m.items() if k != "label"}, label=final[m["id"]])
+                for m in msgs if m["id"] in final]
+    model, _ = load_model(admin, name)
+    assert_same_stats(model, offline_model("multinomial", {"n_features": 1024}, FEATURIZER, expected))
+    assert int(admin.get(ModelKeys(name).learnt)) == len(final)
+    assert admin.xlen(ModelKeys(name).dead) == 0
+    assert cluster.refusals() == []
+
+
 def test_the_ordering_wait_reads_the_log_in_one_pipeline_on_a_cluster(cluster):
     """``Replica.catch_up(block_ms=...)``: XREAD BLOCK with the checks behind it in one
     pipeline, sent to the node of the model's slot, as the worker's login (ACL)."""

@@ -8,9 +8,9 @@ import redis
 from _c_steps import c_or_reference
 
 from workers import commit as commit_module
-from workers.commit import CacheCas, CacheNew, CommitRequest, commit_batch, send_commit
+from workers.commit import CacheCas, CacheWrite, CommitRequest, commit_batch, send_commit
 from workers.keys import GROUP, ModelKeys
-from workers.labels import encode_label
+from workers.label_cache import encode_label
 
 
 @pytest.fixture(params=["fake", "real"])
@@ -45,16 +45,31 @@ def _nothing_written(r) -> bool:
 
 def test_commit_writes_everything_and_acks(r):
     ids = _read(r, "w1", 3)
+    bucket_a, bucket_b = K.cache_bucket(10, 7, 0), K.cache_bucket(10, 7, 5)
     req = CommitRequest(ids=ids, outputs=[b"o1", b"o2"], dead=[b"d"], log_data=b"delta", n_learnt=2,
-                        cache_ops=[CacheNew(K.cache("a"), b"row", b"pred", b"", 2.0, 1.5, 60000)])
+                        cache_writes=[CacheWrite(bucket_a, 60000, ["ra", b"\x00\x00A", "rb", b"B"]),
+                                      CacheWrite(bucket_b, 30000, ["rc", b"C"])],
+                        cache_registry=(K.cache_buckets, "10", "80:75"))
     res = commit_batch(r, K, "w1", req)
     assert res.ok and res.log_id == r.xrange(K.log)[0][0].decode()
     assert [f[b"data"] for _, f in r.xrange(K.out)] == [b"o1", b"o2"]
     assert r.xlen(K.dead) == 1 and int(r.get(K.learnt)) == 2
-    assert r.hgetall(K.cache("a")) == {b"row": b"row", b"pred": b"pred", b"learnt": b"",
-                                       b"w": b"2.0", b"t": b"1.5"}
-    assert 0 < r.pttl(K.cache("a")) <= 60000
+    assert r.hgetall(bucket_a) == {b"ra": b"\x00\x00A", b"rb": b"B"}
+    assert r.hgetall(bucket_b) == {b"rc": b"C"}
+    assert 30000 < r.pttl(bucket_a) <= 60000 and 0 < r.pttl(bucket_b) <= 30000
+    assert r.hgetall(K.cache_buckets) == {b"10": b"80:75"}
     assert r.xpending(K.input, GROUP)["pending"] == 0
+
+
+def test_a_cache_write_of_more_than_500_values_is_whole(r):
+    """The script writes a bucket's fields in HSETs of 500 values (Lua's unpack has a
+    limit): every field arrives, the odd ones out included."""
+    ids = _read(r, "w1", 1)
+    values = [x for i in range(1201) for x in (f"r{i}", f"v{i}".encode())]
+    req = CommitRequest(ids=ids, cache_writes=[CacheWrite(K.cache_bucket(10, 1, 2), 60000, values)])
+    assert commit_batch(r, K, "w1", req).ok
+    got = r.hgetall(K.cache_bucket(10, 1, 2))
+    assert len(got) == 1201 and got[b"r0"] == b"v0" and got[b"r1200"] == b"v1200"
 
 
 def test_lost_ids_write_nothing(r):
@@ -79,19 +94,42 @@ def test_replayed_commit_is_a_no_op(r):
 
 
 def test_cache_compare_and_set_conflict_writes_nothing(r):
+    """A bucket entry ("p": its value starts with 2 bytes of length and the learnt label):
+    a stale expectation writes nothing; a good one rewrites the label and keeps the rest
+    of the entry, whatever the two labels' lengths."""
     ids = _read(r, "w1", 1)
-    r.hset(K.cache("m"), mapping={"learnt": encode_label("ham")})
-    stale = CacheCas(K.cache("m"), expected=encode_label("spam"), new=encode_label("news"))
-    res = commit_batch(r, K, "w1", CommitRequest(ids=ids, log_data=b"d", cache_ops=[stale]))
+    bucket = K.cache_bucket(10, 3, 1)
+    ham = encode_label("ham")
+    r.hset(bucket, "rm", len(ham).to_bytes(2, "big") + ham + b"REST")
+    stale = CacheCas(bucket, "rm", expected=encode_label("spam"), new=encode_label("news"))
+    res = commit_batch(r, K, "w1", CommitRequest(ids=ids, log_data=b"d", cache_cas=[stale]))
     assert res.conflicts == [0] and r.xlen(K.log) == 0
-    good = CacheCas(K.cache("m"), expected=encode_label("ham"), new=encode_label("news"))
-    assert commit_batch(r, K, "w1", CommitRequest(ids=ids, log_data=b"d", cache_ops=[good])).ok
-    assert r.hget(K.cache("m"), "learnt") == encode_label("news")
-    # a missing (expired) entry is a conflict too
+    longer = encode_label("a much longer label than ham")
+    good = CacheCas(bucket, "rm", expected=ham, new=longer)
+    assert commit_batch(r, K, "w1", CommitRequest(ids=ids, log_data=b"d", cache_cas=[good])).ok
+    assert r.hget(bucket, "rm") == len(longer).to_bytes(2, "big") + longer + b"REST"
+    # a missing (expired) entry is a conflict too, and so is a missing bucket
+    for key, field in ((bucket, "rgone"), (K.cache_bucket(10, 9, 9), "rm")):
+        ids = [r.xadd(K.input, {"data": b"z"}).decode()]
+        r.xreadgroup(GROUP, "w1", {K.input: ">"})
+        gone = CacheCas(key, field, expected=b"", new=encode_label("spam"))
+        assert commit_batch(r, K, "w1", CommitRequest(ids=ids, cache_cas=[gone])).conflicts == [0]
+
+
+def test_cache_compare_and_set_of_a_per_message_hash(r):
+    """A per-message hash of the layout before buckets ("f": its field ``learnt``)."""
+    ids = _read(r, "w1", 1)
+    r.hset(K.cache("m"), mapping={"learnt": encode_label("ham"), "row": b"row"})
+    stale = CacheCas(K.cache("m"), "learnt", encode_label("spam"), encode_label("news"), prefixed=False)
+    res = commit_batch(r, K, "w1", CommitRequest(ids=ids, log_data=b"d", cache_cas=[stale]))
+    assert res.conflicts == [0] and r.xlen(K.log) == 0
+    good = CacheCas(K.cache("m"), "learnt", encode_label("ham"), encode_label("news"), prefixed=False)
+    assert commit_batch(r, K, "w1", CommitRequest(ids=ids, log_data=b"d", cache_cas=[good])).ok
+    assert r.hgetall(K.cache("m")) == {b"learnt": encode_label("news"), b"row": b"row"}
     ids = [r.xadd(K.input, {"data": b"z"}).decode()]
     r.xreadgroup(GROUP, "w1", {K.input: ">"})
-    gone = CacheCas(K.cache("gone"), expected=encode_label("ham"), new=encode_label("spam"))
-    assert commit_batch(r, K, "w1", CommitRequest(ids=ids, cache_ops=[gone])).conflicts == [0]
+    gone = CacheCas(K.cache("gone"), "learnt", encode_label("ham"), encode_label("spam"), prefixed=False)
+    assert commit_batch(r, K, "w1", CommitRequest(ids=ids, cache_cas=[gone])).conflicts == [0]
 
 
 def test_decay_events_every_k_learnt_messages(r):
@@ -145,13 +183,15 @@ def test_dead_letters_are_capped_separately_from_out(r):
 def test_commit_withdraws_the_inflight_announcement_only_when_it_succeeds(r):
     ids = _read(r, "w1", 2)
     r.hset(K.inflight, mapping={"w1": b"mine", "w2": b"theirs"})
-    cache = [CacheNew(K.cache("a"), b"row", b"pred", b"", 1.0, 1.5, 60000)]
+    cache = [CacheWrite(K.cache_bucket(10, 1, 1), 60000, ["ra", b"row"])]
     lost = commit_batch(r, K, "w2", CommitRequest(ids=ids, log_data=b"d", inflight_key=K.inflight))
     assert not lost.ok and r.hgetall(K.inflight) == {b"w1": b"mine", b"w2": b"theirs"}
-    res = commit_batch(r, K, "w1", CommitRequest(ids=ids, log_data=b"d", cache_ops=cache,
+    res = commit_batch(r, K, "w1", CommitRequest(ids=ids, log_data=b"d", cache_writes=cache,
+                                                 cache_registry=(K.cache_buckets, "10", "80:1"),
                                                  inflight_key=K.inflight))
     assert res.ok and r.hgetall(K.inflight) == {b"w2": b"theirs"}
-    assert r.hget(K.cache("a"), "row") == b"row"  # the cache key before it is still a cache key
+    # the keys before it are still what they were
+    assert r.hget(K.cache_bucket(10, 1, 1), "ra") == b"row" and r.hget(K.cache_buckets, "10") == b"80:1"
 
 
 def test_commit_withdraws_only_its_own_batch_announcement(r):
@@ -229,11 +269,13 @@ def test_c_packing_gives_redis_py_bytes():
     """workers._resp.pack_command against redis-py's packing (the reference), on a whole
     batch's commit and on every kind of argument."""
     conn = fakeredis.FakeRedis().connection_pool.get_connection()
-    cache = [CacheNew(K.cache(f"m{i}"), bytes(range(256)) * 4, b"\x81\xa1p\x01", encode_label("spam"),
-                      1.0, 1700000000.25, 172_800_000) for i in range(100)]
+    cache = [CacheWrite(K.cache_bucket(21_600_000, 78_901, s), 172_800_000,
+                        [x for i in range(7) for x in (f"rm{s}-{i}", bytes(range(256)) * 4)])
+             for s in range(16)]
     req = CommitRequest(ids=[f"17000-{i}" for i in range(100)], outputs=[b"o" * 300] * 100,
                         dead=[b"\x00\r\n"], log_data=b"d" * 40_000, n_learnt=100,
-                        cache_ops=[*cache, CacheCas(K.cache("x"), b"a", b"")],
+                        cache_writes=cache, cache_cas=[CacheCas(K.cache("x"), "rx", b"a", b"")],
+                        cache_registry=(K.cache_buckets, "21600000", "172800000:1700000000250"),
                         inflight_key=K.inflight, inflight_field="w1|17000-0")
     script_keys, args = commit_module._command(K, "w1", req, 1_000_000, 100_000)
     odd = ["ECHO", "", "é€😀", 0, -1, 2**63 - 1, -(2**63), 2**64, 10**30, b"", bytearray(b"ab"),

@@ -583,14 +583,22 @@ def test_acl_lets_the_worker_run_the_real_commit_script(prod_redis: ProductionRe
     req = commit.CommitRequest(
         ids=ids, outputs=[b"p"] * 3, dead=[b"d"], log_data=b"delta", n_learnt=3,
         decay_every=2, decay_data=b"decay",
-        cache_ops=[commit.CacheNew(k.cache("m1"), b"row", b"spam", b"", 1.0, 0.0, 60000)],
+        cache_writes=[commit.CacheWrite(k.cache_bucket(10, 1, 2), 60000, ["rm1", b"\x00\x00entry"])],
+        cache_registry=(k.cache_buckets, "10", "80:1"),
     )
     result = commit.commit_batch(w, k, "w1", req, out_maxlen=100, dead_maxlen=100)
     assert result.ok
     assert w.xpending(k.input, keys_mod.GROUP)["pending"] == 0
     assert (w.xlen(k.out), w.xlen(k.dead), w.xlen(k.log)) == (3, 1, 2)  # delta + 1 decay
-    assert w.hget(k.cache("m1"), "pred") == b"spam"
-    assert 0 < prod_redis.client().pttl(k.cache("m1")) <= 60000
+    assert w.hget(k.cache_bucket(10, 1, 2), "rm1") == b"\x00\x00entry"
+    assert 0 < prod_redis.client().pttl(k.cache_bucket(10, 1, 2)) <= 60000
+    assert w.hget(k.cache_buckets, "10") == b"80:1"
+    # a delayed label's look-up (workers/cache_get.lua), which also prunes the registry
+    label_cache = pytest.importorskip("workers.label_cache")
+    found = label_cache.fetch_cached(w, k, ["m1"], 50)
+    assert found == {"m1": None}  # (b"entry" is no entry: as good as expired)
+    assert label_cache.fetch_cached(w, k, ["m1"], 10**6) == {"m1": None}
+    assert not w.exists(k.cache_buckets)  # pruned: nothing of width 10 can be left
 
 
 @pytest.mark.redis

@@ -11,6 +11,8 @@ from _worker_helpers import (
     FCFG,
     PARAMS,
     assert_same_stats,
+    cached,
+    cached_learnt,
     count_spec,
     fast_options,
     offline_model,
@@ -22,7 +24,6 @@ from _worker_helpers import (
 
 from streamnb.codec import decode_output
 from workers.keys import ModelKeys
-from workers.labels import decode_label
 
 pytestmark = pytest.mark.redis
 
@@ -58,7 +59,7 @@ def test_delayed_label_correction_repeat_and_expiry(redis_server):
     assert_same_stats(model.model, offline_model("multinomial", PARAMS, FCFG,
                                                  _with_labels(msgs, {"m0": "spam", "m1": "ham"})))
     assert model.learnt == 2
-    assert decode_label(r.hget(k.cache("m0"), "learnt")) == "spam"
+    assert cached_learnt(r, "mail", "m0") == "spam"
 
     # a correction moves m0's contribution from spam to ham (spam keeps its zero-weight row)
     produce(r, "mail", [{"ref": "m0", "label": "ham"}])
@@ -94,7 +95,7 @@ def test_cache_ttl_expiry_gives_ref_expired(redis_server):
     produce(r, "mail", [{"id": "a", "tokens": ["cheap", "meds"]}])
     w = url_worker(redis_server.url, [count_spec()], fast_options("w1", cache_ttl_s=0.2))
     w.run_until_idle()
-    assert r.exists(ModelKeys("mail").cache("a"))
+    assert cached(r, "mail", "a") is not None
     time.sleep(0.4)
     produce(r, "mail", [{"ref": "a", "label": "spam"}])
     w.run_until_idle()
@@ -116,7 +117,7 @@ def test_label_in_the_same_batch_as_its_message(redis_server):
     assert got.stats["classes"].as_dict()["spam"] == 2.0
     np.testing.assert_array_equal(got.stats["features"].toarray()[got.stats["features"].labels.index("spam")],
                                   ref.stats["features"].toarray()[0])
-    assert decode_label(r.hget(ModelKeys("mail").cache("y"), "learnt")) == "spam"
+    assert cached_learnt(r, "mail", "y") == "spam"
 
 
 def test_concurrent_labels_and_corrections_are_applied_exactly_once(redis_server, monkeypatch):
@@ -142,7 +143,7 @@ def test_concurrent_labels_and_corrections_are_applied_exactly_once(redis_server
     # offline fit of exactly those (message, label) pairs
     final = {}
     for m in msgs:
-        lab = decode_label(r.hget(k.cache(m["id"]), "learnt"))
+        lab = cached_learnt(r, "mail", m["id"])
         if lab is not None:
             final[m["id"]] = lab
     ref = offline_model("multinomial", PARAMS, FCFG, _with_labels(msgs, final))
@@ -171,7 +172,6 @@ def test_without_caching_labelled_messages_delayed_labels_still_work(redis_serve
     for one of them is learnt (and can then be corrected); a correction of a message learnt
     on arrival goes to :dead as ref_expired, saying why."""
     r = redis_server.client()
-    k = ModelKeys("mail")
     msgs = token_messages(40, seed=4, labelled_share=0.5)
     labelled = [m["id"] for m in msgs if "label" in m]
     unlabelled = [m["id"] for m in msgs if "label" not in m]
@@ -179,8 +179,8 @@ def test_without_caching_labelled_messages_delayed_labels_still_work(redis_serve
     produce(r, "mail", msgs)
     w = url_worker(redis_server.url, [count_spec()], fast_options("w1", cache_labelled=False))
     w.run_until_idle()
-    assert all(r.exists(k.cache(i)) for i in unlabelled)
-    assert not any(r.exists(k.cache(i)) for i in labelled)
+    assert all(cached(r, "mail", i) is not None for i in unlabelled)
+    assert not any(cached(r, "mail", i) is not None for i in labelled)
 
     late, moved = unlabelled[0], labelled[0]
     old = next(m["label"] for m in msgs if m["id"] == moved)

@@ -1,24 +1,32 @@
 -- streamnb: the atomic commit of one batch of one model (all keys share the hash tag).
 --
 -- KEYS[1] :in   KEYS[2] :out   KEYS[3] :dead   KEYS[4] :log   KEYS[5] :learnt
--- KEYS[5 + i]   the cache key of cache operation i
--- KEYS[6 + n cache operations] (optional) :inflight: the batch's announcement is deleted
---                 with the commit (ordered predictions, workers/ordering.py)
+-- KEYS[5 + i]   the bucket hash of cache write i (workers/label_cache.py)
+-- KEYS[5 + n cache writes + j]   the hash of cache compare-and-set j
+-- then (optional) {M}:cachebuckets, if ARGV[14] is not "": its field ARGV[14] is set to
+--                 ARGV[15] (the bucket width in use, with its TTL and this commit's time)
+-- then (optional) :inflight: the batch's announcement is deleted with the commit (ordered
+--                 predictions, workers/ordering.py)
 -- ARGV[1] group           ARGV[2] consumer       ARGV[3] out MAXLEN ~ (0: none)
 -- ARGV[4] dead MAXLEN ~   ARGV[5] log entry data ("" : no log entry)
 -- ARGV[6] messages learnt (adds to :learnt)      ARGV[7] decay every K learnt (0: never)
 -- ARGV[8] decay event data                        ARGV[9] n ids  ARGV[10] n outputs
--- ARGV[11] n dead letters  ARGV[12] n cache operations
--- then the ids, the outputs, the dead letters, and 7 values per cache operation:
---   "new", row, pred, learnt, weight, ts, ttl_ms      (write a message's cache entry)
---   "cas", expected learnt, new learnt, "", "", "", "" (change the learnt label if unchanged)
+-- ARGV[11] n dead letters  ARGV[12] n cache writes  ARGV[13] n compare-and-sets
+-- ARGV[14], ARGV[15] the cache bucket registry's field and value ("" "": none)
+-- then the ids, the outputs, the dead letters, then per cache write: its TTL (ms), the
+-- number v of values, and v values (field, entry, field, entry, ...: HSET, then PEXPIRE);
+-- then 4 values per compare-and-set: mode, field, expected learnt, new learnt. Mode "p":
+-- the field's value starts with the learnt label (2 bytes of length, then the label: a
+-- bucket entry); mode "f": the field is the learnt label (a per-message hash of the
+-- layout before buckets)
 -- then, with the :inflight key, the field to delete (the batch's announcement); the log
 -- entry then names it too (field "inflight"), so a worker waiting for that batch knows it
 -- is committed from the entry alone (workers/ordering.py)
 --
--- Nothing is written unless every id is still pending for this consumer and every "cas"
--- finds the learnt label the worker saw. Returns {"ok", log id or "", previous log id,
--- delta id}, {"lost", ids...} or {"conflict", cache operation numbers...}. The log id is
+-- Nothing is written unless every id is still pending for this consumer and every
+-- compare-and-set finds the learnt label the worker saw. Returns {"ok", log id or "",
+-- previous log id, delta id}, {"lost", ids...} or {"conflict", compare-and-set numbers...}.
+-- The log id is
 -- the id of the last entry written to :log, the delta id that of the delta entry (both ""
 -- if none), and the previous log id the id of :log's last entry before this commit wrote
 -- any ("" if :log was empty or nothing was written): a worker whose model is at that
@@ -29,11 +37,28 @@ local group, consumer = ARGV[1], ARGV[2]
 local out_maxlen, dead_maxlen = tonumber(ARGV[3]), tonumber(ARGV[4])
 local log_data, n_learnt = ARGV[5], tonumber(ARGV[6])
 local decay_every, decay_data = tonumber(ARGV[7]), ARGV[8]
-local n_ids, n_out, n_dead, n_cache =
-    tonumber(ARGV[9]), tonumber(ARGV[10]), tonumber(ARGV[11]), tonumber(ARGV[12])
-local first_id, first_out = 13, 13 + n_ids
+local n_ids, n_out, n_dead, n_writes, n_cas =
+    tonumber(ARGV[9]), tonumber(ARGV[10]), tonumber(ARGV[11]), tonumber(ARGV[12]),
+    tonumber(ARGV[13])
+local registry_field, registry_value = ARGV[14], ARGV[15]
+local first_id, first_out = 16, 16 + n_ids
 local first_dead = first_out + n_out
-local first_cache = first_dead + n_dead
+local first_write = first_dead + n_dead
+-- where each cache write's values start, and the first compare-and-set's
+local writes, a = {}, first_write
+for w = 1, n_writes do
+  local n = tonumber(ARGV[a + 1])
+  writes[w] = {a, n}
+  a = a + 2 + n
+end
+local first_cas = a
+local next_key = 6 + n_writes + n_cas
+local registry_key = nil
+if registry_field ~= '' then
+  registry_key = KEYS[next_key]
+  next_key = next_key + 1
+end
+local inflight_key = KEYS[next_key]
 
 -- 1. ownership: every id still pending for this consumer. One XPENDING lists the
 -- consumer's pending entries between the smallest and the largest id; an id it does not
@@ -72,12 +97,21 @@ if #lost > 0 then
 end
 
 -- 2. compare-and-set preconditions of the delayed-label cache
-local conflicts = {}
-for c = 0, n_cache - 1 do
-  local a = first_cache + 7 * c
-  if ARGV[a] == 'cas' then
-    local cur = redis.call('HGET', KEYS[6 + c], 'learnt')
-    if cur ~= ARGV[a + 1] then conflicts[#conflicts + 1] = tostring(c) end
+local conflicts, current = {}, {}
+for c = 0, n_cas - 1 do
+  local b = first_cas + 4 * c
+  local key, mode, expected = KEYS[6 + n_writes + c], ARGV[b], ARGV[b + 2]
+  if mode == 'p' then
+    local v = redis.call('HGET', key, ARGV[b + 1])
+    local ok = false
+    if v and #v >= 2 then
+      local n = string.byte(v, 1) * 256 + string.byte(v, 2)
+      ok = string.sub(v, 3, 2 + n) == expected
+      current[c] = string.sub(v, 3 + n)
+    end
+    if not ok then conflicts[#conflicts + 1] = tostring(c) end
+  elseif redis.call('HGET', key, 'learnt') ~= expected then
+    conflicts[#conflicts + 1] = tostring(c)
   end
 end
 if #conflicts > 0 then
@@ -87,7 +121,7 @@ end
 
 -- 3. writes
 local inflight_field = nil
-if #KEYS > 5 + n_cache then inflight_field = ARGV[first_cache + 7 * n_cache] end
+if inflight_key then inflight_field = ARGV[first_cas + 4 * n_cas] end
 local log_id, prev_id, delta_id = '', '', ''
 if log_data ~= '' or (n_learnt > 0 and decay_every > 0) then
   local last = redis.call('XREVRANGE', KEYS[4], '+', '-', 'COUNT', 1)
@@ -124,16 +158,26 @@ local function xadd_all(key, maxlen, first, n)
 end
 xadd_all(KEYS[2], out_maxlen, first_out, n_out)
 xadd_all(KEYS[3], dead_maxlen, first_dead, n_dead)
-for c = 0, n_cache - 1 do
-  local a = first_cache + 7 * c
-  local key = KEYS[6 + c]
-  if ARGV[a] == 'new' then
-    redis.call('HSET', key, 'row', ARGV[a + 1], 'pred', ARGV[a + 2], 'learnt', ARGV[a + 3],
-               'w', ARGV[a + 4], 't', ARGV[a + 5])
-    redis.call('PEXPIRE', key, ARGV[a + 6])
-  else
-    redis.call('HSET', key, 'learnt', ARGV[a + 2])
+-- the cache: each write's fields in HSETs of at most 500 values, then its expiry
+for w = 1, n_writes do
+  local key, b, n = KEYS[5 + w], writes[w][1], writes[w][2]
+  for i = b + 2, b + 1 + n, 500 do
+    redis.call('HSET', key, unpack(ARGV, i, math.min(i + 499, b + 1 + n)))
   end
+  redis.call('PEXPIRE', key, ARGV[b])
+end
+for c = 0, n_cas - 1 do
+  local b = first_cas + 4 * c
+  local key, new = KEYS[6 + n_writes + c], ARGV[b + 3]
+  if ARGV[b] == 'p' then
+    redis.call('HSET', key, ARGV[b + 1],
+               string.char(math.floor(#new / 256), #new % 256) .. new .. current[c])
+  else
+    redis.call('HSET', key, 'learnt', new)
+  end
+end
+if registry_key then
+  redis.call('HSET', registry_key, registry_field, registry_value)
 end
 local chunk = 500
 for i = first_id, first_id + n_ids - 1, chunk do
@@ -142,6 +186,6 @@ for i = first_id, first_id + n_ids - 1, chunk do
   redis.call('XACK', KEYS[1], group, unpack(ids))
 end
 if inflight_field then
-  redis.call('HDEL', KEYS[6 + n_cache], inflight_field)
+  redis.call('HDEL', inflight_key, inflight_field)
 end
 return {'ok', log_id, prev_id, delta_id}

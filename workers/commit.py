@@ -96,32 +96,35 @@ PACK_COMMAND = getattr(optional_c_module("workers._resp"), "pack_command", None)
 
 
 @dataclass(slots=True)
-class CacheNew:
-    """Write a message's cache entry: encoded row, prediction at arrival, learnt label."""
+class CacheWrite:
+    """Cache entries of a batch for one bucket hash (workers/label_cache.py): ``HSET key
+    field entry field entry ...``, then ``PEXPIRE key ttl_ms``."""
 
     key: str
-    row: bytes
-    pred: bytes
-    learnt: bytes
-    weight: float
-    ts: float
     ttl_ms: int
+    #: field, entry, field, entry, ...
+    values: list[Any]
 
     def args(self) -> list[Any]:
-        return ["new", self.row, self.pred, self.learnt, repr(float(self.weight)),
-                repr(float(self.ts)), int(self.ttl_ms)]
+        return [int(self.ttl_ms), len(self.values), *self.values]
 
 
 @dataclass(slots=True)
 class CacheCas:
-    """Change a cached message's learnt label from ``expected`` to ``new`` (else: conflict)."""
+    """Change a cached message's learnt label from ``expected`` to ``new`` (else: conflict).
+
+    ``prefixed``: ``field`` of ``key`` is a bucket entry, which starts with its learnt
+    label (workers/label_cache.py); else ``key`` is a per-message hash of the layout before
+    buckets, whose field ``learnt`` is the label (``field`` is then unused)."""
 
     key: str
+    field: str
     expected: bytes
     new: bytes
+    prefixed: bool = True
 
     def args(self) -> list[Any]:
-        return ["cas", self.expected, self.new, "", "", "", ""]
+        return ["p" if self.prefixed else "f", self.field, self.expected, self.new]
 
 
 @dataclass(slots=True)
@@ -133,7 +136,11 @@ class CommitRequest:
     dead: list[bytes] = field(default_factory=list)
     log_data: bytes | None = None
     n_learnt: int = 0
-    cache_ops: list[CacheNew | CacheCas] = field(default_factory=list)
+    cache_writes: list[CacheWrite] = field(default_factory=list)
+    cache_cas: list[CacheCas] = field(default_factory=list)
+    #: ``({M}:cachebuckets, width field, "ttl:time")``: the bucket width the writes use,
+    #: recorded with them (workers/label_cache.py); None: no record.
+    cache_registry: tuple[str, str, str] | None = None
     decay_every: int = 0
     decay_data: bytes = b""
     #: ``{M}:inflight``: withdraw the batch's announcement in the same commit, so a
@@ -168,15 +175,22 @@ def _command(keys: ModelKeys, consumer: str, req: CommitRequest, out_maxlen: int
              dead_maxlen: int) -> tuple[list[str], list[Any]]:
     """The commit script's KEYS and ARGV for ``req`` (layout: workers/commit.lua)."""
     script_keys = [keys.input, keys.out, keys.dead, keys.log, keys.learnt]
-    script_keys += [op.key for op in req.cache_ops]
+    script_keys += [w.key for w in req.cache_writes]
+    script_keys += [c.key for c in req.cache_cas]
+    registry = req.cache_registry
+    if registry is not None:
+        script_keys.append(registry[0])
     args: list[Any] = [
         GROUP, consumer, int(out_maxlen), int(dead_maxlen), req.log_data or b"",
         int(req.n_learnt), int(req.decay_every), req.decay_data,
-        len(req.ids), len(req.outputs), len(req.dead), len(req.cache_ops),
+        len(req.ids), len(req.outputs), len(req.dead), len(req.cache_writes),
+        len(req.cache_cas), *(registry[1:] if registry is not None else ("", "")),
         *req.ids, *req.outputs, *req.dead,
     ]
-    for op in req.cache_ops:
-        args += op.args()
+    for w in req.cache_writes:
+        args += w.args()
+    for c in req.cache_cas:
+        args += c.args()
     if req.inflight_key:
         script_keys.append(req.inflight_key)
         args.append(req.inflight_field or consumer)

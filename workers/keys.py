@@ -5,8 +5,8 @@ are the Redis Cluster hash tag, so all keys of one model live in one slot and on
 script may touch them all.
 
 >>> k = ModelKeys("mail")
->>> k.input, k.log, k.cache("m1")
-('streamnb:{mail}:in', 'streamnb:{mail}:log', 'streamnb:{mail}:cache:m1')
+>>> k.input, k.log, k.cache_bucket(21600000, 78901, 3)
+('streamnb:{mail}:in', 'streamnb:{mail}:log', 'streamnb:{mail}:cachebucket:21600000:78901:3')
 >>> ModelKeys("bad name")
 Traceback (most recent call last):
 ...
@@ -102,11 +102,29 @@ class ModelKeys:
         (see workers/ordering.py)."""
         return f"{self.prefix}:inflight"
 
+    @property
+    def cache_bucket_prefix(self) -> str:
+        """What every bucket hash of the delayed-label cache starts with."""
+        return f"{self.prefix}:cachebucket:"
+
+    def cache_bucket(self, width_ms: int, bucket: int, shard: int) -> str:
+        """Hash of the cached messages (delayed labels) of one shard written in one time
+        bucket of ``width_ms`` (workers/label_cache.py)."""
+        return f"{self.prefix}:cachebucket:{width_ms}:{bucket}:{shard}"
+
+    @property
+    def cache_buckets(self) -> str:
+        """Hash of the bucket widths in use by the delayed-label cache: width (ms) ->
+        "TTL (ms):last write (ms)" (workers/label_cache.py)."""
+        return f"{self.prefix}:cachebuckets"
+
     def cache(self, msg_id: str) -> str:
-        """Hash of a message's cached features for delayed labels (row, pred, learnt, w, t)."""
+        """Hash of one cached message in the layout before bucket hashes (row, pred,
+        learnt, w, t): still read, until such entries expire; no longer written."""
         return f"{self.prefix}:cache:{msg_id}"
 
     def all_fixed(self) -> list[str]:
-        """Every key of the model except the per-message cache keys."""
+        """Every key of the model except the delayed-label cache's buckets and entries."""
         return [self.input, self.out, self.dead, self.log, self.events, self.snapshot,
-                self.config, self.lease, self.workers, self.learnt, self.inflight]
+                self.config, self.lease, self.workers, self.learnt, self.inflight,
+                self.cache_buckets]

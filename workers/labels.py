@@ -1,10 +1,8 @@
-"""Delayed labels and corrections, through a per-message feature cache in Redis.
+"""Delayed labels and corrections, through the feature cache in Redis.
 
-Every message with a payload is cached under ``streamnb:{NAME}:cache:<id>`` (a hash, TTL
-``cache_ttl_s``): ``row`` (``Row.to_bytes``), ``pred`` (the prediction made at arrival:
-msgpack ``{"label", "lp": {label: log posterior}}``), ``learnt`` (msgpack of the label
-learnt for it, empty if none), ``w`` (its weight) and ``t`` (its time). A later message
-``{"ref": id, "label": L}`` then:
+Every message with a payload is cached for ``cache_ttl_s`` (workers/label_cache.py: its
+row, the prediction made at arrival, the label learnt for it, its weight and time). A later
+message ``{"ref": id, "label": L}`` then:
 
 - learns the cached row with L if it was not learnt yet (a *delayed label*; the prediction
   at arrival and L are reported for accuracy),
@@ -24,80 +22,21 @@ for the same message are applied exactly once each, in commit order.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import msgpack
 import numpy as np
 
-from streamnb.encoding import dumps
 from streamnb.features import Row
 from workers.commit import CacheCas
-from workers.keys import ModelKeys
-from workers.replies import as_str
+from workers.label_cache import NOT_LEARNT, CachedMessage, decode_label, encode_label
 
-#: The ``learnt`` value of a cached message not learnt yet.
-NOT_LEARNT = b""
+__all__ = ["NOT_LEARNT", "REF_EXPIRED", "LabelRef", "Resolution", "decode_label",
+           "delayed_matrix", "encode_label", "resolve_refs"]
 
 #: Dead-letter reason of a label whose message is not (or no longer) cached.
 REF_EXPIRED = "ref_expired"
-
-
-def encode_label(label: Any) -> bytes:
-    return NOT_LEARNT if label is None else dumps(label)
-
-
-def decode_label(data: bytes | None) -> Any:
-    if not data:
-        return None
-    return msgpack.unpackb(data, raw=False)
-
-
-def encode_pred(label: Any, log_proba: dict[Any, float]) -> bytes:
-    return dumps({"label": label, "lp": {k: float(v) for k, v in log_proba.items()}})
-
-
-@dataclass(slots=True)
-class CachedMessage:
-    """A cached message as read from Redis."""
-
-    key: str
-    row: Row
-    pred_label: Any
-    log_proba: dict[Any, float]
-    learnt_raw: bytes
-    weight: float
-    ts: float
-
-    @property
-    def learnt(self) -> Any:
-        return decode_label(self.learnt_raw)
-
-
-def parse_cached(key: str, h: dict[Any, Any]) -> CachedMessage | None:
-    """A cache hash -> :class:`CachedMessage` (None if empty or unreadable)."""
-    if not h:
-        return None
-    h = {as_str(k): v for k, v in h.items()}
-    try:
-        pred = msgpack.unpackb(h["pred"], raw=False, strict_map_key=False)
-        return CachedMessage(key=key, row=Row.from_bytes(h["row"]), pred_label=pred.get("label"),
-                             log_proba=dict(pred.get("lp") or {}), learnt_raw=bytes(h["learnt"]),
-                             weight=float(h["w"]), ts=float(h["t"]))
-    except Exception:  # noqa: BLE001 - a corrupt entry is as good as expired
-        return None
-
-
-def fetch_cached(client: Any, keys: ModelKeys, ids: Iterable[str]) -> dict[str, CachedMessage | None]:
-    """Read the cache entries of ``ids`` in one round trip."""
-    ids = list(dict.fromkeys(ids))
-    if not ids:
-        return {}
-    pipe = client.pipeline(transaction=False)
-    for i in ids:
-        pipe.hgetall(keys.cache(i))
-    return {i: parse_cached(keys.cache(i), h) for i, h in zip(ids, pipe.execute(), strict=True)}
 
 
 @dataclass(slots=True)
@@ -127,7 +66,7 @@ class Resolution:
     unlearned: list[Any] = field(default_factory=list)
 
 
-def resolve_refs(refs: Sequence[LabelRef], keys: ModelKeys,
+def resolve_refs(refs: Sequence[LabelRef],
                  batch_labels: dict[str, Any], batch_preds: dict[str, tuple[dict, float]],
                  cached: dict[str, CachedMessage | None]) -> Resolution:
     """Net effect of a batch's label-only messages, applied in order.
@@ -171,7 +110,8 @@ def resolve_refs(refs: Sequence[LabelRef], keys: ModelKeys,
             res.corrections += 1
             res.unlearned.append(old)
         res.adds.append((c.row, new, c.weight))
-        res.cas.append(CacheCas(key=keys.cache(ref), expected=c.learnt_raw, new=encode_label(new)))
+        res.cas.append(CacheCas(key=c.key, field=c.field or "learnt", expected=c.learnt_raw,
+                                new=encode_label(new), prefixed=c.field is not None))
     return res
 
 

@@ -74,8 +74,7 @@ from workers.backoff import Backoff
 from workers.commit import (
     COMMIT_SCRIPT,
     READ_SCRIPT,
-    CacheCas,
-    CacheNew,
+    CacheWrite,
     CommitRequest,
     CommitResult,
     SentCommit,
@@ -87,15 +86,14 @@ from workers.commit import (
 from workers.connection import Connector, is_access_error
 from workers.heap import HeapTrimmer
 from workers.keys import GROUP, ModelKeys
-from workers.labels import (
-    REF_EXPIRED,
-    LabelRef,
-    delayed_matrix,
+from workers.label_cache import (
+    batch_writes,
+    encode_entry,
     encode_label,
-    encode_pred,
     fetch_cached,
-    resolve_refs,
+    registry_record,
 )
+from workers.labels import REF_EXPIRED, LabelRef, delayed_matrix, resolve_refs
 from workers.metrics import Metrics, default_metrics, observe_many
 from workers.model_config import ModelConfig, ModelSpec, ensure_config
 from workers.ordering import InflightBoard, wait_for_earlier
@@ -929,11 +927,12 @@ class Worker:
         batch_preds = {it.msg.id: (it.log_proba, it.msg.ts or entry_time(it.entry_id))
                        for it in items}
         outside = [r.ref for r in refs if r.ref not in batch_labels]
-        cached = fetch_cached(self.client, rt.keys, outside) if o.cache_ttl_s > 0 else {}
+        cached = fetch_cached(self.client, rt.keys, outside, int(time.time() * 1000)) \
+            if o.cache_ttl_s > 0 else {}
         # a cached row that does not fit this model (tampered, other config): as expired
         cached = {k: c if c is None or rt.featurizer.fits(c.row) else None
                   for k, c in cached.items()}
-        res = resolve_refs(refs, rt.keys, batch_labels, batch_preds, cached)
+        res = resolve_refs(refs, batch_labels, batch_preds, cached)
         learn = [(it, res.in_batch.get(it.msg.id, it.msg.label)) for it in items]
         add_rows = [(it.row, lab, it.msg.weight) for it, lab in learn if lab is not None]
         n_learnt = len(add_rows) + res.n_learnt
@@ -955,15 +954,17 @@ class Worker:
                                   f"({why})", w.ref_data[r.entry_id])
                              for r in res.expired]
         all_dead.sort(key=lambda d: parse_id(d.entry_id))
-        cache_ops: list[CacheNew | CacheCas] = []
+        cache_writes: list[CacheWrite] = []
+        registry = None
         if o.cache_ttl_s > 0:
-            cache_ops += [CacheNew(rt.keys.cache(it.msg.id),
-                                   it.row.to_bytes() if it.row_bytes is None else it.row_bytes,
-                                   encode_pred(it.label, it.log_proba), encode_label(lab),
-                                   it.msg.weight, batch_preds[it.msg.id][1],
-                                   int(o.cache_ttl_s * 1000))
-                          for it, lab in learn if lab is None or o.cache_labelled]
-            cache_ops += res.cas
+            entries = [(it.msg.id, encode_entry(
+                encode_label(lab), it.row.to_bytes() if it.row_bytes is None else it.row_bytes,
+                it.label, it.log_proba, it.msg.weight, batch_preds[it.msg.id][1]))
+                for it, lab in learn if lab is None or o.cache_labelled]
+            if entries:
+                ttl_ms, now_ms = int(o.cache_ttl_s * 1000), int(time.time() * 1000)
+                cache_writes = batch_writes(rt.keys, ttl_ms, now_ms, entries)
+                registry = registry_record(rt.keys, ttl_ms, now_ms)
         ids = [it.entry_id for it in items] + [d.entry_id for d in w.dead] + \
             [r.entry_id for r in refs]
         if not ids:
@@ -971,7 +972,8 @@ class Worker:
         w.req = CommitRequest(
             ids=ids, outputs=outputs,
             dead=[encode_dead(d.entry_id, d.reason, d.detail, d.data) for d in all_dead],
-            log_data=log_data, n_learnt=n_learnt, cache_ops=cache_ops,
+            log_data=log_data, n_learnt=n_learnt, cache_writes=cache_writes,
+            cache_cas=res.cas, cache_registry=registry,
             decay_every=rt.config.decay_every,
             decay_data=encode_decay(rt.config.decay_factor) if rt.config.decay_every else b"",
             inflight_key=rt.keys.inflight if w.inflight else None, inflight_field=w.inflight)

@@ -10,6 +10,7 @@ from _worker_helpers import (
     FCFG,
     PARAMS,
     assert_same_stats,
+    cached,
     count_spec,
     fast_options,
     offline_model,
@@ -144,16 +145,17 @@ def test_label_for_a_tampered_cache_entry(redis_server) -> None:
     import numpy as np
 
     from streamnb.features import Row
+    from workers.label_cache import encode_entry
 
     r = redis_server.client()
-    k = ModelKeys("mail")
     msgs = token_messages(5, seed=7, labelled_share=0.0)
     produce(r, "mail", msgs)
     w, _ = _serve(redis_server.url)
     w.run_until_idle()
     wide = Row(indices=np.array([5000], dtype=np.int32), values=np.array([1.0]), n_tokens=1)
-    r.hset(k.cache("m0"), "row", wide.to_bytes())  # a bucket beyond 2**10
-    r.hset(k.cache("m1"), "row", b"\x00garbage")
+    m0, m1 = cached(r, "mail", "m0"), cached(r, "mail", "m1")
+    r.hset(m0.key, m0.field, encode_entry(b"", wide.to_bytes(), "spam", {}, 1.0, 0.0))  # a bucket beyond 2**10
+    r.hset(m1.key, m1.field, b"\x00\x00garbage")
     produce(r, "mail", [{"ref": "m0", "label": "spam"}, {"ref": "m1", "label": "spam"},
                         {"ref": "m2", "label": "ham"}])
     w.run_until_idle(timeout=30)

@@ -1,0 +1,166 @@
+"""The delayed-label cache's bucket layout (workers/label_cache.py, cache_get.lua), written
+by the real commit script, on fakeredis[lua] and on a real redis-server."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+import zlib
+
+import fakeredis
+import numpy as np
+import pytest
+
+from streamnb.constants import LABEL_CACHE_SHARDS
+from streamnb.features import Row
+from workers.commit import CommitRequest, commit_batch
+from workers.keys import GROUP, ModelKeys
+from workers.label_cache import (
+    batch_writes,
+    bucket_width_ms,
+    decode_entry,
+    encode_entry,
+    encode_label,
+    entry_field,
+    fetch_cached,
+    registry_record,
+    shard_of,
+)
+
+K = ModelKeys("lc")
+DAY_MS = 86_400_000
+
+
+@pytest.fixture(params=["fake", "real"])
+def r(request):
+    if request.param == "fake":
+        yield fakeredis.FakeRedis()
+    else:
+        yield request.getfixturevalue("redis_server").client()
+
+
+def _row(seed: int) -> Row:
+    idx = np.unique(np.random.default_rng(seed).integers(0, 2**20, size=40)).astype(np.int32)
+    return Row(indices=idx, values=np.ones(idx.size), n_tokens=int(idx.size))
+
+
+def _write(r, ids: list[str], ttl_ms: int, now_ms: int, learnt: str | None = None,
+           tag: str = "") -> None:
+    """Cache ``ids`` as a worker's commit at ``now_ms`` (its clock) does."""
+    if not r.exists(K.input):
+        r.xgroup_create(K.input, GROUP, id="0", mkstream=True)
+    eid = r.xadd(K.input, {"data": b"m"}).decode()
+    r.xreadgroup(GROUP, "w1", {K.input: ">"})
+    entries = [(i, encode_entry(encode_label(learnt), _row(n).to_bytes(), "spam" + tag,
+                                {"spam": -0.25, "ham": -1.5}, 1.0, now_ms / 1000))
+               for n, i in enumerate(ids)]
+    req = CommitRequest(ids=[eid], cache_writes=batch_writes(K, ttl_ms, now_ms, entries),
+                        cache_registry=registry_record(K, ttl_ms, now_ms))
+    assert commit_batch(r, K, "w1", req).ok
+
+
+def test_a_batch_goes_to_one_hash_per_shard_and_lives_between_ttl_and_ttl_plus_a_bucket(r):
+    now, ttl = int(time.time() * 1000), 2 * DAY_MS
+    ids = [f"msg-{i}" for i in range(200)]
+    _write(r, ids, ttl, now)
+    width = bucket_width_ms(ttl)
+    assert width == ttl // 8
+    keys = sorted(k.decode() for k in r.scan_iter(match=K.cache_bucket_prefix + "*"))
+    expected = sorted({K.cache_bucket(width, now // width, zlib.crc32(i.encode()) % 16) for i in ids})
+    assert keys == expected and len(keys) == LABEL_CACHE_SHARDS
+    assert sum(r.hlen(k) for k in keys) == 200
+    for k in keys:  # expires at the end of the bucket plus the TTL, by the writer's clock
+        left = r.pttl(k)
+        assert ttl - 5_000 <= left <= ttl + width
+        assert abs(now + left - ((now // width + 1) * width + ttl)) < 5_000
+    found = fetch_cached(r, K, ids + ["never"], now)
+    assert found["never"] is None
+    for n, i in enumerate(ids):
+        c = found[i]
+        assert c.row == _row(n) and c.learnt is None and c.pred_label == "spam"
+        assert c.log_proba == {"spam": -0.25, "ham": -1.5} and c.weight == 1.0
+        assert c.field == entry_field(i) and c.key == K.cache_bucket(width, now // width, shard_of(i))
+
+
+def test_the_newest_entry_of_an_id_wins(r):
+    ttl = 80_000
+    now = int(time.time() * 1000)
+    _write(r, ["a", "b"], ttl, now - 3 * bucket_width_ms(ttl), learnt="ham", tag="-old")
+    _write(r, ["a"], ttl, now, tag="-new")
+    found = fetch_cached(r, K, ["a", "b"], now)
+    assert (found["a"].pred_label, found["a"].learnt) == ("spam-new", None)
+    assert (found["b"].pred_label, found["b"].learnt) == ("spam-old", "ham")
+
+
+def test_writers_with_other_ttls_and_clocks_are_found(r):
+    """Each width in use is in the registry with its TTL: a reader finds the entries of
+    writers with other TTLs, and of a writer whose clock is up to a bucket ahead or behind."""
+    now = int(time.time() * 1000)
+    _write(r, ["short"], 80_000, now)
+    _write(r, ["long"], 7 * DAY_MS, now - 6 * DAY_MS)  # written 6 days ago, kept for 7
+    _write(r, ["ahead"], 80_000, now + bucket_width_ms(80_000) - 1)
+    _write(r, ["behind"], 80_000, now - 80_000 + 10)  # near the end of its TTL
+    found = fetch_cached(r, K, ["short", "long", "ahead", "behind"], now)
+    assert all(found[i] is not None for i in found), found
+    assert set(r.hgetall(K.cache_buckets)) == {b"10000", str(7 * DAY_MS // 8).encode()}
+
+
+def test_a_width_whose_last_write_expired_leaves_the_registry(r):
+    now = int(time.time() * 1000)
+    _write(r, ["old"], 80_000, now - 200_000)  # its TTL and two buckets are over
+    _write(r, ["new"], 800_000, now)
+    r.hset(K.cache_buckets, "10000", b"80000:%d" % (now - 200_000))  # as that write left it
+    found = fetch_cached(r, K, ["old", "new"], now)
+    assert found["old"] is None and found["new"] is not None
+    assert set(r.hgetall(K.cache_buckets)) == {b"100000"}
+
+
+def test_the_per_message_hash_of_the_layout_before_buckets_is_still_read(r):
+    now = int(time.time() * 1000)
+    legacy = {"row": _row(1).to_bytes(), "pred": b"\x82\xa5label\xa3ham\xa2lp\x81\xa3ham\xcb" +
+              np.float64(-0.5).tobytes()[::-1], "learnt": encode_label("spam"), "w": b"2.0",
+              "t": b"1.5"}
+    r.hset(K.cache("old"), mapping=legacy)
+    r.hset(K.cache("both"), mapping=legacy)
+    _write(r, ["both"], 80_000, now)
+    found = fetch_cached(r, K, ["old", "both", "none"], now)
+    old = found["old"]
+    assert (old.key, old.field, old.learnt, old.pred_label, old.log_proba, old.weight, old.ts) == \
+        (K.cache("old"), None, "spam", "ham", {"ham": -0.5}, 2.0, 1.5)
+    assert old.row == _row(1)
+    assert found["both"].field == entry_field("both")  # the bucket entry first
+    assert found["none"] is None
+
+
+def test_without_any_write_a_lookup_finds_nothing(r):
+    assert fetch_cached(r, K, ["a", "b"], int(time.time() * 1000)) == {"a": None, "b": None}
+    assert fetch_cached(r, K, [], 0) == {}
+
+
+def test_an_entry_that_does_not_decode_is_as_good_as_expired():
+    good = encode_entry(encode_label("spam"), _row(0).to_bytes(), "ham", {"ham": 0.0}, 1.0, 2.0)
+    assert decode_entry("k", "rx", good).learnt == "spam"
+    for bad in (b"", b"\x00", b"\x00\x05ab", b"\x00\x00\x93\x01\x02\x03", good[:-3],
+                good + b"\xc1", b"\x00\x00" + good[2 + len(encode_label("spam")):].replace(b"\x96\x01", b"\x96\x02", 1)):
+        assert decode_entry("k", "rx", bad) is None
+
+
+def test_entries_expire_with_their_bucket(redis_server):
+    r = redis_server.client()
+    _write(r, ["soon"], 200, int(time.time() * 1000))  # buckets of 25 ms
+    assert fetch_cached(r, K, ["soon"], int(time.time() * 1000))["soon"] is not None
+    time.sleep(0.4)
+    assert fetch_cached(r, K, ["soon"], int(time.time() * 1000))["soon"] is None
+    assert not list(r.scan_iter(match=K.cache_bucket_prefix + "*"))
+
+
+def test_shards_are_the_same_in_every_process():
+    ids = ["m1", "é-2", "x" * 300]
+    code = ("import sys; from workers.label_cache import shard_of; "
+            f"print([shard_of(i) for i in {ids!r}])")
+    outs = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                           env=dict(os.environ, PYTHONHASHSEED=str(seed))).stdout
+            for seed in (1, 2, 3)}
+    assert outs == {f"{[shard_of(i) for i in ids]}\n"}

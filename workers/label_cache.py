@@ -1,0 +1,192 @@
+"""The delayed-label cache in Redis: each message's row, prediction and learnt label, kept
+for a later ``ref`` label, in time-bucketed hashes.
+
+A worker with a cache TTL of T ms writes into buckets of width W = T // 8
+(:data:`~streamnb.constants.LABEL_CACHE_BUCKETS_PER_TTL`). The entry of message id I,
+written at time t (ms, the worker's clock), is the field ``r<I>`` of the hash
+``{M}:cachebucket:<W>:<k>:<s>``, with k = t // W and s = CRC-32(I) mod 16
+(:data:`~streamnb.constants.LABEL_CACHE_SHARDS`); the hash expires at (k + 1) W + T, so an
+entry lives between T and T + W. A batch's entries go to at most 16 hashes, written by the
+commit script (workers/commit.lua) with one ``HSET`` and one ``PEXPIRE`` each, not two
+calls per message as a hash per message took (docs/performance.md, item 68).
+
+The same commit records its width in ``{M}:cachebuckets`` (W -> "T:time of the write"),
+so a lookup (workers/cache_get.lua) knows which buckets may hold an entry whatever TTL the
+writers had: for each width, from its last write's bucket down to that of now - T, about
+T / W + 3 = 11 hashes, newest first. After those, a lookup reads the per-message hash of
+the layout before buckets (``{M}:cache:<I>``), until such entries have expired.
+
+An entry is 2 bytes (big-endian) n, the learnt label (n bytes of msgpack; n = 0: not
+learnt), then msgpack ``[1, row, predicted label, {label: log posterior}, weight, time]``.
+The learnt label comes first so that the commit script's compare-and-set reads and
+rewrites it without decoding the rest.
+
+>>> import numpy as np
+>>> from streamnb.features import Row
+>>> row = Row(indices=np.array([3, 9], dtype=np.int32), values=np.ones(2), n_tokens=2)
+>>> entry = encode_entry(encode_label("spam"), row.to_bytes(), "ham", {"ham": -0.1}, 1.0, 5.0)
+>>> c = decode_entry("key", "rm1", entry)
+>>> (c.learnt, c.pred_label, c.log_proba, c.row == row, c.weight, c.ts)
+('spam', 'ham', {'ham': -0.1}, True, 1.0, 5.0)
+>>> bucket_width_ms(2 * 86_400_000), shard_of("m1") == shard_of("m1")
+(21600000, True)
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+from collections.abc import Iterable
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any
+
+import msgpack
+
+from streamnb.constants import LABEL_CACHE_BUCKETS_PER_TTL, LABEL_CACHE_SHARDS
+from streamnb.encoding import dumps
+from streamnb.features import Row
+from workers.commit import CacheWrite, LuaScript
+from workers.keys import ModelKeys
+from workers.replies import as_str
+
+__all__ = ["CachedMessage", "NOT_LEARNT", "batch_writes", "bucket_width_ms", "decode_entry",
+           "decode_label", "encode_entry", "encode_label", "entry_field", "fetch_cached",
+           "registry_record", "shard_of"]
+
+#: The learnt label of a cached message not learnt yet.
+NOT_LEARNT = b""
+#: Version of an entry's msgpack part.
+ENTRY_FORMAT = 1
+
+_LENGTH = struct.Struct(">H")
+GET_SCRIPT = LuaScript(resources.files("workers").joinpath("cache_get.lua").read_text())
+
+
+def encode_label(label: Any) -> bytes:
+    return NOT_LEARNT if label is None else dumps(label)
+
+
+def decode_label(data: bytes | None) -> Any:
+    if not data:
+        return None
+    return msgpack.unpackb(data, raw=False)
+
+
+def bucket_width_ms(ttl_ms: int) -> int:
+    """The width of the time buckets a worker with this TTL writes into (>= 1 ms)."""
+    return max(1, int(ttl_ms) // LABEL_CACHE_BUCKETS_PER_TTL)
+
+
+def shard_of(msg_id: str) -> int:
+    """The shard of a message id: the same in every process (not Python's salted hash)."""
+    return zlib.crc32(msg_id.encode()) % LABEL_CACHE_SHARDS
+
+
+def entry_field(msg_id: str) -> str:
+    """The field of a message's entry in its bucket hash."""
+    return "r" + msg_id
+
+
+def encode_entry(learnt: bytes, row: bytes, pred_label: Any, log_proba: dict[Any, float],
+                 weight: float, ts: float) -> bytes:
+    """A cache entry: the learnt label first (see the module docstring), then the rest."""
+    body = dumps([ENTRY_FORMAT, row, pred_label, {k: float(v) for k, v in log_proba.items()},
+                  float(weight), float(ts)])
+    return _LENGTH.pack(len(learnt)) + learnt + body
+
+
+@dataclass(slots=True)
+class CachedMessage:
+    """A cached message as read from Redis: where it is (``key``; ``field`` for a bucket
+    entry, None for a per-message hash of the layout before buckets), and what it holds."""
+
+    key: str
+    field: str | None
+    row: Row
+    pred_label: Any
+    log_proba: dict[Any, float]
+    learnt_raw: bytes
+    weight: float
+    ts: float
+
+    @property
+    def learnt(self) -> Any:
+        return decode_label(self.learnt_raw)
+
+
+def decode_entry(key: str, field: str, entry: bytes) -> CachedMessage | None:
+    """A bucket entry -> :class:`CachedMessage` (None if unreadable: as good as expired)."""
+    try:
+        (n,) = _LENGTH.unpack_from(entry)
+        learnt, body = bytes(entry[2:2 + n]), msgpack.unpackb(entry[2 + n:], raw=False,
+                                                                 strict_map_key=False)
+        if len(learnt) != n or not isinstance(body, list) or len(body) != 6 \
+                or body[0] != ENTRY_FORMAT:
+            return None
+        _, row, pred_label, lp, weight, ts = body
+        return CachedMessage(key=key, field=field, row=Row.from_bytes(row), pred_label=pred_label,
+                             log_proba=dict(lp or {}), learnt_raw=learnt, weight=float(weight),
+                             ts=float(ts))
+    except Exception:  # noqa: BLE001 - a corrupt entry is as good as expired
+        return None
+
+
+def decode_legacy(key: str, h: dict[Any, Any]) -> CachedMessage | None:
+    """A per-message hash of the layout before buckets -> :class:`CachedMessage`."""
+    if not h:
+        return None
+    h = {as_str(k): v for k, v in h.items()}
+    try:
+        pred = msgpack.unpackb(h["pred"], raw=False, strict_map_key=False)
+        return CachedMessage(key=key, field=None, row=Row.from_bytes(h["row"]),
+                             pred_label=pred.get("label"), log_proba=dict(pred.get("lp") or {}),
+                             learnt_raw=bytes(h["learnt"]), weight=float(h["w"]), ts=float(h["t"]))
+    except Exception:  # noqa: BLE001 - a corrupt entry is as good as expired
+        return None
+
+
+def batch_writes(keys: ModelKeys, ttl_ms: int, now_ms: int,
+                 entries: Iterable[tuple[str, bytes]]) -> list[CacheWrite]:
+    """The commit's writes of ``(message id, entry)`` pairs made at ``now_ms``: one
+    :class:`~workers.commit.CacheWrite` per shard they fall in, with the TTL that makes
+    the bucket hash expire at (k + 1) W + T."""
+    width = bucket_width_ms(ttl_ms)
+    bucket = now_ms // width
+    by_shard: dict[int, list[Any]] = {}
+    crc, shards = zlib.crc32, LABEL_CACHE_SHARDS
+    for msg_id, entry in entries:
+        values = by_shard.get(s := crc(msg_id.encode()) % shards)
+        if values is None:
+            values = by_shard[s] = []
+        values += ("r" + msg_id, entry)
+    ttl = (bucket + 1) * width + int(ttl_ms) - now_ms
+    return [CacheWrite(keys.cache_bucket(width, bucket, s), ttl, values)
+            for s, values in by_shard.items()]
+
+
+def registry_record(keys: ModelKeys, ttl_ms: int, now_ms: int) -> tuple[str, str, str]:
+    """The commit's record of the bucket width it writes in: ``(key, field, value)``."""
+    return keys.cache_buckets, str(bucket_width_ms(ttl_ms)), f"{int(ttl_ms)}:{int(now_ms)}"
+
+
+def fetch_cached(client: Any, keys: ModelKeys, ids: Iterable[str], now_ms: int,
+                 ) -> dict[str, CachedMessage | None]:
+    """Read the cache entries of ``ids`` in one round trip (workers/cache_get.lua)."""
+    ids = list(dict.fromkeys(ids))
+    if not ids:
+        return {}
+    args: list[Any] = [int(now_ms), keys.cache_bucket_prefix, len(ids)]
+    for i in ids:
+        args += (entry_field(i), shard_of(i))
+    reply = GET_SCRIPT(client, [keys.cache_buckets, *(keys.cache(i) for i in ids)], args)
+    out: dict[str, CachedMessage | None] = {}
+    for i, found in zip(ids, reply, strict=True):
+        if not found:
+            out[i] = None
+        elif as_str(found[0]):
+            out[i] = decode_entry(as_str(found[0]), entry_field(i), found[1])
+        else:
+            flat = found[1]
+            out[i] = decode_legacy(keys.cache(i), dict(zip(flat[::2], flat[1::2], strict=True)))
+    return out
