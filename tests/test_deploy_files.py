@@ -506,6 +506,7 @@ def test_production_conf_turns_on_aof_and_never_evicts(prod_redis: ProductionRed
     assert conf["appendonly"] == "yes"
     assert conf["appendfsync"] == "everysec"
     assert conf["maxmemory-policy"] == "noeviction"
+    assert conf["lazyfree-lazy-expire"] == "yes"  # a cache bucket is freed off the command loop
     assert admin.info("persistence")["aof_enabled"] == 1
 
 

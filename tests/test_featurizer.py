@@ -22,6 +22,7 @@ from streamnb.features import (
     Row,
     TextFeaturizer,
     TokenHasher,
+    rows_to_bytes,
     tokenize_email,
 )
 
@@ -150,6 +151,48 @@ def test_row_bytes_round_trip_and_validation():
     unsorted = Row(indices=np.array([5, 2], dtype=np.int32), values=np.array([1.0, 1.0]), n_tokens=2)
     with pytest.raises(FormatError, match="sorted"):
         Row.from_bytes(unsorted.to_bytes())
+    assert rows_to_bytes([unsorted]) == [unsorted.to_bytes()]
+
+
+def _binary_row(indices, n_tokens=None) -> Row:
+    idx = np.asarray(indices, dtype=np.int32)
+    return Row(indices=idx, values=np.ones(idx.size), n_tokens=n_tokens or idx.size, binary=True)
+
+
+def test_binary_rows_are_stored_as_gaps_of_two_bytes():
+    """A binary row (the mail default) is stored as its first bucket and 2-byte gaps when
+    they fit; a gap of 65,536 or more, counted values, meta or no bucket at all take the
+    map of arrays. Every form decodes to the same row, and the batch encoder gives the
+    bytes of the one-row encoder, row by row."""
+    rng = np.random.default_rng(3)
+    mail = _binary_row(np.unique(rng.integers(0, 2**20, 300)), n_tokens=512)
+    wide = _binary_row([0, 5, 70_000, 2**31 - 1])  # gaps too wide for 2 bytes
+    edge = _binary_row([2**31 - 65_536, 2**31 - 1])  # the widest gap that fits, to int32's end
+    one = _binary_row([7])
+    counted = Row(indices=np.array([1, 4], dtype=np.int32), values=np.array([2.0, 1.0]), n_tokens=3)
+    empty = _binary_row([])
+    meta = Row(indices=np.array([1, 4], dtype=np.int32), values=np.ones(2), meta=np.ones(3), n_tokens=2)
+    rows = [mail, wide, edge, one, counted, empty, meta, mail]
+    for r in rows:
+        assert Row.from_bytes(r.to_bytes()) == r
+    assert rows_to_bytes(rows) == [r.to_bytes() for r in rows]
+    assert rows_to_bytes([]) == []
+    assert msgpack.unpackb(mail.to_bytes())[:3] == [2, 512, int(mail.indices[0])]
+    assert len(mail.to_bytes()) <= 2 * mail.indices.size + 16
+    assert isinstance(msgpack.unpackb(wide.to_bytes()), dict)
+    assert isinstance(msgpack.unpackb(edge.to_bytes()), list)
+    # rows from the daemon's featurizer: the whole corpus sample would do the same
+    f = Featurizer(bits=20)
+    batch = [f.featurize(msg("raw", MAIL)), f.featurize(msg("text", "cheap meds now")), one]
+    assert [Row.from_bytes(b) for b in rows_to_bytes(batch)] == batch
+
+
+def test_a_corrupt_gap_encoded_row_is_refused():
+    for bad in ([2, 1, 0], [2, -1, 0, b""], [2, 1, -5, b""], [2, 1, 2**31, b""], [2, 1, 0, b"\x01"],
+                [2, 1, 0, "text"], [2, 1, 3, b"\x00\x00"],  # a gap of 0: a bucket twice
+                [2, 1, 2**31 - 2, b"\x05\x00"]):  # past int32
+        with pytest.raises(FormatError):
+            Row.from_bytes(msgpack.packb(bad, use_bin_type=True))
 
 
 def test_offline_email_featurizer_matches_the_daemon_path():
@@ -273,7 +316,7 @@ def test_corpus_rows_in_batches_equal_the_rows_one_at_a_time(corpus_dir):
 
 
 def test_binary_rows_are_cached_without_their_values_and_old_rows_still_read():
-    f = Featurizer(bits=16)  # counts="binary": every value is 1
+    f = Featurizer(bits=16, meta=True)  # counts="binary": every value is 1; meta: the map form
     row = f.featurize(msg("raw", MAIL))
     assert row.values.size > 10 and (row.values == 1.0).all()
     data = row.to_bytes()
@@ -283,7 +326,7 @@ def test_binary_rows_are_cached_without_their_values_and_old_rows_still_read():
                                                  "data": row.values.tobytes()})
     del legacy["ones"]
     assert Row.from_bytes(msgpack.packb(legacy)) == row
-    assert len(data) < 0.45 * len(msgpack.packb(legacy))
+    assert len(msgpack.packb(legacy)) - len(data) >= 8 * row.values.size  # the values' bytes
     counted = Featurizer(bits=16, counts="raw").featurize(msg("text", "spam spam eggs"))
     assert Row.from_bytes(counted.to_bytes()) == counted and b"ones" not in counted.to_bytes()
     for bad in (dict(legacy, ones=True), dict(msgpack.unpackb(data), ones=1)):
@@ -291,21 +334,24 @@ def test_binary_rows_are_cached_without_their_values_and_old_rows_still_read():
             Row.from_bytes(msgpack.packb(bad))
 
 
-def test_row_bytes_are_the_general_encoding_on_the_fast_path():
-    """The common row (binary values, int32 buckets, no meta) is encoded without looking at
-    its values or going through pack_array: the same bytes as the general encoding."""
+def test_the_common_row_is_gap_encoded_and_its_map_form_still_reads():
+    """The common row (binary values, int32 buckets, no meta) is stored as its first bucket
+    and 2-byte gaps, whether or not it says it is binary; the map of arrays that versions
+    before item 69 wrote for it reads back as the same row."""
     from streamnb.constants import FEATURIZER_FORMAT_VERSION
     from streamnb.encoding import dumps, pack_array
 
     f = Featurizer(bits=16)
     row = f.featurize(msg("raw", MAIL))
     assert row.binary and row.meta is None
+    gaps = dumps([2, row.n_tokens, int(row.indices[0]), np.diff(row.indices).astype("<u2").tobytes()])
+    assert row.to_bytes() == gaps
+    unflagged = Row(indices=row.indices, values=row.values.copy(), n_tokens=row.n_tokens)
+    assert unflagged.to_bytes() == gaps  # ones found by looking
     general = dumps({"type": "row", "v": FEATURIZER_FORMAT_VERSION, "n": row.n_tokens,
                      "ones": True, "indices": pack_array(row.indices)})
-    assert row.to_bytes() == general
-    unflagged = Row(indices=row.indices, values=row.values.copy(), n_tokens=row.n_tokens)
-    assert unflagged.to_bytes() == general  # ones found by looking
     back = Row.from_bytes(general)
-    assert back == row and back.binary and back.to_bytes() == general
+    assert back == row and back.binary and back.to_bytes() == gaps
+    assert len(gaps) < 0.55 * len(general)
     meta = Featurizer(bits=16, meta=True).featurize(msg("raw", MAIL))
     assert Row.from_bytes(meta.to_bytes()) == meta and b"meta" in meta.to_bytes()

@@ -69,7 +69,7 @@ from streamnb.constants import (
 )
 from streamnb.encoding import dumps
 from streamnb.exceptions import MalformedMessage, NotFittedError, StreamnbError
-from streamnb.features import Row
+from streamnb.features import Row, rows_to_bytes
 from workers.backoff import Backoff
 from workers.commit import (
     COMMIT_SCRIPT,
@@ -871,9 +871,9 @@ class Worker:
         o = self.options
         t0 = time.perf_counter()
         if o.cache_ttl_s > 0:
-            for it in items:
-                if o.cache_labelled or it.msg.label is None:
-                    it.row_bytes = it.row.to_bytes()
+            cached = [it for it in items if o.cache_labelled or it.msg.label is None]
+            for it, data in zip(cached, rows_to_bytes([it.row for it in cached]), strict=True):
+                it.row_bytes = data
         if not refs:
             w.own = self._own_stats(rt, items, X)
         w.prepared_s = time.perf_counter() - t0  # counted in the "learn" stage of the build

@@ -17,6 +17,7 @@ from streamnb.features.featurizer import (
     Featurizer,
     Row,
     TextFeaturizer,
+    rows_to_bytes,
 )
 from streamnb.features.hashing import TokenHasher, token_hash64, token_hashes
 from streamnb.features.mail import (
@@ -40,6 +41,7 @@ __all__ = [
     "MailAnalysis",
     "MailTokenizer",
     "Row",
+    "rows_to_bytes",
     "TextFeaturizer",
     "TokenHasher",
     "WordRules",
