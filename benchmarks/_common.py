@@ -299,6 +299,15 @@ def cpu_seconds(pid: int) -> float:
         return float("nan")
 
 
+def runqueue_wait_s(pid: int) -> float:
+    """Seconds the main thread of a live process has waited, runnable, for a CPU (Linux
+    /proc/PID/schedstat, its second field), NaN if unknown."""
+    try:
+        return int(Path(f"/proc/{pid}/schedstat").read_text().split()[1]) / 1e9
+    except (OSError, ValueError, IndexError):
+        return float("nan")
+
+
 def rss_bytes(pid: int) -> int:
     """Resident set size of a process (Linux /proc), 0 if unknown."""
     try:

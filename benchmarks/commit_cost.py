@@ -15,6 +15,8 @@ after each variant:
 * for comparison, by a script doing nothing else: the same entries as the daemon wrote
   them before item 68 (docs/performance.md), a hash of 5 fields and its ``PEXPIRE`` per
   message;
+* the same arguments as the default commit sent to a script that returns at once: what
+  getting them into Lua alone costs (Redis copies every argument into a Lua string);
 * reading a batch of input entries of ``--entry-bytes``: a plain ``XREADGROUP`` (a worker
   serving a model with others) against workers/read.lua (read and announce in one script:
   a worker alone, behind each commit).
@@ -22,6 +24,10 @@ after each variant:
 Then the worker's side of the same commit: the time to pack its ``EVALSHA`` (about 9
 arguments a message) in the Redis protocol with redis-py (hiredis) and with the C
 module ``workers._resp`` (the best of ``--repeat`` timings of 20 packings each).
+
+Before all that, with the corpus at hand (``--corpus``), the mean bytes of a corpus
+message's row as the worker caches it (pre-tokenized, the default 2**20 buckets), next to
+the map form of rows before item 69; that mean is the default of ``--row-bytes``.
 
     python -m benchmarks.commit_cost [--batches 40] [--batch 200]
 """
@@ -31,9 +37,10 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from pathlib import Path
 from typing import Any
 
-from benchmarks._common import RedisServer, best_ms, format_table, print_header
+from benchmarks._common import DEFAULT_CORPUS, RedisServer, best_ms, format_table, print_header
 from benchmarks.end_to_end import prefill
 from streamnb.constants import DEFAULT_BATCH_SIZE
 from workers import commit as commit_module
@@ -99,7 +106,53 @@ def commit_cost(client: Any, batches: int = 40, batch: int = 100, row_bytes: int
         results[variant] = _us_per_message(client, "evalsha", batches * batch)
     results["cache entries alone, a hash per message (before item 68)"] = hash_per_message_cost(
         client, batches, batch, row_bytes)
+    results["the default commit's arguments, to a script returning at once"] = arguments_cost(
+        client, batches, batch, row_bytes, out_bytes, delta_bytes)
     return results
+
+
+_RETURN = LuaScript("return 1")
+
+
+def arguments_cost(client: Any, batches: int = 40, batch: int = 100, row_bytes: int = 789,
+                   out_bytes: int = 144, delta_bytes: int = 351) -> float:
+    """redis-server microseconds per message for a script that returns at once, given the
+    keys and arguments of the default commit: the cost of the arguments alone."""
+    keys = ModelKeys("cost-args")
+    total = 0.0
+    for b in range(batches):
+        writes, registry = cache_writes(keys, b, batch, row_bytes, 1_700_000_000_000 + 1000 * b)
+        req = CommitRequest(ids=[f"1700000000000-{i}" for i in range(batch)],
+                            outputs=[os.urandom(out_bytes) for _ in range(batch)],
+                            log_data=os.urandom(delta_bytes * batch), n_learnt=batch,
+                            cache_writes=writes, cache_registry=registry)
+        script_keys, args = commit_module._command(keys, "bench", req, 1_000_000, 100_000)
+        client.config_resetstat()
+        _RETURN(client, script_keys, args)
+        total += client.info("commandstats")["cmdstat_evalsha"]["usec"]
+    return total / (batches * batch)
+
+
+def corpus_row_bytes(corpus_root: Any) -> tuple[float, float] | None:
+    """Mean bytes of a corpus message's row as cached (``rows_to_bytes``) and in the map
+    form rows had before item 69; None without the corpus."""
+    from benchmarks._common import corpus_available, load_corpus
+    from benchmarks.end_to_end import corpus_tokens, encode_messages
+    from streamnb.codec import decode_input
+    from streamnb.constants import FEATURIZER_FORMAT_VERSION
+    from streamnb.encoding import dumps, pack_array
+    from streamnb.features import Featurizer, rows_to_bytes
+
+    if not corpus_available(corpus_root):
+        return None
+    corpus = load_corpus(corpus_root)
+    featurizer = Featurizer.from_config({})
+    rows = [featurizer.featurize(decode_input(m, f"{i}-0")) for i, m in
+            enumerate(encode_messages(corpus, "tokens", tokens=corpus_tokens(corpus)))]
+    cached = rows_to_bytes(rows)
+    mapped = [dumps({"type": "row", "v": FEATURIZER_FORMAT_VERSION, "n": r.n_tokens, "ones": True,
+                     "indices": pack_array(r.indices)}) for r in rows]
+    return (sum(map(len, cached)) / len(rows), sum(map(len, mapped)) / len(rows))
 
 
 def hash_per_message_cost(client: Any, batches: int = 40, batch: int = 100, row_bytes: int = 789,
@@ -166,7 +219,9 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--batches", type=int, default=40)
     ap.add_argument("--batch", type=int, default=DEFAULT_BATCH_SIZE, help="the worker's default")
-    ap.add_argument("--row-bytes", type=int, default=789)
+    ap.add_argument("--row-bytes", type=int, default=None,
+                    help="bytes of a cached row (default: the corpus mean, else 403)")
+    ap.add_argument("--corpus", default=str(DEFAULT_CORPUS))
     ap.add_argument("--out-bytes", type=int, default=144)
     ap.add_argument("--delta-bytes", type=int, default=351)
     ap.add_argument("--entry-bytes", type=int, default=3161,
@@ -174,6 +229,12 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     print_header("redis-server time per message in the commit script", "benchmarks.commit_cost",
                  argv)
+    sizes = corpus_row_bytes(Path(args.corpus))
+    if sizes is not None:
+        print(f"a corpus row as cached: {sizes[0]:,.0f} bytes on average "
+              f"({sizes[1]:,.0f} in the map form before item 69)")
+    if args.row_bytes is None:
+        args.row_bytes = round(sizes[0]) if sizes is not None else 403
     with RedisServer() as server:
         client = server.client()
         res = commit_cost(client, args.batches, args.batch, args.row_bytes,

@@ -15,7 +15,8 @@ most the workers could reach with no Redis and no waiting).
 Each run also prints redis-server's CPU per message, the bytes of log deltas per message,
 and the CPU the worker processes and redis-server used from the first output on, in cores
 (on a 2-core host, two workers and redis-server near 2 cores are CPU-bound; less is
-waiting).
+waiting), and the share of the time a worker waited, runnable, for a CPU (the kernel's run
+queue, /proc/PID/schedstat): the part of the waiting that is the host's, not the daemon's.
 
     python -m benchmarks.end_to_end [--limit N] [--repeat R] [--workers 1,2]
 """
@@ -47,6 +48,7 @@ from benchmarks._common import (
     format_table,
     print_header,
     rate,
+    runqueue_wait_s,
 )
 
 #: Worker options for the benchmarks: the defaults (batch 200, block 1 s) unless given.
@@ -193,6 +195,9 @@ class E2EResult:
     worker_cores: float = float("nan")
     #: The same for redis-server.
     redis_cores: float = float("nan")
+    #: Share of the time the workers' main threads waited, runnable, for a CPU (the
+    #: kernel's run queue; their mean; Linux): on a host short of cores, not the daemon's.
+    worker_runqueue: float = float("nan")
 
     @property
     def worker_cpu_us(self) -> float:
@@ -243,17 +248,22 @@ class CpuWindow:
     redis0: float = float("nan")
     worker_cores: float = float("nan")
     redis_cores: float = float("nan")
+    queued0: float = float("nan")
+    worker_runqueue: float = float("nan")
 
     def start(self) -> None:
         self.t0 = time.monotonic()
         self.workers0 = sum(cpu_seconds(p.pid) for p in self.procs)
         self.redis0 = _redis_cpu_s(self.client)
+        self.queued0 = sum(runqueue_wait_s(p.pid) for p in self.procs)
 
     def stop(self) -> None:
         dt = time.monotonic() - self.t0
         if dt >= 0.2:  # else a few clock ticks would read as many cores
             self.worker_cores = (sum(cpu_seconds(p.pid) for p in self.procs) - self.workers0) / dt
             self.redis_cores = (_redis_cpu_s(self.client) - self.redis0) / dt
+            queued = sum(runqueue_wait_s(p.pid) for p in self.procs) - self.queued0
+            self.worker_runqueue = queued / dt / max(1, len(self.procs))
 
 
 def run_e2e(server: RedisServer, name: str, messages: Sequence[bytes], n_workers: int,
@@ -276,7 +286,7 @@ def run_e2e(server: RedisServer, name: str, messages: Sequence[bytes], n_workers
     return E2EResult(payload, n_workers, n, per_s, int(client.xlen(k["dead"])),
                      1e6 * cpu / max(1, len(messages)),
                      _log_bytes(client, k["log"]) / max(1, len(messages)),
-                     window.worker_cores, window.redis_cores)
+                     window.worker_cores, window.redis_cores, window.worker_runqueue)
 
 
 def in_process_rate(messages: Sequence[bytes], batch: int = 100) -> float:
@@ -446,10 +456,12 @@ def summary(report: dict[str, Any]) -> list[str]:
 
 def print_report(report: dict[str, Any]) -> None:
     rows = [[r.payload, r.workers, r.messages, r.per_second, r.dead, r.redis_cpu_us, r.log_bytes,
-             r.worker_cores, r.worker_cpu_us, r.redis_cores] for r in report["results"]]
+             r.worker_cores, r.worker_cpu_us, r.redis_cores, f"{r.worker_runqueue:.0%}"]
+            for r in report["results"]]
     print(format_table(["payload", "workers", "outputs", "msg/s", "dead",
                         "redis-server CPU us/msg", "log bytes/msg", "worker CPU cores",
-                        "worker CPU us/msg", "redis-server cores"], rows))
+                        "worker CPU us/msg", "redis-server cores", "worker run-queue wait"],
+                       rows))
     print()
     print(format_table(["reference, same messages, this process", "msg/s"],
                        [[k, v] for k, v in report["refs"].items()]))

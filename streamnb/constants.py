@@ -93,8 +93,9 @@ EXIT_UNREACHABLE = 3
 DEFAULT_MAIL_ALPHA = 0.1
 
 #: How long a worker keeps a message's features for a delayed label (seconds). Redis memory
-#: for the cache is about rate x TTL x 5-10 kB per mail: 2 days at 10 msg/s is ~15 GB less
-#: than 7 days would be. ``streamnb worker --label-cache-ttl`` changes it (0: no cache).
+#: for the cache is about rate x TTL x 0.6-1 kB per mail (docs/operations.md, sizing): 2
+#: days at 10 msg/s is 3-4 GB less than 7 days would be. ``streamnb worker
+#: --label-cache-ttl`` changes it (0: no cache).
 DEFAULT_LABEL_CACHE_TTL_S = 2 * 86400.0
 #: The delayed-label cache writes its entries into time buckets of TTL / this width
 #: (workers/label_cache.py): an entry lives between TTL and TTL * (1 + 1/8); a lookup

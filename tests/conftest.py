@@ -1,4 +1,5 @@
-"""Shared fixtures: private redis-server processes, the corpus location."""
+"""Shared fixtures: private redis-server processes (and ``r``: fakeredis or a real one), the
+corpus location."""
 
 from __future__ import annotations
 
@@ -25,6 +26,18 @@ def redis_server():
         pytest.skip("redis-server is not installed")
     with RedisServer() as server:
         yield server
+
+
+@pytest.fixture(params=["fake", "real"])
+def r(request):
+    """A client of fakeredis[lua], then of a fresh real redis-server: for the tests of
+    Redis-side code (Lua scripts) that must behave alike on both."""
+    if request.param == "fake":
+        import fakeredis
+
+        yield fakeredis.FakeRedis()
+    else:
+        yield request.getfixturevalue("redis_server").client()
 
 
 @pytest.fixture

@@ -4,6 +4,7 @@ numbers. No timing assertions (speed figures belong in benchmarks/, not in tests
 from __future__ import annotations
 
 import math
+import os
 import subprocess
 import sys
 import time
@@ -237,7 +238,10 @@ def test_commit_cost_reads_redis_own_time_for_each_variant():
                        for b in range(2) for i in range(5)]
         buckets = client.keys(commit_cost.ModelKeys("cost0").cache_bucket_prefix + "*")
         cached = sum(client.hlen(k) for k in buckets)
-    assert len(res) == 3 and all(math.isfinite(v) and v > 0 for v in res.values())
+    assert len(res) == 4 and all(math.isfinite(v) and v > 0 for v in res.values())
+    # the arguments alone cost less than the commit that gets them
+    assert res["the default commit's arguments, to a script returning at once"] < \
+        res["commit, cache entries (default: bucket hashes)"]
     assert list(reads) == ["read a batch: XREADGROUP", "read a batch: workers/read.lua"]
     assert all(math.isfinite(v) and v > 0 for v in reads.values())
     assert pending == [12, 12] and per_message == [5] * 10
@@ -268,6 +272,28 @@ def test_the_cpu_window_reads_a_busy_process_as_about_one_core():
         busy.kill()
         busy.wait()
     assert 0.3 < window.worker_cores <= 1.2 and 0 <= window.redis_cores < 0.3
+
+
+@needs_redis
+@pytest.mark.skipif(sys.platform != "linux", reason="the run queue is read from /proc")
+def test_the_cpu_window_reads_the_run_queue_wait_of_more_processes_than_cores():
+    """The run-queue column: one more spinning process than the host has cores, so each
+    waits for a CPU about 1/(cores + 1) of the time, none of it the processes' doing."""
+    cores = os.cpu_count() or 1
+    spin = "import time\nt = time.monotonic()\nwhile time.monotonic() - t < 5: pass"
+    busy = [subprocess.Popen([sys.executable, "-c", spin]) for _ in range(cores + 1)]
+    try:
+        with end_to_end.RedisServer() as server:
+            window = end_to_end.CpuWindow(server.client(), busy)
+            time.sleep(0.3)
+            window.start()
+            time.sleep(1.5)
+            window.stop()
+    finally:
+        for p in busy:
+            p.kill()
+            p.wait()
+    assert 0.5 / (cores + 1) < window.worker_runqueue < 1.0
 
 
 def test_instructions_per_message_is_the_difference_of_two_counted_runs(monkeypatch, capsys):
@@ -353,3 +379,14 @@ def test_the_counted_workloads_run_on_a_few_messages(tmp_path):
     for what in instructions.WORKLOADS:
         assert instructions.main(["--inner", what, "--messages", "30", "--corpus", str(tmp_path),
                                   "--reps", "2"]) == 0
+
+
+def test_corpus_row_bytes_compares_the_cached_row_with_the_map_form(tmp_path):
+    from benchmarks import commit_cost
+    from benchmarks._common import DEFAULT_CORPUS, corpus_available
+
+    assert commit_cost.corpus_row_bytes(tmp_path) is None  # no corpus: nothing to say
+    if not corpus_available(DEFAULT_CORPUS):
+        pytest.skip("the SpamAssassin corpus is not at ../shared/corpus")
+    cached, mapped = commit_cost.corpus_row_bytes(DEFAULT_CORPUS)
+    assert 0 < cached < 0.6 * mapped

@@ -12,16 +12,6 @@ from workers.commit import CacheCas, CacheWrite, CommitRequest, commit_batch, se
 from workers.keys import GROUP, ModelKeys
 from workers.label_cache import encode_label
 
-
-@pytest.fixture(params=["fake", "real"])
-def r(request):
-    if request.param == "fake":
-        yield fakeredis.FakeRedis()
-    else:
-        server = request.getfixturevalue("redis_server")
-        yield server.client()
-
-
 K = ModelKeys("t")
 
 

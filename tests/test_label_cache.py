@@ -9,9 +9,7 @@ import sys
 import time
 import zlib
 
-import fakeredis
 import numpy as np
-import pytest
 
 from streamnb.constants import LABEL_CACHE_SHARDS
 from streamnb.features import Row
@@ -31,14 +29,6 @@ from workers.label_cache import (
 
 K = ModelKeys("lc")
 DAY_MS = 86_400_000
-
-
-@pytest.fixture(params=["fake", "real"])
-def r(request):
-    if request.param == "fake":
-        yield fakeredis.FakeRedis()
-    else:
-        yield request.getfixturevalue("redis_server").client()
 
 
 def _row(seed: int) -> Row:

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import fakeredis
 import numpy as np
-import pytest
 from _worker_helpers import assert_same_stats
 
 from streamnb.models import make_model
@@ -12,15 +10,6 @@ from workers.keys import ModelKeys
 from workers.model_config import ModelSpec, ensure_config
 from workers.replica import Replica, encode_decay, encode_delta
 from workers.snapshotter import Snapshotter
-
-
-@pytest.fixture(params=["fake", "real"])
-def r(request):
-    if request.param == "fake":
-        yield fakeredis.FakeRedis()
-    else:
-        yield request.getfixturevalue("redis_server").client()
-
 
 K = ModelKeys("rep")
 SPEC = ModelSpec("rep", kind="multinomial", model_params={"n_features": 6},
