@@ -46,7 +46,7 @@ from streamnb.constants import DEFAULT_BATCH_SIZE
 from workers import commit as commit_module
 from workers.commit import CommitRequest, LuaScript, commit_batch
 from workers.keys import GROUP, ModelKeys
-from workers.label_cache import batch_writes, encode_entry, registry_record
+from workers.label_cache import batch_writes, encode_entry
 
 #: The cache's TTL in these runs: the daemon's default, 2 days.
 TTL_MS = 172_800_000
@@ -71,7 +71,7 @@ def cache_writes(keys: ModelKeys, b: int, batch: int, row_bytes: int, now_ms: in
     entries = [(f"{b}-{i}", encode_entry(b"\xa4spam", os.urandom(row_bytes), "spam",
                                          {"spam": -0.01, "ham": -4.6}, 1.0, now_ms / 1000))
                for i in range(batch)]
-    return batch_writes(keys, TTL_MS, now_ms, entries), registry_record(keys, TTL_MS, now_ms)
+    return batch_writes(keys, TTL_MS, now_ms, entries)
 
 
 def _pending_ids(client: Any, keys: ModelKeys, n: int) -> list[str]:
@@ -133,14 +133,15 @@ def arguments_cost(client: Any, batches: int = 40, batch: int = 100, row_bytes: 
     return total / (batches * batch)
 
 
-def corpus_row_bytes(corpus_root: Any) -> tuple[float, float] | None:
-    """Mean bytes of a corpus message's row as cached (``rows_to_bytes``) and in the map
-    form rows had before item 69; None without the corpus."""
+def corpus_row_bytes(corpus_root: Any, batch: int = DEFAULT_BATCH_SIZE,
+                     ) -> dict[str, float] | None:
+    """Of a corpus message's row: mean bytes as cached (``rows_to_bytes``) and in the map
+    form rows had before item 69, the share cached as gaps, and the microseconds per row
+    of encoding the corpus in batches of ``batch`` each way (best of 3); None without the
+    corpus."""
     from benchmarks._common import corpus_available, load_corpus
     from benchmarks.end_to_end import corpus_tokens, encode_messages
     from streamnb.codec import decode_input
-    from streamnb.constants import FEATURIZER_FORMAT_VERSION
-    from streamnb.encoding import dumps, pack_array
     from streamnb.features import Featurizer, rows_to_bytes
 
     if not corpus_available(corpus_root):
@@ -150,9 +151,14 @@ def corpus_row_bytes(corpus_root: Any) -> tuple[float, float] | None:
     rows = [featurizer.featurize(decode_input(m, f"{i}-0")) for i, m in
             enumerate(encode_messages(corpus, "tokens", tokens=corpus_tokens(corpus)))]
     cached = rows_to_bytes(rows)
-    mapped = [dumps({"type": "row", "v": FEATURIZER_FORMAT_VERSION, "n": r.n_tokens, "ones": True,
-                     "indices": pack_array(r.indices)}) for r in rows]
-    return (sum(map(len, cached)) / len(rows), sum(map(len, mapped)) / len(rows))
+    mapped = [r._map_bytes() for r in rows]  # (what Row.to_bytes wrote before item 69)
+    batches = [rows[i:i + batch] for i in range(0, len(rows), batch)]
+    gaps_ms = best_ms(lambda: [rows_to_bytes(b) for b in batches], 3)
+    map_ms = best_ms(lambda: [r._map_bytes() for r in rows], 3)
+    n = len(rows)
+    return {"cached": sum(map(len, cached)) / n, "map": sum(map(len, mapped)) / n,
+            "gaps share": sum(c != m for c, m in zip(cached, mapped, strict=True)) / n,
+            "gaps us": 1e3 * gaps_ms / n, "map us": 1e3 * map_ms / n}
 
 
 def hash_per_message_cost(client: Any, batches: int = 40, batch: int = 100, row_bytes: int = 789,
@@ -229,12 +235,15 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     print_header("redis-server time per message in the commit script", "benchmarks.commit_cost",
                  argv)
-    sizes = corpus_row_bytes(Path(args.corpus))
+    sizes = corpus_row_bytes(Path(args.corpus), args.batch)
     if sizes is not None:
-        print(f"a corpus row as cached: {sizes[0]:,.0f} bytes on average "
-              f"({sizes[1]:,.0f} in the map form before item 69)")
+        print(f"a corpus row as cached: {sizes['cached']:,.0f} bytes on average "
+              f"({sizes['map']:,.0f} in the map form before item 69; "
+              f"{sizes['gaps share']:.0%} of the rows cached as gaps)")
+        print(f"encoding it: {sizes['gaps us']:.2f} us a row with rows_to_bytes in batches of "
+              f"{args.batch} ({sizes['map us']:.2f} us one by one in the map form)")
     if args.row_bytes is None:
-        args.row_bytes = round(sizes[0]) if sizes is not None else 403
+        args.row_bytes = round(sizes["cached"]) if sizes is not None else 403
     with RedisServer() as server:
         client = server.client()
         res = commit_cost(client, args.batches, args.batch, args.row_bytes,

@@ -388,5 +388,6 @@ def test_corpus_row_bytes_compares_the_cached_row_with_the_map_form(tmp_path):
     assert commit_cost.corpus_row_bytes(tmp_path) is None  # no corpus: nothing to say
     if not corpus_available(DEFAULT_CORPUS):
         pytest.skip("the SpamAssassin corpus is not at ../shared/corpus")
-    cached, mapped = commit_cost.corpus_row_bytes(DEFAULT_CORPUS)
-    assert 0 < cached < 0.6 * mapped
+    sizes = commit_cost.corpus_row_bytes(DEFAULT_CORPUS)
+    assert 0 < sizes["cached"] < 0.6 * sizes["map"] and 0.5 < sizes["gaps share"] < 1
+    assert sizes["gaps us"] > 0 and sizes["map us"] > 0

@@ -23,7 +23,6 @@ from workers.label_cache import (
     encode_label,
     entry_field,
     fetch_cached,
-    registry_record,
     shard_of,
 )
 
@@ -46,8 +45,8 @@ def _write(r, ids: list[str], ttl_ms: int, now_ms: int, learnt: str | None = Non
     entries = [(i, encode_entry(encode_label(learnt), _row(n).to_bytes(), "spam" + tag,
                                 {"spam": -0.25, "ham": -1.5}, 1.0, now_ms / 1000))
                for n, i in enumerate(ids)]
-    req = CommitRequest(ids=[eid], cache_writes=batch_writes(K, ttl_ms, now_ms, entries),
-                        cache_registry=registry_record(K, ttl_ms, now_ms))
+    writes, registry = batch_writes(K, ttl_ms, now_ms, entries)
+    req = CommitRequest(ids=[eid], cache_writes=writes, cache_registry=registry)
     assert commit_batch(r, K, "w1", req).ok
 
 
@@ -117,10 +116,11 @@ def test_the_per_message_hash_of_the_layout_before_buckets_is_still_read(r):
     _write(r, ["both"], 80_000, now)
     found = fetch_cached(r, K, ["old", "both", "none"], now)
     old = found["old"]
-    assert (old.key, old.field, old.learnt, old.pred_label, old.log_proba, old.weight, old.ts) == \
-        (K.cache("old"), None, "spam", "ham", {"ham": -0.5}, 2.0, 1.5)
+    assert (old.key, old.field, old.prefixed, old.learnt, old.pred_label, old.log_proba,
+            old.weight, old.ts) == (K.cache("old"), "learnt", False, "spam", "ham", {"ham": -0.5},
+                                    2.0, 1.5)
     assert old.row == _row(1)
-    assert found["both"].field == entry_field("both")  # the bucket entry first
+    assert found["both"].field == entry_field("both") and found["both"].prefixed  # the bucket first
     assert found["none"] is None
 
 

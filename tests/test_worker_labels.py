@@ -226,7 +226,7 @@ def test_labels_for_messages_cached_by_the_layout_before_buckets(redis_server):
     assert model.learnt == len(msgs) + 1 and not _dead(r)
     assert_same_stats(model.model, offline_model("multinomial", PARAMS, FCFG,
                                                  msgs + [dict(old, label="spam")]))
-    assert cached(r, "mail", "old").field is None  # still the per-message hash
+    assert not cached(r, "mail", "old").prefixed  # still the per-message hash
     assert cached_learnt(r, "mail", "old") == "spam"
     produce(r, "mail", [{"ref": "old", "label": "ham"}])
     w.run_until_idle()

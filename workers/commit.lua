@@ -17,8 +17,8 @@
 -- number v of values, and v values (field, entry, field, entry, ...: HSET, then PEXPIRE);
 -- then 4 values per compare-and-set: mode, field, expected learnt, new learnt. Mode "p":
 -- the field's value starts with the learnt label (2 bytes of length, then the label: a
--- bucket entry); mode "f": the field is the learnt label (a per-message hash of the
--- layout before buckets)
+-- bucket entry); mode "f": the field's value is the learnt label itself (the field
+-- "learnt" of a per-message hash of the layout before buckets)
 -- then, with the :inflight key, the field to delete (the batch's announcement); the log
 -- entry then names it too (field "inflight"), so a worker waiting for that batch knows it
 -- is committed from the entry alone (workers/ordering.py)
@@ -110,7 +110,7 @@ for c = 0, n_cas - 1 do
       current[c] = string.sub(v, 3 + n)
     end
     if not ok then conflicts[#conflicts + 1] = tostring(c) end
-  elseif redis.call('HGET', key, 'learnt') ~= expected then
+  elseif redis.call('HGET', key, ARGV[b + 1]) ~= expected then
     conflicts[#conflicts + 1] = tostring(c)
   end
 end
@@ -173,7 +173,7 @@ for c = 0, n_cas - 1 do
     redis.call('HSET', key, ARGV[b + 1],
                string.char(math.floor(#new / 256), #new % 256) .. new .. current[c])
   else
-    redis.call('HSET', key, 'learnt', new)
+    redis.call('HSET', key, ARGV[b + 1], new)
   end
 end
 if registry_key then

@@ -113,9 +113,9 @@ class CacheWrite:
 class CacheCas:
     """Change a cached message's learnt label from ``expected`` to ``new`` (else: conflict).
 
-    ``prefixed``: ``field`` of ``key`` is a bucket entry, which starts with its learnt
-    label (workers/label_cache.py); else ``key`` is a per-message hash of the layout before
-    buckets, whose field ``learnt`` is the label (``field`` is then unused)."""
+    ``prefixed``: the value of ``field`` is a bucket entry, which starts with its learnt
+    label (workers/label_cache.py); else that value is the label itself (the field
+    ``learnt`` of a per-message hash of the layout before buckets)."""
 
     key: str
     field: str

@@ -110,7 +110,7 @@ class ModelKeys:
     def cache_bucket(self, width_ms: int, bucket: int, shard: int) -> str:
         """Hash of the cached messages (delayed labels) of one shard written in one time
         bucket of ``width_ms`` (workers/label_cache.py)."""
-        return f"{self.prefix}:cachebucket:{width_ms}:{bucket}:{shard}"
+        return f"{self.cache_bucket_prefix}{width_ms}:{bucket}:{shard}"
 
     @property
     def cache_buckets(self) -> str:

@@ -52,7 +52,7 @@ from workers.replies import as_str
 
 __all__ = ["CachedMessage", "NOT_LEARNT", "batch_writes", "bucket_width_ms", "decode_entry",
            "decode_label", "encode_entry", "encode_label", "entry_field", "fetch_cached",
-           "registry_record", "shard_of"]
+           "shard_of"]
 
 #: The learnt label of a cached message not learnt yet.
 NOT_LEARNT = b""
@@ -98,11 +98,13 @@ def encode_entry(learnt: bytes, row: bytes, pred_label: Any, log_proba: dict[Any
 
 @dataclass(slots=True)
 class CachedMessage:
-    """A cached message as read from Redis: where it is (``key``; ``field`` for a bucket
-    entry, None for a per-message hash of the layout before buckets), and what it holds."""
+    """A cached message as read from Redis: where its learnt label is (``field`` of hash
+    ``key``: a bucket entry that starts with it, ``prefixed``, or the field ``learnt`` of a
+    per-message hash of the layout before buckets), and what it holds."""
 
     key: str
-    field: str | None
+    field: str
+    prefixed: bool
     row: Row
     pred_label: Any
     log_proba: dict[Any, float]
@@ -125,7 +127,8 @@ def decode_entry(key: str, field: str, entry: bytes) -> CachedMessage | None:
                 or body[0] != ENTRY_FORMAT:
             return None
         _, row, pred_label, lp, weight, ts = body
-        return CachedMessage(key=key, field=field, row=Row.from_bytes(row), pred_label=pred_label,
+        return CachedMessage(key=key, field=field, prefixed=True, row=Row.from_bytes(row),
+                             pred_label=pred_label,
                              log_proba=dict(lp or {}), learnt_raw=learnt, weight=float(weight),
                              ts=float(ts))
     except Exception:  # noqa: BLE001 - a corrupt entry is as good as expired
@@ -139,35 +142,28 @@ def decode_legacy(key: str, h: dict[Any, Any]) -> CachedMessage | None:
     h = {as_str(k): v for k, v in h.items()}
     try:
         pred = msgpack.unpackb(h["pred"], raw=False, strict_map_key=False)
-        return CachedMessage(key=key, field=None, row=Row.from_bytes(h["row"]),
+        return CachedMessage(key=key, field="learnt", prefixed=False, row=Row.from_bytes(h["row"]),
                              pred_label=pred.get("label"), log_proba=dict(pred.get("lp") or {}),
                              learnt_raw=bytes(h["learnt"]), weight=float(h["w"]), ts=float(h["t"]))
     except Exception:  # noqa: BLE001 - a corrupt entry is as good as expired
         return None
 
 
-def batch_writes(keys: ModelKeys, ttl_ms: int, now_ms: int,
-                 entries: Iterable[tuple[str, bytes]]) -> list[CacheWrite]:
+def batch_writes(keys: ModelKeys, ttl_ms: int, now_ms: int, entries: Iterable[tuple[str, bytes]],
+                 ) -> tuple[list[CacheWrite], tuple[str, str, str]]:
     """The commit's writes of ``(message id, entry)`` pairs made at ``now_ms``: one
     :class:`~workers.commit.CacheWrite` per shard they fall in, with the TTL that makes
-    the bucket hash expire at (k + 1) W + T."""
+    the bucket hash expire at (k + 1) W + T; and the record of the width they use in
+    ``{M}:cachebuckets``, ``(key, field, value)`` (``CommitRequest.cache_registry``)."""
     width = bucket_width_ms(ttl_ms)
     bucket = now_ms // width
     by_shard: dict[int, list[Any]] = {}
-    crc, shards = zlib.crc32, LABEL_CACHE_SHARDS
     for msg_id, entry in entries:
-        values = by_shard.get(s := crc(msg_id.encode()) % shards)
-        if values is None:
-            values = by_shard[s] = []
-        values += ("r" + msg_id, entry)
+        by_shard.setdefault(shard_of(msg_id), []).extend((entry_field(msg_id), entry))
     ttl = (bucket + 1) * width + int(ttl_ms) - now_ms
-    return [CacheWrite(keys.cache_bucket(width, bucket, s), ttl, values)
-            for s, values in by_shard.items()]
-
-
-def registry_record(keys: ModelKeys, ttl_ms: int, now_ms: int) -> tuple[str, str, str]:
-    """The commit's record of the bucket width it writes in: ``(key, field, value)``."""
-    return keys.cache_buckets, str(bucket_width_ms(ttl_ms)), f"{int(ttl_ms)}:{int(now_ms)}"
+    writes = [CacheWrite(keys.cache_bucket(width, bucket, s), ttl, values)
+              for s, values in by_shard.items()]
+    return writes, (keys.cache_buckets, str(width), f"{int(ttl_ms)}:{int(now_ms)}")
 
 
 def fetch_cached(client: Any, keys: ModelKeys, ids: Iterable[str], now_ms: int,

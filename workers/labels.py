@@ -110,8 +110,8 @@ def resolve_refs(refs: Sequence[LabelRef],
             res.corrections += 1
             res.unlearned.append(old)
         res.adds.append((c.row, new, c.weight))
-        res.cas.append(CacheCas(key=c.key, field=c.field or "learnt", expected=c.learnt_raw,
-                                new=encode_label(new), prefixed=c.field is not None))
+        res.cas.append(CacheCas(key=c.key, field=c.field, expected=c.learnt_raw,
+                                new=encode_label(new), prefixed=c.prefixed))
     return res
 
 

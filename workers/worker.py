@@ -91,7 +91,6 @@ from workers.label_cache import (
     encode_entry,
     encode_label,
     fetch_cached,
-    registry_record,
 )
 from workers.labels import REF_EXPIRED, LabelRef, delayed_matrix, resolve_refs
 from workers.metrics import Metrics, default_metrics, observe_many
@@ -962,9 +961,8 @@ class Worker:
                 it.label, it.log_proba, it.msg.weight, batch_preds[it.msg.id][1]))
                 for it, lab in learn if lab is None or o.cache_labelled]
             if entries:
-                ttl_ms, now_ms = int(o.cache_ttl_s * 1000), int(time.time() * 1000)
-                cache_writes = batch_writes(rt.keys, ttl_ms, now_ms, entries)
-                registry = registry_record(rt.keys, ttl_ms, now_ms)
+                cache_writes, registry = batch_writes(
+                    rt.keys, int(o.cache_ttl_s * 1000), int(time.time() * 1000), entries)
         ids = [it.entry_id for it in items] + [d.entry_id for d in w.dead] + \
             [r.entry_id for r in refs]
         if not ids:

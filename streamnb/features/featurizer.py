@@ -96,14 +96,7 @@ class Row:
         >>> Row.from_bytes(r.to_bytes()) == r, len(r.to_bytes()) < 100 * 2 + 20
         (True, True)
         """
-        if self._gap_encodable():
-            idx = self.indices
-            gaps = np.diff(idx)
-            if not gaps.size or (int(gaps.min()) > 0 and int(gaps.max()) < _MAX_GAP):
-                return dumps([_GAPS_FORM, self.n_tokens, int(idx[0]),
-                              gaps.astype("<u2").tobytes()])
-            return self._map_bytes(ones=True)
-        return self._map_bytes()
+        return rows_to_bytes([self])[0]
 
     def _map_bytes(self, ones: bool | None = None) -> bytes:
         """The map form of :meth:`to_bytes` (``ones``: a row of :meth:`_gap_encodable`'s
@@ -188,8 +181,9 @@ class Row:
 
 
 def rows_to_bytes(rows: Sequence[Row]) -> list[bytes]:
-    """``[row.to_bytes() for row in rows]``, the gaps of the gap-encodable rows (the mail
-    default) computed for the whole batch in a few numpy calls.
+    """``[row.to_bytes() for row in rows]`` (:meth:`Row.to_bytes` is this for one row): the
+    gaps of the gap-encodable rows (the mail default) computed for the whole batch in a few
+    numpy calls.
 
     >>> rows = [Row(indices=np.array([3, 9], dtype=np.int32), values=np.ones(2), n_tokens=2),
     ...         Row(indices=np.array([1, 70000], dtype=np.int32), values=np.ones(2), n_tokens=5)]
@@ -216,7 +210,7 @@ def rows_to_bytes(rows: Sequence[Row]) -> list[bytes]:
                 out[i] = dumps([_GAPS_FORM, rows[i].n_tokens, first, packed[2 * a:2 * b]])
             else:
                 out[i] = rows[i]._map_bytes(ones=True)
-    return [r.to_bytes() if b is None else b for r, b in zip(rows, out, strict=True)]
+    return [r._map_bytes() if b is None else b for r, b in zip(rows, out, strict=True)]
 
 
 def _check_config(cfg: Any) -> dict[str, Any]:
