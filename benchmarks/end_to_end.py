@@ -18,7 +18,13 @@ and the CPU the worker processes and redis-server used from the first output on,
 waiting), and the share of the time a worker waited, runnable, for a CPU (the kernel's run
 queue, /proc/PID/schedstat): the part of the waiting that is the host's, not the daemon's.
 
+``--spy tokens`` (or ``raw``, ``hashes``) instead runs each worker count of ``--workers``
+once with ``py-spy record --idle`` on every worker process for the measured window, and
+prints each stage's time per message, busy and blocked on a Redis reply (the bench extra
+installs py-spy); ``--profile`` runs one worker in this process under cProfile.
+
     python -m benchmarks.end_to_end [--limit N] [--repeat R] [--workers 1,2]
+    python -m benchmarks.end_to_end --spy tokens --repeat 10
 """
 
 from __future__ import annotations
@@ -28,11 +34,13 @@ import email
 import json
 import os
 import queue
+import shutil
+import signal
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -221,6 +229,18 @@ def scaling_ceiling(one: E2EResult, more: E2EResult, cores: int) -> float:
     return usable / (more.worker_cpu_us / 1e6) / one.per_second
 
 
+def scaling_budget_us(one: E2EResult, target: float, cores: int) -> float:
+    """The most CPU per message (the workers' and redis-server's together, in us) that
+    ``target`` times ``one``'s rate leaves on a host of ``cores``: ``cores / (target x
+    rate)``. One worker alone is not held to it: it uses redis-server's core for free.
+
+    >>> one = E2EResult("tokens", 1, 9_750, 10_000.0, 0)
+    >>> scaling_budget_us(one, 1.6, cores=2)
+    125.0
+    """
+    return 1e6 * cores / (target * one.per_second)
+
+
 def _log_bytes(client: Any, key: str) -> int:
     """Total size of the ``data`` fields of the log entries still in ``key``."""
     total, start = 0, "-"
@@ -267,18 +287,28 @@ class CpuWindow:
 
 
 def run_e2e(server: RedisServer, name: str, messages: Sequence[bytes], n_workers: int,
-            payload: str, timeout: float = 600.0, options: dict[str, Any] | None = None) -> E2EResult:
-    """Pre-fill, start ``n_workers``, wait until every message has an output or a dead letter."""
+            payload: str, timeout: float = 600.0, options: dict[str, Any] | None = None,
+            watch: Callable[[Sequence[subprocess.Popen]], Callable[[], Any]] | None = None,
+            ) -> E2EResult:
+    """Pre-fill, start ``n_workers``, wait until every message has an output or a dead letter.
+
+    ``watch(procs)`` is called with the worker processes when the measured window starts
+    (at the first output: start-up left out) and returns what to call when it ends (a
+    profiler attached for the window alone, :func:`spy_run`)."""
     client = server.client()
     prefill(client, name, messages)
     k = keys(name)
     cpu0 = _redis_cpu_s(client)
     with workers(server.url, default_spec(name), n_workers, options) as procs:
         window = CpuWindow(client, procs)
+        unwatch = None
         if wait_for(client, k["out"], 1, timeout, procs, k["dead"]):  # start-up left out
             window.start()
+            unwatch = watch(procs) if watch is not None else None
         ok = wait_for(client, k["out"], len(messages), timeout, procs, k["dead"])
         window.stop()
+        if unwatch is not None:
+            unwatch()
         cpu = _redis_cpu_s(client) - cpu0
     if not ok:
         raise RuntimeError(f"{name}: the workers did not process {len(messages)} messages in {timeout}s")
@@ -438,6 +468,13 @@ def summary(report: dict[str, Any]) -> list[str]:
                          f"without waits at most {ceiling:.2f}x on {cores} cores (2 workers' "
                          f"{runs[(p, 2)].worker_cpu_us:.0f} us of CPU per message, "
                          f"redis-server's {runs[(p, 2)].redis_cores:.2f} cores left out)")
+            if target and cores <= 2:
+                two = runs[(p, 2)]
+                lines.append(f"{p}: 1.6x on {cores} cores leaves "
+                             f"{scaling_budget_us(runs[(p, 1)], 1.6, cores):.0f} us of CPU per "
+                             f"message for 2 workers and redis-server together; they used "
+                             f"{two.worker_cpu_us:.0f} + {two.redis_cpu_us:.0f} (1 worker alone: "
+                             f"{runs[(p, 1)].worker_cpu_us:.0f} + {runs[(p, 1)].redis_cpu_us:.0f})")
             pairs = list(zip(report.get("trials", {}).get((p, 2), []),
                              report.get("trials", {}).get((p, 1), []), strict=False))
             if len(pairs) > 1:  # the runs of one trial ran back to back: the host's speed moves
@@ -484,10 +521,15 @@ def main(argv: list[str] | None = None) -> int:
                     help='worker options, e.g. \'{"order_wait_ms": 0}\' (WorkerOptions fields)')
     ap.add_argument("--profile", choices=("tokens", "raw", "hashes"),
                     help="instead: profile one in-process worker on this payload (cProfile)")
+    ap.add_argument("--spy", choices=("tokens", "raw", "hashes"),
+                    help="instead: py-spy on each worker process, runs of --workers workers "
+                         "on this payload; prints each stage's time per message")
     args = ap.parse_args(argv)
     print_header("benchmark 3: end to end through redis-server, 1 and 2 workers",
                  "benchmarks.end_to_end", argv)
     corpus = corpus_or_synthetic(args.corpus, args.limit)
+    if args.spy:
+        return print_spy(corpus, args.spy, [int(w) for w in args.workers.split(",")], args.repeat)
     if args.profile:
         big = Corpus(corpus.raws * args.repeat, corpus.labels * args.repeat)
         tokens = corpus_tokens(corpus) * args.repeat if args.profile != "raw" else None
@@ -614,6 +656,146 @@ def profile_worker(messages: Sequence[bytes], name: str = "profile", top: int = 
     print()
     stats.sort_stats("tottime").print_stats(top)
     return stages
+
+
+# ------------------------------------------------------------- py-spy on worker processes
+#: Stage -> frames (``file:qualified function``, as py-spy names them). A sample goes to the
+#: first stage, in this order, with one of its frames anywhere in the sample's stack: a log
+#: entry applied inside the ordering wait counts as applying, the rest of the wait (the
+#: blocking read of the log, the look at ``:inflight``) as waiting.
+SPY_STAGES: dict[str, tuple[str, ...]] = {
+    "apply own delta": ("replica.py:Replica.apply_own",),
+    "apply other workers' deltas": ("replica.py:Replica.apply",),
+    "ordering wait (log polls, :inflight)": ("ordering.py:wait_for_earlier",),
+    "log tail (reads)": ("replica.py:Replica.catch_up",),
+    "read a batch (XREADGROUP)": ("core.py:StreamCommands.xreadgroup", "worker.py:Worker._read"),
+    "commit reply": ("commit.py:SentCommit.result", "commit.py:commit_batch"),
+    "send commit": ("commit.py:send_commit", "worker.py:Worker._send_and_prefetch"),
+    "featurize": ("featurizer.py:Featurizer.featurize_batch",),
+    "predict": ("worker.py:Worker._predict", "worker.py:Worker._prepare_prediction"),
+    "learn (batch statistics)": ("worker.py:Worker._own_stats", "worker.py:Worker._stats"),
+    "build commit (outputs, cache rows, delta)": ("worker.py:Worker._build_commit",
+                                                  "worker.py:Worker._prepare_commit"),
+    "observe (metrics, drift)": ("worker.py:Worker._observe",
+                                 "worker.py:Worker._observe_predictions"),
+    "rest of the batch (Python glue)": ("worker.py:Worker._finish_batch",),
+    "decode (msgpack)": ("codec.py:decode_input", "worker.py:Worker._decode_batch"),
+    "housekeeping, claims": ("worker.py:Worker._housekeeping", "worker.py:Worker._claim"),
+    "rest of the work loop": ("worker.py:Worker.run",),
+}
+#: Samples outside every stage (e.g. the signal handler, the garbage collector's frames).
+SPY_OUTSIDE = "elsewhere"
+#: Innermost frames of a thread blocked on a Redis reply (hiredis's parser, or redis-py's
+#: own): its socket read.
+SPY_REDIS_WAIT = ("hiredis.py:_HiredisParser.read_from_socket",
+                  "socket.py:SocketBuffer._read_from_socket")
+
+
+def _spy_frame(frame: str) -> str:
+    """``'Worker._tail (workers/worker.py:665)'`` -> ``'worker.py:Worker._tail'``."""
+    name, _, where = frame.rpartition(" (")
+    return f"{where.rsplit(':', 1)[0].rsplit('/', 1)[-1]}:{name}" if name else frame
+
+
+def spy_stages(lines: Sequence[str]) -> dict[str, tuple[int, int]]:
+    """Samples per stage (:data:`SPY_STAGES`) of py-spy's ``--format raw`` output (one
+    stack a line, outermost frame first, then the count): (busy, waiting for Redis), the
+    second those whose innermost frame is a socket read (:data:`SPY_REDIS_WAIT`).
+
+    >>> run = "main (w/worker.py:1);Worker.run (w/worker.py:5);"
+    >>> wait = "Worker._await_earlier (w/worker.py:7);wait_for_earlier (w/ordering.py:3);"
+    >>> tail = "Worker._tail (w/worker.py:9);Replica.catch_up (w/replica.py:2);"
+    >>> recv = "execute (r/client.py:8);_HiredisParser.read_from_socket (r/hiredis.py:1)"
+    >>> spy_stages([run + tail + "Replica.apply (w/replica.py:4) 3",
+    ...             run + wait + tail + "Replica.apply (w/replica.py:4) 2",
+    ...             run + wait + tail + recv + " 4", run + wait + "loads (e.py:3) 1",
+    ...             run + tail + "execute (r/client.py:8) 1", "<module> (w/worker.py:1) 1"])
+    ... # doctest: +NORMALIZE_WHITESPACE
+    {"apply other workers' deltas": (5, 0), 'ordering wait (log polls, :inflight)': (1, 4),
+     'log tail (reads)': (1, 0), 'elsewhere': (1, 0)}
+    """
+    out: dict[str, tuple[int, int]] = {}
+    for line in lines:
+        stack, _, count = line.rstrip().rpartition(" ")
+        if not stack or not count.isdigit():
+            continue
+        frames = [_spy_frame(f) for f in stack.split(";")]
+        seen = set(frames)
+        stage = next((s for s, fs in SPY_STAGES.items() if not seen.isdisjoint(fs)), SPY_OUTSIDE)
+        busy, waiting = out.get(stage, (0, 0))
+        if frames[-1] in SPY_REDIS_WAIT:
+            out[stage] = (busy, waiting + int(count))
+        else:
+            out[stage] = (busy + int(count), waiting)
+    return out
+
+
+def spy_run(corpus: Corpus, payload: str, n_workers: int, repeat: int, hz: int = 200,
+            ) -> tuple[E2EResult, dict[str, tuple[float, float]]]:
+    """One :func:`run_e2e` of ``n_workers``, ``py-spy record --nonblocking --idle`` on each
+    worker for the measured window; returns the run and the workers' seconds per stage,
+    all workers together, as (busy, waiting for Redis) (:func:`spy_stages`). Busy includes
+    a thread runnable but waiting for a CPU (the run's ``worker_runqueue``)."""
+    tokens = corpus_tokens(corpus) * repeat if payload != "raw" else None
+    msgs = encode_messages(Corpus(corpus.raws * repeat, corpus.labels * repeat), payload,
+                           tokens=tokens)
+    outdir = Path(tempfile.mkdtemp(prefix="streamnb-bench-spy-"))
+
+    def watch(procs: Sequence[subprocess.Popen]) -> Callable[[], None]:
+        spies = [subprocess.Popen(
+            ["py-spy", "record", "--nonblocking", "--idle", "--format", "raw", "--rate", str(hz),
+             "--duration", "3600", "--output", str(outdir / f"w{i}.txt"), "--pid", str(proc.pid)],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for i, proc in enumerate(procs)]
+
+        def stop() -> None:
+            for spy in spies:
+                spy.send_signal(signal.SIGINT)  # py-spy writes its file on SIGINT
+            for spy in spies:
+                spy.wait(60)
+        return stop
+
+    with RedisServer() as server:
+        result = run_e2e(server, f"spy-{payload}-{n_workers}w", msgs, n_workers, payload,
+                         watch=watch)
+    seconds: dict[str, tuple[float, float]] = {}
+    for f in sorted(outdir.glob("*.txt")):
+        for stage, (busy, waiting) in spy_stages(f.read_text().splitlines()).items():
+            b, w = seconds.get(stage, (0.0, 0.0))
+            seconds[stage] = (b + busy / hz, w + waiting / hz)
+    shutil.rmtree(outdir, ignore_errors=True)
+    return result, seconds
+
+
+def print_spy(corpus: Corpus, payload: str, worker_counts: Sequence[int], repeat: int,
+              hz: int = 200) -> int:
+    """The ``--spy`` table: each stage's worker time per message, busy and waiting for Redis."""
+    if shutil.which("py-spy") is None:
+        print("py-spy is not on PATH (pip install -e '.[bench]')", file=sys.stderr)
+        return 1
+    runs = {n: spy_run(corpus, payload, n, repeat, hz) for n in worker_counts}
+    header = ["stage (us per message, all workers)"]
+    for n in runs:
+        header += [f"{n}w busy", f"{n}w waiting for Redis"]
+    rows = []
+    for stage in [*SPY_STAGES, SPY_OUTSIDE, "total sampled"]:
+        row: list[Any] = [stage]
+        for res, seconds in runs.values():
+            for part in (0, 1):
+                s = (sum(v[part] for v in seconds.values()) if stage == "total sampled"
+                     else seconds.get(stage, (0.0, 0.0))[part])
+                row.append(1e6 * s / res.messages)
+        rows.append(row)
+    print(f"{payload}, {len(corpus) * repeat:,} labelled messages a run; py-spy --nonblocking "
+          f"--idle at {hz} Hz on each worker, the measured window only. Busy: on a CPU or "
+          "runnable (waiting for one: the run-queue share below); waiting for Redis: blocked "
+          "in the socket read of a reply")
+    print(format_table(header, rows))
+    for n, (res, _) in runs.items():
+        print(f"{n} worker(s): {res.per_second:,.0f} msg/s under py-spy; per message "
+              f"{1e6 * n / res.per_second:.0f} us of the workers' wall time, "
+              f"{res.worker_cpu_us:.0f} us of their CPU (/proc), run-queue wait "
+              f"{res.worker_runqueue:.0%}; redis-server {res.redis_cpu_us:.0f} us")
+    return 0
 
 
 if __name__ == "__main__":

@@ -121,8 +121,8 @@ def test_the_scaling_ceiling_leaves_out_redis_server_and_one_core_per_worker():
     a 2-core host with redis-server on 0.25 of a core leaves 1.75 cores: 17,500 msg/s,
     1.75x one worker's 10,000. On 8 cores the two workers are the bound: 20,000, 2x."""
     E = end_to_end.E2EResult
-    one = E("tokens", 1, 9_750, 10_000.0, 0, worker_cores=0.95, redis_cores=0.2)
-    two = E("tokens", 2, 9_750, 15_000.0, 0, worker_cores=1.5, redis_cores=0.25)
+    one = E("tokens", 1, 9_750, 10_000.0, 0, redis_cpu_us=30.0, worker_cores=0.95, redis_cores=0.2)
+    two = E("tokens", 2, 9_750, 15_000.0, 0, redis_cpu_us=20.0, worker_cores=1.5, redis_cores=0.25)
     assert two.worker_cpu_us == pytest.approx(100.0)
     assert end_to_end.scaling_ceiling(one, two, cores=2) == pytest.approx(1.75)
     assert end_to_end.scaling_ceiling(one, two, cores=8) == pytest.approx(2.0)
@@ -130,6 +130,10 @@ def test_the_scaling_ceiling_leaves_out_redis_server_and_one_core_per_worker():
     assert "tokens: 2 workers / 1 worker: 1.50x (target >= 1.6x); without waits at most " \
            "1.75x on 2 cores (2 workers' 100 us of CPU per message, redis-server's 0.25 " \
            "cores left out)" in lines
+    # 1.6x of 10,000 msg/s on 2 cores: 2 s of CPU for 16,000 messages, 125 us each
+    assert end_to_end.scaling_budget_us(one, 1.6, cores=2) == pytest.approx(125.0)
+    assert "tokens: 1.6x on 2 cores leaves 125 us of CPU per message for 2 workers and " \
+           "redis-server together; they used 100 + 20 (1 worker alone: 95 + 30)" in lines
     lines = end_to_end.summary({"results": [one, two], "refs": {}, "messages": 9_750, "cores": 2,
                                 "trials": {("tokens", 1): [10_000.0, 8_000.0],
                                            ("tokens", 2): [15_000.0, 14_000.0]}})
@@ -145,6 +149,60 @@ def test_the_scaling_ceiling_leaves_out_redis_server_and_one_core_per_worker():
                                 "bare_by_trial": [10_000.0, 6_250.0]})
     assert "raw mail, 1 worker / bare email.message_from_bytes: 60% (target >= 60%)" in lines
     assert "raw mail, 1 worker / bare email.message_from_bytes, trial by trial: 60%, 80%" in lines
+
+
+def test_spy_stages_takes_the_first_stage_in_order_and_splits_off_waits_for_redis():
+    """py-spy's raw lines, made by hand: a log entry applied inside the ordering wait is
+    applying; the wait's socket read is waiting for Redis; a frame of no stage (imports)
+    is elsewhere; lines without a count are skipped."""
+    run = "<module> (workers/worker.py:1);main (workers/worker.py:1300);Worker.run (workers/worker.py:449);"
+    batch = "Worker._process (workers/worker.py:735);Worker._decode_batch (workers/worker.py:756);"
+    wait = "Worker._await_earlier (workers/worker.py:1134);wait_for_earlier (workers/ordering.py:169);"
+    tail = "Worker._tail (workers/worker.py:665);Replica.catch_up (workers/replica.py:233);"
+    recv = "Pipeline.execute (redis/client.py:1);_HiredisParser.read_from_socket (redis/_parsers/hiredis.py:179)"
+    lines = [
+        run + batch + "decode_input (streamnb/codec.py:244);_unpack (streamnb/codec.py:121) 7",
+        run + batch + "Worker._finish_batch (workers/worker.py:797);Featurizer.featurize_batch "
+        "(streamnb/features/featurizer.py:452) 5",
+        run + batch + "Worker._finish_batch (workers/worker.py:797);" + wait + tail
+        + "Replica.apply (workers/replica.py:150) 3",
+        run + batch + "Worker._finish_batch (workers/worker.py:797);" + wait + tail + recv + " 11",
+        run + batch + "Worker._finish_batch (workers/worker.py:797) 2",
+        "<module> (numpy/__init__.py:1) 4",
+        "garbage without a count",
+    ]
+    assert end_to_end.spy_stages(lines) == {
+        "decode (msgpack)": (7, 0), "featurize": (5, 0), "apply other workers' deltas": (3, 0),
+        "ordering wait (log polls, :inflight)": (0, 11), "rest of the batch (Python glue)": (2, 0),
+        end_to_end.SPY_OUTSIDE: (4, 0)}
+
+
+def _py_spy_usable() -> str | None:
+    """Why py-spy cannot profile a process here, or None."""
+    import shutil
+
+    if shutil.which("py-spy") is None:
+        return "py-spy is not installed (the bench extra)"
+    r = subprocess.run(["py-spy", "dump", "--pid", str(os.getpid())], capture_output=True,
+                       text=True, timeout=60)
+    return None if r.returncode == 0 else f"py-spy cannot attach here: {r.stderr.strip()[:200]}"
+
+
+@needs_redis
+@pytest.mark.slow
+def test_spy_run_profiles_the_workers_for_the_measured_window():
+    why = _py_spy_usable()
+    if why:
+        pytest.skip(why)
+    corpus = synthetic_mail(400, seed=5)
+    result, seconds = end_to_end.spy_run(corpus, "tokens", 1, repeat=10, hz=500)
+    assert result.messages == 4_000 and result.dead == 0
+    busy = {stage: b for stage, (b, _) in seconds.items()}
+    # the window is the processing: most samples are in the batch's stages, and decoding
+    # and featurizing are among them (start-up, outside the window, is not sampled)
+    assert busy.get("decode (msgpack)", 0) > 0 and busy.get("featurize", 0) > 0
+    in_stages = sum(b + w for stage, (b, w) in seconds.items() if stage != end_to_end.SPY_OUTSIDE)
+    assert in_stages > 0.8 * sum(b + w for b, w in seconds.values())
 
 
 def test_side_by_side_pipelines_run_at_the_same_time_and_a_failure_does_not_hang():
