@@ -308,6 +308,29 @@ def runqueue_wait_s(pid: int) -> float:
         return float("nan")
 
 
+def host_cpu_s(stat: str | None = None, tick: int | None = None) -> tuple[float, float, float]:
+    """Seconds of all the host's CPUs since boot (Linux /proc/stat, or its text ``stat``
+    in clock ticks of ``tick`` per second): (idle, including I/O wait; stolen by the
+    hypervisor; everything else), NaNs if unknown.
+
+    A window's idle share is ``(idle1 - idle0) / (total1 - total0)``; a host whose idle
+    share is near 0 while the workers run is CPU-bound, whatever the workers wait on.
+
+    >>> host_cpu_s("cpu  100 0 50 800 50 0 0 0 0 0", tick=100)
+    (8.5, 0.0, 1.5)
+    """
+    try:
+        text = Path("/proc/stat").read_text() if stat is None else stat
+        values = [int(v) for v in text.split("\n", 1)[0].split()[1:]]
+        tick = os.sysconf("SC_CLK_TCK") if tick is None else tick
+        idle = (values[3] + values[4]) / tick
+        steal = (values[7] if len(values) > 7 else 0) / tick
+        busy = sum(values[:8]) / tick - idle - steal  # (guest time is in user already)
+        return idle, steal, busy
+    except (OSError, ValueError, IndexError):
+        return float("nan"), float("nan"), float("nan")
+
+
 def rss_bytes(pid: int) -> int:
     """Resident set size of a process (Linux /proc), 0 if unknown."""
     try:

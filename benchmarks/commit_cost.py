@@ -17,6 +17,10 @@ after each variant:
   message;
 * the same arguments as the default commit sent to a script that returns at once: what
   getting them into Lua alone costs (Redis copies every argument into a Lua string);
+* the commit's ownership check alone (its first step, cut from workers/commit.lua: the ids'
+  range found in Lua, one ``XPENDING`` over it, then each id looked up), and one
+  ``XPENDING`` over the batch's range with nothing else: what a worker sending the range
+  with the ids would leave of it;
 * reading a batch of input entries of ``--entry-bytes``: a plain ``XREADGROUP`` (a worker
   serving a model with others) against workers/read.lua (read and announce in one script:
   a worker alone, behind each commit).
@@ -161,6 +165,47 @@ def corpus_row_bytes(corpus_root: Any, batch: int = DEFAULT_BATCH_SIZE,
             "gaps us": 1e3 * gaps_ms / n, "map us": 1e3 * map_ms / n}
 
 
+#: What the ownership check of workers/commit.lua needs from the script before it.
+_OWNERSHIP_PRELUDE = """local group, consumer = ARGV[1], ARGV[2]
+local n_ids = tonumber(ARGV[3])
+local first_id = 4
+"""
+
+
+def ownership_script() -> LuaScript:
+    """The ownership check of workers/commit.lua (its step 1) as a script of its own:
+    ``KEYS[1]`` the input stream, ``ARGV`` group, consumer, n, then the n ids; returns
+    ``"ok"``, or ``{"lost", ids...}`` as the commit does."""
+    source = commit_module.COMMIT_SCRIPT.source
+    start, end = source.index("-- 1. ownership"), source.index("-- 2. compare-and-set")
+    return LuaScript(_OWNERSHIP_PRELUDE + source[start:end] + "return 'ok'\n")
+
+
+_XPENDING_RANGE = LuaScript(_OWNERSHIP_PRELUDE + """
+local p = redis.call('XPENDING', KEYS[1], group, ARGV[first_id], ARGV[first_id + n_ids - 1],
+                     n_ids + 16, consumer)
+return #p
+""")
+
+
+def ownership_cost(client: Any, batches: int = 40, batch: int = 100) -> dict[str, float]:
+    """redis-server microseconds per message of the commit's ownership check, and of one
+    ``XPENDING`` over the batch's range alone, on batches of pending entries."""
+    out = {}
+    for name, script in (("the commit's ownership check alone", ownership_script()),
+                         ("one XPENDING over the batch's range alone", _XPENDING_RANGE)):
+        keys = ModelKeys(f"own-{len(out)}")
+        client.xgroup_create(keys.input, GROUP, id="0", mkstream=True)
+        id_batches = [_pending_ids(client, keys, batch) for _ in range(batches)]
+        client.config_resetstat()
+        for ids in id_batches:
+            reply = script(client, [keys.input], [GROUP, "bench", len(ids), *ids])
+            if reply not in (b"ok", len(ids)):
+                raise RuntimeError(f"{name}: unexpected reply {reply!r}")
+        out[name] = _us_per_message(client, "evalsha", batches * batch)
+    return out
+
+
 def hash_per_message_cost(client: Any, batches: int = 40, batch: int = 100, row_bytes: int = 789,
                           ) -> float:
     """redis-server microseconds per message to write a batch's cache entries as the daemon
@@ -248,6 +293,7 @@ def main(argv: list[str] | None = None) -> int:
         client = server.client()
         res = commit_cost(client, args.batches, args.batch, args.row_bytes,
                           args.out_bytes, args.delta_bytes)
+        res.update(ownership_cost(client, args.batches, args.batch))
         res.update(read_cost(client, args.batches, args.batch, args.entry_bytes))
     print(format_table(["variant", "redis-server us/message"], [[k, v] for k, v in res.items()]))
     default, bare = res["commit, cache entries (default: bucket hashes)"], res["commit, no cache entries"]

@@ -16,7 +16,9 @@ Each run also prints redis-server's CPU per message, the bytes of log deltas per
 and the CPU the worker processes and redis-server used from the first output on, in cores
 (on a 2-core host, two workers and redis-server near 2 cores are CPU-bound; less is
 waiting), and the share of the time a worker waited, runnable, for a CPU (the kernel's run
-queue, /proc/PID/schedstat): the part of the waiting that is the host's, not the daemon's.
+queue, /proc/PID/schedstat): the part of the waiting that is the host's, not the daemon's;
+and the host's idle and steal shares over the same window (/proc/stat): a host with idle
+CPU while the workers wait is not what bounds them.
 
 ``--spy tokens`` (or ``raw``, ``hashes``) instead runs each worker count of ``--workers``
 once with ``py-spy record --idle`` on every worker process for the measured window, and
@@ -54,6 +56,7 @@ from benchmarks._common import (
     corpus_or_synthetic,
     cpu_seconds,
     format_table,
+    host_cpu_s,
     print_header,
     rate,
     runqueue_wait_s,
@@ -206,6 +209,10 @@ class E2EResult:
     #: Share of the time the workers' main threads waited, runnable, for a CPU (the
     #: kernel's run queue; their mean; Linux): on a host short of cores, not the daemon's.
     worker_runqueue: float = float("nan")
+    #: Share of all the host's CPU time left idle from the first output to the last, and
+    #: the share the hypervisor took (steal); Linux.
+    host_idle: float = float("nan")
+    host_steal: float = float("nan")
 
     @property
     def worker_cpu_us(self) -> float:
@@ -270,8 +277,12 @@ class CpuWindow:
     redis_cores: float = float("nan")
     queued0: float = float("nan")
     worker_runqueue: float = float("nan")
+    host0: tuple[float, float, float] = (float("nan"),) * 3
+    host_idle: float = float("nan")
+    host_steal: float = float("nan")
 
     def start(self) -> None:
+        self.host0 = host_cpu_s()
         self.t0 = time.monotonic()
         self.workers0 = sum(cpu_seconds(p.pid) for p in self.procs)
         self.redis0 = _redis_cpu_s(self.client)
@@ -284,6 +295,10 @@ class CpuWindow:
             self.redis_cores = (_redis_cpu_s(self.client) - self.redis0) / dt
             queued = sum(runqueue_wait_s(p.pid) for p in self.procs) - self.queued0
             self.worker_runqueue = queued / dt / max(1, len(self.procs))
+            idle, steal, busy = (b - a for a, b in zip(self.host0, host_cpu_s(), strict=True))
+            total = idle + steal + busy
+            if total > 0:
+                self.host_idle, self.host_steal = idle / total, steal / total
 
 
 def run_e2e(server: RedisServer, name: str, messages: Sequence[bytes], n_workers: int,
@@ -316,7 +331,8 @@ def run_e2e(server: RedisServer, name: str, messages: Sequence[bytes], n_workers
     return E2EResult(payload, n_workers, n, per_s, int(client.xlen(k["dead"])),
                      1e6 * cpu / max(1, len(messages)),
                      _log_bytes(client, k["log"]) / max(1, len(messages)),
-                     window.worker_cores, window.redis_cores, window.worker_runqueue)
+                     window.worker_cores, window.redis_cores, window.worker_runqueue,
+                     window.host_idle, window.host_steal)
 
 
 def in_process_rate(messages: Sequence[bytes], batch: int = 100) -> float:
@@ -493,11 +509,13 @@ def summary(report: dict[str, Any]) -> list[str]:
 
 def print_report(report: dict[str, Any]) -> None:
     rows = [[r.payload, r.workers, r.messages, r.per_second, r.dead, r.redis_cpu_us, r.log_bytes,
-             r.worker_cores, r.worker_cpu_us, r.redis_cores, f"{r.worker_runqueue:.0%}"]
+             r.worker_cores, r.worker_cpu_us, r.redis_cores, f"{r.worker_runqueue:.0%}",
+             f"{r.host_idle:.0%}", f"{r.host_steal:.0%}"]
             for r in report["results"]]
     print(format_table(["payload", "workers", "outputs", "msg/s", "dead",
                         "redis-server CPU us/msg", "log bytes/msg", "worker CPU cores",
-                        "worker CPU us/msg", "redis-server cores", "worker run-queue wait"],
+                        "worker CPU us/msg", "redis-server cores", "worker run-queue wait",
+                        "host idle", "host steal"],
                        rows))
     print()
     print(format_table(["reference, same messages, this process", "msg/s"],

@@ -114,6 +114,18 @@ def test_end_to_end_counts_every_message(tmp_path):
     assert end_to_end.stamps_rate([7, 7, 7]) == (3, pytest.approx(float("nan"), nan_ok=True))
     for cores in (res.worker_cores, res.redis_cores):  # CPU over the processing window
         assert math.isnan(cores) or 0 <= cores < 4  # (nan: too short a window, or no /proc)
+    for share in (res.host_idle, res.host_steal):
+        assert math.isnan(share) or 0 <= share <= 1
+
+
+def test_host_cpu_splits_proc_stat_into_idle_steal_and_busy():
+    from benchmarks._common import host_cpu_s
+
+    # user nice system idle iowait irq softirq steal guest guest_nice, in ticks of 1/100 s
+    assert host_cpu_s("cpu  300 20 100 1000 200 10 30 40 5 0\ncpu0 1 2 3", tick=100) == \
+        pytest.approx((12.0, 0.4, 4.6))  # idle = idle + iowait; guest is counted in user
+    idle, steal, busy = host_cpu_s()  # this host, since boot
+    assert math.isnan(idle) or (idle >= 0 and steal >= 0 and busy > 0)
 
 
 def test_the_scaling_ceiling_leaves_out_redis_server_and_one_core_per_worker():
@@ -304,6 +316,29 @@ def test_commit_cost_reads_redis_own_time_for_each_variant():
     assert all(math.isfinite(v) and v > 0 for v in reads.values())
     assert pending == [12, 12] and per_message == [5] * 10
     assert cached == 10 and 1 <= len(buckets) <= 10  # the default commit wrote every entry
+
+
+@needs_redis
+def test_the_ownership_check_cut_from_the_commit_script_finds_lost_ids():
+    """benchmarks.commit_cost times the commit's first step on its own: it must be the
+    real check (it reports an id acknowledged meanwhile, and one of another consumer)."""
+    from benchmarks import commit_cost
+
+    with end_to_end.RedisServer() as server:
+        client = server.client()
+        keys = commit_cost.ModelKeys("own-test")
+        client.xgroup_create(keys.input, GROUP, id="0", mkstream=True)
+        ids = commit_cost._pending_ids(client, keys, 6)
+        check = commit_cost.ownership_script()
+        assert check(client, [keys.input], [GROUP, "bench", 6, *ids]) == b"ok"
+        client.xack(keys.input, GROUP, ids[2])
+        client.xclaim(keys.input, GROUP, "other", 0, [ids[4]])
+        assert check(client, [keys.input], [GROUP, "bench", 6, *ids]) == \
+            [b"lost", ids[2].encode(), ids[4].encode()]
+        costs = commit_cost.ownership_cost(client, batches=2, batch=5)
+    assert list(costs) == ["the commit's ownership check alone",
+                           "one XPENDING over the batch's range alone"]
+    assert all(math.isfinite(v) and v > 0 for v in costs.values())
 
 
 def test_commit_packing_cost_times_each_packer_on_the_same_bytes():
