@@ -206,8 +206,9 @@ def test_spy_run_profiles_the_workers_for_the_measured_window():
     why = _py_spy_usable()
     if why:
         pytest.skip(why)
-    corpus = synthetic_mail(400, seed=5)
-    result, seconds = end_to_end.spy_run(corpus, "tokens", 1, repeat=10, hz=500)
+    msgs = end_to_end.repeated_messages(synthetic_mail(400, seed=5), "tokens", 10)
+    assert len(msgs) == 4_000
+    result, seconds = end_to_end.spy_run(msgs, "tokens", 1, hz=500)
     assert result.messages == 4_000 and result.dead == 0
     busy = {stage: b for stage, (b, _) in seconds.items()}
     # the window is the processing: most samples are in the batch's stages, and decoding
