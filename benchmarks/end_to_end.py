@@ -23,10 +23,13 @@ CPU while the workers wait is not what bounds them.
 ``--spy tokens`` (or ``raw``, ``hashes``) instead runs each worker count of ``--workers``
 once with ``py-spy record --idle`` on every worker process for the measured window, and
 prints each stage's time per message, busy and blocked on a Redis reply (the bench extra
-installs py-spy); ``--profile`` runs one worker in this process under cProfile.
+installs py-spy); ``--commands tokens`` runs them with redis-server's command statistics
+(``INFO commandstats``) reset for the measured window and prints each command's time per
+message; ``--profile`` runs one worker in this process under cProfile.
 
     python -m benchmarks.end_to_end [--limit N] [--repeat R] [--workers 1,2]
     python -m benchmarks.end_to_end --spy tokens --repeat 10
+    python -m benchmarks.end_to_end --commands tokens
 """
 
 from __future__ import annotations
@@ -554,10 +557,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--spy", choices=("tokens", "raw", "hashes"),
                     help="instead: py-spy on each worker process, runs of --workers workers "
                          "on this payload; prints each stage's time per message")
+    ap.add_argument("--commands", choices=("tokens", "raw", "hashes"),
+                    help="instead: redis-server's time per command (INFO commandstats), runs "
+                         "of --workers workers on this payload; prints it per message")
     args = ap.parse_args(argv)
     print_header("benchmark 3: end to end through redis-server, 1 and 2 workers",
                  "benchmarks.end_to_end", argv)
     corpus = corpus_or_synthetic(args.corpus, args.limit)
+    if args.commands:
+        return print_commands(corpus, args.commands, [int(w) for w in args.workers.split(",")],
+                              args.repeat)
     if args.spy:
         return print_spy(corpus, args.spy, [int(w) for w in args.workers.split(",")], args.repeat)
     if args.profile:
@@ -789,6 +798,66 @@ def spy_run(msgs: Sequence[bytes], payload: str, n_workers: int, hz: int = 200,
             seconds[stage] = (b + busy / hz, w + waiting / hz)
     shutil.rmtree(outdir, ignore_errors=True)
     return result, seconds
+
+
+def commands_run(msgs: Sequence[bytes], payload: str, n_workers: int,
+                 ) -> tuple[E2EResult, int, dict[str, tuple[int, float]]]:
+    """One :func:`run_e2e` of ``n_workers`` with redis-server's command statistics (``INFO
+    commandstats``) reset when the measured window starts (the producer's XADDs and the
+    start-up left out) and read when it ends; returns the run, the messages output in the
+    window and, per command, (calls, seconds of redis-server's time). A command a script
+    runs counts in its own row and in the script's (``evalsha``)."""
+    stats: dict[str, tuple[int, float]] = {}
+    started: list[int] = []
+    with RedisServer() as server:
+        client = server.client()
+        out = keys(f"cmd-{payload}-{n_workers}w")["out"]
+
+        def watch(procs: Sequence[subprocess.Popen]) -> Callable[[], None]:
+            pipe = client.pipeline(transaction=True)  # one step: no output between the two
+            pipe.xlen(out)
+            pipe.config_resetstat()
+            started.append(int(pipe.execute()[0]))
+
+            def stop() -> None:
+                for name, v in client.info("commandstats").items():
+                    stats[name.removeprefix("cmdstat_")] = (int(v["calls"]), v["usec"] / 1e6)
+            return stop
+
+        result = run_e2e(server, f"cmd-{payload}-{n_workers}w", msgs, n_workers, payload,
+                         watch=watch)
+    # the window's outputs (a few of them were written when it started)
+    return result, result.messages - (started[0] if started else 0), stats
+
+
+def print_commands(corpus: Corpus, payload: str, worker_counts: Sequence[int], repeat: int,
+                   top: int = 12) -> int:
+    """The ``--commands`` table: redis-server's time per message in each command."""
+    msgs = repeated_messages(corpus, payload, repeat)
+    runs = {n: commands_run(msgs, payload, n) for n in worker_counts}
+    order = sorted({c for _, _, st in runs.values() for c in st},
+                   key=lambda c: -max(st.get(c, (0, 0.0))[1] / max(1, n)
+                                      for _, n, st in runs.values()))
+    header = ["command"]
+    for n in runs:
+        header += [f"{n}w calls", f"{n}w us/msg"]
+    rows = []
+    for command in [*order[:top], "all commands"]:
+        row: list[Any] = [command]
+        for _, n_window, st in runs.values():
+            calls, secs = (sum(v[0] for v in st.values()), sum(v[1] for v in st.values())) \
+                if command == "all commands" else st.get(command, (0, 0.0))
+            row += [calls, 1e6 * secs / max(1, n_window)]
+        rows.append(row)
+    print(f"{payload}, {len(msgs):,} labelled messages a run; redis-server's time per command "
+          "(INFO commandstats) over the measured window, per message output in it. The commit "
+          "is the evalsha row; the commands it runs are in their own rows too, so the total "
+          "counts them twice")
+    print(format_table(header, rows))
+    for n, (res, n_window, _) in runs.items():
+        print(f"{n} worker(s): {res.per_second:,.0f} msg/s, {n_window:,} messages in the window; "
+              f"redis-server CPU (user + system, /proc) {res.redis_cpu_us:.1f} us a message")
+    return 0
 
 
 def print_spy(corpus: Corpus, payload: str, worker_counts: Sequence[int], repeat: int,
