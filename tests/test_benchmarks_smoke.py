@@ -206,10 +206,11 @@ def test_spy_run_profiles_the_workers_for_the_measured_window():
     why = _py_spy_usable()
     if why:
         pytest.skip(why)
-    msgs = end_to_end.repeated_messages(synthetic_mail(400, seed=5), "tokens", 10)
-    assert len(msgs) == 4_000
+    # long enough a run that py-spy, which takes a moment to attach, samples most of it
+    msgs = end_to_end.repeated_messages(synthetic_mail(400, seed=5), "tokens", 40)
+    assert len(msgs) == 16_000
     result, seconds = end_to_end.spy_run(msgs, "tokens", 1, hz=500)
-    assert result.messages == 4_000 and result.dead == 0
+    assert result.messages == 16_000 and result.dead == 0
     busy = {stage: b for stage, (b, _) in seconds.items()}
     # the window is the processing: most samples are in the batch's stages, and decoding
     # and featurizing are among them (start-up, outside the window, is not sampled)
