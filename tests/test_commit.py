@@ -283,8 +283,9 @@ def test_c_packing_gives_redis_py_bytes():
 
 
 def test_read_script_reads_and_announces_in_one_step(r):
-    """workers/read.lua: XREADGROUP and the announcement ordering.py would write, byte for
-    byte (written out in Lua), for batch sizes on each side of msgpack's integer widths."""
+    """workers/read.lua and the XREADGROUP behind it in one MULTI: the announcement
+    ordering.py would write, byte for byte (written out in Lua), of the batch the read
+    returns, for batch sizes on each side of msgpack's integer widths."""
     from workers.ordering import InflightBoard
 
     for i in range(700):
@@ -294,7 +295,7 @@ def test_read_script_reads_and_announces_in_one_step(r):
     board = InflightBoard(r, K, "w1")
     seen = 0
     for count in (1, 127, 128, 255, 189):
-        reply = r.execute_command(*commit_module.read_command(K, "w1", count, True, now=1.7e9 + 0.25))
+        reply = commit_module.read_now(r, K, "w1", count, True, now=1.7e9 + 0.25)
         field, entries = commit_module.read_reply(reply)
         assert [e[1] for e in entries] == [{b"data": f"m{i}".encode()} for i in range(seen, seen + count)]
         first = entries[0][0].decode()
@@ -302,11 +303,9 @@ def test_read_script_reads_and_announces_in_one_step(r):
         assert field == name == want_field and r.hget(key, field) == want_value
         seen += count
     assert r.xpending(K.input, GROUP)["pending"] == seen == 700
-    assert commit_module.read_reply(r.execute_command(
-        *commit_module.read_command(K, "w1", 5, True))) == (None, [])  # nothing left
+    assert commit_module.read_reply(commit_module.read_now(r, K, "w1", 5, True)) == (None, [])
     r.xadd(K.input, {"data": b"late"})
-    field, entries = commit_module.read_reply(r.execute_command(
-        *commit_module.read_command(K, "w2", 5, False)))
+    field, entries = commit_module.read_reply(commit_module.read_now(r, K, "w2", 5, False))
     assert field is None and entries[0][1] == {b"data": b"late"}  # not announced
     assert len(r.hgetall(K.inflight)) == 5
 
@@ -316,21 +315,25 @@ def test_commands_sent_after_a_commit_run_after_it_and_keep_their_replies(r, pac
     r.xadd(K.input, {"data": b"next"})
     commit_module.READ_SCRIPT.load(r)
     commit_module.COMMIT_SCRIPT.load(r)  # (else: NOSCRIPT, and the commit runs after them)
-    after = [commit_module.read_command(K, "w1", 10, True), ["GET", K.learnt], ["HGET", K.out]]
+    after = [*commit_module.read_commands(K, "w1", 10, True), ["GET", K.learnt], ["HGET", K.out]]
     sent = send_commit(r, K, "w1", CommitRequest(ids=ids, log_data=b"d", n_learnt=2), after=after)
     assert sent.result().ok
-    read, learnt, error = sent.after
-    (next_id, fields), = commit_module.read_reply(read)[1]
+    *read, learnt, error = sent.after
+    assert read[:3] == [b"OK", b"QUEUED", b"QUEUED"]
+    field, ((next_id, fields),) = commit_module.read_reply(read[3])
+    assert field == f"w1|{next_id.decode()}" and r.hexists(K.inflight, field)
     assert fields == {b"data": b"next"}
     assert learnt == b"2"  # behind the script: it saw the commit
     assert isinstance(error, Exception) and r.ping()  # a failed command: its error, in step
-    r.script_flush()  # both scripts gone: the commit runs again, the read reads nothing
-    r.xadd(K.input, {"data": b"later"})
-    ids = [next_id.decode()] + [e[0].decode() for e in r.xreadgroup(GROUP, "w1", {K.input: ">"})[0][1]]
-    sent = send_commit(r, K, "w1", CommitRequest(ids=ids, log_data=b"d2"),
-                       after=[commit_module.read_command(K, "w1", 10, True)])
-    assert sent.result().ok and r.xlen(K.log) == 2 and r.xpending(K.input, GROUP)["pending"] == 0
-    assert isinstance(sent.after[0], redis.exceptions.NoScriptError)
+    r.script_flush()  # both scripts gone: the commit runs again; the read still reads,
+    r.xadd(K.input, {"data": b"later"})  # without its announcement
+    sent = send_commit(r, K, "w1", CommitRequest(ids=[next_id.decode()], log_data=b"d2"),
+                       after=commit_module.read_commands(K, "w1", 10, True))
+    assert sent.result().ok and r.xlen(K.log) == 2
+    assert isinstance(sent.after[-1][0], redis.exceptions.NoScriptError)
+    field, ((later_id, fields),) = commit_module.read_reply(sent.after[-1])
+    assert field is None and fields == {b"data": b"later"}
+    assert r.xpending(K.input, GROUP)["pending"] == 1
 
 
 def test_a_sent_commit_needs_a_connection_pool():

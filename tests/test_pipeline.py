@@ -26,6 +26,7 @@ from _worker_helpers import (
     url_worker,
 )
 
+import workers.commit as commit_module
 import workers.worker as worker_module
 from streamnb.codec import decode_output
 from workers.commit import SentCommit
@@ -246,7 +247,7 @@ def test_a_batch_read_behind_a_commit_with_one_already_in_hand_is_redone(redis_s
     w.start()
     rt = w.models["twice"]
     rt.pending_phase, rt.prefetched = False, ([], None)
-    reply = client.execute_command(*worker_module.read_command(rt.keys, "t", 5, True))
+    reply = commit_module.read_now(client, rt.keys, "t", 5, True)
     field, entries = worker_module.read_reply(reply)
     assert len(entries) == 5 and client.hexists(rt.keys.inflight, field)
     w._take_read_ahead(rt, reply)

@@ -64,29 +64,66 @@ class LuaScript:
 
 
 COMMIT_SCRIPT = LuaScript(resources.files("workers").joinpath("commit.lua").read_text())
-#: Reads a batch and announces it in one step (workers/read.lua): sent behind a commit.
+#: Announces the batch that the read behind it in one MULTI returns (workers/read.lua).
 READ_SCRIPT = LuaScript(resources.files("workers").joinpath("read.lua").read_text())
 
 
-def read_command(keys: ModelKeys, consumer: str, count: int, announce: bool,
-                 now: float | None = None) -> list[Any]:
-    """The command reading this consumer's next batch of at most ``count`` new entries
-    (workers/read.lua), announcing it in ``{M}:inflight`` if ``announce`` (as
-    :meth:`~workers.ordering.InflightBoard.announcement` does); :func:`read_reply` reads
-    its reply."""
-    script_keys = [keys.input, keys.inflight] if announce else [keys.input]
+def read_commands(keys: ModelKeys, consumer: str, count: int, announce: bool,
+                  now: float | None = None) -> list[list[Any]]:
+    """The commands reading this consumer's next batch of at most ``count`` new entries:
+    a plain ``XREADGROUP``, and with ``announce`` the script announcing the batch in
+    ``{M}:inflight`` (workers/read.lua, as
+    :meth:`~workers.ordering.InflightBoard.announcement` does) ahead of it, the two in one
+    ``MULTI``. :func:`read_reply` reads the reply of the last command (the ``EXEC``); a
+    script not loaded (NOSCRIPT, e.g. after a restart of Redis) fails alone in it, and the
+    read still runs: the caller then announces the batch itself and loads the script."""
+    xread = ["XREADGROUP", "GROUP", GROUP, consumer, "COUNT", int(count), "STREAMS", keys.input, ">"]
+    if not announce:
+        return [xread]
     ts = time.time() if now is None else now
-    return ["EVALSHA", READ_SCRIPT.sha, len(script_keys), *script_keys, GROUP, consumer,
-            int(count), msgpack.packb(float(ts))]
+    script = ["EVALSHA", READ_SCRIPT.sha, 2, keys.input, keys.inflight, GROUP, consumer,
+              int(count), msgpack.packb(float(ts))]
+    return [["MULTI"], script, xread, ["EXEC"]]
+
+
+def read_now(client: Any, keys: ModelKeys, consumer: str, count: int, announce: bool,
+             now: float | None = None) -> Any:
+    """:func:`read_commands` sent and answered at once (raw replies, as behind a commit);
+    the reply for :func:`read_reply`."""
+    commands = read_commands(keys, consumer, count, announce, now)
+    pool = client.connection_pool
+    conn = pool.get_connection()
+    reply: Any = None
+    try:
+        conn.send_packed_command(conn.pack_commands(commands))
+        for _ in commands:
+            try:
+                reply = conn.read_response()
+            except redis.exceptions.ResponseError as exc:
+                reply = exc
+    except BaseException:
+        conn.disconnect()
+        raise
+    finally:
+        pool.release(conn)
+    return reply
 
 
 def read_reply(reply: Any) -> tuple[str | None, list[tuple[Any, dict[Any, Any]]]]:
     """The announcement field (None: not announced) and the entries, ``(id, {field:
-    value})`` as redis-py's XREADGROUP gives them, of a reply of :func:`read_command`."""
-    if not reply:
-        return None, []
-    field = as_str(reply[0]) or None
-    entries = [(eid, dict(zip(flat[::2], flat[1::2], strict=True))) for eid, flat in reply[1]]
+    value})`` as redis-py's XREADGROUP gives them, of the last reply of
+    :func:`read_commands`: the ``EXEC`` (the field, then the read's reply) or, without the
+    announcement, the read's reply. Raises the error of a read that failed; a failed
+    announcement gives None."""
+    field = None
+    if isinstance(reply, list) and len(reply) == 2 and isinstance(reply[0], (bytes, str, Exception)):
+        announced, reply = reply
+        field = None if isinstance(announced, Exception) else (as_str(announced) or None)
+    if isinstance(reply, Exception):
+        raise reply
+    entries = [(eid, flat if isinstance(flat, dict) else dict(zip(flat[::2], flat[1::2], strict=True)))
+               for _, got in (reply.items() if isinstance(reply, dict) else reply or ())
+               for eid, flat in got]  # (fakeredis answers XREADGROUP in a MULTI with a map)
     return field, entries
 
 

@@ -320,6 +320,7 @@ def _probe_steps(prefix: str) -> list[tuple[str, Callable[[Any], Any]]]:
         ("PEXPIRE", lambda r: r.pexpire(k, 60_000)),
         ("SCRIPT LOAD", script_load),
         ("EVALSHA", lambda r: r.evalsha(ids.get("sha") or "0" * 40, 1, k)),
+        ("MULTI/EXEC", lambda r: r.pipeline(transaction=True).get(k).execute()),
         ("DEL", lambda r: r.delete(s, h, k)),
     ]
 

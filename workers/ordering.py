@@ -10,8 +10,8 @@ with 1 worker; 98.15-98.58% over 5 runs with 2; docs/performance.md, benchmark 6
 So a worker *announces* each batch it reads (the first entry id and the number of
 entries) in the hash ``{M}:inflight``, in a field of its own per batch
 (``<consumer>|<first id>``), as soon as the read returns (a batch read behind a
-pipelined commit is announced by the script that reads it, workers/read.lua, in the
-same step); it withdraws it once decoded if
+pipelined commit is announced by workers/read.lua in the same ``MULTI`` as its read, in
+one step); it withdraws it once decoded if
 no message in it has a label, and otherwise in its commit (the commit script deletes the
 field, so a worker woken by the new log entry never still sees it). One field per batch,
 not per consumer: a worker that reads its next batch while the commit of the previous

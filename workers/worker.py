@@ -79,7 +79,7 @@ from workers.commit import (
     CommitResult,
     SentCommit,
     commit_batch,
-    read_command,
+    read_commands,
     read_reply,
     send_commit,
 )
@@ -1052,8 +1052,8 @@ class Worker:
         is read first, in a round trip of its own: behind the script the read would wait
         for it (Redis answers the commands of one write together); its announcement goes
         in the commit's write, ahead of the script. When the batch in hand is full, the
-        one after it is read behind the script, in the same write (workers/read.lua,
-        which announces it in the same step): its entries come with the commit's reply,
+        one after it is read behind the script, in the same write (a ``MULTI`` of
+        workers/read.lua, which announces it, and the read: one step): its entries come with the commit's reply,
         and no read waits on the way (:meth:`_take_read_ahead`). Not with ordered
         predictions when other workers serve the model (:meth:`ModelRuntime.alone`): a
         batch read that early is committed later, and they would wait for it."""
@@ -1075,22 +1075,25 @@ class Worker:
         after = []
         if rt.prefetched is not None and len(rt.prefetched[0]) >= o.batch and \
                 (o.order_wait_ms == 0 or rt.alone()):
-            after.append(read_command(rt.keys, self.consumer, o.batch, o.order_wait_ms > 0))
+            after += read_commands(rt.keys, self.consumer, o.batch, o.order_wait_ms > 0)
         w.sent = send_commit(self.client, rt.keys, self.consumer, w.req, o.out_maxlen,
                              o.dead_maxlen, before, after)
         rt.in_flight = w
 
     def _take_read_ahead(self, rt: ModelRuntime, reply: Any) -> None:
-        """The batch read behind a commit (:meth:`_send_and_prefetch`): the next one to
-        process. A failed read reads nothing (on NOSCRIPT, e.g. after a restart of Redis,
-        the script is loaded for the next time)."""
-        if isinstance(reply, redis.exceptions.NoScriptError):
+        """The batch read behind a commit (:meth:`_send_and_prefetch`; ``reply``: the
+        reply of the read's last command): the next one to process. A failed read reads
+        nothing; a batch read whose announcement failed is announced now."""
+        try:
+            field, entries = read_reply(reply)
+        except redis.RedisError as exc:
+            log.warning("model %s: reading ahead failed: %s", rt.name, exc)
+            return
+        if field is None and entries and self.options.order_wait_ms > 0:
+            # the announcing script failed (not loaded: e.g. Redis restarted): in a round
+            # trip of its own, and the script loaded for the next time
+            field = rt.inflight.announce(_first_id(entries), len(entries))
             READ_SCRIPT.load(self.client)
-            return
-        if isinstance(reply, Exception):
-            log.warning("model %s: reading ahead failed: %s", rt.name, reply)
-            return
-        field, entries = read_reply(reply)
         if field is not None:
             rt.inflight.fields.add(field)
         if not entries:
@@ -1112,8 +1115,8 @@ class Worker:
             result = w.sent.result()  # type: ignore[union-attr]
             self.metrics.stage_seconds.labels(**self._mw(rt), stage="commit").observe(
                 time.perf_counter() - tc)
-            for reply in w.sent.after:  # type: ignore[union-attr]
-                self._take_read_ahead(rt, reply)
+            if w.sent.after:  # type: ignore[union-attr]  # the read behind the commit
+                self._take_read_ahead(rt, w.sent.after[-1])  # type: ignore[union-attr]
             self._commit_attempts(rt, w, result)
         finally:
             self._withdraw(rt, w.inflight)
