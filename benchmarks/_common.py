@@ -331,6 +331,14 @@ def host_cpu_s(stat: str | None = None, tick: int | None = None) -> tuple[float,
         return float("nan"), float("nan"), float("nan")
 
 
+def command_stats(client: Any) -> dict[str, tuple[int, float]]:
+    """redis-server's ``INFO commandstats`` since its last ``CONFIG RESETSTAT``: command
+    (lower case, ``config|resetstat`` for a subcommand) -> (calls, seconds inside it; a
+    script's or an ``EXEC``'s time includes the commands it ran)."""
+    return {name.removeprefix("cmdstat_"): (int(v["calls"]), v["usec"] / 1e6)
+            for name, v in client.info("commandstats").items()}
+
+
 def rss_bytes(pid: int) -> int:
     """Resident set size of a process (Linux /proc), 0 if unknown."""
     try:

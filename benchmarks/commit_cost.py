@@ -44,7 +44,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from benchmarks._common import DEFAULT_CORPUS, RedisServer, best_ms, format_table, print_header
+from benchmarks._common import (
+    DEFAULT_CORPUS,
+    RedisServer,
+    best_ms,
+    command_stats,
+    format_table,
+    print_header,
+)
 from benchmarks.end_to_end import prefill
 from streamnb.constants import DEFAULT_BATCH_SIZE
 from workers import commit as commit_module
@@ -85,8 +92,8 @@ def _pending_ids(client: Any, keys: ModelKeys, n: int) -> list[str]:
 
 
 def _us_per_message(client: Any, command: str, messages: int) -> float:
-    stats = client.info("commandstats").get(f"cmdstat_{command}")
-    return float(stats["usec"]) / messages if stats else float("nan")
+    stats = command_stats(client).get(command)
+    return 1e6 * stats[1] / messages if stats else float("nan")
 
 
 def commit_cost(client: Any, batches: int = 40, batch: int = 100, row_bytes: int = 789,
@@ -133,8 +140,8 @@ def arguments_cost(client: Any, batches: int = 40, batch: int = 100, row_bytes: 
         script_keys, args = commit_module._command(keys, "bench", req, 1_000_000, 100_000)
         client.config_resetstat()
         _RETURN(client, script_keys, args)
-        total += client.info("commandstats")["cmdstat_evalsha"]["usec"]
-    return total / (batches * batch)
+        total += command_stats(client)["evalsha"][1]
+    return 1e6 * total / (batches * batch)
 
 
 def corpus_row_bytes(corpus_root: Any, batch: int = DEFAULT_BATCH_SIZE,

@@ -56,6 +56,7 @@ from benchmarks._common import (
     ROOT,
     Corpus,
     RedisServer,
+    command_stats,
     corpus_or_synthetic,
     cpu_seconds,
     format_table,
@@ -807,11 +808,12 @@ def commands_run(msgs: Sequence[bytes], payload: str, n_workers: int,
     start-up left out) and read when it ends; returns the run, the messages output in the
     window and, per command, (calls, seconds of redis-server's time). A command a script
     runs counts in its own row and in the script's (``evalsha``)."""
+    name = f"cmd-{payload}-{n_workers}w"
     stats: dict[str, tuple[int, float]] = {}
     started: list[int] = []
     with RedisServer() as server:
         client = server.client()
-        out = keys(f"cmd-{payload}-{n_workers}w")["out"]
+        out = keys(name)["out"]
 
         def watch(procs: Sequence[subprocess.Popen]) -> Callable[[], None]:
             pipe = client.pipeline(transaction=True)  # one step: no output between the two
@@ -820,16 +822,14 @@ def commands_run(msgs: Sequence[bytes], payload: str, n_workers: int,
             started.append(int(pipe.execute()[0]))
 
             def stop() -> None:
-                for name, v in client.info("commandstats").items():
-                    stats[name.removeprefix("cmdstat_")] = (int(v["calls"]), v["usec"] / 1e6)
+                stats.update(command_stats(client))
                 # the reset's own transaction (its time, a few us, is left in)
                 stats.pop("config|resetstat", None)
                 if "exec" in stats:
                     stats["exec"] = (stats["exec"][0] - 1, stats["exec"][1])
             return stop
 
-        result = run_e2e(server, f"cmd-{payload}-{n_workers}w", msgs, n_workers, payload,
-                         watch=watch)
+        result = run_e2e(server, name, msgs, n_workers, payload, watch=watch)
     # the window's outputs (a few of them were written when it started)
     return result, result.messages - (started[0] if started else 0), stats
 
@@ -840,8 +840,8 @@ def print_commands(corpus: Corpus, payload: str, worker_counts: Sequence[int], r
     msgs = repeated_messages(corpus, payload, repeat)
     runs = {n: commands_run(msgs, payload, n) for n in worker_counts}
     order = sorted({c for _, _, st in runs.values() for c in st},
-                   key=lambda c: -max(st.get(c, (0, 0.0))[1] / max(1, n)
-                                      for _, n, st in runs.values()))
+                   key=lambda c: -max(st.get(c, (0, 0.0))[1] / max(1, n_window)
+                                      for _, n_window, st in runs.values()))
     header = ["command"]
     for n in runs:
         header += [f"{n}w calls", f"{n}w us/msg"]

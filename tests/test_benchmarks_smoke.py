@@ -232,7 +232,7 @@ def test_commands_run_counts_the_window_commands_of_the_workers_only():
     scripts = stats["evalsha"][0]
     assert n_window < stats["xadd"][0] <= n_window + scripts
     assert stats["evalsha"][0] >= 1 and stats["evalsha"][1] > stats["xadd"][1] > 0
-    assert "config|resetstat" not in stats or stats["config|resetstat"][0] <= 1
+    assert "config|resetstat" not in stats  # the tool's own reset
 
 
 @needs_redis

@@ -15,6 +15,7 @@ import time
 
 import msgpack
 import pytest
+import redis
 from _worker_helpers import (
     PARAMS,
     assert_same_stats,
@@ -256,6 +257,31 @@ def test_a_batch_read_behind_a_commit_with_one_already_in_hand_is_redone(redis_s
     rt.prefetched = None
     w.run_until_idle()
     assert len(_outputs(client, "twice")) == 10 and client.xpending(rt.keys.input, GROUP)["pending"] == 0
+
+
+def test_a_batch_read_behind_a_commit_without_its_script_is_announced_by_the_worker(redis_server):
+    """After a restart of Redis the announcing script is gone: inside the MULTI it fails
+    alone, the read still returns the batch, and the worker announces it itself (the
+    announcement ordering.py writes) and loads the script for the next read."""
+    client = redis_server.client()
+    produce(client, "noscript", token_messages(10, seed=6))
+    w = url_worker(redis_server.url, [count_spec("noscript")], fast_options("t", batch=BATCH))
+    w.start()
+    rt = w.models["noscript"]
+    rt.pending_phase = False
+    client.script_flush()
+    reply = commit_module.read_now(client, rt.keys, "t", 5, True)
+    assert isinstance(reply[0], redis.exceptions.NoScriptError)
+    w._take_read_ahead(rt, reply)
+    entries, field = rt.prefetched
+    assert len(entries) == 5 and field == f"t|{entries[0][0].decode()}"
+    assert field in rt.inflight.fields
+    assert msgpack.unpackb(client.hget(rt.keys.inflight, field))["first"] == entries[0][0].decode()
+    assert client.script_exists(commit_module.READ_SCRIPT.sha) == [True]
+    rt.prefetched = None
+    rt.inflight.withdraw(field)
+    w.run_until_idle()
+    assert len(_outputs(client, "noscript")) == 10
 
 
 def test_a_warm_stop_commits_the_batch_read_ahead(redis_server, monkeypatch):

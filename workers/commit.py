@@ -109,16 +109,17 @@ def read_now(client: Any, keys: ModelKeys, consumer: str, count: int, announce: 
     return reply
 
 
-def read_reply(reply: Any) -> tuple[str | None, list[tuple[Any, dict[Any, Any]]]]:
+def read_reply(reply: Any, announced: bool = True,
+               ) -> tuple[str | None, list[tuple[Any, dict[Any, Any]]]]:
     """The announcement field (None: not announced) and the entries, ``(id, {field:
     value})`` as redis-py's XREADGROUP gives them, of the last reply of
-    :func:`read_commands`: the ``EXEC`` (the field, then the read's reply) or, without the
-    announcement, the read's reply. Raises the error of a read that failed; a failed
+    :func:`read_commands` with ``announce=announced``: the ``EXEC`` (the field, then the
+    read's reply), or the read's reply. Raises the error of a read that failed; a failed
     announcement gives None."""
     field = None
-    if isinstance(reply, list) and len(reply) == 2 and isinstance(reply[0], (bytes, str, Exception)):
-        announced, reply = reply
-        field = None if isinstance(announced, Exception) else (as_str(announced) or None)
+    if announced and not isinstance(reply, Exception):
+        announcement, reply = reply
+        field = None if isinstance(announcement, Exception) else (as_str(announcement) or None)
     if isinstance(reply, Exception):
         raise reply
     entries = [(eid, flat if isinstance(flat, dict) else dict(zip(flat[::2], flat[1::2], strict=True)))

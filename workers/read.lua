@@ -9,8 +9,8 @@
 -- the batch that read returns starts at the first entry after the group's last delivered
 -- id. If there is one, HSET :inflight "<consumer>|<first id>" {first, n, ts} (msgpack, the
 -- bytes of workers/ordering.py's announcement, written out here: not every Lua has
--- cmsgpack), n the entries the read will return (count, or fewer if the group's lag says
--- so). Returns the field, or "" when the read will return nothing.
+-- cmsgpack), n the read's COUNT (the batch holds at most that many; workers/ordering.py
+-- only asks n > 0). Returns the field, or "" when the read will return nothing.
 --
 -- A worker sends the MULTI in the write of its commit, behind the script: the batch after
 -- next is read as the commit lands, and its announcement goes with the read, in the same
@@ -30,20 +30,17 @@ local function mp_uint(n)
                      math.floor(n / 256) % 256, n % 256)
 end
 
-local last, lag = nil, nil
+local last = nil
 for _, g in ipairs(redis.call('XINFO', 'GROUPS', KEYS[1])) do
   local info = {}
   for k = 1, #g, 2 do info[g[k]] = g[k + 1] end
-  if info['name'] == ARGV[1] then last, lag = info['last-delivered-id'], info['lag'] end
+  if info['name'] == ARGV[1] then last = info['last-delivered-id'] end
 end
 if last == nil then return '' end
 local after = redis.call('XRANGE', KEYS[1], '(' .. last, '+', 'COUNT', 1)
 if #after == 0 then return '' end
 local first = after[1][1]
-local n = tonumber(ARGV[3])
-if type(lag) == 'number' and lag < n then n = lag end
-if n < 1 then n = 1 end
 local field = ARGV[2] .. '|' .. first
 redis.call('HSET', KEYS[2], field, string.char(0x83) .. mp_str('first') .. mp_str(first)
-           .. mp_str('n') .. mp_uint(n) .. mp_str('ts') .. ARGV[4])
+           .. mp_str('n') .. mp_uint(tonumber(ARGV[3])) .. mp_str('ts') .. ARGV[4])
 return field

@@ -1085,7 +1085,7 @@ class Worker:
         reply of the read's last command): the next one to process. A failed read reads
         nothing; a batch read whose announcement failed is announced now."""
         try:
-            field, entries = read_reply(reply)
+            field, entries = read_reply(reply, announced=self.options.order_wait_ms > 0)
         except redis.RedisError as exc:
             log.warning("model %s: reading ahead failed: %s", rt.name, exc)
             return
