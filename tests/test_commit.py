@@ -74,6 +74,20 @@ def test_lost_ids_write_nothing(r):
     assert res.ok and r.xpending(K.input, GROUP)["pending"] == 1
 
 
+def test_ids_out_of_stream_order_are_checked_one_by_one(r):
+    """The ownership check lists the consumer's pending entries between the first id and
+    the last; ids outside that range (a batch not in stream order) are asked alone: the
+    commit still succeeds when all are pending, and still finds one that is not."""
+    ids = _read(r, "w1", 6)
+    shuffled = [ids[3], ids[0], ids[5], ids[1], ids[4], ids[2]]
+    r.xclaim(K.input, GROUP, "w2", 0, [ids[5]])
+    res = commit_batch(r, K, "w1", CommitRequest(ids=shuffled, log_data=b"d", n_learnt=6))
+    assert not res.ok and res.lost == [ids[5]] and _nothing_written(r)
+    backwards = [i for i in reversed(ids) if i != ids[5]]  # an empty range: every id alone
+    res = commit_batch(r, K, "w1", CommitRequest(ids=backwards, log_data=b"d", n_learnt=5))
+    assert res.ok and r.xpending(K.input, GROUP)["pending"] == 1
+
+
 def test_replayed_commit_is_a_no_op(r):
     ids = _read(r, "w1", 2)
     req = CommitRequest(ids=ids, outputs=[b"o1", b"o2"], log_data=b"d", n_learnt=2)

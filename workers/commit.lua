@@ -61,26 +61,13 @@ end
 local inflight_key = KEYS[next_key]
 
 -- 1. ownership: every id still pending for this consumer. One XPENDING lists the
--- consumer's pending entries between the smallest and the largest id; an id it does not
--- list (not pending, or the reply was cut at its count) is asked alone, as before.
-local function parse_id(id)
-  local ms, seq = string.match(id, '^(%d+)%-(%d+)$')
-  if ms == nil then return nil end
-  return tonumber(ms), tonumber(seq)
-end
+-- consumer's pending entries between the first id and the last (a batch's ids come in
+-- stream order: its range, with no parsing of ids here); an id it does not list (not
+-- pending, outside that range, or the reply cut at its count) is asked alone.
 local listed = {}
-local lo_ms, lo_seq = nil, nil
-if n_ids > 0 then lo_ms, lo_seq = parse_id(ARGV[first_id]) end
-local hi_ms, hi_seq, lo_id, hi_id = lo_ms, lo_seq, ARGV[first_id], ARGV[first_id]
-for i = first_id + 1, first_id + n_ids - 1 do
-  if lo_ms == nil then break end
-  local ms, seq = parse_id(ARGV[i])
-  if ms == nil then lo_ms = nil break end
-  if ms < lo_ms or (ms == lo_ms and seq < lo_seq) then lo_ms, lo_seq, lo_id = ms, seq, ARGV[i] end
-  if ms > hi_ms or (ms == hi_ms and seq > hi_seq) then hi_ms, hi_seq, hi_id = ms, seq, ARGV[i] end
-end
-if lo_ms ~= nil then
-  local p = redis.call('XPENDING', KEYS[1], group, lo_id, hi_id, n_ids + 16, consumer)
+if n_ids > 0 then
+  local p = redis.call('XPENDING', KEYS[1], group, ARGV[first_id],
+                       ARGV[first_id + n_ids - 1], n_ids + 16, consumer)
   for _, e in ipairs(p) do listed[e[1]] = true end
 end
 local lost = {}
@@ -179,11 +166,8 @@ end
 if registry_key then
   redis.call('HSET', registry_key, registry_field, registry_value)
 end
-local chunk = 500
-for i = first_id, first_id + n_ids - 1, chunk do
-  local ids = {}
-  for j = i, math.min(i + chunk - 1, first_id + n_ids - 1) do ids[#ids + 1] = ARGV[j] end
-  redis.call('XACK', KEYS[1], group, unpack(ids))
+for i = first_id, first_id + n_ids - 1, 500 do
+  redis.call('XACK', KEYS[1], group, unpack(ARGV, i, math.min(i + 499, first_id + n_ids - 1)))
 end
 if inflight_field then
   redis.call('HDEL', inflight_key, inflight_field)
