@@ -17,13 +17,12 @@ after each variant:
   message;
 * the same arguments as the default commit sent to a script that returns at once: what
   getting them into Lua alone costs (Redis copies every argument into a Lua string);
-* the commit's ownership check alone (its first step, cut from workers/commit.lua: the ids'
-  range found in Lua, one ``XPENDING`` over it, then each id looked up), and one
-  ``XPENDING`` over the batch's range with nothing else: what a worker sending the range
-  with the ids would leave of it;
+* the commit's ownership check alone (its first step, cut from workers/commit.lua: one
+  ``XPENDING`` from the first id to the last, then each id looked up in its reply), and
+  that ``XPENDING`` with nothing else: what the lookups add;
 * reading a batch of input entries of ``--entry-bytes``: a plain ``XREADGROUP`` (a worker
-  serving a model with others) against workers/read.lua (read and announce in one script:
-  a worker alone, behind each commit).
+  serving a model with others, and a worker alone behind each commit, in a ``MULTI`` after
+  workers/read.lua's announcement) against the two in one ``MULTI`` (a worker alone).
 
 Then the worker's side of the same commit: the time to pack its ``EVALSHA`` (about 9
 arguments a message) in the Redis protocol with redis-py (hiredis) and with the C
