@@ -20,9 +20,9 @@ after each variant:
 * the commit's ownership check alone (its first step, cut from workers/commit.lua: one
   ``XPENDING`` from the first id to the last, then each id looked up in its reply), and
   that ``XPENDING`` with nothing else: what the lookups add;
-* reading a batch of input entries of ``--entry-bytes``: a plain ``XREADGROUP`` (a worker
-  serving a model with others, and a worker alone behind each commit, in a ``MULTI`` after
-  workers/read.lua's announcement) against the two in one ``MULTI`` (a worker alone).
+* reading a batch of input entries of ``--entry-bytes``: a plain ``XREADGROUP`` (what a
+  worker serving a model with others sends) against workers/read.lua's announcement and
+  that ``XREADGROUP`` in one ``MULTI`` (what a worker alone sends behind each commit).
 
 Then the worker's side of the same commit: the time to pack its ``EVALSHA`` (about 9
 arguments a message) in the Redis protocol with redis-py (hiredis) and with the C

@@ -23,7 +23,7 @@ from _worker_helpers import (
 )
 
 from streamnb.codec import decode_output
-from workers.keys import ModelKeys
+from workers.keys import GROUP, ModelKeys
 
 pytestmark = pytest.mark.redis
 
@@ -237,3 +237,32 @@ def test_labels_for_messages_cached_by_the_layout_before_buckets(redis_server):
         np.testing.assert_array_equal(
             got.stats["features"].toarray()[got.stats["features"].labels.index(lab)],
             ref.stats["features"].toarray()[ref.stats["features"].labels.index(lab)])
+
+
+def test_a_commit_sends_its_ids_in_stream_order(redis_server, monkeypatch):
+    """A batch mixing payloads, a dead letter and a delayed label commits its ids in the
+    order they were read (the commit script's ownership check takes the first and the
+    last as its range), not payloads first, then dead letters, then labels."""
+    import workers.worker as worker_module
+
+    r = redis_server.client()
+    produce(r, "mail", token_messages(3, seed=4))
+    w = url_worker(redis_server.url, [count_spec()], fast_options("w1", pipeline=False))
+    w.run_until_idle()
+    ids = [r.xadd(ModelKeys("mail").input, {"data": b"not msgpack \xc1"}).decode()]
+    ids += produce(r, "mail", [{"ref": "m0", "label": "ham"}])
+    ids += produce(r, "mail", token_messages(2, seed=5))
+    ids += [r.xadd(ModelKeys("mail").input, {"data": b"\xc1"}).decode()]
+    ids += produce(r, "mail", [{"ref": "m1", "label": "spam"}])
+    sent = []
+    real = worker_module.commit_batch
+
+    def spy(client, keys, consumer, req, *args):
+        sent.append(list(req.ids))
+        return real(client, keys, consumer, req, *args)
+
+    monkeypatch.setattr(worker_module, "commit_batch", spy)
+    w.run_until_idle()
+    assert sent == [ids]
+    assert [d["reason"] for d in _dead(r)] == ["not_msgpack", "not_msgpack"]
+    assert r.xpending(ModelKeys("mail").input, GROUP)["pending"] == 0

@@ -61,9 +61,10 @@ end
 local inflight_key = KEYS[next_key]
 
 -- 1. ownership: every id still pending for this consumer. One XPENDING lists the
--- consumer's pending entries between the first id and the last (a batch's ids come in
--- stream order: its range, with no parsing of ids here); an id it does not list (not
--- pending, outside that range, or the reply cut at its count) is asked alone.
+-- consumer's pending entries between the first id and the last (the worker sends a
+-- batch's ids in stream order, so these bound them: no parsing of ids here); an id it
+-- does not list (not pending, outside that range, or the reply cut at its count) is
+-- asked alone, so ids in any order are checked all the same.
 local listed = {}
 if n_ids > 0 then
   local p = redis.call('XPENDING', KEYS[1], group, ARGV[first_id],

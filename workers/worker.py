@@ -295,6 +295,9 @@ class CommitWork:
     #: for other workers: (the items' entry ids, X, plan or None), and the seconds taken.
     prediction: tuple[list[str], Any, Any] | None = None
     prediction_s: float = 0.0
+    #: The batch's entry ids in stream order (as read): the commit sends its ids in this
+    #: order, so that the first and the last bound the script's ownership check.
+    order: list[str] = field(default_factory=list)
 
 
 class ModelRuntime:
@@ -767,8 +770,10 @@ class Worker:
         dead: list[Dead] = []
         dense_dim = rt.featurizer.dim if rt.featurizer.input == "dense" else None
         msgs: list[tuple[str, InputMessage, bytes]] = []
+        order = work.order
         for entry_id, fields in entries:
             eid = as_str(entry_id)
+            order.append(eid)
             data = entry_field(fields, DATA_FIELD)
             n_deliv = (deliveries or {}).get(eid, 1)
             if n_deliv > o.max_deliveries:
@@ -967,6 +972,10 @@ class Worker:
             [r.entry_id for r in refs]
         if not ids:
             return False
+        in_commit = set(ids)
+        in_order = [eid for eid in w.order if eid in in_commit]
+        if len(in_order) == len(ids):  # (else as they are: the script checks any order)
+            ids = in_order
         w.req = CommitRequest(
             ids=ids, outputs=outputs,
             dead=[encode_dead(d.entry_id, d.reason, d.detail, d.data) for d in all_dead],
