@@ -23,6 +23,7 @@ that streamnb's is flat and River's grows linearly.
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 import time
 from collections.abc import Callable
@@ -279,7 +280,9 @@ def print_results(results: list[Result], total: int) -> None:
     print()
     whole, steady = ratios(results), ratios(results, steady=True)
     for k, v in whole.items():
-        print(f"{k}: {v:,.1f}x whole run, {steady.get(k, float('nan')):,.1f}x steady")
+        s = steady.get(k, float("nan"))
+        # (no steady rate: the run of one of the two was capped before its warm-up ended)
+        print(f"{k}: {v:,.1f}x whole run, " + ("no steady rate" if math.isnan(s) else f"{s:,.1f}x steady"))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -47,6 +47,19 @@ def test_score_hand_worked():
     assert s.accuracy_labelled == pytest.approx(1 / 3)
 
 
+def test_model_throughput_says_when_a_ratio_has_no_steady_rate(capsys):
+    """A library capped before its warm-up ended has no steady rate: the ratio line says
+    so instead of printing "nanx"."""
+    results = [mt.Result("streamnb", "bernoulli", 100, 50, 0.5, 0.9, steady=200.0),
+               mt.Result("river", "bernoulli", 1, 5, 1.0, 0.8),
+               mt.Result("scikit-learn", "bernoulli", 100, 50, 1.0, 0.8, steady=50.0)]
+    mt.print_results(results, total=50)
+    out = capsys.readouterr().out
+    assert "bernoulli: streamnb b100 / river: 20.0x whole run, no steady rate" in out
+    assert "bernoulli: streamnb b100 / sklearn b100: 2.0x whole run, 4.0x steady" in out
+    assert "nan" not in out
+
+
 def test_model_throughput_runs_every_library_on_tiny_mail():
     corpus = synthetic_mail(60, seed=1)
     prep = mt.prepare(corpus, bits=12)
