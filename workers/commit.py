@@ -93,20 +93,26 @@ def read_now(client: Any, keys: ModelKeys, consumer: str, count: int, announce: 
     commands = read_commands(keys, consumer, count, announce, now)
     pool = client.connection_pool
     conn = pool.get_connection()
-    reply: Any = None
     try:
         conn.send_packed_command(conn.pack_commands(commands))
-        for _ in commands:
-            try:
-                reply = conn.read_response()
-            except redis.exceptions.ResponseError as exc:
-                reply = exc
+        return read_replies(conn, len(commands))[-1]
     except BaseException:
         conn.disconnect()
         raise
     finally:
         pool.release(conn)
-    return reply
+
+
+def read_replies(conn: Any, n: int) -> list[Any]:
+    """The next ``n`` replies on ``conn``, a command's error as its reply (an exception
+    object): the commands of one write are answered in step, whatever each one gives."""
+    replies: list[Any] = []
+    for _ in range(n):
+        try:
+            replies.append(conn.read_response())
+        except redis.exceptions.ResponseError as exc:
+            replies.append(exc)
+    return replies
 
 
 def read_reply(reply: Any, announced: bool = True,
@@ -124,7 +130,7 @@ def read_reply(reply: Any, announced: bool = True,
         raise reply
     entries = [(eid, flat if isinstance(flat, dict) else dict(zip(flat[::2], flat[1::2], strict=True)))
                for _, got in (reply.items() if isinstance(reply, dict) else reply or ())
-               for eid, flat in got]  # (fakeredis answers XREADGROUP in a MULTI with a map)
+               for eid, flat in got]  # (fakeredis, the embedded default, answers it in a MULTI with a map)
     return field, entries
 
 
@@ -309,20 +315,13 @@ class SentCommit:
         pool = self.client.connection_pool
         rerun = False
         try:
-            for _ in range(self.n_before):
-                try:
-                    conn.read_response()
-                except redis.exceptions.ResponseError:
-                    pass  # not the commit's business (an announcement: it goes stale)
+            # (a failed command ahead is not the commit's business: an announcement goes stale)
+            read_replies(conn, self.n_before)
             try:
                 reply = conn.read_response()
             except redis.exceptions.NoScriptError:
                 rerun = True  # nothing ran: run it once the replies behind it are read
-            for _ in range(self.n_after):
-                try:
-                    self.after.append(conn.read_response())
-                except redis.exceptions.ResponseError as exc:
-                    self.after.append(exc)
+            self.after = read_replies(conn, self.n_after)
         except BaseException:
             conn.disconnect()  # the reply may still come: never hand this socket out again
             pool.release(conn)
