@@ -134,12 +134,37 @@ def cache_counts(valgrind_output: str) -> dict[str, int]:
 #: ``--cache``: this VM's caches (AMD EPYC: 64 KB L1d and 1 MB L2 per core), the L2 as
 #: cachegrind's last level: what misses it is read from the shared L3 or from memory.
 CACHE_SIM = ["--cache-sim=yes", "--D1=65536,8,64", "--LL=1048576,16,64"]
+#: The simulated last level's size by default (``--ll-bytes``): the L2 of one core.
+DEFAULT_LL_BYTES = 1 << 20
 
 
-def count(what: str, corpus_dir: str, messages: int, reps: int, cache: bool = False) -> dict[str, int]:
+def cache_sim(ll_bytes: int = DEFAULT_LL_BYTES) -> list[str]:
+    """cachegrind's cache options, with a last level of ``ll_bytes`` (16-way, 64-byte lines).
+
+    ``--ll-bytes`` set to the host's L3 (32 MB here), then to half of it, shows what a
+    worker misses when another worker shares the L3 with it (the same code, the same
+    messages: only the cache it may fill differs).
+
+    >>> cache_sim()[-1], cache_sim(32 << 20)[-1]
+    ('--LL=1048576,16,64', '--LL=33554432,16,64')
+    """
+    return [*CACHE_SIM[:-1], f"--LL={int(ll_bytes)},16,64"]
+
+
+def ll_label(ll_bytes: int) -> str:
+    """The name of the last-level misses column: ``L2`` for the default, else its size.
+
+    >>> ll_label(1 << 20), ll_label(16 << 20)
+    ('L2 misses', 'last level (16 MiB) misses')
+    """
+    return "L2 misses" if ll_bytes == DEFAULT_LL_BYTES else f"last level ({ll_bytes / 2**20:g} MiB) misses"
+
+
+def count(what: str, corpus_dir: str, messages: int, reps: int, cache: bool = False,
+          ll_bytes: int = DEFAULT_LL_BYTES) -> dict[str, int]:
     """Instructions of one run of the workload under callgrind (with ``cache``: under
-    cachegrind, with the simulated L1d and L2 misses)."""
-    tool = ["--tool=cachegrind", "--cachegrind-out-file=/dev/null", *CACHE_SIM] if cache else \
+    cachegrind, with the simulated L1d and last-level misses, that level ``ll_bytes``)."""
+    tool = ["--tool=cachegrind", "--cachegrind-out-file=/dev/null", *cache_sim(ll_bytes)] if cache else \
         ["--tool=callgrind", "--callgrind-out-file=/dev/null"]
     cmd = ["valgrind", *tool, sys.executable,
            "-m", "benchmarks.instructions", "--inner", what, "--reps", str(reps),
@@ -162,6 +187,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                          "included: new tokens are hashed then)")
     ap.add_argument("--cache", action="store_true",
                     help="also the simulated L1d and L2 misses per message (cachegrind; slower)")
+    ap.add_argument("--ll-bytes", type=int, default=DEFAULT_LL_BYTES,
+                    help="with --cache: the simulated last level's size, a power of two >= 65536 "
+                         "(default: the 1 MiB L2 of one core; 33554432 for this host's L3, "
+                         "16777216 for half of it, as a worker beside another has)")
     ap.add_argument("--inner", choices=WORKLOADS + PRODUCERS, help=argparse.SUPPRESS)  # the counted process
     ap.add_argument("--reps", type=int, default=1, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
@@ -172,6 +201,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     unknown = sorted(set(what) - set(WORKLOADS))
     if unknown or args.messages < 1:
         ap.error(f"unknown workload {unknown[0]!r}" if unknown else "--messages must be >= 1")
+    ll = args.ll_bytes
+    if ll < 65536 or ll & (ll - 1):
+        ap.error(f"--ll-bytes must be a power of two >= 65536, got {ll}")
+    if ll != DEFAULT_LL_BYTES and not args.cache:
+        ap.error("--ll-bytes needs --cache (callgrind simulates no cache)")
     if shutil.which("valgrind") is None:
         print("python -m benchmarks.instructions: valgrind is not installed (apt-get install valgrind)",
               file=sys.stderr)
@@ -185,17 +219,18 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     passes = "first" if args.first_pass else "later"
     for w in what:
-        runs = [count(w, args.corpus, args.messages, r, args.cache) for r in (low, high)]
+        runs = [count(w, args.corpus, args.messages, r, args.cache, ll) for r in (low, high)]
         if w.startswith("worker-"):  # the producer's part of that process left out
             name = w.replace("worker-", "producer-")
-            producer = [count(name, args.corpus, args.messages, r, args.cache) for r in (low, high)]
+            producer = [count(name, args.corpus, args.messages, r, args.cache, ll) for r in (low, high)]
             runs = [{k: n - p[k] for k, n in run.items()} for run, p in zip(runs, producer, strict=True)]
             rows.append([f"({name}: taken off {w})", passes, args.messages,
                          *[f"{v:,.0f}" for v in per_message(producer).values()]])
         per[w] = per_message(runs)
         rows.append([w, passes, args.messages, *[f"{v:,.0f}" for v in per[w].values()]])
     print(format_table(["workload", "passes", "messages per pass",
-                        *[f"{k} per message" for k in per[what[0]]]], rows))
+                        *[f"{ll_label(ll) if k == 'L2 misses' else k} per message"
+                          for k in per[what[0]]]], rows))
     if "bare" in per and "worker-raw" in per:
         print(f"\nbare parsing / one worker on raw mail, in instructions: "
               f"{per['bare']['instructions'] / per['worker-raw']['instructions']:.1%} "

@@ -445,7 +445,7 @@ def test_instructions_per_message_is_the_difference_of_two_counted_runs(monkeypa
     producer = {1: 100_000, 3: 300_000}
     calls: list[tuple[str, int]] = []
 
-    def fake_count(what, corpus, messages, reps, cache=False):
+    def fake_count(what, corpus, messages, reps, cache=False, ll_bytes=1 << 20):
         calls.append((what, reps))
         return {"instructions": (producer if what.startswith("producer-") else counted)[reps]}
 
@@ -467,8 +467,8 @@ def test_instructions_per_message_is_the_difference_of_two_counted_runs(monkeypa
     assert "1,000" in capsys.readouterr().out  # (7.0M - 6.9M) / 100
     by_what = {"bare": {1: 1_000_000, 3: 1_200_000}, "worker-raw": {1: 2_000_000, 3: 2_500_000},
                "producer-raw": {1: 200_000, 3: 300_000}}
-    monkeypatch.setattr(instructions, "count", lambda what, corpus, messages, reps, cache=False:
-                        {"instructions": by_what[what][reps]})
+    monkeypatch.setattr(instructions, "count", lambda what, corpus, messages, reps, cache=False,
+                        ll_bytes=1 << 20: {"instructions": by_what[what][reps]})
     assert instructions.main(["--what", "worker-raw,bare", "--messages", "100"]) == 0
     assert "in instructions: 50.0%" in capsys.readouterr().out  # 1,000 / 2,000 per message
 
@@ -480,15 +480,29 @@ def test_instructions_with_cache_misses(monkeypatch, capsys):
 
     runs = {1: {"instructions": 5_000_000, "L1d misses": 40_000, "L2 misses": 9_000},
             3: {"instructions": 5_400_000, "L1d misses": 52_000, "L2 misses": 9_600}}
-    seen: list[bool] = []
+    seen: list[tuple[bool, int]] = []
     monkeypatch.setattr(instructions.shutil, "which", lambda name: "/usr/bin/" + name)
-    monkeypatch.setattr(instructions, "count", lambda what, corpus, messages, reps, cache=False:
-                        seen.append(cache) or runs[reps])
+    monkeypatch.setattr(instructions, "count", lambda what, corpus, messages, reps, cache=False,
+                        ll_bytes=1 << 20: seen.append((cache, ll_bytes)) or runs[reps])
     assert instructions.main(["--what", "featurize", "--messages", "100", "--cache"]) == 0
     out = capsys.readouterr().out
-    assert seen == [True, True] and "L2 misses per message" in out and "cachegrind" in out
+    assert seen == [(True, 1 << 20)] * 2 and "L2 misses per message" in out and "cachegrind" in out
     row = next(line for line in out.splitlines() if line.startswith("featurize"))
     assert row.split()[-3:] == ["2,000", "60", "3"]  # 400k, 12k and 600 over 200 messages
+    # a last level of another size (an L3, or the share of it a worker beside another has):
+    # passed to cachegrind, and the column says which
+    seen.clear()
+    assert instructions.main(["--what", "featurize", "--messages", "100", "--cache",
+                              "--ll-bytes", str(16 << 20)]) == 0
+    out = capsys.readouterr().out
+    assert seen == [(True, 16 << 20)] * 2 and "last level (16 MiB) misses per message" in out
+    assert instructions.cache_sim(16 << 20)[-1] == "--LL=16777216,16,64"
+    for bad in (["--ll-bytes", "3000000", "--cache"], ["--ll-bytes", "1024", "--cache"],
+                ["--ll-bytes", str(32 << 20)]):  # not a power of two; too small; without --cache
+        with pytest.raises(SystemExit) as exc:
+            instructions.main(["--what", "featurize", *bad])
+        assert exc.value.code == 2
+    assert "--ll-bytes" in capsys.readouterr().err
     summary = ("==9== I   refs:      4,741,104,440\n==9== I1  misses: 1\n"
                "==9== D1  misses:       23,516,065  (   16,305,866 rd   +   7,210,199 wr)\n"
                "==9== LLd misses:        3,151,962  (    2,288,593 rd   +     863,369 wr)\n")
