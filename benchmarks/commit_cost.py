@@ -20,6 +20,10 @@ after each variant:
 * the commit's ownership check alone (its first step, cut from workers/commit.lua: one
   ``XPENDING`` from the first id to the last, then each id looked up in its reply), and
   that ``XPENDING`` with nothing else: what the lookups add;
+* a batch's outputs written to a stream (an ``XADD`` each), from one argument each as the
+  commit sends them, and from one argument holding them all, cut with ``string.sub`` in
+  the script (of equal widths: a lower bound for outputs of varying size, which would also
+  need their lengths): whether fewer arguments would cost Redis less;
 * reading a batch of input entries of ``--entry-bytes``: a plain ``XREADGROUP`` (what a
   worker serving a model with others sends) against workers/read.lua's announcement and
   that ``XREADGROUP`` in one ``MULTI`` (what a worker alone sends behind each commit).
@@ -141,6 +145,51 @@ def arguments_cost(client: Any, batches: int = 40, batch: int = 100, row_bytes: 
         _RETURN(client, script_keys, args)
         total += command_stats(client)["evalsha"][1]
     return 1e6 * total / (batches * batch)
+
+
+_XADD_EACH_ARGUMENT = LuaScript("""
+for i = 1, #ARGV do redis.call('XADD', KEYS[1], '*', 'data', ARGV[i]) end
+return #ARGV
+""")
+_XADD_CUT_FROM_ONE = LuaScript("""
+local all, n, w = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+for i = 0, n - 1 do
+  redis.call('XADD', KEYS[1], '*', 'data', string.sub(all, i * w + 1, (i + 1) * w))
+end
+return n
+""")
+
+
+def outputs_cost(client: Any, batches: int = 40, batch: int = 100, out_bytes: int = 144,
+                 ) -> dict[str, float]:
+    """redis-server microseconds per message to ``XADD`` a batch's outputs of ``out_bytes``
+    to a stream: one argument per output, against all of them in one argument cut in the
+    script. For each, the script's own time (``INFO commandstats``) and redis-server's
+    CPU over the calls (``INFO cpu``: the reading and parsing of the arguments on the way
+    in too, which one argument would save). Each variant's stream is checked to hold
+    every output, byte for byte."""
+    from benchmarks.end_to_end import _redis_cpu_s
+
+    out = {}
+    for i, variant in enumerate(("outputs written: one argument each (the commit's way)",
+                                 "outputs written: one argument for the batch, cut in the script")):
+        key = f"outputs-{i}"
+        batches_of = [[os.urandom(out_bytes) for _ in range(batch)] for _ in range(batches)]
+        client.config_resetstat()
+        cpu0 = _redis_cpu_s(client)
+        for outputs in batches_of:
+            if "cut" in variant:
+                _XADD_CUT_FROM_ONE(client, [key], [b"".join(outputs), len(outputs), out_bytes])
+            else:
+                _XADD_EACH_ARGUMENT(client, [key], outputs)
+        cpu = _redis_cpu_s(client) - cpu0
+        us = _us_per_message(client, "evalsha", batches * batch)
+        written = [fields[b"data"] for _, fields in client.xrange(key)]
+        if written != [o for outputs in batches_of for o in outputs]:
+            raise RuntimeError(f"{variant}: the stream does not hold the outputs sent")
+        out[variant + ": the script"] = us
+        out[variant + ": redis-server CPU"] = 1e6 * cpu / (batches * batch)
+    return out
 
 
 def corpus_row_bytes(corpus_root: Any, batch: int = DEFAULT_BATCH_SIZE,
@@ -302,6 +351,7 @@ def main(argv: list[str] | None = None) -> int:
         res = commit_cost(client, args.batches, args.batch, args.row_bytes,
                           args.out_bytes, args.delta_bytes)
         res.update(ownership_cost(client, args.batches, args.batch))
+        res.update(outputs_cost(client, args.batches, args.batch, args.out_bytes))
         res.update(read_cost(client, args.batches, args.batch, args.entry_bytes))
     print(format_table(["variant", "redis-server us/message"], [[k, v] for k, v in res.items()]))
     default, bare = res["commit, cache entries (default: bucket hashes)"], res["commit, no cache entries"]

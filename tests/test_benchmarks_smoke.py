@@ -365,6 +365,28 @@ def test_commit_cost_reads_redis_own_time_for_each_variant():
 
 
 @needs_redis
+def test_commit_cost_writes_the_outputs_both_ways():
+    """The outputs variant: each way writes every output, byte for byte, and is timed
+    from Redis' own accounting (the function checks the stream and raises otherwise)."""
+    from benchmarks import commit_cost
+
+    with end_to_end.RedisServer() as server:
+        client = server.client()
+        res = commit_cost.outputs_cost(client, batches=3, batch=7, out_bytes=20)
+        lengths = [client.xlen(f"outputs-{i}") for i in range(2)]
+        # the cut is by position: a blob of 7 outputs of 20 bytes gives them back in order
+        sent = [bytes([i]) * 20 for i in range(7)]
+        commit_cost._XADD_CUT_FROM_ONE(client, ["cut-check"], [b"".join(sent), 7, 20])
+        cut = [f[b"data"] for _, f in client.xrange("cut-check")]
+    ways = ["outputs written: one argument each (the commit's way)",
+            "outputs written: one argument for the batch, cut in the script"]
+    assert list(res) == [f"{w}: {what}" for w in ways for what in ("the script", "redis-server CPU")]
+    assert all(math.isfinite(v) and v >= 0 for v in res.values())
+    assert all(res[f"{w}: the script"] > 0 for w in ways)
+    assert lengths == [21, 21] and cut == sent
+
+
+@needs_redis
 def test_the_ownership_check_cut_from_the_commit_script_finds_lost_ids():
     """benchmarks.commit_cost times the commit's first step on its own: it must be the
     real check (it reports an id acknowledged meanwhile, and one of another consumer)."""
