@@ -339,6 +339,13 @@ def command_stats(client: Any) -> dict[str, tuple[int, float]]:
             for name, v in client.info("commandstats").items()}
 
 
+def redis_cpu_s(client: Any) -> float:
+    """redis-server's CPU seconds so far (``INFO cpu``: user + system, the whole process:
+    commands, parsing, networking)."""
+    info = client.info("cpu")
+    return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
+
+
 def rss_bytes(pid: int) -> int:
     """Resident set size of a process (Linux /proc), 0 if unknown."""
     try:

@@ -54,6 +54,7 @@ from benchmarks._common import (
     command_stats,
     format_table,
     print_header,
+    redis_cpu_s,
 )
 from benchmarks.end_to_end import prefill
 from streamnb.constants import DEFAULT_BATCH_SIZE
@@ -168,21 +169,22 @@ def outputs_cost(client: Any, batches: int = 40, batch: int = 100, out_bytes: in
     CPU over the calls (``INFO cpu``: the reading and parsing of the arguments on the way
     in too, which one argument would save). Each variant's stream is checked to hold
     every output, byte for byte."""
-    from benchmarks.end_to_end import _redis_cpu_s
-
+    ways = {
+        "outputs written: one argument each (the commit's way)":
+            lambda key, outputs: _XADD_EACH_ARGUMENT(client, [key], outputs),
+        "outputs written: one argument for the batch, cut in the script":
+            lambda key, outputs: _XADD_CUT_FROM_ONE(client, [key], [b"".join(outputs), len(outputs),
+                                                                   out_bytes]),
+    }
     out = {}
-    for i, variant in enumerate(("outputs written: one argument each (the commit's way)",
-                                 "outputs written: one argument for the batch, cut in the script")):
+    for i, (variant, write) in enumerate(ways.items()):
         key = f"outputs-{i}"
         batches_of = [[os.urandom(out_bytes) for _ in range(batch)] for _ in range(batches)]
         client.config_resetstat()
-        cpu0 = _redis_cpu_s(client)
+        cpu0 = redis_cpu_s(client)
         for outputs in batches_of:
-            if "cut" in variant:
-                _XADD_CUT_FROM_ONE(client, [key], [b"".join(outputs), len(outputs), out_bytes])
-            else:
-                _XADD_EACH_ARGUMENT(client, [key], outputs)
-        cpu = _redis_cpu_s(client) - cpu0
+            write(key, outputs)
+        cpu = redis_cpu_s(client) - cpu0
         us = _us_per_message(client, "evalsha", batches * batch)
         written = [fields[b"data"] for _, fields in client.xrange(key)]
         if written != [o for outputs in batches_of for o in outputs]:

@@ -63,6 +63,7 @@ from benchmarks._common import (
     host_cpu_s,
     print_header,
     rate,
+    redis_cpu_s,
     runqueue_wait_s,
 )
 
@@ -275,11 +276,6 @@ def _log_bytes(client: Any, key: str) -> int:
         start = "(" + entries[-1][0].decode()
 
 
-def _redis_cpu_s(client: Any) -> float:
-    info = client.info("cpu")
-    return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
-
-
 @dataclass
 class CpuWindow:
     """CPU of the workers and of redis-server between :meth:`start` and :meth:`stop`."""
@@ -301,14 +297,14 @@ class CpuWindow:
         self.host0 = host_cpu_s()
         self.t0 = time.monotonic()
         self.workers0 = sum(cpu_seconds(p.pid) for p in self.procs)
-        self.redis0 = _redis_cpu_s(self.client)
+        self.redis0 = redis_cpu_s(self.client)
         self.queued0 = sum(runqueue_wait_s(p.pid) for p in self.procs)
 
     def stop(self) -> None:
         dt = time.monotonic() - self.t0
         if dt >= 0.2:  # else a few clock ticks would read as many cores
             self.worker_cores = (sum(cpu_seconds(p.pid) for p in self.procs) - self.workers0) / dt
-            self.redis_cores = (_redis_cpu_s(self.client) - self.redis0) / dt
+            self.redis_cores = (redis_cpu_s(self.client) - self.redis0) / dt
             queued = sum(runqueue_wait_s(p.pid) for p in self.procs) - self.queued0
             self.worker_runqueue = queued / dt / max(1, len(self.procs))
             idle, steal, busy = (b - a for a, b in zip(self.host0, host_cpu_s(), strict=True))
@@ -329,7 +325,7 @@ def run_e2e(server: RedisServer, name: str, messages: Sequence[bytes], n_workers
     client = server.client()
     prefill(client, name, messages)
     k = keys(name)
-    cpu0 = _redis_cpu_s(client)
+    cpu0 = redis_cpu_s(client)
     with workers(server.url, default_spec(name), n_workers, options) as procs:
         window = CpuWindow(client, procs)
         unwatch = None
@@ -340,7 +336,7 @@ def run_e2e(server: RedisServer, name: str, messages: Sequence[bytes], n_workers
         window.stop()
         if unwatch is not None:
             unwatch()
-        cpu = _redis_cpu_s(client) - cpu0
+        cpu = redis_cpu_s(client) - cpu0
     if not ok:
         raise RuntimeError(f"{name}: the workers did not process {len(messages)} messages in {timeout}s")
     n, per_s = out_rate(client, k["out"])

@@ -131,10 +131,11 @@ def cache_counts(valgrind_output: str) -> dict[str, int]:
     return {k: int(m.group(1).replace(",", "")) for k, m in found.items() if m is not None}
 
 
-#: ``--cache``: this VM's caches (AMD EPYC: 64 KB L1d and 1 MB L2 per core), the L2 as
-#: cachegrind's last level: what misses it is read from the shared L3 or from memory.
-CACHE_SIM = ["--cache-sim=yes", "--D1=65536,8,64", "--LL=1048576,16,64"]
-#: The simulated last level's size by default (``--ll-bytes``): the L2 of one core.
+#: ``--cache``: this VM's caches (AMD EPYC: 64 KB L1d and 1 MB L2 per core); the last
+#: level is added by :func:`cache_sim`.
+CACHE_SIM = ["--cache-sim=yes", "--D1=65536,8,64"]
+#: The simulated last level's size by default (``--ll-bytes``): the L2 of one core, so
+#: what misses it is read from the shared L3 or from memory.
 DEFAULT_LL_BYTES = 1 << 20
 
 
@@ -148,7 +149,7 @@ def cache_sim(ll_bytes: int = DEFAULT_LL_BYTES) -> list[str]:
     >>> cache_sim()[-1], cache_sim(32 << 20)[-1]
     ('--LL=1048576,16,64', '--LL=33554432,16,64')
     """
-    return [*CACHE_SIM[:-1], f"--LL={int(ll_bytes)},16,64"]
+    return [*CACHE_SIM, f"--LL={int(ll_bytes)},16,64"]
 
 
 def ll_label(ll_bytes: int) -> str:
