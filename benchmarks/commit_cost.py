@@ -26,7 +26,12 @@ after each variant:
   need their lengths): whether fewer arguments would cost Redis less;
 * reading a batch of input entries of ``--entry-bytes``: a plain ``XREADGROUP`` (what a
   worker serving a model with others sends) against workers/read.lua's announcement and
-  that ``XREADGROUP`` in one ``MULTI`` (what a worker alone sends behind each commit).
+  that ``XREADGROUP`` in one ``MULTI`` (what a worker alone sends behind each commit);
+* redis-server's CPU for the default commit, sent to the script and as the same writes
+  in plain commands in one ``MULTI`` (the ownership check's ``XPENDING`` included, its
+  reply unused): what the Lua layer costs, arguments and ``redis.call`` included. A
+  ``MULTI`` cannot make its writes depend on that check, so this measures the layer; it
+  is not a way to commit.
 
 Then the worker's side of the same commit: the time to pack its ``EVALSHA`` (about 9
 arguments a message) in the Redis protocol with redis-py (hiredis) and with the C
@@ -194,6 +199,73 @@ def outputs_cost(client: Any, batches: int = 40, batch: int = 100, out_bytes: in
     return out
 
 
+def _plain_commit(client: Any, keys: ModelKeys, ids: list[str], req: CommitRequest) -> None:
+    """``req``'s writes as workers/commit.lua makes them when it succeeds (the log entry
+    after the log's last id is read, the learnt count, the outputs and their trim, the
+    cache entries, their expiry and the registry, the acknowledgements), and the ownership
+    check's ``XPENDING`` (its reply unused), as plain commands in one ``MULTI``."""
+    pipe = client.pipeline(transaction=True)
+    pipe.xpending_range(keys.input, GROUP, min=ids[0], max=ids[-1], count=len(ids) + 16,
+                        consumername="bench")
+    pipe.xrevrange(keys.log, count=1)
+    pipe.xadd(keys.log, {"data": req.log_data})
+    pipe.incrby(keys.learnt, req.n_learnt)
+    for output in req.outputs:
+        pipe.xadd(keys.out, {"data": output})
+    pipe.xtrim(keys.out, maxlen=1_000_000, approximate=True)
+    for w in req.cache_writes:
+        pipe.hset(w.key, items=w.values)
+        pipe.pexpire(w.key, w.ttl_ms)
+    if req.cache_registry is not None:
+        pipe.hset(req.cache_registry[0], req.cache_registry[1], req.cache_registry[2])
+    pipe.xack(keys.input, GROUP, *ids)
+    pipe.execute()
+
+
+def lua_layer_cost(client: Any, batches: int = 40, batch: int = 100, row_bytes: int = 789,
+                   out_bytes: int = 144, delta_bytes: int = 351) -> dict[str, float]:
+    """redis-server's CPU per message (``INFO cpu``: parsing and networking included) for
+    the default commit sent to workers/commit.lua, against the same writes sent as plain
+    commands in one ``MULTI`` (:func:`_plain_commit`: what the commit would cost without
+    the Lua layer, its ownership check reduced to the one ``XPENDING`` a ``MULTI`` cannot
+    act on). The same payloads go both ways, and both must leave the same outputs, log
+    data, learnt count and cache entries, with nothing pending."""
+    now_ms = 1_700_000_000_000
+    payloads = [([os.urandom(out_bytes) for _ in range(batch)], os.urandom(delta_bytes * batch),
+                 [os.urandom(row_bytes) for _ in range(batch)]) for _ in range(batches)]
+    ways = {"the commit script (workers/commit.lua)":
+            lambda keys, ids, req: commit_batch(client, keys, "bench", req, 1_000_000, 100_000).ok,
+            "the same writes as plain commands in one MULTI":
+            lambda keys, ids, req: _plain_commit(client, keys, ids, req)}
+    out, left = {}, []
+    for i, (way, commit) in enumerate(ways.items()):
+        keys = ModelKeys(f"lua-layer-{i}")
+        client.xgroup_create(keys.input, GROUP, id="0", mkstream=True)
+        work = []
+        for b, (outputs, log_data, rows) in enumerate(payloads):
+            ids = _pending_ids(client, keys, batch)
+            entries = [(f"{b}-{j}", encode_entry(b"\xa4spam", row, "spam", {"spam": -0.01}, 1.0,
+                                                 now_ms / 1000)) for j, row in enumerate(rows)]
+            writes, registry = batch_writes(keys, TTL_MS, now_ms + 1000 * b, entries)
+            work.append((ids, CommitRequest(ids=ids, outputs=outputs, log_data=log_data,
+                                            n_learnt=batch, cache_writes=writes,
+                                            cache_registry=registry)))
+        cpu0 = redis_cpu_s(client)
+        for ids, req in work:
+            if commit(keys, ids, req) is False:
+                raise RuntimeError(f"{way}: the commit failed")
+        out[way + ": redis-server CPU"] = 1e6 * (redis_cpu_s(client) - cpu0) / (batches * batch)
+        cache = {}
+        for key in client.keys(keys.cache_bucket_prefix + "*"):
+            cache.update(client.hgetall(key))
+        left.append(([f[b"data"] for _, f in client.xrange(keys.out)],
+                     [f[b"data"] for _, f in client.xrange(keys.log)], client.get(keys.learnt),
+                     cache, client.xpending(keys.input, GROUP)["pending"]))
+    if left[0] != left[1] or left[0][-1] != 0 or len(left[0][0]) != batches * batch:
+        raise RuntimeError("the two ways did not leave the same writes")
+    return out
+
+
 def corpus_row_bytes(corpus_root: Any, batch: int = DEFAULT_BATCH_SIZE,
                      ) -> dict[str, float] | None:
     """Of a corpus message's row: mean bytes as cached (``rows_to_bytes``) and in the map
@@ -355,6 +427,8 @@ def main(argv: list[str] | None = None) -> int:
         res.update(ownership_cost(client, args.batches, args.batch))
         res.update(outputs_cost(client, args.batches, args.batch, args.out_bytes))
         res.update(read_cost(client, args.batches, args.batch, args.entry_bytes))
+        res.update(lua_layer_cost(client, args.batches, args.batch, args.row_bytes,
+                                  args.out_bytes, args.delta_bytes))
     print(format_table(["variant", "redis-server us/message"], [[k, v] for k, v in res.items()]))
     default, bare = res["commit, cache entries (default: bucket hashes)"], res["commit, no cache entries"]
     print(f"cache entries: {default - bare:.1f} us of {default:.1f} us per message in the commit "

@@ -4,9 +4,14 @@ A private redis-server is started on a free port (never 6379). For each payload 
 mail, pre-tokenized) and each worker count, a fresh model (the daemon's defaults:
 multinomial, 2**20 buckets) gets its ``:in`` stream pre-filled with the corpus as
 labelled messages (``--repeat`` passes), then the workers (``python -m workers.worker``
-processes, default options) are started. Throughput is measured on the Redis clock,
-from the stream ids of ``:out``: (predictions after the first commit) / (time from the
-first to the last commit), so worker start-up is excluded. The reference figures come
+processes, default options) are started. The consumer group starts after those messages
+until every worker waits in ``XREADGROUP``; then it is set back to the start and the
+last message is added, which wakes them all at once. Throughput is measured on the Redis
+clock, from the stream ids of ``:out``, over the window in which every worker was committing:
+from the last worker's first commit to the first worker's last, (predictions in it) /
+(its length). So what is left of start-up is left out (the ``start skew`` column: how
+much later than the first worker's first output the last worker's came, in ms), and so
+is the end of the run where a worker has run out of messages. The reference figures come
 from the same messages in this process: bare ``email.message_from_bytes``, and the
 worker's pipeline without Redis (decode, featurize, predict, learn in batches of 100),
 and, for as many workers as the most run, that pipeline in as many processes at once
@@ -37,6 +42,7 @@ from __future__ import annotations
 import argparse
 import email
 import json
+import math
 import os
 import queue
 import shutil
@@ -158,18 +164,36 @@ def workers(url: str, spec: dict[str, Any], n: int, options: dict[str, Any] | No
                 p.wait()
 
 
-def wait_for(client: Any, key: str, n: int, timeout: float, procs: Sequence[subprocess.Popen] = (),
-             dead_key: str | None = None) -> bool:
-    """Until ``XLEN key`` (+ dead letters) reaches ``n``; False on timeout or a dead worker."""
+def wait_until(done: Callable[[], bool], timeout: float,
+               procs: Sequence[subprocess.Popen] = (), every_s: float = 0.05) -> bool:
+    """Poll ``done()`` every ``every_s`` until it is true; False on timeout or a dead
+    worker."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        done = client.xlen(key) + (client.xlen(dead_key) if dead_key else 0)
-        if done >= n:
+        if done():
             return True
         if any(p.poll() is not None for p in procs):
             return False
-        time.sleep(0.05)
+        time.sleep(every_s)
     return False
+
+
+def wait_for(client: Any, key: str, n: int, timeout: float, procs: Sequence[subprocess.Popen] = (),
+             dead_key: str | None = None) -> bool:
+    """Until ``XLEN key`` (+ dead letters) reaches ``n``; False on timeout or a dead worker."""
+    return wait_until(
+        lambda: client.xlen(key) + (client.xlen(dead_key) if dead_key else 0) >= n,
+        timeout, procs)
+
+
+def wait_blocked(client: Any, n: int, timeout: float,
+                 procs: Sequence[subprocess.Popen] = ()) -> bool:
+    """Until ``n`` clients of redis-server are blocked in ``XREADGROUP`` (``CLIENT LIST``:
+    every worker started and waiting for entries); False on timeout or a dead worker."""
+    return wait_until(
+        lambda: sum(1 for c in client.client_list()
+                    if c.get("cmd") == "xreadgroup" and "b" in c.get("flags", "")) >= n,
+        timeout, procs, every_s=0.01)
 
 
 def id_ms(entry_id: bytes | str) -> int:
@@ -177,9 +201,45 @@ def id_ms(entry_id: bytes | str) -> int:
     return int(s.split("-", 1)[0])
 
 
-def out_rate(client: Any, key: str) -> tuple[int, float]:
-    """(outputs, outputs/s) between the first and the last commit, on the Redis clock."""
-    return stamps_rate([id_ms(i) for i, _ in client.xrange(key)])
+def out_rate(client: Any, key: str) -> tuple[int, float, int, float]:
+    """(outputs, outputs/s, start skew in ms, outputs/s from the first output to the last)
+    of stream ``key``'s outputs on the Redis clock (their ids): the rate over the window in
+    which every worker was committing (:func:`steady_rate`), and the rate from the first
+    output to the last (:func:`stamps_rate`: a late worker's start-up inside)."""
+    from streamnb.codec import decode_output
+
+    stamps, workers = [], []
+    for entry_id, fields in client.xrange(key):
+        stamps.append(id_ms(entry_id))
+        workers.append(decode_output(fields[b"data"]).get("worker"))
+    return (*steady_rate(stamps, workers), stamps_rate(stamps)[1])
+
+
+def steady_rate(stamps: Sequence[int], workers: Sequence[Any]) -> tuple[int, float, int]:
+    """(outputs, outputs/s, start skew) of outputs with these milliseconds, made by these
+    workers, over the window in which every worker was committing: from the last worker's
+    first output to the first worker's last. The outputs after the window's first
+    millisecond are counted over its length (:func:`stamps_rate`); the skew is the time
+    between the first worker's first output and the last worker's. With one worker, the
+    window runs from the first output to the last.
+
+    >>> # w1 starts 500 ms late; w0 finishes 500 ms early: the window is 1500 -> 2500
+    >>> steady_rate([1000, 1500, 1500, 2000, 2000, 2500, 3000],
+    ...             ["w0", "w1", "w0", "w0", "w1", "w0", "w1"])
+    (7, 3.0, 500)
+    >>> steady_rate([1000, 1000, 1500, 2000], ["w0"] * 4)
+    (4, 2.0, 0)
+    """
+    first: dict[Any, int] = {}
+    last: dict[Any, int] = {}
+    for s, w in zip(stamps, workers, strict=True):
+        first.setdefault(w, s)
+        last[w] = s
+    if not first:
+        return 0, float("nan"), 0
+    start, end = max(first.values()), min(last.values())
+    _, per_s = stamps_rate([s for s in stamps if start <= s <= end])
+    return len(stamps), per_s, start - min(first.values())
 
 
 def stamps_rate(stamps: Sequence[int]) -> tuple[int, float]:
@@ -226,6 +286,12 @@ class E2EResult:
     #: the share the hypervisor took (steal); Linux.
     host_idle: float = float("nan")
     host_steal: float = float("nan")
+    #: Milliseconds from the first worker's first output to the last worker's: start-up
+    #: left out of the rate (:func:`steady_rate`).
+    start_skew_ms: int = 0
+    #: Outputs per second from the first output to the last (what ``per_second`` was
+    #: before the window left a late worker's start-up out).
+    first_to_last_per_second: float = float("nan")
 
     @property
     def worker_cpu_us(self) -> float:
@@ -322,13 +388,26 @@ def run_e2e(server: RedisServer, name: str, messages: Sequence[bytes], n_workers
     ``watch(procs)`` is called with the worker processes when the measured window starts
     (at the first output: start-up left out) and returns what to call when it ends (a
     profiler attached for the window alone, :func:`spy_run`)."""
+    from workers.keys import GROUP
+
     client = server.client()
-    prefill(client, name, messages)
     k = keys(name)
+    # every message but the last, behind a group that starts after them: nothing to read
+    # until every worker waits in XREADGROUP; then the group goes back to the start and
+    # the last XADD wakes them at once (no worker's start-up inside the run)
+    prefill(client, name, messages[:-1])
+    client.xgroup_create(k["in"], GROUP, id="$", mkstream=True)
     cpu0 = redis_cpu_s(client)
     with workers(server.url, default_spec(name), n_workers, options) as procs:
         window = CpuWindow(client, procs)
         unwatch = None
+        if not wait_blocked(client, n_workers, timeout, procs):
+            raise RuntimeError(f"{name}: {n_workers} workers did not start in {timeout}s")
+        if messages:
+            gate = client.pipeline(transaction=True)
+            gate.xgroup_setid(k["in"], GROUP, "0")
+            gate.xadd(k["in"], {"data": messages[-1]})
+            gate.execute()
         if wait_for(client, k["out"], 1, timeout, procs, k["dead"]):  # start-up left out
             window.start()
             unwatch = watch(procs) if watch is not None else None
@@ -339,12 +418,12 @@ def run_e2e(server: RedisServer, name: str, messages: Sequence[bytes], n_workers
         cpu = redis_cpu_s(client) - cpu0
     if not ok:
         raise RuntimeError(f"{name}: the workers did not process {len(messages)} messages in {timeout}s")
-    n, per_s = out_rate(client, k["out"])
+    n, per_s, skew, first_to_last = out_rate(client, k["out"])
     return E2EResult(payload, n_workers, n, per_s, int(client.xlen(k["dead"])),
                      1e6 * cpu / max(1, len(messages)),
                      _log_bytes(client, k["log"]) / max(1, len(messages)),
                      window.worker_cores, window.redis_cores, window.worker_runqueue,
-                     window.host_idle, window.host_steal)
+                     window.host_idle, window.host_steal, skew, first_to_last)
 
 
 def in_process_rate(messages: Sequence[bytes], batch: int = 100) -> float:
@@ -503,6 +582,12 @@ def summary(report: dict[str, Any]) -> list[str]:
                              f"message for 2 workers and redis-server together; they used "
                              f"{two.worker_cpu_us:.0f} + {two.redis_cpu_us:.0f} (1 worker alone: "
                              f"{runs[(p, 1)].worker_cpu_us:.0f} + {runs[(p, 1)].redis_cpu_us:.0f})")
+            two = runs[(p, 2)]
+            if two.start_skew_ms and not math.isnan(two.first_to_last_per_second):
+                lines.append(f"{p}: 2 workers from the first output to the last (the second "
+                             f"worker's start, {two.start_skew_ms} ms later, inside): "
+                             f"{two.first_to_last_per_second:,.0f} msg/s, "
+                             f"{two.first_to_last_per_second / by[(p, 1)]:.2f}x")
             pairs = list(zip(report.get("trials", {}).get((p, 2), []),
                              report.get("trials", {}).get((p, 1), []), strict=False))
             if len(pairs) > 1:  # the runs of one trial ran back to back: the host's speed moves
@@ -522,12 +607,12 @@ def summary(report: dict[str, Any]) -> list[str]:
 def print_report(report: dict[str, Any]) -> None:
     rows = [[r.payload, r.workers, r.messages, r.per_second, r.dead, r.redis_cpu_us, r.log_bytes,
              r.worker_cores, r.worker_cpu_us, r.redis_cores, f"{r.worker_runqueue:.0%}",
-             f"{r.host_idle:.0%}", f"{r.host_steal:.0%}"]
+             f"{r.host_idle:.0%}", f"{r.host_steal:.0%}", r.start_skew_ms]
             for r in report["results"]]
     print(format_table(["payload", "workers", "outputs", "msg/s", "dead",
                         "redis-server CPU us/msg", "log bytes/msg", "worker CPU cores",
                         "worker CPU us/msg", "redis-server cores", "worker run-queue wait",
-                        "host idle", "host steal"],
+                        "host idle", "host steal", "start skew ms"],
                        rows))
     print()
     print(format_table(["reference, same messages, this process", "msg/s"],

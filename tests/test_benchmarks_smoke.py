@@ -131,6 +131,55 @@ def test_end_to_end_counts_every_message(tmp_path):
         assert math.isnan(share) or 0 <= share <= 1
 
 
+def test_the_rate_window_leaves_out_a_late_worker_and_the_end_of_the_run():
+    """Worked by hand: w0 commits 100 outputs at 0, 100, ..., 1000 ms; w1 starts 400 ms
+    late and commits at 400, 500, ..., 1400. Both commit from 400 to 1000: after the
+    window's first millisecond there are 6 commits of each worker (500 .. 1000 ms), 1,200
+    outputs in 0.6 s. From the first output to the last: 1,500 after the first ms in 1.4 s."""
+    stamps, workers = [], []
+    for t in range(0, 1001, 100):
+        stamps += [t] * 100
+        workers += ["w0"] * 100
+    for t in range(400, 1401, 100):
+        stamps += [t] * 100
+        workers += ["w1"] * 100
+    order = sorted(range(len(stamps)), key=stamps.__getitem__)
+    stamps, workers = [stamps[i] for i in order], [workers[i] for i in order]
+    n, per_s, skew = end_to_end.steady_rate(stamps, workers)
+    assert (n, skew) == (2_200, 400)
+    assert per_s == pytest.approx(1_200 / 0.6)
+    assert end_to_end.stamps_rate(stamps)[1] == pytest.approx(2_100 / 1.4)
+    # one worker: the window is the whole run
+    alone = [t for t, w in zip(stamps, workers, strict=True) if w == "w0"]
+    assert end_to_end.steady_rate(alone, ["w0"] * len(alone)) == (
+        1_100, pytest.approx(1_000 / 1.0), 0)
+    # a worker that started after the other had finished: no window, no rate
+    late = end_to_end.steady_rate([0, 100, 200, 300], ["w0", "w0", "w1", "w1"])
+    assert late[0] == 4 and math.isnan(late[1]) and late[2] == 200
+
+
+@needs_redis
+def test_two_workers_rate_is_measured_while_both_commit():
+    corpus = synthetic_mail(600, seed=3)
+    msgs = end_to_end.encode_messages(corpus, "tokens", tokens=end_to_end.corpus_tokens(corpus))
+    with end_to_end.RedisServer() as server:
+        res = end_to_end.run_e2e(server, "smoke2", msgs, 2, "tokens", timeout=60,
+                                 options={"batch": 25})
+        client = server.client()
+        outs = client.xrange(end_to_end.keys("smoke2")["out"])
+    assert res.messages == 600 and res.dead == 0
+    from streamnb.codec import decode_output
+    stamps = [end_to_end.id_ms(i) for i, _ in outs]
+    workers = [decode_output(f[b"data"])["worker"] for _, f in outs]
+    assert set(workers) == {"w0", "w1"}  # both workers committed
+    first = {w: stamps[workers.index(w)] for w in ("w0", "w1")}
+    assert res.start_skew_ms == max(first.values()) - min(first.values())
+    expected = end_to_end.steady_rate(stamps, workers)[1]
+    assert res.per_second == pytest.approx(expected, nan_ok=True)
+    assert res.first_to_last_per_second == pytest.approx(end_to_end.stamps_rate(stamps)[1],
+                                                         nan_ok=True)
+
+
 def test_host_cpu_splits_proc_stat_into_idle_steal_and_busy():
     from benchmarks._common import host_cpu_s
 
@@ -159,6 +208,12 @@ def test_the_scaling_ceiling_leaves_out_redis_server_and_one_core_per_worker():
     assert end_to_end.scaling_budget_us(one, 1.6, cores=2) == pytest.approx(125.0)
     assert "tokens: 1.6x on 2 cores leaves 125 us of CPU per message for 2 workers and " \
            "redis-server together; they used 100 + 20 (1 worker alone: 95 + 30)" in lines
+    late = E("tokens", 2, 9_750, 15_000.0, 0, start_skew_ms=120, first_to_last_per_second=13_000.0)
+    lines = end_to_end.summary({"results": [one, late], "refs": {}, "messages": 9_750, "cores": 2})
+    assert "tokens: 2 workers from the first output to the last (the second worker's start, " \
+           "120 ms later, inside): 13,000 msg/s, 1.30x" in lines
+    assert not any("first output to the last" in line for line in end_to_end.summary(
+        {"results": [one, two], "refs": {}, "messages": 9_750, "cores": 2}))
     lines = end_to_end.summary({"results": [one, two], "refs": {}, "messages": 9_750, "cores": 2,
                                 "trials": {("tokens", 1): [10_000.0, 8_000.0],
                                            ("tokens", 2): [15_000.0, 14_000.0]}})
@@ -384,6 +439,35 @@ def test_commit_cost_writes_the_outputs_both_ways():
     assert all(math.isfinite(v) and v >= 0 for v in res.values())
     assert all(res[f"{w}: the script"] > 0 for w in ways)
     assert lengths == [21, 21] and cut == sent
+
+
+@needs_redis
+def test_commit_cost_sends_the_same_writes_through_lua_and_as_plain_commands(monkeypatch):
+    """The Lua layer's variant: both ways leave the same outputs, log, learnt count and
+    cache entries, nothing pending; a way that leaves out a write is caught."""
+    from benchmarks import commit_cost
+
+    with end_to_end.RedisServer() as server:
+        client = server.client()
+        res = commit_cost.lua_layer_cost(client, batches=3, batch=6, row_bytes=40,
+                                         out_bytes=16, delta_bytes=8)
+        both = [commit_cost.ModelKeys(f"lua-layer-{i}") for i in range(2)]
+        lengths = [(client.xlen(k.out), client.xlen(k.log), int(client.get(k.learnt)))
+                   for k in both]
+        client.flushall()
+        real = commit_cost._plain_commit
+
+        def without_the_learnt_count(client, keys, ids, req):
+            req.n_learnt = 0
+            real(client, keys, ids, req)
+
+        monkeypatch.setattr(commit_cost, "_plain_commit", without_the_learnt_count)
+        with pytest.raises(RuntimeError, match="the same writes"):
+            commit_cost.lua_layer_cost(client, batches=2, batch=3, row_bytes=40)
+    assert list(res) == ["the commit script (workers/commit.lua): redis-server CPU",
+                         "the same writes as plain commands in one MULTI: redis-server CPU"]
+    assert all(math.isfinite(v) and v > 0 for v in res.values())
+    assert lengths == [(18, 3, 18)] * 2
 
 
 @needs_redis
