@@ -570,19 +570,18 @@ def summary(report: dict[str, Any]) -> list[str]:
     for p in ("tokens", "raw", "hashes"):
         if (p, 1) in by and (p, 2) in by:
             target = "" if p == "hashes" else f" (target >= {SCALING_TARGET}x)"
-            ceiling = scaling_ceiling(runs[(p, 1)], runs[(p, 2)], cores)
+            two = runs[(p, 2)]
+            ceiling = scaling_ceiling(runs[(p, 1)], two, cores)
             lines.append(f"{p}: 2 workers / 1 worker: {by[(p, 2)] / by[(p, 1)]:.2f}x{target}; "
                          f"without waits at most {ceiling:.2f}x on {cores} cores (2 workers' "
                          f"{runs[(p, 2)].worker_cpu_us:.0f} us of CPU per message, "
                          f"redis-server's {runs[(p, 2)].redis_cores:.2f} cores left out)")
             if target and cores <= 2:
-                two = runs[(p, 2)]
                 lines.append(f"{p}: {SCALING_TARGET}x on {cores} cores leaves "
                              f"{scaling_budget_us(runs[(p, 1)], SCALING_TARGET, cores):.0f} us of CPU per "
                              f"message for 2 workers and redis-server together; they used "
                              f"{two.worker_cpu_us:.0f} + {two.redis_cpu_us:.0f} (1 worker alone: "
                              f"{runs[(p, 1)].worker_cpu_us:.0f} + {runs[(p, 1)].redis_cpu_us:.0f})")
-            two = runs[(p, 2)]
             if two.start_skew_ms and not math.isnan(two.first_to_last_per_second):
                 lines.append(f"{p}: 2 workers from the first output to the last (the second "
                              f"worker's start, {two.start_skew_ms} ms later, inside): "
