@@ -85,12 +85,14 @@ return 1
 """)
 
 
-def cache_writes(keys: ModelKeys, b: int, batch: int, row_bytes: int, now_ms: int) -> Any:
+def cache_writes(keys: ModelKeys, b: int, batch: int, row_bytes: int, now_ms: int,
+                 rows: list[bytes] | None = None) -> Any:
     """The cache writes and registry record of batch ``b`` as the daemon makes them, with
-    random rows of ``row_bytes`` and a two-class prediction."""
-    entries = [(f"{b}-{i}", encode_entry(b"\xa4spam", os.urandom(row_bytes), "spam",
+    ``rows`` (default: ``batch`` random rows of ``row_bytes``) and a two-class prediction."""
+    rows = [os.urandom(row_bytes) for _ in range(batch)] if rows is None else rows
+    entries = [(f"{b}-{i}", encode_entry(b"\xa4spam", row, "spam",
                                          {"spam": -0.01, "ham": -4.6}, 1.0, now_ms / 1000))
-               for i in range(batch)]
+               for i, row in enumerate(rows)]
     return batch_writes(keys, TTL_MS, now_ms, entries)
 
 
@@ -199,11 +201,12 @@ def outputs_cost(client: Any, batches: int = 40, batch: int = 100, out_bytes: in
     return out
 
 
-def _plain_commit(client: Any, keys: ModelKeys, ids: list[str], req: CommitRequest) -> None:
+def _plain_commit(client: Any, keys: ModelKeys, ids: list[str], req: CommitRequest) -> bool:
     """``req``'s writes as workers/commit.lua makes them when it succeeds (the log entry
     after the log's last id is read, the learnt count, the outputs and their trim, the
     cache entries, their expiry and the registry, the acknowledgements), and the ownership
-    check's ``XPENDING`` (its reply unused), as plain commands in one ``MULTI``."""
+    check's ``XPENDING`` (its reply unused), as plain commands in one ``MULTI``; True
+    (a ``MULTI`` has no check that could refuse it)."""
     pipe = client.pipeline(transaction=True)
     pipe.xpending_range(keys.input, GROUP, min=ids[0], max=ids[-1], count=len(ids) + 16,
                         consumername="bench")
@@ -220,6 +223,7 @@ def _plain_commit(client: Any, keys: ModelKeys, ids: list[str], req: CommitReque
         pipe.hset(req.cache_registry[0], req.cache_registry[1], req.cache_registry[2])
     pipe.xack(keys.input, GROUP, *ids)
     pipe.execute()
+    return True
 
 
 def lua_layer_cost(client: Any, batches: int = 40, batch: int = 100, row_bytes: int = 789,
@@ -244,15 +248,13 @@ def lua_layer_cost(client: Any, batches: int = 40, batch: int = 100, row_bytes: 
         work = []
         for b, (outputs, log_data, rows) in enumerate(payloads):
             ids = _pending_ids(client, keys, batch)
-            entries = [(f"{b}-{j}", encode_entry(b"\xa4spam", row, "spam", {"spam": -0.01}, 1.0,
-                                                 now_ms / 1000)) for j, row in enumerate(rows)]
-            writes, registry = batch_writes(keys, TTL_MS, now_ms + 1000 * b, entries)
+            writes, registry = cache_writes(keys, b, batch, row_bytes, now_ms + 1000 * b, rows)
             work.append((ids, CommitRequest(ids=ids, outputs=outputs, log_data=log_data,
                                             n_learnt=batch, cache_writes=writes,
                                             cache_registry=registry)))
         cpu0 = redis_cpu_s(client)
         for ids, req in work:
-            if commit(keys, ids, req) is False:
+            if not commit(keys, ids, req):
                 raise RuntimeError(f"{way}: the commit failed")
         out[way + ": redis-server CPU"] = 1e6 * (redis_cpu_s(client) - cpu0) / (batches * batch)
         cache = {}
