@@ -19,6 +19,7 @@ streamnb.exceptions.MalformedMessage: not_msgpack: entry is not valid msgpack (F
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -89,10 +90,12 @@ DEFAULT_LIMITS = Limits()
 class InputMessage:
     """One validated input message.
 
-    ``payload`` is ``bytes`` for raw, ``str`` for text, ``list[str]`` for tokens, a uint64
-    ``numpy`` array for hashes (the tokens' 64-bit hashes, :func:`streamnb.features.token_hashes`),
-    ``dict[str, float]`` for features and a float64 ``numpy`` vector for x; it is None
-    (and ``payload_kind`` is None) for a delayed label carrying ``ref``.
+    ``payload`` is ``bytes`` for raw, ``str`` for text, a sequence of ``str`` for tokens
+    (a ``list``, or a :class:`PackedTokens` where the C module read the tokens: then
+    ``token_hashes`` holds their hashes), a uint64 ``numpy`` array for hashes (the tokens'
+    64-bit hashes, :func:`streamnb.features.token_hashes`), ``dict[str, float]`` for
+    features and a float64 ``numpy`` vector for x; it is None (and ``payload_kind`` is
+    None) for a delayed label carrying ``ref``.
     """
 
     entry_id: str
@@ -105,10 +108,73 @@ class InputMessage:
     ref: str | None = None
     meta: dict | None = None
     unknown_keys: int = 0
+    #: A tokens payload's 64-bit hashes (uint64, in order), where :func:`decode_input` had
+    #: them from the C module: what ``token_hashes(payload)`` gives; None otherwise.
+    token_hashes: np.ndarray | None = None
 
     @property
     def is_labelled(self) -> bool:
         return self.label is not None
+
+
+class PackedTokens(Sequence[str]):
+    """The tokens of a tokens payload left in the message's bytes (``data[start:end]``, a
+    msgpack array of ``n`` str already checked by the C module), decoded when first
+    used: the worker reads only their hashes (:attr:`InputMessage.token_hashes`), so
+    decoding a message makes no ``str`` per token.
+
+    >>> import msgpack
+    >>> data = msgpack.packb({"tokens": ["cheap", "meds"]})
+    >>> t = PackedTokens(data, len(b"\\x81\\xa6tokens"), len(data), 2)
+    >>> len(t), t[1], t == ["cheap", "meds"], list(t)
+    (2, 'meds', True, ['cheap', 'meds'])
+    """
+
+    __slots__ = ("_data", "_start", "_end", "_n", "_tokens")
+
+    def __init__(self, data: bytes, start: int, end: int, n: int) -> None:
+        self._data, self._start, self._end, self._n = data, start, end, n
+        self._tokens: list[str] | None = None
+
+    def _list(self) -> list[str]:
+        if self._tokens is None:
+            self._tokens = msgpack.unpackb(self._data[self._start:self._end], raw=False)
+        return self._tokens
+
+    def __len__(self) -> int:
+        return self._n
+
+    def __getitem__(self, i: Any) -> Any:
+        return self._list()[i]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._list())
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, (list, tuple, PackedTokens)):
+            return self._list() == list(other)
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]  # (equal to a list, which has none)
+
+    def __repr__(self) -> str:
+        return f"PackedTokens({self._list()!r})"
+
+
+#: streamnb.features.hashing.packed_token_hashes, imported on first use (streamnb.features
+#: imports this module)
+_packed_token_hashes: Callable[[bytes, int, int], Any] | None = None
+
+
+def _tokens_in_place(data: bytes, limits: Limits) -> tuple[int, int, np.ndarray] | None:
+    """Where the C module finds the message's tokens array, and their hashes (see
+    :func:`streamnb.features.hashing.packed_token_hashes`); None: decode it in full."""
+    global _packed_token_hashes
+    if _packed_token_hashes is None:
+        from streamnb.features.hashing import packed_token_hashes
+
+        _packed_token_hashes = packed_token_hashes
+    return _packed_token_hashes(data, min(limits.max_tokens, limits.max_array_len), limits.max_str_len)
 
 
 # ---------------------------------------------------------------------------- decoding
@@ -261,7 +327,16 @@ def decode_input(
         raise MalformedMessage(
             "too_large", f"message has {len(data)} bytes, the limit is {limits.max_message_bytes}"
         )
-    obj = _unpack(bytes(data), limits)
+    data = bytes(data)
+    # a tokens payload: its tokens hashed from the bytes (C), the rest of the map decoded
+    # by msgpack with the array replaced by nil; any other message decoded in full
+    in_place = _tokens_in_place(data, limits)
+    if in_place is None:
+        obj = _unpack(data, limits)
+    else:
+        start, end, hashes = in_place
+        obj = _unpack(data[:start] + b"\xc0" + data[end:], limits)
+        obj["tokens"] = PackedTokens(data, start, end, int(hashes.size))
     if not isinstance(obj, dict):
         raise MalformedMessage("not_a_map", f"expected a msgpack map, got {type(obj).__name__}")
 
@@ -315,7 +390,7 @@ def decode_input(
                 raise MalformedMessage("bad_type", f"text must be str, got {type(value).__name__}")
             payload = value
         elif kind == "tokens":
-            payload = _tokens(value, limits)
+            payload = value if in_place is not None else _tokens(value, limits)
         elif kind == "hashes":
             payload = _hashes(value, limits)
         elif kind == "features":
@@ -334,6 +409,7 @@ def decode_input(
         ref=ref,
         meta=meta,
         unknown_keys=unknown,
+        token_hashes=in_place[2] if in_place is not None and kind == "tokens" else None,
     )
 
 
@@ -345,7 +421,7 @@ def _pack(obj: dict[str, Any]) -> bytes:
 def encode_input(payload_kind: str, payload: Any, **fields: Any) -> bytes:
     """Encode an input map (for producers and tests): ``encode_input("text", "hi", label="ham")``.
 
-    >>> decode_input(encode_input("tokens", ["a", "b"], id="m1"), "1-0").payload
+    >>> list(decode_input(encode_input("tokens", ["a", "b"], id="m1"), "1-0").payload)
     ['a', 'b']
     >>> decode_input(encode_input("hashes", [1, 2**64 - 1]), "1-0").payload.tolist()
     [1, 18446744073709551615]

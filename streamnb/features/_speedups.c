@@ -912,6 +912,220 @@ fail:
     return NULL;
 }
 
+/* ------------------------------------------------------------------ packed_token_hashes
+ *
+ * packed_token_hashes(data, max_items, max_str_len) -> (start, end, hashes) or None: the
+ * tokens payload of one msgpack-encoded input message (streamnb.codec.decode_input),
+ * hashed straight from the message's bytes. msgpack would make one str per token (about
+ * 330 a message on the SpamAssassin corpus) that the hash table then looks up; here an
+ * ASCII token's str hash is computed on its bytes (what str.__hash__ computes on an ASCII
+ * str) and looked up as word_hashes does, so no str is made but for a miss or a token
+ * beyond ASCII (decoded as msgpack decodes it: strict UTF-8). `data` must be one map whose
+ * keys are str, with one "tokens" key whose value is an array of at most `max_items` str
+ * of at most `max_str_len` bytes each, and nothing after the map. Returns where that array
+ * is in `data` (data[start:end]: the caller decodes the rest of the map with the array
+ * replaced by nil) and its tokens' stable hashes (bytes, native uint64, in order). None
+ * whenever the message is anything else: the caller then decodes it in full, which gives
+ * the same result or the message's error (msgpack is the reference for every
+ * malformed case). */
+
+/* A msgpack item's header at p (p < e): its kind ('s' str, 'b' bin, 'a' array, 'm' map,
+ * 'x' a scalar or an ext: skipped by its size), its length (bytes, items or pairs) and
+ * the size of the header; 0 for a byte msgpack never writes or a header cut short. */
+static int
+mp_header(const uint8_t *p, const uint8_t *e, char *kind, uint64_t *len, Py_ssize_t *head)
+{
+    uint8_t c = *p;
+    Py_ssize_t room = e - p;
+    if (c <= 0x7f || c >= 0xe0 || c == 0xc0 || c == 0xc2 || c == 0xc3) {
+        *kind = 'x'; *len = 0; *head = 1; return 1;
+    }
+    if (c >= 0xa0 && c <= 0xbf) { *kind = 's'; *len = c & 0x1f; *head = 1; return 1; }
+    if (c >= 0x90 && c <= 0x9f) { *kind = 'a'; *len = c & 0x0f; *head = 1; return 1; }
+    if (c >= 0x80 && c <= 0x8f) { *kind = 'm'; *len = c & 0x0f; *head = 1; return 1; }
+    int n;  /* bytes of the length that follows */
+    switch (c) {
+    case 0xcc: case 0xd0: *kind = 'x'; *len = 1; *head = 1; return room >= 2;
+    case 0xcd: case 0xd1: *kind = 'x'; *len = 2; *head = 1; return room >= 3;
+    case 0xca: case 0xce: case 0xd2: *kind = 'x'; *len = 4; *head = 1; return room >= 5;
+    case 0xcb: case 0xcf: case 0xd3: *kind = 'x'; *len = 8; *head = 1; return room >= 9;
+    case 0xd4: case 0xd5: case 0xd6: case 0xd7: case 0xd8:  /* fixext: a type byte, then data */
+        *kind = 'x'; *len = 1 + ((uint64_t)1 << (c - 0xd4)); *head = 1; return 1;
+    case 0xd9: case 0xc4: *kind = c == 0xd9 ? 's' : 'b'; n = 1; break;
+    case 0xda: case 0xc5: *kind = c == 0xda ? 's' : 'b'; n = 2; break;
+    case 0xdb: case 0xc6: *kind = c == 0xdb ? 's' : 'b'; n = 4; break;
+    case 0xdc: *kind = 'a'; n = 2; break;
+    case 0xdd: *kind = 'a'; n = 4; break;
+    case 0xde: *kind = 'm'; n = 2; break;
+    case 0xdf: *kind = 'm'; n = 4; break;
+    case 0xc7: case 0xc8: case 0xc9: *kind = 'e'; n = 1 << (c - 0xc7); break;
+    default: return 0;  /* 0xc1 */
+    }
+    if (room < 1 + n) {
+        return 0;
+    }
+    uint64_t v = 0;
+    for (int i = 1; i <= n; i++) {
+        v = (v << 8) | p[i];
+    }
+    *head = 1 + n;
+    if (*kind == 'e') {  /* ext 8/16/32: a type byte after the length, then the data */
+        *kind = 'x'; *len = v + 1;
+    }
+    else {
+        *len = v;
+    }
+    return 1;
+}
+
+/* Past the item at p, or NULL (cut short, a byte msgpack never writes, nested deeper than
+ * `depth`). */
+static const uint8_t *
+mp_skip(const uint8_t *p, const uint8_t *e, int depth)
+{
+    char kind;
+    uint64_t len;
+    Py_ssize_t head;
+    if (p >= e || depth <= 0 || !mp_header(p, e, &kind, &len, &head)) {
+        return NULL;
+    }
+    p += head;
+    if (kind == 'a' || kind == 'm') {
+        uint64_t items = kind == 'm' ? 2 * len : len;
+        if (items > (uint64_t)(e - p)) {  /* each item takes a byte at least */
+            return NULL;
+        }
+        for (uint64_t i = 0; i < items && p != NULL; i++) {
+            p = mp_skip(p, e, depth - 1);
+        }
+        return p;
+    }
+    return len <= (uint64_t)(e - p) ? p + len : NULL;
+}
+
+static PyObject *
+packed_token_hashes(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)module;
+    if (nargs != 3 || !PyBytes_Check(args[0])) {
+        PyErr_SetString(PyExc_TypeError, "packed_token_hashes(data, max_items, max_str_len): bytes and two ints");
+        return NULL;
+    }
+    if (slots == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "packed_token_hashes: call hash_cache_init first");
+        return NULL;
+    }
+    Py_ssize_t max_items = PyLong_AsSsize_t(args[1]), max_str = PyLong_AsSsize_t(args[2]);
+    if ((max_items == -1 || max_str == -1) && PyErr_Occurred()) {
+        return NULL;
+    }
+    const uint8_t *b = (const uint8_t *)PyBytes_AS_STRING(args[0]);
+    const uint8_t *p = b, *e = b + PyBytes_GET_SIZE(args[0]);
+    char kind;
+    uint64_t len;
+    Py_ssize_t head;
+    if (p >= e || !mp_header(p, e, &kind, &len, &head) || kind != 'm') {
+        Py_RETURN_NONE;
+    }
+    p += head;
+    const uint8_t *tokens = NULL, *tokens_end = NULL;
+    uint64_t n_tokens = 0, n_pairs = len;
+    for (uint64_t pair = 0; pair < n_pairs; pair++) {
+        uint64_t key_len;
+        if (p >= e || !mp_header(p, e, &kind, &key_len, &head) || kind != 's' ||
+                key_len > (uint64_t)(e - p - head)) {
+            Py_RETURN_NONE;
+        }
+        const uint8_t *key = p + head;
+        p = key + key_len;
+        if (key_len != 6 || memcmp(key, "tokens", 6) != 0) {
+            if ((p = mp_skip(p, e, 64)) == NULL) {
+                Py_RETURN_NONE;
+            }
+            continue;
+        }
+        uint64_t count;
+        if (tokens != NULL || p >= e || !mp_header(p, e, &kind, &count, &head) || kind != 'a' ||
+                count > (uint64_t)max_items || count > (uint64_t)(e - p - head)) {
+            Py_RETURN_NONE;  /* a second "tokens", or not an array of at most max_items */
+        }
+        tokens = p;
+        n_tokens = count;
+        p += head;
+        for (uint64_t i = 0; i < count; i++) {  /* every item a str of at most max_str bytes */
+            uint64_t n;
+            if (p >= e || !mp_header(p, e, &kind, &n, &head) || kind != 's' ||
+                    n > (uint64_t)max_str || n > (uint64_t)(e - p - head)) {
+                Py_RETURN_NONE;
+            }
+            p += head + n;
+        }
+        tokens_end = p;
+    }
+    if (tokens == NULL || p != e) {
+        Py_RETURN_NONE;
+    }
+    PyObject *out = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(8 * n_tokens));
+    if (out == NULL) {
+        return NULL;
+    }
+    uint64_t *dst = (uint64_t *)(void *)PyBytes_AS_STRING(out);
+    const uint8_t *q = tokens;
+    mp_header(q, e, &kind, &len, &head);
+    q += head;
+    /* a block of tokens at a time, as hash_lists: their str hashes, each slot's cache line
+     * fetched meanwhile, then the lookups */
+    const uint8_t *w_at[HASH_BLOCK];
+    Py_ssize_t w_len[HASH_BLOCK];
+    Py_hash_t w_hash[HASH_BLOCK];
+    for (uint64_t t0 = 0; t0 < n_tokens; t0 += HASH_BLOCK) {
+        int m = n_tokens - t0 < HASH_BLOCK ? (int)(n_tokens - t0) : HASH_BLOCK;
+        for (int w = 0; w < m; w++) {
+            uint64_t n;
+            mp_header(q, e, &kind, &n, &head);
+            w_at[w] = q + head;
+            w_len[w] = (Py_ssize_t)n;
+            q += head + n;
+            if (n > 0 && all_ascii(w_at[w], w_len[w])) {
+                w_hash[w] = STR_HASH_OF_BYTES(w_at[w], w_len[w]);
+                PREFETCH(&slots[(size_t)w_hash[w] & (n_slots - 1)]);
+            }
+            else {
+                w_hash[w] = -1;  /* empty or beyond ASCII: made a str (no str hash is -1) */
+            }
+        }
+        for (int w = 0; w < m; w++) {
+            uint64_t *slot_out = &dst[t0 + w];
+            Py_hash_t h = w_hash[w];
+            if (h != -1) {
+                uint64_t key = slot_key(h, w_len[w]);
+                size_t k = find_slot(h, key);
+                if (slots[k].key == key) {
+                    *slot_out = slots[k].value;
+                    continue;
+                }
+            }
+            /* a miss, an empty token or one beyond ASCII: the token as msgpack decodes it */
+            PyObject *token = PyUnicode_DecodeUTF8((const char *)w_at[w], w_len[w], "strict");
+            if (token == NULL) {
+                Py_DECREF(out);
+                if (PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) {
+                    PyErr_Clear();  /* not valid UTF-8: msgpack says so (the caller decodes it) */
+                    Py_RETURN_NONE;
+                }
+                return NULL;
+            }
+            int rc = cached_hash(token, slot_out);
+            Py_DECREF(token);
+            if (rc < 0) {
+                Py_DECREF(out);
+                return NULL;
+            }
+        }
+    }
+    return Py_BuildValue("(nnN)", (Py_ssize_t)(tokens - b), (Py_ssize_t)(tokens_end - b), out);
+}
+
 /* ------------------------------------------------------------------ unique_buckets
  *
  * unique_buckets(hashes, sizes, bits, out, counts): TokenHasher.unique_buckets_many in
@@ -3011,6 +3225,9 @@ static PyMethodDef methods[] = {
     {"hash_lists", (PyCFunction)(void (*)(void))hash_lists, METH_FASTCALL,
      "hash_lists(lists, out): the cached stable hashes of the tokens of every list, in order, "
      "into out (a writable buffer of as many uint64)."},
+    {"packed_token_hashes", (PyCFunction)(void (*)(void))packed_token_hashes, METH_FASTCALL,
+     "packed_token_hashes(data, max_items, max_str_len): (start, end, hashes) of the tokens "
+     "array of one msgpack input message, hashed from its bytes; None for any other message."},
     {"word_hashes", (PyCFunction)(void (*)(void))word_hashes, METH_FASTCALL,
      "word_hashes(text, min_len, max_len, out[, lower]): the cached stable hashes of word_tokens' "
      "tokens of a Latin-1 text (lower-cased), appended to the bytearray out (uint64); how many, or None."},

@@ -385,6 +385,8 @@ class Featurizer:
             return Row(indices=idx, values=val, meta=meta, n_tokens=len(values))
         if kind == "hashes":
             return self._hashes_row(msg.payload)
+        if kind == "tokens" and msg.token_hashes is not None:  # hashed by decode_input
+            return self._hashes_row(msg.token_hashes)
         tokens, meta, _, _ = self._tokens_and_meta(msg)
         return self._token_row(tokens, meta)
 
@@ -477,10 +479,11 @@ class Featurizer:
                 if in_one_pass and kind in ("raw", "text"):
                     tokens, meta, more, n = self._tokens_and_meta(msg, hash_words=True)
                     hashed.append((i, self.hasher.hashes_of(tokens, more), meta, n))
-                elif in_one_pass and kind == "tokens":
+                elif in_one_pass and kind == "tokens" and msg.token_hashes is None:
                     listed.append((i, msg.payload, self._no_text_meta(len(msg.payload))))
-                elif in_one_pass and kind == "hashes":
-                    hashed.append((i, msg.payload, self._no_text_meta(msg.payload.size), msg.payload.size))
+                elif in_one_pass and kind in ("tokens", "hashes"):  # (tokens hashed by decode_input)
+                    hashes = msg.payload if kind == "hashes" else msg.token_hashes
+                    hashed.append((i, hashes, self._no_text_meta(hashes.size), hashes.size))
                 else:
                     out[i] = self.featurize(msg)
             except MalformedMessage as exc:
