@@ -144,11 +144,14 @@ def spawn_worker(url: str, spec: dict[str, Any], options: dict[str, Any], log: P
 
 
 @contextmanager
-def workers(url: str, spec: dict[str, Any], n: int, options: dict[str, Any] | None = None,
-            ) -> Iterator[list[subprocess.Popen]]:
-    """``n`` worker processes, stopped (SIGTERM, then SIGKILL) on exit."""
+def workers(url: str, spec: dict[str, Any] | Sequence[dict[str, Any]], n: int,
+            options: dict[str, Any] | None = None) -> Iterator[list[subprocess.Popen]]:
+    """``n`` worker processes, stopped (SIGTERM, then SIGKILL) on exit; with a list of
+    specs, worker i serves ``spec[i % len(spec)]``."""
     logdir = Path(tempfile.mkdtemp(prefix="streamnb-bench-workers-"))
-    procs = [spawn_worker(url, spec, {**DEFAULT_OPTIONS, **(options or {}), "consumer": f"w{i}"},
+    specs = [spec] if isinstance(spec, dict) else list(spec)
+    procs = [spawn_worker(url, specs[i % len(specs)],
+                          {**DEFAULT_OPTIONS, **(options or {}), "consumer": f"w{i}"},
                           logdir / f"w{i}.log") for i in range(n)]
     try:
         yield procs
@@ -382,48 +385,56 @@ class CpuWindow:
 def run_e2e(server: RedisServer, name: str, messages: Sequence[bytes], n_workers: int,
             payload: str, timeout: float = 600.0, options: dict[str, Any] | None = None,
             watch: Callable[[Sequence[subprocess.Popen]], Callable[[], Any]] | None = None,
-            ) -> E2EResult:
+            independent: bool = False) -> E2EResult:
     """Pre-fill, start ``n_workers``, wait until every message has an output or a dead letter.
 
     ``watch(procs)`` is called with the worker processes when the measured window starts
     (at the first output: start-up left out) and returns what to call when it ends (a
-    profiler attached for the window alone, :func:`spy_run`)."""
+    profiler attached for the window alone, :func:`spy_run`). ``independent``: each worker
+    serves a model of its own, with every message in its own stream (nothing shared: no
+    other worker's deltas to apply, no ordering); the rate is the sum of theirs."""
     from workers.keys import GROUP
 
     client = server.client()
-    k = keys(name)
+    names = [f"{name}-m{i}" for i in range(n_workers)] if independent else [name]
+    ks = [keys(nm) for nm in names]
     # every message but the last, behind a group that starts after them: nothing to read
     # until every worker waits in XREADGROUP; then the group goes back to the start and
     # the last XADD wakes them at once (no worker's start-up inside the run)
-    prefill(client, name, messages[:-1])
-    client.xgroup_create(k["in"], GROUP, id="$", mkstream=True)
+    for nm, k in zip(names, ks, strict=True):
+        prefill(client, nm, messages[:-1])
+        client.xgroup_create(k["in"], GROUP, id="$", mkstream=True)
     cpu0 = redis_cpu_s(client)
-    with workers(server.url, default_spec(name), n_workers, options) as procs:
+    with workers(server.url, [default_spec(nm) for nm in names], n_workers, options) as procs:
         window = CpuWindow(client, procs)
         unwatch = None
         if not wait_blocked(client, n_workers, timeout, procs):
             raise RuntimeError(f"{name}: {n_workers} workers did not start in {timeout}s")
         if messages:
             gate = client.pipeline(transaction=True)
-            gate.xgroup_setid(k["in"], GROUP, "0")
-            gate.xadd(k["in"], {"data": messages[-1]})
+            for k in ks:
+                gate.xgroup_setid(k["in"], GROUP, "0")
+                gate.xadd(k["in"], {"data": messages[-1]})
             gate.execute()
-        if wait_for(client, k["out"], 1, timeout, procs, k["dead"]):  # start-up left out
-            window.start()
+        if all(wait_for(client, k["out"], 1, timeout, procs, k["dead"]) for k in ks):
+            window.start()  # start-up left out
             unwatch = watch(procs) if watch is not None else None
-        ok = wait_for(client, k["out"], len(messages), timeout, procs, k["dead"])
+        ok = all(wait_for(client, k["out"], len(messages), timeout, procs, k["dead"]) for k in ks)
         window.stop()
         if unwatch is not None:
             unwatch()
         cpu = redis_cpu_s(client) - cpu0
     if not ok:
         raise RuntimeError(f"{name}: the workers did not process {len(messages)} messages in {timeout}s")
-    n, per_s, skew, first_to_last = out_rate(client, k["out"])
-    return E2EResult(payload, n_workers, n, per_s, int(client.xlen(k["dead"])),
-                     1e6 * cpu / max(1, len(messages)),
-                     _log_bytes(client, k["log"]) / max(1, len(messages)),
+    rates = [out_rate(client, k["out"]) for k in ks]
+    n = sum(r[0] for r in rates)
+    total = len(messages) * len(ks)
+    return E2EResult(payload, n_workers, n, sum(r[1] for r in rates),
+                     sum(int(client.xlen(k["dead"])) for k in ks), 1e6 * cpu / max(1, total),
+                     sum(_log_bytes(client, k["log"]) for k in ks) / max(1, total),
                      window.worker_cores, window.redis_cores, window.worker_runqueue,
-                     window.host_idle, window.host_steal, skew, first_to_last)
+                     window.host_idle, window.host_steal, max(r[2] for r in rates),
+                     sum(r[3] for r in rates))
 
 
 def in_process_rate(messages: Sequence[bytes], batch: int = 100) -> float:
@@ -519,6 +530,7 @@ def benchmark(corpus: Corpus, repeat: int = 1, worker_counts: Sequence[int] = (1
     bare_by_trial: list[float] = []
     best: dict[tuple[str, int], E2EResult] = {}
     by_trial: dict[tuple[str, int], list[float]] = {}
+    independent: dict[str, list[E2EResult]] = {}
     with RedisServer() as server:
         for t in range(trials):
             # the references in every trial too, best kept: the host's speed moves
@@ -538,9 +550,14 @@ def benchmark(corpus: Corpus, repeat: int = 1, worker_counts: Sequence[int] = (1
                     by_trial.setdefault((p, n), []).append(r.per_second)
                     if (p, n) not in best or r.per_second > best[(p, n)].per_second:
                         best[(p, n)] = r
+                if most > 1 and 1 in worker_counts:  # the same workers with nothing shared
+                    r = run_e2e(server, f"bench-{p}-{most}x1-{t}", encoded[p], most, p, timeout,
+                                options, independent=True)
+                    server.client().flushdb()
+                    independent.setdefault(p, []).append(r)
     return {"results": list(best.values()), "refs": refs, "messages": len(big),
             "cores": os.cpu_count() or 1, "trials": by_trial, "side_by_side": side_by_side,
-            "most_workers": most, "bare_by_trial": bare_by_trial}
+            "most_workers": most, "bare_by_trial": bare_by_trial, "independent": independent}
 
 
 def summary(report: dict[str, Any]) -> list[str]:
@@ -593,6 +610,14 @@ def summary(report: dict[str, Any]) -> list[str]:
                 lines.append(f"{p}: 2 workers / 1 worker, trial by trial: "
                              + ", ".join(f"{two / one:.2f}x" for two, one in pairs))
         host, most = report.get("side_by_side", {}).get(p), report.get("most_workers", 2)
+        alone = report.get("independent", {}).get(p)
+        ones = report.get("trials", {}).get((p, 1), [])
+        if alone and len(ones) == len(alone):  # each against the one worker of its trial
+            lines.append(f"{p}: {most} workers on {most} independent models (nothing shared: "
+                         "no other worker's deltas, no ordering) / 1 worker, trial by trial: "
+                         + ", ".join(f"{r.per_second / one:.2f}x" for r, one in zip(alone, ones, strict=True))
+                         + f"; their CPU {min(r.worker_cpu_us for r in alone):.0f}-"
+                         f"{max(r.worker_cpu_us for r in alone):.0f} us a message")
         if host:
             lines.append(f"{p}: {most} in-process pipelines side by side (no Redis) / one alone, "
                          "trial by trial: " + ", ".join(f"{x:.2f}x" for x in host)

@@ -182,6 +182,26 @@ def test_two_workers_rate_is_measured_while_both_commit():
                                                          nan_ok=True)
 
 
+@needs_redis
+def test_independent_workers_each_serve_a_model_of_their_own():
+    corpus = synthetic_mail(300, seed=4)
+    msgs = end_to_end.encode_messages(corpus, "tokens", tokens=end_to_end.corpus_tokens(corpus))
+    with end_to_end.RedisServer() as server:
+        res = end_to_end.run_e2e(server, "apart", msgs, 2, "tokens", timeout=60,
+                                 options={"batch": 25}, independent=True)
+        client = server.client()
+        from streamnb.codec import decode_output
+        outs = {i: client.xrange(end_to_end.keys(f"apart-m{i}")["out"]) for i in (0, 1)}
+        shared = client.exists(end_to_end.keys("apart")["out"])
+    assert res.messages == 600 and res.dead == 0 and not shared
+    for i, entries in outs.items():  # every message through each model, by its own worker
+        assert len(entries) == 300
+        assert {decode_output(f[b"data"])["worker"] for _, f in entries} == {f"w{i}"}
+    rates = [end_to_end.steady_rate([end_to_end.id_ms(e) for e, _ in entries], ["w"] * 300)[1]
+             for entries in outs.values()]
+    assert res.per_second == pytest.approx(sum(rates), nan_ok=True)
+
+
 def test_host_cpu_splits_proc_stat_into_idle_steal_and_busy():
     from benchmarks._common import host_cpu_s
 
@@ -224,6 +244,17 @@ def test_the_scaling_ceiling_leaves_out_redis_server_and_one_core_per_worker():
                                 "side_by_side": {"tokens": [1.62, 1.8]}, "most_workers": 2})
     assert "tokens: 2 in-process pipelines side by side (no Redis) / one alone, trial by " \
            "trial: 1.62x, 1.80x (the host's own scaling of 2 processes)" in lines
+    # two workers on models of their own against the one worker of the same trial:
+    # 18,000 / 10,000 and 12,000 / 8,000; 1.4 and 1.35 cores for 18,000 and 12,000 msg/s
+    apart = [E("tokens", 2, 19_500, 18_000.0, 0, worker_cores=1.4),
+             E("tokens", 2, 19_500, 12_000.0, 0, worker_cores=1.35)]
+    lines = end_to_end.summary({"results": [one, two], "refs": {}, "messages": 9_750, "cores": 2,
+                                "trials": {("tokens", 1): [10_000.0, 8_000.0],
+                                           ("tokens", 2): [15_000.0, 14_000.0]},
+                                "independent": {"tokens": apart}, "most_workers": 2})
+    assert "tokens: 2 workers on 2 independent models (nothing shared: no other worker's " \
+           "deltas, no ordering) / 1 worker, trial by trial: 1.80x, 1.50x; their CPU 78-112 " \
+           "us a message" in lines
     raw = E("raw", 1, 9_750, 6_000.0, 0)
     lines = end_to_end.summary({"results": [raw], "messages": 9_750, "cores": 2,
                                 "refs": {"bare email.message_from_bytes": 10_000.0},
