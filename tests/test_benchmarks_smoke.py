@@ -158,19 +158,27 @@ def test_the_rate_window_leaves_out_a_late_worker_and_the_end_of_the_run():
     assert late[0] == 4 and math.isnan(late[1]) and late[2] == 200
 
 
-@needs_redis
-def test_two_workers_rate_is_measured_while_both_commit():
-    corpus = synthetic_mail(600, seed=3)
+def e2e_outputs(name: str, n_mail: int, seed: int, models: list[str], **kw) -> tuple:
+    """:func:`end_to_end.run_e2e` of two workers (batches of 25) on ``n_mail`` synthetic
+    mails, and the (millisecond, worker) of every output of each of ``models``' ``:out``."""
+    from streamnb.codec import decode_output
+
+    corpus = synthetic_mail(n_mail, seed=seed)
     msgs = end_to_end.encode_messages(corpus, "tokens", tokens=end_to_end.corpus_tokens(corpus))
     with end_to_end.RedisServer() as server:
-        res = end_to_end.run_e2e(server, "smoke2", msgs, 2, "tokens", timeout=60,
-                                 options={"batch": 25})
+        res = end_to_end.run_e2e(server, name, msgs, 2, "tokens", timeout=60,
+                                 options={"batch": 25}, **kw)
         client = server.client()
-        outs = client.xrange(end_to_end.keys("smoke2")["out"])
+        outs = {m: [(end_to_end.id_ms(i), decode_output(f[b"data"])["worker"])
+                    for i, f in client.xrange(end_to_end.keys(m)["out"])] for m in models}
+    return res, outs
+
+
+@needs_redis
+def test_two_workers_rate_is_measured_while_both_commit():
+    res, outs = e2e_outputs("smoke2", 600, 3, ["smoke2"])
     assert res.messages == 600 and res.dead == 0
-    from streamnb.codec import decode_output
-    stamps = [end_to_end.id_ms(i) for i, _ in outs]
-    workers = [decode_output(f[b"data"])["worker"] for _, f in outs]
+    stamps, workers = (list(x) for x in zip(*outs["smoke2"], strict=True))
     assert set(workers) == {"w0", "w1"}  # both workers committed
     # the gated start: both began before the stream ran out, so there is a window to measure
     assert math.isfinite(res.per_second) and res.per_second > 0
@@ -184,21 +192,13 @@ def test_two_workers_rate_is_measured_while_both_commit():
 
 @needs_redis
 def test_independent_workers_each_serve_a_model_of_their_own():
-    corpus = synthetic_mail(300, seed=4)
-    msgs = end_to_end.encode_messages(corpus, "tokens", tokens=end_to_end.corpus_tokens(corpus))
-    with end_to_end.RedisServer() as server:
-        res = end_to_end.run_e2e(server, "apart", msgs, 2, "tokens", timeout=60,
-                                 options={"batch": 25}, independent=True)
-        client = server.client()
-        from streamnb.codec import decode_output
-        outs = {i: client.xrange(end_to_end.keys(f"apart-m{i}")["out"]) for i in (0, 1)}
-        shared = client.exists(end_to_end.keys("apart")["out"])
-    assert res.messages == 600 and res.dead == 0 and not shared
-    for i, entries in outs.items():  # every message through each model, by its own worker
-        assert len(entries) == 300
-        assert {decode_output(f[b"data"])["worker"] for _, f in entries} == {f"w{i}"}
-    rates = [end_to_end.steady_rate([end_to_end.id_ms(e) for e, _ in entries], ["w"] * 300)[1]
-             for entries in outs.values()]
+    res, outs = e2e_outputs("apart", 300, 4, ["apart", "apart-m0", "apart-m1"], independent=True)
+    assert res.messages == 600 and res.dead == 0 and not outs["apart"]  # no shared model
+    rates = []
+    for i in (0, 1):  # every message through each model, by its own worker
+        entries = outs[f"apart-m{i}"]
+        assert len(entries) == 300 and {w for _, w in entries} == {f"w{i}"}
+        rates.append(end_to_end.steady_rate([t for t, _ in entries], ["w"] * 300)[1])
     assert res.per_second == pytest.approx(sum(rates), nan_ok=True)
 
 

@@ -1003,86 +1003,29 @@ mp_skip(const uint8_t *p, const uint8_t *e, int depth)
     return len <= (uint64_t)(e - p) ? p + len : NULL;
 }
 
-static PyObject *
-packed_token_hashes(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+/* The `count` items of a tokens array from q (each a str of at most max_str bytes),
+ * checked and hashed into dst in one pass, a block of tokens at a time as hash_lists
+ * does (their str hashes, each slot's cache line fetched meanwhile, then the lookups).
+ * Returns the end of the array; NULL with *none = 1 for an item that is not such a str
+ * (or not valid UTF-8), NULL with *none = 0 and an exception set on error. */
+static const uint8_t *
+hash_packed_strs(const uint8_t *q, const uint8_t *e, uint64_t count, Py_ssize_t max_str,
+                 uint64_t *dst, int *none)
 {
-    (void)module;
-    if (nargs != 3 || !PyBytes_Check(args[0])) {
-        PyErr_SetString(PyExc_TypeError, "packed_token_hashes(data, max_items, max_str_len): bytes and two ints");
-        return NULL;
-    }
-    if (slots == NULL) {
-        PyErr_SetString(PyExc_RuntimeError, "packed_token_hashes: call hash_cache_init first");
-        return NULL;
-    }
-    Py_ssize_t max_items = PyLong_AsSsize_t(args[1]), max_str = PyLong_AsSsize_t(args[2]);
-    if ((max_items == -1 || max_str == -1) && PyErr_Occurred()) {
-        return NULL;
-    }
-    const uint8_t *b = (const uint8_t *)PyBytes_AS_STRING(args[0]);
-    const uint8_t *p = b, *e = b + PyBytes_GET_SIZE(args[0]);
-    char kind;
-    uint64_t len;
-    Py_ssize_t head;
-    if (p >= e || !mp_header(p, e, &kind, &len, &head) || kind != 'm') {
-        Py_RETURN_NONE;
-    }
-    p += head;
-    const uint8_t *tokens = NULL, *tokens_end = NULL;
-    uint64_t n_tokens = 0, n_pairs = len;
-    for (uint64_t pair = 0; pair < n_pairs; pair++) {
-        uint64_t key_len;
-        if (p >= e || !mp_header(p, e, &kind, &key_len, &head) || kind != 's' ||
-                key_len > (uint64_t)(e - p - head)) {
-            Py_RETURN_NONE;
-        }
-        const uint8_t *key = p + head;
-        p = key + key_len;
-        if (key_len != 6 || memcmp(key, "tokens", 6) != 0) {
-            if ((p = mp_skip(p, e, 64)) == NULL) {
-                Py_RETURN_NONE;
-            }
-            continue;
-        }
-        uint64_t count;
-        if (tokens != NULL || p >= e || !mp_header(p, e, &kind, &count, &head) || kind != 'a' ||
-                count > (uint64_t)max_items || count > (uint64_t)(e - p - head)) {
-            Py_RETURN_NONE;  /* a second "tokens", or not an array of at most max_items */
-        }
-        tokens = p;
-        n_tokens = count;
-        p += head;
-        for (uint64_t i = 0; i < count; i++) {  /* every item a str of at most max_str bytes */
-            uint64_t n;
-            if (p >= e || !mp_header(p, e, &kind, &n, &head) || kind != 's' ||
-                    n > (uint64_t)max_str || n > (uint64_t)(e - p - head)) {
-                Py_RETURN_NONE;
-            }
-            p += head + n;
-        }
-        tokens_end = p;
-    }
-    if (tokens == NULL || p != e) {
-        Py_RETURN_NONE;
-    }
-    PyObject *out = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(8 * n_tokens));
-    if (out == NULL) {
-        return NULL;
-    }
-    uint64_t *dst = (uint64_t *)(void *)PyBytes_AS_STRING(out);
-    const uint8_t *q = tokens;
-    mp_header(q, e, &kind, &len, &head);
-    q += head;
-    /* a block of tokens at a time, as hash_lists: their str hashes, each slot's cache line
-     * fetched meanwhile, then the lookups */
     const uint8_t *w_at[HASH_BLOCK];
     Py_ssize_t w_len[HASH_BLOCK];
     Py_hash_t w_hash[HASH_BLOCK];
-    for (uint64_t t0 = 0; t0 < n_tokens; t0 += HASH_BLOCK) {
-        int m = n_tokens - t0 < HASH_BLOCK ? (int)(n_tokens - t0) : HASH_BLOCK;
+    char kind;
+    uint64_t n;
+    Py_ssize_t head;
+    *none = 1;
+    for (uint64_t t0 = 0; t0 < count; t0 += HASH_BLOCK) {
+        int m = count - t0 < HASH_BLOCK ? (int)(count - t0) : HASH_BLOCK;
         for (int w = 0; w < m; w++) {
-            uint64_t n;
-            mp_header(q, e, &kind, &n, &head);
+            if (q >= e || !mp_header(q, e, &kind, &n, &head) || kind != 's' ||
+                    n > (uint64_t)max_str || n > (uint64_t)(e - q - head)) {
+                return NULL;
+            }
             w_at[w] = q + head;
             w_len[w] = (Py_ssize_t)n;
             q += head + n;
@@ -1108,22 +1051,93 @@ packed_token_hashes(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
             /* a miss, an empty token or one beyond ASCII: the token as msgpack decodes it */
             PyObject *token = PyUnicode_DecodeUTF8((const char *)w_at[w], w_len[w], "strict");
             if (token == NULL) {
-                Py_DECREF(out);
                 if (PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) {
                     PyErr_Clear();  /* not valid UTF-8: msgpack says so (the caller decodes it) */
-                    Py_RETURN_NONE;
+                    return NULL;
                 }
+                *none = 0;
                 return NULL;
             }
             int rc = cached_hash(token, slot_out);
             Py_DECREF(token);
             if (rc < 0) {
-                Py_DECREF(out);
+                *none = 0;
                 return NULL;
             }
         }
     }
+    return q;
+}
+
+static PyObject *
+packed_token_hashes(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)module;
+    if (nargs != 3 || !PyBytes_Check(args[0])) {
+        PyErr_SetString(PyExc_TypeError, "packed_token_hashes(data, max_items, max_str_len): bytes and two ints");
+        return NULL;
+    }
+    if (slots == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "packed_token_hashes: call hash_cache_init first");
+        return NULL;
+    }
+    Py_ssize_t max_items = PyLong_AsSsize_t(args[1]), max_str = PyLong_AsSsize_t(args[2]);
+    if ((max_items == -1 || max_str == -1) && PyErr_Occurred()) {
+        return NULL;
+    }
+    const uint8_t *b = (const uint8_t *)PyBytes_AS_STRING(args[0]);
+    const uint8_t *p = b, *e = b + PyBytes_GET_SIZE(args[0]);
+    char kind;
+    uint64_t n_pairs;
+    Py_ssize_t head;
+    if (p >= e || !mp_header(p, e, &kind, &n_pairs, &head) || kind != 'm') {
+        Py_RETURN_NONE;
+    }
+    p += head;
+    PyObject *out = NULL;  /* the hashes, once the "tokens" array is found */
+    const uint8_t *tokens = NULL, *tokens_end = NULL;
+    for (uint64_t pair = 0; pair < n_pairs; pair++) {
+        uint64_t key_len;
+        if (p >= e || !mp_header(p, e, &kind, &key_len, &head) || kind != 's' ||
+                key_len > (uint64_t)(e - p - head)) {
+            goto none;
+        }
+        const uint8_t *key = p + head;
+        p = key + key_len;
+        if (key_len != 6 || memcmp(key, "tokens", 6) != 0) {
+            if ((p = mp_skip(p, e, 64)) == NULL) {
+                goto none;
+            }
+            continue;
+        }
+        uint64_t count;
+        if (out != NULL || p >= e || !mp_header(p, e, &kind, &count, &head) || kind != 'a' ||
+                count > (uint64_t)max_items || count > (uint64_t)(e - p - head)) {
+            goto none;  /* a second "tokens", or not an array of at most max_items */
+        }
+        tokens = p;
+        if ((out = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(8 * count))) == NULL) {
+            return NULL;
+        }
+        int declined;
+        p = hash_packed_strs(p + head, e, count, max_str,
+                             (uint64_t *)(void *)PyBytes_AS_STRING(out), &declined);
+        if (p == NULL) {
+            if (declined) {
+                goto none;
+            }
+            Py_DECREF(out);
+            return NULL;
+        }
+        tokens_end = p;
+    }
+    if (out == NULL || p != e) {
+        goto none;
+    }
     return Py_BuildValue("(nnN)", (Py_ssize_t)(tokens - b), (Py_ssize_t)(tokens_end - b), out);
+none:
+    Py_XDECREF(out);
+    Py_RETURN_NONE;
 }
 
 /* ------------------------------------------------------------------ unique_buckets
