@@ -1,7 +1,7 @@
 """redis-server's own time per message in the commit script, and what the cache rows cost.
 
 A private redis-server; batches of ``--batch`` pending entries committed by the daemon's
-commit script (``workers.commit.commit_batch``) with payloads of the sizes a batch of
+commit script (``streamnb_workers.commit.commit_batch``) with payloads of the sizes a batch of
 corpus mail has (``--row-bytes`` per cached row, ``--out-bytes`` per prediction,
 ``--delta-bytes`` of log delta per message: the defaults are the figures of
 ``python -m benchmarks.end_to_end``, docs/performance.md). Redis' own accounting
@@ -35,7 +35,7 @@ after each variant:
 
 Then the worker's side of the same commit: the time to pack its ``EVALSHA`` (about 9
 arguments a message) in the Redis protocol with redis-py (hiredis) and with the C
-module ``workers._resp`` (the best of ``--repeat`` timings of 20 packings each).
+module ``streamnb_workers._resp`` (the best of ``--repeat`` timings of 20 packings each).
 
 Before all that, with the corpus at hand (``--corpus``), the mean bytes of a corpus
 message's row as the worker caches it (pre-tokenized, the default 2**20 buckets), next to
@@ -63,10 +63,10 @@ from benchmarks._common import (
 )
 from benchmarks.end_to_end import prefill
 from streamnb.constants import DEFAULT_BATCH_SIZE
-from workers import commit as commit_module
-from workers.commit import CommitRequest, LuaScript, commit_batch
-from workers.keys import GROUP, ModelKeys
-from workers.label_cache import batch_writes, encode_entry
+from streamnb_workers import commit as commit_module
+from streamnb_workers.commit import CommitRequest, LuaScript, commit_batch
+from streamnb_workers.keys import GROUP, ModelKeys
+from streamnb_workers.label_cache import batch_writes, encode_entry
 
 #: The cache's TTL in these runs: the daemon's default, 2 days.
 TTL_MS = 172_800_000
@@ -394,7 +394,7 @@ def packing_cost(batch: int = 100, row_bytes: int = 789, out_bytes: int = 144,
     if commit_module.PACK_COMMAND is not None:
         if commit_module.PACK_COMMAND(command) != b"".join(conn.pack_commands([command])):
             raise RuntimeError("the two packers disagree")
-        packers["workers._resp (C)"] = lambda: commit_module.PACK_COMMAND(command)
+        packers["streamnb_workers._resp (C)"] = lambda: commit_module.PACK_COMMAND(command)
     return {name: best_ms(pack, repeat) for name, pack in packers.items()}
 
 

@@ -3,7 +3,7 @@
 A private redis-server is started on a free port (never 6379). For each payload (raw
 mail, pre-tokenized) and each worker count, a fresh model (the daemon's defaults:
 multinomial, 2**20 buckets) gets its ``:in`` stream pre-filled with the corpus as
-labelled messages (``--repeat`` passes), then the workers (``python -m workers.worker``
+labelled messages (``--repeat`` passes), then the workers (``python -m streamnb_workers.worker``
 processes, default options) are started. The consumer group starts after those messages
 until every worker waits in ``XREADGROUP``; then it is set back to the start and the
 last message is added, which wakes them all at once. Throughput is measured on the Redis
@@ -72,6 +72,7 @@ from benchmarks._common import (
     redis_cpu_s,
     runqueue_wait_s,
 )
+from streamnb_workers.launch import blas_env
 
 #: Worker options for the benchmarks: the defaults (batch 200, block 1 s) unless given.
 DEFAULT_OPTIONS: dict[str, Any] = {}
@@ -134,11 +135,11 @@ def prefill(client: Any, name: str, messages: Sequence[bytes], chunk: int = 1000
 
 
 def spawn_worker(url: str, spec: dict[str, Any], options: dict[str, Any], log: Path) -> subprocess.Popen:
-    """``python -m workers.worker`` in its own process (its log in ``log``)."""
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    """``python -m streamnb_workers.worker`` in its own process (its log in ``log``)."""
+    env = blas_env({**os.environ, "PYTHONPATH": str(ROOT)})
     with open(log, "ab") as fh:
         return subprocess.Popen(
-            [sys.executable, "-m", "workers.worker", "--redis", url, "--spec", json.dumps(spec),
+            [sys.executable, "-m", "streamnb_workers.worker", "--redis", url, "--spec", json.dumps(spec),
              "--options", json.dumps(options)],
             cwd=ROOT, env=env, stdout=fh, stderr=subprocess.STDOUT)
 
@@ -393,7 +394,7 @@ def run_e2e(server: RedisServer, name: str, messages: Sequence[bytes], n_workers
     profiler attached for the window alone, :func:`spy_run`). ``independent``: each worker
     serves a model of its own, with every message in its own stream (nothing shared: no
     other worker's deltas to apply, no ordering); the rate is the sum of theirs."""
-    from workers.keys import GROUP
+    from streamnb_workers.keys import GROUP
 
     client = server.client()
     names = [f"{name}-m{i}" for i in range(n_workers)] if independent else [name]
@@ -717,10 +718,10 @@ def stage_times(messages: Sequence[bytes], name: str = "stages") -> dict[str, fl
     (wall) and ``cpu`` (process CPU time of this process during the run)."""
     from prometheus_client import CollectorRegistry
 
-    from workers.connection import RedisSettings, UrlConnector
-    from workers.metrics import Metrics
-    from workers.model_config import ModelSpec
-    from workers.worker import Worker, WorkerOptions, tune_gc
+    from streamnb_workers.connection import RedisSettings, UrlConnector
+    from streamnb_workers.metrics import Metrics
+    from streamnb_workers.model_config import ModelSpec
+    from streamnb_workers.worker import Worker, WorkerOptions, tune_gc
 
     registry = CollectorRegistry()
     with RedisServer() as server:
@@ -728,7 +729,7 @@ def stage_times(messages: Sequence[bytes], name: str = "stages") -> dict[str, fl
         w = Worker(UrlConnector(RedisSettings(server.url)), [ModelSpec(name, kind="multinomial")],
                    WorkerOptions(consumer="stages"), Metrics(registry))
         w.start()
-        tune_gc()  # as a worker process does (workers.worker.main, streamnb worker)
+        tune_gc()  # as a worker process does (streamnb_workers.worker.main, streamnb worker)
         t0, c0 = time.perf_counter(), time.process_time()
         w.run_until_idle(timeout=600)
         total, cpu = time.perf_counter() - t0, time.process_time() - c0
@@ -767,17 +768,17 @@ def profile_worker(messages: Sequence[bytes], name: str = "profile", top: int = 
 
     from prometheus_client import CollectorRegistry
 
-    from workers.connection import RedisSettings, UrlConnector
-    from workers.metrics import Metrics
-    from workers.model_config import ModelSpec
-    from workers.worker import Worker, WorkerOptions, tune_gc
+    from streamnb_workers.connection import RedisSettings, UrlConnector
+    from streamnb_workers.metrics import Metrics
+    from streamnb_workers.model_config import ModelSpec
+    from streamnb_workers.worker import Worker, WorkerOptions, tune_gc
 
     with RedisServer() as server:
         prefill(server.client(), name, messages)
         w = Worker(UrlConnector(RedisSettings(server.url)), [ModelSpec(name, kind="multinomial")],
                    WorkerOptions(consumer="profiler"), Metrics(CollectorRegistry()))
         w.start()
-        tune_gc()  # as a worker process does (workers.worker.main, streamnb worker)
+        tune_gc()  # as a worker process does (streamnb_workers.worker.main, streamnb worker)
         prof = cProfile.Profile()
         t0 = time.perf_counter()
         prof.enable()

@@ -90,10 +90,10 @@ def run_workload(what: str, corpus_dir: str, messages: int, reps: int) -> None:
 
     from benchmarks import end_to_end
     from benchmarks._common import Corpus, RedisServer
-    from workers.connection import RedisSettings, UrlConnector
-    from workers.metrics import Metrics
-    from workers.model_config import ModelSpec
-    from workers.worker import Worker, WorkerOptions, tune_gc
+    from streamnb_workers.connection import RedisSettings, UrlConnector
+    from streamnb_workers.metrics import Metrics
+    from streamnb_workers.model_config import ModelSpec
+    from streamnb_workers.worker import Worker, WorkerOptions, tune_gc
 
     payload = what.removeprefix("worker-").removeprefix("producer-")
     big = Corpus(corpus.raws * reps, corpus.labels * reps)

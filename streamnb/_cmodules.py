@@ -1,7 +1,7 @@
 """The optional C modules, loaded in one place.
 
 ``streamnb.features._speedups`` (the tokenizer's steps, the token hash cache, sorts),
-``streamnb._kernels`` (the count models' per-nonzero loops) and ``workers._resp`` (the
+``streamnb._kernels`` (the count models' per-nonzero loops) and ``streamnb_workers._resp`` (the
 commit command's packing) are built by ``setup.py`` where a C compiler is found
 (docs/architecture.md, decision 16) and turned off together by the environment variable
 ``STREAMNB_PURE_PYTHON=1``; without them every caller runs the same code in Python (its

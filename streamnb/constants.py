@@ -42,7 +42,7 @@ CHOLESKY_PIVOT_RTOL = 1e-12
 #: var_smoothing=0), relative to the data's scale (largest variance or squared mean, else 1).
 GAUSSIAN_FALLBACK_VARIANCE = 1e-9
 
-# --- drift detection and quality metrics (streamnb.drift, workers.observer)
+# --- drift detection and quality metrics (streamnb.drift, streamnb_workers.observer)
 #: Per-sample log-loss is capped at -log(1e-15) (scikit-learn's eps), so one confidently
 #: wrong prediction cannot dominate a sum; also the loss charged for an unknown true class.
 LOG_LOSS_CAP = 34.538776394910684

@@ -16,12 +16,13 @@ import numpy as np
 from streamnb.codec import decode_input
 from streamnb.features import Featurizer
 from streamnb.models import make_model
-from workers.connection import RedisSettings, UrlConnector
-from workers.keys import GROUP, ModelKeys
-from workers.model_config import ModelSpec
-from workers.replica import parse_id
-from workers.replies import as_str
-from workers.worker import Worker, WorkerOptions
+from streamnb_workers.connection import RedisSettings, UrlConnector
+from streamnb_workers.keys import GROUP, ModelKeys
+from streamnb_workers.launch import blas_env
+from streamnb_workers.model_config import ModelSpec
+from streamnb_workers.replica import parse_id
+from streamnb_workers.replies import as_str
+from streamnb_workers.worker import Worker, WorkerOptions
 
 ROOT = Path(__file__).resolve().parents[1]
 PYTHON = sys.executable
@@ -129,7 +130,7 @@ def fast_options(consumer: str, **kw: Any) -> WorkerOptions:
 def url_worker(url: str, specs: list[ModelSpec], options: WorkerOptions, metrics: Any = None) -> Worker:
     from prometheus_client import CollectorRegistry
 
-    from workers.metrics import Metrics
+    from streamnb_workers.metrics import Metrics
 
     return Worker(UrlConnector(RedisSettings(url)), specs, options,
                   metrics or Metrics(CollectorRegistry()))
@@ -155,11 +156,11 @@ def run_in_threads(workers: list[Worker], timeout: float = 60.0) -> None:
 
 def spawn_worker(url: str, spec: ModelSpec, options: dict[str, Any], log_path: Path | None = None,
                  ) -> subprocess.Popen:
-    """A worker in its own process (``python -m workers.worker``)."""
+    """A worker in its own process (``python -m streamnb_workers.worker``)."""
     spec_json = json.dumps({k: v for k, v in spec.__dict__.items()})
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    env = blas_env({**os.environ, "PYTHONPATH": str(ROOT)})
     out = open(log_path, "ab") if log_path else subprocess.DEVNULL  # noqa: SIM115
-    return subprocess.Popen([PYTHON, "-m", "workers.worker", "--redis", url, "--spec", spec_json,
+    return subprocess.Popen([PYTHON, "-m", "streamnb_workers.worker", "--redis", url, "--spec", spec_json,
                              "--options", json.dumps(options)], cwd=ROOT, env=env,
                             stdout=out, stderr=subprocess.STDOUT)
 
@@ -183,7 +184,7 @@ def all_done(client: Any, n_inputs: int, keys: ModelKeys = MAIL_KEYS) -> bool:
 
 
 def learnt_model(client: Any, name: str) -> tuple[Any, str]:
-    from workers.replica import load_model
+    from streamnb_workers.replica import load_model
 
     return load_model(client, name)
 
@@ -193,7 +194,7 @@ def cached(client: Any, name: str, msg_id: str) -> Any:
     looked up as a worker does (workers/label_cache.py)."""
     import time
 
-    from workers.label_cache import fetch_cached
+    from streamnb_workers.label_cache import fetch_cached
 
     return fetch_cached(client, ModelKeys(name), [msg_id], int(time.time() * 1000))[msg_id]
 

@@ -34,10 +34,10 @@ from _worker_helpers import (
     token_messages,
 )
 
-from workers.connection import RedisSettings, UrlConnector
-from workers.keys import GROUP, ModelKeys
-from workers.replica import load_model
-from workers.worker import Worker, WorkerOptions
+from streamnb_workers.connection import RedisSettings, UrlConnector
+from streamnb_workers.keys import GROUP, ModelKeys
+from streamnb_workers.replica import load_model
+from streamnb_workers.worker import Worker, WorkerOptions
 
 pytestmark = pytest.mark.redis
 
@@ -98,7 +98,7 @@ def cli_env(**extra: str) -> dict[str, str]:
 
 
 def cli(*args: str, env: dict[str, str] | None = None, timeout: float = 60) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "workers.cli", *args], capture_output=True,
+    return subprocess.run([sys.executable, "-m", "streamnb_workers", *args], capture_output=True,
                           text=True, timeout=timeout, env=env or cli_env(), cwd=ROOT)
 
 
@@ -106,7 +106,7 @@ def start_worker_cli(url: str | None, model: str, consumer: str, log: Path, *ext
                      env: dict[str, str] | None = None) -> subprocess.Popen:
     out = open(log, "ab")  # noqa: SIM115 - closed by the OS when the child exits
     return subprocess.Popen(
-        [sys.executable, "-m", "workers.cli", "worker", *(["--redis", url] if url else []), "--model", model,
+        [sys.executable, "-m", "streamnb_workers", "worker", *(["--redis", url] if url else []), "--model", model,
          "--kind", "multinomial", "--bits", "10", "--counts", "raw", "--consumer", consumer,
          "--batch", "40", "--block-ms", "100", "--claim-idle-ms", "500", "--metrics-port", "0",
          *extra], stdout=out, stderr=subprocess.STDOUT, env=env or cli_env(), cwd=ROOT)

@@ -20,7 +20,7 @@ if str(ROOT) not in sys.path:
 from benchmarks import daemon_accuracy, end_to_end, gaussian_throughput, latency, memory  # noqa: E402
 from benchmarks import model_throughput as mt  # noqa: E402
 from benchmarks._common import REDIS_SERVER, format_table, percentiles, synthetic_mail  # noqa: E402
-from workers.keys import GROUP  # noqa: E402
+from streamnb_workers.keys import GROUP  # noqa: E402
 
 needs_redis = pytest.mark.skipif(REDIS_SERVER is None, reason="redis-server is not installed")
 

@@ -16,12 +16,12 @@ import pytest
 
 from streamnb.codec import decode_input, encode_input
 from streamnb.models import load as load_model_file
-from workers.cli import build_parser, main
-from workers.connection import RedisSettings, UrlConnector
-from workers.keys import ModelKeys
-from workers.model_config import ModelSpec, ensure_config, read_config
-from workers.replica import load_model
-from workers.worker import Worker, WorkerOptions
+from streamnb_workers.cli import build_parser, main
+from streamnb_workers.connection import RedisSettings, UrlConnector
+from streamnb_workers.keys import ModelKeys
+from streamnb_workers.model_config import ModelSpec, ensure_config, read_config
+from streamnb_workers.replica import load_model
+from streamnb_workers.worker import Worker, WorkerOptions
 
 COMMANDS = ["worker", "produce", "predict", "status", "export", "import", "demo"]
 TRAIN = [("cheap meds online now", "spam"), ("win money cheap pills", "spam"),
@@ -34,7 +34,7 @@ STATUS_KEYS = {"model", "exists", "redis", "kind", "config", "classes", "learnt_
 def cli(*args, env=None, timeout=60):
     full_env = {k: v for k, v in os.environ.items() if not k.startswith("STREAMNB_")}
     full_env.update(env or {})
-    return subprocess.run([sys.executable, "-m", "workers.cli", *args], capture_output=True,
+    return subprocess.run([sys.executable, "-m", "streamnb_workers", *args], capture_output=True,
                           text=True, timeout=timeout, env=full_env)
 
 
@@ -265,7 +265,7 @@ def test_supervisor_restarts_a_killed_child_and_shuts_down_warm(redis_server):
     r = redis_server.client()
     env = {k: v for k, v in os.environ.items() if not k.startswith("STREAMNB_")}
     sup = subprocess.Popen(
-        [sys.executable, "-m", "workers.cli", "worker", "--redis", redis_server.url, "--model", "m",
+        [sys.executable, "-m", "streamnb_workers", "worker", "--redis", redis_server.url, "--model", "m",
          "--kind", "multinomial", "--bits", "8", "--processes", "2", "--metrics-port", "0",
          "--block-ms", "100", "--consumer", "sup"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)

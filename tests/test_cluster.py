@@ -47,10 +47,10 @@ from test_acl_worker import (
 )
 
 from streamnb.exceptions import SettingsError
-from workers.connection import RedisSettings, UrlConnector, is_access_error
-from workers.keys import GROUP, ModelKeys
-from workers.replica import load_model
-from workers.worker import Worker
+from streamnb_workers.connection import RedisSettings, UrlConnector, is_access_error
+from streamnb_workers.keys import GROUP, ModelKeys
+from streamnb_workers.replica import load_model
+from streamnb_workers.worker import Worker
 
 pytestmark = pytest.mark.redis
 
@@ -276,8 +276,8 @@ def test_the_ordering_wait_reads_the_log_in_one_pipeline_on_a_cluster(cluster):
     import numpy as np
 
     from streamnb.models import make_model
-    from workers.model_config import ModelSpec, ensure_config
-    from workers.replica import Replica, encode_delta
+    from streamnb_workers.model_config import ModelSpec, ensure_config
+    from streamnb_workers.replica import Replica, encode_delta
 
     client = RedisSettings(cluster.url(), cluster=True).make_client()
     spec = ModelSpec("blocking", kind="multinomial", model_params={"n_features": 4},

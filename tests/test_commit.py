@@ -7,10 +7,10 @@ import pytest
 import redis
 from _c_steps import c_or_reference
 
-from workers import commit as commit_module
-from workers.commit import CacheCas, CacheWrite, CommitRequest, commit_batch, send_commit
-from workers.keys import GROUP, ModelKeys
-from workers.label_cache import encode_label
+from streamnb_workers import commit as commit_module
+from streamnb_workers.commit import CacheCas, CacheWrite, CommitRequest, commit_batch, send_commit
+from streamnb_workers.keys import GROUP, ModelKeys
+from streamnb_workers.label_cache import encode_label
 
 K = ModelKeys("t")
 
@@ -268,9 +268,9 @@ def test_an_abandoned_commit_ran_whole_or_not_at_all(redis_server, packing):
         sent.result()
 
 
-@pytest.mark.skipif(commit_module.PACK_COMMAND is None, reason="workers._resp is not built")
+@pytest.mark.skipif(commit_module.PACK_COMMAND is None, reason="streamnb_workers._resp is not built")
 def test_c_packing_gives_redis_py_bytes():
-    """workers._resp.pack_command against redis-py's packing (the reference), on a whole
+    """streamnb_workers._resp.pack_command against redis-py's packing (the reference), on a whole
     batch's commit and on every kind of argument."""
     conn = fakeredis.FakeRedis().connection_pool.get_connection()
     cache = [CacheWrite(K.cache_bucket(21_600_000, 78_901, s), 172_800_000,
@@ -300,7 +300,7 @@ def test_read_script_reads_and_announces_in_one_step(r):
     """workers/read.lua and the XREADGROUP behind it in one MULTI: the announcement
     ordering.py would write, byte for byte (written out in Lua), of the batch the read
     returns, for batch sizes on each side of msgpack's integer widths."""
-    from workers.ordering import InflightBoard
+    from streamnb_workers.ordering import InflightBoard
 
     for i in range(700):
         r.xadd(K.input, {"data": f"m{i}".encode()})

@@ -13,7 +13,7 @@ from importlib import resources
 
 import pytest
 
-from workers.demo import SAMPLE_NAME, load_sample
+from streamnb_workers.demo import SAMPLE_NAME, load_sample
 
 
 class PortWatch:
@@ -53,7 +53,7 @@ class PortWatch:
 
 def run_demo(*extra):
     env = {k: v for k, v in os.environ.items() if not k.startswith("STREAMNB_")}
-    return subprocess.run([sys.executable, "-m", "workers.cli", "demo", *extra],
+    return subprocess.run([sys.executable, "-m", "streamnb_workers", "demo", *extra],
                           capture_output=True, text=True, timeout=90, env=env)
 
 

@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 from streamnb.codec import Limits, decode_input, decode_output, encode_input
 from streamnb.exceptions import MalformedMessage
 from streamnb.features import Featurizer, token_hash64, token_hashes
-from workers.keys import GROUP, ModelKeys
+from streamnb_workers.keys import GROUP, ModelKeys
 
 
 def as_hashes(m: dict) -> dict:

@@ -11,11 +11,11 @@ import fakeredis
 import msgpack
 import pytest
 
-from workers import heap
-from workers.connection import ClientConnector
-from workers.heap import HeapTrimmer
-from workers.model_config import ModelSpec
-from workers.worker import Worker, WorkerOptions
+from streamnb_workers import heap
+from streamnb_workers.connection import ClientConnector
+from streamnb_workers.heap import HeapTrimmer
+from streamnb_workers.model_config import ModelSpec
+from streamnb_workers.worker import Worker, WorkerOptions
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -97,7 +97,7 @@ def test_trim_returns_freed_heap_pages():
     # last, which pins the top of the heap: free() cannot give the pages back, trim() does.
     code = textwrap.dedent("""
         import os
-        from workers.heap import HeapTrimmer
+        from streamnb_workers.heap import HeapTrimmer
 
         def rss():
             return int(open("/proc/self/statm").read().split()[1]) * os.sysconf("SC_PAGE_SIZE")

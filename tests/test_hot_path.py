@@ -94,7 +94,7 @@ def test_oov_share_per_message_by_hand():
     from types import SimpleNamespace
 
     from streamnb.models.io import make_model
-    from workers.worker import Worker
+    from streamnb_workers.worker import Worker
 
     model = make_model("multinomial", n_features=16)
     X = sp.csr_matrix((np.ones(3), np.array([1, 2, 3]), np.array([0, 2, 3])), shape=(2, 16))

@@ -13,9 +13,9 @@ import numpy as np
 
 from streamnb.constants import LABEL_CACHE_SHARDS
 from streamnb.features import Row
-from workers.commit import CommitRequest, commit_batch
-from workers.keys import GROUP, ModelKeys
-from workers.label_cache import (
+from streamnb_workers.commit import CommitRequest, commit_batch
+from streamnb_workers.keys import GROUP, ModelKeys
+from streamnb_workers.label_cache import (
     batch_writes,
     bucket_width_ms,
     decode_entry,
@@ -148,7 +148,7 @@ def test_entries_expire_with_their_bucket(redis_server):
 
 def test_shards_are_the_same_in_every_process():
     ids = ["m1", "é-2", "x" * 300]
-    code = ("import sys; from workers.label_cache import shard_of; "
+    code = ("import sys; from streamnb_workers.label_cache import shard_of; "
             f"print([shard_of(i) for i in {ids!r}])")
     outs = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                            env=dict(os.environ, PYTHONHASHSEED=str(seed))).stdout

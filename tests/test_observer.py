@@ -10,8 +10,8 @@ from prometheus_client import CollectorRegistry
 from sklearn.metrics import log_loss
 
 from streamnb.constants import LOG_LOSS_CAP
-from workers.metrics import CONFIDENCE_BUCKETS, DELAY_BUCKETS, Metrics
-from workers.observer import ModelObserver
+from streamnb_workers.metrics import CONFIDENCE_BUCKETS, DELAY_BUCKETS, Metrics
+from streamnb_workers.observer import ModelObserver
 
 MW = {"model": "mail", "worker": "w1"}
 CLASSES = ["ham", "spam"]

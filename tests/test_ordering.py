@@ -19,10 +19,10 @@ from _worker_helpers import FCFG, count_spec, fast_options, produce, token_messa
 from streamnb.codec import decode_input, decode_output
 from streamnb.features import Featurizer
 from streamnb.models import make_model
-from workers.commit import CommitRequest, commit_batch
-from workers.keys import GROUP, ModelKeys
-from workers.model_config import resolve_spec
-from workers.ordering import InflightBoard, wait_for_earlier
+from streamnb_workers.commit import CommitRequest, commit_batch
+from streamnb_workers.keys import GROUP, ModelKeys
+from streamnb_workers.model_config import resolve_spec
+from streamnb_workers.ordering import InflightBoard, wait_for_earlier
 
 pytestmark = pytest.mark.redis
 

@@ -27,11 +27,11 @@ from _worker_helpers import (
     url_worker,
 )
 
-import workers.commit as commit_module
-import workers.worker as worker_module
+import streamnb_workers.commit as commit_module
+import streamnb_workers.worker as worker_module
 from streamnb.codec import decode_output
-from workers.commit import SentCommit
-from workers.keys import GROUP, ModelKeys
+from streamnb_workers.commit import SentCommit
+from streamnb_workers.keys import GROUP, ModelKeys
 
 pytestmark = pytest.mark.redis
 
@@ -211,7 +211,7 @@ def test_with_other_workers_about_no_batch_is_read_behind_a_commit(redis_server,
     """Ordered predictions make other workers wait for this one's earlier batches: a
     batch read behind a commit is committed a batch later, so they would wait longer.
     Another worker's fresh heartbeat, or its batch in ``{M}:inflight``, turns it off."""
-    from workers.ordering import InflightBoard
+    from streamnb_workers.ordering import InflightBoard
 
     client = redis_server.client()
     _produce(client, "peers", _messages())
@@ -352,7 +352,7 @@ def test_every_stage_of_a_pipelined_batch_is_timed(redis_server, monkeypatch):
     commit, score once per commit, observe once per batch with predictions."""
     from prometheus_client import CollectorRegistry
 
-    from workers.metrics import Metrics
+    from streamnb_workers.metrics import Metrics
 
     client = redis_server.client()
     _produce(client, "timed", _messages())

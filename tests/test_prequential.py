@@ -19,8 +19,8 @@ from streamnb.features import Featurizer
 from streamnb.models import make_model
 from streamnb.models import prequential as prequential_module
 from streamnb.models.prequential import generic_prequential
-from workers.keys import ModelKeys
-from workers.model_config import resolve_spec
+from streamnb_workers.keys import ModelKeys
+from streamnb_workers.model_config import resolve_spec
 
 # ---------------------------------------------------------------------- reference loop
 
@@ -283,7 +283,7 @@ def test_the_unseen_share_is_what_the_worker_computes_from_the_model(smoothing_m
     from types import SimpleNamespace
 
     from streamnb.features import Row
-    from workers.worker import Worker
+    from streamnb_workers.worker import Worker
 
     rng = np.random.default_rng(13)
     X = sp.random(30, 40, density=0.3, random_state=rng, format="csr")
@@ -376,7 +376,7 @@ def test_worker_gaussian_predictions_equal_the_one_message_at_a_time_loop(redis_
     """The generic path through the daemon (GaussianNB on dense vectors, batch 40)."""
     from _worker_helpers import vector_messages
 
-    from workers.model_config import ModelSpec
+    from streamnb_workers.model_config import ModelSpec
 
     r = redis_server.client()
     msgs = vector_messages(120, d=3, seed=4)
@@ -410,9 +410,9 @@ def test_the_worker_skips_the_costly_exact_method_for_bernoulli(monkeypatch):
     import fakeredis
 
     from streamnb.models import BernoulliNB, MultinomialNB
-    from workers.connection import ClientConnector
-    from workers.model_config import ModelSpec
-    from workers.worker import Worker
+    from streamnb_workers.connection import ClientConnector
+    from streamnb_workers.model_config import ModelSpec
+    from streamnb_workers.worker import Worker
 
     assert MultinomialNB.cheap_prequential and not BernoulliNB.cheap_prequential
 

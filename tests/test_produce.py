@@ -12,8 +12,8 @@ import msgpack
 import pytest
 
 from streamnb.codec import decode_input
-from workers.keys import ModelKeys
-from workers.produce import produce
+from streamnb_workers.keys import ModelKeys
+from streamnb_workers.produce import produce
 
 pytestmark = pytest.mark.redis
 
@@ -128,7 +128,7 @@ def test_index_labels_and_times(redis_server, tmp_path):
 
 def test_corpus_index_through_the_cli(redis_server, corpus_dir):
     proc = subprocess.run(
-        [sys.executable, "-m", "workers.cli", "produce", "--redis", redis_server.url, "--model", "sa",
+        [sys.executable, "-m", "streamnb_workers", "produce", "--redis", redis_server.url, "--model", "sa",
          "--index", str(corpus_dir / "index.tsv"), "--chunk", "200"],
         capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
@@ -146,7 +146,7 @@ def test_corpus_index_through_the_cli(redis_server, corpus_dir):
 
 def test_cli_errors_are_one_line(redis_server, tmp_path):
     def run(*args):
-        return subprocess.run([sys.executable, "-m", "workers.cli", "produce", *args],
+        return subprocess.run([sys.executable, "-m", "streamnb_workers", "produce", *args],
                               capture_output=True, text=True, timeout=60)
 
     p = run("--redis", redis_server.url, "--model", "m", str(tmp_path / "missing"))

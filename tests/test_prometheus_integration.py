@@ -73,7 +73,7 @@ def stop(proc: subprocess.Popen) -> None:
 
 def start_worker(redis_url: str, consumer: str, port: int, log: Path,
                  extra: tuple[str, ...] = ()) -> subprocess.Popen:
-    cmd = [sys.executable, "-m", "workers.cli", "worker", "--redis", redis_url, "--model", MODEL,
+    cmd = [sys.executable, "-m", "streamnb_workers", "worker", "--redis", redis_url, "--model", MODEL,
            "--kind", "multinomial", "--metrics-port", str(port), "--consumer", consumer,
            "--block-ms", "100", "--log-level", "WARNING", *extra]
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log.open("wb"), stderr=subprocess.STDOUT,

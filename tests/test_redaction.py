@@ -26,9 +26,9 @@ from test_acl_worker import (
     write_acl,
 )
 
-from workers.connection import RedisSettings, redact_url
-from workers.keys import ModelKeys
-from workers.settings import redact, redis_settings, register_secret
+from streamnb_workers.connection import RedisSettings, redact_url
+from streamnb_workers.keys import ModelKeys
+from streamnb_workers.settings import redact, redis_settings, register_secret
 
 pytestmark = pytest.mark.redis
 

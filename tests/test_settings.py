@@ -8,8 +8,8 @@ import logging
 import pytest
 
 from streamnb.exceptions import SettingsError
-from workers.cli import _subparsers, build_parser
-from workers.settings import RedactingFilter, redact, redis_settings, resolve
+from streamnb_workers.cli import _subparsers, build_parser
+from streamnb_workers.settings import RedactingFilter, redact, redis_settings, resolve
 
 
 def parsed(argv, env=None, command=None):
@@ -168,7 +168,7 @@ def test_on_off_flags_from_env_and_toml(tmp_path):
 
 
 def test_pipeline_flag_reaches_the_worker_options(tmp_path):
-    from workers.supervisor import worker_options
+    from streamnb_workers.supervisor import worker_options
 
     assert worker_options(parsed(["worker"])).pipeline is True
     assert worker_options(parsed(["worker", "--no-pipeline"])).pipeline is False
@@ -176,7 +176,7 @@ def test_pipeline_flag_reaches_the_worker_options(tmp_path):
 
 
 def test_cache_labelled_flag_reaches_the_worker_options():
-    from workers.supervisor import worker_options
+    from streamnb_workers.supervisor import worker_options
 
     assert worker_options(parsed(["worker"])).cache_labelled is True
     assert worker_options(parsed(["worker", "--no-cache-labelled"])).cache_labelled is False

@@ -36,10 +36,10 @@ from test_acl_worker import (
 )
 
 from streamnb.exceptions import SettingsError
-from workers.connection import RedisSettings, UrlConnector
-from workers.keys import ModelKeys
-from workers.replica import load_model
-from workers.worker import Worker, WorkerOptions
+from streamnb_workers.connection import RedisSettings, UrlConnector
+from streamnb_workers.keys import ModelKeys
+from streamnb_workers.replica import load_model
+from streamnb_workers.worker import Worker, WorkerOptions
 
 pytestmark = pytest.mark.redis
 

@@ -23,7 +23,7 @@ from _worker_helpers import (
 )
 
 from streamnb.codec import decode_output
-from workers.keys import GROUP, ModelKeys
+from streamnb_workers.keys import GROUP, ModelKeys
 
 pytestmark = pytest.mark.redis
 
@@ -122,7 +122,7 @@ def test_label_in_the_same_batch_as_its_message(redis_server):
 
 def test_concurrent_labels_and_corrections_are_applied_exactly_once(redis_server, monkeypatch):
     delayed_calls = []
-    from workers import observer
+    from streamnb_workers import observer
 
     monkeypatch.setattr(observer.ModelObserver, "score_delayed",
                         lambda self, classes, lp, truth, delays: delayed_calls.append(list(truth)))
@@ -243,7 +243,7 @@ def test_a_commit_sends_its_ids_in_stream_order(redis_server, monkeypatch):
     """A batch mixing payloads, a dead letter and a delayed label commits its ids in the
     order they were read (the commit script's ownership check takes the first and the
     last as its range), not payloads first, then dead letters, then labels."""
-    import workers.worker as worker_module
+    import streamnb_workers.worker as worker_module
 
     r = redis_server.client()
     produce(r, "mail", token_messages(3, seed=4))

@@ -25,8 +25,8 @@ from _worker_helpers import (
 from streamnb.codec import decode_output
 from streamnb.constants import DEFAULT_MAIL_ALPHA
 from streamnb.exceptions import ConfigConflict
-from workers.keys import GROUP, ModelKeys
-from workers.model_config import ModelSpec, resolve_spec
+from streamnb_workers.keys import GROUP, ModelKeys
+from streamnb_workers.model_config import ModelSpec, resolve_spec
 
 pytestmark = pytest.mark.redis
 

@@ -23,7 +23,7 @@ from _worker_helpers import (
 )
 
 from streamnb.codec import decode_output
-from workers.keys import GROUP, ModelKeys
+from streamnb_workers.keys import GROUP, ModelKeys
 
 pytestmark = pytest.mark.redis
 K = ModelKeys("mail")
@@ -213,7 +213,7 @@ def test_a_message_that_breaks_the_worker_goes_to_dead_alone(redis_server):
 
     from prometheus_client import CollectorRegistry
 
-    from workers.metrics import Metrics
+    from streamnb_workers.metrics import Metrics
 
     r = redis_server.client()
     msgs = token_messages(8, seed=17, labelled_share=1.0)

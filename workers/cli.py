@@ -1,7 +1,7 @@
 """The ``streamnb`` command: worker, produce, predict, status, export, import, demo.
 
 Every option can also come from the environment (``--foo-bar`` -> ``STREAMNB_FOO_BAR``) or a
-TOML file (``--config``); see :mod:`workers.settings` and docs/configuration.md. Errors in
+TOML file (``--config``); see :mod:`streamnb_workers.settings` and docs/configuration.md. Errors in
 arguments, configuration or credentials print ONE line on stderr and exit 2; an unreachable
 Redis exits 3; see docs/cli.md for every exit code.
 
@@ -40,7 +40,7 @@ from streamnb.constants import (
     MODEL_KINDS,
 )
 from streamnb.exceptions import ConfigConflict, FormatError, SettingsError
-from workers.settings import add_option, redact, resolve, setup_logging
+from streamnb_workers.settings import add_option, redact, resolve, setup_logging
 
 log = logging.getLogger("streamnb.cli")
 
@@ -319,7 +319,7 @@ def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentP
 
 # --------------------------------------------------------------------- commands
 def _require_model(args: argparse.Namespace) -> str:
-    from workers.keys import check_model_name
+    from streamnb_workers.keys import check_model_name
 
     if not args.model:
         raise SettingsError("--model NAME is required (or set STREAMNB_MODEL)")
@@ -331,7 +331,7 @@ def _require_model(args: argparse.Namespace) -> str:
 
 def _redis(args: argparse.Namespace, env: Mapping[str, str], client_name: str | None = None) -> Any:
     """Redis settings from the resolved args (password registered for redaction)."""
-    from workers.settings import redis_settings
+    from streamnb_workers.settings import redis_settings
 
     return redis_settings(args.redis, password_file=args.redis_password_file,
                           tls_ca_file=args.tls_ca_file, tls_cert_file=args.tls_cert_file,
@@ -340,10 +340,10 @@ def _redis(args: argparse.Namespace, env: Mapping[str, str], client_name: str | 
 
 
 def model_specs(args: argparse.Namespace) -> list[Any]:
-    """One :class:`workers.model_config.ModelSpec` per ``--model``, from the model,
+    """One :class:`streamnb_workers.model_config.ModelSpec` per ``--model``, from the model,
     featurizer and decision options that were given (None: as stored)."""
-    from workers.keys import check_model_name
-    from workers.model_config import ModelSpec
+    from streamnb_workers.keys import check_model_name
+    from streamnb_workers.model_config import ModelSpec
 
     names = list(dict.fromkeys(args.model or []))
     if not names:
@@ -386,15 +386,15 @@ def model_specs(args: argparse.Namespace) -> list[Any]:
 
 
 def cmd_worker(args: argparse.Namespace, env: Mapping[str, str]) -> int:
-    from workers import supervisor
+    from streamnb_workers import supervisor
 
     specs = model_specs(args)
     return supervisor.run_worker_command(args, specs, _redis(args, env), env)
 
 
 def cmd_produce(args: argparse.Namespace, env: Mapping[str, str]) -> int:
-    from workers.keys import ModelKeys
-    from workers.produce import produce
+    from streamnb_workers.keys import ModelKeys
+    from streamnb_workers.produce import produce
 
     model = _require_model(args)
     client = _redis(args, env).make_client()
@@ -410,8 +410,8 @@ def cmd_produce(args: argparse.Namespace, env: Mapping[str, str]) -> int:
 def cmd_predict(args: argparse.Namespace, env: Mapping[str, str]) -> int:
     import json
 
-    from workers import transfer
-    from workers.produce import send_and_wait
+    from streamnb_workers import transfer
+    from streamnb_workers.produce import send_and_wait
 
     if args.snapshot:
         result = transfer.predict_file(args.snapshot, args.file)
@@ -434,7 +434,7 @@ def cmd_predict(args: argparse.Namespace, env: Mapping[str, str]) -> int:
 def cmd_status(args: argparse.Namespace, env: Mapping[str, str]) -> int:
     import json
 
-    from workers import status
+    from streamnb_workers import status
 
     model = _require_model(args)
     settings = _redis(args, env)
@@ -448,7 +448,7 @@ def cmd_status(args: argparse.Namespace, env: Mapping[str, str]) -> int:
 
 
 def cmd_export(args: argparse.Namespace, env: Mapping[str, str]) -> int:
-    from workers import transfer
+    from streamnb_workers import transfer
 
     model = _require_model(args)
     client = _redis(args, env).make_client()
@@ -458,7 +458,7 @@ def cmd_export(args: argparse.Namespace, env: Mapping[str, str]) -> int:
 
 
 def cmd_import(args: argparse.Namespace, env: Mapping[str, str]) -> int:
-    from workers import transfer
+    from streamnb_workers import transfer
 
     model = _require_model(args)
     client = _redis(args, env).make_client()
@@ -468,7 +468,7 @@ def cmd_import(args: argparse.Namespace, env: Mapping[str, str]) -> int:
 
 
 def cmd_demo(args: argparse.Namespace, env: Mapping[str, str]) -> int:
-    from workers import demo
+    from streamnb_workers import demo
 
     settings = _redis(args, env) if args.redis else None
     if args.log_level == "INFO":  # the default: keep the demo's output to its report

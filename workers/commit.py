@@ -12,7 +12,7 @@ its own, read later by :meth:`SentCommit.result`), so a worker can decode and fe
 its next batch while Redis runs the script.
 
 >>> import fakeredis
->>> from workers.keys import GROUP, ModelKeys
+>>> from streamnb_workers.keys import GROUP, ModelKeys
 >>> r, k = fakeredis.FakeRedis(), ModelKeys("doc")
 >>> r.xgroup_create(k.input, GROUP, id="0", mkstream=True)
 True
@@ -40,8 +40,8 @@ import msgpack
 import redis
 
 from streamnb._cmodules import optional_c_module
-from workers.keys import GROUP, ModelKeys
-from workers.replies import as_str
+from streamnb_workers.keys import GROUP, ModelKeys
+from streamnb_workers.replies import as_str
 
 
 class LuaScript:
@@ -63,9 +63,9 @@ class LuaScript:
             return client.evalsha(self.sha, len(keys), *keys, *args)
 
 
-COMMIT_SCRIPT = LuaScript(resources.files("workers").joinpath("commit.lua").read_text())
+COMMIT_SCRIPT = LuaScript(resources.files("streamnb_workers").joinpath("commit.lua").read_text())
 #: Announces the batch that the read behind it in one MULTI returns (workers/read.lua).
-READ_SCRIPT = LuaScript(resources.files("workers").joinpath("read.lua").read_text())
+READ_SCRIPT = LuaScript(resources.files("streamnb_workers").joinpath("read.lua").read_text())
 
 
 def read_commands(keys: ModelKeys, consumer: str, count: int, announce: bool,
@@ -73,7 +73,7 @@ def read_commands(keys: ModelKeys, consumer: str, count: int, announce: bool,
     """The commands reading this consumer's next batch of at most ``count`` new entries:
     a plain ``XREADGROUP``, and with ``announce`` the script announcing the batch in
     ``{M}:inflight`` (workers/read.lua, as
-    :meth:`~workers.ordering.InflightBoard.announcement` does) ahead of it, the two in one
+    :meth:`~streamnb_workers.ordering.InflightBoard.announcement` does) ahead of it, the two in one
     ``MULTI``. :func:`read_reply` reads the reply of the last command (the ``EXEC``); a
     script not loaded (NOSCRIPT, e.g. after a restart of Redis) fails alone in it, and the
     read still runs: the caller then announces the batch itself and loads the script."""
@@ -134,9 +134,9 @@ def read_reply(reply: Any, announced: bool = True,
     return field, entries
 
 
-#: ``workers._resp.pack_command``: one command in the Redis protocol (bytes), or None
+#: ``streamnb_workers._resp.pack_command``: one command in the Redis protocol (bytes), or None
 #: (not built, or ``STREAMNB_PURE_PYTHON``): then redis-py packs it, the reference.
-PACK_COMMAND = getattr(optional_c_module("workers._resp"), "pack_command", None)
+PACK_COMMAND = getattr(optional_c_module("streamnb_workers._resp"), "pack_command", None)
 
 
 @dataclass(slots=True)

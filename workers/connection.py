@@ -16,7 +16,7 @@ cannot fix it, and redis-py's default retry of ``ConnectionError`` (of which
 :func:`check_access` runs, at start, every command a worker sends on throw-away keys of each
 model, so a user lacking one fails at once with one line naming them all.
 
-A :class:`Connector` is what :class:`workers.worker.Worker` takes: it makes the command
+A :class:`Connector` is what :class:`streamnb_workers.worker.Worker` takes: it makes the command
 client and the reading client, and can be rebuilt after a connection loss.
 
 >>> redact_url("redis://alice:s3cret@db:6379/0")

@@ -5,7 +5,7 @@ NOTICE) in date order, every message labelled, through two workers of one consum
 test-then-train: each message is predicted by the model as it was *before* learning it, so
 the accuracy printed is the online (prequential) accuracy a mail pipeline would have seen.
 
-Redis: ``--redis URL`` if given, else the embedded default (:mod:`workers.embedded`): a
+Redis: ``--redis URL`` if given, else the embedded default (:mod:`streamnb_workers.embedded`): a
 private ``redis-server`` on a free port, or in-process fakeredis. The two workers run as
 threads of this process, each with its own Prometheus registry served on its own port.
 
@@ -29,8 +29,8 @@ from typing import Any, TextIO
 
 from streamnb.constants import DATA_FIELD, EXIT_FAILURE, EXIT_USAGE
 from streamnb.exceptions import SettingsError
-from workers.keys import GROUP
-from workers.replies import as_str, entry_field
+from streamnb_workers.keys import GROUP
+from streamnb_workers.replies import as_str, entry_field
 
 __all__ = ["SAMPLE_NAME", "SampleMessage", "build_sample", "load_sample", "run_demo"]
 
@@ -180,15 +180,15 @@ def run_demo(
     """Run the demo (see the module docstring); returns the exit code."""
     from prometheus_client import CollectorRegistry
 
-    from workers.connection import UrlConnector
-    from workers.embedded import free_port, start_embedded
-    from workers.keys import ModelKeys, check_model_name
-    from workers.metrics import Metrics
-    from workers.model_config import ModelSpec
-    from workers.produce import Outgoing
-    from workers.supervisor import serve_metrics
-    from workers.transfer import top_tokens
-    from workers.worker import Worker, WorkerOptions
+    from streamnb_workers.connection import UrlConnector
+    from streamnb_workers.embedded import free_port, start_embedded
+    from streamnb_workers.keys import ModelKeys, check_model_name
+    from streamnb_workers.metrics import Metrics
+    from streamnb_workers.model_config import ModelSpec
+    from streamnb_workers.produce import Outgoing
+    from streamnb_workers.supervisor import serve_metrics
+    from streamnb_workers.transfer import top_tokens
+    from streamnb_workers.worker import Worker, WorkerOptions
 
     out = out or sys.stdout
     tty = out.isatty()
@@ -215,7 +215,7 @@ def run_demo(
         def make_connector() -> Any:
             return UrlConnector(settings)
 
-        from workers.connection import redact_url
+        from streamnb_workers.connection import redact_url
 
         where = redact_url(settings.url)
     keys = ModelKeys(model)

@@ -60,11 +60,11 @@ class EmbeddedRedis:
         return fakeredis.FakeRedis(server=self._server)
 
     def connector(self) -> Any:
-        """A :class:`workers.connection` connector for a worker."""
-        from workers.connection import ClientConnector, UrlConnector
+        """A :class:`streamnb_workers.connection` connector for a worker."""
+        from streamnb_workers.connection import ClientConnector, UrlConnector
 
         if self.kind == "redis-server":
-            from workers.connection import RedisSettings
+            from streamnb_workers.connection import RedisSettings
 
             return UrlConnector(RedisSettings(self.url))
         return ClientConnector(self.make_client(), self.make_client(), self.describe())

@@ -46,9 +46,9 @@ import msgpack
 from streamnb.constants import LABEL_CACHE_BUCKETS_PER_TTL, LABEL_CACHE_SHARDS
 from streamnb.encoding import dumps
 from streamnb.features import Row
-from workers.commit import CacheWrite, LuaScript
-from workers.keys import ModelKeys
-from workers.replies import as_str
+from streamnb_workers.commit import CacheWrite, LuaScript
+from streamnb_workers.keys import ModelKeys
+from streamnb_workers.replies import as_str
 
 __all__ = ["CachedMessage", "NOT_LEARNT", "batch_writes", "bucket_width_ms", "decode_entry",
            "decode_label", "encode_entry", "encode_label", "entry_field", "fetch_cached",
@@ -60,7 +60,7 @@ NOT_LEARNT = b""
 ENTRY_FORMAT = 1
 
 _LENGTH = struct.Struct(">H")
-GET_SCRIPT = LuaScript(resources.files("workers").joinpath("cache_get.lua").read_text())
+GET_SCRIPT = LuaScript(resources.files("streamnb_workers").joinpath("cache_get.lua").read_text())
 
 
 def encode_label(label: Any) -> bytes:
@@ -152,7 +152,7 @@ def decode_legacy(key: str, h: dict[Any, Any]) -> CachedMessage | None:
 def batch_writes(keys: ModelKeys, ttl_ms: int, now_ms: int, entries: Iterable[tuple[str, bytes]],
                  ) -> tuple[list[CacheWrite], tuple[str, str, str]]:
     """The commit's writes of ``(message id, entry)`` pairs made at ``now_ms``: one
-    :class:`~workers.commit.CacheWrite` per shard they fall in, with the TTL that makes
+    :class:`~streamnb_workers.commit.CacheWrite` per shard they fall in, with the TTL that makes
     the bucket hash expire at (k + 1) W + T; and the record of the width they use in
     ``{M}:cachebuckets``, ``(key, field, value)`` (``CommitRequest.cache_registry``)."""
     width = bucket_width_ms(ttl_ms)

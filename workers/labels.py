@@ -29,8 +29,8 @@ from typing import Any
 import numpy as np
 
 from streamnb.features import Row
-from workers.commit import CacheCas
-from workers.label_cache import NOT_LEARNT, CachedMessage, decode_label, encode_label
+from streamnb_workers.commit import CacheCas
+from streamnb_workers.label_cache import NOT_LEARNT, CachedMessage, decode_label, encode_label
 
 __all__ = ["NOT_LEARNT", "REF_EXPIRED", "LabelRef", "Resolution", "decode_label",
            "delayed_matrix", "encode_label", "resolve_refs"]

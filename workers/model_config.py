@@ -37,9 +37,9 @@ from typing import Any
 
 from streamnb.constants import DEFAULT_MAIL_ALPHA
 from streamnb.exceptions import ConfigConflict
-from workers.commit import LuaScript
-from workers.keys import ModelKeys, check_model_name
-from workers.replies import as_str
+from streamnb_workers.commit import LuaScript
+from streamnb_workers.keys import ModelKeys, check_model_name
+from streamnb_workers.replies import as_str
 
 #: Version of the stored config layout.
 CONFIG_FORMAT_VERSION = 1

@@ -1,7 +1,7 @@
 """Quality, model and drift observations of one model in one worker.
 
 The worker loop calls the four hooks below; this module turns them into the metrics of
-:mod:`workers.metrics`, runs the drift detectors of :mod:`streamnb.drift` and appends drift
+:mod:`streamnb_workers.metrics`, runs the drift detectors of :mod:`streamnb.drift` and appends drift
 events through the ``events`` callable the worker passes (it XADDs to
 ``streamnb:{NAME}:events``). Per batch the work is vectorised numpy; the detectors cost
 O(1) amortised per message (ADWIN O(log W) per check).
@@ -30,7 +30,7 @@ import numpy as np
 from streamnb.constants import DRIFT_EVENT_COOLDOWN_S, LOG_LOSS_CAP
 from streamnb.drift import ADWIN, GaussianDrift, Moments, PageHinkley, PriorShift, TokenDrift
 from streamnb.drift.base import DriftDetector
-from workers.metrics import Metrics, observe_many
+from streamnb_workers.metrics import Metrics, observe_many
 
 log = logging.getLogger(__name__)
 

@@ -34,7 +34,7 @@ mid-batch) is ignored and removed. There is no deadlock: a worker only waits for
 that start before its own.
 
 >>> import fakeredis
->>> from workers.keys import ModelKeys
+>>> from streamnb_workers.keys import ModelKeys
 >>> r, k = fakeredis.FakeRedis(), ModelKeys("doc")
 >>> a, b = InflightBoard(r, k, "a"), InflightBoard(r, k, "b")
 >>> a.announce("5-0", n_entries=3, now=100.0)
@@ -55,9 +55,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from streamnb.encoding import dumps, loads
-from workers.keys import ModelKeys
-from workers.replica import parse_id
-from workers.replies import as_str
+from streamnb_workers.keys import ModelKeys
+from streamnb_workers.replica import parse_id
+from streamnb_workers.replies import as_str
 
 __all__ = ["InflightBoard", "OrderWait", "wait_for_earlier"]
 
@@ -173,7 +173,7 @@ def wait_for_earlier(board: InflightBoard, first_id: str, max_wait_s: float,
 
     ``catch_up(batches, block_ms)`` waits at most ``block_ms`` (``poll_ms`` at a time)
     for the log to grow, applies what it finds (the wait and the read of the entries are
-    one round trip: :meth:`workers.replica.Replica.catch_up`), adds to ``batches`` the
+    one round trip: :meth:`streamnb_workers.replica.Replica.catch_up`), adds to ``batches`` the
     announcements whose commits it applied (each commit's log entry names its batch) and
     returns the number of entries applied. When those cover
     every batch waited for, the wait ends there: no second look at ``:inflight``, and

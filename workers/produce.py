@@ -45,8 +45,8 @@ import msgpack
 from streamnb.codec import decode_input
 from streamnb.constants import DATA_FIELD, DEFAULT_PRODUCE_CHUNK
 from streamnb.exceptions import MalformedMessage, SettingsError
-from workers.keys import ModelKeys
-from workers.replies import as_str, entry_field
+from streamnb_workers.keys import ModelKeys
+from streamnb_workers.replies import as_str, entry_field
 
 __all__ = [
     "IndexEntry",

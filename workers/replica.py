@@ -21,8 +21,8 @@ e.g. a crash under ``appendfsync everysec``) is ahead of the log: it reloads too
 would count the redelivered messages twice.
 
 >>> import fakeredis
->>> from workers.keys import ModelKeys
->>> from workers.model_config import ModelSpec, ensure_config
+>>> from streamnb_workers.keys import ModelKeys
+>>> from streamnb_workers.model_config import ModelSpec, ensure_config
 >>> r = fakeredis.FakeRedis()
 >>> cfg = ensure_config(r, ModelSpec("doc", kind="multinomial", featurizer_config={"bits": 4}))
 >>> rep = Replica(r, ModelKeys("doc"), cfg).load()
@@ -43,9 +43,9 @@ import numpy as np
 from streamnb.encoding import dumps, loads
 from streamnb.exceptions import FormatError
 from streamnb.stats.bundle import StatsBundle
-from workers.keys import ModelKeys
-from workers.model_config import ModelConfig
-from workers.replies import as_str, entry_field
+from streamnb_workers.keys import ModelKeys
+from streamnb_workers.model_config import ModelConfig
+from streamnb_workers.replies import as_str, entry_field
 
 log = logging.getLogger(__name__)
 
@@ -306,7 +306,7 @@ class Replica:
         :meth:`catch_up` applies it with the entries before it).
 
         >>> import fakeredis
-        >>> from workers.model_config import ModelSpec, ensure_config
+        >>> from streamnb_workers.model_config import ModelSpec, ensure_config
         >>> r = fakeredis.FakeRedis()
         >>> cfg = ensure_config(r, ModelSpec("own", kind="multinomial", featurizer_config={"bits": 4}))
         >>> rep = Replica(r, ModelKeys("own"), cfg).load()
@@ -373,7 +373,7 @@ def load_model(client: Any, name: str) -> tuple[Any, str]:
 
     Raises LookupError if the model has no stored config.
     """
-    from workers.model_config import read_config
+    from streamnb_workers.model_config import read_config
 
     cfg = read_config(client, name)
     if cfg is None:

@@ -40,7 +40,7 @@ from typing import Any
 from urllib.parse import unquote, urlsplit
 
 from streamnb.exceptions import SettingsError
-from workers.connection import RedisSettings, redact_url
+from streamnb_workers.connection import RedisSettings, redact_url
 
 __all__ = [
     "ENV_PREFIX",

@@ -10,7 +10,7 @@ write an older one) and that its log id is still in the log (a replica that appl
 Redis then lost in a crash cannot store them); it records the trim point so lagging replicas know to reload.
 
 >>> import fakeredis
->>> from workers.keys import ModelKeys
+>>> from streamnb_workers.keys import ModelKeys
 >>> r, k = fakeredis.FakeRedis(), ModelKeys("doc")
 >>> a, b = Snapshotter(r, k, "w1"), Snapshotter(r, k, "w2")
 >>> a.hold_lease(), b.hold_lease(), a.hold_lease()
@@ -26,10 +26,10 @@ import time
 from typing import Any
 
 from streamnb.encoding import loads
-from workers.commit import LuaScript
-from workers.keys import GROUP, ModelKeys
-from workers.replica import Replica, parse_id
-from workers.replies import as_str
+from streamnb_workers.commit import LuaScript
+from streamnb_workers.keys import GROUP, ModelKeys
+from streamnb_workers.replica import Replica, parse_id
+from streamnb_workers.replies import as_str
 
 log = logging.getLogger(__name__)
 

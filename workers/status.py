@@ -27,9 +27,9 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from workers.connection import redact_url
-from workers.keys import GROUP, ModelKeys
-from workers.replies import as_str
+from streamnb_workers.connection import redact_url
+from streamnb_workers.keys import GROUP, ModelKeys
+from streamnb_workers.replies import as_str
 
 __all__ = ["HEARTBEAT_STALE_S", "collect", "format_text"]
 
@@ -50,8 +50,8 @@ def _lag_is_reported(client: Any, keys: ModelKeys) -> bool:
 def collect(client: Any, name: str, redis_url: str | None = None,
             stale_s: float = HEARTBEAT_STALE_S) -> dict[str, Any]:
     """Status of model ``name`` as a map (keys in the module docstring)."""
-    from workers.model_config import read_config
-    from workers.snapshotter import live_workers, stream_gauges
+    from streamnb_workers.model_config import read_config
+    from streamnb_workers.snapshotter import live_workers, stream_gauges
 
     keys = ModelKeys(name)
     cfg = read_config(client, name)
@@ -74,7 +74,7 @@ def collect(client: Any, name: str, redis_url: str | None = None,
         "workers": [],
     }
     if cfg is not None:
-        from workers.replica import load_model, snapshot_age
+        from streamnb_workers.replica import load_model, snapshot_age
 
         info["config"] = {"model_params": cfg.model_params, "featurizer": cfg.featurizer,
                           "decision": cfg.decision, "half_life": cfg.half_life}

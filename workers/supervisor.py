@@ -37,7 +37,7 @@ import redis
 
 from streamnb.constants import EXIT_FAILURE, EXIT_USAGE
 from streamnb.exceptions import SettingsError
-from workers.backoff import Backoff
+from streamnb_workers.backoff import Backoff
 
 log = logging.getLogger("streamnb.supervisor")
 
@@ -64,7 +64,7 @@ def serve_metrics(port: int, addr: str, registry: Any = None) -> Any:
 
 
 def worker_options(args: argparse.Namespace) -> Any:
-    from workers.worker import WorkerOptions
+    from streamnb_workers.worker import WorkerOptions
 
     return WorkerOptions(consumer=args.consumer, batch=args.batch, block_ms=args.block_ms,
                          claim_idle_ms=args.claim_idle_ms, cache_ttl_s=args.label_cache_ttl,
@@ -87,8 +87,8 @@ def run_single(args: argparse.Namespace, specs: list[Any], settings: Any) -> int
     """
     from dataclasses import replace
 
-    from workers.connection import UrlConnector
-    from workers.worker import Worker, tune_gc
+    from streamnb_workers.connection import UrlConnector
+    from streamnb_workers.worker import Worker, tune_gc
 
     options = worker_options(args)
     settings = replace(settings, client_name=options.consumer)
@@ -117,7 +117,7 @@ def child_command(argv: Sequence[str], index: int, consumer_base: str, metrics_p
     """The command line of child ``index``: the parent's, with per-child overrides last
     (argparse keeps the last value of an option)."""
     port = metrics_port + index if metrics_port else 0
-    return [sys.executable, "-m", "workers.cli", *argv, "--processes", "1",
+    return [sys.executable, "-m", "streamnb_workers.cli", *argv, "--processes", "1",
             "--consumer", f"{consumer_base}-{index}", "--metrics-port", str(port)]
 
 

@@ -37,7 +37,7 @@ from streamnb.decision import DecisionRule
 from streamnb.encoding import dumps as pack
 from streamnb.encoding import loads as unpack
 from streamnb.exceptions import FormatError, SettingsError
-from workers.replies import as_str
+from streamnb_workers.replies import as_str
 
 __all__ = [
     "dump_envelope",
@@ -82,8 +82,8 @@ def read_envelope(path: str | os.PathLike[str]) -> tuple[Any, dict[str, Any]]:
 # ------------------------------------------------------------------------ export/import
 def export_model(client: Any, name: str, path: str | os.PathLike[str]) -> str:
     """Write model ``name`` (snapshot + log, config) to ``path``; return a summary."""
-    from workers.model_config import read_config
-    from workers.replica import load_model
+    from streamnb_workers.model_config import read_config
+    from streamnb_workers.replica import load_model
 
     cfg = read_config(client, name)
     if cfg is None:
@@ -103,9 +103,9 @@ def import_model(client: Any, name: str, path: str | os.PathLike[str]) -> str:
     The model's config is created from the file if it has none; if it has one, kind,
     parameters and featurizer must match (else ConfigConflict says what differs).
     """
-    from workers.keys import ModelKeys
-    from workers.model_config import ModelSpec, ensure_config
-    from workers.replica import encode_delta
+    from streamnb_workers.keys import ModelKeys
+    from streamnb_workers.model_config import ModelSpec, ensure_config
+    from streamnb_workers.replica import encode_delta
 
     model, env = read_envelope(path)
     featurizer = env.get("featurizer")

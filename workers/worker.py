@@ -2,9 +2,9 @@
 
 Public API (for ``streamnb worker``, the demo and tests)::
 
-    from workers.connection import RedisSettings, UrlConnector
-    from workers.model_config import ModelSpec
-    from workers.worker import Worker, WorkerOptions
+    from streamnb_workers.connection import RedisSettings, UrlConnector
+    from streamnb_workers.model_config import ModelSpec
+    from streamnb_workers.worker import Worker, WorkerOptions
 
     w = Worker(UrlConnector(RedisSettings("redis://localhost:6379/0")),
                [ModelSpec("mail", kind="multinomial")], WorkerOptions(batch=200))
@@ -17,12 +17,12 @@ idle entries) -> own pending entries first after a (re)start -> ``XREADGROUP ...
 every model's ``:in`` -> per model: decode, featurize, predict each message with the model
 plus the labelled messages before it in the batch (test-then-train, as one message at a
 time would; ``WorkerOptions.prequential``), decide, build the delta of the labelled
-messages and of the delayed labels, commit in one Lua script (:mod:`workers.commit`) ->
+messages and of the delayed labels, commit in one Lua script (:mod:`streamnb_workers.commit`) ->
 tail ``:log`` (own delta included). See docs/worker.md.
 
 >>> import fakeredis, msgpack
->>> from workers.connection import ClientConnector
->>> from workers.model_config import ModelSpec
+>>> from streamnb_workers.connection import ClientConnector
+>>> from streamnb_workers.model_config import ModelSpec
 >>> r = fakeredis.FakeRedis()
 >>> w = Worker(ClientConnector(r), [ModelSpec("doc", kind="multinomial",
 ...            featurizer_config={"bits": 8})], WorkerOptions(consumer="w1"))
@@ -70,8 +70,8 @@ from streamnb.constants import (
 from streamnb.encoding import dumps
 from streamnb.exceptions import MalformedMessage, NotFittedError, StreamnbError
 from streamnb.features import Row, rows_to_bytes
-from workers.backoff import Backoff
-from workers.commit import (
+from streamnb_workers.backoff import Backoff
+from streamnb_workers.commit import (
     COMMIT_SCRIPT,
     READ_SCRIPT,
     CacheWrite,
@@ -83,22 +83,22 @@ from workers.commit import (
     read_reply,
     send_commit,
 )
-from workers.connection import Connector, is_access_error
-from workers.heap import HeapTrimmer
-from workers.keys import GROUP, ModelKeys
-from workers.label_cache import (
+from streamnb_workers.connection import Connector, is_access_error
+from streamnb_workers.heap import HeapTrimmer
+from streamnb_workers.keys import GROUP, ModelKeys
+from streamnb_workers.label_cache import (
     batch_writes,
     encode_entry,
     encode_label,
     fetch_cached,
 )
-from workers.labels import REF_EXPIRED, LabelRef, delayed_matrix, resolve_refs
-from workers.metrics import Metrics, default_metrics, observe_many
-from workers.model_config import ModelConfig, ModelSpec, ensure_config
-from workers.ordering import InflightBoard, wait_for_earlier
-from workers.replica import Replica, encode_decay, encode_delta, entry_time, parse_id
-from workers.replies import as_str, entry_field
-from workers.snapshotter import (
+from streamnb_workers.labels import REF_EXPIRED, LabelRef, delayed_matrix, resolve_refs
+from streamnb_workers.metrics import Metrics, default_metrics, observe_many
+from streamnb_workers.model_config import ModelConfig, ModelSpec, ensure_config
+from streamnb_workers.ordering import InflightBoard, wait_for_earlier
+from streamnb_workers.replica import Replica, encode_decay, encode_delta, entry_time, parse_id
+from streamnb_workers.replies import as_str, entry_field
+from streamnb_workers.snapshotter import (
     Snapshotter,
     delete_consumer_if_idle,
     live_workers,
@@ -304,7 +304,7 @@ class ModelRuntime:
     """Everything a worker keeps for one model name."""
 
     def __init__(self, worker: Worker, spec: ModelSpec, config: ModelConfig, client: Any) -> None:
-        from workers.observer import ModelObserver
+        from streamnb_workers.observer import ModelObserver
 
         self.spec = spec
         self.name = spec.name
@@ -714,7 +714,7 @@ class Worker:
             self._observe(rt, "observe_model", rt.replica.model)
 
     def _gauges(self, rt: ModelRuntime) -> None:
-        from workers.replica import snapshot_age
+        from streamnb_workers.replica import snapshot_age
 
         g = stream_gauges(self.client, rt.keys)
         m = self.metrics
@@ -1322,11 +1322,11 @@ class Worker:
 
 # ---------------------------------------------------------------------- entry point
 def main(argv: list[str] | None = None) -> int:
-    """``python -m workers.worker``: a bare worker for tests and debugging (the supported
+    """``python -m streamnb_workers.worker``: a bare worker for tests and debugging (the supported
     command is ``streamnb worker``). Specs and options are JSON."""
-    from workers.connection import RedisSettings, UrlConnector
+    from streamnb_workers.connection import RedisSettings, UrlConnector
 
-    p = argparse.ArgumentParser(prog="python -m workers.worker")
+    p = argparse.ArgumentParser(prog="python -m streamnb_workers.worker")
     p.add_argument("--redis", required=True)
     p.add_argument("--spec", action="append", required=True,
                    help='JSON ModelSpec, e.g. {"name": "mail", "kind": "multinomial"}')

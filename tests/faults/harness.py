@@ -41,10 +41,10 @@ from prometheus_client import CollectorRegistry  # noqa: E402
 
 from streamnb.codec import decode_output  # noqa: E402
 from streamnb.encoding import loads  # noqa: E402
-from workers.keys import GROUP, ModelKeys  # noqa: E402
-from workers.metrics import Metrics  # noqa: E402
-from workers.replies import as_str  # noqa: E402
-from workers.worker import Worker, WorkerOptions  # noqa: E402
+from streamnb_workers.keys import GROUP, ModelKeys  # noqa: E402
+from streamnb_workers.metrics import Metrics  # noqa: E402
+from streamnb_workers.replies import as_str  # noqa: E402
+from streamnb_workers.worker import Worker, WorkerOptions  # noqa: E402
 
 NAME = "mail"
 K = ModelKeys(NAME)
@@ -125,7 +125,7 @@ class StreamFeeder:
 
 # ---------------------------------------------------------------------- workers
 class WorkerProcesses:
-    """``python -m workers.worker`` children; every one still alive is killed at teardown."""
+    """``python -m streamnb_workers.worker`` children; every one still alive is killed at teardown."""
 
     def __init__(self, url: str, log_dir: Path, options: dict[str, Any] | None = None) -> None:
         self.url = url

@@ -11,8 +11,8 @@ from _worker_helpers import fast_options, url_worker
 from streamnb.codec import DEFAULT_LIMITS, Limits, decode_input, decode_output
 from streamnb.exceptions import MalformedMessage
 from streamnb.features import Featurizer, MailTokenizer
-from workers.keys import ModelKeys
-from workers.model_config import ModelSpec
+from streamnb_workers.keys import ModelKeys
+from streamnb_workers.model_config import ModelSpec
 
 #: What each crafted mail must show: the defect tokens of the tokenizer (any of them).
 EXPECTED_DEFECTS = {
@@ -122,7 +122,7 @@ def test_crafted_mail_through_a_real_worker(redis_server, crafted: dict[str, byt
     keeps serving, and the counts add up."""
     from prometheus_client import CollectorRegistry
 
-    from workers.metrics import Metrics
+    from streamnb_workers.metrics import Metrics
 
     r = redis_server.client()
     keys = ModelKeys("mail")

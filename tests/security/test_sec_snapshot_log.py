@@ -37,10 +37,10 @@ from prometheus_client import CollectorRegistry
 from streamnb.exceptions import FormatError
 from streamnb.models import dumps as dump_model
 from streamnb.models import make_model
-from workers.keys import ModelKeys
-from workers.metrics import Metrics
-from workers.model_config import read_config
-from workers.replica import Replica, encode_decay, encode_delta
+from streamnb_workers.keys import ModelKeys
+from streamnb_workers.metrics import Metrics
+from streamnb_workers.model_config import read_config
+from streamnb_workers.replica import Replica, encode_decay, encode_delta
 
 pytestmark = pytest.mark.redis
 
@@ -120,7 +120,7 @@ def test_corrupt_snapshot_with_whole_log_is_ignored_and_rebuilt(redis_server, co
     _learn(redis_server.url, r, msgs)
     good = r.hget(K.snapshot, "data")
     r.hset(K.snapshot, "data", SNAPSHOT_CORRUPTIONS[corruption](good))
-    caplog.set_level(logging.ERROR, logger="workers.replica")
+    caplog.set_level(logging.ERROR, logger="streamnb_workers.replica")
 
     rep = _replica(r).load()
     assert rep.snapshot_errors == 1 and rep.corrupt_entries == 0
@@ -170,7 +170,7 @@ def test_corrupt_snapshot_with_trimmed_log_refuses_with_one_line(redis_server):
     # the real command: one line on stderr, exit 2 (the supervisor never restarts code 2)
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     t0 = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "workers.cli", "worker", "--redis", redis_server.url,
+    proc = subprocess.run([sys.executable, "-m", "streamnb_workers", "worker", "--redis", redis_server.url,
                            "--model", "mail", "--metrics-port", "0", "--log-level", "ERROR"],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2, proc.stderr
@@ -216,7 +216,7 @@ def test_corrupt_log_entries_are_skipped_whole(redis_server, caplog):
     for data in corrupt:
         r.xadd(K.log, {"data": data})
     r.xadd(K.log, {"nodata": b"x"})
-    caplog.set_level(logging.ERROR, logger="workers.replica")
+    caplog.set_level(logging.ERROR, logger="streamnb_workers.replica")
     produce(r, "mail", good[20:])
     metrics = Metrics(CollectorRegistry())
     w2 = url_worker(redis_server.url, [count_spec()], fast_options("w2"), metrics)

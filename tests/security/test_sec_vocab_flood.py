@@ -14,9 +14,9 @@ from _worker_helpers import produce, spawn_worker, token_messages
 
 from streamnb.codec import decode_input
 from streamnb.features import Featurizer
-from workers.keys import GROUP, ModelKeys
-from workers.model_config import ModelSpec
-from workers.replica import load_model
+from streamnb_workers.keys import GROUP, ModelKeys
+from streamnb_workers.model_config import ModelSpec
+from streamnb_workers.replica import load_model
 
 pytestmark = [pytest.mark.redis, pytest.mark.slow]
 

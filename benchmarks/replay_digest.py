@@ -1,0 +1,131 @@
+"""The corpus replayed through the daemon, reduced to digests that change with any bit.
+
+A private redis-server; the corpus pre-filled in index order as labelled raw mail; N
+worker processes (default 2) with default settings. Once every message is predicted the
+workers stop (warm shutdown); the model is loaded from Redis (snapshot + log).
+
+Printed: a SHA-256 of every prediction (id, label, log posteriors as exact floats,
+learned, true label; sorted by id), a SHA-256 of the model's statistics (every array
+of every statistic, bytes and shape), accuracy and ham FPR. Two trees that print the same
+digests made the same predictions and learnt the same statistics, bit for bit.
+
+    python -m benchmarks.replay_digest [--workers 2] [--limit N] [--save DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from benchmarks._common import DEFAULT_CORPUS, RedisServer, corpus_or_synthetic, print_header
+from benchmarks.end_to_end import default_spec, encode_messages, keys, prefill, wait_for, workers
+
+
+def _decode_output(data: bytes) -> dict[str, Any]:
+    try:
+        from streamnb_workers.codec import decode_output
+    except ImportError:  # a tree from before the daemon's package had its own name
+        from streamnb.codec import decode_output  # type: ignore[no-redef]
+    return decode_output(data)
+
+
+def _load_model(client: Any, name: str) -> Any:
+    try:
+        from streamnb_workers.replica import load_model
+    except ImportError:
+        from streamnb_workers.replica import load_model  # type: ignore[no-redef]
+    return load_model(client, name)[0]
+
+
+def prediction_rows(outputs: list[dict[str, Any]]) -> list[list[Any]]:
+    """What a prediction says, without who made it or when: sorted by message id."""
+    rows = []
+    for o in outputs:
+        lp = o.get("log_proba") or {}
+        rows.append([o["id"], o.get("label"), sorted((str(k), float(v).hex()) for k, v in lp.items()),
+                     o.get("learned"), o.get("true_label")])
+    return sorted(rows, key=lambda r: r[0])
+
+
+def stats_arrays(stats: Any, prefix: str = "") -> dict[str, np.ndarray]:
+    """Every numpy array reachable from a statistic's attributes, by dotted name."""
+    out: dict[str, np.ndarray] = {}
+    items = stats.parts.items() if hasattr(stats, "parts") else \
+        ((k, v) for k, v in vars(stats).items() if not k.startswith("__"))
+    for k, v in items:
+        name = f"{prefix}{k}"
+        if isinstance(v, np.ndarray):
+            out[name] = v
+        elif isinstance(v, list | tuple) and v and all(isinstance(x, str | int) for x in v):
+            out[name] = np.array([str(x) for x in v])
+        elif hasattr(v, "__dict__") or hasattr(v, "__slots__") or hasattr(v, "parts"):
+            if hasattr(v, "__slots__") and not hasattr(v, "__dict__"):
+                v = type("S", (), {s: getattr(v, s) for s in v.__slots__ if hasattr(v, s)})
+            out.update(stats_arrays(v, name + "."))
+    return out
+
+
+def digest(obj: Any) -> str:
+    return hashlib.sha256(obj if isinstance(obj, bytes) else
+                          json.dumps(obj, sort_keys=True).encode()).hexdigest()
+
+
+def stats_digest(arrays: dict[str, np.ndarray]) -> str:
+    h = hashlib.sha256()
+    for name in sorted(arrays):
+        a = np.ascontiguousarray(arrays[name])
+        if a.dtype.kind in "fiu":
+            a = a.astype(np.float64)  # the values, whatever type a statistic keeps them in
+        h.update(name.encode() + repr(a.shape).encode() + (a.tobytes() if a.dtype.kind == "f"
+                                                              else repr(a.tolist()).encode()))
+    return h.hexdigest()
+
+
+def replay(corpus: Any, n_workers: int, timeout: float = 900.0) -> tuple[list, dict]:
+    messages = encode_messages(corpus, "raw", labelled=True)
+    name = "digest"
+    k = keys(name)
+    with RedisServer() as server:
+        client = server.client()
+        prefill(client, name, messages)
+        with workers(server.url, default_spec(name), n_workers) as procs:
+            if not wait_for(client, k["out"], len(messages), timeout, procs, k["dead"]):
+                raise RuntimeError(f"the workers did not process the corpus in {timeout}s")
+        outputs = [_decode_output(f[b"data"]) for _, f in client.xrange(k["out"])]
+        model = _load_model(client, name)
+    return prediction_rows(outputs), stats_arrays(model.stats)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--corpus", default=str(DEFAULT_CORPUS))
+    ap.add_argument("--limit", type=int, default=None)
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--save", type=Path, default=None, help="write predictions.json here")
+    a = ap.parse_args(argv)
+    print_header("the corpus replay's digests", "benchmarks.replay_digest", argv)
+    corpus = corpus_or_synthetic(a.corpus, a.limit)
+    rows, arrays = replay(corpus, a.workers)
+    truth = {f"m{i}": lab for i, lab in enumerate(corpus.labels)}
+    right = sum(r[1] == truth[r[0]] for r in rows)
+    ham = [r for r in rows if truth[r[0]] == "ham"]
+    print(f"messages predicted: {len(rows)} of {len(corpus)}")
+    print(f"accuracy {right / len(corpus):.4%}, ham FPR "
+          f"{sum(r[1] == 'spam' for r in ham) / max(1, len(ham)):.4%}")
+    print(f"predictions sha256: {digest(rows)}")
+    print(f"statistics  sha256: {stats_digest(arrays)}  ({', '.join(sorted(arrays))})")
+    if a.save:
+        a.save.mkdir(parents=True, exist_ok=True)
+        (a.save / "predictions.json").write_text(json.dumps(rows))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

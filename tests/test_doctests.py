@@ -1,0 +1,32 @@
+"""The daemon's doctests. Its folder, workers/, is imported as ``streamnb_workers`` (the
+name it installs under), so its modules are collected here by that name instead of by
+pytest's ``--doctest-modules``, which would import them a second time as ``workers.*``."""
+
+from __future__ import annotations
+
+import doctest
+import importlib
+import pkgutil
+
+import pytest
+
+import streamnb_workers
+
+MODULES = sorted(m.name for m in pkgutil.iter_modules(streamnb_workers.__path__,
+                                                      "streamnb_workers.")
+                 if m.name != "streamnb_workers.__main__")
+
+
+@pytest.mark.parametrize("name", MODULES)
+def test_doctests(name: str) -> None:
+    module = importlib.import_module(name)
+    result = doctest.testmod(module, optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
+    assert result.failed == 0, f"{result.failed} doctest(s) of {name} failed (output above)"
+
+
+def test_no_top_level_workers_package() -> None:
+    """The daemon installs under this project's name, never as a top-level ``workers``."""
+    assert streamnb_workers.__name__ == "streamnb_workers"
+    assert "workers" not in {m.name for m in pkgutil.iter_modules()
+                             if m.module_finder is not None and "site-packages" in str(
+                                 getattr(m.module_finder, "path", ""))}
