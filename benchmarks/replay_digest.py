@@ -38,8 +38,8 @@ def _decode_output(data: bytes) -> dict[str, Any]:
 def _load_model(client: Any, name: str) -> Any:
     try:
         from streamnb_workers.replica import load_model
-    except ImportError:
-        from streamnb_workers.replica import load_model  # type: ignore[no-redef]
+    except ImportError:  # a tree from before the daemon's package had its own name
+        from workers.replica import load_model  # type: ignore[no-redef]
     return load_model(client, name)[0]
 
 
@@ -53,21 +53,19 @@ def prediction_rows(outputs: list[dict[str, Any]]) -> list[list[Any]]:
     return sorted(rows, key=lambda r: r[0])
 
 
-def stats_arrays(stats: Any, prefix: str = "") -> dict[str, np.ndarray]:
-    """Every numpy array reachable from a statistic's attributes, by dotted name."""
+def stats_arrays(stats: Any) -> dict[str, np.ndarray]:
+    """Each statistic's values per class label, by ``<statistic>.<label>``: the same for
+    two models that learnt the same counts, whatever order their classes came in and
+    whether a statistic is held dense or sparse."""
     out: dict[str, np.ndarray] = {}
-    items = stats.parts.items() if hasattr(stats, "parts") else \
-        ((k, v) for k, v in vars(stats).items() if not k.startswith("__"))
-    for k, v in items:
-        name = f"{prefix}{k}"
-        if isinstance(v, np.ndarray):
-            out[name] = v
-        elif isinstance(v, list | tuple) and v and all(isinstance(x, str | int) for x in v):
-            out[name] = np.array([str(x) for x in v])
-        elif hasattr(v, "__dict__") or hasattr(v, "__slots__") or hasattr(v, "parts"):
-            if hasattr(v, "__slots__") and not hasattr(v, "__dict__"):
-                v = type("S", (), {s: getattr(v, s) for s in v.__slots__ if hasattr(v, s)})
-            out.update(stats_arrays(v, name + "."))
+    for name, part in stats.parts.items():
+        labels = list(part.labels)
+        if hasattr(part, "toarray"):
+            rows = np.asarray(part.toarray(), dtype=np.float64)
+        else:
+            rows = np.asarray(part.counts, dtype=np.float64).reshape(len(labels), -1)
+        for label, row in zip(labels, rows, strict=True):
+            out[f"{name}.{label}"] = row
     return out
 
 
@@ -79,11 +77,8 @@ def digest(obj: Any) -> str:
 def stats_digest(arrays: dict[str, np.ndarray]) -> str:
     h = hashlib.sha256()
     for name in sorted(arrays):
-        a = np.ascontiguousarray(arrays[name])
-        if a.dtype.kind in "fiu":
-            a = a.astype(np.float64)  # the values, whatever type a statistic keeps them in
-        h.update(name.encode() + repr(a.shape).encode() + (a.tobytes() if a.dtype.kind == "f"
-                                                              else repr(a.tolist()).encode()))
+        a = np.ascontiguousarray(arrays[name], dtype=np.float64)
+        h.update(name.encode() + repr(a.shape).encode() + a.tobytes())
     return h.hexdigest()
 
 
