@@ -158,10 +158,12 @@ def measure(scores: Sequence[float], verdicts: Sequence[bool | None],
     if not len(scores) == len(verdicts) == len(is_spam):
         raise ValueError(f"need one score, verdict and label a message, got "
                          f"{len(scores)}, {len(verdicts)}, {len(is_spam)}")
-    n_spam = sum(1 for t in is_spam if t)
-    n_ham = len(is_spam) - n_spam
-    ham_err = sum(1 for v, t in zip(verdicts, is_spam, strict=True) if not t and v is not False)
-    spam_err = sum(1 for v, t in zip(verdicts, is_spam, strict=True) if t and v is not True)
+    judged = [None if v is None else bool(v) for v in verdicts]  # (numpy bools too)
+    truth = [bool(t) for t in is_spam]
+    n_spam = sum(truth)
+    n_ham = len(truth) - n_spam
+    ham_err = sum(1 for v, t in zip(judged, truth, strict=True) if not t and v is not False)
+    spam_err = sum(1 for v, t in zip(judged, truth, strict=True) if t and v is not True)
     n = len(is_spam)
     both = n_ham > 0 and n_spam > 0
     return Measures(

@@ -12,7 +12,7 @@ The filters, each skipped when its program is not installed:
   redis-server, ``--workers`` worker processes with the daemon's defaults (a model made
   with only ``kind=multinomial``). Verdict: the ``label`` in ``:out``; score: the spam
   log-odds ``log_proba["spam"] - log_proba["ham"]`` of the same output (0 while the
-  model knows fewer than two classes).
+  model knows fewer than two classes), or the output's ``score`` field where it has one.
 - ``streamnb``: the same model in this process, one message at a time (featurizer,
   model and decision rule built from the config the daemon would store).
 - ``bogofilter``: ``bogofilter -C -d DIR -TT`` (compiled-in defaults, no config file):
@@ -28,7 +28,8 @@ The filters, each skipped when its program is not installed:
   precision, where ``score=`` has one decimal); learnt with ``spamc -L spam|ham``.
 
 Configs, databases and logs live in temporary directories removed afterwards. The whole
-SpamAssassin 2002 replay takes about 15 minutes on 2 cores, most of it SpamAssassin's.
+SpamAssassin 2002 replay takes 12 to 30 minutes on 2 cores (with the host's load), nearly
+all of it SpamAssassin's; bogofilter and CRM114 take a minute or two each, streamnb seconds.
 
     python -m benchmarks.peers [--limit N] [--peers bogofilter,crm114,spamassassin,
         streamnb-daemon,streamnb] [--workers 2] [--sa-children 2]
@@ -38,6 +39,7 @@ from __future__ import annotations
 
 import argparse
 import email
+import math
 import os
 import pwd
 import re
@@ -302,6 +304,21 @@ def spam_log_odds(log_proba: dict[Any, float]) -> float:
     return 0.0
 
 
+def output_score(out: dict[str, Any]) -> float:
+    """The score of one ``:out`` output to rank by: its ``score`` field where the daemon
+    publishes one, else the spam log-odds of its ``log_proba``.
+
+    >>> output_score({"label": "spam", "log_proba": {"ham": -3.0, "spam": -0.05}})
+    2.95
+    >>> output_score({"score": 0.25, "log_proba": {"ham": -3.0, "spam": -0.05}})
+    0.25
+    """
+    score = out.get("score")
+    if isinstance(score, (int, float)) and not isinstance(score, bool) and math.isfinite(score):
+        return float(score)
+    return spam_log_odds(out.get("log_proba", {}))
+
+
 def _verdict(label: Any) -> bool | None:
     return None if label is None else label == SPAM
 
@@ -334,11 +351,10 @@ def replay_daemon(corpus: Corpus, n_workers: int = 2, timeout: float = 900.0) ->
             out = decode_output(fields[b"data"])
             outputs[out["id"]] = out
     got = [outputs.get(f"m{i}", {}) for i in range(len(corpus))]
-    return Replay(f"streamnb daemon, {n_workers} workers", [spam_log_odds(o.get("log_proba", {}))
-                                                           for o in got],
+    return Replay(f"streamnb daemon, {n_workers} workers", [output_score(o) for o in got],
                   [_verdict(o.get("label")) for o in got], seconds,
                   f"{n_workers} x python -m streamnb_workers.worker --spec "
-                  "'{\"kind\": \"multinomial\"}' (label; log_proba spam - ham)")
+                  "'{\"kind\": \"multinomial\"}' (label; score, else log_proba spam - ham)")
 
 
 def replay_streamnb(corpus: Corpus) -> Replay:

@@ -98,6 +98,13 @@ def test_measure_counts_missing_verdicts_as_errors():
     assert m.lam_pct == pytest.approx(100 * _trec.lam(1, 2, 2, 3))
 
 
+def test_measure_takes_numpy_verdicts_and_labels():
+    scores = np.array([2.0, -1.0, 0.5, -3.0])
+    m = _trec.measure(scores, scores > 0, np.array([True, False, False, False]))
+    assert (m.ham_errors, m.spam_errors, m.no_verdict) == (1, 0, 0)
+    assert m.accuracy == 0.75
+
+
 def test_measure_of_one_class_has_no_ranking_figures():
     m = _trec.measure([1.0, 2.0], [False, False], [False, False])
     assert m.accuracy == 1.0 and m.ham_fpr == 0.0
