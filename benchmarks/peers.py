@@ -333,7 +333,7 @@ def replay_daemon(corpus: Corpus, n_workers: int = 2, timeout: float = 900.0) ->
         wait_for,
         workers,
     )
-    from streamnb.codec import decode_output
+    from streamnb_workers.codec import decode_output
 
     messages = encode_messages(corpus, "raw", labelled=True)
     name = f"peers-{n_workers}w"
@@ -361,7 +361,7 @@ def replay_streamnb(corpus: Corpus) -> Replay:
     """The daemon's default model in this process, judged then learnt one message at a time."""
     import numpy as np
 
-    from streamnb.codec import InputMessage
+    from streamnb.features import Payload
     from streamnb_workers.model_config import ModelSpec, resolve_spec
 
     cfg = resolve_spec(ModelSpec("peers", kind="multinomial"))
@@ -370,8 +370,7 @@ def replay_streamnb(corpus: Corpus) -> Replay:
     row: list[Any] = []  # the message's row, featurized once for judging and learning
 
     def judge(raw: bytes) -> tuple[float, bool | None]:
-        row[:] = [featurizer.stack([featurizer.featurize(
-            InputMessage(entry_id="", id="", payload_kind="raw", payload=raw))])]
+        row[:] = [featurizer.stack([featurizer.featurize(Payload("raw", raw))])]
         classes = list(getattr(model, "classes_", []))
         if not classes:
             return 0.0, None
