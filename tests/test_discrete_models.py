@@ -292,7 +292,14 @@ def test_bad_input_raises_and_changes_nothing(make, name, corrupt, message, digi
     np.testing.assert_array_equal(model.predict_log_proba(X), expected_lp)
 
 
-@pytest.mark.parametrize("make", [MultinomialNB, BernoulliNB])
+def test_bernoulli_takes_negative_values_as_absent_as_sklearn(digits):
+    """x > binarize (>= 0): a negative value is an absent feature, as in scikit-learn."""
+    X, y = digits[0][:200] - 3.0, digits[1][:200]
+    ours, theirs = BernoulliNB(binarize=1.0).fit(X, y), skl.BernoulliNB(binarize=1.0).fit(X, y)
+    np.testing.assert_allclose(ours.predict_log_proba(X), theirs.predict_log_proba(X), rtol=1e-10)
+
+
+@pytest.mark.parametrize("make", [MultinomialNB])
 def test_negative_counts_refused(make, digits):
     X, y = digits[0][:20], digits[1][:20]
     model = make().fit(X, y)

@@ -108,6 +108,7 @@ class DiscreteNB(GenerativeClassifier):
 
     accepts_sparse = True
     positive_only = True
+    poor_score = True
 
     def __init__(
         self, alpha: float = 1.0, n_features: int | None = None, smoothing_m: str = "columns",
@@ -197,7 +198,8 @@ class DiscreteNB(GenerativeClassifier):
 
     def _validate_X(self, X: Any, predicting: bool = False) -> Any:
         X = super()._validate_X(X, predicting)
-        check_nonnegative(X.data if sp.issparse(X) else X, type(self).__name__)
+        if self.positive_only:
+            check_nonnegative(X.data if sp.issparse(X) else X, type(self).__name__)
         return X
 
     # ------------------------------------------------------------ lazy refresh
@@ -266,6 +268,7 @@ class DiscreteNB(GenerativeClassifier):
 
     def _derive(self) -> None:
         self._refresh()
+        self._coef_intercept()
 
     def unseen_share(self, X: Any) -> np.ndarray:
         """Share of each row's nonzero features whose column holds no count in any class

@@ -47,6 +47,9 @@ class GenerativeClassifier(ABC):
     cheap_prequential: ClassVar[bool] = True
     #: Whether X must be >= 0 (scikit-learn's ``positive_only`` input tag).
     positive_only: ClassVar[bool] = False
+    #: scikit-learn's ``poor_score`` tag: its estimator checks then ask for no accuracy
+    #: on their Gaussian blobs (set, as on scikit-learn's own, for the count models).
+    poor_score: ClassVar[bool] = False
     #: scikit-learn before 1.6 reads this instead of ``__sklearn_tags__``.
     _estimator_type: ClassVar[str] = "classifier"
 
@@ -119,7 +122,7 @@ class GenerativeClassifier(ABC):
         return Tags(
             estimator_type="classifier",
             target_tags=TargetTags(required=True),
-            classifier_tags=ClassifierTags(),
+            classifier_tags=ClassifierTags(poor_score=self.poor_score),
             input_tags=InputTags(sparse=self.accepts_sparse, positive_only=self.positive_only,
                                  categorical=False),
         )
@@ -193,6 +196,7 @@ class GenerativeClassifier(ABC):
 
     def fit(self, X: Any, y: Any, sample_weight: Any = None) -> Self:
         """Forget everything, then learn ``X, y`` in one batch."""
+        self.validate_params()
         fresh = type(self)(**self.get_params())  # validate against no earlier data
         delta = fresh.batch_stats(X, y, sample_weight)
         if sample_weight is not None and not delta["classes"].counts.any():  # type: ignore[attr-defined]

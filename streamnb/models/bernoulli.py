@@ -33,6 +33,7 @@ class BernoulliNB(DiscreteNB):
     """
 
     kind = "bernoulli"
+    positive_only = False  # binarized: x > binarize (>= 0), so negative values are absent
     cheap_prequential = False  # its exact prequential method copies the count table
 
     def __init__(

@@ -35,6 +35,7 @@ class CategoricalNB(GenerativeClassifier):
 
     kind = "categorical"
     positive_only = True
+    poor_score = True
 
     def __init__(self, alpha: float = 1.0, fit_prior: bool = True, class_prior: Any = None) -> None:
         super().__init__()

@@ -53,6 +53,7 @@ class HybridNB(GenerativeClassifier):
     cheap_prequential = False  # its exact prequential method copies the count table
     accepts_sparse = True
     positive_only = True  # (the token columns; the meta columns may be negative)
+    poor_score = True
 
     def __init__(
         self,
@@ -74,7 +75,7 @@ class HybridNB(GenerativeClassifier):
         self.var_smoothing = var_smoothing
         self._tokens: DiscreteNB | None = None
         self._meta: GaussianNB | None = None
-        self._bound: tuple[int, int, int] | None = None
+        self._bound: tuple[Any, Any, Any] | None = None  # the parts the blocks are bound to
 
     def _check_params(self) -> None:
         n_meta, n_features = self.n_meta, self.n_features
@@ -132,8 +133,8 @@ class HybridNB(GenerativeClassifier):
     def _derive(self) -> None:
         self._bind()
         tokens, meta = self._blocks()
-        tokens._derive()
-        meta._derive()
+        tokens._refresh()
+        meta._refresh()
 
     def unseen_share(self, X: Any) -> np.ndarray:
         """The token block's :meth:`~DiscreteNB.unseen_share` (meta columns are dense)."""
@@ -154,9 +155,9 @@ class HybridNB(GenerativeClassifier):
         parts = self.stats.parts
         if set(parts) != {"classes", "features", "moments"}:
             raise ValueError(f"HybridNB needs parts classes, features, moments; got {sorted(parts)}")
-        key = (id(parts["classes"]), id(parts["features"]), id(parts["moments"]))
+        key = (parts["classes"], parts["features"], parts["moments"])
         tokens, meta = self._blocks()
-        if key != self._bound:
+        if self._bound is None or any(a is not b for a, b in zip(key, self._bound, strict=True)):
             tokens._stats = StatsBundle(classes=parts["classes"], features=parts["features"])
             meta._stats = StatsBundle(classes=parts["classes"], moments=parts["moments"])
             tokens._on_stats_changed(None)

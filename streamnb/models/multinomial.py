@@ -71,7 +71,7 @@ class MultinomialNB(DiscreteNB):
         shape = (fc.n_features, fc.values.shape[0] + 1)
         fill = self._table_rows(np.zeros((shape[1] - 1, 1)))[0]
         old = getattr(self, "_table", None)
-        if isinstance(old, np.ndarray) and old.shape == shape:
+        if isinstance(old, np.ndarray) and old.shape == shape and old.flags.writeable:
             old[:] = fill
         elif fill.any():
             self._table = np.empty(shape)
