@@ -74,7 +74,7 @@ class Classifier(base.Classifier):
         if self.features is not None:
             return
         if self._sparse:
-            new = [f for f in x if f not in self._columns]
+            new = [f for f, v in x.items() if v != 0 and f not in self._columns]
             if len(self._columns) + len(new) > self._width():
                 raise ValueError(f"more feature names than the model's n_features "
                                  f"({self._width()})")
