@@ -19,6 +19,7 @@ import scipy.sparse as sp
 
 from streamnb.arrays import sorted_unique
 from streamnb.models.base import GenerativeClassifier
+from streamnb.models.logspace import log_class_prior
 from streamnb.models.validation import check_nonnegative
 from streamnb.stats.base import Label, normalize_labels
 from streamnb.stats.bundle import StatsBundle
@@ -83,23 +84,6 @@ def fixed_log_prior(class_prior: Any, labels: list[Label]) -> np.ndarray:
                              f"{p.size} values, the model has the classes {labels!r}")
     out = np.full(p.shape, -np.inf)
     np.log(p, out=out, where=p > 0)
-    return out
-
-
-def log_class_prior(counts: np.ndarray) -> np.ndarray:
-    """``log(N_c / N)``; ``-inf`` for zero-weight classes, without ``log(0)`` warnings.
-
-    With no weight at all (every class registered but empty), the prior is uniform.
-
-    >>> log_class_prior(np.array([3.0, 0.0, 1.0])).round(4).tolist()
-    [-0.2877, -inf, -1.3863]
-    """
-    total = float(counts.sum())
-    if total <= 0.0:
-        return np.full(counts.shape, -math.log(max(counts.size, 1)))
-    out = np.full(counts.shape, -np.inf)
-    pos = counts > 0
-    out[pos] = np.log(counts[pos]) - math.log(total)
     return out
 
 

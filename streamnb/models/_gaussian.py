@@ -23,6 +23,7 @@ from streamnb.constants import (
 )
 from streamnb.exceptions import SingularCovarianceWarning
 from streamnb.models.base import GenerativeClassifier
+from streamnb.models.logspace import log_class_prior
 from streamnb.stats.base import Label, normalize_labels
 from streamnb.stats.bundle import StatsBundle
 from streamnb.stats.class_counts import ClassCounts
@@ -247,7 +248,11 @@ class GaussianClassifier(GenerativeClassifier):
 
     @property
     def class_log_prior_(self) -> np.ndarray:
-        """``log priors_`` (-inf for a prior of 0)."""
+        """``log priors_`` (-inf for a prior of 0): with ``priors=None``, ``log N_c - log
+        N`` (as the count models', to the last bit)."""
+        if self.priors is None:
+            self._check_fitted()
+            return log_class_prior(self.stats["classes"].counts)  # type: ignore[attr-defined]
         return safe_log(self.priors_)
 
     @property

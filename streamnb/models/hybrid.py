@@ -20,10 +20,11 @@ import numpy as np
 import scipy.sparse as sp
 
 from streamnb.features.mail import N_META
-from streamnb.models._discrete import DiscreteNB, log_class_prior
+from streamnb.models._discrete import DiscreteNB
 from streamnb.models.base import GenerativeClassifier
 from streamnb.models.bernoulli import BernoulliNB
 from streamnb.models.gaussian import GaussianNB
+from streamnb.models.logspace import log_class_prior
 from streamnb.models.multinomial import MultinomialNB
 from streamnb.stats.bundle import StatsBundle
 from streamnb.stats.class_counts import ClassCounts
