@@ -296,7 +296,8 @@ def test_bernoulli_takes_negative_values_as_absent_as_sklearn(digits):
     """x > binarize (>= 0): a negative value is an absent feature, as in scikit-learn."""
     X, y = digits[0][:200] - 3.0, digits[1][:200]
     ours, theirs = BernoulliNB(binarize=1.0).fit(X, y), skl.BernoulliNB(binarize=1.0).fit(X, y)
-    np.testing.assert_allclose(ours.predict_log_proba(X), theirs.predict_log_proba(X), rtol=1e-10)
+    np.testing.assert_allclose(ours.predict_log_proba(X), theirs.predict_log_proba(X), rtol=1e-10,
+                               atol=1e-12)
 
 
 @pytest.mark.parametrize("make", [MultinomialNB])

@@ -114,6 +114,23 @@ def test_a_bundle_subtracts_all_its_parts_or_none():
     assert encoded(model) == before
 
 
+@pytest.mark.parametrize("make", [lambda: MultinomialNB(), GaussianNB, CategoricalNB])
+def test_clip_removes_at_most_what_is_held_after_a_decay(make):
+    """A label correction of a message learnt before a decay: the model holds a shrunk
+    share of it. Checked, the removal is refused; with clip (what a worker applies) a
+    count goes to 0 at most, a Gaussian class empties, as the statistics always did."""
+    X = np.array([[3, 0, 1], [0, 2, 1], [1, 1, 0]])
+    model = make().fit(X, ["a", "b", "b"])
+    model.decay(0.25)
+    correction = model.batch_stats(X[:1], ["a"])
+    with pytest.raises(ValueError, match="class 'a'"):
+        model.subtract_stats(correction)
+    model.subtract_stats(correction, clip=True)
+    assert model.stats["classes"].as_dict() == {"a": 0.0, "b": 0.5}
+    assert all(np.isfinite(a).all() and (a >= 0).all() for a in (model.class_count_,))
+    assert model.predict(X).tolist() == ["b"] * 3
+
+
 # ------------------------------------------------------------------- mergeability
 @pytest.mark.parametrize("model, delta, message", [
     (ClassCounts(["a"], [1.0]), FeatureCounts(3), "cannot combine a ClassCounts with a FeatureCounts"),

@@ -38,6 +38,7 @@ from collections.abc import Callable
 from typing import Any
 
 import msgpack
+import numpy as np  # noqa: F401 - the doctests use it
 
 from streamnb.encoding import dumps, loads
 from streamnb.exceptions import FormatError
@@ -321,8 +322,8 @@ class Replica:
                         check_delta(self.model.stats, delta)
                 if add is not None:
                     self.model.merge_stats(add)
-                if sub is not None:
-                    self.model.subtract_stats(sub)
+                if sub is not None:  # (at most what is held: a correction after a decay)
+                    self.model.subtract_stats(sub, clip=True)
                 self.learnt += n
         except (FormatError, ValueError, KeyError, TypeError, msgpack.UnpackException) as exc:
             # Every replica skips the same entry, so they stay equal; say so loudly.

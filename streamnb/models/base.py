@@ -175,10 +175,12 @@ class GenerativeClassifier(ABC):
         self._on_stats_changed(delta)
         return self
 
-    def subtract_stats(self, delta: StatsBundle) -> Self:
+    def subtract_stats(self, delta: StatsBundle, clip: bool = False) -> Self:
         """Remove ``delta``'s data; ValueError, and nothing changed, if the model does not
-        hold it (more weight than was learnt, see :meth:`StatsBundle.subtract`)."""
-        self.stats.subtract(delta)
+        hold it (more weight than was learnt, see :meth:`StatsBundle.subtract`).
+        ``clip``: remove at most what each statistic holds, unchecked (a worker applying
+        a label correction of a message that a decay has shrunk since it was learnt)."""
+        self.stats.subtract(delta, clip=clip)
         self._on_stats_changed(delta)
         return self
 

@@ -210,9 +210,11 @@ class Statistic(ABC):
         """Add ``other``'s data to this statistic, in place."""
 
     @abstractmethod
-    def subtract(self, other: Self) -> Self:
+    def subtract(self, other: Self, clip: bool = False) -> Self:
         """Remove ``other``'s data (previously merged or learnt) from this statistic;
-        ValueError, and nothing changed, if it holds more than was learnt."""
+        ValueError, and nothing changed, if it holds more than was learnt. ``clip``:
+        remove at most what is held instead, unchecked (a correction of data that a
+        decay has shrunk since it was learnt)."""
 
     @abstractmethod
     def scale(self, g: float) -> Self:

@@ -73,11 +73,14 @@ class StatsBundle(Statistic):
             part.merge(other.parts[name])
         return self
 
-    def subtract(self, other: StatsBundle) -> Self:
-        """Every part checked before any changes (ValueError: nothing changed)."""
-        self.check_subtractable(other)
+    def subtract(self, other: StatsBundle, clip: bool = False) -> Self:
+        """Every part checked before any changes (ValueError: nothing changed), unless
+        ``clip`` (see :meth:`Statistic.subtract`)."""
+        self._check_same_parts(other)
+        if not clip:
+            self.check_subtractable(other)
         for name, part in self.parts.items():
-            part.subtract(other.parts[name])
+            part.subtract(other.parts[name], clip=True)  # (checked above)
         return self
 
     def scale(self, g: float) -> Self:

@@ -149,9 +149,10 @@ class CategoryCounts(Statistic):
     def merge(self, other: CategoryCounts) -> Self:
         return self._combine(other, 1.0)
 
-    def subtract(self, other: CategoryCounts) -> Self:
+    def subtract(self, other: CategoryCounts, clip: bool = False) -> Self:
         """Remove ``other``; K_j shrinks to the largest category still holding weight + 1."""
-        self.check_subtractable(other)
+        if not clip:
+            self.check_subtractable(other)
         self._combine(other, -1.0)
         for j, c in enumerate(self.counts):
             held = np.flatnonzero(c.any(axis=0))

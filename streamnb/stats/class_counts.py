@@ -103,8 +103,10 @@ class ClassCounts(Statistic):
         self.counts[rows] += other.counts
         return self
 
-    def subtract(self, other: ClassCounts) -> Self:
-        self.check_subtractable(other)
+    def subtract(self, other: ClassCounts, clip: bool = False) -> Self:
+        if not clip:
+            self.check_subtractable(other)
+        self._check_type(other)
         rows = self.add_classes(other.labels)
         self.counts[rows] -= other.counts
         # Unlearning exactly what was learnt gives 0 up to rounding; never leave -1e-17.

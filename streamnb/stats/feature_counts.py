@@ -267,8 +267,9 @@ class FeatureCounts(Statistic):
     def merge(self, other: FeatureCounts) -> Self:
         return self._combine(other, 1.0)
 
-    def subtract(self, other: FeatureCounts) -> Self:
-        self.check_subtractable(other)
+    def subtract(self, other: FeatureCounts, clip: bool = False) -> Self:
+        if not clip:
+            self.check_subtractable(other)
         return self._combine(other, -1.0)
 
     def scale(self, g: float) -> Self:

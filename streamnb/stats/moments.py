@@ -280,15 +280,26 @@ class GaussianMoments(Statistic):
         self._merge_rows(rows, other.n, other.mean, other.m2)
         return self
 
+    def _remainder(self, rows: np.ndarray, nb: np.ndarray, mb: np.ndarray,
+                   m2b: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """What rows ``rows`` keep once ``(nb, mb, m2b)`` is removed, by Chan's formula
+        solved for the remainder: ``(n, mean, M2 before clamping, emptied)``."""
+        n, mean = self.n[rows], self.mean[rows]
+        na = n - nb
+        empty = na <= MOMENTS_EMPTY_RTOL * n
+        safe_na = np.where(empty, 1.0, na)
+        ma = mean + (mean - mb) * (nb / safe_na)[:, None]
+        delta = mb - ma
+        m2 = self.m2[rows] - m2b - self._expand(na * nb / np.where(n > 0, n, 1.0)) * self._outer(delta)
+        return na, ma, m2, empty
+
     def _diag(self, m2: np.ndarray) -> np.ndarray:
         return m2 if self.diagonal else np.einsum("kii->ki", m2)
 
-    def _remainder(self, other: GaussianMoments) -> tuple[list[Label], np.ndarray, np.ndarray,
-                                                          np.ndarray]:
-        """Labels (of other's classes with weight), n, mean and M2 left once ``other`` is removed (Chan's formula solved for
-        the remainder), nothing changed yet; ValueError if ``other`` cannot have been
-        learnt: more weight than a class holds, a variance that would go negative, or a
-        class emptied by data that differs from what it holds."""
+    def check_subtractable(self, other: GaussianMoments) -> None:
+        """ValueError if ``other`` cannot have been learnt: more weight than a class holds,
+        a variance that would go negative, or a class emptied by other data than it
+        holds (each beyond rounding)."""
         self._check_combinable(other)
         has = other.n > 0
         labels = [lab for lab, h in zip(other.labels, has, strict=True) if h]
@@ -297,16 +308,11 @@ class GaussianMoments(Statistic):
         for lab, h, r in zip(labels, held, other.n[has], strict=True):
             check_removable(np.array([h]), np.array([r]), f"the weight of class {lab!r}")
         if not labels:
-            return [], np.zeros(0), np.zeros(0), np.zeros(0)
+            return
         rows = self.index.rows_for(labels)
-        nb, mb, m2b = other.n[has], other.mean[has], other.m2[has]
+        mb, m2b = other.mean[has], other.m2[has]
+        na, ma, m2, empty = self._remainder(rows, other.n[has], mb, m2b)
         n, mean, m2_held = self.n[rows], self.mean[rows], self.m2[rows]
-        na = n - nb
-        empty = na <= MOMENTS_EMPTY_RTOL * n
-        safe_na = np.where(empty, 1.0, na)
-        ma = mean + (mean - mb) * (nb / safe_na)[:, None]
-        delta = mb - ma
-        m2 = m2_held - m2b - self._expand(na * nb / np.where(n > 0, n, 1.0)) * self._outer(delta)
         # What rounding may leave: a share of each feature's weighted sum of squares.
         tol = UNLEARN_RTOL * (self._diag(m2_held) + n[:, None] * mean * mean) + 1e-300
         wrong = ~empty[:, None] & (self._diag(m2) < -tol)
@@ -319,6 +325,23 @@ class GaussianMoments(Statistic):
                 f"cannot unlearn this data from class {lab!r}: its moments do not hold it "
                 f"(data that was never learnt?); nothing changed"
             )
+
+    def subtract(self, other: GaussianMoments, clip: bool = False) -> Self:
+        """Remove ``other``'s data: Chan's formula solved for the remainder.
+
+        A class left with (almost) no weight becomes exactly empty. Data that cannot have
+        been learnt raises ValueError and leaves the moments unchanged; with ``clip``,
+        unchecked, a class asked to give up more than it holds becomes empty and a
+        negative variance is clamped to 0.
+        """
+        if not clip:
+            self.check_subtractable(other)
+        rows = self._aligned(other)
+        if other.n_features is None:
+            return self
+        has = other.n > 0
+        rows, nb, mb, m2b = rows[has], other.n[has], other.mean[has], other.m2[has]
+        na, ma, m2, empty = self._remainder(rows, nb, mb, m2b)
         if self.diagonal:
             np.maximum(m2, 0.0, out=m2)
         else:
@@ -328,22 +351,7 @@ class GaussianMoments(Statistic):
         na[empty] = 0.0
         ma[empty] = 0.0
         m2[empty] = 0.0
-        return labels, na, ma, m2
-
-    def check_subtractable(self, other: GaussianMoments) -> None:
-        self._remainder(other)
-
-    def subtract(self, other: GaussianMoments) -> Self:
-        """Remove ``other``'s data: Chan's formula solved for the remainder.
-
-        A class left with (almost) no weight becomes exactly empty. Data that cannot have
-        been learnt raises ValueError and leaves the moments unchanged.
-        """
-        labels, na, ma, m2 = self._remainder(other)
-        self._aligned(other)  # (registers other's labels, as merge does)
-        if labels:
-            rows = self.index.rows_for(labels)
-            self.n[rows], self.mean[rows], self.m2[rows] = na, ma, m2
+        self.n[rows], self.mean[rows], self.m2[rows] = na, ma, m2
         return self
 
     def scale(self, g: float) -> Self:
