@@ -90,7 +90,8 @@ class ClassIndex:
     def __init__(self, labels: Sequence[Label] = ()) -> None:
         self.labels: list[Label] = []
         self._row: dict[Label, int] = {}
-        self.add(labels)
+        if labels:
+            self.add(labels)
 
     @classmethod
     def of(cls, labels: Sequence[Any]) -> tuple[ClassIndex, np.ndarray | None]:
@@ -101,6 +102,8 @@ class ClassIndex:
         >>> idx.labels, order.tolist()
         (['a', 'b', 'c'], [2, 0, 1])
         """
+        if not labels:
+            return cls(), None
         labels = normalize_labels(labels)
         if len(set(labels)) != len(labels):
             raise ValueError(f"class labels must be distinct, got {labels!r}")
@@ -131,13 +134,30 @@ class ClassIndex:
         earlier row, or None when no label was new (no row moved)."""
         labels = normalize_labels(labels)
         self._check_type(labels)
+        return self._insert(labels)
+
+    def _insert(self, labels: list[Label]) -> np.ndarray | None:
         new = [lab for lab in dict.fromkeys(labels) if lab not in self._row]
         if not new:
             return None
         old = self.labels
         self.labels = sorted(old + new)  # type: ignore[type-var]
         self._row = {lab: i for i, lab in enumerate(self.labels)}
+        if not old:
+            return _NO_ROWS
         return np.fromiter(map(self._row.__getitem__, old), dtype=np.intp, count=len(old))
+
+    def rows_adding(self, labels: Iterable[Any]) -> tuple[np.ndarray, np.ndarray | None]:
+        """The row of each label, inserting the new ones (:meth:`add`), and where each
+        earlier row went (None: none moved); one pass when every label is known."""
+        labels = normalize_labels(labels)
+        self._check_type(labels)
+        found = list(map(self._row.get, labels))  # one C-level lookup per label
+        moved = None
+        if None in found:
+            moved = self._insert(labels)
+            found = list(map(self._row.get, labels))
+        return np.array(found, dtype=np.intp), moved
 
     def rows_for(self, labels: Iterable[Any]) -> np.ndarray:
         """Row of each label (KeyError for a label not in the index)."""
@@ -154,6 +174,11 @@ class ClassIndex:
         return out
 
 
+#: No earlier rows (what :meth:`ClassIndex.add` answers for an index that was empty).
+_NO_ROWS = np.zeros(0, dtype=np.intp)
+_NO_ROWS.flags.writeable = False
+
+
 def spread_rows(a: np.ndarray, moved: np.ndarray, n_rows: int) -> np.ndarray:
     """``a``'s rows at rows ``moved`` of a zero array of ``n_rows`` rows (what a statistic
     does with :meth:`ClassIndex.add`'s answer).
@@ -162,7 +187,8 @@ def spread_rows(a: np.ndarray, moved: np.ndarray, n_rows: int) -> np.ndarray:
     [[1.0], [0.0], [2.0]]
     """
     out = np.zeros((n_rows,) + a.shape[1:], dtype=a.dtype)
-    out[moved] = a
+    if moved.size:
+        out[moved] = a
     return out
 
 

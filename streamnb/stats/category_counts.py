@@ -80,10 +80,10 @@ class CategoryCounts(Statistic):
     # ----------------------------------------------------------- structure
     def add_classes(self, labels: Iterable[Any]) -> np.ndarray:
         """Register labels (zero rows if new); return their rows."""
-        moved = self.index.add(labels)
+        rows, moved = self.index.rows_adding(labels)
         if moved is not None:
             self.counts = [spread_rows(c, moved, len(self.index)) for c in self.counts]
-        return self.index.rows_for(labels)
+        return rows
 
     def _widen(self, n_features: int, n_categories: Sequence[int]) -> None:
         k = len(self.index)

@@ -69,10 +69,10 @@ class ClassCounts(Statistic):
     # -- updates
     def add_classes(self, labels: Iterable[Any]) -> np.ndarray:
         """Register labels (zero weight if new); return their rows."""
-        moved = self.index.add(labels)
+        rows, moved = self.index.rows_adding(labels)
         if moved is not None:
             self.counts = spread_rows(self.counts, moved, len(self.index))
-        return self.index.rows_for(labels)
+        return rows
 
     def update(self, labels: Iterable[Any], weights: Any = None) -> Self:
         """Count a batch of labels (with optional per-sample weights)."""

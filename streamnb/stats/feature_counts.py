@@ -146,11 +146,11 @@ class FeatureCounts(Statistic):
     # ------------------------------------------------------------ class rows
     def add_classes(self, labels: Iterable[Any]) -> np.ndarray:
         """Register labels (zero rows if new); return their rows."""
-        moved = self.index.add(labels)
+        rows, moved = self.index.rows_adding(labels)
         if moved is not None:  # zero rows from calloc: only the earlier rows are written
             self.values = spread_rows(self.values, moved, len(self.index))
             self.totals = spread_rows(self.totals, moved, len(self.index))
-        return self.index.rows_for(labels)
+        return rows
 
     def densify(self) -> Self:
         """Switch to dense storage in place (allocates ``n_classes * n_features``)."""

@@ -143,13 +143,13 @@ class GaussianMoments(Statistic):
     # ----------------------------------------------------------------- updates
     def add_classes(self, labels: Iterable[Any]) -> np.ndarray:
         """Register labels (empty rows if new); return their rows."""
-        moved = self.index.add(labels)
+        rows, moved = self.index.rows_adding(labels)
         if moved is not None:
             k = len(self.index)
             self.n = spread_rows(self.n, moved, k)
             self.mean = spread_rows(self.mean, moved, k)
             self.m2 = spread_rows(self.m2, moved, k)
-        return self.index.rows_for(labels)
+        return rows
 
     def _set_n_features(self, d: int) -> None:
         if self.n_features is None:
