@@ -29,6 +29,10 @@ FEATURIZER_FORMAT_VERSION = 1
 #: A class whose weight falls below this fraction of what it held before an unlearn
 #: (``GaussianMoments.subtract``) is reset to exactly empty (n = 0, mean 0, M2 0).
 MOMENTS_EMPTY_RTOL = 1e-10
+#: Unlearning (``subtract``) refuses to remove more weight than a statistic holds, beyond
+#: this share of the numbers involved (rounding); a Gaussian class's M2 likewise may not
+#: go below 0 by more than this share of its weighted sum of squares.
+UNLEARN_RTOL = 1e-9
 #: First Cholesky jitter, as a fraction of each diagonal entry; multiplied by 10 per retry.
 CHOLESKY_JITTER_INITIAL = 1e-10
 #: Retries before falling back to the diagonal alone (jitter up to 1e-10 * 10**(n-1)).

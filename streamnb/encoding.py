@@ -163,18 +163,16 @@ def _refuse_ext(code: int, data: bytes) -> Any:
     raise FormatError(f"msgpack ext type {code} is not allowed")
 
 
-def check_header(obj: Any, type_tag: str, max_version: int) -> int:
-    """Validate the ``{"type": .., "v": ..}`` header of an encoded object; return its version."""
+def check_header(obj: Any, type_tag: str, version: int) -> int:
+    """Validate the ``{"type": .., "v": ..}`` header of an encoded object: the type tag and
+    the one format version this code writes (and so reads). Returns the version."""
     if not isinstance(obj, dict):
         raise FormatError(f"expected an encoded {type_tag} map, got {type(obj).__name__}")
     if obj.get("type") != type_tag:
         raise FormatError(f"expected encoded {type_tag!r}, got {obj.get('type')!r}")
     v = obj.get("v")
-    if not isinstance(v, int) or v < 1:
-        raise FormatError(f"bad format version {v!r} for {type_tag}")
-    if v > max_version:
+    if not isinstance(v, int) or isinstance(v, bool) or v != version:
         raise FormatError(
-            f"{type_tag} format version {v} is newer than this streamnb understands "
-            f"(<= {max_version}); upgrade streamnb"
+            f"{type_tag} format version {v!r} is not {version}, the one this streamnb reads"
         )
     return v

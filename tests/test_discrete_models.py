@@ -10,6 +10,7 @@ import scipy.sparse as sp
 from sklearn import naive_bayes as skl
 from sklearn.datasets import load_digits
 
+from streamnb.models import make_model
 from streamnb.models.bernoulli import BernoulliNB
 from streamnb.models.categorical import CategoricalNB
 from streamnb.models.multinomial import MultinomialNB
@@ -111,7 +112,7 @@ def test_parity_with_width_fixed_up_front(make, make_sk):
     assert model.n_features_in_ == X.shape[1]
     fit_batches(model, X, y, np.random.default_rng(0), X[:10])
     assert_parity(model, make_sk().fit(X, y), X)
-    with pytest.raises(ValueError, match=f"expects {X.shape[1]}"):
+    with pytest.raises(ValueError, match=f"expecting {X.shape[1]}"):
         make(X.shape[1]).partial_fit(X[:, :-1], y)
 
 
@@ -291,7 +292,15 @@ def test_bad_input_raises_and_changes_nothing(make, name, corrupt, message, digi
     np.testing.assert_array_equal(model.predict_log_proba(X), expected_lp)
 
 
-@pytest.mark.parametrize("make", [MultinomialNB, BernoulliNB])
+def test_bernoulli_takes_negative_values_as_absent_as_sklearn(digits):
+    """x > binarize (>= 0): a negative value is an absent feature, as in scikit-learn."""
+    X, y = digits[0][:200] - 3.0, digits[1][:200]
+    ours, theirs = BernoulliNB(binarize=1.0).fit(X, y), skl.BernoulliNB(binarize=1.0).fit(X, y)
+    np.testing.assert_allclose(ours.predict_log_proba(X), theirs.predict_log_proba(X), rtol=1e-10,
+                               atol=1e-12)
+
+
+@pytest.mark.parametrize("make", [MultinomialNB])
 def test_negative_counts_refused(make, digits):
     X, y = digits[0][:20], digits[1][:20]
     model = make().fit(X, y)
@@ -330,15 +339,23 @@ def test_categorical_unseen_category_scored_as_count_zero():
 
 
 def test_bad_parameters_refused():
+    """Checked before the model learns or predicts (scikit-learn's estimators take any
+    value at construction), or at once by validate_params and make_model."""
     for bad in (0.0, -1.0, float("nan"), "x"):
         with pytest.raises(ValueError, match="alpha"):
-            MultinomialNB(alpha=bad)
+            MultinomialNB(alpha=bad).fit([[1, 0]], ["a"])
+        with pytest.raises(ValueError, match="alpha"):
+            make_model("multinomial", alpha=bad)
     with pytest.raises(ValueError, match="smoothing_m must be one of"):
-        BernoulliNB(smoothing_m="all")
+        BernoulliNB(smoothing_m="all").validate_params()
     with pytest.raises(ValueError, match="n_features"):
-        MultinomialNB(n_features=0)
+        MultinomialNB(n_features=0).partial_fit([[1, 0]], ["a"])
     with pytest.raises(ValueError, match="binarize"):
-        BernoulliNB(binarize=-1.0)
+        BernoulliNB(binarize=-1.0).validate_params()
+    with pytest.raises(ValueError, match="class_prior"):
+        MultinomialNB(class_prior=[0.5, -0.5]).validate_params()
+    with pytest.raises(ValueError, match="fit_prior"):
+        CategoricalNB(fit_prior="yes").validate_params()
 
 
 def test_bernoulli_binarize_none_needs_binary_input():

@@ -321,27 +321,26 @@ def test_zero_prior_and_empty_classes_get_minus_inf_without_warnings(cls):
 @pytest.mark.parametrize("priors", [[0.5, 0.6], [1.5, -0.5], [np.nan, 1.0], [[0.5, 0.5]], "ab"])
 @pytest.mark.parametrize("cls", [GaussianNB, LinearDiscriminantAnalysis, QuadraticDiscriminantAnalysis])
 def test_invalid_priors_raise(cls, priors):
-    with pytest.raises(ValueError, match="priors"):
-        cls(priors=priors)
+    with pytest.raises(ValueError, match="priors"):  # checked before learning, not at init
+        cls(priors=priors).validate_params()
 
 
 def test_priors_of_the_wrong_length_raise_at_prediction():
     X, y = dataset("iris")
-    model = QuadraticDiscriminantAnalysis(priors=[0.5, 0.5]).fit(X, y)
     with pytest.raises(ValueError, match="priors has 2 values, but the model has 3 classes"):
-        model.predict(X)
+        QuadraticDiscriminantAnalysis(priors=[0.5, 0.5]).fit(X, y).predict(X)
 
 
 @pytest.mark.parametrize("kw", [{"shrinkage": 1.5}, {"shrinkage": "auto"}, {"shrinkage": -0.1}])
 def test_invalid_shrinkage(kw):
     with pytest.raises(ValueError, match="shrinkage"):
-        LinearDiscriminantAnalysis(**kw)
+        LinearDiscriminantAnalysis(**kw).validate_params()
 
 
 @pytest.mark.parametrize("kw", [{"reg_param": 2.0}, {"ddof": -1}])
 def test_invalid_qda_params(kw):
     with pytest.raises(ValueError):
-        QuadraticDiscriminantAnalysis(**kw)
+        QuadraticDiscriminantAnalysis(**kw).validate_params()
 
 
 # ---------------------------------------------------------------- bad input

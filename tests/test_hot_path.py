@@ -230,8 +230,9 @@ def test_label_fast_paths_equal_the_per_label_rules():
         with pytest.raises(ValueError, match=message):
             normalize_labels(bad)
     idx = ClassIndex(["b"])
-    assert idx.rows_for(["a", "b", "c", "a"]).tolist() == [1, 0, 2, 1]
-    assert idx.labels == ["b", "a", "c"]
+    assert idx.add(["a", "b", "c", "a"]).tolist() == [1]  # b moved to row 1
+    assert idx.rows_for(["a", "b", "c", "a"]).tolist() == [0, 1, 2, 0]
+    assert idx.labels == ["a", "b", "c"] and idx.add(["c"]) is None
     with pytest.raises(KeyError):
-        idx.rows_for(["a", "z"], add=False)
-    assert idx.labels == ["b", "a", "c"] and idx.rows_for([]).tolist() == []
+        idx.rows_for(["a", "z"])
+    assert idx.labels == ["a", "b", "c"] and idx.rows_for([]).tolist() == []

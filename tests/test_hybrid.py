@@ -81,18 +81,18 @@ def test_model_file_round_trip_and_make_model():
 def test_validation_messages():
     X, *_rest, y = data()
     model = HybridNB(N_META, n_features=N_TOK + N_META).fit(X, y)
-    with pytest.raises(ValueError, match=f"X has {N_TOK} features, but this model expects {N_TOK + N_META}"):
+    with pytest.raises(ValueError, match=f"X has {N_TOK} features, but HybridNB is expecting {N_TOK + N_META} features"):
         model.predict(X[:, :N_TOK])
     bad = X.toarray()
     bad[0, 0] = -1
     with pytest.raises(ValueError, match="non-negative"):
         model.partial_fit(bad, y)
-    with pytest.raises(ValueError, match="n_meta"):
-        HybridNB(0)
+    with pytest.raises(ValueError, match="n_meta"):  # checked before learning, not at init
+        HybridNB(0).fit(X, y)
     with pytest.raises(ValueError, match="token_model"):
-        HybridNB(2, token_model="gaussian")
+        HybridNB(2, token_model="gaussian").validate_params()
     with pytest.raises(ValueError, match="total width"):
-        HybridNB(5, n_features=5)
+        HybridNB(5, n_features=5).validate_params()
 
 
 def test_one_sample_class_does_not_divide_by_zero():

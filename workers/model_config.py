@@ -153,12 +153,9 @@ def _canon(v: Any) -> str:
 
 
 def _model_class(kind: str) -> type:
-    import streamnb.models  # noqa: F401 - registers the kinds
-    from streamnb.models.base import MODEL_KINDS
+    from streamnb.models import model_class
 
-    if kind not in MODEL_KINDS:
-        raise ValueError(f"unknown model kind {kind!r}; expected one of {sorted(MODEL_KINDS)}")
-    return MODEL_KINDS[kind]
+    return model_class(kind)
 
 
 def resolve_spec(spec: ModelSpec) -> ModelConfig:
@@ -194,7 +191,7 @@ def resolve_spec(spec: ModelSpec) -> ModelConfig:
             params["alpha"] = DEFAULT_MAIL_ALPHA
         if "n_meta" in defaults:
             params["n_meta"] = featurizer.n_meta
-    model = cls(**params)
+    model = cls(**params).validate_params()
     decision = dict(spec.decision or {})
     from streamnb.decision import DecisionRule
 

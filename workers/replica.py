@@ -38,7 +38,7 @@ from collections.abc import Callable
 from typing import Any
 
 import msgpack
-import numpy as np
+import numpy as np  # noqa: F401 - the doctests use it
 
 from streamnb.encoding import dumps, loads
 from streamnb.exceptions import FormatError
@@ -91,38 +91,10 @@ def decode_log_entry(data: bytes) -> dict[str, Any]:
     return obj
 
 
-def _arrays(part: Any) -> list[np.ndarray]:
-    out: list[np.ndarray] = []
-    for v in vars(part).values() if hasattr(part, "__dict__") else ():
-        if isinstance(v, np.ndarray):
-            out.append(v)
-        elif isinstance(v, list):
-            out += [a for a in v if isinstance(a, np.ndarray)]
-    return out
-
-
 def check_delta(stats: StatsBundle, delta: Any) -> None:
-    """Raise FormatError unless ``delta`` can be merged into ``stats`` as a whole: the same
-    part names and types, the same widths, finite numbers (checked before any change)."""
-    if not isinstance(delta, StatsBundle):
-        raise FormatError(f"a delta must be a statistics bundle, got {type(delta).__name__}")
-    if set(delta.parts) != set(stats.parts):
-        raise FormatError(f"delta has parts {sorted(delta.parts)}, the model has {sorted(stats.parts)}")
-    for name, part in delta.parts.items():
-        mine = stats.parts[name]
-        if type(part) is not type(mine):
-            raise FormatError(f"delta part {name!r} is a {type(part).__name__}, "
-                              f"the model's is a {type(mine).__name__}")
-        for attr in ("n_features", "diagonal"):
-            fixed = getattr(mine, attr, None)  # None (or width 0): not fixed before a fit
-            if fixed is not None and fixed is not False and fixed == 0:
-                continue
-            if fixed is not None and getattr(part, attr, None) != fixed:
-                raise FormatError(f"delta part {name!r} has {attr}={getattr(part, attr, None)!r}, "
-                                  f"the model has {getattr(mine, attr, None)!r}")
-        for a in _arrays(part):
-            if a.dtype.kind == "f" and not np.isfinite(a).all():
-                raise FormatError(f"delta part {name!r} holds NaN or infinity")
+    """Raise FormatError unless ``delta`` can be merged into ``stats`` as a whole (checked
+    before any change): :meth:`StatsBundle.check_mergeable`."""
+    stats.check_mergeable(delta)
 
 
 def log_complete(client: Any, keys: ModelKeys) -> bool:
@@ -350,8 +322,8 @@ class Replica:
                         check_delta(self.model.stats, delta)
                 if add is not None:
                     self.model.merge_stats(add)
-                if sub is not None:
-                    self.model.subtract_stats(sub)
+                if sub is not None:  # (at most what is held: a correction after a decay)
+                    self.model.subtract_stats(sub, clip=True)
                 self.learnt += n
         except (FormatError, ValueError, KeyError, TypeError, msgpack.UnpackException) as exc:
             # Every replica skips the same entry, so they stay equal; say so loudly.

@@ -2,17 +2,20 @@
 
 >>> from streamnb.models import MultinomialNB, make_model
 >>> make_model("multinomial", alpha=0.5)
-MultinomialNB(alpha=0.5, n_features=None, smoothing_m='columns')
+MultinomialNB(alpha=0.5)
+>>> sorted(MODEL_KINDS) == sorted(model_class(kind).kind for kind in MODEL_KINDS)
+True
 """
 
 from __future__ import annotations
 
-from streamnb.models.base import MODEL_KINDS, GenerativeClassifier
+from streamnb.constants import MODEL_KINDS
+from streamnb.models.base import GenerativeClassifier
 from streamnb.models.bernoulli import BernoulliNB
 from streamnb.models.categorical import CategoricalNB
 from streamnb.models.gaussian import GaussianNB
 from streamnb.models.hybrid import HybridNB
-from streamnb.models.io import dumps, load, loads, make_model, save
+from streamnb.models.io import dumps, load, loads, make_model, model_class, save
 from streamnb.models.lda import LinearDiscriminantAnalysis
 from streamnb.models.multinomial import MultinomialNB
 from streamnb.models.qda import QuadraticDiscriminantAnalysis
@@ -31,5 +34,6 @@ __all__ = [
     "load",
     "loads",
     "make_model",
+    "model_class",
     "save",
 ]

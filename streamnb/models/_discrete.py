@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from abc import abstractmethod
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -18,6 +19,9 @@ import scipy.sparse as sp
 
 from streamnb.arrays import sorted_unique
 from streamnb.models.base import GenerativeClassifier
+from streamnb.models.logspace import log_class_prior
+from streamnb.models.validation import check_nonnegative
+from streamnb.stats.base import Label, normalize_labels
 from streamnb.stats.bundle import StatsBundle
 from streamnb.stats.class_counts import ClassCounts
 from streamnb.stats.feature_counts import FeatureCounts
@@ -37,20 +41,49 @@ def check_alpha(alpha: Any) -> float:
     return a
 
 
-def log_class_prior(counts: np.ndarray) -> np.ndarray:
-    """``log(N_c / N)``; ``-inf`` for zero-weight classes, without ``log(0)`` warnings.
+def check_n_features(n_features: Any) -> None:
+    if n_features is not None and (
+        isinstance(n_features, bool) or not isinstance(n_features, (int, np.integer)) or n_features < 1
+    ):
+        raise ValueError(f"n_features must be None or an int >= 1, got {n_features!r}")
 
-    With no weight at all (every class registered but empty), the prior is uniform.
 
-    >>> log_class_prior(np.array([3.0, 0.0, 1.0])).round(4).tolist()
-    [-0.2877, -inf, -1.3863]
+def check_class_prior(class_prior: Any) -> None:
+    """None, a non-empty sequence (in ``classes_`` order) or a map label -> prior, of
+    finite numbers >= 0."""
+    if class_prior is None:
+        return
+    values = list(class_prior.values()) if isinstance(class_prior, Mapping) else class_prior
+    if isinstance(class_prior, Mapping):
+        normalize_labels(list(class_prior))
+    try:
+        p = np.asarray(values, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise ValueError(f"class_prior must be numbers, got {class_prior!r}") from None
+    if p.ndim != 1 or p.size == 0 or not np.isfinite(p).all() or (p < 0).any():
+        raise ValueError(f"class_prior must be a non-empty sequence (or map) of finite "
+                         f"numbers >= 0, got {class_prior!r}")
+
+
+def fixed_log_prior(class_prior: Any, labels: list[Label]) -> np.ndarray:
+    """``log class_prior`` in the order of ``labels`` (-inf for a prior of 0).
+
+    >>> fixed_log_prior({"b": 0.25, "a": 0.75}, ["a", "b"]).round(4).tolist()
+    [-0.2877, -1.3863]
     """
-    total = float(counts.sum())
-    if total <= 0.0:
-        return np.full(counts.shape, -math.log(max(counts.size, 1)))
-    out = np.full(counts.shape, -np.inf)
-    pos = counts > 0
-    out[pos] = np.log(counts[pos]) - math.log(total)
+    if isinstance(class_prior, Mapping):
+        prior = {normalize_labels([k])[0]: float(v) for k, v in class_prior.items()}
+        missing = [lab for lab in labels if lab not in prior]
+        if missing:
+            raise ValueError(f"class_prior gives no prior for the classes {missing!r}")
+        p = np.array([prior[lab] for lab in labels], dtype=np.float64)
+    else:
+        p = np.asarray(class_prior, dtype=np.float64)
+        if p.size != len(labels):
+            raise ValueError(f"Number of priors must match number of classes: class_prior has "
+                             f"{p.size} values, the model has the classes {labels!r}")
+    out = np.full(p.shape, -np.inf)
+    np.log(p, out=out, where=p > 0)
     return out
 
 
@@ -58,28 +91,71 @@ class DiscreteNB(GenerativeClassifier):
     """Base of MultinomialNB and BernoulliNB: parameters, statistics, lazy refresh, linear form."""
 
     accepts_sparse = True
+    positive_only = True
+    poor_score = True
 
     def __init__(
-        self, alpha: float = 1.0, n_features: int | None = None, smoothing_m: str = "columns"
+        self, alpha: float = 1.0, n_features: int | None = None, smoothing_m: str = "columns",
+        fit_prior: bool = True, class_prior: Any = None,
     ) -> None:
         super().__init__()
-        self.alpha = check_alpha(alpha)
-        if n_features is not None and (
-            isinstance(n_features, bool) or not isinstance(n_features, (int, np.integer)) or n_features < 1
-        ):
-            raise ValueError(f"n_features must be None or an int >= 1, got {n_features!r}")
-        self.n_features = None if n_features is None else int(n_features)
-        if smoothing_m not in SMOOTHING_M_CHOICES:
-            raise ValueError(f"smoothing_m must be one of {SMOOTHING_M_CHOICES}, got {smoothing_m!r}")
+        self.alpha = alpha
+        self.n_features = n_features
         self.smoothing_m = smoothing_m
+        self.fit_prior = fit_prior
+        self.class_prior = class_prior
         self._reset_derived()
 
-    def get_params(self) -> dict[str, Any]:
-        return {"alpha": self.alpha, "n_features": self.n_features, "smoothing_m": self.smoothing_m}
+    def _check_params(self) -> None:
+        check_alpha(self.alpha)
+        check_n_features(self.n_features)
+        if self.smoothing_m not in SMOOTHING_M_CHOICES:
+            raise ValueError(f"smoothing_m must be one of {SMOOTHING_M_CHOICES}, got {self.smoothing_m!r}")
+        if not isinstance(self.fit_prior, (bool, np.bool_)):
+            raise ValueError(f"fit_prior must be True or False, got {self.fit_prior!r}")
+        check_class_prior(self.class_prior)
+
+    # ------------------------------------------------------------------ priors
+    def _class_log_prior(self, counts: np.ndarray, labels: list[Label]) -> np.ndarray:
+        """scikit-learn's ``class_log_prior_``: ``log class_prior`` if given, else the
+        classes' shares of the weight (``fit_prior``), else uniform."""
+        if self.class_prior is not None:
+            return fixed_log_prior(self.class_prior, labels)
+        if self.fit_prior:
+            return log_class_prior(counts)
+        return np.full(counts.shape, -math.log(max(counts.size, 1)))
+
+    def _prior_rows(self, learnt: np.ndarray, classes: list[Label],
+                    n_known: np.ndarray) -> np.ndarray:
+        """The log priors a prequential prediction scores each row with: ``learnt`` (the
+        weight shares before each row) unless ``class_prior`` or ``fit_prior=False``
+        fix them; -inf for the classes a row does not know yet."""
+        if self.class_prior is None and self.fit_prior:
+            return learnt
+        known = np.arange(len(classes))[None, :] < n_known[:, None]
+        if self.class_prior is not None:
+            prior = np.broadcast_to(fixed_log_prior(self.class_prior, classes), known.shape)
+        else:
+            prior = np.broadcast_to(-np.log(np.maximum(n_known, 1))[:, None], known.shape)
+        return np.where(known, prior, -np.inf)
+
+    @property
+    def class_log_prior_(self) -> np.ndarray:
+        """``log P(c)`` as the model scores with it (see :meth:`_class_log_prior`)."""
+        self._check_fitted()
+        self._refresh()
+        return self._log_prior.copy()
+
+    @property
+    def feature_count_(self) -> np.ndarray:
+        """Weighted feature counts per class, shape (n_classes, n_features) (for
+        BernoulliNB, of the binarized input: document frequencies)."""
+        self._check_fitted()
+        return self._parts()[1].toarray()
 
     # -------------------------------------------------------------- statistics
     def _empty_stats(self) -> StatsBundle:
-        return StatsBundle(classes=ClassCounts(), features=FeatureCounts(self.n_features or 0))
+        return StatsBundle(classes=ClassCounts(), features=FeatureCounts(int(self.n_features or 0)))
 
     def _parts(self) -> tuple[ClassCounts, FeatureCounts]:
         cc, fc = self.stats.parts.get("classes"), self.stats.parts.get("features")
@@ -92,7 +168,7 @@ class DiscreteNB(GenerativeClassifier):
 
     def _n_features(self) -> int | None:
         width = self._stats["features"].n_features if self._stats is not None else 0  # type: ignore[attr-defined]
-        n = max(self.n_features or 0, width)
+        n = max(int(self.n_features or 0), width)
         return n or None
 
     def _count_matrix(self, X: Any) -> Any:
@@ -106,14 +182,8 @@ class DiscreteNB(GenerativeClassifier):
 
     def _validate_X(self, X: Any, predicting: bool = False) -> Any:
         X = super()._validate_X(X, predicting)
-        if X.shape[1] == 0:
-            raise ValueError("X has 0 features; expected at least 1")
-        values = X.data if sp.issparse(X) else X
-        if values.size and values.min() < 0:
-            raise ValueError(
-                f"{type(self).__name__} expects non-negative feature values (counts), "
-                f"got a minimum of {values.min()}"
-            )
+        if self.positive_only:
+            check_nonnegative(X.data if sp.issparse(X) else X, type(self).__name__)
         return X
 
     # ------------------------------------------------------------ lazy refresh
@@ -126,10 +196,9 @@ class DiscreteNB(GenerativeClassifier):
 
     def _on_stats_changed(self, delta: StatsBundle | None) -> None:
         cc, fc = self._parts()
-        if fc.labels != cc.labels:
+        if fc.labels != cc.labels:  # (both sorted: the same labels are the same rows)
             cc.add_classes(fc.labels)
             fc.add_classes(cc.labels)
-            fc.reorder(cc.labels)
         fc.densify()
         self._coef_cache = None
         shape = (len(cc.labels), fc.n_features)
@@ -180,6 +249,35 @@ class DiscreteNB(GenerativeClassifier):
     @abstractmethod
     def _linear_form(self) -> tuple[np.ndarray, np.ndarray]:
         """Full ``(W, b)``: ``log P(x, c) = b_c + x . W[c]``, W of shape (n_classes, n_features)."""
+
+    def _derive(self) -> None:
+        self._refresh()
+        self._coef_intercept()
+
+    def unseen_share(self, X: Any) -> np.ndarray:
+        """Share of each row's nonzero features whose column holds no count in any class
+        (0 for an empty row), shape (n_samples,).
+
+        >>> import numpy as np
+        >>> from streamnb.models import MultinomialNB
+        >>> m = MultinomialNB().fit(np.array([[1, 0, 0], [0, 1, 0]]), ["a", "b"])
+        >>> m.unseen_share(np.array([[1, 0, 3], [0, 0, 0]])).tolist()
+        [0.5, 0.0]
+        """
+        X = sp.csr_matrix(self._validate_X(X, predicting=True))
+        X.eliminate_zeros()
+        sizes = np.diff(X.indptr)
+        out = np.zeros(X.shape[0])
+        if not X.nnz:
+            return out
+        fc = self._parts()[1]
+        unseen = ~fc.column_counts(X.indices).any(axis=0) if len(fc.labels) else \
+            np.ones(X.nnz, dtype=bool)
+        row = np.repeat(np.arange(X.shape[0]), sizes)
+        n_unseen = np.bincount(row, weights=unseen, minlength=X.shape[0])
+        has = sizes > 0
+        out[has] = 1.0 - (sizes[has] - n_unseen[has]) / sizes[has]
+        return out
 
     def _m(self, fc: FeatureCounts) -> int:
         """The smoothing width m: number of columns, or of distinct features seen."""

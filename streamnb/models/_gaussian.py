@@ -23,6 +23,7 @@ from streamnb.constants import (
 )
 from streamnb.exceptions import SingularCovarianceWarning
 from streamnb.models.base import GenerativeClassifier
+from streamnb.models.logspace import log_class_prior
 from streamnb.stats.base import Label, normalize_labels
 from streamnb.stats.bundle import StatsBundle
 from streamnb.stats.class_counts import ClassCounts
@@ -184,9 +185,12 @@ class GaussianClassifier(GenerativeClassifier):
 
     def __init__(self, priors: Any = None) -> None:
         super().__init__()
-        self.priors = check_priors(priors)
+        self.priors = priors
         self._stale: set[Label] | None = None
         self._dirty = True
+
+    def _check_params(self) -> None:
+        check_priors(self.priors)
 
     # ----------------------------------------------------------- statistics
     def _empty_stats(self) -> StatsBundle:
@@ -231,7 +235,7 @@ class GaussianClassifier(GenerativeClassifier):
         index = self.moments.index
         rows = np.array([index.row(lab) if lab in index else -1 for lab in labels], dtype=np.intp)
         n = np.where(rows >= 0, self.moments.n[rows], 0.0)
-        priors = resolve_priors(self.priors, labels, counts)
+        priors = resolve_priors(check_priors(self.priors), labels, counts)
         # A class with no data has no likelihood, whatever its prior.
         return labels, rows, n, np.where(n > 0, priors, 0.0)
 
@@ -240,13 +244,16 @@ class GaussianClassifier(GenerativeClassifier):
         """Class priors in ``classes_`` order (the user's, else estimated from the weights)."""
         self._check_fitted()
         labels = list(self.stats["classes"].labels)  # type: ignore[attr-defined]
-        return resolve_priors(self.priors, labels, self.stats["classes"].counts)  # type: ignore[attr-defined]
+        return resolve_priors(check_priors(self.priors), labels, self.stats["classes"].counts)  # type: ignore[attr-defined]
 
     @property
-    def class_count_(self) -> np.ndarray:
-        """Weighted number of samples per class, in ``classes_`` order."""
-        self._check_fitted()
-        return self.stats["classes"].counts.copy()  # type: ignore[attr-defined]
+    def class_log_prior_(self) -> np.ndarray:
+        """``log priors_`` (-inf for a prior of 0): with ``priors=None``, ``log N_c - log
+        N`` (as the count models', to the last bit)."""
+        if self.priors is None:
+            self._check_fitted()
+            return log_class_prior(self.stats["classes"].counts)  # type: ignore[attr-defined]
+        return safe_log(self.priors_)
 
     @property
     def means_(self) -> np.ndarray:
@@ -267,6 +274,9 @@ class GaussianClassifier(GenerativeClassifier):
     @abstractmethod
     def _refresh(self) -> None:
         """Re-derive what the stale classes changed (no-op when nothing changed)."""
+
+    def _derive(self) -> None:
+        self._refresh()
 
     def _derived(self, name: str) -> Any:
         """A derived parameter (an attribute set by ``_refresh``), brought up to date."""

@@ -5,25 +5,29 @@ statistics (:meth:`GenerativeClassifier._batch_stats`) and how the joint
 log-likelihood ``log P(x, c) = log P(c) + log P(x | c)`` is computed from them
 (:meth:`GenerativeClassifier._joint_log_likelihood`); everything else (posteriors by
 log-sum-exp, ``predict``, merging, unlearning, forgetting) is derived here.
+
+A model is a scikit-learn estimator without importing scikit-learn: ``get_params`` /
+``set_params`` over the constructor's arguments (kept as given, checked when the model
+learns or predicts), ``fit``, ``partial_fit``, ``score``, ``__sklearn_tags__`` and the
+input checks of :mod:`streamnb.models.validation`. Its fitted state is its statistics;
+what is derived from them (``classes_``, ``class_log_prior_``, ...) is read through
+properties, so a model that learnt from a merge or a decoded delta has them too.
 """
 
 from __future__ import annotations
 
+import inspect
 from abc import ABC, abstractmethod
-from typing import TYPE_CHECKING, Any, ClassVar, Self
+from typing import Any, ClassVar, Self
 
 import numpy as np
-import scipy.sparse as sp
 
 from streamnb.exceptions import NotFittedError
-from streamnb.stats.base import check_scale_factor, normalize_labels
+from streamnb.models.logspace import log_normalize
+from streamnb.models.prequential import PrequentialPrediction, generic_prequential
+from streamnb.models.validation import check_labels, check_sample_weight, check_X
+from streamnb.stats.base import check_scale_factor
 from streamnb.stats.bundle import StatsBundle
-
-if TYPE_CHECKING:
-    from streamnb.models.prequential import PrequentialPrediction
-
-#: Every concrete model class by its ``kind``; filled by ``__init_subclass__``.
-MODEL_KINDS: dict[str, type[GenerativeClassifier]] = {}
 
 
 class GenerativeClassifier(ABC):
@@ -41,23 +45,90 @@ class GenerativeClassifier(ABC):
     #: daemon (vectorised, or a model small enough to copy); False where the exact method
     #: copies a table as wide as the hashed feature space.
     cheap_prequential: ClassVar[bool] = True
-
-    def __init_subclass__(cls, **kw: Any) -> None:
-        super().__init_subclass__(**kw)
-        if "kind" in cls.__dict__:
-            MODEL_KINDS[cls.kind] = cls
+    #: Whether X must be >= 0 (scikit-learn's ``positive_only`` input tag).
+    positive_only: ClassVar[bool] = False
+    #: scikit-learn's ``poor_score`` tag: its estimator checks then ask for no accuracy
+    #: on their Gaussian blobs (set, as on scikit-learn's own, for the count models).
+    poor_score: ClassVar[bool] = False
+    #: scikit-learn before 1.6 reads this instead of ``__sklearn_tags__``.
+    _estimator_type: ClassVar[str] = "classifier"
 
     def __init__(self) -> None:
         self._stats: StatsBundle | None = None
+        self._params_checked = False
 
     # ------------------------------------------------------------------ params
+    @classmethod
+    def _get_param_names(cls) -> list[str]:
+        """The constructor's arguments, sorted (as scikit-learn's BaseEstimator)."""
+        sig = inspect.signature(cls.__init__)
+        return sorted(p.name for p in sig.parameters.values()
+                      if p.name != "self" and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD))
+
+    def get_params(self, deep: bool = True) -> dict[str, Any]:
+        """Hyper-parameters as given to the constructor (or ``set_params``);
+        ``type(self)(**get_params())`` is an unfitted clone. ``deep`` is accepted for
+        scikit-learn: no parameter is itself an estimator."""
+        return {name: getattr(self, name) for name in self._get_param_names()}
+
+    def set_params(self, **params: Any) -> Self:
+        """Set hyper-parameters. A model's fitted state is its statistics, so a fitted
+        model predicts with the new values from its next prediction on (no refit)."""
+        valid = self._get_param_names()
+        for name, value in params.items():
+            if name not in valid:
+                raise ValueError(f"Invalid parameter {name!r} for estimator "
+                                 f"{type(self).__name__}. Valid parameters are: {valid!r}.")
+            setattr(self, name, value)
+        self._params_checked = False
+        self._on_params_changed()
+        return self
+
+    def _on_params_changed(self) -> None:
+        """Derived parameters follow the hyper-parameters: re-derive them all."""
+        if self._stats is not None:
+            self._on_stats_changed(None)
+
     @abstractmethod
-    def get_params(self) -> dict[str, Any]:
-        """Hyper-parameters, JSON/msgpack friendly; ``type(self)(**get_params())`` is a clone."""
+    def _check_params(self) -> None:
+        """Raise ValueError for a hyper-parameter out of its range."""
+
+    def validate_params(self) -> Self:
+        """Check the hyper-parameters now (a model does so before it first learns or
+        predicts); ValueError names the wrong one."""
+        if not self._params_checked:
+            self._check_params()
+            self._params_checked = True
+        return self
 
     def __repr__(self) -> str:
-        args = ", ".join(f"{k}={v!r}" for k, v in self.get_params().items())
-        return f"{type(self).__name__}({args})"
+        """Like scikit-learn's: the parameters that differ from the defaults."""
+        sig = inspect.signature(type(self).__init__).parameters
+        changed = []
+        for k, v in self.get_params().items():
+            default = sig[k].default
+            try:
+                same = bool(v is default or v == default) and type(v) is type(default)
+            except (TypeError, ValueError):
+                same = False
+            if not same:
+                changed.append(f"{k}={v!r}")
+        return f"{type(self).__name__}({', '.join(changed)})"
+
+    def __sklearn_tags__(self) -> Any:
+        """scikit-learn's tags (called by scikit-learn only, so it is imported here)."""
+        from sklearn.utils import ClassifierTags, InputTags, Tags, TargetTags
+
+        return Tags(
+            estimator_type="classifier",
+            target_tags=TargetTags(required=True),
+            classifier_tags=ClassifierTags(poor_score=self.poor_score),
+            input_tags=InputTags(sparse=self.accepts_sparse, positive_only=self.positive_only,
+                                 categorical=False),
+        )
+
+    def __sklearn_is_fitted__(self) -> bool:
+        return self._stats is not None and bool(self.stats["classes"].labels)  # type: ignore[attr-defined]
 
     # -------------------------------------------------------------- statistics
     @property
@@ -82,7 +153,7 @@ class GenerativeClassifier(ABC):
     @classmethod
     def from_stats(cls, stats: StatsBundle, **params: Any) -> Self:
         """A model with these hyper-parameters whose statistics are a copy of ``stats``."""
-        model = cls(**params)
+        model = cls(**params).validate_params()
         model._stats = stats.copy()
         model._on_stats_changed(None)
         return model
@@ -93,6 +164,7 @@ class GenerativeClassifier(ABC):
         This is what a worker commits as a delta: ``model.merge_stats(delta)`` is then
         the same as ``model.partial_fit(X, y, sample_weight=sample_weight)``.
         """
+        self.validate_params()
         X = self._validate_X(X)
         yl = self._validate_y(y, X.shape[0])
         w = self._validate_weight(sample_weight, X.shape[0])
@@ -103,8 +175,12 @@ class GenerativeClassifier(ABC):
         self._on_stats_changed(delta)
         return self
 
-    def subtract_stats(self, delta: StatsBundle) -> Self:
-        self.stats.subtract(delta)
+    def subtract_stats(self, delta: StatsBundle, clip: bool = False) -> Self:
+        """Remove ``delta``'s data; ValueError, and nothing changed, if the model does not
+        hold it (more weight than was learnt, see :meth:`StatsBundle.subtract`).
+        ``clip``: remove at most what each statistic holds, unchecked (a worker applying
+        a label correction of a message that a decay has shrunk since it was learnt)."""
+        self.stats.subtract(delta, clip=clip)
         self._on_stats_changed(delta)
         return self
 
@@ -112,20 +188,30 @@ class GenerativeClassifier(ABC):
     def partial_fit(
         self, X: Any, y: Any, classes: Any = None, sample_weight: Any = None
     ) -> Self:
-        """Learn one batch. ``classes`` is accepted for scikit-learn compatibility:
-        classes listed there are registered (with zero weight) if not yet known."""
+        """Learn one batch. ``classes`` (as scikit-learn's): classes listed there are
+        registered with zero weight if not known yet; unlike scikit-learn's, it is never
+        required, since classes are found as they arrive."""
         delta = self.batch_stats(X, y, sample_weight)
         if classes is not None:
-            self._register_classes(normalize_labels(classes))
+            self._register_classes(check_labels(classes, type(self).__name__))
         return self.merge_stats(delta)
 
     def fit(self, X: Any, y: Any, sample_weight: Any = None) -> Self:
         """Forget everything, then learn ``X, y`` in one batch."""
+        self.validate_params()
         fresh = type(self)(**self.get_params())  # validate against no earlier data
         delta = fresh.batch_stats(X, y, sample_weight)
+        if sample_weight is not None and not delta["classes"].counts.any():  # type: ignore[attr-defined]
+            raise ValueError("Sample weights must contain at least one non-zero number.")
         self._stats = self._empty_stats()
         self._on_stats_changed(None)
-        return self.merge_stats(delta)
+        self.merge_stats(delta)
+        self._derive()  # a fitted model's predictions then change nothing in it
+        return self
+
+    @abstractmethod
+    def _derive(self) -> None:
+        """Bring every derived parameter up to date (predictions do it lazily)."""
 
     def merge(self, other: GenerativeClassifier) -> Self:
         """Add another model's statistics (same kind; hyper-parameters are this model's)."""
@@ -134,7 +220,9 @@ class GenerativeClassifier(ABC):
         return self.merge_stats(other.stats)
 
     def unlearn(self, X: Any, y: Any, sample_weight: Any = None) -> Self:
-        """Remove previously learnt samples (the exact inverse of ``partial_fit``)."""
+        """Remove previously learnt samples (the exact inverse of ``partial_fit``).
+        Samples the model cannot hold (more weight than was learnt) raise ValueError and
+        change nothing."""
         return self.subtract_stats(self.batch_stats(X, y, sample_weight))
 
     def decay(self, g: float) -> Self:
@@ -151,10 +239,18 @@ class GenerativeClassifier(ABC):
     # -------------------------------------------------------------- prediction
     @property
     def classes_(self) -> np.ndarray:
+        """The classes, sorted (as scikit-learn's), whichever order they arrived in."""
         labels = self.stats["classes"].labels  # type: ignore[attr-defined]
         if not labels:
-            raise NotFittedError(f"this {type(self).__name__} has not learnt any class yet")
+            raise NotFittedError(f"This {type(self).__name__} instance is not fitted yet: it "
+                                 "has not learnt any class.")
         return np.asarray(labels, dtype=object if isinstance(labels[0], str) else np.int64)
+
+    @property
+    def class_count_(self) -> np.ndarray:
+        """Weighted number of samples per class, in ``classes_`` order."""
+        self._check_fitted()
+        return self.stats["classes"].counts.copy()  # type: ignore[attr-defined]
 
     @abstractmethod
     def _joint_log_likelihood(self, X: Any) -> np.ndarray:
@@ -164,6 +260,7 @@ class GenerativeClassifier(ABC):
 
     def predict_joint_log_proba(self, X: Any) -> np.ndarray:
         self._check_fitted()
+        self.validate_params()
         return self._joint_log_likelihood(self._validate_X(X, predicting=True))
 
     def predict_log_proba(self, X: Any) -> np.ndarray:
@@ -178,8 +275,7 @@ class GenerativeClassifier(ABC):
         the batch (label ``None``: unlabelled); the model itself is unchanged. See
         :mod:`streamnb.models.prequential`. ``plan``: :meth:`prequential_plan` of the same
         batch, made earlier (the model's statistics may have changed since)."""
-        from streamnb.models.prequential import generic_prequential
-
+        self.validate_params()
         return generic_prequential(self, X, y, sample_weight)
 
     def prequential_plan(self, X: Any, y: Any, sample_weight: Any = None) -> Any:
@@ -194,6 +290,20 @@ class GenerativeClassifier(ABC):
         jll = self.predict_joint_log_proba(X)
         return self.classes_[np.argmax(jll, axis=1)]
 
+    def score(self, X: Any, y: Any, sample_weight: Any = None) -> float:
+        """Mean accuracy of ``predict(X)`` against ``y`` (weighted by ``sample_weight``)."""
+        truth = self._validate_y(y, _n_rows(X), learning=False)
+        pred = self.predict(X).tolist()
+        right = np.fromiter((p == t for p, t in zip(pred, truth, strict=True)), dtype=np.float64,
+                            count=len(truth))
+        return float(np.average(right, weights=sample_weight))
+
+    def unseen_share(self, X: Any) -> np.ndarray:
+        """Share of each row's nonzero features that the model holds no count for, shape
+        (n_samples,); 0 for an empty row and for models without feature counts (every
+        feature of a dense model is "seen")."""
+        return np.zeros(_n_rows(X))
+
     def _check_fitted(self) -> None:
         self.classes_  # noqa: B018 - raises NotFittedError
 
@@ -203,7 +313,8 @@ class GenerativeClassifier(ABC):
         """Number of features, fixed by the first batch (or the constructor)."""
         n = self._n_features()
         if n is None:
-            raise NotFittedError(f"this {type(self).__name__} has not seen any data yet")
+            raise NotFittedError(f"This {type(self).__name__} instance is not fitted yet: it "
+                                 "has not seen any data.")
         return n
 
     @abstractmethod
@@ -211,36 +322,16 @@ class GenerativeClassifier(ABC):
         """Feature count fixed so far, or None before the first batch."""
 
     def _validate_X(self, X: Any, predicting: bool = False) -> Any:
-        """Return float64 dense ndarray or CSR matrix; check shape, finiteness, sign."""
-        if sp.issparse(X):
-            if not self.accepts_sparse:
-                raise ValueError(f"{type(self).__name__} needs dense input, got a sparse matrix")
-            X = sp.csr_matrix(X, dtype=np.float64)
-            values = X.data
-        else:
-            try:
-                X = np.asarray(X, dtype=np.float64)
-            except (TypeError, ValueError) as exc:
-                raise ValueError(f"X must be a numeric 2-d array: {exc}") from None
-            if X.ndim != 2:
-                raise ValueError(f"X must be 2-d (n_samples, n_features), got shape {X.shape}")
-            values = X
-        if X.shape[0] == 0:
-            raise ValueError("empty batch: X has 0 samples")
-        if not np.isfinite(values).all():
-            raise ValueError("X contains NaN or infinity")
-        n = self._n_features()
-        if n is not None and X.shape[1] != n:
-            raise ValueError(f"X has {X.shape[1]} features, but this model expects {n}")
-        return X
+        """Return float64 dense ndarray or CSR matrix; check shape, finiteness, width."""
+        return check_X(X, type(self).__name__, accept_sparse=self.accepts_sparse,
+                       n_features=self._n_features())
 
-    def _validate_y(self, y: Any, n_samples: int) -> list:
-        y = list(np.asarray(y, dtype=object).ravel()) if not isinstance(y, list) else y
-        if len(y) != n_samples:
-            raise ValueError(f"y has {len(y)} labels, but X has {n_samples} samples")
-        labels = normalize_labels(y)
+    def _validate_y(self, y: Any, n_samples: int, learning: bool = True) -> list:
+        labels = check_labels(y, type(self).__name__)
+        if len(labels) != n_samples:
+            raise ValueError(f"y has {len(labels)} labels, but X has {n_samples} samples")
         known = self.stats["classes"].labels  # type: ignore[attr-defined]
-        if labels and known and type(labels[0]) is not type(known[0]):
+        if learning and labels and known and type(labels[0]) is not type(known[0]):
             raise ValueError(
                 f"labels of mixed types: the model has {type(known[0]).__name__} labels, "
                 f"got {type(labels[0]).__name__} {labels[0]!r}"
@@ -249,39 +340,10 @@ class GenerativeClassifier(ABC):
 
     @staticmethod
     def _validate_weight(sample_weight: Any, n_samples: int) -> np.ndarray:
-        if sample_weight is None:
-            return np.ones(n_samples, dtype=np.float64)
-        try:
-            w = np.asarray(sample_weight, dtype=np.float64).ravel()
-        except (TypeError, ValueError):
-            raise ValueError("sample_weight must be numeric") from None
-        if w.shape != (n_samples,):
-            raise ValueError(f"sample_weight has {w.size} values, but X has {n_samples} samples")
-        if not np.isfinite(w).all():
-            raise ValueError("sample_weight contains NaN or infinity")
-        if (w < 0).any():
-            raise ValueError("sample_weight must be >= 0")
-        return w
+        return check_sample_weight(sample_weight, n_samples)
 
 
-def log_normalize(jll: np.ndarray) -> np.ndarray:
-    """Rows of joint log-likelihoods -> log posteriors (log-sum-exp, -inf safe).
+def _n_rows(X: Any) -> int:
+    shape = getattr(X, "shape", None)
+    return int(shape[0]) if shape is not None and len(shape) else len(X)
 
-    Each row is shifted by its maximum *before* normalising, so a joint log-likelihood of
-    -1e11 (a feature counted 3e10 times) still gives posteriors that sum to 1: subtracting
-    ``logsumexp`` from the unshifted row would lose the last five digits.
-
-    >>> import numpy as np
-    >>> np.round(np.exp(log_normalize(np.array([[0.0, np.log(3.0)]]))), 3).tolist()
-    [[0.25, 0.75]]
-    >>> float(np.exp(log_normalize(np.array([[-1e11, -1e11]]))).sum())
-    1.0
-    """
-    top = np.max(jll, axis=1, keepdims=True)
-    dead = ~np.isfinite(top[:, 0])  # every class impossible (-inf): no posterior
-    with np.errstate(invalid="ignore", divide="ignore"):
-        shifted = jll - np.where(dead[:, None], 0.0, top)
-        out = shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
-    if dead.any():
-        out[dead] = -np.log(jll.shape[1])  # call it uniform
-    return out

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
-from streamnb.models._discrete import DiscreteNB, log_class_prior
+from streamnb.models._discrete import DiscreteNB
 from streamnb.stats.class_counts import ClassCounts
 from streamnb.stats.feature_counts import FeatureCounts
 
@@ -33,6 +33,7 @@ class BernoulliNB(DiscreteNB):
     """
 
     kind = "bernoulli"
+    positive_only = False  # binarized: x > binarize (>= 0), so negative values are absent
     cheap_prequential = False  # its exact prequential method copies the count table
 
     def __init__(
@@ -41,7 +42,16 @@ class BernoulliNB(DiscreteNB):
         binarize: float | None = 0.0,
         n_features: int | None = None,
         smoothing_m: str = "columns",
+        fit_prior: bool = True,
+        class_prior: Any = None,
     ) -> None:
+        self.binarize = binarize
+        super().__init__(alpha=alpha, n_features=n_features, smoothing_m=smoothing_m,
+                         fit_prior=fit_prior, class_prior=class_prior)
+
+    def _check_params(self) -> None:
+        super()._check_params()
+        binarize = self.binarize
         if binarize is not None:
             try:
                 binarize = float(binarize)
@@ -49,12 +59,6 @@ class BernoulliNB(DiscreteNB):
                 raise ValueError(f"binarize must be a number or None, got {binarize!r}") from None
             if not (math.isfinite(binarize) and binarize >= 0):
                 raise ValueError(f"binarize must be a finite number >= 0 or None, got {binarize!r}")
-        self.binarize = binarize
-        super().__init__(alpha=alpha, n_features=n_features, smoothing_m=smoothing_m)
-
-    def get_params(self) -> dict[str, Any]:
-        params = super().get_params()
-        return {"alpha": params["alpha"], "binarize": self.binarize, **params}
 
     # ------------------------------------------------------------------ input
     def _validate_X(self, X: Any, predicting: bool = False) -> Any:
@@ -113,7 +117,7 @@ class BernoulliNB(DiscreteNB):
     def _derive_classes(self, cc: ClassCounts, fc: FeatureCounts) -> None:
         a = self.alpha
         n_c = cc.counts
-        self.class_log_prior_ = log_class_prior(n_c)
+        self._log_prior = self._class_log_prior(n_c, cc.labels)
         s = self._n_seen_cols
         space = fc.n_features if self.smoothing_m == "columns" else s
         log_absent_seen = np.zeros(n_c.size)
@@ -123,7 +127,7 @@ class BernoulliNB(DiscreteNB):
                 columns = np.fromiter(hist.values(), dtype=np.float64, count=len(hist))
                 log_absent_seen[c] = columns @ np.log(np.maximum(n_c[c] - values, 0.0) + a)
         self._const = (
-            self.class_log_prior_
+            self._log_prior
             + (space - s) * np.log(n_c + a)
             + log_absent_seen
             - space * np.log(n_c + 2 * a)

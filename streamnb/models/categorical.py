@@ -6,7 +6,12 @@ from typing import Any
 
 import numpy as np
 
-from streamnb.models._discrete import check_alpha, log_class_prior
+from streamnb.models._discrete import (
+    check_alpha,
+    check_class_prior,
+    fixed_log_prior,
+    log_class_prior,
+)
 from streamnb.models.base import GenerativeClassifier
 from streamnb.stats.bundle import StatsBundle
 from streamnb.stats.category_counts import CategoryCounts
@@ -29,14 +34,26 @@ class CategoricalNB(GenerativeClassifier):
     """
 
     kind = "categorical"
+    positive_only = True
+    poor_score = True
 
-    def __init__(self, alpha: float = 1.0) -> None:
+    def __init__(self, alpha: float = 1.0, fit_prior: bool = True, class_prior: Any = None) -> None:
         super().__init__()
-        self.alpha = check_alpha(alpha)
+        self.alpha = alpha
+        self.fit_prior = fit_prior
+        self.class_prior = class_prior
         self._stale = True
 
-    def get_params(self) -> dict[str, Any]:
-        return {"alpha": self.alpha}
+    def _check_params(self) -> None:
+        check_alpha(self.alpha)
+        if not isinstance(self.fit_prior, (bool, np.bool_)):
+            raise ValueError(f"fit_prior must be True or False, got {self.fit_prior!r}")
+        check_class_prior(self.class_prior)
+
+    def __sklearn_tags__(self) -> Any:
+        tags = super().__sklearn_tags__()
+        tags.input_tags.categorical = True
+        return tags
 
     # -------------------------------------------------------------- statistics
     def _empty_stats(self) -> StatsBundle:
@@ -57,10 +74,11 @@ class CategoricalNB(GenerativeClassifier):
 
     def _validate_X(self, X: Any, predicting: bool = False) -> Any:
         X = super()._validate_X(X, predicting)
-        if X.shape[1] == 0:
-            raise ValueError("X has 0 features; expected at least 1")
-        if (X < 0).any() or (X != np.floor(X)).any():
-            bad = X[(X < 0) | (X != np.floor(X))][0]
+        if (X < 0).any():
+            raise ValueError(f"Negative values in data passed to CategoricalNB (input X): it "
+                             f"expects non-negative integer categories, got {X[X < 0][0]}")
+        if (X != np.floor(X)).any():
+            bad = X[X != np.floor(X)][0]
             raise ValueError(f"CategoricalNB expects non-negative integer categories, got {bad}")
         return X.astype(np.int64)
 
@@ -72,9 +90,8 @@ class CategoricalNB(GenerativeClassifier):
 
     def _on_stats_changed(self, delta: StatsBundle | None) -> None:
         cc, cat = self._parts()
-        cc.add_classes(cat.labels)
+        cc.add_classes(cat.labels)  # (both sorted: the same labels are the same rows)
         cat.add_classes(cc.labels)
-        cat.reorder(cc.labels)
         self._stale = True
 
     # ---------------------------------------------------------------- derived
@@ -85,7 +102,12 @@ class CategoricalNB(GenerativeClassifier):
         if not self._stale:
             return
         cc, cat = self._parts()
-        self.class_log_prior_ = log_class_prior(cc.counts)
+        if self.class_prior is not None:
+            self._log_prior = fixed_log_prior(self.class_prior, cc.labels)
+        elif self.fit_prior:
+            self._log_prior = log_class_prior(cc.counts)
+        else:
+            self._log_prior = np.full(cc.counts.shape, -np.log(max(cc.counts.size, 1)))
         tables = []
         for counts in cat.counts:
             k_j = counts.shape[1]
@@ -106,11 +128,32 @@ class CategoricalNB(GenerativeClassifier):
     @property
     def n_categories_(self) -> np.ndarray:
         """K_j per feature."""
+        self._check_fitted()
         return self._parts()[1].n_categories
+
+    @property
+    def category_count_(self) -> list[np.ndarray]:
+        """Weighted count of each category per class: one (n_classes, K_j) array per feature."""
+        self._check_fitted()
+        return [c.copy() for c in self._parts()[1].counts]
+
+    @property
+    def class_log_prior_(self) -> np.ndarray:
+        """``log P(c)``: ``log class_prior`` if given, else the weight shares
+        (``fit_prior``), else uniform."""
+        self._check_fitted()
+        self._refresh()
+        return self._log_prior.copy()
+
+    def _derive(self) -> None:
+        self._refresh()
+
+    def _on_params_changed(self) -> None:
+        self._stale = True
 
     def _joint_log_likelihood(self, X: Any) -> np.ndarray:
         self._refresh()
-        jll = np.zeros((X.shape[0], self.class_log_prior_.size)) + self.class_log_prior_
+        jll = np.zeros((X.shape[0], self._log_prior.size)) + self._log_prior
         for j, table in enumerate(self._tables):
             jll += table[:, np.minimum(X[:, j], table.shape[1] - 1)].T
         return jll

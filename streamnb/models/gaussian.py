@@ -35,14 +35,17 @@ class GaussianNB(GaussianClassifier):
     diagonal = True
 
     def __init__(self, var_smoothing: float = 1e-9, priors: Any = None) -> None:
-        var_smoothing = float(var_smoothing)
-        if not np.isfinite(var_smoothing) or var_smoothing < 0:
-            raise ValueError(f"var_smoothing must be a finite number >= 0, got {var_smoothing}")
         super().__init__(priors)
         self.var_smoothing = var_smoothing
 
-    def get_params(self) -> dict[str, Any]:
-        return {"var_smoothing": self.var_smoothing, "priors": self.priors}
+    def _check_params(self) -> None:
+        super()._check_params()
+        try:
+            var_smoothing = float(self.var_smoothing)
+        except (TypeError, ValueError):
+            raise ValueError(f"var_smoothing must be a number, got {self.var_smoothing!r}") from None
+        if not np.isfinite(var_smoothing) or var_smoothing < 0:
+            raise ValueError(f"var_smoothing must be a finite number >= 0, got {var_smoothing}")
 
     # --------------------------------------------------------------- derived
     def _refresh(self) -> None:
@@ -58,7 +61,7 @@ class GaussianNB(GaussianClassifier):
         theta[active] = self.moments.mean[rows[active]]
         raw[active] = self.moments.m2[rows[active]] / n[active, None]
         pooled_var = self._pooled_variance()
-        epsilon = self.var_smoothing * float(pooled_var.max(initial=0.0))
+        epsilon = float(self.var_smoothing) * float(pooled_var.max(initial=0.0))
         var = raw + epsilon
         bad = active[:, None] & ~(var > 0)
         if bad.any():

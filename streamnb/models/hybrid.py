@@ -20,10 +20,11 @@ import numpy as np
 import scipy.sparse as sp
 
 from streamnb.features.mail import N_META
-from streamnb.models._discrete import DiscreteNB, log_class_prior
+from streamnb.models._discrete import DiscreteNB
 from streamnb.models.base import GenerativeClassifier
 from streamnb.models.bernoulli import BernoulliNB
 from streamnb.models.gaussian import GaussianNB
+from streamnb.models.logspace import log_class_prior
 from streamnb.models.multinomial import MultinomialNB
 from streamnb.stats.bundle import StatsBundle
 from streamnb.stats.class_counts import ClassCounts
@@ -52,6 +53,8 @@ class HybridNB(GenerativeClassifier):
     kind = "hybrid"
     cheap_prequential = False  # its exact prequential method copies the count table
     accepts_sparse = True
+    positive_only = True  # (the token columns; the meta columns may be negative)
+    poor_score = True
 
     def __init__(
         self,
@@ -64,10 +67,23 @@ class HybridNB(GenerativeClassifier):
         var_smoothing: float = 1e-9,
     ) -> None:
         super().__init__()
+        self.n_meta = n_meta
+        self.token_model = token_model
+        self.alpha = alpha
+        self.binarize = binarize
+        self.n_features = n_features
+        self.smoothing_m = smoothing_m
+        self.var_smoothing = var_smoothing
+        self._tokens: DiscreteNB | None = None
+        self._meta: GaussianNB | None = None
+        self._bound: tuple[Any, Any, Any] | None = None  # the parts the blocks are bound to
+
+    def _check_params(self) -> None:
+        n_meta, n_features = self.n_meta, self.n_features
         if isinstance(n_meta, bool) or not isinstance(n_meta, (int, np.integer)) or n_meta < 1:
             raise ValueError(f"n_meta must be an int >= 1, got {n_meta!r}")
-        if token_model not in TOKEN_MODELS:
-            raise ValueError(f"token_model must be one of {sorted(TOKEN_MODELS)}, got {token_model!r}")
+        if self.token_model not in TOKEN_MODELS:
+            raise ValueError(f"token_model must be one of {sorted(TOKEN_MODELS)}, got {self.token_model!r}")
         if n_features is not None and (
             isinstance(n_features, bool) or not isinstance(n_features, (int, np.integer))
             or n_features <= n_meta
@@ -76,35 +92,63 @@ class HybridNB(GenerativeClassifier):
                 f"n_features is the total width (token columns + {n_meta} meta columns), "
                 f"so it must be an int > {n_meta}; got {n_features!r}"
             )
-        self.n_meta = int(n_meta)
-        self.token_model = token_model
-        self.binarize = binarize
-        n_tokens = None if n_features is None else int(n_features) - self.n_meta
-        if token_model == "bernoulli":
-            self.tokens_ = BernoulliNB(alpha, binarize, n_tokens, smoothing_m)
-        else:
-            self.tokens_: DiscreteNB = MultinomialNB(alpha, n_tokens, smoothing_m)
-        self.meta_ = GaussianNB(var_smoothing)
-        self._bound: tuple[int, int, int] | None = None
+        self._blocks()[0].validate_params()
+        self._blocks()[1].validate_params()
 
-    def get_params(self) -> dict[str, Any]:
-        tok = self.tokens_.get_params()
-        return {
-            "n_meta": self.n_meta,
-            "token_model": self.token_model,
-            "alpha": tok["alpha"],
-            "binarize": self.binarize,
-            "n_features": None if tok["n_features"] is None else tok["n_features"] + self.n_meta,
-            "smoothing_m": tok["smoothing_m"],
-            "var_smoothing": self.meta_.var_smoothing,
-        }
+    def _blocks(self) -> tuple[DiscreteNB, GaussianNB]:
+        """The token and the meta block, made from the current parameters."""
+        if self._tokens is None or self._meta is None:
+            n_tokens = None if self.n_features is None else int(self.n_features) - int(self.n_meta)
+            if self.token_model == "bernoulli":
+                self._tokens = BernoulliNB(self.alpha, self.binarize, n_tokens, self.smoothing_m)
+            else:
+                self._tokens = MultinomialNB(self.alpha, n_tokens, self.smoothing_m)
+            self._meta = GaussianNB(self.var_smoothing)
+            self._bound = None
+        return self._tokens, self._meta
+
+    def _on_params_changed(self) -> None:
+        self._tokens = self._meta = None
+        super()._on_params_changed()
+
+    @property
+    def tokens_(self) -> DiscreteNB:
+        """The token block, a count model on this model's ``classes`` and ``features``."""
+        self._check_fitted()
+        self._bind()
+        return self._blocks()[0]
+
+    @property
+    def meta_(self) -> GaussianNB:
+        """The meta block, a GaussianNB on this model's ``classes`` and ``moments``."""
+        self._check_fitted()
+        self._bind()
+        return self._blocks()[1]
+
+    @property
+    def class_log_prior_(self) -> np.ndarray:
+        """``log P(c)``, the classes' shares of the weight (counted once)."""
+        self._check_fitted()
+        return log_class_prior(self.stats["classes"].counts)  # type: ignore[attr-defined]
+
+    def _derive(self) -> None:
+        self._bind()
+        tokens, meta = self._blocks()
+        tokens._refresh()
+        meta._refresh()
+
+    def unseen_share(self, X: Any) -> np.ndarray:
+        """The token block's :meth:`~DiscreteNB.unseen_share` (meta columns are dense)."""
+        tokens, _ = self._validate_X(X, predicting=True)
+        return self._blocks()[0].unseen_share(tokens)
 
     # -------------------------------------------------------------- statistics
     def _empty_stats(self) -> StatsBundle:
+        tokens, meta = self._blocks()
         return StatsBundle(
             classes=ClassCounts(),
-            features=self.tokens_._empty_stats()["features"],
-            moments=self.meta_._empty_stats()["moments"],
+            features=tokens._empty_stats()["features"],
+            moments=meta._empty_stats()["moments"],
         )
 
     def _bind(self) -> None:
@@ -112,17 +156,21 @@ class HybridNB(GenerativeClassifier):
         parts = self.stats.parts
         if set(parts) != {"classes", "features", "moments"}:
             raise ValueError(f"HybridNB needs parts classes, features, moments; got {sorted(parts)}")
-        key = (id(parts["classes"]), id(parts["features"]), id(parts["moments"]))
-        if key != self._bound:
-            self.tokens_._stats = StatsBundle(classes=parts["classes"], features=parts["features"])
-            self.meta_._stats = StatsBundle(classes=parts["classes"], moments=parts["moments"])
+        key = (parts["classes"], parts["features"], parts["moments"])
+        tokens, meta = self._blocks()
+        if self._bound is None or any(a is not b for a, b in zip(key, self._bound, strict=True)):
+            tokens._stats = StatsBundle(classes=parts["classes"], features=parts["features"])
+            meta._stats = StatsBundle(classes=parts["classes"], moments=parts["moments"])
+            tokens._on_stats_changed(None)
+            meta._on_stats_changed(None)
             self._bound = key
 
     def _split(self, X: Any) -> tuple[Any, np.ndarray]:
-        width = X.shape[1] - self.n_meta
+        width = X.shape[1] - int(self.n_meta)
         if width < 1:
             raise ValueError(
-                f"X has {X.shape[1]} columns, but this model needs token columns plus {self.n_meta} meta columns"
+                f"X has {X.shape[1]} feature(s), but HybridNB(n_meta={self.n_meta}) needs token "
+                f"columns then {self.n_meta} meta columns"
             )
         if sp.issparse(X):
             X = sp.csr_matrix(X)
@@ -131,24 +179,25 @@ class HybridNB(GenerativeClassifier):
 
     def _n_features(self) -> int | None:
         self._bind()
-        n = self.tokens_._n_features()
-        return None if n is None else n + self.n_meta
+        n = self._blocks()[0]._n_features()
+        return None if n is None else n + int(self.n_meta)
 
     def _validate_X(self, X: Any, predicting: bool = False) -> Any:
         X = super()._validate_X(X, predicting)
         tokens, meta = self._split(X)
         self._bind()
-        tokens = self.tokens_._validate_X(tokens, predicting)
-        meta = self.meta_._validate_X(meta, predicting)
+        tokens = self._blocks()[0]._validate_X(tokens, predicting)
+        meta = self._blocks()[1]._validate_X(meta, predicting)
         return tokens, meta
 
     def _batch_stats(self, X: Any, y: list, sample_weight: np.ndarray) -> StatsBundle:
         tokens, meta = X
-        t = self.tokens_._batch_stats(tokens, y, sample_weight)
-        m = self.meta_._batch_stats(meta, y, sample_weight)
+        t = self._blocks()[0]._batch_stats(tokens, y, sample_weight)
+        m = self._blocks()[1]._batch_stats(meta, y, sample_weight)
         return StatsBundle(classes=t["classes"], features=t["features"], moments=m["moments"])
 
     def batch_stats(self, X: Any, y: Any, sample_weight: Any = None) -> StatsBundle:
+        self.validate_params()
         X = self._validate_X(X)
         n = X[0].shape[0]
         yl = self._validate_y(y, n)
@@ -157,25 +206,26 @@ class HybridNB(GenerativeClassifier):
 
     def _on_stats_changed(self, delta: StatsBundle | None) -> None:
         self._bind()
+        tokens, meta = self._blocks()
         if delta is None:
-            self.tokens_._on_stats_changed(None)
-            self.meta_._on_stats_changed(None)
+            tokens._on_stats_changed(None)
+            meta._on_stats_changed(None)
             return
-        self.tokens_._on_stats_changed(StatsBundle(classes=delta["classes"], features=delta["features"]))
-        self.meta_._on_stats_changed(StatsBundle(classes=delta["classes"], moments=delta["moments"]))
+        tokens._on_stats_changed(StatsBundle(classes=delta["classes"], features=delta["features"]))
+        meta._on_stats_changed(StatsBundle(classes=delta["classes"], moments=delta["moments"]))
 
     def _register_classes(self, labels: list) -> None:
         self._bind()
         self.stats["classes"].add_classes(labels)  # type: ignore[attr-defined]
-        self.meta_.moments.add_classes(labels)
+        self._blocks()[1].moments.add_classes(labels)
         self._on_stats_changed(None)
 
     # -------------------------------------------------------------- prediction
     def _joint_log_likelihood(self, X: Any) -> np.ndarray:
         tokens, meta = X
         self._bind()
-        jll_tokens = self.tokens_._joint_log_likelihood(tokens)
-        jll_meta = self.meta_._joint_log_likelihood(meta)
+        jll_tokens = self._blocks()[0]._joint_log_likelihood(tokens)
+        jll_meta = self._blocks()[1]._joint_log_likelihood(meta)
         prior = log_class_prior(self.stats["classes"].counts)  # type: ignore[attr-defined]
         # Both blocks include log P(c); keep it once. Classes with no weight stay -inf.
         with np.errstate(invalid="ignore"):

@@ -21,22 +21,27 @@ from pathlib import Path
 from typing import Any
 
 from streamnb.atomic_file import write_atomic
-from streamnb.constants import MODEL_FORMAT_VERSION
+from streamnb.constants import MODEL_FORMAT_VERSION, MODEL_KINDS
 from streamnb.encoding import check_header
 from streamnb.encoding import dumps as _pack
 from streamnb.encoding import loads as _unpack
 from streamnb.exceptions import FormatError
-from streamnb.models.base import MODEL_KINDS, GenerativeClassifier
+from streamnb.models.base import GenerativeClassifier
 from streamnb.stats.bundle import StatsBundle
 
 
-def _model_class(kind: Any) -> type[GenerativeClassifier]:
-    import streamnb.models  # noqa: F401 - registers every model kind
+def model_class(kind: Any) -> type[GenerativeClassifier]:
+    """The model class of ``kind``, one of :data:`streamnb.constants.MODEL_KINDS`.
 
-    cls = MODEL_KINDS.get(kind) if isinstance(kind, str) else None
-    if cls is None:
+    >>> model_class("gaussian").__name__
+    'GaussianNB'
+    """
+    if not isinstance(kind, str) or kind not in MODEL_KINDS:
         raise ValueError(f"unknown model kind {kind!r}; expected one of {sorted(MODEL_KINDS)}")
-    return cls
+    from streamnb import models
+
+    return next(cls for cls in map(models.__dict__.get, models.__all__)
+                if isinstance(cls, type) and getattr(cls, "kind", None) == kind)
 
 
 def _check_params(cls: type[GenerativeClassifier], params: dict[str, Any]) -> None:
@@ -49,10 +54,11 @@ def _check_params(cls: type[GenerativeClassifier], params: dict[str, Any]) -> No
 
 
 def make_model(kind: str, **params: Any) -> GenerativeClassifier:
-    """A new model of ``kind`` (e.g. ``"multinomial"``) with hyper-parameters ``params``."""
-    cls = _model_class(kind)
+    """A new model of ``kind`` (e.g. ``"multinomial"``) with hyper-parameters ``params``,
+    checked (ValueError for an unknown name or a value out of range)."""
+    cls = model_class(kind)
     _check_params(cls, params)
-    return cls(**params)
+    return cls(**params).validate_params()
 
 
 def dumps(model: GenerativeClassifier) -> bytes:
@@ -78,7 +84,7 @@ def loads(data: bytes) -> GenerativeClassifier:
     if not isinstance(params, dict) or not all(isinstance(k, str) for k in params):
         raise FormatError("model file: params must be a map of names to values")
     try:
-        cls = _model_class(kind)
+        cls = model_class(kind)
         _check_params(cls, params)
     except ValueError as exc:
         raise FormatError(f"model file: {exc}") from None

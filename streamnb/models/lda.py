@@ -40,20 +40,25 @@ class LinearDiscriminantAnalysis(GaussianClassifier):
     diagonal = False
 
     def __init__(self, shrinkage: float | None = None, priors: Any = None) -> None:
-        if shrinkage is not None:
-            if isinstance(shrinkage, str):
-                raise ValueError(
-                    f"shrinkage must be None or a float in [0, 1], got {shrinkage!r} "
-                    "(Ledoit-Wolf 'auto' needs fourth moments, which are not kept)"
-                )
-            shrinkage = float(shrinkage)
-            if not 0.0 <= shrinkage <= 1.0:
-                raise ValueError(f"shrinkage must be in [0, 1], got {shrinkage}")
         super().__init__(priors)
         self.shrinkage = shrinkage
 
-    def get_params(self) -> dict[str, Any]:
-        return {"shrinkage": self.shrinkage, "priors": self.priors}
+    def _check_params(self) -> None:
+        super()._check_params()
+        shrinkage = self.shrinkage
+        if shrinkage is None:
+            return
+        if isinstance(shrinkage, str):
+            raise ValueError(
+                f"shrinkage must be None or a float in [0, 1], got {shrinkage!r} "
+                "(Ledoit-Wolf 'auto' needs fourth moments, which are not kept)"
+            )
+        try:
+            shrinkage = float(shrinkage)
+        except (TypeError, ValueError):
+            raise ValueError(f"shrinkage must be None or a float in [0, 1], got {shrinkage!r}") from None
+        if not 0.0 <= shrinkage <= 1.0:
+            raise ValueError(f"shrinkage must be in [0, 1], got {shrinkage}")
 
     # --------------------------------------------------------------- derived
     def _refresh(self) -> None:
@@ -71,7 +76,8 @@ class LinearDiscriminantAnalysis(GaussianClassifier):
         weights = weights / weights.sum()
         cov = np.einsum("k,kij->ij", weights, self.moments.m2[rows[active]] / n[active, None, None])
         if self.shrinkage:
-            cov = (1.0 - self.shrinkage) * cov + self.shrinkage * np.trace(cov) / d * np.eye(d)
+            s = float(self.shrinkage)
+            cov = (1.0 - s) * cov + s * np.trace(cov) / d * np.eye(d)
         L, cov = cholesky_with_jitter(cov, "the shared covariance", self._pooled_variance())
         coef = cho_solve((L, True), means.T, check_finite=False).T
         log_prior = safe_log(priors)

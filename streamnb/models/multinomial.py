@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 
 from streamnb.arrays import nonzero_columns, put_rows
-from streamnb.models._discrete import DiscreteNB, log_class_prior
+from streamnb.models._discrete import DiscreteNB
 from streamnb.models.prequential import (
     MultinomialPlan,
     PrequentialPrediction,
@@ -31,17 +31,19 @@ class MultinomialNB(DiscreteNB):
     >>> model = MultinomialNB().partial_fit(X[:3], ["spam"] * 3).partial_fit(X[3:], ["ham"])
     >>> model.predict(np.array([[3, 0, 0, 0], [0, 0, 0, 0]])).tolist()
     ['spam', 'spam']
-    >>> # spam: 3/4 * (2/12)**2, ham: 1/4 * (1/5)**2 -> 0.676 : 0.324
-    >>> model.predict_proba(np.array([[0, 0, 0, 2]])).round(3).tolist()
-    [[0.676, 0.324]]
+    >>> # ham: 1/4 * (1/5)**2, spam: 3/4 * (2/12)**2 -> 0.324 : 0.676 (classes_ sorted)
+    >>> model.classes_.tolist(), model.predict_proba(np.array([[0, 0, 0, 2]])).round(3).tolist()
+    (['ham', 'spam'], [[0.324, 0.676]])
     """
 
     kind = "multinomial"
 
     def __init__(
-        self, alpha: float = 1.0, n_features: int | None = None, smoothing_m: str = "columns"
+        self, alpha: float = 1.0, n_features: int | None = None, smoothing_m: str = "columns",
+        fit_prior: bool = True, class_prior: Any = None,
     ) -> None:
-        super().__init__(alpha=alpha, n_features=n_features, smoothing_m=smoothing_m)
+        super().__init__(alpha=alpha, n_features=n_features, smoothing_m=smoothing_m,
+                         fit_prior=fit_prior, class_prior=class_prior)
 
     # Derived: table T (n_features, k + 1): T[j, c] = log(F_cj + alpha) and
     # T[j, k] = 1 for the columns in the feature space (0 for never-seen columns when
@@ -69,7 +71,7 @@ class MultinomialNB(DiscreteNB):
         shape = (fc.n_features, fc.values.shape[0] + 1)
         fill = self._table_rows(np.zeros((shape[1] - 1, 1)))[0]
         old = getattr(self, "_table", None)
-        if isinstance(old, np.ndarray) and old.shape == shape:
+        if isinstance(old, np.ndarray) and old.shape == shape and old.flags.writeable:
             old[:] = fill
         elif fill.any():
             self._table = np.empty(shape)
@@ -82,7 +84,7 @@ class MultinomialNB(DiscreteNB):
         put_rows(self._table, cols, self._table_rows(fc.column_counts(cols)))
 
     def _derive_classes(self, cc: ClassCounts, fc: FeatureCounts) -> None:
-        self.class_log_prior_ = log_class_prior(cc.counts)
+        self._log_prior = self._class_log_prior(cc.counts, cc.labels)
         denominator = fc.totals + self.alpha * self._m(fc)
         # A zero denominator only arises with nothing seen ("seen" mode, m = 0), where
         # every feature is ignored: its coefficient is 0, not log(0).
@@ -91,7 +93,7 @@ class MultinomialNB(DiscreteNB):
     def _joint_log_likelihood(self, X: Any) -> np.ndarray:
         self._refresh()
         S = np.asarray(X @ self._table)
-        return S[:, :-1] - S[:, -1:] * self._log_denominator + self.class_log_prior_
+        return S[:, :-1] - S[:, -1:] * self._log_denominator + self._log_prior
 
     def _scoring_table(self) -> np.ndarray:
         """The refreshed table T (n_features, n_classes + 1) described above."""
@@ -101,7 +103,7 @@ class MultinomialNB(DiscreteNB):
     def _linear_form(self) -> tuple[np.ndarray, np.ndarray]:
         T = self._table
         W = T[:, :-1].T - T[:, -1][None, :] * self._log_denominator[:, None]
-        return W, self.class_log_prior_.copy()
+        return W, self._log_prior.copy()
 
     def predict_log_proba_prequential(
         self, X: Any, y: Any, sample_weight: Any = None, plan: MultinomialPlan | None = None

@@ -31,9 +31,9 @@ first appearance, so the classes known at row i are always a prefix of ``classes
 >>> X = np.array([[0, 2], [0, 2], [0, 2]])
 >>> pred = model.predict_log_proba_prequential(X, ["spam", None, None])
 >>> pred.classes, pred.n_known.tolist()
-(['spam', 'ham'], [2, 2, 2])
+(['ham', 'spam'], [2, 2, 2])
 >>> before = model.predict_log_proba(X[:1])[0]
->>> bool(np.allclose(pred.log_proba[0], before)), bool(pred.log_proba[1, 0] > before[0])
+>>> bool(np.allclose(pred.log_proba[0], before)), bool(pred.log_proba[1, 1] > before[1])
 (True, True)
 >>> model.stats["classes"].counts.tolist()   # the model did not learn the batch
 [1.0, 1.0]
@@ -42,19 +42,18 @@ first appearance, so the classes known at row i are always a prefix of ``classes
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
 
 from streamnb._cmodules import optional_c_module
 from streamnb.arrays import nonzero_columns, sort_with_order
-from streamnb.models.base import log_normalize
+from streamnb.models.logspace import log_normalize
 from streamnb.stats.base import Label
 
-if TYPE_CHECKING:
-    from streamnb.models.base import GenerativeClassifier
-    from streamnb.models.multinomial import MultinomialNB
+# The functions below take the model as ``Any`` (a GenerativeClassifier; a MultinomialNB
+# for the multinomial ones): the models import this module, and it imports none of them.
 
 __all__ = ["MULTINOMIAL_JLL", "MultinomialPlan", "PrequentialPrediction", "SortedNonzeros",
            "generic_prequential", "multinomial_plan", "multinomial_prequential"]
@@ -91,7 +90,7 @@ class PrequentialPrediction:
 
 # ---------------------------------------------------------------------- shared helpers
 def _labelled_batch(
-    model: GenerativeClassifier, n: int, y: Any, sample_weight: Any
+    model: Any, n: int, y: Any, sample_weight: Any
 ) -> tuple[list[Label], np.ndarray, np.ndarray, np.ndarray]:
     """Validate labels and weights; return (classes after the batch, class code per row
     (-1: unlabelled), weights, number of classes known before each row)."""
@@ -129,7 +128,7 @@ def _exclusive_row_prefix(base: np.ndarray, per_row: np.ndarray) -> np.ndarray:
     return out
 
 
-def _class_weights(model: GenerativeClassifier, codes: np.ndarray, w: np.ndarray,
+def _class_weights(model: Any, codes: np.ndarray, w: np.ndarray,
                    n_classes: int) -> np.ndarray:
     """Class weights ``N_c(i)`` before each row, shape (n, n_classes)."""
     counts = np.asarray(model.stats["classes"].counts, dtype=np.float64)  # type: ignore[attr-defined]
@@ -158,7 +157,7 @@ def _log_class_prior_rows(N: np.ndarray, n_known: np.ndarray) -> np.ndarray:
     return out
 
 
-def _batch_priors(model: GenerativeClassifier, n: int, y: Any, sample_weight: Any,
+def _batch_priors(model: Any, n: int, y: Any, sample_weight: Any,
                   ) -> tuple[list[Label], np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """:func:`_labelled_batch`, plus the row-wise log class priors given by the class
     weights before each row."""
@@ -172,7 +171,7 @@ def _nothing_learnt_before_a_row(codes: np.ndarray) -> bool:
     return not (codes[:-1] >= 0).any()
 
 
-def _model_only(model: GenerativeClassifier, X: Any, classes: list[Label],
+def _model_only(model: Any, X: Any, classes: list[Label],
                 n_known: np.ndarray, log_prior: np.ndarray) -> PrequentialPrediction:
     """Every row predicted by the model as it is (nothing learnt before any row)."""
     lp = np.full((X.shape[0], len(classes)), np.nan)
@@ -194,7 +193,7 @@ def _finish(classes: list[Label], jll: np.ndarray, n_known: np.ndarray,
 
 
 # ---------------------------------------------------------------------- multinomial
-def _canonical_csr(model: MultinomialNB, X: Any) -> sp.csr_matrix:
+def _canonical_csr(model: Any, X: Any) -> sp.csr_matrix:
     """Validated X as float64 CSR without duplicate entries (explicit zeros do no harm:
     they add nothing and count nothing). X itself is never modified."""
     X = sp.csr_matrix(model._validate_X(X, predicting=True), dtype=np.float64)
@@ -235,7 +234,7 @@ class MultinomialPlan:
     nonzeros: SortedNonzeros | None
 
 
-def multinomial_plan(model: MultinomialNB, X: Any, y: Any,
+def multinomial_plan(model: Any, X: Any, y: Any,
                      sample_weight: Any = None) -> MultinomialPlan:
     """The batch-only part of :func:`multinomial_prequential` (see :class:`MultinomialPlan`).
     With the C loop the labels are read once, at prediction time."""
@@ -287,7 +286,7 @@ def _sorted_nonzeros(X: sp.csr_matrix, classes: list[Label], codes: np.ndarray,
                           prefix, row_sums)
 
 
-def multinomial_prequential(model: MultinomialNB, X: Any, y: Any, sample_weight: Any = None,
+def multinomial_prequential(model: Any, X: Any, y: Any, sample_weight: Any = None,
                             plan: MultinomialPlan | None = None) -> PrequentialPrediction:
     """Exact prequential log posteriors of a MultinomialNB (see the module docstring).
 
@@ -315,7 +314,7 @@ def multinomial_prequential(model: MultinomialNB, X: Any, y: Any, sample_weight:
             nonzeros = _sorted_nonzeros(X, classes, codes, w)
         jll, unseen = _numpy_jll(X.shape, fc, nonzeros, codes, w, base_T, alpha, seen_mode)
     with np.errstate(invalid="ignore"):
-        jll += log_prior
+        jll += model._prior_rows(log_prior, classes, n_known)
     sizes = np.diff(X.indptr)
     share = np.divide(unseen, sizes, out=np.zeros(sizes.size), where=sizes > 0)
     return _finish(classes, jll, n_known, log_prior, share)
@@ -378,7 +377,7 @@ def _numpy_jll(shape: tuple[int, int], fc: Any, nz: SortedNonzeros, codes: np.nd
 
 
 # ---------------------------------------------------------------------- any model
-def generic_prequential(model: GenerativeClassifier, X: Any, y: Any,
+def generic_prequential(model: Any, X: Any, y: Any,
                         sample_weight: Any = None) -> PrequentialPrediction:
     """Exact prequential log posteriors of any model, through a scratch copy of its
     statistics that learns the labelled rows one at a time (see the module docstring)."""

@@ -38,18 +38,22 @@ class QuadraticDiscriminantAnalysis(GaussianClassifier):
     diagonal = False
 
     def __init__(self, reg_param: float = 0.0, priors: Any = None, ddof: float = 0) -> None:
-        reg_param, ddof = float(reg_param), float(ddof)
+        super().__init__(priors)
+        self.reg_param = reg_param
+        self.ddof = ddof
+        self._factors: dict[Label, tuple[np.ndarray, np.ndarray, np.ndarray, float]] = {}
+
+    def _check_params(self) -> None:
+        super()._check_params()
+        try:
+            reg_param, ddof = float(self.reg_param), float(self.ddof)
+        except (TypeError, ValueError):
+            raise ValueError(f"reg_param and ddof must be numbers, got {self.reg_param!r} and "
+                             f"{self.ddof!r}") from None
         if not 0.0 <= reg_param <= 1.0:
             raise ValueError(f"reg_param must be in [0, 1], got {reg_param}")
         if not (np.isfinite(ddof) and ddof >= 0):
             raise ValueError(f"ddof must be a finite number >= 0, got {ddof}")
-        super().__init__(priors)
-        self.reg_param = reg_param
-        self.ddof = int(ddof) if ddof.is_integer() else ddof
-        self._factors: dict[Label, tuple[np.ndarray, np.ndarray, np.ndarray, float]] = {}
-
-    def get_params(self) -> dict[str, Any]:
-        return {"reg_param": self.reg_param, "priors": self.priors, "ddof": self.ddof}
 
     # --------------------------------------------------------------- derived
     def _class_factor(
@@ -58,10 +62,11 @@ class QuadraticDiscriminantAnalysis(GaussianClassifier):
         """``(mean, covariance, Cholesky factor, log det)`` of one class."""
         m = self.moments
         n = m.n[row]
-        denom = n - self.ddof if n - self.ddof > 0 else n
+        ddof, reg = float(self.ddof), float(self.reg_param)
+        denom = n - ddof if n - ddof > 0 else n
         cov = m.m2[row] / denom
-        if self.reg_param:
-            cov = (1.0 - self.reg_param) * cov + self.reg_param * np.eye(cov.shape[0])
+        if reg:
+            cov = (1.0 - reg) * cov + reg * np.eye(cov.shape[0])
         L, cov = cholesky_with_jitter(cov, f"the covariance of class {label!r}", fallback_scale)
         return m.mean[row].copy(), cov, L, log_det_from_cholesky(L)
 

@@ -6,9 +6,15 @@ identity), ``subtract`` removes one (unlearning), ``scale`` multiplies every wei
 ``g`` (exponential forgetting). All four work in place and return ``self``.
 ``to_bytes`` / ``from_bytes`` give a compact, versioned msgpack encoding (never pickle).
 
-Per-class statistics keep their rows in the order classes first arrived; they are
-aligned *by label* when merged, so two workers that saw classes in a different order
-still merge correctly.
+A statistic checks what it is given before changing anything: ``check_mergeable(other)``
+raises :class:`~streamnb.exceptions.FormatError` unless ``other`` is a statistic of the
+same kind and shape holding finite numbers (what a worker checks of every delta it reads
+from the log), and ``subtract`` raises ValueError, leaving the statistic as it was,
+when it would remove more weight than was learnt.
+
+Per-class statistics keep their rows in sorted label order (:class:`ClassIndex`); they
+are aligned *by label* when merged, so two workers that saw classes in a different
+order hold the same arrays.
 """
 
 from __future__ import annotations
@@ -19,7 +25,7 @@ from typing import Any, ClassVar, Self
 
 import numpy as np
 
-from streamnb.constants import STATS_FORMAT_VERSION
+from streamnb.constants import STATS_FORMAT_VERSION, UNLEARN_RTOL
 from streamnb.encoding import check_header, dumps, loads
 from streamnb.exceptions import FormatError
 
@@ -65,13 +71,18 @@ def check_scale_factor(g: float) -> float:
 
 
 class ClassIndex:
-    """Ordered set of class labels with label -> row lookup.
+    """Sorted set of class labels with label -> row lookup.
+
+    Rows follow the sorted order of the labels (scikit-learn's order of ``classes_``), so
+    two statistics of the same data have the same layout whatever order their classes
+    arrived in. Adding a label can move the rows after it: :meth:`add` says where each
+    earlier row went, and the statistic moves its arrays to match.
 
     >>> idx = ClassIndex(["spam"])
-    >>> idx.rows_for(["ham", "spam"]).tolist()
-    [1, 0]
-    >>> idx.labels
-    ['spam', 'ham']
+    >>> idx.add(["ham", "spam", "eggs"]).tolist()     # spam moved from row 0 to row 2
+    [2]
+    >>> idx.labels, idx.rows_for(["spam", "ham"]).tolist()
+    (['eggs', 'ham', 'spam'], [2, 1])
     """
 
     __slots__ = ("labels", "_row")
@@ -79,7 +90,28 @@ class ClassIndex:
     def __init__(self, labels: Sequence[Label] = ()) -> None:
         self.labels: list[Label] = []
         self._row: dict[Label, int] = {}
-        self.rows_for(labels)
+        if labels:
+            self.add(labels)
+
+    @classmethod
+    def of(cls, labels: Sequence[Any]) -> tuple[ClassIndex, np.ndarray | None]:
+        """The index of distinct ``labels`` given in any order, and the rows of data laid
+        out in that order that put it in sorted order (None: already sorted).
+
+        >>> idx, order = ClassIndex.of(["b", "c", "a"])
+        >>> idx.labels, order.tolist()
+        (['a', 'b', 'c'], [2, 0, 1])
+        """
+        if not labels:
+            return cls(), None
+        labels = normalize_labels(labels)
+        if len(set(labels)) != len(labels):
+            raise ValueError(f"class labels must be distinct, got {labels!r}")
+        index = cls(labels)
+        if index.labels == labels:
+            return index, None
+        given = {lab: i for i, lab in enumerate(labels)}
+        return index, np.array([given[lab] for lab in index.labels], dtype=np.intp)
 
     def __len__(self) -> int:
         return len(self.labels)
@@ -90,41 +122,93 @@ class ClassIndex:
     def row(self, label: Label) -> int:
         return self._row[label]
 
-    def rows_for(self, labels: Iterable[Any], add: bool = True) -> np.ndarray:
-        """Row of each label, appending unseen labels when ``add`` (else KeyError)."""
-        labels = normalize_labels(labels)
+    def _check_type(self, labels: list[Label]) -> None:
         if labels and self.labels and type(labels[0]) is not type(self.labels[0]):
             raise ValueError(
                 f"labels of mixed types: the model has {type(self.labels[0]).__name__} "
                 f"labels, got {type(labels[0]).__name__} {labels[0]!r}"
             )
+
+    def add(self, labels: Iterable[Any]) -> np.ndarray | None:
+        """Insert the labels not known yet in sorted position; return the new row of each
+        earlier row, or None when no label was new (no row moved)."""
+        labels = normalize_labels(labels)
+        self._check_type(labels)
+        return self._insert(labels)
+
+    def _insert(self, labels: list[Label]) -> np.ndarray | None:
+        new = [lab for lab in dict.fromkeys(labels) if lab not in self._row]
+        if not new:
+            return None
+        old = self.labels
+        self.labels = sorted(old + new)  # type: ignore[type-var]
+        self._row = {lab: i for i, lab in enumerate(self.labels)}
+        if not old:
+            return _NO_ROWS
+        return np.fromiter(map(self._row.__getitem__, old), dtype=np.intp, count=len(old))
+
+    def rows_adding(self, labels: Iterable[Any]) -> tuple[np.ndarray, np.ndarray | None]:
+        """The row of each label, inserting the new ones (:meth:`add`), and where each
+        earlier row went (None: none moved); one pass when every label is known."""
+        labels = normalize_labels(labels)
+        self._check_type(labels)
+        found = list(map(self._row.get, labels))  # one C-level lookup per label
+        moved = None
+        if None in found:
+            moved = self._insert(labels)
+            found = list(map(self._row.get, labels))
+        return np.array(found, dtype=np.intp), moved
+
+    def rows_for(self, labels: Iterable[Any]) -> np.ndarray:
+        """Row of each label (KeyError for a label not in the index)."""
+        labels = normalize_labels(labels)
+        self._check_type(labels)
         found = list(map(self._row.get, labels))  # one C-level lookup per label
         if None in found:
-            for lab in dict.fromkeys(labels):  # distinct labels, in order of first appearance
-                if lab not in self._row:
-                    if not add:
-                        raise KeyError(lab)
-                    self._row[lab] = len(self.labels)
-                    self.labels.append(lab)
-            found = list(map(self._row.get, labels))
+            raise KeyError(labels[found.index(None)])
         return np.array(found, dtype=np.intp)
 
     def copy(self) -> ClassIndex:
-        return ClassIndex(self.labels)
+        out = ClassIndex.__new__(ClassIndex)
+        out.labels, out._row = list(self.labels), dict(self._row)
+        return out
 
-    def permutation_to(self, labels: Sequence[Any]) -> np.ndarray | None:
-        """Rows that put this index in the order of ``labels`` (the same set), None if
-        it is already in that order.
 
-        >>> ClassIndex(["a", "b", "c"]).permutation_to(["c", "a", "b"]).tolist()
-        [2, 0, 1]
-        """
-        labels = normalize_labels(labels)
-        if labels == self.labels:
-            return None
-        if set(labels) != set(self.labels) or len(labels) != len(self.labels):
-            raise ValueError(f"cannot reorder classes {self.labels!r} as {labels!r}")
-        return self.rows_for(labels, add=False)
+#: No earlier rows (what :meth:`ClassIndex.add` answers for an index that was empty).
+_NO_ROWS = np.zeros(0, dtype=np.intp)
+_NO_ROWS.flags.writeable = False
+
+
+def spread_rows(a: np.ndarray, moved: np.ndarray, n_rows: int) -> np.ndarray:
+    """``a``'s rows at rows ``moved`` of a zero array of ``n_rows`` rows (what a statistic
+    does with :meth:`ClassIndex.add`'s answer).
+
+    >>> spread_rows(np.array([[1.0], [2.0]]), np.array([0, 2]), 3).tolist()
+    [[1.0], [0.0], [2.0]]
+    """
+    out = np.zeros((n_rows,) + a.shape[1:], dtype=a.dtype)
+    if moved.size:
+        out[moved] = a
+    return out
+
+
+def check_removable(held: np.ndarray, removed: np.ndarray, what: str) -> None:
+    """Raise ValueError where ``removed`` weight exceeds the ``held`` weight by more than
+    rounding (:data:`~streamnb.constants.UNLEARN_RTOL`): unlearning data never learnt.
+
+    >>> check_removable(np.array([2.0, 1.0]), np.array([2.0, 0.5]), "counts")
+    >>> check_removable(np.array([2.0]), np.array([3.0]), "counts of class 'a'")
+    Traceback (most recent call last):
+    ValueError: cannot unlearn counts of class 'a': 3 to remove where 2 was learnt (data that was never learnt?); nothing changed
+    """
+    excess = removed - held
+    bad = excess > UNLEARN_RTOL * (np.abs(held) + np.abs(removed))
+    if bad.any():
+        i = np.flatnonzero(bad.ravel())[0]
+        raise ValueError(
+            f"cannot unlearn {what}: {removed.ravel()[i]:g} to remove where "
+            f"{held.ravel()[i]:g} was learnt (data that was never learnt?); nothing changed"
+        )
 
 
 class Statistic(ABC):
@@ -139,12 +223,24 @@ class Statistic(ABC):
             STAT_TYPES[cls.TYPE] = cls
 
     @abstractmethod
+    def check_mergeable(self, other: Any) -> None:
+        """Raise FormatError unless ``other`` can be merged into (or subtracted from) this
+        statistic: the same type, the same fixed shape, finite non-negative weights."""
+
+    @abstractmethod
+    def check_subtractable(self, other: Self) -> None:
+        """Raise ValueError if ``subtract(other)`` would remove weight never learnt."""
+
+    @abstractmethod
     def merge(self, other: Self) -> Self:
         """Add ``other``'s data to this statistic, in place."""
 
     @abstractmethod
-    def subtract(self, other: Self) -> Self:
-        """Remove ``other``'s data (previously merged or learnt) from this statistic."""
+    def subtract(self, other: Self, clip: bool = False) -> Self:
+        """Remove ``other``'s data (previously merged or learnt) from this statistic;
+        ValueError, and nothing changed, if it holds more than was learnt. ``clip``:
+        remove at most what is held instead, unchecked (a correction of data that a
+        decay has shrunk since it was learnt)."""
 
     @abstractmethod
     def scale(self, g: float) -> Self:
@@ -164,8 +260,12 @@ class Statistic(ABC):
 
     @classmethod
     @abstractmethod
-    def from_dict(cls, body: dict[str, Any], version: int) -> Self:
+    def from_dict(cls, body: dict[str, Any]) -> Self:
         """Inverse of :meth:`to_dict`; must validate shapes and raise FormatError."""
+
+    def _check_type(self, other: Any) -> None:
+        if type(other) is not type(self):
+            raise FormatError(f"cannot combine a {type(self).__name__} with a {type(other).__name__}")
 
     def encode(self) -> dict[str, Any]:
         return {"type": self.TYPE, "v": self.VERSION, **self.to_dict()}
@@ -182,10 +282,10 @@ class Statistic(ABC):
             target = STAT_TYPES[obj["type"]]
         else:
             target = cls
-        version = check_header(obj, target.TYPE, target.VERSION)
+        check_header(obj, target.TYPE, target.VERSION)
         body = {k: v for k, v in obj.items() if k not in ("type", "v")}
         try:
-            return target.from_dict(body, version)
+            return target.from_dict(body)
         except FormatError:
             raise
         except (KeyError, TypeError, ValueError) as exc:
@@ -197,3 +297,13 @@ class Statistic(ABC):
     @classmethod
     def from_bytes(cls, data: bytes) -> Statistic:
         return cls.decode(loads(data))
+
+
+def check_finite(what: str, *arrays: np.ndarray, nonnegative: bool = True) -> None:
+    """FormatError if an array holds NaN or infinity (or, with ``nonnegative``, a weight
+    below 0)."""
+    for a in arrays:
+        if a.size and not np.isfinite(a).all():
+            raise FormatError(f"{what} holds NaN or infinity")
+        if nonnegative and a.size and (a < 0).any():
+            raise FormatError(f"{what} holds a negative weight")

@@ -39,9 +39,33 @@ class StatsBundle(Statistic):
         return f"StatsBundle({', '.join(self.parts)})"
 
     def _check_same_parts(self, other: StatsBundle) -> None:
-        if not isinstance(other, StatsBundle) or set(other.parts) != set(self.parts):
-            got = sorted(other.parts) if isinstance(other, StatsBundle) else type(other).__name__
-            raise ValueError(f"cannot combine bundles with parts {sorted(self.parts)} and {got}")
+        if not isinstance(other, StatsBundle):
+            raise FormatError(f"expected a statistics bundle, got a {type(other).__name__}")
+        if set(other.parts) != set(self.parts):
+            raise FormatError(f"cannot combine bundles with parts {sorted(self.parts)} and "
+                              f"{sorted(other.parts)}")
+
+    def check_mergeable(self, other: Any) -> None:
+        """FormatError unless ``other`` is a bundle of the same parts, each mergeable into
+        this one's (see :meth:`Statistic.check_mergeable`): a worker's check of a delta.
+
+        >>> from streamnb.stats import ClassCounts, FeatureCounts
+        >>> model = StatsBundle(classes=ClassCounts(), features=FeatureCounts(4))
+        >>> model.check_mergeable(StatsBundle(classes=ClassCounts(), features=FeatureCounts(5)))
+        Traceback (most recent call last):
+        streamnb.exceptions.FormatError: part 'features': feature_counts of 5 features do not fit 4
+        """
+        self._check_same_parts(other)
+        for name, part in self.parts.items():
+            try:
+                part.check_mergeable(other.parts[name])
+            except FormatError as exc:
+                raise FormatError(f"part {name!r}: {exc}") from None
+
+    def check_subtractable(self, other: StatsBundle) -> None:
+        self._check_same_parts(other)
+        for name, part in self.parts.items():
+            part.check_subtractable(other.parts[name])
 
     def merge(self, other: StatsBundle) -> Self:
         self._check_same_parts(other)
@@ -49,10 +73,14 @@ class StatsBundle(Statistic):
             part.merge(other.parts[name])
         return self
 
-    def subtract(self, other: StatsBundle) -> Self:
+    def subtract(self, other: StatsBundle, clip: bool = False) -> Self:
+        """Every part checked before any changes (ValueError: nothing changed), unless
+        ``clip`` (see :meth:`Statistic.subtract`)."""
         self._check_same_parts(other)
+        if not clip:
+            self.check_subtractable(other)
         for name, part in self.parts.items():
-            part.subtract(other.parts[name])
+            part.subtract(other.parts[name], clip=True)  # (checked above)
         return self
 
     def scale(self, g: float) -> Self:
@@ -70,7 +98,7 @@ class StatsBundle(Statistic):
         return {"parts": {k: v.encode() for k, v in self.parts.items()}}
 
     @classmethod
-    def from_dict(cls, body: dict[str, Any], version: int) -> Self:
+    def from_dict(cls, body: dict[str, Any]) -> Self:
         parts = body.get("parts")
         if not isinstance(parts, dict) or not all(isinstance(k, str) for k in parts):
             raise FormatError("bundle without a map of named parts")

@@ -13,7 +13,16 @@ import numpy as np
 
 from streamnb.encoding import pack_array, unpack_array
 from streamnb.exceptions import FormatError
-from streamnb.stats.base import ClassIndex, Label, Statistic, check_scale_factor, normalize_labels
+from streamnb.stats.base import (
+    ClassIndex,
+    Label,
+    Statistic,
+    check_finite,
+    check_removable,
+    check_scale_factor,
+    normalize_labels,
+    spread_rows,
+)
 
 
 class CategoryCounts(Statistic):
@@ -35,7 +44,7 @@ class CategoryCounts(Statistic):
     def __init__(
         self, n_features: int = 0, labels: Sequence[Label] = (), counts: Sequence[Any] | None = None
     ) -> None:
-        self.index = ClassIndex(labels)
+        self.index, order = ClassIndex.of(labels)
         if isinstance(n_features, bool) or not isinstance(n_features, (int, np.integer)) or n_features < 0:
             raise ValueError(f"n_features must be an int >= 0, got {n_features!r}")
         k = len(self.index)
@@ -45,6 +54,8 @@ class CategoryCounts(Statistic):
             self.counts = [np.array(c, dtype=np.float64, ndmin=2).reshape(k, -1) for c in counts]
             if len(self.counts) != n_features:
                 raise ValueError(f"{len(self.counts)} count arrays for {n_features} features")
+            if order is not None:
+                self.counts = [c[order] for c in self.counts]
 
     # ------------------------------------------------------------------ access
     @property
@@ -69,21 +80,10 @@ class CategoryCounts(Statistic):
     # ----------------------------------------------------------- structure
     def add_classes(self, labels: Iterable[Any]) -> np.ndarray:
         """Register labels (zero rows if new); return their rows."""
-        rows = self.index.rows_for(labels)
-        k = len(self.index)
-        self.counts = [
-            c if c.shape[0] == k else np.vstack([c, np.zeros((k - c.shape[0], c.shape[1]))])
-            for c in self.counts
-        ]
+        rows, moved = self.index.rows_adding(labels)
+        if moved is not None:
+            self.counts = [spread_rows(c, moved, len(self.index)) for c in self.counts]
         return rows
-
-    def reorder(self, labels: Sequence[Label]) -> Self:
-        """Permute the rows into the order of ``labels`` (the same set of labels)."""
-        perm = self.index.permutation_to(labels)
-        if perm is not None:
-            self.counts = [c[perm] for c in self.counts]
-            self.index = ClassIndex(normalize_labels(labels))
-        return self
 
     def _widen(self, n_features: int, n_categories: Sequence[int]) -> None:
         k = len(self.index)
@@ -116,9 +116,27 @@ class CategoryCounts(Statistic):
         return self
 
     # --------------------------------------------------------- combination
+    def check_mergeable(self, other: Any) -> None:
+        """(The number of features of a model's counts is fixed once it is not 0.)"""
+        self._check_type(other)
+        if self.n_features and other.n_features != self.n_features:
+            raise FormatError(f"category_counts of {other.n_features} features do not fit "
+                              f"{self.n_features}")
+        check_finite("category_counts", *other.counts)
+
+    def check_subtractable(self, other: CategoryCounts) -> None:
+        self._check_type(other)
+        for j, theirs in enumerate(other.counts):
+            held = np.zeros(theirs.shape)
+            if j < self.n_features:
+                mine = self.counts[j][:, : theirs.shape[1]]
+                for r, lab in enumerate(other.labels):
+                    if lab in self.index:
+                        held[r, : mine.shape[1]] = mine[self.index.row(lab)]
+            check_removable(held, theirs, f"the category counts of feature {j}")
+
     def _combine(self, other: CategoryCounts, sign: float) -> Self:
-        if not isinstance(other, CategoryCounts):
-            raise ValueError(f"cannot combine CategoryCounts with {type(other).__name__}")
+        self._check_type(other)
         rows = self.add_classes(other.labels)
         self._widen(other.n_features, other.n_categories.tolist())
         for mine, theirs in zip(self.counts, other.counts, strict=False):
@@ -131,8 +149,10 @@ class CategoryCounts(Statistic):
     def merge(self, other: CategoryCounts) -> Self:
         return self._combine(other, 1.0)
 
-    def subtract(self, other: CategoryCounts) -> Self:
+    def subtract(self, other: CategoryCounts, clip: bool = False) -> Self:
         """Remove ``other``; K_j shrinks to the largest category still holding weight + 1."""
+        if not clip:
+            self.check_subtractable(other)
         self._combine(other, -1.0)
         for j, c in enumerate(self.counts):
             held = np.flatnonzero(c.any(axis=0))
@@ -164,7 +184,7 @@ class CategoryCounts(Statistic):
         }
 
     @classmethod
-    def from_dict(cls, body: dict[str, Any], version: int) -> Self:
+    def from_dict(cls, body: dict[str, Any]) -> Self:
         labels = body["labels"]
         if not isinstance(labels, list) or len(set(labels)) != len(labels):
             raise FormatError("category_counts labels must be a list of distinct labels")

@@ -24,7 +24,16 @@ from streamnb._cmodules import optional_c_module
 from streamnb.arrays import sort_with_order, sorted_unique, unique_inverse
 from streamnb.encoding import pack_counts, pack_index, unpack_counts, unpack_index
 from streamnb.exceptions import FormatError
-from streamnb.stats.base import ClassIndex, Label, Statistic, check_scale_factor, normalize_labels
+from streamnb.stats.base import (
+    ClassIndex,
+    Label,
+    Statistic,
+    check_finite,
+    check_removable,
+    check_scale_factor,
+    normalize_labels,
+    spread_rows,
+)
 
 
 class FeatureCounts(Statistic):
@@ -45,9 +54,8 @@ class FeatureCounts(Statistic):
     """
 
     TYPE = "feature_counts"
-    #: 2: columns as uint32 and whole-number counts as the smallest unsigned type when
-    #: they fit (streamnb.encoding.pack_counts; a batch's delta 4x smaller); version 1
-    #: (int64 and float64) is still read.
+    #: 2: columns as uint32 when they fit (streamnb.encoding.pack_index) and whole-number
+    #: counts as the smallest unsigned type that holds them (pack_counts).
     VERSION = 2
 
     def __init__(
@@ -58,8 +66,9 @@ class FeatureCounts(Statistic):
         *,
         columns: Any = None,
     ) -> None:
-        """Dense storage unless ``columns`` (sorted column indices) is given."""
-        self.index = ClassIndex(labels)
+        """Dense storage unless ``columns`` (sorted column indices) is given; the rows of
+        ``counts`` in the order of ``labels`` (which may be in any order)."""
+        self.index, order = ClassIndex.of(labels)
         self.n_features = _check_width(n_features)
         k = len(self.index)
         if columns is None:
@@ -74,6 +83,8 @@ class FeatureCounts(Statistic):
             if counts is None
             else np.array(counts, dtype=np.float64, ndmin=2).reshape(shape)
         )
+        if order is not None:
+            self.values = np.take(self.values, order, axis=0)
         self.totals = self.values.sum(axis=1)
         self.n_seen = int(np.count_nonzero(self.values.any(axis=0)))
 
@@ -135,23 +146,11 @@ class FeatureCounts(Statistic):
     # ------------------------------------------------------------ class rows
     def add_classes(self, labels: Iterable[Any]) -> np.ndarray:
         """Register labels (zero rows if new); return their rows."""
-        rows = self.index.rows_for(labels)
-        missing = len(self.index) - self.values.shape[0]
-        if missing > 0:  # zero rows from calloc: only the existing rows are written
-            grown = np.zeros((len(self.index), self.values.shape[1]))
-            grown[: self.values.shape[0]] = self.values
-            self.values = grown
-            self.totals = np.concatenate([self.totals, np.zeros(missing)])
+        rows, moved = self.index.rows_adding(labels)
+        if moved is not None:  # zero rows from calloc: only the earlier rows are written
+            self.values = spread_rows(self.values, moved, len(self.index))
+            self.totals = spread_rows(self.totals, moved, len(self.index))
         return rows
-
-    def reorder(self, labels: Sequence[Label]) -> Self:
-        """Permute the rows into the order of ``labels`` (the same set of labels)."""
-        perm = self.index.permutation_to(labels)
-        if perm is not None:
-            self.values = self.values[perm]
-            self.totals = self.totals[perm]
-            self.index = ClassIndex(normalize_labels(labels))
-        return self
 
     def densify(self) -> Self:
         """Switch to dense storage in place (allocates ``n_classes * n_features``)."""
@@ -227,9 +226,27 @@ class FeatureCounts(Statistic):
             np.maximum(self.totals, 0.0, out=self.totals)
 
     # --------------------------------------------------------- combination
+    def check_mergeable(self, other: Any) -> None:
+        """(The width of a model's counts is fixed once it is not 0.)"""
+        self._check_type(other)
+        if self.n_features and other.n_features != self.n_features:
+            raise FormatError(f"feature_counts of {other.n_features} features do not fit "
+                              f"{self.n_features}")
+        check_finite("feature_counts", other.values)
+
+    def check_subtractable(self, other: FeatureCounts) -> None:
+        self._check_type(other)
+        cols = other.touched_columns
+        inside = cols < self.n_features
+        mine = self.column_counts(cols[inside])
+        for r, lab in enumerate(other.labels):
+            held = np.zeros(cols.size)
+            if lab in self.index:
+                held[inside] = mine[self.index.row(lab)]
+            check_removable(held, other.values[r], f"the feature counts of class {lab!r}")
+
     def _combine(self, other: FeatureCounts, sign: float) -> Self:
-        if not isinstance(other, FeatureCounts):
-            raise ValueError(f"cannot combine FeatureCounts with {type(other).__name__}")
+        self._check_type(other)
         rows = self.add_classes(other.labels)
         self._widen(other.n_features)
         if other.columns is not None:
@@ -250,7 +267,9 @@ class FeatureCounts(Statistic):
     def merge(self, other: FeatureCounts) -> Self:
         return self._combine(other, 1.0)
 
-    def subtract(self, other: FeatureCounts) -> Self:
+    def subtract(self, other: FeatureCounts, clip: bool = False) -> Self:
+        if not clip:
+            self.check_subtractable(other)
         return self._combine(other, -1.0)
 
     def scale(self, g: float) -> Self:
@@ -290,7 +309,7 @@ class FeatureCounts(Statistic):
         }
 
     @classmethod
-    def from_dict(cls, body: dict[str, Any], version: int) -> Self:
+    def from_dict(cls, body: dict[str, Any]) -> Self:
         storage, n_features, labels = body["storage"], body["n_features"], body["labels"]
         if storage not in ("dense", "sparse"):
             raise FormatError(f"feature_counts storage must be dense or sparse, got {storage!r}")
@@ -298,7 +317,7 @@ class FeatureCounts(Statistic):
             raise FormatError(f"feature_counts n_features must be an int >= 0, got {n_features!r}")
         if not isinstance(labels, list) or len(set(labels)) != len(labels):
             raise FormatError("feature_counts labels must be a list of distinct labels")
-        cols = unpack_index(body["columns"], ndim=1)  # version 1: int64 and float64 only
+        cols = unpack_index(body["columns"], ndim=1)
         vals = unpack_counts(body["values"], ndim=2)
         if vals.shape != (len(labels), cols.size):
             raise FormatError(

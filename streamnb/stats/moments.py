@@ -24,16 +24,19 @@ from typing import Any, Self
 
 import numpy as np
 
-from streamnb.constants import MOMENTS_EMPTY_RTOL
+from streamnb.constants import MOMENTS_EMPTY_RTOL, UNLEARN_RTOL
 from streamnb.encoding import pack_array, unpack_array
 from streamnb.exceptions import FormatError
 from streamnb.stats.base import (
     ClassIndex,
     Label,
     Statistic,
+    check_finite,
+    check_removable,
     check_scale_factor,
     normalize_label,
     normalize_labels,
+    spread_rows,
 )
 
 
@@ -71,7 +74,7 @@ class GaussianMoments(Statistic):
             raise ValueError(f"n_features must be a positive int or None, got {n_features!r}")
         self.n_features: int | None = None if n_features is None else int(n_features)
         self.diagonal = bool(diagonal)
-        self.index = ClassIndex(labels)
+        self.index, order = ClassIndex.of(labels)
         k, d = len(self.index), self._d
         self.n = np.zeros(k) if n is None else np.array(n, dtype=np.float64)
         self.mean = np.zeros((k, d)) if mean is None else np.array(mean, dtype=np.float64)
@@ -81,6 +84,8 @@ class GaussianMoments(Statistic):
                 f"{k} labels and {d} features need n {(k,)}, mean {(k, d)}, M2 "
                 f"{self._m2_shape(k)}; got {self.n.shape}, {self.mean.shape}, {self.m2.shape}"
             )
+        if order is not None:
+            self.n, self.mean, self.m2 = self.n[order], self.mean[order], self.m2[order]
 
     # ------------------------------------------------------------------ access
     @property
@@ -138,12 +143,12 @@ class GaussianMoments(Statistic):
     # ----------------------------------------------------------------- updates
     def add_classes(self, labels: Iterable[Any]) -> np.ndarray:
         """Register labels (empty rows if new); return their rows."""
-        rows = self.index.rows_for(labels)
-        extra = len(self.index) - self.n.shape[0]
-        if extra > 0:
-            self.n = np.concatenate([self.n, np.zeros(extra)])
-            self.mean = np.concatenate([self.mean, np.zeros((extra, self._d))])
-            self.m2 = np.concatenate([self.m2, np.zeros(self._m2_shape(extra))])
+        rows, moved = self.index.rows_adding(labels)
+        if moved is not None:
+            k = len(self.index)
+            self.n = spread_rows(self.n, moved, k)
+            self.mean = spread_rows(self.mean, moved, k)
+            self.m2 = spread_rows(self.m2, moved, k)
         return rows
 
     def _set_n_features(self, d: int) -> None:
@@ -237,7 +242,19 @@ class GaussianMoments(Statistic):
         m2[empty] = 0.0
         self.n[rows], self.mean[rows], self.m2[rows] = n, mean, m2
 
-    def _aligned(self, other: GaussianMoments) -> np.ndarray:
+    def check_mergeable(self, other: Any) -> None:
+        """(The number of features of a model's moments is fixed once it is not None.)"""
+        self._check_type(other)
+        if other.diagonal != self.diagonal:
+            raise FormatError(f"cannot combine diagonal={self.diagonal} moments with "
+                              f"diagonal={other.diagonal}")
+        if self.n_features is not None and other.n_features != self.n_features:
+            raise FormatError(f"gaussian_moments of {other.n_features} features do not fit "
+                              f"{self.n_features}")
+        check_finite("gaussian_moments", other.n)
+        check_finite("gaussian_moments", other.mean, other.m2, nonnegative=False)
+
+    def _check_combinable(self, other: GaussianMoments) -> None:
         if not isinstance(other, GaussianMoments):
             raise ValueError(f"cannot combine GaussianMoments with {type(other).__name__}")
         if other.diagonal != self.diagonal:
@@ -249,6 +266,10 @@ class GaussianMoments(Statistic):
                 raise ValueError(
                     f"cannot combine moments of {self.n_features} features with {other.n_features}"
                 )
+
+    def _aligned(self, other: GaussianMoments) -> np.ndarray:
+        self._check_combinable(other)
+        if other.n_features is not None:
             self._set_n_features(other.n_features)
         return self.add_classes(other.labels)
 
@@ -259,17 +280,10 @@ class GaussianMoments(Statistic):
         self._merge_rows(rows, other.n, other.mean, other.m2)
         return self
 
-    def subtract(self, other: GaussianMoments) -> Self:
-        """Remove ``other``'s data: Chan's formula solved for the remainder.
-
-        A class left with (almost) no weight, or asked to give up more than it holds,
-        becomes exactly empty.
-        """
-        rows = self._aligned(other)
-        if other.n_features is None:
-            return self
-        has = other.n > 0
-        rows, nb, mb, m2b = rows[has], other.n[has], other.mean[has], other.m2[has]
+    def _remainder(self, rows: np.ndarray, nb: np.ndarray, mb: np.ndarray,
+                   m2b: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """What rows ``rows`` keep once ``(nb, mb, m2b)`` is removed, by Chan's formula
+        solved for the remainder: ``(n, mean, M2 before clamping, emptied)``."""
         n, mean = self.n[rows], self.mean[rows]
         na = n - nb
         empty = na <= MOMENTS_EMPTY_RTOL * n
@@ -277,6 +291,57 @@ class GaussianMoments(Statistic):
         ma = mean + (mean - mb) * (nb / safe_na)[:, None]
         delta = mb - ma
         m2 = self.m2[rows] - m2b - self._expand(na * nb / np.where(n > 0, n, 1.0)) * self._outer(delta)
+        return na, ma, m2, empty
+
+    def _diag(self, m2: np.ndarray) -> np.ndarray:
+        return m2 if self.diagonal else np.einsum("kii->ki", m2)
+
+    def check_subtractable(self, other: GaussianMoments) -> None:
+        """ValueError if ``other`` cannot have been learnt: more weight than a class holds,
+        a variance that would go negative, or a class emptied by other data than it
+        holds (each beyond rounding)."""
+        self._check_combinable(other)
+        has = other.n > 0
+        labels = [lab for lab, h in zip(other.labels, has, strict=True) if h]
+        held = np.array([self.n[self.index.row(lab)] if lab in self.index else 0.0
+                         for lab in labels])
+        for lab, h, r in zip(labels, held, other.n[has], strict=True):
+            check_removable(np.array([h]), np.array([r]), f"the weight of class {lab!r}")
+        if not labels:
+            return
+        rows = self.index.rows_for(labels)
+        mb, m2b = other.mean[has], other.m2[has]
+        na, ma, m2, empty = self._remainder(rows, other.n[has], mb, m2b)
+        n, mean, m2_held = self.n[rows], self.mean[rows], self.m2[rows]
+        # What rounding may leave: a share of each feature's weighted sum of squares.
+        tol = UNLEARN_RTOL * (self._diag(m2_held) + n[:, None] * mean * mean) + 1e-300
+        wrong = ~empty[:, None] & (self._diag(m2) < -tol)
+        emptied = empty[:, None] & ((n[:, None] * (mb - mean) ** 2 > tol)
+                                    | (np.abs(self._diag(m2b) - self._diag(m2_held)) > tol))
+        bad = (wrong | emptied).any(axis=1)
+        if bad.any():
+            lab = labels[int(np.flatnonzero(bad)[0])]
+            raise ValueError(
+                f"cannot unlearn this data from class {lab!r}: its moments do not hold it "
+                f"(data that was never learnt?); nothing changed"
+            )
+
+    def subtract(self, other: GaussianMoments, clip: bool = False) -> Self:
+        """Remove ``other``'s data: Chan's formula solved for the remainder.
+
+        A class left with (almost) no weight becomes exactly empty. Data that cannot have
+        been learnt raises ValueError and leaves the moments unchanged; with ``clip``,
+        unchecked, a class asked to give up more than it holds becomes empty and a
+        negative variance is clamped to 0.
+        """
+        if not clip:
+            self.check_subtractable(other)
+        rows = self._aligned(other)
+        if other.n_features is None:
+            return self
+        has = other.n > 0
+        rows, nb, mb, m2b = rows[has], other.n[has], other.mean[has], other.m2[has]
+        na, ma, m2, empty = self._remainder(rows, nb, mb, m2b)
         if self.diagonal:
             np.maximum(m2, 0.0, out=m2)
         else:
@@ -314,7 +379,7 @@ class GaussianMoments(Statistic):
         }
 
     @classmethod
-    def from_dict(cls, body: dict[str, Any], version: int) -> Self:
+    def from_dict(cls, body: dict[str, Any]) -> Self:
         labels, d, diagonal = body["labels"], body["n_features"], body["diagonal"]
         if not isinstance(labels, list) or len(set(labels)) != len(labels):
             raise FormatError("gaussian_moments labels must be a list of distinct labels")
