@@ -438,7 +438,7 @@ def test_commit_cost_reads_redis_own_time_for_each_variant():
         # every variant read every entry (else its time per message would mean nothing)
         pending = [client.xpending(commit_cost.ModelKeys(f"read-{i}").input, GROUP)["pending"]
                    for i in range(2)]
-        per_message = [client.hlen(commit_cost.ModelKeys("cost-hash").cache(f"{b}-{i}"))
+        per_message = [client.hlen(commit_cost.message_hash(commit_cost.ModelKeys("cost-hash"), f"{b}-{i}"))
                        for b in range(2) for i in range(5)]
         buckets = client.keys(commit_cost.ModelKeys("cost0").cache_bucket_prefix + "*")
         cached = sum(client.hlen(k) for k in buckets)

@@ -27,11 +27,12 @@ from _worker_helpers import (
     url_worker,
 )
 
-import streamnb_workers.commit as commit_module
+import streamnb_workers.read_ahead as read_ahead
 import streamnb_workers.worker as worker_module
 from streamnb.codec import decode_output
 from streamnb_workers.commit import SentCommit
 from streamnb_workers.keys import GROUP, ModelKeys
+from streamnb_workers.ordering import decode_announcement
 
 pytestmark = pytest.mark.redis
 
@@ -121,9 +122,9 @@ def test_batches_after_the_first_two_are_read_behind_the_commits(redis_server, m
     real_take = w._take_read_ahead
 
     def watching(rt, reply):
-        field, entries = worker_module.read_reply(reply)
+        field, entries = read_ahead.read_reply(reply)
         if entries:  # the announcement is there the moment the entries are read
-            announced.append((field, msgpack.unpackb(client.hget(rt.keys.inflight, field))))
+            announced.append((field, decode_announcement(client.hget(rt.keys.inflight, field))))
         real_take(rt, reply)
 
     monkeypatch.setattr(w, "_take_read_ahead", watching)
@@ -132,8 +133,8 @@ def test_batches_after_the_first_two_are_read_behind_the_commits(redis_server, m
     # none until the partial batch at the end and the empty read that ends the run
     assert len(sync_reads) <= 4
     assert len(announced) >= 12
-    for field, ann in announced:
-        assert field == f"d|{ann['first']}" and ann["n"] in (BATCH, 1)
+    for field, (first, n, _) in announced:
+        assert field == f"d|{first}" and n in (BATCH, 1)
     k = ModelKeys("deep")
     assert len(_outputs(client, "deep")) == 399 and client.xpending(k.input, GROUP)["pending"] == 0
     assert client.hgetall(k.inflight) == {}
@@ -248,8 +249,8 @@ def test_a_batch_read_behind_a_commit_with_one_already_in_hand_is_redone(redis_s
     w.start()
     rt = w.models["twice"]
     rt.pending_phase, rt.prefetched = False, ([], None)
-    reply = commit_module.read_now(client, rt.keys, "t", 5, True)
-    field, entries = worker_module.read_reply(reply)
+    reply = read_ahead.read_now(client, rt.keys, "t", 5, True)
+    field, entries = read_ahead.read_reply(reply)
     assert len(entries) == 5 and client.hexists(rt.keys.inflight, field)
     w._take_read_ahead(rt, reply)
     assert rt.prefetched == ([], None) and rt.pending_phase
@@ -270,14 +271,14 @@ def test_a_batch_read_behind_a_commit_without_its_script_is_announced_by_the_wor
     rt = w.models["noscript"]
     rt.pending_phase = False
     client.script_flush()
-    reply = commit_module.read_now(client, rt.keys, "t", 5, True)
+    reply = read_ahead.read_now(client, rt.keys, "t", 5, True)
     assert isinstance(reply[0], redis.exceptions.NoScriptError)
     w._take_read_ahead(rt, reply)
     entries, field = rt.prefetched
     assert len(entries) == 5 and field == f"t|{entries[0][0].decode()}"
     assert field in rt.inflight.fields
-    assert msgpack.unpackb(client.hget(rt.keys.inflight, field))["first"] == entries[0][0].decode()
-    assert client.script_exists(commit_module.READ_SCRIPT.sha) == [True]
+    assert decode_announcement(client.hget(rt.keys.inflight, field))[0] == entries[0][0].decode()
+    assert client.script_exists(read_ahead.READ_SCRIPT.sha) == [True]
     rt.prefetched = None
     rt.inflight.withdraw(field)
     w.run_until_idle()

@@ -9,7 +9,8 @@ import pytest
 
 from streamnb.exceptions import SettingsError
 from streamnb_workers.cli import _subparsers, build_parser
-from streamnb_workers.settings import RedactingFilter, redact, redis_settings, resolve
+from streamnb_workers.redaction import RedactingFilter, redact
+from streamnb_workers.settings import redis_settings, resolve
 
 
 def parsed(argv, env=None, command=None):

@@ -40,7 +40,8 @@ from streamnb.constants import (
     MODEL_KINDS,
 )
 from streamnb.exceptions import ConfigConflict, FormatError, SettingsError
-from streamnb_workers.settings import add_option, redact, resolve, setup_logging
+from streamnb_workers.redaction import redact
+from streamnb_workers.settings import add_option, resolve, setup_logging
 
 log = logging.getLogger("streamnb.cli")
 

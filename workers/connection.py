@@ -1,5 +1,5 @@
 """Redis clients built from a URL: TLS, Redis Cluster, no retry of refused credentials,
-the start-up access check, URL redaction.
+the start-up access check.
 
 ``redis://`` and ``rediss://`` URLs (``rediss://user:password@host:6380/0``) are accepted;
 a password given separately (read by the caller from an environment variable or a file)
@@ -16,13 +16,9 @@ cannot fix it, and redis-py's default retry of ``ConnectionError`` (of which
 :func:`check_access` runs, at start, every command a worker sends on throw-away keys of each
 model, so a user lacking one fails at once with one line naming them all.
 
-A :class:`Connector` is what :class:`streamnb_workers.worker.Worker` takes: it makes the command
+A :class:`Connector` is what :class:`streamnb_workers.loop.Worker` takes: it makes the command
 client and the reading client, and can be rebuilt after a connection loss.
 
->>> redact_url("redis://alice:s3cret@db:6379/0")
-'redis://alice:***@db:6379/0'
->>> redact_url("rediss://:s3cret@db")
-'rediss://:***@db'
 >>> RedisSettings("redis://localhost").reader_timeout(30000)
 35.0
 >>> RedisSettings("redis://localhost", ca_file="ca.pem")
@@ -38,7 +34,7 @@ import ssl
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
-from urllib.parse import unquote, urlsplit, urlunsplit
+from urllib.parse import unquote, urlsplit
 
 import redis
 from redis.backoff import ExponentialWithJitterBackoff, NoBackoff
@@ -46,6 +42,7 @@ from redis.exceptions import AuthenticationError, NoPermissionError
 from redis.retry import Retry
 
 from streamnb.exceptions import SettingsError
+from streamnb_workers.redaction import redact_url
 
 try:  # redis-py >= 7
     from redis.maint_notifications import MaintNotificationsConfig
@@ -67,21 +64,6 @@ CLUSTER_BACKOFF_BASE_S = 0.05
 CLUSTER_BACKOFF_CAP_S = 1.0
 #: Reply prefixes of Redis's refusals of credentials or of a command.
 ACCESS_PREFIXES = ("WRONGPASS", "NOAUTH", "NOPERM")
-
-
-def redact_url(url: str) -> str:
-    """The URL with its password replaced by ``***`` (for logs and errors)."""
-    try:
-        parts = urlsplit(url)
-    except ValueError:
-        return "<unparseable url>"
-    if parts.password is None:
-        return url
-    user = parts.username or ""
-    host = parts.hostname or ""
-    if parts.port is not None:
-        host = f"{host}:{parts.port}"
-    return urlunsplit((parts.scheme, f"{user}:***@{host}", parts.path, parts.query, parts.fragment))
 
 
 def is_access_error(exc: BaseException) -> bool:
@@ -440,4 +422,4 @@ def connector_from_url(url: str, **settings: Any) -> UrlConnector:
 
 
 __all__ = ["ClientConnector", "Connector", "NoAccessRetry", "RedisSettings", "UrlConnector",
-           "check_access", "connector_from_url", "is_access_error", "redact_url", "tls_failure"]
+           "check_access", "connector_from_url", "is_access_error", "tls_failure"]

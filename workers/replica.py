@@ -38,7 +38,6 @@ from collections.abc import Callable
 from typing import Any
 
 import msgpack
-import numpy as np
 
 from streamnb.encoding import dumps, loads
 from streamnb.exceptions import FormatError
@@ -46,29 +45,13 @@ from streamnb.stats.bundle import StatsBundle
 from streamnb_workers.keys import ModelKeys
 from streamnb_workers.model_config import ModelConfig
 from streamnb_workers.replies import as_str, entry_field
+from streamnb_workers.stats_access import check_delta
+from streamnb_workers.stream_ids import entry_time, parse_id
 
 log = logging.getLogger(__name__)
 
 #: Log entries fetched per XRANGE while catching up.
 TAIL_CHUNK = 500
-
-
-def parse_id(entry_id: Any) -> tuple[int, int]:
-    """``"1700000000000-3"`` -> ``(1700000000000, 3)``; compares stream ids correctly."""
-    s = as_str(entry_id)
-    ms, _, seq = s.partition("-")
-    return int(ms), int(seq or 0)
-
-
-def entry_time(entry_id: str) -> float:
-    """Unix time in seconds of a stream entry id (a str): ``"1700000000123-4"`` ->
-    ``1700000000.123``, what ``parse_id(entry_id)[0] / 1000.0`` gives, without parsing the
-    sequence number (a worker takes it of every message).
-
-    >>> entry_time("1700000000123-4") == parse_id("1700000000123-4")[0] / 1000.0
-    True
-    """
-    return int(entry_id.partition("-")[0]) / 1000.0
 
 
 def encode_delta(add: StatsBundle | None, sub: StatsBundle | None, n_learnt: int,
@@ -89,40 +72,6 @@ def decode_log_entry(data: bytes) -> dict[str, Any]:
     if not isinstance(obj, dict) or obj.get("t") not in ("delta", "decay"):
         raise FormatError("log entry is not a delta or decay map")
     return obj
-
-
-def _arrays(part: Any) -> list[np.ndarray]:
-    out: list[np.ndarray] = []
-    for v in vars(part).values() if hasattr(part, "__dict__") else ():
-        if isinstance(v, np.ndarray):
-            out.append(v)
-        elif isinstance(v, list):
-            out += [a for a in v if isinstance(a, np.ndarray)]
-    return out
-
-
-def check_delta(stats: StatsBundle, delta: Any) -> None:
-    """Raise FormatError unless ``delta`` can be merged into ``stats`` as a whole: the same
-    part names and types, the same widths, finite numbers (checked before any change)."""
-    if not isinstance(delta, StatsBundle):
-        raise FormatError(f"a delta must be a statistics bundle, got {type(delta).__name__}")
-    if set(delta.parts) != set(stats.parts):
-        raise FormatError(f"delta has parts {sorted(delta.parts)}, the model has {sorted(stats.parts)}")
-    for name, part in delta.parts.items():
-        mine = stats.parts[name]
-        if type(part) is not type(mine):
-            raise FormatError(f"delta part {name!r} is a {type(part).__name__}, "
-                              f"the model's is a {type(mine).__name__}")
-        for attr in ("n_features", "diagonal"):
-            fixed = getattr(mine, attr, None)  # None (or width 0): not fixed before a fit
-            if fixed is not None and fixed is not False and fixed == 0:
-                continue
-            if fixed is not None and getattr(part, attr, None) != fixed:
-                raise FormatError(f"delta part {name!r} has {attr}={getattr(part, attr, None)!r}, "
-                                  f"the model has {getattr(mine, attr, None)!r}")
-        for a in _arrays(part):
-            if a.dtype.kind == "f" and not np.isfinite(a).all():
-                raise FormatError(f"delta part {name!r} holds NaN or infinity")
 
 
 def log_complete(client: Any, keys: ModelKeys) -> bool:
@@ -306,6 +255,7 @@ class Replica:
         :meth:`catch_up` applies it with the entries before it).
 
         >>> import fakeredis
+        >>> import numpy as np
         >>> from streamnb_workers.model_config import ModelSpec, ensure_config
         >>> r = fakeredis.FakeRedis()
         >>> cfg = ensure_config(r, ModelSpec("own", kind="multinomial", featurizer_config={"bits": 4}))

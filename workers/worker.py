@@ -73,14 +73,11 @@ from streamnb.features import Row, rows_to_bytes
 from streamnb_workers.backoff import Backoff
 from streamnb_workers.commit import (
     COMMIT_SCRIPT,
-    READ_SCRIPT,
     CacheWrite,
     CommitRequest,
     CommitResult,
     SentCommit,
     commit_batch,
-    read_commands,
-    read_reply,
     send_commit,
 )
 from streamnb_workers.connection import Connector, is_access_error
@@ -96,7 +93,8 @@ from streamnb_workers.labels import REF_EXPIRED, LabelRef, delayed_matrix, resol
 from streamnb_workers.metrics import Metrics, default_metrics, observe_many
 from streamnb_workers.model_config import ModelConfig, ModelSpec, ensure_config
 from streamnb_workers.ordering import InflightBoard, wait_for_earlier
-from streamnb_workers.replica import Replica, encode_decay, encode_delta, entry_time, parse_id
+from streamnb_workers.read_ahead import READ_SCRIPT, read_commands, read_reply
+from streamnb_workers.replica import Replica, encode_decay, encode_delta
 from streamnb_workers.replies import as_str, entry_field
 from streamnb_workers.snapshotter import (
     Snapshotter,
@@ -105,6 +103,7 @@ from streamnb_workers.snapshotter import (
     remove_dead_consumers,
     stream_gauges,
 )
+from streamnb_workers.stream_ids import entry_time, parse_id
 
 log = logging.getLogger("streamnb.worker")
 
