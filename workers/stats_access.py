@@ -1,6 +1,7 @@
-"""The three places where the daemon reads a model's statistics directly, each one small
-function: the learnt class log priors, the share of a message's features the model has
-never seen, and the check of a log delta before it is merged (tests/test_stats_access.py).
+"""The places where the daemon reads a model's statistics directly, each one small
+function: the classes learnt, the learnt class log priors, the share of a message's
+features the model has never seen, and the check of a log delta before it is merged
+(tests/test_stats_access.py).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from streamnb.exceptions import FormatError
 from streamnb.features import Row
 from streamnb.stats.bundle import StatsBundle
 
-__all__ = ["check_delta", "learnt_log_prior", "unseen_share"]
+__all__ = ["check_delta", "learnt_classes", "learnt_log_prior", "unseen_share"]
 
 
 def learnt_log_prior(model: Any, n_classes: int) -> np.ndarray:
@@ -73,3 +74,8 @@ def check_delta(stats: StatsBundle, delta: Any) -> None:
                   if isinstance(a, np.ndarray)]
         if any(a.dtype.kind == "f" and not np.isfinite(a).all() for a in arrays):
             raise FormatError(f"delta part {name!r} holds NaN or infinity")
+
+
+def learnt_classes(model: Any) -> list[Any]:
+    """The classes the model has learnt, in its order (none before the first label)."""
+    return model.stats["classes"].labels
