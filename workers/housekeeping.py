@@ -56,7 +56,7 @@ class Timer:
         self.restart(now)
         return True
 
-    def expire(self) -> None:
+    def due_at_once(self) -> None:
         """Due at once."""
         self.next_at = 0.0
 

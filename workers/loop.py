@@ -323,7 +323,7 @@ class Worker:
         if not entries:
             return 0
         if rt.claim_cursor != "0-0":  # claimed entries are handled at once; more: soon
-            rt.timers.claim.expire()
+            rt.timers.claim.due_at_once()
         rt.labels(self.metrics.messages_claimed).inc(len(entries))
         log.info("model %s: claimed %d idle entries", rt.name, len(entries))
         return process_batch(rt, entries, delivery_counts(self.client, rt.keys, self.consumer,
