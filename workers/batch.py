@@ -289,6 +289,7 @@ def predict(model: Any, rule: Any, featurizer: Any, items: Sequence[Item],
         for j, i in enumerate(rows):
             verdicts[i] = Verdict(dec.labels[j], dict(zip(known, decided[j], strict=True)), lp[i])
     done = np.flatnonzero(n_known > 0)
-    verdicts = [v if v is not None else Verdict(None, {}, None) for v in verdicts]
+    if done.size < n:  # the items predicted before the model knew any class
+        verdicts = [v if v is not None else Verdict(None, {}, None) for v in verdicts]
     return Predictions(verdicts, classes, [items[i] for i in done.tolist()], dec_lp[done],
                        unsure[done], None if oov is None else oov[done])

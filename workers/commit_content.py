@@ -56,6 +56,8 @@ class PredictedBatch:
     @property
     def outside_refs(self) -> list[str]:
         """The message ids the labels refer to that are not in the batch (in the cache)."""
+        if not self.refs:
+            return []
         here = {it.msg.id for it in self.items}
         return [r.ref for r in self.refs if r.ref not in here]
 
@@ -124,12 +126,15 @@ def commit_content(batch: PredictedBatch, cached: dict[str, CachedMessage | None
     dead = batch.dead + [Dead(r.entry_id, REF_EXPIRED, f"no cached message with id {r.ref!r} "
                               f"({why})", batch.ref_data[r.entry_id]) for r in res.expired]
     dead.sort(key=lambda d: parse_id(d.entry_id))
-    row_bytes = batch.row_bytes or {}
-    entries = [(it.msg.id, encode_entry(
-        encode_label(lab), row_bytes[it.entry_id] if it.entry_id in row_bytes else
-        it.row.to_bytes(), v.label, v.log_proba, it.msg.weight, batch_preds[it.msg.id][1]))
-        for it, v, lab in zip(items, verdicts, learnt, strict=True)
-        if cache and (lab is None or cache_labelled)]
+    entries = []
+    if cache:
+        row_bytes = batch.row_bytes or {}
+        for it, v, lab in zip(items, verdicts, learnt, strict=True):
+            if lab is None or cache_labelled:
+                row = row_bytes.get(it.entry_id)
+                entries.append((it.msg.id, encode_entry(
+                    encode_label(lab), it.row.to_bytes() if row is None else row, v.label,
+                    v.log_proba, it.msg.weight, batch_preds[it.msg.id][1])))
     ids = [it.entry_id for it in items] + [d.entry_id for d in batch.dead] + \
         [r.entry_id for r in batch.refs]
     if not ids:
