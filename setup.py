@@ -2,8 +2,7 @@
 
 ``streamnb.features._speedups`` runs the tokenizer's per-character steps and the token
 hash cache (see its source); ``streamnb._kernels`` runs the count models' loops over a
-batch (prequential scores, class sums); ``streamnb_workers._resp`` packs a worker's
-commit command in the Redis protocol. All three are optional: where no C compiler is
+batch (prequential scores, class sums). Both are optional: where no C compiler is
 found, the build goes on without them and the same code runs in Python (``python -c
 "import streamnb.features.text as t; print(t.SPEEDUPS)"``); ``tests/test_speedups.py``
 checks that CI built them.
@@ -23,6 +22,5 @@ setup(
                   depends=["streamnb/_buffers.h"], optional=True),
         Extension("streamnb._kernels", ["streamnb/_kernels.c"], depends=["streamnb/_buffers.h"],
                   libraries=["m"], extra_compile_args=NO_FMA, optional=True),
-        Extension("streamnb_workers._resp", ["workers/_resp.c"], optional=True),
     ]
 )

@@ -34,8 +34,9 @@ after each variant:
   is not a way to commit.
 
 Then the worker's side of the same commit: the time to pack its ``EVALSHA`` (about 9
-arguments a message) in the Redis protocol with redis-py (hiredis) and with the C
-module ``streamnb_workers._resp`` (the best of ``--repeat`` timings of 20 packings each).
+arguments a message) in the Redis protocol with redis-py (hiredis) and with
+``hiredis.pack_command`` alone, as the worker does (the best of ``--repeat`` timings of 20
+packings each).
 
 Before all that, with the corpus at hand (``--corpus``), the mean bytes of a corpus
 message's row as the worker caches it (pre-tokenized, the default 2**20 buckets), next to
@@ -52,6 +53,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import hiredis
+
 from benchmarks._common import (
     DEFAULT_CORPUS,
     RedisServer,
@@ -64,6 +67,7 @@ from benchmarks._common import (
 from benchmarks.end_to_end import prefill
 from streamnb.constants import DEFAULT_BATCH_SIZE
 from streamnb_workers import commit as commit_module
+from streamnb_workers import read_ahead
 from streamnb_workers.commit import CommitRequest, LuaScript, commit_batch
 from streamnb_workers.keys import GROUP, ModelKeys
 from streamnb_workers.label_cache import batch_writes, encode_entry
@@ -83,6 +87,11 @@ for i = 1, #KEYS do
 end
 return 1
 """)
+
+
+def message_hash(keys: ModelKeys, msg_id: str) -> str:
+    """The key of one message's hash in the comparison above."""
+    return f"{keys.prefix}:cache:{msg_id}"
 
 
 def cache_writes(keys: ModelKeys, b: int, batch: int, row_bytes: int, now_ms: int,
@@ -148,7 +157,7 @@ def arguments_cost(client: Any, batches: int = 40, batch: int = 100, row_bytes: 
                             outputs=[os.urandom(out_bytes) for _ in range(batch)],
                             log_data=os.urandom(delta_bytes * batch), n_learnt=batch,
                             cache_writes=writes, cache_registry=registry)
-        script_keys, args = commit_module._command(keys, "bench", req, 1_000_000, 100_000)
+        script_keys, args = commit_module.script_args(keys, "bench", req, 1_000_000, 100_000)
         client.config_resetstat()
         _RETURN(client, script_keys, args)
         total += command_stats(client)["evalsha"][1]
@@ -346,7 +355,7 @@ def hash_per_message_cost(client: Any, batches: int = 40, batch: int = 100, row_
     for b in range(batches):
         args = [x for _ in range(batch) for x in (os.urandom(row_bytes), os.urandom(60),
                                                   b"\xa4spam", b"1.0", b"1700000000.123456")]
-        _HASH_PER_MESSAGE(client, [keys.cache(f"{b}-{i}") for i in range(batch)], args)
+        _HASH_PER_MESSAGE(client, [message_hash(keys, f"{b}-{i}") for i in range(batch)], args)
     return _us_per_message(client, "evalsha", batches * batch)
 
 
@@ -361,13 +370,13 @@ def read_cost(client: Any, batches: int = 40, batch: int = 100, entry_bytes: int
         keys = ModelKeys(f"read-{len(out)}")
         prefill(client, keys.name, [os.urandom(entry_bytes) for _ in range(batches * batch)])
         client.xgroup_create(keys.input, GROUP, id="0")
-        commit_module.READ_SCRIPT.load(client)
+        read_ahead.READ_SCRIPT.load(client)
         client.config_resetstat()
         for _ in range(batches):
             if variant == "XREADGROUP":
                 client.xreadgroup(GROUP, "bench", {keys.input: ">"}, count=batch)
             else:
-                commit_module.read_now(client, keys, "bench", batch, True)
+                read_ahead.read_now(client, keys, "bench", batch, True)
         # EXEC's time is the transaction's, the script and the read included
         commands = ("xreadgroup",) if variant == "XREADGROUP" else ("multi", "exec")
         out[f"read a batch: {variant}"] = sum(
@@ -387,14 +396,13 @@ def packing_cost(batch: int = 100, row_bytes: int = 789, out_bytes: int = 144,
                         log_data=os.urandom(delta_bytes * batch), n_learnt=batch,
                         cache_writes=writes, cache_registry=registry,
                         inflight_key=keys.inflight, inflight_field="w|1-0")
-    script_keys, args = commit_module._command(keys, "w", req, 1_000_000, 100_000)
+    script_keys, args = commit_module.script_args(keys, "w", req, 1_000_000, 100_000)
     command = ["EVALSHA", commit_module.COMMIT_SCRIPT.sha, len(script_keys), *script_keys, *args]
     conn = fakeredis.FakeRedis().connection_pool.get_connection()  # (redis-py's own packer)
     packers = {"redis-py (hiredis)": lambda: conn.pack_commands([command])}
-    if commit_module.PACK_COMMAND is not None:
-        if commit_module.PACK_COMMAND(command) != b"".join(conn.pack_commands([command])):
-            raise RuntimeError("the two packers disagree")
-        packers["streamnb_workers._resp (C)"] = lambda: commit_module.PACK_COMMAND(command)
+    if hiredis.pack_command(tuple(command)) != b"".join(conn.pack_commands([command])):
+        raise RuntimeError("the two packers disagree")
+    packers["hiredis.pack_command (the worker's way)"] = lambda: hiredis.pack_command(tuple(command))
     return {name: best_ms(pack, repeat) for name, pack in packers.items()}
 
 

@@ -694,19 +694,19 @@ def main(argv: list[str] | None = None) -> int:
 # ---------------------------------------------------------------------- profiling
 #: Stage -> the functions (qualified name suffixes) whose cumulative time is that stage.
 STAGES = {
-    "read (XREADGROUP)": "worker.py:_read",
-    "read ahead, announce, send commit": "worker.py:_send_and_prefetch",
+    "read (XREADGROUP)": "loop.py:read_batches",
+    "read ahead, announce, send commit": "commit_pipeline.py:send_ahead",
     "decode (msgpack)": "codec.py:decode_input",
     "featurize": "featurizer.py:featurize_batch",
-    "predict (score + decide)": "worker.py:_predict",
-    "observe (metrics, drift)": "worker.py:_observe",
-    "learn (batch statistics)": "worker.py:_stats",
+    "predict (score + decide)": "batch.py:predict",
+    "observe (metrics, drift)": "runtime.py:observe",
+    "learn (batch statistics)": "commit_content.py:batch_stats",
     "encode delta": "replica.py:encode_delta",
     "encode outputs": "codec.py:output_for",
     "cache rows (to_bytes)": "featurizer.py:to_bytes",
     "commit (Lua script, or waiting for its reply)": ("commit.py:commit_batch", "commit.py:result"),
-    "log apply (tail + merge)": "worker.py:_tail",
-    "housekeeping": "worker.py:_housekeeping",
+    "log apply (tail + merge)": "runtime.py:tail",
+    "housekeeping": "housekeeping.py:housekeeping",
 }
 
 
@@ -812,20 +812,20 @@ SPY_STAGES: dict[str, tuple[str, ...]] = {
     "apply other workers' deltas": ("replica.py:Replica.apply",),
     "ordering wait (log polls, :inflight)": ("ordering.py:wait_for_earlier",),
     "log tail (reads)": ("replica.py:Replica.catch_up",),
-    "read a batch (XREADGROUP)": ("core.py:StreamCommands.xreadgroup", "worker.py:Worker._read"),
+    "read a batch (XREADGROUP)": ("core.py:StreamCommands.xreadgroup", "loop.py:read_batches"),
     "commit reply": ("commit.py:SentCommit.result", "commit.py:commit_batch"),
-    "send commit": ("commit.py:send_commit", "worker.py:Worker._send_and_prefetch"),
+    "send commit": ("commit.py:send_commit", "commit_pipeline.py:send_ahead"),
     "featurize": ("featurizer.py:Featurizer.featurize_batch",),
-    "predict": ("worker.py:Worker._predict", "worker.py:Worker._prepare_prediction"),
-    "learn (batch statistics)": ("worker.py:Worker._own_stats", "worker.py:Worker._stats"),
-    "build commit (outputs, cache rows, delta)": ("worker.py:Worker._build_commit",
-                                                  "worker.py:Worker._prepare_commit"),
-    "observe (metrics, drift)": ("worker.py:Worker._observe",
-                                 "worker.py:Worker._observe_predictions"),
-    "rest of the batch (Python glue)": ("worker.py:Worker._finish_batch",),
-    "decode (msgpack)": ("codec.py:decode_input", "worker.py:Worker._decode_batch"),
-    "housekeeping, claims": ("worker.py:Worker._housekeeping", "worker.py:Worker._claim"),
-    "rest of the work loop": ("worker.py:Worker.run",),
+    "predict": ("batch.py:predict", "batch.py:prediction_plan"),
+    "learn (batch statistics)": ("batch.py:own_stats", "commit_content.py:batch_stats"),
+    "build commit (outputs, cache rows, delta)": ("commit_pipeline.py:build",
+                                                  "process.py:prepare"),
+    "observe (metrics, drift)": ("runtime.py:ModelRuntime.observe",
+                                 "process.py:observe_predictions"),
+    "decode (msgpack)": ("codec.py:decode_input", "batch.py:decode_entries"),
+    "rest of the batch (Python glue)": ("process.py:process_batch",),
+    "housekeeping, claims": ("housekeeping.py:housekeeping", "loop.py:Worker._claim"),
+    "rest of the work loop": ("loop.py:Worker.run",),
 }
 #: Samples outside every stage (e.g. the signal handler, the garbage collector's frames).
 SPY_OUTSIDE = "elsewhere"
@@ -836,7 +836,7 @@ SPY_REDIS_WAIT = ("hiredis.py:_HiredisParser.read_from_socket",
 
 
 def _spy_frame(frame: str) -> str:
-    """``'Worker._tail (workers/worker.py:665)'`` -> ``'worker.py:Worker._tail'``."""
+    """``'ModelRuntime.tail (workers/runtime.py:131)'`` -> ``'runtime.py:ModelRuntime.tail'``."""
     name, _, where = frame.rpartition(" (")
     return f"{where.rsplit(':', 1)[0].rsplit('/', 1)[-1]}:{name}" if name else frame
 

@@ -20,8 +20,8 @@ from streamnb_workers.connection import RedisSettings, UrlConnector
 from streamnb_workers.keys import GROUP, ModelKeys
 from streamnb_workers.launch import blas_env
 from streamnb_workers.model_config import ModelSpec
-from streamnb_workers.replica import parse_id
 from streamnb_workers.replies import as_str
+from streamnb_workers.stream_ids import parse_id
 from streamnb_workers.worker import Worker, WorkerOptions
 
 ROOT = Path(__file__).resolve().parents[1]

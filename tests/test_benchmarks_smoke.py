@@ -268,19 +268,20 @@ def test_spy_stages_takes_the_first_stage_in_order_and_splits_off_waits_for_redi
     """py-spy's raw lines, made by hand: a log entry applied inside the ordering wait is
     applying; the wait's socket read is waiting for Redis; a frame of no stage (imports)
     is elsewhere; lines without a count are skipped."""
-    run = "<module> (workers/worker.py:1);main (workers/worker.py:1300);Worker.run (workers/worker.py:449);"
-    batch = "Worker._process (workers/worker.py:735);Worker._decode_batch (workers/worker.py:756);"
-    wait = "Worker._await_earlier (workers/worker.py:1134);wait_for_earlier (workers/ordering.py:169);"
-    tail = "Worker._tail (workers/worker.py:665);Replica.catch_up (workers/replica.py:233);"
+    run = "<module> (workers/worker.py:1);main (workers/worker.py:70);Worker.run (workers/loop.py:160);"
+    batch = "process_batch (workers/process.py:70);"
+    decode = "decode (workers/process.py:130);decode_entries (workers/batch.py:150);"
+    wait = ("catch_up (workers/process.py:160);await_earlier (workers/process.py:172);"
+            "wait_for_earlier (workers/ordering.py:169);")
+    tail = "ModelRuntime.tail (workers/runtime.py:131);Replica.catch_up (workers/replica.py:233);"
     recv = "Pipeline.execute (redis/client.py:1);_HiredisParser.read_from_socket (redis/_parsers/hiredis.py:179)"
     lines = [
-        run + batch + "decode_input (streamnb/codec.py:244);_unpack (streamnb/codec.py:121) 7",
-        run + batch + "Worker._finish_batch (workers/worker.py:797);Featurizer.featurize_batch "
+        run + batch + decode + "decode_input (streamnb/codec.py:244);_unpack (streamnb/codec.py:121) 7",
+        run + batch + "featurize (workers/batch.py:180);Featurizer.featurize_batch "
         "(streamnb/features/featurizer.py:452) 5",
-        run + batch + "Worker._finish_batch (workers/worker.py:797);" + wait + tail
-        + "Replica.apply (workers/replica.py:150) 3",
-        run + batch + "Worker._finish_batch (workers/worker.py:797);" + wait + tail + recv + " 11",
-        run + batch + "Worker._finish_batch (workers/worker.py:797) 2",
+        run + batch + wait + tail + "Replica.apply (workers/replica.py:150) 3",
+        run + batch + wait + tail + recv + " 11",
+        run + batch + "drop_foreign_labels (workers/batch.py:200) 2",
         "<module> (numpy/__init__.py:1) 4",
         "garbage without a count",
     ]
@@ -438,7 +439,7 @@ def test_commit_cost_reads_redis_own_time_for_each_variant():
         # every variant read every entry (else its time per message would mean nothing)
         pending = [client.xpending(commit_cost.ModelKeys(f"read-{i}").input, GROUP)["pending"]
                    for i in range(2)]
-        per_message = [client.hlen(commit_cost.ModelKeys("cost-hash").cache(f"{b}-{i}"))
+        per_message = [client.hlen(commit_cost.message_hash(commit_cost.ModelKeys("cost-hash"), f"{b}-{i}"))
                        for b in range(2) for i in range(5)]
         buckets = client.keys(commit_cost.ModelKeys("cost0").cache_bucket_prefix + "*")
         cached = sum(client.hlen(k) for k in buckets)

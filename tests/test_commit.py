@@ -2,23 +2,16 @@
 
 from __future__ import annotations
 
-import fakeredis
 import pytest
 import redis
-from _c_steps import c_or_reference
 
 from streamnb_workers import commit as commit_module
+from streamnb_workers import read_ahead
 from streamnb_workers.commit import CacheCas, CacheWrite, CommitRequest, commit_batch, send_commit
 from streamnb_workers.keys import GROUP, ModelKeys
-from streamnb_workers.label_cache import encode_label
+from streamnb_workers.label_cache import encode_label, relabel
 
 K = ModelKeys("t")
-
-
-@pytest.fixture(params=["C", "redis-py"])
-def packing(request, monkeypatch):
-    """send_commit packs the command with workers._resp (when built) or with redis-py."""
-    return c_or_reference(request, monkeypatch, commit_module, "PACK_COMMAND")
 
 
 def _read(r, consumer: str, n: int) -> list[str]:
@@ -98,42 +91,68 @@ def test_replayed_commit_is_a_no_op(r):
 
 
 def test_cache_compare_and_set_conflict_writes_nothing(r):
-    """A bucket entry ("p": its value starts with 2 bytes of length and the learnt label):
-    a stale expectation writes nothing; a good one rewrites the label and keeps the rest
-    of the entry, whatever the two labels' lengths."""
+    """The compare-and-set of a cache entry: an entry that is no longer the one read writes
+    nothing; the one read is replaced by the new entry, whatever the two labels' lengths."""
     ids = _read(r, "w1", 1)
     bucket = K.cache_bucket(10, 3, 1)
-    ham = encode_label("ham")
-    r.hset(bucket, "rm", len(ham).to_bytes(2, "big") + ham + b"REST")
-    stale = CacheCas(bucket, "rm", expected=encode_label("spam"), new=encode_label("news"))
+    ham = len(encode_label("ham")).to_bytes(2, "big") + encode_label("ham") + b"REST"
+    r.hset(bucket, "rm", ham)
+    spam = relabel(ham, encode_label("spam"))
+    stale = CacheCas(bucket, "rm", expected=spam, new=relabel(ham, encode_label("news")))
     res = commit_batch(r, K, "w1", CommitRequest(ids=ids, log_data=b"d", cache_cas=[stale]))
-    assert res.conflicts == [0] and r.xlen(K.log) == 0
+    assert res.conflicts == [0] and r.xlen(K.log) == 0 and r.hget(bucket, "rm") == ham
     longer = encode_label("a much longer label than ham")
-    good = CacheCas(bucket, "rm", expected=ham, new=longer)
+    good = CacheCas(bucket, "rm", expected=ham, new=relabel(ham, longer))
     assert commit_batch(r, K, "w1", CommitRequest(ids=ids, log_data=b"d", cache_cas=[good])).ok
     assert r.hget(bucket, "rm") == len(longer).to_bytes(2, "big") + longer + b"REST"
     # a missing (expired) entry is a conflict too, and so is a missing bucket
     for key, field in ((bucket, "rgone"), (K.cache_bucket(10, 9, 9), "rm")):
         ids = [r.xadd(K.input, {"data": b"z"}).decode()]
         r.xreadgroup(GROUP, "w1", {K.input: ">"})
-        gone = CacheCas(key, field, expected=b"", new=encode_label("spam"))
+        gone = CacheCas(key, field, expected=ham, new=spam)
         assert commit_batch(r, K, "w1", CommitRequest(ids=ids, cache_cas=[gone])).conflicts == [0]
 
 
-def test_cache_compare_and_set_of_a_per_message_hash(r):
-    """A per-message hash of the layout before buckets ("f": its field ``learnt``)."""
+def test_the_second_of_two_compare_and_sets_conflicts_alone(r):
+    """Conflicts are numbered by compare-and-set; one conflict writes nothing at all."""
     ids = _read(r, "w1", 1)
-    r.hset(K.cache("m"), mapping={"learnt": encode_label("ham"), "row": b"row"})
-    stale = CacheCas(K.cache("m"), "learnt", encode_label("spam"), encode_label("news"), prefixed=False)
-    res = commit_batch(r, K, "w1", CommitRequest(ids=ids, log_data=b"d", cache_cas=[stale]))
-    assert res.conflicts == [0] and r.xlen(K.log) == 0
-    good = CacheCas(K.cache("m"), "learnt", encode_label("ham"), encode_label("news"), prefixed=False)
-    assert commit_batch(r, K, "w1", CommitRequest(ids=ids, log_data=b"d", cache_cas=[good])).ok
-    assert r.hgetall(K.cache("m")) == {b"learnt": encode_label("news"), b"row": b"row"}
-    ids = [r.xadd(K.input, {"data": b"z"}).decode()]
-    r.xreadgroup(GROUP, "w1", {K.input: ">"})
-    gone = CacheCas(K.cache("gone"), "learnt", encode_label("ham"), encode_label("spam"), prefixed=False)
-    assert commit_batch(r, K, "w1", CommitRequest(ids=ids, cache_cas=[gone])).conflicts == [0]
+    a, b = K.cache_bucket(10, 1, 1), K.cache_bucket(10, 1, 2)
+    r.hset(a, "ra", b"\x00\x00A")
+    r.hset(b, "rb", b"\x00\x00B")
+    cas = [CacheCas(a, "ra", b"\x00\x00A", b"\x00\x01xA"), CacheCas(b, "rb", b"\x00\x00X", b"")]
+    res = commit_batch(r, K, "w1", CommitRequest(ids=ids, log_data=b"d", cache_cas=cas))
+    assert res.conflicts == [1] and r.hget(a, "ra") == b"\x00\x00A" and r.xlen(K.log) == 0
+    cas[1] = CacheCas(b, "rb", b"\x00\x00B", b"\x00\x01yB")
+    assert commit_batch(r, K, "w1", CommitRequest(ids=ids, log_data=b"d", cache_cas=cas)).ok
+    assert (r.hget(a, "ra"), r.hget(b, "rb")) == (b"\x00\x01xA", b"\x00\x01yB")
+
+
+def test_the_script_reads_its_arguments_by_name():
+    """script_args names every value it passes; the lists sit where the names say."""
+    req = CommitRequest(ids=["1-0", "2-0"], outputs=[b"o"], dead=[b"d1", b"d2"],
+                        cache_writes=[CacheWrite("kw", 500, ["rf", b"e"])],
+                        cache_cas=[CacheCas("kc", "rc", b"old", b"new")],
+                        cache_registry=("kr", "10", "80:1"), inflight_key="ki",
+                        inflight_field="w1|1-0")
+    keys, args = commit_module.script_args(K, "w1", req, 7, 8)
+    assert keys == [K.input, K.out, K.dead, K.log, K.learnt, "kw", "kc", "kr", "ki"]
+    named = dict(zip(args[1:1 + 2 * args[0]:2], args[2:2 + 2 * args[0]:2], strict=True))
+
+    def at(name: str, n: int) -> list:  # ARGV is 1-based
+        return args[named[name] - 1:named[name] - 1 + n]
+
+    assert at("ids_at", named["n_ids"]) == ["1-0", "2-0"]
+    assert at("outputs_at", named["n_outputs"]) == [b"o"]
+    assert at("dead_at", named["n_dead"]) == [b"d1", b"d2"]
+    assert at("writes_at", 4) == [500, 2, "rf", b"e"] and named["n_writes"] == 1
+    assert at("cas_at", 3) == ["rc", b"old", b"new"] and named["n_cas"] == 1
+    assert [keys[named[k] - 1] for k in ("write_keys_at", "cas_keys_at", "registry_key_at",
+                                         "inflight_key_at")] == ["kw", "kc", "kr", "ki"]
+    assert (named["group"], named["consumer"], named["out_maxlen"], named["dead_maxlen"]) == \
+        (GROUP, "w1", 7, 8)
+    assert (named["registry_field"], named["registry_value"], named["inflight_field"]) == \
+        ("10", "80:1", "w1|1-0")
+    assert len(args) == 1 + 2 * args[0] + 2 + 1 + 2 + 4 + 3
 
 
 def test_decay_events_every_k_learnt_messages(r):
@@ -220,7 +239,7 @@ def test_the_log_entry_names_the_announcement_its_commit_withdraws(r):
     assert announced == {b"data": b"d1", b"inflight": b"w1|1-0"} and plain == {b"data": b"d2"}
 
 
-def test_commands_sent_before_a_commit_run_first_and_their_replies_are_read_with_it(r, packing):
+def test_commands_sent_before_a_commit_run_first_and_their_replies_are_read_with_it(r):
     """The next batch's announcement goes in the commit's write (pipelined commits)."""
     ids = _read(r, "w1", 1)
     sent = send_commit(r, K, "w1", CommitRequest(ids=ids, log_data=b"d",
@@ -232,7 +251,7 @@ def test_commands_sent_before_a_commit_run_first_and_their_replies_are_read_with
     assert r.ping() and r.xpending(K.input, GROUP)["pending"] == 0  # in step with the replies
 
 
-def test_a_sent_commit_gives_what_the_direct_call_gives_and_the_client_stays_usable(r, packing):
+def test_a_sent_commit_gives_what_the_direct_call_gives_and_the_client_stays_usable(r):
     ids = _read(r, "w1", 3)
     sent = send_commit(r, K, "w1", CommitRequest(ids=ids[:2], outputs=[b"o1", b"o2"],
                                                  log_data=b"delta", n_learnt=2))
@@ -245,14 +264,14 @@ def test_a_sent_commit_gives_what_the_direct_call_gives_and_the_client_stays_usa
     assert lost.lost == ids[:2] and r.xlen(K.log) == 1  # a replay writes nothing, as before
 
 
-def test_a_sent_commit_loads_the_script_after_a_flush(r, packing):
+def test_a_sent_commit_loads_the_script_after_a_flush(r):
     ids = _read(r, "w1", 1)
     r.script_flush()  # as after a restart of Redis: the first EVALSHA finds no script
     res = send_commit(r, K, "w1", CommitRequest(ids=ids, outputs=[b"o"], log_data=b"d")).result()
     assert res.ok and r.xlen(K.out) == 1 and r.xlen(K.log) == 1
 
 
-def test_an_abandoned_commit_ran_whole_or_not_at_all(redis_server, packing):
+def test_an_abandoned_commit_ran_whole_or_not_at_all(redis_server):
     r = redis_server.client()
     ids = _read(r, "w1", 50)
     sent = send_commit(r, K, "w1", CommitRequest(ids=ids, outputs=[b"o"] * 50, log_data=b"d",
@@ -268,74 +287,45 @@ def test_an_abandoned_commit_ran_whole_or_not_at_all(redis_server, packing):
         sent.result()
 
 
-@pytest.mark.skipif(commit_module.PACK_COMMAND is None, reason="streamnb_workers._resp is not built")
-def test_c_packing_gives_redis_py_bytes():
-    """streamnb_workers._resp.pack_command against redis-py's packing (the reference), on a whole
-    batch's commit and on every kind of argument."""
-    conn = fakeredis.FakeRedis().connection_pool.get_connection()
-    cache = [CacheWrite(K.cache_bucket(21_600_000, 78_901, s), 172_800_000,
-                        [x for i in range(7) for x in (f"rm{s}-{i}", bytes(range(256)) * 4)])
-             for s in range(16)]
-    req = CommitRequest(ids=[f"17000-{i}" for i in range(100)], outputs=[b"o" * 300] * 100,
-                        dead=[b"\x00\r\n"], log_data=b"d" * 40_000, n_learnt=100,
-                        cache_writes=cache, cache_cas=[CacheCas(K.cache("x"), "rx", b"a", b"")],
-                        cache_registry=(K.cache_buckets, "21600000", "172800000:1700000000250"),
-                        inflight_key=K.inflight, inflight_field="w1|17000-0")
-    script_keys, args = commit_module._command(K, "w1", req, 1_000_000, 100_000)
-    odd = ["ECHO", "", "é€😀", 0, -1, 2**63 - 1, -(2**63), 2**64, 10**30, b"", bytearray(b"ab"),
-           memoryview(b"cd"), "x" * 70_000]
-    for command in (["EVALSHA", "f" * 40, len(script_keys), *script_keys, *args], odd, ["PING"]):
-        assert commit_module.PACK_COMMAND(command) == b"".join(conn.pack_commands([command]))
-        assert commit_module.PACK_COMMAND(tuple(command)) == commit_module.PACK_COMMAND(command)
-    for bad in ([1.5], [True], [None], ["ok", object()]):
-        with pytest.raises(TypeError, match="bytes, str or int"):
-            commit_module.PACK_COMMAND(bad)
-    with pytest.raises(TypeError, match="list or a tuple"):
-        commit_module.PACK_COMMAND(5)
-    with pytest.raises(UnicodeEncodeError):
-        commit_module.PACK_COMMAND(["\ud800"])
-
-
 def test_read_script_reads_and_announces_in_one_step(r):
     """workers/read.lua and the XREADGROUP behind it in one MULTI: the announcement
-    ordering.py would write, byte for byte (written out in Lua), of the batch the read
-    returns, for batch sizes on each side of msgpack's integer widths."""
+    ordering.py would write, byte for byte, of the batch the read returns."""
     from streamnb_workers.ordering import InflightBoard
 
     for i in range(700):
         r.xadd(K.input, {"data": f"m{i}".encode()})
     r.xgroup_create(K.input, GROUP, id="0", mkstream=True)
-    commit_module.READ_SCRIPT.load(r)
+    read_ahead.READ_SCRIPT.load(r)
     board = InflightBoard(r, K, "w1")
     seen = 0
     for count in (1, 127, 128, 255, 189):
-        reply = commit_module.read_now(r, K, "w1", count, True, now=1.7e9 + 0.25)
-        field, entries = commit_module.read_reply(reply)
+        reply = read_ahead.read_now(r, K, "w1", count, True, now=1.7e9 + 0.25)
+        field, entries = read_ahead.read_reply(reply)
         assert [e[1] for e in entries] == [{b"data": f"m{i}".encode()} for i in range(seen, seen + count)]
         first = entries[0][0].decode()
         name, (_, key, want_field, want_value) = board.announcement(first, count, now=1.7e9 + 0.25)
         assert field == name == want_field and r.hget(key, field) == want_value
         seen += count
     assert r.xpending(K.input, GROUP)["pending"] == seen == 700
-    assert commit_module.read_reply(commit_module.read_now(r, K, "w1", 5, True)) == (None, [])
+    assert read_ahead.read_reply(read_ahead.read_now(r, K, "w1", 5, True)) == (None, [])
     r.xadd(K.input, {"data": b"late"})
-    field, entries = commit_module.read_reply(commit_module.read_now(r, K, "w2", 5, False),
+    field, entries = read_ahead.read_reply(read_ahead.read_now(r, K, "w2", 5, False),
                                               announced=False)
     assert field is None and entries[0][1] == {b"data": b"late"}  # not announced
     assert len(r.hgetall(K.inflight)) == 5
 
 
-def test_commands_sent_after_a_commit_run_after_it_and_keep_their_replies(r, packing):
+def test_commands_sent_after_a_commit_run_after_it_and_keep_their_replies(r):
     ids = _read(r, "w1", 2)
     r.xadd(K.input, {"data": b"next"})
-    commit_module.READ_SCRIPT.load(r)
+    read_ahead.READ_SCRIPT.load(r)
     commit_module.COMMIT_SCRIPT.load(r)  # (else: NOSCRIPT, and the commit runs after them)
-    after = [*commit_module.read_commands(K, "w1", 10, True), ["GET", K.learnt], ["HGET", K.out]]
+    after = [*read_ahead.read_commands(K, "w1", 10, True), ["GET", K.learnt], ["HGET", K.out]]
     sent = send_commit(r, K, "w1", CommitRequest(ids=ids, log_data=b"d", n_learnt=2), after=after)
     assert sent.result().ok
     *read, learnt, error = sent.after
     assert read[:3] == [b"OK", b"QUEUED", b"QUEUED"]
-    field, ((next_id, fields),) = commit_module.read_reply(read[3])
+    field, ((next_id, fields),) = read_ahead.read_reply(read[3])
     assert field == f"w1|{next_id.decode()}" and r.hexists(K.inflight, field)
     assert fields == {b"data": b"next"}
     assert learnt == b"2"  # behind the script: it saw the commit
@@ -343,10 +333,10 @@ def test_commands_sent_after_a_commit_run_after_it_and_keep_their_replies(r, pac
     r.script_flush()  # both scripts gone: the commit runs again; the read still reads,
     r.xadd(K.input, {"data": b"later"})  # without its announcement
     sent = send_commit(r, K, "w1", CommitRequest(ids=[next_id.decode()], log_data=b"d2"),
-                       after=commit_module.read_commands(K, "w1", 10, True))
+                       after=read_ahead.read_commands(K, "w1", 10, True))
     assert sent.result().ok and r.xlen(K.log) == 2
     assert isinstance(sent.after[-1][0], redis.exceptions.NoScriptError)
-    field, ((later_id, fields),) = commit_module.read_reply(sent.after[-1])
+    field, ((later_id, fields),) = read_ahead.read_reply(sent.after[-1])
     assert field is None and fields == {b"data": b"later"}
     assert r.xpending(K.input, GROUP)["pending"] == 1
 

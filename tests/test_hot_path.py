@@ -90,26 +90,6 @@ def test_class_sums_match_dense_onehot_product():
     np.testing.assert_allclose(sums, full[:, cols], rtol=1e-12)
 
 
-def test_oov_share_per_message_by_hand():
-    from types import SimpleNamespace
-
-    from streamnb.models.io import make_model
-    from streamnb_workers.worker import Worker
-
-    model = make_model("multinomial", n_features=16)
-    X = sp.csr_matrix((np.ones(3), np.array([1, 2, 3]), np.array([0, 2, 3])), shape=(2, 16))
-    model.partial_fit(X, ["a", "b"])  # seen columns: 1, 2, 3
-
-    def item(cols: list[int]) -> SimpleNamespace:
-        idx = np.array(cols, dtype=np.int32)
-        return SimpleNamespace(row=Row(indices=idx, values=np.ones(idx.size)))
-
-    items = [item([1, 5]), item([]), item([2, 3]), item([7, 8, 9, 1])]
-    # unseen/total by hand: 1/2, none, 0/2, 3/4
-    np.testing.assert_allclose(Worker._oov_share(model, items), [0.5, 0.0, 0.0, 0.75])
-    assert Worker._oov_share(model, []).shape == (0,)
-
-
 # ----------------------------------------------------------- count-model helpers
 @pytest.mark.parametrize("sort", ["in use", "numpy"])
 def test_array_helpers_equal_the_numpy_reference(sort, monkeypatch):

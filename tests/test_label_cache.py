@@ -23,6 +23,8 @@ from streamnb_workers.label_cache import (
     encode_label,
     entry_field,
     fetch_cached,
+    label_change,
+    relabel,
     shard_of,
 )
 
@@ -106,22 +108,26 @@ def test_a_width_whose_last_write_expired_leaves_the_registry(r):
     assert set(r.hgetall(K.cache_buckets)) == {b"100000"}
 
 
-def test_the_per_message_hash_of_the_layout_before_buckets_is_still_read(r):
+def test_a_label_change_replaces_the_whole_entry_read(r):
+    """label_change: the commit compares the entry's bytes as read and writes the same
+    entry with the new label; once the entry has changed, the same change conflicts."""
     now = int(time.time() * 1000)
-    legacy = {"row": _row(1).to_bytes(), "pred": b"\x82\xa5label\xa3ham\xa2lp\x81\xa3ham\xcb" +
-              np.float64(-0.5).tobytes()[::-1], "learnt": encode_label("spam"), "w": b"2.0",
-              "t": b"1.5"}
-    r.hset(K.cache("old"), mapping=legacy)
-    r.hset(K.cache("both"), mapping=legacy)
-    _write(r, ["both"], 80_000, now)
-    found = fetch_cached(r, K, ["old", "both", "none"], now)
-    old = found["old"]
-    assert (old.key, old.field, old.prefixed, old.learnt, old.pred_label, old.log_proba,
-            old.weight, old.ts) == (K.cache("old"), "learnt", False, "spam", "ham", {"ham": -0.5},
-                                    2.0, 1.5)
-    assert old.row == _row(1)
-    assert found["both"].field == entry_field("both") and found["both"].prefixed  # the bucket first
-    assert found["none"] is None
+    _write(r, ["m"], 80_000, now)
+    before = fetch_cached(r, K, ["m"], now)["m"]
+    change = label_change(before, "ham")
+    assert change.expected == before.entry and change.new == relabel(before.entry, encode_label("ham"))
+    eid = r.xadd(K.input, {"data": b"label"}).decode()
+    r.xreadgroup(GROUP, "w1", {K.input: ">"})
+    assert commit_batch(r, K, "w1", CommitRequest(ids=[eid], cache_cas=[change])).ok
+    after = fetch_cached(r, K, ["m"], now)["m"]
+    assert after.learnt == "ham" and after.entry == change.new
+    assert (after.row, after.pred_label, after.log_proba, after.weight, after.ts) == \
+        (before.row, before.pred_label, before.log_proba, before.weight, before.ts)
+    eid = r.xadd(K.input, {"data": b"label"}).decode()
+    r.xreadgroup(GROUP, "w1", {K.input: ">"})
+    stale = label_change(before, "spam")
+    assert commit_batch(r, K, "w1", CommitRequest(ids=[eid], cache_cas=[stale])).conflicts == [0]
+    assert fetch_cached(r, K, ["m"], now)["m"].learnt == "ham"
 
 
 def test_without_any_write_a_lookup_finds_nothing(r):

@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 from _worker_helpers import FCFG, count_spec, fast_options, produce, token_messages, url_worker
 
+import streamnb_workers.process as process_module
 from streamnb.features import Featurizer
 from streamnb.models import make_model
 from streamnb_workers.codec import decode_input, decode_output
@@ -39,7 +40,8 @@ def _one_at_a_time(msgs: list[dict]) -> list[dict]:
              if np.isfinite(pred.log_proba[i, j])} for i in range(len(msgs))]
 
 
-def _b_while_a_holds_the_first_batch(url: str, order_wait_ms: int, hold_s: float = 0.5):
+def _b_while_a_holds_the_first_batch(url: str, order_wait_ms: int, hold_s: float = 0.5,
+                                     monkeypatch=None):
     """Worker A reads the first batch and holds it in its prediction for ``hold_s``; worker
     B meanwhile reads the next batch and processes it. Returns (A, B, B's seconds)."""
     spec = count_spec()
@@ -48,14 +50,15 @@ def _b_while_a_holds_the_first_batch(url: str, order_wait_ms: int, hold_s: float
     a.start()
     b.start()
     inside = threading.Event()
-    predict = a._predict
+    predict = process_module.predict_items
 
-    def slow_predict(*args, **kw):  # A has read and announced batch 1; hold it
-        inside.set()
-        time.sleep(hold_s)
-        return predict(*args, **kw)
+    def slow_predict(rt, *args, **kw):  # A has read and announced batch 1; hold it
+        if rt is a.models["mail"]:
+            inside.set()
+            time.sleep(hold_s)
+        return predict(rt, *args, **kw)
 
-    a._predict = slow_predict
+    monkeypatch.setattr(process_module, "predict_items", slow_predict)
     ta = threading.Thread(target=a.step, kwargs={"block_ms": 100})
     ta.start()
     assert inside.wait(10)
@@ -66,10 +69,11 @@ def _b_while_a_holds_the_first_batch(url: str, order_wait_ms: int, hold_s: float
     return a, b, b_seconds
 
 
-def _race(url: str, client, order_wait_ms: int) -> tuple[list[dict], dict[str, dict], float]:
+def _race(url: str, client, order_wait_ms: int, monkeypatch,
+          ) -> tuple[list[dict], dict[str, dict], float]:
     msgs = token_messages(2 * BATCH, seed=7)
     produce(client, "mail", msgs)
-    _, _, b_seconds = _b_while_a_holds_the_first_batch(url, order_wait_ms)
+    _, _, b_seconds = _b_while_a_holds_the_first_batch(url, order_wait_ms, monkeypatch=monkeypatch)
     outs = {o["id"]: o for o in (decode_output(f[b"data"])
                                  for _, f in client.xrange(ModelKeys("mail").out))}
     assert len(outs) == 2 * BATCH
@@ -77,9 +81,10 @@ def _race(url: str, client, order_wait_ms: int) -> tuple[list[dict], dict[str, d
     return msgs, outs, b_seconds
 
 
-def test_a_worker_waits_for_the_earlier_labelled_batch_of_another(redis_server):
+def test_a_worker_waits_for_the_earlier_labelled_batch_of_another(redis_server, monkeypatch):
     client = redis_server.client()
-    msgs, outs, b_seconds = _race(redis_server.url, client, order_wait_ms=5000)
+    msgs, outs, b_seconds = _race(redis_server.url, client, order_wait_ms=5000,
+                                  monkeypatch=monkeypatch)
     expected = _one_at_a_time(msgs)
     for m, exp in zip(msgs, expected, strict=True):
         got = outs[m["id"]]["log_proba"]
@@ -90,9 +95,9 @@ def test_a_worker_waits_for_the_earlier_labelled_batch_of_another(redis_server):
     assert client.hgetall(ModelKeys("mail").inflight) == {}  # both withdrew after committing
 
 
-def test_without_ordering_the_second_batch_misses_the_first(redis_server):
+def test_without_ordering_the_second_batch_misses_the_first(redis_server, monkeypatch):
     client = redis_server.client()
-    msgs, outs, _ = _race(redis_server.url, client, order_wait_ms=0)
+    msgs, outs, _ = _race(redis_server.url, client, order_wait_ms=0, monkeypatch=monkeypatch)
     expected = _one_at_a_time(msgs)
     second = [m for m in msgs[BATCH:]]
     differs = sum(set(outs[m["id"]]["log_proba"]) != set(e) or not np.allclose(
@@ -139,14 +144,16 @@ def test_a_stale_announcement_is_not_waited_for(redis_server):
     assert client.hgetall(keys.inflight) == {}  # removed as stale, own one withdrawn
 
 
-def test_labels_of_another_type_than_the_earlier_batch_defined_are_dead_letters(redis_server):
+def test_labels_of_another_type_than_the_earlier_batch_defined_are_dead_letters(redis_server,
+                                                                                 monkeypatch):
     """B decodes its batch (str labels) on an empty model while A holds the first batch
     (int labels); after waiting for A, B's labels no longer fit the model: bad_label."""
     client = redis_server.client()
     first = [{"id": f"a{i}", "tokens": ["x", "y"], "label": i % 2} for i in range(BATCH)]
     second = [{"id": f"b{i}", "tokens": ["x", "z"], "label": "spam"} for i in range(5)]
     produce(client, "mail", first + second)
-    _, b, _ = _b_while_a_holds_the_first_batch(redis_server.url, order_wait_ms=5000, hold_s=0.3)
+    _, b, _ = _b_while_a_holds_the_first_batch(redis_server.url, order_wait_ms=5000, hold_s=0.3,
+                                               monkeypatch=monkeypatch)
     keys = ModelKeys("mail")
     dead = [decode_output(f[b"data"]) for _, f in client.xrange(keys.dead)]
     assert sorted(d["reason"] for d in dead) == ["bad_label"] * 5

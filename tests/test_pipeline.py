@@ -27,11 +27,14 @@ from _worker_helpers import (
     url_worker,
 )
 
-import streamnb_workers.commit as commit_module
-import streamnb_workers.worker as worker_module
+import streamnb_workers.commit_pipeline as commit_pipeline
+import streamnb_workers.read_ahead as read_ahead
 from streamnb_workers.codec import decode_output
 from streamnb_workers.commit import SentCommit
 from streamnb_workers.keys import GROUP, ModelKeys
+from streamnb_workers.ordering import decode_announcement
+from streamnb_workers.replica import Replica
+from streamnb_workers.runtime import ReadBatch
 
 pytestmark = pytest.mark.redis
 
@@ -58,13 +61,13 @@ def _outputs(client, name: str) -> dict[str, dict]:
 
 def _count_sends(monkeypatch) -> list[int]:
     sent: list[int] = []
-    real = worker_module.send_commit
+    real = commit_pipeline.send_commit
 
     def counting(*args, **kw):
         sent.append(1)
         return real(*args, **kw)
 
-    monkeypatch.setattr(worker_module, "send_commit", counting)
+    monkeypatch.setattr(commit_pipeline, "send_commit", counting)
     return sent
 
 
@@ -117,23 +120,23 @@ def test_batches_after_the_first_two_are_read_behind_the_commits(redis_server, m
         return real_read(*args, **kw)
 
     monkeypatch.setattr(w.reader, "xreadgroup", counting)
-    announced: list[tuple[str, dict]] = []
-    real_take = w._take_read_ahead
+    announced: list[tuple[str, tuple]] = []
+    real_take = commit_pipeline.take_read_ahead
 
     def watching(rt, reply):
-        field, entries = worker_module.read_reply(reply)
+        field, entries = read_ahead.read_reply(reply)
         if entries:  # the announcement is there the moment the entries are read
-            announced.append((field, msgpack.unpackb(client.hget(rt.keys.inflight, field))))
+            announced.append((field, decode_announcement(client.hget(rt.keys.inflight, field))))
         real_take(rt, reply)
 
-    monkeypatch.setattr(w, "_take_read_ahead", watching)
+    monkeypatch.setattr(commit_pipeline, "take_read_ahead", watching)
     w.run_until_idle()
     # the first batch (blocking read), the second (read before the first commit), then
     # none until the partial batch at the end and the empty read that ends the run
     assert len(sync_reads) <= 4
     assert len(announced) >= 12
-    for field, ann in announced:
-        assert field == f"d|{ann['first']}" and ann["n"] in (BATCH, 1)
+    for field, (first, n, _) in announced:
+        assert field == f"d|{first}" and n in (BATCH, 1)
     k = ModelKeys("deep")
     assert len(_outputs(client, "deep")) == 399 and client.xpending(k.input, GROUP)["pending"] == 0
     assert client.hgetall(k.inflight) == {}
@@ -159,7 +162,7 @@ def test_a_worker_alone_applies_its_own_deltas_without_reading_them_back(redis_s
     n_log = client.xlen(ModelKeys("own").log)
     assert n_log >= 15 and owns.count(True) >= n_log - 2  # all but the first one or two
     assert len(tails) <= 5  # the first batch, the end of the backlog and run_until_idle's own
-    rebuilt = worker_module.Replica(client, ModelKeys("own"), rt.config).load()
+    rebuilt = Replica(client, ModelKeys("own"), rt.config).load()
     assert rebuilt.version == rt.replica.version and rebuilt.learnt == rt.replica.learnt
     assert_same_stats(rt.replica.model, rebuilt.model)
     assert len(_outputs(client, "own")) == 399
@@ -183,15 +186,15 @@ def test_two_workers_apply_their_own_deltas_only_right_after_what_they_applied(r
         monkeypatch.setattr(replica, "apply_own",
                             lambda *args, _f=real_own, **kw: owns.append(_f(*args, **kw)) or owns[-1])
     cut_in: list[int] = []
-    real_send = a._send_and_prefetch
+    real_send = commit_pipeline.send_ahead
 
-    def b_commits_first(rt, work):
-        if len(cut_in) < 3:  # b predicts and commits a batch, its commit lands, then a's
-            cut_in.append(b.step(block_ms=5))
-            b._settle(b.models["two"])
-        real_send(rt, work)
+    def b_commits_first(rt, batch, built):
+        if rt is a.models["two"] and len(cut_in) < 3:  # b predicts and commits a batch,
+            cut_in.append(b.step(block_ms=5))            # its commit lands, then a's
+            commit_pipeline.settle(b.models["two"])
+        real_send(rt, batch, built)
 
-    monkeypatch.setattr(a, "_send_and_prefetch", b_commits_first)
+    monkeypatch.setattr(commit_pipeline, "send_ahead", b_commits_first)
     quiet = 0
     while quiet < 2:  # until a round where neither had anything left (read ahead included)
         quiet = quiet + 1 if sum(w.step(block_ms=5) for w in (a, b)) == 0 else 0
@@ -199,7 +202,7 @@ def test_two_workers_apply_their_own_deltas_only_right_after_what_they_applied(r
         w.run_until_idle()
     assert len(cut_in) == 3 and all(cut_in)
     assert owns.count(True) >= 5 and owns.count(False) >= 3  # (at least the 3 above)
-    rebuilt = worker_module.Replica(client, ModelKeys("two"), a.models["two"].config).load()
+    rebuilt = Replica(client, ModelKeys("two"), a.models["two"].config).load()
     for w in (a, b):
         replica = w.models["two"].replica
         assert (replica.version, replica.learnt) == (rebuilt.version, rebuilt.learnt)
@@ -219,13 +222,13 @@ def test_with_other_workers_about_no_batch_is_read_behind_a_commit(redis_server,
     client.hset(k.workers, "other", msgpack.packb({"ts": time.time() + 60}))  # alive meanwhile
     w = url_worker(redis_server.url, [count_spec("peers")], fast_options("p", batch=BATCH))
     sent_after: list[int] = []
-    real = worker_module.send_commit
+    real = commit_pipeline.send_commit
 
     def counting(*args, **kw):
         sent_after.append(len(kw.get("after") or (args[7] if len(args) > 7 else [])))
         return real(*args, **kw)
 
-    monkeypatch.setattr(worker_module, "send_commit", counting)
+    monkeypatch.setattr(commit_pipeline, "send_commit", counting)
     w.run_until_idle()
     rt = w.models["peers"]
     assert rt.peers and not rt.alone() and len(sent_after) >= 10 and not any(sent_after)
@@ -247,14 +250,14 @@ def test_a_batch_read_behind_a_commit_with_one_already_in_hand_is_redone(redis_s
     w = url_worker(redis_server.url, [count_spec("twice")], fast_options("t", batch=BATCH))
     w.start()
     rt = w.models["twice"]
-    rt.pending_phase, rt.prefetched = False, ([], None)
-    reply = commit_module.read_now(client, rt.keys, "t", 5, True)
-    field, entries = worker_module.read_reply(reply)
+    rt.pending_phase, rt.read_ahead = False, ReadBatch([], None)
+    reply = read_ahead.read_now(client, rt.keys, "t", 5, True)
+    field, entries = read_ahead.read_reply(reply)
     assert len(entries) == 5 and client.hexists(rt.keys.inflight, field)
-    w._take_read_ahead(rt, reply)
-    assert rt.prefetched == ([], None) and rt.pending_phase
+    commit_pipeline.take_read_ahead(rt, reply)
+    assert rt.read_ahead == ReadBatch([], None) and rt.pending_phase
     assert not client.hexists(rt.keys.inflight, field) and field not in rt.inflight.fields
-    rt.prefetched = None
+    rt.read_ahead = None
     w.run_until_idle()
     assert len(_outputs(client, "twice")) == 10 and client.xpending(rt.keys.input, GROUP)["pending"] == 0
 
@@ -270,15 +273,15 @@ def test_a_batch_read_behind_a_commit_without_its_script_is_announced_by_the_wor
     rt = w.models["noscript"]
     rt.pending_phase = False
     client.script_flush()
-    reply = commit_module.read_now(client, rt.keys, "t", 5, True)
+    reply = read_ahead.read_now(client, rt.keys, "t", 5, True)
     assert isinstance(reply[0], redis.exceptions.NoScriptError)
-    w._take_read_ahead(rt, reply)
-    entries, field = rt.prefetched
+    commit_pipeline.take_read_ahead(rt, reply)
+    entries, field = rt.read_ahead.entries, rt.read_ahead.announced
     assert len(entries) == 5 and field == f"t|{entries[0][0].decode()}"
     assert field in rt.inflight.fields
-    assert msgpack.unpackb(client.hget(rt.keys.inflight, field))["first"] == entries[0][0].decode()
-    assert client.script_exists(commit_module.READ_SCRIPT.sha) == [True]
-    rt.prefetched = None
+    assert decode_announcement(client.hget(rt.keys.inflight, field))[0] == entries[0][0].decode()
+    assert client.script_exists(read_ahead.READ_SCRIPT.sha) == [True]
+    rt.read_ahead = None
     rt.inflight.withdraw(field)
     w.run_until_idle()
     assert len(_outputs(client, "noscript")) == 10
@@ -289,14 +292,14 @@ def test_a_warm_stop_commits_the_batch_read_ahead(redis_server, monkeypatch):
     msgs = token_messages(300, seed=3)
     produce(client, "mail", msgs)
     w = url_worker(redis_server.url, [count_spec()], fast_options("w", batch=BATCH))
-    real = w._send_and_prefetch
+    real = commit_pipeline.send_ahead
 
-    def stop_after_read_ahead(rt, work):  # SIGTERM arrives while a commit is on the wire
-        real(rt, work)
-        assert rt.prefetched is not None
+    def stop_after_read_ahead(rt, batch, built):  # SIGTERM arrives while a commit is on the wire
+        real(rt, batch, built)
+        assert rt.read_ahead is not None
         w.request_stop()
 
-    w._send_and_prefetch = stop_after_read_ahead
+    monkeypatch.setattr(commit_pipeline, "send_ahead", stop_after_read_ahead)
     t = threading.Thread(target=w.run, kwargs={"install_signals": False})
     t.start()
     t.join(30)

@@ -282,16 +282,12 @@ def test_the_c_loop_equals_numpy(seed, monkeypatch):
 def test_the_unseen_share_is_what_the_worker_computes_from_the_model(smoothing_m, with_prior,
                                                                      jll_path):
     """The share of each row's features the model has no count for, found by the
-    prediction, equals the worker's own computation (Worker._oov_share), which it replaces
-    for the out-of-vocabulary metric and drift detector."""
-    from types import SimpleNamespace
-
-    from streamnb.features import Row
-    from streamnb_workers.worker import Worker
-
+    prediction, equals the model's own ``unseen_share``, which the worker reads for the
+    out-of-vocabulary metric and drift detector when the prediction did not find it."""
     rng = np.random.default_rng(13)
     X = sp.random(30, 40, density=0.3, random_state=rng, format="csr")
-    X.data = np.floor(X.data * 3)                        # explicit zeros are features too
+    X.data = np.floor(X.data * 3)
+    X.eliminate_zeros()                                  # as the featurizer stacks rows
     model = make_model("multinomial", alpha=0.3, smoothing_m=smoothing_m, n_features=40)
     if with_prior:  # the model has seen the first 25 columns only
         Xp = np.ceil(sp.random(20, 40, density=0.5, random_state=rng).toarray())
@@ -299,9 +295,7 @@ def test_the_unseen_share_is_what_the_worker_computes_from_the_model(smoothing_m
         model.partial_fit(sp.csr_matrix(Xp), ["a", "b"] * 10)
     y = [None if i % 3 else ["a", "b", "c"][i % 2] for i in range(30)]
     pred = model.predict_log_proba_prequential(X, y, rng.uniform(0.5, 2, 30))
-    rows = [SimpleNamespace(row=Row(indices=X.indices[a:b].astype(np.int32), values=X.data[a:b]))
-            for a, b in zip(X.indptr[:-1], X.indptr[1:], strict=True)]
-    want = Worker._oov_share(model, rows)
+    want = model.unseen_share(X)
     assert 0 < want.mean() < 1 if with_prior else (want[np.diff(X.indptr) > 0] == 1).all()
     np.testing.assert_allclose(pred.unseen_share, want, rtol=1e-12, atol=1e-15)
 

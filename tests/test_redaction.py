@@ -26,9 +26,10 @@ from test_acl_worker import (
     write_acl,
 )
 
-from streamnb_workers.connection import RedisSettings, redact_url
+from streamnb_workers.connection import RedisSettings
 from streamnb_workers.keys import ModelKeys
-from streamnb_workers.settings import redact, redis_settings, register_secret
+from streamnb_workers.redaction import redact, redact_url, register_secret
+from streamnb_workers.settings import redis_settings
 
 pytestmark = pytest.mark.redis
 

@@ -8,14 +8,15 @@ import logging
 import pytest
 
 from streamnb.exceptions import SettingsError
-from streamnb_workers.cli import _subparsers, build_parser
-from streamnb_workers.settings import RedactingFilter, redact, redis_settings, resolve
+from streamnb_workers.cli_parser import build_parser, subparsers
+from streamnb_workers.redaction import RedactingFilter, redact
+from streamnb_workers.settings import redis_settings, resolve
 
 
 def parsed(argv, env=None, command=None):
     parser = build_parser()
     args = parser.parse_args(argv)
-    subs = _subparsers(parser)
+    subs = subparsers(parser)
     return resolve(subs[args.command], args, args.command, env=env or {}, all_parsers=subs)
 
 

@@ -160,13 +160,13 @@ def test_check_mergeable_accepts_a_first_width_and_a_batch_delta():
         model.stats.check_mergeable(StatsBundle(classes=ClassCounts()))
 
 
-def test_the_replica_check_delta_is_the_bundle_s():
-    from streamnb_workers.replica import check_delta
-
+def test_a_delta_of_another_width_is_refused_before_any_change():
+    """What a worker checks of every log entry before it merges it (the bundle's
+    ``check_mergeable``); a new class in the delta is fine."""
     model = GaussianNB().fit(np.eye(3), ["a", "b", "c"])
     with pytest.raises(FormatError, match="part 'moments': gaussian_moments of 2 features"):
-        check_delta(model.stats, GaussianNB().batch_stats(np.eye(2), ["a", "b"]))
-    check_delta(model.stats, GaussianNB().batch_stats(np.eye(3), ["a", "b", "d"]))
+        model.stats.check_mergeable(GaussianNB().batch_stats(np.eye(2), ["a", "b"]))
+    model.stats.check_mergeable(GaussianNB().batch_stats(np.eye(3), ["a", "b", "d"]))
 
 
 # -------------------------------------------------------------- derived quantities

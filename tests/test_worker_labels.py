@@ -201,49 +201,11 @@ def test_without_caching_labelled_messages_delayed_labels_still_work(redis_serve
     assert model.learnt == len(labelled) + 1 and len(_dead(r)) == 1
 
 
-def test_labels_for_messages_cached_by_the_layout_before_buckets(redis_server):
-    """An upgrade loses no label: a message cached by an earlier version (a hash per
-    message, its row in the map form) is learnt from a delayed label, then corrected, and
-    its hash's learnt label follows (compare-and-set on the field ``learnt``)."""
-    from streamnb.constants import FEATURIZER_FORMAT_VERSION
-    from streamnb.encoding import dumps, pack_array
-    from streamnb.features import Featurizer
-    from streamnb_workers.codec import decode_input
-
-    r = redis_server.client()
-    k = ModelKeys("mail")
-    old = {"id": "old", "tokens": ["cheap", "meds", "now"]}
-    row = Featurizer.from_config(FCFG).featurize(decode_input(msgpack.packb(old), "1-0").as_payload())
-    legacy_row = dumps({"type": "row", "v": FEATURIZER_FORMAT_VERSION, "n": row.n_tokens,
-                        "ones": True, "indices": pack_array(row.indices)})
-    r.hset(k.cache("old"), mapping={"row": legacy_row, "pred": dumps({"label": None, "lp": {}}),
-                                    "learnt": b"", "w": b"1.0", "t": b"1700000000.0"})
-    msgs = token_messages(6, seed=5, labelled_share=1.0)
-    produce(r, "mail", msgs + [{"ref": "old", "label": "spam"}])
-    w = url_worker(redis_server.url, [count_spec()], fast_options("w1"))
-    w.run_until_idle()
-    model = w.models["mail"].replica
-    assert model.learnt == len(msgs) + 1 and not _dead(r)
-    assert_same_stats(model.model, offline_model("multinomial", PARAMS, FCFG,
-                                                 msgs + [dict(old, label="spam")]))
-    assert not cached(r, "mail", "old").prefixed  # still the per-message hash
-    assert cached_learnt(r, "mail", "old") == "spam"
-    produce(r, "mail", [{"ref": "old", "label": "ham"}])
-    w.run_until_idle()
-    assert cached_learnt(r, "mail", "old") == "ham" and model.learnt == len(msgs) + 1
-    ref = offline_model("multinomial", PARAMS, FCFG, msgs + [dict(old, label="ham")])
-    got = model.model
-    for lab in ref.stats["classes"].labels:
-        np.testing.assert_array_equal(
-            got.stats["features"].toarray()[got.stats["features"].labels.index(lab)],
-            ref.stats["features"].toarray()[ref.stats["features"].labels.index(lab)])
-
-
 def test_a_commit_sends_its_ids_in_stream_order(redis_server, monkeypatch):
     """A batch mixing payloads, a dead letter and a delayed label commits its ids in the
     order they were read (the commit script's ownership check takes the first and the
     last as its range), not payloads first, then dead letters, then labels."""
-    import streamnb_workers.worker as worker_module
+    import streamnb_workers.commit_pipeline as commit_pipeline
 
     r = redis_server.client()
     produce(r, "mail", token_messages(3, seed=4))
@@ -255,13 +217,13 @@ def test_a_commit_sends_its_ids_in_stream_order(redis_server, monkeypatch):
     ids += [r.xadd(ModelKeys("mail").input, {"data": b"\xc1"}).decode()]
     ids += produce(r, "mail", [{"ref": "m1", "label": "spam"}])
     sent = []
-    real = worker_module.commit_batch
+    real = commit_pipeline.commit_batch
 
     def spy(client, keys, consumer, req, *args):
         sent.append(list(req.ids))
         return real(client, keys, consumer, req, *args)
 
-    monkeypatch.setattr(worker_module, "commit_batch", spy)
+    monkeypatch.setattr(commit_pipeline, "commit_batch", spy)
     w.run_until_idle()
     assert sent == [ids]
     assert [d["reason"] for d in _dead(r)] == ["not_msgpack", "not_msgpack"]

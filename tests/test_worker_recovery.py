@@ -24,6 +24,7 @@ from _worker_helpers import (
 
 from streamnb_workers.codec import decode_output
 from streamnb_workers.keys import GROUP, ModelKeys
+from streamnb_workers.process import process_batch
 
 pytestmark = pytest.mark.redis
 K = ModelKeys("mail")
@@ -132,7 +133,7 @@ def test_ownership_check_drops_entries_claimed_meanwhile(redis_server):
     entries = w0.reader.xreadgroup(GROUP, "w0", {K.input: ">"}, count=30)[0][1]
     time.sleep(0.25)  # w0 "paused" past the claim timeout
     w1.run_until_idle()  # claims and learns all 30
-    assert w0._process(rt0, entries, None) == 30  # ownership check: everything lost
+    assert process_batch(rt0, entries) == 30  # ownership check: everything lost
     w0.run_until_idle()
     for w in (w0, w1):
         assert_same_stats(w.models["mail"].replica.model,

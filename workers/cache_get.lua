@@ -1,7 +1,6 @@
 -- streamnb: read the delayed-label cache entries of a batch's refs (workers/label_cache.py).
 --
 -- KEYS[1] {M}:cachebuckets (bucket width in ms -> "TTL ms:last write ms")
--- KEYS[1 + i] for each ref i (0-based): its per-message hash of the layout before buckets
 -- ARGV[1] now (ms)   ARGV[2] the bucket hashes' key prefix ("streamnb:{NAME}:cachebucket:")
 -- ARGV[3] n refs, then two values per ref: its field ("r" .. id), its shard
 --
@@ -12,8 +11,7 @@
 -- removed from KEYS[1]. Each ref's field is looked up in those buckets, newest first, the
 -- width written last first; the first found wins.
 --
--- Returns one reply per ref: {bucket key, entry} for a bucket entry, {"", HGETALL of the
--- per-message hash} if only that exists, else {}.
+-- Returns one reply per ref: {bucket key, entry} if found, else {}.
 
 local now, prefix, n_refs = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3])
 local widths = {}
@@ -48,10 +46,6 @@ for i = 0, n_refs - 1 do
       end
     end
     if #found > 0 then break end
-  end
-  if #found == 0 then
-    local h = redis.call('HGETALL', KEYS[2 + i])
-    if #h > 0 then found = {'', h} end
   end
   out[#out + 1] = found
 end

@@ -1,4 +1,5 @@
-"""The atomic commit of a batch (workers/commit.lua) and a small EVALSHA helper.
+"""The atomic commit of a batch: workers/commit.lua and the one place its arguments are
+built (:func:`script_args`).
 
 One script call per batch: it checks that every entry id is still pending for this
 consumer and that every delayed-label compare-and-set still holds; only then does it
@@ -9,7 +10,7 @@ Otherwise it writes nothing and says which ids were lost or which cache entries 
 
 :func:`send_commit` sends the same call without waiting for its reply (on a connection of
 its own, read later by :meth:`SentCommit.result`), so a worker can decode and featurize
-its next batch while Redis runs the script.
+its next batch while Redis runs the script. hiredis packs the command.
 
 >>> import fakeredis
 >>> from streamnb_workers.keys import GROUP, ModelKeys
@@ -30,113 +31,21 @@ True
 
 from __future__ import annotations
 
-import hashlib
-import time
 from dataclasses import dataclass, field
-from importlib import resources
 from typing import Any
 
-import msgpack
+import hiredis
 import redis
 
-from streamnb._cmodules import optional_c_module
 from streamnb_workers.keys import GROUP, ModelKeys
+from streamnb_workers.lua import LuaScript, packaged_script
 from streamnb_workers.replies import as_str
 
+__all__ = ["COMMIT_SCRIPT", "CacheCas", "CacheWrite", "CommitRequest", "CommitResult",
+           "LuaScript", "SentCommit", "commit_batch", "read_replies", "script_args",
+           "send_commit"]
 
-class LuaScript:
-    """A Lua script run by EVALSHA, loaded (SCRIPT LOAD) on NOSCRIPT, e.g. after a restart."""
-
-    def __init__(self, source: str) -> None:
-        self.source = source
-        self.sha = hashlib.sha1(source.encode()).hexdigest()
-
-    def load(self, client: Any) -> None:
-        """SCRIPT LOAD it (for callers that send EVALSHA themselves)."""
-        client.script_load(self.source)
-
-    def __call__(self, client: Any, keys: list[str], args: list[Any]) -> Any:
-        try:
-            return client.evalsha(self.sha, len(keys), *keys, *args)
-        except redis.exceptions.NoScriptError:
-            self.load(client)
-            return client.evalsha(self.sha, len(keys), *keys, *args)
-
-
-COMMIT_SCRIPT = LuaScript(resources.files("streamnb_workers").joinpath("commit.lua").read_text())
-#: Announces the batch that the read behind it in one MULTI returns (workers/read.lua).
-READ_SCRIPT = LuaScript(resources.files("streamnb_workers").joinpath("read.lua").read_text())
-
-
-def read_commands(keys: ModelKeys, consumer: str, count: int, announce: bool,
-                  now: float | None = None) -> list[list[Any]]:
-    """The commands reading this consumer's next batch of at most ``count`` new entries:
-    a plain ``XREADGROUP``, and with ``announce`` the script announcing the batch in
-    ``{M}:inflight`` (workers/read.lua, as
-    :meth:`~streamnb_workers.ordering.InflightBoard.announcement` does) ahead of it, the two in one
-    ``MULTI``. :func:`read_reply` reads the reply of the last command (the ``EXEC``); a
-    script not loaded (NOSCRIPT, e.g. after a restart of Redis) fails alone in it, and the
-    read still runs: the caller then announces the batch itself and loads the script."""
-    xread = ["XREADGROUP", "GROUP", GROUP, consumer, "COUNT", int(count), "STREAMS", keys.input, ">"]
-    if not announce:
-        return [xread]
-    ts = time.time() if now is None else now
-    script = ["EVALSHA", READ_SCRIPT.sha, 2, keys.input, keys.inflight, GROUP, consumer,
-              int(count), msgpack.packb(float(ts))]
-    return [["MULTI"], script, xread, ["EXEC"]]
-
-
-def read_now(client: Any, keys: ModelKeys, consumer: str, count: int, announce: bool,
-             now: float | None = None) -> Any:
-    """:func:`read_commands` sent and answered at once (raw replies, as behind a commit);
-    the reply for :func:`read_reply`."""
-    commands = read_commands(keys, consumer, count, announce, now)
-    pool = client.connection_pool
-    conn = pool.get_connection()
-    try:
-        conn.send_packed_command(conn.pack_commands(commands))
-        return read_replies(conn, len(commands))[-1]
-    except BaseException:
-        conn.disconnect()
-        raise
-    finally:
-        pool.release(conn)
-
-
-def read_replies(conn: Any, n: int) -> list[Any]:
-    """The next ``n`` replies on ``conn``, a command's error as its reply (an exception
-    object): the commands of one write are answered in step, whatever each one gives."""
-    replies: list[Any] = []
-    for _ in range(n):
-        try:
-            replies.append(conn.read_response())
-        except redis.exceptions.ResponseError as exc:
-            replies.append(exc)
-    return replies
-
-
-def read_reply(reply: Any, announced: bool = True,
-               ) -> tuple[str | None, list[tuple[Any, dict[Any, Any]]]]:
-    """The announcement field (None: not announced) and the entries, ``(id, {field:
-    value})`` as redis-py's XREADGROUP gives them, of the last reply of
-    :func:`read_commands` with ``announce=announced``: the ``EXEC`` (the field, then the
-    read's reply), or the read's reply. Raises the error of a read that failed; a failed
-    announcement gives None."""
-    field = None
-    if announced and not isinstance(reply, Exception):
-        announcement, reply = reply
-        field = None if isinstance(announcement, Exception) else (as_str(announcement) or None)
-    if isinstance(reply, Exception):
-        raise reply
-    entries = [(eid, flat if isinstance(flat, dict) else dict(zip(flat[::2], flat[1::2], strict=True)))
-               for _, got in (reply.items() if isinstance(reply, dict) else reply or ())
-               for eid, flat in got]  # (fakeredis, the embedded default, answers it in a MULTI with a map)
-    return field, entries
-
-
-#: ``streamnb_workers._resp.pack_command``: one command in the Redis protocol (bytes), or None
-#: (not built, or ``STREAMNB_PURE_PYTHON``): then redis-py packs it, the reference.
-PACK_COMMAND = getattr(optional_c_module("streamnb_workers._resp"), "pack_command", None)
+COMMIT_SCRIPT = packaged_script("commit.lua")
 
 
 @dataclass(slots=True)
@@ -149,26 +58,17 @@ class CacheWrite:
     #: field, entry, field, entry, ...
     values: list[Any]
 
-    def args(self) -> list[Any]:
-        return [int(self.ttl_ms), len(self.values), *self.values]
-
 
 @dataclass(slots=True)
 class CacheCas:
-    """Change a cached message's learnt label from ``expected`` to ``new`` (else: conflict).
-
-    ``prefixed``: the value of ``field`` is a bucket entry, which starts with its learnt
-    label (workers/label_cache.py); else that value is the label itself (the field
-    ``learnt`` of a per-message hash of the layout before buckets)."""
+    """Replace the cache entry ``field`` of hash ``key``, if it still holds the bytes
+    ``expected`` (else: conflict), by ``new``. Both entries are built by
+    workers/label_cache.py, which alone knows what they hold."""
 
     key: str
     field: str
     expected: bytes
     new: bytes
-    prefixed: bool = True
-
-    def args(self) -> list[Any]:
-        return ["p" if self.prefixed else "f", self.field, self.expected, self.new]
 
 
 @dataclass(slots=True)
@@ -201,51 +101,97 @@ class CommitResult:
     On success also ``delta_id``, the id of the batch's delta entry ("" if none), and
     ``prev_id``, the id of ``:log``'s last entry before the commit wrote to it ("" if it
     was empty or nothing was written): a replica at ``prev_id`` may apply the delta it
-    sent as the entry ``delta_id`` without reading it back (:meth:`Replica.apply_own`).
-    Both None from a commit script of an older version, which does not say."""
+    sent as the entry ``delta_id`` without reading it back (:meth:`Replica.apply_own`)."""
 
     log_id: str | None = None
     lost: list[str] = field(default_factory=list)
     conflicts: list[int] = field(default_factory=list)
-    prev_id: str | None = None
-    delta_id: str | None = None
+    prev_id: str = ""
+    delta_id: str = ""
 
     @property
     def ok(self) -> bool:
         return self.log_id is not None
 
 
-def _command(keys: ModelKeys, consumer: str, req: CommitRequest, out_maxlen: int,
-             dead_maxlen: int) -> tuple[list[str], list[Any]]:
-    """The commit script's KEYS and ARGV for ``req`` (layout: workers/commit.lua)."""
+def script_args(keys: ModelKeys, consumer: str, req: CommitRequest, out_maxlen: int,
+                dead_maxlen: int) -> tuple[list[str], list[Any]]:
+    """The commit script's KEYS and ARGV for ``req``.
+
+    KEYS: ``:in``, ``:out``, ``:dead``, ``:log``, ``:learnt``, then the bucket hash of
+    each cache write, the hash of each compare-and-set, ``{M}:cachebuckets`` (with a
+    registry record) and ``{M}:inflight`` (with an announcement to delete).
+
+    ARGV: the number of named values, then ``name value`` pairs, then the lists. The
+    script reads the pairs into a table by name; the names:
+
+    - ``group``, ``consumer``: whose pending entries the ids must be;
+    - ``out_maxlen``, ``dead_maxlen``: ``MAXLEN ~`` of ``:out`` and ``:dead`` (0: none);
+    - ``log_data``: the delta log entry ("" : none); ``n_learnt``: messages learnt, added
+      to ``:learnt``; ``decay_every``, ``decay_data``: a decay entry each time ``:learnt``
+      crosses a multiple of ``decay_every`` (0: never);
+    - ``ids_at``/``n_ids``, ``outputs_at``/``n_outputs``, ``dead_at``/``n_dead``: where
+      the entry ids, the outputs and the dead letters start in ARGV, and how many;
+    - ``writes_at``/``n_writes``: the cache writes, each its TTL (ms), its number v of
+      values and v values (field, entry, ...); ``write_keys_at``: the first one's key;
+    - ``cas_at``/``n_cas``: the compare-and-sets, each field, entry read, entry to write;
+      ``cas_keys_at``: the first one's key;
+    - ``registry_key_at``, ``registry_field``, ``registry_value``: the bucket registry's
+      record (position 0: none);
+    - ``inflight_key_at``, ``inflight_field``: the announcement the commit deletes, also
+      named by the delta's log entry (field ``inflight``; position 0, "": none).
+    """
     script_keys = [keys.input, keys.out, keys.dead, keys.log, keys.learnt]
+    write_keys_at = len(script_keys) + 1
     script_keys += [w.key for w in req.cache_writes]
+    cas_keys_at = len(script_keys) + 1
     script_keys += [c.key for c in req.cache_cas]
-    registry = req.cache_registry
-    if registry is not None:
-        script_keys.append(registry[0])
-    args: list[Any] = [
-        GROUP, consumer, int(out_maxlen), int(dead_maxlen), req.log_data or b"",
-        int(req.n_learnt), int(req.decay_every), req.decay_data,
-        len(req.ids), len(req.outputs), len(req.dead), len(req.cache_writes),
-        len(req.cache_cas), *(registry[1:] if registry is not None else ("", "")),
-        *req.ids, *req.outputs, *req.dead,
-    ]
-    for w in req.cache_writes:
-        args += w.args()
-    for c in req.cache_cas:
-        args += c.args()
+    registry_key_at = inflight_key_at = 0
+    registry_field = registry_value = ""
+    if req.cache_registry is not None:
+        registry_key, registry_field, registry_value = req.cache_registry
+        script_keys.append(registry_key)
+        registry_key_at = len(script_keys)
+    inflight_field = ""
     if req.inflight_key:
         script_keys.append(req.inflight_key)
-        args.append(req.inflight_field or consumer)
+        inflight_key_at = len(script_keys)
+        inflight_field = req.inflight_field or consumer
+
+    lists: list[Any] = [*req.ids, *req.outputs, *req.dead]
+    writes_at = len(lists)
+    for w in req.cache_writes:
+        lists += (int(w.ttl_ms), len(w.values), *w.values)
+    cas_at = len(lists)
+    for c in req.cache_cas:
+        lists += (c.field, c.expected, c.new)
+    named = {
+        "group": GROUP, "consumer": consumer,
+        "out_maxlen": int(out_maxlen), "dead_maxlen": int(dead_maxlen),
+        "log_data": req.log_data or b"", "n_learnt": int(req.n_learnt),
+        "decay_every": int(req.decay_every), "decay_data": req.decay_data,
+        "ids_at": 0, "n_ids": len(req.ids),
+        "outputs_at": len(req.ids), "n_outputs": len(req.outputs),
+        "dead_at": len(req.ids) + len(req.outputs), "n_dead": len(req.dead),
+        "writes_at": writes_at, "n_writes": len(req.cache_writes), "write_keys_at": write_keys_at,
+        "cas_at": cas_at, "n_cas": len(req.cache_cas), "cas_keys_at": cas_keys_at,
+        "registry_key_at": registry_key_at, "registry_field": registry_field,
+        "registry_value": registry_value,
+        "inflight_key_at": inflight_key_at, "inflight_field": inflight_field,
+    }
+    first = 2 + 2 * len(named)  # where the lists start (Lua counts from 1)
+    for name in ("ids_at", "outputs_at", "dead_at", "writes_at", "cas_at"):
+        named[name] += first
+    args: list[Any] = [len(named)]
+    for name, value in named.items():
+        args += (name, value)
+    args += lists
     return script_keys, args
 
 
 def _result(reply: Any) -> CommitResult:
     status = as_str(reply[0])
     if status == "ok":
-        if len(reply) < 4:  # (a script of an older version)
-            return CommitResult(log_id=as_str(reply[1]))
         return CommitResult(log_id=as_str(reply[1]), prev_id=as_str(reply[2]),
                             delta_id=as_str(reply[3]))
     if status == "lost":
@@ -258,8 +204,20 @@ def _result(reply: Any) -> CommitResult:
 def commit_batch(client: Any, keys: ModelKeys, consumer: str, req: CommitRequest,
                  out_maxlen: int = 0, dead_maxlen: int = 0) -> CommitResult:
     """Run the commit script for one batch; see the module docstring."""
-    script_keys, args = _command(keys, consumer, req, out_maxlen, dead_maxlen)
+    script_keys, args = script_args(keys, consumer, req, out_maxlen, dead_maxlen)
     return _result(COMMIT_SCRIPT(client, script_keys, args))
+
+
+def read_replies(conn: Any, n: int) -> list[Any]:
+    """The next ``n`` replies on ``conn``, a command's error as its reply (an exception
+    object): the commands of one write are answered in step, whatever each one gives."""
+    replies: list[Any] = []
+    for _ in range(n):
+        try:
+            replies.append(conn.read_response())
+        except redis.exceptions.ResponseError as exc:
+            replies.append(exc)
+    return replies
 
 
 class SentCommit:
@@ -272,8 +230,8 @@ class SentCommit:
     same write, ahead of the script; their replies are read and dropped by :meth:`result`
     (Redis sends the replies of one write together, after the script: nothing is sent
     there whose reply is needed sooner). Commands ``after`` go behind the script (e.g.
-    :func:`read_command`); :meth:`result` keeps their replies in :attr:`after` (an
-    exception object for a command that failed).
+    :func:`streamnb_workers.read_ahead.read_commands`); :meth:`result` keeps their replies
+    in :attr:`after` (an exception object for a command that failed).
     """
 
     __slots__ = ("client", "conn", "script_keys", "args", "done", "n_before", "n_after", "after")
@@ -292,13 +250,9 @@ class SentCommit:
                             "Cluster the worker commits with commit_batch, unpipelined)")
         conn = pool.get_connection()
         commit = ["EVALSHA", COMMIT_SCRIPT.sha, len(script_keys), *script_keys, *args]
-        commands = [*(before or ()), commit, *(after or ())]
         try:
-            if PACK_COMMAND is None:
-                packed = conn.pack_commands(commands)
-            else:  # the commit's thousand arguments in one C pass (workers/_resp.c)
-                packed = [PACK_COMMAND(command) for command in commands]
-            conn.send_packed_command(packed)
+            conn.send_packed_command([hiredis.pack_command(tuple(command))
+                                      for command in (*(before or ()), commit, *(after or ()))])
         except BaseException:
             conn.disconnect()
             pool.release(conn)
@@ -349,5 +303,5 @@ def send_commit(client: Any, keys: ModelKeys, consumer: str, req: CommitRequest,
     """Send the commit script for one batch (between the commands ``before`` and
     ``after``, in the same write); read its result later with :meth:`SentCommit.result`.
     The client needs a connection pool (not Redis Cluster: :func:`commit_batch` there)."""
-    script_keys, args = _command(keys, consumer, req, out_maxlen, dead_maxlen)
+    script_keys, args = script_args(keys, consumer, req, out_maxlen, dead_maxlen)
     return SentCommit(client, script_keys, args, before, after)

@@ -1,5 +1,4 @@
-"""Redis clients built from a URL: TLS, Redis Cluster, no retry of refused credentials,
-the start-up access check, URL redaction.
+"""Redis clients built from a URL: TLS, Redis Cluster, no retry of refused credentials.
 
 ``redis://`` and ``rediss://`` URLs (``rediss://user:password@host:6380/0``) are accepted;
 a password given separately (read by the caller from an environment variable or a file)
@@ -13,16 +12,13 @@ one slot). Blocking reads use their own client whose socket timeout exceeds the 
 A refused password or an ACL refusal is never retried (:class:`NoAccessRetry`): retrying
 cannot fix it, and redis-py's default retry of ``ConnectionError`` (of which
 ``AuthenticationError`` is a subclass) made a wrong password take seconds to fail.
-:func:`check_access` runs, at start, every command a worker sends on throw-away keys of each
-model, so a user lacking one fails at once with one line naming them all.
+:func:`streamnb_workers.access.check_access` runs, at start, every command a worker sends
+on throw-away keys of each model, so a user lacking one fails at once with one line naming
+them all.
 
-A :class:`Connector` is what :class:`streamnb_workers.worker.Worker` takes: it makes the command
+A :class:`Connector` is what :class:`streamnb_workers.loop.Worker` takes: it makes the command
 client and the reading client, and can be rebuilt after a connection loss.
 
->>> redact_url("redis://alice:s3cret@db:6379/0")
-'redis://alice:***@db:6379/0'
->>> redact_url("rediss://:s3cret@db")
-'rediss://:***@db'
 >>> RedisSettings("redis://localhost").reader_timeout(30000)
 35.0
 >>> RedisSettings("redis://localhost", ca_file="ca.pem")
@@ -38,7 +34,7 @@ import ssl
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
-from urllib.parse import unquote, urlsplit, urlunsplit
+from urllib.parse import unquote, urlsplit
 
 import redis
 from redis.backoff import ExponentialWithJitterBackoff, NoBackoff
@@ -46,6 +42,7 @@ from redis.exceptions import AuthenticationError, NoPermissionError
 from redis.retry import Retry
 
 from streamnb.exceptions import SettingsError
+from streamnb_workers.redaction import redact_url
 
 try:  # redis-py >= 7
     from redis.maint_notifications import MaintNotificationsConfig
@@ -67,21 +64,6 @@ CLUSTER_BACKOFF_BASE_S = 0.05
 CLUSTER_BACKOFF_CAP_S = 1.0
 #: Reply prefixes of Redis's refusals of credentials or of a command.
 ACCESS_PREFIXES = ("WRONGPASS", "NOAUTH", "NOPERM")
-
-
-def redact_url(url: str) -> str:
-    """The URL with its password replaced by ``***`` (for logs and errors)."""
-    try:
-        parts = urlsplit(url)
-    except ValueError:
-        return "<unparseable url>"
-    if parts.password is None:
-        return url
-    user = parts.username or ""
-    host = parts.hostname or ""
-    if parts.port is not None:
-        host = f"{host}:{parts.port}"
-    return urlunsplit((parts.scheme, f"{user}:***@{host}", parts.path, parts.query, parts.fragment))
 
 
 def is_access_error(exc: BaseException) -> bool:
@@ -146,7 +128,8 @@ def tls_failure(exc: BaseException) -> str | None:
     return None
 
 
-def _tls_error(reason: str, where: str) -> SettingsError:
+def tls_error(reason: str, where: str) -> SettingsError:
+    """The one-line error of a failed TLS handshake with ``where``."""
     return SettingsError(f"TLS handshake with {where} failed: {reason} (check --tls-ca-file, "
                          "and that the server's certificate names this host)")
 
@@ -163,7 +146,7 @@ def _cluster_error(exc: Exception, url: str) -> Exception:
             f"Redis Cluster at {where}: the ACL user may not run the cluster client's commands "
             f"(grant +cluster|slots +cluster|shards +command +asking): {text}")
     if (reason := tls_failure(exc)) is not None:
-        return _tls_error(reason, where)
+        return tls_error(reason, where)
     if "cluster support disabled" in text or "Cluster mode is not enabled" in text:
         return SettingsError(f"{where} is not a Redis Cluster node (cluster support disabled): "
                              "drop --cluster, or give a cluster node's URL")
@@ -275,97 +258,6 @@ class RedisSettings:
             raise _cluster_error(exc, self.url) from None
 
 
-# ------------------------------------------------------------------ start-up access check
-def _probe_steps(prefix: str) -> list[tuple[str, Callable[[Any], Any]]]:
-    """(command, call) for every command a worker sends, on throw-away keys under
-    ``prefix`` (the model's hash tag, so one slot in a cluster)."""
-    s, h, k = f"{prefix}:access-check:s", f"{prefix}:access-check:h", f"{prefix}:access-check:k"
-    g, c = "access-check", "access-check"
-    ids: dict[str, Any] = {}
-
-    def xadd(r: Any) -> Any:
-        ids["id"] = r.xadd(s, {"f": "v"})
-        return ids["id"]
-
-    def script_load(r: Any) -> Any:
-        ids["sha"] = r.script_load("return 1")
-        return ids["sha"]
-
-    return [
-        ("TYPE", lambda r: r.type(s)),
-        ("EXISTS", lambda r: r.exists(s)),
-        ("XADD", xadd),
-        ("XLEN", lambda r: r.xlen(s)),
-        ("XRANGE", lambda r: r.xrange(s, count=1)),
-        ("XREVRANGE", lambda r: r.xrevrange(s, count=1)),
-        ("XREAD", lambda r: r.xread({s: "0"}, count=1)),
-        ("XGROUP CREATE", lambda r: r.xgroup_create(s, g, id="0")),
-        ("XREADGROUP", lambda r: r.xreadgroup(g, c, {s: ">"}, count=1)),
-        ("XPENDING", lambda r: r.xpending_range(s, g, min="-", max="+", count=1)),
-        ("XAUTOCLAIM", lambda r: r.xautoclaim(s, g, c, min_idle_time=0, count=1)),
-        ("XINFO GROUPS", lambda r: r.xinfo_groups(s)),
-        ("XINFO STREAM", lambda r: r.xinfo_stream(s)),
-        ("XINFO CONSUMERS", lambda r: r.xinfo_consumers(s, g)),
-        ("XACK", lambda r: r.xack(s, g, ids.get("id") or "0-1")),
-        ("XGROUP DELCONSUMER", lambda r: r.xgroup_delconsumer(s, g, c)),
-        ("XTRIM", lambda r: r.xtrim(s, minid="0-1")),
-        ("HSET", lambda r: r.hset(h, "f", "v")),
-        ("HGET", lambda r: r.hget(h, "f")),
-        ("HMGET", lambda r: r.hmget(h, ["f"])),
-        ("HGETALL", lambda r: r.hgetall(h)),
-        ("HDEL", lambda r: r.hdel(h, "f")),
-        ("SET", lambda r: r.set(k, "0", px=60_000)),
-        ("GET", lambda r: r.get(k)),
-        ("INCRBY", lambda r: r.incrby(k, 1)),
-        ("PEXPIRE", lambda r: r.pexpire(k, 60_000)),
-        ("SCRIPT LOAD", script_load),
-        ("EVALSHA", lambda r: r.evalsha(ids.get("sha") or "0" * 40, 1, k)),
-        ("MULTI/EXEC", lambda r: r.pipeline(transaction=True).get(k).execute()),
-        ("DEL", lambda r: r.delete(s, h, k)),
-    ]
-
-
-def check_access(client: Any, model_names: Iterable[str], where: str = "Redis") -> None:
-    """Run every command a worker sends once, on throw-away keys of each model
-    (``streamnb:{NAME}:access-check:*``, deleted afterwards).
-
-    Raises ``redis.AuthenticationError`` (credentials refused),
-    ``redis.exceptions.NoPermissionError`` naming every refused command, or
-    :class:`~streamnb.exceptions.SettingsError` for a failed TLS handshake, each in one
-    line; other connection errors pass through (the caller retries them). Other replies (e.g. out of memory) are not ACL problems
-    and are ignored here.
-
-    >>> import fakeredis
-    >>> check_access(fakeredis.FakeRedis(), ["mail"])
-    """
-    try:
-        client.ping()
-    except AuthenticationError as exc:
-        raise AuthenticationError(f"{where} refused the credentials: {exc}") from None
-    except redis.ConnectionError as exc:
-        if (reason := tls_failure(exc)) is not None:
-            raise _tls_error(reason, where) from None
-        raise
-    for name in model_names:
-        prefix = f"streamnb:{{{name}}}"
-        refused: list[str] = []
-        first = ""
-        for command, call in _probe_steps(prefix):
-            try:
-                call(client)
-            except NoPermissionError as exc:
-                refused.append(command)
-                first = first or " ".join(str(exc).split())
-            except redis.ResponseError as exc:
-                if str(exc).startswith(ACCESS_PREFIXES):
-                    refused.append(command)
-                    first = first or " ".join(str(exc).split())
-        if refused:
-            raise NoPermissionError(
-                f"{where}: the ACL user may not run {', '.join(refused)} on {prefix}:* "
-                f"({first}); grant what deploy/redis/users.acl grants streamnb-worker")
-
-
 # ------------------------------------------------------------------------- connectors
 class Connector(Protocol):
     """Makes the clients a worker uses."""
@@ -404,7 +296,9 @@ class UrlConnector:
         return redact_url(self.settings.url)
 
     def check_access(self, client: Any, model_names: Iterable[str]) -> None:
-        """See :func:`check_access` (called by ``Worker.start``)."""
+        """See :func:`streamnb_workers.access.check_access` (called by ``Worker.start``)."""
+        from streamnb_workers.access import check_access
+
         check_access(client, model_names, where=self.settings.describe())
 
 
@@ -440,4 +334,4 @@ def connector_from_url(url: str, **settings: Any) -> UrlConnector:
 
 
 __all__ = ["ClientConnector", "Connector", "NoAccessRetry", "RedisSettings", "UrlConnector",
-           "check_access", "connector_from_url", "is_access_error", "redact_url", "tls_failure"]
+           "connector_from_url", "is_access_error", "tls_failure"]

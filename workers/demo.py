@@ -215,7 +215,7 @@ def run_demo(
         def make_connector() -> Any:
             return UrlConnector(settings)
 
-        from streamnb_workers.connection import redact_url
+        from streamnb_workers.redaction import redact_url
 
         where = redact_url(settings.url)
     keys = ModelKeys(model)

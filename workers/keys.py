@@ -118,11 +118,6 @@ class ModelKeys:
         "TTL (ms):last write (ms)" (workers/label_cache.py)."""
         return f"{self.prefix}:cachebuckets"
 
-    def cache(self, msg_id: str) -> str:
-        """Hash of one cached message in the layout before bucket hashes (row, pred,
-        learnt, w, t): still read, until such entries expire; no longer written."""
-        return f"{self.prefix}:cache:{msg_id}"
-
     def all_fixed(self) -> list[str]:
         """Every key of the model except the delayed-label cache's buckets and entries."""
         return [self.input, self.out, self.dead, self.log, self.events, self.snapshot,

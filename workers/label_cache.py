@@ -7,19 +7,18 @@ written at time t (ms, the worker's clock), is the field ``r<I>`` of the hash
 ``{M}:cachebucket:<W>:<k>:<s>``, with k = t // W and s = CRC-32(I) mod 16
 (:data:`~streamnb.constants.LABEL_CACHE_SHARDS`); the hash expires at (k + 1) W + T, so an
 entry lives between T and T + W. A batch's entries go to at most 16 hashes, written by the
-commit script (workers/commit.lua) with one ``HSET`` and one ``PEXPIRE`` each, not two
-calls per message as a hash per message took (docs/performance.md, item 68).
+commit script (workers/commit.lua) with one ``HSET`` and one ``PEXPIRE`` each.
 
 The same commit records its width in ``{M}:cachebuckets`` (W -> "T:time of the write"),
 so a lookup (workers/cache_get.lua) knows which buckets may hold an entry whatever TTL the
 writers had: for each width, from its last write's bucket down to that of now - T, about
-T / W + 3 = 11 hashes, newest first. After those, a lookup reads the per-message hash of
-the layout before buckets (``{M}:cache:<I>``), until such entries have expired.
+T / W + 3 = 11 hashes, newest first.
 
 An entry is 2 bytes (big-endian) n, the learnt label (n bytes of msgpack; n = 0: not
 learnt), then msgpack ``[1, row, predicted label, {label: log posterior}, weight, time]``.
-The learnt label comes first so that the commit script's compare-and-set reads and
-rewrites it without decoding the rest.
+This module alone reads and writes that layout: a delayed label changes an entry by a
+compare-and-set of the whole entry, the bytes read against those stored, the entry
+:func:`relabel` makes written in their place (:func:`label_change`).
 
 >>> import numpy as np
 >>> from streamnb.features import Row
@@ -28,6 +27,8 @@ rewrites it without decoding the rest.
 >>> c = decode_entry("key", "rm1", entry)
 >>> (c.learnt, c.pred_label, c.log_proba, c.row == row, c.weight, c.ts)
 ('spam', 'ham', {'ham': -0.1}, True, 1.0, 5.0)
+>>> decode_entry("key", "rm1", relabel(entry, encode_label("news"))).learnt
+'news'
 >>> bucket_width_ms(2 * 86_400_000), shard_of("m1") == shard_of("m1")
 (21600000, True)
 """
@@ -38,7 +39,6 @@ import struct
 import zlib
 from collections.abc import Iterable
 from dataclasses import dataclass
-from importlib import resources
 from typing import Any
 
 import msgpack
@@ -46,13 +46,14 @@ import msgpack
 from streamnb.constants import LABEL_CACHE_BUCKETS_PER_TTL, LABEL_CACHE_SHARDS
 from streamnb.encoding import dumps
 from streamnb.features import Row
-from streamnb_workers.commit import CacheWrite, LuaScript
+from streamnb_workers.commit import CacheCas, CacheWrite
 from streamnb_workers.keys import ModelKeys
+from streamnb_workers.lua import packaged_script
 from streamnb_workers.replies import as_str
 
 __all__ = ["CachedMessage", "NOT_LEARNT", "batch_writes", "bucket_width_ms", "decode_entry",
            "decode_label", "encode_entry", "encode_label", "entry_field", "fetch_cached",
-           "shard_of"]
+           "label_change", "relabel", "shard_of"]
 
 #: The learnt label of a cached message not learnt yet.
 NOT_LEARNT = b""
@@ -60,7 +61,7 @@ NOT_LEARNT = b""
 ENTRY_FORMAT = 1
 
 _LENGTH = struct.Struct(">H")
-GET_SCRIPT = LuaScript(resources.files("streamnb_workers").joinpath("cache_get.lua").read_text())
+GET_SCRIPT = packaged_script("cache_get.lua")
 
 
 def encode_label(label: Any) -> bytes:
@@ -96,15 +97,21 @@ def encode_entry(learnt: bytes, row: bytes, pred_label: Any, log_proba: dict[Any
     return _LENGTH.pack(len(learnt)) + learnt + body
 
 
+def relabel(entry: bytes, learnt: bytes) -> bytes:
+    """``entry`` with ``learnt`` (an encoded label, :func:`encode_label`) as its learnt
+    label, the rest of it unchanged."""
+    (n,) = _LENGTH.unpack_from(entry)
+    return _LENGTH.pack(len(learnt)) + learnt + entry[2 + n:]
+
+
 @dataclass(slots=True)
 class CachedMessage:
-    """A cached message as read from Redis: where its learnt label is (``field`` of hash
-    ``key``: a bucket entry that starts with it, ``prefixed``, or the field ``learnt`` of a
-    per-message hash of the layout before buckets), and what it holds."""
+    """A cached message as read from Redis: where it is (``field`` of hash ``key``), its
+    entry's bytes, and what it holds."""
 
     key: str
     field: str
-    prefixed: bool
+    entry: bytes
     row: Row
     pred_label: Any
     log_proba: dict[Any, float]
@@ -117,6 +124,13 @@ class CachedMessage:
         return decode_label(self.learnt_raw)
 
 
+def label_change(cached: CachedMessage, label: Any) -> CacheCas:
+    """The commit's compare-and-set that makes ``label`` the learnt label of ``cached``:
+    the entry as read, replaced by the same entry with the new label."""
+    return CacheCas(key=cached.key, field=cached.field, expected=cached.entry,
+                    new=relabel(cached.entry, encode_label(label)))
+
+
 def decode_entry(key: str, field: str, entry: bytes) -> CachedMessage | None:
     """A bucket entry -> :class:`CachedMessage` (None if unreadable: as good as expired)."""
     try:
@@ -127,24 +141,10 @@ def decode_entry(key: str, field: str, entry: bytes) -> CachedMessage | None:
                 or body[0] != ENTRY_FORMAT:
             return None
         _, row, pred_label, lp, weight, ts = body
-        return CachedMessage(key=key, field=field, prefixed=True, row=Row.from_bytes(row),
+        return CachedMessage(key=key, field=field, entry=bytes(entry), row=Row.from_bytes(row),
                              pred_label=pred_label,
                              log_proba=dict(lp or {}), learnt_raw=learnt, weight=float(weight),
                              ts=float(ts))
-    except Exception:  # noqa: BLE001 - a corrupt entry is as good as expired
-        return None
-
-
-def decode_legacy(key: str, h: dict[Any, Any]) -> CachedMessage | None:
-    """A per-message hash of the layout before buckets -> :class:`CachedMessage`."""
-    if not h:
-        return None
-    h = {as_str(k): v for k, v in h.items()}
-    try:
-        pred = msgpack.unpackb(h["pred"], raw=False, strict_map_key=False)
-        return CachedMessage(key=key, field="learnt", prefixed=False, row=Row.from_bytes(h["row"]),
-                             pred_label=pred.get("label"), log_proba=dict(pred.get("lp") or {}),
-                             learnt_raw=bytes(h["learnt"]), weight=float(h["w"]), ts=float(h["t"]))
     except Exception:  # noqa: BLE001 - a corrupt entry is as good as expired
         return None
 
@@ -175,14 +175,6 @@ def fetch_cached(client: Any, keys: ModelKeys, ids: Iterable[str], now_ms: int,
     args: list[Any] = [int(now_ms), keys.cache_bucket_prefix, len(ids)]
     for i in ids:
         args += (entry_field(i), shard_of(i))
-    reply = GET_SCRIPT(client, [keys.cache_buckets, *(keys.cache(i) for i in ids)], args)
-    out: dict[str, CachedMessage | None] = {}
-    for i, found in zip(ids, reply, strict=True):
-        if not found:
-            out[i] = None
-        elif as_str(found[0]):
-            out[i] = decode_entry(as_str(found[0]), entry_field(i), found[1])
-        else:
-            flat = found[1]
-            out[i] = decode_legacy(keys.cache(i), dict(zip(flat[::2], flat[1::2], strict=True)))
-    return out
+    reply = GET_SCRIPT(client, [keys.cache_buckets], args)
+    return {i: decode_entry(as_str(found[0]), entry_field(i), found[1]) if found else None
+            for i, found in zip(ids, reply, strict=True)}

@@ -12,8 +12,9 @@ message ``{"ref": id, "label": L}`` then:
   puts it in the new one),
 - goes to ``:dead`` with reason ``ref_expired`` if the cache has no such id.
 
-The learnt label changes in the commit script by compare-and-set, so concurrent labels
-for the same message are applied exactly once each, in commit order.
+The learnt label changes in the commit script by a compare-and-set of the message's cache
+entry, so concurrent labels for the same message are applied exactly once each, in commit
+order.
 
 >>> enc = encode_label("spam"); decode_label(enc), decode_label(NOT_LEARNT)
 ('spam', None)
@@ -30,7 +31,13 @@ import numpy as np
 
 from streamnb.features import Row
 from streamnb_workers.commit import CacheCas
-from streamnb_workers.label_cache import NOT_LEARNT, CachedMessage, decode_label, encode_label
+from streamnb_workers.label_cache import (
+    NOT_LEARNT,
+    CachedMessage,
+    decode_label,
+    encode_label,
+    label_change,
+)
 
 __all__ = ["NOT_LEARNT", "REF_EXPIRED", "LabelRef", "Resolution", "decode_label",
            "delayed_matrix", "encode_label", "resolve_refs"]
@@ -110,8 +117,7 @@ def resolve_refs(refs: Sequence[LabelRef],
             res.corrections += 1
             res.unlearned.append(old)
         res.adds.append((c.row, new, c.weight))
-        res.cas.append(CacheCas(key=c.key, field=c.field, expected=c.learnt_raw,
-                                new=encode_label(new), prefixed=c.prefixed))
+        res.cas.append(label_change(c, new))
     return res
 
 

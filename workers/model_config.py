@@ -37,8 +37,8 @@ from typing import Any
 
 from streamnb.constants import DEFAULT_MAIL_ALPHA
 from streamnb.exceptions import ConfigConflict
-from streamnb_workers.commit import LuaScript
 from streamnb_workers.keys import ModelKeys, check_model_name
+from streamnb_workers.lua import LuaScript
 from streamnb_workers.replies import as_str
 
 #: Version of the stored config layout.

@@ -15,7 +15,7 @@ one step); it withdraws it once decoded if
 no message in it has a label, and otherwise in its commit (the commit script deletes the
 field, so a worker woken by the new log entry never still sees it). One field per batch,
 not per consumer: a worker that reads its next batch while the commit of the previous
-one is still running (workers/worker.py, "pipelined commits") has two batches in flight,
+one is still running (workers/commit_pipeline.py) has two batches in flight,
 and the commit of the first must not withdraw the second. Before
 predicting, a worker looks for announcements of *other* consumers whose batch starts
 *before* its own, and waits for them to be committed (blocking on ``:log``, applying
@@ -54,15 +54,37 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from streamnb.encoding import dumps, loads
 from streamnb_workers.keys import ModelKeys
-from streamnb_workers.replica import parse_id
 from streamnb_workers.replies import as_str
+from streamnb_workers.stream_ids import parse_id
 
-__all__ = ["InflightBoard", "OrderWait", "wait_for_earlier"]
+__all__ = ["InflightBoard", "OrderWait", "announcement_time", "decode_announcement",
+           "encode_announcement", "wait_for_earlier"]
 
 #: An announcement older than this is a worker that died mid-batch: ignored and removed.
 DEFAULT_HORIZON_S = 10.0
+
+
+def announcement_time(ts: float) -> str:
+    """An announcement's time as it is written (workers/read.lua writes it as given)."""
+    return repr(float(ts))
+
+
+def encode_announcement(first_id: str, n_entries: int, ts: float) -> bytes:
+    """The value of a batch's field in ``{M}:inflight``: ``"<first id> <n> <time>"``, plain
+    text, which workers/read.lua writes as well.
+
+    >>> decode_announcement(encode_announcement("5-0", 3, 100.25))
+    ('5-0', 3, 100.25)
+    """
+    return f"{first_id} {int(n_entries)} {announcement_time(ts)}".encode()
+
+
+def decode_announcement(raw: bytes | str) -> tuple[str, int, float]:
+    """``(first id, number of entries, time)`` of an announcement; ValueError if damaged."""
+    first, n, ts = as_str(raw).split(" ")
+    parse_id(first)
+    return first, int(n), float(ts)
 
 
 class InflightBoard:
@@ -100,8 +122,7 @@ class InflightBoard:
         ts = time.time() if now is None else now
         name = self.field(first_id)
         self.fields.add(name)
-        return name, ["HSET", self.key, name, dumps({"first": first_id, "n": int(n_entries),
-                                                     "ts": float(ts)})]
+        return name, ["HSET", self.key, name, encode_announcement(first_id, n_entries, ts)]
 
     def withdraw(self, name: str | None) -> None:
         """The batch is committed (or abandoned): nobody needs to wait for it any more."""
@@ -134,13 +155,12 @@ class InflightBoard:
         found, stale = [], []
         for name, raw in (self.client.hgetall(self.key) or {}).items():
             field = as_str(name)
-            consumer = field.rpartition("|")[0] or field  # a bare consumer name: older workers
-            if consumer == self.consumer:
+            if field.rpartition("|")[0] == self.consumer:
                 continue
             try:
-                ann = loads(raw)
-                first, n, ts = parse_id(ann["first"]), int(ann["n"]), float(ann["ts"])
-            except Exception:  # noqa: BLE001 - a foreign or damaged field: not ours to wait on
+                theirs, n, ts = decode_announcement(raw)
+                first = parse_id(theirs)
+            except (ValueError, UnicodeDecodeError):  # a foreign or damaged field: not ours to wait on
                 stale.append(field)
                 continue
             if now - ts > self.horizon_s:
@@ -178,8 +198,8 @@ def wait_for_earlier(board: InflightBoard, first_id: str, max_wait_s: float,
     returns the number of entries applied. When those cover
     every batch waited for, the wait ends there: no second look at ``:inflight``, and
     ``caught_up`` tells the caller the model is current. Otherwise (a batch withdrawn
-    without a log entry: unlabelled after all, abandoned, or a worker of an older
-    version) it looks at ``:inflight`` again; the caller then catches up once more, since
+    without a log entry: unlabelled after all, or abandoned) it looks at ``:inflight``
+    again; the caller then catches up once more, since
     the commit that ended the wait may have landed between two polls.
     """
     t0 = time.monotonic()

@@ -38,7 +38,6 @@ from collections.abc import Callable
 from typing import Any
 
 import msgpack
-import numpy as np  # noqa: F401 - the doctests use it
 
 from streamnb.encoding import dumps, loads
 from streamnb.exceptions import FormatError
@@ -46,29 +45,12 @@ from streamnb.stats.bundle import StatsBundle
 from streamnb_workers.keys import ModelKeys
 from streamnb_workers.model_config import ModelConfig
 from streamnb_workers.replies import as_str, entry_field
+from streamnb_workers.stream_ids import entry_time, parse_id
 
 log = logging.getLogger(__name__)
 
 #: Log entries fetched per XRANGE while catching up.
 TAIL_CHUNK = 500
-
-
-def parse_id(entry_id: Any) -> tuple[int, int]:
-    """``"1700000000000-3"`` -> ``(1700000000000, 3)``; compares stream ids correctly."""
-    s = as_str(entry_id)
-    ms, _, seq = s.partition("-")
-    return int(ms), int(seq or 0)
-
-
-def entry_time(entry_id: str) -> float:
-    """Unix time in seconds of a stream entry id (a str): ``"1700000000123-4"`` ->
-    ``1700000000.123``, what ``parse_id(entry_id)[0] / 1000.0`` gives, without parsing the
-    sequence number (a worker takes it of every message).
-
-    >>> entry_time("1700000000123-4") == parse_id("1700000000123-4")[0] / 1000.0
-    True
-    """
-    return int(entry_id.partition("-")[0]) / 1000.0
 
 
 def encode_delta(add: StatsBundle | None, sub: StatsBundle | None, n_learnt: int,
@@ -89,12 +71,6 @@ def decode_log_entry(data: bytes) -> dict[str, Any]:
     if not isinstance(obj, dict) or obj.get("t") not in ("delta", "decay"):
         raise FormatError("log entry is not a delta or decay map")
     return obj
-
-
-def check_delta(stats: StatsBundle, delta: Any) -> None:
-    """Raise FormatError unless ``delta`` can be merged into ``stats`` as a whole (checked
-    before any change): :meth:`StatsBundle.check_mergeable`."""
-    stats.check_mergeable(delta)
 
 
 def log_complete(client: Any, keys: ModelKeys) -> bool:
@@ -177,7 +153,7 @@ class Replica:
             raise FormatError(f"it holds a {model.kind} model, the config says {self.config.kind}")
         fresh = self.config.make_model()
         try:
-            check_delta(fresh.stats, model.stats)
+            fresh.stats.check_mergeable(model.stats)
         except FormatError as exc:
             raise FormatError(f"its statistics do not fit the configured model: {exc}") from None
         return model, version
@@ -278,6 +254,7 @@ class Replica:
         :meth:`catch_up` applies it with the entries before it).
 
         >>> import fakeredis
+        >>> import numpy as np
         >>> from streamnb_workers.model_config import ModelSpec, ensure_config
         >>> r = fakeredis.FakeRedis()
         >>> cfg = ensure_config(r, ModelSpec("own", kind="multinomial", featurizer_config={"bits": 4}))
@@ -319,11 +296,11 @@ class Replica:
                 sub = StatsBundle.from_bytes(entry["sub"]) if entry.get("sub") is not None else None
                 for delta in (add, sub):
                     if delta is not None:
-                        check_delta(self.model.stats, delta)
+                        self.model.stats.check_mergeable(delta)
                 if add is not None:
                     self.model.merge_stats(add)
-                if sub is not None:  # (at most what is held: a correction after a decay)
-                    self.model.subtract_stats(sub, clip=True)
+                if sub is not None:
+                    self.model.subtract_stats(sub)
                 self.learnt += n
         except (FormatError, ValueError, KeyError, TypeError, msgpack.UnpackException) as exc:
             # Every replica skips the same entry, so they stay equal; say so loudly.

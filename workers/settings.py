@@ -12,8 +12,8 @@ left out.
 
 Secrets: the Redis password comes from ``--redis-password-file``, the URL
 (``redis://user:password@host``) or ``STREAMNB_REDIS_PASSWORD``, in that order. It is never
-printed: :func:`redact` and :class:`RedactingFilter` replace it (and the password part of
-any URL) by ``***``.
+printed: :func:`~streamnb_workers.redaction.redact` and the log filter of
+:func:`setup_logging` replace it (and the password part of any URL) by ``***``.
 
 >>> import argparse
 >>> p = argparse.ArgumentParser(prog="demo")
@@ -23,8 +23,6 @@ any URL) by ``***``.
 7
 >>> resolve(p, p.parse_args(["--batch", "3"]), "worker", env={"STREAMNB_BATCH": "7"}).batch
 3
->>> redact("connecting to redis://alice:s3cret@db:6379/0")
-'connecting to redis://alice:***@db:6379/0'
 """
 
 from __future__ import annotations
@@ -32,7 +30,6 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import re
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
@@ -40,17 +37,15 @@ from typing import Any
 from urllib.parse import unquote, urlsplit
 
 from streamnb.exceptions import SettingsError
-from streamnb_workers.connection import RedisSettings, redact_url
+from streamnb_workers.connection import RedisSettings
+from streamnb_workers.redaction import RedactingFilter, redact_url, register_secret
 
 __all__ = [
     "ENV_PREFIX",
-    "RedactingFilter",
     "add_option",
     "env_name",
     "load_toml",
-    "redact",
-        "redis_settings",
-    "register_secret",
+    "redis_settings",
     "resolve",
     "setup_logging",
 ]
@@ -305,50 +300,6 @@ def redis_settings(
                              client_name=client_name)
     except ValueError as exc:
         raise SettingsError(str(exc)) from None
-
-
-# ------------------------------------------------------------------------- redaction
-_SECRETS: set[str] = set()
-_URL_PASSWORD = re.compile(r"(?P<pre>\b(?:rediss?|unix)://[^:/@\s]*:)(?P<pw>[^@\s]*)(?P<at>@)")
-
-
-def register_secret(secret: str) -> None:
-    """Remember a secret so :func:`redact` hides it wherever it appears."""
-    if secret:
-        _SECRETS.add(secret)
-
-
-def _redact_urls(text: str) -> str:
-    """Replace the password part of every Redis URL inside ``text`` by ``***``."""
-    return _URL_PASSWORD.sub(lambda m: f"{m['pre']}***{m['at']}", text)
-
-
-def redact(text: str) -> str:
-    """Hide URL passwords and every registered secret in ``text``.
-
-    >>> register_secret("hunter2")
-    >>> redact("login with hunter2 at redis://u:pw@h")
-    'login with *** at redis://u:***@h'
-    """
-    text = _redact_urls(text)
-    for s in sorted(_SECRETS, key=len, reverse=True):
-        text = text.replace(s, "***")
-    return text
-
-
-class RedactingFilter(logging.Filter):
-    """A logging filter that redacts secrets from the formatted message of every record."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        msg = record.getMessage()
-        clean = redact(msg)
-        if clean != msg or record.args:
-            record.msg, record.args = clean, None
-        if record.exc_info and not record.exc_text:
-            record.exc_text = logging.Formatter().formatException(record.exc_info)
-        if record.exc_text:
-            record.exc_text = redact(record.exc_text)
-        return True
 
 
 def setup_logging(level: str = "INFO") -> None:

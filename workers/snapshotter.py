@@ -26,10 +26,11 @@ import time
 from typing import Any
 
 from streamnb.encoding import loads
-from streamnb_workers.commit import LuaScript
 from streamnb_workers.keys import GROUP, ModelKeys
-from streamnb_workers.replica import Replica, parse_id
+from streamnb_workers.lua import LuaScript
+from streamnb_workers.replica import Replica
 from streamnb_workers.replies import as_str
+from streamnb_workers.stream_ids import parse_id
 
 log = logging.getLogger(__name__)
 

@@ -27,8 +27,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from streamnb_workers.connection import redact_url
 from streamnb_workers.keys import GROUP, ModelKeys
+from streamnb_workers.redaction import redact_url
 from streamnb_workers.replies import as_str
 
 __all__ = ["HEARTBEAT_STALE_S", "collect", "format_text"]

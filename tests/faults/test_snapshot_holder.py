@@ -20,8 +20,9 @@ from faults.harness import (
     wait_for,
 )
 from streamnb.models import loads as load_model
-from streamnb_workers.replica import Replica, decode_log_entry, parse_id
+from streamnb_workers.replica import Replica, decode_log_entry
 from streamnb_workers.snapshotter import Snapshotter
+from streamnb_workers.stream_ids import parse_id
 
 pytestmark = pytest.mark.redis
 

@@ -1,0 +1,151 @@
+"""What a predicted batch's commit writes, as values, Redis nowhere: the outputs, the
+dead letters, the cache entries and the delta of the labels learnt, given the cache
+entries its label-only messages refer to (workers/commit_pipeline.py reads those and
+sends the result).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+
+from streamnb.features import Row
+from streamnb_workers.batch import Dead, Item, Verdict
+from streamnb_workers.codec import output_for
+from streamnb_workers.label_cache import CachedMessage, encode_entry, encode_label
+from streamnb_workers.labels import REF_EXPIRED, LabelRef, Resolution, resolve_refs
+from streamnb_workers.stream_ids import entry_time, parse_id
+
+__all__ = ["CommitContent", "PredictedBatch", "batch_stats", "commit_content"]
+
+
+@dataclass(frozen=True, slots=True)
+class PredictedBatch:
+    """What a batch's commit is built from (and rebuilt from, without the entries another
+    worker claimed meanwhile): every entry id in the order read, the items and their
+    verdicts, the label-only messages, the dead letters so far, the model version of the
+    predictions, the classes of the verdicts' model log posteriors, the statistics of the
+    items' own labels made before the wait for other workers (their entry ids and the
+    statistics, or None), the cache rows made then (entry id -> bytes), and the batch's
+    announcement, which its commit deletes."""
+
+    order: list[str]
+    items: list[Item]
+    verdicts: list[Verdict]
+    refs: list[LabelRef]
+    ref_data: dict[str, bytes]
+    dead: list[Dead]
+    version: str
+    classes: list[Any]
+    own: tuple[list[str], Any] | None = None
+    row_bytes: dict[str, bytes] | None = None
+    #: The batch's ``:inflight`` announcement (None: not announced, or withdrawn).
+    announced: str | None = None
+
+    def without(self, lost: set[str]) -> PredictedBatch:
+        """This batch without the entries ``lost``."""
+        kept = [i for i, it in enumerate(self.items) if it.entry_id not in lost]
+        return replace(self, items=[self.items[i] for i in kept],
+                       verdicts=[self.verdicts[i] for i in kept],
+                       refs=[r for r in self.refs if r.entry_id not in lost],
+                       dead=[d for d in self.dead if d.entry_id not in lost])
+
+    @property
+    def outside_refs(self) -> list[str]:
+        """The message ids the labels refer to that are not in the batch (in the cache)."""
+        if not self.refs:
+            return []
+        here = {it.msg.id for it in self.items}
+        return [r.ref for r in self.refs if r.ref not in here]
+
+
+@dataclass(frozen=True, slots=True)
+class CommitContent:
+    """What one commit writes, as values: the entry ids it acknowledges (in stream order
+    when it can), the outputs, the dead letters (in stream order), the cache entries
+    ``(message id, entry)``, the statistics added and subtracted and the number of
+    messages learnt; and for the worker's metrics and scores: the labels learnt, the
+    resolution of the label-only messages, and the items scored against their own label
+    (their model log posteriors and their labels)."""
+
+    ids: list[str]
+    outputs: list[bytes]
+    dead: list[Dead]
+    cache_entries: list[tuple[str, bytes]]
+    add: Any
+    sub: Any
+    n_learnt: int
+    learnt_labels: list[Any]
+    resolution: Resolution
+    scored: list[tuple[np.ndarray, Any]]
+
+
+def batch_stats(model: Any, featurizer: Any, rows: Sequence[tuple[Row, Any, float]]) -> Any:
+    """The statistics of ``(row, label, weight)`` rows (None for none)."""
+    if not rows:
+        return None
+    X = featurizer.stack([r for r, _, _ in rows])
+    return model.batch_stats(X, [lab for _, lab, _ in rows],
+                             np.array([w for _, _, w in rows], dtype=np.float64))
+
+
+def commit_content(batch: PredictedBatch, cached: dict[str, CachedMessage | None],
+                   model: Any, featurizer: Any, worker: str, cache: bool,
+                   cache_labelled: bool) -> CommitContent | None:
+    """What the commit of ``batch`` writes, given the cache entries read for its labels
+    (``cached``; an entry whose row does not fit this model is as good as expired);
+    None when nothing is left to commit. ``cache``: whether messages are cached at all;
+    ``cache_labelled``: also those learnt in their batch."""
+    items, verdicts = batch.items, batch.verdicts
+    batch_labels = {it.msg.id: it.msg.label for it in items}
+    batch_preds = {it.msg.id: (v.log_proba, it.msg.ts or entry_time(it.entry_id))
+                   for it, v in zip(items, verdicts, strict=True)}
+    # a cached row that does not fit this model (tampered, other config): as expired
+    cached = {k: c if c is None or featurizer.fits(c.row) else None for k, c in cached.items()}
+    res = resolve_refs(batch.refs, batch_labels, batch_preds, cached)
+    learnt = [res.in_batch.get(it.msg.id, it.msg.label) for it in items]
+    add_rows = [(it.row, lab, it.msg.weight) for it, lab in zip(items, learnt, strict=True)
+                if lab is not None]
+    n_learnt = len(add_rows) + res.n_learnt
+    add_rows += res.adds
+    if batch.own is not None and not res.adds and \
+            batch.own[0] == [it.entry_id for it, lab in zip(items, learnt, strict=True)
+                             if lab is not None]:
+        add = batch.own[1]  # made before the wait for other workers: the same rows
+    else:
+        add = batch_stats(model, featurizer, add_rows)
+    sub = batch_stats(model, featurizer, res.subs)
+    outputs = [output_for(it.msg, v.label, v.log_proba, batch.version, worker,
+                          learned=lab is not None)
+               for it, v, lab in zip(items, verdicts, learnt, strict=True)]
+    why = "never seen, or its cache entry expired" + (
+        "" if cache_labelled else "; messages learnt on arrival are not cached: --no-cache-labelled")
+    dead = batch.dead + [Dead(r.entry_id, REF_EXPIRED, f"no cached message with id {r.ref!r} "
+                              f"({why})", batch.ref_data[r.entry_id]) for r in res.expired]
+    dead.sort(key=lambda d: parse_id(d.entry_id))
+    entries = []
+    if cache:
+        row_bytes = batch.row_bytes or {}
+        for it, v, lab in zip(items, verdicts, learnt, strict=True):
+            if lab is None or cache_labelled:
+                row = row_bytes.get(it.entry_id)
+                entries.append((it.msg.id, encode_entry(
+                    encode_label(lab), it.row.to_bytes() if row is None else row, v.label,
+                    v.log_proba, it.msg.weight, batch_preds[it.msg.id][1])))
+    ids = [it.entry_id for it in items] + [d.entry_id for d in batch.dead] + \
+        [r.entry_id for r in batch.refs]
+    if not ids:
+        return None
+    in_commit = set(ids)
+    in_order = [eid for eid in batch.order if eid in in_commit]
+    if len(in_order) == len(ids):  # (else as they are: the script checks any order)
+        ids = in_order
+    scored = [(v.model_log_proba, it.msg.label) for it, v in zip(items, verdicts, strict=True)
+              if it.msg.label is not None and v.model_log_proba is not None]
+    return CommitContent(
+        ids=ids, outputs=outputs, dead=dead, cache_entries=entries, add=add, sub=sub,
+        n_learnt=n_learnt, learnt_labels=[lab for _, lab, _ in add_rows], resolution=res,
+        scored=scored)

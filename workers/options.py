@@ -1,0 +1,97 @@
+"""How a worker runs: :class:`WorkerOptions` (see docs/worker.md, "Tuning").
+
+>>> WorkerOptions(consumer="w1", batch=50).batch
+50
+>>> WorkerOptions(batch=0)
+Traceback (most recent call last):
+...
+ValueError: batch must be >= 1, got 0
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from dataclasses import dataclass
+
+from streamnb.constants import (
+    DEFAULT_BATCH_SIZE,
+    DEFAULT_LABEL_CACHE_TTL_S,
+    DEFAULT_ORDER_WAIT_MS,
+)
+from streamnb_workers.codec import DEFAULT_LIMITS, Limits
+
+__all__ = ["WorkerOptions"]
+
+
+@dataclass
+class WorkerOptions:
+    """Tuning of a worker (see docs/worker.md for guidance)."""
+
+    #: Consumer name in the group; default ``<host>-<pid>``. Reuse it across restarts to
+    #: re-read the same pending entries at once instead of after ``claim_idle_ms``.
+    consumer: str | None = None
+    batch: int = DEFAULT_BATCH_SIZE
+    block_ms: int = 1000
+    #: Entries pending longer than this in another consumer are claimed (XAUTOCLAIM).
+    claim_idle_ms: int = 60_000
+    #: A message delivered more than this many times goes to :dead (reason ``poison``).
+    max_deliveries: int = 5
+    out_maxlen: int = 1_000_000
+    dead_maxlen: int = 100_000
+    events_maxlen: int = 10_000
+    #: Snapshot after this many applied log entries, or this many seconds.
+    snapshot_every: int = 1000
+    snapshot_interval_s: float = 60.0
+    #: Log entries younger than this (before the snapshot id) are kept when trimming.
+    trim_margin_ms: int = 60_000
+    lease_ms: int = 15_000
+    #: TTL of cached message features for delayed labels (0: no cache).
+    cache_ttl_s: float = DEFAULT_LABEL_CACHE_TTL_S
+    #: Cache the messages learnt in their batch too (a label in the message, or a ref in
+    #: the same batch), so that a later label can correct them. False: only messages
+    #: still unlabelled are cached (delayed labels keep working; a correction of a message
+    #: learnt on arrival goes to :dead as ref_expired); most of the cache's Redis memory
+    #: and of a commit's bytes when most traffic comes labelled.
+    cache_labelled: bool = True
+    heartbeat_s: float = 5.0
+    #: A heartbeat older than this marks a dead worker.
+    stale_s: float = 30.0
+    observe_model_s: float = 5.0
+    backoff_base_s: float = 0.05
+    backoff_cap_s: float = 5.0
+    max_commit_attempts: int = 8
+    limits: Limits = DEFAULT_LIMITS
+    #: Predict message i of a batch with the model plus the labelled messages before it in
+    #: the batch (as one-at-a-time processing), for the models that do it cheaply (every
+    #: kind but bernoulli and hybrid, whose exact method copies their 2**20-wide tables per
+    #: batch); False: the whole batch with the model as it was before the batch. What is
+    #: committed is the same either way.
+    prequential: bool = True
+    #: Before predicting, wait at most this long for other workers' labelled batches that
+    #: start before this one to be committed, so predictions see the same labels as with
+    #: one worker (0: predict at once). See workers/ordering.py.
+    order_wait_ms: int = DEFAULT_ORDER_WAIT_MS
+    #: While a full batch commits, read the next one and decode and featurize it (the
+    #: commit script runs in Redis meanwhile; its reply is read before the next batch is
+    #: predicted, so predictions and what is learnt are the same). False: one batch after
+    #: the other. See docs/worker.md, "Pipelined commits".
+    pipeline: bool = True
+    #: Return freed heap memory to the system (glibc ``malloc_trim``) when the worker goes
+    #: idle after work, and at most this often while it stays busy (0: only when idle).
+    #: See workers/heap.py.
+    release_memory_s: float = 60.0
+
+    def __post_init__(self) -> None:
+        if self.batch < 1:
+            raise ValueError(f"batch must be >= 1, got {self.batch}")
+        if self.block_ms < 0:
+            raise ValueError(f"block_ms must be >= 0, got {self.block_ms}")
+        if self.order_wait_ms < 0:
+            raise ValueError(f"order_wait_ms must be >= 0, got {self.order_wait_ms}")
+        if self.release_memory_s < 0:
+            raise ValueError(f"release_memory_s must be >= 0, got {self.release_memory_s}")
+        if self.max_deliveries < 1:
+            raise ValueError(f"max_deliveries must be >= 1, got {self.max_deliveries}")
+        if self.consumer is None:
+            self.consumer = f"{socket.gethostname()}-{os.getpid()}"

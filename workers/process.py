@@ -1,0 +1,206 @@
+"""One batch of one model, from its read to its commit, in named steps: announce it,
+decode, featurize, prepare what no other worker's batch changes, let the previous commit
+land, catch up with the log (after other workers' earlier labelled batches), predict,
+build and send the commit, show the observer the predictions.
+
+The steps' values and the work on them are workers/batch.py; the commit's send, reply
+and retries are workers/commit_pipeline.py. See docs/worker.md, "One batch".
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from streamnb_workers import commit_pipeline
+from streamnb_workers.batch import (
+    Decoded,
+    Featurized,
+    Predictions,
+    cache_rows,
+    decode_entries,
+    drop_foreign_labels,
+    featurize,
+    known_classes,
+    own_stats,
+    predict,
+    prediction_plan,
+)
+from streamnb_workers.commit_content import PredictedBatch
+from streamnb_workers.metrics import observe_many
+from streamnb_workers.ordering import wait_for_earlier
+from streamnb_workers.stream_ids import entry_time, first_id
+
+if TYPE_CHECKING:
+    from streamnb_workers.runtime import ModelRuntime
+
+__all__ = ["Prepared", "process_batch"]
+
+log = logging.getLogger("streamnb.worker")
+
+
+@dataclass(frozen=True, slots=True)
+class Prepared:
+    """What is made of a batch before the wait for other workers' batches (off the path
+    from one worker's commit to the next's): the items' entry ids it was made for, their
+    rows stacked, the model's prequential plan (or None), the statistics of the items'
+    own labels (without delayed labels in the batch), the cache rows, and the seconds
+    its prediction part and its commit part took."""
+
+    entry_ids: list[str]
+    X: Any
+    plan: Any
+    own: tuple[list[str], Any] | None
+    row_bytes: dict[str, bytes] | None
+    prediction_s: float
+    commit_s: float
+
+
+def process_batch(rt: ModelRuntime, entries: list, deliveries: dict[str, int] | None = None,
+                  announced: str | None = None, pipeline: bool = False) -> int:
+    """Decode, featurize, predict, learn and commit one batch of ``rt``'s entries;
+    returns how many there were.
+
+    ``deliveries``: entry id -> times delivered (claimed and pending entries).
+    ``announced``: the batch's ``:inflight`` field if it was announced when read.
+    ``pipeline``: a full batch's commit may be sent without waiting for its reply
+    (:func:`commit_pipeline.send_ahead`).
+    """
+    o = rt.options
+    start = first_id(entries)
+    if announced is None and o.order_wait_ms > 0 and entries:
+        # announced at once (it may hold labels), so a worker that read the next batch
+        # can never look before this one is announced; see workers/ordering.py
+        announced = rt.inflight.announce(start, len(entries))
+    sent = False
+    try:
+        now = time.time()
+        decoded = decode(rt, entries, deliveries)
+        t1 = time.perf_counter()
+        if not decoded.labelled:
+            rt.withdraw(announced)  # it learns nothing: nobody needs to wait for it
+            announced = None
+        batch = featurize(rt.featurizer, decoded)
+        rt.labels.stage("featurize", time.perf_counter() - t1)
+        prepared = prepare(rt, batch) if batch.items else None
+
+        # the previous batch's commit (pipelined) lands before anything reads the model
+        rt.own_applied = False
+        settled = commit_pipeline.settle(rt)
+        catch_up(rt, start, bool(batch.items), settled)
+        t2 = time.perf_counter()
+        # after the log tail: it may have brought the model's first classes
+        batch = drop_foreign_labels(known_classes(rt.replica.model), decoded, batch)
+
+        # predict before learning (test-then-train; prequential within the batch)
+        predictions = predict_items(rt, batch, prepared)
+        rt.labels.stage("predict", time.perf_counter() - t2 +
+                        (prepared.prediction_s if prepared else 0.0))
+
+        predicted = PredictedBatch(
+            order=decoded.order, items=batch.items,
+            verdicts=predictions.verdicts if predictions else [], refs=batch.refs,
+            ref_data=batch.ref_data, dead=batch.dead, version=rt.replica.version,
+            classes=predictions.classes if predictions else [],
+            own=prepared.own if prepared else None,
+            row_bytes=prepared.row_bytes if prepared else None, announced=announced)
+        built = commit_pipeline.build(rt, predicted, prepared.commit_s if prepared else 0.0)
+        if built is not None:
+            if pipeline and o.pipeline and len(entries) >= o.batch:
+                t4 = time.perf_counter()
+                commit_pipeline.send_ahead(rt, predicted, built)
+                sent = True
+                rt.labels.stage("send", time.perf_counter() - t4)
+            else:
+                commit_pipeline.commit(rt, predicted, built)
+        if predictions is not None and predictions.observed:
+            t5 = time.perf_counter()
+            observe_predictions(rt, predictions, now)
+            rt.labels.stage("observe", time.perf_counter() - t5)
+    finally:
+        if not sent:  # else the settle of the commit on the wire withdraws it
+            rt.withdraw(announced)
+    return len(entries)
+
+
+def decode(rt: ModelRuntime, entries: list, deliveries: dict[str, int] | None) -> Decoded:
+    """The batch's entries decoded (counted: read, batch size, unknown keys)."""
+    m, labels, o = rt.metrics, rt.labels, rt.options
+    labels(m.messages_read).inc(len(entries))
+    labels(m.batch_size).observe(len(entries))
+    t0 = time.perf_counter()
+    dense_dim = rt.featurizer.dim if rt.featurizer.input == "dense" else None
+    decoded = decode_entries(entries, deliveries, o.max_deliveries, o.limits, dense_dim)
+    if decoded.unknown_keys:
+        labels(m.unknown_keys).inc(decoded.unknown_keys)
+    labels.stage("decode", time.perf_counter() - t0)
+    return decoded
+
+
+def prepare(rt: ModelRuntime, batch: Featurized) -> Prepared:
+    """What the prediction and the commit need that no other worker's batch changes: the
+    rows stacked and the prequential plan; the cache rows and, without delayed labels, the
+    batch's own statistics. :func:`predict_items` and :func:`commit_pipeline.build` use it
+    only where it still applies."""
+    o, model, items = rt.options, rt.replica.model, batch.items
+    t0 = time.perf_counter()
+    X = rt.featurizer.stack([it.row for it in items])
+    plan = prediction_plan(model, X, items) if o.prequential and model.cheap_prequential else None
+    t1 = time.perf_counter()
+    row_bytes = cache_rows(items, o.cache_labelled) if o.cache_ttl_s > 0 else None
+    own = own_stats(model, items, X) if not batch.refs else None
+    return Prepared([it.entry_id for it in items], X, plan, own, row_bytes, t1 - t0,
+                    time.perf_counter() - t1)
+
+
+def catch_up(rt: ModelRuntime, start: str, has_items: bool, settled: bool) -> None:
+    """Bring the model up to date before predicting: other workers' earlier labelled
+    batches first (ordered predictions), then the log (batches committed while this one
+    was read and featurized). A worker alone that applied its own delta at the commit
+    (nothing came between) has nothing to catch up with."""
+    o = rt.options
+    current = has_items and o.order_wait_ms > 0 and await_earlier(rt, start)
+    current = current or (rt.own_applied and rt.alone())
+    if not current and (settled or (has_items and (o.order_wait_ms > 0 or o.prequential))):
+        rt.tail()
+
+
+def await_earlier(rt: ModelRuntime, start: str) -> bool:
+    """Wait (at most ``order_wait_ms``) for other workers' labelled batches that start
+    before ``start`` to be committed, applying the log as it grows. True if the wait ended
+    by applying the log (then the model is current)."""
+    res = wait_for_earlier(rt.inflight, start, rt.options.order_wait_ms / 1000.0,
+                           lambda batches, block_ms: rt.tail(batches, block_ms))
+    if res.waited_for:
+        rt.labels(rt.metrics.order_wait_seconds).observe(res.seconds)
+        if res.timed_out:
+            rt.labels(rt.metrics.order_wait_timeouts).inc()
+            log.info("model %s: waited %.0f ms for %d earlier labelled batch(es) of other "
+                     "workers; predicting batch %s without them", rt.name, res.seconds * 1000,
+                     res.waited_for, start)
+    return res.caught_up
+
+
+def predict_items(rt: ModelRuntime, batch: Featurized, prepared: Prepared | None,
+                  ) -> Predictions | None:
+    """The batch's predictions and decisions (None without items)."""
+    if not batch.items:
+        return None
+    prep = (prepared.entry_ids, prepared.X, prepared.plan) if prepared is not None else None
+    return predict(rt.replica.model, rt.rule, rt.featurizer, batch.items,
+                   rt.options.prequential, prep)
+
+
+def observe_predictions(rt: ModelRuntime, p: Predictions, now: float) -> None:
+    """Message ages and the observer's view of one batch's predictions: run once the
+    commit is on its way (off the path from one worker's commit to the next's), with the
+    model the batch was predicted with (the log is applied only after)."""
+    ages = np.array([max(0.0, now - entry_time(it.entry_id)) for it in p.observed])
+    observe_many(rt.labels(rt.metrics.message_age), ages)
+    oov = p.oov_share if p.oov_share is not None else \
+        rt.replica.model.unseen_share(rt.featurizer.stack([it.row for it in p.observed]))
+    rt.observe(rt.observer.observe_predictions, p.classes, p.log_proba, oov, ages, p.unsure)
