@@ -10,11 +10,10 @@ import numpy as np
 
 @cache
 def _c_sort_order() -> Any:
-    """The C ``sort_order`` (:mod:`streamnb.features._speedups`), None without it; looked
-    up on first use (the features package imports this module)."""
-    from streamnb.features._accel import speedups
+    """The C ``sort_order`` (:mod:`streamnb.features._speedups`), None without it."""
+    from streamnb._cmodules import optional_c_module
 
-    return getattr(speedups(), "sort_order", None)
+    return getattr(optional_c_module("streamnb.features._speedups"), "sort_order", None)
 
 
 def sorted_unique(a: np.ndarray, runs: bool = False) -> np.ndarray:
