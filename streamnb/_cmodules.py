@@ -1,8 +1,8 @@
 """The optional C modules, loaded in one place, with one switch.
 
-``streamnb.features._speedups`` (the tokenizer's per-character steps and the token hash
-table) and ``streamnb._kernels`` (the count models' loops over a batch's nonzeros, the
-sorts of its columns) are built by ``setup.py`` where a C compiler is found
+``streamnb.features._speedups`` (the tokenizer's per-character steps, the token hash
+table, the sort of each message's buckets) and ``streamnb._kernels`` (the count models'
+loops over a batch's nonzeros) are built by ``setup.py`` where a C compiler is found
 (docs/architecture.md, decision 16). Every C function stands for Python code, its
 reference, which runs wherever the function is missing and which tests compare it with.
 

@@ -16,6 +16,8 @@ import csv
 import dataclasses
 import os
 import string
+import subprocess
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -44,6 +46,27 @@ def test_c_modules_built_where_ci_requires_them():
 
 
 needs_speedups = pytest.mark.skipif(C_STEPS is None, reason="streamnb.features._speedups is not built")
+
+
+@needs_speedups
+@pytest.mark.parametrize(("value", "expected"), [
+    ("", [True, True, True, True, True]),
+    ("0", [True, True, True, True, True]),
+    ("1", [False, False, False, False, False]),
+    ("hash_table, class_sums", [True, False, False, True, False]),  # word_hashes goes with the table
+    ("tokenizer,streamnb._kernels", [False, True, False, False, False]),
+])
+def test_the_switch_turns_off_what_it_names(value, expected):
+    """STREAMNB_PURE_PYTHON: 1 for every C module, or a list of modules, functions and
+    pieces; what it names is gone for the whole process, the rest stays."""
+    probe = ("from streamnb.features import hashing, steps; from streamnb.stats import feature_counts; "
+             "from streamnb.models import prequential; "
+             "print([steps.C_STEPS is not None, hashing.C_TABLE is not None, "
+             "feature_counts.CLASS_SUMS is not None, prequential.MULTINOMIAL_JLL is not None, "
+             "(steps.C_STEPS or steps.REFERENCE_STEPS).word_hashes is not None])")
+    env = dict(os.environ, STREAMNB_PURE_PYTHON=value)
+    out = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == str(expected)
 
 
 def both(run: Callable[[Any], Any]) -> tuple[Any, Any]:
@@ -907,41 +930,6 @@ def test_c_unique_buckets_rejects_inconsistent_buffers():
         speedups.unique_buckets(hashes, np.array([2, 2]), 8, out.astype(np.int64), counts)
     with pytest.raises(BufferError):  # read-only
         speedups.unique_buckets(hashes, np.array([2, 2]), 8, bytes(16), counts)
-
-
-@needs_speedups
-@settings(max_examples=300, deadline=None)
-@given(bits=st.integers(1, 31), data=st.data(), wide=st.booleans())
-def test_c_sort_order_is_the_stable_argsort(bits, data, wide):
-    keys = np.array(data.draw(st.lists(st.integers(0, 2**bits - 1), max_size=300)
-                              | st.lists(st.integers(0, min(3, 2**bits - 1)), max_size=300)),
-                    dtype=np.int64 if wide else np.int32)
-    words, order = np.empty(keys.size, np.int64), np.empty(keys.size, np.int64)
-    assert speedups.sort_order(keys, bits, words, order) is None
-    want = np.argsort(keys, kind="stable")
-    assert order.tolist() == want.tolist() and words.tolist() == keys[want].tolist()
-
-
-@needs_speedups
-def test_c_sort_order_on_a_batch_of_rows_and_bad_input():
-    from streamnb.arrays import _sort_with_order_numpy, sort_with_order
-
-    rng = np.random.default_rng(5)  # 100 CSR rows of 2**20 buckets: two 11-bit passes
-    keys = np.concatenate([np.sort(rng.choice(2**20, 300, replace=False)) for _ in range(100)])
-    for dtype in (np.int32, np.int64):
-        got, want = sort_with_order(keys.astype(dtype), 2**20), _sort_with_order_numpy(keys, 2**20)
-        assert all(np.array_equal(g, w) and g.dtype == np.int64 for g, w in zip(got, want, strict=True))
-    out = np.empty(3, np.int64), np.empty(3, np.int64)
-    with pytest.raises(ValueError, match=r"key 8 is not in \[0, 2\*\*3\)"):
-        speedups.sort_order(np.array([1, 8, 2]), 3, *out)
-    with pytest.raises(ValueError, match=r"key -1 is not in"):
-        speedups.sort_order(np.array([1, -1, 2], dtype=np.int32), 3, *out)
-    with pytest.raises(ValueError, match="one item per key"):
-        speedups.sort_order(np.array([1, 2]), 3, *out)
-    with pytest.raises(TypeError, match="4- or 8-byte"):
-        speedups.sort_order(np.array([1, 2, 3], dtype=np.int16), 3, *out)
-    with pytest.raises(ValueError, match="bits"):
-        speedups.sort_order(np.array([1, 2, 3]), 0, *out)
 
 
 def test_the_dict_table_equals_the_one_in_use():

@@ -1,26 +1,25 @@
 /* streamnb.features._speedups: the per-character and per-token steps of streamnb.features, in C.
  *
- * 1. The word rules of streamnb.features.text (below), and
- * 2. the token hash cache of streamnb.features.hashing (further down), and
- * 3. the letter counts of MailAnalysis.add_text_stats (text_counts), and
- * 4. the URL rule of WordRules.urls on Latin-1 text (url_scan), and
- * 5. the tags of markup.strip_html's split on Latin-1 markup (next_tag, for 12), and
- * 6. the tokens of a Received header of mail._received_tokens (received_tokens), and
- * 7. the html: and url: tokens of markup.strip_html's tags (tag_tokens), and
- * 8. the field split of a plain header block of mime._plain_headers (header_fields), and
- * 9. the comment, declaration and script/style passes of markup.strip_html (clean_passes,
- *    for 12, at the end), and
- * 10. the sorted distinct buckets of each message's token hashes for
- *    TokenHasher.unique_buckets_many (unique_buckets, after the hash cache), and
- * 11. the stable argsort of a batch's column indices for streamnb.arrays.sort_with_order
- *    (sort_order, after it), and
- * 12. markup.strip_html whole on Latin-1 markup (html_strip: the passes of 9, the split of
- *    5 and the tokens of 7 in one call, at the end), and
- * 13. the header stage of the mail tokenizer: mime._header_block_end and
- *    mime._plain_headers on the raw bytes (header_block_end, plain_headers, around
- *    header_fields), mime.Part's names and index (header_index),
- *    MailTokenizer._headers (header_tokens) and the address lists of mail._getaddresses
- *    (addresses), after 8.
+ * Each function is the C step of a rule whose Python code (its reference) is named here;
+ * streamnb.features.steps lists the tokenizer's steps, and the functions decline the input
+ * they do not take (None or False), which the Python code then reads:
+ *
+ * - the word rules of streamnb.features.text (word_tokens, below; value_words for header
+ *   values);
+ * - the token hash table of streamnb.features.hashing (further down), the word hashes of
+ *   WordRules.hash_words (word_hashes) and the sorted distinct buckets of each message's
+ *   token hashes for TokenHasher.unique_buckets_many (unique_buckets);
+ * - the letter counts of MailAnalysis.add_text_stats (text_counts);
+ * - the URL rule of WordRules.urls on Latin-1 text (url_scan);
+ * - markup.strip_html: its comment, declaration and script/style passes, its tag split and
+ *   its tag tokens, in one call on Latin-1 markup (html_strip, at the end), and the tag
+ *   tokens alone (tag_tokens);
+ * - the tokens of a Received header of mail._received_tokens (received_tokens);
+ * - the header stage of the mail tokenizer: mime._header_block_end and
+ *   mime._plain_headers on the raw bytes (header_block_end, plain_headers), the field
+ *   split of a plain header block (header_fields), mime.Part's names and index
+ *   (header_index), MailTokenizer._headers (header_tokens) and the address lists of
+ *   mail._address_matches (addresses).
  *
  * word_tokens(text, min_len, max_len, out) appends to the list `out`
  * exactly the tokens that WordRules.words' list comprehensions give for `text` (already
@@ -37,11 +36,11 @@
  *   - a word with non-ASCII characters also gives "8bit%:<share of them, rounded to 10>",
  *     except a short e-mail address (WordRules._odd_tokens).
  *
- * The module's PUNCT must equal text._PUNCT (text.py uses this module only when it does).
- * The Python code stays the reference (and the path for bigrams and the token limit);
- * tests/test_speedups.py compares both on generated text and on the whole corpus, and the
- * hash table with the dict cache. Building this module is optional: without a C compiler
- * the package installs and runs the same code in Python.
+ * The module's PUNCT must equal text._PUNCT (tests/test_speedups.py checks it). The Python
+ * code stays the path for bigrams and the token limit; tests/test_speedups.py compares
+ * each function with it on generated input and on the whole corpus, and the hash table
+ * with the dict. Building this module is optional: without a C compiler the package
+ * installs and runs the Python code alone.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -914,104 +913,6 @@ unique_buckets(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 done:
     PyMem_Free(work);
     release_buffers(4, v);
-    return result;
-}
-
-/* ------------------------------------------------------------------ sort_order
- *
- * sort_order(keys, bits, sorted_out, order_out): streamnb.arrays.sort_with_order for
- * keys in [0, 2**bits): order_out gets np.argsort(keys, kind="stable") and sorted_out
- * keys[order] (both int64). `keys` is int32 or int64 (a batch's CSR column indices);
- * a key out of range raises ValueError. An LSD radix sort of (key, position) pairs,
- * 11-bit digits (a digit shared by every key is skipped): two passes over a batch of
- * 2**20-bucket columns, where numpy's stable sort merges the rows' sorted runs in
- * about log2(rows) passes. */
-#define ORDER_DIGIT 11
-
-static PyObject *
-sort_order(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
-{
-    if (nargs != 4) {
-        PyErr_SetString(PyExc_TypeError, "sort_order(keys, bits, sorted_out, order_out) takes 4 arguments");
-        return NULL;
-    }
-    long bits;
-    if (bits_argument(args[1], "sort_order", &bits) < 0) {
-        return NULL;
-    }
-    /* keys, sorted_out, order_out */
-    static const int which[3] = {0, 2, 3}, writable[3] = {0, 1, 1};
-    Py_buffer v[3];
-    if (get_buffers(args, 3, which, writable, v) < 0) {
-        return NULL;
-    }
-    Py_buffer kv = v[0], sv = v[1], ov = v[2];
-    PyObject *result = NULL;
-    uint32_t *work = NULL;
-    Py_ssize_t n = kv.itemsize ? kv.len / kv.itemsize : 0;
-    if ((kv.itemsize != 4 && kv.itemsize != 8) || sv.itemsize != 8 || ov.itemsize != 8) {
-        PyErr_SetString(PyExc_TypeError, "sort_order: keys take 4- or 8-byte items, the outputs 8-byte ones");
-        goto done;
-    }
-    if (sv.len / 8 != n || ov.len / 8 != n) {
-        PyErr_SetString(PyExc_ValueError, "sort_order: the outputs must have one item per key");
-        goto done;
-    }
-    if (n > (Py_ssize_t)UINT32_MAX) {
-        PyErr_SetString(PyExc_ValueError, "sort_order: too many keys");
-        goto done;
-    }
-    work = PyMem_Malloc(4 * ((size_t)n + 1) * sizeof(uint32_t));
-    if (work == NULL) {
-        PyErr_NoMemory();
-        goto done;
-    }
-    uint32_t *key = work, *pos = work + n + 1, *key2 = work + 2 * (n + 1), *pos2 = work + 3 * (n + 1);
-    int64_t bound = (int64_t)1 << bits;
-    for (Py_ssize_t j = 0; j < n; j++) {
-        int64_t v = kv.itemsize == 4 ? ((const int32_t *)kv.buf)[j] : ((const int64_t *)kv.buf)[j];
-        if (v < 0 || v >= bound) {
-            PyErr_Format(PyExc_ValueError, "sort_order: key %lld is not in [0, 2**%ld)", (long long)v, bits);
-            goto done;
-        }
-        key[j] = (uint32_t)v;
-        pos[j] = (uint32_t)j;
-    }
-    for (int shift = 0; shift < bits && n > 1; shift += ORDER_DIGIT) {
-        Py_ssize_t count[(1 << ORDER_DIGIT) + 1];
-        memset(count, 0, sizeof(count));
-        uint32_t dmask = (1u << ORDER_DIGIT) - 1;
-        for (Py_ssize_t j = 0; j < n; j++) {
-            count[((key[j] >> shift) & dmask) + 1]++;
-        }
-        if (count[((key[0] >> shift) & dmask) + 1] == n) {
-            continue; /* one digit for every key: already in order on it */
-        }
-        for (int d = 0; d < (1 << ORDER_DIGIT); d++) {
-            count[d + 1] += count[d];
-        }
-        for (Py_ssize_t j = 0; j < n; j++) {
-            Py_ssize_t at = count[(key[j] >> shift) & dmask]++;
-            key2[at] = key[j];
-            pos2[at] = pos[j];
-        }
-        uint32_t *t = key;
-        key = key2;
-        key2 = t;
-        t = pos;
-        pos = pos2;
-        pos2 = t;
-    }
-    int64_t *sorted = sv.buf, *order = ov.buf;
-    for (Py_ssize_t j = 0; j < n; j++) {
-        sorted[j] = key[j];
-        order[j] = pos[j];
-    }
-    result = Py_None;
-    Py_INCREF(result);
-done:
-    PyMem_Free(work);
-    release_buffers(3, v);
     return result;
 }
 
@@ -2878,9 +2779,6 @@ static PyMethodDef methods[] = {
     {"unique_buckets", (PyCFunction)(void (*)(void))unique_buckets, METH_FASTCALL,
      "unique_buckets(hashes, sizes, bits, out, counts): the sorted distinct buckets of each "
      "list of uint64 hashes, lists end to end, into out (int32); counts[i]: how many for list i."},
-    {"sort_order", (PyCFunction)(void (*)(void))sort_order, METH_FASTCALL,
-     "sort_order(keys, bits, sorted_out, order_out): the stable argsort of keys in [0, 2**bits) "
-     "into order_out and the sorted keys into sorted_out (int64)."},
     {"text_counts", text_counts, METH_O,
      "text_counts(text): (upper-case, alphabetic, non-ASCII, '!' or '$') characters of text "
      "(MailAnalysis.add_text_stats' counts)."},
@@ -2919,7 +2817,8 @@ static PyMethodDef methods[] = {
 
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, "_speedups",
-    "The word rules, the token hash cache and the text letter counts of streamnb.features, in C (optional).", -1, methods,
+    "The tokenizer's per-character steps and the token hash table of streamnb.features, in C (optional).", -1,
+    methods,
 };
 
 PyMODINIT_FUNC
