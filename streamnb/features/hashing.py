@@ -216,7 +216,7 @@ class TokenHasher:
         same message, already computed (native uint64 bytes, as
         :meth:`MailAnalysis.word_hashes <streamnb.features.mail.MailAnalysis>` holds them).
         Hashing a message's tokens as soon as they are made reads them while they are still
-        in the CPU's caches (docs/performance.md, item 64).
+        in the CPU's caches.
 
         >>> h = TokenHasher(bits=20)
         >>> got = h.hashes_of(["a", "b"], token_hashes(["c"]).tobytes())
@@ -235,9 +235,10 @@ class TokenHasher:
     def unique_buckets_many(self, hashes: np.ndarray, sizes: np.ndarray) -> list[np.ndarray]:
         """The sorted unique buckets (int32) of each list of 64-bit token hashes, the lists
         end to end in ``hashes`` (``sizes[i]`` hashes for list i; ``hashes`` may be
-        modified). With the C module, one pass sorts each list apart (``unique_buckets``,
-        4.3-4.6x the numpy code on a batch of mail-sized lists: ``python -m benchmarks.array_sorts``); without it, one mask, one
-        sort of (list number, bucket) keys, one split.
+        modified). One mask, one sort of (list number, bucket) keys, one split
+        (:meth:`_unique_buckets_numpy`); with the C module one pass sorts each list apart
+        (``unique_buckets``, 5-6x the numpy code on a batch of mail-sized lists: ``python -m
+        benchmarks.array_sorts``).
 
         >>> h = TokenHasher(bits=4)
         >>> [b.tolist() for b in h.unique_buckets_many(np.array([17, 1, 2, 33], np.uint64), np.array([3, 0, 1]))]
