@@ -1,11 +1,15 @@
-"""Build hook for the optional C speed-ups (metadata is in pyproject.toml).
+"""Build hook for the optional C modules (metadata is in pyproject.toml).
 
-``streamnb.features._speedups`` runs the tokenizer's per-character steps and the token
-hash cache (see its source); ``streamnb._kernels`` runs the count models' loops over a
-batch (prequential scores, class sums). Both are optional: where no C compiler is
-found, the build goes on without them and the same code runs in Python (``python -c
-"import streamnb.features.text as t; print(t.SPEEDUPS)"``); ``tests/test_speedups.py``
-checks that CI built them.
+``streamnb.features._speedups`` holds the tokenizer's per-character steps, the token hash
+table and the sort of each message's buckets; ``streamnb._kernels`` the count models'
+loops over a batch's nonzeros (prequential scores, class sums, merges). Each C function
+stands for Python code that defines what it computes and that tests compare it with; each
+is kept because it earns its place end to end (docs/performance.md, "What the C modules
+earn"). Both modules are optional: where no C compiler is found the build goes on without
+them and the Python code runs alone (``python -c "import streamnb.features.steps as s;
+print(s.DEFAULT_STEPS)"``); ``STREAMNB_PURE_PYTHON=1`` turns them off
+(``streamnb/_cmodules.py``, the one loader); CI sets ``STREAMNB_REQUIRE_SPEEDUPS=1`` so
+that ``tests/test_speedups.py`` fails where they were not built.
 """
 
 import sys

@@ -6,21 +6,17 @@ is predicted before any of it is learnt; the default 1 is pure test-then-train).
 Reports accuracy, ham false-positive rate and spam false-negative rate for the
 multinomial and Bernoulli token models, with and without the Gaussian meta block
 (the hybrid model), next to River's MultinomialNB fed the same tokens in the same run;
-then tokenizer throughput (messages/s, one process) next to bare
-``email.message_from_bytes`` on the same messages, and the featurizing of a worker
+then tokenizer throughput (messages/s, one process) with its C steps and with the Python
+code alone, next to bare ``email.message_from_bytes`` on the same messages; token hashing
+with the C table and with the dict; and the featurizing of a worker
 (``Featurizer.featurize_batch``, batches of 100: tokens, hashing and rows).
 
     python benchmarks/accuracy.py [--corpus DIR] [--bits 20] [--alpha A] [--batch 1] [--passes 3]
-
-A/B of the tokenizer against an older commit, this script with the other tree's package:
-``git worktree add /tmp/before <rev> && PYTHONPATH=/tmp/before python benchmarks/accuracy.py
---no-river``.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import csv
 import email
 import os
@@ -34,10 +30,9 @@ import numpy as np
 
 from streamnb.constants import DEFAULT_MAIL_ALPHA
 from streamnb.features import Featurizer, MailTokenizer, Payload, TokenHasher, hashing
-from streamnb.features import _accel as accel
 from streamnb.features import mail as mail_features
-from streamnb.features import text as text_rules
 from streamnb.features.mail import N_META
+from streamnb.features.steps import C_STEPS, REFERENCE_STEPS
 from streamnb.models.bernoulli import BernoulliNB
 from streamnb.models.hybrid import HybridNB
 from streamnb.models.multinomial import MultinomialNB
@@ -124,59 +119,50 @@ def main(argv: list[str] | None = None) -> int:
 
     # ---- tokenizer throughput: best of N alternating passes, CPU time, cold memos
     tokenizer = MailTokenizer()
-    # an older tree (PYTHONPATH=<checkout>, for A/B runs) may have no C steps
-    c_words = getattr(text_rules, "_word_tokens", None)
-    python_steps = getattr(accel, "python_tokenizer", None)
-    if python_steps is None:  # (older trees: the word rules were the only C step)
-        @contextlib.contextmanager
-        def python_steps():
-            text_rules._word_tokens = None
-            try:
-                yield
-            finally:
-                text_rules._word_tokens = c_words
+    reference = MailTokenizer(steps=REFERENCE_STEPS)
     parse_s = tok_s = pure_s = float("inf")
     for _ in range(max(1, args.passes)):
         t0 = time.process_time()
         for raw in raws:
             email.message_from_bytes(raw)
         parse_s = min(parse_s, time.process_time() - t0)
-        # (an older tree may have no memos to clear)
-        getattr(mail_features, "clear_memos", lambda: None)()
+        mail_features.clear_memos()
         t0 = time.process_time()
         analyses = [tokenizer.analyse(raw) for raw in raws]
         tok_s = min(tok_s, time.process_time() - t0)
-        if c_words is not None:  # the same with the C steps off (the Python reference)
+        if C_STEPS is not None:  # the same with the Python code alone (the reference steps)
             mail_features.clear_memos()
-            with python_steps():
-                t0 = time.process_time()
-                pure = [tokenizer.analyse(raw) for raw in raws]
-                pure_s = min(pure_s, time.process_time() - t0)
+            t0 = time.process_time()
+            pure = [reference.analyse(raw) for raw in raws]
+            pure_s = min(pure_s, time.process_time() - t0)
             if pure != analyses:
                 raise SystemExit("the tokenizer's C and Python steps gave different tokens or counts")
     # ---- token hashing, batches of 100 fresh str (as a worker gets them): the C table
-    # (when built) against the dict cache, alternating passes, best of each
-    hash_s = {"in use": float("inf"), "dict": float("inf")}
-    c_lists = getattr(hashing, "_hash_lists", None)
+    # (when built) and the dict, each emptied (cold: every distinct token a miss, hashed
+    # by hashing._blake64) then again (warm), alternating passes, best of each
+    tables = {t.name: t for t in (hashing.C_TABLE, hashing.REFERENCE_TABLE) if t is not None}
+    hash_s = {(name, state): float("inf") for name in tables for state in ("cold", "warm")}
     hasher = TokenHasher(bits=args.bits)
     for _ in range(max(1, args.passes)):
-        for name in hash_s if c_lists is not None else ["in use"]:
-            fresh = [[t.encode().decode() for t in a.tokens] for a in analyses]
-            if name == "dict":
-                hashing._hash_lists, hashing._lookup = None, hashing._CACHE.__getitem__
-            t0 = time.process_time()
-            for i in range(0, len(fresh), 100):
-                hasher.hash_unique_many(fresh[i : i + 100])
-            hash_s[name] = min(hash_s[name], time.process_time() - t0)
-            if name == "dict":
-                hashing._hash_lists, hashing._lookup = c_lists, hashing._C.hash_one
+        for name, table in tables.items():
+            table.clear()
+            for state in ("cold", "warm"):
+                fresh = [[t.encode().decode() for t in a.tokens] for a in analyses]
+                t0 = time.process_time()
+                for i in range(0, len(fresh), 100):
+                    batch = fresh[i : i + 100]
+                    sizes = np.fromiter(map(len, batch), dtype=np.int64, count=len(batch))
+                    out = np.empty(int(sizes.sum()), dtype=np.uint64)
+                    table.hash_lists(batch, out)
+                    hasher.unique_buckets_many(out, sizes)
+                hash_s[name, state] = min(hash_s[name, state], time.process_time() - t0)
     # ---- the worker's path: featurize_batch in batches of 100 (the daemon's default
     # featurizer: no meta vector), best of the passes, memos emptied before each
     worker_featurizer = Featurizer(bits=args.bits)
     messages = [Payload("raw", raw) for i, raw in enumerate(raws)]
     batch_s = float("inf")
     for _ in range(max(1, args.passes)):
-        getattr(mail_features, "clear_memos", lambda: None)()
+        mail_features.clear_memos()
         t0 = time.process_time()
         for i in range(0, len(messages), 100):
             worker_featurizer.featurize_batch(messages[i : i + 100])
@@ -193,18 +179,19 @@ def main(argv: list[str] | None = None) -> int:
           f"(best of {max(1, args.passes)} passes)")
     print(f"tokenize_email (parse + tokens + meta): {len(raws) / tok_s:8.0f} messages/s of CPU "
           f"({n_tokens / len(raws):.0f} tokens/message; C steps "
-          f"{'on' if c_words is not None else 'off'})")
-    if c_words is not None:
+          f"{'on' if C_STEPS is not None else 'off'})")
+    if C_STEPS is not None:
         print(f"tokenize_email, C steps off (Python): {len(raws) / pure_s:8.0f} messages/s of CPU "
               f"(C steps: {pure_s / tok_s:.2f}x)")
     print(f"featurize (tokens + hashing + meta): {len(raws) / feat_s:8.0f} messages/s")
     print(f"featurize_batch, a worker's path (batches of 100, no meta): {len(raws) / batch_s:8.0f} "
           f"messages/s of CPU ({batch_s / len(raws) * 1e6:.1f} us/message, best of "
           f"{max(1, args.passes)} passes)")
-    print(f"token hashing (hash_unique_many, batches of 100), cache "
-          f"{'in C' if c_lists is not None else 'a dict'}: {hash_s['in use'] / len(raws) * 1e6:.1f} "
-          f"us/message of CPU"
-          + (f"; with the dict cache: {hash_s['dict'] / len(raws) * 1e6:.1f}" if c_lists is not None else ""))
+    distinct = len({t for a in analyses for t in a.tokens})
+    print(f"token hashing (hashes and unique buckets, batches of 100; {distinct} distinct tokens "
+          f"of {n_tokens}), us/message of CPU: "
+          + "; ".join(f"{name} table {hash_s[name, 'cold'] / len(raws) * 1e6:.1f} cold (emptied first), "
+                      f"{hash_s[name, 'warm'] / len(raws) * 1e6:.1f} warm" for name in tables))
 
     # ---- accuracy, test-then-train
     print()

@@ -3,9 +3,10 @@
 Before the rows exist, the featurizer makes each message's distinct buckets from its
 token hashes (``TokenHasher.unique_buckets_many``: the C ``unique_buckets`` where the C
 module is built, against its numpy reference; here ``--per-row`` hashes per row, a third
-of them repeats). Then a worker sorts the column indices of a batch's rows three times: the prequential plan
-(``sort_with_order``), the class sums of the statistics (``unique_inverse``) and the union
-of column sets when deltas merge (``sorted_unique(runs=True)``). The input here has the
+of them repeats). Then the count models sort the column indices of a batch's rows: the
+prequential plan (``sort_with_order``) and the class sums of the statistics
+(``unique_inverse``) where ``streamnb._kernels`` is not built, and the union of column
+sets when deltas merge (``sorted_unique(runs=True)``). The input here has the
 shape of a batch of mail: ``--rows`` CSR rows of ``--per-row`` sorted distinct buckets of
 2**20 (the rows' indices end to end: sorted runs), and a union of ``--columns`` known
 columns with one row's. Each figure is the best of ``--repeat`` timings of 20 calls.
@@ -66,7 +67,7 @@ def measure(rows: int = 100, per_row: int = 320, columns: int = 200_000,
         ("plan: sort the batch's indices with their order", "np.argsort(kind='stable')",
          best_ms(lambda: np.argsort(keys, kind="stable"), repeat),
          best_ms(lambda: sort_with_order(keys, BUCKETS), repeat)),
-        ("  (without the C module: its packed words)", "np.sort, quicksort",
+        ("  (its packed words: quicksort, stable sort)", "np.sort, quicksort",
          best_ms(lambda: np.sort(words), repeat), best_ms(lambda: np.sort(words, kind="stable"), repeat)),
         ("class sums: distinct columns and inverse", "np.unique(return_inverse=True)",
          best_ms(lambda: np.unique(keys, return_inverse=True), repeat),

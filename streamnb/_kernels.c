@@ -1,4 +1,4 @@
-/* streamnb._kernels: the count models' per-nonzero loops and ADWIN's window, in C (optional).
+/* streamnb._kernels: the count models' per-nonzero loops, in C (optional).
  *
  * The first two take a CSR batch (indptr, indices, data: float64) with a class code per
  * row (codes: int64) and a weight per row (weights: float64), and put the batch's
@@ -49,20 +49,8 @@
  *    streamnb.stats.feature_counts.FeatureCounts._add (a gather, the sums, a scatter);
  *    this is one pass over the columns.
  *
- * 4. adwin_update(rows, values, width, total, m2, n_seen, clock, max_buckets,
- *                 min_window, warm, delta) -> (width, total, m2, n_seen, cuts)
- *
- *    ADWIN's window (streamnb.drift.adwin, the reference: ADWIN.update_many) after each
- *    value of the list `values` in turn: its sums, its buckets `rows` (a list of rows,
- *    row i holding [sum, M2] buckets of 2**i values, oldest first; rewritten in place)
- *    and, at every clock tick past the warm-up, the cut of its stale part. `cuts` lists
- *    (position, values dropped, their sum, mean after, width after) of each tick that
- *    dropped something; the caller decides which of them are alarms. Every float is the
- *    reference's, operation for operation (libm's pow(x, 2.0) for its x ** 2; no fused
- *    multiply-add: setup.py builds this module with -ffp-contract=off).
- *
- * tests/test_prequential.py, tests/test_feature_counts.py and tests/test_drift.py compare
- * each with its reference. Building this module is optional.
+ * tests/test_prequential.py and tests/test_feature_counts.py compare each with its
+ * reference. Building this module is optional.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -526,265 +514,6 @@ done:
     return result;
 }
 
-/* libm's pow, as CPython's x ** 2 calls it: through a pointer, so that the compiler does
- * not turn pow(x, 2.0) into x * x, which rounds differently now and then. */
-static double (*volatile libm_pow)(double, double) = pow;
-#define SQUARE(x) libm_pow((x), 2.0)
-
-/* ADWIN's buckets: row i at b + i * cap, len[i] of them, oldest first. */
-typedef struct {
-    double s, v;
-} bucket_t;
-
-typedef struct {
-    bucket_t *b;
-    Py_ssize_t *len;
-    int levels, max_levels;
-    Py_ssize_t cap, max_buckets;
-    int64_t width;
-    double total, m2;
-} window_t;
-
-#define ROW(w, i) ((w)->b + (Py_ssize_t)(i) * (w)->cap)
-
-/* ADWIN._merge_full_rows from row 0, after one insert: each full row merges its two
- * oldest buckets into one of the row above. */
-static int
-window_merge(window_t *w)
-{
-    for (int i = 0; i < w->levels && w->len[i] > w->max_buckets; i++) {
-        bucket_t *row = ROW(w, i);
-        double s1 = row[0].s, v1 = row[0].v, s2 = row[1].s, v2 = row[1].v, merged_v;
-        if (i == 0) {
-            merged_v = SQUARE(s1 - s2) / 2;
-        }
-        else {
-            double size = (double)((int64_t)1 << i);
-            merged_v = v1 + v2 + size * size * SQUARE(s1 / size - s2 / size) / (2 * size);
-        }
-        memmove(row, row + 2, (size_t)(w->len[i] - 2) * sizeof(bucket_t));
-        w->len[i] -= 2;
-        if (i + 1 == w->levels) {
-            if (w->levels == w->max_levels) {
-                PyErr_SetString(PyExc_OverflowError, "adwin_update: the window is too wide");
-                return -1;
-            }
-            w->len[w->levels++] = 0;
-        }
-        ROW(w, i + 1)[w->len[i + 1]++] = (bucket_t){s1 + s2, merged_v};
-    }
-    return 0;
-}
-
-/* ADWIN._drop_oldest: remove the oldest bucket; its size into *n, its sum into *s. */
-static void
-window_drop(window_t *w, int64_t *n, double *s)
-{
-    int level = w->levels - 1;
-    while (level > 0 && !w->len[level]) {
-        level--;
-    }
-    bucket_t *row = ROW(w, level);
-    double bs = row[0].s, bv = row[0].v;
-    memmove(row, row + 1, (size_t)(w->len[level] - 1) * sizeof(bucket_t));
-    w->len[level]--;
-    int64_t size = (int64_t)1 << level;
-    w->width -= size;
-    w->total -= bs;
-    if (w->width) {
-        double mean = w->total / (double)w->width;
-        w->m2 -= bv + (double)(size * w->width) * SQUARE(bs / (double)size - mean) / (double)(size + w->width);
-        if (0.0 > w->m2) {
-            w->m2 = 0.0;
-        }
-    }
-    else {
-        w->m2 = 0.0;
-    }
-    while (w->levels > 1 && !w->len[w->levels - 1]) {
-        w->levels--;
-    }
-    *n = size;
-    *s = bs;
-}
-
-/* ADWIN._find_cut. */
-static int
-window_find_cut(const window_t *w, int64_t min_window, double delta)
-{
-    int64_t n = w->width, n0 = 0, shift = min_window - 1;
-    double total = w->total, s0 = 0.0, v = w->m2 / (double)n;
-    double log_term = log(2.0 * log((double)n) / delta);
-    double linear = 2.0 / 3.0 * log_term;
-    for (int level = w->levels - 1; level >= 0; level--) {
-        int64_t size = (int64_t)1 << level;
-        const bucket_t *row = ROW(w, level);
-        for (Py_ssize_t j = 0; j < w->len[level]; j++) {
-            n0 += size;
-            s0 += row[j].s;
-            int64_t n1 = n - n0;
-            if (n1 < min_window) {
-                return 0;
-            }
-            if (n0 < min_window) {
-                continue;
-            }
-            double m = 1.0 / (double)(n0 - shift) + 1.0 / (double)(n1 - shift);
-            double diff = fabs(s0 / (double)n0 - (total - s0) / (double)n1);
-            if (diff > linear * m && diff > sqrt(2.0 * m * v * log_term) + linear * m) {
-                return 1;
-            }
-        }
-    }
-    return 0;
-}
-
-static PyObject *
-adwin_update(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
-{
-    if (nargs != 11) {
-        PyErr_SetString(PyExc_TypeError, "adwin_update(rows, values, width, total, m2, n_seen, clock, "
-                                         "max_buckets, min_window, warm, delta) takes 11 arguments");
-        return NULL;
-    }
-    PyObject *rows = args[0], *values = args[1];
-    if (!PyList_CheckExact(rows) || !PyList_CheckExact(values) || PyList_GET_SIZE(rows) < 1) {
-        PyErr_SetString(PyExc_TypeError, "adwin_update: rows (at least one) and values must be lists");
-        return NULL;
-    }
-    window_t w = {.b = NULL, .len = NULL};
-    int64_t n_seen, clock, min_window, warm;
-    w.width = PyLong_AsLongLong(args[2]);
-    w.total = PyFloat_AsDouble(args[3]);
-    w.m2 = PyFloat_AsDouble(args[4]);
-    n_seen = PyLong_AsLongLong(args[5]);
-    clock = PyLong_AsLongLong(args[6]);
-    w.max_buckets = PyLong_AsSsize_t(args[7]);
-    min_window = PyLong_AsLongLong(args[8]);
-    warm = PyLong_AsLongLong(args[9]);
-    double delta = PyFloat_AsDouble(args[10]);
-    if (PyErr_Occurred()) {
-        return NULL;
-    }
-    if (w.width < 0 || n_seen < 0 || clock < 1 || w.max_buckets < 2 || min_window < 1) {
-        PyErr_SetString(PyExc_ValueError, "adwin_update: width, n_seen >= 0, clock >= 1, max_buckets >= 2 "
-                                          "and min_window >= 1 are required");
-        return NULL;
-    }
-    PyObject *result = NULL, *cuts = NULL, *rebuilt = NULL;
-    w.max_levels = 64;
-    w.cap = w.max_buckets + 2;
-    w.len = PyMem_Calloc((size_t)w.max_levels, sizeof(Py_ssize_t));
-    w.b = PyMem_Malloc((size_t)w.max_levels * (size_t)w.cap * sizeof(bucket_t));
-    if (!w.len || !w.b) {
-        PyErr_NoMemory();
-        goto done;
-    }
-    /* the rows as they are */
-    w.levels = (int)PyList_GET_SIZE(rows);
-    if (PyList_GET_SIZE(rows) > w.max_levels) {
-        PyErr_SetString(PyExc_ValueError, "adwin_update: too many rows");
-        goto done;
-    }
-    for (int i = 0; i < w.levels; i++) {
-        PyObject *row = PyList_GET_ITEM(rows, i);
-        if (!PyList_CheckExact(row) || PyList_GET_SIZE(row) > w.max_buckets + 1) {
-            PyErr_SetString(PyExc_ValueError, "adwin_update: a row is no list of at most max_buckets buckets");
-            goto done;
-        }
-        w.len[i] = PyList_GET_SIZE(row);
-        for (Py_ssize_t j = 0; j < w.len[i]; j++) {
-            PyObject *bucket = PyList_GET_ITEM(row, j);
-            if (!PyList_CheckExact(bucket) || PyList_GET_SIZE(bucket) != 2) {
-                PyErr_SetString(PyExc_ValueError, "adwin_update: a bucket is no [sum, M2] list");
-                goto done;
-            }
-            ROW(&w, i)[j].s = PyFloat_AsDouble(PyList_GET_ITEM(bucket, 0));
-            ROW(&w, i)[j].v = PyFloat_AsDouble(PyList_GET_ITEM(bucket, 1));
-            if (PyErr_Occurred()) {
-                goto done;
-            }
-        }
-    }
-    cuts = PyList_New(0);
-    if (!cuts) {
-        goto done;
-    }
-    Py_ssize_t n = PyList_GET_SIZE(values);
-    for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *item = PyList_GET_ITEM(values, i);
-        if (!PyFloat_CheckExact(item)) {
-            PyErr_SetString(PyExc_TypeError, "adwin_update: values must be floats");
-            goto done;
-        }
-        double x = PyFloat_AS_DOUBLE(item);
-        if (w.width) { /* as ADWIN._insert */
-            w.m2 += (double)w.width * SQUARE(x - w.total / (double)w.width) / (double)(w.width + 1);
-        }
-        w.width += 1;
-        w.total += x;
-        if (w.len[0] == w.cap) {
-            PyErr_SetString(PyExc_ValueError, "adwin_update: row 0 is over full");
-            goto done;
-        }
-        ROW(&w, 0)[w.len[0]++] = (bucket_t){x, 0.0};
-        if (window_merge(&w) < 0) {
-            goto done;
-        }
-        n_seen += 1;
-        if (n_seen % clock || w.width <= warm) {
-            continue;
-        }
-        int64_t dropped_n = 0;
-        double dropped_s = 0.0;
-        while (w.width > 2 * min_window && window_find_cut(&w, min_window, delta)) {
-            int64_t size;
-            double s;
-            window_drop(&w, &size, &s);
-            dropped_n += size;
-            dropped_s += s;
-        }
-        if (dropped_n) {
-            PyObject *cut = Py_BuildValue("(nLddL)", i, (long long)dropped_n, dropped_s,
-                                          w.width ? w.total / (double)w.width : 0.0, (long long)w.width);
-            if (!cut || PyList_Append(cuts, cut) < 0) {
-                Py_XDECREF(cut);
-                goto done;
-            }
-            Py_DECREF(cut);
-        }
-    }
-    /* the rows back, as lists of [sum, M2] lists */
-    rebuilt = PyList_New(w.levels);
-    if (!rebuilt) {
-        goto done;
-    }
-    for (int i = 0; i < w.levels; i++) {
-        PyObject *row = PyList_New(w.len[i]);
-        if (!row) {
-            goto done;
-        }
-        PyList_SET_ITEM(rebuilt, i, row);
-        for (Py_ssize_t j = 0; j < w.len[i]; j++) {
-            PyObject *bucket = Py_BuildValue("[dd]", ROW(&w, i)[j].s, ROW(&w, i)[j].v);
-            if (!bucket) {
-                goto done;
-            }
-            PyList_SET_ITEM(row, j, bucket);
-        }
-    }
-    if (PyList_SetSlice(rows, 0, PyList_GET_SIZE(rows), rebuilt) < 0) {
-        goto done;
-    }
-    result = Py_BuildValue("(LddLO)", (long long)w.width, w.total, w.m2, (long long)n_seen, cuts);
-done:
-    Py_XDECREF(cuts);
-    Py_XDECREF(rebuilt);
-    PyMem_Free(w.len);
-    PyMem_Free(w.b);
-    return result;
-}
-
 static PyMethodDef methods[] = {
     {"multinomial_jll", (PyCFunction)(void (*)(void))multinomial_jll, METH_FASTCALL,
      "multinomial_jll(indptr, indices, data, codes, weights, counts, k0, n_features, totals, alpha, "
@@ -798,17 +527,12 @@ static PyMethodDef methods[] = {
     {"merge_columns", (PyCFunction)(void (*)(void))merge_columns, METH_FASTCALL,
      "merge_columns(values, cols, rows, vals, sign) -> change in nonzero columns: a delta's "
      "counts added to a dense count table in place (see streamnb.stats.feature_counts)."},
-    {"adwin_update", (PyCFunction)(void (*)(void))adwin_update, METH_FASTCALL,
-     "adwin_update(rows, values, width, total, m2, n_seen, clock, max_buckets, min_window, warm, "
-     "delta) -> (width, total, m2, n_seen, cuts): ADWIN after each of the values (see "
-     "streamnb.drift.adwin)."},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, "_kernels",
-    "The count models' per-nonzero loops (prequential scores, class sums, merges) and ADWIN's "
-    "window, in C (optional).", -1,
+    "The count models' per-nonzero loops (prequential scores, class sums, merges), in C (optional).", -1,
     methods,
 };
 

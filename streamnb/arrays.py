@@ -2,19 +2,7 @@
 
 from __future__ import annotations
 
-from functools import cache
-from typing import Any
-
 import numpy as np
-
-
-@cache
-def _c_sort_order() -> Any:
-    """The C ``sort_order`` (:mod:`streamnb.features._speedups`), None without it; looked
-    up on first use (the features package imports this module)."""
-    from streamnb.features._accel import speedups
-
-    return getattr(speedups(), "sort_order", None)
 
 
 def sorted_unique(a: np.ndarray, runs: bool = False) -> np.ndarray:
@@ -75,28 +63,16 @@ def sort_with_order(keys: np.ndarray, bound: int) -> tuple[np.ndarray, np.ndarra
     """``(keys[order], order)`` with ``order = np.argsort(keys, kind="stable")``, for
     integer keys in ``[0, bound)``; both int64.
 
-    With the C module, a radix sort of (key, position) pairs (``sort_order``); without
-    it, one sort of int64 words holding the key in the high bits and the position in the
-    low bits, or numpy's stable argsort when the two do not fit in 63 bits. The keys are
-    the column indices of CSR rows (sorted runs, one per row), and so are the words:
-    numpy's stable sort merges the runs, about 1.6x faster than its quicksort on a batch
-    of mail rows and 1.2x faster than its stable argsort of the keys; the radix sort
-    takes two passes (``python -m benchmarks.array_sorts``).
+    One sort of int64 words holding the key in the high bits and the position in the low
+    bits, or numpy's stable argsort when the two do not fit in 63 bits. The keys are the
+    column indices of CSR rows (sorted runs, one per row), and so are the words: numpy's
+    stable sort merges the runs, about 1.6x faster than its quicksort on a batch of mail
+    rows and 1.2x faster than its stable argsort of the keys (``python -m
+    benchmarks.array_sorts``).
 
     >>> [a.tolist() for a in sort_with_order(np.array([3, 1, 3, 0, 1]), 4)]
     [[0, 1, 1, 3, 3], [3, 1, 4, 0, 2]]
     """
-    bits = max(int(bound) - 1, 1).bit_length()
-    c_sort = _c_sort_order()
-    if c_sort is not None and bits <= 31 and keys.dtype.kind in "iu" and keys.itemsize in (4, 8):
-        words, order = np.empty(keys.size, dtype=np.int64), np.empty(keys.size, dtype=np.int64)
-        c_sort(np.ascontiguousarray(keys), bits, words, order)
-        return words, order
-    return _sort_with_order_numpy(keys, bound)
-
-
-def _sort_with_order_numpy(keys: np.ndarray, bound: int) -> tuple[np.ndarray, np.ndarray]:
-    """:func:`sort_with_order` in numpy (the reference of the C ``sort_order``)."""
     shift = max(int(keys.size - 1).bit_length(), 1)
     if keys.size == 0 or max(int(bound) - 1, 1).bit_length() + shift > 63:
         order = np.argsort(keys, kind="stable").astype(np.int64)

@@ -9,7 +9,6 @@ import struct
 
 import numpy as np
 import pytest
-from _c_steps import c_or_reference
 from scipy.stats import chi2_contingency
 
 from streamnb.drift import (
@@ -22,16 +21,8 @@ from streamnb.drift import (
     j_divergence,
     js_divergence,
 )
-from streamnb.drift import adwin as adwin_module
 from streamnb.drift.base import DriftDetector
 from streamnb.drift.prior_shift import g_statistic
-
-
-@pytest.fixture(params=["C", "Python"])
-def adwin_window(request, monkeypatch):
-    """ADWIN.update_many with its window in C (streamnb._kernels.adwin_update, when built)
-    and in Python (its reference)."""
-    return c_or_reference(request, monkeypatch, adwin_module, "ADWIN_UPDATE")
 
 
 def first_alarm(detector, stream, *args) -> int | None:
@@ -241,7 +232,7 @@ def test_token_drift_ignores_the_learning_fall_and_catches_a_rise():
     assert d.last_change["new_rate"] > d.last_change["old_rate"]
 
 
-def test_update_many_matches_update_one_at_a_time(adwin_window):
+def test_update_many_matches_update_one_at_a_time():
     """Bulk updates (as the observer does per batch): the same alarms, changes and state."""
     import random
 
@@ -354,7 +345,7 @@ def test_prior_shift_update_many_new_classes_in_one_batch():
 
 
 @pytest.mark.parametrize("seed", range(4))
-def test_adwin_update_many_is_update_bit_for_bit(seed, adwin_window):
+def test_adwin_update_many_is_update_bit_for_bit(seed):
     rng = random.Random(seed)
     p = regimes(seed, 8000, [0.03, 0.3, 0.1, 0.01])
     errors = [float(rng.random() < q) for q in p]
@@ -370,34 +361,28 @@ def test_adwin_update_many_is_update_bit_for_bit(seed, adwin_window):
         assert one.n_alarms >= 1
 
 
-@pytest.mark.skipif(adwin_module.ADWIN_UPDATE is None, reason="streamnb._kernels is not built")
-def test_adwin_window_in_c_is_the_python_one_on_small_random_windows(monkeypatch):
+def test_adwin_update_many_is_update_on_small_random_windows():
     """Narrow windows, tiny rows and clocks, outliers and random batch sizes, where the
-    edge cases of the cut and of the merges come often: the C window (adwin_update) and
-    the Python one give the same alarms and the same state, bit for bit."""
-    def replay(seed: int) -> tuple:
+    edge cases of the cut and of the merges come often: update_many gives the alarms and
+    the state of update one value at a time, bit for bit."""
+    for seed in range(600):
         rng = random.Random(seed)
-        d = ADWIN(clock=rng.randint(1, 3), min_window=rng.randint(1, 3),
-                  max_buckets=rng.randint(2, 3), grace_period=rng.randint(1, 6),
-                  delta=rng.choice([0.002, 0.05, 0.3]), cooldown=0,
-                  direction=rng.choice(["both", "increase", "decrease"]))
+        params = dict(clock=rng.randint(1, 3), min_window=rng.randint(1, 3), max_buckets=rng.randint(2, 3),
+                      grace_period=rng.randint(1, 6), delta=rng.choice([0.002, 0.05, 0.3]), cooldown=0,
+                      direction=rng.choice(["both", "increase", "decrease"]))
+        one, many = ADWIN(**params), ADWIN(**params)
         p = rng.random()
         values = [float(rng.random() < (p if i < 60 else 1 - p)) if seed % 2 else
                   rng.uniform(0, 1 if i < 60 else 40) * (1 if rng.random() < 0.9 else 30)
                   for i in range(160)]
-        alarms, start = [], 0
+        expected = [(i, one.last_change) for i, v in enumerate(values) if one.update(v)]
+        got, start = [], 0
         while start < len(values):
             size = rng.randint(1, 20)
-            alarms.append(d.update_many(values[start:start + size]))
+            got += [(start + i, change) for i, change in many.update_many(values[start:start + size])]
             start += size
-        return alarms, vars(d)
-
-    for seed in range(600):
-        in_c = replay(seed)
-        with monkeypatch.context() as m:
-            m.setattr(adwin_module, "ADWIN_UPDATE", None)
-            in_python = replay(seed)
-        assert_same(in_c, in_python, f"seed {seed}")
+        assert_same(got, expected, f"seed {seed}")
+        assert_same(many, one, f"seed {seed}")
 
 
 @pytest.mark.parametrize("seed", range(4))
@@ -416,7 +401,7 @@ def test_page_hinkley_update_many_is_update_bit_for_bit(seed):
 
 
 @pytest.mark.parametrize("seed", range(3))
-def test_token_drift_update_many_is_update_bit_for_bit(seed, adwin_window):
+def test_token_drift_update_many_is_update_bit_for_bit(seed):
     rng = random.Random(seed)
     top = regimes(seed, 6000, [0.1, 0.3, 0.05, 0.6])
     shares = [rng.uniform(0.0, t) for t in top]
@@ -426,7 +411,7 @@ def test_token_drift_update_many_is_update_bit_for_bit(seed, adwin_window):
 
 
 @pytest.mark.parametrize("seed", range(2))
-def test_update_many_with_a_whole_stream_at_once(seed, adwin_window):
+def test_update_many_with_a_whole_stream_at_once(seed):
     """One call far longer than PriorShift's 1,024-label blocks and ADWIN's clock."""
     rng = random.Random(seed)
     level = regimes(seed, 5000, [0.05, 0.5, 0.2])

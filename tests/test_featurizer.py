@@ -277,17 +277,19 @@ def test_hashed_word_tokens_give_the_same_analysis_as_the_tokens():
     same hashes in all, the same counts and meta vector. Past the token limit it is the
     analysis with every token a str (where the limit cuts depends on their order)."""
     from streamnb.features import FeatureLimits as Limits
-    from streamnb.features import text as text_rules
     from streamnb.features.hashing import token_hashes
+    from streamnb.features.steps import DEFAULT_STEPS, REFERENCE_STEPS
 
-    tokenizer = MailTokenizer()
     # ASCII text and Latin-1 text (their words hashed, 8bit% tokens too), text beyond
-    # Latin-1 (its words as tokens), many words
+    # Latin-1 (its words as tokens), many words; without the C step every token a str
     beyond = "Subject: x\nContent-Type: text/plain; charset=utf-8\n\nna\u00efve \u65e5\u672c text"
-    for raw, hashed_words in ((MAIL, 4), (MAIL + b"\n" + b"Caf\xe9 cr\xe8me " * 3, 16),
-                              (beyond.encode(), 0), (b"Subject: x\n\n" + b"word " * 50, 50)):
+    cases = ((MAIL, 4), (MAIL + b"\n" + b"Caf\xe9 cr\xe8me " * 3, 16),
+             (beyond.encode(), 0), (b"Subject: x\n\n" + b"word " * 50, 50))
+    for steps, (raw, hashed_words) in [(steps, case) for steps in {DEFAULT_STEPS, REFERENCE_STEPS}
+                                       for case in cases]:
+        tokenizer = MailTokenizer(steps=steps)
         plain, hashed = tokenizer.analyse(raw), tokenizer.analyse(raw, hash_words=True)
-        if text_rules._word_hashes is None:  # (no C module: every token a str)
+        if steps.word_hashes is None:
             hashed_words = 0
         assert len(hashed.word_hashes) == 8 * hashed_words
         assert hashed.n_tokens == plain.n_tokens == len(plain.tokens)

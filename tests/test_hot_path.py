@@ -91,9 +91,7 @@ def test_class_sums_match_dense_onehot_product():
 
 
 # ----------------------------------------------------------- count-model helpers
-@pytest.mark.parametrize("sort", ["in use", "numpy"])
-def test_array_helpers_equal_the_numpy_reference(sort, monkeypatch):
-    from streamnb import arrays
+def test_array_helpers_equal_the_numpy_reference():
     from streamnb.arrays import (
         nonzero_columns,
         put_rows,
@@ -102,8 +100,6 @@ def test_array_helpers_equal_the_numpy_reference(sort, monkeypatch):
         unique_inverse,
     )
 
-    if sort == "numpy":  # what a build without the C module runs
-        monkeypatch.setattr(arrays, "_c_sort_order", lambda: None)
     rng = np.random.default_rng(11)
     for size, bound in ((0, 5), (1, 1), (50, 3), (5000, 2**20), (20000, 70000)):
         keys = rng.integers(0, bound, size=size).astype(np.int32)

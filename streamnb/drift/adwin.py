@@ -18,13 +18,8 @@ import math
 from collections.abc import Iterable
 from typing import Any, Literal
 
-from streamnb._cmodules import optional_c_module
 from streamnb.constants import ADWIN_CLOCK, ADWIN_DELTA, DRIFT_COOLDOWN_SAMPLES
 from streamnb.drift.base import DriftDetector
-
-#: ``streamnb._kernels.adwin_update``: :meth:`ADWIN.update_many`'s window in C, or None
-#: (not built, or ``STREAMNB_PURE_PYTHON``): then the Python below, its reference, runs.
-ADWIN_UPDATE = getattr(optional_c_module("streamnb._kernels"), "adwin_update", None)
 
 Direction = Literal["both", "increase", "decrease"]
 
@@ -215,8 +210,6 @@ class ADWIN(DriftDetector):
         if not xs:
             return []
         warm = max(self.grace_period, 2 * self.min_window)
-        if ADWIN_UPDATE is not None:
-            return self._update_many_c(xs, warm)
         alarms: list[tuple[int, dict[str, Any]]] = []
         clock = self.clock
         width, total, m2, n_seen = self.width, self.total, self._m2, self.n_seen
@@ -240,23 +233,6 @@ class ADWIN(DriftDetector):
             width, total, m2 = self.width, self.total, self._m2
         self.width, self.total, self._m2, self.n_seen = width, total, m2, n_seen
         self.drift_detected = bool(alarms) and alarms[-1][0] == n - 1
-        return alarms
-
-    def _update_many_c(self, xs: list[float], warm: int) -> list[tuple[int, dict[str, Any]]]:
-        """:meth:`update_many` with the window in C (``streamnb._kernels.adwin_update``: the
-        same buckets and floats); the cuts it reports are judged here, in order, as
-        :meth:`_cut` judges them."""
-        start = self.n_seen
-        width, total, m2, n_seen, cuts = ADWIN_UPDATE(
-            self._rows, xs, self.width, self.total, self._m2, start, self.clock,
-            self.max_buckets, self.min_window, warm, self.delta)
-        alarms: list[tuple[int, dict[str, Any]]] = []
-        for position, dropped_n, dropped_s, new_mean, window in cuts:
-            self.n_seen = start + position + 1
-            if self._judge(dropped_n, dropped_s, new_mean, window):
-                alarms.append((position, self.last_change))
-        self.width, self.total, self._m2, self.n_seen = width, total, m2, n_seen
-        self.drift_detected = bool(alarms) and alarms[-1][0] == len(xs) - 1
         return alarms
 
     def _judge(self, dropped_n: int, dropped_s: float, new_mean: float, window: int) -> bool:

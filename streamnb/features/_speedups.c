@@ -1,26 +1,25 @@
 /* streamnb.features._speedups: the per-character and per-token steps of streamnb.features, in C.
  *
- * 1. The word rules of streamnb.features.text (below), and
- * 2. the token hash cache of streamnb.features.hashing (further down), and
- * 3. the letter counts of MailAnalysis.add_text_stats (text_counts), and
- * 4. the URL rule of WordRules.urls on Latin-1 text (url_scan), and
- * 5. the tags of markup.strip_html's split on Latin-1 markup (next_tag, for 12), and
- * 6. the tokens of a Received header of mail._received_tokens (received_tokens), and
- * 7. the html: and url: tokens of markup.strip_html's tags (tag_tokens), and
- * 8. the field split of a plain header block of mime._plain_headers (header_fields), and
- * 9. the comment, declaration and script/style passes of markup.strip_html (clean_passes,
- *    for 12, at the end), and
- * 10. the sorted distinct buckets of each message's token hashes for
- *    TokenHasher.unique_buckets_many (unique_buckets, after the hash cache), and
- * 11. the stable argsort of a batch's column indices for streamnb.arrays.sort_with_order
- *    (sort_order, after it), and
- * 12. markup.strip_html whole on Latin-1 markup (html_strip: the passes of 9, the split of
- *    5 and the tokens of 7 in one call, at the end), and
- * 13. the header stage of the mail tokenizer: mime._header_block_end and
- *    mime._plain_headers on the raw bytes (header_block_end, plain_headers, around
- *    header_fields), mime.Part's names and index (header_index),
- *    MailTokenizer._headers (header_tokens) and the address lists of mail._getaddresses
- *    (addresses), after 8.
+ * Each function is the C step of a rule whose Python code (its reference) is named here;
+ * streamnb.features.steps lists the tokenizer's steps, and the functions decline the input
+ * they do not take (None or False), which the Python code then reads:
+ *
+ * - the word rules of streamnb.features.text (word_tokens, below; value_words for header
+ *   values);
+ * - the token hash table of streamnb.features.hashing (further down), the word hashes of
+ *   WordRules.hash_words (word_hashes) and the sorted distinct buckets of each message's
+ *   token hashes for TokenHasher.unique_buckets_many (unique_buckets);
+ * - the letter counts of MailAnalysis.add_text_stats (text_counts);
+ * - the URL rule of WordRules.urls on Latin-1 text (url_scan);
+ * - markup.strip_html: its comment, declaration and script/style passes, its tag split and
+ *   its tag tokens, in one call on Latin-1 markup (html_strip, at the end), and the tag
+ *   tokens alone (tag_tokens);
+ * - the tokens of a Received header of mail._received_tokens (received_tokens);
+ * - the header stage of the mail tokenizer: mime._header_block_end and
+ *   mime._plain_headers on the raw bytes (header_block_end, plain_headers), the field
+ *   split of a plain header block (header_fields), mime.Part's names and index
+ *   (header_index), MailTokenizer._headers (header_tokens) and the address lists of
+ *   mail._address_matches (addresses).
  *
  * word_tokens(text, min_len, max_len, out) appends to the list `out`
  * exactly the tokens that WordRules.words' list comprehensions give for `text` (already
@@ -37,11 +36,11 @@
  *   - a word with non-ASCII characters also gives "8bit%:<share of them, rounded to 10>",
  *     except a short e-mail address (WordRules._odd_tokens).
  *
- * The module's PUNCT must equal text._PUNCT (text.py uses this module only when it does).
- * The Python code stays the reference (and the path for bigrams and the token limit);
- * tests/test_speedups.py compares both on generated text and on the whole corpus, and the
- * hash table with the dict cache. Building this module is optional: without a C compiler
- * the package installs and runs the same code in Python.
+ * The module's PUNCT must equal text._PUNCT (tests/test_speedups.py checks it). The Python
+ * code stays the path for bigrams and the token limit; tests/test_speedups.py compares
+ * each function with it on generated input and on the whole corpus, and the hash table
+ * with the dict. Building this module is optional: without a C compiler the package
+ * installs and runs the Python code alone.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -324,12 +323,12 @@ value_words(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 
 /* ------------------------------------------------------------------ token hash cache
  *
- * token -> its 64-bit stable hash (keyed BLAKE2b: computed here on a miss once
- * hash_cache_init was given the key, else by a Python function), for
- * streamnb.features.hashing. The Python cache is a dict: a lookup of a token
- * that arrives as a fresh str object reads the dict's index, its entry, the stored key
- * (to compare the text) and the stored int, four places in memory, and numpy then
- * converts the int. Here a slot holds a key made of the token's str hash (SipHash,
+ * token -> its 64-bit stable hash, for streamnb.features.hashing; a token not in the
+ * table is hashed by the Python function given to hash_cache_init (hashing._blake64,
+ * hashlib's keyed BLAKE2b), the one definition of the hash. The Python table is a dict:
+ * a lookup of a token that arrives as a fresh str object reads the dict's index, its
+ * entry, the stored key (to compare the text) and the stored int, four places in memory,
+ * and numpy then converts the int. Here a slot holds a key made of the token's str hash (SipHash,
  * cached in the str object) and its length, and the stable hash, side by side: 16 bytes
  * in one place in memory (8 MB for the default capacity, at most half full), and the
  * result goes straight into a uint64 array. Two tokens are taken for the same one only
@@ -355,135 +354,13 @@ static slot_t *slots = NULL;
 static size_t n_slots = 0, n_used = 0, capacity = 0;
 static PyObject *miss_fn = NULL;
 
-/* The stable hash itself, in C: BLAKE2b (RFC 7693) with an 8-byte digest and the hash
- * key, of the token's UTF-8 bytes (surrogates passed through), read little-endian: what
- * streamnb.features.hashing._blake64 computes with hashlib, its reference. The state
- * after the key block is kept (keyed_state), so a token of up to 128 bytes is one
- * compression. Used on a miss once hash_cache_init was given the key. */
-static const uint64_t blake2b_iv[8] = {
-    0x6a09e667f3bcc908ULL, 0xbb67ae8584caa73bULL, 0x3c6ef372fe94f82bULL, 0xa54ff53a5f1d36f1ULL,
-    0x510e527fade682d1ULL, 0x9b05688c2b3e6c1fULL, 0x1f83d9abfb41bd6bULL, 0x5be0cd19137e2179ULL,
-};
-static const uint8_t blake2b_sigma[12][16] = {
-    {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15}, {14, 10, 4, 8, 9, 15, 13, 6, 1, 12, 0, 2, 11, 7, 5, 3},
-    {11, 8, 12, 0, 5, 2, 15, 13, 10, 14, 3, 6, 7, 1, 9, 4}, {7, 9, 3, 1, 13, 12, 11, 14, 2, 6, 5, 10, 4, 0, 15, 8},
-    {9, 0, 5, 7, 2, 4, 10, 15, 14, 1, 11, 12, 6, 8, 3, 13}, {2, 12, 6, 10, 0, 11, 8, 3, 4, 13, 7, 5, 15, 14, 1, 9},
-    {12, 5, 1, 15, 14, 13, 4, 10, 0, 7, 6, 3, 9, 2, 8, 11}, {13, 11, 7, 14, 12, 1, 3, 9, 5, 0, 15, 4, 8, 6, 2, 10},
-    {6, 15, 14, 9, 11, 3, 0, 8, 12, 2, 13, 7, 1, 4, 10, 5}, {10, 2, 8, 4, 7, 6, 1, 5, 15, 11, 9, 14, 3, 12, 13, 0},
-    {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15}, {14, 10, 4, 8, 9, 15, 13, 6, 1, 12, 0, 2, 11, 7, 5, 3},
-};
-static uint64_t keyed_state[8];
-static int have_key = 0;
-
-static inline uint64_t
-rotr64(uint64_t x, int n)
-{
-    return (x >> n) | (x << (64 - n));
-}
-
-#define BLAKE2B_G(a, b, c, d, x, y)                                                                           \
-    do {                                                                                                     \
-        a = a + b + (x);                                                                                     \
-        d = rotr64(d ^ a, 32);                                                                               \
-        c = c + d;                                                                                           \
-        b = rotr64(b ^ c, 24);                                                                               \
-        a = a + b + (y);                                                                                     \
-        d = rotr64(d ^ a, 16);                                                                               \
-        c = c + d;                                                                                           \
-        b = rotr64(b ^ c, 63);                                                                               \
-    } while (0)
-
-/* One compression of the 128-byte block into h; t: bytes hashed so far, this block's
- * included; last: the final block. */
-static void
-blake2b_compress(uint64_t h[8], const uint8_t block[128], uint64_t t, int last)
-{
-    uint64_t m[16], v[16];
-    for (int i = 0; i < 16; i++) {
-        uint64_t w = 0;
-        for (int b = 7; b >= 0; b--) {
-            w = (w << 8) | block[8 * i + b]; /* little-endian words */
-        }
-        m[i] = w;
-    }
-    for (int i = 0; i < 8; i++) {
-        v[i] = h[i];
-        v[i + 8] = blake2b_iv[i];
-    }
-    v[12] ^= t; /* (the counter's high word stays 0: tokens are short) */
-    if (last) {
-        v[14] = ~v[14];
-    }
-    for (int r = 0; r < 12; r++) {
-        const uint8_t *s = blake2b_sigma[r];
-        BLAKE2B_G(v[0], v[4], v[8], v[12], m[s[0]], m[s[1]]);
-        BLAKE2B_G(v[1], v[5], v[9], v[13], m[s[2]], m[s[3]]);
-        BLAKE2B_G(v[2], v[6], v[10], v[14], m[s[4]], m[s[5]]);
-        BLAKE2B_G(v[3], v[7], v[11], v[15], m[s[6]], m[s[7]]);
-        BLAKE2B_G(v[0], v[5], v[10], v[15], m[s[8]], m[s[9]]);
-        BLAKE2B_G(v[1], v[6], v[11], v[12], m[s[10]], m[s[11]]);
-        BLAKE2B_G(v[2], v[7], v[8], v[13], m[s[12]], m[s[13]]);
-        BLAKE2B_G(v[3], v[4], v[9], v[14], m[s[14]], m[s[15]]);
-    }
-    for (int i = 0; i < 8; i++) {
-        h[i] ^= v[i] ^ v[i + 8];
-    }
-}
-
-/* The BLAKE2b initial state for an 8-byte digest and a key of key_len bytes. */
-static void
-blake2b_init8(uint64_t h[8], size_t key_len)
-{
-    memcpy(h, blake2b_iv, sizeof(blake2b_iv));
-    h[0] ^= 0x01010000ULL ^ ((uint64_t)key_len << 8) ^ 8ULL;
-}
-
-/* The keyed 8-byte BLAKE2b of data[0:n], n >= 1 (with no data the key block would be
- * the last one: the caller leaves an empty token to Python), as a little-endian integer. */
-static uint64_t
-keyed_blake64(const uint8_t *data, size_t n)
-{
-    uint64_t h[8];
-    uint8_t block[128];
-    memcpy(h, keyed_state, sizeof(h));
-    uint64_t t = 128;
-    while (n > 128) {
-        t += 128;
-        blake2b_compress(h, data, t, 0);
-        data += 128;
-        n -= 128;
-    }
-    memset(block, 0, sizeof(block));
-    memcpy(block, data, n);
-    blake2b_compress(h, block, t + n, 1);
-    return h[0];
-}
-
 static PyObject *
 hash_cache_init(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 2 && nargs != 3) {
-        PyErr_SetString(PyExc_TypeError, "hash_cache_init(capacity, miss[, key]) takes 2 or 3 arguments");
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "hash_cache_init(capacity, miss) takes 2 arguments");
         return NULL;
     }
-    Py_buffer key = {.buf = NULL};
-    if (nargs == 3 && args[2] != Py_None) {
-        if (PyObject_GetBuffer(args[2], &key, PyBUF_SIMPLE) < 0) {
-            return NULL;
-        }
-        if (key.len < 1 || key.len > 64) {
-            PyBuffer_Release(&key);
-            PyErr_SetString(PyExc_ValueError, "hash_cache_init: key must be 1 to 64 bytes");
-            return NULL;
-        }
-        /* the state after the key block (a full block, not the last one) */
-        uint8_t key_block[128] = {0};
-        memcpy(key_block, key.buf, (size_t)key.len);
-        blake2b_init8(keyed_state, (size_t)key.len);
-        blake2b_compress(keyed_state, key_block, 128, 0);
-        PyBuffer_Release(&key);
-    }
-    have_key = nargs == 3 && args[2] != Py_None;
     Py_ssize_t cap = PyLong_AsSsize_t(args[0]);
     if (cap == -1 && PyErr_Occurred()) {
         return NULL;
@@ -541,8 +418,6 @@ token_str_hash(PyObject *token)
     return PyObject_Hash(token);
 }
 
-/* The stable hash of one str token, whose str hash is h, into *value; -1 with an
- * exception set on error. */
 /* The slot that holds `key` (of str hash h), or the empty one where it would go. */
 static inline size_t
 find_slot(Py_hash_t h, uint64_t key)
@@ -554,26 +429,11 @@ find_slot(Py_hash_t h, uint64_t key)
     return i;
 }
 
-/* A token's stable hash: in C with the key (ASCII text read in place, other text as
- * UTF-8 with surrogates passed through), else (no key, an empty token) by the miss
- * function. -1 with an exception set on error. */
+/* A token's stable hash, computed by the miss function (hashing._blake64: hashlib's
+ * keyed BLAKE2b). -1 with an exception set on error. */
 static int
 stable_hash(PyObject *token, uint64_t *value)
 {
-    Py_ssize_t len = PyUnicode_GET_LENGTH(token);
-    if (have_key && len > 0) {
-        if (PyUnicode_IS_ASCII(token)) {
-            *value = keyed_blake64(PyUnicode_DATA(token), (size_t)len);
-            return 0;
-        }
-        PyObject *utf8 = PyUnicode_AsEncodedString(token, "utf-8", "surrogatepass");
-        if (utf8 == NULL) {
-            return -1;
-        }
-        *value = keyed_blake64((const uint8_t *)PyBytes_AS_STRING(utf8), (size_t)PyBytes_GET_SIZE(utf8));
-        Py_DECREF(utf8);
-        return 0;
-    }
     PyObject *r = PyObject_CallOneArg(miss_fn, token);
     if (r == NULL) {
         return -1;
@@ -1053,104 +913,6 @@ unique_buckets(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 done:
     PyMem_Free(work);
     release_buffers(4, v);
-    return result;
-}
-
-/* ------------------------------------------------------------------ sort_order
- *
- * sort_order(keys, bits, sorted_out, order_out): streamnb.arrays.sort_with_order for
- * keys in [0, 2**bits): order_out gets np.argsort(keys, kind="stable") and sorted_out
- * keys[order] (both int64). `keys` is int32 or int64 (a batch's CSR column indices);
- * a key out of range raises ValueError. An LSD radix sort of (key, position) pairs,
- * 11-bit digits (a digit shared by every key is skipped): two passes over a batch of
- * 2**20-bucket columns, where numpy's stable sort merges the rows' sorted runs in
- * about log2(rows) passes. */
-#define ORDER_DIGIT 11
-
-static PyObject *
-sort_order(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
-{
-    if (nargs != 4) {
-        PyErr_SetString(PyExc_TypeError, "sort_order(keys, bits, sorted_out, order_out) takes 4 arguments");
-        return NULL;
-    }
-    long bits;
-    if (bits_argument(args[1], "sort_order", &bits) < 0) {
-        return NULL;
-    }
-    /* keys, sorted_out, order_out */
-    static const int which[3] = {0, 2, 3}, writable[3] = {0, 1, 1};
-    Py_buffer v[3];
-    if (get_buffers(args, 3, which, writable, v) < 0) {
-        return NULL;
-    }
-    Py_buffer kv = v[0], sv = v[1], ov = v[2];
-    PyObject *result = NULL;
-    uint32_t *work = NULL;
-    Py_ssize_t n = kv.itemsize ? kv.len / kv.itemsize : 0;
-    if ((kv.itemsize != 4 && kv.itemsize != 8) || sv.itemsize != 8 || ov.itemsize != 8) {
-        PyErr_SetString(PyExc_TypeError, "sort_order: keys take 4- or 8-byte items, the outputs 8-byte ones");
-        goto done;
-    }
-    if (sv.len / 8 != n || ov.len / 8 != n) {
-        PyErr_SetString(PyExc_ValueError, "sort_order: the outputs must have one item per key");
-        goto done;
-    }
-    if (n > (Py_ssize_t)UINT32_MAX) {
-        PyErr_SetString(PyExc_ValueError, "sort_order: too many keys");
-        goto done;
-    }
-    work = PyMem_Malloc(4 * ((size_t)n + 1) * sizeof(uint32_t));
-    if (work == NULL) {
-        PyErr_NoMemory();
-        goto done;
-    }
-    uint32_t *key = work, *pos = work + n + 1, *key2 = work + 2 * (n + 1), *pos2 = work + 3 * (n + 1);
-    int64_t bound = (int64_t)1 << bits;
-    for (Py_ssize_t j = 0; j < n; j++) {
-        int64_t v = kv.itemsize == 4 ? ((const int32_t *)kv.buf)[j] : ((const int64_t *)kv.buf)[j];
-        if (v < 0 || v >= bound) {
-            PyErr_Format(PyExc_ValueError, "sort_order: key %lld is not in [0, 2**%ld)", (long long)v, bits);
-            goto done;
-        }
-        key[j] = (uint32_t)v;
-        pos[j] = (uint32_t)j;
-    }
-    for (int shift = 0; shift < bits && n > 1; shift += ORDER_DIGIT) {
-        Py_ssize_t count[(1 << ORDER_DIGIT) + 1];
-        memset(count, 0, sizeof(count));
-        uint32_t dmask = (1u << ORDER_DIGIT) - 1;
-        for (Py_ssize_t j = 0; j < n; j++) {
-            count[((key[j] >> shift) & dmask) + 1]++;
-        }
-        if (count[((key[0] >> shift) & dmask) + 1] == n) {
-            continue; /* one digit for every key: already in order on it */
-        }
-        for (int d = 0; d < (1 << ORDER_DIGIT); d++) {
-            count[d + 1] += count[d];
-        }
-        for (Py_ssize_t j = 0; j < n; j++) {
-            Py_ssize_t at = count[(key[j] >> shift) & dmask]++;
-            key2[at] = key[j];
-            pos2[at] = pos[j];
-        }
-        uint32_t *t = key;
-        key = key2;
-        key2 = t;
-        t = pos;
-        pos = pos2;
-        pos2 = t;
-    }
-    int64_t *sorted = sv.buf, *order = ov.buf;
-    for (Py_ssize_t j = 0; j < n; j++) {
-        sorted[j] = key[j];
-        order[j] = pos[j];
-    }
-    result = Py_None;
-    Py_INCREF(result);
-done:
-    PyMem_Free(work);
-    release_buffers(3, v);
     return result;
 }
 
@@ -3003,8 +2765,8 @@ static PyMethodDef methods[] = {
      "value_words(text, prefix, min_len, max_len, lower, separators): the prefixed word tokens "
      "of a header value whose separators are made spaces (a tuple), or None beyond Latin-1."},
     {"hash_cache_init", (PyCFunction)(void (*)(void))hash_cache_init, METH_FASTCALL,
-     "hash_cache_init(capacity, miss[, key]): an empty token hash cache of at most capacity tokens; "
-     "miss(token) gives the hash of a token not in it, or with the key the keyed BLAKE2b in C does."},
+     "hash_cache_init(capacity, miss): an empty token hash cache of at most capacity tokens; "
+     "miss(token) gives the hash of a token not in it."},
     {"hash_cache_clear", hash_cache_clear, METH_NOARGS, "Empty the token hash cache."},
     {"hash_cache_len", hash_cache_len, METH_NOARGS, "Tokens in the token hash cache."},
     {"hash_one", hash_one, METH_O, "hash_one(token): the cached stable hash of one str token."},
@@ -3017,9 +2779,6 @@ static PyMethodDef methods[] = {
     {"unique_buckets", (PyCFunction)(void (*)(void))unique_buckets, METH_FASTCALL,
      "unique_buckets(hashes, sizes, bits, out, counts): the sorted distinct buckets of each "
      "list of uint64 hashes, lists end to end, into out (int32); counts[i]: how many for list i."},
-    {"sort_order", (PyCFunction)(void (*)(void))sort_order, METH_FASTCALL,
-     "sort_order(keys, bits, sorted_out, order_out): the stable argsort of keys in [0, 2**bits) "
-     "into order_out and the sorted keys into sorted_out (int64)."},
     {"text_counts", text_counts, METH_O,
      "text_counts(text): (upper-case, alphabetic, non-ASCII, '!' or '$') characters of text "
      "(MailAnalysis.add_text_stats' counts)."},
@@ -3058,7 +2817,8 @@ static PyMethodDef methods[] = {
 
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, "_speedups",
-    "The word rules, the token hash cache and the text letter counts of streamnb.features, in C (optional).", -1, methods,
+    "The tokenizer's per-character steps and the token hash table of streamnb.features, in C (optional).", -1,
+    methods,
 };
 
 PyMODINIT_FUNC

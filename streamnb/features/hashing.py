@@ -7,12 +7,12 @@ its low ``bits`` bits are the bucket. It depends on neither the process (unlike 
 built-in ``hash``, salted per process), nor the machine, nor the Python version.
 No sign hashing: counts stay non-negative, as count models need.
 
-A per-process cache (at most :data:`streamnb.constants.HASH_CACHE_SIZE` entries, emptied
+A per-process table (at most :data:`streamnb.constants.HASH_CACHE_SIZE` entries, emptied
 when full) maps token -> 64-bit hash, so the frequent tokens of a mail stream are hashed
-once. Where the optional C module is built (:mod:`streamnb.features._accel`) the cache is
-its table of (str hash, length) -> 64-bit hash, filled straight into numpy arrays (1.6-2.4x
-faster than the dict on the corpus's tokens: ``python benchmarks/accuracy.py --no-river``); otherwise
-a dict. Both give the same hashes.
+once; a token not in it is hashed by :func:`_blake64`. Where the optional C module is
+built (:mod:`streamnb._cmodules`) the table is its flat array of (str hash, length) ->
+64-bit hash, written straight into numpy arrays (:data:`C_TABLE`); otherwise a dict
+(:data:`REFERENCE_TABLE`). Both give the same hashes.
 
 >>> token_hash64("viagra") == token_hash64("viagra")
 True
@@ -27,17 +27,18 @@ from __future__ import annotations
 
 import hashlib
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from itertools import chain, pairwise
 from typing import NamedTuple
 
 import numpy as np
 
+from streamnb._cmodules import optional_c_module
 from streamnb.arrays import sorted_unique
 from streamnb.constants import DEFAULT_HASH_BITS, HASH_CACHE_SIZE, HASH_KEY
-from streamnb.features._accel import speedups
 
-__all__ = ["MAX_HASH_BITS", "TokenHasher", "token_hash64", "token_hashes"]
+__all__ = ["C_TABLE", "MAX_HASH_BITS", "REFERENCE_TABLE", "TokenHasher", "TokenTable", "token_hash64",
+           "token_hashes"]
 
 #: Buckets are stored as int32, so at most 2**31 of them.
 MAX_HASH_BITS = 31
@@ -48,6 +49,7 @@ _KEYED = hashlib.blake2b(digest_size=8, key=HASH_KEY)
 
 
 def _blake64(token: str) -> int:
+    """The stable hash of one token, computed (no table)."""
     h = _KEYED.copy()
     h.update(token.encode("utf-8", "surrogatepass"))
     return int.from_bytes(h.digest(), "little")
@@ -65,38 +67,62 @@ class _HashCache(dict):
         h = self[token] = _blake64(token)
         return h
 
+    def hash_lists(self, token_lists: list[Iterable[str]], out: np.ndarray) -> None:
+        out[:] = np.fromiter(map(self.__getitem__, chain.from_iterable(token_lists)), dtype=np.uint64,
+                             count=out.size)
 
-#: The Python cache: the one in use without the C module, the reference with it.
-_CACHE = _HashCache()
-_C = speedups()
-if _C is not None:  # the C table (see the module docstring); with the key, a miss is
-    # hashed by the C BLAKE2b (the same as _blake64, its reference), not by a Python call
-    _C.hash_cache_init(HASH_CACHE_SIZE, _blake64, HASH_KEY)
-    _lookup = _C.hash_one
-    _hash_lists = _C.hash_lists
-    _unique_buckets = getattr(_C, "unique_buckets", None)
-    _cache_len, _cache_clear = _C.hash_cache_len, _C.hash_cache_clear
-else:
-    _lookup = _CACHE.__getitem__
-    _hash_lists = None
-    _unique_buckets = None
-    _cache_len, _cache_clear = _CACHE.__len__, _CACHE.clear
+
+class TokenTable(NamedTuple):
+    """A table of token -> stable 64-bit hash, bounded, filled by :func:`_blake64`."""
+
+    name: str
+    #: token -> its hash
+    lookup: Callable[[str], int]
+    #: ``hash_lists(token_lists, out)``: the hashes of the tokens of every list (a list of
+    #: sequences of str), one after the other, into ``out`` (uint64, exactly that many)
+    hash_lists: Callable[[list, np.ndarray], None]
+    size: Callable[[], int]
+    clear: Callable[[], None]
+
+
+def _dict_table() -> TokenTable:
+    cache = _HashCache()
+    return TokenTable("dict", cache.__getitem__, cache.hash_lists, cache.__len__, cache.clear)
+
+
+def _c_table() -> TokenTable | None:
+    """The C table (the module docstring), its misses hashed by :func:`_blake64`; None
+    where it is not built or turned off."""
+    c = optional_c_module("streamnb.features._speedups")
+    if getattr(c, "hash_cache_init", None) is None:
+        return None
+    c.hash_cache_init(HASH_CACHE_SIZE, _blake64)
+    return TokenTable("C", c.hash_one, c.hash_lists, c.hash_cache_len, c.hash_cache_clear)
+
+
+#: The dict: the table without the C module, and the reference of the C table.
+REFERENCE_TABLE = _dict_table()
+#: The C table, or None. Its ``word_hashes`` (the tokenizer's C step) fills it too.
+C_TABLE = _c_table()
+#: The table in use.
+_TABLE = C_TABLE or REFERENCE_TABLE
+#: ``unique_buckets`` of the C module (:meth:`TokenHasher.unique_buckets_many`), or None.
+_unique_buckets = getattr(optional_c_module("streamnb.features._speedups"), "unique_buckets", None)
 
 
 def token_hash64(token: str) -> int:
     """The stable 64-bit hash of a token (keyed BLAKE2b, see the module docstring)."""
-    return _lookup(token)
+    return _TABLE.lookup(token)
 
 
-def _hashes(token_lists: Sequence[Iterable[str]], total: int, out: np.ndarray | None = None) -> np.ndarray:
+def _hashes(token_lists: Sequence[Iterable[str]], total: int, out: np.ndarray | None = None,
+            table: TokenTable | None = None) -> np.ndarray:
     """The 64-bit hashes of the tokens of every list, one after the other (``total`` of them),
-    into ``out`` (a contiguous uint64 array of that size; a new one if None)."""
+    into ``out`` (a contiguous uint64 array of that size; a new one if None), from ``table``
+    (None: the one in use)."""
     if out is None:
         out = np.empty(total, dtype=np.uint64)
-    if _hash_lists is not None:
-        _hash_lists(token_lists if type(token_lists) is list else list(token_lists), out)
-    else:
-        out[:] = np.fromiter(map(_lookup, chain.from_iterable(token_lists)), dtype=np.uint64, count=total)
+    (table or _TABLE).hash_lists(token_lists if type(token_lists) is list else list(token_lists), out)
     return out
 
 
@@ -119,12 +145,12 @@ class CacheInfo(NamedTuple):
 
 
 def _cache_info() -> CacheInfo:
-    """Size and bound of the token hash cache (like ``functools.lru_cache``'s)."""
-    return CacheInfo(HASH_CACHE_SIZE, _cache_len())
+    """Size and bound of the token hash table (like ``functools.lru_cache``'s)."""
+    return CacheInfo(HASH_CACHE_SIZE, _TABLE.size())
 
 
 token_hash64.cache_info = _cache_info  # type: ignore[attr-defined]
-token_hash64.cache_clear = _cache_clear  # type: ignore[attr-defined]
+token_hash64.cache_clear = _TABLE.clear  # type: ignore[attr-defined]
 
 
 class TokenHasher:
@@ -190,7 +216,7 @@ class TokenHasher:
         same message, already computed (native uint64 bytes, as
         :meth:`MailAnalysis.word_hashes <streamnb.features.mail.MailAnalysis>` holds them).
         Hashing a message's tokens as soon as they are made reads them while they are still
-        in the CPU's caches (docs/performance.md, item 64).
+        in the CPU's caches.
 
         >>> h = TokenHasher(bits=20)
         >>> got = h.hashes_of(["a", "b"], token_hashes(["c"]).tobytes())
@@ -209,9 +235,10 @@ class TokenHasher:
     def unique_buckets_many(self, hashes: np.ndarray, sizes: np.ndarray) -> list[np.ndarray]:
         """The sorted unique buckets (int32) of each list of 64-bit token hashes, the lists
         end to end in ``hashes`` (``sizes[i]`` hashes for list i; ``hashes`` may be
-        modified). With the C module, one pass sorts each list apart (``unique_buckets``,
-        4.3-4.6x the numpy code on a batch of mail-sized lists: ``python -m benchmarks.array_sorts``); without it, one mask, one
-        sort of (list number, bucket) keys, one split.
+        modified). One mask, one sort of (list number, bucket) keys, one split
+        (:meth:`_unique_buckets_numpy`); with the C module one pass sorts each list apart
+        (``unique_buckets``, 5-6x the numpy code on a batch of mail-sized lists: ``python -m
+        benchmarks.array_sorts``).
 
         >>> h = TokenHasher(bits=4)
         >>> [b.tolist() for b in h.unique_buckets_many(np.array([17, 1, 2, 33], np.uint64), np.array([3, 0, 1]))]

@@ -24,10 +24,12 @@ Tokens come from
   plus ``html:<tag>`` and ``url:<host>`` tokens (:mod:`streamnb.features.markup`), run
   through the word rules of :mod:`streamnb.features.text`.
 
-The per-character steps (Received tokens and letter counts here, the word rules and URLs
-in :mod:`~streamnb.features.text`, HTML tags in :mod:`~streamnb.features.markup`, header
-fields in :mod:`~streamnb.features.mime`) run in the optional C module where it is built,
-on Latin-1 input; this Python code is their reference (docs/architecture.md, decision 16).
+The per-character steps (Received tokens, letter counts, address lists and the header
+stage here, the word rules and URLs in :mod:`~streamnb.features.text`, HTML tags in
+:mod:`~streamnb.features.markup`, header fields in :mod:`~streamnb.features.mime`) take the
+tokenizer's C steps where they are built (:mod:`streamnb.features.steps`), on Latin-1
+input; ``MailTokenizer(steps=REFERENCE_STEPS)`` runs this Python code alone, which is
+what defines the tokens (docs/architecture.md, decision 16).
 
 It never raises: every defect the parser reports, and every limit hit, becomes a
 ``defect:<name>`` token and is counted. Limits (:class:`~streamnb.features.payload.FeatureLimits`) bound
@@ -46,19 +48,20 @@ import email.utils
 import math
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from email import policy
 from email.message import Message
 from email.parser import BytesParser
+from functools import partial
 from itertools import repeat
 
 import numpy as np
 
-from streamnb.features._accel import speedups
 from streamnb.features.markup import strip_html
 from streamnb.features.mime import Part, Unsupported, parse_message
 from streamnb.features.payload import DEFAULT_FEATURE_LIMITS, FeatureLimits
-from streamnb.features.text import _ALNUM, WordRules, _word_tokens, host_tokens_cached
+from streamnb.features.steps import DEFAULT_STEPS, TokenizerSteps
+from streamnb.features.text import _ALNUM, WordRules, host_tokens_cached
 
 __all__ = [
     "DEFAULT_HEADERS",
@@ -111,22 +114,15 @@ _IPV4 = re.compile(r"\[(\d{1,3}\.\d{1,3}\.\d{1,3})\.\d{1,3}\]")
 #: What separates the words of a subject-like header value, with white space.
 _SUBJECT_SEPARATORS = ".,;:!?()[]{}\"'<>*/\\|=+~#&^_-"
 _SUBJECT_SPLIT = re.compile(rf"[\s{re.escape(_SUBJECT_SEPARATORS)}]+")
-#: ``value_words(text, prefix, min_len, max_len, lower, separators)`` of the C module: the
-#: word tokens of :data:`_SUBJECT_SPLIT`'s text for Latin-1 text, or None; only with the
-#: C word rules (the same punctuation).
-_c_value_words = getattr(speedups(), "value_words", None) if _word_tokens is not None else None
 _PARSER = BytesParser(policy=policy.compat32)
 #: Latin-1 byte -> 2 for str.isupper, 1 for the other str.isalpha, 0 for the rest.
 _LATIN1_LETTER_CLASS = bytes(2 if chr(i).isupper() else int(chr(i).isalpha()) for i in range(256))
 _LATIN1_RUNS = re.compile(r"[\x00-\xff]+")
-#: ``text_counts(text) -> (upper, letters, non_ascii, exclaim)`` of the C module, or None:
-#: :meth:`MailAnalysis.add_text_stats` counts with :func:`_python_text_counts` then.
-_text_counts = getattr(speedups(), "text_counts", None)
 
 
 def _python_text_counts(text: str, letters: bool = True) -> tuple[int, int, int, int]:
     """``(upper, letters, non_ascii, exclaim)`` characters of ``text`` (str.isupper,
-    str.isalpha, above U+007F, ``!`` or ``$``): the reference of the C ``text_counts``.
+    str.isalpha, above U+007F, ``!`` or ``$``), as the C ``text_counts`` step counts them.
     ``letters=False`` skips the first two (0).
 
     >>> _python_text_counts("H\xe9llo WORLD! $")
@@ -146,13 +142,6 @@ def _python_text_counts(text: str, letters: bool = True) -> tuple[int, int, int,
     return upper, n_letters, high, text.count("!") + text.count("$")
 
 
-#: ``header_tokens(names, index, spec, cache, analysis)`` of the C module:
-#: :meth:`MailTokenizer._headers` over a dict of value lists, or None (then that method).
-_c_header_tokens = getattr(speedups(), "header_tokens", None)
-#: ``received_tokens(text, out) -> bool`` of the C module (False: not Latin-1), or None:
-#: :func:`_received_tokens` runs in Python then (the reference).
-_c_received_tokens = getattr(speedups(), "received_tokens", None)
-
 
 # Address lists in their common forms (``addr``, ``addr (Name)``, ``Name <addr>``,
 # ``"Name" <addr>``, comma-separated), parsed as ``email.utils.getaddresses`` parses them;
@@ -169,26 +158,20 @@ _ADDRESS = re.compile(
 )
 
 
-#: ``addresses(field)`` of the C module: :func:`_address_matches` for Latin-1 text (False
-#: where a match fails, None for other text), or None.
-_c_addresses = getattr(speedups(), "addresses", None)
-
-
-def _getaddresses(field: str) -> list[tuple[str, str]]:
+def _getaddresses(field: str, steps: TokenizerSteps = DEFAULT_STEPS) -> list[tuple[str, str]]:
     """``email.utils.getaddresses([field])``: (display name, address) pairs.
 
     >>> _getaddresses('"Doe, J." <j@x.org>, Bob  Smith <b@y.org>, c@z.org (Carol)')
     [('Doe, J.', 'j@x.org'), ('Bob Smith', 'b@y.org'), ('Carol', 'c@z.org')]
     """
-    pairs = _address_matches(field)
+    pairs = _address_matches(field, steps)
     return email.utils.getaddresses([field]) if pairs is None else pairs
 
 
-def _address_matches(field: str) -> list[tuple[str, str]] | None:
+def _address_matches(field: str, steps: TokenizerSteps = DEFAULT_STEPS) -> list[tuple[str, str]] | None:
     """The pairs of the common forms, one :data:`_ADDRESS` match after the other, or None
-    where one fails (C ``addresses`` for Latin-1 text when built; this loop is its
-    reference)."""
-    if _c_addresses is not None and (got := _c_addresses(field)) is not None:
+    where one fails (the C ``addresses`` step declines text beyond Latin-1)."""
+    if steps.addresses is not None and (got := steps.addresses(field)) is not None:
         return None if got is False else got
     pairs = []
     pos, end = 0, len(field)
@@ -207,10 +190,10 @@ def _address_matches(field: str) -> list[tuple[str, str]] | None:
     return pairs
 
 
-def _address_count(joined: str) -> int:
+def _address_count(joined: str, steps: TokenizerSteps = DEFAULT_STEPS) -> int:
     """How many addresses an address list holds; -1 when it cannot be read."""
     try:
-        return len(_getaddresses(joined))
+        return len(_getaddresses(joined, steps))
     except Exception:
         return -1
 
@@ -255,10 +238,10 @@ def _remember(cache: dict, key: object, value: object) -> None:
     cache[key] = value
 
 
-def _received_tokens(text: str, out: list[str]) -> None:
+def _received_tokens(text: str, out: list[str], steps: TokenizerSteps = DEFAULT_STEPS) -> None:
     """``received:`` tokens of one Received value: up to 4 relay hosts, 2 IPv4 /24 prefixes
-    (C ``received_tokens`` for Latin-1 values when built)."""
-    if _c_received_tokens is not None and _c_received_tokens(text, out):
+    (the C ``received_tokens`` step declines values beyond Latin-1)."""
+    if steps.received_tokens is not None and steps.received_tokens(text, out):
         return
     hosts = _RECEIVED_HOST.findall(text)
     for host in hosts[:4] if len(hosts) > 4 else hosts:
@@ -304,12 +287,13 @@ class MailAnalysis:
         self.defects += 1
         self.tokens.append(f"defect:{name}")
 
-    def add_text_stats(self, text: str, from_html: bool, letter_counts: bool = True) -> None:
-        """Count the characters of one piece of body text (C ``text_counts`` when built).
-        From 200,000 characters on, every character counts as a letter (and none as
-        upper-case): a bound on the work, kept as it was for the same meta vectors.
-        ``letter_counts=False`` counts only its length (upper-case, letters, non-ASCII and
-        ``!``/``$`` stay as they are)."""
+    def add_text_stats(self, text: str, from_html: bool, letter_counts: bool = True,
+                       steps: TokenizerSteps = DEFAULT_STEPS) -> None:
+        """Count the characters of one piece of body text (:func:`_python_text_counts`, or
+        the C ``text_counts`` step). From 200,000 characters on, every character counts as
+        a letter (and none as upper-case): a bound on the work, kept as it was for the same
+        meta vectors. ``letter_counts=False`` counts only its length (upper-case, letters,
+        non-ASCII and ``!``/``$`` stay as they are)."""
         n = len(text)
         self.text_chars += n
         if from_html:
@@ -317,7 +301,7 @@ class MailAnalysis:
         if not letter_counts:
             return
         if n < 200_000:
-            upper, letters, high, exclaim = (_text_counts or _python_text_counts)(text)
+            upper, letters, high, exclaim = (steps.text_counts or _python_text_counts)(text)
         else:
             _, _, high, exclaim = _python_text_counts(text, letters=False)
             upper, letters = 0, n
@@ -415,19 +399,24 @@ class MailTokenizer:
     #: the meta vector; False leaves those counts at 0 (a featurizer without the meta
     #: vector needs none of them). The tokens are the same either way.
     letter_counts: bool = True
+    #: The per-character steps (:mod:`streamnb.features.steps`), the word rules' too: the
+    #: same tokens with any of them.
+    steps: TokenizerSteps = field(default=DEFAULT_STEPS, repr=False)
     #: What C ``header_tokens`` needs of these options (derived; see :meth:`_header_spec`).
     _spec: tuple = field(init=False, repr=False, compare=False, default=())
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "headers", tuple(name.lower() for name in self.headers))
+        if self.rules.steps is not self.steps:
+            object.__setattr__(self, "rules", replace(self.rules, steps=self.steps))
         object.__setattr__(self, "_spec", self._header_spec())
 
     def _header_spec(self) -> tuple:
         """The options, bounds and Python callbacks of :meth:`_headers`, for the C loop."""
         cap = self.limits.max_header_chars
         return (self.headers, self.header_names, cap, min(cap, 2000), _CACHE_SIZE, _CACHED_CHARS,
-                self._value_tokens, _address_count, _decode_header, _received_tokens,
-                _ADDRESS_DEFECT)
+                self._value_tokens, partial(_address_count, steps=self.steps), _decode_header,
+                partial(_received_tokens, steps=self.steps), _ADDRESS_DEFECT)
 
     def tokenize(self, raw: bytes) -> list[str]:
         return self.analyse(raw).tokens
@@ -490,14 +479,14 @@ class MailTokenizer:
     def _analyse_fast(self, raw: bytes, a: MailAnalysis) -> None:
         """The common path: :mod:`streamnb.features.mime` on bytes; raises
         :class:`~streamnb.features.mime.Unsupported` for what it does not reproduce."""
-        root = parse_message(raw)
+        root = parse_message(raw, self.steps)
         if not root.is_multipart() and root.content_type().startswith("multipart/"):
             root.defects.append("multipartinvariantviolationdefect")
         for name in root.defects:
             a.defect(name)
         index = root.header_index()
-        if _c_header_tokens is not None:
-            _c_header_tokens(root.names(), index, self._spec, _value_cache(self.rules), a)
+        if self.steps.header_tokens is not None:
+            self.steps.header_tokens(root.names(), index, self._spec, _value_cache(self.rules), a)
         else:
             self._headers(root.names(), index.get, a)
         self._walk_fast(root, 0, a, [self.limits.max_decoded_bytes])
@@ -538,7 +527,7 @@ class MailTokenizer:
                 joined = ", ".join([str(v)[:cap] for v in values])
                 count = cache.get(joined)
                 if count is None:
-                    count = _address_count(joined)
+                    count = _address_count(joined, self.steps)
                     if len(joined) <= _CACHED_CHARS:
                         _remember(cache, joined, count)
                 if count < 0:
@@ -552,7 +541,7 @@ class MailTokenizer:
                      else _decode_header(value, cap)[:2000] for value in values[:32]]
             if name == "received":
                 for text in texts:
-                    _received_tokens(text, tokens)
+                    _received_tokens(text, tokens, self.steps)
             elif name == "message-id":
                 for text in texts:
                     at = text.rfind("@")
@@ -571,10 +560,11 @@ class MailTokenizer:
                         a.defects += 1
 
     def _value_tokens(self, name: str, text: str) -> tuple[str, ...]:
-        """The tokens of one value of header ``name`` (not ``received``/``message-id``)."""
+        """The tokens of one value of header ``name`` (not ``received``/``message-id``); the
+        C ``value_words`` step declines text beyond Latin-1, which the regex split takes."""
         if name in _ADDRESS_HEADERS:
             try:
-                pairs = _getaddresses(text)
+                pairs = _getaddresses(text, self.steps)
             except Exception:
                 return _ADDRESS_DEFECT
             out = []
@@ -590,9 +580,10 @@ class MailTokenizer:
         # '.', ':' and '/' with them, so no URL is left for the URL rule: the word rules only).
         prefix = name + ":"
         rules = self.rules
-        if _c_value_words is not None and not rules.ngrams and rules.min_len >= 1:
-            done = _c_value_words(text, prefix, rules.min_len, rules.max_len, rules.lowercase,
-                                  _SUBJECT_SEPARATORS)
+        value_words = self.steps.value_words
+        if value_words is not None and not rules.ngrams and rules.min_len >= 1:
+            done = value_words(text, prefix, rules.min_len, rules.max_len, rules.lowercase,
+                               _SUBJECT_SEPARATORS)
             if done is not None:  # (Latin-1 text: the same in C)
                 return done
         words: list[str] = []
@@ -697,12 +688,12 @@ class MailTokenizer:
             a.defect("undecodable")
         is_html = ctype == "text/html"
         if is_html:
-            text, tag_tokens = strip_html(text[: self.limits.max_text_chars])
+            text, tag_tokens = strip_html(text[: self.limits.max_text_chars], steps=self.steps)
             a.tokens.extend(tag_tokens)
         self._body_text(text[: self.limits.max_text_chars], is_html, a)
 
     def _body_text(self, text: str, from_html: bool, a: MailAnalysis) -> None:
-        a.add_text_stats(text, from_html, self.letter_counts)
+        a.add_text_stats(text, from_html, self.letter_counts, self.steps)
         before = len(a.tokens)
         text = self.rules.urls(text, a.tokens)
         if len(a.tokens) > before:  # one proto: token per URL

@@ -6,9 +6,10 @@ Comments are removed without a space (``vi<!-- -->agra`` is ``viagra``), ``<scri
 ``html:<tag>`` token, hosts in ``href``/``src`` attributes become ``url:`` tokens, and character
 references are unescaped. Regular expressions, not a DOM: spam HTML is rarely
 well-formed, and this runs in linear time on any input (tags are found and replaced in
-one ``re.split`` pass, without a Python call per tag). On Latin-1 markup these passes, the
-tag split and the tag tokens run in one call of the optional C module where it is built
-(the same text and tokens); on other markup, the tag tokens of Latin-1 attributes do.
+one ``re.split`` pass, without a Python call per tag). With the C steps
+(:mod:`streamnb.features.steps`) these passes, the tag split and the tag tokens of Latin-1
+markup run in one C call (the same text and tokens); of other markup, the tag tokens of
+Latin-1 attributes do.
 
 >>> text, tokens = strip_html('<p>Buy <a href="http://x.example.com/p">NOW</a><!-- z --></p>')
 >>> text.split()
@@ -25,7 +26,7 @@ from functools import lru_cache
 from itertools import chain, compress, count, repeat
 from operator import contains, not_
 
-from streamnb.features._accel import speedups
+from streamnb.features.steps import DEFAULT_STEPS, TokenizerSteps
 from streamnb.features.text import _ALNUM, host_tokens_cached
 
 __all__ = ["strip_html"]
@@ -38,13 +39,6 @@ _DECLARATION = re.compile(r"<[!?][^<>]{0,2000}>")
 # time (quadratic: 160 kB of "<script " took 1.8 s).
 _DROP = re.compile(r"<(script|style)\b[^<>]*>.*?(?:</\1\s*>|$)", re.S | re.I)
 _TAG = re.compile(r"<\s*(/?)\s*([a-zA-Z][a-zA-Z0-9]{0,15})([^>]{0,2000})>?")
-#: ``html_strip(markup, max_tag_tokens)``: the whole of :func:`strip_html` but the final
-#: ``html.unescape``, in one C call for Latin-1 markup (None for other markup), or None
-#: when the C module is off.
-_html_strip = getattr(speedups(), "html_strip", None)
-#: ``tag_tokens(slashes, names, attributes, max_tag_tokens)``: the ``html:`` and ``url:``
-#: tokens of the tags in C (None for attributes beyond Latin-1), or None when it is off.
-_tag_tokens = getattr(speedups(), "tag_tokens", None)
 #: ``(?i)\b(?:href|src|action)\s*=\s*["']?\s*(?:https?|ftp)://(?:[^/?#@\s"'>]*@)?([a-z0-9][a-z0-9.-]*)``
 #: (the host of a link), written to start with a character set (the regex engine skips
 #: ahead to it in C; IGNORECASE would make it test every character), the word boundary
@@ -71,10 +65,13 @@ def _find_link_hosts(attributes: str) -> tuple[str, ...]:
 _cached_link_hosts = lru_cache(maxsize=2048)(_find_link_hosts)
 
 
-def strip_html(markup: str, max_tag_tokens: int = 2000) -> tuple[str, list[str]]:
-    """Return the visible text of ``markup`` and its ``html:``/``url:`` tokens."""
-    if _html_strip is not None and max_tag_tokens >= 0:
-        done = _html_strip(markup, max_tag_tokens)
+def strip_html(markup: str, max_tag_tokens: int = 2000,
+               steps: TokenizerSteps = DEFAULT_STEPS) -> tuple[str, list[str]]:
+    """Return the visible text of ``markup`` and its ``html:``/``url:`` tokens. The C steps
+    ``html_strip`` (all of this but the unescaping) and ``tag_tokens`` (the tokens of the
+    split tags) decline markup beyond Latin-1, which the code below takes."""
+    if steps.html_strip is not None and max_tag_tokens >= 0:
+        done = steps.html_strip(markup, max_tag_tokens)
         if done is not None:  # (Latin-1 markup: every step below but the unescaping, in C)
             return html.unescape(done[0]), done[1]
     markup = _COMMENT.sub("", markup)
@@ -84,8 +81,8 @@ def strip_html(markup: str, max_tag_tokens: int = 2000) -> tuple[str, list[str]]
     pieces = _TAG.split(markup)
     text = html.unescape(" ".join(pieces[::4]))
     slashes, names, attributes = pieces[1::4], pieces[2::4], pieces[3::4]
-    if _tag_tokens is not None and max_tag_tokens >= 0:
-        c_tokens = _tag_tokens(slashes, names, attributes, max_tag_tokens)
+    if steps.tag_tokens is not None and max_tag_tokens >= 0:
+        c_tokens = steps.tag_tokens(slashes, names, attributes, max_tag_tokens)
         if c_tokens is not None:  # (Latin-1 attributes: the rest of this function, in C)
             return text, c_tokens
     # html:<name> of the opening tags, lower-cased in one call (names are ASCII, no blank).

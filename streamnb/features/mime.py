@@ -27,7 +27,9 @@ library instead: a lone carriage return (the standard parser ends lines there), 
 ``message/*`` parts, ``multipart/digest``, uuencoded payloads, RFC 2231 parameters and
 backslashes in parameters, a boundary folded onto a second line, an mbox ``From `` line
 closing a header block, MIME nesting at the depth limit. Every search is a single forward
-regex scan: linear in the input.
+regex scan: linear in the input. With the C steps (:mod:`streamnb.features.steps`) the
+header block's end, its fields and the names' index of plain (ASCII) blocks are found in
+C; other blocks are read by the Python code below.
 
 >>> part = parse_part(b"From x  Mon\\nSubject: hi\\n\\tthere\\nContent-Type: text/plain; charset=\\"UTF-8\\"\\n\\nbody\\n")
 >>> part.headers
@@ -48,7 +50,7 @@ import re
 from collections.abc import Iterator
 from itertools import repeat
 
-from streamnb.features._accel import speedups
+from streamnb.features.steps import DEFAULT_STEPS, TokenizerSteps
 
 __all__ = ["Part", "Unsupported", "parse_message", "parse_part"]
 
@@ -72,16 +74,6 @@ _ODD_LINE = re.compile(rb"\n(?:From |:)")
 #: The start of a field of a plain block (after a line break): name, colon and blanks.
 _FIELD_START = re.compile(r"\n([\x21-\x39\x3b-\x7e]+):[ \t]*")
 _BOUNDARY_TAIL = re.compile(rb"(--)?[ \t]*(?:\r?\n|\Z)")
-#: ``header_fields(text, strip_crlf)``: the pairs of ``_FIELD_START.split`` in C (the
-#: text of a plain block is ASCII), or None when the C module is off.
-_header_fields = getattr(speedups(), "header_fields", None)
-#: ``header_block_end(buf, start, end)`` and ``plain_headers(buf, start, end)``: the two
-#: functions below in C (on bytes), or None when the C module is off.
-_c_header_block_end = getattr(speedups(), "header_block_end", None)
-_c_plain_headers = getattr(speedups(), "plain_headers", None)
-#: ``header_index(pairs)``: :func:`_names_and_index` in C for ASCII names (else None), or
-#: None when the C module is off.
-_header_index = getattr(speedups(), "header_index", None)
 
 
 def _unquote(value: str) -> str:
@@ -143,14 +135,15 @@ def _header_text(name: str, value: bytes) -> str:
     return str(email.header.Header(text, charset=email.charset.UNKNOWN8BIT, header_name=name))
 
 
-def _names_and_index(headers: list[tuple[str, str]]) -> tuple[list[str], dict[str, list[str]]]:
+def _names_and_index(headers: list[tuple[str, str]], steps: TokenizerSteps = DEFAULT_STEPS
+                     ) -> tuple[list[str], dict[str, list[str]]]:
     """The lower-cased header names in order, and lower-case name -> its values in order
-    (C ``header_index`` when built and the names are ASCII; this code is its reference).
+    (the C ``header_index`` step declines names beyond ASCII).
 
     >>> _names_and_index([("To", "a"), ("Subject", "s"), ("TO", "b")])
     (['to', 'subject', 'to'], {'to': ['a', 'b'], 'subject': ['s']})
     """
-    if _header_index is not None and (built := _header_index(headers)) is not None:
+    if steps.header_index is not None and (built := steps.header_index(headers)) is not None:
         return built
     # Names hold no line break (and only ASCII or surrogate-escaped bytes, which
     # lower-case one by one): lower-case them all in one call.
@@ -184,11 +177,12 @@ class Part:
     """One message or MIME part: its headers, defects and body (a slice of the input)."""
 
     __slots__ = ("_body_end", "_body_start", "_buf", "_children", "_ctype", "_index", "_names", "_split_done",
-                 "_trim", "defects", "headers")
+                 "_steps", "_trim", "defects", "headers")
 
     def __init__(self, buf: bytes, headers: list[tuple[str, str]], defects: list[str],
-                 body_start: int, body_end: int, trim: bool) -> None:
+                 body_start: int, body_end: int, trim: bool, steps: TokenizerSteps = DEFAULT_STEPS) -> None:
         self._buf = buf
+        self._steps = steps
         self.headers = headers
         self.defects = defects
         self._body_start = body_start
@@ -204,13 +198,13 @@ class Part:
     def names(self) -> list[str]:
         """The header names, lower-cased, in order (repeats kept)."""
         if self._names is None:
-            self._names, self._index = _names_and_index(self.headers)
+            self._names, self._index = _names_and_index(self.headers, self._steps)
         return self._names
 
     def header_index(self) -> dict[str, list[str]]:
         """Lower-case header name -> its values, in order."""
         if self._index is None:
-            self._names, self._index = _names_and_index(self.headers)
+            self._names, self._index = _names_and_index(self.headers, self._steps)
         return self._index
 
     def get_all(self, name: str) -> list[str]:
@@ -296,7 +290,7 @@ class Part:
         """The sub-parts of a multipart, parsed one at a time."""
         if self.is_multipart():
             for start, end in self._children or ():
-                yield parse_part(self._buf, start, end, trim=True)
+                yield parse_part(self._buf, start, end, trim=True, steps=self._steps)
 
     def _split(self) -> list[tuple[int, int]] | None:
         ctype = self.content_type()
@@ -362,20 +356,22 @@ def _boundary_lines(buf: bytes, start: int, end: int, marker: bytes) -> Iterator
         pos = i + 1
 
 
-def parse_message(raw: bytes) -> Part:
+def parse_message(raw: bytes, steps: TokenizerSteps = DEFAULT_STEPS) -> Part:
     """The top-level part of a raw message (a lone carriage return is unsupported)."""
     if b"\r" in raw and raw.count(b"\r") != raw.count(b"\r\n"):
         raise Unsupported("lone carriage return")
-    return parse_part(raw)
+    return parse_part(raw, steps=steps)
 
 
-def parse_part(buf: bytes, start: int = 0, end: int | None = None, trim: bool = False) -> Part:
-    """Parse the headers of the message or part in ``buf[start:end]``."""
+def parse_part(buf: bytes, start: int = 0, end: int | None = None, trim: bool = False,
+               steps: TokenizerSteps = DEFAULT_STEPS) -> Part:
+    """Parse the headers of the message or part in ``buf[start:end]`` (the C steps
+    ``header_block_end`` and ``plain_headers`` read bytes, the Python code any buffer)."""
     if end is None:
         end = len(buf)
     defects: list[str] = []
-    is_bytes = type(buf) is bytes  # (the C functions read bytes; the Python ones any buffer)
-    block_end = (_c_header_block_end if _c_header_block_end is not None and is_bytes
+    is_bytes = type(buf) is bytes
+    block_end = (steps.header_block_end if steps.header_block_end is not None and is_bytes
                  else _header_block_end)(buf, start, end)
     body_start = block_end
     if block_end < end:
@@ -384,11 +380,13 @@ def parse_part(buf: bytes, start: int = 0, end: int | None = None, trim: bool = 
             body_start = blank.end()
         else:
             defects.append("missingheaderbodyseparatordefect")
-    headers = (_c_plain_headers if _c_plain_headers is not None and is_bytes
-               else _plain_headers)(buf, start, block_end)
+    if steps.plain_headers is not None and is_bytes:
+        headers = steps.plain_headers(buf, start, block_end)
+    else:
+        headers = _plain_headers(buf, start, block_end, steps)
     if headers is None:
         headers = _headers_by_line(buf, start, block_end, defects)
-    return Part(buf, headers, defects, body_start, end, trim)
+    return Part(buf, headers, defects, body_start, end, trim, steps)
 
 
 def _header_block_end(buf: bytes, start: int, end: int) -> int:
@@ -403,7 +401,8 @@ def _header_block_end(buf: bytes, start: int, end: int) -> int:
     return block_end
 
 
-def _plain_headers(buf: bytes, start: int, end: int) -> list[tuple[str, str]] | None:
+def _plain_headers(buf: bytes, start: int, end: int, steps: TokenizerSteps = DEFAULT_STEPS
+                   ) -> list[tuple[str, str]] | None:
     """The common header block in one regex pass: ASCII, every line a header or its
     continuation (after an optional mbox ``From `` line). None for anything else.
 
@@ -426,8 +425,8 @@ def _plain_headers(buf: bytes, start: int, end: int) -> list[tuple[str, str]] | 
     crlf = "\r" in text
     if not crlf and text.endswith("\n"):
         text = text[:-1]
-    if _header_fields is not None:  # (the same split in C)
-        return _header_fields("\n" + text, crlf)
+    if steps.header_fields is not None:  # (the same split in C)
+        return steps.header_fields("\n" + text, crlf)
     pieces = _FIELD_START.split("\n" + text)
     if crlf:
         return list(zip(pieces[1::2], map(str.rstrip, pieces[2::2], repeat("\r\n")), strict=True))

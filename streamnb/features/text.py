@@ -13,13 +13,12 @@ Rules, in order (after SpamBayes' tokenizer):
 6. Words with non-ASCII characters add an ``8bit%:<share rounded to 10>`` token.
 7. Optional word bigrams ``bi:<w1> <w2>`` (option ``ngrams``).
 
-Words, and the URLs of Latin-1 text, go through :mod:`streamnb.features._speedups` (the
-same rules in C, built when a C compiler is found at install; :data:`SPEEDUPS` says whether
-it is in use) or else through
-list comprehensions: ASCII text one token per kept word, other text the same rules with a
-per-word step only for the words that need one (``@``, too long, non-ASCII). URLs are
-looked for only where one can start (before a ``://``, at a ``www.``). Host tokens are
-memoised (:func:`host_tokens_cached`).
+Words go through list comprehensions: ASCII text one token per kept word, other text the
+same rules with a per-word step only for the words that need one (``@``, too long,
+non-ASCII). URLs are looked for only where one can start (before a ``://``, at a
+``www.``). Host tokens are memoised (:func:`host_tokens_cached`). With the C steps
+(:mod:`streamnb.features.steps`, the rules' ``steps``) the words and the URLs of Latin-1
+text take the same rules in C.
 
 >>> tokenize_text("Visit http://www.Cheap-Meds.biz/now for FREE!!! pharmacy-supercalifragilistic")
 ['proto:http', 'url:www.cheap-meds.biz', 'url:cheap-meds.biz', 'visit', 'for', 'free', 'skip:p 20']
@@ -28,13 +27,13 @@ memoised (:func:`host_tokens_cached`).
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from itertools import chain, repeat
 
-from streamnb.features._accel import speedups
+from streamnb.features.steps import DEFAULT_STEPS, TokenizerSteps
 
-__all__ = ["SPEEDUPS", "URL_RE", "WordRules", "host_tokens", "host_tokens_cached", "tokenize_text"]
+__all__ = ["URL_RE", "WordRules", "host_tokens", "host_tokens_cached", "tokenize_text"]
 
 #: URLs: a scheme or a bare ``www.`` host, up to white space or a quote/bracket.
 URL_RE = re.compile(r"""(?i)\b(?:(https?|ftp|mailto)://|(?=www\.))([^\s"'<>()\[\]{}]+)""")
@@ -51,25 +50,6 @@ _HOST_RE = re.compile(r"^(?:[^/?#@\s]*@)?([a-z0-9][a-z0-9.-]*)", re.I)
 _PUNCT = "\"'.,;:!?()[]{}<>*`~|^_=+-/\\#&"
 _SPLIT = re.compile(r"\s+")
 
-
-def _load_word_tokens():
-    """The C word rules, or None: not built (:mod:`streamnb.features._accel`), or built
-    with other punctuation."""
-    c = speedups()
-    return c.word_tokens if c is not None and c.PUNCT == _PUNCT else None
-
-
-#: ``word_tokens(text, min_len, max_len, out)``, see :func:`_load_word_tokens`.
-_word_tokens = _load_word_tokens()
-#: ``word_hashes(text, min_len, max_len, out[, lower])`` of the C module (the stable hashes
-#: of the word tokens of Latin-1 text, no str made of a common word), or None; only with
-#: the C word rules (the same punctuation).
-_word_hashes = getattr(speedups(), "word_hashes", None) if _word_tokens is not None else None
-#: Whether the word rules run in C.
-SPEEDUPS = _word_tokens is not None
-#: ``url_scan(text, out)``: :meth:`WordRules.urls` in C on Latin-1 text (None for other
-#: text), or None when the C module is off.
-_url_scan = getattr(speedups(), "url_scan", None)
 
 
 def host_tokens(prefix: str, host: str) -> list[str]:
@@ -142,7 +122,8 @@ def _url_starts(text: str, most: int = 256) -> list[int] | None:
 
 @dataclass(frozen=True, slots=True)
 class WordRules:
-    """The word rules above, with their options.
+    """The word rules above, with their options, and the steps they run
+    (:mod:`streamnb.features.steps`; rules of other steps give the same tokens).
 
     >>> WordRules(min_len=2).tokens("a bb ccc")
     ['bb', 'ccc']
@@ -152,10 +133,13 @@ class WordRules:
     min_len: int = 3
     max_len: int = 12
     ngrams: bool = False
+    steps: TokenizerSteps = field(default=DEFAULT_STEPS, repr=False)
 
     def urls(self, text: str, out: list[str]) -> str:
-        """Append URL tokens to ``out``; return the text with the URLs blanked out."""
-        if _url_scan is not None and (scanned := _url_scan(text, out)) is not None:
+        """Append URL tokens to ``out``; return the text with the URLs blanked out (the C
+        ``url_scan`` for Latin-1 text, which declines other text)."""
+        url_scan = self.steps.url_scan
+        if url_scan is not None and (scanned := url_scan(text, out)) is not None:
             return scanned  # (Latin-1 text: the same rule in C, the test below first)
         if "://" not in text and "www." not in text and "WWW." not in text:
             return text
@@ -179,8 +163,8 @@ class WordRules:
     def words(self, text: str, out: list[str], limit: int | None = None) -> None:
         """Append the tokens of the words of ``text`` to ``out`` (at most ``limit`` in all).
 
-        The C word rules when built, else list comprehensions with a per-word call only for
-        the words that need one (``@``, too long, non-ASCII); bigrams, a zero minimum length
+        List comprehensions with a per-word call only for the words that need one (``@``,
+        too long, non-ASCII), or the C ``word_tokens`` step; bigrams, a zero minimum length
         and a cut at ``limit`` take the word loop (:meth:`_word_loop`). All give the same
         tokens in the same order.
         """
@@ -190,9 +174,10 @@ class WordRules:
             self._word_loop(text, out, limit)
             return
         lo, hi = self.min_len, self.max_len
-        if _word_tokens is not None:
+        word_tokens = self.steps.word_tokens
+        if word_tokens is not None:
             start = len(out)
-            _word_tokens(text, lo, hi, out)
+            word_tokens(text, lo, hi, out)
             if limit is not None and len(out) > limit:
                 del out[start:]
                 self._word_loop(text, out, limit)  # where to cut: as the loop cuts
@@ -219,10 +204,10 @@ class WordRules:
 
     def hash_words(self, text: str, out: list[str], hashes: bytearray) -> None:
         """:meth:`words` without a limit, for a caller that only hashes the tokens: the C
-        module appends the stable hashes of the word tokens of Latin-1 text to ``hashes``
-        (uint64, what :func:`~streamnb.features.hashing.token_hashes` gives for them) without
-        making each token a str; other text (and bigrams, or no C module) appends the
-        tokens to ``out``. Either way the same tokens are hashed, in their order.
+        ``word_hashes`` step appends the stable hashes of the word tokens of Latin-1 text to
+        ``hashes`` (uint64, what :func:`~streamnb.features.hashing.token_hashes` gives for
+        them) without making each token a str; other text (and bigrams, or no such step)
+        appends the tokens to ``out``. Either way the same tokens are hashed, in their order.
 
         >>> import numpy as np
         >>> from streamnb.features.hashing import token_hashes
@@ -232,8 +217,9 @@ class WordRules:
         >>> got == token_hashes(["cheap", "meds", "now"]).tolist()
         True
         """
-        if _word_hashes is not None and not self.ngrams and self.min_len >= 1 and \
-                _word_hashes(text, self.min_len, self.max_len, hashes, self.lowercase) is not None:
+        word_hashes = self.steps.word_hashes
+        if word_hashes is not None and not self.ngrams and self.min_len >= 1 and \
+                word_hashes(text, self.min_len, self.max_len, hashes, self.lowercase) is not None:
             return  # (lower-cased word by word in C: str.lower of a whole text costs more)
         self.words(text, out)
 
