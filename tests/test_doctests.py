@@ -15,10 +15,14 @@ import streamnb_workers
 MODULES = sorted(m.name for m in pkgutil.iter_modules(streamnb_workers.__path__,
                                                       "streamnb_workers.")
                  if m.name != "streamnb_workers.__main__")
+#: Modules that need an optional extra: the module the extra brings (streamnb[milter]).
+OPTIONAL = {"streamnb_workers.milter_session": "Milter"}
 
 
 @pytest.mark.parametrize("name", MODULES)
 def test_doctests(name: str) -> None:
+    if name in OPTIONAL:
+        pytest.importorskip(OPTIONAL[name])
     module = importlib.import_module(name)
     result = doctest.testmod(module, optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
     assert result.failed == 0, f"{result.failed} doctest(s) of {name} failed (output above)"

@@ -40,6 +40,7 @@ from streamnb.constants import (
     MODEL_KINDS,
 )
 from streamnb.exceptions import ConfigConflict, FormatError, SettingsError
+from streamnb_workers import milter
 from streamnb_workers.settings import add_option, redact, resolve, setup_logging
 
 log = logging.getLogger("streamnb.cli")
@@ -307,6 +308,13 @@ def build_parser() -> OneLineParser:
     add_option(p, "--embedded", choices=("auto", "redis-server", "fakeredis"), default="auto",
                help="without --redis: a private redis-server if one is on PATH (auto), or force one")
     add_option(p, "--metrics-addr", default=DEFAULT_METRICS_ADDR, help="address the metrics server binds")
+
+    p = sub.add_parser("milter", help="score mail at SMTP time for Postfix/Sendmail (milter)",
+                       description="Serve the milter protocol: each mail goes through the model's "
+                                   "workers and gets verdict headers and the policy's action.")
+    _add_common(p)
+    _add_model_name(p)
+    milter.add_options(p)
     return parser
 
 
@@ -481,6 +489,7 @@ def cmd_demo(args: argparse.Namespace, env: Mapping[str, str]) -> int:
 COMMANDS: Mapping[str, Callable[[argparse.Namespace, Mapping[str, str]], int]] = {
     "worker": cmd_worker, "produce": cmd_produce, "predict": cmd_predict,
     "status": cmd_status, "export": cmd_export, "import": cmd_import, "demo": cmd_demo,
+    "milter": milter.cmd_milter,
 }
 
 
