@@ -34,7 +34,7 @@ def mail(label: str, seed: int = 0, n_words: int = 30, extra_headers: dict | Non
     m["Subject"] = " ".join(words[:4])
     for name, value in (extra_headers or {}).items():
         m[name] = value
-    m.set_content(" ".join(words) + "\n")
+    m.set_content("".join(" ".join(words[i:i + 10]) + "\n" for i in range(0, len(words), 10)))
     return m.as_bytes(policy=m.policy.clone(linesep="\r\n"))
 
 
@@ -56,8 +56,13 @@ def train(client: Any, mails: list[tuple[bytes, str]], timeout: float = 60.0) ->
     wait_for(lambda: all_done(client, len(mails)), timeout, "the worker to learn the mails")
 
 
-def start_worker(url: str, log_path: Path) -> subprocess.Popen:
-    return spawn_worker(url, count_spec("mail"), dict(WORKER_OPTIONS, consumer="w1"), log_path)
+def start_worker(url: str, client: Any, log_path: Path, consumer: str = "w1") -> subprocess.Popen:
+    """A worker of model "mail" in its own process, once it has registered."""
+    before = client.hlen(K.workers)
+    proc = spawn_worker(url, count_spec("mail"), dict(WORKER_OPTIONS, consumer=consumer), log_path)
+    wait_for(lambda: client.hlen(K.workers) > before or proc.poll() is not None, 60, "the worker")
+    assert proc.poll() is None, log_path.read_text()
+    return proc
 
 
 def wait_for(cond: Any, timeout: float = 30.0, what: str = "condition") -> None:
@@ -89,7 +94,7 @@ def _connectable(port: int) -> bool:
 
 class MilterProcess:
     """``streamnb milter`` in a child process on a free port (or ``listen``); a context
-    manager that stops it with SIGTERM."""
+    manager that kills it on the way out."""
 
     def __init__(self, url: str, log_path: Path, *args: str, port: int | None = None,
                  listen: str | None = None, timeout: float = 2.0) -> None:
@@ -138,4 +143,5 @@ class MilterProcess:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
-        self.stop()
+        # libmilter looks for a stop request every 5 s; the tests of stopping use stop()
+        self.stop(signal.SIGKILL)

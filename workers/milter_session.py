@@ -70,7 +70,8 @@ class MailSession(Milter.Base):
         key = text.lower()
         if key.startswith(HEADER_PREFIX):
             seen = self._own.get(key)
-            self._own[key] = (text, 1 if seen is None else seen[1] + 1)
+            # MTAs match header names case-insensitively when they count occurrences
+            self._own[key] = (text, 1) if seen is None else (seen[0], seen[1] + 1)
         raw_name = name if isinstance(name, bytes) else name.encode("utf-8", "surrogateescape")
         if isinstance(value, str):
             value = value.encode("utf-8", "surrogateescape")
