@@ -200,3 +200,19 @@ def test_not_scored_untrained_timeout_redis_down_and_back(tmp_path):
             accept.stop(signal.SIGKILL)
             tempfail.stop(signal.SIGKILL)
             stop(worker)
+
+
+def test_a_busy_port_is_one_line_and_exit_2(trained, tmp_path):
+    import subprocess
+
+    from _worker_helpers import PYTHON, ROOT
+
+    busy = trained.port  # redis-server listens there
+    proc = subprocess.run([PYTHON, "-m", "streamnb_workers", "milter", "--redis", trained.url,
+                           "--model", "mail", "--listen", f"inet:{busy}@127.0.0.1",
+                           "--log-level", "WARNING"], cwd=ROOT, capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 2
+    assert proc.stderr == (f"streamnb: error: --listen inet:{busy}@127.0.0.1: cannot listen "
+                           "there (Address already in use)\n")
+

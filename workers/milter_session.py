@@ -23,6 +23,7 @@ from typing import Any
 
 import Milter
 
+from streamnb.exceptions import SettingsError
 from streamnb_workers.milter_policy import ACCEPT, QUARANTINE, REJECT, TEMPFAIL, Outcome
 from streamnb_workers.verdicts import HEADER_PREFIX
 
@@ -142,7 +143,11 @@ def run(listen: str, score: Callable[[bytes, str], Outcome], *, max_size: int,
 
     def open_and_tune(rmsock: bool) -> Any:
         # Milter.runmilter opens the socket, then serves: tune it in between.
-        done = open_socket(rmsock)
+        try:
+            done = open_socket(rmsock)
+        except milter.error:
+            raise SettingsError(f"--listen {listen}: cannot listen there ({why_not(listen)})"
+                                ) from None
         tune_listener(listen, socket_mode)
         return done
 
@@ -179,6 +184,29 @@ def tune_listener(listen: str, socket_mode: int) -> None:
                 continue
     log.warning("could not set TCP_NODELAY on the milter's socket: expect about 40 ms more "
                 "per mail over TCP (a unix: socket has no such delay)")
+
+
+def why_not(listen: str) -> str:
+    """The system's reason a socket spec cannot be listened on (libmilter logs it only to
+    syslog)."""
+    kind, _, where = listen.partition(":")
+    try:
+        if kind in ("unix", "local"):
+            folder = os.path.dirname(where) or "."
+            if not os.path.isdir(folder):
+                return f"no directory {folder}"
+            with socket.socket(socket.AF_UNIX) as s:
+                s.bind(os.path.join(folder, f".streamnb-probe-{os.getpid()}"))
+                os.unlink(s.getsockname())
+        else:
+            port, _, host = where.partition("@")
+            family = socket.AF_INET6 if kind == "inet6" else socket.AF_INET
+            with socket.socket(family) as s:
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                s.bind((host.strip("[]"), int(port)))
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    return "libmilter gave no reason"
 
 
 def _socket_fds() -> list[int]:
