@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import socket
 import struct
+import time
 from dataclasses import dataclass, field
 
 __all__ = ["MilterClient", "MilterResult", "packet", "split_message"]
@@ -71,6 +72,8 @@ class MilterResult:
     #: (index, name, value): value "" removes the index-th header of that name.
     changed_headers: list[tuple[int, str, str]] = field(default_factory=list)
     quarantine: str | None = None
+    #: Seconds from the end of the mail's data (end of body sent) to the final answer.
+    end_of_data_seconds: float = float("nan")
 
     def header(self, name: str) -> str | None:
         """The value of the added header ``name`` (case-insensitive), None if not added."""
@@ -151,8 +154,11 @@ class MilterClient:
                 self._send(b"A")
                 return MilterResult(action=early)
         self._send(b"D", b"E" + b"i\0" + queue_id.encode() + b"\0")
+        start = time.perf_counter()
         self._send(b"E")
-        return self._end_of_message()
+        result = self._end_of_message()
+        result.end_of_data_seconds = time.perf_counter() - start
+        return result
 
     def _end_of_message(self) -> MilterResult:
         result = MilterResult()

@@ -3,7 +3,7 @@ verdict headers, spam is rejected or held as the policy says, and with Redis sto
 is still delivered (not scored) or tempfailed within the deadline.
 
 Needs Postfix (Debian package postfix), root, pymilter and redis-server; skipped
-otherwise. The Postfix instance is private (tests/_postfix.py) and stopped whatever
+otherwise. The Postfix instance is private (benchmarks/postfix_instance.py) and stopped whatever
 happens."""
 
 from __future__ import annotations
@@ -14,8 +14,9 @@ import smtplib
 
 import pytest
 from _milter_helpers import MilterProcess, mail, start_worker, stop, train, training_mails, wait_for
-from _postfix import PostfixInstance, unavailable
 from _redis_server import REDIS_SERVER, RedisServer, free_port
+
+from benchmarks.postfix_instance import PostfixInstance, unavailable
 
 pytest.importorskip("Milter", reason="streamnb milter needs pymilter: pip install 'streamnb[milter]'")
 if unavailable() is not None:

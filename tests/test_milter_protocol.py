@@ -216,3 +216,20 @@ def test_a_busy_port_is_one_line_and_exit_2(trained, tmp_path):
     assert proc.stderr == (f"streamnb: error: --listen inet:{busy}@127.0.0.1: cannot listen "
                            "there (Address already in use)\n")
 
+
+def test_the_benchmark_runs_on_a_few_mails():
+    if REDIS_SERVER is None:
+        pytest.skip("redis-server is not installed")
+    from benchmarks import milter as bench
+    from benchmarks._common import synthetic_mail
+
+    runs = bench.bench_milter(synthetic_mail(60, seed=3), n_train=40, n_mails=20,
+                              worker_counts=[1], n_sessions=2)
+    assert [(r.system, r.workers, r.sessions, r.mails) for r in runs] == [
+        ("streamnb milter", 1, 2, 20), ("streamnb milter", 1, 1, 20)]
+    for run in runs:
+        assert run.not_scored == 0 and run.right >= 15
+        assert len(run.eod) == run.mails and all(0 < e <= w for e, w in zip(run.eod, run.whole,
+                                                                            strict=True))
+        row = run.row()
+        assert row[4] > 0 and row[5] <= row[6]  # mails/s; p50 <= p99

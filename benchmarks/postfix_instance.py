@@ -1,4 +1,4 @@
-"""A private Postfix instance for tests: its own config directory, loopback, free ports,
+"""A private Postfix instance for tests and benchmarks: its own config directory, loopback, free ports,
 mail for ``box@streamnb.test`` delivered to a Maildir of its own, ``smtpd_milters``
 pointing at the milter under test.
 
@@ -189,12 +189,16 @@ biff = no
 
     # ------------------------------------------------------------------ mail
     def send(self, raw: bytes, sender: str = "sender@example.org") -> float:
-        """Send ``raw`` to the mailbox over SMTP; the seconds the transaction took (the
+        """Send ``raw`` to the mailbox over a new SMTP connection; the seconds it took (an
         SMTP error raised as smtplib raises it)."""
         start = time.monotonic()
-        with smtplib.SMTP("127.0.0.1", self.port, timeout=60) as smtp:
+        with self.connect() as smtp:
             smtp.sendmail(sender, [MAILBOX], raw)
         return time.monotonic() - start
+
+    def connect(self) -> smtplib.SMTP:
+        """An SMTP connection to the instance (for several mails)."""
+        return smtplib.SMTP("127.0.0.1", self.port, timeout=60)
 
     def delivered(self) -> list[bytes]:
         """The messages in the mailbox, oldest first."""
