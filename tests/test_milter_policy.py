@@ -225,3 +225,22 @@ def test_settings_from_the_environment(capsys):
            "STREAMNB_VERDICT_ACTION": "spam=reject,unsure=drop"}
     assert main(["milter"], env=env) == 2
     assert "--verdict-action unsure=drop" in capsys.readouterr().err
+
+
+def test_not_scored_warnings_are_one_per_reason_and_minute(caplog):
+    from streamnb_workers.milter_policy import _OncePerReason
+
+    quiet = _OncePerReason(every_s=60.0)
+    with caplog.at_level("WARNING", logger="streamnb.milter"):
+        for i in range(5):
+            quiet.warn(f"m{i}", NotScored("redis-unavailable", "ConnectionError"))
+        quiet.warn("m5", NotScored("timeout"))
+    assert [r.getMessage() for r in caplog.records] == [
+        "mail m0 not scored: redis-unavailable: ConnectionError", "mail m5 not scored: timeout"]
+    caplog.clear()
+    quiet.every_s = 0.0
+    with caplog.at_level("WARNING", logger="streamnb.milter"):
+        quiet.warn("m6", NotScored("redis-unavailable", "ConnectionError"))
+    assert caplog.records[0].getMessage() == ("mail m6 not scored: redis-unavailable: "
+                                              "ConnectionError (4 more not scored for this "
+                                              "reason since the last message)")

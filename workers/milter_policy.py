@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import logging
 import re
+import threading
+import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -185,17 +187,45 @@ def decide(policy: Policy, prediction: Mapping[str, Any] | None, msg_id: str | N
                    failure=failure.reason)
 
 
+class _OncePerReason:
+    """A warning per not-scored reason at most every ``every_s`` seconds, with the count of
+    those left out: with Redis down, every mail would log one."""
+
+    def __init__(self, every_s: float = 60.0) -> None:
+        self.every_s = every_s
+        self._lock = threading.Lock()
+        self._last: dict[str, float] = {}
+        self._quiet: dict[str, int] = {}
+
+    def warn(self, what: str, exc: NotScored) -> None:
+        now = time.monotonic()
+        with self._lock:
+            last = self._last.get(exc.reason)
+            if last is not None and now - last < self.every_s:
+                self._quiet[exc.reason] = self._quiet.get(exc.reason, 0) + 1
+                return
+            self._last[exc.reason] = now
+            quiet = self._quiet.pop(exc.reason, 0)
+        more = f" ({quiet} more not scored for this reason since the last message)" if quiet else ""
+        log.warning("mail %s not scored: %s%s", what, exc, more)
+
+
+_not_scored_log = _OncePerReason()
+
+
 def score_mail(client: VerdictClient, policy: Policy, raw: bytes, timeout: float,
                hint: str = "") -> Outcome:
-    """Send ``raw`` through the model's workers and decide (never raises for a mail)."""
+    """Send ``raw`` through the model's workers and decide within ``timeout`` seconds, the
+    XADD included (never raises for a mail)."""
+    deadline = time.monotonic() + timeout
     msg_id = None
     try:
         pending = client.submit(raw, hint)
         msg_id = pending.id
-        return decide(policy, pending.result(timeout), msg_id)
+        return decide(policy, pending.result(deadline - time.monotonic()), msg_id)
     except NotScored as exc:
-        if exc.reason not in (UNTRAINED,):
-            log.warning("mail %s not scored: %s", msg_id or hint or "-", exc)
+        if exc.reason != UNTRAINED:
+            _not_scored_log.warn(msg_id or hint or "-", exc)
         return decide(policy, None, msg_id, exc)
     except Exception as exc:  # noqa: BLE001 - a bug must not bounce mail: policy applies
         log.exception("mail %s: unexpected error while scoring", msg_id or hint or "-")

@@ -191,7 +191,7 @@ class Pending:
             return self._future.result(timeout=max(timeout, 0.0))
         except TimeoutError:
             self._client.forget(self.id)
-            raise NotScored(TIMEOUT, f"no prediction within {timeout:.3g} s") from None
+            raise NotScored(TIMEOUT, "no prediction within the deadline") from None
 
 
 class VerdictClient:
