@@ -123,7 +123,8 @@ def test_parse_reply():
     assert parse_reply("451 4.3.0 later, please", "4") == Reply("451", "4.3.0", "later, please")
     for bad, klass in (("550 5.7.1", "5"), ("550 4.7.1 mixed", "5"), ("250 2.0.0 ok", "5"),
                        ("550 5.7.1 caf\u00e9", "5"), ("550 5.7.1 two\nlines", "5"),
-                       ("5.7.1 550 swapped", "5"), ("451 4.7.1 later", "5")):
+                       ("5.7.1 550 swapped", "5"), ("451 4.7.1 later", "5"),
+                       ("550 5.7.1 100% spam", "5")):
         with pytest.raises(ValueError, match=f"expected a {klass}xx reply"):
             parse_reply(bad, klass)
 

@@ -83,7 +83,7 @@ class Reply:
 
 def parse_reply(text: str, klass: str) -> Reply:
     """``"550 5.7.1 text"`` -> Reply; the code and status must be of ``klass`` (``"4"`` or
-    ``"5"``) and agree; the text one line of printable ASCII.
+    ``"5"``) and agree; the text one line of printable ASCII without ``%``.
 
     >>> parse_reply("554 5.7.1 Spam, go away", "5")
     Reply(code='554', status='5.7.1', text='Spam, go away')
@@ -95,7 +95,8 @@ def parse_reply(text: str, klass: str) -> Reply:
     m = _REPLY.match(text.strip())
     example = ("550 5.7.1 Message rejected as spam" if klass == "5"
                else "451 4.7.1 Try again later")
-    if (m is None or m["code"][0] != klass or m["status"][0] != klass
+    # no "%": Sendmail reads the text as a format, Postfix as is
+    if (m is None or m["code"][0] != klass or m["status"][0] != klass or "%" in m["text"]
             or not (m["text"].isascii() and m["text"].isprintable())):
         raise ValueError(f"expected a {klass}xx reply like {example!r}, got {text!r}")
     return Reply(m["code"], m["status"], m["text"])

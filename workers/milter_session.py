@@ -8,7 +8,8 @@ collected (up to ``max_size`` bytes; the MTA is told not to wait for a reply to 
 and at the end of the message the mail is scored and the outcome applied: the mail's own
 ``X-Streamnb-*`` headers are removed (a sender cannot forge a verdict), the verdict
 headers added, and the mail accepted, quarantined, rejected or tempfailed. Connection,
-HELO, envelope and unknown commands are negotiated away, so the MTA does not send them.
+HELO, envelope and unknown commands are negotiated away, so the MTA does not send them;
+DATA is answered (:meth:`MailSession.data` says why).
 """
 
 from __future__ import annotations
@@ -114,7 +115,7 @@ class MailSession(Milter.Base):
                 self.quarantine(f"streamnb: {outcome.reason}")
             if outcome.reply is not None:
                 r = outcome.reply
-                self.setreply(r.code, r.status, r.text.replace("%", "%%"))
+                self.setreply(r.code, r.status, r.text)
         finally:
             self._reset()
         seconds = time.perf_counter() - start
