@@ -214,8 +214,10 @@ def cmd_milter(args: argparse.Namespace, env: Mapping[str, str]) -> int:
     mask = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
     try:
         serve_metrics(args.metrics_port, args.metrics_addr)
-        with VerdictClient(settings, model, send_timeout=timeout, id_prefix="milter-") as client:
-            _check_redis(client)
+        client = VerdictClient(settings, model, send_timeout=timeout, id_prefix="milter-")
+        try:
+            _check_redis(client)  # before the reader starts: a refused login is one line
+            client.start()
 
             def score(raw: bytes, queue_id: str) -> Any:
                 return score_mail(client, policy, raw, timeout, queue_id)
@@ -228,6 +230,8 @@ def cmd_milter(args: argparse.Namespace, env: Mapping[str, str]) -> int:
             # Stopped: no new connection. Mails at their end of data get their verdicts.
             if not client.drain(timeout):
                 log.warning("stopping with %d mails still waiting for a verdict", client.in_flight)
+        finally:
+            client.close()
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, mask)
     log.info("milter stopped")
