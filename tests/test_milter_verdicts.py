@@ -34,7 +34,7 @@ class Responder:
         self.thread = threading.Thread(target=self.run, daemon=True)
 
     def run(self) -> None:
-        last = "$"
+        last = self.start
         while not self.stop_event.is_set():
             reply = self.client.xread({K.input: last}, count=50, block=50)
             for _stream, entries in reply or []:
@@ -55,6 +55,9 @@ class Responder:
                 pipe.execute()
 
     def __enter__(self) -> Responder:
+        # From the last entry now, not "$": a mail sent before its first XREAD counts
+        last = self.client.xrevrange(K.input, count=1)
+        self.start = as_str(last[0][0]) if last else "0-0"
         self.thread.start()
         return self
 

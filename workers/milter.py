@@ -191,6 +191,10 @@ def cmd_milter(args: argparse.Namespace, env: Mapping[str, str]) -> int:
     except ValueError as exc:
         raise SettingsError(str(exc)) from None
     policy = policy_from_args(args)
+    settings = redis_settings(args.redis, password_file=args.redis_password_file,
+                              tls_ca_file=args.tls_ca_file, tls_cert_file=args.tls_cert_file,
+                              tls_key_file=args.tls_key_file, cluster=args.cluster,
+                              client_name=f"streamnb-milter-{os.getpid()}", env=env)
     try:
         from streamnb_workers import milter_session
     except ImportError as exc:
@@ -202,10 +206,6 @@ def cmd_milter(args: argparse.Namespace, env: Mapping[str, str]) -> int:
     from streamnb_workers.supervisor import serve_metrics
     from streamnb_workers.verdicts import VerdictClient
 
-    settings = redis_settings(args.redis, password_file=args.redis_password_file,
-                              tls_ca_file=args.tls_ca_file, tls_cert_file=args.tls_cert_file,
-                              tls_key_file=args.tls_key_file, cluster=args.cluster,
-                              client_name=f"streamnb-milter-{os.getpid()}", env=env)
     metrics = MilterMetrics()
     timeout = args.timeout
     # libmilter stops the milter when its own thread, blocked in sigwait, gets one of these;

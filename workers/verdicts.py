@@ -301,10 +301,13 @@ class VerdictClient:
         first XADD, so every prediction of a mail sent from then on comes after it."""
         if self._last is not None:
             return
+        # Read outside the lock (a stuck Redis must not hold up the other callers); any
+        # caller's reading is a good start, all being taken before their XADDs.
+        last = client.xrevrange(self.keys.out, count=1)
+        start = as_str(last[0][0]) if last else "0-0"
         with self._lock:
             if self._last is None:
-                last = client.xrevrange(self.keys.out, count=1)
-                self._last = as_str(last[0][0]) if last else "0-0"
+                self._last = start
 
     def _read_loop(self) -> None:
         failing = False
