@@ -32,9 +32,8 @@ from pathlib import Path
 
 import numpy as np
 
-from streamnb.codec import InputMessage
 from streamnb.constants import DEFAULT_MAIL_ALPHA
-from streamnb.features import Featurizer, MailTokenizer, TokenHasher, hashing
+from streamnb.features import Featurizer, MailTokenizer, Payload, TokenHasher, hashing
 from streamnb.features import _accel as accel
 from streamnb.features import mail as mail_features
 from streamnb.features import text as text_rules
@@ -174,7 +173,7 @@ def main(argv: list[str] | None = None) -> int:
     # ---- the worker's path: featurize_batch in batches of 100 (the daemon's default
     # featurizer: no meta vector), best of the passes, memos emptied before each
     worker_featurizer = Featurizer(bits=args.bits)
-    messages = [InputMessage(f"{i}-0", "", "raw", raw) for i, raw in enumerate(raws)]
+    messages = [Payload("raw", raw) for i, raw in enumerate(raws)]
     batch_s = float("inf")
     for _ in range(max(1, args.passes)):
         getattr(mail_features, "clear_memos", lambda: None)()
@@ -184,7 +183,7 @@ def main(argv: list[str] | None = None) -> int:
         batch_s = min(batch_s, time.process_time() - t0)
     featurizer = Featurizer(bits=args.bits, meta=True)
     t0 = time.perf_counter()
-    rows = [featurizer.featurize(InputMessage("", "", "raw", raw)) for raw in raws]
+    rows = [featurizer.featurize(Payload("raw", raw)) for raw in raws]
     feat_s = time.perf_counter() - t0
     X = featurizer.stack(rows)
     n_tok = X[:, : 2**args.bits]

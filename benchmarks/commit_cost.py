@@ -276,14 +276,14 @@ def corpus_row_bytes(corpus_root: Any, batch: int = DEFAULT_BATCH_SIZE,
     corpus."""
     from benchmarks._common import corpus_available, load_corpus
     from benchmarks.end_to_end import corpus_tokens, encode_messages
-    from streamnb.codec import decode_input
     from streamnb.features import Featurizer, rows_to_bytes
+    from streamnb_workers.codec import decode_input
 
     if not corpus_available(corpus_root):
         return None
     corpus = load_corpus(corpus_root)
     featurizer = Featurizer.from_config({})
-    rows = [featurizer.featurize(decode_input(m, f"{i}-0")) for i, m in
+    rows = [featurizer.featurize(decode_input(m, f"{i}-0").as_payload()) for i, m in
             enumerate(encode_messages(corpus, "tokens", tokens=corpus_tokens(corpus)))]
     cached = rows_to_bytes(rows)
     mapped = [r._map_bytes() for r in rows]  # (what Row.to_bytes wrote before item 69)

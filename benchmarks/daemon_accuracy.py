@@ -82,7 +82,7 @@ def score(name: str, pred: list, truth: list, seconds: float, positive: str = "s
 def through_daemon(corpus: Corpus, n_workers: int = 2, kind: str = "multinomial",
                    timeout: float = 900.0, options: dict[str, Any] | None = None) -> Scores:
     """Replay the corpus as labelled raw mail through ``n_workers`` workers; score ``:out``."""
-    from streamnb.codec import decode_output
+    from streamnb_workers.codec import decode_output
 
     messages = encode_messages(corpus, "raw", labelled=True)
     name = f"accuracy-{kind}-{n_workers}w"

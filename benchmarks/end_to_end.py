@@ -87,8 +87,8 @@ def encode_messages(corpus: Corpus, payload: str, labelled: bool = True,
                     tokens: list[list[str]] | None = None) -> list[bytes]:
     """The corpus as wire messages: ``raw`` bytes, ``tokens`` lists (streamnb's tokens) or
     ``hashes`` (the same tokens hashed by the producer, :func:`streamnb.features.token_hashes`)."""
-    from streamnb.codec import encode_input
     from streamnb.features import token_hashes
+    from streamnb_workers.codec import encode_input
 
     if payload not in ("raw", "tokens", "hashes"):
         raise ValueError(f"payload must be raw, tokens or hashes, got {payload!r}")
@@ -210,7 +210,7 @@ def out_rate(client: Any, key: str) -> tuple[int, float, int, float]:
     of stream ``key``'s outputs on the Redis clock (their ids): the rate over the window in
     which every worker was committing (:func:`steady_rate`), and the rate from the first
     output to the last (:func:`stamps_rate`: a late worker's start-up inside)."""
-    from streamnb.codec import decode_output
+    from streamnb_workers.codec import decode_output
 
     stamps, workers = [], []
     for entry_id, fields in client.xrange(key):
@@ -440,16 +440,16 @@ def run_e2e(server: RedisServer, name: str, messages: Sequence[bytes], n_workers
 
 def in_process_rate(messages: Sequence[bytes], batch: int = 100) -> float:
     """The worker's pipeline without Redis: decode, featurize, stack, predict, learn (msg/s)."""
-    from streamnb.codec import decode_input
     from streamnb.features import Featurizer
     from streamnb.models.multinomial import MultinomialNB
+    from streamnb_workers.codec import decode_input
 
     f = Featurizer()
     model = MultinomialNB(n_features=f.n_columns, smoothing_m="seen")
     t0 = time.perf_counter()
     for i in range(0, len(messages), batch):
         msgs = [decode_input(m, f"{i + j}-0") for j, m in enumerate(messages[i : i + batch])]
-        X = f.stack([f.featurize(m) for m in msgs])
+        X = f.stack([f.featurize(m.as_payload()) for m in msgs])
         if i:
             model.predict(X)
         model.partial_fit(X, [m.label for m in msgs])
@@ -498,7 +498,7 @@ def side_by_side_rate(messages: Sequence[bytes], n: int = 2, batch: int = 100) -
     last end. Over ``n`` times one process alone, it is what the host gives ``n`` workers
     before any Redis: the cores' own scaling (shared caches, memory, the hypervisor).
 
-    >>> from streamnb.codec import encode_input
+    >>> from streamnb_workers.codec import encode_input
     >>> msgs = [encode_input("tokens", ["a", "b"], label="x"),
     ...         encode_input("tokens", ["c"], label="y")] * 50
     >>> side_by_side_rate(msgs, 2, batch=10) > 0

@@ -4,7 +4,9 @@ Synthetic data (three classes, Gaussian clusters with different covariances) at
 d = 10, 30, 100, and scikit-learn's bundled breast_cancer (d = 30, 569 rows, replayed
 with a little noise up to ``--n`` rows). streamnb models predict a batch, then learn
 it (batches of 1 and 100); River's ``GaussianNB`` does ``predict_one`` + ``learn_one``
-on ``{index: value}`` dicts in the same run. Each run stops after ``--cap`` seconds.
+on ``{index: value}`` dicts in the same run. Each run stops after ``--cap`` seconds. The
+process runs with one BLAS thread, as a worker does (it restarts itself with the
+variables of :func:`streamnb_workers.launch.blas_env` where they are not set).
 
     python -m benchmarks.gaussian_throughput [--n 20000] [--dims 10,30,100] [--cap 10]
 """
@@ -12,6 +14,7 @@ on ``{index: value}`` dicts in the same run. Each run stops after ``--cap`` seco
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 import warnings
@@ -20,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from benchmarks._common import format_table, print_header, rate
+from streamnb_workers.launch import blas_env
 
 KINDS = ("gaussian", "lda", "qda")
 
@@ -121,6 +125,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dims", default="10,30,100")
     ap.add_argument("--cap", type=float, default=10.0, help="seconds per run at most")
     args = ap.parse_args(argv)
+    if os.environ != blas_env(os.environ):  # BLAS reads its thread count once, at import
+        env = blas_env(os.environ)
+        os.execve(sys.executable, [sys.executable, "-m", "benchmarks.gaussian_throughput", *argv], env)
     print_header("benchmark 2: GaussianNB / LDA / QDA test-then-train vectors/s",
                  "benchmarks.gaussian_throughput", argv)
     datasets = [("synthetic", *synthetic(args.n, int(d))) for d in args.dims.split(",")]

@@ -77,11 +77,10 @@ def run_workload(what: str, corpus_dir: str, messages: int, reps: int) -> None:
                 email.message_from_bytes(raw)
         return
     if what == "featurize":
-        from streamnb.codec import InputMessage
-        from streamnb.features import Featurizer
+        from streamnb.features import Featurizer, Payload
 
         featurizer = Featurizer()
-        msgs = [InputMessage(f"{i}-0", "", "raw", raw) for i, raw in enumerate(corpus.raws)]
+        msgs = [Payload("raw", raw) for i, raw in enumerate(corpus.raws)]
         for _ in range(reps):
             for i in range(0, len(msgs), 100):
                 featurizer.featurize_batch(msgs[i:i + 100])

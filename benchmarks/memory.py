@@ -47,7 +47,7 @@ CACHE_TTL_S = 30.0
 def noisy_messages(tokens: list[list[str]], labels: list[str], start: int, n: int, noise: int,
                    rng: np.random.Generator) -> list[bytes]:
     """Messages ``start .. start + n`` of the corpus cycled, each with ``noise`` random tokens."""
-    from streamnb.codec import encode_input
+    from streamnb_workers.codec import encode_input
 
     out = []
     for i in range(start, start + n):
@@ -63,12 +63,11 @@ def model_bytes(kind: str = "multinomial") -> dict[str, int]:
     the encoded size."""
     import tracemalloc
 
-    from streamnb.codec import InputMessage
-    from streamnb.features import Featurizer
+    from streamnb.features import Featurizer, Payload
     from streamnb.models import dumps, make_model
 
     f = Featurizer()
-    rows = [f.featurize(InputMessage("", "", "tokens", t)) for t in (["cheap", "meds"], ["lunch", "notes"])]
+    rows = [f.featurize(Payload("tokens", t)) for t in (["cheap", "meds"], ["lunch", "notes"])]
     X = f.stack(rows)
     tracemalloc.start()
     model = make_model(kind, n_features=f.n_columns, smoothing_m="seen")

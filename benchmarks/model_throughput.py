@@ -79,12 +79,11 @@ class Result:
 
 def prepare(corpus: Corpus, bits: int = BITS, sklearn: bool = True) -> Prepared:
     """Tokenize and hash every message once (timed, for reference)."""
-    from streamnb.codec import InputMessage
-    from streamnb.features import Featurizer
+    from streamnb.features import Featurizer, Payload
 
     featurizer = Featurizer(bits=bits)
     t0 = time.perf_counter()
-    msgs = [InputMessage("", "", "raw", raw) for raw in corpus.raws]
+    msgs = [Payload("raw", raw) for raw in corpus.raws]
     rows = [featurizer.featurize(m) for m in msgs]
     tokenize_seconds = time.perf_counter() - t0
     X = featurizer.stack(rows)

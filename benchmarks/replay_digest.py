@@ -31,7 +31,7 @@ def _decode_output(data: bytes) -> dict[str, Any]:
     try:
         from streamnb_workers.codec import decode_output
     except ImportError:  # a tree from before the daemon's package had its own name
-        from streamnb.codec import decode_output  # type: ignore[no-redef]
+        from streamnb_workers.codec import decode_output  # type: ignore[no-redef]
     return decode_output(data)
 
 

@@ -16,8 +16,6 @@ MODEL_KINDS = ("multinomial", "bernoulli", "categorical", "gaussian", "lda", "qd
 # --------------------------------------------------------------- wire format & featurization
 #: The one stream field that holds a message's msgpack map.
 DATA_FIELD = "data"
-#: Input keys that carry a payload; a message has exactly one of them (or none, with ``ref``).
-PAYLOAD_KEYS = ("raw", "text", "tokens", "hashes", "features", "x")
 #: Default size limit of one encoded input message (1 MiB).
 DEFAULT_MAX_MESSAGE_BYTES = 1 << 20
 #: Key of the stable token hash (blake2b, 8-byte digest). Changing it changes every bucket.

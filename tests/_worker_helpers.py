@@ -13,9 +13,9 @@ from typing import Any
 import msgpack
 import numpy as np
 
-from streamnb.codec import decode_input
 from streamnb.features import Featurizer
 from streamnb.models import make_model
+from streamnb_workers.codec import decode_input
 from streamnb_workers.connection import RedisSettings, UrlConnector
 from streamnb_workers.keys import GROUP, ModelKeys
 from streamnb_workers.launch import blas_env
@@ -76,7 +76,7 @@ def offline_model(kind: str, params: dict, featurizer_config: dict,
     """One offline partial_fit over the labelled messages (the reference)."""
     f = Featurizer.from_config(featurizer_config)
     lab = [m for m in messages if m.get("label") is not None and "ref" not in m]
-    rows = [f.featurize(decode_input(msgpack.packb(m), "0-0")) for m in lab]
+    rows = [f.featurize(decode_input(msgpack.packb(m), "0-0").as_payload()) for m in lab]
     return make_model(kind, **params).partial_fit(f.stack(rows), [m["label"] for m in lab])
 
 

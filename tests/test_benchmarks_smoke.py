@@ -161,7 +161,7 @@ def test_the_rate_window_leaves_out_a_late_worker_and_the_end_of_the_run():
 def e2e_outputs(name: str, n_mail: int, seed: int, models: list[str], **kw) -> tuple:
     """:func:`end_to_end.run_e2e` of two workers (batches of 25) on ``n_mail`` synthetic
     mails, and the (millisecond, worker) of every output of each of ``models``' ``:out``."""
-    from streamnb.codec import decode_output
+    from streamnb_workers.codec import decode_output
 
     corpus = synthetic_mail(n_mail, seed=seed)
     msgs = end_to_end.encode_messages(corpus, "tokens", tokens=end_to_end.corpus_tokens(corpus))
@@ -352,7 +352,7 @@ def test_commands_table_lists_the_commit_script_per_worker_count(tmp_path, capsy
 
 
 def test_side_by_side_pipelines_run_at_the_same_time_and_a_failure_does_not_hang():
-    from streamnb.codec import encode_input
+    from streamnb_workers.codec import encode_input
 
     msgs = [encode_input("tokens", [f"t{i % 7}", "x"], label="ab"[i % 2]) for i in range(600)]
     spans = end_to_end.side_by_side_spans(msgs, 2, batch=50)

@@ -14,9 +14,9 @@ import msgpack
 import numpy as np
 import pytest
 
-from streamnb.codec import decode_input, encode_input
 from streamnb.models import load as load_model_file
 from streamnb_workers.cli import build_parser, main
+from streamnb_workers.codec import decode_input, encode_input
 from streamnb_workers.connection import RedisSettings, UrlConnector
 from streamnb_workers.keys import ModelKeys
 from streamnb_workers.model_config import ModelSpec, ensure_config, read_config
@@ -211,7 +211,7 @@ def test_export_import_round_trip_and_offline_predict(redis_server, tmp_path):
     got = json.loads(p.stdout)
     featurizer = read_config(r, "m").make_featurizer()
     msg = decode_input(encode_input("raw", mail.read_bytes()), "1-0")
-    lp = exported.predict_log_proba(featurizer.stack([featurizer.featurize(msg)]))[0]
+    lp = exported.predict_log_proba(featurizer.stack([featurizer.featurize(msg.as_payload())]))[0]
     classes = list(exported.classes_)
     assert got["label"] == classes[int(np.argmax(lp))]
     for c, v in zip(classes, lp, strict=True):

@@ -10,7 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from streamnb.codec import (
+from streamnb.exceptions import MalformedMessage
+from streamnb_workers.codec import (
     DEFAULT_LIMITS,
     InputMessage,
     Limits,
@@ -21,7 +22,6 @@ from streamnb.codec import (
     encode_output,
     output_for,
 )
-from streamnb.exceptions import MalformedMessage
 
 
 def pack(obj) -> bytes:

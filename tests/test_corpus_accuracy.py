@@ -11,9 +11,8 @@ import csv
 
 import pytest
 
-from streamnb.codec import InputMessage
 from streamnb.constants import DEFAULT_MAIL_ALPHA
-from streamnb.features import Featurizer
+from streamnb.features import Featurizer, Payload
 from streamnb.models import MultinomialNB
 
 pytestmark = [pytest.mark.corpus, pytest.mark.slow]
@@ -24,7 +23,7 @@ def test_default_mail_configuration_meets_the_target(corpus_dir):
         index = list(csv.DictReader(fh, delimiter="\t"))
     y = [r["label"] for r in index]
     f = Featurizer()
-    X = f.stack([f.featurize(InputMessage("", "", "raw", (corpus_dir / r["path"]).read_bytes())) for r in index])
+    X = f.stack([f.featurize(Payload("raw", (corpus_dir / r["path"]).read_bytes())) for r in index])
     model = MultinomialNB(alpha=DEFAULT_MAIL_ALPHA, n_features=f.n_columns, smoothing_m="seen")
     fp = fn = 0
     for i, label in enumerate(y):

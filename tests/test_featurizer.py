@@ -12,25 +12,26 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from streamnb.codec import InputMessage, decode_input
 from streamnb.exceptions import FormatError, MalformedMessage
 from streamnb.features import (
     N_META,
     EmailFeaturizer,
     Featurizer,
     MailTokenizer,
+    Payload,
     Row,
     TextFeaturizer,
     TokenHasher,
     rows_to_bytes,
     tokenize_email,
 )
+from streamnb_workers.codec import decode_input
 
 MAIL = b"From: a@spam.example.com\nSubject: Cheap cheap meds\n\nBuy cheap meds at http://x.example.org now"
 
 
-def msg(kind, payload, **kw) -> InputMessage:
-    return InputMessage("1-0", "1-0", kind, payload, **kw)
+def msg(kind, payload, **kw) -> Payload:
+    return Payload(kind, payload)
 
 
 def expected_row(tokens, bits, binary=True):
@@ -200,7 +201,7 @@ def test_offline_email_featurizer_matches_the_daemon_path():
     X = EmailFeaturizer(bits=14).transform(raws)
     f = Featurizer.from_config({"bits": 14})
     entries = [decode_input(msgpack.packb({"raw": r}), f"{i}-0") for i, r in enumerate(raws)]
-    Y = f.stack([f.featurize(m) for m in entries])
+    Y = f.stack([f.featurize(m.as_payload()) for m in entries])
     assert (X != Y).nnz == 0 and X.shape == (3, 2**14)
 
 
@@ -248,7 +249,7 @@ def test_hostile_inputs_end_to_end_never_raise_anything_but_malformed():
     outcomes = []
     for obj in hostile:
         try:
-            row = f.featurize(decode_input(msgpack.packb(obj, use_bin_type=True), "1-0"))
+            row = f.featurize(decode_input(msgpack.packb(obj, use_bin_type=True), "1-0").as_payload())
             outcomes.append("ok" if row.n_tokens > 0 else "empty")
         except MalformedMessage as exc:
             outcomes.append(exc.reason)
@@ -275,7 +276,7 @@ def test_hashed_word_tokens_give_the_same_analysis_as_the_tokens():
     """``analyse(hash_words=True)``: the word tokens as hashes, the others as tokens; the
     same hashes in all, the same counts and meta vector. Past the token limit it is the
     analysis with every token a str (where the limit cuts depends on their order)."""
-    from streamnb.codec import Limits
+    from streamnb.features import FeatureLimits as Limits
     from streamnb.features import text as text_rules
     from streamnb.features.hashing import token_hashes
 
@@ -313,6 +314,8 @@ def test_corpus_rows_in_batches_equal_the_rows_one_at_a_time(corpus_dir):
         batched = [row for i in range(0, len(msgs), 100) for row in f.featurize_batch(msgs[i : i + 100])]
         assert sum(row.n_tokens for row in batched) > 500_000
         assert batched == [f.featurize(m) for m in msgs]
+        for m, row in zip(msgs[:300], batched, strict=False):  # against the tokens hashed one by one
+            assert np.array_equal(row.indices, f.hasher.hash_counts(f.tokens(m))[0])
 
 
 def test_binary_rows_are_cached_without_their_values_and_old_rows_still_read():

@@ -21,9 +21,9 @@ from _worker_helpers import (
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from streamnb.codec import Limits, decode_input, decode_output, encode_input
 from streamnb.exceptions import MalformedMessage
 from streamnb.features import Featurizer, token_hash64, token_hashes
+from streamnb_workers.codec import Limits, decode_input, decode_output, encode_input
 from streamnb_workers.keys import GROUP, ModelKeys
 
 
@@ -77,10 +77,10 @@ def test_a_hashes_row_is_the_tokens_row(tokens, counts, bits, meta):
     f = Featurizer(bits=bits, counts=counts, meta=meta)
     by_tokens = decode_input(encode_input("tokens", tokens), "1-0")
     by_hashes = decode_input(encode_input("hashes", token_hashes(tokens)), "1-0")
-    a, b = f.featurize(by_tokens), f.featurize(by_hashes)
+    a, b = f.featurize(by_tokens.as_payload()), f.featurize(by_hashes.as_payload())
     assert a == b
     assert b.indices.dtype == np.int32 and b.n_tokens == len(tokens)
-    batch = f.featurize_batch([by_hashes, by_tokens])
+    batch = f.featurize_batch([by_hashes.as_payload(), by_tokens.as_payload()])
     assert batch[0] == batch[1] == a
 
 
@@ -92,13 +92,13 @@ def test_a_batch_of_hashes_rows_is_the_rows_one_by_one(lists, counts, bits):
     """featurize_batch masks and sorts the batch's hashes payloads in one pass (binary counts)."""
     f = Featurizer(bits=bits, counts=counts)
     msgs = [decode_input(encode_input("hashes", token_hashes(tokens)), f"{i}-0") for i, tokens in enumerate(lists)]
-    assert f.featurize_batch(msgs) == [f.featurize(m) for m in msgs]
+    assert f.featurize_batch([m.as_payload() for m in msgs]) == [f.featurize(m.as_payload()) for m in msgs]
 
 
 def test_a_dense_model_rejects_hashes():
     f = Featurizer(input="dense", dim=3)
     with pytest.raises(MalformedMessage) as exc:
-        f.featurize(decode_input(encode_input("hashes", [1, 2]), "1-0"))
+        f.featurize(decode_input(encode_input("hashes", [1, 2]), "1-0").as_payload())
     assert exc.value.reason == "incompatible_payload"
 
 

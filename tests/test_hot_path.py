@@ -10,12 +10,12 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from streamnb.codec import decode_input
 from streamnb.constants import HASH_KEY
 from streamnb.exceptions import MalformedMessage
 from streamnb.features.featurizer import Featurizer, Row
 from streamnb.features.hashing import TokenHasher, token_hash64
 from streamnb.stats.feature_counts import _class_sums
+from streamnb_workers.codec import decode_input
 
 
 def _words(rng: random.Random, n: int) -> list[str]:
@@ -47,7 +47,7 @@ def test_binary_featurize_matches_counted_buckets_with_ones():
     for _ in range(30):
         toks = _words(rng, rng.randint(1, 80))
         msg = decode_input(msgpack.packb({"tokens": toks}), "1-0")
-        row = f.featurize(msg)
+        row = f.featurize(msg.as_payload())
         idx, _ = f.hasher.hash_counts(toks)
         assert np.array_equal(row.indices, idx) and np.array_equal(row.values, np.ones(idx.size))
         assert row.n_tokens == len(toks)

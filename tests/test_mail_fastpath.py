@@ -151,7 +151,7 @@ def test_depth_limit_goes_to_the_stdlib_path():
 def test_limits_agree_on_both_paths():
     part = b"--XX\nContent-Type: text/plain\n\n" + b"spam words here " * 50 + b"\n"
     raw = b"Content-Type: multipart/mixed; boundary=XX\n\n" + part * 200 + b"--XX--\n"
-    from streamnb.codec import Limits
+    from streamnb.features import FeatureLimits as Limits
 
     for limits in [Limits(max_mime_parts=64, max_tokens=2_000), Limits(max_decoded_bytes=5_000),
                    Limits(max_text_chars=300), Limits(max_message_bytes=3_000)]:

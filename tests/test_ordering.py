@@ -16,9 +16,9 @@ import numpy as np
 import pytest
 from _worker_helpers import FCFG, count_spec, fast_options, produce, token_messages, url_worker
 
-from streamnb.codec import decode_input, decode_output
 from streamnb.features import Featurizer
 from streamnb.models import make_model
+from streamnb_workers.codec import decode_input, decode_output
 from streamnb_workers.commit import CommitRequest, commit_batch
 from streamnb_workers.keys import GROUP, ModelKeys
 from streamnb_workers.model_config import resolve_spec
@@ -33,7 +33,7 @@ def _one_at_a_time(msgs: list[dict]) -> list[dict]:
     """Log posteriors of each message by a model that learnt every labelled one before it."""
     f = Featurizer.from_config(FCFG)
     model = make_model("multinomial", **resolve_spec(count_spec()).model_params)
-    X = f.stack([f.featurize(decode_input(msgpack.packb(m), "0-0")) for m in msgs])
+    X = f.stack([f.featurize(decode_input(msgpack.packb(m), "0-0").as_payload()) for m in msgs])
     pred = model.predict_log_proba_prequential(X, [m.get("label") for m in msgs])
     return [{c: float(pred.log_proba[i, j]) for j, c in enumerate(pred.classes)
              if np.isfinite(pred.log_proba[i, j])} for i in range(len(msgs))]

@@ -29,7 +29,7 @@ from _worker_helpers import (
 
 import streamnb_workers.commit as commit_module
 import streamnb_workers.worker as worker_module
-from streamnb.codec import decode_output
+from streamnb_workers.codec import decode_output
 from streamnb_workers.commit import SentCommit
 from streamnb_workers.keys import GROUP, ModelKeys
 

@@ -13,12 +13,12 @@ import scipy.sparse as sp
 from _c_steps import c_or_reference
 from _worker_helpers import count_spec, fast_options, produce, token_messages, url_worker
 
-from streamnb.codec import decode_input, decode_output
 from streamnb.exceptions import NotFittedError
 from streamnb.features import Featurizer
 from streamnb.models import make_model
 from streamnb.models import prequential as prequential_module
 from streamnb.models.prequential import generic_prequential
+from streamnb_workers.codec import decode_input, decode_output
 from streamnb_workers.keys import ModelKeys
 from streamnb_workers.model_config import resolve_spec
 
@@ -355,7 +355,7 @@ def _one_at_a_time(r: Any, name: str, kind: str, params: dict, fconf: dict, msgs
     model = make_model(kind, **params)
     n_checked = 0
     for m in msgs:
-        X = f.stack([f.featurize(decode_input(msgpack.packb(m), "0-0"))])
+        X = f.stack([f.featurize(decode_input(msgpack.packb(m), "0-0").as_payload())])
         out = outs[m["id"]]
         try:
             lp = model.predict_log_proba(X)[0]

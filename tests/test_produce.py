@@ -11,7 +11,7 @@ from pathlib import Path
 import msgpack
 import pytest
 
-from streamnb.codec import decode_input
+from streamnb_workers.codec import decode_input
 from streamnb_workers.keys import ModelKeys
 from streamnb_workers.produce import produce
 

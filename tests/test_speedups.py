@@ -596,7 +596,7 @@ header_index_dicts = st.dictionaries(
        header_names=st.booleans(), cap=st.sampled_from([998, 40, 5000]),
        headers=st.sampled_from([mail.DEFAULT_HEADERS, ("cc", "subject", "x-other", "sender")]))
 def test_c_header_tokens_equal_the_python_method(index, extra_names, header_names, cap, headers):
-    from streamnb.codec import Limits
+    from streamnb.features import FeatureLimits as Limits
 
     tokenizer = mail.MailTokenizer(headers=headers, header_names=header_names,
                                    limits=Limits(max_header_chars=cap))

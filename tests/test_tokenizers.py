@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from streamnb.codec import Limits
+from streamnb.features import FeatureLimits as Limits
 from streamnb.features import MailTokenizer, WordRules, strip_html, tokenize_email, tokenize_text
 from streamnb.features.mail import META_FEATURES
 

@@ -22,7 +22,7 @@ from _worker_helpers import (
     url_worker,
 )
 
-from streamnb.codec import decode_output
+from streamnb_workers.codec import decode_output
 from streamnb_workers.keys import GROUP, ModelKeys
 
 pytestmark = pytest.mark.redis
@@ -205,15 +205,15 @@ def test_labels_for_messages_cached_by_the_layout_before_buckets(redis_server):
     """An upgrade loses no label: a message cached by an earlier version (a hash per
     message, its row in the map form) is learnt from a delayed label, then corrected, and
     its hash's learnt label follows (compare-and-set on the field ``learnt``)."""
-    from streamnb.codec import decode_input
     from streamnb.constants import FEATURIZER_FORMAT_VERSION
     from streamnb.encoding import dumps, pack_array
     from streamnb.features import Featurizer
+    from streamnb_workers.codec import decode_input
 
     r = redis_server.client()
     k = ModelKeys("mail")
     old = {"id": "old", "tokens": ["cheap", "meds", "now"]}
-    row = Featurizer.from_config(FCFG).featurize(decode_input(msgpack.packb(old), "1-0"))
+    row = Featurizer.from_config(FCFG).featurize(decode_input(msgpack.packb(old), "1-0").as_payload())
     legacy_row = dumps({"type": "row", "v": FEATURIZER_FORMAT_VERSION, "n": row.n_tokens,
                         "ones": True, "indices": pack_array(row.indices)})
     r.hset(k.cache("old"), mapping={"row": legacy_row, "pred": dumps({"label": None, "lp": {}}),

@@ -22,9 +22,9 @@ from _worker_helpers import (
     vector_messages,
 )
 
-from streamnb.codec import decode_output
 from streamnb.constants import DEFAULT_MAIL_ALPHA
 from streamnb.exceptions import ConfigConflict
+from streamnb_workers.codec import decode_output
 from streamnb_workers.keys import GROUP, ModelKeys
 from streamnb_workers.model_config import ModelSpec, resolve_spec
 
@@ -233,10 +233,10 @@ def test_predictions_use_the_model_before_the_batch(redis_server):
     produce(r, "mail", [{"id": "z", "tokens": ["cheap", "lunch", "lunch"]}])
     w.run_until_idle()
     z = {o["id"]: o for o in _outputs(r, "mail")}["z"]
-    from streamnb.codec import decode_input
     from streamnb.features import Featurizer
+    from streamnb_workers.codec import decode_input
     f = Featurizer.from_config({"bits": 10, "counts": "raw"})
-    X = f.stack([f.featurize(decode_input(msgpack.packb({"tokens": ["cheap", "lunch", "lunch"]}), "0-0"))])
+    X = f.stack([f.featurize(decode_input(msgpack.packb({"tokens": ["cheap", "lunch", "lunch"]}), "0-0").as_payload())])
     expect = dict(zip(ref.classes_.tolist(), ref.predict_log_proba(X)[0].tolist(), strict=True))
     assert z["log_proba"] == pytest.approx(expect, abs=1e-12)
     assert np.isclose(np.logaddexp(*z["log_proba"].values()), 0.0)

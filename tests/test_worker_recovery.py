@@ -22,7 +22,7 @@ from _worker_helpers import (
     url_worker,
 )
 
-from streamnb.codec import decode_output
+from streamnb_workers.codec import decode_output
 from streamnb_workers.keys import GROUP, ModelKeys
 
 pytestmark = pytest.mark.redis
@@ -226,8 +226,11 @@ def test_a_message_that_breaks_the_worker_goes_to_dead_alone(redis_server):
     featurizer = w.models["mail"].featurizer
     real = featurizer.featurize_batch
 
+    bad_tokens = msgs[3]["tokens"]
+    assert sum(m["tokens"] == bad_tokens for m in msgs) == 1
+
     def breaks_on_bad(batch):
-        if any(m.id == bad for m in batch):
+        if any(p.value == bad_tokens for p in batch):
             raise RuntimeError("a bug this message triggers")
         return real(batch)
 

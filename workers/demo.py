@@ -117,7 +117,7 @@ class Tally:
         self.by_worker: dict[str, int] = {}
 
     def poll(self) -> None:
-        from streamnb.codec import decode_output
+        from streamnb_workers.codec import decode_output
 
         while True:
             entries = self.client.xrange(self.key, min=f"({self.last}", max="+", count=500)
@@ -313,7 +313,7 @@ def run_demo(
               "for the final model):", file=out)
         shown = [m for m in sample[-80:] if m.label == "spam"][-3:] + \
                 [m for m in sample[-80:] if m.label == "ham"][-2:]
-        from streamnb.codec import decode_input, encode_input
+        from streamnb_workers.codec import decode_input, encode_input
 
         for m in shown:
             o = tally.seen[m.path]

@@ -42,9 +42,9 @@ from typing import Any, TextIO
 
 import msgpack
 
-from streamnb.codec import decode_input
 from streamnb.constants import DATA_FIELD, DEFAULT_PRODUCE_CHUNK
 from streamnb.exceptions import MalformedMessage, SettingsError
+from streamnb_workers.codec import decode_input
 from streamnb_workers.keys import ModelKeys
 from streamnb_workers.replies import as_str, entry_field
 
@@ -352,7 +352,7 @@ def send_and_wait(client: Any, model: str, path: str, timeout: float = 30.0) -> 
     """
     import uuid
 
-    from streamnb.codec import decode_output
+    from streamnb_workers.codec import decode_output
 
     keys = ModelKeys(model)
     outs = list(iter_paths([path]))

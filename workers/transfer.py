@@ -32,11 +32,11 @@ from typing import Any
 import numpy as np
 
 from streamnb.atomic_file import write_atomic
-from streamnb.codec import decode_input
 from streamnb.decision import DecisionRule
 from streamnb.encoding import dumps as pack
 from streamnb.encoding import loads as unpack
 from streamnb.exceptions import FormatError, SettingsError
+from streamnb_workers.codec import decode_input
 from streamnb_workers.replies import as_str
 
 __all__ = [
@@ -146,7 +146,7 @@ def _read_message(path: str | os.PathLike[str]) -> Any:
     """An input message from a file: a .json record (wire keys) or raw mail bytes."""
     import json
 
-    from streamnb.codec import encode_input
+    from streamnb_workers.codec import encode_input
 
     p = Path(path)
     try:
@@ -181,7 +181,7 @@ def top_tokens(model: Any, featurizer: Any, msg: Any, label: Any, k: int = 5) ->
     c = classes.index(label)
     others = [j for j in range(len(classes)) if j != c]
     scores: dict[str, float] = {}
-    for tok in dict.fromkeys(featurizer.tokens(msg)):
+    for tok in dict.fromkeys(featurizer.tokens(msg.as_payload())):
         b = featurizer.hasher.bucket(tok)
         with np.errstate(invalid="ignore"):
             s = float(table[c, b] - np.mean(table[others, b]))
@@ -195,7 +195,7 @@ def predict_file(model_path: str | os.PathLike[str], message_path: str | os.Path
     model, env = read_envelope(model_path)
     featurizer = _featurizer_for(model, env, model_path)
     msg = _read_message(message_path)
-    X = featurizer.stack([featurizer.featurize(msg)])
+    X = featurizer.stack([featurizer.featurize(msg.as_payload())])
     lp = model.predict_log_proba(X)
     classes = list(model.classes_)
     rule = DecisionRule.from_dict(env.get("decision"))

@@ -53,14 +53,6 @@ from typing import Any
 import numpy as np
 import redis
 
-from streamnb.codec import (
-    DEFAULT_LIMITS,
-    InputMessage,
-    Limits,
-    decode_input,
-    encode_dead,
-    output_for,
-)
 from streamnb.constants import (
     DATA_FIELD,
     DEFAULT_BATCH_SIZE,
@@ -71,6 +63,14 @@ from streamnb.encoding import dumps
 from streamnb.exceptions import MalformedMessage, NotFittedError, StreamnbError
 from streamnb.features import Row, rows_to_bytes
 from streamnb_workers.backoff import Backoff
+from streamnb_workers.codec import (
+    DEFAULT_LIMITS,
+    InputMessage,
+    Limits,
+    decode_input,
+    encode_dead,
+    output_for,
+)
 from streamnb_workers.commit import (
     COMMIT_SCRIPT,
     READ_SCRIPT,
@@ -817,7 +817,7 @@ class Worker:
                 ref_data[eid] = data
             else:
                 payload_msgs.append((eid, msg, data))
-        rows = rt.featurizer.featurize_batch([msg for _, msg, _ in payload_msgs])
+        rows = rt.featurizer.featurize_batch([msg.as_payload() for _, msg, _ in payload_msgs])
         for (eid, msg, data), row in zip(payload_msgs, rows, strict=True):
             if isinstance(row, MalformedMessage):
                 dead.append(Dead(eid, row.reason, row.detail, data))

@@ -29,17 +29,22 @@ from streamnb.features.mail import (
     tokenize_email,
 )
 from streamnb.features.markup import strip_html
+from streamnb.features.payload import DEFAULT_FEATURE_LIMITS, PAYLOAD_KINDS, FeatureLimits, Payload
 from streamnb.features.text import WordRules, tokenize_text
 
 __all__ = [
     "COUNT_MODES",
+    "DEFAULT_FEATURE_LIMITS",
     "DEFAULT_HEADERS",
     "META_FEATURES",
     "N_META",
+    "PAYLOAD_KINDS",
     "EmailFeaturizer",
+    "FeatureLimits",
     "Featurizer",
     "MailAnalysis",
     "MailTokenizer",
+    "Payload",
     "Row",
     "rows_to_bytes",
     "TextFeaturizer",

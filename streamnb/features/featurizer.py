@@ -7,9 +7,8 @@ vectors of dimension ``dim``. With ``meta=True`` a sparse row also carries the m
 meta vector, stacked as the last :data:`~streamnb.features.mail.N_META` columns (for the
 hybrid model).
 
->>> from streamnb.codec import InputMessage
 >>> f = Featurizer.from_config({"bits": 10})
->>> row = f.featurize(InputMessage("1-0", "1-0", "text", "cheap cheap meds"))
+>>> row = f.featurize(Payload("text", "cheap cheap meds"))
 >>> row.n_tokens, row.values.tolist()
 (3, [1.0, 1.0])
 >>> f.stack([row]).shape
@@ -28,12 +27,12 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
-from streamnb.codec import DEFAULT_LIMITS, InputMessage, Limits
 from streamnb.constants import DEFAULT_HASH_BITS, FEATURIZER_FORMAT_VERSION
 from streamnb.encoding import dumps, loads, pack_array, unpack_array
 from streamnb.exceptions import FormatError, MalformedMessage
 from streamnb.features.hashing import TokenHasher
 from streamnb.features.mail import DEFAULT_HEADERS, N_META, MailTokenizer, text_meta
+from streamnb.features.payload import DEFAULT_FEATURE_LIMITS, PAYLOAD_KINDS, FeatureLimits, Payload
 from streamnb.features.text import WordRules
 
 __all__ = ["COUNT_MODES", "EmailFeaturizer", "Featurizer", "Row", "TextFeaturizer", "rows_to_bytes"]
@@ -253,7 +252,7 @@ class Featurizer:
         max_len: int = 12,
         meta: bool = False,
         counts: str = "binary",
-        limits: Limits = DEFAULT_LIMITS,
+        limits: FeatureLimits = DEFAULT_FEATURE_LIMITS,
     ) -> None:
         if input not in ("sparse", "dense"):
             raise ValueError(f"input must be 'sparse' or 'dense', got {input!r}")
@@ -287,7 +286,7 @@ class Featurizer:
 
     # ------------------------------------------------------------------ config
     @classmethod
-    def from_config(cls, cfg: dict[str, Any], limits: Limits = DEFAULT_LIMITS) -> Featurizer:
+    def from_config(cls, cfg: dict[str, Any], limits: FeatureLimits = DEFAULT_FEATURE_LIMITS) -> Featurizer:
         """Build from a config dict (as stored in Redis); unknown keys are an error."""
         cfg = dict(_check_config(cfg))
         cfg.pop("version", None)
@@ -336,30 +335,100 @@ class Featurizer:
         return self.hasher.n_buckets + self.n_meta
 
     # ------------------------------------------------------------------ tokens
-    def tokens(self, msg: InputMessage) -> list[str]:
-        """The tokens of a raw/text/tokens message (for display and tests)."""
-        kind = msg.payload_kind
+    def tokens(self, payload: Payload) -> list[str]:
+        """The tokens of a raw, text or tokens payload (for display and tests)."""
+        kind, value = payload
         if kind == "raw":
-            return self.mail.tokenize(msg.payload)
+            return self.mail.tokenize(value)
         if kind == "text":
-            return self.rules.tokens(msg.payload[: self.limits.max_text_chars], self.limits.max_tokens)
+            return self.rules.tokens(value[: self.limits.max_text_chars], self.limits.max_tokens)
         if kind == "tokens":
-            return list(msg.payload)
+            return list(value)
         raise MalformedMessage("incompatible_payload", f"a {kind} payload has no tokens")
 
     # ------------------------------------------------------------- featurize
-    def featurize(self, msg: InputMessage) -> Row:
-        """One message -> one :class:`Row`. Raises only MalformedMessage."""
-        kind = msg.payload_kind
+    def featurize(self, payload: Payload) -> Row:
+        """One payload -> one :class:`Row` (:meth:`featurize_batch` of one). Raises only
+        :class:`~streamnb.exceptions.MalformedMessage`."""
+        row = self.featurize_batch([payload])[0]
+        if isinstance(row, MalformedMessage):
+            raise row
+        return row
+
+    def featurize_batch(self, payloads: Sequence[Payload]) -> list[Row | MalformedMessage]:
+        """Each payload -> its :class:`Row`, in order; a payload that cannot be featurized
+        gets its :class:`~streamnb.exceptions.MalformedMessage` in its place (the others
+        are unaffected). With binary counts, the tokens of raw mail and text are hashed as
+        soon as they are made (:meth:`TokenHasher.hashes_of`, while they are still in the
+        CPU's caches; the word tokens of raw mail as the tokenizer finds them,
+        :meth:`MailTokenizer.analyse` with ``hash_words``), the token lists of tokens
+        payloads in one pass (:meth:`TokenHasher.hash_unique_many`), and every payload's
+        hashes masked and sorted in one (:meth:`TokenHasher.unique_buckets_many`).
+
+        >>> f = Featurizer(bits=10)
+        >>> out = f.featurize_batch([Payload("tokens", ["cheap", "meds", "cheap"]),
+        ...                          Payload("x", [1.0]), Payload("text", "hi there")])
+        >>> out[0].n_tokens, type(out[1]).__name__, out[2].indices.size
+        (3, 'MalformedMessage', 1)
+        """
+        out: list[Row | MalformedMessage | None] = [None] * len(payloads)
+        binary = self.input == "sparse" and self.counts == "binary"
+        listed: list[tuple[int, list[str], np.ndarray | None]] = []  # tokens payloads
+        hashed: list[tuple[int, np.ndarray, np.ndarray | None, int]] = []  # (i, hashes, meta, n)
+        for i, (kind, value) in enumerate(payloads):
+            try:
+                if self.input == "dense" or kind in ("x", "features") or kind not in PAYLOAD_KINDS:
+                    out[i] = self._valued_row(kind, value)
+                elif kind == "hashes":
+                    value = np.asarray(value, dtype=np.uint64)
+                    if binary:
+                        hashed.append((i, value, self._no_text_meta(value.size), value.size))
+                    else:
+                        out[i] = self._hashes_row(value)
+                elif not binary:
+                    tokens, meta, _, n = self._tokens_and_meta(kind, value)
+                    out[i] = self._counted_row(*self.hasher.hash_counts(tokens), meta, n)
+                elif kind == "tokens":
+                    listed.append((i, value, self._no_text_meta(len(value))))
+                else:
+                    tokens, meta, more, n = self._tokens_and_meta(kind, value, hash_words=True)
+                    hashed.append((i, self.hasher.hashes_of(tokens, more), meta, n))
+            except MalformedMessage as exc:
+                out[i] = exc
+        if listed:
+            unique = self.hasher.hash_unique_many([tokens for _, tokens, _ in listed])
+            for (i, tokens, meta), idx in zip(listed, unique, strict=True):
+                out[i] = self._counted_row(idx, None, meta, len(tokens))
+        if hashed:
+            sizes = np.array([h.size for _, h, _, _ in hashed], dtype=np.int64)
+            unique = self.hasher.unique_buckets_many(np.concatenate([h for _, h, _, _ in hashed]), sizes)
+            for (i, _, meta, n), idx in zip(hashed, unique, strict=True):
+                out[i] = self._counted_row(idx, None, meta, n)
+        return out  # type: ignore[return-value]
+
+    def transform_payloads(self, payloads: Sequence[Payload]) -> Any:
+        """Payloads -> the stacked matrix of their rows (:meth:`stack`); raises the first
+        :class:`~streamnb.exceptions.MalformedMessage`."""
+        rows = self.featurize_batch(payloads)
+        bad = next((r for r in rows if isinstance(r, MalformedMessage)), None)
+        if bad is not None:
+            raise bad
+        return self.stack(rows)
+
+    def _valued_row(self, kind: str, value: Any) -> Row:
+        """The row of an ``x`` vector (dense input) or a ``features`` map (sparse), or the
+        error of any other kind the input does not take."""
         if kind is None:
-            raise MalformedMessage("no_payload", "a label-only (ref) message has no features")
+            raise MalformedMessage("no_payload", "a message without a payload has no features")
+        if kind not in PAYLOAD_KINDS:
+            raise MalformedMessage("bad_type", f"unknown payload kind {kind!r}")
         if self.input == "dense":
             if kind != "x":
                 raise MalformedMessage(
                     "incompatible_payload",
                     f"this model takes x vectors of dimension {self.dim}, got a {kind} payload",
                 )
-            x = np.asarray(msg.payload, dtype=np.float64).ravel()
+            x = np.asarray(value, dtype=np.float64).ravel()
             if x.size != self.dim:
                 raise MalformedMessage(
                     "wrong_dimension", f"x has {x.size} values, but this model expects {self.dim}"
@@ -372,33 +441,22 @@ class Featurizer:
                 "incompatible_payload",
                 "this model counts hashed tokens; an x vector needs a dense (gaussian/lda/qda) model",
             )
-        if kind == "features":
-            values = msg.payload
-            bad = next((k for k, v in values.items() if not (v >= 0 and math.isfinite(v))), None)
-            if bad is not None:
-                raise MalformedMessage(
-                    "incompatible_payload",
-                    f"feature {bad[:50]!r} is {values[bad]}, but count models need values >= 0",
-                )
-            idx, val = self.hasher.hash_values(values)
-            meta = np.zeros(N_META) if self.meta else None
-            return Row(indices=idx, values=val, meta=meta, n_tokens=len(values))
-        if kind == "hashes":
-            return self._hashes_row(msg.payload)
-        if kind == "tokens" and msg.token_hashes is not None:  # hashed by decode_input
-            return self._hashes_row(msg.token_hashes)
-        tokens, meta, _, _ = self._tokens_and_meta(msg)
-        return self._token_row(tokens, meta)
+        bad = next((k for k, v in value.items() if not (v >= 0 and math.isfinite(v))), None)
+        if bad is not None:
+            raise MalformedMessage(
+                "incompatible_payload",
+                f"feature {bad[:50]!r} is {value[bad]}, but count models need values >= 0",
+            )
+        idx, val = self.hasher.hash_values(value)
+        meta = np.zeros(N_META) if self.meta else None
+        return Row(indices=idx, values=val, meta=meta, n_tokens=len(value))
 
     def _hashes_row(self, hashes: np.ndarray) -> Row:
-        """The row of a ``hashes`` payload: the tokens' 64-bit hashes, already computed by
-        the producer (the same row as the tokens themselves would give)."""
-        n = int(hashes.size)
-        if self.counts == "binary":  # as featurize_batch does it, for a batch of one
-            idx = self.hasher.unique_buckets_many(hashes.copy(), np.array([n]))[0]
-            return self._counted_row(idx, None, self._no_text_meta(n), n)
+        """The row of a ``hashes`` payload under counted values (the tokens' 64-bit hashes,
+        computed by the producer: the same row as the tokens themselves would give)."""
         idx, counts = np.unique((hashes & np.uint64(self.hasher.mask)).astype(np.int32), return_counts=True)
-        return self._counted_row(idx, counts.astype(np.float64), self._no_text_meta(n), n)
+        return self._counted_row(idx, counts.astype(np.float64), self._no_text_meta(int(hashes.size)),
+                                 int(hashes.size))
 
     def _no_text_meta(self, n_tokens: int) -> np.ndarray | None:
         """The meta vector of a payload that brings tokens but no text (None without meta)."""
@@ -414,90 +472,26 @@ class Featurizer:
         return Row(indices=idx, values=np.log1p(counts) if self.counts == "log" else counts,
                    meta=meta, n_tokens=n_tokens)
 
-    def _tokens_and_meta(self, msg: InputMessage, hash_words: bool = False
+    def _tokens_and_meta(self, kind: str, value: Any, hash_words: bool = False
                          ) -> tuple[list[str], np.ndarray | None, bytearray | None, int]:
         """The tokens of a raw, text or tokens payload, its meta vector (if ``meta``), with
         ``hash_words`` the hashes of the word tokens of raw mail that are not in the list
         (:meth:`MailTokenizer.analyse`; else None), and how many tokens in all."""
-        kind = msg.payload_kind
         meta = word_hashes = n_tokens = None
         if kind == "raw":
-            analysis = self.mail.analyse(msg.payload, hash_words=hash_words)
+            analysis = self.mail.analyse(value, hash_words=hash_words)
             tokens, word_hashes = analysis.tokens, analysis.word_hashes
             n_tokens = analysis.n_tokens
             if self.meta:
                 meta = analysis.meta()
         elif kind == "text":
-            tokens = self.tokens(msg)
+            tokens = self.tokens(Payload(kind, value))
             if self.meta:
-                meta = text_meta(msg.payload[: self.limits.max_text_chars], len(tokens))
-        elif kind == "tokens":
-            tokens = msg.payload  # taken as given
+                meta = text_meta(value[: self.limits.max_text_chars], len(tokens))
+        else:  # tokens, taken as given
+            tokens = value
             meta = self._no_text_meta(len(tokens))
-        else:  # pragma: no cover - decode_input admits no other kind
-            raise MalformedMessage("bad_type", f"unknown payload kind {kind!r}")
         return tokens, meta, word_hashes, len(tokens) if n_tokens is None else n_tokens
-
-    def _token_row(self, tokens: list[str], meta: np.ndarray | None,
-                   unique: np.ndarray | None = None, n_tokens: int | None = None) -> Row:
-        """The row of a message's tokens; ``unique``: its buckets, already hashed (binary),
-        and ``n_tokens`` how many tokens they came from (default: ``len(tokens)``)."""
-        n = len(tokens) if n_tokens is None else n_tokens
-        if self.counts == "binary":  # distinct buckets only: no per-token counting
-            idx = self.hasher.hash_unique(tokens) if unique is None else unique
-            return self._counted_row(idx, None, meta, n)
-        return self._counted_row(*self.hasher.hash_counts(tokens), meta, n)
-
-    def featurize_many(self, msgs: Iterable[InputMessage]) -> list[Row]:
-        return [self.featurize(m) for m in msgs]
-
-    def featurize_batch(self, msgs: Sequence[InputMessage]) -> list[Row | MalformedMessage]:
-        """:meth:`featurize` of every message, in order; a message that cannot be featurized
-        gets its :class:`MalformedMessage` in its place (the others are unaffected). With
-        binary counts, the tokens of raw mail and text are hashed as soon as they are made
-        (:meth:`TokenHasher.hashes_of`, while they are still in the CPU's caches; the word
-        tokens of raw mail hashed as the tokenizer finds them,
-        :meth:`MailTokenizer.analyse` with ``hash_words``), the token lists of tokens
-        payloads in one pass (:meth:`TokenHasher.hash_unique_many`), and every message's
-        hashes masked and sorted in one (:meth:`TokenHasher.unique_buckets_many`): the same
-        rows as one message at a time.
-
-        >>> f = Featurizer(bits=10)
-        >>> msgs = [InputMessage("1-0", "a", "tokens", ["cheap", "meds", "cheap"]),
-        ...         InputMessage("2-0", "b", "x", [1.0]), InputMessage("3-0", "c", "text", "hi there")]
-        >>> out = f.featurize_batch(msgs)
-        >>> out[0] == f.featurize(msgs[0]), type(out[1]).__name__, out[2] == f.featurize(msgs[2])
-        (True, 'MalformedMessage', True)
-        """
-        out: list[Row | MalformedMessage | None] = [None] * len(msgs)
-        in_one_pass = self.input == "sparse" and self.counts == "binary"
-        listed: list[tuple[int, list[str], np.ndarray | None]] = []  # tokens payloads
-        hashed: list[tuple[int, np.ndarray, np.ndarray | None, int]] = []  # (i, hashes, meta, n)
-        for i, msg in enumerate(msgs):
-            try:
-                kind = msg.payload_kind
-                if in_one_pass and kind in ("raw", "text"):
-                    tokens, meta, more, n = self._tokens_and_meta(msg, hash_words=True)
-                    hashed.append((i, self.hasher.hashes_of(tokens, more), meta, n))
-                elif in_one_pass and kind == "tokens" and msg.token_hashes is None:
-                    listed.append((i, msg.payload, self._no_text_meta(len(msg.payload))))
-                elif in_one_pass and kind in ("tokens", "hashes"):  # (tokens hashed by decode_input)
-                    hashes = msg.payload if kind == "hashes" else msg.token_hashes
-                    hashed.append((i, hashes, self._no_text_meta(hashes.size), hashes.size))
-                else:
-                    out[i] = self.featurize(msg)
-            except MalformedMessage as exc:
-                out[i] = exc
-        if listed:
-            unique = self.hasher.hash_unique_many([tokens for _, tokens, _ in listed])
-            for (i, tokens, meta), idx in zip(listed, unique, strict=True):
-                out[i] = self._counted_row(idx, None, meta, len(tokens))
-        if hashed:
-            sizes = np.array([h.size for _, h, _, _ in hashed], dtype=np.int64)
-            unique = self.hasher.unique_buckets_many(np.concatenate([h for _, h, _, _ in hashed]), sizes)
-            for (i, _, meta, n), idx in zip(hashed, unique, strict=True):
-                out[i] = self._counted_row(idx, None, meta, n)
-        return out  # type: ignore[return-value]
 
     def fits(self, row: Row) -> bool:
         """True if ``row`` can be stacked by this featurizer (a cached row read back from
@@ -581,7 +575,7 @@ class EmailFeaturizer(Featurizer):
 
     def transform(self, raws: Iterable[bytes]) -> sp.csr_matrix:
         """Raw RFC 822 messages -> CSR matrix ``(n, n_columns)``."""
-        return self.stack([self.featurize(InputMessage("", "", "raw", bytes(r))) for r in raws])
+        return self.transform_payloads([Payload("raw", bytes(r)) for r in raws])
 
     def tokenize(self, raw: bytes) -> list[str]:
         return self.mail.tokenize(raw)
@@ -599,7 +593,7 @@ class TextFeaturizer(Featurizer):
 
     def transform(self, texts: Iterable[str]) -> sp.csr_matrix:
         """Texts -> CSR matrix ``(n, n_columns)``."""
-        return self.stack([self.featurize(InputMessage("", "", "text", str(t))) for t in texts])
+        return self.transform_payloads([Payload("text", str(t)) for t in texts])
 
     def tokenize(self, text: str) -> list[str]:
         return self.rules.tokens(text, self.limits.max_tokens)

@@ -37,7 +37,7 @@ from streamnb.arrays import sorted_unique
 from streamnb.constants import DEFAULT_HASH_BITS, HASH_CACHE_SIZE, HASH_KEY
 from streamnb.features._accel import speedups
 
-__all__ = ["MAX_HASH_BITS", "TokenHasher", "packed_token_hashes", "token_hash64", "token_hashes"]
+__all__ = ["MAX_HASH_BITS", "TokenHasher", "token_hash64", "token_hashes"]
 
 #: Buckets are stored as int32, so at most 2**31 of them.
 MAX_HASH_BITS = 31
@@ -75,13 +75,11 @@ if _C is not None:  # the C table (see the module docstring); with the key, a mi
     _lookup = _C.hash_one
     _hash_lists = _C.hash_lists
     _unique_buckets = getattr(_C, "unique_buckets", None)
-    _packed = getattr(_C, "packed_token_hashes", None)
     _cache_len, _cache_clear = _C.hash_cache_len, _C.hash_cache_clear
 else:
     _lookup = _CACHE.__getitem__
     _hash_lists = None
     _unique_buckets = None
-    _packed = None
     _cache_len, _cache_clear = _CACHE.__len__, _CACHE.clear
 
 
@@ -113,32 +111,6 @@ def token_hashes(tokens: Iterable[str]) -> np.ndarray:
     if not isinstance(tokens, (list, tuple)):
         tokens = list(tokens)
     return _hashes([tokens], len(tokens))
-
-
-def packed_token_hashes(data: bytes, max_items: int, max_str_len: int,
-                        ) -> tuple[int, int, np.ndarray] | None:
-    """The tokens array of one msgpack-encoded input message, hashed straight from its
-    bytes by the C module (no ``str`` made per token): ``(start, end, hashes)``, where
-    ``data[start:end]`` is the array and ``hashes`` what :func:`token_hashes` gives for its
-    tokens. None without the C module, and for any message but a map of str keys with
-    one ``tokens`` array of at most ``max_items`` str of at most ``max_str_len`` bytes
-    each (valid UTF-8) and nothing after it: the caller decodes those in full
-    (:func:`streamnb.codec.decode_input`, msgpack being the reference).
-
-    >>> import msgpack
-    >>> data = msgpack.packb({"tokens": ["cheap", "meds"], "label": "spam"})
-    >>> found = packed_token_hashes(data, 100, 100)
-    >>> found is None or (msgpack.unpackb(data[found[0]:found[1]]) == ["cheap", "meds"]
-    ...                   and found[2].tolist() == token_hashes(["cheap", "meds"]).tolist())
-    True
-    """
-    if _packed is None:
-        return None
-    found = _packed(data, max_items, max_str_len)
-    if found is None:
-        return None
-    start, end, hashes = found
-    return start, end, np.frombuffer(hashes, dtype=np.uint64)
 
 
 class CacheInfo(NamedTuple):

@@ -30,7 +30,7 @@ fields in :mod:`~streamnb.features.mime`) run in the optional C module where it 
 on Latin-1 input; this Python code is their reference (docs/architecture.md, decision 16).
 
 It never raises: every defect the parser reports, and every limit hit, becomes a
-``defect:<name>`` token and is counted. Limits (:class:`streamnb.codec.Limits`) bound
+``defect:<name>`` token and is counted. Limits (:class:`~streamnb.features.payload.FeatureLimits`) bound
 the raw size, MIME depth, number of parts, decoded text bytes and tokens.
 
 >>> raw = b"From: Bob <bob@example.com>\\nSubject: Cheap meds\\n\\nBuy cheap meds now"
@@ -54,10 +54,10 @@ from itertools import repeat
 
 import numpy as np
 
-from streamnb.codec import DEFAULT_LIMITS, Limits
 from streamnb.features._accel import speedups
 from streamnb.features.markup import strip_html
 from streamnb.features.mime import Part, Unsupported, parse_message
+from streamnb.features.payload import DEFAULT_FEATURE_LIMITS, FeatureLimits
 from streamnb.features.text import _ALNUM, WordRules, _word_tokens, host_tokens_cached
 
 __all__ = [
@@ -349,7 +349,7 @@ class MailAnalysis:
         )
 
 
-def _decode_header(value: object, max_chars: int = DEFAULT_LIMITS.max_header_chars) -> str:
+def _decode_header(value: object, max_chars: int = DEFAULT_FEATURE_LIMITS.max_header_chars) -> str:
     """A header value as text: RFC 2047 words decoded, undecodable bytes replaced. Only the
     first ``max_chars`` characters are decoded (the stdlib decoder is quadratic)."""
     if isinstance(value, email.header.Header):
@@ -410,7 +410,7 @@ class MailTokenizer:
     #: Headers to tokenize, matched without regard to case (stored lower-case).
     headers: Sequence[str] = DEFAULT_HEADERS
     header_names: bool = True
-    limits: Limits = DEFAULT_LIMITS
+    limits: FeatureLimits = DEFAULT_FEATURE_LIMITS
     #: Count the body text's upper-case, letter, non-ASCII and ``!``/``$`` characters for
     #: the meta vector; False leaves those counts at 0 (a featurizer without the meta
     #: vector needs none of them). The tokens are the same either way.

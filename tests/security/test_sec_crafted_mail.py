@@ -8,9 +8,9 @@ import pytest
 from _hostile import CPU_CEILING_S, CRAFTED, RSS_CEILING_BYTES, cost
 from _worker_helpers import fast_options, url_worker
 
-from streamnb.codec import DEFAULT_LIMITS, Limits, decode_input, decode_output
 from streamnb.exceptions import MalformedMessage
-from streamnb.features import Featurizer, MailTokenizer
+from streamnb.features import DEFAULT_FEATURE_LIMITS, FeatureLimits, Featurizer, MailTokenizer
+from streamnb_workers.codec import decode_input, decode_output
 from streamnb_workers.keys import ModelKeys
 from streamnb_workers.model_config import ModelSpec
 
@@ -26,7 +26,7 @@ EXPECTED_DEFECTS = {
     "encoded_word_bomb_4mb": {"defect:truncated"},
     "deep_mime": {"defect:mime_depth", "defect:recursion"},
 }
-LIMITS = DEFAULT_LIMITS
+LIMITS = DEFAULT_FEATURE_LIMITS
 
 
 @pytest.fixture(scope="module")
@@ -61,7 +61,7 @@ def test_wire_path_dead_letters_or_featurizes(crafted: dict[str, bytes], name: s
             msg = decode_input(data, "1-0")
         except MalformedMessage as exc:
             return exc
-        return f.featurize(msg)
+        return f.featurize(msg.as_payload())
 
     result, cpu, _ = cost(run)
     assert cpu < CPU_CEILING_S, f"{name}: {cpu:.2f} s of CPU"
@@ -78,7 +78,7 @@ def test_wire_path_dead_letters_or_featurizes(crafted: dict[str, bytes], name: s
 def test_raised_size_limit_still_bounded(crafted: dict[str, bytes], name: str) -> None:
     """With a 16 MiB message limit the inner limits (decoded bytes, text chars, tokens,
     header length) still bound the cost: no parser step is quadratic in the message."""
-    big = Limits(max_message_bytes=16 << 20, max_str_len=16 << 20, max_bin_len=16 << 20)
+    big = FeatureLimits(max_message_bytes=16 << 20)
     analysis, cpu, _ = cost(lambda: MailTokenizer(limits=big).analyse(crafted[name]))
     assert cpu < 4 * CPU_CEILING_S, f"{name}: {cpu:.2f} s of CPU"
     assert len(analysis.tokens) <= big.max_tokens
@@ -110,7 +110,7 @@ def test_decoded_budget_caps_base64_parts() -> None:
     body = b"".join(b"--b\nContent-Type: text/plain\nContent-Transfer-Encoding: base64\n\n"
                     + part for _ in range(30))
     raw = b'Content-Type: multipart/mixed; boundary="b"\n\n' + body + b"--b--\n"
-    small = Limits(max_message_bytes=16 << 20, max_decoded_bytes=1 << 20)
+    small = FeatureLimits(max_message_bytes=16 << 20, max_decoded_bytes=1 << 20)
     a = MailTokenizer(limits=small).analyse(raw)
     assert "defect:decoded_budget" in a.tokens
     assert a.text_chars <= small.max_decoded_bytes

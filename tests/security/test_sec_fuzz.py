@@ -17,18 +17,17 @@ from _hostile import CPU_CEILING_S, corpus_messages
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from streamnb.codec import DEFAULT_LIMITS, InputMessage, decode_input
-from streamnb.constants import PAYLOAD_KEYS
 from streamnb.exceptions import MalformedMessage
-from streamnb.features import Featurizer, MailTokenizer
+from streamnb.features import PAYLOAD_KINDS, Featurizer, MailTokenizer, Payload
 from streamnb.models import make_model
+from streamnb_workers.codec import DEFAULT_LIMITS, InputMessage, decode_input
 
 FUZZ = settings(max_examples=300, deadline=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 TOKENIZER = MailTokenizer()
 FEATURIZER = Featurizer.from_config({"bits": 12})
 MODEL = make_model("multinomial", n_features=FEATURIZER.n_columns).partial_fit(
-    FEATURIZER.stack([FEATURIZER.featurize(InputMessage("0", "0", "text", t))
+    FEATURIZER.stack([FEATURIZER.featurize(Payload("text", t))
                       for t in ("cheap meds now", "meeting notes today")]), ["spam", "ham"])
 
 
@@ -45,7 +44,7 @@ def _decode(data: bytes) -> InputMessage | None:
 
 
 def _check_message(msg: InputMessage) -> None:
-    assert msg.payload_kind in (*PAYLOAD_KEYS, None)
+    assert msg.payload_kind in (*PAYLOAD_KINDS, None)
     assert (msg.payload_kind is None) == (msg.payload is None)
     assert np.isfinite(msg.weight) and msg.weight > 0
     assert msg.label is None or type(msg.label) in (str, int)
@@ -57,7 +56,7 @@ def _featurize_and_predict(msg: InputMessage) -> None:
     """The rest of the worker's path: featurize, stack, predict; only MalformedMessage."""
     t0 = time.process_time()
     try:
-        row = FEATURIZER.featurize(msg)
+        row = FEATURIZER.featurize(msg.as_payload())
     except MalformedMessage:
         return
     lp = MODEL.predict_log_proba(FEATURIZER.stack([row]))
@@ -90,7 +89,7 @@ _scalars = (st.none() | st.booleans() | st.integers(min_value=-(2**64), max_valu
 _values = st.recursive(_scalars, lambda inner: st.lists(inner, max_size=6)
                        | st.dictionaries(st.text(max_size=8) | st.integers(), inner, max_size=6),
                        max_leaves=30)
-_keys = st.sampled_from([*PAYLOAD_KEYS, "id", "label", "weight", "ts", "ref", "meta", "zz"])
+_keys = st.sampled_from([*PAYLOAD_KINDS, "id", "label", "weight", "ts", "ref", "meta", "zz"])
 
 
 @FUZZ
@@ -107,7 +106,7 @@ def test_structured_maps_decode_or_malformed(obj: dict) -> None:
 
 
 @FUZZ
-@given(st.sampled_from(PAYLOAD_KEYS), _values, st.data())
+@given(st.sampled_from(PAYLOAD_KINDS), _values, st.data())
 def test_each_payload_kind_with_any_value(kind: str, value: object, data: st.DataObject) -> None:
     fields = data.draw(st.dictionaries(st.sampled_from(["label", "weight", "ts", "id", "meta"]),
                                        _scalars, max_size=3))

@@ -20,7 +20,7 @@ from _worker_helpers import (
 )
 from prometheus_client import CollectorRegistry
 
-from streamnb.codec import decode_output
+from streamnb_workers.codec import decode_output
 from streamnb_workers.keys import ModelKeys
 from streamnb_workers.metrics import Metrics
 from streamnb_workers.model_config import ModelSpec

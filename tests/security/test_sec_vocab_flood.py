@@ -12,8 +12,8 @@ import pytest
 from _hostile import rss_bytes
 from _worker_helpers import produce, spawn_worker, token_messages
 
-from streamnb.codec import decode_input
 from streamnb.features import Featurizer
+from streamnb_workers.codec import decode_input
 from streamnb_workers.keys import GROUP, ModelKeys
 from streamnb_workers.model_config import ModelSpec
 from streamnb_workers.replica import load_model
@@ -47,7 +47,7 @@ def _idle_rss(pid: int) -> int:
 
 def _accuracy(model, msgs) -> float:
     f = Featurizer.from_config(FCFG)
-    X = f.stack([f.featurize(decode_input(msgpack.packb({"tokens": m["tokens"]}), "0-0"))
+    X = f.stack([f.featurize(decode_input(msgpack.packb({"tokens": m["tokens"]}), "0-0").as_payload())
                  for m in msgs])
     return float(np.mean(model.predict(X) == np.array([m["label"] for m in msgs])))
 

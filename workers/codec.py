@@ -19,16 +19,16 @@ streamnb.exceptions.MalformedMessage: not_msgpack: entry is not valid msgpack (F
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import msgpack
 import numpy as np
 
-from streamnb.constants import DEFAULT_MAX_MESSAGE_BYTES, PAYLOAD_KEYS
+from streamnb.constants import DEFAULT_MAX_MESSAGE_BYTES
 from streamnb.encoding import dumps
 from streamnb.exceptions import MalformedMessage
+from streamnb.features.payload import PAYLOAD_KINDS, Payload
 
 __all__ = [
     "DEFAULT_LIMITS",
@@ -43,13 +43,14 @@ __all__ = [
     "output_for",
 ]
 
-_KNOWN_KEYS = frozenset(PAYLOAD_KEYS) | {"id", "label", "weight", "ts", "ref", "meta"}
+_KNOWN_KEYS = frozenset(PAYLOAD_KINDS) | {"id", "label", "weight", "ts", "ref", "meta"}
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 
 
 @dataclass(frozen=True, slots=True)
 class Limits:
-    """Bounds on what one message may cost. Defaults suit mail.
+    """Bounds on what decoding one entry may cost. Defaults suit mail. (What featurizing
+    it may cost is bounded by :class:`~streamnb.features.FeatureLimits`.)
 
     >>> Limits().max_message_bytes
     1048576
@@ -64,23 +65,13 @@ class Limits:
     max_bin_len: int = DEFAULT_MAX_MESSAGE_BYTES
     max_array_len: int = 100_000
     max_map_len: int = 100_000
-    #: Tokens kept per message (``tokens`` payloads longer than this are rejected;
-    #: tokenizers stop after this many).
+    #: Items of a ``tokens`` or ``hashes`` payload.
     max_tokens: int = 50_000
     #: Entries of a ``features`` map and of an ``x`` vector.
     max_features: int = 100_000
     #: Longest label and id (characters).
     max_label_len: int = 256
     max_id_len: int = 512
-    #: MIME: nesting depth, number of parts, decoded text bytes (all parts together).
-    max_mime_depth: int = 8
-    max_mime_parts: int = 64
-    max_decoded_bytes: int = 2 * DEFAULT_MAX_MESSAGE_BYTES
-    #: Characters of a text payload or of all body text that are tokenized.
-    max_text_chars: int = 2 * DEFAULT_MAX_MESSAGE_BYTES
-    #: Characters of one header value read before RFC 2047 decoding and address parsing
-    #: (the standard library's decoders are quadratic in the number of encoded words).
-    max_header_chars: int = 16_384
 
 
 DEFAULT_LIMITS = Limits()
@@ -90,12 +81,11 @@ DEFAULT_LIMITS = Limits()
 class InputMessage:
     """One validated input message.
 
-    ``payload`` is ``bytes`` for raw, ``str`` for text, a sequence of ``str`` for tokens
-    (a ``list``, or a :class:`PackedTokens` where the C module read the tokens: then
-    ``token_hashes`` holds their hashes), a uint64 ``numpy`` array for hashes (the tokens'
-    64-bit hashes, :func:`streamnb.features.token_hashes`), ``dict[str, float]`` for
-    features and a float64 ``numpy`` vector for x; it is None (and ``payload_kind`` is
-    None) for a delayed label carrying ``ref``.
+    ``payload`` is ``bytes`` for raw, ``str`` for text, a ``list`` of ``str`` for tokens,
+    a uint64 ``numpy`` array for hashes (the tokens' 64-bit hashes,
+    :func:`streamnb.features.token_hashes`), ``dict[str, float]`` for features and a
+    float64 ``numpy`` vector for x; it is None (and ``payload_kind`` is None) for a
+    delayed label carrying ``ref``.
     """
 
     entry_id: str
@@ -108,73 +98,14 @@ class InputMessage:
     ref: str | None = None
     meta: dict | None = None
     unknown_keys: int = 0
-    #: A tokens payload's 64-bit hashes (uint64, in order), where :func:`decode_input` had
-    #: them from the C module: what ``token_hashes(payload)`` gives; None otherwise.
-    token_hashes: np.ndarray | None = None
 
     @property
     def is_labelled(self) -> bool:
         return self.label is not None
 
-
-class PackedTokens(Sequence[str]):
-    """The tokens of a tokens payload left in the message's bytes (``data[start:end]``, a
-    msgpack array of ``n`` str already checked by the C module), decoded when first
-    used: the worker reads only their hashes (:attr:`InputMessage.token_hashes`), so
-    decoding a message makes no ``str`` per token.
-
-    >>> import msgpack
-    >>> data = msgpack.packb({"tokens": ["cheap", "meds"]})
-    >>> t = PackedTokens(data, len(b"\\x81\\xa6tokens"), len(data), 2)
-    >>> len(t), t[1], t == ["cheap", "meds"], list(t)
-    (2, 'meds', True, ['cheap', 'meds'])
-    """
-
-    __slots__ = ("_data", "_start", "_end", "_n", "_tokens")
-
-    def __init__(self, data: bytes, start: int, end: int, n: int) -> None:
-        self._data, self._start, self._end, self._n = data, start, end, n
-        self._tokens: list[str] | None = None
-
-    def _list(self) -> list[str]:
-        if self._tokens is None:
-            self._tokens = msgpack.unpackb(self._data[self._start:self._end], raw=False)
-        return self._tokens
-
-    def __len__(self) -> int:
-        return self._n
-
-    def __getitem__(self, i: Any) -> Any:
-        return self._list()[i]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._list())
-
-    def __eq__(self, other: object) -> bool:
-        if isinstance(other, (list, tuple, PackedTokens)):
-            return self._list() == list(other)
-        return NotImplemented
-
-    __hash__ = None  # type: ignore[assignment]  # (equal to a list, which has none)
-
-    def __repr__(self) -> str:
-        return f"PackedTokens({self._list()!r})"
-
-
-#: streamnb.features.hashing.packed_token_hashes, imported on first use (streamnb.features
-#: imports this module)
-_packed_token_hashes: Callable[[bytes, int, int], Any] | None = None
-
-
-def _tokens_in_place(data: bytes, limits: Limits) -> tuple[int, int, np.ndarray] | None:
-    """Where the C module finds the message's tokens array, and their hashes (see
-    :func:`streamnb.features.hashing.packed_token_hashes`); None: decode it in full."""
-    global _packed_token_hashes
-    if _packed_token_hashes is None:
-        from streamnb.features.hashing import packed_token_hashes
-
-        _packed_token_hashes = packed_token_hashes
-    return _packed_token_hashes(data, min(limits.max_tokens, limits.max_array_len), limits.max_str_len)
+    def as_payload(self) -> Payload:
+        """What the featurizer takes (:class:`streamnb.features.Payload`)."""
+        return Payload(self.payload_kind, self.payload)  # type: ignore[arg-type]
 
 
 # ---------------------------------------------------------------------------- decoding
@@ -327,21 +258,12 @@ def decode_input(
         raise MalformedMessage(
             "too_large", f"message has {len(data)} bytes, the limit is {limits.max_message_bytes}"
         )
-    data = bytes(data)
-    # a tokens payload: its tokens hashed from the bytes (C), the rest of the map decoded
-    # by msgpack with the array replaced by nil; any other message decoded in full
-    in_place = _tokens_in_place(data, limits)
-    if in_place is None:
-        obj = _unpack(data, limits)
-    else:
-        start, end, hashes = in_place
-        obj = _unpack(data[:start] + b"\xc0" + data[end:], limits)
-        obj["tokens"] = PackedTokens(data, start, end, int(hashes.size))
+    obj = _unpack(bytes(data), limits)
     if not isinstance(obj, dict):
         raise MalformedMessage("not_a_map", f"expected a msgpack map, got {type(obj).__name__}")
 
     unknown = len(obj.keys() - _KNOWN_KEYS)
-    present = [k for k in PAYLOAD_KEYS if obj.get(k) is not None]
+    present = [k for k in PAYLOAD_KINDS if obj.get(k) is not None]
     ref = obj.get("ref")
     if ref is not None and (not isinstance(ref, str) or not ref or len(ref) > limits.max_id_len):
         raise MalformedMessage("bad_type", f"ref must be a non-empty str of at most {limits.max_id_len} characters")
@@ -372,7 +294,7 @@ def decode_input(
 
     if not present:
         if ref is None:
-            raise MalformedMessage("no_payload", f"expected one of {', '.join(PAYLOAD_KEYS)} (or ref + label)")
+            raise MalformedMessage("no_payload", f"expected one of {', '.join(PAYLOAD_KINDS)} (or ref + label)")
         if label is None:
             raise MalformedMessage("bad_label", "a ref message must carry a label")
         kind, payload = None, None
@@ -390,7 +312,7 @@ def decode_input(
                 raise MalformedMessage("bad_type", f"text must be str, got {type(value).__name__}")
             payload = value
         elif kind == "tokens":
-            payload = value if in_place is not None else _tokens(value, limits)
+            payload = _tokens(value, limits)
         elif kind == "hashes":
             payload = _hashes(value, limits)
         elif kind == "features":
@@ -409,7 +331,6 @@ def decode_input(
         ref=ref,
         meta=meta,
         unknown_keys=unknown,
-        token_hashes=in_place[2] if in_place is not None and kind == "tokens" else None,
     )
 
 
@@ -426,8 +347,8 @@ def encode_input(payload_kind: str, payload: Any, **fields: Any) -> bytes:
     >>> decode_input(encode_input("hashes", [1, 2**64 - 1]), "1-0").payload.tolist()
     [1, 18446744073709551615]
     """
-    if payload_kind not in PAYLOAD_KEYS:
-        raise ValueError(f"payload_kind must be one of {PAYLOAD_KEYS}, got {payload_kind!r}")
+    if payload_kind not in PAYLOAD_KINDS:
+        raise ValueError(f"payload_kind must be one of {PAYLOAD_KINDS}, got {payload_kind!r}")
     if payload_kind == "x":
         payload = [float(v) for v in np.asarray(payload, dtype=np.float64).ravel()]
     elif payload_kind == "hashes":
