@@ -23,7 +23,7 @@ from _milter_helpers import (
 from _redis_server import REDIS_SERVER, RedisServer
 
 from benchmarks.milter_client import MilterClient
-from streamnb.codec import decode_input, decode_output
+from streamnb_workers.codec import decode_input, decode_output
 from streamnb_workers.verdicts import format_score, log_odds
 
 pytest.importorskip("Milter", reason="streamnb milter needs pymilter: pip install 'streamnb[milter]'")

@@ -11,7 +11,7 @@ import time
 import pytest
 from _milter_helpers import K, mail, start_worker, stop, train, training_mails, wait_for
 
-from streamnb.codec import decode_input, encode_output
+from streamnb_workers.codec import decode_input, encode_output
 from streamnb_workers.connection import RedisSettings
 from streamnb_workers.produce import send_and_wait
 from streamnb_workers.replies import as_str
