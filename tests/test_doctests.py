@@ -15,18 +15,27 @@ import streamnb_workers
 MODULES = sorted(m.name for m in pkgutil.iter_modules(streamnb_workers.__path__,
                                                       "streamnb_workers.")
                  if m.name != "streamnb_workers.__main__")
+#: Modules that need an optional extra: the module the extra brings (streamnb[milter]).
+OPTIONAL = {"streamnb_workers.milter_session": "Milter"}
 
 
 @pytest.mark.parametrize("name", MODULES)
 def test_doctests(name: str) -> None:
+    if name in OPTIONAL:
+        pytest.importorskip(OPTIONAL[name])
     module = importlib.import_module(name)
     result = doctest.testmod(module, optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
     assert result.failed == 0, f"{result.failed} doctest(s) of {name} failed (output above)"
 
 
-def test_no_top_level_workers_package() -> None:
-    """The daemon installs under this project's name, never as a top-level ``workers``."""
-    assert streamnb_workers.__name__ == "streamnb_workers"
-    assert "workers" not in {m.name for m in pkgutil.iter_modules()
-                             if m.module_finder is not None and "site-packages" in str(
-                                 getattr(m.module_finder, "path", ""))}
+def test_no_top_level_workers_package(tmp_path) -> None:
+    """The daemon installs under this project's name: outside the source tree (whose
+    folder is workers/), no top-level ``workers`` can be imported."""
+    import subprocess
+    import sys
+
+    code = ("import importlib.util, streamnb_workers; "
+            "print(importlib.util.find_spec('workers'), streamnb_workers.__name__)")
+    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True,
+                         text=True, check=True, env={"PATH": "/usr/bin:/bin"})
+    assert out.stdout.split() == ["None", "streamnb_workers"]

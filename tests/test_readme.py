@@ -29,3 +29,6 @@ def test_readme_gives_the_two_fresh_machine_commands() -> None:
     ci = (README.parent / ".ci" / "run").read_text()
     # CI runs exactly the README's test command
     assert "python -m pytest" in text and "\npython -m pytest\n" in ci
+    # ...after installing what the README's command installs
+    extras = re.search(r"pip install -e '(\.\[[^\]]*\])' && python -m pytest", text)
+    assert extras and f"pip install -q -e '{extras.group(1)}'" in ci

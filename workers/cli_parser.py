@@ -29,6 +29,7 @@ from streamnb.constants import (
     EXIT_USAGE,
     MODEL_KINDS,
 )
+from streamnb_workers import milter
 from streamnb_workers.settings import add_option
 
 __all__ = ["DECISION_OPTIONS", "FEATURIZER_OPTIONS", "MODEL_OPTIONS", "OneLineParser",
@@ -297,6 +298,13 @@ def build_parser() -> OneLineParser:
     add_option(p, "--embedded", choices=("auto", "redis-server", "fakeredis"), default="auto",
                help="without --redis: a private redis-server if one is on PATH (auto), or force one")
     add_option(p, "--metrics-addr", default=DEFAULT_METRICS_ADDR, help="address the metrics server binds")
+
+    p = sub.add_parser("milter", help="score mail at SMTP time for Postfix/Sendmail (milter)",
+                       description="Serve the milter protocol: each mail goes through the model's "
+                                   "workers and gets verdict headers and the policy's action.")
+    _add_common(p)
+    _add_model_name(p)
+    milter.add_options(p)
     return parser
 
 

@@ -35,6 +35,8 @@ AGE_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 
 SHARE_BUCKETS = (0.0, 0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0)
 CONFIDENCE_BUCKETS = (0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99, 0.999, 1.0)
 DELAY_BUCKETS = (1, 10, 60, 300, 900, 3600, 4 * 3600, 86400, 7 * 86400)
+# The milter's added latency: milliseconds when the workers keep up, up to its deadline.
+MILTER_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
 
 
 class Metrics:
@@ -195,6 +197,33 @@ class MetricLabels:
     def stage(self, stage: str, seconds: float) -> None:
         """Observe ``seconds`` in the stage histogram (:data:`STAGES`)."""
         self(self.metrics.stage_seconds, stage=stage).observe(seconds)
+
+
+class MilterMetrics:
+    """The metric families of ``streamnb milter`` (one process, labels ``model``, ``verdict``,
+    ``action``, ``reason``)."""
+
+    def __init__(self, registry: CollectorRegistry = REGISTRY) -> None:
+        r = {"registry": registry, "namespace": NAMESPACE}
+        self.mails = Counter(
+            "milter_mails", "Mails the milter decided, by verdict (not-scored for those "
+            "without one) and action (accept, quarantine, reject, tempfail)",
+            ("model", "verdict", "action"), **r)
+        self.not_scored = Counter(
+            "milter_not_scored", "Mails without a verdict, by reason (timeout, "
+            "redis-unavailable, untrained, error)", ("model", "reason"), **r)
+        self.decision_seconds = Histogram(
+            "milter_decision_seconds", "Time from the end of a mail's data to its outcome "
+            "(the latency the milter adds to the SMTP transaction)", ("model",),
+            buckets=MILTER_BUCKETS, **r)
+
+    def observe(self, model: str, outcome: Any, seconds: float) -> None:
+        """Count one outcome (a :class:`streamnb_workers.milter_policy.Outcome`)."""
+        verdict = outcome.verdict if outcome.failure is None else "not-scored"
+        self.mails.labels(model=model, verdict=verdict, action=outcome.action).inc()
+        if outcome.failure is not None:
+            self.not_scored.labels(model=model, reason=outcome.failure).inc()
+        self.decision_seconds.labels(model=model).observe(seconds)
 
 
 def observe_many(child: Histogram, values: Sequence[float] | np.ndarray) -> None:

@@ -1,0 +1,349 @@
+"""Submit a mail to a model's workers and await its prediction; the verdict headers.
+
+A :class:`VerdictClient` serves many concurrent callers (one per SMTP session of the
+milter) in one process: :meth:`VerdictClient.submit` XADDs the mail, unlabelled and with a
+fresh id, to ``streamnb:{M}:in`` as any producer does, and returns a :class:`Pending`;
+one reader thread XREADs ``streamnb:{M}:out`` from where it started and hands each
+prediction to the caller waiting for its id. N sessions in flight cost N XADDs and one
+blocking read, not N polling loops. A prediction is always written after its input, and
+the reader's starting point is taken before the first XADD, so none is missed.
+
+When Redis cannot be reached the XADD fails at once and :class:`NotScored` says so; no
+prediction within the caller's deadline is :class:`NotScored` too (the reason codes are
+:data:`REASONS`). The reader reconnects with bounded backoff on its own.
+
+:func:`verdict_headers` builds the headers a scored mail gets from its prediction; the
+score is the natural-log odds of the positive class (:func:`log_odds`).
+
+>>> p = {"label": "spam", "log_proba": {"ham": -3.0, "spam": -0.0497870684}}
+>>> verdict_headers(p, msg_id="milter-1")
+[('X-Streamnb-Verdict', 'spam'), ('X-Streamnb-Score', '2.95'), ('X-Streamnb-Id', 'milter-1')]
+>>> not_scored_headers("timeout")
+[('X-Streamnb-Verdict', 'not-scored (timeout)')]
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+import math
+import threading
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from concurrent.futures import Future
+from dataclasses import replace
+from typing import Any
+
+import redis
+
+from streamnb.constants import DATA_FIELD
+from streamnb.decision import DecisionRule
+from streamnb.exceptions import MalformedMessage
+from streamnb_workers.backoff import Backoff
+from streamnb_workers.codec import decode_output, encode_input
+from streamnb_workers.connection import RedisSettings
+from streamnb_workers.keys import ModelKeys
+from streamnb_workers.replies import as_str, entry_field
+
+__all__ = [
+    "ID_HEADER",
+    "NOT_SCORED",
+    "REASONS",
+    "SCORE_HEADER",
+    "TOKENS_HEADER",
+    "VERDICT_HEADER",
+    "NotScored",
+    "Pending",
+    "VerdictClient",
+    "format_score",
+    "log_odds",
+    "not_scored_headers",
+    "verdict_headers",
+]
+
+log = logging.getLogger("streamnb.verdicts")
+
+VERDICT_HEADER = "X-Streamnb-Verdict"
+SCORE_HEADER = "X-Streamnb-Score"
+#: The id the mail was sent with: a later ``{"ref": id, "label": ...}`` corrects or teaches it.
+ID_HEADER = "X-Streamnb-Id"
+#: The tokens that most favoured the verdict, where the prediction carries them
+#: (``streamnb predict --snapshot`` does; the workers' outputs do not).
+TOKENS_HEADER = "X-Streamnb-Tokens"
+#: Every header name this module writes starts with this (case-insensitively).
+HEADER_PREFIX = "x-streamnb-"
+
+#: The verdict of a mail that was not scored.
+NOT_SCORED = "not-scored"
+#: Why a mail was not scored.
+TIMEOUT = "timeout"            # no prediction within the deadline
+UNAVAILABLE = "redis-unavailable"  # the XADD failed: Redis down, refused, or too slow
+UNTRAINED = "untrained"        # the model knows no class yet (a prediction without label)
+ERROR = "error"                # anything else (logged)
+REASONS = (TIMEOUT, UNAVAILABLE, UNTRAINED, ERROR)
+
+
+class NotScored(Exception):
+    """A mail got no prediction: ``reason`` is one of :data:`REASONS`."""
+
+    def __init__(self, reason: str, detail: str = "") -> None:
+        super().__init__(f"{reason}: {detail}" if detail else reason)
+        self.reason = reason
+        self.detail = detail
+
+
+# ------------------------------------------------------------------------- headers
+def log_odds(log_proba: Mapping[Any, float], positive: Any = None) -> float:
+    """``log P(positive | x) - log P(not positive | x)`` from a prediction's log posteriors.
+
+    The positive class is ``positive`` if given, else the last class in sorted order, as
+    for the model's decision rule (``"spam"`` of ``{"ham", "spam"}``). With two classes it
+    is ``log P(spam) - log P(ham)``; with more, the odds against all others together. A
+    one-class model gives ``inf``.
+
+    >>> round(log_odds({"ham": math.log(0.25), "spam": math.log(0.75)}), 6)  # log 3
+    1.098612
+    >>> round(log_odds({"a": math.log(0.2), "b": math.log(0.3), "c": math.log(0.5)}, "a"), 6)
+    -1.386294
+    """
+    if not log_proba:
+        raise ValueError("a prediction without log_proba has no score")
+    classes = list(log_proba)
+    pos = DecisionRule(positive=positive).positive_index(classes)
+    lp_pos = float(log_proba[classes[pos]])
+    rest = [float(log_proba[c]) for i, c in enumerate(classes) if i != pos]
+    if not rest:
+        return math.inf
+    top = max(rest)
+    if top == -math.inf:
+        return math.inf
+    return lp_pos - (top + math.log(sum(math.exp(v - top) for v in rest)))
+
+
+def format_score(score: float) -> str:
+    """Two decimals (``inf`` / ``-inf`` as such)."""
+    return f"{score:.2f}" if math.isfinite(score) else ("inf" if score > 0 else "-inf")
+
+
+def _header_value(text: str) -> str:
+    """``text`` as a one-line header value: printable ASCII as is, anything else (a label
+    may hold any character, a line break included) as RFC 2047 encoded words of at most
+    45 UTF-8 bytes each (so each word stays within 75 characters).
+
+    >>> _header_value("spam"), _header_value("sp\\r\\nBcc: x")
+    ('spam', '=?utf-8?b?c3ANCkJjYzogeA==?=')
+    """
+    if text.isascii() and text.isprintable():
+        return text
+    words, chunk = [], b""
+    for ch in text:
+        b = ch.encode("utf-8", "surrogatepass")
+        if len(chunk) + len(b) > 45:
+            words.append(chunk)
+            chunk = b""
+        chunk += b
+    words.append(chunk)
+    return " ".join(f"=?utf-8?b?{base64.b64encode(w).decode()}?=" for w in words)
+
+
+def verdict_headers(prediction: Mapping[str, Any], positive: Any = None,
+                    msg_id: str | None = None) -> list[tuple[str, str]]:
+    """The headers of a scored mail: verdict (the prediction's label), score
+    (:func:`log_odds` of ``positive``, two decimals), the id it was sent with (when given)
+    and its top tokens (when the prediction has them)."""
+    label = prediction.get("label")
+    if label is None:
+        raise NotScored(UNTRAINED, "the model knows no class yet")
+    headers = [(VERDICT_HEADER, _header_value(str(label))),
+               (SCORE_HEADER, format_score(log_odds(prediction.get("log_proba") or {}, positive)))]
+    if msg_id is not None:
+        headers.append((ID_HEADER, _header_value(msg_id)))
+    tokens = prediction.get("top_tokens")
+    if tokens:
+        headers.append((TOKENS_HEADER, _header_value(" ".join(map(str, tokens)))))
+    return headers
+
+
+def not_scored_headers(reason: str, msg_id: str | None = None) -> list[tuple[str, str]]:
+    """The headers of a mail accepted without a score (``reason``: one of :data:`REASONS`)."""
+    headers = [(VERDICT_HEADER, f"{NOT_SCORED} ({reason})")]
+    if msg_id is not None:
+        headers.append((ID_HEADER, _header_value(msg_id)))
+    return headers
+
+
+# -------------------------------------------------------------------------- client
+class Pending:
+    """A mail sent and not yet answered: :meth:`result` waits for its prediction."""
+
+    __slots__ = ("id", "_client", "_future")
+
+    def __init__(self, client: VerdictClient, msg_id: str, future: Future) -> None:
+        self.id = msg_id
+        self._client = client
+        self._future = future
+
+    def result(self, timeout: float) -> dict[str, Any]:
+        """The prediction (the decoded ``:out`` map); :class:`NotScored` (``timeout``) when
+        none came within ``timeout`` seconds."""
+        try:
+            return self._future.result(timeout=max(timeout, 0.0))
+        except TimeoutError:
+            self._client.forget(self.id)
+            raise NotScored(TIMEOUT, "no prediction within the deadline") from None
+
+
+class VerdictClient:
+    """Send mails to model ``model`` and route its predictions back (module docstring).
+
+    ``send_timeout`` bounds one XADD (connect and reply), so a Redis that is down or stuck
+    costs a caller at most that long. ``block_ms``: the reader's XREAD BLOCK, also how long
+    :meth:`close` may wait for it. Use as a context manager, or :meth:`start` and
+    :meth:`close`.
+    """
+
+    def __init__(self, settings: RedisSettings, model: str, *, send_timeout: float = 2.0,
+                 block_ms: int = 1000, read_count: int = 1000, id_prefix: str = "mail-",
+                 backoff: Backoff | None = None) -> None:
+        self.keys = ModelKeys(model)
+        self.settings = settings
+        self.block_ms = block_ms
+        self.read_count = read_count
+        self.id_prefix = id_prefix
+        self._sender = replace(settings, socket_timeout=send_timeout,
+                               connect_timeout=min(send_timeout, settings.connect_timeout)
+                               ).make_client()
+        self._reader = settings.make_client(socket_timeout=settings.reader_timeout(block_ms))
+        self._backoff = backoff or Backoff(base=0.05, cap=1.0)
+        self._lock = threading.Lock()
+        self._waiters: dict[str, Future] = {}
+        #: The last ``:out`` entry id read (None until the starting point is known).
+        self._last: str | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    # ---------------------------------------------------------------- lifecycle
+    def start(self) -> VerdictClient:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._read_loop, name="streamnb-verdicts",
+                                            daemon=True)
+            self._thread.start()
+        return self
+
+    def close(self) -> None:
+        """Stop the reader (within ``block_ms``); callers still waiting get NotScored."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(self.block_ms / 1000.0 + self.settings.socket_timeout)
+        with self._lock:
+            waiters, self._waiters = self._waiters, {}
+        for fut in waiters.values():
+            fut.set_exception(NotScored(ERROR, "the verdict client was closed"))
+        for client in (self._sender, self._reader):
+            client.close()
+
+    def __enter__(self) -> VerdictClient:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def ping(self) -> Any:
+        """PING through the sending connection (raises redis errors as they come)."""
+        return self._sender.ping()
+
+    @property
+    def in_flight(self) -> int:
+        """Mails sent and not yet answered (nor given up)."""
+        return len(self._waiters)
+
+    def drain(self, timeout: float) -> bool:
+        """Wait until no mail waits for its prediction (at most ``timeout`` seconds)."""
+        deadline = time.monotonic() + timeout
+        while self._waiters:
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.01)
+        return True
+
+    # ------------------------------------------------------------------ sending
+    def submit(self, raw: bytes, hint: str = "") -> Pending:
+        """XADD ``raw`` (an RFC 822 message) unlabelled to ``:in``; :class:`NotScored`
+        (``redis-unavailable``) if that fails. ``hint`` (e.g. the MTA's queue id) goes
+        into the message id, to find the mail in ``:out`` and the logs."""
+        msg_id = f"{self.id_prefix}{hint + '-' if hint else ''}{uuid.uuid4().hex}"
+        data = encode_input("raw", raw, id=msg_id)
+        future: Future = Future()
+        with self._lock:
+            self._waiters[msg_id] = future
+        try:
+            self._ensure_start(self._sender)
+            self._sender.xadd(self.keys.input, {DATA_FIELD: data})
+        except redis.RedisError as exc:
+            self.forget(msg_id)
+            raise NotScored(UNAVAILABLE, f"{type(exc).__name__}: {exc}") from None
+        return Pending(self, msg_id, future)
+
+    def predict(self, raw: bytes, timeout: float, hint: str = "") -> tuple[str, dict[str, Any]]:
+        """:meth:`submit` then wait: (the message id, its prediction) or NotScored."""
+        pending = self.submit(raw, hint)
+        return pending.id, pending.result(timeout)
+
+    def forget(self, msg_id: str) -> None:
+        """Stop waiting for ``msg_id`` (its prediction, if it comes, is dropped)."""
+        with self._lock:
+            self._waiters.pop(msg_id, None)
+
+    # ------------------------------------------------------------------ reading
+    def _ensure_start(self, client: Any) -> None:
+        """Take the reader's starting point, the last ``:out`` entry, once: before the
+        first XADD, so every prediction of a mail sent from then on comes after it."""
+        if self._last is not None:
+            return
+        # Read outside the lock (a stuck Redis must not hold up the other callers); any
+        # caller's reading is a good start, all being taken before their XADDs.
+        last = client.xrevrange(self.keys.out, count=1)
+        start = as_str(last[0][0]) if last else "0-0"
+        with self._lock:
+            if self._last is None:
+                self._last = start
+
+    def _read_loop(self) -> None:
+        failing = False
+        while not self._stop.is_set():
+            try:
+                self._ensure_start(self._reader)
+                reply = self._reader.xread({self.keys.out: self._last}, count=self.read_count,
+                                           block=self.block_ms)
+            except redis.RedisError as exc:
+                if not failing:
+                    log.warning("reading %s failed (%s: %s); retrying with backoff",
+                                self.keys.out, type(exc).__name__, exc)
+                failing = True
+                self._stop.wait(self._backoff.next_delay())
+                continue
+            if failing:
+                log.info("reading %s again", self.keys.out)
+                failing = False
+            self._backoff.reset()
+            for _stream, entries in reply or []:
+                self._deliver(entries)
+
+    def _deliver(self, entries: Sequence[Any]) -> None:
+        """Hand each prediction in ``entries`` to whoever waits for its id."""
+        for entry_id, fields in entries:
+            self._last = as_str(entry_id)
+            if not self._waiters:
+                continue
+            try:
+                out = decode_output(entry_field(fields, DATA_FIELD) or b"")
+            except MalformedMessage:
+                continue
+            msg_id = out.get("id")
+            if not isinstance(msg_id, str):
+                continue
+            with self._lock:
+                future = self._waiters.pop(msg_id, None)
+            if future is not None:
+                future.set_result(out)
