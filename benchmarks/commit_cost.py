@@ -12,9 +12,8 @@ after each variant:
   batch's bucket hashes: an ``HSET`` and a ``PEXPIRE`` per hash, at most 16 a batch,
   workers/label_cache.py);
 * without cache entries (``--no-cache-labelled`` on labelled traffic);
-* for comparison, by a script doing nothing else: the same entries as the daemon wrote
-  them before item 68 (docs/performance.md), a hash of 5 fields and its ``PEXPIRE`` per
-  message;
+* for comparison, by a script doing nothing else: the same entries in the other layout
+  the cache could have, a hash of 5 fields and its ``PEXPIRE`` per message;
 * the same arguments as the default commit sent to a script that returns at once: what
   getting them into Lua alone costs (Redis copies every argument into a Lua string);
 * the commit's ownership check alone (its first step, cut from workers/commit.lua: one
@@ -40,7 +39,7 @@ packings each).
 
 Before all that, with the corpus at hand (``--corpus``), the mean bytes of a corpus
 message's row as the worker caches it (pre-tokenized, the default 2**20 buckets), next to
-the map form of rows before item 69; that mean is the default of ``--row-bytes``.
+the map form of the same rows; that mean is the default of ``--row-bytes``.
 
     python -m benchmarks.commit_cost [--batches 40] [--batch 200]
 """
@@ -75,7 +74,7 @@ from streamnb_workers.label_cache import batch_writes, encode_entry
 #: The cache's TTL in these runs: the daemon's default, 2 days.
 TTL_MS = 172_800_000
 
-#: The cache entries of a batch as the daemon wrote them before item 68, for comparison: a
+#: The cache entries of a batch in the layout of a hash per message, for comparison: a
 #: hash of five fields per message (row, prediction, learnt label, weight, time), and its
 #: ``PEXPIRE``.
 _HASH_PER_MESSAGE = LuaScript("""
@@ -135,7 +134,7 @@ def commit_cost(client: Any, batches: int = 40, batch: int = 100, row_bytes: int
             if not commit_batch(client, keys, "bench", req, 1_000_000, 100_000).ok:
                 raise RuntimeError("the commit failed")
         results[variant] = _us_per_message(client, "evalsha", batches * batch)
-    results["cache entries alone, a hash per message (before item 68)"] = hash_per_message_cost(
+    results["cache entries alone, a hash per message"] = hash_per_message_cost(
         client, batches, batch, row_bytes)
     results["the default commit's arguments, to a script returning at once"] = arguments_cost(
         client, batches, batch, row_bytes, out_bytes, delta_bytes)
@@ -280,7 +279,7 @@ def lua_layer_cost(client: Any, batches: int = 40, batch: int = 100, row_bytes: 
 def corpus_row_bytes(corpus_root: Any, batch: int = DEFAULT_BATCH_SIZE,
                      ) -> dict[str, float] | None:
     """Of a corpus message's row: mean bytes as cached (``rows_to_bytes``) and in the map
-    form rows had before item 69, the share cached as gaps, and the microseconds per row
+    form (a map of arrays), the share cached as gaps, and the microseconds per row
     of encoding the corpus in batches of ``batch`` each way (best of 3); None without the
     corpus."""
     from benchmarks._common import corpus_available, load_corpus
@@ -295,7 +294,7 @@ def corpus_row_bytes(corpus_root: Any, batch: int = DEFAULT_BATCH_SIZE,
     rows = [featurizer.featurize(decode_input(m, f"{i}-0").as_payload()) for i, m in
             enumerate(encode_messages(corpus, "tokens", tokens=corpus_tokens(corpus)))]
     cached = rows_to_bytes(rows)
-    mapped = [r._map_bytes() for r in rows]  # (what Row.to_bytes wrote before item 69)
+    mapped = [r._map_bytes() for r in rows]  # (the map form, without the gaps)
     batches = [rows[i:i + batch] for i in range(0, len(rows), batch)]
     gaps_ms = best_ms(lambda: [rows_to_bytes(b) for b in batches], 3)
     map_ms = best_ms(lambda: [r._map_bytes() for r in rows], 3)
@@ -349,7 +348,7 @@ def ownership_cost(client: Any, batches: int = 40, batch: int = 100) -> dict[str
 def hash_per_message_cost(client: Any, batches: int = 40, batch: int = 100, row_bytes: int = 789,
                           ) -> float:
     """redis-server microseconds per message to write a batch's cache entries as the daemon
-    did before item 68: a hash per message (row, prediction, label, weight, time as text)."""
+    in the layout of a hash per message (row, prediction, label, weight, time as text)."""
     keys = ModelKeys("cost-hash")
     client.config_resetstat()
     for b in range(batches):
@@ -424,7 +423,7 @@ def main(argv: list[str] | None = None) -> int:
     sizes = corpus_row_bytes(Path(args.corpus), args.batch)
     if sizes is not None:
         print(f"a corpus row as cached: {sizes['cached']:,.0f} bytes on average "
-              f"({sizes['map']:,.0f} in the map form before item 69; "
+              f"({sizes['map']:,.0f} in the map form; "
               f"{sizes['gaps share']:.0%} of the rows cached as gaps)")
         print(f"encoding it: {sizes['gaps us']:.2f} us a row with rows_to_bytes in batches of "
               f"{args.batch} ({sizes['map us']:.2f} us one by one in the map form)")
@@ -442,8 +441,8 @@ def main(argv: list[str] | None = None) -> int:
     print(format_table(["variant", "redis-server us/message"], [[k, v] for k, v in res.items()]))
     default, bare = res["commit, cache entries (default: bucket hashes)"], res["commit, no cache entries"]
     print(f"cache entries: {default - bare:.1f} us of {default:.1f} us per message in the commit "
-          f"(a hash per message, before item 68: "
-          f"{res['cache entries alone, a hash per message (before item 68)']:.1f} us alone)")
+          f"(a hash per message: "
+          f"{res['cache entries alone, a hash per message']:.1f} us alone)")
     packing = packing_cost(args.batch, args.row_bytes, args.out_bytes, args.delta_bytes)
     print(format_table(["the worker packing the commit command", "ms per batch"],
                        [[k, v] for k, v in packing.items()]))

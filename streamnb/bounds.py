@@ -195,8 +195,8 @@ def bayes_error(
 def _normal_logpdf(x: float, mean: float, sd: float) -> float:
     """log N(x; mean, sd^2), as ``scipy.stats.norm.logpdf``. This module is imported by
     every worker (the observer's Bhattacharyya gauges): ``scipy.stats`` and
-    ``scipy.optimize`` would add about 0.9 s of start-up and 40 MB to each
-    (docs/performance.md, "Thirteenth pass"), so it imports neither at module level."""
+    ``scipy.optimize`` would add about 0.9 s of start-up and 40 MB to each (``python -X
+    importtime``), so it imports neither at module level."""
     z = (x - mean) / sd
     return float(-z * z / 2.0 - _LOG_SQRT_2PI - np.log(sd))
 

@@ -66,10 +66,9 @@ DRIFT_EVENT_COOLDOWN_S = 60.0
 DEFAULT_METRICS_PORT = 9500
 #: Address the metrics server binds by default (loopback: expose it on purpose).
 DEFAULT_METRICS_ADDR = "127.0.0.1"
-#: Entries read per XREADGROUP by a worker: the most in one batch (one commit). 200 rather
-#: than 100 takes a fixed cost per batch (round trips, the commit, numpy calls) over
-#: twice as many messages: 1.1-1.3x the messages/s of one worker (docs/performance.md,
-#: item 65); a commit then holds Redis about twice as long.
+#: Entries read per XREADGROUP by a worker: the most in one batch (one commit). A batch
+#: has a fixed cost (round trips, the commit, numpy calls) that a larger one takes over
+#: more messages; a larger one also holds Redis longer in its commit (docs/worker.md).
 DEFAULT_BATCH_SIZE = 200
 #: Milliseconds a worker's XREADGROUP blocks waiting for entries.
 DEFAULT_BLOCK_MS = 2000

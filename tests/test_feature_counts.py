@@ -333,7 +333,7 @@ def test_the_c_class_sums_equal_numpy_bit_for_bit(seed, monkeypatch):
     np.testing.assert_array_equal(cols, want_cols)
     np.testing.assert_array_equal(sums, want_sums)
     # one row per class, each contiguous (a Fortran-ordered result made the row sums of the
-    # merge and the copies behind it several times slower: docs/performance.md, item 55)
+    # merge and the copies behind it several times slower)
     assert sums.flags.c_contiguous and want_sums.flags.c_contiguous
     dense = np.zeros((K, d))
     np.add.at(dense, (classes[np.repeat(np.arange(n), np.diff(X.indptr))], X.indices),

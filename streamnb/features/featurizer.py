@@ -88,8 +88,8 @@ class Row:
         row of such values, without meta, whose buckets are less than 65,536 apart (with
         2**20 buckets, 82% of the SpamAssassin corpus's rows: all but the shortest), is
         stored as its first bucket and the gaps to the next ones in 2 bytes each: ``[2,
-        n_tokens, first, gaps]``, half of the 4 bytes a bucket takes as int32
-        (docs/performance.md, item 69). Other rows are a map of their arrays.
+        n_tokens, first, gaps]``, half of the 4 bytes a bucket takes as int32 (a cached
+        row is most of a cache entry's bytes in Redis). Other rows are a map of their arrays.
 
         >>> r = Row(indices=np.arange(100, dtype=np.int32), values=np.ones(100), n_tokens=100)
         >>> Row.from_bytes(r.to_bytes()) == r, len(r.to_bytes()) < 100 * 2 + 20
