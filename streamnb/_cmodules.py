@@ -3,7 +3,7 @@
 ``streamnb.features._speedups`` (the tokenizer's per-character steps, the token hash
 table, the sort of each message's buckets) and ``streamnb._kernels`` (the count models'
 loops over a batch's nonzeros) are built by ``setup.py`` where a C compiler is found
-(docs/architecture.md, decision 16). Every C function stands for Python code, its
+(docs/architecture.md, decision 14). Every C function stands for Python code, its
 reference, which runs wherever the function is missing and which tests compare it with.
 
 The environment variable ``STREAMNB_PURE_PYTHON`` is the one switch, read as the modules

@@ -29,7 +29,7 @@ stage here, the word rules and URLs in :mod:`~streamnb.features.text`, HTML tags
 :mod:`~streamnb.features.markup`, header fields in :mod:`~streamnb.features.mime`) take the
 tokenizer's C steps where they are built (:mod:`streamnb.features.steps`), on Latin-1
 input; ``MailTokenizer(steps=REFERENCE_STEPS)`` runs this Python code alone, which is
-what defines the tokens (docs/architecture.md, decision 16).
+what defines the tokens (docs/architecture.md, decision 14).
 
 It never raises: every defect the parser reports, and every limit hit, becomes a
 ``defect:<name>`` token and is counted. Limits (:class:`~streamnb.features.payload.FeatureLimits`) bound
