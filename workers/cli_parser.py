@@ -30,6 +30,15 @@ from streamnb.constants import (
     MODEL_KINDS,
 )
 from streamnb_workers import milter
+from streamnb_workers.arg_types import (
+    finite_float,
+    float_list,
+    non_negative_float,
+    non_negative_int,
+    port,
+    positive_int,
+    shrinkage,
+)
 from streamnb_workers.settings import add_option
 
 __all__ = ["DECISION_OPTIONS", "FEATURIZER_OPTIONS", "MODEL_OPTIONS", "OneLineParser",
@@ -44,67 +53,6 @@ class OneLineParser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
-
-
-# ------------------------------------------------------------------------- types
-def _whole_number(text: str, minimum: int) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"expected a whole number >= {minimum}, got {text!r}") from None
-    if v < minimum:
-        raise argparse.ArgumentTypeError(f"expected a whole number >= {minimum}, got {v}")
-    return v
-
-
-def positive_int(text: str) -> int:
-    return _whole_number(text, 1)
-
-
-def non_negative_int(text: str) -> int:
-    return _whole_number(text, 0)
-
-
-def port(text: str) -> int:
-    v = non_negative_int(text)
-    if v > 65535:
-        raise argparse.ArgumentTypeError(f"expected a port 0..65535, got {v}")
-    return v
-
-
-def non_negative_float(text: str) -> float:
-    value = finite_float(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}")
-    return value
-
-
-def finite_float(text: str) -> float:
-    import math
-
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not math.isfinite(v):
-        raise argparse.ArgumentTypeError(f"expected a finite number, got {text!r}")
-    return v
-
-
-def float_list(text: str) -> list[float]:
-    try:
-        return [float(p) for p in text.split(",") if p.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"expected numbers separated by commas (0.3,0.7), got {text!r}") from None
-
-
-def shrinkage(text: str) -> float:
-    value = finite_float(text)
-    if not 0.0 <= value <= 1.0:
-        raise argparse.ArgumentTypeError(f"expected a shrinkage in [0, 1], got {text!r}")
-    return value
 
 
 def _parsed(fn: Callable[[str], Any]) -> Callable[[str], Any]:

@@ -32,6 +32,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from streamnb.exceptions import SettingsError
+from streamnb_workers.arg_types import number_in, octal_mode, port, whole_number_in
 from streamnb_workers.settings import add_option
 
 __all__ = ["DEFAULT_LISTEN", "add_options", "cmd_milter", "parse_listen", "policy_from_args"]
@@ -65,48 +66,6 @@ def parse_listen(text: str) -> tuple[str, str | None]:
         f"--listen expects inet:PORT@HOST, inet6:PORT@HOST or unix:PATH, got {text!r}")
 
 
-def _octal_mode(text: str) -> str:
-    """An octal permission mode, checked and kept as text (``"660"``)."""
-    try:
-        mode = int(text, 8)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an octal mode like 660, got {text!r}") from None
-    if not 0 <= mode <= 0o777:
-        raise argparse.ArgumentTypeError(f"expected an octal mode 0..777, got {text!r}")
-    return text
-
-
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
-    if not 0 < value < 3600:
-        raise argparse.ArgumentTypeError(f"expected seconds in (0, 3600), got {text!r}")
-    return value
-
-
-def _size(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number of bytes, got {text!r}") from None
-    if not 1024 <= value <= 1_000_000:
-        # the workers refuse an input entry over 1 MiB (docs/protocol.md, Limits)
-        raise argparse.ArgumentTypeError(f"expected 1024..1000000 bytes, got {text!r}")
-    return value
-
-
-def _port(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a port 0..65535, got {text!r}") from None
-    if not 0 <= value <= 65535:
-        raise argparse.ArgumentTypeError(f"expected a port 0..65535, got {text!r}")
-    return value
-
-
 def add_options(p: argparse.ArgumentParser) -> None:
     """The milter's own options (``--redis``, ``--model`` and the common ones are the
     command line's)."""
@@ -114,7 +73,7 @@ def add_options(p: argparse.ArgumentParser) -> None:
 
     add_option(p, "--listen", metavar="SOCKET", default=DEFAULT_LISTEN,
                help="where the MTA connects: inet:PORT@HOST, inet6:PORT@HOST or unix:PATH")
-    add_option(p, "--timeout", type=_seconds, default=DEFAULT_TIMEOUT_S, metavar="SECONDS",
+    add_option(p, "--timeout", type=number_in(0, 3600, "seconds", open_low=True, open_high=True), default=DEFAULT_TIMEOUT_S, metavar="SECONDS",
                help="deadline from the end of a mail to its verdict; later, the mail is not scored")
     add_option(p, "--verdict-action", action="append", default=[], metavar="VERDICT=ACTION",
                help="what a verdict does: accept (add headers), quarantine (MTA hold queue) or "
@@ -130,11 +89,11 @@ def add_options(p: argparse.ArgumentParser) -> None:
     add_option(p, "--positive", metavar="LABEL",
                help="the class whose log-odds is X-Streamnb-Score (default: the last class in "
                     "sorted order, spam of ham/spam)")
-    add_option(p, "--max-size", type=_size, default=DEFAULT_MAX_SIZE, metavar="BYTES",
+    add_option(p, "--max-size", type=whole_number_in(1024, 1_000_000, "bytes"), default=DEFAULT_MAX_SIZE, metavar="BYTES",
                help="bytes of a mail that are scored (headers first; the rest is not sent)")
-    add_option(p, "--socket-mode", type=_octal_mode, default="660", metavar="OCTAL",
+    add_option(p, "--socket-mode", type=octal_mode, default="660", metavar="OCTAL",
                help="permissions of a unix: socket (the MTA's user must be able to write it)")
-    add_option(p, "--metrics-port", type=_port, default=0,
+    add_option(p, "--metrics-port", type=port, default=0,
                help="Prometheus port of the milter's metrics (0: none)")
     add_option(p, "--metrics-addr", default="127.0.0.1", help="address the metrics server binds")
 
