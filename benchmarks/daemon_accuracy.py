@@ -26,20 +26,12 @@ from typing import Any
 from benchmarks._common import (
     DEFAULT_CORPUS,
     Corpus,
-    RedisServer,
     corpus_or_synthetic,
     format_table,
     print_header,
 )
-from benchmarks.end_to_end import (
-    corpus_tokens,
-    default_spec,
-    encode_messages,
-    keys,
-    prefill,
-    wait_for,
-    workers,
-)
+from benchmarks._replay import replay_through_daemon
+from benchmarks.end_to_end import corpus_tokens
 
 TARGET_ACCURACY = 0.985
 TARGET_HAM_FP = 0.005
@@ -82,25 +74,10 @@ def score(name: str, pred: list, truth: list, seconds: float, positive: str = "s
 def through_daemon(corpus: Corpus, n_workers: int = 2, kind: str = "multinomial",
                    timeout: float = 900.0, options: dict[str, Any] | None = None) -> Scores:
     """Replay the corpus as labelled raw mail through ``n_workers`` workers; score ``:out``."""
-    from streamnb_workers.codec import decode_output
-
-    messages = encode_messages(corpus, "raw", labelled=True)
-    name = f"accuracy-{kind}-{n_workers}w"
-    k = keys(name)
-    with RedisServer() as server:
-        client = server.client()
-        prefill(client, name, messages)
-        t0 = time.perf_counter()
-        with workers(server.url, default_spec(name, kind), n_workers, options) as procs:
-            if not wait_for(client, k["out"], len(messages), timeout, procs, k["dead"]):
-                raise RuntimeError(f"the workers did not process the corpus in {timeout}s")
-        seconds = time.perf_counter() - t0
-        by_id: dict[str, Any] = {}
-        for _, fields in client.xrange(k["out"]):
-            out = decode_output(fields[b"data"])
-            by_id[out["id"]] = out.get("label")
-        dead = int(client.xlen(k["dead"]))
-    pred = [by_id.get(f"m{i}") for i in range(len(corpus))]
+    run = replay_through_daemon(corpus, n_workers, kind, options, timeout,
+                                name=f"accuracy-{kind}-{n_workers}w")
+    seconds, dead = run.seconds, run.dead
+    pred = [o.get("label") for o in run.in_corpus_order(len(corpus))]
     s = score(f"streamnb daemon, {n_workers} workers, {kind}", pred, corpus.labels, seconds)
     if dead:
         print(f"warning: {dead} dead letters (counted as errors)")

@@ -57,7 +57,6 @@ from typing import Any
 from benchmarks._common import (
     DEFAULT_CORPUS,
     Corpus,
-    RedisServer,
     corpus_or_synthetic,
     format_table,
     free_port,
@@ -325,32 +324,11 @@ def _verdict(label: Any) -> bool | None:
 
 def replay_daemon(corpus: Corpus, n_workers: int = 2, timeout: float = 900.0) -> Replay:
     """The corpus as labelled raw mail through ``n_workers`` workers (daemon defaults)."""
-    from benchmarks.end_to_end import (
-        default_spec,
-        encode_messages,
-        keys,
-        prefill,
-        wait_for,
-        workers,
-    )
-    from streamnb_workers.codec import decode_output
+    from benchmarks._replay import replay_through_daemon
 
-    messages = encode_messages(corpus, "raw", labelled=True)
-    name = f"peers-{n_workers}w"
-    k = keys(name)
-    with RedisServer() as server:
-        client = server.client()
-        prefill(client, name, messages)
-        t0 = time.perf_counter()
-        with workers(server.url, default_spec(name), n_workers) as procs:
-            if not wait_for(client, k["out"], len(messages), timeout, procs, k["dead"]):
-                raise RuntimeError(f"the workers did not process the corpus in {timeout}s")
-        seconds = time.perf_counter() - t0
-        outputs = {}
-        for _, fields in client.xrange(k["out"]):
-            out = decode_output(fields[b"data"])
-            outputs[out["id"]] = out
-    got = [outputs.get(f"m{i}", {}) for i in range(len(corpus))]
+    run = replay_through_daemon(corpus, n_workers, timeout=timeout, name=f"peers-{n_workers}w")
+    seconds = run.seconds
+    got = run.in_corpus_order(len(corpus))
     return Replay(f"streamnb daemon, {n_workers} workers", [output_score(o) for o in got],
                   [_verdict(o.get("label")) for o in got], seconds,
                   f"{n_workers} x python -m streamnb_workers.worker --spec "

@@ -23,24 +23,8 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks._common import DEFAULT_CORPUS, RedisServer, corpus_or_synthetic, print_header
-from benchmarks.end_to_end import default_spec, encode_messages, keys, prefill, wait_for, workers
-
-
-def _decode_output(data: bytes) -> dict[str, Any]:
-    try:
-        from streamnb_workers.codec import decode_output
-    except ImportError:  # a tree from before the daemon's package had its own name
-        from streamnb_workers.codec import decode_output  # type: ignore[no-redef]
-    return decode_output(data)
-
-
-def _load_model(client: Any, name: str) -> Any:
-    try:
-        from streamnb_workers.replica import load_model
-    except ImportError:  # a tree from before the daemon's package had its own name
-        from workers.replica import load_model  # type: ignore[no-redef]
-    return load_model(client, name)[0]
+from benchmarks._common import DEFAULT_CORPUS, corpus_or_synthetic, print_header
+from benchmarks._replay import replay_through_daemon
 
 
 def prediction_rows(outputs: list[dict[str, Any]]) -> list[list[Any]]:
@@ -82,19 +66,9 @@ def stats_digest(arrays: dict[str, np.ndarray]) -> str:
     return h.hexdigest()
 
 
-def replay(corpus: Any, n_workers: int, timeout: float = 900.0) -> tuple[list, dict]:
-    messages = encode_messages(corpus, "raw", labelled=True)
-    name = "digest"
-    k = keys(name)
-    with RedisServer() as server:
-        client = server.client()
-        prefill(client, name, messages)
-        with workers(server.url, default_spec(name), n_workers) as procs:
-            if not wait_for(client, k["out"], len(messages), timeout, procs, k["dead"]):
-                raise RuntimeError(f"the workers did not process the corpus in {timeout}s")
-        outputs = [_decode_output(f[b"data"]) for _, f in client.xrange(k["out"])]
-        model = _load_model(client, name)
-    return prediction_rows(outputs), stats_arrays(model.stats)
+def replay(corpus: Any, n_workers: int) -> tuple[list, dict]:
+    run = replay_through_daemon(corpus, n_workers, name="digest", load_model=True)
+    return prediction_rows(list(run.outputs.values())), stats_arrays(run.model.stats)
 
 
 def main(argv: list[str] | None = None) -> int:
