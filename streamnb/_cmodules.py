@@ -10,16 +10,16 @@ The environment variable ``STREAMNB_PURE_PYTHON`` is the one switch, read as the
 that use a C function are imported: ``1`` turns every C module off; a comma-separated list of names
 turns off only those, to measure what each piece earns (docs/performance.md, "What the C
 modules earn"). A name is a module (``streamnb._kernels``), a C function
-(``class_sums``, ``unique_buckets``) or one of the pieces of :data:`PIECES`
+(``multinomial_jll``, ``unique_buckets``) or one of the pieces of :data:`PIECES`
 (``tokenizer``, ``hash_table``).
 
 This module imports nothing of the package, so any module may use it.
 
 >>> module = optional_c_module("streamnb._kernels")
->>> module is None or hasattr(module, "class_sums")
+>>> module is None or hasattr(module, "multinomial_jll")
 True
->>> sorted(_switched_off("class_sums, tokenizer"))[:3]
-['addresses', 'class_sums', 'header_block_end']
+>>> sorted(_switched_off("multinomial_jll, tokenizer"))[:3]
+['addresses', 'header_block_end', 'header_fields']
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
-/* streamnb._kernels: the count models' per-nonzero loops, in C (optional).
+/* streamnb._kernels: the count models' per-nonzero loop, in C (optional).
  *
- * The first two take a CSR batch (indptr, indices, data: float64) with a class code per
- * row (codes: int64) and a weight per row (weights: float64), and put the batch's
+ * It takes a CSR batch (indptr, indices, data: float64) with a class code per
+ * row (codes: int64) and a weight per row (weights: float64), and puts the batch's
  * distinct columns in a hash table (column_slots): a slot per column, in order of first
  * appearance, no sort of the nonzeros.
  *
@@ -27,30 +27,8 @@
  *    per nonzero and class whose count changed since the column's last log. Reference:
  *    the numpy form in streamnb.models.prequential (sorted nonzeros, prefix sums).
  *
- * 2. class_sums(indptr, indices, data, codes, weights, n_classes, cols_out, sums_out) -> t
- *
- *    the batch's t distinct columns, in order of first appearance (the caller sorts
- *    them), into cols_out[:t] (int64), and the weighted
- *    per-class sums over them, sums[k, c] = sum of weights[r] x_rj over the rows r of
- *    class k (codes in [0, n_classes)) and the nonzeros of column cols[c], into
- *    sums_out[:n_classes * t] as (n_classes, t) in C order; cols_out and sums_out hold at
- *    least nnz and n_classes * nnz items. Each sum adds in the order of the nonzeros, as
- *    np.bincount does: the same floats as the numpy form, streamnb.stats.feature_counts.
- *    _class_sums (the reference), as long as no multiply-add is fused (setup.py builds
- *    this module with -ffp-contract=off).
- *
- * 3. merge_columns(values, cols, rows, vals, sign) -> change in nonzero columns
- *
- *    values[rows[j], cols[i]] += sign * vals[j, i] in place, where values is a dense
- *    (K, F) float64 count table in C order, cols t sorted distinct columns in [0, F),
- *    rows r distinct rows in [0, K) and vals (r, t) float64 in C order; with sign < 0 a
- *    result below 0 becomes 0 (as np.maximum(x, 0.0)). Returns the number of columns
- *    nonzero in some row after, minus before. Reference: the numpy form in
- *    streamnb.stats.feature_counts.FeatureCounts._add (a gather, the sums, a scatter);
- *    this is one pass over the columns.
- *
- * tests/test_prequential.py and tests/test_feature_counts.py compare each with its
- * reference. Building this module is optional.
+ * tests/test_prequential.py compares it with its reference. Building this module is
+ * optional.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -350,189 +328,18 @@ done:
     return result;
 }
 
-static PyObject *
-class_sums(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
-{
-    static const char fn[] = "class_sums";
-    if (nargs != 8) {
-        PyErr_SetString(PyExc_TypeError,
-                        "class_sums(indptr, indices, data, codes, weights, n_classes, cols_out, sums_out) "
-                        "takes 8 arguments");
-        return NULL;
-    }
-    Py_ssize_t K = PyLong_AsSsize_t(args[5]);
-    if (K == -1 && PyErr_Occurred()) {
-        return NULL;
-    }
-    if (K < 1) {
-        PyErr_SetString(PyExc_ValueError, "class_sums: n_classes must be >= 1");
-        return NULL;
-    }
-    /* cols_out, sums_out */
-    static const int which[2] = {6, 7}, writable[2] = {1, 1};
-    Py_buffer v[2];
-    if (get_buffers(args, 2, which, writable, v) < 0) {
-        return NULL;
-    }
-    PyObject *result = NULL;
-    batch_t bt = {.got = 0};
-    int32_t *slot_of = NULL;
-    uint32_t *col = NULL;
-    double *per_slot = NULL;
-    if (v[0].itemsize != 8 || v[1].itemsize != 8) {
-        PyErr_SetString(PyExc_TypeError, "class_sums: cols_out and sums_out take 8-byte items");
-        goto done;
-    }
-    if (batch_get(args, fn, 0, K, &bt) < 0) {
-        goto done;
-    }
-    Py_ssize_t nnz = bt.nnz;
-    if (v[0].len / 8 < nnz || v[1].len / 8 < K * nnz) {
-        PyErr_SetString(PyExc_ValueError, "class_sums: cols_out must hold nnz items, sums_out n_classes x nnz");
-        goto done;
-    }
-    slot_of = PyMem_Malloc(((size_t)nnz + 1) * sizeof(int32_t));
-    col = PyMem_Malloc(((size_t)nnz + 1) * sizeof(uint32_t));
-    per_slot = PyMem_Calloc(((size_t)nnz + 1) * (size_t)K, sizeof(double));
-    if (!slot_of || !col || !per_slot) {
-        PyErr_NoMemory();
-        goto done;
-    }
-    Py_ssize_t t = column_slots(&bt, fn, slot_of, col);
-    if (t < 0) {
-        goto done;
-    }
-    const double *data = bt.views[DATA].buf, *weights = bt.views[WEIGHTS].buf;
-    const int64_t *codes = bt.views[CODES].buf;
-    for (Py_ssize_t i = 0; i < bt.n; i++) {
-        Py_ssize_t lo = (Py_ssize_t)index_at(&bt.views[INDPTR], i);
-        Py_ssize_t hi = (Py_ssize_t)index_at(&bt.views[INDPTR], i + 1);
-        double w = weights[i];
-        int64_t c = codes[i];
-        for (Py_ssize_t p = lo; p < hi; p++) {
-            per_slot[(Py_ssize_t)slot_of[p] * K + c] += w * data[p];
-        }
-    }
-    int64_t *cols_out = v[0].buf;
-    double *sums_out = v[1].buf;
-    for (Py_ssize_t s = 0; s < t; s++) {
-        cols_out[s] = col[s];
-        for (Py_ssize_t k = 0; k < K; k++) {
-            sums_out[k * t + s] = per_slot[s * K + k];
-        }
-    }
-    result = PyLong_FromSsize_t(t);
-done:
-    PyMem_Free(slot_of);
-    PyMem_Free(col);
-    PyMem_Free(per_slot);
-    batch_release(&bt);
-    release_buffers(2, v);
-    return result;
-}
-
-static PyObject *
-merge_columns(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
-{
-    if (nargs != 5) {
-        PyErr_SetString(PyExc_TypeError, "merge_columns(values, cols, rows, vals, sign) takes 5 arguments");
-        return NULL;
-    }
-    double sign = PyFloat_AsDouble(args[4]);
-    if (sign == -1.0 && PyErr_Occurred()) {
-        return NULL;
-    }
-    /* values (writable), cols, rows, vals */
-    static const int which[4] = {0, 1, 2, 3}, writable[4] = {1, 0, 0, 0};
-    Py_buffer v[4];
-    if (get_buffers(args, 4, which, writable, v) < 0) {
-        return NULL;
-    }
-    PyObject *result = NULL;
-    unsigned char *hit = NULL;
-    if (v[0].itemsize != 8 || v[1].itemsize != 8 || v[2].itemsize != 8 || v[3].itemsize != 8 ||
-        v[0].ndim != 2) {
-        PyErr_SetString(PyExc_TypeError,
-                        "merge_columns: values (2-d) and vals take float64, cols and rows int64 items");
-        goto done;
-    }
-    Py_ssize_t K = v[0].shape[0], F = v[0].shape[1], t = v[1].len / 8, r = v[2].len / 8;
-    if (v[3].len / 8 != r * t) {
-        PyErr_SetString(PyExc_ValueError, "merge_columns: vals must hold len(rows) x len(cols) items");
-        goto done;
-    }
-    double *values = v[0].buf;
-    const int64_t *cols = v[1].buf, *rows = v[2].buf;
-    const double *vals = v[3].buf;
-    hit = PyMem_Calloc((size_t)K + 1, 1);
-    if (!hit) {
-        PyErr_NoMemory();
-        goto done;
-    }
-    for (Py_ssize_t j = 0; j < r; j++) {
-        if (rows[j] < 0 || rows[j] >= K || hit[rows[j]]) {
-            PyErr_SetString(PyExc_ValueError, "merge_columns: rows must be distinct rows of values");
-            goto done;
-        }
-        hit[rows[j]] = 1;
-    }
-    for (Py_ssize_t i = 0; i < t; i++) {
-        if (cols[i] < 0 || cols[i] >= F || (i && cols[i] <= cols[i - 1])) {
-            PyErr_SetString(PyExc_ValueError, "merge_columns: cols must be increasing columns of values");
-            goto done;
-        }
-    }
-    Py_ssize_t change = 0;
-    for (Py_ssize_t i = 0; i < t; i++) {
-        Py_ssize_t c = (Py_ssize_t)cols[i];
-        if (i + 8 < t) {
-            for (Py_ssize_t k = 0; k < K; k++) {
-                PREFETCH(values + k * F + cols[i + 8]);
-            }
-        }
-        int before = 0, after = 0;
-        for (Py_ssize_t k = 0; k < K; k++) {
-            before |= values[k * F + c] != 0.0;
-        }
-        for (Py_ssize_t j = 0; j < r; j++) {
-            double *p = values + rows[j] * F + c;
-            double x = *p + sign * vals[j * t + i];
-            if (sign < 0 && !(x >= 0.0 || isnan(x))) { /* np.maximum(x, 0.0) */
-                x = 0.0;
-            }
-            *p = x;
-        }
-        for (Py_ssize_t k = 0; k < K; k++) {
-            after |= values[k * F + c] != 0.0;
-        }
-        change += after - before;
-    }
-    result = PyLong_FromSsize_t(change);
-done:
-    PyMem_Free(hit);
-    release_buffers(4, v);
-    return result;
-}
-
 static PyMethodDef methods[] = {
     {"multinomial_jll", (PyCFunction)(void (*)(void))multinomial_jll, METH_FASTCALL,
      "multinomial_jll(indptr, indices, data, codes, weights, counts, k0, n_features, totals, alpha, "
      "seen_mode, n_seen, m_fixed, out, unseen): the prequential joint log-likelihoods of a CSR "
      "batch without the class prior into out, each row's nonzeros new to the model into unseen "
      "(see streamnb.models.prequential)."},
-    {"class_sums", (PyCFunction)(void (*)(void))class_sums, METH_FASTCALL,
-     "class_sums(indptr, indices, data, codes, weights, n_classes, cols_out, sums_out) -> t: the "
-     "batch's t distinct columns, in order of first appearance, and the weighted per-class sums "
-     "over them (see streamnb.stats.feature_counts, which sorts them)."},
-    {"merge_columns", (PyCFunction)(void (*)(void))merge_columns, METH_FASTCALL,
-     "merge_columns(values, cols, rows, vals, sign) -> change in nonzero columns: a delta's "
-     "counts added to a dense count table in place (see streamnb.stats.feature_counts)."},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, "_kernels",
-    "The count models' per-nonzero loops (prequential scores, class sums, merges), in C (optional).", -1,
+    "MultinomialNB's prequential scores over a batch's nonzeros, in C (optional).", -1,
     methods,
 };
 

@@ -20,8 +20,7 @@ from typing import Any, Self
 import numpy as np
 import scipy.sparse as sp
 
-from streamnb._cmodules import optional_c_module
-from streamnb.arrays import sort_with_order, sorted_unique, unique_inverse
+from streamnb.arrays import sorted_unique, unique_inverse
 from streamnb.encoding import pack_counts, pack_index, unpack_counts, unpack_index
 from streamnb.exceptions import FormatError
 from streamnb.stats.base import (
@@ -191,12 +190,7 @@ class FeatureCounts(Statistic):
         """``self[rows, cols] += sign * vals`` for sorted unique ``cols``; keep totals/n_seen."""
         if cols.size == 0:
             return
-        if self.columns is None and MERGE_COLUMNS is not None and self.values.flags.c_contiguous \
-                and self.values.dtype == np.float64:  # (the numpy below is its reference)
-            self.n_seen += MERGE_COLUMNS(self.values, np.ascontiguousarray(cols, dtype=np.int64),
-                                         np.ascontiguousarray(rows, dtype=np.int64),
-                                         np.ascontiguousarray(vals, dtype=np.float64), float(sign))
-        elif self.columns is None:
+        if self.columns is None:
             block = np.take(self.values, cols, axis=1)  # C-ordered (k, t)
             before = np.count_nonzero(block.any(axis=0))
             block[rows] += sign * vals
@@ -346,14 +340,6 @@ def _check_columns(cols: np.ndarray, n_features: int) -> None:
         raise ValueError(f"columns must be strictly increasing indices in [0, {n_features})")
 
 
-#: ``streamnb._kernels.class_sums`` (:func:`_class_sums` of sparse X in one C pass), or
-#: None: not built, or ``STREAMNB_PURE_PYTHON`` set (tests set it to None to compare).
-CLASS_SUMS = getattr(optional_c_module("streamnb._kernels"), "class_sums", None)
-#: ``streamnb._kernels.merge_columns``: a delta's columns added to dense counts in one C
-#: pass (:meth:`FeatureCounts._add`), or None, as CLASS_SUMS.
-MERGE_COLUMNS = getattr(optional_c_module("streamnb._kernels"), "merge_columns", None)
-
-
 def _class_sums(
     X: Any, rows: np.ndarray, w: np.ndarray, n_classes: int
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -361,23 +347,10 @@ def _class_sums(
 
     Sparse X is compacted to its touched columns first, so nothing of size n_features
     is ever allocated (scipy's sparse product would allocate a work array that wide).
-    The C loop and numpy give the same floats (each sum adds in the order of the nonzeros).
     """
     n = X.shape[0]
     if sp.issparse(X):
         X = sp.csr_matrix(X)
-        if CLASS_SUMS is not None and n_classes > 0:
-            cols = np.empty(X.nnz, dtype=np.int64)
-            sums = np.empty(n_classes * X.nnz, dtype=np.float64)
-            c_array = np.ascontiguousarray  # (no copy of what already is: a caller's
-            # weights may be a strided view, its X integers)
-            t = CLASS_SUMS(X.indptr, X.indices, c_array(X.data, dtype=np.float64),
-                           c_array(rows, dtype=np.int64), c_array(w, dtype=np.float64),
-                           n_classes, cols, sums)
-            cols, order = sort_with_order(cols[:t], X.shape[1])  # first seen -> sorted
-            # np.take: a C-ordered result (``[:, order]`` makes a Fortran-ordered one,
-            # whose row sums and copies run several times slower)
-            return cols, np.take(sums[: n_classes * t].reshape(n_classes, t), order, axis=1)
         # one sort of the nonzeros and one bincount over (class row, column position)
         cols, pos = unique_inverse(X.indices, X.shape[1])
         per_row = np.diff(X.indptr)
