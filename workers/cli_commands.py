@@ -124,9 +124,15 @@ def cmd_produce(args: argparse.Namespace, env: Mapping[str, str]) -> int:
 def cmd_predict(args: argparse.Namespace, env: Mapping[str, str]) -> int:
     import json
 
-    from streamnb_workers import transfer
+    from streamnb_workers import pipe, predict_many, transfer
     from streamnb_workers.produce import send_and_wait
 
+    if args.file == pipe.STDIN and not args.snapshot:
+        return pipe.cmd_stdin(args, lambda: _redis(args, env))
+    if args.passthrough or args.exit_zero:
+        raise SettingsError("-p and -e judge a mail on stdin: give FILE - (without --snapshot)")
+    if not args.snapshot and pipe.wants_many(args.file):
+        return predict_many.cmd_many(args, _require_model(args), _redis(args, env))
     if args.snapshot:
         result = transfer.predict_file(args.snapshot, args.file)
     else:

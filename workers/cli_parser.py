@@ -29,7 +29,7 @@ from streamnb.constants import (
     EXIT_USAGE,
     MODEL_KINDS,
 )
-from streamnb_workers import milter
+from streamnb_workers import milter, pipe
 from streamnb_workers.arg_types import (
     finite_float,
     float_list,
@@ -200,9 +200,10 @@ def build_parser() -> OneLineParser:
     p.add_argument("paths", nargs="*", metavar="PATH",
                    help=".eml file, maildir, mbox, directory or .jsonl file")
 
-    p = sub.add_parser("predict", help="predict one message (online or from an exported file)",
-                       description="Send FILE unlabelled and print its prediction, or predict offline "
-                                   "with --snapshot.")
+    p = sub.add_parser("predict", help="predict a message, stdin (-) or many (online or offline)",
+                       description="Send FILE unlabelled and print its prediction (FILE -: a mail "
+                                   "on stdin, exit code by verdict; a directory or mbox: one line "
+                                   "per message), or predict offline with --snapshot.")
     _add_common(p, redis_required=False)
     _add_model_name(p)
     add_option(p, "--snapshot", metavar="MODEL_FILE",
@@ -210,7 +211,10 @@ def build_parser() -> OneLineParser:
     add_option(p, "--timeout", type=finite_float, default=DEFAULT_PREDICT_TIMEOUT_S,
                help="seconds to wait for the prediction")
     add_option(p, "--json", action="store_true", default=False, help="print the prediction as JSON")
-    p.add_argument("file", metavar="FILE", help="an .eml file (or a .json record)")
+    pipe.add_options(p)
+    p.add_argument("file", metavar="FILE",
+                   help="an .eml file (or a .json record); - for a mail on stdin; a directory, "
+                        "maildir or mbox to judge every message in it")
 
     p = sub.add_parser("status", help="show a model's counts, version, lag and workers",
                        description="Kind, classes, learnt counts, version, stream length, lag, "
