@@ -247,3 +247,23 @@ def test_piped_message_spools_large_mail_and_scores_its_head():
         assert out.getvalue() == b"From: a@b\nSubject: big\nX-Streamnb-Verdict: ham\n\n" + body
     finally:
         m.close()
+
+
+def test_tail_reads_what_the_worker_wrote(served):
+    url, held_out = served
+    import redis
+
+    r = redis.Redis.from_url(url)
+    keys = ModelKeys("mail")
+    r.xadd(keys.input, {"data": msgpack.packb({"id": "vec-1", "x": [1.0, 2.0]})})
+    wait_for(lambda: any(b"vec-1" in f[b"data"] for _i, f in r.xrevrange(keys.dead, count=5)),
+             30, "the dead letter")
+    proc = streamnb("tail", "--redis", url, "--model", "mail", "--dead", "-n", "1")
+    assert proc.returncode == 0, proc.stderr
+    line = proc.stdout.decode()
+    assert "reason=incompatible_payload" in line and "id=vec-1" in line
+    proc = streamnb("predict", "--redis", url, "--model", "mail", "-", stdin=held_out[2].raw)
+    proc = streamnb("tail", "--redis", url, "--model", "mail", "-n", "1", "--json")
+    out = json.loads(proc.stdout)
+    assert out["id"].startswith("pipe-") and out["label"] in ("spam", "ham")
+    assert out["worker"] == "w-mail"

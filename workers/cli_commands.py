@@ -198,8 +198,14 @@ def cmd_demo(args: argparse.Namespace, env: Mapping[str, str]) -> int:
                          embedded=args.embedded)
 
 
+def cmd_tail(args: argparse.Namespace, env: Mapping[str, str]) -> int:
+    from streamnb_workers import tail
+
+    return tail.cmd_tail(args, _require_model(args), _redis(args, env))
+
+
 COMMANDS: Mapping[str, Callable[[argparse.Namespace, Mapping[str, str]], int]] = {
     "worker": cmd_worker, "produce": cmd_produce, "predict": cmd_predict,
     "status": cmd_status, "export": cmd_export, "import": cmd_import, "demo": cmd_demo,
-    "milter": milter.cmd_milter,
+    "milter": milter.cmd_milter, "tail": cmd_tail,
 }

@@ -29,7 +29,7 @@ from streamnb.constants import (
     EXIT_USAGE,
     MODEL_KINDS,
 )
-from streamnb_workers import milter, pipe
+from streamnb_workers import milter, pipe, tail
 from streamnb_workers.arg_types import (
     finite_float,
     float_list,
@@ -250,6 +250,8 @@ def build_parser() -> OneLineParser:
     add_option(p, "--embedded", choices=("auto", "redis-server", "fakeredis"), default="auto",
                help="without --redis: a private redis-server if one is on PATH (auto), or force one")
     add_option(p, "--metrics-addr", default=DEFAULT_METRICS_ADDR, help="address the metrics server binds")
+
+    tail.add_parser(sub, _add_common, _add_model_name)
 
     p = sub.add_parser("milter", help="score mail at SMTP time for Postfix/Sendmail (milter)",
                        description="Serve the milter protocol: each mail goes through the model's "
