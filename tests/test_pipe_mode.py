@@ -172,6 +172,7 @@ def test_redis_down_means_exit_3_at_once(served):
     assert proc.returncode == 3
     added = added_headers(m.raw, proc.stdout)
     assert added == {"X-Streamnb-Verdict": "not-scored (redis-unavailable)"}
+    assert proc.stderr.decode().count("\n") == 1, proc.stderr  # one line, no reader retries
     # a bad model name is no verdict either, and the mail passes
     proc = streamnb("predict", "--redis", url, "--model", "a b", "-p", "-", stdin=m.raw)
     assert proc.returncode == 3 and proc.stdout.endswith(header_block(m.raw)[1])

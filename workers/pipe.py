@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import sys
 from pathlib import Path
 from typing import Any, BinaryIO, TextIO
@@ -90,10 +91,19 @@ def _predict(args: argparse.Namespace, settings_of: Any, raw: bytes) -> tuple[st
     except ValueError as exc:
         raise SettingsError(f"--model: {exc}") from None
     timeout = float(args.timeout)
-    with VerdictClient(settings_of(), model, send_timeout=min(timeout, 5.0), block_ms=200,
-                       id_prefix="pipe-") as client:
-        pending = client.submit(raw)
+    if not timeout > 0:
+        raise SettingsError(f"--timeout must be > 0 seconds, got {args.timeout}")
+    # A filter's stderr is the delivery agent's log: the reason a mail was not scored is
+    # the one line judge_stdin writes, not the reader's retries as well.
+    logging.getLogger("streamnb.verdicts").setLevel(logging.ERROR)
+    client = VerdictClient(settings_of(), model, send_timeout=min(timeout, 5.0), block_ms=200,
+                           id_prefix="pipe-")
+    try:
+        pending = client.submit(raw)  # fails at once when Redis is down: no reader started
+        client.start()
         return pending.id, pending.result(timeout)
+    finally:
+        client.close()
 
 
 def judge_stdin(args: argparse.Namespace, settings_of: Any, stdin: BinaryIO, stdout: BinaryIO,
