@@ -9,6 +9,7 @@ import json
 import mailbox
 import os
 import subprocess
+from pathlib import Path
 
 import msgpack
 import pytest
@@ -268,3 +269,56 @@ def test_tail_reads_what_the_worker_wrote(served):
     out = json.loads(proc.stdout)
     assert out["id"].startswith("pipe-") and out["label"] in ("spam", "ham")
     assert out["worker"] == "w-mail"
+
+
+def _postfix_filter_script(tmp_path, predict: str) -> tuple[Path, Path]:
+    """docs/operations.md's Postfix content filter script, run against this test's Redis
+    (``predict``: what replaces its streamnb command) and a sendmail that records what it
+    is given; returns (the script, the directory the fake sendmail writes to)."""
+    import re
+    import stat
+
+    doc = (ROOT / "docs" / "operations.md").read_text()
+    script = re.search(r"```sh\n(#!/bin/sh\n# /usr/local/bin/streamnb-postfix-filter.*?)```", doc,
+                       flags=re.S).group(1)
+    spool, out = tmp_path / "spool", tmp_path / "sendmail"
+    spool.mkdir()
+    out.mkdir()
+    sendmail = tmp_path / "fake-sendmail"
+    sendmail.write_text(f'#!/bin/sh\necho "$@" > {out}/args\ncat > {out}/mail\n')
+    for needle, value in (("streamnb predict --config /etc/streamnb/filter.toml", predict),
+                          ("/usr/sbin/sendmail", str(sendmail)),
+                          ("/var/spool/streamnb-filter", str(spool))):
+        assert needle in script, needle
+        script = script.replace(needle, value)
+    path = tmp_path / "streamnb-postfix-filter"
+    path.write_text(script)
+    for p in (path, sendmail):
+        p.chmod(p.stat().st_mode | stat.S_IXUSR)
+    return path, out
+
+
+@pytest.mark.parametrize("case", ["scored", "not-scored", "bad-arguments"])
+def test_the_documented_postfix_content_filter_script(served, tmp_path, case):
+    url, held_out = served
+    m = next(x for x in held_out if x.label == "spam")
+    predict = {"scored": f"{PYTHON} -m streamnb_workers predict --redis {url} --model mail",
+               "not-scored": f"{PYTHON} -m streamnb_workers predict --redis {url} --model nobody "
+                             "--timeout 0.3",
+               "bad-arguments": f"{PYTHON} -m streamnb_workers predict --redis {url} --timeout x"}
+    script, out = _postfix_filter_script(tmp_path, predict[case])
+    env = blas_env({k: v for k, v in os.environ.items() if not k.startswith("STREAMNB_")})
+    proc = subprocess.run([str(script), "-f", "a@example.org", "--", "box@example.net"], input=m.raw,
+                          cwd=ROOT, env=env, capture_output=True, timeout=60)
+    if case == "bad-arguments":
+        assert proc.returncode == 75  # Postfix keeps the mail and retries
+        assert not (out / "mail").exists()
+        return
+    assert proc.returncode == 0, proc.stderr
+    assert (out / "args").read_text().split() == ["-G", "-i", "-f", "a@example.org", "--",
+                                                   "box@example.net"]
+    injected = (out / "mail").read_bytes()
+    verdict = added_headers(m.raw, injected)["X-Streamnb-Verdict"]
+    assert verdict == ("spam" if case == "scored" else "not-scored (timeout)")
+    assert injected.endswith(header_block(m.raw)[1])
+    assert list((tmp_path / "spool").iterdir()) == []  # its temporary files removed
