@@ -156,7 +156,9 @@ def test_no_worker_means_exit_3_and_the_mail_still_written(served):
     proc = streamnb("predict", "--redis", url, "--model", "nobody", "--timeout", "0.5", "-p", "-",
                     stdin=m.raw)
     assert proc.returncode == 3
-    assert added_headers(m.raw, proc.stdout)["X-Streamnb-Verdict"] == "not-scored (timeout)"
+    added = added_headers(m.raw, proc.stdout)
+    assert added["X-Streamnb-Verdict"] == "not-scored (timeout)"
+    assert added["X-Streamnb-Id"].startswith("pipe-")  # sent: a later label can still teach it
     assert proc.stdout.endswith(header_block(m.raw)[1])
     assert proc.stderr.decode().count("\n") == 1 and "not scored: timeout" in proc.stderr.decode()
     # -e does not hide a failure

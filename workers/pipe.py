@@ -78,8 +78,9 @@ def _error(message: str, stderr: TextIO) -> None:
     print(f"{PROG}: error: {' '.join(redact(message).split())}", file=stderr)
 
 
-def _predict(args: argparse.Namespace, settings_of: Any, raw: bytes) -> tuple[str | None, Any]:
-    """(the message id, the prediction) or raises NotScored / SettingsError / a Redis error."""
+def _predict(args: argparse.Namespace, settings_of: Any, raw: bytes, sent: list[str]) -> Any:
+    """The prediction of ``raw`` (its message id appended to ``sent`` once it is sent), or
+    raises NotScored / SettingsError / a Redis error."""
     from streamnb.exceptions import SettingsError
     from streamnb_workers.keys import check_model_name
     from streamnb_workers.verdicts import VerdictClient
@@ -100,8 +101,9 @@ def _predict(args: argparse.Namespace, settings_of: Any, raw: bytes) -> tuple[st
                            id_prefix="pipe-")
     try:
         pending = client.submit(raw)  # fails at once when Redis is down: no reader started
+        sent.append(pending.id)
         client.start()
-        return pending.id, pending.result(timeout)
+        return pending.result(timeout)
     finally:
         client.close()
 
@@ -122,20 +124,21 @@ def judge_stdin(args: argparse.Namespace, settings_of: Any, stdin: BinaryIO, std
 
     message = PipedMessage.read(stdin, args.max_size)
     try:
-        msg_id, headers, prediction, code = None, None, None, EXIT_ERROR
+        sent: list[str] = []
+        headers, prediction, code = None, None, EXIT_ERROR
         try:
-            msg_id, prediction = _predict(args, settings_of, message.scored_bytes())
-            headers = verdict_headers(prediction, args.positive, msg_id)
+            prediction = _predict(args, settings_of, message.scored_bytes(), sent)
+            headers = verdict_headers(prediction, args.positive, sent[0])
             code = verdict_exit_code(prediction.get("label"), list(prediction["log_proba"]),
                                      args.positive)
             if code == EXIT_ERROR:
                 raise NotScored(ERROR, f"--positive {args.positive!r} is not a class of the model")
         except NotScored as exc:
             _error(f"{args.file}: not scored: {exc}", stderr)
-            headers, code = not_scored_headers(exc.reason, msg_id), EXIT_ERROR
+            headers, code = not_scored_headers(exc.reason, sent[0] if sent else None), EXIT_ERROR
         except Exception as exc:  # noqa: BLE001 - the mail must still be written through
             _error(f"{args.file}: not scored: {type(exc).__name__}: {exc}", stderr)
-            headers, code = not_scored_headers(ERROR, msg_id), EXIT_ERROR
+            headers, code = not_scored_headers(ERROR, sent[0] if sent else None), EXIT_ERROR
         if args.passthrough:
             message.write_with_headers(stdout, headers)
         elif prediction is not None and code != EXIT_ERROR:
