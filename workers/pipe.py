@@ -29,14 +29,13 @@ from pathlib import Path
 from typing import Any, BinaryIO, TextIO
 
 from streamnb_workers.arg_types import whole_number_in
+from streamnb_workers.milter import DEFAULT_MAX_SIZE
 from streamnb_workers.settings import add_option
 
 __all__ = ["STDIN", "add_options", "judge_stdin", "wants_many"]
 
 #: The FILE that means stdin.
 STDIN = "-"
-#: Bytes of a mail that are scored (headers first), as the milter's default.
-DEFAULT_MAX_SIZE = 512 * 1024
 
 
 def add_options(p: argparse.ArgumentParser) -> None:

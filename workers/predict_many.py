@@ -35,6 +35,7 @@ from streamnb.constants import DATA_FIELD, EXIT_FAILURE
 from streamnb.exceptions import MalformedMessage, SettingsError
 from streamnb_workers.codec import decode_input, decode_output
 from streamnb_workers.keys import ModelKeys
+from streamnb_workers.milter import DEFAULT_MAX_SIZE
 from streamnb_workers.replies import as_str, entry_field
 from streamnb_workers.verdicts import NOT_SCORED, TIMEOUT, format_score, log_odds
 
@@ -152,7 +153,7 @@ class _Collector:
 
 
 def judge_many(client: Any, model: str, path: str, out: TextIO, *, timeout: float,
-               positive: Any = None, as_json: bool = False, max_size: int = 512 * 1024,
+               positive: Any = None, as_json: bool = False, max_size: int = DEFAULT_MAX_SIZE,
                window: int = DEFAULT_WINDOW) -> tuple[int, int]:
     """Judge every message under ``path`` (module docstring), writing one line each to
     ``out`` in input order. Returns (messages, of them not scored)."""
