@@ -11,6 +11,7 @@ argument types, and errors in one line.
 from __future__ import annotations
 
 import argparse
+import math
 from collections.abc import Callable, Mapping
 from typing import Any, NoReturn
 
@@ -20,6 +21,7 @@ from streamnb.constants import (
     DEFAULT_BLOCK_MS,
     DEFAULT_CLAIM_IDLE_MS,
     DEFAULT_DEMO_MESSAGES,
+    DEFAULT_HEALTHZ_GRACE_S,
     DEFAULT_LABEL_CACHE_TTL_S,
     DEFAULT_METRICS_ADDR,
     DEFAULT_METRICS_PORT,
@@ -35,6 +37,7 @@ from streamnb_workers.arg_types import (
     float_list,
     non_negative_float,
     non_negative_int,
+    number_in,
     port,
     positive_int,
     shrinkage,
@@ -173,6 +176,9 @@ def _add_worker_options(p: argparse.ArgumentParser) -> None:
     add_option(w, "--metrics-port", type=port, default=DEFAULT_METRICS_PORT,
                help="Prometheus port (process i of --processes serves port+i; 0: no metrics)")
     add_option(w, "--metrics-addr", default=DEFAULT_METRICS_ADDR, help="address the metrics server binds")
+    add_option(w, "--healthz-grace", type=number_in(0.0, math.inf, "seconds", open_low=True),
+               default=DEFAULT_HEALTHZ_GRACE_S, metavar="SECONDS",
+               help="/healthz on the metrics port fails (503) after this long without Redis")
     add_option(w, "--consumer", metavar="NAME", help="consumer name (default: host-pid)")
 
 

@@ -25,7 +25,7 @@ from streamnb_workers.snapshotter import live_workers, remove_dead_consumers, st
 if TYPE_CHECKING:
     from streamnb_workers.runtime import ModelRuntime
 
-__all__ = ["Timer", "Timers", "heartbeat", "housekeeping", "sample_gauges"]
+__all__ = ["Timer", "Timers", "drop_sampled_gauges", "heartbeat", "housekeeping", "sample_gauges"]
 
 log = logging.getLogger("streamnb.worker")
 
@@ -126,3 +126,15 @@ def sample_gauges(rt: ModelRuntime) -> None:
     if age is not None:
         m.snapshot_age.labels(model=rt.name).set(age)
     m.live_workers.labels(model=rt.name).set(len(live_workers(rt.client, rt.keys, rt.options.stale_s)))
+
+
+def drop_sampled_gauges(rt: ModelRuntime) -> None:
+    """Remove the gauges :func:`sample_gauges` read from Redis (stream lengths, lag,
+    pending, snapshot age, live workers) while Redis cannot be reached: a scrape then
+    shows them absent rather than their last values as if they were current. The lease
+    holder samples them again once Redis answers."""
+    m = rt.metrics
+    for stream in ("in", "out", "dead", "log"):
+        m.stream_length.remove(rt.name, stream)
+    for gauge in (m.group_lag, m.group_pending, m.snapshot_age, m.live_workers):
+        gauge.remove(rt.name)

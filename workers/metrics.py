@@ -89,6 +89,12 @@ class Metrics:
             "model_version_timestamp_seconds",
             "Time part of the last :log id applied (the model version)", MW, **r)
         self.worker_up = Gauge("worker_up", "1 while the worker loop runs", MW, **r)
+        self.redis_up = Gauge(
+            "redis_up", "1 while the worker reaches Redis; 0 from a failed round trip until "
+            "the next one succeeds", ("worker",), **r)
+        self.redis_restores = Counter(
+            "redis_restores", "Times this worker wrote a model's config, consumer group or "
+            "snapshot back after Redis came back without them (restarted empty)", MW, **r)
         self.heartbeat = Gauge(
             "worker_heartbeat_timestamp_seconds", "Last heartbeat written", MW, **r)
         self.snapshots_written = Counter("snapshots_written", "Snapshots written", MW, **r)
