@@ -637,7 +637,8 @@ def test_acl_producer_and_keda_users_are_narrower(prod_redis: ProductionRedis) -
     admin = prod_redis.client(decode_responses=True)
     ok = {
         "streamnb-producer": [("XADD", f"{M}:in", "*", "data", "x"), ("XREAD", "STREAMS", f"{M}:out", "0"),
-                              ("XRANGE", f"{M}:dead", "-", "+")],
+                              ("XRANGE", f"{M}:dead", "-", "+"), ("EXISTS", f"{M}:config"),
+                              ("SCAN", "0", "MATCH", "streamnb:{*}:config")],
         "streamnb-keda": [("XINFO", "GROUPS", f"{M}:in"), ("XPENDING", f"{M}:in", GROUP),
                           ("XLEN", f"{M}:in")],
     }

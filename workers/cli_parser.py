@@ -203,6 +203,9 @@ def build_parser() -> OneLineParser:
     add_option(label, "--index", metavar="TSV",
                help="labels (and times) from an index.tsv: path, label, unix_time")
     add_option(p, "--chunk", type=positive_int, default=DEFAULT_PRODUCE_CHUNK, help="XADDs per round trip")
+    add_option(p, "--allow-new", action="store_true",
+               help="send to a model no worker has served yet (else that is an error naming "
+               "the models that exist)")
     p.add_argument("paths", nargs="*", metavar="PATH",
                    help=".eml file, maildir, mbox, directory or .jsonl file")
 
