@@ -20,7 +20,9 @@ from typing import TYPE_CHECKING
 from streamnb.encoding import dumps
 from streamnb_workers.options import WorkerOptions
 from streamnb_workers.replica import snapshot_age
+from streamnb_workers.replies import as_str
 from streamnb_workers.snapshotter import live_workers, remove_dead_consumers, stream_gauges
+from streamnb_workers.stream_ids import entry_time
 
 if TYPE_CHECKING:
     from streamnb_workers.runtime import ModelRuntime
@@ -123,8 +125,10 @@ def sample_gauges(rt: ModelRuntime) -> None:
     m.group_lag.labels(model=rt.name).set(g["lag"])
     m.group_pending.labels(model=rt.name).set(g["pending"])
     age = snapshot_age(rt.client, rt.keys)
-    if age is not None:
-        m.snapshot_age.labels(model=rt.name).set(age)
+    if age is None:  # no snapshot yet: the age of what only the log holds (0: nothing)
+        first = rt.client.xrange(rt.keys.log, count=1)
+        age = max(0.0, time.time() - entry_time(as_str(first[0][0]))) if first else 0.0
+    m.snapshot_age.labels(model=rt.name).set(age)
     m.live_workers.labels(model=rt.name).set(len(live_workers(rt.client, rt.keys, rt.options.stale_s)))
 
 

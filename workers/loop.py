@@ -160,6 +160,7 @@ class Worker:
             rt = ModelRuntime(cfg, self.client, self.options, self.metrics, self.reader)
             rt.replica.load()
             self.models[spec.name] = rt
+            self.metrics.start_series(spec.name, self.consumer)
             rt.version_metric()
             rt.labels(self.metrics.worker_up).set(1)
             log.info("worker %s serves model %s (%s) at version %s", self.consumer, spec.name,
