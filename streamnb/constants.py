@@ -64,6 +64,8 @@ DRIFT_EVENT_COOLDOWN_S = 60.0
 # --------------------------------------------------------------- CLI, daemon defaults
 #: First Prometheus metrics port; worker process i of ``--processes N`` serves base + i.
 DEFAULT_METRICS_PORT = 9500
+#: Outputs of ``:out`` over which ``streamnb status`` reports recent accuracy and throughput.
+DEFAULT_STATUS_LAST = 1000
 #: Seconds a worker may go without reaching Redis before ``/healthz`` on its metrics
 #: port fails (503): longer than a Redis restart or failover, short enough that a worker
 #: cut off from Redis is restarted by its orchestrator within minutes.

@@ -28,7 +28,8 @@ TRAIN = [("cheap meds online now", "spam"), ("win money cheap pills", "spam"),
          ("meeting notes for monday", "ham"), ("cheap viagra money", "spam"),
          ("lunch on monday with the team", "ham")]
 STATUS_KEYS = {"model", "exists", "redis", "kind", "config", "classes", "learnt_total", "version",
-               "streams", "lag", "lag_exact", "pending", "dead_letters", "snapshot", "workers"}
+               "streams", "lag", "lag_exact", "pending", "dead_letters", "snapshot", "workers",
+               "learnt", "received", "predicted", "model_version", "recent"}
 
 
 def cli(*args, env=None, timeout=60):

@@ -158,7 +158,7 @@ def cmd_status(args: argparse.Namespace, env: Mapping[str, str]) -> int:
     settings = _redis(args, env)
     client = settings.make_client()
     require_model(client, model)
-    info = status.collect(client, model, redis_url=settings.url)
+    info = status.collect(client, model, redis_url=settings.url, last=args.last)
     if args.json:
         print(json.dumps(info, sort_keys=True))
     else:

@@ -28,6 +28,7 @@ from streamnb.constants import (
     DEFAULT_ORDER_WAIT_MS,
     DEFAULT_PREDICT_TIMEOUT_S,
     DEFAULT_PRODUCE_CHUNK,
+    DEFAULT_STATUS_LAST,
     EXIT_USAGE,
     MODEL_KINDS,
 )
@@ -228,6 +229,8 @@ def build_parser() -> OneLineParser:
     _add_model_name(p)
     add_option(p, "--json", action="store_true", default=False,
                help="print JSON (keys documented in docs/cli.md)")
+    add_option(p, "--last", type=non_negative_int, default=DEFAULT_STATUS_LAST, metavar="N",
+               help="accuracy and throughput over the last N outputs of :out")
 
     p = sub.add_parser("export", help="write a model's statistics to a file",
                        description="Write the model (config + statistics) to FILE; "
