@@ -31,6 +31,8 @@ DASHBOARD = ROOT / "deploy" / "grafana" / "dashboards" / "streamnb.json"
 GAUSSIAN_ONLY = {"streamnb_bhattacharyya_distance", "streamnb_bhattacharyya_bound",
                  "streamnb_feature_drift_divergence"}
 #: Series by class: they exist once the model knows a class.
+#: Series of the worker, not of a model.
+PER_WORKER = {"streamnb_redis_up"}
 BY_CLASS = {"streamnb_model_class_weight", "streamnb_messages_learned_total",
             "streamnb_prequential_correct_total", "streamnb_prequential_predictions_total",
             "streamnb_delayed_correct_total", "streamnb_delayed_predictions_total"}
@@ -82,6 +84,8 @@ def fresh_worker_scrape(server, model: str, tmp_path: Path, learn: list[dict] | 
 
 
 def present(body: str, name: str, **labels: str) -> bool:
+    if name in PER_WORKER:
+        labels = {}
     for suffix in ("", "_count", "_bucket"):  # a histogram's samples
         if sample(body, name + suffix, **labels) is not None:
             return True
