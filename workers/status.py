@@ -117,10 +117,9 @@ def collect(client: Any, name: str, redis_url: str | None = None,
             stale_s: float = HEARTBEAT_STALE_S, last: int = DEFAULT_LAST) -> dict[str, Any]:
     """Status of model ``name`` as a map (keys in the module docstring); ``last``: outputs
     that ``recent`` looks at."""
-    from streamnb_workers.stream_ids import entry_time
-
     from streamnb_workers.model_config import read_config
     from streamnb_workers.snapshotter import live_workers, stream_gauges
+    from streamnb_workers.stream_ids import entry_time
 
     keys = ModelKeys(name)
     cfg = read_config(client, name)
