@@ -30,13 +30,15 @@ class _Records(logging.Handler):
 @pytest.fixture
 def records():
     handler = _Records()
-    root = logging.getLogger("streamnb")
-    old_level = root.level
-    root.addHandler(handler)
-    root.setLevel(logging.INFO)
+    loggers = [logging.getLogger(), logging.getLogger("streamnb")]  # streamnb_workers.*: root
+    levels = [lg.level for lg in loggers]
+    loggers[0].addHandler(handler)
+    for lg in loggers:
+        lg.setLevel(logging.INFO)
     yield handler.records
-    root.removeHandler(handler)
-    root.setLevel(old_level)
+    loggers[0].removeHandler(handler)
+    for lg, level in zip(loggers, levels, strict=True):
+        lg.setLevel(level)
 
 
 def _redis_up(threads, consumer: str) -> float | None:
@@ -111,3 +113,57 @@ def test_workers_restore_the_model_and_go_on_after_redis_restarts_empty(
     restored = [rec.getMessage() for rec in records if "wrote" in rec.getMessage()
                 and "back" in rec.getMessage()]
     assert 1 <= len(restored) <= 4, restored  # at most config+snapshot, then group, per worker
+
+
+def test_worker_processes_with_default_timings_come_back_within_30s(redis_factory, tmp_path):
+    """The acceptance run: two ``streamnb worker`` processes with the default backoff and
+    heartbeat, Redis shut down without saving and started empty."""
+    from _redis_server import free_port
+    from test_acl_worker import cli_env, start_worker_cli, stop
+    from test_health import get, sample
+
+    server = redis_factory()
+    r = server.client()
+    ports = {c: free_port() for c in ("p1", "p2")}
+    logs = {c: tmp_path / f"{c}.log" for c in ports}
+    procs = [start_worker_cli(server.url, "acc", c, logs[c], "--metrics-port", str(ports[c]),
+                              env=cli_env()) for c in ports]
+    keys = type(K)("acc")
+    msgs = token_messages(300, seed=9, labelled_share=1.0)
+
+    def up(c: str) -> float | None:
+        return sample(get(ports[c], "/metrics")[1], "streamnb_redis_up", worker=c)
+
+    def learnt() -> float:
+        try:
+            return load_model(r, "acc")[0].stats["classes"].total
+        except (LookupError, redis.RedisError):
+            return -1.0
+    try:
+        wait_for(lambda: all(up(c) == 1.0 for c in ports), 30, "both workers up")
+        produce(r, "acc", msgs[:200])
+        wait_for(lambda: learnt() == 200 and r.xlen(keys.out) == 200, 60, "the first 200 learnt")
+        time.sleep(1.0)  # let the other worker apply the last log entries
+        try:
+            r.shutdown(nosave=True)
+        except redis.ConnectionError:
+            pass
+        server.proc.wait(10)
+        wait_for(lambda: all(up(c) == 0.0 for c in ports), 20, "redis_up 0 on both")
+        server.start()
+        t0 = time.monotonic()
+        r = server.client()
+        produce(r, "acc", msgs[200:])  # a pipeline that goes on at once (no --allow-new check)
+        wait_for(lambda: learnt() == 300 and r.xlen(keys.out) == 100, 30,
+                 "the 100 after the restart served and learnt, the 200 before kept")
+        took = time.monotonic() - t0
+        assert took < 30
+        assert all(up(c) == 1.0 for c in ports)
+        print(f"served and learnt again {took:.1f} s after Redis came back empty")
+    finally:
+        codes = stop(procs)
+    text = "".join(log.read_text(errors="replace") for log in logs.values())
+    assert codes == [0, 0], text[-3000:]
+    assert "Traceback" not in text, text[-3000:]
+    assert text.count("NOGROUP") <= 2, "a NOGROUP loop"  # at most one line per worker
+    assert "wrote" in text and "back from this worker" in text
