@@ -121,3 +121,28 @@ def test_a_worker_without_redis_fails_healthz_and_drops_its_redis_gauges(redis_s
         codes = stop([proc])
     assert codes == [0], log.read_text()[-3000:]
     assert "Traceback" not in log.read_text()
+
+
+def test_a_worker_that_loses_the_lease_drops_its_redis_gauges():
+    import fakeredis
+
+    from streamnb_workers.housekeeping import housekeeping
+    from streamnb_workers.intake import ensure_group
+    from streamnb_workers.metrics import Metrics
+    from streamnb_workers.model_config import ModelSpec, ensure_config
+    from streamnb_workers.options import WorkerOptions
+    from streamnb_workers.runtime import ModelRuntime
+
+    r = fakeredis.FakeRedis()
+    reg = CollectorRegistry()
+    cfg = ensure_config(r, ModelSpec("doc", kind="multinomial", featurizer_config={"bits": 4}))
+    rt = ModelRuntime(cfg, r, WorkerOptions(consumer="w1"), Metrics(reg))
+    ensure_group(r, rt.keys)
+    rt.replica.load()
+    housekeeping(rt, ["doc"], now=1.0)
+    assert rt.snapshotter.holder
+    assert reg.get_sample_value("streamnb_group_lag_entries", {"model": "doc"}) == 0.0
+    r.set(rt.keys.lease, "w2")  # another worker holds it now (our lease expired meanwhile)
+    housekeeping(rt, ["doc"], now=1000.0)
+    assert not rt.snapshotter.holder
+    assert reg.get_sample_value("streamnb_group_lag_entries", {"model": "doc"}) is None

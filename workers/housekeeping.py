@@ -89,6 +89,7 @@ def housekeeping(rt: ModelRuntime, served: list[str], now: float | None = None) 
     t = rt.timers
     if t.heartbeat.fire(now):
         heartbeat(rt, served)
+    was_holder = rt.snapshotter.holder
     if t.lease.fire(now):
         rt.snapshotter.hold_lease()
     if rt.snapshotter.holder:
@@ -100,6 +101,8 @@ def housekeeping(rt: ModelRuntime, served: list[str], now: float | None = None) 
             removed = remove_dead_consumers(rt.client, rt.keys, rt.options.stale_s, rt.consumer)
             if removed:
                 log.info("model %s: removed dead consumers %s", rt.name, removed)
+    if was_holder and not rt.snapshotter.holder:
+        drop_sampled_gauges(rt)  # the lease moved: the new holder samples them, ours go stale
     if t.observe.due(now) and rt.replica.applied != rt.observed_applied:
         t.observe.restart(now)
         rt.observed_applied = rt.replica.applied
