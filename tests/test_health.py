@@ -52,13 +52,15 @@ def test_grace_counts_from_the_last_success_and_from_the_start():
     assert not h.healthy()                             # never reached Redis in 30 s
     h.up()
     assert gauge._value.get() == 1 and h.healthy()
-    now[0] = 1000.0
-    assert h.healthy(), "up is up, however long ago the last check"
-    h.up()  # the worker says so after every successful step
+    now[0] = 60.0
+    assert h.healthy()
+    now[0] = 62.0
+    assert not h.healthy(), "a loop that stopped stepping is not healthy, Redis or not"
+    h.up()  # the worker says so after every step
     h.down()
-    assert gauge._value.get() == 0 and h.healthy() and h.seconds_without_redis() == 0.0
-    now[0] = 1030.5
-    assert not h.healthy() and h.seconds_without_redis() == pytest.approx(30.5)
+    assert gauge._value.get() == 0 and h.healthy() and h.seconds_since_success() == 0.0
+    now[0] = 92.5
+    assert not h.healthy() and h.seconds_since_success() == pytest.approx(30.5)
     with pytest.raises(ValueError):
         RedisHealth(grace_s=0)
 
@@ -78,7 +80,7 @@ def test_healthz_and_metrics_on_one_port():
         health.down()
         now[0] = 6.0
         code, body = get(port, "/healthz")
-        assert code == 503 and "redis unreachable for 6 s (grace 5 s)" in body
+        assert code == 503 and "no successful Redis round trip for 6 s (grace 5 s)" in body
         assert sample(get(port, "/metrics")[1], "streamnb_redis_up", worker="w1") == 0.0
     finally:
         server.shutdown()

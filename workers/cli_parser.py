@@ -179,7 +179,8 @@ def _add_worker_options(p: argparse.ArgumentParser) -> None:
     add_option(w, "--metrics-addr", default=DEFAULT_METRICS_ADDR, help="address the metrics server binds")
     add_option(w, "--healthz-grace", type=number_in(0.0, math.inf, "seconds", open_low=True),
                default=DEFAULT_HEALTHZ_GRACE_S, metavar="SECONDS",
-               help="/healthz on the metrics port fails (503) after this long without Redis")
+               help="/healthz on the metrics port fails (503) after this long without a "
+               "successful step against Redis")
     add_option(w, "--consumer", metavar="NAME", help="consumer name (default: host-pid)")
 
 

@@ -2,11 +2,11 @@
 on the metrics port, next to ``/metrics``.
 
 :class:`RedisHealth` is told by the worker loop when a Redis round trip succeeded
-(:meth:`RedisHealth.up`) and when one failed (:meth:`RedisHealth.down`). ``/healthz``
-answers 200 while the last success is at most ``grace_s`` seconds old (or the worker has
-been running less than that), else 503: a worker that cannot reach Redis for longer than
-the grace period is restarted or taken out of service by its orchestrator, one that lost
-Redis for a moment is not.
+(:meth:`RedisHealth.up`, after every step of its loop) and when one failed
+(:meth:`RedisHealth.down`). ``/healthz`` answers 200 while the last success is at most
+``grace_s`` seconds old (the start counts as one), else 503: a worker that cannot reach
+Redis for longer than the grace period, or whose loop stopped stepping, is restarted or
+taken out of service by its orchestrator; one that lost Redis for a moment is not.
 
 >>> h = RedisHealth(grace_s=10.0, clock=lambda: 100.0)
 >>> h.healthy(now=105.0), h.healthy(now=111.0)
@@ -63,15 +63,13 @@ class RedisHealth:
         if self.gauge is not None:
             self.gauge.set(0)
 
-    def seconds_without_redis(self, now: float | None = None) -> float:
-        """0 while up, else seconds since the last success."""
-        if self.is_up:
-            return 0.0
+    def seconds_since_success(self, now: float | None = None) -> float:
+        """Seconds since the last successful round trip (or the start)."""
         return max(0.0, (self.clock() if now is None else now) - self.last_ok)
 
     def healthy(self, now: float | None = None) -> bool:
-        """False once Redis has been unreachable for more than the grace period."""
-        return self.seconds_without_redis(now) <= self.grace_s
+        """False once the last success is older than the grace period."""
+        return self.seconds_since_success(now) <= self.grace_s
 
 
 def health_app(registry: Any, health: RedisHealth | None) -> Callable[..., Iterable[bytes]]:
@@ -86,7 +84,7 @@ def health_app(registry: Any, health: RedisHealth | None) -> Callable[..., Itera
             status, body = "200 OK", b"ok\n"
         else:
             status = "503 Service Unavailable"
-            body = (f"redis unreachable for {health.seconds_without_redis():.0f} s "
+            body = (f"no successful Redis round trip for {health.seconds_since_success():.0f} s "
                     f"(grace {health.grace_s:g} s)\n").encode()
         start_response(status, [("Content-Type", "text/plain; charset=utf-8"),
                                 ("Content-Length", str(len(body)))])
