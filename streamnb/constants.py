@@ -66,9 +66,9 @@ DRIFT_EVENT_COOLDOWN_S = 60.0
 DEFAULT_METRICS_PORT = 9500
 #: Outputs of ``:out`` over which ``streamnb status`` reports recent accuracy and throughput.
 DEFAULT_STATUS_LAST = 1000
-#: Seconds a worker may go without reaching Redis before ``/healthz`` on its metrics
-#: port fails (503): longer than a Redis restart or failover, short enough that a worker
-#: cut off from Redis is restarted by its orchestrator within minutes.
+#: Seconds a worker may go without a successful step against Redis before ``/healthz`` on
+#: its metrics port fails (503): longer than a Redis restart or failover, short enough that
+#: a worker cut off from Redis (or stuck) is restarted by its orchestrator within minutes.
 DEFAULT_HEALTHZ_GRACE_S = 60.0
 #: Address the metrics server binds by default (loopback: expose it on purpose).
 DEFAULT_METRICS_ADDR = "127.0.0.1"
