@@ -42,6 +42,7 @@ from streamnb_workers.keys import GROUP, ModelKeys
 from streamnb_workers.lua import LuaScript
 from streamnb_workers.model_config import ModelConfig
 from streamnb_workers.replies import as_str
+from streamnb_workers.stream_ids import parse_id
 
 if TYPE_CHECKING:
     from streamnb_workers.runtime import ModelRuntime
@@ -50,9 +51,10 @@ __all__ = ["missing_keys", "restore_lost_keys", "restore_model_keys", "settle_ms
 
 log = logging.getLogger("streamnb.worker")
 
-# KEYS: config, :in, snapshot, :log, lease. ARGV: group, consumer, lease_ms, version,
-# data, settle_ms, now (unix ms), then the config's field/value pairs. Returns what it wrote (config,
-# snapshot, group) and "settling" while the group waits for the other workers' replicas.
+# KEYS: config, :in, snapshot, :log, lease. ARGV: group, consumer, lease_ms, version
+# ("0-0": no snapshot offered), data, settle_ms, now (unix ms), then the config's
+# field/value pairs. Returns what it wrote (config, snapshot, group), and "settling" while
+# the group waits for the other workers' replicas.
 _RESTORE = LuaScript("""
 local function id(s)
   local ms, seq = string.match(s, '^(%d+)-(%d+)$')
@@ -106,20 +108,23 @@ def settle_ms(backoff_cap_s: float) -> int:
 
 def missing_keys(client: Any, keys: ModelKeys, version: str) -> list[str]:
     """What of the model Redis lacks, in one round trip: ``config``, ``group`` (the
-    consumer group of ``:in``), ``snapshot`` (neither a snapshot nor a log entry, while a
-    replica at ``version`` holds learnt statistics)."""
+    consumer group of ``:in``), ``snapshot`` (a replica at ``version`` holds learnt
+    statistics while Redis has no log entry and no snapshot, or only one written back at
+    an earlier version)."""
     pipe = client.pipeline(transaction=False)
     pipe.exists(keys.config)
-    pipe.exists(keys.snapshot)
+    pipe.hmget(keys.snapshot, ["log_id", "restored_at"])
     pipe.xlen(keys.log)
     pipe.xinfo_groups(keys.input)
-    has_config, has_snapshot, n_log, groups = pipe.execute(raise_on_error=False)
+    has_config, (snap_id, restored_at), n_log, groups = pipe.execute(raise_on_error=False)
     missing = []
     if not has_config:
         missing.append("config")
     if isinstance(groups, Exception) or not any(as_str(g["name"]) == GROUP for g in groups):
         missing.append("group")
-    if version != "0-0" and not has_snapshot and not n_log:
+    if version != "0-0" and not n_log and (
+            snap_id is None or (restored_at is not None
+                                and parse_id(as_str(snap_id)) < parse_id(version))):
         missing.append("snapshot")
     return missing
 
@@ -146,11 +151,14 @@ def restore_lost_keys(rt: ModelRuntime) -> list[str]:
     from streamnb.models import dumps as dump_model
 
     replica = rt.replica
-    if not missing_keys(rt.client, rt.keys, replica.version):
+    missing = missing_keys(rt.client, rt.keys, replica.version)
+    if not missing:
         return []
-    wrote = restore_model_keys(rt.client, rt.config, rt.consumer, replica.version,
-                               dump_model(replica.model), rt.options.lease_ms,
-                               settle_ms(rt.options.backoff_cap_s))
+    offer = "snapshot" in missing  # else the model is not sent (megabytes, every 0.25 s)
+    wrote = restore_model_keys(rt.client, rt.config, rt.consumer,
+                               replica.version if offer else "0-0",
+                               dump_model(replica.model) if offer else b"",
+                               rt.options.lease_ms, settle_ms(rt.options.backoff_cap_s))
     if "snapshot" in wrote:
         # this worker now holds the lease; its replica is the snapshot
         rt.snapshotter.holder = True
@@ -160,8 +168,8 @@ def restore_lost_keys(rt: ModelRuntime) -> list[str]:
     done = [w for w in wrote if w != "settling"]
     if done:
         rt.labels(rt.metrics.redis_restores).inc()
-        log.warning("model %s: Redis had lost its %s; wrote %s back from this worker%s",
-                    rt.name, ", ".join(done), "it" if len(done) == 1 else "them",
-                    f" (the snapshot from its replica at {replica.version}: nothing learnt is lost)"
+        log.warning("model %s: Redis came back without the model's keys; wrote back its %s "
+                    "from this worker%s", rt.name, ", ".join(done),
+                    f" (the snapshot: this worker's replica at {replica.version})"
                     if "snapshot" in wrote else "")
     return wrote

@@ -166,4 +166,4 @@ def test_worker_processes_with_default_timings_come_back_within_30s(redis_factor
     assert codes == [0, 0], text[-3000:]
     assert "Traceback" not in text, text[-3000:]
     assert text.count("NOGROUP") <= 2, "a NOGROUP loop"  # at most one line per worker
-    assert "wrote" in text and "back from this worker" in text
+    assert "wrote back its" in text and "from this worker" in text
