@@ -365,6 +365,8 @@ def test_k8s_service_pdb_and_monitor_select_the_workers(k8s: dict[str, dict[str,
     svc = k8s["Service"]
     assert svc["spec"]["selector"].items() <= labels.items()
     assert svc["spec"]["ports"][0]["targetPort"] == worker_container(k8s)["ports"][0]["name"]
+    # readiness reads /healthz: a worker without Redis is not ready, and still scraped
+    assert svc["spec"]["publishNotReadyAddresses"] is True
     pdb = k8s["PodDisruptionBudget"]
     assert pdb["spec"]["selector"]["matchLabels"].items() <= labels.items()
     assert ("maxUnavailable" in pdb["spec"]) != ("minAvailable" in pdb["spec"])
