@@ -65,3 +65,12 @@ def test_a_database_number_the_server_lacks_exits_2(redis_server, command):
     url = f"redis://127.0.0.1:{redis_server.port}/99"
     line = one_line_failure(cli(*command[:1], "--redis", url, "--model", "mail", *command[1:]))
     assert "database number does not exist" in line
+
+
+def test_a_user_without_scan_is_told_the_model_is_missing(two_models):
+    r = two_models.client()
+    r.execute_command("ACL", "SETUSER", "noscan", "on", ">noscan-pw", "~*", "+@all", "-scan")
+    url = f"redis://noscan:noscan-pw@127.0.0.1:{two_models.port}/0"
+    line = one_line_failure(cli("status", "--redis", url, "--model", "typo"))
+    assert "model 'typo' does not exist" in line and "may not list" in line
+    assert cli("status", "--redis", url, "--model", "mail").returncode == 0

@@ -35,6 +35,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+import redis
+
 from streamnb.constants import DEFAULT_MAIL_ALPHA
 from streamnb.exceptions import ConfigConflict, SettingsError
 from streamnb_workers.keys import ModelKeys, check_model_name
@@ -304,7 +306,11 @@ def require_model(client: Any, name: str, hint: str = "") -> None:
     """
     if client.exists(ModelKeys(name).config):
         return
-    names = stored_models(client)
+    try:
+        names = stored_models(client)
+    except redis.exceptions.NoPermissionError:  # a Redis user without SCAN
+        raise SettingsError(f"model {name!r} does not exist (no worker has served it); this "
+                            f"Redis user may not list the others (SCAN){hint}") from None
     listed = ", ".join(names[:LISTED_MODELS]) + (
         f" and {len(names) - LISTED_MODELS} more" if len(names) > LISTED_MODELS else "")
     raise SettingsError(f"model {name!r} does not exist (no worker has served it); "
