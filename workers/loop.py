@@ -297,15 +297,8 @@ class Worker:
         block_ms = self.options.block_ms if block_ms is None else block_ms
         n = 0
         served = list(self.models)
-        if self.check_keys:
-            settling = False
-            for rt in self.models.values():
-                settling |= "settling" in restore_lost_keys(rt)
-                rt.timers.gauges.due_at_once()
-            if settling:  # the group waits for every worker's replica (workers/restore.py)
-                self._stop.wait(min(0.25, block_ms / 1000))
-                return 0
-            self.check_keys = False
+        if self.check_keys and not self._restore_lost_keys():
+            return 0
         for rt in self.models.values():
             housekeeping(rt, served)
             n += self._claim(rt)
@@ -340,6 +333,20 @@ class Worker:
                 raise TimeoutError(f"worker {self.consumer} not idle after {timeout}s")
         for rt in self.models.values():
             rt.tail()
+
+    def _restore_lost_keys(self) -> bool:
+        """Write back what Redis lost of each model (workers/restore.py); False while a
+        model's group waits for the other workers' replicas (after a short wait: the step
+        reads nothing meanwhile)."""
+        settling = False
+        for rt in self.models.values():
+            settling |= "settling" in restore_lost_keys(rt)
+            rt.timers.gauges.due_at_once()
+        if settling:
+            self._stop.wait(0.25)
+            return False
+        self.check_keys = False
+        return True
 
     def _claim(self, rt: ModelRuntime) -> int:
         """Claim and process entries idle in other consumers, when the claim timer is due."""
