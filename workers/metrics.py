@@ -79,7 +79,8 @@ class Metrics:
             "order_wait_timeouts", "Waits for earlier labelled batches that gave up at "
             "order_wait_ms (the batch was predicted without them)", MW, **r)
         self.redis_errors = Counter(
-            "redis_errors", "Redis errors by kind (connection, timeout, misconf, readonly, other)",
+            "redis_errors", "Redis errors by kind (connection, timeout, misconf, readonly, nogroup, "
+            "other)",
             (*MW, "kind"), **r)
         self.reconnects = Counter("redis_reconnects", "Reconnection attempts after an error", MW, **r)
         self.worker_errors = Counter(
