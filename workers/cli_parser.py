@@ -159,6 +159,9 @@ def _add_worker_options(p: argparse.ArgumentParser) -> None:
     add_option(w, "--cache-labelled", action=argparse.BooleanOptionalAction, default=True,
                help="cache messages learnt on arrival too, so a later label can correct them "
                "(--no-cache-labelled: only unlabelled messages, far less Redis memory)")
+    add_option(w, "--learnt-keys-max", type=non_negative_int, default=1_000_000, metavar="N",
+               help="learn-once keys kept per model, the oldest dropped beyond N (about 200 "
+               "bytes each in Redis); 0: no keys, a message sent twice is learnt twice")
     add_option(w, "--prequential", action=argparse.BooleanOptionalAction, default=True,
                help="predict each message with the labelled messages before it in its batch "
                "(multinomial, categorical and the Gaussian models)")

@@ -54,6 +54,10 @@ class WorkerOptions:
     #: learnt on arrival goes to :dead as ref_expired); most of the cache's Redis memory
     #: and of a commit's bytes when most traffic comes labelled.
     cache_labelled: bool = True
+    #: Learn-once keys kept per model (the oldest learnt are dropped beyond it; about 200
+    #: bytes of Redis memory each, docs/worker.md "Learn-once keys"). 0: no keys, every
+    #: labelled message is learnt, however often it comes.
+    learnt_keys_max: int = 1_000_000
     heartbeat_s: float = 5.0
     #: A heartbeat older than this marks a dead worker.
     stale_s: float = 30.0
@@ -91,6 +95,8 @@ class WorkerOptions:
             raise ValueError(f"order_wait_ms must be >= 0, got {self.order_wait_ms}")
         if self.release_memory_s < 0:
             raise ValueError(f"release_memory_s must be >= 0, got {self.release_memory_s}")
+        if self.learnt_keys_max < 0:
+            raise ValueError(f"learnt_keys_max must be >= 0, got {self.learnt_keys_max}")
         if self.max_deliveries < 1:
             raise ValueError(f"max_deliveries must be >= 1, got {self.max_deliveries}")
         if self.consumer is None:
