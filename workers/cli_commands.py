@@ -108,16 +108,25 @@ def cmd_worker(args: argparse.Namespace, env: Mapping[str, str]) -> int:
 
 def cmd_produce(args: argparse.Namespace, env: Mapping[str, str]) -> int:
     from streamnb_workers.keys import ModelKeys
-    from streamnb_workers.produce import produce
+    from streamnb_workers.produce import ProduceInterrupted, produce
 
     model = _require_model(args)
     client = _redis(args, env).make_client()
     client.ping()
-    report = produce(client, model, list(args.paths), label=args.label, index=args.index,
-                     chunk=args.chunk)
+    try:
+        report = produce(client, model, list(args.paths), label=args.label, index=args.index,
+                         chunk=args.chunk)
+    except ProduceInterrupted as exc:
+        r, cause = exc.report, exc.__cause__
+        print(f"{PROG} produce: sent {r.sent} of {r.total} messages ({r.already_learnt} "
+              "already learnt, not sent); run it again to send the rest", file=sys.stderr)
+        if isinstance(cause, KeyboardInterrupt):
+            return 130
+        return fail(f"produce stopped: {cause}", EXIT_FAILURE)
     labelled = f" ({report.labelled} labelled)" if report.labelled else ""
     skipped = f", skipped {report.skipped}" if report.skipped else ""
-    print(f"sent {report.sent} messages{labelled} to {ModelKeys(model).input}{skipped}")
+    print(f"sent {report.sent} of {report.total} messages{labelled} to "
+          f"{ModelKeys(model).input}; {report.already_learnt} already learnt, not sent{skipped}")
     return EXIT_FAILURE if report.skipped else 0
 
 

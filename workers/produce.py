@@ -17,7 +17,14 @@ Labels: ``--label L`` labels every message; ``--index index.tsv`` (columns ``pat
 relative to the index's directory) and gives their ``ts``. With ``--index`` and no PATH, every
 file of the index is sent, in index order. Message ids are the file's path relative to the
 index or to the PATH given (``mbox#3`` for the 4th message of an mbox, ``file:12`` for line
-12 of a JSON-lines file, unless the record has its own ``id``).
+12 of a JSON-lines file, unless the record has its own ``id``); each message also carries
+its learn-once ``key`` (workers/learn_keys.py: the record's own ``key``, the mail's
+Message-ID, else a hash), which the worker learns at most once.
+
+Before each chunk is sent, the keys of its labelled messages are looked up in the model's
+learnt keys: a message already learnt is not sent again (counted in
+``ProduceReport.already_learnt``), so running ``produce`` again after an interruption
+sends only what was not learnt, and the worker's own check makes the rest learnt once.
 
 Entries are sent with pipelined XADDs in chunks (``--chunk``). A progress line is drawn on
 stderr only when stderr is a terminal.
@@ -44,14 +51,18 @@ import msgpack
 
 from streamnb.constants import DATA_FIELD, DEFAULT_PRODUCE_CHUNK
 from streamnb.exceptions import MalformedMessage, SettingsError
+from streamnb.features.payload import PAYLOAD_KINDS
 from streamnb_workers.codec import decode_input
 from streamnb_workers.keys import ModelKeys
+from streamnb_workers.learn_keys import known_keys, message_key
 from streamnb_workers.replies import as_str, entry_field
 
 __all__ = [
     "IndexEntry",
     "Outgoing",
+    "ProduceInterrupted",
     "ProduceReport",
+    "count_messages",
     "iter_jsonl_lines",
     "iter_paths",
     "produce",
@@ -73,16 +84,39 @@ class Outgoing:
     error: str | None = None
 
     def encode(self, label: str | None = None, ts: float | None = None) -> bytes:
-        """The msgpack map for the ``data`` field (index/flag label only if none is set)."""
+        """The msgpack map for the ``data`` field (index/flag label only if none is set),
+        with the message's learn-once ``key`` (:meth:`key`)."""
         obj = dict(self.fields)
         if self.raw is not None:
             obj["raw"] = self.raw
-        obj.setdefault("id", self.id)
+        obj.setdefault("id", self.id)  # where it came from, for whoever reads :out
+        key = self.key()
+        if key is not None:
+            obj["key"] = key
         if label is not None and obj.get("label") is None and "ref" not in obj:
             obj["label"] = label
         if ts is not None and obj.get("ts") is None:
             obj["ts"] = ts
         return msgpack.packb(obj, use_bin_type=True)
+
+
+    def key(self) -> str | None:
+        """The learn-once key the worker computes for this message (None: a record with
+        no payload, or one the worker will refuse)."""
+        if self.raw is not None:
+            return message_key(self.raw, "raw", self.fields.get("key"))
+        given = self.fields.get("key")
+        if isinstance(given, str) and given:
+            return given
+        present = [k for k in PAYLOAD_KINDS if self.fields.get(k) is not None]
+        if len(present) != 1:
+            return None
+        kind = present[0]
+        try:  # the payload as the worker decodes it: what its key is made of
+            wire = decode_input(msgpack.packb({kind: self.fields[kind]}, use_bin_type=True), "0-0")
+        except (MalformedMessage, TypeError, ValueError):
+            return None
+        return message_key(wire.payload, kind)
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,10 +128,15 @@ class IndexEntry:
 
 @dataclass(slots=True)
 class ProduceReport:
+    """What ``produce`` did: messages sent (of ``total`` found), labelled among them,
+    skipped as invalid, and labelled messages not sent because their key was learnt."""
+
     sent: int = 0
     skipped: int = 0
     labelled: int = 0
     problems: list[str] = field(default_factory=list)
+    already_learnt: int = 0
+    total: int = 0
 
 
 # ---------------------------------------------------------------------------- index
@@ -269,6 +308,20 @@ def _validate(data: bytes, entry: str) -> None:
     decode_input(data, entry)
 
 
+class ProduceInterrupted(Exception):
+    """``produce`` stopped part way (an error or Ctrl-C): ``report`` says what was sent;
+    the cause is chained."""
+
+    def __init__(self, report: ProduceReport) -> None:
+        super().__init__(f"sent {report.sent} of {report.total}")
+        self.report = report
+
+
+def count_messages(paths: Iterable[str | os.PathLike[str]], base: Path | None = None) -> int:
+    """How many messages :func:`iter_paths` yields (the files are read, nothing kept)."""
+    return sum(1 for _ in iter_paths(paths, base))
+
+
 def produce(
     client: Any,
     model: str,
@@ -280,10 +333,13 @@ def produce(
     progress: bool | None = None,
     stderr: TextIO | None = None,
 ) -> ProduceReport:
-    """Send messages to ``streamnb:{model}:in``; returns what was sent and skipped.
+    """Send messages to ``streamnb:{model}:in``; returns what was sent, skipped and found
+    already learnt.
 
     A message that fails validation (bad JSON line, bad record) is skipped with a warning
-    on stderr; everything else is sent.
+    on stderr; a labelled message whose key the model has learnt is not sent; everything
+    else is sent. An error or Ctrl-C part way raises :class:`ProduceInterrupted` (what
+    was sent until then) from it.
     """
     if label is not None and index is not None:
         raise SettingsError("give --label or --index, not both")
@@ -293,29 +349,39 @@ def produce(
     keys = ModelKeys(model)
     by_path: dict[str, IndexEntry] = {}
     base: Path | None = None
-    total: int | None = None
     if index is not None:
         entries = read_index(index)
         base = Path(index).parent
         by_path = {Path(e.path).as_posix(): e for e in entries}
         if not paths:
             paths = [str(base / e.path) for e in entries]
-            total = len(paths)
     if not paths:
         raise SettingsError("nothing to send: give one or more PATHs (or --index index.tsv)")
 
-    report = ProduceReport()
-    bar = Progress(stderr, total, progress)
-    pipe = client.pipeline(transaction=False)
-    pending = 0
+    report = ProduceReport(total=count_messages(paths, base))
+    bar = Progress(stderr, report.total, progress)
+    batch: list[tuple[bytes, str | None, bool]] = []  # (data, key if labelled, labelled)
 
     def flush() -> None:
-        nonlocal pending
-        if pending:
+        if not batch:
+            return
+        learnt_keys = [key for _, key, _ in batch if key is not None]
+        known = known_keys(client, keys.learnt_keys, learnt_keys)
+        pipe = client.pipeline(transaction=False)
+        n = n_labelled = 0
+        for data, key, labelled in batch:
+            if key is not None and known.get(key) is not None:
+                report.already_learnt += 1
+                continue
+            pipe.xadd(keys.input, {DATA_FIELD: data})
+            n += 1
+            n_labelled += labelled
+        if n:
             pipe.execute()
-            report.sent += pending
-            pending = 0
-            bar.update(report.sent)
+        report.sent += n
+        report.labelled += n_labelled
+        batch.clear()
+        bar.update(report.sent + report.already_learnt + report.skipped)
 
     try:
         for out in iter_paths(paths, base):
@@ -325,19 +391,19 @@ def produce(
                 if out.error is not None:
                     raise ValueError(out.error)
                 data = out.encode(label=msg_label, ts=entry.ts if entry else None)
-                _validate(data, out.id)
+                msg = decode_input(data, out.id)
             except (MalformedMessage, TypeError, ValueError) as exc:
                 report.skipped += 1
                 report.problems.append(f"{out.source}: {exc}")
                 print(f"streamnb produce: skipped {out.source}: {exc}", file=stderr)
                 continue
-            if msg_label is not None or out.fields.get("label") is not None:
-                report.labelled += 1
-            pipe.xadd(keys.input, {DATA_FIELD: data})
-            pending += 1
-            if pending >= chunk:
+            labelled = msg.label is not None
+            batch.append((data, msg.key if labelled else None, labelled))
+            if len(batch) >= chunk:
                 flush()
         flush()
+    except (Exception, KeyboardInterrupt) as exc:
+        raise ProduceInterrupted(report) from exc
     finally:
         bar.close(report.sent)
     return report
