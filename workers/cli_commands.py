@@ -1,5 +1,5 @@
-"""The ``streamnb`` command's subcommands: worker, produce, predict, status, export,
-import, demo (:data:`COMMANDS`), each given the resolved arguments and the environment,
+"""The ``streamnb`` command's subcommands: worker, produce, forget, predict, status,
+export, import, demo (:data:`COMMANDS`), each given the resolved arguments and the environment,
 returning the exit code.
 """
 
@@ -130,6 +130,21 @@ def cmd_produce(args: argparse.Namespace, env: Mapping[str, str]) -> int:
     return EXIT_FAILURE if report.skipped else 0
 
 
+def cmd_forget(args: argparse.Namespace, env: Mapping[str, str]) -> int:
+    from streamnb_workers.forget import forget
+    from streamnb_workers.keys import ModelKeys
+
+    model = _require_model(args)
+    client = _redis(args, env).make_client()
+    client.ping()
+    report = forget(client, model, list(args.paths))
+    skipped = f", skipped {len(report.skipped)}" if report.skipped else ""
+    print(f"forgetting {report.sent} of {report.total} messages (sent to "
+          f"{ModelKeys(model).input}); {len(report.not_learnt)} not learnt, nothing to "
+          f"forget{skipped}")
+    return EXIT_FAILURE if report.skipped else 0
+
+
 def cmd_predict(args: argparse.Namespace, env: Mapping[str, str]) -> int:
     import json
 
@@ -202,7 +217,7 @@ def cmd_demo(args: argparse.Namespace, env: Mapping[str, str]) -> int:
 
 
 COMMANDS: Mapping[str, Callable[[argparse.Namespace, Mapping[str, str]], int]] = {
-    "worker": cmd_worker, "produce": cmd_produce, "predict": cmd_predict,
+    "worker": cmd_worker, "produce": cmd_produce, "forget": cmd_forget, "predict": cmd_predict,
     "status": cmd_status, "export": cmd_export, "import": cmd_import, "demo": cmd_demo,
     "milter": milter.cmd_milter,
 }

@@ -203,6 +203,14 @@ def build_parser() -> OneLineParser:
     p.add_argument("paths", nargs="*", metavar="PATH",
                    help=".eml file, maildir, mbox, directory or .jsonl file")
 
+    p = sub.add_parser("forget", help="unlearn mail files, maildirs, mbox files or JSON lines",
+                       description="Unlearn each message the model learnt (by the key produce "
+                                   "gives it); prints what was sent and what was not learnt.")
+    _add_common(p)
+    _add_model_name(p)
+    p.add_argument("paths", nargs="+", metavar="PATH",
+                   help=".eml file, maildir, mbox, directory, .jsonl file, or - (stdin)")
+
     p = sub.add_parser("predict", help="predict one message (online or from an exported file)",
                        description="Send FILE unlabelled and print its prediction, or predict offline "
                                    "with --snapshot.")

@@ -358,8 +358,11 @@ def produce(
     if not paths:
         raise SettingsError("nothing to send: give one or more PATHs (or --index index.tsv)")
 
-    report = ProduceReport(total=count_messages(paths, base))
-    bar = Progress(stderr, report.total, progress)
+    missing = next((p for p in paths if not Path(p).exists()), None)
+    if missing is not None:
+        raise SettingsError(f"{missing!r} does not exist")
+    report = ProduceReport()
+    bar = Progress(stderr, None, progress)
     batch: list[tuple[bytes, str | None, bool]] = []  # (data, key if labelled, labelled)
 
     def flush() -> None:
@@ -384,6 +387,7 @@ def produce(
         bar.update(report.sent + report.already_learnt + report.skipped)
 
     try:
+        report.total = bar.total = count_messages(paths, base)
         for out in iter_paths(paths, base):
             entry = by_path.get(out.id)
             msg_label = label if entry is None else entry.label
