@@ -200,8 +200,8 @@ def cmd_import(args: argparse.Namespace, env: Mapping[str, str]) -> int:
 
     model = _require_model(args)
     client = _redis(args, env).make_client()
-    summary = transfer.import_model(client, model, args.file)
-    print(f"imported {summary} into model {model!r}")
+    summary = transfer.import_model(client, model, args.file, args.import_mode or "new")
+    print(f"model {model!r}: {summary}")
     return 0
 
 

@@ -238,11 +238,17 @@ def build_parser() -> OneLineParser:
     _add_model_name(p)
     p.add_argument("-o", "--output", metavar="FILE", required=True, help="file to write")
 
-    p = sub.add_parser("import", help="add the statistics of an exported file to a model",
-                       description="Add the statistics in FILE to model NAME (creating its config "
-                                   "from the file if it has none).")
+    p = sub.add_parser("import", help="load the statistics of an exported file into a model",
+                       description="Load the statistics in FILE into model NAME (creating its "
+                                   "config from the file if it has none); a model that holds "
+                                   "statistics already needs --add or --replace.")
     _add_common(p)
     _add_model_name(p)
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--add", dest="import_mode", action="store_const", const="add",
+                      help="add the file's statistics to those the model holds")
+    mode.add_argument("--replace", dest="import_mode", action="store_const", const="replace",
+                      help="swap the model's statistics for the file's (and drop its learnt keys)")
     p.add_argument("file", metavar="FILE", help="a file written by 'streamnb export'")
 
     p = sub.add_parser("demo", help="replay real mail through two workers and show the result",
