@@ -11,7 +11,14 @@ import time
 from pathlib import Path
 
 import pytest
-from _worker_helpers import ROOT, assert_same_stats, count_spec, fast_options, learnt_model, url_worker
+from _worker_helpers import (
+    ROOT,
+    assert_same_stats,
+    count_spec,
+    fast_options,
+    learnt_model,
+    url_worker,
+)
 
 from streamnb_workers.keys import ModelKeys
 from streamnb_workers.produce import ProduceInterrupted, produce

@@ -30,7 +30,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-
 from redis.exceptions import WatchError
 
 from streamnb.atomic_file import write_atomic
