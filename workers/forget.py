@@ -21,7 +21,7 @@ from streamnb.exceptions import MalformedMessage, SettingsError
 from streamnb_workers.codec import decode_input
 from streamnb_workers.keys import ModelKeys
 from streamnb_workers.learn_keys import known_keys
-from streamnb_workers.produce import Outgoing, _is_mbox, iter_paths
+from streamnb_workers.sources import Outgoing, is_mbox, iter_paths
 
 __all__ = ["ForgetReport", "forget", "iter_sources"]
 
@@ -38,7 +38,7 @@ class ForgetReport:
 
 def _stdin_messages(stream: BinaryIO) -> Iterator[Outgoing]:
     data = stream.read()
-    if _is_mbox(data):
+    if is_mbox(data):
         import mailbox
         import tempfile
 
