@@ -21,6 +21,7 @@ from streamnb.constants import (
     DEFAULT_CLAIM_IDLE_MS,
     DEFAULT_DEMO_MESSAGES,
     DEFAULT_LABEL_CACHE_TTL_S,
+    DEFAULT_LEARNT_KEYS_MAX,
     DEFAULT_METRICS_ADDR,
     DEFAULT_METRICS_PORT,
     DEFAULT_ORDER_WAIT_MS,
@@ -159,8 +160,8 @@ def _add_worker_options(p: argparse.ArgumentParser) -> None:
     add_option(w, "--cache-labelled", action=argparse.BooleanOptionalAction, default=True,
                help="cache messages learnt on arrival too, so a later label can correct them "
                "(--no-cache-labelled: only unlabelled messages, far less Redis memory)")
-    add_option(w, "--learnt-keys-max", type=non_negative_int, default=1_000_000, metavar="N",
-               help="learn-once keys kept per model, the oldest dropped beyond N (about 200 "
+    add_option(w, "--learnt-keys-max", type=non_negative_int, default=DEFAULT_LEARNT_KEYS_MAX,
+               metavar="N", help="learn-once keys kept per model, the oldest dropped beyond N (about 270 "
                "bytes each in Redis); 0: no keys, a message sent twice is learnt twice")
     add_option(w, "--prequential", action=argparse.BooleanOptionalAction, default=True,
                help="predict each message with the labelled messages before it in its batch "

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from streamnb.constants import (
     DEFAULT_BATCH_SIZE,
     DEFAULT_LABEL_CACHE_TTL_S,
+    DEFAULT_LEARNT_KEYS_MAX,
     DEFAULT_ORDER_WAIT_MS,
 )
 from streamnb_workers.codec import DEFAULT_LIMITS, Limits
@@ -54,10 +55,10 @@ class WorkerOptions:
     #: learnt on arrival goes to :dead as ref_expired); most of the cache's Redis memory
     #: and of a commit's bytes when most traffic comes labelled.
     cache_labelled: bool = True
-    #: Learn-once keys kept per model (the oldest learnt are dropped beyond it; about 200
+    #: Learn-once keys kept per model (the oldest learnt are dropped beyond it; about 270
     #: bytes of Redis memory each, docs/worker.md "Learn-once keys"). 0: no keys, every
     #: labelled message is learnt, however often it comes.
-    learnt_keys_max: int = 1_000_000
+    learnt_keys_max: int = DEFAULT_LEARNT_KEYS_MAX
     heartbeat_s: float = 5.0
     #: A heartbeat older than this marks a dead worker.
     stale_s: float = 30.0
