@@ -173,3 +173,16 @@ def test_a_forget_without_a_payload_is_a_dead_letter(redis_server):
     w = url_worker(redis_server.url, [count_spec()], fast_options("w1"))
     w.run_until_idle()
     assert [d["reason"] for d in _dead(r)] == ["no_payload"]
+
+
+def test_a_worker_without_keys_still_forgets_what_was_recorded(redis_server):
+    r = redis_server.client()
+    msgs = token_messages(30, seed=4)
+    produce(r, "mail", msgs)
+    url_worker(redis_server.url, [count_spec()], fast_options("w1")).run_until_idle()
+    produce(r, "mail", [{"forget": True, "key": "m2", "tokens": msgs[2]["tokens"]}])
+    w = url_worker(redis_server.url, [count_spec()], fast_options("w2", learnt_keys_max=0))
+    w.run_until_idle()
+    ref = offline_model("multinomial", PARAMS, FCFG, [m for i, m in enumerate(msgs) if i != 2])
+    assert_same_stats(learnt_model(r, "mail")[0], ref)
+    assert _dead(r) == []

@@ -110,7 +110,8 @@ def _request(rt: ModelRuntime, content: CommitContent, announced: str | None) ->
         cache_cas=content.resolution.cas, cache_registry=registry, decay_every=decay_every,
         decay_data=encode_decay(rt.config.decay_factor) if decay_every else b"",
         inflight_key=rt.keys.inflight if announced else None, inflight_field=announced,
-        key_store=(rt.keys.learnt_keys, rt.keys.key_order) if keys_max else None,
+        key_store=(rt.keys.learnt_keys, rt.keys.key_order)
+        if keys_max or content.forget_keys else None,
         learn_keys=content.learn_keys if keys_max else [],
         forget_keys=content.forget_keys, keys_max=keys_max)
 
@@ -136,7 +137,8 @@ def commit(rt: ModelRuntime, batch: PredictedBatch, built: Built,
         if result.ok:
             _committed(rt, batch, built, result)
             return
-        rt.labels(rt.metrics.commit_conflicts).inc()
+        if result.lost or result.conflicts:  # (keys learnt before are counted as such)
+            rt.labels(rt.metrics.commit_conflicts).inc()
         if result.lost:
             log.info("model %s: %d entries were claimed by another worker; committing the rest",
                      rt.name, len(result.lost))
