@@ -64,6 +64,10 @@ def test_a_message_sent_again_is_predicted_not_learnt_and_counted(redis_server):
     assert reg.get_sample_value("streamnb_messages_already_learnt_total",
                                 {"model": "mail", "worker": "w1"}) == 130
     assert int(r.get("streamnb:{mail}:learnt")) == 120
+    scored = sum(s.value for metric in reg.collect() for s in metric.samples
+                 if s.name == "streamnb_prequential_predictions_total")
+    # each message scored once, when its key was learnt (not the first: no class yet)
+    assert scored == 119
     # what was learnt per key: the label and the weight
     rec = r.hget("streamnb:{mail}:keys", "m7")
     assert decode_record(rec) == (msgs[7]["label"], 1.0)

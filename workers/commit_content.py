@@ -175,8 +175,10 @@ def commit_content(batch: PredictedBatch, cached: dict[str, CachedMessage | None
     in_order = [eid for eid in batch.order if eid in in_commit]
     if len(in_order) == len(ids):  # (else as they are: the script checks any order)
         ids = in_order
-    scored = [(v.model_log_proba, it.msg.label) for it, v in zip(items, verdicts, strict=True)
-              if it.msg.label is not None and v.model_log_proba is not None]
+    # (a duplicate was scored when its key was learnt: once per message)
+    scored = [(v.model_log_proba, it.msg.label)
+              for it, v, dup in zip(items, verdicts, duplicate, strict=True)
+              if it.msg.label is not None and v.model_log_proba is not None and not dup]
     return CommitContent(
         ids=ids, outputs=outputs, dead=dead, cache_entries=entries, add=add, sub=sub,
         n_learnt=n_learnt, learnt_labels=[lab for _, lab, _ in add_rows], resolution=res,
