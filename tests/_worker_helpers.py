@@ -47,7 +47,8 @@ def token_messages(n: int, classes: tuple[str, ...] = ("spam", "ham", "news"), s
         c = classes[int(rng.integers(len(classes)))]
         words = list(rng.choice(VOCAB[c], size=int(rng.integers(2, 7)))) + \
             list(rng.choice(COMMON, size=int(rng.integers(0, 3))))
-        m: dict[str, Any] = {"id": f"m{i}", "key": f"m{i}", "tokens": [str(w) for w in words]}
+        m: dict[str, Any] = {"id": f"m{i}", "key": f"s{seed}-m{i}",
+                             "tokens": [str(w) for w in words]}
         if rng.random() < labelled_share:
             m["label"] = c
         out.append(m)

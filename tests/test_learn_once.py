@@ -69,7 +69,7 @@ def test_a_message_sent_again_is_predicted_not_learnt_and_counted(redis_server):
     # each message scored once, when its key was learnt (not the first: no class yet)
     assert scored == 119
     # what was learnt per key: the label and the weight
-    rec = r.hget("streamnb:{mail}:keys", "m7")
+    rec = r.hget("streamnb:{mail}:keys", msgs[7]["key"])
     assert decode_record(rec) == (msgs[7]["label"], 1.0)
 
 
@@ -111,7 +111,8 @@ def test_keys_kept_are_bounded_oldest_dropped(redis_server):
                                                                    learnt_keys_max=25))
     w.run_until_idle()
     assert r.hlen("streamnb:{mail}:keys") == 25 == r.zcard("streamnb:{mail}:keyorder")
-    assert r.hexists("streamnb:{mail}:keys", "m59") and not r.hexists("streamnb:{mail}:keys", "m0")
+    assert r.hexists("streamnb:{mail}:keys", msgs[59]["key"])
+    assert not r.hexists("streamnb:{mail}:keys", msgs[0]["key"])
 
 
 def test_no_keys_when_learnt_keys_max_is_zero(redis_server):
@@ -131,7 +132,7 @@ def test_forget_twice_equals_never_learnt(redis_server):
     produce(r, "mail", msgs)
     w = url_worker(redis_server.url, [count_spec()], fast_options("w1", batch=30))
     w.run_until_idle()
-    forget = {"forget": True, "key": "m5", "tokens": msgs[5]["tokens"]}
+    forget = {"forget": True, "key": msgs[5]["key"], "tokens": msgs[5]["tokens"]}
     produce(r, "mail", [forget, forget])  # twice, in one batch
     produce(r, "mail", [{"forget": True, **_without_keys([msgs[9]])[0]}])  # key from payload
     w.run_until_idle()
@@ -143,7 +144,7 @@ def test_forget_twice_equals_never_learnt(redis_server):
     assert_same_stats(w.models["mail"].replica.model, ref)
     dead = _dead(r)
     assert [d["reason"] for d in dead] == ["not_learnt"] * 3  # 2nd in batch, payload key, 3rd
-    assert not r.hexists("streamnb:{mail}:keys", "m5")
+    assert not r.hexists("streamnb:{mail}:keys", msgs[5]["key"])
     # forgotten, it may be learnt again (at weight 1 here: the reference has no weights)
     msgs[5] = {k: v for k, v in msgs[5].items() if k != "weight"}
     produce(r, "mail", [msgs[5]])
@@ -160,7 +161,7 @@ def test_forget_reaches_every_replica(redis_server):
           for i in range(2)]
     run_in_threads(ws)
     gone = [3, 40, 77]
-    produce(r, "mail", [{"forget": True, "key": msgs[i]["id"], "tokens": msgs[i]["tokens"]}
+    produce(r, "mail", [{"forget": True, "key": msgs[i]["key"], "tokens": msgs[i]["tokens"]}
                         for i in gone])
     run_in_threads(ws)
     ref = offline_model("multinomial", PARAMS, FCFG,
@@ -184,7 +185,7 @@ def test_a_worker_without_keys_still_forgets_what_was_recorded(redis_server):
     msgs = token_messages(30, seed=4)
     produce(r, "mail", msgs)
     url_worker(redis_server.url, [count_spec()], fast_options("w1")).run_until_idle()
-    produce(r, "mail", [{"forget": True, "key": "m2", "tokens": msgs[2]["tokens"]}])
+    produce(r, "mail", [{"forget": True, "key": msgs[2]["key"], "tokens": msgs[2]["tokens"]}])
     w = url_worker(redis_server.url, [count_spec()], fast_options("w2", learnt_keys_max=0))
     w.run_until_idle()
     ref = offline_model("multinomial", PARAMS, FCFG, [m for i, m in enumerate(msgs) if i != 2])
