@@ -40,26 +40,49 @@ __all__ = ["MAX_KEY_CHARS", "decode_record", "encode_record", "known_keys", "mai
 MAX_KEY_CHARS = 512
 #: The part of a mail searched for its Message-ID header: headers are at its start.
 _HEADER_SCAN_BYTES = 256 * 1024
-_MESSAGE_ID = re.compile(rb"^message-id[ \t]*:[ \t]*((?:[^\r\n]*)(?:\r?\n[ \t][^\r\n]*)*)",
-                         re.IGNORECASE | re.MULTILINE)
-_HEADER_END = re.compile(rb"\r?\n\r?\n")
+_FIELD = b"message-id"
+_BRACKETED = re.compile(rb"<([^<>]*)>")
 
 
 def _hash(kind: str, data: bytes) -> str:
     return f"{kind}:{hashlib.blake2b(data, digest_size=16).hexdigest()}"
 
 
+def _header_block(raw: bytes) -> bytes:
+    """The mail's header lines (up to the first empty line, within the scan limit), with
+    a line break in front so that every field starts after one."""
+    end = raw.find(b"\n\n", 0, _HEADER_SCAN_BYTES)
+    end_crlf = raw.find(b"\n\r\n", 0, end if end >= 0 else _HEADER_SCAN_BYTES)
+    end = end_crlf if end_crlf >= 0 else end
+    return b"\n" + raw[:end + 1 if end >= 0 else _HEADER_SCAN_BYTES]
+
+
+def _message_id(head: bytes) -> bytes | None:
+    """The raw value of the first Message-ID field of a header block, folded lines joined."""
+    low = head.lower()
+    at = low.find(b"\n" + _FIELD)
+    while at >= 0:
+        rest = low[at + 1 + len(_FIELD):at + 1 + len(_FIELD) + 64].lstrip(b" \t")
+        if rest.startswith(b":"):
+            start = low.index(b":", at + 1) + 1
+            end = start
+            while True:  # the field goes on over lines that start with white space
+                end = head.find(b"\n", end)
+                if end < 0 or head[end + 1:end + 2] not in (b" ", b"\t"):
+                    break
+                end += 1
+            return head[start:end if end >= 0 else len(head)]
+        at = low.find(b"\n" + _FIELD, at + 1)
+    return None
+
+
 def mail_key(raw: bytes) -> str:
     """A raw mail's key: its Message-ID (folded lines unfolded, the angle brackets and
     the white space around them dropped), else a hash of its bytes."""
-    head = raw[:_HEADER_SCAN_BYTES]
-    end = _HEADER_END.search(head)
-    if end is not None:
-        head = head[:end.start() + 1]
-    m = _MESSAGE_ID.search(head)
-    if m is not None:
-        value = re.sub(rb"\s+", b" ", m.group(1)).strip()
-        bracketed = re.search(rb"<([^<>]*)>", value)
+    value = _message_id(_header_block(raw))
+    if value is not None:
+        value = b" ".join(value.split())
+        bracketed = _BRACKETED.search(value)
         if bracketed is not None:
             value = bracketed.group(1).strip()
         mid = value.decode("utf-8", "replace")
