@@ -191,3 +191,22 @@ def test_a_worker_without_keys_still_forgets_what_was_recorded(redis_server):
     ref = offline_model("multinomial", PARAMS, FCFG, [m for i, m in enumerate(msgs) if i != 2])
     assert_same_stats(learnt_model(r, "mail")[0], ref)
     assert _dead(r) == []
+
+
+def test_a_corrected_message_is_forgotten_from_its_new_class(redis_server):
+    """A label correction moves a message learnt under a key to another class; its key's
+    record follows, so a forget subtracts it from the class that holds it."""
+    r = redis_server.client()
+    msgs = token_messages(40, seed=8)
+    spam = next(i for i, m in enumerate(msgs) if m.get("label") == "spam")
+    produce(r, "mail", msgs)
+    w = url_worker(redis_server.url, [count_spec()], fast_options("w1"))
+    w.run_until_idle()
+    produce(r, "mail", [{"ref": msgs[spam]["id"], "label": "ham"}])
+    w.run_until_idle()
+    assert decode_record(r.hget("streamnb:{mail}:keys", msgs[spam]["key"])) == ("ham", 1.0)
+    produce(r, "mail", [{"forget": True, "key": msgs[spam]["key"], "tokens": msgs[spam]["tokens"]}])
+    w.run_until_idle()
+    ref = offline_model("multinomial", PARAMS, FCFG, [m for i, m in enumerate(msgs) if i != spam])
+    assert_same_stats(learnt_model(r, "mail")[0], ref)
+    assert _dead(r) == []

@@ -153,6 +153,14 @@ for i = first_forget, first_forget + 2 * (n_forget - 1), 2 do
   redis.call('HDEL', KEYS[keys_at], ARGV[i])
   redis.call('ZREM', KEYS[keyorder_at], ARGV[i])
 end
+-- a corrected message's key records its new label (the cache entry's compare-and-set
+-- above makes the correction itself happen once)
+local first_relabel = n('relabel_at')
+for i = first_relabel, first_relabel + 2 * (n('n_relabel') - 1), 2 do
+  if redis.call('HEXISTS', KEYS[keys_at], ARGV[i]) == 1 then
+    redis.call('HSET', KEYS[keys_at], ARGV[i], ARGV[i + 1])
+  end
+end
 local keys_max = n('keys_max')
 if keys_at > 0 and keys_max > 0 and n_learn > 0 then
   local excess = redis.call('ZCARD', KEYS[keyorder_at]) - keys_max

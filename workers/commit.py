@@ -103,6 +103,9 @@ class CommitRequest:
     learn_keys: list[tuple[str, bytes]] = field(default_factory=list)
     #: ``(key, record)`` to delete, each checked to hold that record first.
     forget_keys: list[tuple[str, bytes]] = field(default_factory=list)
+    #: ``(key, record)``: the new record of a learnt key whose message a correction
+    #: relabelled (written only where the key is still recorded).
+    relabel_keys: list[tuple[str, bytes]] = field(default_factory=list)
     #: Keys kept at most (the oldest learnt are dropped beyond it; 0: no bound).
     keys_max: int = 0
 
@@ -159,7 +162,9 @@ def script_args(keys: ModelKeys, consumer: str, req: CommitRequest, out_maxlen: 
     - ``keys_key_at``, ``keyorder_key_at``: ``{M}:keys`` and ``{M}:keyorder`` (0: no
       learn-once keys); ``learn_at``/``n_learn``: the keys learnt, each key and record
       (none may be recorded yet); ``forget_at``/``n_forget``: the keys forgotten, each key
-      and the record it must still hold; ``keys_max``: keys kept at most (0: no bound).
+      and the record it must still hold; ``relabel_at``/``n_relabel``: keys whose record a
+      correction rewrites (if still recorded), each key and record; ``keys_max``: keys
+      kept at most (0: no bound).
     """
     script_keys = [keys.input, keys.out, keys.dead, keys.log, keys.learnt]
     write_keys_at = len(script_keys) + 1
@@ -195,6 +200,9 @@ def script_args(keys: ModelKeys, consumer: str, req: CommitRequest, out_maxlen: 
     forget_at = len(lists)
     for key, record in req.forget_keys:
         lists += (key, record)
+    relabel_at = len(lists)
+    for key, record in req.relabel_keys:
+        lists += (key, record)
     named = {
         "group": GROUP, "consumer": consumer,
         "out_maxlen": int(out_maxlen), "dead_maxlen": int(dead_maxlen),
@@ -211,11 +219,12 @@ def script_args(keys: ModelKeys, consumer: str, req: CommitRequest, out_maxlen: 
         "keys_key_at": keys_key_at, "keyorder_key_at": keys_key_at + 1 if keys_key_at else 0,
         "learn_at": learn_at, "n_learn": len(req.learn_keys),
         "forget_at": forget_at, "n_forget": len(req.forget_keys),
+        "relabel_at": relabel_at, "n_relabel": len(req.relabel_keys),
         "keys_max": int(req.keys_max),
     }
     first = 2 + 2 * len(named)  # where the lists start (Lua counts from 1)
     for name in ("ids_at", "outputs_at", "dead_at", "writes_at", "cas_at", "learn_at",
-                 "forget_at"):
+                 "forget_at", "relabel_at"):
         named[name] += first
     args: list[Any] = [len(named)]
     for name, value in named.items():

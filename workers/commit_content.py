@@ -101,6 +101,8 @@ class CommitContent:
     #: forgotten (checked to hold that record, then deleted) by the commit.
     learn_keys: list[tuple[str, bytes]] = field(default_factory=list)
     forget_keys: list[tuple[str, bytes]] = field(default_factory=list)
+    #: ``(key, record)`` of learnt keys whose message a correction relabelled.
+    relabel_keys: list[tuple[str, bytes]] = field(default_factory=list)
     #: Labelled messages not learnt because their key was; labels of the forgets.
     n_duplicates: int = 0
     forgotten_labels: list[Any] = field(default_factory=list)
@@ -157,6 +159,7 @@ def commit_content(batch: PredictedBatch, cached: dict[str, CachedMessage | None
                   f.data) for f in not_learnt]
     dead.sort(key=lambda d: parse_id(d.entry_id))
     entries = []
+    recorded = {key for key, _ in learn_keys}
     if cache:
         row_bytes = batch.row_bytes or {}
         for it, v, lab, dup in zip(items, verdicts, learnt, duplicate, strict=True):
@@ -166,7 +169,8 @@ def commit_content(batch: PredictedBatch, cached: dict[str, CachedMessage | None
                 row = row_bytes.get(it.entry_id)
                 entries.append((it.msg.id, encode_entry(
                     encode_label(lab), it.row.to_bytes() if row is None else row, v.label,
-                    v.log_proba, it.msg.weight, batch_preds[it.msg.id][1])))
+                    v.log_proba, it.msg.weight, batch_preds[it.msg.id][1],
+                    it.msg.key if lab is not None and it.msg.key in recorded else None)))
     ids = [it.entry_id for it in items] + [d.entry_id for d in batch.dead] + \
         [r.entry_id for r in batch.refs] + [f.entry_id for f in batch.forgets]
     if not ids:
@@ -183,6 +187,7 @@ def commit_content(batch: PredictedBatch, cached: dict[str, CachedMessage | None
         ids=ids, outputs=outputs, dead=dead, cache_entries=entries, add=add, sub=sub,
         n_learnt=n_learnt, learnt_labels=[lab for _, lab, _ in add_rows], resolution=res,
         scored=scored, learn_keys=learn_keys, forget_keys=forget_keys,
+        relabel_keys=res.key_relabels,
         n_duplicates=sum(duplicate), forgotten_labels=[lab for _, lab, _ in forget_rows])
 
 

@@ -111,9 +111,9 @@ def _request(rt: ModelRuntime, content: CommitContent, announced: str | None) ->
         decay_data=encode_decay(rt.config.decay_factor) if decay_every else b"",
         inflight_key=rt.keys.inflight if announced else None, inflight_field=announced,
         key_store=(rt.keys.learnt_keys, rt.keys.key_order)
-        if keys_max or content.forget_keys else None,
+        if keys_max or content.forget_keys or content.relabel_keys else None,
         learn_keys=content.learn_keys if keys_max else [],
-        forget_keys=content.forget_keys, keys_max=keys_max)
+        forget_keys=content.forget_keys, relabel_keys=content.relabel_keys, keys_max=keys_max)
 
 
 # ---------------------------------------------------------------------- commit, retry
