@@ -104,6 +104,8 @@ DEFAULT_MAIL_ALPHA = 0.1
 #: days at 10 msg/s is 3-4 GB less than 7 days would be. ``streamnb worker
 #: --label-cache-ttl`` changes it (0: no cache).
 DEFAULT_LABEL_CACHE_TTL_S = 2 * 86400.0
+#: Learn-once keys a model keeps (about 270 bytes of Redis memory each: ~68 MB).
+DEFAULT_LEARNT_KEYS_MAX = 250_000
 #: The delayed-label cache writes its entries into time buckets of TTL / this width
 #: (workers/label_cache.py): an entry lives between TTL and TTL * (1 + 1/8); a lookup
 #: probes about this many + 3 bucket hashes.

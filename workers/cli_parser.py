@@ -23,6 +23,7 @@ from streamnb.constants import (
     DEFAULT_DEMO_MESSAGES,
     DEFAULT_HEALTHZ_GRACE_S,
     DEFAULT_LABEL_CACHE_TTL_S,
+    DEFAULT_LEARNT_KEYS_MAX,
     DEFAULT_METRICS_ADDR,
     DEFAULT_METRICS_PORT,
     DEFAULT_ORDER_WAIT_MS,
@@ -163,6 +164,9 @@ def _add_worker_options(p: argparse.ArgumentParser) -> None:
     add_option(w, "--cache-labelled", action=argparse.BooleanOptionalAction, default=True,
                help="cache messages learnt on arrival too, so a later label can correct them "
                "(--no-cache-labelled: only unlabelled messages, far less Redis memory)")
+    add_option(w, "--learnt-keys-max", type=non_negative_int, default=DEFAULT_LEARNT_KEYS_MAX,
+               metavar="N", help="learn-once keys kept per model, the oldest dropped beyond N (about 270 "
+               "bytes each in Redis); 0: no keys, a message sent twice is learnt twice")
     add_option(w, "--prequential", action=argparse.BooleanOptionalAction, default=True,
                help="predict each message with the labelled messages before it in its batch "
                "(multinomial, categorical and the Gaussian models)")
@@ -211,6 +215,14 @@ def build_parser() -> OneLineParser:
     p.add_argument("paths", nargs="*", metavar="PATH",
                    help=".eml file, maildir, mbox, directory or .jsonl file")
 
+    p = sub.add_parser("forget", help="unlearn mail files, maildirs, mbox files or JSON lines",
+                       description="Unlearn each message the model learnt (by the key produce "
+                                   "gives it); prints what was sent and what was not learnt.")
+    _add_common(p)
+    _add_model_name(p)
+    p.add_argument("paths", nargs="+", metavar="PATH",
+                   help=".eml file, maildir, mbox, directory, .jsonl file, or - (stdin)")
+
     p = sub.add_parser("predict", help="predict one message (online or from an exported file)",
                        description="Send FILE unlabelled and print its prediction, or predict offline "
                                    "with --snapshot.")
@@ -240,11 +252,17 @@ def build_parser() -> OneLineParser:
     _add_model_name(p)
     p.add_argument("-o", "--output", metavar="FILE", required=True, help="file to write")
 
-    p = sub.add_parser("import", help="add the statistics of an exported file to a model",
-                       description="Add the statistics in FILE to model NAME (creating its config "
-                                   "from the file if it has none).")
+    p = sub.add_parser("import", help="load the statistics of an exported file into a model",
+                       description="Load the statistics in FILE into model NAME (creating its "
+                                   "config from the file if it has none); a model that holds "
+                                   "statistics already needs --add or --replace.")
     _add_common(p)
     _add_model_name(p)
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--add", dest="import_mode", action="store_const", const="add",
+                      help="add the file's statistics to those the model holds")
+    mode.add_argument("--replace", dest="import_mode", action="store_const", const="replace",
+                      help="swap the model's statistics for the file's (and drop its learnt keys)")
     p.add_argument("file", metavar="FILE", help="a file written by 'streamnb export'")
 
     p = sub.add_parser("demo", help="replay real mail through two workers and show the result",
