@@ -20,7 +20,7 @@ from _worker_helpers import PYTHON, ROOT, all_done, spawn_worker
 from streamnb_workers.demo import load_sample
 from streamnb_workers.keys import ModelKeys
 from streamnb_workers.launch import blas_env
-from streamnb_workers.model_config import ModelSpec
+from streamnb_workers.model_config import ModelSpec, ensure_config
 from streamnb_workers.pipe_message import PipedMessage
 
 pytestmark = pytest.mark.redis
@@ -59,6 +59,7 @@ def served(tmp_path_factory):
                 wait_for(lambda s=spec, p=proc: client.hlen(ModelKeys(s.name).workers) > 0
                          or p.poll() is not None, 60, "the workers")
                 assert proc.poll() is None, (logs / f"{spec.name}.log").read_text()
+            ensure_config(client, ModelSpec("idle", kind="multinomial"))  # no worker serves it
             _train(client, "mail", sample[:TRAIN])
             _train(client, "doubt", sample[:40])
             yield server.url, sample[TRAIN:]
@@ -153,7 +154,7 @@ def test_forged_headers_are_replaced_and_crlf_kept(served):
 def test_no_worker_means_exit_3_and_the_mail_still_written(served):
     url, held_out = served
     m = held_out[0]
-    proc = streamnb("predict", "--redis", url, "--model", "nobody", "--timeout", "0.5", "-p", "-",
+    proc = streamnb("predict", "--redis", url, "--model", "idle", "--timeout", "0.5", "-p", "-",
                     stdin=m.raw)
     assert proc.returncode == 3
     added = added_headers(m.raw, proc.stdout)
@@ -162,9 +163,15 @@ def test_no_worker_means_exit_3_and_the_mail_still_written(served):
     assert proc.stdout.endswith(header_block(m.raw)[1])
     assert proc.stderr.decode().count("\n") == 1 and "not scored: timeout" in proc.stderr.decode()
     # -e does not hide a failure
-    proc = streamnb("predict", "--redis", url, "--model", "nobody", "--timeout", "0.3", "-e", "-",
+    proc = streamnb("predict", "--redis", url, "--model", "idle", "--timeout", "0.3", "-e", "-",
                     stdin=m.raw)
     assert proc.returncode == 3 and proc.stdout == b""
+    # a model that does not exist: at once, naming the models that do
+    proc = streamnb("predict", "--redis", url, "--model", "nobody", "-p", "-", stdin=m.raw)
+    assert proc.returncode == 3
+    assert added_headers(m.raw, proc.stdout) == {"X-Streamnb-Verdict": "not-scored (error)"}
+    err = proc.stderr.decode()
+    assert err.count("\n") == 1 and "'nobody' does not exist" in err and "mail" in err
 
 
 def test_redis_down_means_exit_3_at_once(served):
@@ -305,7 +312,7 @@ def test_the_documented_postfix_content_filter_script(served, tmp_path, case):
     url, held_out = served
     m = next(x for x in held_out if x.label == "spam")
     predict = {"scored": f"{PYTHON} -m streamnb_workers predict --redis {url} --model mail",
-               "not-scored": f"{PYTHON} -m streamnb_workers predict --redis {url} --model nobody "
+               "not-scored": f"{PYTHON} -m streamnb_workers predict --redis {url} --model idle "
                              "--timeout 0.3",
                "bad-arguments": f"{PYTHON} -m streamnb_workers predict --redis {url} --timeout x"}
     script, out = _postfix_filter_script(tmp_path, predict[case])

@@ -20,6 +20,7 @@ from streamnb_workers.cli import main
 from streamnb_workers.codec import encode_dead, encode_output
 from streamnb_workers.keys import ModelKeys
 from streamnb_workers.launch import blas_env
+from streamnb_workers.model_config import ModelSpec, ensure_config
 
 pytestmark = pytest.mark.redis
 
@@ -27,6 +28,7 @@ K = ModelKeys("mail")
 
 
 def fill(client, n_out: int = 15, n_dead: int = 4) -> None:
+    ensure_config(client, ModelSpec("mail", kind="multinomial"))
     pipe = client.pipeline(transaction=False)
     for i in range(n_out):
         spam = i % 3 == 0
@@ -90,6 +92,7 @@ def test_any_count_is_read_in_pages(redis_server, capsys, monkeypatch):
 
 def test_an_undecodable_entry_is_a_line_not_a_crash(redis_server, capsys):
     r = redis_server.client()
+    ensure_config(r, ModelSpec("mail", kind="multinomial"))
     r.xadd(K.out, {"data": b"\xc1"})
     fill(r, n_out=1, n_dead=0)
     code, lines = run(capsys, "--redis", redis_server.url, "--model", "mail")
@@ -104,7 +107,9 @@ def test_bad_arguments_are_one_line_exit_2(redis_server, capsys):
         main(["tail", "--redis", redis_server.url, "--model", "mail", "--count", "-1"], env={})
     assert info.value.code == 2
     assert main(["tail", "--redis", redis_server.url], env={}) == 2
-    assert capsys.readouterr().err.count("\n") == 2
+    assert main(["tail", "--redis", redis_server.url, "--model", "mial"], env={}) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 3 and "'mial' does not exist" in err
 
 
 def test_follow_prints_new_entries_and_ctrl_c_exits_0(redis_server):

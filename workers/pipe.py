@@ -96,13 +96,32 @@ def _predict(args: argparse.Namespace, settings_of: Any, raw: bytes, sent: list[
     # A filter's stderr is the delivery agent's log: the reason a mail was not scored is
     # the one line judge_stdin writes, not the reader's retries as well.
     logging.getLogger("streamnb.verdicts").setLevel(logging.ERROR)
-    client = VerdictClient(settings_of(), model, send_timeout=min(timeout, 5.0), block_ms=200,
+    settings = settings_of()
+    _check_model(settings, model, min(timeout, 5.0))
+    client = VerdictClient(settings, model, send_timeout=min(timeout, 5.0), block_ms=200,
                            id_prefix="pipe-")
     try:
         pending = client.submit(raw)  # fails at once when Redis is down: no reader started
         sent.append(pending.id)
         client.start()
         return pending.result(timeout)
+    finally:
+        client.close()
+
+
+def _check_model(settings: Any, model: str, timeout: float) -> None:
+    """SettingsError naming the models that exist when ``model`` does not (a mail sent to
+    it would wait out ``--timeout`` for nothing); NotScored when Redis cannot be reached."""
+    import redis
+
+    from streamnb_workers.model_config import require_model
+    from streamnb_workers.verdicts import UNAVAILABLE, NotScored
+
+    client = settings.make_client(socket_timeout=timeout)
+    try:
+        require_model(client, model)
+    except (redis.ConnectionError, redis.TimeoutError) as exc:
+        raise NotScored(UNAVAILABLE, f"{type(exc).__name__}: {exc}") from None
     finally:
         client.close()
 

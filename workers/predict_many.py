@@ -217,12 +217,11 @@ def judge_many(client: Any, model: str, path: str, out: TextIO, *, timeout: floa
     return n, not_scored
 
 
-def cmd_many(args: Any, model: str, settings: Any) -> int:
-    """``predict DIR|MBOX``: exit 0 when every message got a verdict, else 1."""
+def cmd_many(args: Any, model: str, client: Any) -> int:
+    """``predict DIR|MBOX`` on ``client`` (checked: Redis reached, the model exists): exit 0
+    when every message got a verdict, else 1."""
     import sys
 
-    client = settings.make_client()
-    client.ping()
     n, not_scored = judge_many(client, model, args.file, sys.stdout, timeout=args.timeout,
                                positive=args.positive, as_json=args.json,
                                max_size=args.max_size)

@@ -107,7 +107,8 @@ def process_batch(rt: ModelRuntime, entries: list, deliveries: dict[str, int] | 
             ref_data=batch.ref_data, dead=batch.dead, version=rt.replica.version,
             classes=predictions.classes if predictions else [],
             own=prepared.own if prepared else None,
-            row_bytes=prepared.row_bytes if prepared else None, announced=announced)
+            row_bytes=prepared.row_bytes if prepared else None, announced=announced,
+            forgets=batch.forgets, learn_once=o.learnt_keys_max > 0)
         built = commit_pipeline.build(rt, predicted, prepared.commit_s if prepared else 0.0)
         if built is not None:
             if pipeline and o.pipeline and len(entries) >= o.batch:

@@ -260,13 +260,12 @@ def tail(client: Any, key: str, *, dead: bool, count: int, follow: bool, as_json
         _follow(client, key, last, emit, stderr or sys.stderr)
 
 
-def cmd_tail(args: argparse.Namespace, model: str, settings: Any) -> int:
-    """``streamnb tail``: exit 0, also on Ctrl-C and when the reader goes away (``| head``)."""
+def cmd_tail(args: argparse.Namespace, model: str, client: Any) -> int:
+    """``streamnb tail`` on ``client`` (checked: Redis reached, the model exists): exit 0,
+    also on Ctrl-C and when the reader goes away (``| head``)."""
     from streamnb_workers.keys import ModelKeys
 
     keys = ModelKeys(model)
-    client = settings.make_client()
-    client.ping()
     try:
         tail(client, keys.dead if args.dead else keys.out, dead=args.dead, count=args.count,
              follow=args.follow, as_json=args.json, out=sys.stdout, positive=args.positive)
