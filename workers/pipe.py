@@ -60,7 +60,7 @@ def wants_many(path: str) -> bool:
     several records."""
     from itertools import islice
 
-    from streamnb_workers.produce import iter_paths
+    from streamnb_workers.sources import iter_paths
 
     p = Path(path)
     if p.is_dir():

@@ -1,6 +1,6 @@
 """``streamnb predict DIR|MBOX``: judge many messages in one call, one line each.
 
-Every message under the path (what :func:`streamnb_workers.produce.iter_paths` finds: the
+Every message under the path (what :func:`streamnb_workers.sources.iter_paths` finds: the
 files of a directory, the messages of a maildir or an mbox, the records of a JSON-lines
 file) is sent unlabelled to ``streamnb:{M}:in`` with pipelined XADDs, then the predictions
 are collected from ``streamnb:{M}:out``, and the dead letters of these messages from
@@ -83,7 +83,7 @@ def _json_line(j: Judged, positive: Any) -> str:
 def _messages(path: str, max_size: int) -> Iterator[tuple[str, str, bytes | None, str | None]]:
     """(printed name, message id, the encoded input map or None, why it cannot be sent)
     per message."""
-    from streamnb_workers.produce import iter_paths
+    from streamnb_workers.sources import iter_paths
 
     top = Path(path)
     for n, out in enumerate(iter_paths([top])):
