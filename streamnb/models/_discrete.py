@@ -313,3 +313,24 @@ class DiscreteNB(GenerativeClassifier):
         Xc = self._count_matrix(self._validate_X(X, predicting=True))
         scores = np.asarray(Xc @ W.T) + b
         return scores.ravel() if W.shape[0] == 1 else scores
+
+    # ------------------------------------------------------------ explanation
+    def _log_odds_terms(self, X: Any, a: int, b: int) -> tuple[float, np.ndarray, np.ndarray, np.ndarray]:
+        """Per present feature j: ``x_j (W[b, j] - W[a, j])`` of the linear form (for
+        BernoulliNB x_j = 1 and the weight is ``logit theta_bj - logit theta_aj``, the
+        absent terms being in the bias); the bias is ``b_b - b_a``."""
+        self._refresh()
+        Xc = sp.csr_matrix(self._count_matrix(X), dtype=np.float64, copy=True)
+        Xc.sum_duplicates()
+        Xc.eliminate_zeros()
+        with np.errstate(invalid="ignore"):
+            terms = Xc.data * self._pair_weights(Xc.indices, a, b)
+        return self._pair_bias(a, b), Xc.indptr, Xc.indices, terms
+
+    @abstractmethod
+    def _pair_weights(self, cols: np.ndarray, a: int, b: int) -> np.ndarray:
+        """``W[b, j] - W[a, j]`` for the columns ``cols`` (derived parameters current)."""
+
+    @abstractmethod
+    def _pair_bias(self, a: int, b: int) -> float:
+        """``b_b - b_a`` of the linear form (derived parameters current)."""

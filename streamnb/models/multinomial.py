@@ -105,6 +105,14 @@ class MultinomialNB(DiscreteNB):
         W = T[:, :-1].T - T[:, -1][None, :] * self._log_denominator[:, None]
         return W, self._log_prior.copy()
 
+    def _pair_weights(self, cols: np.ndarray, a: int, b: int) -> np.ndarray:
+        T = self._table[cols]
+        ld = self._log_denominator
+        return (T[:, b] - T[:, -1] * ld[b]) - (T[:, a] - T[:, -1] * ld[a])
+
+    def _pair_bias(self, a: int, b: int) -> float:
+        return float(self._log_prior[b] - self._log_prior[a])
+
     def predict_log_proba_prequential(
         self, X: Any, y: Any, sample_weight: Any = None, plan: MultinomialPlan | None = None
     ) -> PrequentialPrediction:
