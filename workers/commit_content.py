@@ -119,7 +119,7 @@ def commit_content(batch: PredictedBatch, cached: dict[str, CachedMessage | None
         add = batch_stats(model, featurizer, add_rows)
     sub = batch_stats(model, featurizer, res.subs)
     outputs = [output_for(it.msg, v.label, v.log_proba, batch.version, worker,
-                          learned=lab is not None)
+                          learned=lab is not None, explain=v.explanation)
                for it, v, lab in zip(items, verdicts, learnt, strict=True)]
     why = "never seen, or its cache entry expired" + (
         "" if cache_labelled else "; messages learnt on arrival are not cached: --no-cache-labelled")

@@ -25,8 +25,8 @@ NAMESPACE = "streamnb"
 MW = ("model", "worker")
 
 #: Stages of the per-batch pipeline timed by ``stage_seconds``.
-STAGES = ("read", "decode", "featurize", "predict", "learn", "send", "commit", "apply", "observe",
-          "score")
+STAGES = ("read", "decode", "featurize", "predict", "explain", "learn", "send", "commit", "apply",
+          "observe", "score")
 
 # Buckets fitted to this workload: a batch stage takes tens of microseconds to tens of ms.
 STAGE_BUCKETS = (5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0)

@@ -18,6 +18,8 @@ from streamnb.constants import (
     DEFAULT_BATCH_SIZE,
     DEFAULT_LABEL_CACHE_TTL_S,
     DEFAULT_ORDER_WAIT_MS,
+    DEFAULT_TOKEN_NAMES,
+    DEFAULT_TOKEN_NAMES_EVERY,
 )
 from streamnb_workers.codec import DEFAULT_LIMITS, Limits
 
@@ -81,6 +83,15 @@ class WorkerOptions:
     #: idle after work, and at most this often while it stays busy (0: only when idle).
     #: See workers/heap.py.
     release_memory_s: float = 60.0
+    #: Put the K tokens that moved each prediction's log-odds most, with their weights,
+    #: into its output (key ``explain``, docs/protocol.md); 0: none. Costs a second
+    #: tokenization of each message (docs/worker.md, "Explanations").
+    explain: int = 0
+    #: Keep the most frequent token names of the messages seen, at most this many, and
+    #: publish them per bucket to ``{M}:tokens`` (``streamnb tokens``); 0: none.
+    token_names: int = DEFAULT_TOKEN_NAMES
+    #: Count the names of one message in this many (each costs a second tokenization).
+    token_names_every: int = DEFAULT_TOKEN_NAMES_EVERY
 
     def __post_init__(self) -> None:
         if self.batch < 1:
@@ -91,6 +102,11 @@ class WorkerOptions:
             raise ValueError(f"order_wait_ms must be >= 0, got {self.order_wait_ms}")
         if self.release_memory_s < 0:
             raise ValueError(f"release_memory_s must be >= 0, got {self.release_memory_s}")
+        for name in ("explain", "token_names"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
+        if self.token_names_every < 1:
+            raise ValueError(f"token_names_every must be >= 1, got {self.token_names_every}")
         if self.max_deliveries < 1:
             raise ValueError(f"max_deliveries must be >= 1, got {self.max_deliveries}")
         if self.consumer is None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -20,6 +20,7 @@ from streamnb_workers import commit_pipeline
 from streamnb_workers.batch import (
     Decoded,
     Featurized,
+    Item,
     Predictions,
     cache_rows,
     decode_entries,
@@ -31,9 +32,11 @@ from streamnb_workers.batch import (
     prediction_plan,
 )
 from streamnb_workers.commit_content import PredictedBatch
+from streamnb_workers.explain_output import explain_matrix
 from streamnb_workers.metrics import observe_many
 from streamnb_workers.ordering import wait_for_earlier
 from streamnb_workers.stream_ids import entry_time, first_id
+from streamnb_workers.token_names import message_tokens
 
 if TYPE_CHECKING:
     from streamnb_workers.runtime import ModelRuntime
@@ -191,8 +194,37 @@ def predict_items(rt: ModelRuntime, batch: Featurized, prepared: Prepared | None
     if not batch.items:
         return None
     prep = (prepared.entry_ids, prepared.X, prepared.plan) if prepared is not None else None
-    return predict(rt.replica.model, rt.rule, rt.featurizer, batch.items,
-                   rt.options.prequential, prep)
+    predictions = predict(rt.replica.model, rt.rule, rt.featurizer, batch.items,
+                          rt.options.prequential, prep)
+    if rt.options.explain or rt.token_names is not None:
+        t0 = time.perf_counter()
+        predictions = explain_and_name(rt, batch.items, prep, predictions)
+        rt.labels.stage("explain", time.perf_counter() - t0)
+    return predictions
+
+
+def explain_and_name(rt: ModelRuntime, items: list[Item], prep: tuple[list[str], Any, Any] | None,
+                     predictions: Predictions) -> Predictions:
+    """Count the token names of the sampled items (``--token-names``) and, with
+    ``--explain K``, put each item's explanation into its verdict."""
+    names, k = rt.token_names, rt.options.explain
+    sampled = set(names.sample(len(items))) if names is not None else set()
+    tokens = [message_tokens(rt.featurizer, it.msg) if k or i in sampled else None
+              for i, it in enumerate(items)]
+    if names is not None:
+        for i in sampled:
+            if tokens[i] is not None:
+                names.add(tokens[i])  # type: ignore[arg-type]
+    if not k:
+        return predictions
+    if prep is not None and prep[0] == [it.entry_id for it in items]:
+        X = prep[1]
+    else:
+        X = rt.featurizer.stack([it.row for it in items])
+    explained = explain_matrix(rt.replica.model, rt.rule, rt.featurizer, X, k, tokens)
+    verdicts = [v if e is None else replace(v, explanation=e)
+                for v, e in zip(predictions.verdicts, explained, strict=True)]
+    return replace(predictions, verdicts=verdicts)
 
 
 def observe_predictions(rt: ModelRuntime, p: Predictions, now: float) -> None:
