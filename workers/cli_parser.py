@@ -31,7 +31,7 @@ from streamnb.constants import (
     EXIT_USAGE,
     MODEL_KINDS,
 )
-from streamnb_workers import milter
+from streamnb_workers import inspect_commands, milter
 from streamnb_workers.arg_types import (
     finite_float,
     float_list,
@@ -263,6 +263,8 @@ def build_parser() -> OneLineParser:
     _add_common(p)
     _add_model_name(p)
     milter.add_options(p)
+
+    inspect_commands.add_parsers(sub, _add_common, _add_model_name)
     return parser
 
 
