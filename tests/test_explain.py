@@ -177,3 +177,13 @@ def test_bad_calls():
     one = MultinomialNB().partial_fit(X[:3], ["ham"] * 3, classes=["ham", "spam"])
     with pytest.raises(ValueError, match="hold no weight"):
         one.explain(X[0])
+
+
+def test_top_terms_breaks_ties_by_the_lower_column_at_the_cut():
+    from streamnb.models.explanation import top_terms
+
+    e = top_terms(0.0, np.array([5, 3, 9, 1, 7]), np.array([1.0, -1.0, 1.0, 0.5, 0.0]), 2, ("a", "b"))
+    assert e.features.tolist() == [3, 5] and e.contributions.tolist() == [-1.0, 1.0]
+    assert e.other == 1.5
+    every = top_terms(0.0, np.array([5, 3, 9, 1, 7]), np.array([1.0, -1.0, 1.0, 0.5, 0.0]), 9, ("a", "b"))
+    assert every.features.tolist() == [3, 5, 9, 1] and every.other == 0.0  # a zero term is never named

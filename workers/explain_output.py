@@ -51,9 +51,10 @@ def name_columns(featurizer: Any, cols: Sequence[int], tokens: Sequence[str] | N
     hasher = featurizer.hasher
     own: dict[int, str] = {}
     if tokens:
-        buckets = (hasher.hashes_of(list(tokens)) & np.uint64(hasher.mask)).tolist()
-        for b, tok in zip(reversed(buckets), reversed(list(tokens)), strict=True):
-            own[b] = tok  # (reversed: the first occurrence wins)
+        tokens = list(tokens)
+        buckets = (hasher.hashes_of(tokens) & np.uint64(hasher.mask)).astype(np.int64)
+        for i in np.flatnonzero(np.isin(buckets, np.asarray(cols, dtype=np.int64))).tolist():
+            own.setdefault(int(buckets[i]), tokens[i])  # the first occurrence wins
     names = []
     for c in cols:
         if c >= hasher.n_buckets:

@@ -82,12 +82,18 @@ def top_terms(bias: float, features: np.ndarray, terms: np.ndarray, k: int,
     """
     features = np.asarray(features, dtype=np.int64)
     terms = np.asarray(terms, dtype=np.float64)
-    order = np.lexsort((features, -np.abs(terms)))
+    magnitude = np.abs(terms)
+    candidates = np.flatnonzero(magnitude > 0)
+    n_nonzero = candidates.size
+    if 0 < k < candidates.size:  # only the terms at least as large as the k-th are sorted
+        kth = np.partition(magnitude[candidates], candidates.size - k)[candidates.size - k]
+        candidates = candidates[magnitude[candidates] >= kth]
+    order = candidates[np.lexsort((features[candidates], -magnitude[candidates]))]
     top = order[:k]
-    top = top[terms[top] != 0]
-    rest = np.ones(terms.size, dtype=bool)
-    rest[top] = False
-    return Explanation(classes, float(bias), features[top], terms[top], float(terms[rest].sum()))
+    kept = terms[top]
+    # the rest as the total less the kept: one pass, rounding far below the 1e-9 promised
+    other = 0.0 if top.size == n_nonzero else float(terms.sum() - kept.sum())
+    return Explanation(classes, float(bias), features[top], kept, other)
 
 
 def check_k(k: Any) -> int:

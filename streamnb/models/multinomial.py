@@ -106,9 +106,13 @@ class MultinomialNB(DiscreteNB):
         return W, self._log_prior.copy()
 
     def _pair_weights(self, cols: np.ndarray, a: int, b: int) -> np.ndarray:
-        T = self._table[cols]
+        # one product over the gathered rows of T: T_b - T_a - T_k (ld_b - ld_a)
         ld = self._log_denominator
-        return (T[:, b] - T[:, -1] * ld[b]) - (T[:, a] - T[:, -1] * ld[a])
+        coef = np.zeros(self._table.shape[1])
+        coef[b] += 1.0
+        coef[a] -= 1.0
+        coef[-1] = -(ld[b] - ld[a])
+        return np.take(self._table, cols, axis=0) @ coef
 
     def _pair_bias(self, a: int, b: int) -> float:
         return float(self._log_prior[b] - self._log_prior[a])
