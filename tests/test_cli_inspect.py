@@ -29,6 +29,7 @@ def served(redis_server):
     spec = ModelSpec("mail", kind="multinomial", featurizer_config={"bits": BITS})
     w = url_worker(redis_server.url, [spec], fast_options("w1", token_names=100, token_names_every=1))
     w.run_until_idle()
+    w.models["mail"].timers.names.due_at_once()
     housekeeping(w.models["mail"], ["mail"])
     w.shutdown()
     return redis_server.url, r
@@ -134,3 +135,32 @@ def test_bad_arguments_are_one_line_and_exit_2(served, capsys, argv, needle):
     code, out, err = _run(capsys, [argv[0], "--redis", url, *argv[1:]])
     assert code == 2, err
     assert needle in err and len(err.strip().splitlines()) == 1
+
+
+def test_offline_top_tokens_rank_bernoulli_by_true_weight():
+    """predict --snapshot's top tokens: for BernoulliNB by logit differences, not by the log
+    ratio of the presence probabilities (which would put 'rare' first here)."""
+    from streamnb.models import BernoulliNB
+    from streamnb_workers.codec import decode_input, encode_input
+    from streamnb_workers.transfer import top_tokens
+
+    f = Featurizer(bits=12)
+    # 'often': in 9 of 10 spam, 5 of 10 ham; 'rare': in 2 of 10 spam, 1 of 10 ham
+    spam = [["often", "rare"]] * 2 + [["often"]] * 7 + [["x"]]
+    ham = [["often", "rare"]] + [["often"]] * 4 + [["y"]] * 5
+    X = f.transform_payloads([("tokens", t) for t in spam + ham])
+    model = BernoulliNB(alpha=1e-10).fit(X, ["spam"] * 10 + ["ham"] * 10)
+    msg = decode_input(encode_input("tokens", ["often", "rare"]), "1-0")
+    ranked = top_tokens(model, f, msg, "spam", k=5)
+    assert [name for name, _ in ranked] == ["often", "rare"]
+    assert ranked[0][1] == pytest.approx(np.log(9), abs=1e-6)
+
+
+def test_milter_headers_carry_an_explanation():
+    from streamnb_workers.verdicts import TOKENS_HEADER, verdict_headers
+
+    pred = {"label": "spam", "log_proba": {"spam": -0.1, "ham": -2.4},
+            "explain": {"classes": ["ham", "spam"], "bias": 0.1, "other": 0.2,
+                        "tokens": [["cheap", 1.5], ["meeting", -0.4]]}}
+    headers = dict(verdict_headers(pred, positive="spam"))
+    assert headers[TOKENS_HEADER] == "cheap=+1.50 meeting=-0.40"

@@ -106,6 +106,8 @@ def test_workers_publish_the_most_frequent_token_names(redis_server):
     spec = ModelSpec("mail", kind="multinomial", featurizer_config={"bits": 16})
     w = url_worker(redis_server.url, [spec], fast_options("w1", token_names=50, token_names_every=2))
     w.run_until_idle()
+    assert not r.exists(K.tokens)  # first published a minute after the start
+    w.models["mail"].timers.names.due_at_once()
     housekeeping(w.models["mail"], ["mail"])
     w.shutdown()
     table = {int(b): json.loads(v) for b, v in r.hgetall(K.tokens).items()}

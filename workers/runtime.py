@@ -99,6 +99,9 @@ class ModelRuntime:
         #: The token names counted for ``{M}:tokens`` (None: off, or dense input).
         self.token_names = TokenNames(o.token_names, o.token_names_every) \
             if o.token_names and self.featurizer.input == "sparse" else None
+        # first published a period after the start: a name table of a few messages is
+        # worth less than the tens of ms its publication costs a short run
+        self.timers.names.restart(time.monotonic())
         #: Redo this consumer's pending entries before reading new ones (after a start,
         #: a reconnect or an error); ``isolate``: one at a time (after an unexpected error).
         self.pending_phase = True
