@@ -135,3 +135,46 @@ def test_token_names_stay_bounded():
     assert names.counts["always"] == 300
     table = names.table(Featurizer(bits=20).hasher)
     assert sum(len(v) for v in table.values()) <= 100
+
+
+def test_columns_are_named_by_the_message_meta_and_published_names():
+    from streamnb_workers.explain_output import name_columns
+
+    f = Featurizer(bits=8, meta=True)
+    cheap, other = f.hasher.bucket("cheap"), f.hasher.bucket("unrelated")
+    names = name_columns(f, [cheap, 256, 256 + 11, other, 3 if other != 3 else 4],
+                         ["cheap", "cheap2"], {other: [("unrelated", 5)]})
+    assert names[:4] == ["cheap", "meta:log_size", "meta:log_exclaim", "~unrelated"]
+    assert names[4].startswith("#") or names[4] == "cheap2"
+    dense = Featurizer(input="dense", dim=3)
+    assert name_columns(dense, [0, 2], None) == ["x[0]", "x[2]"]
+
+
+def test_a_failing_explanation_leaves_the_batch_alone(redis_server, monkeypatch):
+    from streamnb_workers import process
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(process, "explain_matrix", broken)
+    r = redis_server.client()
+    produce(r, "mail", token_messages(30, seed=8))
+    w = url_worker(redis_server.url, [count_spec()], fast_options("w1", explain=2))
+    w.run_until_idle()
+    w.shutdown()
+    assert r.xlen(K.out) == 30 and r.xlen(K.dead) == 0
+    assert not any("explain" in o for o in _outputs(r).values())
+
+
+def test_a_positive_class_the_model_lacks_falls_back_to_the_second(redis_server):
+    r = redis_server.client()
+    spec = ModelSpec("mail", kind="multinomial", featurizer_config={"bits": 10},
+                     decision={"positive": "spam"})
+    w = url_worker(redis_server.url, [spec], fast_options("w1", explain=2))
+    produce(r, "mail", token_messages(40, classes=("ham", "news"), seed=9))
+    w.run_until_idle()
+    produce(r, "mail", [{"id": "t1", "tokens": ["lunch", "market"]}])
+    w.run_until_idle()
+    w.shutdown()
+    assert r.xlen(K.out) == 41 and r.xlen(K.dead) == 0
+    assert _outputs(r)["t1"]["explain"]["classes"] == ["ham", "news"]

@@ -79,7 +79,10 @@ def _pairs(model: Any, rule: Any, X: Any) -> list[tuple[Any, Any] | None]:
     if len(live) < 2:
         return [None] * X.shape[0]
     if len(classes) == 2:
-        pos = rule.positive_index(classes)
+        try:
+            pos = rule.positive_index(classes)
+        except ValueError:  # the rule's positive class is not one of them (yet)
+            pos = 1
         return [(classes[1 - pos], classes[pos])] * X.shape[0]
     jll = model.predict_joint_log_proba(X)[:, live]
     top2 = np.argsort(-jll, axis=1, kind="stable")[:, :2]

@@ -198,7 +198,11 @@ def predict_items(rt: ModelRuntime, batch: Featurized, prepared: Prepared | None
                           rt.options.prequential, prep)
     if rt.options.explain or rt.token_names is not None:
         t0 = time.perf_counter()
-        predictions = explain_and_name(rt, batch.items, prep, predictions)
+        try:
+            predictions = explain_and_name(rt, batch.items, prep, predictions)
+        except Exception:  # noqa: BLE001 - an explanation must never stop a batch
+            log.exception("model %s: explaining batch %s failed; its outputs go without",
+                          rt.name, batch.items[0].entry_id)
         rt.labels.stage("explain", time.perf_counter() - t0)
     return predictions
 
