@@ -187,3 +187,10 @@ def test_top_terms_breaks_ties_by_the_lower_column_at_the_cut():
     assert e.other == 1.5
     every = top_terms(0.0, np.array([5, 3, 9, 1, 7]), np.array([1.0, -1.0, 1.0, 0.5, 0.0]), 9, ("a", "b"))
     assert every.features.tolist() == [3, 5, 9, 1] and every.other == 0.0  # a zero term is never named
+
+
+def test_other_keeps_its_digits_next_to_a_huge_term():
+    from streamnb.models.explanation import top_terms
+
+    e = top_terms(0.0, np.arange(3), np.array([2.5e9, 0.1, 0.2]), 1, ("a", "b"))
+    assert e.other == 0.1 + 0.2

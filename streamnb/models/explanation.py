@@ -83,17 +83,17 @@ def top_terms(bias: float, features: np.ndarray, terms: np.ndarray, k: int,
     features = np.asarray(features, dtype=np.int64)
     terms = np.asarray(terms, dtype=np.float64)
     magnitude = np.abs(terms)
-    candidates = np.flatnonzero(magnitude > 0)
-    n_nonzero = candidates.size
-    if 0 < k < candidates.size:  # only the terms at least as large as the k-th are sorted
-        kth = np.partition(magnitude[candidates], candidates.size - k)[candidates.size - k]
-        candidates = candidates[magnitude[candidates] >= kth]
-    order = candidates[np.lexsort((features[candidates], -magnitude[candidates]))]
-    top = order[:k]
-    kept = terms[top]
-    # the rest as the total less the kept: one pass, rounding far below the 1e-9 promised
-    other = 0.0 if top.size == n_nonzero else float(terms.sum() - kept.sum())
-    return Explanation(classes, float(bias), features[top], kept, other)
+    n = magnitude.size
+    kth = np.partition(magnitude, n - k)[n - k] if 0 < k < n else 0.0
+    # only the terms at least as large as the k-th are sorted (never a zero term)
+    candidates = np.flatnonzero(magnitude >= kth) if kth > 0 else np.flatnonzero(magnitude)
+    top = candidates[np.lexsort((features[candidates], -magnitude[candidates]))][:k]
+    other = 0.0
+    if top.size < np.count_nonzero(magnitude):  # summed apart, not as total - kept: a
+        rest = np.ones(n, dtype=bool)  # large kept term would cancel the rest's digits
+        rest[top] = False
+        other = float(terms[rest].sum())
+    return Explanation(classes, float(bias), features[top], terms[top], other)
 
 
 def check_k(k: Any) -> int:
