@@ -101,8 +101,12 @@ def process_batch(rt: ModelRuntime, entries: list, deliveries: dict[str, int] | 
 
         # predict before learning (test-then-train; prequential within the batch)
         predictions = predict_items(rt, batch, prepared)
-        rt.labels.stage("predict", time.perf_counter() - t2 +
-                        (prepared.prediction_s if prepared else 0.0))
+        t3 = time.perf_counter()
+        rt.labels.stage("predict", t3 - t2 + (prepared.prediction_s if prepared else 0.0))
+        tokens = None
+        if predictions is not None and o.explain:
+            predictions, tokens = explain_items(rt, batch.items, prepared, predictions)
+        explain_s = time.perf_counter() - t3
 
         predicted = PredictedBatch(
             order=decoded.order, items=batch.items,
@@ -120,6 +124,12 @@ def process_batch(rt: ModelRuntime, entries: list, deliveries: dict[str, int] | 
                 rt.labels.stage("send", time.perf_counter() - t4)
             else:
                 commit_pipeline.commit(rt, predicted, built)
+        if rt.token_names is not None and batch.items:
+            t5 = time.perf_counter()
+            count_token_names(rt, batch.items, tokens)
+            explain_s += time.perf_counter() - t5
+        if o.explain or rt.token_names is not None:
+            rt.labels.stage("explain", explain_s)
         if predictions is not None and predictions.observed:
             t5 = time.perf_counter()
             observe_predictions(rt, predictions, now)
@@ -194,41 +204,47 @@ def predict_items(rt: ModelRuntime, batch: Featurized, prepared: Prepared | None
     if not batch.items:
         return None
     prep = (prepared.entry_ids, prepared.X, prepared.plan) if prepared is not None else None
-    predictions = predict(rt.replica.model, rt.rule, rt.featurizer, batch.items,
-                          rt.options.prequential, prep)
-    if rt.options.explain or rt.token_names is not None:
-        t0 = time.perf_counter()
-        try:
-            predictions = explain_and_name(rt, batch.items, prep, predictions)
-        except Exception:  # noqa: BLE001 - an explanation must never stop a batch
-            log.exception("model %s: explaining batch %s failed; its outputs go without",
-                          rt.name, batch.items[0].entry_id)
-        rt.labels.stage("explain", time.perf_counter() - t0)
-    return predictions
+    return predict(rt.replica.model, rt.rule, rt.featurizer, batch.items,
+                   rt.options.prequential, prep)
 
 
-def explain_and_name(rt: ModelRuntime, items: list[Item], prep: tuple[list[str], Any, Any] | None,
-                     predictions: Predictions) -> Predictions:
-    """Count the token names of the sampled items (``--token-names``) and, with
-    ``--explain K``, put each item's explanation into its verdict."""
-    names, k = rt.token_names, rt.options.explain
-    sampled = set(names.sample(len(items))) if names is not None else set()
-    tokens = [message_tokens(rt.featurizer, it.msg) if k or i in sampled else None
-              for i, it in enumerate(items)]
-    if names is not None:
-        for i in sampled:
-            if tokens[i] is not None:
-                names.add(tokens[i])  # type: ignore[arg-type]
-    if not k:
-        return predictions
-    if prep is not None and prep[0] == [it.entry_id for it in items]:
-        X = prep[1]
-    else:
-        X = rt.featurizer.stack([it.row for it in items])
-    explained = explain_matrix(rt.replica.model, rt.rule, rt.featurizer, X, k, tokens)
+def explain_items(rt: ModelRuntime, items: list[Item], prepared: Prepared | None,
+                  predictions: Predictions) -> tuple[Predictions, list[list[str] | None] | None]:
+    """With ``--explain K``: each item's explanation in its verdict, and the items'
+    tokens (made to name the features; None if the explanations failed, which is logged:
+    an explanation must never stop a batch)."""
+    try:
+        tokens = [message_tokens(rt.featurizer, it.msg) for it in items]
+        if prepared is not None and prepared.entry_ids == [it.entry_id for it in items]:
+            X = prepared.X
+        else:
+            X = rt.featurizer.stack([it.row for it in items])
+        explained = explain_matrix(rt.replica.model, rt.rule, rt.featurizer, X,
+                                   rt.options.explain, tokens)
+    except Exception:  # noqa: BLE001 - see the docstring
+        log.exception("model %s: explaining batch %s failed; its outputs go without",
+                      rt.name, items[0].entry_id)
+        return predictions, None
     verdicts = [v if e is None else replace(v, explanation=e)
                 for v, e in zip(predictions.verdicts, explained, strict=True)]
-    return replace(predictions, verdicts=verdicts)
+    return replace(predictions, verdicts=verdicts), tokens
+
+
+def count_token_names(rt: ModelRuntime, items: list[Item],
+                      tokens: list[list[str] | None] | None) -> None:
+    """Count the token names of the sampled items (``--token-names``), with their
+    ``tokens`` where :func:`explain_items` made them; run once the commit is on its way.
+    A failure is logged, never raised."""
+    names = rt.token_names
+    if names is None:
+        return
+    try:
+        for i in names.sample(len(items)):
+            toks = tokens[i] if tokens is not None else message_tokens(rt.featurizer, items[i].msg)
+            if toks:
+                names.add(toks)
+    except Exception:  # noqa: BLE001 - counting names must never stop a batch
+        log.exception("model %s: counting token names failed", rt.name)
 
 
 def observe_predictions(rt: ModelRuntime, p: Predictions, now: float) -> None:
