@@ -164,3 +164,36 @@ def test_milter_headers_carry_an_explanation():
                         "tokens": [["cheap", 1.5], ["meeting", -0.4]]}}
     headers = dict(verdict_headers(pred, positive="spam"))
     assert headers[TOKENS_HEADER] == "cheap=+1.50 meeting=-0.40"
+
+
+def test_worker_user_of_the_shipped_acl_publishes_names_and_runs_both_commands(capsys, tmp_path):
+    """Under deploy/redis/users.acl, the worker user publishes {M}:tokens and can run
+    'explain' and 'tokens'; Redis's ACL LOG records no refusal."""
+    from _redis_server import REDIS_SERVER, RedisServer
+    from _worker_helpers import ROOT
+
+    if REDIS_SERVER is None:
+        pytest.skip("redis-server is not installed")
+    class AdminRedis(RedisServer):
+        def client(self, **kw):
+            return super().client(username="streamnb-admin",
+                                  password="streamnb-admin-dev-CHANGE-ME", **kw)
+
+    user, password = "streamnb-worker", "streamnb-worker-dev-CHANGE-ME"
+    with AdminRedis(extra=["--aclfile", str(ROOT / "deploy" / "redis" / "users.acl")]) as srv:
+        admin = srv.client()
+        url = f"redis://{user}:{password}@127.0.0.1:{srv.port}/0"
+        produce(admin, "mail", token_messages(60, classes=("spam", "ham"), seed=12))
+        spec = ModelSpec("mail", kind="multinomial", featurizer_config={"bits": BITS})
+        w = url_worker(url, [spec], fast_options("w1", token_names=100, token_names_every=1))
+        w.run_until_idle()
+        w.models["mail"].timers.names.due_at_once()
+        housekeeping(w.models["mail"], ["mail"])
+        w.shutdown()
+        assert admin.hlen("streamnb:{mail}:tokens") > 0
+        path = tmp_path / "m.json"
+        path.write_text(json.dumps({"tokens": ["cheap", "team"]}))
+        assert _run(capsys, ["explain", "--redis", url, "--model", "mail", str(path)])[0] == 0
+        code, out, _ = _run(capsys, ["tokens", "--redis", url, "--model", "mail", "--top", "3"])
+        assert code == 0 and len(out.splitlines()) == 4
+        assert admin.execute_command("ACL", "LOG") == []
