@@ -178,3 +178,29 @@ def test_a_positive_class_the_model_lacks_falls_back_to_the_second(redis_server)
     w.shutdown()
     assert r.xlen(K.out) == 41 and r.xlen(K.dead) == 0
     assert _outputs(r)["t1"]["explain"]["classes"] == ["ham", "news"]
+
+
+@pytest.mark.parametrize("kind", ["multinomial", "bernoulli"])
+def test_labelled_batches_carry_the_batch_term_that_closes_the_sum(redis_server, kind):
+    """Predicted prequentially, a labelled message saw the labelled messages before it in
+    its batch; the explanation's model did not: ``batch`` holds the difference, so the sum
+    is the output's log-odds for every message."""
+    r = redis_server.client()
+    spec = ModelSpec("mail", kind=kind, featurizer_config={"bits": 12})
+    w = url_worker(redis_server.url, [spec], fast_options("w1", explain=3, batch=40))
+    produce(r, "mail", token_messages(40, classes=("spam", "ham"), seed=13))
+    w.run_until_idle()
+    produce(r, "mail", [m | {"id": f"b{i}"} for i, m in
+                        enumerate(token_messages(80, classes=("spam", "ham"), seed=14))])
+    w.run_until_idle()
+    w.shutdown()
+    outs = [o for o in _outputs(r).values() if o["id"].startswith("b")]
+    assert len(outs) == 80
+    with_batch = 0
+    for o in outs:
+        e, lp = o["explain"], o["log_proba"]
+        total = e["bias"] + e["other"] + sum(wt for _, wt in e["tokens"]) + e.get("batch", 0.0)
+        assert total == pytest.approx(lp["spam"] - lp["ham"], abs=1e-9)
+        with_batch += "batch" in e
+    # the first message of each batch saw no label of its batch; most others did
+    assert (with_batch > 40) if kind == "multinomial" else (with_batch == 0)

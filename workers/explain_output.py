@@ -7,7 +7,8 @@ The pair of classes explained: for a two-class model the decision rule's positiv
 against the other; with more classes, the model's most likely class against the
 runner-up (per message). The model is the one the batch was predicted with; in a batch
 that holds labels, a message's prediction also saw the labelled messages before it
-(prequential), its explanation does not.
+(prequential), and what they moved its log-odds by is the explanation's ``batch`` term
+(:func:`add_batch_term`).
 
 >>> import numpy as np
 >>> from streamnb.features import Featurizer
@@ -34,7 +35,8 @@ import numpy as np
 from streamnb.exceptions import NotFittedError
 from streamnb.features.mail import META_FEATURES
 
-__all__ = ["EXPLAINED_KINDS", "explain_matrix", "format_explanation", "name_columns"]
+__all__ = ["EXPLAINED_KINDS", "add_batch_term", "explain_matrix", "format_explanation",
+           "name_columns"]
 
 #: The model kinds whose log-odds split per feature.
 EXPLAINED_KINDS = ("multinomial", "bernoulli", "categorical", "gaussian", "hybrid")
@@ -117,6 +119,36 @@ def explain_matrix(model: Any, rule: Any, featurizer: Any, X: Any, k: int,
     return out
 
 
+def add_batch_term(explained: dict[str, Any], model_log_proba: np.ndarray | None,
+                   classes: Sequence[Any]) -> dict[str, Any]:
+    """``explained`` with ``batch``: the prediction's log-odds (``model_log_proba``, in
+    the order of ``classes``) less the explanation's, when they differ; what the labelled
+    messages before the message in its batch moved its log-odds by (a prequential
+    prediction saw them, the explanation's model did not). Then ``bias + weights + other
+    + batch`` is the prediction's log-odds.
+
+    >>> e = {"classes": ["ham", "spam"], "bias": 0.5, "other": 0.0, "tokens": [["a", 1.0]]}
+    >>> add_batch_term(e, np.log([0.2, 0.8]), ["ham", "spam"])["batch"].__round__(4)
+    -0.1137
+    >>> "batch" in add_batch_term(e, np.array([-1.5, 0.0]), ["ham", "spam"])
+    False
+    """
+    if model_log_proba is None:
+        return explained
+    neg, pos = explained["classes"]
+    index = {c: i for i, c in enumerate(classes[: len(model_log_proba)])}
+    if neg not in index or pos not in index:
+        return explained
+    log_odds = float(model_log_proba[index[pos]] - model_log_proba[index[neg]])
+    if not np.isfinite(log_odds):
+        return explained
+    gap = log_odds - (explained["bias"] + explained["other"] +
+                      sum(w for _, w in explained["tokens"]))
+    if abs(gap) <= 1e-9 * max(1.0, abs(log_odds)):
+        return explained
+    return {**explained, "batch": gap}
+
+
 def format_explanation(explained: dict[str, Any]) -> str:
     """Lines for a terminal: the log-odds, then one line per token, then the rest.
 
@@ -130,8 +162,11 @@ def format_explanation(explained: dict[str, Any]) -> str:
     """
     neg, pos = explained["classes"]
     total = explained["bias"] + explained["other"] + sum(w for _, w in explained["tokens"])
+    total += explained.get("batch", 0.0)
     lines = [f"log-odds {pos} vs {neg}: {total:+.3f}"]
     lines += [f"  {w:+.3f}  {name}" for name, w in explained["tokens"]]
     lines.append(f"  {explained['other']:+.3f}  (other features)")
     lines.append(f"  {explained['bias']:+.3f}  (bias)")
+    if "batch" in explained:
+        lines.append(f"  {explained['batch']:+.3f}  (labelled messages before it in its batch)")
     return "\n".join(lines)

@@ -32,7 +32,7 @@ from streamnb_workers.batch import (
     prediction_plan,
 )
 from streamnb_workers.commit_content import PredictedBatch
-from streamnb_workers.explain_output import explain_matrix
+from streamnb_workers.explain_output import add_batch_term, explain_matrix
 from streamnb_workers.metrics import observe_many
 from streamnb_workers.ordering import wait_for_earlier
 from streamnb_workers.stream_ids import entry_time, first_id
@@ -225,7 +225,9 @@ def explain_items(rt: ModelRuntime, items: list[Item], prepared: Prepared | None
         log.exception("model %s: explaining batch %s failed; its outputs go without",
                       rt.name, items[0].entry_id)
         return predictions, None
-    verdicts = [v if e is None else replace(v, explanation=e)
+    classes = predictions.classes
+    verdicts = [v if e is None else
+                replace(v, explanation=add_batch_term(e, v.model_log_proba, classes))
                 for v, e in zip(predictions.verdicts, explained, strict=True)]
     return replace(predictions, verdicts=verdicts), tokens
 
