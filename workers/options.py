@@ -22,6 +22,7 @@ from streamnb.constants import (
     DEFAULT_TOKEN_NAMES_EVERY,
 )
 from streamnb_workers.codec import DEFAULT_LIMITS, Limits
+from streamnb_workers.health import DEFAULT_HEALTHZ_GRACE_S
 
 __all__ = ["WorkerOptions"]
 
@@ -92,6 +93,9 @@ class WorkerOptions:
     token_names: int = DEFAULT_TOKEN_NAMES
     #: Count the names of one message in this many (each costs a second tokenization).
     token_names_every: int = DEFAULT_TOKEN_NAMES_EVERY
+    #: ``/healthz`` on the metrics port fails (503) once Redis has been unreachable for
+    #: longer than this (workers/health.py).
+    healthz_grace_s: float = DEFAULT_HEALTHZ_GRACE_S
 
     def __post_init__(self) -> None:
         if self.batch < 1:
@@ -107,6 +111,8 @@ class WorkerOptions:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
         if self.token_names_every < 1:
             raise ValueError(f"token_names_every must be >= 1, got {self.token_names_every}")
+        if not self.healthz_grace_s > 0:
+            raise ValueError(f"healthz_grace_s must be > 0, got {self.healthz_grace_s}")
         if self.max_deliveries < 1:
             raise ValueError(f"max_deliveries must be >= 1, got {self.max_deliveries}")
         if self.consumer is None:
