@@ -388,8 +388,10 @@ def encode_output(
     learned: bool | None = None,
     meta: dict | None = None,
     reason: str | None = None,
+    explain: dict | None = None,
 ) -> bytes:
-    """Encode one prediction for ``{M}:out``.
+    """Encode one prediction for ``{M}:out`` (``explain``: the map of
+    :mod:`streamnb_workers.explain_output`, with ``--explain K``).
 
     >>> out = decode_output(encode_output("m1", "1-0", "spam", {"spam": -0.1, "ham": -2.4},
     ...                                   7, "w1", true_label="spam", learned=True))
@@ -413,6 +415,8 @@ def encode_output(
         obj["reason"] = reason
     if meta is not None:
         obj["meta"] = meta
+    if explain is not None:
+        obj["explain"] = explain
     return _pack(obj)
 
 
@@ -424,6 +428,7 @@ def output_for(
     worker: str,
     learned: bool | None = None,
     reason: str | None = None,
+    explain: dict | None = None,
 ) -> bytes:
     """:func:`encode_output` for a decoded input (id, entry, true label and meta from
     ``msg``); ``reason``: why a labelled message was not learnt."""
@@ -438,6 +443,7 @@ def output_for(
         learned=learned if msg.label is not None else None,
         meta=msg.meta,
         reason=reason if msg.label is not None else None,
+        explain=explain,
     )
 
 
