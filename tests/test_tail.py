@@ -64,6 +64,15 @@ def test_the_last_n_predictions_oldest_first(redis_server, capsys):
     assert code == 0 and lines == []
 
 
+def test_a_prediction_with_an_explanation_shows_its_tokens():
+    obj = {"id": "m1", "label": "spam", "log_proba": {"ham": -3.0, "spam": -0.05},
+           "model_version": "4-0", "worker": "w1",
+           "explain": {"classes": ["ham", "spam"], "bias": -0.5, "other": 0.1,
+                       "tokens": [["viagra", 2.25], ["meeting", -1.0]]}}
+    line = tail.format_entry("1700000000000-0", obj, dead=False)
+    assert line.endswith('worker=w1 tokens="viagra=+2.25 meeting=-1.00"')
+
+
 def test_dead_letters_readable_and_as_json(redis_server, capsys):
     fill(redis_server.client())
     code, lines = run(capsys, "--redis", redis_server.url, "--model", "mail", "--dead")

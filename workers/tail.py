@@ -8,7 +8,8 @@ forwards in pages of :data:`PAGE`, so any N costs bounded memory.
 A prediction's line: the entry's time (from its stream id, UTC), the stream id, then
 ``key=value`` fields: the message ``id``, the ``label``, the ``score`` (natural-log odds of
 the positive class, as in ``X-Streamnb-Score``), the ``true`` label and whether it was
-``learnt`` for a labelled message, the ``version`` that predicted and the ``worker``. A
+``learnt`` for a labelled message, the ``version`` that predicted, the ``worker`` and, from
+a worker run with ``--explain K``, the top ``tokens`` with their weights. A
 dead letter's: ``reason``, the input ``entry``, the message ``id`` when its payload is a
 map that has one, the payload's size and the ``detail``. A value with spaces or quotes is
 JSON-quoted.
@@ -133,6 +134,11 @@ def format_entry(stream_id: str, obj: Mapping[str, Any], dead: bool, positive: A
         if obj.get("true_label") is not None:
             fields += [("true", obj["true_label"]), ("learnt", "yes" if obj.get("learned") else "no")]
         fields += [("version", obj.get("model_version")), ("worker", obj.get("worker"))]
+        explained = obj.get("explain")
+        if isinstance(explained, Mapping) and explained.get("tokens"):  # a worker's --explain K
+            fields.append(("tokens", " ".join(
+                f"{name}={weight:+.2f}" for name, weight in explained["tokens"]
+                if isinstance(weight, int | float))))
         if obj.get("meta") is not None:
             fields.append(("meta", json.dumps(obj["meta"], sort_keys=True, default=repr)))
     text = " ".join(f"{k}={_value(v)}" for k, v in fields if v is not None)
