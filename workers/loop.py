@@ -100,6 +100,16 @@ def read_batches(reader: Any, consumer: str, rts: list[ModelRuntime], count: int
     return out
 
 
+def close_clients(clients: Any) -> None:
+    """Close every connection of ``clients`` (cluster clients: a pool per node), best effort."""
+    for c in clients:
+        try:
+            if c is not None:
+                c.close()
+        except Exception:  # noqa: BLE001, S110 - nothing to do about it
+            pass
+
+
 class Worker:
     """Serves one or more models from Redis streams (see the module docstring)."""
 
@@ -241,7 +251,8 @@ class Worker:
         log.warning("redis %s error at %s: %s; reconnecting in %.2fs (attempt %d)", kind,
                     self.connector.describe(), exc, delay, self.backoff.attempts)
         self._stop.wait(delay)
-        for c in {id(self.client): self.client, id(self.reader): self.reader}.values():
+        old = {id(self.client): self.client, id(self.reader): self.reader}.values()
+        for c in old:
             try:
                 if c is not None and hasattr(c, "connection_pool"):
                     c.connection_pool.disconnect()
@@ -251,6 +262,9 @@ class Worker:
             self.connect()
         except Exception as e2:  # noqa: BLE001 - retried on the next attempt
             log.warning("reconnect failed: %s", e2)
+        else:
+            if self.connector.cluster:  # new clients learnt the topology anew
+                close_clients(old)
         for rt in self.models.values():
             rt.pending_phase = True  # uncommitted work is redone from our pending entries
 
