@@ -90,8 +90,8 @@ def test_kill_9_of_the_master_loses_acknowledged_commits_relearnt_once(cluster, 
     cluster.wait_ok("the replica was not promoted", timeout=30)
     failover_s = time.monotonic() - t_kill
     assert cluster.serving(slot)[0] == replica.port
-    # what the new master holds of the log ends before what the workers had applied
-    assert parse_id(last_log_id(replica.client())) < parse_id(ahead)
+    # the log entry the workers had applied last is not on the new master
+    assert admin.xrange(K.log, min=ahead, max=ahead) == []
     produce_mixed(admin, msgs[3000:], 3000)
     wait_for(lambda: done(admin, len(msgs)), 60, "every entry processed after the failover",
              state=lambda: stream_state(admin, threads))
@@ -100,7 +100,8 @@ def test_kill_9_of_the_master_loses_acknowledged_commits_relearnt_once(cluster, 
     threads.stop_all()
     for c in ("a", "b"):  # the connection errors were counted and survived
         assert threads.metric(c, "redis_errors", kind="connection") >= 1
-    assert sum(m["mail"].replica.reloads for m in reps) >= 2, threads.describe()
+    # each worker saw the log go back behind its replica, and rebuilt it
+    assert min(m["mail"].replica.rewinds for m in reps) >= 1, threads.describe()
     entry_ids = [as_str(e) for e, _ in admin.xrange(K.input)]
     check_guarantees(admin, msgs, entry_ids, [m["mail"].replica for m in reps])
     assert cluster.refusals() == []
