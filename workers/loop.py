@@ -66,8 +66,22 @@ TRANSIENT_PREFIXES = ("MISCONF", "READONLY", "LOADING", "MASTERDOWN", "CLUSTERDO
                       "NOREPLICAS", "BUSY ")
 
 
+#: Cluster errors redis-py raises without the reply's prefix, or outside ``RedisError``,
+#: that a topology change explains (a failover, a slot moving): a reconnect re-reads it.
+CLUSTER_TRANSIENT = (redis.exceptions.ClusterError, redis.exceptions.TryAgainError,
+                     redis.exceptions.AskError, redis.exceptions.SlotNotCoveredError)
+
+
 def error_kind(exc: BaseException) -> str | None:
-    """The metric kind of a transient Redis error, or None if it is not transient."""
+    """The metric kind of a transient Redis error, or None if it is not transient.
+
+    >>> from redis.exceptions import ClusterDownError, ResponseError, TryAgainError
+    >>> [error_kind(e) for e in (redis.ConnectionError("refused"), ClusterDownError("down"),
+    ...  TryAgainError("rehashing"), ResponseError("NOREPLICAS Not enough good replicas"))]
+    ['connection', 'other', 'other', 'other']
+    >>> error_kind(ResponseError("WRONGTYPE Operation against a key")) is None
+    True
+    """
     if isinstance(exc, redis.TimeoutError):
         return "timeout"
     if isinstance(exc, (redis.ConnectionError, redis.BusyLoadingError)):
@@ -80,7 +94,7 @@ def error_kind(exc: BaseException) -> str | None:
             return "misconf"
         if text.startswith(TRANSIENT_PREFIXES):
             return "other"
-    if isinstance(exc, redis.exceptions.ClusterError):
+    if isinstance(exc, CLUSTER_TRANSIENT):
         return "other"
     return None
 
