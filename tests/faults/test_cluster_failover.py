@@ -25,7 +25,7 @@ from test_cluster import REDIS_CLI, Cluster, slot_of
 from faults.harness import K, check_guarantees, last_log_id, produce_mixed, stream_state, wait_for
 from streamnb_workers.keys import GROUP
 from streamnb_workers.replies import as_str
-from streamnb_workers.stream_ids import parse_id
+from streamnb_workers.stream_ids import entry_time, parse_id
 
 pytestmark = [pytest.mark.slow, pytest.mark.redis]
 
@@ -61,53 +61,111 @@ def cut_replication(replica) -> None:
     wait_for(lambda: c.info("replication")["master_link_status"] == "down", 10, "the link down")
 
 
+class Failover:
+    """Two worker threads on model ``mail`` of ``cluster``, their URL naming the master of
+    the model's slot; ``msgs[:3000]`` produced first (and replicated), the rest after the
+    failover."""
+
+    def __init__(self, cluster: Cluster, threads, seed: int) -> None:
+        self.cluster, self.threads = cluster, threads
+        self.slot = slot_of(K.input)
+        self.master, self.replica = (cluster.node(p) for p in cluster.serving(self.slot)[:2])
+        self.admin = cluster.admin(node=next(i for i, n in enumerate(cluster.nodes)
+                                             if n is not self.master))
+        self.msgs = token_messages(4000, seed=seed, labelled_share=0.9)
+        produce_mixed(self.admin, self.msgs[:3000])
+        # the input itself is not what these tests lose: it reaches the replica first
+        wait_for(lambda: repl_offset(self.replica) >= repl_offset(self.master), 10,
+                 "the replica in sync")
+        url = self.master.url_for(WORKER_USER, WORKER_PASSWORD)
+        self.workers = [threads.spawn(url, c, cluster=True) for c in ("a", "b")]
+        self.wait(lambda: self.admin.xlen(K.out) >= 600, "some progress")
+
+    def wait(self, cond, what: str, timeout: float = 30) -> None:
+        wait_for(cond, timeout, what, state=lambda: stream_state(self.admin, self.threads))
+
+    @property
+    def replicas(self) -> list:
+        return [w.models["mail"].replica for w in self.workers]
+
+    def kill_master(self) -> tuple[str, float, float]:
+        """``kill -9`` of the master; returns the most advanced worker's version at the
+        kill, the seconds until the replica is promoted, and until a worker commits again."""
+        self.master.stop(9)
+        t_kill = time.monotonic()
+        ahead = max((r.version for r in self.replicas), key=parse_id)
+        self.cluster.wait_ok("the replica was not promoted", timeout=30)
+        promoted = time.monotonic() - t_kill
+        assert self.cluster.serving(self.slot)[0] == self.replica.port
+        learnt = int(self.admin.get(K.learnt) or 0)
+        self.wait(lambda: int(self.admin.get(K.learnt) or 0) > learnt, "a commit after the failover")
+        return ahead, promoted, time.monotonic() - t_kill
+
+    def finish(self) -> None:
+        """The rest of the input, then every fault test's end checks."""
+        admin = self.admin
+        produce_mixed(admin, self.msgs[3000:], 3000)
+        self.wait(lambda: done(admin, len(self.msgs)), "every entry processed after the failover", 60)
+        self.wait(lambda: {r.version for r in self.replicas} == {last_log_id(admin)},
+                  "both replicas at the last log entry", 10)
+        self.threads.stop_all()
+        for c in ("a", "b"):  # the connection errors were counted and survived
+            assert self.threads.metric(c, "redis_errors", kind="connection") >= 1
+        entry_ids = [as_str(e) for e, _ in admin.xrange(K.input)]
+        check_guarantees(admin, self.msgs, entry_ids, self.replicas)
+        assert self.cluster.refusals() == []
+
+
 def test_kill_9_of_the_master_loses_acknowledged_commits_relearnt_once(cluster, threads):
-    slot = slot_of(K.input)
-    master, replica = (cluster.node(p) for p in cluster.serving(slot)[:2])
-    survivor = next(i for i, n in enumerate(cluster.nodes) if n is not master)
-    admin = cluster.admin(node=survivor)
-    msgs = token_messages(4000, seed=23, labelled_share=0.9)
-    produce_mixed(admin, msgs[:3000])
-    # the input itself is not what this test loses: it reaches the replica first
-    wait_for(lambda: repl_offset(replica) >= repl_offset(master), 10, "the replica in sync")
-    url = master.url_for(WORKER_USER, WORKER_PASSWORD)
-    a, b = (threads.spawn(url, c, cluster=True) for c in ("a", "b"))
-    reps = [a.models, b.models]
-    wait_for(lambda: admin.xlen(K.out) >= 600, 30, "some progress",
-             state=lambda: stream_state(admin, threads))
-    cut_replication(replica)
-    at_cut = parse_id(last_log_id(admin))  # >= the last log entry the replica holds
-    out_at_cut = admin.xlen(K.out)
-    wait_for(lambda: admin.xlen(K.out) >= out_at_cut + 300, 30, "commits the replica lacks")
+    run = Failover(cluster, threads, seed=23)
+    cut_replication(run.replica)
+    at_cut = parse_id(last_log_id(run.admin))  # >= the last log entry the replica holds
+    out_at_cut = run.admin.xlen(K.out)
+    run.wait(lambda: run.admin.xlen(K.out) >= out_at_cut + 300, "commits the replica lacks")
     # both replicas must have applied entries the replica lacks (on a loaded machine the
     # workers can lag the stream, which would make the scenario vacuous)
-    wait_for(lambda: min(parse_id(m["mail"].replica.version) for m in reps if m) > at_cut, 30,
-             "both replicas ahead of the cut", state=lambda: stream_state(admin, threads))
-    master.stop(9)
-    t_kill = time.monotonic()
-    ahead = max((m["mail"].replica.version for m in reps), key=parse_id)
+    run.wait(lambda: min(parse_id(r.version) for r in run.replicas) > at_cut,
+             "both replicas ahead of the cut")
+    rebuilt = [r.rewinds + r.reloads for r in run.replicas]
+    ahead, promoted_s, resumed_s = run.kill_master()
     assert parse_id(ahead) > at_cut
-    cluster.wait_ok("the replica was not promoted", timeout=30)
-    failover_s = time.monotonic() - t_kill
-    assert cluster.serving(slot)[0] == replica.port
     # the log entry the workers had applied last is not on the new master
-    assert admin.xrange(K.log, min=ahead, max=ahead) == []
-    produce_mixed(admin, msgs[3000:], 3000)
-    wait_for(lambda: done(admin, len(msgs)), 60, "every entry processed after the failover",
-             state=lambda: stream_state(admin, threads))
-    wait_for(lambda: {m["mail"].replica.version for m in reps} == {last_log_id(admin)}, 10,
-             "both replicas at the last log entry", state=lambda: stream_state(admin, threads))
-    threads.stop_all()
-    for c in ("a", "b"):  # the connection errors were counted and survived
-        assert threads.metric(c, "redis_errors", kind="connection") >= 1
-    # each worker saw the log go back behind its replica, and rebuilt it
-    assert min(m["mail"].replica.rewinds for m in reps) >= 1, threads.describe()
-    entry_ids = [as_str(e) for e, _ in admin.xrange(K.input)]
-    check_guarantees(admin, msgs, entry_ids, [m["mail"].replica for m in reps])
-    assert cluster.refusals() == []
-    print(f"failover took {failover_s:.1f}s after the kill (node timeout {NODE_TIMEOUT_MS} ms)")
+    assert run.admin.xrange(K.log, min=ahead, max=ahead) == []
+    run.finish()
+    # each worker rebuilt its replica: it found the log gone back behind it, or (if
+    # another worker had written a snapshot and trimmed the log on the new master first)
+    # the log trimmed past its version
+    assert all(r.rewinds + r.reloads > n for r, n in zip(run.replicas, rebuilt, strict=True)), \
+        threads.describe()
+    assert sum(r.rewinds for r in run.replicas) >= 1, threads.describe()
+    print(f"replica promoted {promoted_s:.1f}s after the kill, workers committing again after "
+          f"{resumed_s:.1f}s (node timeout {NODE_TIMEOUT_MS} ms)")
 
 
+#: ``min-replicas-max-lag`` of the second test, in seconds.
+MAX_LAG_S = 1
+
+
+def test_min_replicas_to_write_bounds_what_a_cut_off_replica_lacks(cluster, threads):
+    """With ``min-replicas-to-write 1``, a master whose replica is cut off refuses writes
+    (``NOREPLICAS``) once the replica's last acknowledgement is ``min-replicas-max-lag``
+    old: the commits a failover then loses span at most that long (plus the second between
+    acknowledgements); the workers back off meanwhile and go on after the failover."""
+    run = Failover(cluster, threads, seed=24)
+    master = run.master.client()
+    master.config_set("min-replicas-max-lag", MAX_LAG_S)
+    master.config_set("min-replicas-to-write", 1)
+    cut_replication(run.replica)
+    t_cut = time.time()
+    refused = lambda: sum(threads.metric(c, "redis_errors", kind="other") for c in ("a", "b"))  # noqa: E731
+    run.wait(lambda: refused() >= 2, "writes refused for want of a replica")
+    time.sleep(1.0)  # refusals go on: nothing more is written
+    last_written = entry_time(last_log_id(run.admin))
+    assert last_written - t_cut <= MAX_LAG_S + 1.5, (last_written - t_cut)
+    run.kill_master()
+    run.finish()
+    print(f"the master took writes for {last_written - t_cut:.1f}s after the cut "
+          f"(min-replicas-max-lag {MAX_LAG_S})")
 def done(client, n: int) -> bool:
     """Every one of ``n`` inputs delivered and acknowledged. (A cluster pipeline returns
     XINFO GROUPS unparsed, so this reads one by one: the delivery mark first, then the
