@@ -148,9 +148,9 @@ MAX_LAG_S = 1
 
 def test_min_replicas_to_write_bounds_what_a_cut_off_replica_lacks(cluster, threads):
     """With ``min-replicas-to-write 1``, a master whose replica is cut off refuses writes
-    (``NOREPLICAS``) once the replica's last acknowledgement is ``min-replicas-max-lag``
-    old: the commits a failover then loses span at most that long (plus the second between
-    acknowledgements); the workers back off meanwhile and go on after the failover."""
+    (``NOREPLICAS``): at once here, since the replica's connection is closed (a silent link
+    would take ``min-replicas-max-lag`` plus the second between acknowledgements, the bound
+    checked). The workers back off meanwhile and go on after the failover."""
     run = Failover(cluster, threads, seed=24)
     master = run.master.client()
     master.config_set("min-replicas-max-lag", MAX_LAG_S)
