@@ -299,6 +299,16 @@ def wait_synced(replica: Any, timeout: float = 20.0) -> None:
         time.sleep(0.05)
 
 
+def rotated(items: tuple, k: int) -> tuple:
+    """``items`` rotated left by ``k``.
+
+    >>> rotated(("a", "b", "c"), 4)
+    ('b', 'c', 'a')
+    """
+    k %= len(items)
+    return items[k:] + items[:k]
+
+
 def replication_cost(batches: int = 40, batch: int = 100, row_bytes: int = 789,
                      out_bytes: int = 144, delta_bytes: int = 351,
                      ) -> dict[str, tuple[float, float]]:
@@ -330,7 +340,8 @@ def replication_cost(batches: int = 40, batch: int = 100, row_bytes: int = 789,
                     cache_writes=writes, cache_registry=registry))
         client.execute_command("WAIT", 1, 10_000)
         for b in range(batches):
-            for variant, (keys, reqs) in work.items():
+            for variant in rotated(REPLICATION_VARIANTS, b):  # (no variant always first)
+                keys, reqs = work[variant]
                 client.config_set("min-replicas-to-write", 1 if "min-replicas" in variant else 0)
                 wait = "WAIT" in variant
                 cpu0, t0 = redis_cpu_s(client), time.perf_counter()
