@@ -94,7 +94,8 @@ def cluster_ports(n: int) -> list[int]:
 
 
 class Cluster:
-    """Three master redis-server processes joined into a cluster, the ACL on each.
+    """Three master redis-server processes joined into a cluster, the ACL on each, and
+    optionally replicas of them.
 
     ``replicas``: replicas per master (``redis-cli --cluster create --cluster-replicas``);
     they replicate as the admin user (the ACL turns ``default`` off).
@@ -172,9 +173,8 @@ class Cluster:
             n.__exit__(None, None, None)
         shutil.rmtree(self.dir, ignore_errors=True)
 
-    def url(self, user: str = WORKER_USER, password: str = WORKER_PASSWORD,
-            node: int = 0) -> str:
-        return self.nodes[node].url_for(user, password)
+    def url(self, user: str = WORKER_USER, password: str = WORKER_PASSWORD) -> str:
+        return self.nodes[0].url_for(user, password)
 
     def admin(self, node: int = 0) -> Any:
         from redis.cluster import RedisCluster
