@@ -354,6 +354,23 @@ def test_the_ordering_wait_reads_the_log_in_one_pipeline_on_a_cluster(cluster):
     assert cluster.refusals() == []
 
 
+def test_a_connector_reaches_the_cluster_through_the_nodes_it_knew(cluster):
+    """After a failover the URL's node may be the master that died: a connector makes new
+    clients from the nodes its last client knew as well (tests/faults/test_cluster_failover.py
+    kills that node; here the URL names a port where nothing listens)."""
+    live = UrlConnector(RedisSettings(cluster.url(), cluster=True))
+    live.client()
+    assert sorted(port for _, port in live.known_nodes) == sorted(n.port for n in cluster.nodes)
+    dead_url = f"redis://{WORKER_USER}:{WORKER_PASSWORD}@127.0.0.1:{cluster_ports(1)[0]}/0"
+    dead = UrlConnector(RedisSettings(dead_url, cluster=True))
+    with pytest.raises(redis.ConnectionError, match="cannot be reached"):
+        dead.client()
+    dead.known_nodes = live.known_nodes
+    client = dead.client()
+    assert client.xlen(ModelKeys("known-nodes").input) == 0
+    assert dead.reader(100).ping()
+
+
 def test_wrong_password_on_a_cluster_fails_at_once(cluster):
     t0 = time.monotonic()
     with pytest.raises(redis.AuthenticationError, match="refused the credentials") as info:
