@@ -346,10 +346,20 @@ class ClientConnector:
         return self._description
 
 
+def close_clients(clients: Iterable[Any]) -> None:
+    """Close every connection of ``clients`` (cluster clients: a pool per node), best effort."""
+    for c in clients:
+        try:
+            if c is not None:
+                c.close()
+        except Exception:  # noqa: BLE001, S110 - nothing to do about it
+            pass
+
+
 def connector_from_url(url: str, **settings: Any) -> UrlConnector:
     """Shortcut: ``connector_from_url("redis://localhost", password=...)``."""
     return UrlConnector(RedisSettings(url, **settings))
 
 
 __all__ = ["ClientConnector", "Connector", "NoAccessRetry", "RedisSettings", "UrlConnector",
-           "connector_from_url", "is_access_error", "tls_failure"]
+           "close_clients", "connector_from_url", "is_access_error", "tls_failure"]

@@ -37,7 +37,7 @@ from streamnb.exceptions import StreamnbError
 from streamnb_workers.backoff import Backoff
 from streamnb_workers.commit import COMMIT_SCRIPT
 from streamnb_workers.commit_pipeline import abandon, settle
-from streamnb_workers.connection import Connector, is_access_error
+from streamnb_workers.connection import Connector, close_clients, is_access_error
 from streamnb_workers.health import RedisHealth
 from streamnb_workers.heap import HeapTrimmer
 from streamnb_workers.housekeeping import drop_sampled_gauges, housekeeping
@@ -118,16 +118,6 @@ def read_batches(reader: Any, consumer: str, rts: list[ModelRuntime], count: int
         rt.labels.stage("read", dt)
         out.append((rt, ReadBatch(entries, None)))
     return out
-
-
-def close_clients(clients: Any) -> None:
-    """Close every connection of ``clients`` (cluster clients: a pool per node), best effort."""
-    for c in clients:
-        try:
-            if c is not None:
-                c.close()
-        except Exception:  # noqa: BLE001, S110 - nothing to do about it
-            pass
 
 
 class Worker:
