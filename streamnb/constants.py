@@ -10,6 +10,10 @@ MODEL_FORMAT_VERSION = 1
 #: Default number of hash bits for hashed (text, token, mail) input: 2**20 buckets.
 DEFAULT_HASH_BITS = 20
 
+#: Categories a categorical feature may take (values 0 .. limit - 1): one message's
+#: category cannot make a model allocate more than this many columns per feature.
+DEFAULT_MAX_CATEGORIES = 1024
+
 #: Model kinds, as accepted by ``streamnb.models.make_model`` and ``streamnb worker --kind``.
 MODEL_KINDS = ("multinomial", "bernoulli", "categorical", "gaussian", "lda", "qda", "hybrid")
 

@@ -38,7 +38,7 @@ from streamnb_workers.replies import as_str, entry_field
 from streamnb_workers.stream_ids import entry_time
 
 __all__ = ["Dead", "Decoded", "Featurized", "Item", "Predictions", "Verdict", "cache_rows",
-           "decode_entries", "drop_foreign_labels", "featurize", "own_stats", "predict",
+           "decode_entries", "drop_bad_categories", "drop_foreign_labels", "featurize", "own_stats", "predict",
            "prediction_plan"]
 
 
@@ -193,6 +193,28 @@ def drop_foreign_labels(known: Sequence[Any], decoded: Decoded, batch: Featurize
                          for eid, (label, data) in foreign.items()]
     return Featurized([it for it in batch.items if it.entry_id not in foreign],
                       [r for r in batch.refs if r.entry_id not in foreign], batch.ref_data, dead)
+
+
+def drop_bad_categories(model: Any, batch: Featurized) -> Featurized:
+    """Dead-letter (``bad_category``) every item whose ``x`` is not a category the model
+    takes (a negative, fractional or too large value; a model that is not categorical
+    takes any): a value beyond the limit would make the model allocate a column for
+    every category up to it."""
+    check = getattr(model, "check_categories", None)
+    if check is None or not batch.items:
+        return batch
+    items: list[Item] = []
+    dead = list(batch.dead)
+    for it in batch.items:
+        try:
+            check(it.row.x[None, :])
+        except ValueError as exc:
+            dead.append(Dead(it.entry_id, "bad_category", str(exc), it.data))
+            continue
+        items.append(it)
+    if len(items) == len(batch.items):
+        return batch
+    return Featurized(items, batch.refs, batch.ref_data, dead)
 
 
 # ---------------------------------------------------------------------- before the wait

@@ -101,6 +101,7 @@ MODEL_OPTIONS: Mapping[str, tuple[str, tuple[str, ...]]] = {
     "shrinkage": ("shrinkage", ("lda",)),
     "reg_param": ("reg_param", ("qda",)),
     "priors": ("priors", ("gaussian", "lda", "qda")),
+    "max_categories": ("max_categories", ("categorical",)),
 }
 #: Featurizer options: flag dest -> featurizer config key.
 FEATURIZER_OPTIONS: Mapping[str, str] = {
@@ -127,6 +128,9 @@ def _add_worker_options(p: argparse.ArgumentParser) -> None:
     add_option(g, "--shrinkage", type=shrinkage, help="LDA: covariance shrinkage toward the scaled identity, in [0, 1]")
     add_option(g, "--reg-param", type=finite_float, help="QDA: covariance regularisation in [0, 1]")
     add_option(g, "--priors", type=float_list, help="Gaussian/LDA/QDA: fixed class priors, comma separated")
+    add_option(g, "--max-categories", type=positive_int,
+               help="categorical: categories per feature are 0 .. N-1; a larger value is a "
+               "dead letter (bad_category)")
     add_option(g, "--half-life", type=finite_float, help="forgetting: weights halve every N learnt messages")
     f = p.add_argument_group("featurizer options (fixed when the model is created)")
     add_option(f, "--bits", type=positive_int, help="hash buckets = 2**bits for raw/text/tokens input")

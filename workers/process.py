@@ -23,6 +23,7 @@ from streamnb_workers.batch import (
     Predictions,
     cache_rows,
     decode_entries,
+    drop_bad_categories,
     drop_foreign_labels,
     featurize,
     known_classes,
@@ -84,7 +85,7 @@ def process_batch(rt: ModelRuntime, entries: list, deliveries: dict[str, int] | 
         if not decoded.labelled:
             rt.withdraw(announced)  # it learns nothing: nobody needs to wait for it
             announced = None
-        batch = featurize(rt.featurizer, decoded)
+        batch = drop_bad_categories(rt.replica.model, featurize(rt.featurizer, decoded))
         rt.labels.stage("featurize", time.perf_counter() - t1)
         prepared = prepare(rt, batch) if batch.items else None
 
