@@ -172,6 +172,13 @@ def _add_worker_options(p: argparse.ArgumentParser) -> None:
     add_option(w, "--pipeline", action=argparse.BooleanOptionalAction, default=True,
                help="while a full batch commits, read, decode and featurize the next one "
                "(same predictions; --no-pipeline: one batch after the other)")
+    add_option(w, "--input-trim-s", type=non_negative_float, default=10.0, metavar="SECONDS",
+               help="every SECONDS the lease holder trims :in of the entries every consumer "
+               "group has acknowledged (0: never)")
+    add_option(w, "--out-maxlen", type=non_negative_int, default=1_000_000,
+               help=":out keeps about this many predictions (MAXLEN ~; 0: no cap)")
+    add_option(w, "--dead-maxlen", type=non_negative_int, default=100_000,
+               help=":dead keeps about this many dead letters (MAXLEN ~; 0: no cap)")
     add_option(w, "--processes", type=positive_int, default=1,
                help="run N worker processes under a supervisor that restarts one that dies")
     add_option(w, "--metrics-port", type=port, default=DEFAULT_METRICS_PORT,

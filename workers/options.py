@@ -37,8 +37,13 @@ class WorkerOptions:
     claim_idle_ms: int = 60_000
     #: A message delivered more than this many times goes to :dead (reason ``poison``).
     max_deliveries: int = 5
+    #: Approximate caps (``MAXLEN ~``) of ``:out`` and ``:dead``, applied at each commit
+    #: (0: no cap).
     out_maxlen: int = 1_000_000
     dead_maxlen: int = 100_000
+    #: Every this many seconds the lease holder trims ``:in`` of the entries every
+    #: consumer group has read and acknowledged (0: never; see workers/input_trim.py).
+    input_trim_s: float = 10.0
     events_maxlen: int = 10_000
     #: Snapshot after this many applied log entries, or this many seconds.
     snapshot_every: int = 1000
@@ -91,6 +96,11 @@ class WorkerOptions:
             raise ValueError(f"order_wait_ms must be >= 0, got {self.order_wait_ms}")
         if self.release_memory_s < 0:
             raise ValueError(f"release_memory_s must be >= 0, got {self.release_memory_s}")
+        if self.input_trim_s < 0:
+            raise ValueError(f"input_trim_s must be >= 0, got {self.input_trim_s}")
+        if self.out_maxlen < 0 or self.dead_maxlen < 0:
+            raise ValueError(f"out_maxlen and dead_maxlen must be >= 0, got "
+                             f"{self.out_maxlen} and {self.dead_maxlen}")
         if self.max_deliveries < 1:
             raise ValueError(f"max_deliveries must be >= 1, got {self.max_deliveries}")
         if self.consumer is None:
