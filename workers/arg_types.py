@@ -80,6 +80,19 @@ def float_list(text: str) -> list[float]:
             f"expected numbers separated by commas (0.3,0.7), got {text!r}") from None
 
 
+def class_list(text: str) -> list[str]:
+    """Declared classes, comma separated (``spam,ham``): distinct, non-empty.
+
+    >>> class_list("spam, ham")
+    ['spam', 'ham']
+    """
+    classes = [p.strip() for p in text.split(",")]
+    if not all(classes) or len(set(classes)) != len(classes) or max(map(len, classes)) > 256:
+        raise argparse.ArgumentTypeError(
+            f"expected distinct, non-empty class labels separated by commas (spam,ham), got {text!r}")
+    return classes
+
+
 def octal_mode(text: str) -> str:
     """An octal permission mode, checked and kept as text (``"660"``)."""
     try:

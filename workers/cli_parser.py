@@ -31,6 +31,7 @@ from streamnb.constants import (
 )
 from streamnb_workers import milter
 from streamnb_workers.arg_types import (
+    class_list,
     finite_float,
     float_list,
     non_negative_float,
@@ -131,6 +132,9 @@ def _add_worker_options(p: argparse.ArgumentParser) -> None:
     add_option(g, "--max-categories", type=positive_int,
                help="categorical: categories per feature are 0 .. N-1; a larger value is a "
                "dead letter (bad_category)")
+    add_option(g, "--classes", type=class_list, metavar="C1,C2,...",
+               help="the model's classes, fixed when it is created: a label outside them is a "
+               "dead letter (bad_label); default: any label becomes a class")
     add_option(g, "--half-life", type=finite_float, help="forgetting: weights halve every N learnt messages")
     f = p.add_argument_group("featurizer options (fixed when the model is created)")
     add_option(f, "--bits", type=positive_int, help="hash buckets = 2**bits for raw/text/tokens input")

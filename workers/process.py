@@ -25,6 +25,7 @@ from streamnb_workers.batch import (
     decode_entries,
     drop_bad_categories,
     drop_foreign_labels,
+    drop_undeclared_labels,
     featurize,
     known_classes,
     own_stats,
@@ -85,7 +86,9 @@ def process_batch(rt: ModelRuntime, entries: list, deliveries: dict[str, int] | 
         if not decoded.labelled:
             rt.withdraw(announced)  # it learns nothing: nobody needs to wait for it
             announced = None
-        batch = drop_bad_categories(rt.replica.model, featurize(rt.featurizer, decoded))
+        batch = featurize(rt.featurizer, decoded)
+        batch = drop_bad_categories(rt.replica.model,
+                                    drop_undeclared_labels(rt.config.classes, batch))
         rt.labels.stage("featurize", time.perf_counter() - t1)
         prepared = prepare(rt, batch) if batch.items else None
 

@@ -12,7 +12,8 @@ What each PATH is, decided in this order:
   per entry (a single message with a leading ``From `` line is one mail);
 - any other file: one RFC 822 message (``.eml``), sent as ``raw`` bytes.
 
-Labels: ``--label L`` labels every message; ``--index index.tsv`` (columns ``path``,
+Labels: ``--label L`` labels every message (refused at once if the model declares its
+classes and L is not one of them; a record or index label outside them is skipped); ``--index index.tsv`` (columns ``path``,
 ``label``, ``unix_time``; the SpamAssassin corpus format) labels the files it lists (paths
 relative to the index's directory) and gives their ``ts``. With ``--index`` and no PATH, every
 file of the index is sent, in index order. Message ids are the file's path relative to the
@@ -265,8 +266,21 @@ class Progress:
             self.stream.flush()
 
 
-def _validate(data: bytes, entry: str) -> None:
-    decode_input(data, entry)
+def _validate(data: bytes, entry: str) -> Any:
+    return decode_input(data, entry)
+
+
+def declared_classes(client: Any, model: str) -> list[str] | None:
+    """The classes model ``model`` declares (None: it declares none, or has no config yet)."""
+    from streamnb_workers.model_config import read_config
+
+    cfg = read_config(client, model)
+    return None if cfg is None else cfg.classes
+
+
+def _check_class(label: Any, classes: list[str] | None) -> None:
+    if classes is not None and label is not None and label not in classes:
+        raise ValueError(f"label {label!r} is not one of the model's classes: {', '.join(classes)}")
 
 
 def produce(
@@ -291,6 +305,10 @@ def produce(
         raise SettingsError(f"--chunk must be >= 1, got {chunk}")
     stderr = stderr if stderr is not None else sys.stderr
     keys = ModelKeys(model)
+    classes = declared_classes(client, model)
+    if classes is not None and label is not None and label not in classes:
+        raise SettingsError(f"--label {label!r} is not one of model {model!r}'s classes: "
+                            f"{', '.join(classes)}")
     by_path: dict[str, IndexEntry] = {}
     base: Path | None = None
     total: int | None = None
@@ -325,7 +343,7 @@ def produce(
                 if out.error is not None:
                     raise ValueError(out.error)
                 data = out.encode(label=msg_label, ts=entry.ts if entry else None)
-                _validate(data, out.id)
+                _check_class(_validate(data, out.id).label, classes)
             except (MalformedMessage, TypeError, ValueError) as exc:
                 report.skipped += 1
                 report.problems.append(f"{out.source}: {exc}")
