@@ -20,8 +20,12 @@ MODEL_KINDS = ("multinomial", "bernoulli", "categorical", "gaussian", "lda", "qd
 # --------------------------------------------------------------- wire format & featurization
 #: The one stream field that holds a message's msgpack map.
 DATA_FIELD = "data"
-#: Default size limit of one encoded input message (1 MiB).
+#: Default size of raw mail that is read (1 MiB, ``--max-bytes``): a larger mail is cut
+#: (streamnb.features.truncate), then judged like any other.
 DEFAULT_MAX_MESSAGE_BYTES = 1 << 20
+#: Default bound of one encoded stream entry (8 MiB): what a worker decodes at all. Mail up
+#: to it arrives whole and is cut to ``--max-bytes``; ``streamnb produce`` cuts before sending.
+DEFAULT_MAX_ENTRY_BYTES = 8 << 20
 #: Key of the stable token hash (blake2b, 8-byte digest). Changing it changes every bucket.
 HASH_KEY = b"streamnb-hash-v1"
 #: Entries kept in the per-process token -> hash cache (an LRU).

@@ -25,7 +25,7 @@ from typing import Any
 import msgpack
 import numpy as np
 
-from streamnb.constants import DEFAULT_MAX_MESSAGE_BYTES
+from streamnb.constants import DEFAULT_MAX_ENTRY_BYTES
 from streamnb.encoding import dumps
 from streamnb.exceptions import MalformedMessage
 from streamnb.features.payload import PAYLOAD_KINDS, Payload
@@ -53,16 +53,17 @@ class Limits:
     it may cost is bounded by :class:`~streamnb.features.FeatureLimits`.)
 
     >>> Limits().max_message_bytes
-    1048576
+    8388608
     >>> Limits(max_message_bytes=4096).max_bin_len
-    1048576
+    8388608
     """
 
-    #: Size of the encoded msgpack map (the ``data`` field).
-    max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
+    #: Size of the encoded msgpack map (the ``data`` field). Raw mail under it is decoded
+    #: and then cut to the featurizer's ``max_message_bytes`` (``--max-bytes``), not refused.
+    max_message_bytes: int = DEFAULT_MAX_ENTRY_BYTES
     #: Longest msgpack string / bytes / array / map (checked by msgpack while decoding).
-    max_str_len: int = DEFAULT_MAX_MESSAGE_BYTES
-    max_bin_len: int = DEFAULT_MAX_MESSAGE_BYTES
+    max_str_len: int = DEFAULT_MAX_ENTRY_BYTES
+    max_bin_len: int = DEFAULT_MAX_ENTRY_BYTES
     max_array_len: int = 100_000
     max_map_len: int = 100_000
     #: Items of a ``tokens`` or ``hashes`` payload.
