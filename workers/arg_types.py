@@ -80,6 +80,24 @@ def float_list(text: str) -> list[float]:
             f"expected numbers separated by commas (0.3,0.7), got {text!r}") from None
 
 
+def max_bytes(text: str) -> int:
+    """A mail size limit in bytes, from 1024 to the 8 MiB entry bound (``1048576``).
+
+    >>> max_bytes("2097152")
+    2097152
+    """
+    from streamnb.constants import DEFAULT_MAX_ENTRY_BYTES
+
+    try:
+        n = int(text)
+    except ValueError:
+        n = -1
+    if not 1024 <= n <= DEFAULT_MAX_ENTRY_BYTES:
+        raise argparse.ArgumentTypeError(
+            f"expected a size in bytes from 1024 to {DEFAULT_MAX_ENTRY_BYTES}, got {text!r}")
+    return n
+
+
 def class_list(text: str) -> list[str]:
     """Declared classes, comma separated (``spam,ham``): distinct, non-empty.
 

@@ -108,13 +108,16 @@ def cmd_worker(args: argparse.Namespace, env: Mapping[str, str]) -> int:
 
 def cmd_produce(args: argparse.Namespace, env: Mapping[str, str]) -> int:
     from streamnb_workers.keys import ModelKeys
-    from streamnb_workers.produce import produce
+    from streamnb_workers.produce import EmptySource, produce
 
     model = _require_model(args)
     client = _redis(args, env).make_client()
     client.ping()
-    report = produce(client, model, list(args.paths), label=args.label, index=args.index,
-                     chunk=args.chunk)
+    try:
+        report = produce(client, model, list(args.paths), label=args.label, index=args.index,
+                         chunk=args.chunk, max_bytes=args.max_bytes)
+    except EmptySource as exc:
+        return fail(str(exc), EXIT_FAILURE)
     labelled = f" ({report.labelled} labelled)" if report.labelled else ""
     skipped = f", skipped {report.skipped}" if report.skipped else ""
     print(f"sent {report.sent} messages{labelled} to {ModelKeys(model).input}{skipped}")
@@ -133,7 +136,8 @@ def cmd_predict(args: argparse.Namespace, env: Mapping[str, str]) -> int:
         model = _require_model(args)
         client = _redis(args, env).make_client()
         client.ping()
-        result = send_and_wait(client, model, args.file, timeout=args.timeout)
+        result = send_and_wait(client, model, args.file, timeout=args.timeout,
+                               max_bytes=args.max_bytes)
         if result is None:
             return fail(f"no prediction for {args.file!r} within {args.timeout:g} s: "
                         f"is a worker running for model {model!r}?", EXIT_FAILURE)

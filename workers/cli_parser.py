@@ -21,6 +21,7 @@ from streamnb.constants import (
     DEFAULT_CLAIM_IDLE_MS,
     DEFAULT_DEMO_MESSAGES,
     DEFAULT_LABEL_CACHE_TTL_S,
+    DEFAULT_MAX_MESSAGE_BYTES,
     DEFAULT_METRICS_ADDR,
     DEFAULT_METRICS_PORT,
     DEFAULT_ORDER_WAIT_MS,
@@ -34,6 +35,7 @@ from streamnb_workers.arg_types import (
     class_list,
     finite_float,
     float_list,
+    max_bytes,
     non_negative_float,
     non_negative_int,
     port,
@@ -176,6 +178,9 @@ def _add_worker_options(p: argparse.ArgumentParser) -> None:
     add_option(w, "--pipeline", action=argparse.BooleanOptionalAction, default=True,
                help="while a full batch commits, read, decode and featurize the next one "
                "(same predictions; --no-pipeline: one batch after the other)")
+    add_option(w, "--max-bytes", type=max_bytes, default=DEFAULT_MAX_MESSAGE_BYTES,
+               help="raw mail read per message: a larger mail is cut at a MIME boundary "
+               "(headers kept), then predicted and learnt")
     add_option(w, "--input-trim-s", type=non_negative_float, default=10.0, metavar="SECONDS",
                help="every SECONDS the lease holder trims :in of the entries every consumer "
                "group has acknowledged (0: never)")
@@ -212,6 +217,9 @@ def build_parser() -> OneLineParser:
     add_option(label, "--index", metavar="TSV",
                help="labels (and times) from an index.tsv: path, label, unix_time")
     add_option(p, "--chunk", type=positive_int, default=DEFAULT_PRODUCE_CHUNK, help="XADDs per round trip")
+    add_option(p, "--max-bytes", type=max_bytes, default=DEFAULT_MAX_MESSAGE_BYTES,
+               help="a mail over this size is cut (headers kept, at a MIME boundary) before "
+               "it is sent, as a worker would cut it"),
     p.add_argument("paths", nargs="*", metavar="PATH",
                    help=".eml file, maildir, mbox, directory or .jsonl file")
 
@@ -222,6 +230,9 @@ def build_parser() -> OneLineParser:
     _add_model_name(p)
     add_option(p, "--snapshot", metavar="MODEL_FILE",
                help="predict offline from a file written by 'streamnb export'")
+    add_option(p, "--max-bytes", type=max_bytes, default=DEFAULT_MAX_MESSAGE_BYTES,
+               help="a mail over this size is cut (headers kept, at a MIME boundary) before "
+               "it is sent")
     add_option(p, "--timeout", type=finite_float, default=DEFAULT_PREDICT_TIMEOUT_S,
                help="seconds to wait for the prediction")
     add_option(p, "--json", action="store_true", default=False, help="print the prediction as JSON")

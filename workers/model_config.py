@@ -133,10 +133,18 @@ class ModelConfig:
                 raise
             raise ConfigConflict(f"model {name!r} has an unreadable stored config: {exc}") from None
 
-    def make_featurizer(self) -> Any:
-        from streamnb.features import Featurizer
+    def make_featurizer(self, max_bytes: int | None = None) -> Any:
+        """The model's featurizer; ``max_bytes``: raw mail read (larger mail is cut; None:
+        the default, 1 MiB). A worker's setting, not the model's: what is learnt goes to
+        every replica as a delta, whatever cut the mail."""
+        from dataclasses import replace
 
-        return Featurizer.from_config(self.featurizer)
+        from streamnb.features import DEFAULT_FEATURE_LIMITS, Featurizer
+
+        if max_bytes is None:
+            return Featurizer.from_config(self.featurizer)
+        limits = replace(DEFAULT_FEATURE_LIMITS, max_message_bytes=int(max_bytes))
+        return Featurizer.from_config(self.featurizer, limits)
 
     def make_model(self) -> Any:
         from streamnb.models import make_model

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from streamnb.constants import (
     DEFAULT_BATCH_SIZE,
     DEFAULT_LABEL_CACHE_TTL_S,
+    DEFAULT_MAX_MESSAGE_BYTES,
     DEFAULT_ORDER_WAIT_MS,
 )
 from streamnb_workers.codec import DEFAULT_LIMITS, Limits
@@ -66,7 +67,12 @@ class WorkerOptions:
     backoff_base_s: float = 0.05
     backoff_cap_s: float = 5.0
     max_commit_attempts: int = 8
+    #: Bounds on decoding one entry; ``limits.max_message_bytes`` (8 MiB) is the largest
+    #: entry decoded at all (a larger one is a ``too_large`` dead letter).
     limits: Limits = DEFAULT_LIMITS
+    #: Raw mail read per message: a larger mail is cut at a MIME boundary (headers kept,
+    #: ``defect:truncated``), then predicted and learnt (``--max-bytes``).
+    max_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
     #: Predict message i of a batch with the model plus the labelled messages before it in
     #: the batch (as one-at-a-time processing), for the models that do it cheaply (every
     #: kind but bernoulli and hybrid, whose exact method copies their 2**20-wide tables per
@@ -96,6 +102,9 @@ class WorkerOptions:
             raise ValueError(f"order_wait_ms must be >= 0, got {self.order_wait_ms}")
         if self.release_memory_s < 0:
             raise ValueError(f"release_memory_s must be >= 0, got {self.release_memory_s}")
+        if not 1024 <= self.max_bytes <= self.limits.max_message_bytes:
+            raise ValueError(f"max_bytes must be from 1024 to the entry limit "
+                             f"{self.limits.max_message_bytes}, got {self.max_bytes}")
         if self.input_trim_s < 0:
             raise ValueError(f"input_trim_s must be >= 0, got {self.input_trim_s}")
         if self.out_maxlen < 0 or self.dead_maxlen < 0:

@@ -20,6 +20,13 @@ file of the index is sent, in index order. Message ids are the file's path relat
 index or to the PATH given (``mbox#3`` for the 4th message of an mbox, ``file:12`` for line
 12 of a JSON-lines file, unless the record has its own ``id``).
 
+Mail (every source but JSON lines) must look like mail: a file that is empty, holds NUL
+bytes in its header block or does not start with a header line (or an mbox ``From `` line)
+is skipped with the reason. A mail over ``max_bytes`` (``--max-bytes``, 1 MiB) is cut
+before it is sent, as a worker would cut it (:func:`streamnb.features.truncate.cut_mail`:
+headers kept, at a MIME boundary), so no entry is much larger than the limit. A directory
+that holds no file is an error (nothing is sent).
+
 Entries are sent with pipelined XADDs in chunks (``--chunk``). A progress line is drawn on
 stderr only when stderr is a terminal.
 
@@ -34,6 +41,7 @@ import csv
 import json
 import mailbox
 import os
+import re
 import sys
 import time
 from collections.abc import Iterable, Iterator
@@ -43,13 +51,15 @@ from typing import Any, TextIO
 
 import msgpack
 
-from streamnb.constants import DATA_FIELD, DEFAULT_PRODUCE_CHUNK
-from streamnb.exceptions import MalformedMessage, SettingsError
+from streamnb.constants import DATA_FIELD, DEFAULT_MAX_MESSAGE_BYTES, DEFAULT_PRODUCE_CHUNK
+from streamnb.exceptions import MalformedMessage, SettingsError, StreamnbError
+from streamnb.features.truncate import cut_mail
 from streamnb_workers.codec import decode_input
 from streamnb_workers.keys import ModelKeys
 from streamnb_workers.replies import as_str, entry_field
 
 __all__ = [
+    "EmptySource",
     "IndexEntry",
     "Outgoing",
     "ProduceReport",
@@ -60,6 +70,29 @@ __all__ = [
 ]
 
 _JSONL_SUFFIXES = (".jsonl", ".ndjson")
+#: The first line of a mail: a header field (``Name: value``) or an mbox ``From `` line.
+_FIRST_LINE = re.compile(rb"(From |[!-9;-~]+:)")
+
+
+class EmptySource(StreamnbError):
+    """A directory given to ``produce`` holds no file to send."""
+
+
+def not_mail(raw: bytes) -> str | None:
+    """Why ``raw`` is not a mail, or None if it looks like one.
+
+    >>> not_mail(b"Subject: hi\\n\\nhello"), not_mail(b""), not_mail(b"\\x89PNG\\r\\n\\x1a\\n")
+    (None, 'empty, not mail', 'does not start with a header line, not mail')
+    """
+    if not raw.strip():
+        return "empty, not mail"
+    start = raw.lstrip(b"\r\n")
+    end = start.find(b"\n\n", 0, 65536)
+    if b"\0" in start[: end if end >= 0 else 65536]:
+        return "binary (NUL bytes in the headers), not mail"
+    if not _FIRST_LINE.match(start):
+        return "does not start with a header line, not mail"
+    return None
 
 
 @dataclass(slots=True)
@@ -266,6 +299,17 @@ class Progress:
             self.stream.flush()
 
 
+def _check_not_empty(p: Path) -> None:
+    """EmptySource if ``p`` is a directory without a single file to send."""
+    if not p.is_dir():
+        return
+    for _dirpath, dirnames, filenames in os.walk(p):
+        dirnames[:] = [d for d in dirnames if not d.startswith(".")]
+        if any(not f.startswith(".") for f in filenames):
+            return
+    raise EmptySource(f"{str(p)!r} is an empty directory: no message to send")
+
+
 def _validate(data: bytes, entry: str) -> Any:
     return decode_input(data, entry)
 
@@ -293,6 +337,7 @@ def produce(
     chunk: int = DEFAULT_PRODUCE_CHUNK,
     progress: bool | None = None,
     stderr: TextIO | None = None,
+    max_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
 ) -> ProduceReport:
     """Send messages to ``streamnb:{model}:in``; returns what was sent and skipped.
 
@@ -321,6 +366,8 @@ def produce(
             total = len(paths)
     if not paths:
         raise SettingsError("nothing to send: give one or more PATHs (or --index index.tsv)")
+    for p in paths:
+        _check_not_empty(Path(p))
 
     report = ProduceReport()
     bar = Progress(stderr, total, progress)
@@ -342,6 +389,11 @@ def produce(
             try:
                 if out.error is not None:
                     raise ValueError(out.error)
+                if out.raw is not None:
+                    reason = not_mail(out.raw)
+                    if reason is not None:
+                        raise ValueError(reason)
+                    out.raw = cut_mail(out.raw, max_bytes)
                 data = out.encode(label=msg_label, ts=entry.ts if entry else None)
                 _check_class(_validate(data, out.id).label, classes)
             except (MalformedMessage, TypeError, ValueError) as exc:
@@ -362,7 +414,8 @@ def produce(
 
 
 # ---------------------------------------------------------------------------- predict
-def send_and_wait(client: Any, model: str, path: str, timeout: float = 30.0) -> dict[str, Any] | None:
+def send_and_wait(client: Any, model: str, path: str, timeout: float = 30.0,
+                  max_bytes: int = DEFAULT_MAX_MESSAGE_BYTES) -> dict[str, Any] | None:
     """Send one file unlabelled and wait for its prediction in ``:out``; None on timeout.
 
     The message gets a fresh id; predictions are looked for after the input entry's id
@@ -380,6 +433,11 @@ def send_and_wait(client: Any, model: str, path: str, timeout: float = 30.0) -> 
     if out.error:
         raise SettingsError(f"{out.source}: {out.error}")
     out.fields.pop("label", None)
+    if out.raw is not None:
+        reason = not_mail(out.raw)
+        if reason is not None:
+            raise SettingsError(f"{path!r} is {reason}")
+        out.raw = cut_mail(out.raw, max_bytes)
     out.id = f"predict-{uuid.uuid4().hex}"
     out.fields["id"] = out.id
     data = out.encode()

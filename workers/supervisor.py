@@ -71,7 +71,7 @@ def worker_options(args: argparse.Namespace) -> Any:
                          prequential=args.prequential, order_wait_ms=args.order_wait_ms,
                          pipeline=args.pipeline, cache_labelled=args.cache_labelled,
                          input_trim_s=args.input_trim_s, out_maxlen=args.out_maxlen,
-                         dead_maxlen=args.dead_maxlen)
+                         dead_maxlen=args.dead_maxlen, max_bytes=args.max_bytes)
 
 
 def _auth_error(exc: BaseException) -> bool:
