@@ -219,7 +219,7 @@ def build_parser() -> OneLineParser:
     add_option(p, "--chunk", type=positive_int, default=DEFAULT_PRODUCE_CHUNK, help="XADDs per round trip")
     add_option(p, "--max-bytes", type=max_bytes, default=DEFAULT_MAX_MESSAGE_BYTES,
                help="a mail over this size is cut (headers kept, at a MIME boundary) before "
-               "it is sent, as a worker would cut it"),
+               "it is sent, as a worker would cut it")
     p.add_argument("paths", nargs="*", metavar="PATH",
                    help=".eml file, maildir, mbox, directory or .jsonl file")
 
