@@ -108,7 +108,8 @@ def cmd_worker(args: argparse.Namespace, env: Mapping[str, str]) -> int:
 
 def cmd_produce(args: argparse.Namespace, env: Mapping[str, str]) -> int:
     from streamnb_workers.keys import ModelKeys
-    from streamnb_workers.produce import EmptySource, produce
+    from streamnb_workers.produce import produce
+    from streamnb_workers.produce_checks import EmptySource
 
     model = _require_model(args)
     client = _redis(args, env).make_client()

@@ -41,7 +41,6 @@ import csv
 import json
 import mailbox
 import os
-import re
 import sys
 import time
 from collections.abc import Iterable, Iterator
@@ -52,14 +51,19 @@ from typing import Any, TextIO
 import msgpack
 
 from streamnb.constants import DATA_FIELD, DEFAULT_MAX_MESSAGE_BYTES, DEFAULT_PRODUCE_CHUNK
-from streamnb.exceptions import MalformedMessage, SettingsError, StreamnbError
+from streamnb.exceptions import MalformedMessage, SettingsError
 from streamnb.features.truncate import cut_mail
 from streamnb_workers.codec import decode_input
 from streamnb_workers.keys import ModelKeys
+from streamnb_workers.produce_checks import (
+    check_class,
+    check_not_empty,
+    declared_classes,
+    not_mail,
+)
 from streamnb_workers.replies import as_str, entry_field
 
 __all__ = [
-    "EmptySource",
     "IndexEntry",
     "Outgoing",
     "ProduceReport",
@@ -70,31 +74,6 @@ __all__ = [
 ]
 
 _JSONL_SUFFIXES = (".jsonl", ".ndjson")
-#: The first line of a mail: a header field (``Name: value``) or an mbox ``From `` line.
-_FIRST_LINE = re.compile(rb"(From |[!-9;-~]+:)")
-
-
-class EmptySource(StreamnbError):
-    """A directory given to ``produce`` holds no file to send."""
-
-
-def not_mail(raw: bytes) -> str | None:
-    """Why ``raw`` is not a mail, or None if it looks like one.
-
-    >>> not_mail(b"Subject: hi\\n\\nhello"), not_mail(b""), not_mail(b"\\x89PNG\\r\\n\\x1a\\n")
-    (None, 'empty, not mail', 'does not start with a header line, not mail')
-    """
-    if not raw.strip():
-        return "empty, not mail"
-    start = raw.lstrip(b"\r\n")
-    end = start.find(b"\n\n", 0, 65536)
-    if b"\0" in start[: end if end >= 0 else 65536]:
-        return "binary (NUL bytes in the headers), not mail"
-    if not _FIRST_LINE.match(start):
-        return "does not start with a header line, not mail"
-    return None
-
-
 @dataclass(slots=True)
 class Outgoing:
     """One message to send: its id, and either raw mail bytes or a wire-format record."""
@@ -299,32 +278,8 @@ class Progress:
             self.stream.flush()
 
 
-def _check_not_empty(p: Path) -> None:
-    """EmptySource if ``p`` is a directory without a single file to send."""
-    if not p.is_dir():
-        return
-    for _dirpath, dirnames, filenames in os.walk(p):
-        dirnames[:] = [d for d in dirnames if not d.startswith(".")]
-        if any(not f.startswith(".") for f in filenames):
-            return
-    raise EmptySource(f"{str(p)!r} is an empty directory: no message to send")
-
-
 def _validate(data: bytes, entry: str) -> Any:
     return decode_input(data, entry)
-
-
-def declared_classes(client: Any, model: str) -> list[str] | None:
-    """The classes model ``model`` declares (None: it declares none, or has no config yet)."""
-    from streamnb_workers.model_config import read_config
-
-    cfg = read_config(client, model)
-    return None if cfg is None else cfg.classes
-
-
-def _check_class(label: Any, classes: list[str] | None) -> None:
-    if classes is not None and label is not None and label not in classes:
-        raise ValueError(f"label {label!r} is not one of the model's classes: {', '.join(classes)}")
 
 
 def produce(
@@ -367,7 +322,7 @@ def produce(
     if not paths:
         raise SettingsError("nothing to send: give one or more PATHs (or --index index.tsv)")
     for p in paths:
-        _check_not_empty(Path(p))
+        check_not_empty(Path(p))
 
     report = ProduceReport()
     bar = Progress(stderr, total, progress)
@@ -395,7 +350,7 @@ def produce(
                         raise ValueError(reason)
                     out.raw = cut_mail(out.raw, max_bytes)
                 data = out.encode(label=msg_label, ts=entry.ts if entry else None)
-                _check_class(_validate(data, out.id).label, classes)
+                check_class(_validate(data, out.id).label, classes)
             except (MalformedMessage, TypeError, ValueError) as exc:
                 report.skipped += 1
                 report.problems.append(f"{out.source}: {exc}")
