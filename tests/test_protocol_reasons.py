@@ -6,21 +6,28 @@ import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-#: Where a reason is written: a MalformedMessage, a Dead letter, or a named constant.
-_EMITTED = [
-    re.compile(r'MalformedMessage\(\s*"([a-z_]+)"'),
-    re.compile(r'Dead\([^,()]+,\s*"([a-z_]+)"'),
-    re.compile(r'^[A-Z_]+_REASON\s*=\s*"([a-z_]+)"', re.M),
-    re.compile(r'^REF_EXPIRED\s*=\s*"([a-z_]+)"', re.M),
+#: Where a reason is given: the first argument of a MalformedMessage, the second of a Dead
+#: letter; a string literal, or a module-level constant holding one.
+_GIVEN = [
+    re.compile(r'MalformedMessage\(\s*("[a-z_]+"|[A-Z][A-Z0-9_]*)'),
+    re.compile(r'Dead\([^,()]+,\s*("[a-z_]+"|[A-Z][A-Z0-9_]*)'),
 ]
+_CONSTANT = re.compile(r'^([A-Z][A-Z0-9_]*)\s*(?::\s*\w+\s*)?=\s*"([a-z_]+)"', re.M)
 
 
 def emitted_reasons() -> set[str]:
+    texts = [p.read_text(encoding="utf-8") for p in
+             [*(ROOT / "workers").glob("*.py"), *(ROOT / "streamnb" / "features").glob("*.py")]]
+    constants = {name: value for text in texts for name, value in _CONSTANT.findall(text)}
     found: set[str] = set()
-    for path in [*(ROOT / "workers").glob("*.py"), *(ROOT / "streamnb" / "features").glob("*.py")]:
-        text = path.read_text(encoding="utf-8")
-        for pattern in _EMITTED:
-            found.update(pattern.findall(text))
+    for text in texts:
+        for pattern in _GIVEN:
+            for given in pattern.findall(text):
+                if given.startswith('"'):
+                    found.add(given.strip('"'))
+                else:
+                    assert given in constants, f"reason constant {given} not found"
+                    found.add(constants[given])
     return found
 
 
