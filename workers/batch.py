@@ -246,6 +246,9 @@ def drop_bad_categories(model: Any, batch: Featurized) -> Featurized:
     items: list[Item] = []
     dead = list(batch.dead)
     for it in batch.items:
+        if it.row.x is None:  # (a sparse row: the model refuses it when it learns)
+            items.append(it)
+            continue
         try:
             check(it.row.x[None, :])
         except ValueError as exc:
