@@ -77,6 +77,22 @@ def test_the_lease_holder_trims_in_and_every_message_is_predicted(redis_server):
         1 for m in msgs + token_messages(20, seed=4) if "label" in m)
 
 
+def test_the_first_trim_waits_one_interval(redis_server):
+    """A worker just started has acknowledged nothing, and a group set to start after old
+    entries may yet be set back: the first trim comes one interval after the start."""
+    r = redis_server.client()
+    k = ModelKeys("mail")
+    produce(r, "mail", token_messages(10, seed=6))
+    w = url_worker(redis_server.url, [count_spec()], fast_options("w1", input_trim_s=3600))
+    w.run_until_idle()
+    rt = w.models["mail"]
+    assert rt.snapshotter.hold_lease()
+    housekeeping(rt, ["mail"])
+    assert r.xlen(k.input) == 10
+    housekeeping(rt, ["mail"], now=time.monotonic() + 3601)
+    assert r.xlen(k.input) == 0
+
+
 def test_out_and_dead_keep_about_their_maxlen(redis_server):
     r = redis_server.client()
     k = ModelKeys("mail")
