@@ -72,6 +72,12 @@ DRIFT_EVENT_COOLDOWN_S = 60.0
 # --------------------------------------------------------------- CLI, daemon defaults
 #: First Prometheus metrics port; worker process i of ``--processes N`` serves base + i.
 DEFAULT_METRICS_PORT = 9500
+#: Outputs of ``:out`` over which ``streamnb status`` reports recent accuracy and throughput.
+DEFAULT_STATUS_LAST = 1000
+#: Seconds a worker may go without a successful step against Redis before ``/healthz`` on
+#: its metrics port fails (503): longer than a Redis restart or failover, short enough that
+#: a worker cut off from Redis (or stuck) is restarted by its orchestrator within minutes.
+DEFAULT_HEALTHZ_GRACE_S = 60.0
 #: Address the metrics server binds by default (loopback: expose it on purpose).
 DEFAULT_METRICS_ADDR = "127.0.0.1"
 #: Entries read per XREADGROUP by a worker: the most in one batch (one commit). A batch

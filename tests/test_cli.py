@@ -28,7 +28,8 @@ TRAIN = [("cheap meds online now", "spam"), ("win money cheap pills", "spam"),
          ("meeting notes for monday", "ham"), ("cheap viagra money", "spam"),
          ("lunch on monday with the team", "ham")]
 STATUS_KEYS = {"model", "exists", "redis", "kind", "config", "classes", "learnt_total", "version",
-               "streams", "lag", "lag_exact", "pending", "dead_letters", "snapshot", "workers"}
+               "streams", "lag", "lag_exact", "pending", "dead_letters", "snapshot", "workers",
+               "learnt", "received", "predicted", "model_version", "recent"}
 
 
 def cli(*args, env=None, timeout=60):
@@ -147,8 +148,10 @@ def test_wrong_password_and_acl_refusal_exit_2_without_leaking(redis_server, tmp
         pw.write_text("right-pass-123\n")
         p = cli("status", "--redis", f"redis://127.0.0.1:{port}/0", "--redis-password-file", str(pw),
                 "--model", "m")
-        assert p.returncode == 1 and "no stored config" in p.stdout  # reached Redis
-        p = cli("status", "--json", "--model", "m", env={
+        assert p.returncode == 2 and "'m' does not exist" in p.stderr  # reached Redis
+        from streamnb_workers.model_config import ModelSpec, ensure_config
+        ensure_config(server.client(password="right-pass-123"), ModelSpec("shown", kind="multinomial"))
+        p = cli("status", "--json", "--model", "shown", env={
             "STREAMNB_REDIS_URL": f"redis://default:right-pass-123@127.0.0.1:{port}/0"})
         info = json.loads(p.stdout)
         assert info["redis"] == f"redis://default:***@127.0.0.1:{port}/0"

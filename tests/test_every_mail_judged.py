@@ -75,9 +75,9 @@ def test_a_5_mb_mail_gets_a_prediction_and_is_learnt(redis_server, tmp_path, cap
     (tmp_path / "in").mkdir()
     (tmp_path / "in" / "big.eml").write_bytes(big_mail(seed=2))
     (tmp_path / "in" / "ham.eml").write_bytes(b"Subject: lunch\n\nteam meeting notes\n")
-    assert main(["produce", "--redis", url, "--model", "mail", "--label", "spam",
+    assert main(["produce", "--redis", url, "--model", "mail", "--allow-new", "--label", "spam",
                  str(tmp_path / "in" / "big.eml")]) == 0
-    assert main(["produce", "--redis", url, "--model", "mail", "--label", "ham",
+    assert main(["produce", "--redis", url, "--model", "mail", "--allow-new", "--label", "ham",
                  str(tmp_path / "in" / "ham.eml")]) == 0
     sizes = [len(f[b"data"]) for _, f in r.xrange(K.input)]
     assert sizes[0] > 5_000_000 and sizes[1] <= DEFAULT_MAX_MESSAGE_BYTES + 200
@@ -106,7 +106,7 @@ def test_produce_refuses_what_is_not_mail_and_an_empty_directory(redis_server, t
     (d / "image.png").write_bytes(b"\x89PNG\r\n\x1a\n" + bytes(range(256)))
     (d / "nul.eml").write_bytes(b"Subject: x\x00y\n\nbody")
     (d / "plain.txt").write_bytes(b"just some text\n")
-    assert main(["produce", "--redis", url, "--model", "mail", str(d)]) == 1
+    assert main(["produce", "--redis", url, "--model", "mail", "--allow-new", str(d)]) == 1
     out, err = capsys.readouterr()
     assert "box/empty.eml: empty, not mail" in err
     assert "box/image.png: binary (NUL bytes in the headers), not mail" in err
@@ -116,7 +116,8 @@ def test_produce_refuses_what_is_not_mail_and_an_empty_directory(redis_server, t
     empty = tmp_path / "nothing"
     (empty / "sub").mkdir(parents=True)
     (empty / ".hidden").write_bytes(b"Subject: x\n\ny")
-    assert main(["produce", "--redis", url, "--model", "mail", str(d / "a.eml"), str(empty)]) == 1
+    assert main(["produce", "--redis", url, "--model", "mail", "--allow-new", str(d / "a.eml"),
+                 str(empty)]) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert err == [f"streamnb: error: {str(empty)!r} is an empty directory: no message to send"]
     assert redis_server.client().xlen(K.input) == 1  # nothing more was sent

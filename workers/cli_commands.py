@@ -20,6 +20,7 @@ from streamnb_workers.cli_parser import (
     MODEL_OPTIONS,
     PROG,
 )
+from streamnb_workers.model_config import require_model
 from streamnb_workers.redaction import redact
 
 __all__ = ["COMMANDS", "fail", "model_specs"]
@@ -114,6 +115,8 @@ def cmd_produce(args: argparse.Namespace, env: Mapping[str, str]) -> int:
     model = _require_model(args)
     client = _redis(args, env).make_client()
     client.ping()
+    if not args.allow_new:
+        require_model(client, model, hint="; --allow-new sends to it before its workers start")
     try:
         report = produce(client, model, list(args.paths), label=args.label, index=args.index,
                          chunk=args.chunk, max_bytes=args.max_bytes)
@@ -137,6 +140,7 @@ def cmd_predict(args: argparse.Namespace, env: Mapping[str, str]) -> int:
         model = _require_model(args)
         client = _redis(args, env).make_client()
         client.ping()
+        require_model(client, model)
         result = send_and_wait(client, model, args.file, timeout=args.timeout,
                                max_bytes=args.max_bytes)
         if result is None:
@@ -158,7 +162,8 @@ def cmd_status(args: argparse.Namespace, env: Mapping[str, str]) -> int:
     model = _require_model(args)
     settings = _redis(args, env)
     client = settings.make_client()
-    info = status.collect(client, model, redis_url=settings.url)
+    require_model(client, model)
+    info = status.collect(client, model, redis_url=settings.url, last=args.last)
     if args.json:
         print(json.dumps(info, sort_keys=True))
     else:

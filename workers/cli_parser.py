@@ -11,6 +11,7 @@ argument types, and errors in one line.
 from __future__ import annotations
 
 import argparse
+import math
 from collections.abc import Callable, Mapping
 from typing import Any, NoReturn
 
@@ -20,6 +21,7 @@ from streamnb.constants import (
     DEFAULT_BLOCK_MS,
     DEFAULT_CLAIM_IDLE_MS,
     DEFAULT_DEMO_MESSAGES,
+    DEFAULT_HEALTHZ_GRACE_S,
     DEFAULT_LABEL_CACHE_TTL_S,
     DEFAULT_MAX_MESSAGE_BYTES,
     DEFAULT_METRICS_ADDR,
@@ -27,6 +29,7 @@ from streamnb.constants import (
     DEFAULT_ORDER_WAIT_MS,
     DEFAULT_PREDICT_TIMEOUT_S,
     DEFAULT_PRODUCE_CHUNK,
+    DEFAULT_STATUS_LAST,
     EXIT_USAGE,
     MODEL_KINDS,
 )
@@ -38,6 +41,7 @@ from streamnb_workers.arg_types import (
     max_bytes,
     non_negative_float,
     non_negative_int,
+    number_in,
     port,
     positive_int,
     shrinkage,
@@ -193,6 +197,10 @@ def _add_worker_options(p: argparse.ArgumentParser) -> None:
     add_option(w, "--metrics-port", type=port, default=DEFAULT_METRICS_PORT,
                help="Prometheus port (process i of --processes serves port+i; 0: no metrics)")
     add_option(w, "--metrics-addr", default=DEFAULT_METRICS_ADDR, help="address the metrics server binds")
+    add_option(w, "--healthz-grace", type=number_in(0.0, math.inf, "seconds", open_low=True),
+               default=DEFAULT_HEALTHZ_GRACE_S, metavar="SECONDS",
+               help="/healthz on the metrics port fails (503) after this long without a "
+               "successful step against Redis")
     add_option(w, "--consumer", metavar="NAME", help="consumer name (default: host-pid)")
 
 
@@ -220,6 +228,9 @@ def build_parser() -> OneLineParser:
     add_option(p, "--max-bytes", type=max_bytes, default=DEFAULT_MAX_MESSAGE_BYTES,
                help="a mail over this size is cut (headers kept, at a MIME boundary) before "
                "it is sent, as a worker would cut it")
+    add_option(p, "--allow-new", action="store_true",
+               help="send to a model no worker has served yet (else that is an error naming "
+               "the models that exist)")
     p.add_argument("paths", nargs="*", metavar="PATH",
                    help=".eml file, maildir, mbox, directory or .jsonl file")
 
@@ -245,6 +256,8 @@ def build_parser() -> OneLineParser:
     _add_model_name(p)
     add_option(p, "--json", action="store_true", default=False,
                help="print JSON (keys documented in docs/cli.md)")
+    add_option(p, "--last", type=non_negative_int, default=DEFAULT_STATUS_LAST, metavar="N",
+               help="accuracy and throughput over the last N outputs of :out")
 
     p = sub.add_parser("export", help="write a model's statistics to a file",
                        description="Write the model (config + statistics) to FILE; "

@@ -21,6 +21,7 @@ from streamnb.constants import (
     DEFAULT_ORDER_WAIT_MS,
 )
 from streamnb_workers.codec import DEFAULT_LIMITS, Limits
+from streamnb_workers.health import DEFAULT_HEALTHZ_GRACE_S
 
 __all__ = ["WorkerOptions"]
 
@@ -92,6 +93,9 @@ class WorkerOptions:
     #: idle after work, and at most this often while it stays busy (0: only when idle).
     #: See workers/heap.py.
     release_memory_s: float = 60.0
+    #: ``/healthz`` on the metrics port fails (503) once Redis has been unreachable for
+    #: longer than this (workers/health.py).
+    healthz_grace_s: float = DEFAULT_HEALTHZ_GRACE_S
 
     def __post_init__(self) -> None:
         if self.batch < 1:
@@ -110,6 +114,8 @@ class WorkerOptions:
         if self.out_maxlen < 0 or self.dead_maxlen < 0:
             raise ValueError(f"out_maxlen and dead_maxlen must be >= 0, got "
                              f"{self.out_maxlen} and {self.dead_maxlen}")
+        if not self.healthz_grace_s > 0:
+            raise ValueError(f"healthz_grace_s must be > 0, got {self.healthz_grace_s}")
         if self.max_deliveries < 1:
             raise ValueError(f"max_deliveries must be >= 1, got {self.max_deliveries}")
         if self.consumer is None:
