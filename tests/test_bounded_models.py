@@ -73,17 +73,17 @@ def test_the_daemon_dead_letters_a_category_beyond_the_limit(redis_server):
 
 
 # ------------------------------------------------------------------ no NaN, ever
-KINDS = ("multinomial", "bernoulli", "categorical", "gaussian", "lda", "qda")
+KINDS = ("multinomial", "bernoulli", "categorical", "gaussian", "lda", "qda", "hybrid")
 _weights = st.sampled_from([0.0, 1e-300, 1e-10, 0.5, 1.0, 3.0, 1e10, 1e300])
 
 
 @st.composite
 def _fits(draw):
     kind = draw(st.sampled_from(KINDS))
-    n, d = draw(st.integers(1, 6)), draw(st.integers(1, 3))
+    n, d = draw(st.integers(1, 6)), draw(st.integers(2 if kind == "hybrid" else 1, 3))
     if kind == "categorical":
         values = st.integers(0, 5).map(float)
-    elif kind in ("multinomial", "bernoulli"):
+    elif kind in ("multinomial", "bernoulli", "hybrid"):  # (hybrid: counts, then 1 meta)
         values = st.sampled_from([0.0, 1.0, 2.0, 1e-300, 1e300])
     else:
         values = st.one_of(st.floats(-1e300, 1e300), st.sampled_from([0.0, 1.0, -1.0]))
@@ -98,7 +98,7 @@ def _fits(draw):
 @given(_fits())
 def test_no_model_returns_nan_on_input_that_passes_validation(fit):
     kind, X, y, w, X_new = fit
-    model = make_model(kind)
+    model = make_model(kind, **({"n_meta": 1} if kind == "hybrid" else {}))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # (singular covariances are jittered, and say so)
         try:
