@@ -133,7 +133,8 @@ def test_corpus_index_through_the_cli(redis_server, corpus_dir):
         capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     n_rows = sum(1 for _ in (corpus_dir / "index.tsv").open()) - 1
-    assert proc.stdout.strip() == f"sent {n_rows} messages ({n_rows} labelled) to streamnb:{{sa}}:in"
+    assert proc.stdout.strip() == (f"sent {n_rows} of {n_rows} messages ({n_rows} labelled) to "
+                                   "streamnb:{sa}:in; 0 already learnt, not sent")
     assert proc.stderr == ""  # not a terminal: no progress bar
     r = redis_server.client()
     assert r.xlen(ModelKeys("sa").input) == n_rows

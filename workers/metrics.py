@@ -25,8 +25,8 @@ NAMESPACE = "streamnb"
 MW = ("model", "worker")
 
 #: Stages of the per-batch pipeline timed by ``stage_seconds``.
-STAGES = ("read", "decode", "featurize", "predict", "learn", "send", "commit", "apply", "observe",
-          "score")
+STAGES = ("read", "decode", "featurize", "predict", "explain", "learn", "send", "commit", "apply",
+          "observe", "score")
 
 #: Every reason a worker dead-letters a message with (docs/protocol.md, docs/worker.md):
 #: their counters exist at 0 from the start.
@@ -62,6 +62,12 @@ class Metrics:
             "messages_learned", "Labelled messages learnt (committed deltas)", (*MW, "class"), **r)
         self.messages_unlearned = Counter(
             "messages_unlearned", "Contributions moved by label corrections", (*MW, "class"), **r)
+        self.messages_already_learnt = Counter(
+            "messages_already_learnt", "Labelled messages predicted but not learnt: their "
+            "learn-once key was learnt before", MW, **r)
+        self.messages_forgotten = Counter(
+            "messages_forgotten", "Messages unlearnt by a forget, by the class they were "
+            "learnt as", (*MW, "class"), **r)
         self.dead_letters = Counter(
             "dead_letters", "Messages sent to :dead, by reason", (*MW, "reason"), **r)
         self.unknown_keys = Counter(

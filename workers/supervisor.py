@@ -73,7 +73,10 @@ def worker_options(args: argparse.Namespace) -> Any:
                          pipeline=args.pipeline, cache_labelled=args.cache_labelled,
                          input_trim_s=args.input_trim_s, out_maxlen=args.out_maxlen,
                          dead_maxlen=args.dead_maxlen, max_bytes=args.max_bytes,
-                         healthz_grace_s=args.healthz_grace)
+                         explain=args.explain, token_names=args.token_names,
+                         token_names_every=args.token_names_every,
+                         healthz_grace_s=args.healthz_grace,
+                         learnt_keys_max=args.learnt_keys_max)
 
 
 def _auth_error(exc: BaseException) -> bool:
