@@ -112,7 +112,7 @@ def test_produce_refuses_what_is_not_mail_and_an_empty_directory(redis_server, t
     assert "box/image.png: binary (NUL bytes in the headers), not mail" in err
     assert "box/plain.txt: does not start with a header line, not mail" in err
     assert "box/nul.eml: binary (NUL bytes in the headers), not mail" in err
-    assert "sent 1 messages" in out and "skipped 4" in out
+    assert "sent 1 of 5 messages" in out and "skipped 4" in out
     empty = tmp_path / "nothing"
     (empty / "sub").mkdir(parents=True)
     (empty / ".hidden").write_bytes(b"Subject: x\n\ny")
@@ -121,3 +121,20 @@ def test_produce_refuses_what_is_not_mail_and_an_empty_directory(redis_server, t
     err = capsys.readouterr().err.strip().splitlines()
     assert err == [f"streamnb: error: {str(empty)!r} is an empty directory: no message to send"]
     assert redis_server.client().xlen(K.input) == 1  # nothing more was sent
+
+
+@pytest.mark.redis
+def test_produce_keys_a_cut_mail_as_the_whole_mail(redis_server, tmp_path):
+    """The learn-once key of a mail without a Message-ID is a hash of its bytes: produce
+    takes it from the whole mail before cutting, as a worker given the whole mail would."""
+    from streamnb_workers.learn_keys import message_key
+    from streamnb_workers.produce import produce
+
+    r = redis_server.client()
+    raw = b"Subject: big\n\n" + b"word " * 600_000  # 3 MB, no Message-ID
+    (tmp_path / "big.eml").write_bytes(raw)
+    produce(r, "mail", [str(tmp_path / "big.eml")], label="spam")
+    (_, fields), = r.xrange(K.input)
+    sent = msgpack.unpackb(fields[b"data"], raw=False)
+    assert len(sent["raw"]) <= DEFAULT_MAX_MESSAGE_BYTES and truncated_size(sent["raw"]) == len(raw)
+    assert sent["key"] == message_key(raw, "raw") != message_key(sent["raw"], "raw")
