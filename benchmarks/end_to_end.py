@@ -1,4 +1,4 @@
-"""Benchmark 3: end to end through a real redis-server: messages/s with 1 and 2 workers.
+"""Benchmark 3: end to end through a real redis-server: messages/s and CPU per message with 1, 2 and 3 workers.
 
 A private redis-server is started on a free port (never 6379). For each payload (raw
 mail, pre-tokenized) and each worker count, a fresh model (the daemon's defaults:
@@ -66,12 +66,14 @@ from benchmarks._common import (
     corpus_or_synthetic,
     cpu_seconds,
     format_table,
+    free_port,
     host_cpu_s,
     print_header,
     rate,
     redis_cpu_s,
     runqueue_wait_s,
 )
+from benchmarks._worker_stats import OrderingStats, scrape
 from streamnb_workers.launch import blas_env
 
 #: Worker options for the benchmarks: the defaults (batch 200, block 1 s) unless given.
@@ -134,26 +136,32 @@ def prefill(client: Any, name: str, messages: Sequence[bytes], chunk: int = 1000
     return time.perf_counter() - t0
 
 
-def spawn_worker(url: str, spec: dict[str, Any], options: dict[str, Any], log: Path) -> subprocess.Popen:
-    """``python -m streamnb_workers.worker`` in its own process (its log in ``log``)."""
+def spawn_worker(url: str, spec: dict[str, Any], options: dict[str, Any], log: Path,
+                 metrics_port: int = 0) -> subprocess.Popen:
+    """``python -m streamnb_workers.worker`` in its own process (its log in ``log``),
+    serving its metrics on 127.0.0.1:``metrics_port`` if not 0."""
     env = blas_env({**os.environ, "PYTHONPATH": str(ROOT)})
+    served = ["--metrics-port", str(metrics_port)] if metrics_port else []
     with open(log, "ab") as fh:
         return subprocess.Popen(
             [sys.executable, "-m", "streamnb_workers.worker", "--redis", url, "--spec", json.dumps(spec),
-             "--options", json.dumps(options)],
+             "--options", json.dumps(options), *served],
             cwd=ROOT, env=env, stdout=fh, stderr=subprocess.STDOUT)
 
 
 @contextmanager
 def workers(url: str, spec: dict[str, Any] | Sequence[dict[str, Any]], n: int,
-            options: dict[str, Any] | None = None) -> Iterator[list[subprocess.Popen]]:
+            options: dict[str, Any] | None = None, metrics: bool = False,
+            ) -> Iterator[list[subprocess.Popen]]:
     """``n`` worker processes, stopped (SIGTERM, then SIGKILL) on exit; with a list of
-    specs, worker i serves ``spec[i % len(spec)]``."""
+    specs, worker i serves ``spec[i % len(spec)]``; ``metrics``: each serves its metrics on
+    a free port (:func:`benchmarks._worker_stats.scrape` reads them)."""
     logdir = Path(tempfile.mkdtemp(prefix="streamnb-bench-workers-"))
     specs = [spec] if isinstance(spec, dict) else list(spec)
     procs = [spawn_worker(url, specs[i % len(specs)],
                           {**DEFAULT_OPTIONS, **(options or {}), "consumer": f"w{i}"},
-                          logdir / f"w{i}.log") for i in range(n)]
+                          logdir / f"w{i}.log", free_port() if metrics else 0)
+             for i in range(n)]
     try:
         yield procs
     finally:
@@ -296,6 +304,34 @@ class E2EResult:
     #: Outputs per second from the first output to the last (what ``per_second`` was
     #: before the window left a late worker's start-up out).
     first_to_last_per_second: float = float("nan")
+    #: From the first output on (the measured window), per message output in it: the
+    #: CPU of each worker over the messages it output (us, /proc/PID/stat), of all
+    #: workers over all messages, and of redis-server (``INFO cpu``).
+    worker_cpu_us_each: tuple[float, ...] = ()
+    window_worker_cpu_us: float = float("nan")
+    window_redis_cpu_us: float = float("nan")
+    #: The workers' ordered section and waits over the window (their metrics).
+    ordering: OrderingStats | None = None
+    #: Messages output in the window.
+    window_messages: int = 0
+
+    @property
+    def section_ms(self) -> float:
+        """Milliseconds per labelled batch inside the ordered section, wait excluded."""
+        return self.ordering.section_ms if self.ordering else float("nan")
+
+    @property
+    def wait_ms(self) -> float:
+        """Milliseconds per labelled batch waiting for other workers' earlier batches."""
+        return self.ordering.wait_ms if self.ordering else float("nan")
+
+    @property
+    def serial_us(self) -> float:
+        """The ordered section's time per message (all workers' sections over the
+        window's messages): what no number of workers can overlap."""
+        if self.ordering is None or not self.window_messages:
+            return float("nan")
+        return 1e6 * self.ordering.section_s / self.window_messages
 
     @property
     def worker_cpu_us(self) -> float:
@@ -362,15 +398,29 @@ class CpuWindow:
     host0: tuple[float, float, float] = (float("nan"),) * 3
     host_idle: float = float("nan")
     host_steal: float = float("nan")
+    #: CPU seconds of each worker and of redis-server over the window.
+    each0: tuple[float, ...] = ()
+    worker_cpu_s: tuple[float, ...] = ()
+    redis_cpu_s: float = float("nan")
+    #: The workers' ordering stats over the window (None: no metrics endpoint).
+    ordering0: OrderingStats | None = None
+    ordering: OrderingStats | None = None
 
     def start(self) -> None:
         self.host0 = host_cpu_s()
         self.t0 = time.monotonic()
-        self.workers0 = sum(cpu_seconds(p.pid) for p in self.procs)
+        self.each0 = tuple(cpu_seconds(p.pid) for p in self.procs)
+        self.workers0 = sum(self.each0)
         self.redis0 = redis_cpu_s(self.client)
         self.queued0 = sum(runqueue_wait_s(p.pid) for p in self.procs)
+        self.ordering0 = scrape(self.procs)
 
     def stop(self) -> None:
+        each = tuple(cpu_seconds(p.pid) for p in self.procs)
+        self.worker_cpu_s = tuple(b - a for a, b in zip(self.each0, each, strict=True))
+        self.redis_cpu_s = redis_cpu_s(self.client) - self.redis0
+        after = scrape(self.procs) if self.ordering0 is not None else None
+        self.ordering = after - self.ordering0 if after is not None else None
         dt = time.monotonic() - self.t0
         if dt >= 0.2:  # else a few clock ticks would read as many cores
             self.worker_cores = (sum(cpu_seconds(p.pid) for p in self.procs) - self.workers0) / dt
@@ -406,7 +456,9 @@ def run_e2e(server: RedisServer, name: str, messages: Sequence[bytes], n_workers
         prefill(client, nm, messages[:-1])
         client.xgroup_create(k["in"], GROUP, id="$", mkstream=True)
     cpu0 = redis_cpu_s(client)
-    with workers(server.url, [default_spec(nm) for nm in names], n_workers, options) as procs:
+    out0: list[int] = []
+    with workers(server.url, [default_spec(nm) for nm in names], n_workers, options,
+                 metrics=True) as procs:
         window = CpuWindow(client, procs)
         unwatch = None
         if not wait_blocked(client, n_workers, timeout, procs):
@@ -418,6 +470,7 @@ def run_e2e(server: RedisServer, name: str, messages: Sequence[bytes], n_workers
                 gate.xadd(k["in"], {"data": messages[-1]})
             gate.execute()
         if all(wait_for(client, k["out"], 1, timeout, procs, k["dead"]) for k in ks):
+            out0 = [int(client.xlen(k["out"])) for k in ks]
             window.start()  # start-up left out
             unwatch = watch(procs) if watch is not None else None
         ok = all(wait_for(client, k["out"], len(messages), timeout, procs, k["dead"]) for k in ks)
@@ -430,12 +483,40 @@ def run_e2e(server: RedisServer, name: str, messages: Sequence[bytes], n_workers
     rates = [out_rate(client, k["out"]) for k in ks]
     n = sum(r[0] for r in rates)
     total = len(messages) * len(ks)
+    outputs = window_outputs(client, [k["out"] for k in ks], out0)
+    in_window = sum(outputs.values())
+    each = tuple(per_message_us(cpu_s, outputs.get(f"w{i}", 0))
+                 for i, cpu_s in enumerate(window.worker_cpu_s))
     return E2EResult(payload, n_workers, n, sum(r[1] for r in rates),
                      sum(int(client.xlen(k["dead"])) for k in ks), 1e6 * cpu / max(1, total),
                      sum(_log_bytes(client, k["log"]) for k in ks) / max(1, total),
                      window.worker_cores, window.redis_cores, window.worker_runqueue,
                      window.host_idle, window.host_steal, max(r[2] for r in rates),
-                     sum(r[3] for r in rates))
+                     sum(r[3] for r in rates), each,
+                     per_message_us(sum(window.worker_cpu_s), in_window),
+                     per_message_us(window.redis_cpu_s, in_window), window.ordering, in_window)
+
+
+def per_message_us(cpu_s: float, messages: int) -> float:
+    """Microseconds of CPU per message; nan without messages.
+
+    >>> per_message_us(0.5, 10_000), per_message_us(0.5, 0)
+    (50.0, nan)
+    """
+    return 1e6 * cpu_s / messages if messages > 0 else float("nan")
+
+
+def window_outputs(client: Any, out_keys: Sequence[str], skip: Sequence[int]) -> dict[str, int]:
+    """Outputs per worker (its consumer name) after the first ``skip[i]`` entries of each
+    stream ``out_keys[i]``: those of the measured window."""
+    from streamnb_workers.codec import decode_output
+
+    counts: dict[str, int] = {}
+    for key, first in zip(out_keys, list(skip) or [0] * len(out_keys), strict=True):
+        for _, fields in client.xrange(key)[first:]:
+            w = str(decode_output(fields[b"data"]).get("worker"))
+            counts[w] = counts.get(w, 0) + 1
+    return counts
 
 
 def in_process_rate(messages: Sequence[bytes], batch: int = 100) -> float:
@@ -629,6 +710,34 @@ def summary(report: dict[str, Any]) -> list[str]:
     return lines
 
 
+def cost_rows(results: Sequence[E2EResult]) -> list[list[Any]]:
+    """Rows of the costs that scale: CPU time per message (the host's share of cores does
+    not move it, as it moves msg/s), each run against one worker's on its payload."""
+    one = {r.payload: r for r in results if r.workers == 1}
+    rows = []
+    for r in results:
+        base = one.get(r.payload)
+        vs_one = (r.window_worker_cpu_us / base.window_worker_cpu_us
+                  if base is not None and base.window_worker_cpu_us > 0 else float("nan"))
+        rows.append([r.payload, r.workers, r.window_messages, r.window_worker_cpu_us,
+                     f"{vs_one:.2f}x", " / ".join(f"{u:.0f}" for u in r.worker_cpu_us_each),
+                     r.window_redis_cpu_us, r.section_ms, r.wait_ms, r.serial_us])
+    return rows
+
+
+COST_HEADER = ["payload", "workers", "messages in window", "workers' CPU us/msg",
+               "vs 1 worker", "each worker us/msg (own outputs)", "redis-server CPU us/msg",
+               "ordered section ms/batch", "order wait ms/batch", "serial us/msg"]
+
+
+def print_costs(results: Sequence[E2EResult]) -> None:
+    print("CPU per message from the first output on (/proc/PID/stat utime + stime of each "
+          "worker, redis-server's INFO cpu); the ordered section (from the end of a labelled "
+          "batch's order wait to its commit sent) and the wait, per labelled batch, from the "
+          "workers' own timers (streamnb_ordered_section_seconds, streamnb_order_wait_seconds)")
+    print(format_table(COST_HEADER, cost_rows(results)))
+
+
 def print_report(report: dict[str, Any]) -> None:
     rows = [[r.payload, r.workers, r.messages, r.per_second, r.dead, r.redis_cpu_us, r.log_bytes,
              r.worker_cores, r.worker_cpu_us, r.redis_cores, f"{r.worker_runqueue:.0%}",
@@ -639,6 +748,8 @@ def print_report(report: dict[str, Any]) -> None:
                         "worker CPU us/msg", "redis-server cores", "worker run-queue wait",
                         "host idle", "host steal", "start skew ms"],
                        rows))
+    print()
+    print_costs(report["results"])
     print()
     print(format_table(["reference, same messages, this process", "msg/s"],
                        [[k, v] for k, v in report["refs"].items()]))
@@ -653,7 +764,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--corpus", default=str(DEFAULT_CORPUS))
     ap.add_argument("--limit", type=int, default=None, help="first N corpus messages only")
     ap.add_argument("--repeat", type=int, default=3, help="passes over the corpus")
-    ap.add_argument("--workers", default="1,2")
+    ap.add_argument("--workers", default="1,2,3")
     ap.add_argument("--payloads", default="tokens,raw",
                     help="comma-separated: tokens, raw, hashes (tokens hashed by the producer)")
     ap.add_argument("--trials", type=int, default=2, help="interleaved runs; the best is kept")
@@ -668,7 +779,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="instead: redis-server's time per command (INFO commandstats), runs "
                          "of --workers workers on this payload; prints it per message")
     args = ap.parse_args(argv)
-    print_header("benchmark 3: end to end through redis-server, 1 and 2 workers",
+    print_header("benchmark 3: end to end through redis-server, 1, 2 and 3 workers",
                  "benchmarks.end_to_end", argv)
     corpus = corpus_or_synthetic(args.corpus, args.limit)
     if args.commands:

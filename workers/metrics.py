@@ -68,6 +68,10 @@ class Metrics:
         self.order_wait_timeouts = Counter(
             "order_wait_timeouts", "Waits for earlier labelled batches that gave up at "
             "order_wait_ms (the batch was predicted without them)", MW, **r)
+        self.ordered_section_seconds = Histogram(
+            "ordered_section_seconds", "Time per labelled batch taken in stream order across "
+            "workers: from the end of its order wait to its commit sent (pipelined) or "
+            "committed", MW, buckets=STAGE_BUCKETS, **r)
         self.redis_errors = Counter(
             "redis_errors", "Redis errors by kind (connection, timeout, misconf, readonly, other)",
             (*MW, "kind"), **r)

@@ -91,7 +91,7 @@ def process_batch(rt: ModelRuntime, entries: list, deliveries: dict[str, int] | 
         # the previous batch's commit (pipelined) lands before anything reads the model
         rt.own_applied = False
         settled = commit_pipeline.settle(rt)
-        catch_up(rt, start, bool(batch.items), settled)
+        t_ordered = catch_up(rt, start, bool(batch.items), settled)
         t2 = time.perf_counter()
         # after the log tail: it may have brought the model's first classes
         batch = drop_foreign_labels(known_classes(rt.replica.model), decoded, batch)
@@ -117,6 +117,11 @@ def process_batch(rt: ModelRuntime, entries: list, deliveries: dict[str, int] | 
                 rt.labels.stage("send", time.perf_counter() - t4)
             else:
                 commit_pipeline.commit(rt, predicted, built)
+        if announced is not None and batch.items:
+            # a labelled batch, taken in stream order: from the end of its wait to its
+            # commit on the wire, what one worker holds every other worker up by
+            rt.labels(rt.metrics.ordered_section_seconds).observe(
+                time.perf_counter() - t_ordered)
         if predictions is not None and predictions.observed:
             t5 = time.perf_counter()
             observe_predictions(rt, predictions, now)
@@ -157,16 +162,19 @@ def prepare(rt: ModelRuntime, batch: Featurized) -> Prepared:
                     time.perf_counter() - t1)
 
 
-def catch_up(rt: ModelRuntime, start: str, has_items: bool, settled: bool) -> None:
+def catch_up(rt: ModelRuntime, start: str, has_items: bool, settled: bool) -> float:
     """Bring the model up to date before predicting: other workers' earlier labelled
     batches first (ordered predictions), then the log (batches committed while this one
     was read and featurized). A worker alone that applied its own delta at the commit
-    (nothing came between) has nothing to catch up with."""
+    (nothing came between) has nothing to catch up with. Returns when the wait ended
+    (``time.perf_counter()``): the start of the batch's ordered section."""
     o = rt.options
     current = has_items and o.order_wait_ms > 0 and await_earlier(rt, start)
+    waited = time.perf_counter()
     current = current or (rt.own_applied and rt.alone())
     if not current and (settled or (has_items and (o.order_wait_ms > 0 or o.prequential))):
         rt.tail()
+    return waited
 
 
 def await_earlier(rt: ModelRuntime, start: str) -> bool:

@@ -1,0 +1,116 @@
+"""The costs that scale: CPU per message of each worker and of redis-server, and the
+ordered section and its wait per labelled batch, from the end-to-end benchmark (real
+redis-server, worker processes) and from a worker's own metrics."""
+
+from __future__ import annotations
+
+import math
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from benchmarks import end_to_end  # noqa: E402
+from benchmarks._common import REDIS_SERVER, synthetic_mail  # noqa: E402
+from benchmarks._worker_stats import OrderingStats, metrics_port, parse_ordering  # noqa: E402
+
+needs_redis = pytest.mark.skipif(REDIS_SERVER is None, reason="redis-server is not installed")
+linux = pytest.mark.skipif(sys.platform != "linux", reason="process CPU is read from /proc")
+
+
+def token_messages(n: int, seed: int) -> list[bytes]:
+    corpus = synthetic_mail(n, seed=seed)
+    return end_to_end.encode_messages(corpus, "tokens", tokens=end_to_end.corpus_tokens(corpus))
+
+
+def test_ordering_stats_per_batch_by_hand():
+    """Two scrapes of two workers: 0.3 s of sections over 12 batches is 25 ms a batch."""
+    a = parse_ordering('streamnb_ordered_section_seconds_sum{model="m",worker="a"} 0.1\n'
+                       'streamnb_ordered_section_seconds_count{model="m",worker="a"} 4\n'
+                       'streamnb_order_wait_seconds_sum{model="m",worker="a"} 0.05\n')
+    b = parse_ordering('streamnb_ordered_section_seconds_sum{model="m",worker="a"} 0.25\n'
+                       'streamnb_ordered_section_seconds_count{model="m",worker="a"} 10\n'
+                       'streamnb_ordered_section_seconds_sum{model="m",worker="b"} 0.15\n'
+                       'streamnb_ordered_section_seconds_count{model="m",worker="b"} 6\n'
+                       'streamnb_order_wait_seconds_sum{model="m",worker="b"} 0.17\n')
+    d = b - a
+    assert d.batches == 12
+    assert d.section_ms == pytest.approx(25.0)
+    assert d.wait_ms == pytest.approx(10.0)  # (0.17 - 0.05) s over 12 batches
+    assert math.isnan(OrderingStats().wait_ms)
+
+
+def test_cost_rows_compare_each_run_with_one_worker_of_its_payload():
+    E = end_to_end.E2EResult
+    one = E("tokens", 1, 1000, 1.0, 0, window_worker_cpu_us=80.0, worker_cpu_us_each=(80.0,),
+            window_redis_cpu_us=12.0, ordering=OrderingStats(0.0, 0.5, 10), window_messages=2000)
+    two = E("tokens", 2, 1000, 1.0, 0, window_worker_cpu_us=92.0,
+            worker_cpu_us_each=(90.0, 94.0), window_redis_cpu_us=13.0,
+            ordering=OrderingStats(0.2, 0.6, 10), window_messages=2000)
+    rows = end_to_end.cost_rows([one, two])
+    assert rows[1][:6] == ["tokens", 2, 2000, 92.0, "1.15x", "90 / 94"]
+    assert rows[1][7:] == [pytest.approx(60.0), pytest.approx(20.0), pytest.approx(300.0)]
+    assert two.serial_us == pytest.approx(1e6 * 0.6 / 2000)
+
+
+def test_a_worker_started_with_a_metrics_port_is_found_by_it(tmp_path):
+    proc = end_to_end.spawn_worker("redis://127.0.0.1:1/0", {"name": "x", "kind": "multinomial"},
+                                   {"consumer": "w0"}, tmp_path / "w.log", metrics_port=4321)
+    try:
+        assert metrics_port(proc) == 4321
+    finally:
+        proc.kill()
+        proc.wait()
+    bare = end_to_end.spawn_worker("redis://127.0.0.1:1/0", {"name": "x", "kind": "multinomial"},
+                                   {"consumer": "w0"}, tmp_path / "w2.log")
+    try:
+        assert metrics_port(bare) is None
+    finally:
+        bare.kill()
+        bare.wait()
+
+
+@needs_redis
+@linux
+@pytest.mark.parametrize("n_workers", [1, 2])
+def test_end_to_end_reports_cpu_per_worker_and_the_ordered_section(n_workers):
+    """A small run through real worker processes: every worker's CPU per message of its
+    own outputs, redis-server's, and the ordered section of every labelled batch of the
+    window (all labelled: every batch after the window's start takes it)."""
+    msgs = token_messages(600, seed=5)
+    with end_to_end.RedisServer() as server:
+        res = end_to_end.run_e2e(server, f"costs{n_workers}", msgs, n_workers, "tokens",
+                                 timeout=90, options={"batch": 25})
+    assert res.messages == 600 and res.dead == 0
+    assert 0 < res.window_messages < 600  # the first batch is before the window
+    assert len(res.worker_cpu_us_each) == n_workers
+    assert all(u > 0 for u in res.worker_cpu_us_each), res.worker_cpu_us_each
+    assert 0 < res.window_worker_cpu_us < 1e5 and 0 < res.window_redis_cpu_us < 1e4
+    # each worker's figure is its CPU over its own outputs: their weighted mean is the total
+    assert min(res.worker_cpu_us_each) <= res.window_worker_cpu_us * 1.001
+    assert max(res.worker_cpu_us_each) >= res.window_worker_cpu_us * 0.999
+    o = res.ordering
+    assert o is not None
+    # batches of 25, every one labelled: about window / 25 sections (a batch straddling
+    # the window's start is counted on one side or the other)
+    assert abs(o.batches - res.window_messages / 25) <= n_workers + 1
+    assert res.section_ms > 0 and res.serial_us > 0
+    if n_workers == 1:
+        assert o.wait_s == 0.0  # nobody else to wait for
+    else:
+        assert res.wait_ms >= 0
+
+
+@needs_redis
+@linux
+def test_unordered_workers_take_no_ordered_section():
+    msgs = token_messages(300, seed=6)
+    with end_to_end.RedisServer() as server:
+        res = end_to_end.run_e2e(server, "unordered", msgs, 2, "tokens", timeout=90,
+                                 options={"batch": 25, "order_wait_ms": 0})
+    assert res.messages == 300 and res.dead == 0
+    assert res.ordering is not None and res.ordering.batches == 0 and res.ordering.wait_s == 0
+    assert math.isnan(res.section_ms)
