@@ -12,7 +12,7 @@ anyway: two clock reads a batch.
 >>> b = OrderingStats(wait_s=0.75, section_s=1.5, batches=20, apply_s=0.5)
 >>> d = b - a
 >>> d.batches, d.section_ms, d.wait_ms, d.apply_ms
-(10, 0.05, 0.025, 0.025)
+(10, 50.0, 25.0, 25.0)
 >>> (OrderingStats() + d).batches
 10
 >>> OrderingStats().section_ms
@@ -21,11 +21,10 @@ nan
 
 from __future__ import annotations
 
-import math
 import subprocess
 import urllib.request
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import astuple, dataclass
 
 __all__ = ["OrderingStats", "metrics_port", "parse_ordering", "scrape"]
 
@@ -41,14 +40,14 @@ class OrderingStats:
     section_s: float = 0.0
     batches: int = 0
     apply_s: float = 0.0
+    #: The CPU time of the worker's thread inside the section (less descheduled time).
+    section_cpu_s: float = 0.0
 
     def __add__(self, other: OrderingStats) -> OrderingStats:
-        return OrderingStats(self.wait_s + other.wait_s, self.section_s + other.section_s,
-                             self.batches + other.batches, self.apply_s + other.apply_s)
+        return OrderingStats(*(a + b for a, b in zip(astuple(self), astuple(other), strict=True)))
 
     def __sub__(self, other: OrderingStats) -> OrderingStats:
-        return OrderingStats(self.wait_s - other.wait_s, self.section_s - other.section_s,
-                             self.batches - other.batches, self.apply_s - other.apply_s)
+        return OrderingStats(*(a - b for a, b in zip(astuple(self), astuple(other), strict=True)))
 
     def _per_batch_ms(self, seconds: float) -> float:
         return 1e3 * seconds / self.batches if self.batches > 0 else float("nan")
@@ -57,6 +56,11 @@ class OrderingStats:
     def section_ms(self) -> float:
         """Milliseconds per labelled batch inside the ordered section (wait excluded)."""
         return self._per_batch_ms(self.section_s)
+
+    @property
+    def section_cpu_ms(self) -> float:
+        """Milliseconds of CPU per labelled batch inside the ordered section."""
+        return self._per_batch_ms(self.section_cpu_s)
 
     @property
     def wait_ms(self) -> float:
@@ -87,12 +91,13 @@ def parse_ordering(text: str) -> OrderingStats:
     ... streamnb_ordered_section_seconds_count{model="m",worker="a"} 8.0
     ... streamnb_stage_duration_seconds_sum{model="m",stage="apply",worker="a"} 0.25
     ... streamnb_stage_duration_seconds_sum{model="m",stage="predict",worker="a"} 9.0
+    ... streamnb_ordered_section_cpu_seconds_total{model="m",worker="a"} 1.5
     ... ''')
-    OrderingStats(wait_s=0.5, section_s=2.0, batches=8, apply_s=0.25)
+    OrderingStats(wait_s=0.5, section_s=2.0, batches=8, apply_s=0.25, section_cpu_s=1.5)
     """
     from prometheus_client.parser import text_string_to_metric_families
 
-    sums = {"wait": 0.0, "section": 0.0, "batches": 0.0, "apply": 0.0}
+    sums = {"wait": 0.0, "section": 0.0, "batches": 0.0, "apply": 0.0, "cpu": 0.0}
     for family in text_string_to_metric_families(text):
         for s in family.samples:
             if s.name == "streamnb_order_wait_seconds_sum":
@@ -101,10 +106,13 @@ def parse_ordering(text: str) -> OrderingStats:
                 sums["section"] += s.value
             elif s.name == "streamnb_ordered_section_seconds_count":
                 sums["batches"] += s.value
+            elif s.name == "streamnb_ordered_section_cpu_seconds_total":
+                sums["cpu"] += s.value
             elif (s.name == "streamnb_stage_duration_seconds_sum"
                   and s.labels.get("stage") == "apply"):
                 sums["apply"] += s.value
-    return OrderingStats(sums["wait"], sums["section"], int(sums["batches"]), sums["apply"])
+    return OrderingStats(sums["wait"], sums["section"], int(sums["batches"]), sums["apply"],
+                         sums["cpu"])
 
 
 def scrape(procs: Iterable[subprocess.Popen], timeout_s: float = 5.0) -> OrderingStats | None:
@@ -123,11 +131,3 @@ def scrape(procs: Iterable[subprocess.Popen], timeout_s: float = 5.0) -> Orderin
             return None
     return total
 
-
-def ratio(a: float, b: float) -> float:
-    """``a / b``, nan when ``b`` is 0 or nan.
-
-    >>> ratio(3.0, 2.0), ratio(1.0, 0.0)
-    (1.5, nan)
-    """
-    return a / b if b and not math.isnan(b) else float("nan")

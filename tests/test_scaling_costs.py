@@ -52,7 +52,7 @@ def test_cost_rows_compare_each_run_with_one_worker_of_its_payload():
             ordering=OrderingStats(0.2, 0.6, 10), window_messages=2000)
     rows = end_to_end.cost_rows([one, two])
     assert rows[1][:6] == ["tokens", 2, 2000, 92.0, "1.15x", "90 / 94"]
-    assert rows[1][7:] == [pytest.approx(60.0), pytest.approx(20.0), pytest.approx(300.0)]
+    assert rows[1][7:10] == [pytest.approx(60.0), pytest.approx(20.0), pytest.approx(300.0)]
     assert two.serial_us == pytest.approx(1e6 * 0.6 / 2000)
 
 
@@ -98,6 +98,8 @@ def test_end_to_end_reports_cpu_per_worker_and_the_ordered_section(n_workers):
     # the window's start is counted on one side or the other)
     assert abs(o.batches - res.window_messages / 25) <= n_workers + 1
     assert res.section_ms > 0 and res.serial_us > 0
+    # the section's CPU is the thread's: never more than its wall time (clock ticks aside)
+    assert 0 < o.section_cpu_s <= o.section_s * 1.05 + 0.01
     if n_workers == 1:
         assert o.wait_s == 0.0  # nobody else to wait for
     else:

@@ -72,6 +72,10 @@ class Metrics:
             "ordered_section_seconds", "Time per labelled batch taken in stream order across "
             "workers: from the end of its order wait to its commit sent (pipelined) or "
             "committed", MW, buckets=STAGE_BUCKETS, **r)
+        self.ordered_section_cpu = Counter(
+            "ordered_section_cpu_seconds", "CPU time of the worker's thread inside the "
+            "ordered section (streamnb_ordered_section_seconds less the time it was "
+            "descheduled or blocked on Redis)", MW, **r)
         self.redis_errors = Counter(
             "redis_errors", "Redis errors by kind (connection, timeout, misconf, readonly, other)",
             (*MW, "kind"), **r)

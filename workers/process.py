@@ -91,7 +91,7 @@ def process_batch(rt: ModelRuntime, entries: list, deliveries: dict[str, int] | 
         # the previous batch's commit (pipelined) lands before anything reads the model
         rt.own_applied = False
         settled = commit_pipeline.settle(rt)
-        t_ordered = catch_up(rt, start, bool(batch.items), settled)
+        ordered_from = catch_up(rt, start, bool(batch.items), settled)
         t2 = time.perf_counter()
         # after the log tail: it may have brought the model's first classes
         batch = drop_foreign_labels(known_classes(rt.replica.model), decoded, batch)
@@ -120,8 +120,9 @@ def process_batch(rt: ModelRuntime, entries: list, deliveries: dict[str, int] | 
         if announced is not None and batch.items:
             # a labelled batch, taken in stream order: from the end of its wait to its
             # commit on the wire, what one worker holds every other worker up by
-            rt.labels(rt.metrics.ordered_section_seconds).observe(
-                time.perf_counter() - t_ordered)
+            wall, cpu = ordered_from
+            rt.labels(rt.metrics.ordered_section_seconds).observe(time.perf_counter() - wall)
+            rt.labels(rt.metrics.ordered_section_cpu).inc(time.thread_time() - cpu)
         if predictions is not None and predictions.observed:
             t5 = time.perf_counter()
             observe_predictions(rt, predictions, now)
@@ -162,15 +163,17 @@ def prepare(rt: ModelRuntime, batch: Featurized) -> Prepared:
                     time.perf_counter() - t1)
 
 
-def catch_up(rt: ModelRuntime, start: str, has_items: bool, settled: bool) -> float:
+def catch_up(rt: ModelRuntime, start: str, has_items: bool, settled: bool,
+             ) -> tuple[float, float]:
     """Bring the model up to date before predicting: other workers' earlier labelled
     batches first (ordered predictions), then the log (batches committed while this one
     was read and featurized). A worker alone that applied its own delta at the commit
     (nothing came between) has nothing to catch up with. Returns when the wait ended
-    (``time.perf_counter()``): the start of the batch's ordered section."""
+    (``time.perf_counter()``, ``time.thread_time()``): the start of the batch's ordered
+    section."""
     o = rt.options
     current = has_items and o.order_wait_ms > 0 and await_earlier(rt, start)
-    waited = time.perf_counter()
+    waited = time.perf_counter(), time.thread_time()
     current = current or (rt.own_applied and rt.alone())
     if not current and (settled or (has_items and (o.order_wait_ms > 0 or o.prequential))):
         rt.tail()
