@@ -116,3 +116,36 @@ def test_unordered_workers_take_no_ordered_section():
     assert res.messages == 300 and res.dead == 0
     assert res.ordering is not None and res.ordering.batches == 0 and res.ordering.wait_s == 0
     assert math.isnan(res.section_ms)
+
+
+def test_projection_fits_one_and_three_workers_and_names_the_binding_bound():
+    """By hand: workers 80 us a message with 1 worker and 90 with 3 (5 us more per
+    worker), redis-server 12 -> 14 (1 more), the ordered section 20 -> 20."""
+    from benchmarks.projection import Costs, Linear, projection_rows, throughput
+
+    E = end_to_end.E2EResult
+    one = E("tokens", 1, 1, 1.0, 0, window_worker_cpu_us=80.0, window_redis_cpu_us=12.0,
+            ordering=OrderingStats(section_cpu_s=0.04), window_messages=2000)
+    three = E("tokens", 3, 1, 1.0, 0, window_worker_cpu_us=90.0, window_redis_cpu_us=14.0,
+              ordering=OrderingStats(section_cpu_s=0.04), window_messages=2000)
+    c = Costs.fit(one, three)
+    assert c == Costs(Linear(80.0, 5.0), Linear(12.0, 1.0), Linear(20.0, 0.0))
+    # 4 workers: 4 / 95 us = 42,105 msg/s; Redis 1 / 15 us = 66,667; section 1 / 20 us
+    b = throughput(c, 4)
+    assert b.binding == "workers" and b.per_second == pytest.approx(4e6 / 95)
+    # 16 workers: 16 / 155 us = 103,226; Redis 1 / 27 us = 37,037; the section 50,000
+    assert throughput(c, 16).binding == "Redis shard"
+    assert throughput(c, 16).per_second == pytest.approx(1e6 / 27)
+    # 3 shards lift Redis to 111,111: the section binds, and unordered the workers do
+    assert throughput(c, 16, shards=3).binding == "ordered section"
+    unordered = throughput(c, 16, shards=3, ordered=False)
+    assert unordered.binding == "workers" and unordered.per_second == pytest.approx(16e6 / 155)
+    rows = projection_rows("tokens", c, 3, cores=(4,))
+    assert rows == [["tokens", 4, "42,105 (workers)", "42,105 (workers)",
+                     "42,105 (workers)", "42,105 (workers)"]]
+
+
+def test_a_cost_that_fell_with_more_workers_is_projected_flat():
+    from benchmarks.projection import Linear
+
+    assert Linear.fit(14.0, 12.0) == Linear(14.0, 0.0)
