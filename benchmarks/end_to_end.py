@@ -136,15 +136,18 @@ def prefill(client: Any, name: str, messages: Sequence[bytes], chunk: int = 1000
     return time.perf_counter() - t0
 
 
-def spawn_worker(url: str, spec: dict[str, Any], options: dict[str, Any], log: Path,
-                 metrics_port: int = 0) -> subprocess.Popen:
+def spawn_worker(url: str, spec: dict[str, Any] | Sequence[dict[str, Any]],
+                 options: dict[str, Any], log: Path, metrics_port: int = 0) -> subprocess.Popen:
     """``python -m streamnb_workers.worker`` in its own process (its log in ``log``),
-    serving its metrics on 127.0.0.1:``metrics_port`` if not 0."""
+    serving one model (``spec``) or several (a list of specs), and its metrics on
+    127.0.0.1:``metrics_port`` if not 0."""
     env = blas_env({**os.environ, "PYTHONPATH": str(ROOT)})
     served = ["--metrics-port", str(metrics_port)] if metrics_port else []
+    specs = [spec] if isinstance(spec, dict) else list(spec)
     with open(log, "ab") as fh:
         return subprocess.Popen(
-            [sys.executable, "-m", "streamnb_workers.worker", "--redis", url, "--spec", json.dumps(spec),
+            [sys.executable, "-m", "streamnb_workers.worker", "--redis", url,
+             *(arg for s in specs for arg in ("--spec", json.dumps(s))),
              "--options", json.dumps(options), *served],
             cwd=ROOT, env=env, stdout=fh, stderr=subprocess.STDOUT)
 
