@@ -15,8 +15,10 @@ model; the workers' bound is the Universal Scalability Law's contention form, si
 d / c1 and kappa = 0)::
 
     workers           N / w(N)         N cores, one worker each
-    Redis             K / r(N)         K shards, one core each (statistics split K ways)
-    ordered section   1 / s(N)         ordered predictions only: one batch at a time
+    Redis             K / r(N)         K shards, one core each (messages split K ways)
+    ordered section   K / s(N)         ordered predictions only: one batch at a time per
+                                       shard (a shard orders its own stream only;
+                                       docs/architecture.md, "Past one shard")
 
 On this host the measured msg/s are set by the 2 shared cores; the check there is the
 accounting: the msg/s the fitted costs give for the cores the run was given (its workers'
@@ -106,12 +108,14 @@ def throughput(c: Costs, workers: int, shards: int = 1, ordered: bool = True,
     Bound(per_second=52631.57894736842, binding='Redis shard')
     >>> throughput(c, 8, shards=2, ordered=False).binding
     'workers'
+    >>> throughput(c, 8, shards=2).binding  # 2 / 20 us: the sections of 2 shards overlap
+    'workers'
     """
     cores = float(workers) if worker_cores is None else worker_cores
     bounds = {"workers": 1e6 * cores / c.worker(workers),
               "Redis shard": 1e6 * shards / c.redis(workers) if c.redis(workers) > 0 else math.inf}
     if ordered and c.serial(workers) > 0:
-        bounds["ordered section"] = 1e6 / c.serial(workers)
+        bounds["ordered section"] = 1e6 * shards / c.serial(workers)
     binding = min(bounds, key=bounds.__getitem__)
     return Bound(bounds[binding], binding)
 

@@ -158,6 +158,17 @@ def memory_per_model(messages: Sequence[bytes], bits: int, timeout: float = 600.
             return model_bytes(client, name)
 
 
+def full_table_bytes(bits: int, classes: int = 2, count_bytes: int = 2) -> int:
+    """A snapshot's count table once every bucket has been seen: a uint32 column index
+    and a count per class (uint16: counts up to 65,535) per bucket; a snapshot writes only
+    the columns seen (streamnb.stats.feature_counts), so this bounds a model's size.
+
+    >>> full_table_bytes(20) / 2**20
+    8.0
+    """
+    return 2**bits * (4 + classes * count_bytes)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -175,9 +186,17 @@ def main(argv: list[str] | None = None) -> int:
     msgs = repeated_messages(corpus, "tokens", args.repeat)
     runs = []
     with RedisServer() as server:
-        for m in (int(x) for x in args.models.split(",")):
+        for m in (int(x) for x in args.models.split(",") if x):
             runs.append(run_tenants(server, msgs, m, args.workers, args.bits))
-    print(f"{len(msgs):,} pre-tokenized labelled messages dealt round-robin to the models "
+    if runs:
+        print_runs(runs, len(msgs), args)
+    if args.memory_bits:
+        print_memory(msgs, args)
+    return 0
+
+
+def print_runs(runs: Sequence[TenantsRun], n_messages: int, args: argparse.Namespace) -> None:
+    print(f"{n_messages:,} pre-tokenized labelled messages dealt round-robin to the models "
           f"(bits {args.bits}); {args.workers} workers, each serving every model")
     one = runs[0]
     print(format_table(
@@ -185,19 +204,22 @@ def main(argv: list[str] | None = None) -> int:
          "vs first row", "redis-server CPU us/msg"],
         [[r.models, r.messages // r.models, r.per_second, r.worker_cpu_us,
           f"{r.worker_cpu_us / one.worker_cpu_us:.2f}x", r.redis_cpu_us] for r in runs]))
-    if args.memory_bits:
-        rows = []
-        for bits in (int(b) for b in args.memory_bits.split(",")):
-            by_key = memory_per_model(msgs, bits)
-            total = sum(by_key.values())
-            top = ", ".join(f"{k} {v:,}" for k, v in sorted(by_key.items(), key=lambda kv: -kv[1])[:3])
-            rows.append([bits, total, f"{SHARD_BYTES / total:,.0f}", top])
-        print()
-        print(f"Redis bytes of one model after {len(msgs):,} messages (snapshot + log left, "
-              "no label cache), and models a 16 GB shard holds")
-        print(format_table(["bits", "bytes a model", "models in 16 GB", "largest keys"], rows))
-    return 0
 
+
+def print_memory(msgs: Sequence[bytes], args: argparse.Namespace) -> None:
+    rows = []
+    for bits in (int(b) for b in args.memory_bits.split(",")):
+        by_key = memory_per_model(msgs, bits)
+        total = sum(by_key.values())
+        top = ", ".join(f"{k} {v:,}" for k, v in sorted(by_key.items(), key=lambda kv: -kv[1])[:3])
+        full = full_table_bytes(bits)
+        rows.append([bits, total, f"{SHARD_BYTES / total:,.0f}", full,
+                     f"{SHARD_BYTES / full:,.0f}", top])
+    print()
+    print(f"Redis bytes of one model after {len(msgs):,} messages (snapshot + log left, no "
+          "label cache), and models a 16 GB shard holds; then with every bucket seen")
+    print(format_table(["bits", "bytes a model", "models in 16 GB", "every bucket seen",
+                        "models in 16 GB", "largest keys"], rows))
 
 if __name__ == "__main__":
     sys.exit(main())

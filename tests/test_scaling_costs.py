@@ -136,10 +136,12 @@ def test_projection_fits_one_and_three_workers_and_names_the_binding_bound():
     # 16 workers: 16 / 155 us = 103,226; Redis 1 / 27 us = 37,037; the section 50,000
     assert throughput(c, 16).binding == "Redis shard"
     assert throughput(c, 16).per_second == pytest.approx(1e6 / 27)
-    # 3 shards lift Redis to 111,111: the section binds, and unordered the workers do
-    assert throughput(c, 16, shards=3).binding == "ordered section"
+    # 3 shards lift Redis to 111,111 and the sections to 150,000: the workers bind
     unordered = throughput(c, 16, shards=3, ordered=False)
     assert unordered.binding == "workers" and unordered.per_second == pytest.approx(16e6 / 155)
+    assert throughput(c, 16, shards=3) == unordered
+    # 64 workers, 3 shards: Redis 3 / 75 us = 40,000, the sections 150,000
+    assert throughput(c, 64, shards=3).per_second == pytest.approx(3e6 / 75)
     rows = projection_rows("tokens", c, 3, cores=(4,))
     assert rows == [["tokens", 4, "42,105 (workers)", "42,105 (workers)",
                      "42,105 (workers)", "42,105 (workers)"]]
@@ -149,3 +151,26 @@ def test_a_cost_that_fell_with_more_workers_is_projected_flat():
     from benchmarks.projection import Linear
 
     assert Linear.fit(14.0, 12.0) == Linear(14.0, 0.0)
+
+
+@needs_redis
+@linux
+def test_tenants_run_serves_every_model_from_each_worker():
+    from benchmarks import tenants
+
+    msgs = token_messages(90, seed=7)
+    with end_to_end.RedisServer() as server:
+        run = tenants.run_tenants(server, msgs, n_models=3, n_workers=2, bits=12, timeout=90)
+        assert server.client().dbsize() == 0  # flushed after the run
+    assert (run.models, run.workers, run.messages) == (3, 2, 90)
+    assert run.per_second > 0 and run.worker_cpu_us > 0 and run.redis_cpu_us > 0
+
+
+@needs_redis
+def test_memory_per_model_counts_the_snapshot_not_the_traffic():
+    from benchmarks import tenants
+
+    by_key = tenants.memory_per_model(token_messages(120, seed=8), bits=12, timeout=90)
+    assert by_key.get(":snapshot", 0) > 2 * 2**12 // 8  # counts of 2 classes, packed
+    assert ":config" in by_key
+    assert not any(k.endswith(tenants.TRAFFIC) for k in by_key)
