@@ -447,14 +447,16 @@ class CpuWindow:
 def run_e2e(server: RedisServer, name: str, messages: Sequence[bytes], n_workers: int,
             payload: str, timeout: float = 600.0, options: dict[str, Any] | None = None,
             watch: Callable[[Sequence[subprocess.Popen]], Callable[[], Any]] | None = None,
-            independent: bool = False) -> E2EResult:
+            independent: bool = False, metrics: bool = True) -> E2EResult:
     """Pre-fill, start ``n_workers``, wait until every message has an output or a dead letter.
 
     ``watch(procs)`` is called with the worker processes when the measured window starts
     (at the first output: start-up left out) and returns what to call when it ends (a
     profiler attached for the window alone, :func:`spy_run`). ``independent``: each worker
     serves a model of its own, with every message in its own stream (nothing shared: no
-    other worker's deltas to apply, no ordering); the rate is the sum of theirs."""
+    other worker's deltas to apply, no ordering); the rate is the sum of theirs.
+    ``metrics``: each worker serves its metrics (a thread of its own) for the ordered
+    section's and the wait's columns; off, those columns read nan."""
     from streamnb_workers.keys import GROUP
 
     client = server.client()
@@ -469,7 +471,7 @@ def run_e2e(server: RedisServer, name: str, messages: Sequence[bytes], n_workers
     cpu0 = redis_cpu_s(client)
     out0: list[int] = []
     with workers(server.url, [default_spec(nm) for nm in names], n_workers, options,
-                 metrics=True) as procs:
+                 metrics=metrics) as procs:
         window = CpuWindow(client, procs)
         unwatch = None
         if not wait_blocked(client, n_workers, timeout, procs):
@@ -1020,8 +1022,9 @@ def spy_run(msgs: Sequence[bytes], payload: str, n_workers: int, hz: int = 200,
         return stop
 
     with RedisServer() as server:
+        # no metrics endpoint: py-spy --idle would sample its thread, idle in select()
         result = run_e2e(server, f"spy-{payload}-{n_workers}w", msgs, n_workers, payload,
-                         watch=watch)
+                         watch=watch, metrics=False)
     seconds: dict[str, tuple[float, float]] = {}
     for f in sorted(outdir.glob("*.txt")):
         for stage, (busy, waiting) in spy_stages(f.read_text().splitlines()).items():
