@@ -137,12 +137,14 @@ def prefill(client: Any, name: str, messages: Sequence[bytes], chunk: int = 1000
 
 
 def spawn_worker(url: str, spec: dict[str, Any] | Sequence[dict[str, Any]],
-                 options: dict[str, Any], log: Path, metrics_port: int = 0) -> subprocess.Popen:
+                 options: dict[str, Any], log: Path, metrics_port: int = 0,
+                 cluster: bool = False) -> subprocess.Popen:
     """``python -m streamnb_workers.worker`` in its own process (its log in ``log``),
     serving one model (``spec``) or several (a list of specs), and its metrics on
-    127.0.0.1:``metrics_port`` if not 0."""
+    127.0.0.1:``metrics_port`` if not 0; ``cluster``: ``url`` is a Redis Cluster node."""
     env = blas_env({**os.environ, "PYTHONPATH": str(ROOT)})
     served = ["--metrics-port", str(metrics_port)] if metrics_port else []
+    served += ["--cluster"] if cluster else []
     specs = [spec] if isinstance(spec, dict) else list(spec)
     with open(log, "ab") as fh:
         return subprocess.Popen(
@@ -155,7 +157,7 @@ def spawn_worker(url: str, spec: dict[str, Any] | Sequence[dict[str, Any]],
 @contextmanager
 def workers(url: str, spec: dict[str, Any] | Sequence[dict[str, Any]], n: int,
             options: dict[str, Any] | None = None, metrics: bool = False,
-            ) -> Iterator[list[subprocess.Popen]]:
+            cluster: bool = False) -> Iterator[list[subprocess.Popen]]:
     """``n`` worker processes, stopped (SIGTERM, then SIGKILL) on exit; with a list of
     specs, worker i serves ``spec[i % len(spec)]``; ``metrics``: each serves its metrics on
     a free port (:func:`benchmarks._worker_stats.scrape` reads them)."""
@@ -163,7 +165,7 @@ def workers(url: str, spec: dict[str, Any] | Sequence[dict[str, Any]], n: int,
     specs = [spec] if isinstance(spec, dict) else list(spec)
     procs = [spawn_worker(url, specs[i % len(specs)],
                           {**DEFAULT_OPTIONS, **(options or {}), "consumer": f"w{i}"},
-                          logdir / f"w{i}.log", free_port() if metrics else 0)
+                          logdir / f"w{i}.log", free_port() if metrics else 0, cluster)
              for i in range(n)]
     try:
         yield procs

@@ -3,9 +3,9 @@
 Each model has a hash tag of its own, so models spread over a cluster's shards; what a
 model costs decides how many a shard holds and what many small models cost the workers.
 
-Throughput: a private redis-server (one shard: the per-model costs are the same on a
-cluster, where the keys of M models spread over the masters); the corpus's
-pre-tokenized labelled messages dealt round-robin to M models (``bits`` 16 by default,
+Throughput: a private redis-server, or with ``--cluster`` a private 3-master Redis
+Cluster (the M models' slots spread over the masters; a worker reads each model's stream
+in a call of its own there, docs/worker.md); the corpus's pre-tokenized labelled messages dealt round-robin to M models (``bits`` 16 by default,
 so that 64 replicas fit a worker's memory on a small host), ``--workers`` worker
 processes each serving all M models, started together. From the first output to the
 last: msg/s (Redis clock), the workers' and redis-server's CPU per message (``/proc``,
@@ -19,7 +19,7 @@ shard holds 16e9 / that many such models (less what the label cache, the streams
 AOF rewrite's copy-on-write need).
 
     python -m benchmarks.tenants [--models 1,4,16,64] [--workers 2] [--bits 16]
-        [--memory-bits 16,18,20] [--repeat 1]
+        [--memory-bits 16,18,20] [--repeat 1] [--cluster]
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from benchmarks._cluster import RedisCluster3
 from benchmarks._common import (
     DEFAULT_CORPUS,
     Corpus,
@@ -80,11 +81,20 @@ def deal(messages: Sequence[bytes], n_models: int) -> list[list[bytes]]:
     return [list(messages[i::n_models]) for i in range(n_models)]
 
 
-def run_tenants(server: RedisServer, messages: Sequence[bytes], n_models: int, n_workers: int,
-                bits: int, timeout: float = 600.0) -> TenantsRun:
-    """``n_workers`` workers serving ``n_models`` models, the messages dealt among them."""
+def redis_cpu(server: RedisServer | RedisCluster3) -> float:
+    """CPU seconds of redis-server, or of every node of a cluster."""
+    if isinstance(server, RedisCluster3):
+        return server.cpu_s()
+    return redis_cpu_s(server.client())
+
+
+def run_tenants(server: RedisServer | RedisCluster3, messages: Sequence[bytes], n_models: int,
+                n_workers: int, bits: int, timeout: float = 600.0) -> TenantsRun:
+    """``n_workers`` workers serving ``n_models`` models, the messages dealt among them
+    (on one redis-server or a cluster's masters)."""
     from streamnb_workers.keys import GROUP
 
+    cluster = isinstance(server, RedisCluster3)
     client = server.client()
     names = [f"t{n_models}-{i}" for i in range(n_models)]
     shares = deal(messages, n_models)
@@ -100,10 +110,18 @@ def run_tenants(server: RedisServer, messages: Sequence[bytes], n_models: int, n
             pipe.xlen(keys(name)["out"])
         return sum(pipe.execute())
 
-    with workers(server.url, [[spec(n, bits) for n in names]], n_workers) as procs:
-        if not wait_blocked(client, n_workers, timeout, procs):
+    def consumers() -> bool:  # every worker has read (or waited on) every model's stream
+        return all(len(client.xinfo_consumers(keys(n)["in"], GROUP)) >= n_workers
+                   for n in names)
+
+    with workers(server.url, [[spec(n, bits) for n in names]], n_workers,
+                 cluster=cluster) as procs:
+        started = (wait_until(consumers, timeout, procs) if cluster
+                   else wait_blocked(client, n_workers, timeout, procs))
+        if not started:
             raise RuntimeError(f"{n_workers} workers did not start in {timeout}s")
-        gate = client.pipeline(transaction=True)
+        # one step on one server; on a cluster, per master (the models' slots differ)
+        gate = client.pipeline(transaction=not cluster)
         for name, share in zip(names, shares, strict=True):
             gate.xgroup_setid(keys(name)["in"], GROUP, "0")
             gate.xadd(keys(name)["in"], {"data": share[-1]})
@@ -111,17 +129,20 @@ def run_tenants(server: RedisServer, messages: Sequence[bytes], n_models: int, n
         if not wait_until(lambda: outputs() > 0, timeout, procs, every_s=0.005):
             raise RuntimeError("no output")
         done0, cpu0 = outputs(), [cpu_seconds(p.pid) for p in procs]
-        redis0 = redis_cpu_s(client)
+        redis0 = redis_cpu(server)
         if not wait_until(lambda: outputs() >= total, timeout, procs):
             raise RuntimeError(f"the workers did not process {total} messages in {timeout}s")
         worker_cpu = sum(cpu_seconds(p.pid) for p in procs) - sum(cpu0)
-        redis_cpu = redis_cpu_s(client) - redis0
+        redis_cpu_total = redis_cpu(server) - redis0
     stamps = sorted(id_ms(i) for name in names for i, _ in client.xrange(keys(name)["out"]))
     span_s = max(1e-3, (stamps[-1] - stamps[0]) / 1000.0)
     window = total - done0
-    client.flushdb()
+    if cluster:
+        server.flush()
+    else:
+        client.flushdb()
     return TenantsRun(n_models, n_workers, total, (total - 1) / span_s,
-                      1e6 * worker_cpu / max(1, window), 1e6 * redis_cpu / max(1, window))
+                      1e6 * worker_cpu / max(1, window), 1e6 * redis_cpu_total / max(1, window))
 
 
 def model_bytes(client: Any, name: str) -> dict[str, int]:
@@ -179,13 +200,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--bits", type=int, default=16, help="bits of the throughput runs' models")
     ap.add_argument("--memory-bits", default="16,18,20", help="'' to skip the memory runs")
     ap.add_argument("--repeat", type=int, default=1, help="passes over the corpus")
+    ap.add_argument("--cluster", action="store_true",
+                    help="the throughput runs on a private 3-master Redis Cluster")
     args = ap.parse_args(argv)
     print_header("per-tenant models: throughput against models, Redis memory per model",
                  "benchmarks.tenants", argv)
     corpus: Corpus = corpus_or_synthetic(args.corpus, args.limit)
     msgs = repeated_messages(corpus, "tokens", args.repeat)
     runs = []
-    with RedisServer() as server:
+    with (RedisCluster3() if args.cluster else RedisServer()) as server:
         for m in (int(x) for x in args.models.split(",") if x):
             runs.append(run_tenants(server, msgs, m, args.workers, args.bits))
     if runs:
@@ -196,8 +219,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def print_runs(runs: Sequence[TenantsRun], n_messages: int, args: argparse.Namespace) -> None:
+    where = "a 3-master Redis Cluster" if args.cluster else "one redis-server"
     print(f"{n_messages:,} pre-tokenized labelled messages dealt round-robin to the models "
-          f"(bits {args.bits}); {args.workers} workers, each serving every model")
+          f"(bits {args.bits}) on {where}; {args.workers} workers, each serving every model")
     one = runs[0]
     print(format_table(
         ["models", "messages a model", "msg/s (all models)", "workers' CPU us/msg",

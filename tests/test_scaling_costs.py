@@ -5,6 +5,7 @@ redis-server, worker processes) and from a worker's own metrics."""
 from __future__ import annotations
 
 import math
+import shutil
 import sys
 from pathlib import Path
 
@@ -174,3 +175,20 @@ def test_memory_per_model_counts_the_snapshot_not_the_traffic():
     assert by_key.get(":snapshot", 0) > 2 * 2**12 // 8  # counts of 2 classes, packed
     assert ":config" in by_key
     assert not any(k.endswith(tenants.TRAFFIC) for k in by_key)
+
+
+@needs_redis
+@linux
+@pytest.mark.skipif(shutil.which("redis-cli") is None, reason="redis-cli is needed")
+def test_tenants_run_on_a_three_master_cluster():
+    """Models on a cluster: each worker reads each model's stream in a call of its own,
+    and redis-server's CPU is the three nodes'."""
+    from benchmarks import tenants
+    from benchmarks._cluster import RedisCluster3
+
+    msgs = token_messages(60, seed=9)
+    with RedisCluster3() as cluster:
+        run = tenants.run_tenants(cluster, msgs, n_models=3, n_workers=1, bits=12, timeout=90)
+        assert all(cluster.node(p).dbsize() == 0 for p in cluster.ports)  # flushed
+    assert (run.models, run.messages) == (3, 60)
+    assert run.per_second > 0 and run.worker_cpu_us > 0 and run.redis_cpu_us > 0
