@@ -25,6 +25,15 @@ queue, /proc/PID/schedstat): the part of the waiting that is the host's, not the
 and the host's idle and steal shares over the same window (/proc/stat): a host with idle
 CPU while the workers wait is not what bounds them.
 
+A second table gives the costs that scale, per message output from the first output on:
+each worker's CPU over its own outputs and all workers' over all (utime + stime,
+/proc/PID/stat), redis-server's (``INFO cpu``), and per labelled batch the ordered
+section (from the end of the order wait to the commit sent) and the wait, from the
+workers' own timers (``streamnb_ordered_section_seconds``, its CPU, and
+``streamnb_order_wait_seconds``, read from each worker's metrics endpoint). On a shared
+host CPU time per message is the figure to compare: msg/s follows the cores the host
+gives the run.
+
 ``--spy tokens`` (or ``raw``, ``hashes``) instead runs each worker count of ``--workers``
 once with ``py-spy record --idle`` on every worker process for the measured window, and
 prints each stage's time per message, busy and blocked on a Redis reply (the bench extra
@@ -32,7 +41,7 @@ installs py-spy); ``--commands tokens`` runs them with redis-server's command st
 (``INFO commandstats``) reset for the measured window and prints each command's time per
 message; ``--profile`` runs one worker in this process under cProfile.
 
-    python -m benchmarks.end_to_end [--limit N] [--repeat R] [--workers 1,2]
+    python -m benchmarks.end_to_end [--limit N] [--repeat R] [--workers 1,2,3]
     python -m benchmarks.end_to_end --spy tokens --repeat 10
     python -m benchmarks.end_to_end --commands tokens
 """
