@@ -192,3 +192,24 @@ def test_tenants_run_on_a_three_master_cluster():
         assert all(cluster.node(p).dbsize() == 0 for p in cluster.ports)  # flushed
     assert (run.models, run.messages) == (3, 60)
     assert run.per_second > 0 and run.worker_cpu_us > 0 and run.redis_cpu_us > 0
+
+
+@needs_redis
+@linux
+def test_ordering_accuracy_scores_ordered_and_unordered_replays():
+    """Separable synthetic mail through 2 workers in each mode: every message has a
+    prediction, scored against its label; only the ordered replay takes the section."""
+    from benchmarks import ordering_accuracy
+
+    corpus = synthetic_mail(200, seed=11)
+    runs = [ordering_accuracy.replay(corpus, mode, 2, {"batch": 20}, timeout=90)
+            for mode in ordering_accuracy.MODES]
+    for r in runs:
+        assert r.scores.n == 200 and r.scores.n_spam + r.scores.n_ham == 200
+        assert r.scores.accuracy > 0.9  # two disjoint vocabularies
+        assert 0 <= r.scores.roca_pct < 10
+    ordered, unordered = runs
+    assert ordered.run.ordering.batches > 0 and unordered.run.ordering.batches == 0
+    rows = ordering_accuracy.rows(runs)
+    assert [row[:2] for row in rows] == [["ordered", 2], ["unordered", 2]]
+    assert len(rows[0]) == len(ordering_accuracy.HEADER)
