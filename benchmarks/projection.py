@@ -120,6 +120,18 @@ def throughput(c: Costs, workers: int, shards: int = 1, ordered: bool = True,
     return Bound(bounds[binding], binding)
 
 
+def peak(c: Costs, shards: int = 1, ordered: bool = True, most: int = 64) -> tuple[int, Bound]:
+    """The number of workers (1 to ``most``, a core each) that gives one model the most
+    msg/s, and that throughput: where adding workers stops paying.
+
+    >>> c = Costs(Linear(80.0, 5.0), Linear(12.0, 1.0), Linear(20.0, 0.0))
+    >>> peak(c, ordered=False)  # 6: 6 / 105 us < Redis 1 / 17 us; 7: Redis 1 / 18 us
+    (6, Bound(per_second=57142.857142857145, binding='workers'))
+    """
+    best = max(range(1, most + 1), key=lambda n: throughput(c, n, shards, ordered).per_second)
+    return best, throughput(c, best, shards, ordered)
+
+
 def within(predicted: float, measured: float) -> str:
     """``predicted / measured`` as a percentage difference.
 
@@ -211,6 +223,7 @@ def main(argv: list[str] | None = None) -> int:
     checks: list[list[object]] = []
     table: list[list[object]] = []
     fits = []
+    peaks: list[str] = []
     for payload in args.payloads.split(","):
         runs = measure(corpus, payload, args.raw_repeat if payload == "raw" else args.repeat,
                        args.trials)
@@ -220,6 +233,11 @@ def main(argv: list[str] | None = None) -> int:
                     f"ordered section {c.serial.at1:.1f} + {c.serial.per_worker:.2f} (N-1)")
         checks += check_rows(payload, c, runs)
         table += projection_rows(payload, c, args.shards)
+        for ordered in (True, False):
+            for k in (1, args.shards):
+                n, b = peak(c, k, ordered)
+                peaks.append(f"{payload}, {'ordered' if ordered else 'unordered'}, {k} shard(s): "
+                             f"{b.per_second:,.0f} msg/s at {n} workers ({b.binding})")
     print("costs fitted on 1 and 3 workers (CPU us per message, N workers):")
     for line in fits:
         print("  " + line)
@@ -231,6 +249,10 @@ def main(argv: list[str] | None = None) -> int:
     print("projected msg/s of one model, one worker per core, each Redis shard on a core of "
           "its own (the bound that sets it in brackets)")
     print(format_table(projection_header(args.shards), table))
+    print()
+    print("the most one model reaches, and with how many workers (1-64, a core each):")
+    for line in peaks:
+        print("  " + line)
     return 0
 
 
