@@ -1,4 +1,4 @@
-"""Benchmark 3: end to end through a real redis-server: messages/s and CPU per message with 1, 2 and 3 workers.
+"""Benchmark 3: end to end through a real redis-server: msg/s and CPU a message, 1-3 workers.
 
 A private redis-server is started on a free port (never 6379). For each payload (raw
 mail, pre-tokenized) and each worker count, a fresh model (the daemon's defaults:
@@ -438,8 +438,9 @@ class CpuWindow:
         self.ordering0 = scrape(self.procs)
 
     def stop(self) -> None:
-        each = tuple(cpu_seconds(p.pid) for p in self.procs)
-        self.worker_cpu_s = tuple(b - a for a, b in zip(self.each0, each, strict=True))
+        if self.each0:  # else never started: no first output
+            each = tuple(cpu_seconds(p.pid) for p in self.procs)
+            self.worker_cpu_s = tuple(b - a for a, b in zip(self.each0, each, strict=True))
         self.redis_cpu_s = redis_cpu_s(self.client) - self.redis0
         after = scrape(self.procs) if self.ordering0 is not None else None
         self.ordering = after - self.ordering0 if after is not None else None
