@@ -198,7 +198,8 @@ def test_tenants_run_on_a_three_master_cluster():
 @linux
 def test_ordering_accuracy_scores_ordered_and_unordered_replays():
     """Separable synthetic mail through 2 workers in each mode: every message has a
-    prediction, scored against its label; only the ordered replay takes the section."""
+    prediction, scored against its label; the unordered replay never takes the ordered
+    section."""
     from benchmarks import ordering_accuracy
 
     corpus = synthetic_mail(200, seed=11)
@@ -209,7 +210,9 @@ def test_ordering_accuracy_scores_ordered_and_unordered_replays():
         assert r.scores.accuracy > 0.9  # two disjoint vocabularies
         assert 0 <= r.scores.roca_pct < 10
     ordered, unordered = runs
-    assert ordered.run.ordering.batches > 0 and unordered.run.ordering.batches == 0
+    assert unordered.run.ordering.batches == 0
+    if ordered.run.window_messages:  # (a fast host may output all before the window opens)
+        assert ordered.run.ordering.batches > 0
     rows = ordering_accuracy.rows(runs)
     assert [row[:2] for row in rows] == [["ordered", 2], ["unordered", 2]]
     assert len(rows[0]) == len(ordering_accuracy.HEADER)
