@@ -205,11 +205,12 @@ def wait_until(done: Callable[[], bool], timeout: float,
 
 
 def wait_for(client: Any, key: str, n: int, timeout: float, procs: Sequence[subprocess.Popen] = (),
-             dead_key: str | None = None) -> bool:
-    """Until ``XLEN key`` (+ dead letters) reaches ``n``; False on timeout or a dead worker."""
+             dead_key: str | None = None, every_s: float = 0.05) -> bool:
+    """Until ``XLEN key`` (+ dead letters) reaches ``n``, looking every ``every_s``; False
+    on timeout or a dead worker."""
     return wait_until(
         lambda: client.xlen(key) + (client.xlen(dead_key) if dead_key else 0) >= n,
-        timeout, procs)
+        timeout, procs, every_s)
 
 
 def wait_blocked(client: Any, n: int, timeout: float,
@@ -494,7 +495,9 @@ def run_e2e(server: RedisServer, name: str, messages: Sequence[bytes], n_workers
                 gate.xgroup_setid(k["in"], GROUP, "0")
                 gate.xadd(k["in"], {"data": messages[-1]})
             gate.execute()
-        if all(wait_for(client, k["out"], 1, timeout, procs, k["dead"]) for k in ks):
+        # the window opens within a few ms of the first output: a short run is inside it
+        if all(wait_for(client, k["out"], 1, timeout, procs, k["dead"], every_s=0.002)
+               for k in ks):
             out0 = [int(client.xlen(k["out"])) for k in ks]
             window.start()  # start-up left out
             unwatch = watch(procs) if watch is not None else None

@@ -81,12 +81,12 @@ def test_end_to_end_reports_cpu_per_worker_and_the_ordered_section(n_workers):
     """A small run through real worker processes: every worker's CPU per message of its
     own outputs, redis-server's, and the ordered section of every labelled batch of the
     window (all labelled: every batch after the window's start takes it)."""
-    msgs = token_messages(600, seed=5)
+    msgs = token_messages(1500, seed=5)
     with end_to_end.RedisServer() as server:
         res = end_to_end.run_e2e(server, f"costs{n_workers}", msgs, n_workers, "tokens",
                                  timeout=90, options={"batch": 25})
-    assert res.messages == 600 and res.dead == 0
-    assert 0 < res.window_messages < 600  # the first batch is before the window
+    assert res.messages == 1500 and res.dead == 0
+    assert 0 < res.window_messages < 1500  # the first batch is before the window
     assert len(res.worker_cpu_us_each) == n_workers
     assert all(u > 0 for u in res.worker_cpu_us_each), res.worker_cpu_us_each
     assert 0 < res.window_worker_cpu_us < 1e5 and 0 < res.window_redis_cpu_us < 1e4
