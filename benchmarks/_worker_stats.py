@@ -42,6 +42,8 @@ class OrderingStats:
     apply_s: float = 0.0
     #: The CPU time of the worker's thread inside the section (less descheduled time).
     section_cpu_s: float = 0.0
+    #: The CPU time of the worker's thread in its waits (polls, deltas applied).
+    wait_cpu_s: float = 0.0
 
     def __add__(self, other: OrderingStats) -> OrderingStats:
         return OrderingStats(*(a + b for a, b in zip(astuple(self), astuple(other), strict=True)))
@@ -92,12 +94,15 @@ def parse_ordering(text: str) -> OrderingStats:
     ... streamnb_stage_duration_seconds_sum{model="m",stage="apply",worker="a"} 0.25
     ... streamnb_stage_duration_seconds_sum{model="m",stage="predict",worker="a"} 9.0
     ... streamnb_ordered_section_cpu_seconds_total{model="m",worker="a"} 1.5
-    ... ''')
-    OrderingStats(wait_s=0.5, section_s=2.0, batches=8, apply_s=0.25, section_cpu_s=1.5)
+    ... streamnb_order_wait_cpu_seconds_total{model="m",worker="a"} 0.125
+    ... ''')  # doctest: +NORMALIZE_WHITESPACE
+    OrderingStats(wait_s=0.5, section_s=2.0, batches=8, apply_s=0.25, section_cpu_s=1.5,
+                  wait_cpu_s=0.125)
     """
     from prometheus_client.parser import text_string_to_metric_families
 
-    sums = {"wait": 0.0, "section": 0.0, "batches": 0.0, "apply": 0.0, "cpu": 0.0}
+    sums = {"wait": 0.0, "section": 0.0, "batches": 0.0, "apply": 0.0, "cpu": 0.0,
+            "wait_cpu": 0.0}
     for family in text_string_to_metric_families(text):
         for s in family.samples:
             if s.name == "streamnb_order_wait_seconds_sum":
@@ -108,11 +113,13 @@ def parse_ordering(text: str) -> OrderingStats:
                 sums["batches"] += s.value
             elif s.name == "streamnb_ordered_section_cpu_seconds_total":
                 sums["cpu"] += s.value
+            elif s.name == "streamnb_order_wait_cpu_seconds_total":
+                sums["wait_cpu"] += s.value
             elif (s.name == "streamnb_stage_duration_seconds_sum"
                   and s.labels.get("stage") == "apply"):
                 sums["apply"] += s.value
     return OrderingStats(sums["wait"], sums["section"], int(sums["batches"]), sums["apply"],
-                         sums["cpu"])
+                         sums["cpu"], sums["wait_cpu"])
 
 
 def scrape(procs: Iterable[subprocess.Popen], timeout_s: float = 5.0) -> OrderingStats | None:

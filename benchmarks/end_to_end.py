@@ -349,6 +349,14 @@ class E2EResult:
         return 1e6 * self.ordering.section_s / self.window_messages
 
     @property
+    def wait_cpu_us(self) -> float:
+        """The workers' CPU in their order waits per message (polls of ``:log`` and
+        ``:inflight``, other workers' deltas applied meanwhile)."""
+        if self.ordering is None or not self.window_messages:
+            return float("nan")
+        return 1e6 * self.ordering.wait_cpu_s / self.window_messages
+
+    @property
     def serial_cpu_us(self) -> float:
         """:attr:`serial_us` in the workers' CPU time (less time descheduled or blocked
         on Redis): the section's cost on a host with a core per worker."""
@@ -750,14 +758,14 @@ def cost_rows(results: Sequence[E2EResult]) -> list[list[Any]]:
         rows.append([r.payload, r.workers, r.window_messages, r.window_worker_cpu_us,
                      f"{vs_one:.2f}x", " / ".join(f"{u:.0f}" for u in r.worker_cpu_us_each),
                      r.window_redis_cpu_us, r.section_ms, r.wait_ms, r.serial_us,
-                     r.serial_cpu_us])
+                     r.serial_cpu_us, r.wait_cpu_us])
     return rows
 
 
 COST_HEADER = ["payload", "workers", "messages in window", "workers' CPU us/msg",
                "vs 1 worker", "each worker us/msg (own outputs)", "redis-server CPU us/msg",
                "ordered section ms/batch", "order wait ms/batch", "serial us/msg",
-               "serial CPU us/msg"]
+               "serial CPU us/msg", "wait CPU us/msg"]
 
 
 def print_costs(results: Sequence[E2EResult]) -> None:

@@ -102,9 +102,10 @@ def test_end_to_end_reports_cpu_per_worker_and_the_ordered_section(n_workers):
     # the section's CPU is the thread's: never more than its wall time (clock ticks aside)
     assert 0 < o.section_cpu_s <= o.section_s * 1.05 + 0.01
     if n_workers == 1:
-        assert o.wait_s == 0.0  # nobody else to wait for
+        assert o.wait_s == 0.0 and o.wait_cpu_s == 0.0  # nobody else to wait for
     else:
         assert res.wait_ms >= 0
+        assert 0 <= o.wait_cpu_s <= o.wait_s * 1.05 + 0.01  # a thread's CPU, within its wait
 
 
 @needs_redis

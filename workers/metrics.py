@@ -65,6 +65,10 @@ class Metrics:
             "order_wait_seconds", "Time a batch waited for other workers' earlier labelled "
             "batches to commit before predicting (batches that had to wait)",
             MW, buckets=STAGE_BUCKETS, **r)
+        self.order_wait_cpu = Counter(
+            "order_wait_cpu_seconds", "CPU time of the worker's thread in those waits (its "
+            "polls of :log and :inflight, and the other workers' deltas applied meanwhile)",
+            MW, **r)
         self.order_wait_timeouts = Counter(
             "order_wait_timeouts", "Waits for earlier labelled batches that gave up at "
             "order_wait_ms (the batch was predicted without them)", MW, **r)

@@ -184,10 +184,12 @@ def await_earlier(rt: ModelRuntime, start: str) -> bool:
     """Wait (at most ``order_wait_ms``) for other workers' labelled batches that start
     before ``start`` to be committed, applying the log as it grows. True if the wait ended
     by applying the log (then the model is current)."""
+    cpu0 = time.thread_time()
     res = wait_for_earlier(rt.inflight, start, rt.options.order_wait_ms / 1000.0,
                            lambda batches, block_ms: rt.tail(batches, block_ms))
     if res.waited_for:
         rt.labels(rt.metrics.order_wait_seconds).observe(res.seconds)
+        rt.labels(rt.metrics.order_wait_cpu).inc(time.thread_time() - cpu0)
         if res.timed_out:
             rt.labels(rt.metrics.order_wait_timeouts).inc()
             log.info("model %s: waited %.0f ms for %d earlier labelled batch(es) of other "
