@@ -95,9 +95,14 @@ def keys(name: str) -> dict[str, str]:
 
 
 def encode_messages(corpus: Corpus, payload: str, labelled: bool = True,
-                    tokens: list[list[str]] | None = None) -> list[bytes]:
+                    tokens: list[list[str]] | None = None,
+                    pass_size: int | None = None) -> list[bytes]:
     """The corpus as wire messages: ``raw`` bytes, ``tokens`` lists (streamnb's tokens) or
-    ``hashes`` (the same tokens hashed by the producer, :func:`streamnb.features.token_hashes`)."""
+    ``hashes`` (the same tokens hashed by the producer, :func:`streamnb.features.token_hashes`).
+
+    ``pass_size``: the corpus is passes of that many messages over one corpus; a message
+    of a later pass carries its learn-once key marked with its pass (:func:`pass_key`), so
+    that every pass is learnt as the first is."""
     from streamnb.features import token_hashes
     from streamnb_workers.codec import encode_input
 
@@ -106,15 +111,31 @@ def encode_messages(corpus: Corpus, payload: str, labelled: bool = True,
     out = []
     for i, (raw, label) in enumerate(zip(corpus.raws, corpus.labels, strict=True)):
         lab = label if labelled else None
+        p = i // pass_size if pass_size else 0
         if payload == "raw":
-            out.append(encode_input("raw", raw, id=f"m{i}", label=lab))
+            out.append(encode_input("raw", raw, id=f"m{i}", label=lab,
+                                    key=pass_key("raw", raw, p)))
             continue
         toks = tokens[i] if tokens is not None else []
-        if payload == "hashes":
-            out.append(encode_input("hashes", token_hashes(toks), id=f"m{i}", label=lab))
-        else:
-            out.append(encode_input("tokens", toks, id=f"m{i}", label=lab))
+        body = token_hashes(toks) if payload == "hashes" else toks
+        out.append(encode_input(payload, body, id=f"m{i}", label=lab,
+                                key=pass_key(payload, body, p)))
     return out
+
+
+def pass_key(kind: str, payload: Any, p: int) -> str | None:
+    """The learn-once key of a message in pass ``p`` of a corpus repeated: none in the first
+    pass (the worker's own, workers/learn_keys.py), that key marked with the pass after,
+    so a repeated message is learnt again, as a new message of the same size would be.
+
+    >>> pass_key("tokens", ["a"], 0) is None, pass_key("tokens", ["a"], 2).endswith("#pass2")
+    (True, True)
+    """
+    if p == 0:
+        return None
+    from streamnb_workers.learn_keys import message_key
+
+    return f"{message_key(payload, kind)}#pass{p}"
 
 
 def repeated_messages(corpus: Corpus, payload: str, repeat: int) -> list[bytes]:
@@ -122,7 +143,7 @@ def repeated_messages(corpus: Corpus, payload: str, repeat: int) -> list[bytes]:
     once."""
     tokens = corpus_tokens(corpus) * repeat if payload != "raw" else None
     return encode_messages(Corpus(corpus.raws * repeat, corpus.labels * repeat), payload,
-                           tokens=tokens)
+                           tokens=tokens, pass_size=len(corpus))
 
 
 def corpus_tokens(corpus: Corpus) -> list[list[str]]:
@@ -641,7 +662,8 @@ def benchmark(corpus: Corpus, repeat: int = 1, worker_counts: Sequence[int] = (1
     each is kept (the machine is shared: the best run is the one least disturbed)."""
     tokens = corpus_tokens(corpus)
     big = Corpus(corpus.raws * repeat, corpus.labels * repeat)
-    encoded = {p: encode_messages(big, p, tokens=tokens * repeat) for p in payloads}
+    encoded = {p: encode_messages(big, p, tokens=tokens * repeat, pass_size=len(corpus))
+               for p in payloads}
     refs: dict[str, float] = {}
     most = max(worker_counts)
     side_by_side: dict[str, list[float]] = {}

@@ -160,11 +160,12 @@ def test_a_cost_that_fell_with_more_workers_is_projected_flat():
 def test_tenants_run_serves_every_model_from_each_worker():
     from benchmarks import tenants
 
-    msgs = token_messages(90, seed=7)
+    # enough messages for the workers' CPU to span several clock ticks of /proc
+    msgs = token_messages(900, seed=7)
     with end_to_end.RedisServer() as server:
         run = tenants.run_tenants(server, msgs, n_models=3, n_workers=2, bits=12, timeout=90)
         assert server.client().dbsize() == 0  # flushed after the run
-    assert (run.models, run.workers, run.messages) == (3, 2, 90)
+    assert (run.models, run.workers, run.messages) == (3, 2, 900)
     assert run.per_second > 0 and run.worker_cpu_us > 0 and run.redis_cpu_us > 0
 
 
@@ -187,11 +188,11 @@ def test_tenants_run_on_a_three_master_cluster():
     from benchmarks import tenants
     from benchmarks._cluster import RedisCluster3
 
-    msgs = token_messages(60, seed=9)
+    msgs = token_messages(900, seed=9)
     with RedisCluster3() as cluster:
         run = tenants.run_tenants(cluster, msgs, n_models=3, n_workers=1, bits=12, timeout=90)
         assert all(cluster.node(p).dbsize() == 0 for p in cluster.ports)  # flushed
-    assert (run.models, run.messages) == (3, 60)
+    assert (run.models, run.messages) == (3, 900)
     assert run.per_second > 0 and run.worker_cpu_us > 0 and run.redis_cpu_us > 0
 
 
