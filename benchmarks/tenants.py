@@ -56,6 +56,8 @@ from benchmarks.end_to_end import (
 SHARD_BYTES = 16e9
 #: The model's keys that are per-message traffic, not the model.
 TRAFFIC = (":in", ":out", ":dead", ":events")
+#: The learn-once keys' bookkeeping (workers/learn_keys.py): bytes by learnt message.
+LEARN_ONCE = (":keys", ":keyorder")
 
 
 def spec(name: str, bits: int) -> dict[str, Any]:
@@ -231,18 +233,27 @@ def print_runs(runs: Sequence[TenantsRun], n_messages: int, args: argparse.Names
 
 
 def print_memory(msgs: Sequence[bytes], args: argparse.Namespace) -> None:
+    from streamnb.constants import DEFAULT_LEARNT_KEYS_MAX
+
     rows = []
     for bits in (int(b) for b in args.memory_bits.split(",")):
         by_key = memory_per_model(msgs, bits)
         total = sum(by_key.values())
         top = ", ".join(f"{k} {v:,}" for k, v in sorted(by_key.items(), key=lambda kv: -kv[1])[:3])
         full = full_table_bytes(bits)
+        # the learn-once keys (workers/learn_keys.py) grow by message up to their cap
+        per_key = sum(by_key.get(k, 0) for k in LEARN_ONCE) / max(1, len(msgs))
+        capped = full + per_key * DEFAULT_LEARNT_KEYS_MAX
         rows.append([bits, total, f"{SHARD_BYTES / total:,.0f}", full,
-                     f"{SHARD_BYTES / full:,.0f}", top])
+                     f"{SHARD_BYTES / full:,.0f}", per_key, capped,
+                     f"{SHARD_BYTES / capped:,.0f}", top])
     print()
     print(f"Redis bytes of one model after {len(msgs):,} messages (snapshot + log left, no "
-          "label cache), and models a 16 GB shard holds; then with every bucket seen")
+          "label cache), and models a 16 GB shard holds; then with every bucket seen; then "
+          f"with every bucket seen and {DEFAULT_LEARNT_KEYS_MAX:,} learn-once keys (the "
+          "default learnt_keys_max)")
     print(format_table(["bits", "bytes a model", "models in 16 GB", "every bucket seen",
+                        "models in 16 GB", "learn-once bytes a key", "with the keys' cap",
                         "models in 16 GB", "largest keys"], rows))
 
 if __name__ == "__main__":
