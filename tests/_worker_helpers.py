@@ -129,12 +129,13 @@ def fast_options(consumer: str, **kw: Any) -> WorkerOptions:
     return WorkerOptions(**base)
 
 
-def url_worker(url: str, specs: list[ModelSpec], options: WorkerOptions, metrics: Any = None) -> Worker:
+def url_worker(url: str, specs: list[ModelSpec], options: WorkerOptions, metrics: Any = None,
+               cluster: bool = False) -> Worker:
     from prometheus_client import CollectorRegistry
 
     from streamnb_workers.metrics import Metrics
 
-    return Worker(UrlConnector(RedisSettings(url)), specs, options,
+    return Worker(UrlConnector(RedisSettings(url, cluster=cluster)), specs, options,
                   metrics or Metrics(CollectorRegistry()))
 
 

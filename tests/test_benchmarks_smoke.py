@@ -468,6 +468,18 @@ def test_commit_cost_reads_redis_own_time_for_each_variant():
 
 
 @needs_redis
+def test_commit_cost_of_replication_variants_on_a_master_and_replica():
+    """Each variant commits every batch on a master with one replica, and the replica holds
+    every log entry afterwards (the function raises otherwise; WAIT's reply is checked)."""
+    from benchmarks import commit_cost
+
+    res = commit_cost.replication_cost(batches=3, batch=5, row_bytes=40, out_bytes=20,
+                                       delta_bytes=10)
+    assert list(res) == list(commit_cost.REPLICATION_VARIANTS)
+    assert all(ms > 0 and math.isfinite(cpu) and cpu >= 0 for ms, cpu in res.values())
+
+
+@needs_redis
 def test_commit_cost_writes_the_outputs_both_ways():
     """The outputs variant: each way writes every output, byte for byte, and is timed
     from Redis' own accounting (the function checks the stream and raises otherwise)."""

@@ -180,10 +180,11 @@ class WorkerThreads:
         self.threads: dict[str, threading.Thread] = {}
         self.errors: list[BaseException] = []
 
-    def spawn(self, url: str, consumer: str, **options: Any) -> Worker:
+    def spawn(self, url: str, consumer: str, cluster: bool = False, **options: Any) -> Worker:
         reg = CollectorRegistry()
         w = url_worker(url, [count_spec(NAME)], WorkerOptions(**dict(FAST, consumer=consumer,
-                                                                     **options)), Metrics(reg))
+                                                                     **options)), Metrics(reg),
+                       cluster=cluster)
         self.workers[consumer], self.registries[consumer] = w, reg
         t = threading.Thread(target=self._run, args=(w,), daemon=True, name=f"worker-{consumer}")
         self.threads[consumer] = t
