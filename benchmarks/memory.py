@@ -45,7 +45,7 @@ from benchmarks._common import (
     rss_bytes,
 )
 from benchmarks.end_to_end import corpus_tokens, default_spec, keys, prefill, wait_for, workers
-from streamnb.constants import DEFAULT_LABEL_CACHE_TTL_S
+from streamnb_workers.defaults import DEFAULT_LABEL_CACHE_TTL_S
 
 MB = 1024 * 1024
 #: Feature-cache TTL for this benchmark (the default, days, would keep every message in Redis).

@@ -233,7 +233,7 @@ def print_runs(runs: Sequence[TenantsRun], n_messages: int, args: argparse.Names
 
 
 def print_memory(msgs: Sequence[bytes], args: argparse.Namespace) -> None:
-    from streamnb.constants import DEFAULT_LEARNT_KEYS_MAX
+    from streamnb_workers.defaults import DEFAULT_LEARNT_KEYS_MAX
 
     rows = []
     for bits in (int(b) for b in args.memory_bits.split(",")):

@@ -14,10 +14,9 @@ from _worker_helpers import fast_options, url_worker
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from streamnb.constants import DEFAULT_MAX_CATEGORIES
 from streamnb.models import make_model
 from streamnb.models.categorical import CategoricalNB
-from streamnb.stats.category_counts import CategoryCounts
+from streamnb.stats.category_counts import DEFAULT_MAX_CATEGORIES, CategoryCounts
 from streamnb_workers.codec import decode_output
 from streamnb_workers.keys import GROUP, ModelKeys
 from streamnb_workers.model_config import ModelSpec

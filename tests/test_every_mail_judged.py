@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 from _worker_helpers import fast_options, url_worker
 
-from streamnb.constants import DEFAULT_MAX_MESSAGE_BYTES
 from streamnb.features import MailTokenizer
+from streamnb.features.payload import DEFAULT_MAX_MESSAGE_BYTES
 from streamnb.features.truncate import cut_mail, truncated_size
 from streamnb_workers.cli import main
 from streamnb_workers.codec import decode_output

@@ -86,7 +86,7 @@ def max_bytes(text: str) -> int:
     >>> max_bytes("2097152")
     2097152
     """
-    from streamnb.constants import DEFAULT_MAX_ENTRY_BYTES
+    from streamnb_workers.codec import DEFAULT_MAX_ENTRY_BYTES
 
     try:
         n = int(text)

@@ -29,10 +29,9 @@ from typing import Any
 
 import numpy as np
 
-from streamnb.constants import DATA_FIELD
 from streamnb.exceptions import MalformedMessage, NotFittedError
 from streamnb.features import Row, rows_to_bytes
-from streamnb_workers.codec import DEFAULT_LIMITS, InputMessage, Limits, decode_input
+from streamnb_workers.codec import DATA_FIELD, DEFAULT_LIMITS, InputMessage, Limits, decode_input
 from streamnb_workers.labels import LabelRef
 from streamnb_workers.replies import as_str, entry_field
 from streamnb_workers.stream_ids import entry_time

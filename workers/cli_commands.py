@@ -11,7 +11,6 @@ import sys
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from streamnb.constants import EXIT_FAILURE, EXIT_USAGE
 from streamnb.exceptions import SettingsError
 from streamnb_workers import inspect_commands, milter
 from streamnb_workers.cli_parser import (
@@ -20,6 +19,7 @@ from streamnb_workers.cli_parser import (
     MODEL_OPTIONS,
     PROG,
 )
+from streamnb_workers.exit_codes import EXIT_FAILURE, EXIT_USAGE
 from streamnb_workers.model_config import require_model
 from streamnb_workers.redaction import redact
 

@@ -16,26 +16,8 @@ from collections.abc import Callable, Mapping
 from typing import Any, NoReturn
 
 from streamnb._version import __version__
-from streamnb.constants import (
-    DEFAULT_BATCH_SIZE,
-    DEFAULT_BLOCK_MS,
-    DEFAULT_CLAIM_IDLE_MS,
-    DEFAULT_DEMO_MESSAGES,
-    DEFAULT_HEALTHZ_GRACE_S,
-    DEFAULT_LABEL_CACHE_TTL_S,
-    DEFAULT_LEARNT_KEYS_MAX,
-    DEFAULT_MAX_MESSAGE_BYTES,
-    DEFAULT_METRICS_ADDR,
-    DEFAULT_METRICS_PORT,
-    DEFAULT_ORDER_WAIT_MS,
-    DEFAULT_PREDICT_TIMEOUT_S,
-    DEFAULT_PRODUCE_CHUNK,
-    DEFAULT_STATUS_LAST,
-    DEFAULT_TOKEN_NAMES,
-    DEFAULT_TOKEN_NAMES_EVERY,
-    EXIT_USAGE,
-    MODEL_KINDS,
-)
+from streamnb.features.payload import DEFAULT_MAX_MESSAGE_BYTES
+from streamnb.models.io import MODEL_KINDS
 from streamnb_workers import inspect_commands, milter
 from streamnb_workers.arg_types import (
     class_list,
@@ -49,6 +31,24 @@ from streamnb_workers.arg_types import (
     positive_int,
     shrinkage,
 )
+from streamnb_workers.defaults import (
+    DEFAULT_BATCH_SIZE,
+    DEFAULT_BLOCK_MS,
+    DEFAULT_CLAIM_IDLE_MS,
+    DEFAULT_DEMO_MESSAGES,
+    DEFAULT_HEALTHZ_GRACE_S,
+    DEFAULT_LABEL_CACHE_TTL_S,
+    DEFAULT_LEARNT_KEYS_MAX,
+    DEFAULT_METRICS_ADDR,
+    DEFAULT_METRICS_PORT,
+    DEFAULT_ORDER_WAIT_MS,
+    DEFAULT_PREDICT_TIMEOUT_S,
+    DEFAULT_PRODUCE_CHUNK,
+    DEFAULT_STATUS_LAST,
+    DEFAULT_TOKEN_NAMES,
+    DEFAULT_TOKEN_NAMES_EVERY,
+)
+from streamnb_workers.exit_codes import EXIT_USAGE
 from streamnb_workers.settings import add_option
 
 __all__ = ["DECISION_OPTIONS", "FEATURIZER_OPTIONS", "MODEL_OPTIONS", "OneLineParser",

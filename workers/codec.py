@@ -25,7 +25,6 @@ from typing import Any
 import msgpack
 import numpy as np
 
-from streamnb.constants import DEFAULT_MAX_ENTRY_BYTES
 from streamnb.encoding import dumps
 from streamnb.exceptions import MalformedMessage
 from streamnb.features.payload import PAYLOAD_KINDS, Payload
@@ -43,6 +42,13 @@ __all__ = [
     "encode_output",
     "output_for",
 ]
+
+#: The one stream field that holds a message's msgpack map.
+DATA_FIELD = "data"
+
+#: Default bound of one encoded stream entry (8 MiB): what a worker decodes at all. Mail up
+#: to it arrives whole and is cut to ``--max-bytes``; ``streamnb produce`` cuts before sending.
+DEFAULT_MAX_ENTRY_BYTES = 8 << 20
 
 _KNOWN_KEYS = frozenset(PAYLOAD_KINDS) | {"id", "label", "weight", "ts", "ref", "meta", "key",
                                           "forget"}

@@ -39,8 +39,8 @@ from typing import Any
 
 import redis
 
-from streamnb.constants import DEFAULT_MAIL_ALPHA
 from streamnb.exceptions import ConfigConflict, SettingsError
+from streamnb_workers.defaults import DEFAULT_MAIL_ALPHA
 from streamnb_workers.keys import ModelKeys, check_model_name
 from streamnb_workers.lua import LuaScript
 from streamnb_workers.replies import as_str

@@ -14,16 +14,16 @@ import os
 import socket
 from dataclasses import dataclass
 
-from streamnb.constants import (
+from streamnb.features.payload import DEFAULT_MAX_MESSAGE_BYTES
+from streamnb_workers.codec import DEFAULT_LIMITS, Limits
+from streamnb_workers.defaults import (
     DEFAULT_BATCH_SIZE,
     DEFAULT_LABEL_CACHE_TTL_S,
     DEFAULT_LEARNT_KEYS_MAX,
-    DEFAULT_MAX_MESSAGE_BYTES,
     DEFAULT_ORDER_WAIT_MS,
     DEFAULT_TOKEN_NAMES,
     DEFAULT_TOKEN_NAMES_EVERY,
 )
-from streamnb_workers.codec import DEFAULT_LIMITS, Limits
 from streamnb_workers.health import DEFAULT_HEALTHZ_GRACE_S
 
 __all__ = ["WorkerOptions"]

@@ -46,10 +46,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
-from streamnb.constants import DATA_FIELD, DEFAULT_MAX_MESSAGE_BYTES, DEFAULT_PRODUCE_CHUNK
 from streamnb.exceptions import MalformedMessage, SettingsError
+from streamnb.features.payload import DEFAULT_MAX_MESSAGE_BYTES
 from streamnb.features.truncate import cut_mail
-from streamnb_workers.codec import decode_input
+from streamnb_workers.codec import DATA_FIELD, decode_input
+from streamnb_workers.defaults import DEFAULT_PRODUCE_CHUNK
 from streamnb_workers.keys import ModelKeys
 from streamnb_workers.learn_keys import known_keys
 from streamnb_workers.produce_checks import (

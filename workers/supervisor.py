@@ -35,9 +35,9 @@ from typing import Any
 
 import redis
 
-from streamnb.constants import EXIT_FAILURE, EXIT_USAGE
 from streamnb.exceptions import SettingsError
 from streamnb_workers.backoff import Backoff
+from streamnb_workers.exit_codes import EXIT_FAILURE, EXIT_USAGE
 
 log = logging.getLogger("streamnb.supervisor")
 

@@ -6,7 +6,6 @@ from typing import Any
 
 import numpy as np
 
-from streamnb.constants import DEFAULT_MAX_CATEGORIES
 from streamnb.models._discrete import (
     check_alpha,
     check_class_prior,
@@ -15,7 +14,7 @@ from streamnb.models._discrete import (
 )
 from streamnb.models.base import GenerativeClassifier
 from streamnb.stats.bundle import StatsBundle
-from streamnb.stats.category_counts import CategoryCounts, check_categories
+from streamnb.stats.category_counts import DEFAULT_MAX_CATEGORIES, CategoryCounts, check_categories
 from streamnb.stats.class_counts import ClassCounts
 
 

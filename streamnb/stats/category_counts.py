@@ -13,7 +13,6 @@ from typing import Any, Self
 
 import numpy as np
 
-from streamnb.constants import DEFAULT_MAX_CATEGORIES
 from streamnb.encoding import pack_array, unpack_array
 from streamnb.exceptions import FormatError
 from streamnb.stats.base import (
@@ -26,6 +25,10 @@ from streamnb.stats.base import (
     normalize_labels,
     spread_rows,
 )
+
+#: Categories a categorical feature may take (values 0 .. limit - 1): one message's
+#: category cannot make a model allocate more than this many columns per feature.
+DEFAULT_MAX_CATEGORIES = 1024
 
 
 def check_categories(X: np.ndarray, max_categories: int) -> None:
