@@ -73,10 +73,10 @@ from benchmarks._common import (
     redis_cpu_s,
 )
 from benchmarks.end_to_end import prefill
-from streamnb.constants import DEFAULT_BATCH_SIZE
 from streamnb_workers import commit as commit_module
 from streamnb_workers import read_ahead
 from streamnb_workers.commit import CommitRequest, LuaScript, commit_batch
+from streamnb_workers.defaults import DEFAULT_BATCH_SIZE
 from streamnb_workers.keys import GROUP, ModelKeys
 from streamnb_workers.label_cache import batch_writes, encode_entry
 

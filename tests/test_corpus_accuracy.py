@@ -11,9 +11,9 @@ import csv
 
 import pytest
 
-from streamnb.constants import DEFAULT_MAIL_ALPHA
 from streamnb.features import Featurizer, Payload
 from streamnb.models import MultinomialNB
+from streamnb_workers.defaults import DEFAULT_MAIL_ALPHA
 
 pytestmark = [pytest.mark.corpus, pytest.mark.slow]
 

@@ -9,7 +9,9 @@ None are taken from the stored config.
 Stored hash fields (JSON text, so ``redis-cli HGETALL`` is readable): ``format`` (config
 format version), ``kind``, ``model_params`` (normalised by the model's ``get_params()``),
 ``featurizer`` (the full featurizer config), ``decision`` (decision-rule options),
-``half_life`` (forgetting half-life in learnt messages, or null), ``created`` (unix time).
+``half_life`` (forgetting half-life in learnt messages, or null), ``classes`` (the declared
+classes, a list of str, or null: any label is a class), ``created`` (unix time). A config
+stored without ``classes`` reads as null.
 
 Defaults filled in at creation for hashed (sparse) input: ``n_features`` = the number of
 featurizer columns and ``smoothing_m = "seen"`` when the model has such parameters.
@@ -37,8 +39,8 @@ from typing import Any
 
 import redis
 
-from streamnb.constants import DEFAULT_MAIL_ALPHA
 from streamnb.exceptions import ConfigConflict, SettingsError
+from streamnb_workers.defaults import DEFAULT_MAIL_ALPHA
 from streamnb_workers.keys import ModelKeys, check_model_name
 from streamnb_workers.lua import LuaScript
 from streamnb_workers.replies import as_str
@@ -61,9 +63,14 @@ class ModelSpec:
 
     ``decision``: options of :class:`streamnb.decision.DecisionRule` (``to_dict`` form).
     ``half_life``: forgetting half-life in learnt messages (None: never forget).
+    ``classes``: the only labels the model learns (None: any label).
 
     >>> ModelSpec("mail", kind="multinomial").name
     'mail'
+    >>> ModelSpec("mail", classes=["spam", "spam"])
+    Traceback (most recent call last):
+    ...
+    ValueError: classes must be distinct, non-empty labels of at most 256 characters, got ['spam', 'spam']
     """
 
     name: str
@@ -72,9 +79,12 @@ class ModelSpec:
     featurizer_config: dict[str, Any] | None = None
     decision: dict[str, Any] | None = None
     half_life: float | None = None
+    classes: list[str] | None = None
 
     def __post_init__(self) -> None:
         check_model_name(self.name)
+        if self.classes is not None:
+            self.classes = check_classes(self.classes)
         if self.half_life is not None and not (float(self.half_life) > 0):
             raise ValueError(f"half_life must be > 0 learnt messages, got {self.half_life}")
 
@@ -89,6 +99,7 @@ class ModelConfig:
     featurizer: dict[str, Any]
     decision: dict[str, Any] = field(default_factory=dict)
     half_life: float | None = None
+    classes: list[str] | None = None
     format: int = CONFIG_FORMAT_VERSION
     created: float = 0.0
 
@@ -100,6 +111,7 @@ class ModelConfig:
             "featurizer": _canon(self.featurizer),
             "decision": _canon(self.decision),
             "half_life": _canon(self.half_life),
+            "classes": _canon(self.classes),
             "created": repr(float(self.created)),
         }
 
@@ -115,17 +127,26 @@ class ModelConfig:
             return cls(name=name, kind=h["kind"], model_params=json.loads(h["model_params"]),
                        featurizer=json.loads(h["featurizer"]),
                        decision=json.loads(h.get("decision", "{}")),
-                       half_life=json.loads(h.get("half_life", "null")), format=fmt,
+                       half_life=json.loads(h.get("half_life", "null")),
+                       classes=_stored_classes(name, h.get("classes", "null")), format=fmt,
                        created=float(h.get("created", 0.0)))
         except (KeyError, ValueError) as exc:
             if isinstance(exc, ConfigConflict):
                 raise
             raise ConfigConflict(f"model {name!r} has an unreadable stored config: {exc}") from None
 
-    def make_featurizer(self) -> Any:
-        from streamnb.features import Featurizer
+    def make_featurizer(self, max_bytes: int | None = None) -> Any:
+        """The model's featurizer; ``max_bytes``: raw mail read (larger mail is cut; None:
+        the default, 1 MiB). A worker's setting, not the model's: what is learnt goes to
+        every replica as a delta, whatever cut the mail."""
+        from dataclasses import replace
 
-        return Featurizer.from_config(self.featurizer)
+        from streamnb.features import DEFAULT_FEATURE_LIMITS, Featurizer
+
+        if max_bytes is None:
+            return Featurizer.from_config(self.featurizer)
+        limits = replace(DEFAULT_FEATURE_LIMITS, max_message_bytes=int(max_bytes))
+        return Featurizer.from_config(self.featurizer, limits)
 
     def make_model(self) -> Any:
         from streamnb.models import make_model
@@ -148,6 +169,28 @@ class ModelConfig:
     def decay_factor(self) -> float:
         """g = 0.5 ** (K / H), so the weight halves every H learnt messages."""
         return 0.5 ** (self.decay_every / float(self.half_life)) if self.half_life else 1.0
+
+
+def check_classes(classes: Any) -> list[str]:
+    """Declared classes: distinct non-empty str labels of at most 256 characters (the
+    wire's label limit), at least one; ValueError otherwise."""
+    ok = (isinstance(classes, (list, tuple)) and classes
+          and all(isinstance(c, str) and 0 < len(c) <= 256 for c in classes)
+          and len(set(classes)) == len(classes))
+    if not ok:
+        raise ValueError(f"classes must be distinct, non-empty labels of at most 256 "
+                         f"characters, got {classes!r}")
+    return list(classes)
+
+
+def _stored_classes(name: str, text: str) -> list[str] | None:
+    classes = json.loads(text)
+    if classes is None:
+        return None
+    try:
+        return check_classes(classes)
+    except ValueError as exc:
+        raise ConfigConflict(f"model {name!r} has unreadable stored classes: {exc}") from None
 
 
 def _canon(v: Any) -> str:
@@ -201,7 +244,7 @@ def resolve_spec(spec: ModelSpec) -> ModelConfig:
     return ModelConfig(name=spec.name, kind=spec.kind, model_params=model.get_params(),
                        featurizer=featurizer.config, decision=decision,
                        half_life=None if spec.half_life is None else float(spec.half_life),
-                       created=time.time())
+                       classes=spec.classes, created=time.time())
 
 
 def read_config(client: Any, name: str) -> ModelConfig | None:
@@ -229,6 +272,8 @@ def differences(stored: ModelConfig, spec: ModelSpec) -> list[tuple[str, Any, An
         diffs += _dict_diff("decision", stored.decision, json.loads(_canon(given_d)))
     if spec.half_life is not None and float(spec.half_life) != stored.half_life:
         diffs.append(("half_life", stored.half_life, float(spec.half_life)))
+    if spec.classes is not None and spec.classes != stored.classes:
+        diffs.append(("classes", stored.classes, spec.classes))
     return diffs
 
 

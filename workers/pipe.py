@@ -28,8 +28,6 @@ import sys
 from pathlib import Path
 from typing import Any, BinaryIO, TextIO
 
-from streamnb_workers.arg_types import whole_number_in
-from streamnb_workers.milter import DEFAULT_MAX_SIZE
 from streamnb_workers.settings import add_option
 
 __all__ = ["STDIN", "add_options", "judge_stdin", "wants_many"]
@@ -40,7 +38,7 @@ STDIN = "-"
 
 def add_options(p: argparse.ArgumentParser) -> None:
     """The options of ``predict -`` and ``predict DIR|MBOX`` (the predict parser has
-    ``--timeout`` and ``--json``)."""
+    ``--timeout``, ``--max-bytes`` and ``--json``)."""
     add_option(p, "-p", "--passthrough", action="store_true", default=False,
                help="with FILE -: write the mail to stdout with the X-Streamnb-* headers added "
                     "(body untouched) instead of a prediction line")
@@ -50,9 +48,6 @@ def add_options(p: argparse.ArgumentParser) -> None:
     add_option(p, "--positive", metavar="LABEL",
                help="with FILE - or DIR|MBOX: the class that exits 0 and whose log-odds is the "
                     "score (default: the last class in sorted order, spam of ham/spam)")
-    add_option(p, "--max-size", type=whole_number_in(1024, 1_000_000, "bytes"),
-               default=DEFAULT_MAX_SIZE, metavar="BYTES",
-               help="with FILE - or DIR|MBOX: bytes of a mail that are scored (headers first)")
 
 
 def wants_many(path: str) -> bool:
@@ -140,7 +135,7 @@ def judge_stdin(args: argparse.Namespace, settings_of: Any, stdin: BinaryIO, std
         verdict_headers,
     )
 
-    message = PipedMessage.read(stdin, args.max_size)
+    message = PipedMessage.read(stdin, args.max_bytes)
     try:
         sent: list[str] = []
         headers, prediction, code = None, None, EXIT_ERROR

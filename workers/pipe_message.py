@@ -31,7 +31,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any, BinaryIO
 
 from streamnb.decision import UNSURE, DecisionRule
-from streamnb_workers.milter import DEFAULT_MAX_SIZE
+from streamnb.features.payload import DEFAULT_MAX_MESSAGE_BYTES
 from streamnb_workers.verdicts import HEADER_PREFIX
 
 __all__ = [
@@ -127,7 +127,7 @@ class PipedMessage:
         return cls(spool, size, bytes(head), max_size)  # type: ignore[arg-type]
 
     @classmethod
-    def from_bytes(cls, data: bytes, max_size: int = DEFAULT_MAX_SIZE) -> PipedMessage:
+    def from_bytes(cls, data: bytes, max_size: int = DEFAULT_MAX_MESSAGE_BYTES) -> PipedMessage:
         return cls.read(io.BytesIO(data), max_size)
 
     def close(self) -> None:

@@ -31,11 +31,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
-from streamnb.constants import DATA_FIELD, EXIT_FAILURE
 from streamnb.exceptions import MalformedMessage, SettingsError
-from streamnb_workers.codec import decode_input, decode_output
+from streamnb.features.payload import DEFAULT_MAX_MESSAGE_BYTES
+from streamnb.features.truncate import cut_mail
+from streamnb_workers.codec import DATA_FIELD, decode_input, decode_output
+from streamnb_workers.exit_codes import EXIT_FAILURE
 from streamnb_workers.keys import ModelKeys
-from streamnb_workers.milter import DEFAULT_MAX_SIZE
 from streamnb_workers.replies import as_str, entry_field
 from streamnb_workers.verdicts import NOT_SCORED, TIMEOUT, format_score, log_odds
 
@@ -98,7 +99,7 @@ def _messages(path: str, max_size: int) -> Iterator[tuple[str, str, bytes | None
             continue
         out.fields.pop("label", None)
         if out.raw is not None:
-            out.raw = out.raw[:max_size]
+            out.raw = cut_mail(out.raw, max_size)  # as produce cuts it
         out.id = out.fields["id"] = f"predict-{uuid.uuid4().hex}"
         data = out.encode()
         try:
@@ -153,7 +154,7 @@ class _Collector:
 
 
 def judge_many(client: Any, model: str, path: str, out: TextIO, *, timeout: float,
-               positive: Any = None, as_json: bool = False, max_size: int = DEFAULT_MAX_SIZE,
+               positive: Any = None, as_json: bool = False, max_size: int = DEFAULT_MAX_MESSAGE_BYTES,
                window: int = DEFAULT_WINDOW) -> tuple[int, int]:
     """Judge every message under ``path`` (module docstring), writing one line each to
     ``out`` in input order. Returns (messages, of them not scored)."""
@@ -224,7 +225,7 @@ def cmd_many(args: Any, model: str, client: Any) -> int:
 
     n, not_scored = judge_many(client, model, args.file, sys.stdout, timeout=args.timeout,
                                positive=args.positive, as_json=args.json,
-                               max_size=args.max_size)
+                               max_size=args.max_bytes)
     if n == 0:
         raise SettingsError(f"{args.file!r} holds no message")
     return EXIT_FAILURE if not_scored else 0

@@ -36,7 +36,6 @@ from collections.abc import Iterator, Mapping
 from datetime import UTC, datetime
 from typing import Any, TextIO
 
-from streamnb.constants import DATA_FIELD
 from streamnb.exceptions import MalformedMessage
 from streamnb_workers.arg_types import non_negative_int
 from streamnb_workers.settings import add_option
@@ -174,7 +173,7 @@ def entry_json(stream_id: str, obj: Mapping[str, Any], dead: bool, positive: Any
 def render(entry_id: Any, fields: Any, dead: bool, as_json: bool, positive: Any = None) -> str:
     """The line of one stream entry as read from Redis; an entry that does not decode says
     so on its line."""
-    from streamnb_workers.codec import decode_output
+    from streamnb_workers.codec import DATA_FIELD, decode_output
     from streamnb_workers.replies import as_str, entry_field
 
     stream_id = as_str(entry_id)
