@@ -421,8 +421,10 @@ def test_the_worker_skips_the_costly_exact_method_for_bernoulli(monkeypatch):
     r = fakeredis.FakeRedis()
     w = Worker(ClientConnector(r), [ModelSpec("b", kind="bernoulli", featurizer_config={"bits": 8})],
                fast_options("w1"))
-    for text, label in [("cheap meds", "spam"), ("meeting notes", "ham"), ("cheap pills", None)] * 3:
-        r.xadd(ModelKeys("b").input, {"data": msgpack.packb({"text": text, "label": label})})
+    rows = [("cheap meds", "spam"), ("meeting notes", "ham"), ("cheap pills", None)] * 3
+    for i, (text, label) in enumerate(rows):  # repeated texts: a learn-once key each
+        r.xadd(ModelKeys("b").input,
+               {"data": msgpack.packb({"text": text, "label": label, "key": f"k{i}"})})
     w.run_until_idle()
     outs = [decode_output(d[b"data"]) for _, d in r.xrange(ModelKeys("b").out)]
     assert len(outs) == 9 and w.models["b"].replica.learnt == 6

@@ -41,3 +41,9 @@ def test_protocol_documents_exactly_the_reasons_the_code_emits():
     emitted = emitted_reasons()
     assert {"not_msgpack", "poison", "bad_category", "ref_expired"} <= emitted  # (the scan works)
     assert documented_reasons() == emitted
+
+
+def test_the_dead_letter_counter_starts_a_series_for_every_reason():
+    from streamnb_workers.metrics import DEAD_LETTER_REASONS
+
+    assert set(DEAD_LETTER_REASONS) == emitted_reasons()

@@ -30,9 +30,10 @@ STAGES = ("read", "decode", "featurize", "predict", "explain", "learn", "send", 
 
 #: Every reason a worker dead-letters a message with (docs/protocol.md, docs/worker.md):
 #: their counters exist at 0 from the start.
-DEAD_LETTER_REASONS = ("not_msgpack", "not_a_map", "too_large", "no_payload", "several_payloads",
-                       "bad_type", "non_finite", "bad_label", "bad_weight", "wrong_dimension",
-                       "incompatible_payload", "poison", "ref_expired")
+DEAD_LETTER_REASONS = ("not_msgpack", "not_a_map", "no_data", "too_large", "no_payload",
+                       "several_payloads", "bad_type", "non_finite", "bad_label", "bad_weight",
+                       "wrong_dimension", "incompatible_payload", "bad_category", "not_learnt",
+                       "poison", "ref_expired")
 #: The kinds of ``redis_errors`` (workers/loop.py, ``error_kind``).
 REDIS_ERROR_KINDS = ("connection", "timeout", "misconf", "readonly", "nogroup", "other")
 #: What ``corrupt_records`` counts.
@@ -214,7 +215,8 @@ class Metrics:
                        self.snapshots_written, self.redis_restores, self.prequential_log_loss,
                        self.prequential_brier, self.delayed_log_loss, self.delayed_brier,
                        self.label_delay, self.corrections, self.oov_share, self.confidence,
-                       self.unsure):
+                       self.unsure, self.messages_already_learnt, self.ordered_section_seconds,
+                       self.ordered_section_cpu, self.order_wait_cpu):
             family.labels(**mw)
         for reason in DEAD_LETTER_REASONS:
             self.dead_letters.labels(**mw, reason=reason)
