@@ -92,6 +92,12 @@ EXIT_UNREACHABLE = 3
 #: Smoothing alpha recommended for count models over hashed mail tokens (with
 #: smoothing_m="seen"); measured on the SpamAssassin replay (docs/features.md).
 DEFAULT_MAIL_ALPHA = 0.1
+#: The decision options a new model over hashed mail starts with (docs/features.md): the
+#: score per feature to rank by, and "unsure" while a class has learnt less weight than 3.
+MAIL_DECISION_DEFAULTS = {"score": "per_feature", "min_class_weight": 3.0}
+#: A labelled message whose verdict was wrong is learnt with this many times its weight
+#: (train-on-error weighting; measured on the SpamAssassin replay, docs/features.md).
+DEFAULT_ERROR_WEIGHT = 2.0
 
 #: How long a worker keeps a message's features for a delayed label (seconds). Redis memory
 #: for the cache is about rate x TTL x 0.6-1 kB per mail (docs/operations.md, sizing): 2

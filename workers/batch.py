@@ -17,8 +17,9 @@ Each step takes the values the one before gave and returns new ones; the worker
 (['not_msgpack'], True)
 >>> batch = featurize(featurizer, decoded)
 >>> predictions = predict(model, cfg.make_decision_rule(), featurizer, batch.items)
->>> [v.label for v in predictions.verdicts]  # test-then-train: "spam" known before the second
-[None, 'spam']
+>>> # test-then-train: "spam" known before the second, too little of it to act on
+>>> [v.label for v in predictions.verdicts], predictions.verdicts[1].weight
+([None, 'unsure'], 1.0)
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from streamnb.constants import DATA_FIELD
+from streamnb.decision import UNSURE
 from streamnb.exceptions import MalformedMessage, NotFittedError
 from streamnb.features import Row, rows_to_bytes
 from streamnb_workers.codec import DEFAULT_LIMITS, InputMessage, Limits, decode_input
@@ -96,11 +98,15 @@ class Featurized:
 class Verdict:
     """One item's decision: the label (None before the model knows a class), the decision
     log posteriors by class, and the model's own log posteriors (before the decision rule,
-    scored against the item's label once it commits; None if it could not predict)."""
+    scored against the item's label once it commits; None if it could not predict); the
+    score to rank by (two classes only, else None) and the weight the item's own label is
+    learnt with (its message's weight, times the error weight if the label was wrong)."""
 
     label: Any
     log_proba: dict[Any, float]
     model_log_proba: np.ndarray | None
+    score: float | None = None
+    weight: float = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -256,25 +262,103 @@ def learnt_log_prior(model: Any, n_classes: int) -> np.ndarray:
 
 
 # ---------------------------------------------------------------------- predict and decide
+def is_error(label: Any, true: Any, rule: Any, classes: Sequence[Any]) -> bool:
+    """Whether a verdict ``label`` got the true label ``true`` wrong. No verdict (None) is
+    no error; "unsure" is an error only when the truth is the positive class (of the
+    ``classes`` known with ``true``): an unsure message is not flagged.
+
+    >>> from streamnb.decision import DecisionRule
+    >>> rule = DecisionRule()
+    >>> [is_error(v, t, rule, ["ham"]) for v, t in
+    ...  [("ham", "spam"), ("ham", "ham"), ("unsure", "spam"), ("unsure", "ham"), (None, "spam")]]
+    [True, False, True, False, False]
+    """
+    if label is None or true is None:
+        return False
+    if label == UNSURE and true != UNSURE:
+        known = list(classes) if true in classes else [*classes, true]
+        return len(known) == 2 and known[rule.positive_index(known)] == true
+    return label != true
+
+
+def learn_weights(verdicts: Sequence[Verdict], items: Sequence[Item], rule: Any,
+                  classes: Sequence[Any], error_weight: float) -> np.ndarray:
+    """The weight each item's own label is learnt with: its message's weight, times
+    ``error_weight`` where the verdict got the label wrong (:func:`is_error`)."""
+    return np.array([it.msg.weight * (error_weight if error_weight != 1.0 and
+                                      is_error(v.label, it.msg.label, rule, classes) else 1.0)
+                     for v, it in zip(verdicts, items, strict=True)], dtype=np.float64)
+
+
+def _class_weight_rows(model: Any, classes: Sequence[Any], labels: Sequence[Any],
+                       weights: np.ndarray, prequential: bool) -> np.ndarray:
+    """The weight each row's model has learnt per class (columns in ``classes`` order):
+    the model's, plus (prequential) the labelled rows before it in the batch."""
+    n, k = len(labels), len(classes)
+    out = np.zeros((n, k))
+    try:
+        learnt = model.stats["classes"].as_dict()
+    except (AttributeError, KeyError):
+        learnt = {}
+    index = {c: j for j, c in enumerate(classes)}
+    for c, w in learnt.items():
+        if c in index:
+            out[:, index[c]] = w
+    if prequential:
+        contrib = np.zeros((n, k))
+        for i, lab in enumerate(labels):
+            if lab is not None and lab in index:
+                contrib[i, index[lab]] = weights[i]
+        out += np.cumsum(contrib, axis=0) - contrib
+    return out
+
+
 def predict(model: Any, rule: Any, featurizer: Any, items: Sequence[Item],
             prequential: bool = True, prepared: tuple[list[str], Any, Any] | None = None,
-            ) -> Predictions:
+            error_weight: float = 1.0) -> Predictions:
     """Predict and decide every item. Prequential (the default, where the model does it
     cheaply): item i is predicted by the model plus the labelled items before it in the
     batch, as one-at-a-time processing would; the model itself is not touched. Else the
     whole batch with the model as it is. ``prepared``: (the entry ids it was made for,
     the items' rows stacked, :func:`prediction_plan` or None), used if the items are
-    still those."""
+    still those.
+
+    ``error_weight``: an item whose verdict gets its own label wrong is learnt with this
+    many times its weight (:attr:`Verdict.weight`), and the items after it in the batch
+    are predicted with that weight, as one at a time: the predictions are made again
+    from the first item whose weight changed, until no weight changes (each pass fixes
+    at least one more item, so at most one pass per wrong verdict, plus one)."""
     prequential = prequential and model.cheap_prequential
     if prepared is not None and prepared[0] == [it.entry_id for it in items]:
         X, plan = prepared[1], prepared[2]
     else:  # items were dropped since (labels of another type): stacked again
         X, plan = featurizer.stack([it.row for it in items]), None
-    n = len(items)
+    base = weights = _weights(items)
+    n_values = np.asarray(X.sum(axis=1), dtype=np.float64).ravel() if len(items) else \
+        np.zeros(0)
+    while True:
+        p = _predict_once(model, rule, X, items, weights, plan if weights is base else None,
+                          prequential, n_values)
+        learnt = learn_weights(p.verdicts, items, rule, p.classes, error_weight)
+        changed = np.flatnonzero(learnt != weights)
+        if not prequential or not changed.size:
+            break
+        # the predictions up to the first changed item stand (they depend only on the
+        # items before it), so the next pass changes only items after it
+        weights = learnt
+    for v, w in zip(p.verdicts, learnt.tolist(), strict=True):
+        v.weight = w
+    return p
+
+
+def _predict_once(model: Any, rule: Any, X: Any, items: Sequence[Item], weights: np.ndarray,
+                  plan: Any, prequential: bool, n_values: np.ndarray) -> Predictions:
+    """One pass of :func:`predict` with the items' labels learnt with ``weights``."""
+    labels = [it.msg.label for it in items]
+    n = len(labels)
     oov = None
     if prequential:
-        pred = model.predict_log_proba_prequential(
-            X, [it.msg.label for it in items], _weights(items), plan=plan)
+        pred = model.predict_log_proba_prequential(X, labels, weights, plan=plan)
         classes, lp, n_known = list(pred.classes), pred.log_proba, pred.n_known
         log_prior, oov = pred.log_prior, pred.unseen_share
     else:  # the whole batch with the model as it was before the batch
@@ -286,6 +370,8 @@ def predict(model: Any, rule: Any, featurizer: Any, items: Sequence[Item],
         n_known = np.full(n, len(classes), dtype=np.int64)
         log_prior = np.broadcast_to(learnt_log_prior(model, len(classes)), lp.shape)
     classes = [c.item() if hasattr(c, "item") else c for c in classes]
+    class_weight = (_class_weight_rows(model, classes, labels, weights, prequential)
+                    if rule.min_class_weight is not None else None)
     # Decide rows that knew the same classes together; with a class-prior override the
     # learnt priors differ row by row (prequential), so each row is decided alone.
     per_row = prequential and rule.class_prior is not None
@@ -300,12 +386,16 @@ def predict(model: Any, rule: Any, featurizer: Any, items: Sequence[Item],
         k = int(n_known[rows[0]])
         prior_k = log_prior[rows[0], :k]
         dec = rule.decide(lp[rows, :k], classes[:k],
-                          prior_k if np.isfinite(prior_k).any() else None)
+                          prior_k if np.isfinite(prior_k).any() else None,
+                          None if class_weight is None else class_weight[rows, :k])
         dec_lp[rows, :k] = dec.log_proba
         unsure[rows] = dec.unsure
+        scores = rule.score_of(dec.log_proba, classes[:k], n_values[rows])
+        scored = [None] * len(rows) if scores is None else scores.tolist()
         known, decided = classes[:k], dec.log_proba.tolist()  # (Python floats)
         for j, i in enumerate(rows):
-            verdicts[i] = Verdict(dec.labels[j], dict(zip(known, decided[j], strict=True)), lp[i])
+            verdicts[i] = Verdict(dec.labels[j], dict(zip(known, decided[j], strict=True)),
+                                  lp[i], scored[j])
     done = np.flatnonzero(n_known > 0)
     if done.size < n:  # the items predicted before the model knew any class
         verdicts = [v if v is not None else Verdict(None, {}, None) for v in verdicts]

@@ -367,8 +367,10 @@ def encode_output(
     true_label: str | int | None = None,
     learned: bool | None = None,
     meta: dict | None = None,
+    score: float | None = None,
 ) -> bytes:
-    """Encode one prediction for ``{M}:out``.
+    """Encode one prediction for ``{M}:out``; ``score`` (two classes: what to rank and
+    threshold by) is written where given and finite.
 
     >>> out = decode_output(encode_output("m1", "1-0", "spam", {"spam": -0.1, "ham": -2.4},
     ...                                   7, "w1", true_label="spam", learned=True))
@@ -390,6 +392,8 @@ def encode_output(
         obj["learned"] = bool(learned)
     if meta is not None:
         obj["meta"] = meta
+    if score is not None and math.isfinite(score):
+        obj["score"] = float(score)
     return _pack(obj)
 
 
@@ -400,6 +404,7 @@ def output_for(
     model_version: int | str,
     worker: str,
     learned: bool | None = None,
+    score: float | None = None,
 ) -> bytes:
     """:func:`encode_output` for a decoded input (id, entry, true label and meta from ``msg``)."""
     return encode_output(
@@ -412,6 +417,7 @@ def output_for(
         true_label=msg.label,
         learned=learned if msg.label is not None else None,
         meta=msg.meta,
+        score=score,
     )
 
 

@@ -107,8 +107,9 @@ def commit_content(batch: PredictedBatch, cached: dict[str, CachedMessage | None
     cached = {k: c if c is None or featurizer.fits(c.row) else None for k, c in cached.items()}
     res = resolve_refs(batch.refs, batch_labels, batch_preds, cached)
     learnt = [res.in_batch.get(it.msg.id, it.msg.label) for it in items]
-    add_rows = [(it.row, lab, it.msg.weight) for it, lab in zip(items, learnt, strict=True)
-                if lab is not None]
+    # an item's own label is learnt with the weight its verdict gave it (error weight)
+    add_rows = [(it.row, lab, v.weight if lab == it.msg.label else it.msg.weight)
+                for it, v, lab in zip(items, verdicts, learnt, strict=True) if lab is not None]
     n_learnt = len(add_rows) + res.n_learnt
     add_rows += res.adds
     if batch.own is not None and not res.adds and \
@@ -119,7 +120,7 @@ def commit_content(batch: PredictedBatch, cached: dict[str, CachedMessage | None
         add = batch_stats(model, featurizer, add_rows)
     sub = batch_stats(model, featurizer, res.subs)
     outputs = [output_for(it.msg, v.label, v.log_proba, batch.version, worker,
-                          learned=lab is not None)
+                          learned=lab is not None, score=v.score)
                for it, v, lab in zip(items, verdicts, learnt, strict=True)]
     why = "never seen, or its cache entry expired" + (
         "" if cache_labelled else "; messages learnt on arrival are not cached: --no-cache-labelled")
@@ -134,7 +135,8 @@ def commit_content(batch: PredictedBatch, cached: dict[str, CachedMessage | None
                 row = row_bytes.get(it.entry_id)
                 entries.append((it.msg.id, encode_entry(
                     encode_label(lab), it.row.to_bytes() if row is None else row, v.label,
-                    v.log_proba, it.msg.weight, batch_preds[it.msg.id][1])))
+                    v.log_proba, v.weight if lab is not None and lab == it.msg.label
+                    else it.msg.weight, batch_preds[it.msg.id][1])))
     ids = [it.entry_id for it in items] + [d.entry_id for d in batch.dead] + \
         [r.entry_id for r in batch.refs]
     if not ids:

@@ -200,11 +200,15 @@ def predict_file(model_path: str | os.PathLike[str], message_path: str | os.Path
     classes = list(model.classes_)
     rule = DecisionRule.from_dict(env.get("decision"))
     prior = getattr(model, "class_log_prior_", None)
-    decision = rule.decide(lp, classes, learnt_log_prior=None if prior is None else np.asarray(prior))
+    learnt = model.stats["classes"].as_dict()
+    decision = rule.decide(lp, classes, learnt_log_prior=None if prior is None else np.asarray(prior),
+                           class_weight=[[learnt.get(c, 0.0) for c in classes]])
     label = decision.labels[0]
+    score = rule.score_of(decision.log_proba, classes, np.asarray(X.sum(axis=1)).ravel())
     return {
         "id": msg.id,
         "label": label,
+        **({} if score is None else {"score": float(score[0])}),
         "log_proba": {str(c): float(v) for c, v in zip(classes, decision.log_proba[0], strict=True)},
         "model_version": env.get("log_id"),
         "top_tokens": [t for t, _ in top_tokens(model, featurizer, msg, label)],
