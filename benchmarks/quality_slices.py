@@ -123,8 +123,8 @@ def replay(X: Any, labels: Sequence[str], v: Variant) -> tuple[list[float], list
         verdicts.append(verdict)
         if v.model_error:
             wrong = argmax_spam is not None and argmax_spam != (label == SPAM)
-        elif unsure:
-            wrong = v.unsure_is_error or label == SPAM
+        elif unsure:  # an error on a spam, once both classes are in play
+            wrong = v.unsure_is_error or (label == SPAM and len(set(weight) | {label}) == 2)
         else:
             wrong = verdict is not None and verdict != (label == SPAM)
         w = v.error_weight if wrong else 1.0

@@ -282,11 +282,13 @@ def is_error(label: Any, true: Any, rule: Any, classes: Sequence[Any]) -> bool:
 
 
 def learn_weights(verdicts: Sequence[Verdict], items: Sequence[Item], rule: Any,
-                  classes: Sequence[Any], error_weight: float) -> np.ndarray:
+                  error_weight: float) -> np.ndarray:
     """The weight each item's own label is learnt with: its message's weight, times
-    ``error_weight`` where the verdict got the label wrong (:func:`is_error`)."""
+    ``error_weight`` where the verdict got the label wrong (:func:`is_error`, with the
+    classes the verdict knew)."""
     return np.array([it.msg.weight * (error_weight if error_weight != 1.0 and
-                                      is_error(v.label, it.msg.label, rule, classes) else 1.0)
+                                      is_error(v.label, it.msg.label, rule, list(v.log_proba))
+                                      else 1.0)
                      for v, it in zip(verdicts, items, strict=True)], dtype=np.float64)
 
 
@@ -339,7 +341,7 @@ def predict(model: Any, rule: Any, featurizer: Any, items: Sequence[Item],
     while True:
         p = _predict_once(model, rule, X, items, weights, plan if weights is base else None,
                           prequential, n_values)
-        learnt = learn_weights(p.verdicts, items, rule, p.classes, error_weight)
+        learnt = learn_weights(p.verdicts, items, rule, error_weight)
         changed = np.flatnonzero(learnt != weights)
         if not prequential or not changed.size:
             break
