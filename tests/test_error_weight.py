@@ -175,3 +175,23 @@ def test_a_correction_moves_the_weight_the_message_was_learnt_with(redis_server)
     assert stored.stats["classes"].as_dict()["ham"] == sum(
         2.0 if is_error(outs[m["id"]]["label"], "ham", rule, ["ham", "spam"]) else 1.0
         for m in msgs if m["label"] == "ham" and m["id"] != "x")
+
+
+def test_the_command_line_turns_each_default_off():
+    from streamnb.exceptions import SettingsError
+    from streamnb_workers.cli_commands import model_specs
+    from streamnb_workers.cli_parser import build_parser, subparsers
+    from streamnb_workers.settings import resolve
+
+    def spec(*flags: str) -> ModelSpec:
+        parser = build_parser()
+        args = parser.parse_args(["worker", "--model", "mail", "--kind", "multinomial", *flags])
+        subs = subparsers(parser)
+        return model_specs(resolve(subs["worker"], args, "worker", env={}, all_parsers=subs))[0]
+
+    off = resolve_spec(spec("--error-weight", "1", "--min-class-weight", "0",
+                            "--score", "log_odds"))
+    assert off.error_weight == 1.0 and off.decision == {"min_class_weight": 0.0}
+    assert resolve_spec(spec()).decision == CFG.decision
+    with pytest.raises(SettingsError, match="error_weight must be a finite number >= 1"):
+        spec("--error-weight", "0.5")
