@@ -277,7 +277,10 @@ def is_error(label: Any, true: Any, rule: Any, classes: Sequence[Any]) -> bool:
         return False
     if label == UNSURE and true != UNSURE:
         known = list(classes) if true in classes else [*classes, true]
-        return len(known) == 2 and known[rule.positive_index(known)] == true
+        try:
+            return len(known) == 2 and known[rule.positive_index(known)] == true
+        except ValueError:  # a positive class that is not one of these two
+            return False
     return label != true
 
 
