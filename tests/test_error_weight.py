@@ -11,8 +11,9 @@ import numpy as np
 import pytest
 
 from streamnb.decision import UNSURE
-from streamnb_workers.batch import decode_entries, featurize, is_error, predict
+from streamnb_workers.batch import decode_entries, featurize, predict
 from streamnb_workers.codec import decode_output
+from streamnb_workers.learn_weights import is_error
 from streamnb_workers.model_config import ModelSpec, resolve_spec
 from tests._worker_helpers import (
     FCFG,

@@ -31,11 +31,11 @@ from typing import Any
 import numpy as np
 
 from streamnb.constants import DATA_FIELD
-from streamnb.decision import UNSURE
 from streamnb.exceptions import MalformedMessage, NotFittedError
 from streamnb.features import Row, rows_to_bytes
 from streamnb_workers.codec import DEFAULT_LIMITS, InputMessage, Limits, decode_input
 from streamnb_workers.labels import LabelRef
+from streamnb_workers.learn_weights import class_weight_rows, learn_weights
 from streamnb_workers.replies import as_str, entry_field
 from streamnb_workers.stream_ids import entry_time
 
@@ -262,62 +262,6 @@ def learnt_log_prior(model: Any, n_classes: int) -> np.ndarray:
 
 
 # ---------------------------------------------------------------------- predict and decide
-def is_error(label: Any, true: Any, rule: Any, classes: Sequence[Any]) -> bool:
-    """Whether a verdict ``label`` got the true label ``true`` wrong. No verdict (None) is
-    no error; "unsure" is an error only when the truth is the positive class (of the
-    ``classes`` known with ``true``): an unsure message is not flagged.
-
-    >>> from streamnb.decision import DecisionRule
-    >>> rule = DecisionRule()
-    >>> [is_error(v, t, rule, ["ham"]) for v, t in
-    ...  [("ham", "spam"), ("ham", "ham"), ("unsure", "spam"), ("unsure", "ham"), (None, "spam")]]
-    [True, False, True, False, False]
-    """
-    if label is None or true is None:
-        return False
-    if label == UNSURE and true != UNSURE:
-        known = list(classes) if true in classes else [*classes, true]
-        try:
-            return len(known) == 2 and known[rule.positive_index(known)] == true
-        except ValueError:  # a positive class that is not one of these two
-            return False
-    return label != true
-
-
-def learn_weights(verdicts: Sequence[Verdict], items: Sequence[Item], rule: Any,
-                  error_weight: float) -> np.ndarray:
-    """The weight each item's own label is learnt with: its message's weight, times
-    ``error_weight`` where the verdict got the label wrong (:func:`is_error`, with the
-    classes the verdict knew)."""
-    return np.array([it.msg.weight * (error_weight if error_weight != 1.0 and
-                                      is_error(v.label, it.msg.label, rule, list(v.log_proba))
-                                      else 1.0)
-                     for v, it in zip(verdicts, items, strict=True)], dtype=np.float64)
-
-
-def _class_weight_rows(model: Any, classes: Sequence[Any], labels: Sequence[Any],
-                       weights: np.ndarray, prequential: bool) -> np.ndarray:
-    """The weight each row's model has learnt per class (columns in ``classes`` order):
-    the model's, plus (prequential) the labelled rows before it in the batch."""
-    n, k = len(labels), len(classes)
-    out = np.zeros((n, k))
-    try:
-        learnt = model.stats["classes"].as_dict()
-    except (AttributeError, KeyError):
-        learnt = {}
-    index = {c: j for j, c in enumerate(classes)}
-    for c, w in learnt.items():
-        if c in index:
-            out[:, index[c]] = w
-    if prequential:
-        contrib = np.zeros((n, k))
-        for i, lab in enumerate(labels):
-            if lab is not None and lab in index:
-                contrib[i, index[lab]] = weights[i]
-        out += np.cumsum(contrib, axis=0) - contrib
-    return out
-
-
 def predict(model: Any, rule: Any, featurizer: Any, items: Sequence[Item],
             prequential: bool = True, prepared: tuple[list[str], Any, Any] | None = None,
             error_weight: float = 1.0) -> Predictions:
@@ -375,7 +319,7 @@ def _predict_once(model: Any, rule: Any, X: Any, items: Sequence[Item], weights:
         n_known = np.full(n, len(classes), dtype=np.int64)
         log_prior = np.broadcast_to(learnt_log_prior(model, len(classes)), lp.shape)
     classes = [c.item() if hasattr(c, "item") else c for c in classes]
-    class_weight = (_class_weight_rows(model, classes, labels, weights, prequential)
+    class_weight = (class_weight_rows(model, classes, labels, weights, prequential)
                     if rule.min_class_weight is not None else None)
     # Decide rows that knew the same classes together; with a class-prior override the
     # learnt priors differ row by row (prequential), so each row is decided alone.
