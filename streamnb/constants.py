@@ -64,6 +64,12 @@ DRIFT_EVENT_COOLDOWN_S = 60.0
 # --------------------------------------------------------------- CLI, daemon defaults
 #: First Prometheus metrics port; worker process i of ``--processes N`` serves base + i.
 DEFAULT_METRICS_PORT = 9500
+#: Outputs of ``:out`` over which ``streamnb status`` reports recent accuracy and throughput.
+DEFAULT_STATUS_LAST = 1000
+#: Seconds a worker may go without a successful step against Redis before ``/healthz`` on
+#: its metrics port fails (503): longer than a Redis restart or failover, short enough that
+#: a worker cut off from Redis (or stuck) is restarted by its orchestrator within minutes.
+DEFAULT_HEALTHZ_GRACE_S = 60.0
 #: Address the metrics server binds by default (loopback: expose it on purpose).
 DEFAULT_METRICS_ADDR = "127.0.0.1"
 #: Entries read per XREADGROUP by a worker: the most in one batch (one commit). A batch
@@ -104,6 +110,8 @@ DEFAULT_ERROR_WEIGHT = 2.0
 #: days at 10 msg/s is 3-4 GB less than 7 days would be. ``streamnb worker
 #: --label-cache-ttl`` changes it (0: no cache).
 DEFAULT_LABEL_CACHE_TTL_S = 2 * 86400.0
+#: Learn-once keys a model keeps (about 270 bytes of Redis memory each: ~68 MB).
+DEFAULT_LEARNT_KEYS_MAX = 250_000
 #: The delayed-label cache writes its entries into time buckets of TTL / this width
 #: (workers/label_cache.py): an entry lives between TTL and TTL * (1 + 1/8); a lookup
 #: probes about this many + 3 bucket hashes.

@@ -39,14 +39,16 @@ MAIL_KEYS = ModelKeys("mail")
 
 def token_messages(n: int, classes: tuple[str, ...] = ("spam", "ham", "news"), seed: int = 0,
                    labelled_share: float = 1.0) -> list[dict[str, Any]]:
-    """``n`` token messages drawn from per-class vocabularies (some unlabelled)."""
+    """``n`` token messages drawn from per-class vocabularies (some unlabelled); each has
+    its own learn-once key, as two draws may give the same tokens."""
     rng = np.random.default_rng(seed)
     out = []
     for i in range(n):
         c = classes[int(rng.integers(len(classes)))]
         words = list(rng.choice(VOCAB[c], size=int(rng.integers(2, 7)))) + \
             list(rng.choice(COMMON, size=int(rng.integers(0, 3))))
-        m: dict[str, Any] = {"id": f"m{i}", "tokens": [str(w) for w in words]}
+        m: dict[str, Any] = {"id": f"m{i}", "key": f"s{seed}-m{i}",
+                             "tokens": [str(w) for w in words]}
         if rng.random() < labelled_share:
             m["label"] = c
         out.append(m)

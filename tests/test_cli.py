@@ -23,12 +23,13 @@ from streamnb_workers.model_config import ModelSpec, ensure_config, read_config
 from streamnb_workers.replica import load_model
 from streamnb_workers.worker import Worker, WorkerOptions
 
-COMMANDS = ["worker", "produce", "predict", "status", "export", "import", "demo"]
+COMMANDS = ["worker", "produce", "forget", "predict", "status", "export", "import", "demo"]
 TRAIN = [("cheap meds online now", "spam"), ("win money cheap pills", "spam"),
          ("meeting notes for monday", "ham"), ("cheap viagra money", "spam"),
          ("lunch on monday with the team", "ham")]
 STATUS_KEYS = {"model", "exists", "redis", "kind", "config", "classes", "learnt_total", "version",
-               "streams", "lag", "lag_exact", "pending", "dead_letters", "snapshot", "workers"}
+               "streams", "lag", "lag_exact", "pending", "dead_letters", "snapshot", "workers",
+               "learnt", "received", "predicted", "model_version", "recent"}
 
 
 def cli(*args, env=None, timeout=60):
@@ -148,8 +149,10 @@ def test_wrong_password_and_acl_refusal_exit_2_without_leaking(redis_server, tmp
         pw.write_text("right-pass-123\n")
         p = cli("status", "--redis", f"redis://127.0.0.1:{port}/0", "--redis-password-file", str(pw),
                 "--model", "m")
-        assert p.returncode == 1 and "no stored config" in p.stdout  # reached Redis
-        p = cli("status", "--json", "--model", "m", env={
+        assert p.returncode == 2 and "'m' does not exist" in p.stderr  # reached Redis
+        from streamnb_workers.model_config import ModelSpec, ensure_config
+        ensure_config(server.client(password="right-pass-123"), ModelSpec("shown", kind="multinomial"))
+        p = cli("status", "--json", "--model", "shown", env={
             "STREAMNB_REDIS_URL": f"redis://default:right-pass-123@127.0.0.1:{port}/0"})
         info = json.loads(p.stdout)
         assert info["redis"] == f"redis://default:***@127.0.0.1:{port}/0"
@@ -199,6 +202,26 @@ def test_export_import_round_trip_and_offline_predict(redis_server, tmp_path):
     copy, _ = load_model(r, "copy")
     np.testing.assert_array_equal(copy.predict_log_proba(X), live.predict_log_proba(X))
     assert read_config(r, "copy").featurizer == read_config(r, "m").featurizer
+
+    # a second import into a model that holds statistics is refused; --add, --replace
+    line = one_line_error(cli("import", "--redis", redis_server.url, "--model", "copy", str(f)))
+    assert "holds statistics already (5 learnt): give --add" in line
+    assert load_model(r, "copy")[0].stats["classes"].as_dict() == {"spam": 3.0, "ham": 2.0}
+    p = cli("import", "--redis", redis_server.url, "--model", "copy", "--add", str(f))
+    assert p.returncode == 0, p.stderr
+    doubled = load_model(r, "copy")[0]
+    assert doubled.stats["classes"].as_dict() == {"spam": 6.0, "ham": 4.0}
+    np.testing.assert_array_equal(doubled.stats["features"].toarray(),
+                                  2 * exported.stats["features"].toarray())
+    r.hset(ModelKeys("copy").learnt_keys, "k", b"x")
+    p = cli("import", "--redis", redis_server.url, "--model", "copy", "--replace", str(f))
+    assert p.returncode == 0 and "replaced the model's statistics" in p.stdout, p.stderr
+    swapped = load_model(r, "copy")[0]
+    assert swapped.stats["classes"].as_dict() == {"spam": 3.0, "ham": 2.0}
+    np.testing.assert_array_equal(swapped.stats["features"].toarray(),
+                                  exported.stats["features"].toarray())
+    assert not r.exists(ModelKeys("copy").learnt_keys)
+    assert one_line_error(cli("import", "--add", "--replace", "--model", "copy", str(f)))
 
     ensure_config(r, ModelSpec("other", kind="bernoulli"))
     line = one_line_error(cli("import", "--redis", redis_server.url, "--model", "other", str(f)))

@@ -245,7 +245,7 @@ def healthcheck_command() -> list[str]:
 
 class _Metrics(http.server.BaseHTTPRequestHandler):
     def do_GET(self) -> None:
-        code = 200 if self.path == "/metrics" else 404
+        code = 200 if self.path in ("/metrics", "/healthz") else 404
         self.send_response(code)
         self.end_headers()
         self.wfile.write(b"streamnb_worker_up 1\n")
@@ -323,9 +323,12 @@ def test_k8s_deployment_resources_probes_and_grace(k8s: dict[str, dict[str, Any]
     assert c["resources"]["requests"]["cpu"]
     (port,) = c["ports"]
     assert port["containerPort"] == int(config["STREAMNB_METRICS_PORT"]) == METRICS_PORT
-    for probe in ("livenessProbe", "readinessProbe", "startupProbe"):
+    # /healthz fails once the worker has been without Redis for --healthz-grace; the
+    # startup probe only waits for the process to serve
+    for probe, path in (("livenessProbe", "/healthz"), ("readinessProbe", "/healthz"),
+                        ("startupProbe", "/metrics")):
         get = c[probe]["httpGet"]
-        assert get["path"] == "/metrics" and get["port"] in (port["name"], port["containerPort"])
+        assert get["path"] == path and get["port"] in (port["name"], port["containerPort"])
     assert config["STREAMNB_METRICS_ADDR"] == "0.0.0.0"
     block_s = int(config["STREAMNB_BLOCK_MS"]) / 1000
     assert pod["terminationGracePeriodSeconds"] > block_s + 10, "grace must exceed a batch"
@@ -362,6 +365,8 @@ def test_k8s_service_pdb_and_monitor_select_the_workers(k8s: dict[str, dict[str,
     svc = k8s["Service"]
     assert svc["spec"]["selector"].items() <= labels.items()
     assert svc["spec"]["ports"][0]["targetPort"] == worker_container(k8s)["ports"][0]["name"]
+    # readiness reads /healthz: a worker without Redis is not ready, and still scraped
+    assert svc["spec"]["publishNotReadyAddresses"] is True
     pdb = k8s["PodDisruptionBudget"]
     assert pdb["spec"]["selector"]["matchLabels"].items() <= labels.items()
     assert ("maxUnavailable" in pdb["spec"]) != ("minAvailable" in pdb["spec"])
@@ -634,7 +639,8 @@ def test_acl_producer_and_keda_users_are_narrower(prod_redis: ProductionRedis) -
     admin = prod_redis.client(decode_responses=True)
     ok = {
         "streamnb-producer": [("XADD", f"{M}:in", "*", "data", "x"), ("XREAD", "STREAMS", f"{M}:out", "0"),
-                              ("XRANGE", f"{M}:dead", "-", "+")],
+                              ("XRANGE", f"{M}:dead", "-", "+"), ("EXISTS", f"{M}:config"),
+                              ("SCAN", "0", "MATCH", "streamnb:{*}:config")],
         "streamnb-keda": [("XINFO", "GROUPS", f"{M}:in"), ("XPENDING", f"{M}:in", GROUP),
                           ("XLEN", f"{M}:in")],
     }

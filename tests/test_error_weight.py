@@ -109,6 +109,7 @@ def test_workers_learn_each_message_once_with_the_weight_of_its_verdict(redis_se
     for m in msgs:  # noise, so that verdicts go wrong now and then
         if rng.random() < 0.15:
             m["tokens"] = m["tokens"] + ["cheap", "meeting", "free", "report"][: int(rng.integers(1, 4))]
+        m["key"] = m["id"]  # each message its own learn-once key, whatever its content
     produce(r, "mail", msgs)
     workers = [url_worker(redis_server.url, [SPEC], fast_options(f"w{i}", batch=25))
                for i in range(2)]
@@ -150,9 +151,12 @@ def test_workers_learn_each_message_once_with_the_weight_of_its_verdict(redis_se
 @pytest.mark.redis
 def test_a_correction_moves_the_weight_the_message_was_learnt_with(redis_server):
     r = redis_server.client()
-    msgs = [{"id": f"s{i}", "tokens": ["cheap", "meds", "offer"], "label": "spam"} for i in range(5)]
-    msgs += [{"id": f"h{i}", "tokens": ["team", "notes", "lunch"], "label": "ham"} for i in range(5)]
-    msgs.append({"id": "x", "tokens": ["cheap", "meds", "offer"], "label": "ham"})  # judged spam
+    # (a token of its own each: identical mail would be learnt once, by its content key)
+    msgs = [{"id": f"s{i}", "tokens": ["cheap", "meds", "offer", f"s{i}"], "label": "spam"}
+            for i in range(5)]
+    msgs += [{"id": f"h{i}", "tokens": ["team", "notes", "lunch", f"h{i}"], "label": "ham"}
+             for i in range(5)]
+    msgs.append({"id": "x", "tokens": ["cheap", "meds", "offer", "x"], "label": "ham"})  # spam?
     produce(r, "mail", msgs)
     w = url_worker(redis_server.url, [SPEC], fast_options("w1", batch=50))
     w.run_until_idle()

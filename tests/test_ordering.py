@@ -149,7 +149,8 @@ def test_labels_of_another_type_than_the_earlier_batch_defined_are_dead_letters(
     """B decodes its batch (str labels) on an empty model while A holds the first batch
     (int labels); after waiting for A, B's labels no longer fit the model: bad_label."""
     client = redis_server.client()
-    first = [{"id": f"a{i}", "tokens": ["x", "y"], "label": i % 2} for i in range(BATCH)]
+    first = [{"id": f"a{i}", "key": f"a{i}", "tokens": ["x", "y"], "label": i % 2}
+             for i in range(BATCH)]
     second = [{"id": f"b{i}", "tokens": ["x", "z"], "label": "spam"} for i in range(5)]
     produce(client, "mail", first + second)
     _, b, _ = _b_while_a_holds_the_first_batch(redis_server.url, order_wait_ms=5000, hold_s=0.3,

@@ -129,11 +129,12 @@ def test_index_labels_and_times(redis_server, tmp_path):
 def test_corpus_index_through_the_cli(redis_server, corpus_dir):
     proc = subprocess.run(
         [sys.executable, "-m", "streamnb_workers", "produce", "--redis", redis_server.url, "--model", "sa",
-         "--index", str(corpus_dir / "index.tsv"), "--chunk", "200"],
+         "--allow-new", "--index", str(corpus_dir / "index.tsv"), "--chunk", "200"],
         capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     n_rows = sum(1 for _ in (corpus_dir / "index.tsv").open()) - 1
-    assert proc.stdout.strip() == f"sent {n_rows} messages ({n_rows} labelled) to streamnb:{{sa}}:in"
+    assert proc.stdout.strip() == (f"sent {n_rows} of {n_rows} messages ({n_rows} labelled) to "
+                                   "streamnb:{sa}:in; 0 already learnt, not sent")
     assert proc.stderr == ""  # not a terminal: no progress bar
     r = redis_server.client()
     assert r.xlen(ModelKeys("sa").input) == n_rows
@@ -146,7 +147,7 @@ def test_corpus_index_through_the_cli(redis_server, corpus_dir):
 
 def test_cli_errors_are_one_line(redis_server, tmp_path):
     def run(*args):
-        return subprocess.run([sys.executable, "-m", "streamnb_workers", "produce", *args],
+        return subprocess.run([sys.executable, "-m", "streamnb_workers", "produce", "--allow-new", *args],
                               capture_output=True, text=True, timeout=60)
 
     p = run("--redis", redis_server.url, "--model", "m", str(tmp_path / "missing"))

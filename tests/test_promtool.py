@@ -16,7 +16,7 @@ PROM = ROOT / "deploy" / "prometheus"
 GRAFANA = ROOT / "deploy" / "grafana"
 DASHBOARD = GRAFANA / "dashboards" / "streamnb.json"
 PROMTOOL = shutil.which("promtool")
-ALERTS = ["StreamnbWorkerDown", "StreamnbLagGrowing", "StreamnbAccuracyLow",
+ALERTS = ["StreamnbWorkerDown", "StreamnbRedisDown", "StreamnbLagGrowing", "StreamnbAccuracyLow",
           "StreamnbFalsePositiveRateHigh", "StreamnbDriftDetected", "StreamnbDeadLettersRising",
           "StreamnbSnapshotStale", "StreamnbWorkerErrors"]
 

@@ -181,3 +181,12 @@ def test_cache_labelled_flag_reaches_the_worker_options():
 
     assert worker_options(parsed(["worker"])).cache_labelled is True
     assert worker_options(parsed(["worker", "--no-cache-labelled"])).cache_labelled is False
+
+
+def test_learnt_keys_max_reaches_the_worker_options():
+    from streamnb_workers.supervisor import worker_options
+
+    assert worker_options(parsed(["worker"])).learnt_keys_max == 250_000
+    assert worker_options(parsed(["worker", "--learnt-keys-max", "0"])).learnt_keys_max == 0
+    env = {"STREAMNB_LEARNT_KEYS_MAX": "1000"}
+    assert worker_options(parsed(["worker"], env)).learnt_keys_max == 1000

@@ -23,6 +23,7 @@ def _probe_steps(prefix: str) -> list[tuple[str, Callable[[Any], Any]]]:
     """(command, call) for every command a worker sends, on throw-away keys under
     ``prefix`` (the model's hash tag, so one slot in a cluster)."""
     s, h, k = f"{prefix}:access-check:s", f"{prefix}:access-check:h", f"{prefix}:access-check:k"
+    z = f"{prefix}:access-check:z"
     g, c = "access-check", "access-check"
     ids: dict[str, Any] = {}
 
@@ -56,7 +57,12 @@ def _probe_steps(prefix: str) -> list[tuple[str, Callable[[Any], Any]]]:
         ("HGET", lambda r: r.hget(h, "f")),
         ("HMGET", lambda r: r.hmget(h, ["f"])),
         ("HGETALL", lambda r: r.hgetall(h)),
+        ("HEXISTS", lambda r: r.hexists(h, "f")),
         ("HDEL", lambda r: r.hdel(h, "f")),
+        ("ZADD", lambda r: r.zadd(z, {"f": 1})),
+        ("ZCARD", lambda r: r.zcard(z)),
+        ("ZPOPMIN", lambda r: r.zpopmin(z, 1)),
+        ("ZREM", lambda r: r.zrem(z, "f")),
         ("SET", lambda r: r.set(k, "0", px=60_000)),
         ("GET", lambda r: r.get(k)),
         ("INCRBY", lambda r: r.incrby(k, 1)),
@@ -64,7 +70,7 @@ def _probe_steps(prefix: str) -> list[tuple[str, Callable[[Any], Any]]]:
         ("SCRIPT LOAD", script_load),
         ("EVALSHA", lambda r: r.evalsha(ids.get("sha") or "0" * 40, 1, k)),
         ("MULTI/EXEC", lambda r: r.pipeline(transaction=True).get(k).execute()),
-        ("DEL", lambda r: r.delete(s, h, k)),
+        ("DEL", lambda r: r.delete(s, h, k, z)),
     ]
 
 

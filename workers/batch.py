@@ -25,7 +25,7 @@ Each step takes the values the one before gave and returns new ones; the worker
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -79,19 +79,22 @@ class Decoded:
 
     @property
     def labelled(self) -> bool:
-        """Whether any message holds a label (a batch without one learns nothing)."""
-        return any(msg.label is not None for _, msg, _ in self.messages)
+        """Whether any message holds a label or a forget (a batch without one changes no
+        statistics)."""
+        return any(msg.label is not None or msg.forget for _, msg, _ in self.messages)
 
 
 @dataclass(frozen=True, slots=True)
 class Featurized:
     """A batch's messages with a payload as items, its label-only messages as refs (with
-    their bytes), and its dead letters so far."""
+    their bytes), its dead letters so far, and its forgets (items that unlearn their key:
+    featurized, never predicted)."""
 
     items: list[Item]
     refs: list[LabelRef]
     ref_data: dict[str, bytes]
     dead: list[Dead]
+    forgets: list[Item] = field(default_factory=list)
 
 
 @dataclass(slots=True)
@@ -170,13 +173,14 @@ def featurize(featurizer: Any, decoded: Decoded) -> Featurized:
             payload.append((eid, msg, data))
     dead = list(decoded.dead)
     items: list[Item] = []
+    forgets: list[Item] = []
     rows = featurizer.featurize_batch([msg.as_payload() for _, msg, _ in payload])
     for (eid, msg, data), row in zip(payload, rows, strict=True):
         if isinstance(row, MalformedMessage):
             dead.append(Dead(eid, row.reason, row.detail, data))
         else:
-            items.append(Item(eid, msg, row, data))
-    return Featurized(items, refs, ref_data, dead)
+            (forgets if msg.forget else items).append(Item(eid, msg, row, data))
+    return Featurized(items, refs, ref_data, dead, forgets)
 
 
 def drop_foreign_labels(known: Sequence[Any], decoded: Decoded, batch: Featurized,
@@ -198,7 +202,8 @@ def drop_foreign_labels(known: Sequence[Any], decoded: Decoded, batch: Featurize
                               f"but this model's labels are {want.__name__}", data)
                          for eid, (label, data) in foreign.items()]
     return Featurized([it for it in batch.items if it.entry_id not in foreign],
-                      [r for r in batch.refs if r.entry_id not in foreign], batch.ref_data, dead)
+                      [r for r in batch.refs if r.entry_id not in foreign], batch.ref_data, dead,
+                      batch.forgets)
 
 
 # ---------------------------------------------------------------------- before the wait

@@ -35,6 +35,8 @@ def _redis_error(exc: redis.RedisError) -> tuple[str, int]:
         return f"Redis refused the credentials: {text}", EXIT_USAGE
     if isinstance(exc, redis.exceptions.NoPermissionError) or text.startswith("NOPERM"):
         return f"Redis ACL refused a command: {text}", EXIT_USAGE
+    if "DB index is out of range" in text or "invalid DB index" in text:
+        return f"--redis: that database number does not exist on this Redis server ({text})", EXIT_USAGE
     if isinstance(exc, (redis.ConnectionError, redis.TimeoutError)):
         return f"cannot reach Redis: {text}", EXIT_UNREACHABLE
     return f"Redis error: {text}", EXIT_FAILURE

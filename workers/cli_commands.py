@@ -1,5 +1,5 @@
-"""The ``streamnb`` command's subcommands: worker, produce, predict, status, export,
-import, demo (:data:`COMMANDS`), each given the resolved arguments and the environment,
+"""The ``streamnb`` command's subcommands: worker, produce, forget, predict, status,
+export, import, demo (:data:`COMMANDS`), each given the resolved arguments and the environment,
 returning the exit code.
 """
 
@@ -20,6 +20,7 @@ from streamnb_workers.cli_parser import (
     MODEL_OPTIONS,
     PROG,
 )
+from streamnb_workers.model_config import require_model
 from streamnb_workers.redaction import redact
 
 __all__ = ["COMMANDS", "fail", "model_specs"]
@@ -109,16 +110,43 @@ def cmd_worker(args: argparse.Namespace, env: Mapping[str, str]) -> int:
 
 def cmd_produce(args: argparse.Namespace, env: Mapping[str, str]) -> int:
     from streamnb_workers.keys import ModelKeys
-    from streamnb_workers.produce import produce
+    from streamnb_workers.produce import ProduceInterrupted, produce
 
     model = _require_model(args)
     client = _redis(args, env).make_client()
     client.ping()
-    report = produce(client, model, list(args.paths), label=args.label, index=args.index,
-                     chunk=args.chunk)
+    if not args.allow_new:
+        require_model(client, model, hint="; --allow-new sends to it before its workers start")
+    try:
+        report = produce(client, model, list(args.paths), label=args.label, index=args.index,
+                         chunk=args.chunk)
+    except ProduceInterrupted as exc:
+        r, cause = exc.report, exc.__cause__
+        print(f"{PROG} produce: sent {r.sent} of {r.total} messages ({r.already_learnt} "
+              "already learnt, not sent); run it again to send the rest", file=sys.stderr)
+        if isinstance(cause, KeyboardInterrupt):
+            return 130
+        return fail(f"produce stopped: {cause}", EXIT_FAILURE)
     labelled = f" ({report.labelled} labelled)" if report.labelled else ""
     skipped = f", skipped {report.skipped}" if report.skipped else ""
-    print(f"sent {report.sent} messages{labelled} to {ModelKeys(model).input}{skipped}")
+    print(f"sent {report.sent} of {report.total} messages{labelled} to "
+          f"{ModelKeys(model).input}; {report.already_learnt} already learnt, not sent{skipped}")
+    return EXIT_FAILURE if report.skipped else 0
+
+
+def cmd_forget(args: argparse.Namespace, env: Mapping[str, str]) -> int:
+    from streamnb_workers.forget import forget
+    from streamnb_workers.keys import ModelKeys
+
+    model = _require_model(args)
+    client = _redis(args, env).make_client()
+    client.ping()
+    require_model(client, model)
+    report = forget(client, model, list(args.paths))
+    skipped = f", skipped {len(report.skipped)}" if report.skipped else ""
+    print(f"forgetting {report.sent} of {report.total} messages (sent to "
+          f"{ModelKeys(model).input}); {len(report.not_learnt)} not learnt, nothing to "
+          f"forget{skipped}")
     return EXIT_FAILURE if report.skipped else 0
 
 
@@ -134,6 +162,7 @@ def cmd_predict(args: argparse.Namespace, env: Mapping[str, str]) -> int:
         model = _require_model(args)
         client = _redis(args, env).make_client()
         client.ping()
+        require_model(client, model)
         result = send_and_wait(client, model, args.file, timeout=args.timeout)
         if result is None:
             return fail(f"no prediction for {args.file!r} within {args.timeout:g} s: "
@@ -154,7 +183,8 @@ def cmd_status(args: argparse.Namespace, env: Mapping[str, str]) -> int:
     model = _require_model(args)
     settings = _redis(args, env)
     client = settings.make_client()
-    info = status.collect(client, model, redis_url=settings.url)
+    require_model(client, model)
+    info = status.collect(client, model, redis_url=settings.url, last=args.last)
     if args.json:
         print(json.dumps(info, sort_keys=True))
     else:
@@ -177,8 +207,8 @@ def cmd_import(args: argparse.Namespace, env: Mapping[str, str]) -> int:
 
     model = _require_model(args)
     client = _redis(args, env).make_client()
-    summary = transfer.import_model(client, model, args.file)
-    print(f"imported {summary} into model {model!r}")
+    summary = transfer.import_model(client, model, args.file, args.import_mode or "new")
+    print(f"model {model!r}: {summary}")
     return 0
 
 
@@ -194,7 +224,7 @@ def cmd_demo(args: argparse.Namespace, env: Mapping[str, str]) -> int:
 
 
 COMMANDS: Mapping[str, Callable[[argparse.Namespace, Mapping[str, str]], int]] = {
-    "worker": cmd_worker, "produce": cmd_produce, "predict": cmd_predict,
+    "worker": cmd_worker, "produce": cmd_produce, "forget": cmd_forget, "predict": cmd_predict,
     "status": cmd_status, "export": cmd_export, "import": cmd_import, "demo": cmd_demo,
     "milter": milter.cmd_milter,
 }

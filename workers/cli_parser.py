@@ -11,6 +11,7 @@ argument types, and errors in one line.
 from __future__ import annotations
 
 import argparse
+import math
 from collections.abc import Callable, Mapping
 from typing import Any, NoReturn
 
@@ -20,12 +21,15 @@ from streamnb.constants import (
     DEFAULT_BLOCK_MS,
     DEFAULT_CLAIM_IDLE_MS,
     DEFAULT_DEMO_MESSAGES,
+    DEFAULT_HEALTHZ_GRACE_S,
     DEFAULT_LABEL_CACHE_TTL_S,
+    DEFAULT_LEARNT_KEYS_MAX,
     DEFAULT_METRICS_ADDR,
     DEFAULT_METRICS_PORT,
     DEFAULT_ORDER_WAIT_MS,
     DEFAULT_PREDICT_TIMEOUT_S,
     DEFAULT_PRODUCE_CHUNK,
+    DEFAULT_STATUS_LAST,
     EXIT_USAGE,
     MODEL_KINDS,
 )
@@ -35,6 +39,7 @@ from streamnb_workers.arg_types import (
     float_list,
     non_negative_float,
     non_negative_int,
+    number_in,
     port,
     positive_int,
     shrinkage,
@@ -168,6 +173,9 @@ def _add_worker_options(p: argparse.ArgumentParser) -> None:
     add_option(w, "--cache-labelled", action=argparse.BooleanOptionalAction, default=True,
                help="cache messages learnt on arrival too, so a later label can correct them "
                "(--no-cache-labelled: only unlabelled messages, far less Redis memory)")
+    add_option(w, "--learnt-keys-max", type=non_negative_int, default=DEFAULT_LEARNT_KEYS_MAX,
+               metavar="N", help="learn-once keys kept per model, the oldest dropped beyond N (about 270 "
+               "bytes each in Redis); 0: no keys, a message sent twice is learnt twice")
     add_option(w, "--prequential", action=argparse.BooleanOptionalAction, default=True,
                help="predict each message with the labelled messages before it in its batch "
                "(multinomial, categorical and the Gaussian models)")
@@ -182,6 +190,10 @@ def _add_worker_options(p: argparse.ArgumentParser) -> None:
     add_option(w, "--metrics-port", type=port, default=DEFAULT_METRICS_PORT,
                help="Prometheus port (process i of --processes serves port+i; 0: no metrics)")
     add_option(w, "--metrics-addr", default=DEFAULT_METRICS_ADDR, help="address the metrics server binds")
+    add_option(w, "--healthz-grace", type=number_in(0.0, math.inf, "seconds", open_low=True),
+               default=DEFAULT_HEALTHZ_GRACE_S, metavar="SECONDS",
+               help="/healthz on the metrics port fails (503) after this long without a "
+               "successful step against Redis")
     add_option(w, "--consumer", metavar="NAME", help="consumer name (default: host-pid)")
 
 
@@ -206,8 +218,19 @@ def build_parser() -> OneLineParser:
     add_option(label, "--index", metavar="TSV",
                help="labels (and times) from an index.tsv: path, label, unix_time")
     add_option(p, "--chunk", type=positive_int, default=DEFAULT_PRODUCE_CHUNK, help="XADDs per round trip")
+    add_option(p, "--allow-new", action="store_true",
+               help="send to a model no worker has served yet (else that is an error naming "
+               "the models that exist)")
     p.add_argument("paths", nargs="*", metavar="PATH",
                    help=".eml file, maildir, mbox, directory or .jsonl file")
+
+    p = sub.add_parser("forget", help="unlearn mail files, maildirs, mbox files or JSON lines",
+                       description="Unlearn each message the model learnt (by the key produce "
+                                   "gives it); prints what was sent and what was not learnt.")
+    _add_common(p)
+    _add_model_name(p)
+    p.add_argument("paths", nargs="+", metavar="PATH",
+                   help=".eml file, maildir, mbox, directory, .jsonl file, or - (stdin)")
 
     p = sub.add_parser("predict", help="predict one message (online or from an exported file)",
                        description="Send FILE unlabelled and print its prediction, or predict offline "
@@ -228,6 +251,8 @@ def build_parser() -> OneLineParser:
     _add_model_name(p)
     add_option(p, "--json", action="store_true", default=False,
                help="print JSON (keys documented in docs/cli.md)")
+    add_option(p, "--last", type=non_negative_int, default=DEFAULT_STATUS_LAST, metavar="N",
+               help="accuracy and throughput over the last N outputs of :out")
 
     p = sub.add_parser("export", help="write a model's statistics to a file",
                        description="Write the model (config + statistics) to FILE; "
@@ -236,11 +261,17 @@ def build_parser() -> OneLineParser:
     _add_model_name(p)
     p.add_argument("-o", "--output", metavar="FILE", required=True, help="file to write")
 
-    p = sub.add_parser("import", help="add the statistics of an exported file to a model",
-                       description="Add the statistics in FILE to model NAME (creating its config "
-                                   "from the file if it has none).")
+    p = sub.add_parser("import", help="load the statistics of an exported file into a model",
+                       description="Load the statistics in FILE into model NAME (creating its "
+                                   "config from the file if it has none); a model that holds "
+                                   "statistics already needs --add or --replace.")
     _add_common(p)
     _add_model_name(p)
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--add", dest="import_mode", action="store_const", const="add",
+                      help="add the file's statistics to those the model holds")
+    mode.add_argument("--replace", dest="import_mode", action="store_const", const="replace",
+                      help="swap the model's statistics for the file's (and drop its learnt keys)")
     p.add_argument("file", metavar="FILE", help="a file written by 'streamnb export'")
 
     p = sub.add_parser("demo", help="replay real mail through two workers and show the result",

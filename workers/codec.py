@@ -29,6 +29,7 @@ from streamnb.constants import DEFAULT_MAX_MESSAGE_BYTES
 from streamnb.encoding import dumps
 from streamnb.exceptions import MalformedMessage
 from streamnb.features.payload import PAYLOAD_KINDS, Payload
+from streamnb_workers.learn_keys import MAX_KEY_CHARS, message_key
 
 __all__ = [
     "DEFAULT_LIMITS",
@@ -43,7 +44,8 @@ __all__ = [
     "output_for",
 ]
 
-_KNOWN_KEYS = frozenset(PAYLOAD_KINDS) | {"id", "label", "weight", "ts", "ref", "meta"}
+_KNOWN_KEYS = frozenset(PAYLOAD_KINDS) | {"id", "label", "weight", "ts", "ref", "meta", "key",
+                                          "forget"}
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 
 
@@ -98,6 +100,8 @@ class InputMessage:
     ref: str | None = None
     meta: dict | None = None
     unknown_keys: int = 0
+    key: str | None = None
+    forget: bool = False
 
     @property
     def is_labelled(self) -> bool:
@@ -292,6 +296,18 @@ def decode_input(
     if meta is not None and not isinstance(meta, dict):
         raise MalformedMessage("bad_type", f"meta must be a map, got {type(meta).__name__}")
 
+    key = obj.get("key")
+    if key is not None and (not isinstance(key, str) or not key or len(key) > MAX_KEY_CHARS):
+        raise MalformedMessage("bad_type", f"key must be a non-empty str of at most {MAX_KEY_CHARS} characters")
+    forget = obj.get("forget")
+    if forget is not None and not isinstance(forget, bool):
+        raise MalformedMessage("bad_type", f"forget must be a boolean, got {type(forget).__name__}")
+    if forget:
+        if not present:
+            raise MalformedMessage("no_payload", "a forget carries the payload learnt (and may "
+                                   "name its key): the statistics to subtract are made from it")
+        label = None  # what is unlearnt is what was recorded for the key
+
     if not present:
         if ref is None:
             raise MalformedMessage("no_payload", f"expected one of {', '.join(PAYLOAD_KINDS)} (or ref + label)")
@@ -320,6 +336,8 @@ def decode_input(
         else:
             payload = _vector(value, limits, expected_dim)
 
+    if kind is not None and (label is not None or forget):
+        key = message_key(payload, kind, key)
     return InputMessage(
         entry_id=entry_id,
         id=msg_id,
@@ -331,6 +349,8 @@ def decode_input(
         ref=ref,
         meta=meta,
         unknown_keys=unknown,
+        key=key,
+        forget=bool(forget),
     )
 
 
@@ -368,6 +388,7 @@ def encode_output(
     learned: bool | None = None,
     meta: dict | None = None,
     score: float | None = None,
+    reason: str | None = None,
 ) -> bytes:
     """Encode one prediction for ``{M}:out``; ``score`` (two classes: what to rank and
     threshold by) is written where given and finite.
@@ -390,6 +411,8 @@ def encode_output(
         obj["learned"] = bool(learned)
     elif learned is not None:
         obj["learned"] = bool(learned)
+    if reason is not None:
+        obj["reason"] = reason
     if meta is not None:
         obj["meta"] = meta
     if score is not None and math.isfinite(score):
@@ -405,8 +428,10 @@ def output_for(
     worker: str,
     learned: bool | None = None,
     score: float | None = None,
+    reason: str | None = None,
 ) -> bytes:
-    """:func:`encode_output` for a decoded input (id, entry, true label and meta from ``msg``)."""
+    """:func:`encode_output` for a decoded input (id, entry, true label and meta from
+    ``msg``); ``reason``: why a labelled message was not learnt."""
     return encode_output(
         msg.id,
         msg.entry_id,
@@ -418,6 +443,7 @@ def output_for(
         learned=learned if msg.label is not None else None,
         meta=msg.meta,
         score=score,
+        reason=reason if msg.label is not None else None,
     )
 
 

@@ -6,9 +6,11 @@
 -- (`<list>_at`, with `n_<list>` items). KEYS[1] :in, KEYS[2] :out, KEYS[3] :dead,
 -- KEYS[4] :log, KEYS[5] :learnt; the other keys are where A says (`*_key_at`, 0: none).
 --
--- Nothing is written unless every id is still pending for this consumer and every
--- compare-and-set finds the cache entry the worker read. Returns {"ok", log id or "",
--- previous log id, delta id}, {"lost", ids...} or {"conflict", compare-and-set numbers...}.
+-- Nothing is written unless every id is still pending for this consumer, every
+-- compare-and-set finds the cache entry the worker read, no learn-once key the batch
+-- learns is recorded and each key it forgets holds the record read. Returns {"ok", log
+-- id or "", previous log id, delta id}, {"lost", ids...}, {"conflict", compare-and-set
+-- numbers...} or {"keys", keys not as the worker took them...}.
 -- The log id is the id of the last entry written to :log, the delta id that of the delta
 -- entry (both "" if none), and the previous log id the id of :log's last entry before this
 -- commit wrote any ("" if :log was empty or nothing was written): a worker whose model is
@@ -68,6 +70,25 @@ if #conflicts > 0 then
   return conflicts
 end
 
+-- 2b. learn-once keys: none the batch learns is recorded yet, and each it forgets still
+-- holds the record whose statistics the delta subtracts
+local keys_at, keyorder_at = n('keys_key_at'), n('keyorder_key_at')
+local first_learn, n_learn = n('learn_at'), n('n_learn')
+local first_forget, n_forget = n('forget_at'), n('n_forget')
+local changed = {}
+for i = first_learn, first_learn + 2 * (n_learn - 1), 2 do
+  if redis.call('HEXISTS', KEYS[keys_at], ARGV[i]) == 1 then changed[#changed + 1] = ARGV[i] end
+end
+for i = first_forget, first_forget + 2 * (n_forget - 1), 2 do
+  if redis.call('HGET', KEYS[keys_at], ARGV[i]) ~= ARGV[i + 1] then
+    changed[#changed + 1] = ARGV[i]
+  end
+end
+if #changed > 0 then
+  table.insert(changed, 1, 'keys')
+  return changed
+end
+
 -- 3. writes
 local log_id, prev_id, delta_id = '', '', ''
 if log_data ~= '' or (n_learnt > 0 and decay_every > 0) then
@@ -82,8 +103,10 @@ if log_data ~= '' then
   end
   delta_id = log_id
 end
+local learnt_after = 0
 if n_learnt > 0 then
   local after = redis.call('INCRBY', KEYS[5], n_learnt)
+  learnt_after = after
   if decay_every > 0 then
     local before = after - n_learnt
     local events = math.floor(after / decay_every) - math.floor(before / decay_every)
@@ -119,6 +142,32 @@ end
 for c = 0, n_cas - 1 do
   local b = first_cas + 3 * c
   redis.call('HSET', KEYS[cas_keys + c], ARGV[b], ARGV[b + 2])
+end
+-- the keys learnt, ordered by :learnt when learnt (the oldest dropped beyond keys_max),
+-- and the keys forgotten
+for i = first_learn, first_learn + 2 * (n_learn - 1), 2 do
+  redis.call('HSET', KEYS[keys_at], ARGV[i], ARGV[i + 1])
+  redis.call('ZADD', KEYS[keyorder_at], learnt_after, ARGV[i])
+end
+for i = first_forget, first_forget + 2 * (n_forget - 1), 2 do
+  redis.call('HDEL', KEYS[keys_at], ARGV[i])
+  redis.call('ZREM', KEYS[keyorder_at], ARGV[i])
+end
+-- a corrected message's key records its new label (the cache entry's compare-and-set
+-- above makes the correction itself happen once)
+local first_relabel = n('relabel_at')
+for i = first_relabel, first_relabel + 2 * (n('n_relabel') - 1), 2 do
+  if redis.call('HEXISTS', KEYS[keys_at], ARGV[i]) == 1 then
+    redis.call('HSET', KEYS[keys_at], ARGV[i], ARGV[i + 1])
+  end
+end
+local keys_max = n('keys_max')
+if keys_at > 0 and keys_max > 0 and n_learn > 0 then
+  local excess = redis.call('ZCARD', KEYS[keyorder_at]) - keys_max
+  if excess > 0 then
+    local dropped = redis.call('ZPOPMIN', KEYS[keyorder_at], excess)
+    for i = 1, #dropped, 2 do redis.call('HDEL', KEYS[keys_at], dropped[i]) end
+  end
 end
 if n('registry_key_at') > 0 then
   redis.call('HSET', KEYS[n('registry_key_at')], A.registry_field, A.registry_value)

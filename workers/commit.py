@@ -6,7 +6,11 @@ consumer and that every delayed-label compare-and-set still holds; only then doe
 append the delta to ``:log`` (plus decay events every K learnt messages), the predictions
 to ``:out``, the dead letters to ``:dead``, write the feature cache, XACK the ids and,
 if asked, delete the batch's ``:inflight`` announcement.
-Otherwise it writes nothing and says which ids were lost or which cache entries changed.
+It records the learn-once keys of the messages it learns and deletes those it forgets
+(workers/learn_keys.py), after checking that none of the first is recorded and each of the
+others still holds the record the worker subtracts.
+Otherwise it writes nothing and says which ids were lost, which cache entries changed or
+which keys are not as the worker took them.
 
 :func:`send_commit` sends the same call without waiting for its reply (on a connection of
 its own, read later by :meth:`SentCommit.result`), so a worker can decode and featurize
@@ -92,6 +96,18 @@ class CommitRequest:
     inflight_key: str | None = None
     #: The announcement's field in ``inflight_key`` (default: the consumer name).
     inflight_field: str | None = None
+    #: ``({M}:keys, {M}:keyorder)``: where learnt keys are recorded; None: no learn-once
+    #: keys (then ``learn_keys`` and ``forget_keys`` are empty).
+    key_store: tuple[str, str] | None = None
+    #: ``(key, record)`` to record, each checked absent first (workers/learn_keys.py).
+    learn_keys: list[tuple[str, bytes]] = field(default_factory=list)
+    #: ``(key, record)`` to delete, each checked to hold that record first.
+    forget_keys: list[tuple[str, bytes]] = field(default_factory=list)
+    #: ``(key, record)``: the new record of a learnt key whose message a correction
+    #: relabelled (written only where the key is still recorded).
+    relabel_keys: list[tuple[str, bytes]] = field(default_factory=list)
+    #: Keys kept at most (the oldest learnt are dropped beyond it; 0: no bound).
+    keys_max: int = 0
 
 
 @dataclass(slots=True)
@@ -108,6 +124,9 @@ class CommitResult:
     conflicts: list[int] = field(default_factory=list)
     prev_id: str = ""
     delta_id: str = ""
+    #: Learn-once keys not as the worker took them (learnt meanwhile, or forgotten):
+    #: nothing was written; read them again and rebuild.
+    keys: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -139,7 +158,13 @@ def script_args(keys: ModelKeys, consumer: str, req: CommitRequest, out_maxlen: 
     - ``registry_key_at``, ``registry_field``, ``registry_value``: the bucket registry's
       record (position 0: none);
     - ``inflight_key_at``, ``inflight_field``: the announcement the commit deletes, also
-      named by the delta's log entry (field ``inflight``; position 0, "": none).
+      named by the delta's log entry (field ``inflight``; position 0, "": none);
+    - ``keys_key_at``, ``keyorder_key_at``: ``{M}:keys`` and ``{M}:keyorder`` (0: no
+      learn-once keys); ``learn_at``/``n_learn``: the keys learnt, each key and record
+      (none may be recorded yet); ``forget_at``/``n_forget``: the keys forgotten, each key
+      and the record it must still hold; ``relabel_at``/``n_relabel``: keys whose record a
+      correction rewrites (if still recorded), each key and record; ``keys_max``: keys
+      kept at most (0: no bound).
     """
     script_keys = [keys.input, keys.out, keys.dead, keys.log, keys.learnt]
     write_keys_at = len(script_keys) + 1
@@ -157,6 +182,10 @@ def script_args(keys: ModelKeys, consumer: str, req: CommitRequest, out_maxlen: 
         script_keys.append(req.inflight_key)
         inflight_key_at = len(script_keys)
         inflight_field = req.inflight_field or consumer
+    keys_key_at = 0
+    if req.key_store is not None:
+        script_keys += req.key_store
+        keys_key_at = len(script_keys) - 1
 
     lists: list[Any] = [*req.ids, *req.outputs, *req.dead]
     writes_at = len(lists)
@@ -165,6 +194,15 @@ def script_args(keys: ModelKeys, consumer: str, req: CommitRequest, out_maxlen: 
     cas_at = len(lists)
     for c in req.cache_cas:
         lists += (c.field, c.expected, c.new)
+    learn_at = len(lists)
+    for key, record in req.learn_keys:
+        lists += (key, record)
+    forget_at = len(lists)
+    for key, record in req.forget_keys:
+        lists += (key, record)
+    relabel_at = len(lists)
+    for key, record in req.relabel_keys:
+        lists += (key, record)
     named = {
         "group": GROUP, "consumer": consumer,
         "out_maxlen": int(out_maxlen), "dead_maxlen": int(dead_maxlen),
@@ -178,9 +216,15 @@ def script_args(keys: ModelKeys, consumer: str, req: CommitRequest, out_maxlen: 
         "registry_key_at": registry_key_at, "registry_field": registry_field,
         "registry_value": registry_value,
         "inflight_key_at": inflight_key_at, "inflight_field": inflight_field,
+        "keys_key_at": keys_key_at, "keyorder_key_at": keys_key_at + 1 if keys_key_at else 0,
+        "learn_at": learn_at, "n_learn": len(req.learn_keys),
+        "forget_at": forget_at, "n_forget": len(req.forget_keys),
+        "relabel_at": relabel_at, "n_relabel": len(req.relabel_keys),
+        "keys_max": int(req.keys_max),
     }
     first = 2 + 2 * len(named)  # where the lists start (Lua counts from 1)
-    for name in ("ids_at", "outputs_at", "dead_at", "writes_at", "cas_at"):
+    for name in ("ids_at", "outputs_at", "dead_at", "writes_at", "cas_at", "learn_at",
+                 "forget_at", "relabel_at"):
         named[name] += first
     args: list[Any] = [len(named)]
     for name, value in named.items():
@@ -198,6 +242,8 @@ def _result(reply: Any) -> CommitResult:
         return CommitResult(lost=[as_str(v) for v in reply[1:]])
     if status == "conflict":
         return CommitResult(conflicts=[int(as_str(v)) for v in reply[1:]])
+    if status == "keys":
+        return CommitResult(keys=[as_str(v) for v in reply[1:]])
     raise RuntimeError(f"unexpected reply from the commit script: {reply!r}")
 
 

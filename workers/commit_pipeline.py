@@ -38,6 +38,7 @@ from streamnb_workers.commit_content import CommitContent, PredictedBatch, commi
 from streamnb_workers.intake import read_new
 from streamnb_workers.label_cache import batch_writes, fetch_cached
 from streamnb_workers.labels import delayed_matrix
+from streamnb_workers.learn_keys import known_keys
 from streamnb_workers.read_ahead import READ_SCRIPT, read_commands, read_reply
 from streamnb_workers.replica import encode_decay, encode_delta
 from streamnb_workers.runtime import ReadBatch
@@ -78,6 +79,9 @@ def build(rt: ModelRuntime, batch: PredictedBatch, prepared_s: float = 0.0) -> B
     t0 = time.perf_counter()
     cached = fetch_cached(rt.client, rt.keys, batch.outside_refs, int(time.time() * 1000)) \
         if o.cache_ttl_s > 0 else {}
+    unread = [f.msg.key for f in batch.forgets if f.msg.key not in batch.key_state]
+    if unread:  # what a forget subtracts is what was recorded for its key
+        batch.key_state.update(known_keys(rt.client, rt.keys.learnt_keys, unread))
     content = commit_content(batch, cached, rt.replica.model, rt.featurizer, rt.consumer,
                              cache=o.cache_ttl_s > 0, cache_labelled=o.cache_labelled)
     if content is None:
@@ -98,13 +102,18 @@ def _request(rt: ModelRuntime, content: CommitContent, announced: str | None) ->
         writes, registry = batch_writes(rt.keys, int(rt.options.cache_ttl_s * 1000),
                                         int(time.time() * 1000), content.cache_entries)
     decay_every = rt.config.decay_every
+    keys_max = rt.options.learnt_keys_max
     return CommitRequest(
         ids=content.ids, outputs=content.outputs,
         dead=[encode_dead(d.entry_id, d.reason, d.detail, d.data) for d in content.dead],
         log_data=log_data, n_learnt=content.n_learnt, cache_writes=writes,
         cache_cas=content.resolution.cas, cache_registry=registry, decay_every=decay_every,
         decay_data=encode_decay(rt.config.decay_factor) if decay_every else b"",
-        inflight_key=rt.keys.inflight if announced else None, inflight_field=announced)
+        inflight_key=rt.keys.inflight if announced else None, inflight_field=announced,
+        key_store=(rt.keys.learnt_keys, rt.keys.key_order)
+        if keys_max or content.forget_keys or content.relabel_keys else None,
+        learn_keys=content.learn_keys if keys_max else [],
+        forget_keys=content.forget_keys, relabel_keys=content.relabel_keys, keys_max=keys_max)
 
 
 # ---------------------------------------------------------------------- commit, retry
@@ -128,11 +137,14 @@ def commit(rt: ModelRuntime, batch: PredictedBatch, built: Built,
         if result.ok:
             _committed(rt, batch, built, result)
             return
-        rt.labels(rt.metrics.commit_conflicts).inc()
+        if result.lost or result.conflicts:  # (keys learnt before are counted as such)
+            rt.labels(rt.metrics.commit_conflicts).inc()
         if result.lost:
             log.info("model %s: %d entries were claimed by another worker; committing the rest",
                      rt.name, len(result.lost))
             batch = batch.without(set(result.lost))
+        if result.keys:  # learnt (or forgotten) meanwhile: as they are now, then rebuilt
+            batch.key_state.update(known_keys(rt.client, rt.keys.learnt_keys, result.keys))
         result = None  # conflicts: cache entries changed under us; read again and rebuilt
     raise StreamnbError(f"model {rt.name}: commit failed {o.max_commit_attempts} times; "
                         "the batch stays pending")
@@ -151,6 +163,10 @@ def _committed(rt: ModelRuntime, batch: PredictedBatch, built: Built, result: Co
     # one inc per class and batch (not per message): the same totals
     for lab, n in Counter(str(lab) for lab in content.learnt_labels).items():
         labels(m.messages_learned, **{"class": lab}).inc(n)
+    if content.n_duplicates:
+        labels(m.messages_already_learnt).inc(content.n_duplicates)
+    for lab, n in Counter(str(lab) for lab in content.forgotten_labels).items():
+        labels(m.messages_forgotten, **{"class": lab}).inc(n)
     res = content.resolution
     for lab, n in Counter(str(lab) for lab in res.unlearned).items():
         labels(m.messages_unlearned, **{"class": lab}).inc(n)

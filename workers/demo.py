@@ -185,7 +185,7 @@ def run_demo(
     from streamnb_workers.keys import ModelKeys, check_model_name
     from streamnb_workers.metrics import Metrics
     from streamnb_workers.model_config import ModelSpec
-    from streamnb_workers.produce import Outgoing
+    from streamnb_workers.sources import Outgoing
     from streamnb_workers.supervisor import serve_metrics
     from streamnb_workers.transfer import top_tokens
     from streamnb_workers.worker import Worker, WorkerOptions

@@ -20,12 +20,14 @@ from typing import TYPE_CHECKING
 from streamnb.encoding import dumps
 from streamnb_workers.options import WorkerOptions
 from streamnb_workers.replica import snapshot_age
+from streamnb_workers.replies import as_str
 from streamnb_workers.snapshotter import live_workers, remove_dead_consumers, stream_gauges
+from streamnb_workers.stream_ids import entry_time
 
 if TYPE_CHECKING:
     from streamnb_workers.runtime import ModelRuntime
 
-__all__ = ["Timer", "Timers", "heartbeat", "housekeeping", "sample_gauges"]
+__all__ = ["Timer", "Timers", "drop_sampled_gauges", "heartbeat", "housekeeping", "sample_gauges"]
 
 log = logging.getLogger("streamnb.worker")
 
@@ -87,6 +89,7 @@ def housekeeping(rt: ModelRuntime, served: list[str], now: float | None = None) 
     t = rt.timers
     if t.heartbeat.fire(now):
         heartbeat(rt, served)
+    was_holder = rt.snapshotter.holder
     if t.lease.fire(now):
         rt.snapshotter.hold_lease()
     if rt.snapshotter.holder:
@@ -98,6 +101,8 @@ def housekeeping(rt: ModelRuntime, served: list[str], now: float | None = None) 
             removed = remove_dead_consumers(rt.client, rt.keys, rt.options.stale_s, rt.consumer)
             if removed:
                 log.info("model %s: removed dead consumers %s", rt.name, removed)
+    if was_holder and not rt.snapshotter.holder:
+        drop_sampled_gauges(rt)  # the lease moved: the new holder samples them, ours go stale
     if t.observe.due(now) and rt.replica.applied != rt.observed_applied:
         t.observe.restart(now)
         rt.observed_applied = rt.replica.applied
@@ -123,6 +128,20 @@ def sample_gauges(rt: ModelRuntime) -> None:
     m.group_lag.labels(model=rt.name).set(g["lag"])
     m.group_pending.labels(model=rt.name).set(g["pending"])
     age = snapshot_age(rt.client, rt.keys)
-    if age is not None:
-        m.snapshot_age.labels(model=rt.name).set(age)
+    if age is None:  # no snapshot yet: the age of what only the log holds (0: nothing)
+        first = rt.client.xrange(rt.keys.log, count=1)
+        age = max(0.0, time.time() - entry_time(as_str(first[0][0]))) if first else 0.0
+    m.snapshot_age.labels(model=rt.name).set(age)
     m.live_workers.labels(model=rt.name).set(len(live_workers(rt.client, rt.keys, rt.options.stale_s)))
+
+
+def drop_sampled_gauges(rt: ModelRuntime) -> None:
+    """Remove the gauges :func:`sample_gauges` read from Redis (stream lengths, lag,
+    pending, snapshot age, live workers) while Redis cannot be reached: a scrape then
+    shows them absent rather than their last values as if they were current. The lease
+    holder samples them again once Redis answers."""
+    m = rt.metrics
+    for stream in ("in", "out", "dead", "log"):
+        m.stream_length.remove(rt.name, stream)
+    for gauge in (m.group_lag, m.group_pending, m.snapshot_age, m.live_workers):
+        gauge.remove(rt.name)

@@ -97,6 +97,18 @@ class ModelKeys:
         return f"{self.prefix}:learnt"
 
     @property
+    def learnt_keys(self) -> str:
+        """Hash learn-once key -> what was learnt for it (label, weight; msgpack), written
+        by the commit script (workers/learn_keys.py)."""
+        return f"{self.prefix}:keys"
+
+    @property
+    def key_order(self) -> str:
+        """Sorted set of the learnt keys, scored by ``:learnt`` when learnt: the oldest
+        are dropped beyond ``learnt_keys_max``."""
+        return f"{self.prefix}:keyorder"
+
+    @property
     def inflight(self) -> str:
         """Hash ``<consumer>|<first entry id>`` -> a batch in flight that may hold labels
         (see workers/ordering.py)."""
@@ -122,4 +134,4 @@ class ModelKeys:
         """Every key of the model except the delayed-label cache's buckets and entries."""
         return [self.input, self.out, self.dead, self.log, self.events, self.snapshot,
                 self.config, self.lease, self.workers, self.learnt, self.inflight,
-                self.cache_buckets]
+                self.cache_buckets, self.learnt_keys, self.key_order]

@@ -15,7 +15,9 @@ writers had: for each width, from its last write's bucket down to that of now - 
 T / W + 3 = 11 hashes, newest first.
 
 An entry is 2 bytes (big-endian) n, the learnt label (n bytes of msgpack; n = 0: not
-learnt), then msgpack ``[1, row, predicted label, {label: log posterior}, weight, time]``.
+learnt), then msgpack ``[1, row, predicted label, {label: log posterior}, weight, time]``,
+with the message's learn-once key (workers/learn_keys.py) appended when it was learnt
+under one, so that a correction also changes what the key records.
 This module alone reads and writes that layout: a delayed label changes an entry by a
 compare-and-set of the whole entry, the bytes read against those stored, the entry
 :func:`relabel` makes written in their place (:func:`label_change`).
@@ -90,10 +92,12 @@ def entry_field(msg_id: str) -> str:
 
 
 def encode_entry(learnt: bytes, row: bytes, pred_label: Any, log_proba: dict[Any, float],
-                 weight: float, ts: float) -> bytes:
-    """A cache entry: the learnt label first (see the module docstring), then the rest."""
-    body = dumps([ENTRY_FORMAT, row, pred_label, {k: float(v) for k, v in log_proba.items()},
-                  float(weight), float(ts)])
+                 weight: float, ts: float, learn_key: str | None = None) -> bytes:
+    """A cache entry: the learnt label first (see the module docstring), then the rest
+    (``learn_key``: the key the message was learnt under, if any)."""
+    fields = [ENTRY_FORMAT, row, pred_label, {k: float(v) for k, v in log_proba.items()},
+              float(weight), float(ts)]
+    body = dumps(fields + [learn_key] if learn_key is not None else fields)
     return _LENGTH.pack(len(learnt)) + learnt + body
 
 
@@ -118,6 +122,8 @@ class CachedMessage:
     learnt_raw: bytes
     weight: float
     ts: float
+    #: The learn-once key it was learnt under (None: none).
+    learn_key: str | None = None
 
     @property
     def learnt(self) -> Any:
@@ -137,14 +143,15 @@ def decode_entry(key: str, field: str, entry: bytes) -> CachedMessage | None:
         (n,) = _LENGTH.unpack_from(entry)
         learnt, body = bytes(entry[2:2 + n]), msgpack.unpackb(entry[2 + n:], raw=False,
                                                                  strict_map_key=False)
-        if len(learnt) != n or not isinstance(body, list) or len(body) != 6 \
+        if len(learnt) != n or not isinstance(body, list) or len(body) not in (6, 7) \
                 or body[0] != ENTRY_FORMAT:
             return None
-        _, row, pred_label, lp, weight, ts = body
+        _, row, pred_label, lp, weight, ts = body[:6]
+        learn_key = body[6] if len(body) == 7 and isinstance(body[6], str) else None
         return CachedMessage(key=key, field=field, entry=bytes(entry), row=Row.from_bytes(row),
                              pred_label=pred_label,
                              log_proba=dict(lp or {}), learnt_raw=learnt, weight=float(weight),
-                             ts=float(ts))
+                             ts=float(ts), learn_key=learn_key)
     except Exception:  # noqa: BLE001 - a corrupt entry is as good as expired
         return None
 

@@ -38,6 +38,7 @@ from streamnb_workers.label_cache import (
     encode_label,
     label_change,
 )
+from streamnb_workers.learn_keys import encode_record
 
 __all__ = ["NOT_LEARNT", "REF_EXPIRED", "LabelRef", "Resolution", "decode_label",
            "delayed_matrix", "encode_label", "resolve_refs"]
@@ -71,6 +72,9 @@ class Resolution:
     n_learnt: int = 0
     corrections: int = 0
     unlearned: list[Any] = field(default_factory=list)
+    #: ``(learn-once key, record)`` of the corrected messages learnt under a key: what the
+    #: key records from now on (the commit rewrites a record still there).
+    key_relabels: list[tuple[str, bytes]] = field(default_factory=list)
 
 
 def resolve_refs(refs: Sequence[LabelRef],
@@ -116,6 +120,8 @@ def resolve_refs(refs: Sequence[LabelRef],
             res.subs.append((c.row, old, c.weight))
             res.corrections += 1
             res.unlearned.append(old)
+            if c.learn_key is not None:
+                res.key_relabels.append((c.learn_key, encode_record(new, c.weight)))
         res.adds.append((c.row, new, c.weight))
         res.cas.append(label_change(c, new))
     return res

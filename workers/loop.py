@@ -38,8 +38,9 @@ from streamnb_workers.backoff import Backoff
 from streamnb_workers.commit import COMMIT_SCRIPT
 from streamnb_workers.commit_pipeline import abandon, settle
 from streamnb_workers.connection import Connector, is_access_error
+from streamnb_workers.health import RedisHealth
 from streamnb_workers.heap import HeapTrimmer
-from streamnb_workers.housekeeping import housekeeping
+from streamnb_workers.housekeeping import drop_sampled_gauges, housekeeping
 from streamnb_workers.intake import (
     all_done,
     claim_idle,
@@ -54,6 +55,7 @@ from streamnb_workers.model_config import ModelSpec, ensure_config
 from streamnb_workers.options import WorkerOptions
 from streamnb_workers.process import process_batch
 from streamnb_workers.read_ahead import READ_SCRIPT
+from streamnb_workers.restore import restore_lost_keys
 from streamnb_workers.runtime import ModelRuntime, ReadBatch
 from streamnb_workers.snapshotter import delete_consumer_if_idle
 
@@ -64,6 +66,8 @@ log = logging.getLogger("streamnb.worker")
 #: Redis reply prefixes of errors that pass (failover, loading, disk trouble).
 TRANSIENT_PREFIXES = ("MISCONF", "READONLY", "LOADING", "MASTERDOWN", "CLUSTERDOWN", "TRYAGAIN",
                       "NOREPLICAS", "BUSY ")
+#: Error kinds of a Redis that cannot be reached (``redis_up`` 0, ``/healthz`` counting).
+UNREACHABLE_KINDS = ("connection", "timeout")
 
 
 def error_kind(exc: BaseException) -> str | None:
@@ -78,6 +82,8 @@ def error_kind(exc: BaseException) -> str | None:
         text = str(exc)
         if text.startswith("MISCONF"):
             return "misconf"
+        if text.startswith("NOGROUP"):  # Redis lost the group (restarted empty): restored
+            return "nogroup"
         if text.startswith(TRANSIENT_PREFIXES):
             return "other"
     if isinstance(exc, redis.exceptions.ClusterError):
@@ -123,6 +129,11 @@ class Worker:
         self.started = False
         self.backoff = Backoff(self.options.backoff_base_s, self.options.backoff_cap_s)
         self.heap = HeapTrimmer(self.options.release_memory_s)
+        self.health = RedisHealth(self.options.healthz_grace_s,
+                                  self.metrics.redis_up.labels(worker=self.consumer))
+        #: Check each model's keys before the next step (after a reconnect or NOGROUP):
+        #: Redis may have come back without them (workers/restore.py).
+        self.check_keys = False
 
     # ------------------------------------------------------------------ lifecycle
     def connect(self) -> None:
@@ -149,11 +160,13 @@ class Worker:
             rt = ModelRuntime(cfg, self.client, self.options, self.metrics, self.reader)
             rt.replica.load()
             self.models[spec.name] = rt
+            self.metrics.start_series(spec.name, self.consumer)
             rt.version_metric()
             rt.labels(self.metrics.worker_up).set(1)
             log.info("worker %s serves model %s (%s) at version %s", self.consumer, spec.name,
                      cfg.kind, rt.replica.version)
         self.started = True
+        self.health.up()
 
     def request_stop(self) -> None:
         """Finish the current batch, commit it, and return from :meth:`run`."""
@@ -174,6 +187,7 @@ class Worker:
                     self.start()
                 self.step(self.options.block_ms)
                 self.backoff.reset()
+                self.health.up()
             except Exception as exc:  # noqa: BLE001 - classified below
                 if is_access_error(exc) and not self.started:
                     raise  # a refused password or command: retrying cannot help
@@ -231,6 +245,11 @@ class Worker:
         """After a Redis error: count it, wait a bounded backoff, reconnect; the
         uncommitted work is redone from this consumer's pending entries."""
         kind = error_kind(exc) or "other"
+        if kind in UNREACHABLE_KINDS:
+            self.health.down()
+            for rt in self.models.values():
+                drop_sampled_gauges(rt)  # read from Redis: not served while it is away
+        self.check_keys = True
         for rt in self.models.values() or [None]:
             labels = {"model": rt.name if rt else "-", "worker": self.consumer}
             self.metrics.redis_errors.labels(**labels, kind=kind).inc()
@@ -278,6 +297,8 @@ class Worker:
         block_ms = self.options.block_ms if block_ms is None else block_ms
         n = 0
         served = list(self.models)
+        if self.check_keys and not self._restore_lost_keys():
+            return 0
         for rt in self.models.values():
             housekeeping(rt, served)
             n += self._claim(rt)
@@ -312,6 +333,20 @@ class Worker:
                 raise TimeoutError(f"worker {self.consumer} not idle after {timeout}s")
         for rt in self.models.values():
             rt.tail()
+
+    def _restore_lost_keys(self) -> bool:
+        """Write back what Redis lost of each model (workers/restore.py); False while a
+        model's group waits for the other workers' replicas (after a short wait: the step
+        reads nothing meanwhile)."""
+        settling = False
+        for rt in self.models.values():
+            settling |= "settling" in restore_lost_keys(rt)
+            rt.timers.gauges.due_at_once()
+        if settling:
+            self._stop.wait(0.25)
+            return False
+        self.check_keys = False
+        return True
 
     def _claim(self, rt: ModelRuntime) -> int:
         """Claim and process entries idle in other consumers, when the claim timer is due."""

@@ -28,6 +28,16 @@ MW = ("model", "worker")
 STAGES = ("read", "decode", "featurize", "predict", "learn", "send", "commit", "apply", "observe",
           "score")
 
+#: Every reason a worker dead-letters a message with (docs/protocol.md, docs/worker.md):
+#: their counters exist at 0 from the start.
+DEAD_LETTER_REASONS = ("not_msgpack", "not_a_map", "too_large", "no_payload", "several_payloads",
+                       "bad_type", "non_finite", "bad_label", "bad_weight", "wrong_dimension",
+                       "incompatible_payload", "poison", "ref_expired")
+#: The kinds of ``redis_errors`` (workers/loop.py, ``error_kind``).
+REDIS_ERROR_KINDS = ("connection", "timeout", "misconf", "readonly", "nogroup", "other")
+#: What ``corrupt_records`` counts.
+CORRUPT_KINDS = ("snapshot", "log")
+
 # Buckets fitted to this workload: a batch stage takes tens of microseconds to tens of ms.
 STAGE_BUCKETS = (5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0)
 BATCH_BUCKETS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000)
@@ -52,6 +62,12 @@ class Metrics:
             "messages_learned", "Labelled messages learnt (committed deltas)", (*MW, "class"), **r)
         self.messages_unlearned = Counter(
             "messages_unlearned", "Contributions moved by label corrections", (*MW, "class"), **r)
+        self.messages_already_learnt = Counter(
+            "messages_already_learnt", "Labelled messages predicted but not learnt: their "
+            "learn-once key was learnt before", MW, **r)
+        self.messages_forgotten = Counter(
+            "messages_forgotten", "Messages unlearnt by a forget, by the class they were "
+            "learnt as", (*MW, "class"), **r)
         self.dead_letters = Counter(
             "dead_letters", "Messages sent to :dead, by reason", (*MW, "reason"), **r)
         self.unknown_keys = Counter(
@@ -69,7 +85,8 @@ class Metrics:
             "order_wait_timeouts", "Waits for earlier labelled batches that gave up at "
             "order_wait_ms (the batch was predicted without them)", MW, **r)
         self.redis_errors = Counter(
-            "redis_errors", "Redis errors by kind (connection, timeout, misconf, readonly, other)",
+            "redis_errors", "Redis errors by kind (connection, timeout, misconf, readonly, nogroup, "
+            "other)",
             (*MW, "kind"), **r)
         self.reconnects = Counter("redis_reconnects", "Reconnection attempts after an error", MW, **r)
         self.worker_errors = Counter(
@@ -89,6 +106,12 @@ class Metrics:
             "model_version_timestamp_seconds",
             "Time part of the last :log id applied (the model version)", MW, **r)
         self.worker_up = Gauge("worker_up", "1 while the worker loop runs", MW, **r)
+        self.redis_up = Gauge(
+            "redis_up", "1 while the worker reaches Redis; 0 from a failed round trip until "
+            "the next one succeeds", ("worker",), **r)
+        self.redis_restores = Counter(
+            "redis_restores", "Times this worker wrote a model's config, consumer group or "
+            "snapshot back after Redis came back without them (restarted empty)", MW, **r)
         self.heartbeat = Gauge(
             "worker_heartbeat_timestamp_seconds", "Last heartbeat written", MW, **r)
         self.snapshots_written = Counter("snapshots_written", "Snapshots written", MW, **r)
@@ -166,6 +189,46 @@ class Metrics:
             MW, **r)
         self.oov_rate_recent = Gauge(
             "oov_rate_recent", "Recent mean out-of-vocabulary share", MW, **r)
+
+
+    def start_series(self, model: str, worker: str) -> None:
+        """Create at 0 every series of ``model`` served by ``worker`` whose labels are
+        known before the first message: a dashboard or alert then reads 0, not "no data",
+        until the first event. The recent estimates (error rate, prior shift, OOV rate) start
+        as NaN: not estimated yet. Series by class: :meth:`start_class_series`."""
+        mw = {"model": model, "worker": worker}
+        for family in (self.messages_read, self.messages_predicted, self.unknown_keys,
+                       self.messages_claimed, self.commit_conflicts, self.commits,
+                       self.order_wait_seconds, self.order_wait_timeouts, self.reconnects,
+                       self.worker_errors, self.batch_size, self.message_age, self.deltas_applied,
+                       self.snapshots_written, self.redis_restores, self.prequential_log_loss,
+                       self.prequential_brier, self.delayed_log_loss, self.delayed_brier,
+                       self.label_delay, self.corrections, self.oov_share, self.confidence,
+                       self.unsure):
+            family.labels(**mw)
+        for reason in DEAD_LETTER_REASONS:
+            self.dead_letters.labels(**mw, reason=reason)
+        for kind in REDIS_ERROR_KINDS:
+            self.redis_errors.labels(**mw, kind=kind)
+        for kind in CORRUPT_KINDS:
+            self.corrupt_records.labels(**mw, kind=kind)
+        for stage in STAGES:
+            self.stage_seconds.labels(**mw, stage=stage)
+        for gauge in (self.error_rate_recent, self.prior_shift, self.oov_rate_recent):
+            child = gauge.labels(**mw)
+            if child._value.get() == 0.0:  # (a restarted model keeps its estimate)
+                child.set(float("nan"))
+
+    def start_class_series(self, model: str, worker: str, classes: Sequence[str]) -> None:
+        """Create at 0 the series by class (and by true and predicted class) of ``classes``."""
+        mw = {"model": model, "worker": worker}
+        for c in classes:
+            for family in (self.messages_learned, self.messages_unlearned,
+                           self.prequential_correct, self.delayed_correct):
+                family.labels(**mw, **{"class": c})
+            for p in classes:
+                for family in (self.prequential, self.delayed):
+                    family.labels(**mw, **{"class": c, "predicted": p})
 
 
 class MetricLabels:

@@ -40,8 +40,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+import redis
+
 from streamnb.constants import DEFAULT_ERROR_WEIGHT, DEFAULT_MAIL_ALPHA, MAIL_DECISION_DEFAULTS
-from streamnb.exceptions import ConfigConflict
+from streamnb.exceptions import ConfigConflict, SettingsError
 from streamnb_workers.keys import ModelKeys, check_model_name
 from streamnb_workers.lua import LuaScript
 from streamnb_workers.replies import as_str
@@ -306,3 +308,56 @@ def ensure_config(client: Any, spec: ModelSpec) -> ModelConfig:
         exc.differences = diffs  # type: ignore[attr-defined]
         raise exc
     return stored
+
+
+#: Models named at most in the error of :func:`require_model`.
+LISTED_MODELS = 20
+
+
+def stored_models(client: Any) -> list[str]:
+    """Names of the models with a stored config, sorted (``SCAN`` for their config keys;
+    on a cluster, every primary).
+
+    >>> import fakeredis
+    >>> r = fakeredis.FakeRedis()
+    >>> for name in ("news", "mail"):
+    ...     _ = ensure_config(r, ModelSpec(name, kind="multinomial"))
+    >>> stored_models(r)
+    ['mail', 'news']
+    """
+    head, tail = ModelKeys("x").config.split("x")
+    names = set()
+    for key in client.scan_iter(match=f"{head}*{tail}", count=1000):
+        name = as_str(key)[len(head):-len(tail)]
+        try:
+            names.add(check_model_name(name))
+        except ValueError:
+            continue  # not a key this package wrote
+    return sorted(names)
+
+
+def require_model(client: Any, name: str, hint: str = "") -> None:
+    """Raise :class:`SettingsError` (one line, exit 2) naming the models that exist if
+    model ``name`` has no stored config; ``hint`` ends the message.
+
+    >>> import fakeredis
+    >>> r = fakeredis.FakeRedis()
+    >>> _ = ensure_config(r, ModelSpec("mail", kind="multinomial"))
+    >>> require_model(r, "mail")
+    >>> require_model(r, "mial")
+    Traceback (most recent call last):
+    ...
+    streamnb.exceptions.SettingsError: model 'mial' does not exist (no worker has served it); models in this Redis database: mail
+    """
+    if client.exists(ModelKeys(name).config):
+        return
+    try:
+        names = stored_models(client)
+    except redis.exceptions.NoPermissionError:  # a Redis user without SCAN
+        raise SettingsError(f"model {name!r} does not exist (no worker has served it); this "
+                            f"Redis user may not list the others (SCAN){hint}") from None
+    listed = ", ".join(names[:LISTED_MODELS]) + (
+        f" and {len(names) - LISTED_MODELS} more" if len(names) > LISTED_MODELS else "")
+    raise SettingsError(f"model {name!r} does not exist (no worker has served it); "
+                        + (f"models in this Redis database: {listed}" if names
+                           else "this Redis database holds no model") + hint)

@@ -118,6 +118,8 @@ class ModelObserver:
         self.metrics = metrics
         self.model = model
         self.worker = worker
+        #: Classes whose series by class exist (Metrics.start_class_series).
+        self._class_series: set[str] = set()
         self.events = events
         self.event_cooldown_s = event_cooldown_s
         self.clock = clock
@@ -253,6 +255,10 @@ class ModelObserver:
             for label, weight in classes.as_dict().items():
                 self.metrics.class_weight.labels(model=self.model, **{"class": str(label)}).set(
                     weight)
+            names = {str(label) for label in classes.as_dict()}
+            if not names <= self._class_series:  # a new class: its series from 0
+                self._class_series |= names
+                self.metrics.start_class_series(self.model, self.worker, sorted(self._class_series))
         features = parts.get("features")
         if features is not None and hasattr(features, "n_seen"):
             self.metrics.features_seen.labels(model=self.model).set(features.n_seen)

@@ -17,9 +17,11 @@ from dataclasses import dataclass
 from streamnb.constants import (
     DEFAULT_BATCH_SIZE,
     DEFAULT_LABEL_CACHE_TTL_S,
+    DEFAULT_LEARNT_KEYS_MAX,
     DEFAULT_ORDER_WAIT_MS,
 )
 from streamnb_workers.codec import DEFAULT_LIMITS, Limits
+from streamnb_workers.health import DEFAULT_HEALTHZ_GRACE_S
 
 __all__ = ["WorkerOptions"]
 
@@ -54,6 +56,10 @@ class WorkerOptions:
     #: learnt on arrival goes to :dead as ref_expired); most of the cache's Redis memory
     #: and of a commit's bytes when most traffic comes labelled.
     cache_labelled: bool = True
+    #: Learn-once keys kept per model (the oldest learnt are dropped beyond it; about 270
+    #: bytes of Redis memory each, docs/worker.md "Learn-once keys"). 0: no keys, every
+    #: labelled message is learnt, however often it comes.
+    learnt_keys_max: int = DEFAULT_LEARNT_KEYS_MAX
     heartbeat_s: float = 5.0
     #: A heartbeat older than this marks a dead worker.
     stale_s: float = 30.0
@@ -81,6 +87,9 @@ class WorkerOptions:
     #: idle after work, and at most this often while it stays busy (0: only when idle).
     #: See workers/heap.py.
     release_memory_s: float = 60.0
+    #: ``/healthz`` on the metrics port fails (503) once Redis has been unreachable for
+    #: longer than this (workers/health.py).
+    healthz_grace_s: float = DEFAULT_HEALTHZ_GRACE_S
 
     def __post_init__(self) -> None:
         if self.batch < 1:
@@ -91,6 +100,10 @@ class WorkerOptions:
             raise ValueError(f"order_wait_ms must be >= 0, got {self.order_wait_ms}")
         if self.release_memory_s < 0:
             raise ValueError(f"release_memory_s must be >= 0, got {self.release_memory_s}")
+        if not self.healthz_grace_s > 0:
+            raise ValueError(f"healthz_grace_s must be > 0, got {self.healthz_grace_s}")
+        if self.learnt_keys_max < 0:
+            raise ValueError(f"learnt_keys_max must be >= 0, got {self.learnt_keys_max}")
         if self.max_deliveries < 1:
             raise ValueError(f"max_deliveries must be >= 1, got {self.max_deliveries}")
         if self.consumer is None:

@@ -109,7 +109,8 @@ def process_batch(rt: ModelRuntime, entries: list, deliveries: dict[str, int] | 
             classes=predictions.classes if predictions else [],
             own=prepared.own if prepared and weights_as_given(batch.items, predictions)
             else None,
-            row_bytes=prepared.row_bytes if prepared else None, announced=announced)
+            row_bytes=prepared.row_bytes if prepared else None, announced=announced,
+            forgets=batch.forgets, learn_once=o.learnt_keys_max > 0)
         built = commit_pipeline.build(rt, predicted, prepared.commit_s if prepared else 0.0)
         if built is not None:
             if pipeline and o.pipeline and len(entries) >= o.batch:

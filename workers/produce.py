@@ -17,216 +17,49 @@ Labels: ``--label L`` labels every message; ``--index index.tsv`` (columns ``pat
 relative to the index's directory) and gives their ``ts``. With ``--index`` and no PATH, every
 file of the index is sent, in index order. Message ids are the file's path relative to the
 index or to the PATH given (``mbox#3`` for the 4th message of an mbox, ``file:12`` for line
-12 of a JSON-lines file, unless the record has its own ``id``).
+12 of a JSON-lines file, unless the record has its own ``id``); each message also carries
+its learn-once ``key`` (workers/learn_keys.py: the record's own ``key``, the mail's
+Message-ID, else a hash), which the worker learns at most once.
+
+Before each chunk is sent, the keys of its labelled messages are looked up in the model's
+learnt keys: a message already learnt is not sent again (counted in
+``ProduceReport.already_learnt``), so running ``produce`` again after an interruption
+sends only what was not learnt, and the worker's own check makes the rest learnt once.
 
 Entries are sent with pipelined XADDs in chunks (``--chunk``). A progress line is drawn on
-stderr only when stderr is a terminal.
-
->>> recs = list(iter_jsonl_lines(['{"text": "hi", "label": "ham"}', '', '{oops'], "f.jsonl"))
->>> recs[0].id, recs[0].fields["label"], recs[1].source, recs[1].error[:14]
-('f.jsonl:1', 'ham', 'f.jsonl:3', 'not valid JSON')
+stderr only when stderr is a terminal. Reading the PATHs is workers/sources.py.
 """
 
 from __future__ import annotations
 
-import csv
-import json
-import mailbox
-import os
 import sys
 import time
-from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
-
-import msgpack
 
 from streamnb.constants import DATA_FIELD, DEFAULT_PRODUCE_CHUNK
 from streamnb.exceptions import MalformedMessage, SettingsError
 from streamnb_workers.codec import decode_input
 from streamnb_workers.keys import ModelKeys
+from streamnb_workers.learn_keys import known_keys
 from streamnb_workers.replies import as_str, entry_field
+from streamnb_workers.sources import IndexEntry, count_messages, iter_paths, read_index
 
-__all__ = [
-    "IndexEntry",
-    "Outgoing",
-    "ProduceReport",
-    "iter_jsonl_lines",
-    "iter_paths",
-    "produce",
-    "read_index",
-]
-
-_JSONL_SUFFIXES = (".jsonl", ".ndjson")
-
-
-@dataclass(slots=True)
-class Outgoing:
-    """One message to send: its id, and either raw mail bytes or a wire-format record."""
-
-    id: str
-    raw: bytes | None = None
-    fields: dict[str, Any] = field(default_factory=dict)
-    source: str = ""
-    #: Why this record cannot be sent (a bad JSON line), else None.
-    error: str | None = None
-
-    def encode(self, label: str | None = None, ts: float | None = None) -> bytes:
-        """The msgpack map for the ``data`` field (index/flag label only if none is set)."""
-        obj = dict(self.fields)
-        if self.raw is not None:
-            obj["raw"] = self.raw
-        obj.setdefault("id", self.id)
-        if label is not None and obj.get("label") is None and "ref" not in obj:
-            obj["label"] = label
-        if ts is not None and obj.get("ts") is None:
-            obj["ts"] = ts
-        return msgpack.packb(obj, use_bin_type=True)
-
-
-@dataclass(frozen=True, slots=True)
-class IndexEntry:
-    path: str
-    label: str
-    ts: float | None
+__all__ = ["ProduceInterrupted", "ProduceReport", "produce", "send_and_wait"]
 
 
 @dataclass(slots=True)
 class ProduceReport:
+    """What ``produce`` did: messages sent (of ``total`` found), labelled among them,
+    skipped as invalid, and labelled messages not sent because their key was learnt."""
+
     sent: int = 0
     skipped: int = 0
     labelled: int = 0
     problems: list[str] = field(default_factory=list)
-
-
-# ---------------------------------------------------------------------------- index
-def read_index(path: str | os.PathLike[str]) -> list[IndexEntry]:
-    """Read an index TSV (header ``path label unix_time``; unix_time may be missing)."""
-    p = Path(path)
-    try:
-        with p.open(newline="", encoding="utf-8") as f:
-            rows = list(csv.reader(f, delimiter="\t"))
-    except OSError as exc:
-        raise SettingsError(f"--index {str(p)!r} cannot be read: {exc.strerror}") from None
-    except UnicodeDecodeError:
-        raise SettingsError(f"--index {str(p)!r} is not UTF-8 text") from None
-    if not rows or [c.strip().lower() for c in rows[0][:2]] != ["path", "label"]:
-        raise SettingsError(
-            f"--index {str(p)!r} must start with a header 'path<TAB>label[<TAB>unix_time]'")
-    has_ts = len(rows[0]) > 2 and rows[0][2].strip().lower() == "unix_time"
-    out = []
-    for n, row in enumerate(rows[1:], start=2):
-        if not row or not any(row):
-            continue
-        if len(row) < 2 or not row[0] or not row[1]:
-            raise SettingsError(f"--index {str(p)!r} line {n}: expected path<TAB>label, got {row!r}")
-        ts = None
-        if has_ts and len(row) > 2 and row[2].strip():
-            try:
-                ts = float(row[2])
-            except ValueError:
-                raise SettingsError(
-                    f"--index {str(p)!r} line {n}: unix_time must be a number, got {row[2]!r}"
-                ) from None
-        out.append(IndexEntry(row[0], row[1], ts))
-    return out
-
-
-# -------------------------------------------------------------------------- sources
-def _is_maildir(p: Path) -> bool:
-    return (p / "cur").is_dir() or (p / "new").is_dir()
-
-
-def _is_mbox(data: bytes) -> bool:
-    """An mbox holds several messages, each after a ``From `` line; a single message that
-    starts with a ``From `` line (as the SpamAssassin corpus files do) is one mail."""
-    return data.startswith(b"From ") and b"\nFrom " in data
-
-
-def iter_jsonl_lines(lines: Iterable[str], name: str) -> Iterator[Outgoing]:
-    """Records of a JSON-lines file; a bad line comes out with ``error`` set."""
-    for n, line in enumerate(lines, start=1):
-        line = line.strip()
-        if not line:
-            continue
-        src = f"{name}:{n}"
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as exc:
-            yield Outgoing(id=src, source=src, error=f"not valid JSON ({exc.msg})")
-            continue
-        if not isinstance(obj, dict):
-            yield Outgoing(id=src, source=src,
-                           error=f"expected a JSON object, got {type(obj).__name__}")
-            continue
-        msg_id = obj.get("id")
-        yield Outgoing(id=str(msg_id) if msg_id is not None else f"{name}:{n}",
-                       fields=obj, source=f"{name}:{n}")
-
-
-def _mbox_messages(p: Path, name: str) -> Iterator[Outgoing]:
-    box = mailbox.mbox(str(p), create=False)
-    try:
-        for i, key in enumerate(box.iterkeys()):
-            yield Outgoing(id=f"{name}#{i}", raw=box.get_bytes(key), source=f"{name}#{i}")
-    finally:
-        box.close()
-
-
-def _maildir_messages(p: Path, name: str) -> Iterator[Outgoing]:
-    for sub in ("cur", "new"):
-        d = p / sub
-        if d.is_dir():
-            for f in sorted(d.iterdir()):
-                if f.is_file() and not f.name.startswith("."):
-                    rel = f"{name}/{sub}/{f.name}"
-                    yield Outgoing(id=rel, raw=f.read_bytes(), source=rel)
-
-
-def _file_messages(p: Path, name: str) -> Iterator[Outgoing]:
-    if p.suffix.lower() in _JSONL_SUFFIXES:
-        with p.open(encoding="utf-8") as f:
-            yield from iter_jsonl_lines(f, name)
-    else:
-        data = p.read_bytes()
-        if _is_mbox(data):
-            yield from _mbox_messages(p, name)
-        else:
-            yield Outgoing(id=name, raw=data, source=name)
-
-
-def iter_paths(paths: Iterable[str | os.PathLike[str]], base: Path | None = None) -> Iterator[Outgoing]:
-    """Every message under ``paths`` (see the module docstring); ids relative to ``base``
-    when given (the index's directory), else to each PATH's parent."""
-    for raw_path in paths:
-        p = Path(raw_path)
-        if not p.exists():
-            raise SettingsError(f"{str(p)!r} does not exist")
-
-        def rel(q: Path, root: Path = p) -> str:
-            anchor = base if base is not None else root.parent
-            try:
-                return q.resolve().relative_to(anchor.resolve()).as_posix()
-            except ValueError:
-                return q.as_posix()
-
-        if p.is_dir():
-            if _is_maildir(p):
-                yield from _maildir_messages(p, rel(p))
-                continue
-            for dirpath, dirnames, filenames in os.walk(p):
-                dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
-                d = Path(dirpath)
-                if d != p and _is_maildir(d):
-                    dirnames[:] = []
-                    yield from _maildir_messages(d, rel(d))
-                    continue
-                for fn in sorted(filenames):
-                    if not fn.startswith("."):
-                        yield from _file_messages(d / fn, rel(d / fn))
-        else:
-            yield from _file_messages(p, rel(p))
+    already_learnt: int = 0
+    total: int = 0
 
 
 # ---------------------------------------------------------------------------- sending
@@ -269,6 +102,15 @@ def _validate(data: bytes, entry: str) -> None:
     decode_input(data, entry)
 
 
+class ProduceInterrupted(Exception):
+    """``produce`` stopped part way (an error or Ctrl-C): ``report`` says what was sent;
+    the cause is chained."""
+
+    def __init__(self, report: ProduceReport) -> None:
+        super().__init__(f"sent {report.sent} of {report.total}")
+        self.report = report
+
+
 def produce(
     client: Any,
     model: str,
@@ -280,10 +122,13 @@ def produce(
     progress: bool | None = None,
     stderr: TextIO | None = None,
 ) -> ProduceReport:
-    """Send messages to ``streamnb:{model}:in``; returns what was sent and skipped.
+    """Send messages to ``streamnb:{model}:in``; returns what was sent, skipped and found
+    already learnt.
 
     A message that fails validation (bad JSON line, bad record) is skipped with a warning
-    on stderr; everything else is sent.
+    on stderr; a labelled message whose key the model has learnt is not sent; everything
+    else is sent. An error or Ctrl-C part way raises :class:`ProduceInterrupted` (what
+    was sent until then) from it.
     """
     if label is not None and index is not None:
         raise SettingsError("give --label or --index, not both")
@@ -293,31 +138,45 @@ def produce(
     keys = ModelKeys(model)
     by_path: dict[str, IndexEntry] = {}
     base: Path | None = None
-    total: int | None = None
     if index is not None:
         entries = read_index(index)
         base = Path(index).parent
         by_path = {Path(e.path).as_posix(): e for e in entries}
         if not paths:
             paths = [str(base / e.path) for e in entries]
-            total = len(paths)
     if not paths:
         raise SettingsError("nothing to send: give one or more PATHs (or --index index.tsv)")
 
+    missing = next((p for p in paths if not Path(p).exists()), None)
+    if missing is not None:
+        raise SettingsError(f"{missing!r} does not exist")
     report = ProduceReport()
-    bar = Progress(stderr, total, progress)
-    pipe = client.pipeline(transaction=False)
-    pending = 0
+    bar = Progress(stderr, None, progress)
+    batch: list[tuple[bytes, str | None, bool]] = []  # (data, key if labelled, labelled)
 
     def flush() -> None:
-        nonlocal pending
-        if pending:
+        if not batch:
+            return
+        learnt_keys = [key for _, key, _ in batch if key is not None]
+        known = known_keys(client, keys.learnt_keys, learnt_keys)
+        pipe = client.pipeline(transaction=False)
+        n = n_labelled = 0
+        for data, key, labelled in batch:
+            if key is not None and known.get(key) is not None:
+                report.already_learnt += 1
+                continue
+            pipe.xadd(keys.input, {DATA_FIELD: data})
+            n += 1
+            n_labelled += labelled
+        if n:
             pipe.execute()
-            report.sent += pending
-            pending = 0
-            bar.update(report.sent)
+        report.sent += n
+        report.labelled += n_labelled
+        batch.clear()
+        bar.update(report.sent + report.already_learnt + report.skipped)
 
     try:
+        report.total = bar.total = count_messages(paths, base)
         for out in iter_paths(paths, base):
             entry = by_path.get(out.id)
             msg_label = label if entry is None else entry.label
@@ -325,19 +184,19 @@ def produce(
                 if out.error is not None:
                     raise ValueError(out.error)
                 data = out.encode(label=msg_label, ts=entry.ts if entry else None)
-                _validate(data, out.id)
+                msg = decode_input(data, out.id)
             except (MalformedMessage, TypeError, ValueError) as exc:
                 report.skipped += 1
                 report.problems.append(f"{out.source}: {exc}")
                 print(f"streamnb produce: skipped {out.source}: {exc}", file=stderr)
                 continue
-            if msg_label is not None or out.fields.get("label") is not None:
-                report.labelled += 1
-            pipe.xadd(keys.input, {DATA_FIELD: data})
-            pending += 1
-            if pending >= chunk:
+            labelled = msg.label is not None
+            batch.append((data, msg.key if labelled else None, labelled))
+            if len(batch) >= chunk:
                 flush()
         flush()
+    except (Exception, KeyboardInterrupt) as exc:
+        raise ProduceInterrupted(report) from exc
     finally:
         bar.close(report.sent)
     return report

@@ -62,6 +62,7 @@ if cur then
 end
 if #redis.call('XRANGE', KEYS[3], ARGV[2], ARGV[2]) == 0 then return 'missing' end
 redis.call('HSET', KEYS[2], 'log_id', ARGV[2], 'data', ARGV[3], 'ts', ARGV[4], 'trimmed', ARGV[5])
+redis.call('HDEL', KEYS[2], 'restored_at')
 redis.call('XTRIM', KEYS[3], 'MINID', ARGV[5])
 return 'ok'
 """)
@@ -103,7 +104,7 @@ class Snapshotter:
         self.margin_ms = int(margin_ms)
         self.holder = False
         self._last_write = time.monotonic()
-        self._applied_at_last = 0
+        self.applied_at_last = 0
         self.written = 0
 
     def hold_lease(self) -> bool:
@@ -118,7 +119,7 @@ class Snapshotter:
     def due(self, replica: Replica, final: bool = False) -> bool:
         """A snapshot is due after ``every_n`` new log entries or ``interval_s`` seconds,
         or (``final``, at shutdown) as soon as anything was applied since the last one."""
-        new = replica.applied - self._applied_at_last
+        new = replica.applied - self.applied_at_last
         if new <= 0 or replica.version == "0-0":
             return False
         return final or new >= self.every_n or time.monotonic() - self._last_write >= self.interval_s
@@ -139,7 +140,7 @@ class Snapshotter:
                      [self.consumer, replica.version, data, repr(time.time()), minid])
         res = as_str(res)
         self._last_write = time.monotonic()
-        self._applied_at_last = replica.applied
+        self.applied_at_last = replica.applied
         if res == "ok":
             self.written += 1
             log.info("model %s: snapshot at %s (%d bytes), log trimmed to %s",

@@ -14,7 +14,17 @@ docs/cli.md):
   no lag after trimming and ``lag`` is the XLEN upper bound), ``pending`` (delivered, not
   acknowledged), ``dead_letters`` (XLEN of ``:dead``);
 - ``snapshot``: ``log_id``, ``age_s`` (null when there is no snapshot);
-- ``workers``: list of ``{"name", "host", "pid", "age_s"}`` with a fresh heartbeat.
+- ``workers``: list of ``{"name", "host", "pid", "age_s", "version"}`` with a fresh
+  heartbeat (a worker writes one every few seconds while it reaches Redis);
+- ``learnt`` (messages learnt, ``:learnt``), ``received`` and ``predicted`` (entries ever
+  added to ``:in`` and ``:out``, trimmed ones included: Redis' ``entries-added``);
+- ``model_version``: ``{"learnt", "log_id", "time"}``, the version as the count of
+  messages learnt and the time of the last log entry (unix seconds; null before any);
+- ``recent``: over the last ``last`` outputs of ``:out``: ``outputs``, ``labelled`` (those
+  with a true label, predicted before it was learnt), ``accuracy`` (share of those whose
+  decision was the true label; null without any), ``per_second`` (outputs per second over
+  the last minute, or over the span of those outputs when they are all younger),
+  ``last_age_s`` (seconds since the last output; null without any).
 
 >>> import fakeredis
 >>> info = collect(fakeredis.FakeRedis(), "nothing")
@@ -27,14 +37,70 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from streamnb.constants import DEFAULT_STATUS_LAST
 from streamnb_workers.keys import GROUP, ModelKeys
 from streamnb_workers.redaction import redact_url
 from streamnb_workers.replies import as_str
 
-__all__ = ["HEARTBEAT_STALE_S", "collect", "format_text"]
+__all__ = ["DEFAULT_LAST", "HEARTBEAT_STALE_S", "collect", "format_text", "recent_outputs"]
 
 #: A worker whose heartbeat is older than this is not listed as live.
 HEARTBEAT_STALE_S = 30.0
+#: Outputs of ``:out`` that ``recent`` looks at by default.
+DEFAULT_LAST = DEFAULT_STATUS_LAST
+#: Seconds over which ``recent.per_second`` counts outputs.
+THROUGHPUT_WINDOW_S = 60.0
+
+
+def _entries_added(client: Any, key: str) -> int:
+    """Entries ever added to stream ``key`` (0 if there is none)."""
+    try:
+        info = client.xinfo_stream(key)
+    except Exception:  # noqa: BLE001 - no such stream yet
+        return 0
+    added = info.get("entries-added", info.get(b"entries-added"))
+    return int(added) if added is not None else int(info.get("length", 0))
+
+
+def recent_outputs(client: Any, keys: ModelKeys, last: int, now: float | None = None) -> dict[str, Any]:
+    """Prequential accuracy and throughput over the last ``last`` outputs of ``:out``
+    (keys in the module docstring).
+
+    >>> import fakeredis, msgpack
+    >>> r, k = fakeredis.FakeRedis(), ModelKeys("doc")
+    >>> for label, true in [("spam", "spam"), ("ham", "spam"), ("ham", None), ("ham", "ham")]:
+    ...     _ = r.xadd(k.out, {"data": msgpack.packb({"label": label, "true_label": true})})
+    >>> info = recent_outputs(r, k, last=10)
+    >>> info["outputs"], info["labelled"], info["accuracy"]
+    (4, 3, 0.6667)
+    """
+    from streamnb_workers.codec import decode_output
+    from streamnb_workers.stream_ids import entry_time
+
+    now = time.time() if now is None else now
+    entries = client.xrevrange(keys.out, count=last) if last > 0 else []
+    labelled = right = 0
+    times = []
+    for entry_id, fields in entries:
+        times.append(entry_time(as_str(entry_id)))
+        try:
+            out = decode_output(fields[b"data"] if b"data" in fields else fields["data"])
+        except Exception:  # noqa: BLE001 - not an output this package wrote
+            continue
+        true = out.get("true_label")
+        if true is None:
+            continue
+        labelled += 1
+        right += out.get("label") == true
+    window = [t for t in times if now - t <= THROUGHPUT_WINDOW_S]
+    if times and len(window) == len(times) and len(times) > 1 and times[0] > times[-1]:
+        per_second = (len(times) - 1) / (times[0] - times[-1])  # every one is younger
+    else:
+        per_second = len(window) / THROUGHPUT_WINDOW_S
+    return {"outputs": len(entries), "labelled": labelled,
+            "accuracy": round(right / labelled, 4) if labelled else None,
+            "per_second": round(per_second, 3),
+            "last_age_s": round(max(0.0, now - times[0]), 3) if times else None}
 
 
 def _lag_is_reported(client: Any, keys: ModelKeys) -> bool:
@@ -48,10 +114,12 @@ def _lag_is_reported(client: Any, keys: ModelKeys) -> bool:
 
 
 def collect(client: Any, name: str, redis_url: str | None = None,
-            stale_s: float = HEARTBEAT_STALE_S) -> dict[str, Any]:
-    """Status of model ``name`` as a map (keys in the module docstring)."""
+            stale_s: float = HEARTBEAT_STALE_S, last: int = DEFAULT_LAST) -> dict[str, Any]:
+    """Status of model ``name`` as a map (keys in the module docstring); ``last``: outputs
+    that ``recent`` looks at."""
     from streamnb_workers.model_config import read_config
     from streamnb_workers.snapshotter import live_workers, stream_gauges
+    from streamnb_workers.stream_ids import entry_time
 
     keys = ModelKeys(name)
     cfg = read_config(client, name)
@@ -72,6 +140,11 @@ def collect(client: Any, name: str, redis_url: str | None = None,
         "dead_letters": int(gauges["dead"]),
         "snapshot": None,
         "workers": [],
+        "learnt": int(as_str(client.get(keys.learnt) or b"0")),
+        "received": _entries_added(client, keys.input),
+        "predicted": _entries_added(client, keys.out),
+        "model_version": None,
+        "recent": recent_outputs(client, keys, last),
     }
     if cfg is not None:
         from streamnb_workers.replica import load_model, snapshot_age
@@ -84,6 +157,8 @@ def collect(client: Any, name: str, redis_url: str | None = None,
         info["classes"] = {str(k): float(v) for k, v in counts.as_dict().items()}
         info["learnt_total"] = float(counts.total)
         info["version"] = version
+        info["model_version"] = {"learnt": info["learnt"], "log_id": version,
+                                 "time": entry_time(version) if version != "0-0" else None}
         log_id = client.hget(keys.snapshot, "log_id")
         if log_id is not None:
             info["snapshot"] = {"log_id": as_str(log_id), "age_s": snapshot_age(client, keys)}
@@ -92,6 +167,7 @@ def collect(client: Any, name: str, redis_url: str | None = None,
         info["workers"].append({
             "name": worker, "host": hb.get("host"), "pid": hb.get("pid"),
             "age_s": round(max(0.0, now - float(hb.get("ts", now))), 3),
+            "version": hb.get("version"),
         })
     return info
 
@@ -103,10 +179,22 @@ def format_text(info: dict[str, Any]) -> str:
         lines.append("           no stored config: no worker has served this model yet")
     else:
         lines.append(f"kind       {info['kind']}")
-        lines.append(f"version    {info['version']}")
-        lines.append(f"learnt     {info['learnt_total']:g}")
+        mv = info.get("model_version") or {}
+        when = (time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(mv["time"]))
+                if mv.get("time") else "never")
+        lines.append(f"version    {mv.get('learnt', 0)} learnt, last at {when} (log {info['version']})")
+        lines.append(f"messages   received {info['received']}  predicted {info['predicted']}  "
+                     f"learnt {info['learnt']}")
+        lines.append(f"classes    weight {info['learnt_total']:g}")
         for label, n in sorted(info["classes"].items(), key=lambda kv: -kv[1]):
             lines.append(f"  {label:<16} {n:g}")
+        rec = info.get("recent") or {}
+        acc = (f"{100 * rec['accuracy']:.1f}% of {rec['labelled']} labelled"
+               if rec.get("accuracy") is not None else "no labelled message")
+        lines.append(f"recent     last {rec.get('outputs', 0)} outputs: accuracy {acc}; "
+                     f"{rec.get('per_second', 0):g}/s"
+                     + (f"; last {rec['last_age_s']:.0f} s ago" if rec.get("last_age_s") is not None
+                        else ""))
     s = info["streams"]
     lag = f"{info['lag']}" + ("" if info["lag_exact"] else " (upper bound: XLEN)")
     lines.append(f"streams    in {s['in']}  out {s['out']}  dead {s['dead']}  log {s['log']}")

@@ -50,15 +50,16 @@ POLL_S = 0.2
 
 
 # ------------------------------------------------------------------------ one worker
-def serve_metrics(port: int, addr: str, registry: Any = None) -> Any:
-    """Serve Prometheus metrics on ``addr:port`` (0: no server). A busy port is a
-    SettingsError (one line, exit 2)."""
+def serve_metrics(port: int, addr: str, registry: Any = None, health: Any = None) -> Any:
+    """Serve Prometheus metrics on ``addr:port`` (0: no server), and ``/healthz`` from
+    ``health`` (a :class:`streamnb_workers.health.RedisHealth`; None: always 200). A busy
+    port is a SettingsError (one line, exit 2)."""
     if not port:
         return None
-    from prometheus_client import REGISTRY, start_http_server
+    from streamnb_workers.health import serve_metrics_and_health
 
     try:
-        return start_http_server(port, addr=addr, registry=registry or REGISTRY)
+        return serve_metrics_and_health(port, addr, registry, health)
     except OSError as exc:
         raise SettingsError(f"--metrics-port {port} on {addr} cannot be served: {exc.strerror}") from None
 
@@ -69,7 +70,9 @@ def worker_options(args: argparse.Namespace) -> Any:
     return WorkerOptions(consumer=args.consumer, batch=args.batch, block_ms=args.block_ms,
                          claim_idle_ms=args.claim_idle_ms, cache_ttl_s=args.label_cache_ttl,
                          prequential=args.prequential, order_wait_ms=args.order_wait_ms,
-                         pipeline=args.pipeline, cache_labelled=args.cache_labelled)
+                         pipeline=args.pipeline, cache_labelled=args.cache_labelled,
+                         healthz_grace_s=args.healthz_grace,
+                         learnt_keys_max=args.learnt_keys_max)
 
 
 def _auth_error(exc: BaseException) -> bool:
@@ -93,7 +96,7 @@ def run_single(args: argparse.Namespace, specs: list[Any], settings: Any) -> int
     options = worker_options(args)
     settings = replace(settings, client_name=options.consumer)
     worker = Worker(UrlConnector(settings), specs, options)
-    serve_metrics(args.metrics_port, args.metrics_addr)
+    serve_metrics(args.metrics_port, args.metrics_addr, health=worker.health)
     try:
         worker.start()
     except redis.RedisError as exc:

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from redis.exceptions import WatchError
 
 from streamnb.atomic_file import write_atomic
 from streamnb.decision import DecisionRule
@@ -99,15 +100,23 @@ def export_model(client: Any, name: str, path: str | os.PathLike[str]) -> str:
     return f"{cfg.kind} model {name!r} at version {version} ({total:g} learnt)"
 
 
-def import_model(client: Any, name: str, path: str | os.PathLike[str]) -> str:
-    """Add the statistics of a model file to model ``name`` (one delta in ``:log``).
+def import_model(client: Any, name: str, path: str | os.PathLike[str], mode: str = "new") -> str:
+    """Import the statistics of a model file into model ``name`` (deltas in ``:log``).
 
-    The model's config is created from the file if it has none; if it has one, kind,
-    parameters and featurizer must match (else ConfigConflict says what differs).
+    ``mode``: ``"new"`` refuses a model that holds statistics already (SettingsError);
+    ``"add"`` adds the file's to them; ``"replace"`` subtracts the model's own statistics
+    and adds the file's, in one transaction that fails if anything was logged meanwhile
+    (then it is retried), and drops the model's learn-once keys (what they recorded is
+    gone with the statistics). The model's config is created from the file if it has
+    none; if it has one, kind, parameters and featurizer must match (else ConfigConflict
+    says what differs).
     """
     from streamnb_workers.keys import ModelKeys
     from streamnb_workers.model_config import ModelSpec, ensure_config
     from streamnb_workers.replica import encode_delta
+
+    if mode not in ("new", "add", "replace"):
+        raise ValueError(f"mode must be new, add or replace, got {mode!r}")
 
     model, env = read_envelope(path)
     featurizer = env.get("featurizer")
@@ -125,9 +134,45 @@ def import_model(client: Any, name: str, path: str | os.PathLike[str]) -> str:
         raise SettingsError(f"{path}: cannot create model {name!r} from this file: {exc}") from None
     total = model.stats["classes"].total
     data = encode_delta(model.stats, None, int(round(total)), "import", f"import:{Path(path).name}")
-    entry = client.xadd(ModelKeys(name).log, {"data": data})
-    entry = as_str(entry)
-    return f"{cfg.kind} statistics ({total:g} learnt) as log entry {entry}"
+    keys = ModelKeys(name)
+    if mode == "add":
+        entry = as_str(client.xadd(keys.log, {"data": data}))
+        return f"{cfg.kind} statistics ({total:g} learnt) added as log entry {entry}"
+    while True:
+        with client.pipeline(transaction=True) as pipe:
+            pipe.watch(keys.log)  # a delta logged after this makes the EXEC fail
+            held = _held_stats(client, name)
+            if held is not None and mode == "new":
+                raise SettingsError(
+                    f"model {name!r} holds statistics already ({held['classes'].total:g} learnt): "
+                    "give --add to add the file's to them or --replace to swap them")
+            pipe.multi()
+            if held is not None:
+                pipe.xadd(keys.log, {"data": encode_delta(None, held, 0, "import",
+                                                          f"replace:{Path(path).name}")})
+            pipe.xadd(keys.log, {"data": data})
+            if mode == "replace":
+                pipe.delete(keys.learnt_keys, keys.key_order)
+            try:
+                entry = as_str(pipe.execute()[1 if held is not None else 0])
+            except WatchError:
+                continue
+        verb = "replaced the model's statistics" if held is not None else "imported"
+        return f"{cfg.kind} statistics ({total:g} learnt) {verb} as log entry {entry}"
+
+
+def _held_stats(client: Any, name: str) -> Any:
+    """The statistics model ``name`` holds now (None: none, or all at zero)."""
+    from streamnb_workers.replica import load_model
+
+    model, _ = load_model(client, name)
+    try:
+        stats = model.stats
+    except AttributeError:
+        return None
+    if not stats["classes"].labels or stats["classes"].total == 0:
+        return None
+    return stats
 
 
 # ------------------------------------------------------------------------ offline predict

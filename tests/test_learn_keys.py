@@ -1,0 +1,89 @@
+"""Learn-once keys of messages (workers/learn_keys.py): pure functions, no Redis."""
+
+from __future__ import annotations
+
+import email
+
+import numpy as np
+import pytest
+
+from streamnb_workers.codec import decode_input, encode_input
+from streamnb_workers.learn_keys import (
+    MAX_KEY_CHARS,
+    decode_record,
+    encode_record,
+    mail_key,
+    message_key,
+)
+
+
+@pytest.mark.parametrize(("mail", "key"), [
+    (b"Subject: hi\r\nMessage-ID:  <A1@x.org>\r\n\r\nbody", "mid:A1@x.org"),
+    (b"message-id: <a@b>\nSubject: s\n\nbody", "mid:a@b"),
+    (b"Message-Id:\n <folded@b>\nX: y\n\nbody", "mid:folded@b"),
+    (b"Message-ID : <space@b>\n\n", "mid:space@b"),
+    (b"Message-ID: no-brackets@b  \n\nbody", "mid:no-brackets@b"),
+    (b"Message-ID: <first@b>\nMessage-ID: <second@b>\n\n", "mid:first@b"),
+])
+def test_a_mail_is_keyed_by_its_message_id(mail, key):
+    assert mail_key(mail) == key
+
+
+@pytest.mark.parametrize("mail", [
+    b"Subject: x\n\nbody",
+    b"X-Message-ID: <not@this>\nSubject: s\n\nbody",
+    b"Subject: s\n\nMessage-ID: <in@the-body>\n",
+    b"Subject: s\r\n\r\nMessage-ID: <in@the-body>\r\n",
+    b"Message-ID: <>\n\nbody",
+    b"Message-ID: <" + b"x" * MAX_KEY_CHARS + b">\n\nbody",
+])
+def test_without_a_usable_message_id_a_mail_is_keyed_by_its_bytes(mail):
+    key = mail_key(mail)
+    assert key.startswith("raw:") and len(key) == 4 + 32
+    assert mail_key(mail + b"!") != key
+
+
+def test_the_key_does_not_depend_on_where_the_mail_was_read_from():
+    mail = b"From: a@b\nMessage-ID: <m1@x>\nSubject: s\n\nbody"
+    assert mail_key(mail) == mail_key(mail.replace(b"\n", b"\r\n")) == "mid:m1@x"
+    assert email.message_from_bytes(mail)["Message-ID"] == "<m1@x>"
+
+
+def test_a_key_given_by_the_producer_wins_and_payloads_have_canonical_keys():
+    assert message_key("hi", "text", key="k") == "k"
+    assert message_key("hi", "text") != message_key("hi ", "text")
+    assert message_key(["a", "b"], "tokens") != message_key(["ab"], "tokens")
+    assert message_key({"a": 1, "b": 2.0}, "features") == message_key({"b": 2, "a": 1.0}, "features")
+    assert message_key(np.array([1.0, 2.0]), "x") == message_key([1, 2], "x")
+
+
+def test_the_codec_keys_labelled_messages_and_forgets_only():
+    labelled = decode_input(encode_input("text", "cheap meds", label="spam"), "1-0")
+    assert labelled.key == message_key("cheap meds", "text")
+    assert decode_input(encode_input("text", "cheap meds"), "1-0").key is None
+    forget = decode_input(encode_input("text", "cheap meds", forget=True, label="ham"), "1-0")
+    assert forget.forget and forget.label is None and forget.key == labelled.key
+    given = decode_input(encode_input("text", "x", key="k1", label="spam"), "1-0")
+    assert given.key == "k1"
+
+
+@pytest.mark.parametrize(("fields", "reason"), [
+    ({"text": "x", "key": ""}, "bad_type"),
+    ({"text": "x", "key": 7}, "bad_type"),
+    ({"text": "x", "key": "k" * (MAX_KEY_CHARS + 1)}, "bad_type"),
+    ({"text": "x", "forget": 1}, "bad_type"),
+    ({"forget": True, "key": "k"}, "no_payload"),
+])
+def test_bad_keys_and_forgets_are_refused(fields, reason):
+    import msgpack
+
+    from streamnb.exceptions import MalformedMessage
+
+    with pytest.raises(MalformedMessage) as exc:
+        decode_input(msgpack.packb(fields), "1-0")
+    assert exc.value.reason == reason
+
+
+def test_a_record_holds_the_label_and_weight_learnt():
+    assert decode_record(encode_record("spam", 2.5)) == ("spam", 2.5)
+    assert decode_record(encode_record(3, 1)) == (3, 1.0)

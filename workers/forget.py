@@ -1,0 +1,122 @@
+"""``streamnb forget``: unlearn mail files, maildirs, mbox files, JSON lines or a mail on
+stdin, each by the learn-once key ``produce`` gives it (workers/learn_keys.py).
+
+A message whose key the model has learnt is sent as a forget (``forget: true``, its key
+and its payload: the worker subtracts its row with the label and weight recorded for the
+key, once); one whose key is not learnt (never, forgotten already, or dropped beyond
+``learnt_keys_max``) is reported and not sent: forgetting it would change nothing.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any, BinaryIO, TextIO
+
+import msgpack
+
+from streamnb.constants import DATA_FIELD
+from streamnb.exceptions import MalformedMessage, SettingsError
+from streamnb_workers.codec import decode_input
+from streamnb_workers.keys import ModelKeys
+from streamnb_workers.learn_keys import known_keys
+from streamnb_workers.sources import Outgoing, is_mbox, iter_paths
+
+__all__ = ["ForgetReport", "forget", "iter_sources"]
+
+
+@dataclass(slots=True)
+class ForgetReport:
+    """Messages found, forgets sent, messages whose key is not learnt, and ones refused."""
+
+    total: int = 0
+    sent: int = 0
+    not_learnt: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+
+
+def _stdin_messages(stream: BinaryIO) -> Iterator[Outgoing]:
+    data = stream.read()
+    if is_mbox(data):
+        import mailbox
+        import tempfile
+
+        with tempfile.NamedTemporaryFile(suffix=".mbox") as tmp:
+            tmp.write(data)
+            tmp.flush()
+            box = mailbox.mbox(tmp.name, create=False)
+            try:
+                for i, key in enumerate(box.iterkeys()):
+                    yield Outgoing(id=f"-#{i}", raw=box.get_bytes(key), source=f"-#{i}")
+            finally:
+                box.close()
+    else:
+        yield Outgoing(id="-", raw=data, source="-")
+
+
+def iter_sources(paths: list[str], stdin: BinaryIO | None = None) -> Iterator[Outgoing]:
+    """The messages of ``paths`` as ``produce`` reads them; ``-`` is a mail (or an mbox)
+    on stdin."""
+    for p in paths:
+        if p == "-":
+            yield from _stdin_messages(stdin if stdin is not None else sys.stdin.buffer)
+        else:
+            yield from iter_paths([p])
+
+
+def _forget_data(out: Outgoing, key: str) -> bytes:
+    """The forget entry of ``out``: its payload and key, no label."""
+    obj: dict[str, Any] = {k: v for k, v in out.fields.items() if k not in ("label", "weight")}
+    if out.raw is not None:
+        obj["raw"] = out.raw
+    obj.update(forget=True, key=key, id=obj.get("id", out.id))
+    return msgpack.packb(obj, use_bin_type=True)
+
+
+def forget(client: Any, model: str, paths: list[str], *, stdin: BinaryIO | None = None,
+           stderr: TextIO | None = None, chunk: int = 200) -> ForgetReport:
+    """Send a forget for every message of ``paths`` whose key ``model`` has learnt."""
+    if not paths:
+        raise SettingsError("nothing to forget: give one or more FILE, DIR, MBOX or -")
+    stderr = stderr if stderr is not None else sys.stderr
+    keys = ModelKeys(model)
+    report = ForgetReport()
+    batch: list[tuple[Outgoing, str]] = []
+
+    def flush() -> None:
+        known = known_keys(client, keys.learnt_keys, [k for _, k in batch])
+        pipe = client.pipeline(transaction=False)
+        n = 0
+        for out, key in batch:
+            if known.get(key) is None:
+                report.not_learnt.append(out.source)
+                print(f"streamnb forget: {out.source}: not learnt (key {key}): nothing to "
+                      "forget", file=stderr)
+                continue
+            pipe.xadd(keys.input, {DATA_FIELD: _forget_data(out, key)})
+            n += 1
+        if n:
+            pipe.execute()
+        report.sent += n
+        batch.clear()
+
+    for out in iter_sources(paths, stdin):
+        report.total += 1
+        key = None if out.error else out.key()
+        if key is not None:
+            try:
+                decode_input(_forget_data(out, key), out.id)
+            except MalformedMessage as exc:
+                key, out.error = None, str(exc)
+        if key is None:
+            report.skipped.append(out.source)
+            print(f"streamnb forget: skipped {out.source}: {out.error or 'no payload'}",
+                  file=stderr)
+            continue
+        batch.append((out, key))
+        if len(batch) >= chunk:
+            flush()
+    if batch:
+        flush()
+    return report
