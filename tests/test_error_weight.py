@@ -200,3 +200,25 @@ def test_the_command_line_turns_each_default_off():
     assert resolve_spec(spec()).decision == CFG.decision
     with pytest.raises(SettingsError, match="error_weight must be a finite number >= 1"):
         spec("--error-weight", "0.5")
+
+
+@pytest.mark.redis
+def test_a_forget_subtracts_the_weight_the_message_was_learnt_with(redis_server):
+    r = redis_server.client()
+    msgs = [{"id": f"s{i}", "tokens": ["cheap", "meds", "offer", f"s{i}"], "label": "spam"}
+            for i in range(5)]
+    msgs += [{"id": f"h{i}", "tokens": ["team", "notes", "lunch", f"h{i}"], "label": "ham"}
+             for i in range(5)]
+    x = {"id": "x", "tokens": ["cheap", "meds", "offer", "x"], "label": "ham"}
+    produce(r, "mail", msgs + [x])
+    w = url_worker(redis_server.url, [SPEC], fast_options("w1", batch=50))
+    w.run_until_idle()
+    before, _ = learnt_model(r, "mail")
+    produce(r, "mail", [{"tokens": x["tokens"], "forget": True}])  # its content key
+    w.run_until_idle()
+    after, _ = learnt_model(r, "mail")
+    outs = {o["id"]: o for o in (decode_output(f[b"data"]) for _, f in r.xrange(MAIL_KEYS.out))}
+    assert outs["x"]["label"] == "spam"  # a wrong verdict: x was learnt twice as ham
+    ham = before.stats["classes"].as_dict()["ham"]
+    assert after.stats["classes"].as_dict()["ham"] == ham - 2.0
+    assert after.stats["classes"].as_dict()["spam"] == before.stats["classes"].as_dict()["spam"]
