@@ -82,6 +82,10 @@ DEFAULT_BLOCK_MS = 2000
 #: commit (ordered predictions, workers/ordering.py; 0: off). A bound for a slow or stuck
 #: worker, not the usual wait: a batch of 500 raw mails takes a few hundred ms to commit.
 DEFAULT_ORDER_WAIT_MS = 1000
+#: Token names a worker keeps for ``{M}:tokens`` (docs/worker.md, "Token names").
+DEFAULT_TOKEN_NAMES = 20_000
+#: A worker counts the token names of one message in this many.
+DEFAULT_TOKEN_NAMES_EVERY = 32
 #: Milliseconds an entry may stay pending before another worker claims it.
 DEFAULT_CLAIM_IDLE_MS = 60_000
 #: Entries per pipelined XADD round trip in ``streamnb produce``.

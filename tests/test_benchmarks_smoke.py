@@ -699,3 +699,12 @@ def test_corpus_row_bytes_compares_the_cached_row_with_the_map_form(tmp_path):
     sizes = commit_cost.corpus_row_bytes(DEFAULT_CORPUS)
     assert 0 < sizes["cached"] < 0.6 * sizes["map"] and 0.5 < sizes["gaps share"] < 1
     assert sizes["gaps us"] > 0 and sizes["map us"] > 0
+
+
+def test_explain_cost_runs_on_a_few_messages(capsys):
+    from benchmarks import explain_cost
+
+    assert explain_cost.main(["--train", "40", "--batch", "10", "--batches", "2", "--k", "3",
+                              "--capacity", "50"]) == 0
+    out = capsys.readouterr().out
+    assert "explain K=3, named" in out and "token names, capacity 50" in out

@@ -100,16 +100,19 @@ class Featurized:
 @dataclass(slots=True)
 class Verdict:
     """One item's decision: the label (None before the model knows a class), the decision
-    log posteriors by class, and the model's own log posteriors (before the decision rule,
-    scored against the item's label once it commits; None if it could not predict); the
-    score to rank by (two classes only, else None) and the weight the item's own label is
-    learnt with (its message's weight, times the error weight if the label was wrong)."""
+    log posteriors by class, the model's own log posteriors (before the decision rule,
+    scored against the item's label once it commits; None if it could not predict), the
+    score to rank by (two classes only, else None), the weight the item's own label is
+    learnt with (its message's weight, times the error weight if the label was wrong), and
+    its explanation if asked for."""
 
     label: Any
     log_proba: dict[Any, float]
     model_log_proba: np.ndarray | None
     score: float | None = None
     weight: float = 1.0
+    #: The output's ``explain`` map (workers/explain_output.py), with ``--explain K``.
+    explanation: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True, slots=True)

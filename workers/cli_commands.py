@@ -13,7 +13,7 @@ from typing import Any
 
 from streamnb.constants import EXIT_FAILURE, EXIT_USAGE
 from streamnb.exceptions import SettingsError
-from streamnb_workers import milter
+from streamnb_workers import inspect_commands, milter
 from streamnb_workers.cli_parser import (
     DECISION_OPTIONS,
     FEATURIZER_OPTIONS,
@@ -227,4 +227,5 @@ COMMANDS: Mapping[str, Callable[[argparse.Namespace, Mapping[str, str]], int]] =
     "worker": cmd_worker, "produce": cmd_produce, "forget": cmd_forget, "predict": cmd_predict,
     "status": cmd_status, "export": cmd_export, "import": cmd_import, "demo": cmd_demo,
     "milter": milter.cmd_milter,
+    **inspect_commands.COMMANDS,
 }

@@ -30,10 +30,12 @@ from streamnb.constants import (
     DEFAULT_PREDICT_TIMEOUT_S,
     DEFAULT_PRODUCE_CHUNK,
     DEFAULT_STATUS_LAST,
+    DEFAULT_TOKEN_NAMES,
+    DEFAULT_TOKEN_NAMES_EVERY,
     EXIT_USAGE,
     MODEL_KINDS,
 )
-from streamnb_workers import milter
+from streamnb_workers import inspect_commands, milter
 from streamnb_workers.arg_types import (
     finite_float,
     float_list,
@@ -185,6 +187,14 @@ def _add_worker_options(p: argparse.ArgumentParser) -> None:
     add_option(w, "--pipeline", action=argparse.BooleanOptionalAction, default=True,
                help="while a full batch commits, read, decode and featurize the next one "
                "(same predictions; --no-pipeline: one batch after the other)")
+    add_option(w, "--explain", type=non_negative_int, default=0, metavar="K",
+               help="put the K tokens that moved each prediction most, with their weights, "
+               "into its output (0: none; costs a second tokenization per message)")
+    add_option(w, "--token-names", type=non_negative_int, default=DEFAULT_TOKEN_NAMES, metavar="N",
+               help="keep the N most frequent token names and publish them per hash bucket "
+               "for 'streamnb tokens' (0: none)")
+    add_option(w, "--token-names-every", type=positive_int, default=DEFAULT_TOKEN_NAMES_EVERY,
+               metavar="S", help="count the token names of one message in S")
     add_option(w, "--processes", type=positive_int, default=1,
                help="run N worker processes under a supervisor that restarts one that dies")
     add_option(w, "--metrics-port", type=port, default=DEFAULT_METRICS_PORT,
@@ -293,6 +303,8 @@ def build_parser() -> OneLineParser:
     _add_common(p)
     _add_model_name(p)
     milter.add_options(p)
+
+    inspect_commands.add_parsers(sub, _add_common, _add_model_name)
     return parser
 
 

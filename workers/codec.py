@@ -389,9 +389,11 @@ def encode_output(
     meta: dict | None = None,
     score: float | None = None,
     reason: str | None = None,
+    explain: dict | None = None,
 ) -> bytes:
     """Encode one prediction for ``{M}:out``; ``score`` (two classes: what to rank and
-    threshold by) is written where given and finite.
+    threshold by) is written where given and finite; ``explain``: the map of
+    :mod:`streamnb_workers.explain_output`, with ``--explain K``.
 
     >>> out = decode_output(encode_output("m1", "1-0", "spam", {"spam": -0.1, "ham": -2.4},
     ...                                   7, "w1", true_label="spam", learned=True))
@@ -417,6 +419,8 @@ def encode_output(
         obj["meta"] = meta
     if score is not None and math.isfinite(score):
         obj["score"] = float(score)
+    if explain is not None:
+        obj["explain"] = explain
     return _pack(obj)
 
 
@@ -429,6 +433,7 @@ def output_for(
     learned: bool | None = None,
     score: float | None = None,
     reason: str | None = None,
+    explain: dict | None = None,
 ) -> bytes:
     """:func:`encode_output` for a decoded input (id, entry, true label and meta from
     ``msg``); ``reason``: why a labelled message was not learnt."""
@@ -444,6 +449,7 @@ def output_for(
         meta=msg.meta,
         score=score,
         reason=reason if msg.label is not None else None,
+        explain=explain,
     )
 
 

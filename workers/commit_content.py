@@ -152,7 +152,7 @@ def commit_content(batch: PredictedBatch, cached: dict[str, CachedMessage | None
     sub = batch_stats(model, featurizer, res.subs + forget_rows)
     outputs = [output_for(it.msg, v.label, v.log_proba, batch.version, worker,
                           learned=lab is not None, score=v.score,
-                          reason=ALREADY_LEARNT if dup else None)
+                          reason=ALREADY_LEARNT if dup else None, explain=v.explanation)
                for it, v, lab, dup in zip(items, verdicts, learnt, duplicate, strict=True)]
     why = "never seen, or its cache entry expired" + (
         "" if cache_labelled else "; messages learnt on arrival are not cached: --no-cache-labelled")

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from streamnb.encoding import dumps
+from streamnb_workers import token_names
 from streamnb_workers.options import WorkerOptions
 from streamnb_workers.replica import snapshot_age
 from streamnb_workers.replies import as_str
@@ -33,6 +34,8 @@ log = logging.getLogger("streamnb.worker")
 
 #: Seconds between two samples of the stream gauges (by the lease holder).
 GAUGES_S = 5.0
+#: Seconds between two publications of a worker's token names (when they changed).
+TOKEN_NAMES_S = 60.0
 
 
 class Timer:
@@ -73,13 +76,15 @@ class Timers:
     cleanup: Timer
     observe: Timer
     claim: Timer
+    names: Timer
 
     @classmethod
     def for_options(cls, o: WorkerOptions) -> Timers:
         return cls(heartbeat=Timer(o.heartbeat_s), lease=Timer(o.lease_ms / 3000.0),
                    gauges=Timer(GAUGES_S), cleanup=Timer(o.stale_s),
                    observe=Timer(o.observe_model_s),
-                   claim=Timer(max(0.05, o.claim_idle_ms / 2000.0)))
+                   claim=Timer(max(0.05, o.claim_idle_ms / 2000.0)),
+                   names=Timer(TOKEN_NAMES_S))
 
 
 def housekeeping(rt: ModelRuntime, served: list[str], now: float | None = None) -> None:
@@ -103,6 +108,10 @@ def housekeeping(rt: ModelRuntime, served: list[str], now: float | None = None) 
                 log.info("model %s: removed dead consumers %s", rt.name, removed)
     if was_holder and not rt.snapshotter.holder:
         drop_sampled_gauges(rt)  # the lease moved: the new holder samples them, ours go stale
+    names = rt.token_names
+    if names is not None and names.changed and t.names.fire(now):
+        names.changed = False
+        token_names.publish(rt.client, rt.keys.tokens, names.table(rt.featurizer.hasher))
     if t.observe.due(now) and rt.replica.applied != rt.observed_applied:
         t.observe.restart(now)
         rt.observed_applied = rt.replica.applied

@@ -125,6 +125,11 @@ class ModelKeys:
         return f"{self.cache_bucket_prefix}{width_ms}:{bucket}:{shard}"
 
     @property
+    def tokens(self) -> str:
+        """Hash: bucket -> the most frequent token names seen in it (workers/token_names.py)."""
+        return f"{self.prefix}:tokens"
+
+    @property
     def cache_buckets(self) -> str:
         """Hash of the bucket widths in use by the delayed-label cache: width (ms) ->
         "TTL (ms):last write (ms)" (workers/label_cache.py)."""
@@ -134,4 +139,4 @@ class ModelKeys:
         """Every key of the model except the delayed-label cache's buckets and entries."""
         return [self.input, self.out, self.dead, self.log, self.events, self.snapshot,
                 self.config, self.lease, self.workers, self.learnt, self.inflight,
-                self.cache_buckets, self.learnt_keys, self.key_order]
+                self.cache_buckets, self.learnt_keys, self.key_order, self.tokens]

@@ -25,8 +25,8 @@ NAMESPACE = "streamnb"
 MW = ("model", "worker")
 
 #: Stages of the per-batch pipeline timed by ``stage_seconds``.
-STAGES = ("read", "decode", "featurize", "predict", "learn", "send", "commit", "apply", "observe",
-          "score")
+STAGES = ("read", "decode", "featurize", "predict", "explain", "learn", "send", "commit", "apply",
+          "observe", "score")
 
 #: Every reason a worker dead-letters a message with (docs/protocol.md, docs/worker.md):
 #: their counters exist at 0 from the start.

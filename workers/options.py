@@ -19,6 +19,8 @@ from streamnb.constants import (
     DEFAULT_LABEL_CACHE_TTL_S,
     DEFAULT_LEARNT_KEYS_MAX,
     DEFAULT_ORDER_WAIT_MS,
+    DEFAULT_TOKEN_NAMES,
+    DEFAULT_TOKEN_NAMES_EVERY,
 )
 from streamnb_workers.codec import DEFAULT_LIMITS, Limits
 from streamnb_workers.health import DEFAULT_HEALTHZ_GRACE_S
@@ -87,6 +89,15 @@ class WorkerOptions:
     #: idle after work, and at most this often while it stays busy (0: only when idle).
     #: See workers/heap.py.
     release_memory_s: float = 60.0
+    #: Put the K tokens that moved each prediction's log-odds most, with their weights,
+    #: into its output (key ``explain``, docs/protocol.md); 0: none. Costs a second
+    #: tokenization of each message (docs/worker.md, "Explanations").
+    explain: int = 0
+    #: Keep the most frequent token names of the messages seen, at most this many, and
+    #: publish them per bucket to ``{M}:tokens`` (``streamnb tokens``); 0: none.
+    token_names: int = DEFAULT_TOKEN_NAMES
+    #: Count the names of one message in this many (each costs a second tokenization).
+    token_names_every: int = DEFAULT_TOKEN_NAMES_EVERY
     #: ``/healthz`` on the metrics port fails (503) once Redis has been unreachable for
     #: longer than this (workers/health.py).
     healthz_grace_s: float = DEFAULT_HEALTHZ_GRACE_S
@@ -100,6 +111,11 @@ class WorkerOptions:
             raise ValueError(f"order_wait_ms must be >= 0, got {self.order_wait_ms}")
         if self.release_memory_s < 0:
             raise ValueError(f"release_memory_s must be >= 0, got {self.release_memory_s}")
+        for name in ("explain", "token_names"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
+        if self.token_names_every < 1:
+            raise ValueError(f"token_names_every must be >= 1, got {self.token_names_every}")
         if not self.healthz_grace_s > 0:
             raise ValueError(f"healthz_grace_s must be > 0, got {self.healthz_grace_s}")
         if self.learnt_keys_max < 0:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -32,9 +32,11 @@ from streamnb_workers.batch import (
     prediction_plan,
 )
 from streamnb_workers.commit_content import PredictedBatch
+from streamnb_workers.explain_output import add_batch_term, explain_matrix
 from streamnb_workers.metrics import observe_many
 from streamnb_workers.ordering import wait_for_earlier
 from streamnb_workers.stream_ids import entry_time, first_id
+from streamnb_workers.token_names import message_tokens
 
 if TYPE_CHECKING:
     from streamnb_workers.runtime import ModelRuntime
@@ -99,8 +101,12 @@ def process_batch(rt: ModelRuntime, entries: list, deliveries: dict[str, int] | 
 
         # predict before learning (test-then-train; prequential within the batch)
         predictions = predict_items(rt, batch, prepared)
-        rt.labels.stage("predict", time.perf_counter() - t2 +
-                        (prepared.prediction_s if prepared else 0.0))
+        t3 = time.perf_counter()
+        rt.labels.stage("predict", t3 - t2 + (prepared.prediction_s if prepared else 0.0))
+        tokens = None
+        if predictions is not None and o.explain:
+            predictions, tokens = explain_items(rt, batch.items, prepared, predictions)
+        explain_s = time.perf_counter() - t3
 
         predicted = PredictedBatch(
             order=decoded.order, items=batch.items,
@@ -120,6 +126,12 @@ def process_batch(rt: ModelRuntime, entries: list, deliveries: dict[str, int] | 
                 rt.labels.stage("send", time.perf_counter() - t4)
             else:
                 commit_pipeline.commit(rt, predicted, built)
+        if rt.token_names is not None and batch.items:
+            t5 = time.perf_counter()
+            count_token_names(rt, batch.items, tokens)
+            explain_s += time.perf_counter() - t5
+        if o.explain or rt.token_names is not None:
+            rt.labels.stage("explain", explain_s)
         if predictions is not None and predictions.observed:
             t5 = time.perf_counter()
             observe_predictions(rt, predictions, now)
@@ -203,6 +215,47 @@ def weights_as_given(items: list[Item], predictions: Predictions | None) -> bool
     the statistics made before the wait still hold."""
     return predictions is None or all(v.weight == it.msg.weight for v, it in
                                       zip(predictions.verdicts, items, strict=True))
+
+
+def explain_items(rt: ModelRuntime, items: list[Item], prepared: Prepared | None,
+                  predictions: Predictions) -> tuple[Predictions, list[list[str] | None] | None]:
+    """With ``--explain K``: each item's explanation in its verdict, and the items'
+    tokens (made to name the features; None if the explanations failed, which is logged:
+    an explanation must never stop a batch)."""
+    try:
+        tokens = [message_tokens(rt.featurizer, it.msg) for it in items]
+        if prepared is not None and prepared.entry_ids == [it.entry_id for it in items]:
+            X = prepared.X
+        else:
+            X = rt.featurizer.stack([it.row for it in items])
+        explained = explain_matrix(rt.replica.model, rt.rule, rt.featurizer, X,
+                                   rt.options.explain, tokens)
+    except Exception:  # noqa: BLE001 - see the docstring
+        log.exception("model %s: explaining batch %s failed; its outputs go without",
+                      rt.name, items[0].entry_id)
+        return predictions, None
+    classes = predictions.classes
+    verdicts = [v if e is None else
+                replace(v, explanation=add_batch_term(e, v.model_log_proba, classes))
+                for v, e in zip(predictions.verdicts, explained, strict=True)]
+    return replace(predictions, verdicts=verdicts), tokens
+
+
+def count_token_names(rt: ModelRuntime, items: list[Item],
+                      tokens: list[list[str] | None] | None) -> None:
+    """Count the token names of the sampled items (``--token-names``), with their
+    ``tokens`` where :func:`explain_items` made them; run once the commit is on its way.
+    A failure is logged, never raised."""
+    names = rt.token_names
+    if names is None:
+        return
+    try:
+        for i in names.sample(len(items)):
+            toks = tokens[i] if tokens is not None else message_tokens(rt.featurizer, items[i].msg)
+            if toks:
+                names.add(toks)
+    except Exception:  # noqa: BLE001 - counting names must never stop a batch
+        log.exception("model %s: counting token names failed", rt.name)
 
 
 def observe_predictions(rt: ModelRuntime, p: Predictions, now: float) -> None:

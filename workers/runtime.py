@@ -36,6 +36,7 @@ from streamnb_workers.options import WorkerOptions
 from streamnb_workers.ordering import InflightBoard
 from streamnb_workers.replica import Replica
 from streamnb_workers.snapshotter import Snapshotter
+from streamnb_workers.token_names import TokenNames
 
 if TYPE_CHECKING:
     from streamnb_workers.commit_pipeline import InFlight
@@ -95,6 +96,12 @@ class ModelRuntime:
         self.observer = ModelObserver(metrics, self.name, self.consumer, events=self.events)
         self.inflight = InflightBoard(client, self.keys, self.consumer)
         self.timers = Timers.for_options(o)
+        #: The token names counted for ``{M}:tokens`` (None: off, or dense input).
+        self.token_names = TokenNames(o.token_names, o.token_names_every) \
+            if o.token_names and self.featurizer.input == "sparse" else None
+        # first published a period after the start: a name table of a few messages is
+        # worth less than the tens of ms its publication costs a short run
+        self.timers.names.restart(time.monotonic())
         #: Redo this consumer's pending entries before reading new ones (after a start,
         #: a reconnect or an error); ``isolate``: one at a time (after an unexpected error).
         self.pending_phase = True

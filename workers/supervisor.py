@@ -71,6 +71,8 @@ def worker_options(args: argparse.Namespace) -> Any:
                          claim_idle_ms=args.claim_idle_ms, cache_ttl_s=args.label_cache_ttl,
                          prequential=args.prequential, order_wait_ms=args.order_wait_ms,
                          pipeline=args.pipeline, cache_labelled=args.cache_labelled,
+                         explain=args.explain, token_names=args.token_names,
+                         token_names_every=args.token_names_every,
                          healthz_grace_s=args.healthz_grace,
                          learnt_keys_max=args.learnt_keys_max)
 

@@ -218,25 +218,30 @@ def _read_message(path: str | os.PathLike[str]) -> Any:
 
 
 def top_tokens(model: Any, featurizer: Any, msg: Any, label: Any, k: int = 5) -> list[tuple[str, float]]:
-    """The ``k`` tokens of ``msg`` that most favour ``label`` over the other classes:
-    ``log P(token | label) - mean over other classes of log P(token | class)``
-    (count models only; empty for others or an unsure label)."""
-    table = getattr(model, "feature_log_prob_", None)
-    if table is None or msg.payload_kind not in ("raw", "text", "tokens"):
+    """The ``k`` tokens of ``msg`` that most favour ``label``: the largest positive terms of
+    the log-odds of ``label`` against the runner-up class (:meth:`explain
+    <streamnb.models.base.GenerativeClassifier.explain>`; for BernoulliNB the true weight
+    ``logit theta_label - logit theta_other``), as ``(token, term)``; empty for models that
+    do not split their log-odds per feature, payloads without tokens or an unsure label."""
+    from streamnb_workers.explain_output import EXPLAINED_KINDS, name_columns
+    from streamnb_workers.token_names import message_tokens
+
+    if model.kind not in EXPLAINED_KINDS or msg.payload_kind not in ("raw", "text", "tokens"):
         return []
-    classes = list(model.classes_)
-    if label not in classes or len(classes) < 2:
+    classes = [c.item() if hasattr(c, "item") else c for c in model.classes_]
+    weight = model.class_count_
+    if label not in classes or weight[classes.index(label)] <= 0:
         return []
-    c = classes.index(label)
-    others = [j for j in range(len(classes)) if j != c]
-    scores: dict[str, float] = {}
-    for tok in dict.fromkeys(featurizer.tokens(msg.as_payload())):
-        b = featurizer.hasher.bucket(tok)
-        with np.errstate(invalid="ignore"):
-            s = float(table[c, b] - np.mean(table[others, b]))
-        if np.isfinite(s):
-            scores[tok] = s
-    return sorted(scores.items(), key=lambda kv: -kv[1])[:k]
+    X = featurizer.stack([featurizer.featurize(msg.as_payload())])
+    jll = model.predict_joint_log_proba(X)[0]
+    others = [i for i, c in enumerate(classes) if c != label and weight[i] > 0]
+    if not others:
+        return []
+    runner_up = max(others, key=lambda i: jll[i])
+    e = model.explain(X, k=X.shape[1], classes=(classes[runner_up], label))
+    favour = [(int(j), float(w)) for j, w in e.as_pairs() if w > 0][:k]
+    names = name_columns(featurizer, [j for j, _ in favour], message_tokens(featurizer, msg))
+    return [(name, w) for name, (_, w) in zip(names, favour, strict=True)]
 
 
 def predict_file(model_path: str | os.PathLike[str], message_path: str | os.PathLike[str]) -> dict[str, Any]:

@@ -151,7 +151,8 @@ def verdict_headers(prediction: Mapping[str, Any], positive: Any = None,
                     msg_id: str | None = None) -> list[tuple[str, str]]:
     """The headers of a scored mail: verdict (the prediction's label), score
     (:func:`log_odds` of ``positive``, two decimals), the id it was sent with (when given)
-    and its top tokens (when the prediction has them)."""
+    and its top tokens (when the prediction has them: ``top_tokens``, or the ``explain``
+    map of a worker run with ``--explain K``, as ``token=+weight``)."""
     label = prediction.get("label")
     if label is None:
         raise NotScored(UNTRAINED, "the model knows no class yet")
@@ -160,6 +161,10 @@ def verdict_headers(prediction: Mapping[str, Any], positive: Any = None,
     if msg_id is not None:
         headers.append((ID_HEADER, _header_value(msg_id)))
     tokens = prediction.get("top_tokens")
+    explained = prediction.get("explain")
+    if not tokens and isinstance(explained, Mapping):  # a worker run with --explain K
+        tokens = [f"{name}={weight:+.2f}" for name, weight in explained.get("tokens") or []
+                  if isinstance(weight, (int, float))]
     if tokens:
         headers.append((TOKENS_HEADER, _header_value(" ".join(map(str, tokens)))))
     return headers

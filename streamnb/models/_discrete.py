@@ -313,3 +313,47 @@ class DiscreteNB(GenerativeClassifier):
         Xc = self._count_matrix(self._validate_X(X, predicting=True))
         scores = np.asarray(Xc @ W.T) + b
         return scores.ravel() if W.shape[0] == 1 else scores
+
+    # ------------------------------------------------------------ explanation
+    def _log_odds_terms(self, X: Any, a: int, b: int) -> tuple[float, np.ndarray, np.ndarray, np.ndarray]:
+        """Per present feature j: ``x_j (W[b, j] - W[a, j])`` of the linear form (for
+        BernoulliNB x_j = 1 and the weight is ``logit theta_bj - logit theta_aj``, the
+        absent terms being in the bias); the bias is ``b_b - b_a``."""
+        self._refresh()
+        Xc = sp.csr_matrix(self._count_matrix(X), dtype=np.float64, copy=True)
+        Xc.sum_duplicates()
+        Xc.eliminate_zeros()
+        with np.errstate(invalid="ignore"):
+            terms = Xc.data * self._pair_weights(Xc.indices, a, b)
+        return self._pair_bias(a, b), Xc.indptr, Xc.indices, terms
+
+    def log_odds_weights(self, columns: Any = None, classes: Any = None) -> np.ndarray:
+        """How much one unit of each feature moves the log-odds of ``classes[1]`` against
+        ``classes[0]`` (default: ``classes_[1]`` against ``classes_[0]``): for
+        MultinomialNB ``log P(j|b) - log P(j|a)`` per occurrence, for BernoulliNB
+        ``logit theta_bj - logit theta_aj`` for its presence; the per-unit terms of
+        :meth:`explain`. ``columns``: the features (default all), shape (n,).
+
+        >>> import numpy as np
+        >>> from streamnb.models import MultinomialNB
+        >>> m = MultinomialNB().fit(np.array([[3, 0], [0, 1]]), ["ham", "spam"])
+        >>> m.log_odds_weights().round(4).tolist()  # log((1/3) / (4/5)), log((2/3) / (1/5))
+        [-0.8755, 1.204]
+        """
+        self._check_fitted()
+        self.validate_params()
+        a, b, _ = self._class_pair(classes)
+        self._refresh()
+        n = self.n_features_in_
+        cols = np.arange(n) if columns is None else np.asarray(columns, dtype=np.int64).ravel()
+        if cols.size and (cols.min() < 0 or cols.max() >= n):
+            raise ValueError(f"columns must be in [0, {n}), got {cols.min()}..{cols.max()}")
+        return self._pair_weights(cols, a, b)
+
+    @abstractmethod
+    def _pair_weights(self, cols: np.ndarray, a: int, b: int) -> np.ndarray:
+        """``W[b, j] - W[a, j]`` for the columns ``cols`` (derived parameters current)."""
+
+    @abstractmethod
+    def _pair_bias(self, a: int, b: int) -> float:
+        """``b_b - b_a`` of the linear form (derived parameters current)."""

@@ -23,6 +23,7 @@ from typing import Any, ClassVar, Self
 import numpy as np
 
 from streamnb.exceptions import NotFittedError
+from streamnb.models.explanation import Explanation, check_k, top_terms
 from streamnb.models.logspace import log_normalize
 from streamnb.models.prequential import PrequentialPrediction, generic_prequential
 from streamnb.models.validation import check_labels, check_sample_weight, check_X
@@ -267,6 +268,110 @@ class GenerativeClassifier(ABC):
         """Log posteriors, normalised by log-sum-exp (never a product of probabilities)."""
         jll = self.predict_joint_log_proba(X)
         return log_normalize(jll)
+
+    def decision_function(self, X: Any) -> np.ndarray:
+        """The log-odds ``log P(classes_[1], x) - log P(classes_[0], x)`` of each row for a
+        two-class model, shape (n_samples,) (predict ``classes_[1]`` when >= 0); with more
+        classes, the joint log-likelihoods, shape (n_samples, n_classes).
+
+        >>> import numpy as np
+        >>> from streamnb.models import CategoricalNB
+        >>> m = CategoricalNB().fit(np.array([[0], [0], [1]]), ["a", "a", "b"])
+        >>> # log(1/3 * 1/3) - log(2/3 * 3/4)
+        >>> float(m.decision_function(np.array([[0]]))[0].round(4))
+        -1.5041
+        """
+        jll = self.predict_joint_log_proba(X)
+        if jll.shape[1] != 2:
+            return jll
+        with np.errstate(invalid="ignore"):
+            return jll[:, 1] - jll[:, 0]
+
+    def explain(self, X: Any, k: int = 10, classes: Any = None) -> Explanation:
+        """The ``k`` features of one message that move its log-odds most.
+
+        Parameters
+        ----------
+        X : array-like or sparse matrix, shape (1, n_features) or (n_features,)
+            One message.
+        k : int
+            How many features to name (the others are summed in ``other``).
+        classes : (negative, positive), optional
+            The pair of classes whose log-odds are explained; default ``classes_[0],
+            classes_[1]`` of a two-class model (required with more classes).
+
+        Returns
+        -------
+        Explanation
+            ``bias + contributions.sum() + other`` equals :meth:`decision_function` of
+            the message (for ``classes``: the difference of the two classes' joint
+            log-likelihoods) up to float rounding.
+
+        Raises
+        ------
+        ValueError
+            For a model that cannot split its log-odds per feature (LDA, QDA), a class
+            not learnt or without weight, or more than one row.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from streamnb.models import BernoulliNB
+        >>> X = np.array([[1, 1, 0], [1, 0, 0], [0, 0, 1]])
+        >>> model = BernoulliNB().fit(X, ["ham", "ham", "spam"])
+        >>> e = model.explain(np.array([0, 1, 1]), k=1)
+        >>> # feature 2: logit(2/3) - logit(1/4) = log 2 + log 3; feature 1 (in other): -log 2
+        >>> e.classes, e.features.tolist(), e.contributions.round(4).tolist(), round(e.other, 4)
+        (('ham', 'spam'), [2], [1.7918], -0.6931)
+        >>> bool(np.isclose(e.log_odds, model.decision_function(np.array([[0, 1, 1]]))[0]))
+        True
+        """
+        if np.ndim(X) == 1 and not hasattr(X, "tocsr"):
+            X = np.asarray(X)[None, :]
+        explained = self.explain_rows(X, k, classes)
+        if len(explained) != 1:
+            raise ValueError(f"explain takes one message, got {len(explained)} rows "
+                             "(explain_rows explains each row)")
+        return explained[0]
+
+    def explain_rows(self, X: Any, k: int = 10, classes: Any = None) -> list[Explanation]:
+        """:meth:`explain` of every row of ``X``, in order (one vectorised pass)."""
+        k = check_k(k)
+        self._check_fitted()
+        self.validate_params()
+        a, b, pair = self._class_pair(classes)
+        bias, indptr, features, terms = self._log_odds_terms(self._validate_X(X, predicting=True), a, b)
+        return [top_terms(bias, features[s:e], terms[s:e], k, pair)
+                for s, e in zip(indptr[:-1].tolist(), indptr[1:].tolist(), strict=True)]
+
+    def _class_pair(self, classes: Any) -> tuple[int, int, tuple[Any, Any]]:
+        """(row of negative, row of positive, the pair as labels) of :meth:`explain`."""
+        labels = [c.item() if hasattr(c, "item") else c for c in self.classes_]
+        if classes is None:
+            if len(labels) != 2:
+                raise ValueError(f"the model has the classes {labels!r}: give classes=(negative, "
+                                 "positive) to say which log-odds to explain")
+            classes = labels
+        pair = tuple(check_labels(list(classes), type(self).__name__))
+        if len(pair) != 2 or pair[0] == pair[1]:
+            raise ValueError(f"classes must be two different labels, got {classes!r}")
+        missing = [c for c in pair if c not in labels]
+        if missing:
+            raise ValueError(f"the model has not learnt the classes {missing!r} (it has {labels!r})")
+        rows = [labels.index(c) for c in pair]
+        weight = self.stats["classes"].counts  # type: ignore[attr-defined]
+        empty = [pair[i] for i in (0, 1) if not weight[rows[i]] > 0]
+        if empty:
+            raise ValueError(f"the classes {empty!r} hold no weight: their log-odds are infinite")
+        return rows[0], rows[1], (pair[0], pair[1])
+
+    def _log_odds_terms(self, X: Any, a: int, b: int) -> tuple[float, np.ndarray, np.ndarray, np.ndarray]:
+        """The log-odds of class row ``b`` against row ``a`` for validated X, per feature:
+        ``(bias, indptr, features, terms)``, row i's features and terms in
+        ``[indptr[i]:indptr[i + 1]]`` (CSR layout). Models whose log-odds do not split
+        per feature raise ValueError."""
+        raise ValueError(f"{type(self).__name__} does not split its log-odds per feature: "
+                         "explain is for the naive Bayes models")
 
     def predict_log_proba_prequential(
         self, X: Any, y: Any, sample_weight: Any = None, plan: Any = None

@@ -153,6 +153,17 @@ class BernoulliNB(DiscreteNB):
         cc, fc = self._parts()
         return self._weights(fc.values, cc), self._const.copy()
 
+    def _pair_weights(self, cols: np.ndarray, a: int, b: int) -> np.ndarray:
+        """``logit theta_bj - logit theta_aj``: the true weight of a present feature (its
+        absent term ``log(1 - theta)`` is in the bias whether it is present or not), not
+        the log ratio of the presence probabilities, which can rank features otherwise."""
+        cc, fc = self._parts()
+        w = self._weights(np.take(fc.values, cols, axis=1), cc)
+        return w[b] - w[a]
+
+    def _pair_bias(self, a: int, b: int) -> float:
+        return float(self._const[b] - self._const[a])
+
     @property
     def feature_log_prob_(self) -> np.ndarray:
         """``log theta_cj``, shape (n_classes, n_features)."""

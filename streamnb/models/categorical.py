@@ -157,3 +157,16 @@ class CategoricalNB(GenerativeClassifier):
         for j, table in enumerate(self._tables):
             jll += table[:, np.minimum(X[:, j], table.shape[1] - 1)].T
         return jll
+
+    def _log_odds_terms(self, X: Any, a: int, b: int) -> tuple[float, np.ndarray, np.ndarray, np.ndarray]:
+        """Per feature j of value v: ``log P(v | b, j) - log P(v | a, j)``; the bias is the
+        log prior ratio. Every feature of a row has a term."""
+        self._refresh()
+        n, d = X.shape
+        terms = np.empty((n, d))
+        for j, table in enumerate(self._tables):
+            v = np.minimum(X[:, j], table.shape[1] - 1)
+            terms[:, j] = table[b, v] - table[a, v]
+        features = np.tile(np.arange(d, dtype=np.int64), n)
+        return (float(self._log_prior[b] - self._log_prior[a]), np.arange(n + 1) * d, features,
+                terms.ravel())

@@ -99,6 +99,19 @@ class GaussianNB(GaussianClassifier):
         keep = np.flatnonzero(self._active)
         return [labels[i] for i in keep], self._theta[keep], self._var[keep], priors[keep]
 
+    def _log_odds_terms(self, X: Any, a: int, b: int) -> tuple[float, np.ndarray, np.ndarray, np.ndarray]:
+        """Per feature j: ``log N(x_j; theta_bj, var_bj) - log N(x_j; theta_aj, var_aj)``
+        (the 2 pi terms cancel); the bias is the log prior ratio."""
+        self._refresh()
+        X = np.asarray(X, dtype=np.float64)
+        n, d = X.shape
+        dev_a, dev_b = X - self._theta[a], X - self._theta[b]
+        terms = (-0.5 * (np.log(self._var[b]) - np.log(self._var[a]))
+                 - 0.5 * (dev_b * dev_b / self._var[b] - dev_a * dev_a / self._var[a]))
+        features = np.tile(np.arange(d, dtype=np.int64), n)
+        return (float(self._log_prior[b] - self._log_prior[a]), np.arange(n + 1) * d, features,
+                terms.ravel())
+
     @property
     def theta_(self) -> np.ndarray:
         """Class means, shape (n_classes, n_features)."""

@@ -232,3 +232,20 @@ class HybridNB(GenerativeClassifier):
             out = jll_tokens + jll_meta - prior
         out[:, ~np.isfinite(prior)] = -np.inf
         return out
+
+    def _log_odds_terms(self, X: Any, a: int, b: int) -> tuple[float, np.ndarray, np.ndarray, np.ndarray]:
+        """The token block's terms (token columns), then the meta block's (the last
+        ``n_meta`` columns); the bias is the token block's, with the prior counted once."""
+        tokens, meta = X
+        self._bind()
+        token_block, meta_block = self._blocks()
+        bias_t, ptr_t, f_t, t_t = token_block._log_odds_terms(tokens, a, b)
+        bias_m, ptr_m, f_m, t_m = meta_block._log_odds_terms(meta, a, b)
+        prior = log_class_prior(self.stats["classes"].counts)  # type: ignore[attr-defined]
+        width = tokens.shape[1]
+        n = ptr_t.size - 1
+        both = sp.hstack([sp.csr_matrix((t_t, f_t, ptr_t), shape=(n, width)),
+                          sp.csr_matrix((t_m, f_m, ptr_m), shape=(n, meta.shape[1]))],
+                         format="csr")
+        bias = bias_t + bias_m - float(prior[b] - prior[a])
+        return bias, both.indptr, both.indices.astype(np.int64), both.data

@@ -105,6 +105,18 @@ class MultinomialNB(DiscreteNB):
         W = T[:, :-1].T - T[:, -1][None, :] * self._log_denominator[:, None]
         return W, self._log_prior.copy()
 
+    def _pair_weights(self, cols: np.ndarray, a: int, b: int) -> np.ndarray:
+        # one product over the gathered rows of T: T_b - T_a - T_k (ld_b - ld_a)
+        ld = self._log_denominator
+        coef = np.zeros(self._table.shape[1])
+        coef[b] += 1.0
+        coef[a] -= 1.0
+        coef[-1] = -(ld[b] - ld[a])
+        return np.take(self._table, cols, axis=0) @ coef
+
+    def _pair_bias(self, a: int, b: int) -> float:
+        return float(self._log_prior[b] - self._log_prior[a])
+
     def predict_log_proba_prequential(
         self, X: Any, y: Any, sample_weight: Any = None, plan: MultinomialPlan | None = None
     ) -> PrequentialPrediction:
