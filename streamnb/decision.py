@@ -281,14 +281,16 @@ class DecisionRule:
     def score_of(self, log_proba: Any, classes: Sequence[Label],
                  n_values: Any) -> np.ndarray | None:
         """The score of each row of decided ``log_proba`` (see the module docstring;
-        ``n_values``: each row's sum of feature values), None unless two classes.
+        ``n_values``: each row's sum of feature values), None unless two classes (and the
+        ``positive`` class, if given, among them).
 
         >>> rule = DecisionRule(score="per_feature")
         >>> rule.score_of(np.log([[0.2, 0.8], [0.5, 0.5]]), ["ham", "spam"], [2.0, 0.0]).round(4)
         array([0.6931, 0.    ])
         """
-        if len(classes) != 2:
-            return None
+        if len(classes) != 2 or (self.positive is not None and
+                                 _key(self.positive) not in [_key(c) for c in classes]):
+            return None  # (no score for a positive class the model does not hold)
         lp = np.asarray(log_proba, dtype=np.float64)
         pos = self.positive_index(classes)
         with np.errstate(invalid="ignore"):
