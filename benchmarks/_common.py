@@ -249,12 +249,14 @@ class RedisServer:
     Never the server on 6379: benchmarks flush and fill their own.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, extra: list[str] = ()) -> None:
         if REDIS_SERVER is None:
             raise RuntimeError("redis-server is not on PATH")
         self.port = free_port()
         self.dir = Path(tempfile.mkdtemp(prefix="streamnb-bench-redis-"))
         self.proc: subprocess.Popen | None = None
+        #: More ``--option value`` arguments (``["--replicaof", host, port]``, ...).
+        self.extra = list(extra)
 
     @property
     def url(self) -> str:
@@ -270,7 +272,8 @@ class RedisServer:
 
         self.proc = subprocess.Popen(
             [REDIS_SERVER, "--port", str(self.port), "--bind", "127.0.0.1", "--dir", str(self.dir),
-             "--save", "", "--appendonly", "no", "--daemonize", "no", "--loglevel", "warning"],
+             "--save", "", "--appendonly", "no", "--daemonize", "no", "--loglevel", "warning",
+             *self.extra],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:

@@ -28,7 +28,6 @@ from pathlib import Path
 
 import numpy as np
 
-from streamnb.constants import DEFAULT_MAIL_ALPHA
 from streamnb.features import Featurizer, MailTokenizer, Payload, TokenHasher, hashing
 from streamnb.features import mail as mail_features
 from streamnb.features.mail import N_META
@@ -36,6 +35,7 @@ from streamnb.features.steps import C_STEPS, REFERENCE_STEPS
 from streamnb.models.bernoulli import BernoulliNB
 from streamnb.models.hybrid import HybridNB
 from streamnb.models.multinomial import MultinomialNB
+from streamnb_workers.defaults import DEFAULT_MAIL_ALPHA
 
 DEFAULT_CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus" / "spamassassin-2002"
 #: The daemon's mail default (docs/features.md): hashed tokens, m = buckets seen.

@@ -32,6 +32,13 @@ after each variant:
   ``MULTI`` cannot make its writes depend on that check, so this measures the layer; it
   is not a way to commit.
 
+Then the price of narrowing what a failover can lose (docs/operations.md): a master with
+one replica, the default commit sent as the worker sends it, asynchronously replicated (the
+default), on a master set to ``min-replicas-to-write 1``, and followed by ``WAIT 1 0`` on
+the same connection; per variant the worker's milliseconds per batch (the round trips)
+and the master's CPU per message (``INFO cpu``), the replica checked to hold every log
+entry afterwards.
+
 Then the worker's side of the same commit: the time to pack its ``EVALSHA`` (about 9
 arguments a message) in the Redis protocol with redis-py (hiredis) and with
 ``hiredis.pack_command`` alone, as the worker does (the best of ``--repeat`` timings of 20
@@ -48,7 +55,9 @@ from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -64,10 +73,10 @@ from benchmarks._common import (
     redis_cpu_s,
 )
 from benchmarks.end_to_end import prefill
-from streamnb.constants import DEFAULT_BATCH_SIZE
 from streamnb_workers import commit as commit_module
 from streamnb_workers import read_ahead
 from streamnb_workers.commit import CommitRequest, LuaScript, commit_batch
+from streamnb_workers.defaults import DEFAULT_BATCH_SIZE
 from streamnb_workers.keys import GROUP, ModelKeys
 from streamnb_workers.label_cache import batch_writes, encode_entry
 
@@ -276,6 +285,82 @@ def lua_layer_cost(client: Any, batches: int = 40, batch: int = 100, row_bytes: 
     return out
 
 
+#: The ways of replicating a commit that :func:`replication_cost` compares.
+REPLICATION_VARIANTS = ("asynchronous replication (the default)", "min-replicas-to-write 1",
+                        "WAIT 1 0 after each commit")
+
+
+def wait_synced(replica: Any, timeout: float = 20.0) -> None:
+    """Wait until ``replica`` (a client of it) has its link to the master up."""
+    deadline = time.monotonic() + timeout
+    while replica.info("replication").get("master_link_status") != "up":
+        if time.monotonic() > deadline:
+            raise RuntimeError("the replica did not sync with its master")
+        time.sleep(0.05)
+
+
+def rotated(items: tuple, k: int) -> tuple:
+    """``items`` rotated left by ``k``.
+
+    >>> rotated(("a", "b", "c"), 4)
+    ('b', 'c', 'a')
+    """
+    k %= len(items)
+    return items[k:] + items[:k]
+
+
+def replication_cost(batches: int = 40, batch: int = 100, row_bytes: int = 789,
+                     out_bytes: int = 144, delta_bytes: int = 351,
+                     ) -> dict[str, tuple[float, float]]:
+    """Per variant of :data:`REPLICATION_VARIANTS`: (the worker's median milliseconds per
+    batch committed, the master's mean CPU microseconds per message), on a private master
+    with one replica. The variants take turns batch by batch (so a busy moment of a shared
+    host falls on all of them), each on a model of its own, with the same payloads; the
+    replica must hold every log entry afterwards."""
+    now_ms = 1_700_000_000_000
+    payloads = [([os.urandom(out_bytes) for _ in range(batch)], os.urandom(delta_bytes * batch),
+                 [os.urandom(row_bytes) for _ in range(batch)]) for _ in range(batches)]
+    walls: dict[str, list[float]] = {v: [] for v in REPLICATION_VARIANTS}
+    cpus = dict.fromkeys(REPLICATION_VARIANTS, 0.0)
+    with RedisServer() as master, \
+            RedisServer(["--replicaof", "127.0.0.1", str(master.port)]) as replica_server:
+        client, replica = master.client(), replica_server.client()
+        wait_synced(replica)
+        commit_module.COMMIT_SCRIPT.load(client)
+        work = {}
+        for i, variant in enumerate(REPLICATION_VARIANTS):
+            keys = ModelKeys(f"replication-{i}")
+            client.xgroup_create(keys.input, GROUP, id="0", mkstream=True)
+            work[variant] = (keys, [])
+            for b, (outputs, log_data, rows) in enumerate(payloads):
+                ids = _pending_ids(client, keys, batch)
+                writes, registry = cache_writes(keys, b, batch, row_bytes, now_ms + 1000 * b, rows)
+                work[variant][1].append(CommitRequest(
+                    ids=ids, outputs=outputs, log_data=log_data, n_learnt=batch,
+                    cache_writes=writes, cache_registry=registry))
+        client.execute_command("WAIT", 1, 10_000)
+        for b in range(batches):
+            for variant in rotated(REPLICATION_VARIANTS, b):  # (no variant always first)
+                keys, reqs = work[variant]
+                client.config_set("min-replicas-to-write", 1 if "min-replicas" in variant else 0)
+                wait = "WAIT" in variant
+                cpu0, t0 = redis_cpu_s(client), time.perf_counter()
+                if not commit_batch(client, keys, "bench", reqs[b], 1_000_000, 100_000).ok:
+                    raise RuntimeError(f"{variant}: the commit failed")
+                # (the pool hands back the connection the commit used: WAIT waits for it)
+                if wait and client.execute_command("WAIT", 1, 0) < 1:
+                    raise RuntimeError("WAIT returned before the replica had the commit")
+                walls[variant].append(time.perf_counter() - t0)
+                cpus[variant] += redis_cpu_s(client) - cpu0
+        client.config_set("min-replicas-to-write", 0)
+        client.execute_command("WAIT", 1, 10_000)
+        for keys, _ in work.values():
+            if replica.xlen(keys.log) != batches:
+                raise RuntimeError("the replica does not hold every log entry")
+    return {v: (1e3 * statistics.median(walls[v]), 1e6 * cpus[v] / (batches * batch))
+            for v in REPLICATION_VARIANTS}
+
+
 def corpus_row_bytes(corpus_root: Any, batch: int = DEFAULT_BATCH_SIZE,
                      ) -> dict[str, float] | None:
     """Of a corpus message's row: mean bytes as cached (``rows_to_bytes``) and in the map
@@ -443,6 +528,10 @@ def main(argv: list[str] | None = None) -> int:
     print(f"cache entries: {default - bare:.1f} us of {default:.1f} us per message in the commit "
           f"(a hash per message: "
           f"{res['cache entries alone, a hash per message']:.1f} us alone)")
+    replication = replication_cost(args.batches, args.batch, args.row_bytes, args.out_bytes,
+                                   args.delta_bytes)
+    print(format_table(["a master and one replica: the commit with", "worker ms per batch",
+                        "master CPU us/message"], [[k, *v] for k, v in replication.items()]))
     packing = packing_cost(args.batch, args.row_bytes, args.out_bytes, args.delta_bytes)
     print(format_table(["the worker packing the commit command", "ms per batch"],
                        [[k, v] for k, v in packing.items()]))

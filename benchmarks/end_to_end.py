@@ -1,4 +1,4 @@
-"""Benchmark 3: end to end through a real redis-server: messages/s with 1 and 2 workers.
+"""Benchmark 3: end to end through a real redis-server: msg/s and CPU a message, 1-3 workers.
 
 A private redis-server is started on a free port (never 6379). For each payload (raw
 mail, pre-tokenized) and each worker count, a fresh model (the daemon's defaults:
@@ -25,6 +25,15 @@ queue, /proc/PID/schedstat): the part of the waiting that is the host's, not the
 and the host's idle and steal shares over the same window (/proc/stat): a host with idle
 CPU while the workers wait is not what bounds them.
 
+A second table gives the costs that scale, per message output from the first output on:
+each worker's CPU over its own outputs and all workers' over all (utime + stime,
+/proc/PID/stat), redis-server's (``INFO cpu``), and per labelled batch the ordered
+section (from the end of the order wait to the commit sent) and the wait, from the
+workers' own timers (``streamnb_ordered_section_seconds``, its CPU, and
+``streamnb_order_wait_seconds``, read from each worker's metrics endpoint). On a shared
+host CPU time per message is the figure to compare: msg/s follows the cores the host
+gives the run.
+
 ``--spy tokens`` (or ``raw``, ``hashes``) instead runs each worker count of ``--workers``
 once with ``py-spy record --idle`` on every worker process for the measured window, and
 prints each stage's time per message, busy and blocked on a Redis reply (the bench extra
@@ -32,7 +41,7 @@ installs py-spy); ``--commands tokens`` runs them with redis-server's command st
 (``INFO commandstats``) reset for the measured window and prints each command's time per
 message; ``--profile`` runs one worker in this process under cProfile.
 
-    python -m benchmarks.end_to_end [--limit N] [--repeat R] [--workers 1,2]
+    python -m benchmarks.end_to_end [--limit N] [--repeat R] [--workers 1,2,3]
     python -m benchmarks.end_to_end --spy tokens --repeat 10
     python -m benchmarks.end_to_end --commands tokens
 """
@@ -66,12 +75,14 @@ from benchmarks._common import (
     corpus_or_synthetic,
     cpu_seconds,
     format_table,
+    free_port,
     host_cpu_s,
     print_header,
     rate,
     redis_cpu_s,
     runqueue_wait_s,
 )
+from benchmarks._worker_stats import OrderingStats, scrape
 from streamnb_workers.launch import blas_env
 
 #: Worker options for the benchmarks: the defaults (batch 200, block 1 s) unless given.
@@ -84,9 +95,14 @@ def keys(name: str) -> dict[str, str]:
 
 
 def encode_messages(corpus: Corpus, payload: str, labelled: bool = True,
-                    tokens: list[list[str]] | None = None) -> list[bytes]:
+                    tokens: list[list[str]] | None = None,
+                    pass_size: int | None = None) -> list[bytes]:
     """The corpus as wire messages: ``raw`` bytes, ``tokens`` lists (streamnb's tokens) or
-    ``hashes`` (the same tokens hashed by the producer, :func:`streamnb.features.token_hashes`)."""
+    ``hashes`` (the same tokens hashed by the producer, :func:`streamnb.features.token_hashes`).
+
+    ``pass_size``: the corpus is passes of that many messages over one corpus; a message
+    of a later pass carries its learn-once key marked with its pass (:func:`pass_key`), so
+    that every pass is learnt as the first is."""
     from streamnb.features import token_hashes
     from streamnb_workers.codec import encode_input
 
@@ -95,15 +111,31 @@ def encode_messages(corpus: Corpus, payload: str, labelled: bool = True,
     out = []
     for i, (raw, label) in enumerate(zip(corpus.raws, corpus.labels, strict=True)):
         lab = label if labelled else None
+        p = i // pass_size if pass_size else 0
         if payload == "raw":
-            out.append(encode_input("raw", raw, id=f"m{i}", label=lab))
+            out.append(encode_input("raw", raw, id=f"m{i}", label=lab,
+                                    key=pass_key("raw", raw, p)))
             continue
         toks = tokens[i] if tokens is not None else []
-        if payload == "hashes":
-            out.append(encode_input("hashes", token_hashes(toks), id=f"m{i}", label=lab))
-        else:
-            out.append(encode_input("tokens", toks, id=f"m{i}", label=lab))
+        body = token_hashes(toks) if payload == "hashes" else toks
+        out.append(encode_input(payload, body, id=f"m{i}", label=lab,
+                                key=pass_key(payload, body, p)))
     return out
+
+
+def pass_key(kind: str, payload: Any, p: int) -> str | None:
+    """The learn-once key of a message in pass ``p`` of a corpus repeated: none in the first
+    pass (the worker's own, workers/learn_keys.py), that key marked with the pass after,
+    so a repeated message is learnt again, as a new message of the same size would be.
+
+    >>> pass_key("tokens", ["a"], 0) is None, pass_key("tokens", ["a"], 2).endswith("#pass2")
+    (True, True)
+    """
+    if p == 0:
+        return None
+    from streamnb_workers.learn_keys import message_key
+
+    return f"{message_key(payload, kind)}#pass{p}"
 
 
 def repeated_messages(corpus: Corpus, payload: str, repeat: int) -> list[bytes]:
@@ -111,7 +143,7 @@ def repeated_messages(corpus: Corpus, payload: str, repeat: int) -> list[bytes]:
     once."""
     tokens = corpus_tokens(corpus) * repeat if payload != "raw" else None
     return encode_messages(Corpus(corpus.raws * repeat, corpus.labels * repeat), payload,
-                           tokens=tokens)
+                           tokens=tokens, pass_size=len(corpus))
 
 
 def corpus_tokens(corpus: Corpus) -> list[list[str]]:
@@ -134,26 +166,37 @@ def prefill(client: Any, name: str, messages: Sequence[bytes], chunk: int = 1000
     return time.perf_counter() - t0
 
 
-def spawn_worker(url: str, spec: dict[str, Any], options: dict[str, Any], log: Path) -> subprocess.Popen:
-    """``python -m streamnb_workers.worker`` in its own process (its log in ``log``)."""
+def spawn_worker(url: str, spec: dict[str, Any] | Sequence[dict[str, Any]],
+                 options: dict[str, Any], log: Path, metrics_port: int = 0,
+                 cluster: bool = False) -> subprocess.Popen:
+    """``python -m streamnb_workers.worker`` in its own process (its log in ``log``),
+    serving one model (``spec``) or several (a list of specs), and its metrics on
+    127.0.0.1:``metrics_port`` if not 0; ``cluster``: ``url`` is a Redis Cluster node."""
     env = blas_env({**os.environ, "PYTHONPATH": str(ROOT)})
+    served = ["--metrics-port", str(metrics_port)] if metrics_port else []
+    served += ["--cluster"] if cluster else []
+    specs = [spec] if isinstance(spec, dict) else list(spec)
     with open(log, "ab") as fh:
         return subprocess.Popen(
-            [sys.executable, "-m", "streamnb_workers.worker", "--redis", url, "--spec", json.dumps(spec),
-             "--options", json.dumps(options)],
+            [sys.executable, "-m", "streamnb_workers.worker", "--redis", url,
+             *(arg for s in specs for arg in ("--spec", json.dumps(s))),
+             "--options", json.dumps(options), *served],
             cwd=ROOT, env=env, stdout=fh, stderr=subprocess.STDOUT)
 
 
 @contextmanager
 def workers(url: str, spec: dict[str, Any] | Sequence[dict[str, Any]], n: int,
-            options: dict[str, Any] | None = None) -> Iterator[list[subprocess.Popen]]:
+            options: dict[str, Any] | None = None, metrics: bool = False,
+            cluster: bool = False) -> Iterator[list[subprocess.Popen]]:
     """``n`` worker processes, stopped (SIGTERM, then SIGKILL) on exit; with a list of
-    specs, worker i serves ``spec[i % len(spec)]``."""
+    specs, worker i serves ``spec[i % len(spec)]``; ``metrics``: each serves its metrics on
+    a free port (:func:`benchmarks._worker_stats.scrape` reads them)."""
     logdir = Path(tempfile.mkdtemp(prefix="streamnb-bench-workers-"))
     specs = [spec] if isinstance(spec, dict) else list(spec)
     procs = [spawn_worker(url, specs[i % len(specs)],
                           {**DEFAULT_OPTIONS, **(options or {}), "consumer": f"w{i}"},
-                          logdir / f"w{i}.log") for i in range(n)]
+                          logdir / f"w{i}.log", free_port() if metrics else 0, cluster)
+             for i in range(n)]
     try:
         yield procs
     finally:
@@ -183,11 +226,12 @@ def wait_until(done: Callable[[], bool], timeout: float,
 
 
 def wait_for(client: Any, key: str, n: int, timeout: float, procs: Sequence[subprocess.Popen] = (),
-             dead_key: str | None = None) -> bool:
-    """Until ``XLEN key`` (+ dead letters) reaches ``n``; False on timeout or a dead worker."""
+             dead_key: str | None = None, every_s: float = 0.05) -> bool:
+    """Until ``XLEN key`` (+ dead letters) reaches ``n``, looking every ``every_s``; False
+    on timeout or a dead worker."""
     return wait_until(
         lambda: client.xlen(key) + (client.xlen(dead_key) if dead_key else 0) >= n,
-        timeout, procs)
+        timeout, procs, every_s)
 
 
 def wait_blocked(client: Any, n: int, timeout: float,
@@ -296,6 +340,50 @@ class E2EResult:
     #: Outputs per second from the first output to the last (what ``per_second`` was
     #: before the window left a late worker's start-up out).
     first_to_last_per_second: float = float("nan")
+    #: From the first output on (the measured window), per message output in it: the
+    #: CPU of each worker over the messages it output (us, /proc/PID/stat), of all
+    #: workers over all messages, and of redis-server (``INFO cpu``).
+    worker_cpu_us_each: tuple[float, ...] = ()
+    window_worker_cpu_us: float = float("nan")
+    window_redis_cpu_us: float = float("nan")
+    #: The workers' ordered section and waits over the window (their metrics).
+    ordering: OrderingStats | None = None
+    #: Messages output in the window.
+    window_messages: int = 0
+
+    @property
+    def section_ms(self) -> float:
+        """Milliseconds per labelled batch inside the ordered section, wait excluded."""
+        return self.ordering.section_ms if self.ordering else float("nan")
+
+    @property
+    def wait_ms(self) -> float:
+        """Milliseconds per labelled batch waiting for other workers' earlier batches."""
+        return self.ordering.wait_ms if self.ordering else float("nan")
+
+    @property
+    def serial_us(self) -> float:
+        """The ordered section's time per message (all workers' sections over the
+        window's messages): what no number of workers can overlap."""
+        if self.ordering is None or not self.window_messages:
+            return float("nan")
+        return 1e6 * self.ordering.section_s / self.window_messages
+
+    @property
+    def wait_cpu_us(self) -> float:
+        """The workers' CPU in their order waits per message (polls of ``:log`` and
+        ``:inflight``, other workers' deltas applied meanwhile)."""
+        if self.ordering is None or not self.window_messages:
+            return float("nan")
+        return 1e6 * self.ordering.wait_cpu_s / self.window_messages
+
+    @property
+    def serial_cpu_us(self) -> float:
+        """:attr:`serial_us` in the workers' CPU time (less time descheduled or blocked
+        on Redis): the section's cost on a host with a core per worker."""
+        if self.ordering is None or not self.window_messages:
+            return float("nan")
+        return 1e6 * self.ordering.section_cpu_s / self.window_messages
 
     @property
     def worker_cpu_us(self) -> float:
@@ -362,15 +450,30 @@ class CpuWindow:
     host0: tuple[float, float, float] = (float("nan"),) * 3
     host_idle: float = float("nan")
     host_steal: float = float("nan")
+    #: CPU seconds of each worker and of redis-server over the window.
+    each0: tuple[float, ...] = ()
+    worker_cpu_s: tuple[float, ...] = ()
+    redis_cpu_s: float = float("nan")
+    #: The workers' ordering stats over the window (None: no metrics endpoint).
+    ordering0: OrderingStats | None = None
+    ordering: OrderingStats | None = None
 
     def start(self) -> None:
         self.host0 = host_cpu_s()
         self.t0 = time.monotonic()
-        self.workers0 = sum(cpu_seconds(p.pid) for p in self.procs)
+        self.each0 = tuple(cpu_seconds(p.pid) for p in self.procs)
+        self.workers0 = sum(self.each0)
         self.redis0 = redis_cpu_s(self.client)
         self.queued0 = sum(runqueue_wait_s(p.pid) for p in self.procs)
+        self.ordering0 = scrape(self.procs)
 
     def stop(self) -> None:
+        if self.each0:  # else never started: no first output
+            each = tuple(cpu_seconds(p.pid) for p in self.procs)
+            self.worker_cpu_s = tuple(b - a for a, b in zip(self.each0, each, strict=True))
+        self.redis_cpu_s = redis_cpu_s(self.client) - self.redis0
+        after = scrape(self.procs) if self.ordering0 is not None else None
+        self.ordering = after - self.ordering0 if after is not None else None
         dt = time.monotonic() - self.t0
         if dt >= 0.2:  # else a few clock ticks would read as many cores
             self.worker_cores = (sum(cpu_seconds(p.pid) for p in self.procs) - self.workers0) / dt
@@ -386,14 +489,16 @@ class CpuWindow:
 def run_e2e(server: RedisServer, name: str, messages: Sequence[bytes], n_workers: int,
             payload: str, timeout: float = 600.0, options: dict[str, Any] | None = None,
             watch: Callable[[Sequence[subprocess.Popen]], Callable[[], Any]] | None = None,
-            independent: bool = False) -> E2EResult:
+            independent: bool = False, metrics: bool = True) -> E2EResult:
     """Pre-fill, start ``n_workers``, wait until every message has an output or a dead letter.
 
     ``watch(procs)`` is called with the worker processes when the measured window starts
     (at the first output: start-up left out) and returns what to call when it ends (a
     profiler attached for the window alone, :func:`spy_run`). ``independent``: each worker
     serves a model of its own, with every message in its own stream (nothing shared: no
-    other worker's deltas to apply, no ordering); the rate is the sum of theirs."""
+    other worker's deltas to apply, no ordering); the rate is the sum of theirs.
+    ``metrics``: each worker serves its metrics (a thread of its own) for the ordered
+    section's and the wait's columns; off, those columns read nan."""
     from streamnb_workers.keys import GROUP
 
     client = server.client()
@@ -406,7 +511,9 @@ def run_e2e(server: RedisServer, name: str, messages: Sequence[bytes], n_workers
         prefill(client, nm, messages[:-1])
         client.xgroup_create(k["in"], GROUP, id="$", mkstream=True)
     cpu0 = redis_cpu_s(client)
-    with workers(server.url, [default_spec(nm) for nm in names], n_workers, options) as procs:
+    out0: list[int] = []
+    with workers(server.url, [default_spec(nm) for nm in names], n_workers, options,
+                 metrics=metrics) as procs:
         window = CpuWindow(client, procs)
         unwatch = None
         if not wait_blocked(client, n_workers, timeout, procs):
@@ -417,7 +524,10 @@ def run_e2e(server: RedisServer, name: str, messages: Sequence[bytes], n_workers
                 gate.xgroup_setid(k["in"], GROUP, "0")
                 gate.xadd(k["in"], {"data": messages[-1]})
             gate.execute()
-        if all(wait_for(client, k["out"], 1, timeout, procs, k["dead"]) for k in ks):
+        # the window opens within a few ms of the first output: a short run is inside it
+        if all(wait_for(client, k["out"], 1, timeout, procs, k["dead"], every_s=0.002)
+               for k in ks):
+            out0 = [int(client.xlen(k["out"])) for k in ks]
             window.start()  # start-up left out
             unwatch = watch(procs) if watch is not None else None
         ok = all(wait_for(client, k["out"], len(messages), timeout, procs, k["dead"]) for k in ks)
@@ -430,12 +540,40 @@ def run_e2e(server: RedisServer, name: str, messages: Sequence[bytes], n_workers
     rates = [out_rate(client, k["out"]) for k in ks]
     n = sum(r[0] for r in rates)
     total = len(messages) * len(ks)
+    outputs = window_outputs(client, [k["out"] for k in ks], out0)
+    in_window = sum(outputs.values())
+    each = tuple(per_message_us(cpu_s, outputs.get(f"w{i}", 0))
+                 for i, cpu_s in enumerate(window.worker_cpu_s))
     return E2EResult(payload, n_workers, n, sum(r[1] for r in rates),
                      sum(int(client.xlen(k["dead"])) for k in ks), 1e6 * cpu / max(1, total),
                      sum(_log_bytes(client, k["log"]) for k in ks) / max(1, total),
                      window.worker_cores, window.redis_cores, window.worker_runqueue,
                      window.host_idle, window.host_steal, max(r[2] for r in rates),
-                     sum(r[3] for r in rates))
+                     sum(r[3] for r in rates), each,
+                     per_message_us(sum(window.worker_cpu_s), in_window),
+                     per_message_us(window.redis_cpu_s, in_window), window.ordering, in_window)
+
+
+def per_message_us(cpu_s: float, messages: int) -> float:
+    """Microseconds of CPU per message; nan without messages.
+
+    >>> per_message_us(0.5, 10_000), per_message_us(0.5, 0)
+    (50.0, nan)
+    """
+    return 1e6 * cpu_s / messages if messages > 0 else float("nan")
+
+
+def window_outputs(client: Any, out_keys: Sequence[str], skip: Sequence[int]) -> dict[str, int]:
+    """Outputs per worker (its consumer name) after the first ``skip[i]`` entries of each
+    stream ``out_keys[i]``: those of the measured window."""
+    from streamnb_workers.codec import decode_output
+
+    counts: dict[str, int] = {}
+    for key, first in zip(out_keys, list(skip) or [0] * len(out_keys), strict=True):
+        for _, fields in client.xrange(key)[first:]:
+            w = str(decode_output(fields[b"data"]).get("worker"))
+            counts[w] = counts.get(w, 0) + 1
+    return counts
 
 
 def in_process_rate(messages: Sequence[bytes], batch: int = 100) -> float:
@@ -524,7 +662,8 @@ def benchmark(corpus: Corpus, repeat: int = 1, worker_counts: Sequence[int] = (1
     each is kept (the machine is shared: the best run is the one least disturbed)."""
     tokens = corpus_tokens(corpus)
     big = Corpus(corpus.raws * repeat, corpus.labels * repeat)
-    encoded = {p: encode_messages(big, p, tokens=tokens * repeat) for p in payloads}
+    encoded = {p: encode_messages(big, p, tokens=tokens * repeat, pass_size=len(corpus))
+               for p in payloads}
     refs: dict[str, float] = {}
     most = max(worker_counts)
     side_by_side: dict[str, list[float]] = {}
@@ -629,6 +768,36 @@ def summary(report: dict[str, Any]) -> list[str]:
     return lines
 
 
+def cost_rows(results: Sequence[E2EResult]) -> list[list[Any]]:
+    """Rows of the costs that scale: CPU time per message (the host's share of cores does
+    not move it, as it moves msg/s), each run against one worker's on its payload."""
+    one = {r.payload: r for r in results if r.workers == 1}
+    rows = []
+    for r in results:
+        base = one.get(r.payload)
+        vs_one = (r.window_worker_cpu_us / base.window_worker_cpu_us
+                  if base is not None and base.window_worker_cpu_us > 0 else float("nan"))
+        rows.append([r.payload, r.workers, r.window_messages, r.window_worker_cpu_us,
+                     f"{vs_one:.2f}x", " / ".join(f"{u:.0f}" for u in r.worker_cpu_us_each),
+                     r.window_redis_cpu_us, r.section_ms, r.wait_ms, r.serial_us,
+                     r.serial_cpu_us, r.wait_cpu_us])
+    return rows
+
+
+COST_HEADER = ["payload", "workers", "messages in window", "workers' CPU us/msg",
+               "vs 1 worker", "each worker us/msg (own outputs)", "redis-server CPU us/msg",
+               "ordered section ms/batch", "order wait ms/batch", "serial us/msg",
+               "serial CPU us/msg", "wait CPU us/msg"]
+
+
+def print_costs(results: Sequence[E2EResult]) -> None:
+    print("CPU per message from the first output on (/proc/PID/stat utime + stime of each "
+          "worker, redis-server's INFO cpu); the ordered section (from the end of a labelled "
+          "batch's order wait to its commit sent) and the wait, per labelled batch, from the "
+          "workers' own timers (streamnb_ordered_section_seconds, streamnb_order_wait_seconds)")
+    print(format_table(COST_HEADER, cost_rows(results)))
+
+
 def print_report(report: dict[str, Any]) -> None:
     rows = [[r.payload, r.workers, r.messages, r.per_second, r.dead, r.redis_cpu_us, r.log_bytes,
              r.worker_cores, r.worker_cpu_us, r.redis_cores, f"{r.worker_runqueue:.0%}",
@@ -639,6 +808,8 @@ def print_report(report: dict[str, Any]) -> None:
                         "worker CPU us/msg", "redis-server cores", "worker run-queue wait",
                         "host idle", "host steal", "start skew ms"],
                        rows))
+    print()
+    print_costs(report["results"])
     print()
     print(format_table(["reference, same messages, this process", "msg/s"],
                        [[k, v] for k, v in report["refs"].items()]))
@@ -653,7 +824,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--corpus", default=str(DEFAULT_CORPUS))
     ap.add_argument("--limit", type=int, default=None, help="first N corpus messages only")
     ap.add_argument("--repeat", type=int, default=3, help="passes over the corpus")
-    ap.add_argument("--workers", default="1,2")
+    ap.add_argument("--workers", default="1,2,3")
     ap.add_argument("--payloads", default="tokens,raw",
                     help="comma-separated: tokens, raw, hashes (tokens hashed by the producer)")
     ap.add_argument("--trials", type=int, default=2, help="interleaved runs; the best is kept")
@@ -668,7 +839,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="instead: redis-server's time per command (INFO commandstats), runs "
                          "of --workers workers on this payload; prints it per message")
     args = ap.parse_args(argv)
-    print_header("benchmark 3: end to end through redis-server, 1 and 2 workers",
+    print_header("benchmark 3: end to end through redis-server, 1, 2 and 3 workers",
                  "benchmarks.end_to_end", argv)
     corpus = corpus_or_synthetic(args.corpus, args.limit)
     if args.commands:
@@ -896,8 +1067,9 @@ def spy_run(msgs: Sequence[bytes], payload: str, n_workers: int, hz: int = 200,
         return stop
 
     with RedisServer() as server:
+        # no metrics endpoint: py-spy --idle would sample its thread, idle in select()
         result = run_e2e(server, f"spy-{payload}-{n_workers}w", msgs, n_workers, payload,
-                         watch=watch)
+                         watch=watch, metrics=False)
     seconds: dict[str, tuple[float, float]] = {}
     for f in sorted(outdir.glob("*.txt")):
         for stage, (busy, waiting) in spy_stages(f.read_text().splitlines()).items():

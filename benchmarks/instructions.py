@@ -97,7 +97,7 @@ def run_workload(what: str, corpus_dir: str, messages: int, reps: int) -> None:
     payload = what.removeprefix("worker-").removeprefix("producer-")
     big = Corpus(corpus.raws * reps, corpus.labels * reps)
     tokens = end_to_end.corpus_tokens(corpus) * reps if payload != "raw" else None
-    encoded = end_to_end.encode_messages(big, payload, tokens=tokens)
+    encoded = end_to_end.encode_messages(big, payload, tokens=tokens, pass_size=len(corpus))
     with RedisServer() as server:
         end_to_end.prefill(server.client(), "count", encoded)
         if what.startswith("producer-"):

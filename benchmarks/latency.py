@@ -92,7 +92,7 @@ def benchmark(corpus: Corpus, rates: Sequence[float] = (100, 1000), worker_count
                 if not wait_for(client, k["out"], len(train), 600, procs, k["dead"]):
                     raise RuntimeError("the workers did not finish the training messages")
                 for r in rates:
-                    last = client.xrevrange(k["in"], count=1)[0][0].decode()
+                    last = client.xinfo_stream(k["in"])["last-generated-id"].decode()  # (:in is trimmed)
                     before = client.xlen(k["out"]) + client.xlen(k["dead"])
                     sent, achieved = produce_steady(client, k["in"], probe, r, seconds)
                     wait_for(client, k["out"], before + sent, 120, procs, k["dead"])

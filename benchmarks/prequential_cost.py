@@ -48,11 +48,11 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     print_header("prequential prediction cost per batch (median)", "benchmarks.prequential_cost",
                  sys.argv[1:] if argv is None else argv)
-    from streamnb.constants import DEFAULT_MAIL_ALPHA
     from streamnb.features import Featurizer
     from streamnb.models import make_model, prequential
     from streamnb.models.prequential import generic_prequential
     from streamnb_workers.codec import decode_input, encode_input
+    from streamnb_workers.defaults import DEFAULT_MAIL_ALPHA
 
     n = a.train + a.batch * a.batches
     corpus = corpus_or_synthetic(DEFAULT_CORPUS, n)

@@ -135,12 +135,13 @@ def fast_options(consumer: str, **kw: Any) -> WorkerOptions:
     return WorkerOptions(**base)
 
 
-def url_worker(url: str, specs: list[ModelSpec], options: WorkerOptions, metrics: Any = None) -> Worker:
+def url_worker(url: str, specs: list[ModelSpec], options: WorkerOptions, metrics: Any = None,
+               cluster: bool = False) -> Worker:
     from prometheus_client import CollectorRegistry
 
     from streamnb_workers.metrics import Metrics
 
-    return Worker(UrlConnector(RedisSettings(url)), specs, options,
+    return Worker(UrlConnector(RedisSettings(url, cluster=cluster)), specs, options,
                   metrics or Metrics(CollectorRegistry()))
 
 
@@ -179,16 +180,17 @@ def all_done(client: Any, n_inputs: int, keys: ModelKeys = MAIL_KEYS) -> bool:
 
     Read in one MULTI/EXEC: read one after the other, the pending count could be taken
     just before a worker reads the last batch and the delivery mark just after, and a
-    batch still to be committed would pass for done."""
+    batch still to be committed would pass for done. (The entries added, not the stream's length: the lease holder trims ``:in`` of what
+    is acknowledged.)"""
     pipe = client.pipeline(transaction=True)
-    pipe.xlen(keys.input)
+    pipe.xinfo_stream(keys.input)
     pipe.xpending(keys.input, GROUP)
     pipe.xinfo_groups(keys.input)
-    pipe.xrevrange(keys.input, count=1)
-    n, pending, groups, last = pipe.execute()
+    info, pending, groups = pipe.execute()
     g = next((g for g in groups if as_str(g["name"]) == GROUP), None)
-    return (n >= n_inputs and int(pending["pending"]) == 0 and g is not None and bool(last)
-            and parse_id(g["last-delivered-id"]) >= parse_id(last[0][0]))
+    return (int(info["entries-added"]) >= n_inputs and int(pending["pending"]) == 0
+            and g is not None and int(info["entries-added"]) > 0
+            and parse_id(g["last-delivered-id"]) >= parse_id(info["last-generated-id"]))
 
 
 def learnt_model(client: Any, name: str) -> tuple[Any, str]:

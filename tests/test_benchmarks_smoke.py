@@ -408,6 +408,20 @@ def test_memory_checkpoints():
     assert extra["redis bytes per cached message"] > 0
 
 
+@needs_redis
+def test_memory_long_run_reports_redis_and_every_stream(capsys):
+    corpus = synthetic_mail(50, seed=5)
+    rows = memory.long_run(end_to_end.corpus_tokens(corpus), corpus.labels, 400, noise=3,
+                           report_s=0.5, chunk=100,
+                           options={"input_trim_s": 0.2, "out_maxlen": 100, "batch": 50})
+    assert rows[0][1] == 0 and rows[-1][1] == 400
+    seconds, done, used, rss, worker, *lengths = rows[-1]
+    assert used > 0 and rss > 0 and worker > 0
+    assert len(lengths) == len(memory.STREAMS)
+    assert lengths[memory.STREAMS.index("out")] <= 200  # (MAXLEN ~ 100: whole nodes)
+    assert "done 400" in capsys.readouterr().out
+
+
 def test_bernoulli_incremental_refresh_matches_full_derivation():
     """What benchmark 1's vocabulary sweep relies on: BernoulliNB refreshed batch after
     batch (the incremental path) scores exactly as one derived from scratch from the same
@@ -466,6 +480,18 @@ def test_commit_cost_reads_redis_own_time_for_each_variant():
     assert all(math.isfinite(v) and v > 0 for v in reads.values())
     assert pending == [12, 12] and per_message == [5] * 10
     assert cached == 10 and 1 <= len(buckets) <= 10  # the default commit wrote every entry
+
+
+@needs_redis
+def test_commit_cost_of_replication_variants_on_a_master_and_replica():
+    """Each variant commits every batch on a master with one replica, and the replica holds
+    every log entry afterwards (the function raises otherwise; WAIT's reply is checked)."""
+    from benchmarks import commit_cost
+
+    res = commit_cost.replication_cost(batches=3, batch=5, row_bytes=40, out_bytes=20,
+                                       delta_bytes=10)
+    assert list(res) == list(commit_cost.REPLICATION_VARIANTS)
+    assert all(ms > 0 and math.isfinite(cpu) and cpu >= 0 for ms, cpu in res.values())
 
 
 @needs_redis

@@ -94,29 +94,79 @@ def cluster_ports(n: int) -> list[int]:
 
 
 class Cluster:
-    """Three master redis-server processes joined into a cluster, the ACL on each."""
+    """Three master redis-server processes joined into a cluster, the ACL on each, and
+    optionally replicas of them.
 
-    def __init__(self, acl_dir: Path) -> None:
+    ``replicas``: replicas per master (``redis-cli --cluster create --cluster-replicas``);
+    they replicate as the admin user (the ACL turns ``default`` off).
+    ``node_timeout_ms``: how long a master may be unreachable before it is failed over.
+    ``extra``: more options for every node."""
+
+    def __init__(self, acl_dir: Path, replicas: int = 0, node_timeout_ms: int = 5000,
+                 extra: list[str] = ()) -> None:
         self.dir = Path(tempfile.mkdtemp(prefix="streamnb-cluster-"))
+        self.replicas = replicas
         acl = write_acl(acl_dir)
         self.nodes = [AclRedis(acl, port=p, extra=["--cluster-enabled", "yes",
                                                    "--cluster-config-file", str(self.dir / f"nodes-{p}.conf"),
-                                                   "--cluster-node-timeout", "5000"])
-                      for p in cluster_ports(3)]
+                                                   "--cluster-node-timeout", str(node_timeout_ms),
+                                                   "--masteruser", ADMIN_USER,
+                                                   "--masterauth", ADMIN_PASSWORD, *extra])
+                      for p in cluster_ports(3 * (1 + replicas))]
 
     def start(self) -> Cluster:
         for n in self.nodes:
             n.start()
         addrs = [f"127.0.0.1:{n.port}" for n in self.nodes]
         proc = subprocess.run([REDIS_CLI, "--user", ADMIN_USER, "--pass", ADMIN_PASSWORD,
-                               "--no-auth-warning", "--cluster", "create", *addrs, "--cluster-yes"],
+                               "--no-auth-warning", "--cluster", "create", *addrs,
+                               "--cluster-replicas", str(self.replicas), "--cluster-yes"],
                               capture_output=True, text=True, timeout=60)
         assert proc.returncode == 0, proc.stdout + proc.stderr
+        self.wait_ok("the cluster did not reach cluster_state:ok")
         deadline = time.monotonic() + CLUSTER_TIMEOUT_S
-        while not all(n.client().cluster("info")["cluster_state"] == "ok" for n in self.nodes):
-            assert time.monotonic() < deadline, "the cluster did not reach cluster_state:ok"
+        while not self._replicated():
+            assert time.monotonic() < deadline, "the replicas did not sync with their masters"
             time.sleep(0.1)
         return self
+
+    def live(self) -> list[AclRedis]:
+        """The nodes whose process runs."""
+        return [n for n in self.nodes if n.proc is not None and n.proc.poll() is None]
+
+    def wait_ok(self, what: str, timeout: float = CLUSTER_TIMEOUT_S) -> None:
+        """Wait until every live node says ``cluster_state:ok`` and knows a master for
+        each slot range that is alive (a replica promoted after a failure included)."""
+        deadline = time.monotonic() + timeout
+        while not self._ok():
+            assert time.monotonic() < deadline, what
+            time.sleep(0.1)
+
+    def _replicated(self) -> bool:
+        """Every node lists ``replicas`` replicas per slot range and each replica's link
+        to its master is up."""
+        for n in self.nodes:
+            c = n.client()
+            if any(len(row) != 3 + self.replicas for row in c.execute_command("CLUSTER", "SLOTS")):
+                return False
+            info = c.info("replication")
+            if info["role"] != "master" and info.get("master_link_status") != "up":
+                return False
+        return True
+
+    def _ok(self) -> bool:
+        live = {n.port for n in self.live()}
+        try:
+            for n in self.live():
+                c = n.client()
+                if c.cluster("info")["cluster_state"] != "ok":
+                    return False
+                masters = {int(row[2][1]) for row in c.execute_command("CLUSTER", "SLOTS")}
+                if not masters <= live:
+                    return False
+        except redis.RedisError:
+            return False
+        return True
 
     def stop(self) -> None:
         for n in self.nodes:
@@ -126,21 +176,28 @@ class Cluster:
     def url(self, user: str = WORKER_USER, password: str = WORKER_PASSWORD) -> str:
         return self.nodes[0].url_for(user, password)
 
-    def admin(self) -> Any:
+    def admin(self, node: int = 0) -> Any:
         from redis.cluster import RedisCluster
 
-        return RedisCluster(host="127.0.0.1", port=self.nodes[0].port, username=ADMIN_USER,
+        return RedisCluster(host="127.0.0.1", port=self.nodes[node].port, username=ADMIN_USER,
                             password=ADMIN_PASSWORD, socket_timeout=5)
 
     def owner(self, slot: int) -> int:
         """Port of the master serving ``slot``."""
-        for start, end, master, *_ in self.nodes[0].client().execute_command("CLUSTER", "SLOTS"):
+        return self.serving(slot)[0]
+
+    def serving(self, slot: int) -> list[int]:
+        """Ports of the nodes serving ``slot``: its master, then its replicas."""
+        for start, end, *nodes in self.live()[0].client().execute_command("CLUSTER", "SLOTS"):
             if int(start) <= slot <= int(end):
-                return int(master[1])
+                return [int(n[1]) for n in nodes]
         raise AssertionError(f"slot {slot} is not served")
 
+    def node(self, port: int) -> AclRedis:
+        return next(n for n in self.nodes if n.port == port)
+
     def refusals(self) -> list[dict]:
-        return [e for n in self.nodes for e in acl_refusals(n.client())]
+        return [e for n in self.live() for e in acl_refusals(n.client())]
 
 
 @pytest.fixture(scope="module")
@@ -297,6 +354,23 @@ def test_the_ordering_wait_reads_the_log_in_one_pipeline_on_a_cluster(cluster):
     ref = make_model("multinomial", n_features=4).partial_fit(X, y)
     np.testing.assert_array_equal(rep.model.predict_log_proba(X), ref.predict_log_proba(X))
     assert cluster.refusals() == []
+
+
+def test_a_connector_reaches_the_cluster_through_the_nodes_it_knew(cluster):
+    """After a failover the URL's node may be the master that died: a connector makes new
+    clients from the nodes its last client knew as well (tests/faults/test_cluster_failover.py
+    kills that node; here the URL names a port where nothing listens)."""
+    live = UrlConnector(RedisSettings(cluster.url(), cluster=True))
+    live.client()
+    assert sorted(port for _, port in live.known_nodes) == sorted(n.port for n in cluster.nodes)
+    dead_url = f"redis://{WORKER_USER}:{WORKER_PASSWORD}@127.0.0.1:{cluster_ports(1)[0]}/0"
+    dead = UrlConnector(RedisSettings(dead_url, cluster=True))
+    with pytest.raises(redis.ConnectionError, match="cannot be reached"):
+        dead.client()
+    dead.known_nodes = live.known_nodes
+    client = dead.client()
+    assert client.xlen(ModelKeys("known-nodes").input) == 0
+    assert dead.reader(100).ping()
 
 
 def test_wrong_password_on_a_cluster_fails_at_once(cluster):

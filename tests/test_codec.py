@@ -186,10 +186,12 @@ def test_wrong_dimension_when_expected_dim_given():
     assert decode_input(pack({"x": [1.0, 2.0]}), "1-0", expected_dim=2).payload.size == 2
 
 
-def test_limits_default_is_one_mib():
-    assert DEFAULT_LIMITS.max_message_bytes == 1 << 20
-    ok = pack({"raw": b"x" * ((1 << 20) - 100)})
+def test_limits_default_is_eight_mib_an_entry():
+    # (mail up to it is decoded whole, then cut to --max-bytes by the featurizer)
+    assert DEFAULT_LIMITS.max_message_bytes == 8 << 20
+    ok = pack({"raw": b"x" * ((8 << 20) - 100)})
     assert decode_input(ok, "1-0").payload_kind == "raw"
+    assert reason_of(pack({"raw": b"x" * (8 << 20)})) == "too_large"
 
 
 # ------------------------------------------------------------------ outputs

@@ -10,10 +10,9 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from streamnb.constants import HASH_KEY
 from streamnb.exceptions import MalformedMessage
 from streamnb.features.featurizer import Featurizer, Row
-from streamnb.features.hashing import TokenHasher, token_hash64
+from streamnb.features.hashing import HASH_KEY, TokenHasher, token_hash64
 from streamnb.stats.feature_counts import _class_sums
 from streamnb_workers.codec import decode_input
 

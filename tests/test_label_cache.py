@@ -11,11 +11,11 @@ import zlib
 
 import numpy as np
 
-from streamnb.constants import LABEL_CACHE_SHARDS
 from streamnb.features import Row
 from streamnb_workers.commit import CommitRequest, commit_batch
 from streamnb_workers.keys import GROUP, ModelKeys
 from streamnb_workers.label_cache import (
+    LABEL_CACHE_SHARDS,
     batch_writes,
     bucket_width_ms,
     decode_entry,

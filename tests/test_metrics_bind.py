@@ -16,8 +16,8 @@ import pytest
 from _redis_server import free_port
 from test_acl_worker import cli_env, start_worker_cli, stop
 
-from streamnb.constants import DEFAULT_METRICS_ADDR
 from streamnb_workers.cli import build_parser
+from streamnb_workers.defaults import DEFAULT_METRICS_ADDR
 from streamnb_workers.settings import resolve
 
 pytestmark = pytest.mark.redis

@@ -7,13 +7,12 @@ import pytest
 import scipy.sparse as sp
 from sklearn.datasets import load_digits
 
-from streamnb.constants import MODEL_FORMAT_VERSION
 from streamnb.encoding import dumps as pack
 from streamnb.encoding import loads as unpack
 from streamnb.exceptions import FormatError
 from streamnb.models.bernoulli import BernoulliNB
 from streamnb.models.categorical import CategoricalNB
-from streamnb.models.io import dumps, load, loads, make_model, save
+from streamnb.models.io import MODEL_FORMAT_VERSION, dumps, load, loads, make_model, save
 from streamnb.models.multinomial import MultinomialNB
 
 

@@ -22,9 +22,9 @@ from _worker_helpers import (
     vector_messages,
 )
 
-from streamnb.constants import DEFAULT_MAIL_ALPHA
 from streamnb.exceptions import ConfigConflict
 from streamnb_workers.codec import decode_output
+from streamnb_workers.defaults import DEFAULT_MAIL_ALPHA
 from streamnb_workers.keys import GROUP, ModelKeys
 from streamnb_workers.model_config import ModelSpec, resolve_spec
 

@@ -80,6 +80,37 @@ def float_list(text: str) -> list[float]:
             f"expected numbers separated by commas (0.3,0.7), got {text!r}") from None
 
 
+def max_bytes(text: str) -> int:
+    """A mail size limit in bytes, from 1024 to the 8 MiB entry bound (``1048576``).
+
+    >>> max_bytes("2097152")
+    2097152
+    """
+    from streamnb_workers.codec import DEFAULT_MAX_ENTRY_BYTES
+
+    try:
+        n = int(text)
+    except ValueError:
+        n = -1
+    if not 1024 <= n <= DEFAULT_MAX_ENTRY_BYTES:
+        raise argparse.ArgumentTypeError(
+            f"expected a size in bytes from 1024 to {DEFAULT_MAX_ENTRY_BYTES}, got {text!r}")
+    return n
+
+
+def class_list(text: str) -> list[str]:
+    """Declared classes, comma separated (``spam,ham``): distinct, non-empty.
+
+    >>> class_list("spam, ham")
+    ['spam', 'ham']
+    """
+    classes = [p.strip() for p in text.split(",")]
+    if not all(classes) or len(set(classes)) != len(classes) or max(map(len, classes)) > 256:
+        raise argparse.ArgumentTypeError(
+            f"expected distinct, non-empty class labels separated by commas (spam,ham), got {text!r}")
+    return classes
+
+
 def octal_mode(text: str) -> str:
     """An octal permission mode, checked and kept as text (``"660"``)."""
     try:

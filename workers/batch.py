@@ -30,17 +30,17 @@ from typing import Any
 
 import numpy as np
 
-from streamnb.constants import DATA_FIELD
 from streamnb.exceptions import MalformedMessage, NotFittedError
 from streamnb.features import Row, rows_to_bytes
-from streamnb_workers.codec import DEFAULT_LIMITS, InputMessage, Limits, decode_input
+from streamnb_workers.codec import DATA_FIELD, DEFAULT_LIMITS, InputMessage, Limits, decode_input
 from streamnb_workers.labels import LabelRef
 from streamnb_workers.learn_weights import class_weight_rows, learn_weights
 from streamnb_workers.replies import as_str, entry_field
 from streamnb_workers.stream_ids import entry_time
 
 __all__ = ["Dead", "Decoded", "Featurized", "Item", "Predictions", "Verdict", "cache_rows",
-           "decode_entries", "drop_foreign_labels", "featurize", "own_stats", "predict",
+           "decode_entries", "drop_bad_categories", "drop_foreign_labels",
+           "drop_undeclared_labels", "featurize", "own_stats", "predict",
            "prediction_plan"]
 
 
@@ -207,6 +207,72 @@ def drop_foreign_labels(known: Sequence[Any], decoded: Decoded, batch: Featurize
     return Featurized([it for it in batch.items if it.entry_id not in foreign],
                       [r for r in batch.refs if r.entry_id not in foreign], batch.ref_data, dead,
                       batch.forgets)
+
+
+def drop_undeclared_labels(classes: Sequence[str] | None, batch: Featurized) -> Featurized:
+    """Dead-letter (``bad_label``) every item and delayed label whose label is not one of
+    the model's declared ``classes`` (None: any label is a class): a typo must not become
+    a class of its own.
+
+    >>> from streamnb_workers.codec import InputMessage
+    >>> item = Item("1-0", InputMessage("1-0", "m", "text", "x", label="Spam"), None, b"")
+    >>> out = drop_undeclared_labels(["spam", "ham"], Featurized([item], [], {}, []))
+    >>> out.items, [(d.reason, d.detail) for d in out.dead]
+    ([], [('bad_label', "label 'Spam' is not one of this model's classes: spam, ham")])
+    """
+    if classes is None:
+        return batch
+    declared = set(classes)
+
+    def undeclared(label: Any) -> bool:
+        return label is not None and (not isinstance(label, str) or label not in declared)
+
+    shown = ", ".join(classes)
+    dead = list(batch.dead)
+    items = []
+    for it in batch.items:
+        if undeclared(it.msg.label):
+            dead.append(Dead(it.entry_id, "bad_label", f"label {it.msg.label!r} is not one of "
+                             f"this model's classes: {shown}", it.data))
+        else:
+            items.append(it)
+    refs = []
+    for r in batch.refs:
+        if undeclared(r.label):
+            dead.append(Dead(r.entry_id, "bad_label", f"label {r.label!r} is not one of this "
+                             f"model's classes: {shown}", batch.ref_data[r.entry_id]))
+        else:
+            refs.append(r)
+    if len(dead) == len(batch.dead):
+        return batch
+    return Featurized(items, refs, batch.ref_data, dead, batch.forgets)
+
+
+def drop_bad_categories(model: Any, batch: Featurized) -> Featurized:
+    """Dead-letter (``bad_category``) every item whose ``x`` is not a category the model
+    takes (a negative, fractional or too large value; a model that is not categorical
+    takes any): a value beyond the limit would make the model allocate a column for
+    every category up to it."""
+    check = getattr(model, "check_categories", None)
+    if check is None or not (batch.items or batch.forgets):
+        return batch
+    dead = list(batch.dead)
+
+    def takes(it: Item) -> bool:
+        if it.row.x is None:  # (a sparse row: the model refuses it when it learns)
+            return True
+        try:
+            check(it.row.x[None, :])
+        except ValueError as exc:
+            dead.append(Dead(it.entry_id, "bad_category", str(exc), it.data))
+            return False
+        return True
+
+    items = [it for it in batch.items if takes(it)]
+    forgets = [it for it in batch.forgets if takes(it)]
+    if len(dead) == len(batch.dead):
+        return batch
+    return Featurized(items, batch.refs, batch.ref_data, dead, forgets)
 
 
 # ---------------------------------------------------------------------- before the wait

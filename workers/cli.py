@@ -19,10 +19,10 @@ from collections.abc import Mapping, Sequence
 
 import redis
 
-from streamnb.constants import EXIT_FAILURE, EXIT_UNREACHABLE, EXIT_USAGE
 from streamnb.exceptions import ConfigConflict, FormatError, SettingsError
 from streamnb_workers.cli_commands import COMMANDS, fail
 from streamnb_workers.cli_parser import build_parser, subparsers
+from streamnb_workers.exit_codes import EXIT_FAILURE, EXIT_UNREACHABLE, EXIT_USAGE
 from streamnb_workers.settings import resolve, setup_logging
 
 __all__ = ["build_parser", "main"]

@@ -11,7 +11,6 @@ import sys
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from streamnb.constants import EXIT_FAILURE, EXIT_USAGE
 from streamnb.exceptions import SettingsError
 from streamnb_workers import inspect_commands, milter
 from streamnb_workers.cli_parser import (
@@ -20,6 +19,7 @@ from streamnb_workers.cli_parser import (
     MODEL_OPTIONS,
     PROG,
 )
+from streamnb_workers.exit_codes import EXIT_FAILURE, EXIT_USAGE
 from streamnb_workers.model_config import require_model
 from streamnb_workers.redaction import redact
 
@@ -94,7 +94,7 @@ def model_specs(args: argparse.Namespace) -> list[Any]:
             check_model_name(name)
             specs.append(ModelSpec(name, kind=args.kind, model_params=params or None,
                                    featurizer_config=fcfg or None, decision=decision or None,
-                                   half_life=args.half_life,
+                                   half_life=args.half_life, classes=args.classes,
                                    error_weight=getattr(args, "error_weight", None)))
         except ValueError as exc:
             raise SettingsError(f"--model {name!r}: {exc}") from None
@@ -111,6 +111,7 @@ def cmd_worker(args: argparse.Namespace, env: Mapping[str, str]) -> int:
 def cmd_produce(args: argparse.Namespace, env: Mapping[str, str]) -> int:
     from streamnb_workers.keys import ModelKeys
     from streamnb_workers.produce import ProduceInterrupted, produce
+    from streamnb_workers.produce_checks import EmptySource
 
     model = _require_model(args)
     client = _redis(args, env).make_client()
@@ -119,7 +120,9 @@ def cmd_produce(args: argparse.Namespace, env: Mapping[str, str]) -> int:
         require_model(client, model, hint="; --allow-new sends to it before its workers start")
     try:
         report = produce(client, model, list(args.paths), label=args.label, index=args.index,
-                         chunk=args.chunk)
+                         chunk=args.chunk, max_bytes=args.max_bytes)
+    except EmptySource as exc:
+        return fail(str(exc), EXIT_FAILURE)
     except ProduceInterrupted as exc:
         r, cause = exc.report, exc.__cause__
         print(f"{PROG} produce: sent {r.sent} of {r.total} messages ({r.already_learnt} "
@@ -163,7 +166,8 @@ def cmd_predict(args: argparse.Namespace, env: Mapping[str, str]) -> int:
         client = _redis(args, env).make_client()
         client.ping()
         require_model(client, model)
-        result = send_and_wait(client, model, args.file, timeout=args.timeout)
+        result = send_and_wait(client, model, args.file, timeout=args.timeout,
+                               max_bytes=args.max_bytes)
         if result is None:
             return fail(f"no prediction for {args.file!r} within {args.timeout:g} s: "
                         f"is a worker running for model {model!r}?", EXIT_FAILURE)

@@ -16,7 +16,22 @@ from collections.abc import Callable, Mapping
 from typing import Any, NoReturn
 
 from streamnb._version import __version__
-from streamnb.constants import (
+from streamnb.features.payload import DEFAULT_MAX_MESSAGE_BYTES
+from streamnb.models.io import MODEL_KINDS
+from streamnb_workers import inspect_commands, milter
+from streamnb_workers.arg_types import (
+    class_list,
+    finite_float,
+    float_list,
+    max_bytes,
+    non_negative_float,
+    non_negative_int,
+    number_in,
+    port,
+    positive_int,
+    shrinkage,
+)
+from streamnb_workers.defaults import (
     DEFAULT_BATCH_SIZE,
     DEFAULT_BLOCK_MS,
     DEFAULT_CLAIM_IDLE_MS,
@@ -32,20 +47,8 @@ from streamnb.constants import (
     DEFAULT_STATUS_LAST,
     DEFAULT_TOKEN_NAMES,
     DEFAULT_TOKEN_NAMES_EVERY,
-    EXIT_USAGE,
-    MODEL_KINDS,
 )
-from streamnb_workers import inspect_commands, milter
-from streamnb_workers.arg_types import (
-    finite_float,
-    float_list,
-    non_negative_float,
-    non_negative_int,
-    number_in,
-    port,
-    positive_int,
-    shrinkage,
-)
+from streamnb_workers.exit_codes import EXIT_USAGE
 from streamnb_workers.settings import add_option
 
 __all__ = ["DECISION_OPTIONS", "FEATURIZER_OPTIONS", "MODEL_OPTIONS", "OneLineParser",
@@ -108,6 +111,7 @@ MODEL_OPTIONS: Mapping[str, tuple[str, tuple[str, ...]]] = {
     "shrinkage": ("shrinkage", ("lda",)),
     "reg_param": ("reg_param", ("qda",)),
     "priors": ("priors", ("gaussian", "lda", "qda")),
+    "max_categories": ("max_categories", ("categorical",)),
 }
 #: Featurizer options: flag dest -> featurizer config key.
 FEATURIZER_OPTIONS: Mapping[str, str] = {
@@ -135,6 +139,12 @@ def _add_worker_options(p: argparse.ArgumentParser) -> None:
     add_option(g, "--shrinkage", type=shrinkage, help="LDA: covariance shrinkage toward the scaled identity, in [0, 1]")
     add_option(g, "--reg-param", type=finite_float, help="QDA: covariance regularisation in [0, 1]")
     add_option(g, "--priors", type=float_list, help="Gaussian/LDA/QDA: fixed class priors, comma separated")
+    add_option(g, "--max-categories", type=positive_int,
+               help="categorical: categories per feature are 0 .. N-1; a larger value is a "
+               "dead letter (bad_category)")
+    add_option(g, "--classes", type=class_list, metavar="C1,C2,...",
+               help="the model's classes, fixed when it is created: a label outside them is a "
+               "dead letter (bad_label); default: any label becomes a class")
     add_option(g, "--half-life", type=finite_float, help="forgetting: weights halve every N learnt messages")
     add_option(g, "--error-weight", type=finite_float,
                help="learn a labelled message whose verdict was wrong with this many times its "
@@ -187,6 +197,16 @@ def _add_worker_options(p: argparse.ArgumentParser) -> None:
     add_option(w, "--pipeline", action=argparse.BooleanOptionalAction, default=True,
                help="while a full batch commits, read, decode and featurize the next one "
                "(same predictions; --no-pipeline: one batch after the other)")
+    add_option(w, "--max-bytes", type=max_bytes, default=DEFAULT_MAX_MESSAGE_BYTES,
+               help="raw mail read per message: a larger mail is cut at a MIME boundary "
+               "(headers kept), then predicted and learnt")
+    add_option(w, "--input-trim-s", type=non_negative_float, default=10.0, metavar="SECONDS",
+               help="every SECONDS the lease holder trims :in of the entries every consumer "
+               "group has acknowledged (0: never)")
+    add_option(w, "--out-maxlen", type=non_negative_int, default=1_000_000,
+               help=":out keeps about this many predictions (MAXLEN ~; 0: no cap)")
+    add_option(w, "--dead-maxlen", type=non_negative_int, default=100_000,
+               help=":dead keeps about this many dead letters (MAXLEN ~; 0: no cap)")
     add_option(w, "--explain", type=non_negative_int, default=0, metavar="K",
                help="put the K tokens that moved each prediction most, with their weights, "
                "into its output (0: none; costs a second tokenization per message)")
@@ -228,6 +248,9 @@ def build_parser() -> OneLineParser:
     add_option(label, "--index", metavar="TSV",
                help="labels (and times) from an index.tsv: path, label, unix_time")
     add_option(p, "--chunk", type=positive_int, default=DEFAULT_PRODUCE_CHUNK, help="XADDs per round trip")
+    add_option(p, "--max-bytes", type=max_bytes, default=DEFAULT_MAX_MESSAGE_BYTES,
+               help="a mail over this size is cut (headers kept, at a MIME boundary) before "
+               "it is sent, as a worker would cut it")
     add_option(p, "--allow-new", action="store_true",
                help="send to a model no worker has served yet (else that is an error naming "
                "the models that exist)")
@@ -249,6 +272,9 @@ def build_parser() -> OneLineParser:
     _add_model_name(p)
     add_option(p, "--snapshot", metavar="MODEL_FILE",
                help="predict offline from a file written by 'streamnb export'")
+    add_option(p, "--max-bytes", type=max_bytes, default=DEFAULT_MAX_MESSAGE_BYTES,
+               help="a mail over this size is cut (headers kept, at a MIME boundary) before "
+               "it is sent")
     add_option(p, "--timeout", type=finite_float, default=DEFAULT_PREDICT_TIMEOUT_S,
                help="seconds to wait for the prediction")
     add_option(p, "--json", action="store_true", default=False, help="print the prediction as JSON")

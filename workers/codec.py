@@ -25,7 +25,6 @@ from typing import Any
 import msgpack
 import numpy as np
 
-from streamnb.constants import DEFAULT_MAX_MESSAGE_BYTES
 from streamnb.encoding import dumps
 from streamnb.exceptions import MalformedMessage
 from streamnb.features.payload import PAYLOAD_KINDS, Payload
@@ -44,6 +43,13 @@ __all__ = [
     "output_for",
 ]
 
+#: The one stream field that holds a message's msgpack map.
+DATA_FIELD = "data"
+
+#: Default bound of one encoded stream entry (8 MiB): what a worker decodes at all. Mail up
+#: to it arrives whole and is cut to ``--max-bytes``; ``streamnb produce`` cuts before sending.
+DEFAULT_MAX_ENTRY_BYTES = 8 << 20
+
 _KNOWN_KEYS = frozenset(PAYLOAD_KINDS) | {"id", "label", "weight", "ts", "ref", "meta", "key",
                                           "forget"}
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
@@ -55,16 +61,17 @@ class Limits:
     it may cost is bounded by :class:`~streamnb.features.FeatureLimits`.)
 
     >>> Limits().max_message_bytes
-    1048576
+    8388608
     >>> Limits(max_message_bytes=4096).max_bin_len
-    1048576
+    8388608
     """
 
-    #: Size of the encoded msgpack map (the ``data`` field).
-    max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
+    #: Size of the encoded msgpack map (the ``data`` field). Raw mail under it is decoded
+    #: and then cut to the featurizer's ``max_message_bytes`` (``--max-bytes``), not refused.
+    max_message_bytes: int = DEFAULT_MAX_ENTRY_BYTES
     #: Longest msgpack string / bytes / array / map (checked by msgpack while decoding).
-    max_str_len: int = DEFAULT_MAX_MESSAGE_BYTES
-    max_bin_len: int = DEFAULT_MAX_MESSAGE_BYTES
+    max_str_len: int = DEFAULT_MAX_ENTRY_BYTES
+    max_bin_len: int = DEFAULT_MAX_ENTRY_BYTES
     max_array_len: int = 100_000
     max_map_len: int = 100_000
     #: Items of a ``tokens`` or ``hashes`` payload.

@@ -238,22 +238,27 @@ class RedisSettings:
             kw["client_name"] = self.client_name
         return kw
 
-    def make_client(self, socket_timeout: float | None = None) -> Any:
+    def make_client(self, socket_timeout: float | None = None,
+                    known_nodes: Iterable[tuple[str, int]] = ()) -> Any:
         """A new client: ``redis.Redis`` (connects lazily) or ``RedisCluster`` (connects now
         to learn the slots; failures are one-line ``AuthenticationError``,
-        ``NoPermissionError``, ``ConnectionError`` or ``SettingsError``)."""
+        ``NoPermissionError``, ``ConnectionError`` or ``SettingsError``).
+
+        ``known_nodes``: more cluster nodes ``(host, port)`` to learn the slots from when
+        the URL's node does not answer (it may be the master that failed)."""
         kw = self.client_kwargs(self.socket_timeout if socket_timeout is None else socket_timeout)
         if not self.cluster:
             kw["retry"] = NoAccessRetry(NoBackoff(), COMMAND_RETRIES)
             return redis.Redis.from_url(self.url, **kw)
-        from redis.cluster import RedisCluster
+        from redis.cluster import ClusterNode, RedisCluster
         from redis.exceptions import RedisClusterException
 
         kw.pop("health_check_interval", None)
         retry = NoAccessRetry(ExponentialWithJitterBackoff(CLUSTER_BACKOFF_BASE_S,
                                                            CLUSTER_BACKOFF_CAP_S), CLUSTER_RETRIES)
         try:
-            return RedisCluster.from_url(self.url, retry=retry, **kw)
+            return RedisCluster.from_url(self.url, retry=retry, **kw, startup_nodes=[
+                ClusterNode(host, port) for host, port in known_nodes])
         except (RedisClusterException, redis.RedisError) as exc:
             raise _cluster_error(exc, self.url) from None
 
@@ -277,6 +282,11 @@ class Connector(Protocol):
 class UrlConnector:
     """A :class:`Connector` from :class:`RedisSettings`.
 
+    On a cluster it remembers the nodes its last client found, and a new client learns the
+    slots from them as well as from the URL's node: after a failover, the node the URL
+    names may be the master that died, and a worker must reconnect to the replica that
+    took its place all the same.
+
     >>> c = UrlConnector(RedisSettings("redis://u:pw@localhost:1/0"))
     >>> c.describe()
     'redis://u:***@localhost:1/0'
@@ -285,12 +295,20 @@ class UrlConnector:
     def __init__(self, settings: RedisSettings) -> None:
         self.settings = settings
         self.cluster = settings.cluster
+        #: ``(host, port)`` of every cluster node the last client knew.
+        self.known_nodes: list[tuple[str, int]] = []
+
+    def _make(self, socket_timeout: float | None = None) -> Any:
+        client = self.settings.make_client(socket_timeout, self.known_nodes)
+        if self.cluster:
+            self.known_nodes = [(n.host, n.port) for n in client.get_nodes()]
+        return client
 
     def client(self) -> Any:
-        return self.settings.make_client()
+        return self._make()
 
     def reader(self, block_ms: int) -> Any:
-        return self.settings.make_client(self.settings.reader_timeout(block_ms))
+        return self._make(self.settings.reader_timeout(block_ms))
 
     def describe(self) -> str:
         return redact_url(self.settings.url)
@@ -328,10 +346,20 @@ class ClientConnector:
         return self._description
 
 
+def close_clients(clients: Iterable[Any]) -> None:
+    """Close every connection of ``clients`` (cluster clients: a pool per node), best effort."""
+    for c in clients:
+        try:
+            if c is not None:
+                c.close()
+        except Exception:  # noqa: BLE001, S110 - nothing to do about it
+            pass
+
+
 def connector_from_url(url: str, **settings: Any) -> UrlConnector:
     """Shortcut: ``connector_from_url("redis://localhost", password=...)``."""
     return UrlConnector(RedisSettings(url, **settings))
 
 
 __all__ = ["ClientConnector", "Connector", "NoAccessRetry", "RedisSettings", "UrlConnector",
-           "connector_from_url", "is_access_error", "tls_failure"]
+           "close_clients", "connector_from_url", "is_access_error", "tls_failure"]

@@ -27,8 +27,9 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, TextIO
 
-from streamnb.constants import DATA_FIELD, EXIT_FAILURE, EXIT_USAGE
 from streamnb.exceptions import SettingsError
+from streamnb_workers.codec import DATA_FIELD
+from streamnb_workers.exit_codes import EXIT_FAILURE, EXIT_USAGE
 from streamnb_workers.keys import GROUP
 from streamnb_workers.replies import as_str, entry_field
 

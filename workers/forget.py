@@ -16,9 +16,8 @@ from typing import Any, BinaryIO, TextIO
 
 import msgpack
 
-from streamnb.constants import DATA_FIELD
 from streamnb.exceptions import MalformedMessage, SettingsError
-from streamnb_workers.codec import decode_input
+from streamnb_workers.codec import DATA_FIELD, decode_input
 from streamnb_workers.keys import ModelKeys
 from streamnb_workers.learn_keys import known_keys
 from streamnb_workers.sources import Outgoing, is_mbox, iter_paths

@@ -27,7 +27,7 @@ from wsgiref.simple_server import WSGIRequestHandler, make_server
 from prometheus_client import REGISTRY, make_wsgi_app
 from prometheus_client.exposition import ThreadingWSGIServer
 
-from streamnb.constants import DEFAULT_HEALTHZ_GRACE_S
+from streamnb_workers.defaults import DEFAULT_HEALTHZ_GRACE_S
 
 __all__ = ["DEFAULT_HEALTHZ_GRACE_S", "RedisHealth", "health_app", "serve_metrics_and_health"]
 

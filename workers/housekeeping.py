@@ -1,6 +1,6 @@
 """A worker's duties besides its batches, per model, each on a timer of its own: the
-heartbeat, the snapshot lease, and for the lease holder snapshots, stream gauges and the
-removal of dead consumers; the observer's look at the model; the claims of idle entries
+heartbeat, the snapshot lease, and for the lease holder snapshots, the trim of ``:in``,
+stream gauges and the removal of dead consumers; the observer's look at the model; the claims of idle entries
 (workers/intake.py).
 
 >>> t = Timer(5.0)
@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 
 from streamnb.encoding import dumps
 from streamnb_workers import token_names
+from streamnb_workers.input_trim import trim_input
 from streamnb_workers.options import WorkerOptions
 from streamnb_workers.replica import snapshot_age
 from streamnb_workers.replies import as_str
@@ -28,7 +29,8 @@ from streamnb_workers.stream_ids import entry_time
 if TYPE_CHECKING:
     from streamnb_workers.runtime import ModelRuntime
 
-__all__ = ["Timer", "Timers", "drop_sampled_gauges", "heartbeat", "housekeeping", "sample_gauges"]
+__all__ = ["Timer", "Timers", "drop_sampled_gauges", "heartbeat", "housekeeping", "sample_gauges",
+           "trim_consumed_input"]
 
 log = logging.getLogger("streamnb.worker")
 
@@ -39,13 +41,14 @@ TOKEN_NAMES_S = 60.0
 
 
 class Timer:
-    """Due every ``period_s`` seconds (``time.monotonic()``), and at once at first."""
+    """Due every ``period_s`` seconds (``time.monotonic()``), and at once at first (or
+    at ``first_at``)."""
 
     __slots__ = ("period_s", "next_at")
 
-    def __init__(self, period_s: float) -> None:
+    def __init__(self, period_s: float, first_at: float = 0.0) -> None:
         self.period_s = period_s
-        self.next_at = 0.0
+        self.next_at = first_at
 
     def due(self, now: float) -> bool:
         return now >= self.next_at
@@ -76,6 +79,7 @@ class Timers:
     cleanup: Timer
     observe: Timer
     claim: Timer
+    trim_input: Timer
     names: Timer
 
     @classmethod
@@ -84,7 +88,10 @@ class Timers:
                    gauges=Timer(GAUGES_S), cleanup=Timer(o.stale_s),
                    observe=Timer(o.observe_model_s),
                    claim=Timer(max(0.05, o.claim_idle_ms / 2000.0)),
-                   names=Timer(TOKEN_NAMES_S))
+                   names=Timer(TOKEN_NAMES_S),
+                   # not at start: a worker just started has acknowledged nothing, and a
+                   # group just set to start after old entries may yet be set back
+                   trim_input=Timer(o.input_trim_s, time.monotonic() + o.input_trim_s))
 
 
 def housekeeping(rt: ModelRuntime, served: list[str], now: float | None = None) -> None:
@@ -100,6 +107,8 @@ def housekeeping(rt: ModelRuntime, served: list[str], now: float | None = None) 
     if rt.snapshotter.holder:
         if rt.snapshotter.maybe_write(rt.replica):
             rt.labels(rt.metrics.snapshots_written).inc()
+        if rt.options.input_trim_s > 0 and t.trim_input.fire(now):
+            trim_consumed_input(rt)
         if t.gauges.fire(now):
             sample_gauges(rt)
         if t.cleanup.fire(now):
@@ -125,6 +134,16 @@ def heartbeat(rt: ModelRuntime, served: list[str]) -> None:
     rt.client.hset(rt.keys.workers, rt.consumer, hb)
     rt.peers = bool(live_workers(rt.client, rt.keys, rt.options.stale_s).keys() - {rt.consumer})
     rt.labels(rt.metrics.heartbeat).set(time.time())
+
+
+def trim_consumed_input(rt: ModelRuntime) -> int:
+    """Trim ``:in`` of what every consumer group has acknowledged; returns the entries
+    removed."""
+    minid, removed = trim_input(rt.client, rt.keys)
+    if removed:
+        log.debug("model %s: trimmed %d acknowledged entries of :in before %s",
+                  rt.name, removed, minid)
+    return removed
 
 
 def sample_gauges(rt: ModelRuntime) -> None:

@@ -2,10 +2,10 @@
 for a later ``ref`` label, in time-bucketed hashes.
 
 A worker with a cache TTL of T ms writes into buckets of width W = T // 8
-(:data:`~streamnb.constants.LABEL_CACHE_BUCKETS_PER_TTL`). The entry of message id I,
+(:data:`~LABEL_CACHE_BUCKETS_PER_TTL`). The entry of message id I,
 written at time t (ms, the worker's clock), is the field ``r<I>`` of the hash
 ``{M}:cachebucket:<W>:<k>:<s>``, with k = t // W and s = CRC-32(I) mod 16
-(:data:`~streamnb.constants.LABEL_CACHE_SHARDS`); the hash expires at (k + 1) W + T, so an
+(:data:`~LABEL_CACHE_SHARDS`); the hash expires at (k + 1) W + T, so an
 entry lives between T and T + W. A batch's entries go to at most 16 hashes, written by the
 commit script (workers/commit.lua) with one ``HSET`` and one ``PEXPIRE`` each.
 
@@ -45,7 +45,6 @@ from typing import Any
 
 import msgpack
 
-from streamnb.constants import LABEL_CACHE_BUCKETS_PER_TTL, LABEL_CACHE_SHARDS
 from streamnb.encoding import dumps
 from streamnb.features import Row
 from streamnb_workers.commit import CacheCas, CacheWrite
@@ -56,6 +55,16 @@ from streamnb_workers.replies import as_str
 __all__ = ["CachedMessage", "NOT_LEARNT", "batch_writes", "bucket_width_ms", "decode_entry",
            "decode_label", "encode_entry", "encode_label", "entry_field", "fetch_cached",
            "label_change", "relabel", "shard_of"]
+
+#: The delayed-label cache writes its entries into time buckets of TTL / this width
+#: (workers/label_cache.py): an entry lives between TTL and TTL * (1 + 1/8); a lookup
+#: probes about this many + 3 bucket hashes.
+LABEL_CACHE_BUCKETS_PER_TTL = 8
+
+#: Hashes per time bucket of the delayed-label cache, chosen by a CRC-32 of the message
+#: id: a batch's entries take at most this many ``HSET`` + ``PEXPIRE`` pairs, and no one
+#: hash holds more than 1/(8 x this) of the cache.
+LABEL_CACHE_SHARDS = 16
 
 #: The learnt label of a cached message not learnt yet.
 NOT_LEARNT = b""

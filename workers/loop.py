@@ -37,7 +37,7 @@ from streamnb.exceptions import StreamnbError
 from streamnb_workers.backoff import Backoff
 from streamnb_workers.commit import COMMIT_SCRIPT
 from streamnb_workers.commit_pipeline import abandon, settle
-from streamnb_workers.connection import Connector, is_access_error
+from streamnb_workers.connection import Connector, close_clients, is_access_error
 from streamnb_workers.health import RedisHealth
 from streamnb_workers.heap import HeapTrimmer
 from streamnb_workers.housekeeping import drop_sampled_gauges, housekeeping
@@ -70,8 +70,22 @@ TRANSIENT_PREFIXES = ("MISCONF", "READONLY", "LOADING", "MASTERDOWN", "CLUSTERDO
 UNREACHABLE_KINDS = ("connection", "timeout")
 
 
+#: Cluster errors redis-py raises without the reply's prefix, or outside ``RedisError``,
+#: that a topology change explains (a failover, a slot moving): a reconnect re-reads it.
+CLUSTER_TRANSIENT = (redis.exceptions.ClusterError, redis.exceptions.TryAgainError,
+                     redis.exceptions.AskError, redis.exceptions.SlotNotCoveredError)
+
+
 def error_kind(exc: BaseException) -> str | None:
-    """The metric kind of a transient Redis error, or None if it is not transient."""
+    """The metric kind of a transient Redis error, or None if it is not transient.
+
+    >>> from redis.exceptions import ClusterDownError, ResponseError, TryAgainError
+    >>> [error_kind(e) for e in (redis.ConnectionError("refused"), ClusterDownError("down"),
+    ...  TryAgainError("rehashing"), ResponseError("NOREPLICAS Not enough good replicas"))]
+    ['connection', 'other', 'other', 'other']
+    >>> error_kind(ResponseError("WRONGTYPE Operation against a key")) is None
+    True
+    """
     if isinstance(exc, redis.TimeoutError):
         return "timeout"
     if isinstance(exc, (redis.ConnectionError, redis.BusyLoadingError)):
@@ -86,7 +100,7 @@ def error_kind(exc: BaseException) -> str | None:
             return "nogroup"
         if text.startswith(TRANSIENT_PREFIXES):
             return "other"
-    if isinstance(exc, redis.exceptions.ClusterError):
+    if isinstance(exc, CLUSTER_TRANSIENT):
         return "other"
     return None
 
@@ -260,7 +274,8 @@ class Worker:
         log.warning("redis %s error at %s: %s; reconnecting in %.2fs (attempt %d)", kind,
                     self.connector.describe(), exc, delay, self.backoff.attempts)
         self._stop.wait(delay)
-        for c in {id(self.client): self.client, id(self.reader): self.reader}.values():
+        old = {id(self.client): self.client, id(self.reader): self.reader}.values()
+        for c in old:
             try:
                 if c is not None and hasattr(c, "connection_pool"):
                     c.connection_pool.disconnect()
@@ -270,6 +285,9 @@ class Worker:
             self.connect()
         except Exception as e2:  # noqa: BLE001 - retried on the next attempt
             log.warning("reconnect failed: %s", e2)
+        else:
+            if self.connector.cluster:  # new clients learnt the topology anew
+                close_clients(old)
         for rt in self.models.values():
             rt.pending_phase = True  # uncommitted work is redone from our pending entries
 

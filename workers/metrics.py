@@ -81,9 +81,21 @@ class Metrics:
             "order_wait_seconds", "Time a batch waited for other workers' earlier labelled "
             "batches to commit before predicting (batches that had to wait)",
             MW, buckets=STAGE_BUCKETS, **r)
+        self.order_wait_cpu = Counter(
+            "order_wait_cpu_seconds", "CPU time of the worker's thread in those waits (its "
+            "polls of :log and :inflight, and the other workers' deltas applied meanwhile)",
+            MW, **r)
         self.order_wait_timeouts = Counter(
             "order_wait_timeouts", "Waits for earlier labelled batches that gave up at "
             "order_wait_ms (the batch was predicted without them)", MW, **r)
+        self.ordered_section_seconds = Histogram(
+            "ordered_section_seconds", "Time per labelled batch taken in stream order across "
+            "workers: from the end of its order wait to its commit sent (pipelined) or "
+            "committed", MW, buckets=STAGE_BUCKETS, **r)
+        self.ordered_section_cpu = Counter(
+            "ordered_section_cpu_seconds", "CPU time of the worker's thread inside the "
+            "ordered section (streamnb_ordered_section_seconds less the time it was "
+            "descheduled or blocked on Redis)", MW, **r)
         self.redis_errors = Counter(
             "redis_errors", "Redis errors by kind (connection, timeout, misconf, readonly, nogroup, "
             "other)",

@@ -11,7 +11,9 @@ format version), ``kind``, ``model_params`` (normalised by the model's ``get_par
 ``featurizer`` (the full featurizer config), ``decision`` (decision-rule options),
 ``half_life`` (forgetting half-life in learnt messages, or null), ``error_weight`` (a
 labelled message whose verdict was wrong is learnt with this many times its weight; 1:
-every message alike; a config stored without it means 1), ``created`` (unix time).
+every message alike; a config stored without it means 1), ``classes`` (the declared
+classes, a list of str, or null: any label is a class), ``created`` (unix time). A config
+stored without ``classes`` reads as null.
 
 Defaults filled in at creation for hashed (sparse) input: ``n_features`` = the number of
 featurizer columns and ``smoothing_m = "seen"`` when the model has such parameters; for
@@ -42,8 +44,12 @@ from typing import Any
 
 import redis
 
-from streamnb.constants import DEFAULT_ERROR_WEIGHT, DEFAULT_MAIL_ALPHA, MAIL_DECISION_DEFAULTS
 from streamnb.exceptions import ConfigConflict, SettingsError
+from streamnb_workers.defaults import (
+    DEFAULT_ERROR_WEIGHT,
+    DEFAULT_MAIL_ALPHA,
+    MAIL_DECISION_DEFAULTS,
+)
 from streamnb_workers.keys import ModelKeys, check_model_name
 from streamnb_workers.lua import LuaScript
 from streamnb_workers.replies import as_str
@@ -69,9 +75,14 @@ class ModelSpec:
     ``error_weight``: the weight factor of a message learnt after a wrong verdict
     (None: :data:`DEFAULT_ERROR_WEIGHT` for a new count model of hashed mail, else 1;
     1 turns it off).
+    ``classes``: the only labels the model learns (None: any label).
 
     >>> ModelSpec("mail", kind="multinomial").name
     'mail'
+    >>> ModelSpec("mail", classes=["spam", "spam"])
+    Traceback (most recent call last):
+    ...
+    ValueError: classes must be distinct, non-empty labels of at most 256 characters, got ['spam', 'spam']
     """
 
     name: str
@@ -81,9 +92,12 @@ class ModelSpec:
     decision: dict[str, Any] | None = None
     half_life: float | None = None
     error_weight: float | None = None
+    classes: list[str] | None = None
 
     def __post_init__(self) -> None:
         check_model_name(self.name)
+        if self.classes is not None:
+            self.classes = check_classes(self.classes)
         if self.half_life is not None and not (float(self.half_life) > 0):
             raise ValueError(f"half_life must be > 0 learnt messages, got {self.half_life}")
         if self.error_weight is not None:
@@ -118,6 +132,7 @@ class ModelConfig:
     decision: dict[str, Any] = field(default_factory=dict)
     half_life: float | None = None
     error_weight: float = 1.0
+    classes: list[str] | None = None
     format: int = CONFIG_FORMAT_VERSION
     created: float = 0.0
 
@@ -130,6 +145,7 @@ class ModelConfig:
             "decision": _canon(self.decision),
             "half_life": _canon(self.half_life),
             "error_weight": _canon(self.error_weight),
+            "classes": _canon(self.classes),
             "created": repr(float(self.created)),
         }
 
@@ -147,17 +163,25 @@ class ModelConfig:
                        decision=json.loads(h.get("decision", "{}")),
                        half_life=json.loads(h.get("half_life", "null")),
                        error_weight=check_error_weight(json.loads(h.get("error_weight", "1"))),
-                       format=fmt,
+                       classes=_stored_classes(name, h.get("classes", "null")), format=fmt,
                        created=float(h.get("created", 0.0)))
         except (KeyError, ValueError) as exc:
             if isinstance(exc, ConfigConflict):
                 raise
             raise ConfigConflict(f"model {name!r} has an unreadable stored config: {exc}") from None
 
-    def make_featurizer(self) -> Any:
-        from streamnb.features import Featurizer
+    def make_featurizer(self, max_bytes: int | None = None) -> Any:
+        """The model's featurizer; ``max_bytes``: raw mail read (larger mail is cut; None:
+        the default, 1 MiB). A worker's setting, not the model's: what is learnt goes to
+        every replica as a delta, whatever cut the mail."""
+        from dataclasses import replace
 
-        return Featurizer.from_config(self.featurizer)
+        from streamnb.features import DEFAULT_FEATURE_LIMITS, Featurizer
+
+        if max_bytes is None:
+            return Featurizer.from_config(self.featurizer)
+        limits = replace(DEFAULT_FEATURE_LIMITS, max_message_bytes=int(max_bytes))
+        return Featurizer.from_config(self.featurizer, limits)
 
     def make_model(self) -> Any:
         from streamnb.models import make_model
@@ -180,6 +204,28 @@ class ModelConfig:
     def decay_factor(self) -> float:
         """g = 0.5 ** (K / H), so the weight halves every H learnt messages."""
         return 0.5 ** (self.decay_every / float(self.half_life)) if self.half_life else 1.0
+
+
+def check_classes(classes: Any) -> list[str]:
+    """Declared classes: distinct non-empty str labels of at most 256 characters (the
+    wire's label limit), at least one; ValueError otherwise."""
+    ok = (isinstance(classes, (list, tuple)) and classes
+          and all(isinstance(c, str) and 0 < len(c) <= 256 for c in classes)
+          and len(set(classes)) == len(classes))
+    if not ok:
+        raise ValueError(f"classes must be distinct, non-empty labels of at most 256 "
+                         f"characters, got {classes!r}")
+    return list(classes)
+
+
+def _stored_classes(name: str, text: str) -> list[str] | None:
+    classes = json.loads(text)
+    if classes is None:
+        return None
+    try:
+        return check_classes(classes)
+    except ValueError as exc:
+        raise ConfigConflict(f"model {name!r} has unreadable stored classes: {exc}") from None
 
 
 def _canon(v: Any) -> str:
@@ -242,7 +288,7 @@ def resolve_spec(spec: ModelSpec) -> ModelConfig:
                        error_weight=(check_error_weight(spec.error_weight)
                                      if spec.error_weight is not None
                                      else DEFAULT_ERROR_WEIGHT if hashed_counts else 1.0),
-                       created=time.time())
+                       classes=spec.classes, created=time.time())
 
 
 def read_config(client: Any, name: str) -> ModelConfig | None:
@@ -274,6 +320,8 @@ def differences(stored: ModelConfig, spec: ModelSpec) -> list[tuple[str, Any, An
         diffs.append(("half_life", stored.half_life, float(spec.half_life)))
     if spec.error_weight is not None and float(spec.error_weight) != stored.error_weight:
         diffs.append(("error_weight", stored.error_weight, float(spec.error_weight)))
+    if spec.classes is not None and spec.classes != stored.classes:
+        diffs.append(("classes", stored.classes, spec.classes))
     return diffs
 
 

@@ -27,10 +27,16 @@ from typing import Any
 
 import numpy as np
 
-from streamnb.constants import DRIFT_EVENT_COOLDOWN_S, LOG_LOSS_CAP
 from streamnb.drift import ADWIN, GaussianDrift, Moments, PageHinkley, PriorShift, TokenDrift
 from streamnb.drift.base import DriftDetector
 from streamnb_workers.metrics import Metrics, observe_many
+
+#: Per-sample log-loss is capped at -log(1e-15) (scikit-learn's eps), so one confidently
+#: wrong prediction cannot dominate a sum; also the loss charged for an unknown true class.
+LOG_LOSS_CAP = 34.538776394910684
+
+#: Seconds during which the observer emits no second event for the same detector.
+DRIFT_EVENT_COOLDOWN_S = 60.0
 
 log = logging.getLogger(__name__)
 

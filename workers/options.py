@@ -14,7 +14,9 @@ import os
 import socket
 from dataclasses import dataclass
 
-from streamnb.constants import (
+from streamnb.features.payload import DEFAULT_MAX_MESSAGE_BYTES
+from streamnb_workers.codec import DEFAULT_LIMITS, Limits
+from streamnb_workers.defaults import (
     DEFAULT_BATCH_SIZE,
     DEFAULT_LABEL_CACHE_TTL_S,
     DEFAULT_LEARNT_KEYS_MAX,
@@ -22,7 +24,6 @@ from streamnb.constants import (
     DEFAULT_TOKEN_NAMES,
     DEFAULT_TOKEN_NAMES_EVERY,
 )
-from streamnb_workers.codec import DEFAULT_LIMITS, Limits
 from streamnb_workers.health import DEFAULT_HEALTHZ_GRACE_S
 
 __all__ = ["WorkerOptions"]
@@ -41,8 +42,13 @@ class WorkerOptions:
     claim_idle_ms: int = 60_000
     #: A message delivered more than this many times goes to :dead (reason ``poison``).
     max_deliveries: int = 5
+    #: Approximate caps (``MAXLEN ~``) of ``:out`` and ``:dead``, applied at each commit
+    #: (0: no cap).
     out_maxlen: int = 1_000_000
     dead_maxlen: int = 100_000
+    #: Every this many seconds the lease holder trims ``:in`` of the entries every
+    #: consumer group has read and acknowledged (0: never; see workers/input_trim.py).
+    input_trim_s: float = 10.0
     events_maxlen: int = 10_000
     #: Snapshot after this many applied log entries, or this many seconds.
     snapshot_every: int = 1000
@@ -69,7 +75,12 @@ class WorkerOptions:
     backoff_base_s: float = 0.05
     backoff_cap_s: float = 5.0
     max_commit_attempts: int = 8
+    #: Bounds on decoding one entry; ``limits.max_message_bytes`` (8 MiB) is the largest
+    #: entry decoded at all (a larger one is a ``too_large`` dead letter).
     limits: Limits = DEFAULT_LIMITS
+    #: Raw mail read per message: a larger mail is cut at a MIME boundary (headers kept,
+    #: ``defect:truncated``), then predicted and learnt (``--max-bytes``).
+    max_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
     #: Predict message i of a batch with the model plus the labelled messages before it in
     #: the batch (as one-at-a-time processing), for the models that do it cheaply (every
     #: kind but bernoulli and hybrid, whose exact method copies their 2**20-wide tables per
@@ -111,6 +122,14 @@ class WorkerOptions:
             raise ValueError(f"order_wait_ms must be >= 0, got {self.order_wait_ms}")
         if self.release_memory_s < 0:
             raise ValueError(f"release_memory_s must be >= 0, got {self.release_memory_s}")
+        if not 1024 <= self.max_bytes <= self.limits.max_message_bytes:
+            raise ValueError(f"max_bytes must be from 1024 to the entry limit "
+                             f"{self.limits.max_message_bytes}, got {self.max_bytes}")
+        if self.input_trim_s < 0:
+            raise ValueError(f"input_trim_s must be >= 0, got {self.input_trim_s}")
+        if self.out_maxlen < 0 or self.dead_maxlen < 0:
+            raise ValueError(f"out_maxlen and dead_maxlen must be >= 0, got "
+                             f"{self.out_maxlen} and {self.dead_maxlen}")
         for name in ("explain", "token_names"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")

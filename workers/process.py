@@ -24,7 +24,9 @@ from streamnb_workers.batch import (
     Predictions,
     cache_rows,
     decode_entries,
+    drop_bad_categories,
     drop_foreign_labels,
+    drop_undeclared_labels,
     featurize,
     known_classes,
     own_stats,
@@ -88,13 +90,15 @@ def process_batch(rt: ModelRuntime, entries: list, deliveries: dict[str, int] | 
             rt.withdraw(announced)  # it learns nothing: nobody needs to wait for it
             announced = None
         batch = featurize(rt.featurizer, decoded)
+        batch = drop_bad_categories(rt.replica.model,
+                                    drop_undeclared_labels(rt.config.classes, batch))
         rt.labels.stage("featurize", time.perf_counter() - t1)
         prepared = prepare(rt, batch) if batch.items else None
 
         # the previous batch's commit (pipelined) lands before anything reads the model
         rt.own_applied = False
         settled = commit_pipeline.settle(rt)
-        catch_up(rt, start, bool(batch.items), settled)
+        ordered_from = catch_up(rt, start, bool(batch.items), settled)
         t2 = time.perf_counter()
         # after the log tail: it may have brought the model's first classes
         batch = drop_foreign_labels(known_classes(rt.replica.model), decoded, batch)
@@ -126,6 +130,12 @@ def process_batch(rt: ModelRuntime, entries: list, deliveries: dict[str, int] | 
                 rt.labels.stage("send", time.perf_counter() - t4)
             else:
                 commit_pipeline.commit(rt, predicted, built)
+        if announced is not None and batch.items:
+            # a labelled batch, taken in stream order: from the end of its wait to its
+            # commit on the wire, what one worker holds every other worker up by
+            wall, cpu = ordered_from
+            rt.labels(rt.metrics.ordered_section_seconds).observe(time.perf_counter() - wall)
+            rt.labels(rt.metrics.ordered_section_cpu).inc(time.thread_time() - cpu)
         if rt.token_names is not None and batch.items:
             t5 = time.perf_counter()
             count_token_names(rt, batch.items, tokens)
@@ -172,26 +182,33 @@ def prepare(rt: ModelRuntime, batch: Featurized) -> Prepared:
                     time.perf_counter() - t1)
 
 
-def catch_up(rt: ModelRuntime, start: str, has_items: bool, settled: bool) -> None:
+def catch_up(rt: ModelRuntime, start: str, has_items: bool, settled: bool,
+             ) -> tuple[float, float]:
     """Bring the model up to date before predicting: other workers' earlier labelled
     batches first (ordered predictions), then the log (batches committed while this one
     was read and featurized). A worker alone that applied its own delta at the commit
-    (nothing came between) has nothing to catch up with."""
+    (nothing came between) has nothing to catch up with. Returns when the wait ended
+    (``time.perf_counter()``, ``time.thread_time()``): the start of the batch's ordered
+    section."""
     o = rt.options
     current = has_items and o.order_wait_ms > 0 and await_earlier(rt, start)
+    waited = time.perf_counter(), time.thread_time()
     current = current or (rt.own_applied and rt.alone())
     if not current and (settled or (has_items and (o.order_wait_ms > 0 or o.prequential))):
         rt.tail()
+    return waited
 
 
 def await_earlier(rt: ModelRuntime, start: str) -> bool:
     """Wait (at most ``order_wait_ms``) for other workers' labelled batches that start
     before ``start`` to be committed, applying the log as it grows. True if the wait ended
     by applying the log (then the model is current)."""
+    cpu0 = time.thread_time()
     res = wait_for_earlier(rt.inflight, start, rt.options.order_wait_ms / 1000.0,
                            lambda batches, block_ms: rt.tail(batches, block_ms))
     if res.waited_for:
         rt.labels(rt.metrics.order_wait_seconds).observe(res.seconds)
+        rt.labels(rt.metrics.order_wait_cpu).inc(time.thread_time() - cpu0)
         if res.timed_out:
             rt.labels(rt.metrics.order_wait_timeouts).inc()
             log.info("model %s: waited %.0f ms for %d earlier labelled batch(es) of other "

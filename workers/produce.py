@@ -12,7 +12,8 @@ What each PATH is, decided in this order:
   per entry (a single message with a leading ``From `` line is one mail);
 - any other file: one RFC 822 message (``.eml``), sent as ``raw`` bytes.
 
-Labels: ``--label L`` labels every message; ``--index index.tsv`` (columns ``path``,
+Labels: ``--label L`` labels every message (refused at once if the model declares its
+classes and L is not one of them; a record or index label outside them is skipped); ``--index index.tsv`` (columns ``path``,
 ``label``, ``unix_time``; the SpamAssassin corpus format) labels the files it lists (paths
 relative to the index's directory) and gives their ``ts``. With ``--index`` and no PATH, every
 file of the index is sent, in index order. Message ids are the file's path relative to the
@@ -26,6 +27,13 @@ learnt keys: a message already learnt is not sent again (counted in
 ``ProduceReport.already_learnt``), so running ``produce`` again after an interruption
 sends only what was not learnt, and the worker's own check makes the rest learnt once.
 
+Mail (every source but JSON lines) must look like mail: a file that is empty, holds NUL
+bytes in its header block or does not start with a header line (or an mbox ``From `` line)
+is skipped with the reason. A mail over ``max_bytes`` (``--max-bytes``, 1 MiB) is cut
+before it is sent, as a worker would cut it (:func:`streamnb.features.truncate.cut_mail`:
+headers kept, at a MIME boundary), so no entry is much larger than the limit. A directory
+that holds no file is an error (nothing is sent).
+
 Entries are sent with pipelined XADDs in chunks (``--chunk``). A progress line is drawn on
 stderr only when stderr is a terminal. Reading the PATHs is workers/sources.py.
 """
@@ -38,11 +46,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
-from streamnb.constants import DATA_FIELD, DEFAULT_PRODUCE_CHUNK
 from streamnb.exceptions import MalformedMessage, SettingsError
-from streamnb_workers.codec import decode_input
+from streamnb.features.payload import DEFAULT_MAX_MESSAGE_BYTES
+from streamnb.features.truncate import cut_mail
+from streamnb_workers.codec import DATA_FIELD, decode_input
+from streamnb_workers.defaults import DEFAULT_PRODUCE_CHUNK
 from streamnb_workers.keys import ModelKeys
 from streamnb_workers.learn_keys import known_keys
+from streamnb_workers.produce_checks import (
+    check_class,
+    check_not_empty,
+    declared_classes,
+    not_mail,
+)
 from streamnb_workers.replies import as_str, entry_field
 from streamnb_workers.sources import IndexEntry, count_messages, iter_paths, read_index
 
@@ -98,8 +114,8 @@ class Progress:
             self.stream.flush()
 
 
-def _validate(data: bytes, entry: str) -> None:
-    decode_input(data, entry)
+def _validate(data: bytes, entry: str) -> Any:
+    return decode_input(data, entry)
 
 
 class ProduceInterrupted(Exception):
@@ -121,6 +137,7 @@ def produce(
     chunk: int = DEFAULT_PRODUCE_CHUNK,
     progress: bool | None = None,
     stderr: TextIO | None = None,
+    max_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
 ) -> ProduceReport:
     """Send messages to ``streamnb:{model}:in``; returns what was sent, skipped and found
     already learnt.
@@ -136,6 +153,10 @@ def produce(
         raise SettingsError(f"--chunk must be >= 1, got {chunk}")
     stderr = stderr if stderr is not None else sys.stderr
     keys = ModelKeys(model)
+    classes = declared_classes(client, model)
+    if classes is not None and label is not None and label not in classes:
+        raise SettingsError(f"--label {label!r} is not one of model {model!r}'s classes: "
+                            f"{', '.join(classes)}")
     by_path: dict[str, IndexEntry] = {}
     base: Path | None = None
     if index is not None:
@@ -146,6 +167,8 @@ def produce(
             paths = [str(base / e.path) for e in entries]
     if not paths:
         raise SettingsError("nothing to send: give one or more PATHs (or --index index.tsv)")
+    for p in paths:
+        check_not_empty(Path(p))
 
     missing = next((p for p in paths if not Path(p).exists()), None)
     if missing is not None:
@@ -183,8 +206,16 @@ def produce(
             try:
                 if out.error is not None:
                     raise ValueError(out.error)
+                if out.raw is not None:
+                    reason = not_mail(out.raw)
+                    if reason is not None:
+                        raise ValueError(reason)
+                    if len(out.raw) > max_bytes:  # keyed as the whole mail, then cut
+                        out.fields.setdefault("key", out.key())
+                        out.raw = cut_mail(out.raw, max_bytes)
                 data = out.encode(label=msg_label, ts=entry.ts if entry else None)
                 msg = decode_input(data, out.id)
+                check_class(msg.label, classes)
             except (MalformedMessage, TypeError, ValueError) as exc:
                 report.skipped += 1
                 report.problems.append(f"{out.source}: {exc}")
@@ -203,7 +234,8 @@ def produce(
 
 
 # ---------------------------------------------------------------------------- predict
-def send_and_wait(client: Any, model: str, path: str, timeout: float = 30.0) -> dict[str, Any] | None:
+def send_and_wait(client: Any, model: str, path: str, timeout: float = 30.0,
+                  max_bytes: int = DEFAULT_MAX_MESSAGE_BYTES) -> dict[str, Any] | None:
     """Send one file unlabelled and wait for its prediction in ``:out``; None on timeout.
 
     The message gets a fresh id; predictions are looked for after the input entry's id
@@ -221,6 +253,11 @@ def send_and_wait(client: Any, model: str, path: str, timeout: float = 30.0) -> 
     if out.error:
         raise SettingsError(f"{out.source}: {out.error}")
     out.fields.pop("label", None)
+    if out.raw is not None:
+        reason = not_mail(out.raw)
+        if reason is not None:
+            raise SettingsError(f"{path!r} is {reason}")
+        out.raw = cut_mail(out.raw, max_bytes)
     out.id = f"predict-{uuid.uuid4().hex}"
     out.fields["id"] = out.id
     data = out.encode()

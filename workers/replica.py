@@ -100,6 +100,9 @@ class Replica:
         self.learnt = 0
         self.snapshot_version = "0-0"
         self.reloads = 0
+        #: Times the log was found to have gone back behind this replica (Redis lost
+        #: writes it had applied: a crash, or a failover to a replica that lagged).
+        self.rewinds = 0
         #: Seconds the last :meth:`catch_up` with ``block_ms`` waited for the log to grow.
         self.waited_s = 0.0
         #: Unreadable snapshots met, and unreadable log entries skipped (see the module doc).
@@ -216,9 +219,11 @@ class Replica:
             if not checked:
                 checked = True
                 if self._went_backwards(own[0], snap_id):
+                    self.rewinds += 1
                     log.warning("model %s: log entry %s applied here is no longer in Redis (Redis "
-                                "lost writes, e.g. a crash with appendfsync everysec); reloading "
-                                "the snapshot and the log", self.keys.name, self.version)
+                                "lost writes: a crash with appendfsync everysec, or a failover to a "
+                                "replica that lagged); reloading the snapshot and the log",
+                                self.keys.name, self.version)
                     self._load_snapshot()
                     continue
             for entry_id, fields in entries:

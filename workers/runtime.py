@@ -83,7 +83,7 @@ class ModelRuntime:
         #: The command client, and the client of blocking reads.
         self.client = client
         self.reader = client if reader is None else reader
-        self.featurizer = config.make_featurizer()
+        self.featurizer = config.make_featurizer(o.max_bytes)
         self.rule = config.make_decision_rule()
         self.metrics = metrics
         self.labels = MetricLabels(metrics, self.name, self.consumer)

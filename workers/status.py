@@ -37,7 +37,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from streamnb.constants import DEFAULT_STATUS_LAST
+from streamnb_workers.defaults import DEFAULT_STATUS_LAST
 from streamnb_workers.keys import GROUP, ModelKeys
 from streamnb_workers.redaction import redact_url
 from streamnb_workers.replies import as_str

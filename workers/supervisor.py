@@ -35,9 +35,9 @@ from typing import Any
 
 import redis
 
-from streamnb.constants import EXIT_FAILURE, EXIT_USAGE
 from streamnb.exceptions import SettingsError
 from streamnb_workers.backoff import Backoff
+from streamnb_workers.exit_codes import EXIT_FAILURE, EXIT_USAGE
 
 log = logging.getLogger("streamnb.supervisor")
 
@@ -71,6 +71,8 @@ def worker_options(args: argparse.Namespace) -> Any:
                          claim_idle_ms=args.claim_idle_ms, cache_ttl_s=args.label_cache_ttl,
                          prequential=args.prequential, order_wait_ms=args.order_wait_ms,
                          pipeline=args.pipeline, cache_labelled=args.cache_labelled,
+                         input_trim_s=args.input_trim_s, out_maxlen=args.out_maxlen,
+                         dead_maxlen=args.dead_maxlen, max_bytes=args.max_bytes,
                          explain=args.explain, token_names=args.token_names,
                          token_names_every=args.token_names_every,
                          healthz_grace_s=args.healthz_grace,

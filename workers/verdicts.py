@@ -37,11 +37,10 @@ from typing import Any
 
 import redis
 
-from streamnb.constants import DATA_FIELD
 from streamnb.decision import DecisionRule
 from streamnb.exceptions import MalformedMessage
 from streamnb_workers.backoff import Backoff
-from streamnb_workers.codec import decode_output, encode_input
+from streamnb_workers.codec import DATA_FIELD, decode_output, encode_input
 from streamnb_workers.connection import RedisSettings
 from streamnb_workers.keys import ModelKeys
 from streamnb_workers.replies import as_str, entry_field

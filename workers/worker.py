@@ -66,10 +66,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--spec", action="append", required=True,
                    help='JSON ModelSpec, e.g. {"name": "mail", "kind": "multinomial"}')
     p.add_argument("--options", default="{}", help="JSON WorkerOptions fields")
+    p.add_argument("--metrics-port", type=int, default=0,
+                   help="serve Prometheus metrics on 127.0.0.1:PORT (0: none)")
+    p.add_argument("--cluster", action="store_true", help="--redis is a Redis Cluster node")
     a = p.parse_args(argv)
+    if a.metrics_port:
+        from prometheus_client import start_http_server
+
+        start_http_server(a.metrics_port, addr="127.0.0.1")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     specs = [ModelSpec(**json.loads(s)) for s in a.spec]
-    worker = Worker(UrlConnector(RedisSettings(a.redis)), specs, WorkerOptions(**json.loads(a.options)))
+    worker = Worker(UrlConnector(RedisSettings(a.redis, cluster=a.cluster)), specs,
+                    WorkerOptions(**json.loads(a.options)))
     tune_gc()
     return worker.run()
 

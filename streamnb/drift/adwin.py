@@ -18,8 +18,13 @@ import math
 from collections.abc import Iterable
 from typing import Any, Literal
 
-from streamnb.constants import ADWIN_CLOCK, ADWIN_DELTA, DRIFT_COOLDOWN_SAMPLES
-from streamnb.drift.base import DriftDetector
+from streamnb.drift.base import DRIFT_COOLDOWN_SAMPLES, DriftDetector
+
+#: ADWIN confidence: the probability of a false cut per check is at most this.
+ADWIN_DELTA = 0.002
+
+#: Samples between two ADWIN cut checks (River's ``clock``).
+ADWIN_CLOCK = 32
 
 Direction = Literal["both", "increase", "decrease"]
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from typing import Any, ClassVar
 
-from streamnb.constants import DRIFT_COOLDOWN_SAMPLES
+#: Updates during which a detector's further alarms are suppressed after it alarmed.
+DRIFT_COOLDOWN_SAMPLES = 500
 
 
 class DriftDetector(ABC):

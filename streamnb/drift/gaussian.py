@@ -30,9 +30,11 @@ from typing import Any
 
 import numpy as np
 
-from streamnb.constants import DRIFT_COOLDOWN_SAMPLES, GAUSSIAN_DRIFT_ALPHA
-from streamnb.drift.base import DriftDetector
+from streamnb.drift.base import DRIFT_COOLDOWN_SAMPLES, DriftDetector
 from streamnb.drift.quantiles import chi2_isf, chi2_ppf
+
+#: Gaussian feature drift: false-alarm probability per window test (chi-square tests).
+GAUSSIAN_DRIFT_ALPHA = 1e-5
 
 #: Variances are floored at this fraction of the largest one (plus a tiny absolute floor).
 VAR_FLOOR = 1e-9

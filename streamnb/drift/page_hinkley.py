@@ -13,8 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any, Literal
 
-from streamnb.constants import DRIFT_COOLDOWN_SAMPLES
-from streamnb.drift.base import DriftDetector
+from streamnb.drift.base import DRIFT_COOLDOWN_SAMPLES, DriftDetector
 
 
 class PageHinkley(DriftDetector):

@@ -18,9 +18,11 @@ from typing import Any
 
 import numpy as np
 
-from streamnb.constants import DRIFT_COOLDOWN_SAMPLES, PRIOR_SHIFT_ALPHA
-from streamnb.drift.base import DriftDetector
+from streamnb.drift.base import DRIFT_COOLDOWN_SAMPLES, DriftDetector
 from streamnb.drift.quantiles import chi2_isf
+
+#: Prior-shift G-test: false-alarm probability per check (Bonferroni over the windows).
+PRIOR_SHIFT_ALPHA = 1e-5
 
 
 def js_divergence(p: np.ndarray, q: np.ndarray) -> float:

@@ -11,9 +11,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from streamnb.constants import ADWIN_CLOCK, ADWIN_DELTA, DRIFT_COOLDOWN_SAMPLES
-from streamnb.drift.adwin import ADWIN
-from streamnb.drift.base import DriftDetector
+from streamnb.drift.adwin import ADWIN, ADWIN_CLOCK, ADWIN_DELTA
+from streamnb.drift.base import DRIFT_COOLDOWN_SAMPLES, DriftDetector
 
 
 class TokenDrift(DriftDetector):

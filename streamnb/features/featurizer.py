@@ -27,15 +27,17 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
-from streamnb.constants import DEFAULT_HASH_BITS, FEATURIZER_FORMAT_VERSION
 from streamnb.encoding import dumps, loads, pack_array, unpack_array
 from streamnb.exceptions import FormatError, MalformedMessage
-from streamnb.features.hashing import TokenHasher
+from streamnb.features.hashing import DEFAULT_HASH_BITS, TokenHasher
 from streamnb.features.mail import DEFAULT_HEADERS, N_META, MailTokenizer, text_meta
 from streamnb.features.payload import DEFAULT_FEATURE_LIMITS, PAYLOAD_KINDS, FeatureLimits, Payload
 from streamnb.features.text import WordRules
 
 __all__ = ["COUNT_MODES", "EmailFeaturizer", "Featurizer", "Row", "TextFeaturizer", "rows_to_bytes"]
+
+#: Version of the featurizer config and of encoded feature rows.
+FEATURIZER_FORMAT_VERSION = 1
 
 #: The first element of a gap-encoded row (:meth:`Row.to_bytes`), and the largest gap + 1.
 _GAPS_FORM = 2

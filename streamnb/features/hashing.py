@@ -1,13 +1,13 @@
 """Stable feature hashing: token -> bucket in ``[0, 2**bits)``, the same everywhere.
 
 The function is keyed BLAKE2b from the standard library (``hashlib.blake2b``), digest
-size 8 bytes, key :data:`streamnb.constants.HASH_KEY` (``b"streamnb-hash-v1"``), over the
+size 8 bytes, key :data:`HASH_KEY` (``b"streamnb-hash-v1"``), over the
 token's UTF-8 bytes; the digest is read as a little-endian unsigned 64-bit integer and
 its low ``bits`` bits are the bucket. It depends on neither the process (unlike the
 built-in ``hash``, salted per process), nor the machine, nor the Python version.
 No sign hashing: counts stay non-negative, as count models need.
 
-A per-process table (at most :data:`streamnb.constants.HASH_CACHE_SIZE` entries, emptied
+A per-process table (at most :data:`HASH_CACHE_SIZE` entries, emptied
 when full) maps token -> 64-bit hash, so the frequent tokens of a mail stream are hashed
 once; a token not in it is hashed by :func:`_blake64`. Where the optional C module is
 built (:mod:`streamnb._cmodules`) the table is its flat array of (str hash, length) ->
@@ -35,10 +35,18 @@ import numpy as np
 
 from streamnb._cmodules import optional_c_module
 from streamnb.arrays import sorted_unique
-from streamnb.constants import DEFAULT_HASH_BITS, HASH_CACHE_SIZE, HASH_KEY
 
 __all__ = ["C_TABLE", "MAX_HASH_BITS", "REFERENCE_TABLE", "TokenHasher", "TokenTable", "token_hash64",
            "token_hashes"]
+
+#: Default number of hash bits for hashed (text, token, mail) input: 2**20 buckets.
+DEFAULT_HASH_BITS = 20
+
+#: Key of the stable token hash (blake2b, 8-byte digest). Changing it changes every bucket.
+HASH_KEY = b"streamnb-hash-v1"
+
+#: Entries kept in the per-process token -> hash cache (an LRU).
+HASH_CACHE_SIZE = 1 << 18
 
 #: Buckets are stored as int32, so at most 2**31 of them.
 MAX_HASH_BITS = 31

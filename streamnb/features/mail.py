@@ -62,6 +62,7 @@ from streamnb.features.mime import Part, Unsupported, parse_message
 from streamnb.features.payload import DEFAULT_FEATURE_LIMITS, FeatureLimits
 from streamnb.features.steps import DEFAULT_STEPS, TokenizerSteps
 from streamnb.features.text import _ALNUM, WordRules, host_tokens_cached
+from streamnb.features.truncate import cut_mail, truncated_size
 
 __all__ = [
     "DEFAULT_HEADERS",
@@ -449,12 +450,15 @@ class MailTokenizer:
 
     # ------------------------------------------------------------------ parsing
     def _prepare(self, raw: bytes, a: MailAnalysis) -> bytes | None:
-        """The raw bytes, cut to the size limit; None (and a defect) for an empty message."""
+        """The raw bytes, cut to the size limit (:func:`~streamnb.features.truncate.cut_mail`:
+        headers kept, at a MIME boundary where there is one); None (and a defect) for an
+        empty message."""
         if not isinstance(raw, (bytes, bytearray, memoryview)):
             raw = str(raw).encode("utf-8", "surrogatepass")
-        raw = bytes(raw)
-        if len(raw) > self.limits.max_message_bytes:
-            raw = raw[: self.limits.max_message_bytes]
+        raw = cut_mail(bytes(raw), self.limits.max_message_bytes)
+        original = truncated_size(raw)
+        if original is not None:  # cut here or by the producer: the same bytes either way
+            a.size = original
             a.defect("truncated")
         if not raw or raw.isspace():
             a.defect("empty")

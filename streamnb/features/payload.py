@@ -16,9 +16,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from streamnb.constants import DEFAULT_MAX_MESSAGE_BYTES
-
 __all__ = ["DEFAULT_FEATURE_LIMITS", "PAYLOAD_KINDS", "FeatureLimits", "Payload"]
+
+#: Default size of raw mail that is read (1 MiB, ``--max-bytes``): a larger mail is cut
+#: (streamnb.features.truncate), then judged like any other.
+DEFAULT_MAX_MESSAGE_BYTES = 1 << 20
 
 #: Every kind of payload, in the order the wire format lists them.
 PAYLOAD_KINDS = ("raw", "text", "tokens", "hashes", "features", "x")

@@ -9,13 +9,12 @@ True
 
 from __future__ import annotations
 
-from streamnb.constants import MODEL_KINDS
 from streamnb.models.base import GenerativeClassifier
 from streamnb.models.bernoulli import BernoulliNB
 from streamnb.models.categorical import CategoricalNB
 from streamnb.models.gaussian import GaussianNB
 from streamnb.models.hybrid import HybridNB
-from streamnb.models.io import dumps, load, loads, make_model, model_class, save
+from streamnb.models.io import MODEL_KINDS, dumps, load, loads, make_model, model_class, save
 from streamnb.models.lda import LinearDiscriminantAnalysis
 from streamnb.models.multinomial import MultinomialNB
 from streamnb.models.qda import QuadraticDiscriminantAnalysis

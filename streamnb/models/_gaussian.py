@@ -16,11 +16,6 @@ import numpy as np
 from scipy.linalg import solve_triangular
 
 from streamnb.bounds import BhattacharyyaPair, bhattacharyya_distance
-from streamnb.constants import (
-    CHOLESKY_JITTER_INITIAL,
-    CHOLESKY_JITTER_MAX_TRIES,
-    CHOLESKY_PIVOT_RTOL,
-)
 from streamnb.exceptions import SingularCovarianceWarning
 from streamnb.models.base import GenerativeClassifier
 from streamnb.models.logspace import log_class_prior
@@ -28,6 +23,16 @@ from streamnb.stats.base import Label, normalize_labels
 from streamnb.stats.bundle import StatsBundle
 from streamnb.stats.class_counts import ClassCounts
 from streamnb.stats.moments import GaussianMoments
+
+#: First Cholesky jitter, as a fraction of each diagonal entry; multiplied by 10 per retry.
+CHOLESKY_JITTER_INITIAL = 1e-10
+
+#: Retries before falling back to the diagonal alone (jitter up to 1e-10 * 10**(n-1)).
+CHOLESKY_JITTER_MAX_TRIES = 12
+
+#: A Cholesky pivot with L_ii**2 below this fraction of S_ii (the variance of feature i
+#: left unexplained by the previous features) is treated as singular.
+CHOLESKY_PIVOT_RTOL = 1e-12
 
 LOG_2PI = float(np.log(2.0 * np.pi))
 

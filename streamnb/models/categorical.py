@@ -14,7 +14,7 @@ from streamnb.models._discrete import (
 )
 from streamnb.models.base import GenerativeClassifier
 from streamnb.stats.bundle import StatsBundle
-from streamnb.stats.category_counts import CategoryCounts
+from streamnb.stats.category_counts import DEFAULT_MAX_CATEGORIES, CategoryCounts, check_categories
 from streamnb.stats.class_counts import ClassCounts
 
 
@@ -24,6 +24,10 @@ class CategoricalNB(GenerativeClassifier):
     ``P(v | c, j) = (N_cjv + alpha) / (N_cj + alpha * K_j)``, K_j = largest category of
     feature j seen so far + 1 (as scikit-learn). A category never seen in training
     gets the count 0 (probability ``alpha / (N_cj + alpha * K_j)``) instead of an error.
+
+    Categories are bounded: a value at or beyond ``max_categories`` is refused with a
+    ValueError (learning and predicting alike), since a feature's table grows to the
+    largest category learnt.
 
     >>> import numpy as np
     >>> X = np.array([[0, 1], [0, 2], [1, 2]])
@@ -37,11 +41,13 @@ class CategoricalNB(GenerativeClassifier):
     positive_only = True
     poor_score = True
 
-    def __init__(self, alpha: float = 1.0, fit_prior: bool = True, class_prior: Any = None) -> None:
+    def __init__(self, alpha: float = 1.0, fit_prior: bool = True, class_prior: Any = None,
+                 max_categories: int = DEFAULT_MAX_CATEGORIES) -> None:
         super().__init__()
         self.alpha = alpha
         self.fit_prior = fit_prior
         self.class_prior = class_prior
+        self.max_categories = max_categories
         self._stale = True
 
     def _check_params(self) -> None:
@@ -49,6 +55,9 @@ class CategoricalNB(GenerativeClassifier):
         if not isinstance(self.fit_prior, (bool, np.bool_)):
             raise ValueError(f"fit_prior must be True or False, got {self.fit_prior!r}")
         check_class_prior(self.class_prior)
+        m = self.max_categories
+        if isinstance(m, bool) or not isinstance(m, (int, np.integer)) or m < 1:
+            raise ValueError(f"max_categories must be an int >= 1, got {m!r}")
 
     def __sklearn_tags__(self) -> Any:
         tags = super().__sklearn_tags__()
@@ -74,18 +83,32 @@ class CategoricalNB(GenerativeClassifier):
 
     def _validate_X(self, X: Any, predicting: bool = False) -> Any:
         X = super()._validate_X(X, predicting)
+        self.check_categories(X)
+        return X.astype(np.int64)
+
+    def check_categories(self, X: Any) -> None:
+        """Raise ValueError unless every value of ``X`` is a category this model takes: an
+        integer from 0 to ``max_categories - 1``.
+
+        >>> CategoricalNB(max_categories=8).check_categories(np.array([[1, 9]]))
+        Traceback (most recent call last):
+        ...
+        ValueError: category 9 of feature 1 is beyond the limit: categories are 0 .. 7 (max_categories=8)
+        """
+        self.validate_params()
+        X = np.asarray(X)
         if (X < 0).any():
             raise ValueError(f"Negative values in data passed to CategoricalNB (input X): it "
                              f"expects non-negative integer categories, got {X[X < 0][0]}")
         if (X != np.floor(X)).any():
             bad = X[X != np.floor(X)][0]
             raise ValueError(f"CategoricalNB expects non-negative integer categories, got {bad}")
-        return X.astype(np.int64)
+        check_categories(X, int(self.max_categories))
 
     def _batch_stats(self, X: Any, y: list, sample_weight: np.ndarray) -> StatsBundle:
         return StatsBundle(
             classes=ClassCounts().update(y, sample_weight),
-            categories=CategoryCounts().update(X, y, sample_weight),
+            categories=CategoryCounts().update(X, y, sample_weight, int(self.max_categories)),
         )
 
     def _on_stats_changed(self, delta: StatsBundle | None) -> None:

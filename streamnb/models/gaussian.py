@@ -7,10 +7,13 @@ from typing import Any
 
 import numpy as np
 
-from streamnb.constants import GAUSSIAN_FALLBACK_VARIANCE
 from streamnb.exceptions import SingularCovarianceWarning
 from streamnb.models._gaussian import LOG_2PI, GaussianClassifier, safe_log
 from streamnb.stats.base import Label
+
+#: GaussianNB variance used when the var_smoothing floor is zero (constant data or
+#: var_smoothing=0), relative to the data's scale (largest variance or squared mean, else 1).
+GAUSSIAN_FALLBACK_VARIANCE = 1e-9
 
 
 class GaussianNB(GaussianClassifier):

@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import Any
 
 from streamnb.atomic_file import write_atomic
-from streamnb.constants import MODEL_FORMAT_VERSION, MODEL_KINDS
 from streamnb.encoding import check_header
 from streamnb.encoding import dumps as _pack
 from streamnb.encoding import loads as _unpack
@@ -29,9 +28,15 @@ from streamnb.exceptions import FormatError
 from streamnb.models.base import GenerativeClassifier
 from streamnb.stats.bundle import StatsBundle
 
+#: Version of the model file / snapshot envelope (kind + params + statistics).
+MODEL_FORMAT_VERSION = 1
+
+#: Model kinds, as accepted by ``streamnb.models.make_model`` and ``streamnb worker --kind``.
+MODEL_KINDS = ("multinomial", "bernoulli", "categorical", "gaussian", "lda", "qda", "hybrid")
+
 
 def model_class(kind: Any) -> type[GenerativeClassifier]:
-    """The model class of ``kind``, one of :data:`streamnb.constants.MODEL_KINDS`.
+    """The model class of ``kind``, one of :data:`MODEL_KINDS`.
 
     >>> model_class("gaussian").__name__
     'GaussianNB'

@@ -25,9 +25,16 @@ from typing import Any, ClassVar, Self
 
 import numpy as np
 
-from streamnb.constants import STATS_FORMAT_VERSION, UNLEARN_RTOL
 from streamnb.encoding import check_header, dumps, loads
 from streamnb.exceptions import FormatError
+
+#: Version of the statistics encoding written by ``to_bytes``. Readers refuse newer versions.
+STATS_FORMAT_VERSION = 1
+
+#: Unlearning (``subtract``) refuses to remove more weight than a statistic holds, beyond
+#: this share of the numbers involved (rounding); a Gaussian class's M2 likewise may not
+#: go below 0 by more than this share of its weighted sum of squares.
+UNLEARN_RTOL = 1e-9
 
 Label = str | int
 
@@ -194,7 +201,7 @@ def spread_rows(a: np.ndarray, moved: np.ndarray, n_rows: int) -> np.ndarray:
 
 def check_removable(held: np.ndarray, removed: np.ndarray, what: str) -> None:
     """Raise ValueError where ``removed`` weight exceeds the ``held`` weight by more than
-    rounding (:data:`~streamnb.constants.UNLEARN_RTOL`): unlearning data never learnt.
+    rounding (:data:`~UNLEARN_RTOL`): unlearning data never learnt.
 
     >>> check_removable(np.array([2.0, 1.0]), np.array([2.0, 0.5]), "counts")
     >>> check_removable(np.array([2.0]), np.array([3.0]), "counts of class 'a'")

@@ -1,7 +1,9 @@
 """Per-class category counts ``N[c, j, v]``: the statistic behind categorical Naive Bayes.
 
 Categories are non-negative integers (as in scikit-learn); the number of categories
-``K_j`` of feature ``j`` grows as new ones appear (``K_j = largest category seen + 1``).
+``K_j`` of feature ``j`` grows as new ones appear (``K_j = largest category seen + 1``),
+up to a limit: a category at or beyond ``max_categories`` is refused with a ValueError
+before anything is allocated, so one value cannot cost memory in proportion to itself.
 """
 
 from __future__ import annotations
@@ -23,6 +25,31 @@ from streamnb.stats.base import (
     normalize_labels,
     spread_rows,
 )
+
+#: Categories a categorical feature may take (values 0 .. limit - 1): one message's
+#: category cannot make a model allocate more than this many columns per feature.
+DEFAULT_MAX_CATEGORIES = 1024
+
+
+def check_categories(X: np.ndarray, max_categories: int) -> None:
+    """Raise ValueError if a value of ``X`` (n_samples, n_features) is at or beyond
+    ``max_categories`` (checked on the values as given, before any conversion).
+
+    >>> check_categories(np.array([[0.0, 3.0]]), 4)
+    >>> check_categories(np.array([[0.0, 4.0]]), 4)
+    Traceback (most recent call last):
+    ...
+    ValueError: category 4 of feature 1 is beyond the limit: categories are 0 .. 3 (max_categories=4)
+    """
+    if X.size == 0:
+        return
+    over = np.argwhere(X >= max_categories)
+    if over.size:
+        i, j = over[0]
+        value = X[i, j]
+        shown = int(value) if np.isfinite(value) and value == np.floor(value) else value
+        raise ValueError(f"category {shown} of feature {j} is beyond the limit: categories "
+                         f"are 0 .. {max_categories - 1} (max_categories={max_categories})")
 
 
 class CategoryCounts(Statistic):
@@ -94,14 +121,23 @@ class CategoryCounts(Statistic):
                 self.counts[j] = np.hstack([self.counts[j], np.zeros((k, want - have))])
 
     # -------------------------------------------------------------- update
-    def update(self, X: Any, labels: Iterable[Any], weights: Any = None) -> Self:
-        """Count a batch of integer categories ``X`` (n_samples, n_features) per class."""
+    def update(self, X: Any, labels: Iterable[Any], weights: Any = None,
+               max_categories: int = DEFAULT_MAX_CATEGORIES) -> Self:
+        """Count a batch of integer categories ``X`` (n_samples, n_features) per class;
+        every category must be below ``max_categories``.
+
+        >>> CategoryCounts().update(np.array([[0, 5000]]), ["a"])
+        Traceback (most recent call last):
+        ...
+        ValueError: category 5000 of feature 1 is beyond the limit: categories are 0 .. 1023 (max_categories=1024)
+        """
         X = np.asarray(X)
         labels = normalize_labels(labels)
         if X.ndim != 2 or len(labels) != X.shape[0]:
             raise ValueError(f"expected X (n_samples, n_features) and one label per row, got {X.shape}")
         if self.n_features and X.shape[1] != self.n_features:
             raise ValueError(f"X has {X.shape[1]} features, but these counts have {self.n_features}")
+        check_categories(X, max_categories)
         Xi = X.astype(np.int64)
         if X.size and ((Xi != X).any() or (Xi < 0).any()):
             raise ValueError("categories must be non-negative integers")

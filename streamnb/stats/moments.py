@@ -24,10 +24,10 @@ from typing import Any, Self
 
 import numpy as np
 
-from streamnb.constants import MOMENTS_EMPTY_RTOL, UNLEARN_RTOL
 from streamnb.encoding import pack_array, unpack_array
 from streamnb.exceptions import FormatError
 from streamnb.stats.base import (
+    UNLEARN_RTOL,
     ClassIndex,
     Label,
     Statistic,
@@ -38,6 +38,10 @@ from streamnb.stats.base import (
     normalize_labels,
     spread_rows,
 )
+
+#: A class whose weight falls below this fraction of what it held before an unlearn
+#: (``GaussianMoments.subtract``) is reset to exactly empty (n = 0, mean 0, M2 0).
+MOMENTS_EMPTY_RTOL = 1e-10
 
 
 class GaussianMoments(Statistic):

@@ -49,9 +49,11 @@ from streamnb_workers.worker import Worker, WorkerOptions  # noqa: E402
 NAME = "mail"
 K = ModelKeys(NAME)
 #: Options of the worker processes/threads: short timeouts so faults resolve in seconds.
+#: ``:in`` is not trimmed: the guarantees are checked against every input entry, read back
+#: at the end (its trim is tested in tests/test_bounded_streams.py).
 FAST = {"batch": 25, "block_ms": 50, "heartbeat_s": 0.2, "claim_idle_ms": 1000,
         "lease_ms": 1500, "snapshot_every": 25, "snapshot_interval_s": 1.0, "trim_margin_ms": 0,
-        "backoff_base_s": 0.05, "backoff_cap_s": 0.5, "stale_s": 3.0}
+        "backoff_base_s": 0.05, "backoff_cap_s": 0.5, "stale_s": 3.0, "input_trim_s": 0}
 #: Every GARBAGE_EVERY-th input is not msgpack at all: it must end in :dead.
 GARBAGE_EVERY = 97
 
@@ -178,10 +180,11 @@ class WorkerThreads:
         self.threads: dict[str, threading.Thread] = {}
         self.errors: list[BaseException] = []
 
-    def spawn(self, url: str, consumer: str, **options: Any) -> Worker:
+    def spawn(self, url: str, consumer: str, cluster: bool = False, **options: Any) -> Worker:
         reg = CollectorRegistry()
         w = url_worker(url, [count_spec(NAME)], WorkerOptions(**dict(FAST, consumer=consumer,
-                                                                     **options)), Metrics(reg))
+                                                                     **options)), Metrics(reg),
+                       cluster=cluster)
         self.workers[consumer], self.registries[consumer] = w, reg
         t = threading.Thread(target=self._run, args=(w,), daemon=True, name=f"worker-{consumer}")
         self.threads[consumer] = t

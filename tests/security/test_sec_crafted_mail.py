@@ -10,7 +10,7 @@ from _worker_helpers import fast_options, url_worker
 
 from streamnb.exceptions import MalformedMessage
 from streamnb.features import DEFAULT_FEATURE_LIMITS, FeatureLimits, Featurizer, MailTokenizer
-from streamnb_workers.codec import decode_input, decode_output
+from streamnb_workers.codec import DEFAULT_LIMITS, decode_input, decode_output
 from streamnb_workers.keys import ModelKeys
 from streamnb_workers.model_config import ModelSpec
 
@@ -27,6 +27,8 @@ EXPECTED_DEFECTS = {
     "deep_mime": {"defect:mime_depth", "defect:recursion"},
 }
 LIMITS = DEFAULT_FEATURE_LIMITS
+#: What a worker decodes at all (mail under it is cut to LIMITS.max_message_bytes, then judged).
+ENTRY_LIMIT = DEFAULT_LIMITS.max_message_bytes
 
 
 @pytest.fixture(scope="module")
@@ -65,9 +67,9 @@ def test_wire_path_dead_letters_or_featurizes(crafted: dict[str, bytes], name: s
 
     result, cpu, _ = cost(run)
     assert cpu < CPU_CEILING_S, f"{name}: {cpu:.2f} s of CPU"
-    if len(data) > LIMITS.max_message_bytes:
+    if len(data) > ENTRY_LIMIT:
         assert isinstance(result, MalformedMessage) and result.reason == "too_large"
-        assert str(LIMITS.max_message_bytes) in result.detail
+        assert str(ENTRY_LIMIT) in result.detail
     else:
         assert not isinstance(result, MalformedMessage), result
         assert 0 < result.n_tokens <= LIMITS.max_tokens and result.indices.size > 0
@@ -141,12 +143,12 @@ def test_crafted_mail_through_a_real_worker(redis_server, crafted: dict[str, byt
     dead = {decode_output(f[b"data"])["entry"]: decode_output(f[b"data"])
             for _, f in r.xrange(keys.dead)}
     for entry, (name, size) in ids.items():
-        if size > LIMITS.max_message_bytes:
+        if size > ENTRY_LIMIT:
             assert entry in dead and dead[entry]["reason"] == "too_large", name
             assert name not in outs
         else:
             assert name in outs and outs[name]["learned"] is True, name
     assert "ok" in outs
-    n_dead = sum(1 for _, s in ids.values() if s > LIMITS.max_message_bytes)
+    n_dead = sum(1 for _, s in ids.values() if s > ENTRY_LIMIT)
     assert metrics.dead_letters.labels(model="mail", worker="w1", reason="too_large")._value.get() == n_dead
     assert w.models["mail"].replica.learnt == len(crafted) - n_dead + 1

@@ -1,0 +1,59 @@
+"""Mail over the size limit, cut so that it is still judged: the whole header block, the
+body up to the last MIME boundary (else line end) before the limit, and a first header
+line saying the mail was cut and how long it was.
+
+The cut is one pure function used wherever mail is cut (``streamnb produce`` and
+``predict`` before sending, the tokenizer on whatever arrives larger), so a mail cut by the
+producer and the same mail cut by a worker are the same bytes, with the same tokens
+(``defect:truncated``) and the same size meta feature (the original size, from the marker).
+
+>>> mail = b"Subject: hi\\n\\n--b\\nfirst part\\n--b\\n" + b"x" * 200 + b"\\n--b--\\n"
+>>> cut = cut_mail(mail, 120)
+>>> cut
+b'X-Streamnb-Truncated: 239\\r\\nSubject: hi\\n\\n--b\\nfirst part\\n'
+>>> truncated_size(cut), truncated_size(mail), cut_mail(cut, 120) == cut
+(239, None, True)
+"""
+
+from __future__ import annotations
+
+import re
+
+__all__ = ["TRUNCATED_HEADER", "cut_mail", "truncated_size"]
+
+#: The header line a cut mail starts with: ``X-Streamnb-Truncated: <original bytes>``.
+TRUNCATED_HEADER = b"X-Streamnb-Truncated"
+_MARKER = re.compile(rb"X-Streamnb-Truncated: (\d{1,15})\r\n")
+#: The end of the header block.
+_HEADER_END = re.compile(rb"\r?\n\r?\n")
+#: A line that starts a MIME boundary delimiter (``--boundary``).
+_BOUNDARY = re.compile(rb"\n--[^\r\n]")
+
+
+def truncated_size(raw: bytes) -> int | None:
+    """The original size a cut mail records in its first line; None if it was not cut."""
+    m = _MARKER.match(raw)
+    return int(m.group(1)) if m else None
+
+
+def cut_mail(raw: bytes, limit: int) -> bytes:
+    """``raw`` if it is at most ``limit`` bytes (or is already cut), else the marker line,
+    the header block, and the body up to the start of the last MIME boundary line before the
+    limit (else to the last line end before it, else to the limit); at most ``limit`` bytes
+    in all unless the header block alone is longer, then it is cut at a line end too."""
+    if len(raw) <= limit or truncated_size(raw) is not None:
+        return raw
+    marker = TRUNCATED_HEADER + b": " + str(len(raw)).encode() + b"\r\n"
+    room = max(0, limit - len(marker))
+    head = _HEADER_END.search(raw, 0, room + 4)
+    body_from = head.end() if head is not None and head.end() <= room else 0
+    window = raw[:room]
+    cut = None
+    if body_from:
+        starts = [m.start() + 1 for m in _BOUNDARY.finditer(window, body_from - 1)]
+        if starts:
+            cut = starts[-1]
+    if cut is None:
+        end = window.rfind(b"\n", body_from)
+        cut = end + 1 if end >= 0 else room
+    return marker + raw[:max(cut, body_from)]
