@@ -6,20 +6,9 @@
 ['spam']
 """
 
+from typing import Any
+
 from streamnb._version import __version__
-from streamnb.models import (
-    BernoulliNB,
-    CategoricalNB,
-    GaussianNB,
-    GenerativeClassifier,
-    HybridNB,
-    LinearDiscriminantAnalysis,
-    MultinomialNB,
-    QuadraticDiscriminantAnalysis,
-    load,
-    make_model,
-    save,
-)
 
 __all__ = [
     "BernoulliNB",
@@ -35,3 +24,19 @@ __all__ = [
     "make_model",
     "save",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    # The models load on first use: a command that needs none of them (a mail filter
+    # started once per mail, streamnb_workers' CLI) does not pay for importing them all.
+    if name in __all__:
+        from streamnb import models
+
+        value = getattr(models, name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'streamnb' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

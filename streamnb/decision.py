@@ -42,7 +42,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from scipy.special import logsumexp
 
 __all__ = [
     "UNSURE",
@@ -219,6 +218,10 @@ class DecisionRule:
             shift[j] = math.log(new)
             if learnt_log_prior is not None and np.isfinite(learnt_log_prior[j]):
                 shift[j] -= learnt_log_prior[j]
+        # scipy loads only for the rules that use it: checking a verdict (a mail filter
+        # started per mail) needs none of it
+        from scipy.special import logsumexp
+
         with np.errstate(invalid="ignore"):
             adjusted = log_proba + shift
             return adjusted - logsumexp(adjusted, axis=1, keepdims=True)
@@ -309,6 +312,8 @@ class DecisionRule:
             for j, p in enumerate(keys):
                 if p in self.loss_matrix.get(t, {}):
                     loss[i, j] = self.loss_matrix[t][p]
+        from scipy.special import logsumexp
+
         with np.errstate(divide="ignore", invalid="ignore"):
             log_loss = np.log(loss)
             log_expected = logsumexp(lp[:, :, None] + log_loss[None, :, :], axis=1)

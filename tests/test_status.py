@@ -23,13 +23,13 @@ HAM = ["meeting", "notes", "agenda", "lunch", "report"]
 
 
 def messages(n: int) -> list[dict]:
-    """Alternating spam and ham; every third one unlabelled."""
+    """Alternating spam and ham; every third one unlabelled. Texts repeat, so each
+    message carries its own learn-once key."""
     out = []
     for i in range(n):
         words, label = (SPAM, "spam") if i % 2 else (HAM, "ham")
-        # (a learn-once key each: the texts repeat, and content keys would learn each once)
-        m = {"id": f"m{i}", "text": " ".join(words[j % 5] for j in range(i % 4 + 2)),
-             "key": f"m{i}"}
+        m = {"id": f"m{i}", "key": f"k{i}",
+             "text": " ".join(words[j % 5] for j in range(i % 4 + 2))}
         if i % 3:
             m["label"] = label
         out.append(m)

@@ -156,9 +156,19 @@ def cmd_forget(args: argparse.Namespace, env: Mapping[str, str]) -> int:
 def cmd_predict(args: argparse.Namespace, env: Mapping[str, str]) -> int:
     import json
 
-    from streamnb_workers import transfer
+    from streamnb_workers import pipe, predict_many, transfer
     from streamnb_workers.produce import send_and_wait
 
+    if args.file == pipe.STDIN and not args.snapshot:
+        return pipe.cmd_stdin(args, lambda: _redis(args, env))
+    if args.passthrough or args.exit_zero:
+        raise SettingsError("-p and -e judge a mail on stdin: give FILE - (without --snapshot)")
+    if not args.snapshot and pipe.wants_many(args.file):
+        model = _require_model(args)
+        client = _redis(args, env).make_client()
+        client.ping()
+        require_model(client, model)
+        return predict_many.cmd_many(args, model, client)
     if args.snapshot:
         result = transfer.predict_file(args.snapshot, args.file)
     else:
@@ -227,9 +237,19 @@ def cmd_demo(args: argparse.Namespace, env: Mapping[str, str]) -> int:
                          embedded=args.embedded)
 
 
+def cmd_tail(args: argparse.Namespace, env: Mapping[str, str]) -> int:
+    from streamnb_workers import tail
+
+    model = _require_model(args)
+    client = _redis(args, env).make_client()
+    client.ping()
+    require_model(client, model)
+    return tail.cmd_tail(args, model, client)
+
+
 COMMANDS: Mapping[str, Callable[[argparse.Namespace, Mapping[str, str]], int]] = {
     "worker": cmd_worker, "produce": cmd_produce, "forget": cmd_forget, "predict": cmd_predict,
     "status": cmd_status, "export": cmd_export, "import": cmd_import, "demo": cmd_demo,
-    "milter": milter.cmd_milter,
+    "milter": milter.cmd_milter, "tail": cmd_tail,
     **inspect_commands.COMMANDS,
 }

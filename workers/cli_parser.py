@@ -18,7 +18,7 @@ from typing import Any, NoReturn
 from streamnb._version import __version__
 from streamnb.features.payload import DEFAULT_MAX_MESSAGE_BYTES
 from streamnb.models.io import MODEL_KINDS
-from streamnb_workers import inspect_commands, milter
+from streamnb_workers import inspect_commands, milter, pipe, tail
 from streamnb_workers.arg_types import (
     class_list,
     finite_float,
@@ -265,9 +265,10 @@ def build_parser() -> OneLineParser:
     p.add_argument("paths", nargs="+", metavar="PATH",
                    help=".eml file, maildir, mbox, directory, .jsonl file, or - (stdin)")
 
-    p = sub.add_parser("predict", help="predict one message (online or from an exported file)",
-                       description="Send FILE unlabelled and print its prediction, or predict offline "
-                                   "with --snapshot.")
+    p = sub.add_parser("predict", help="predict a message, stdin (-) or many (online or offline)",
+                       description="Send FILE unlabelled and print its prediction (FILE -: a mail "
+                                   "on stdin, exit code by verdict; a directory or mbox: one line "
+                                   "per message), or predict offline with --snapshot.")
     _add_common(p, redis_required=False)
     _add_model_name(p)
     add_option(p, "--snapshot", metavar="MODEL_FILE",
@@ -278,7 +279,10 @@ def build_parser() -> OneLineParser:
     add_option(p, "--timeout", type=finite_float, default=DEFAULT_PREDICT_TIMEOUT_S,
                help="seconds to wait for the prediction")
     add_option(p, "--json", action="store_true", default=False, help="print the prediction as JSON")
-    p.add_argument("file", metavar="FILE", help="an .eml file (or a .json record)")
+    pipe.add_options(p)
+    p.add_argument("file", metavar="FILE",
+                   help="an .eml file (or a .json record); - for a mail on stdin; a directory, "
+                        "maildir or mbox to judge every message in it")
 
     p = sub.add_parser("status", help="show a model's counts, version, lag and workers",
                        description="Kind, classes, learnt counts, version, stream length, lag, "
@@ -322,6 +326,8 @@ def build_parser() -> OneLineParser:
     add_option(p, "--embedded", choices=("auto", "redis-server", "fakeredis"), default="auto",
                help="without --redis: a private redis-server if one is on PATH (auto), or force one")
     add_option(p, "--metrics-addr", default=DEFAULT_METRICS_ADDR, help="address the metrics server binds")
+
+    tail.add_parser(sub, _add_common, _add_model_name)
 
     p = sub.add_parser("milter", help="score mail at SMTP time for Postfix/Sendmail (milter)",
                        description="Serve the milter protocol: each mail goes through the model's "

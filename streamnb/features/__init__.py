@@ -4,6 +4,7 @@ The daemon and offline users share one code path: a :class:`Featurizer` built fr
 model's stored config turns each decoded message into a :class:`Row` and stacks rows
 into a CSR matrix (hashed tokens) or a dense array (``x`` vectors).
 
+>>> from streamnb.features import EmailFeaturizer, tokenize_email
 >>> X = EmailFeaturizer(bits=16).transform([b"Subject: cheap meds\\n\\nbuy now"])
 >>> X.shape
 (1, 65536)
@@ -11,26 +12,23 @@ into a CSR matrix (hashed tokens) or a dense array (``x`` vectors).
 True
 """
 
-from streamnb.features.featurizer import (
-    COUNT_MODES,
-    EmailFeaturizer,
-    Featurizer,
-    Row,
-    TextFeaturizer,
-    rows_to_bytes,
-)
-from streamnb.features.hashing import TokenHasher, token_hash64, token_hashes
-from streamnb.features.mail import (
-    DEFAULT_HEADERS,
-    META_FEATURES,
-    N_META,
-    MailAnalysis,
-    MailTokenizer,
-    tokenize_email,
-)
-from streamnb.features.markup import strip_html
-from streamnb.features.payload import DEFAULT_FEATURE_LIMITS, PAYLOAD_KINDS, FeatureLimits, Payload
-from streamnb.features.text import WordRules, tokenize_text
+from importlib import import_module
+from typing import Any
+
+#: Each public name -> the module that defines it. They load on first use: the wire
+#: codec needs only ``payload`` and a mail filter started per mail skips the featurizer's
+#: scipy.sparse.
+_MODULE_OF = {
+    **dict.fromkeys(("COUNT_MODES", "EmailFeaturizer", "Featurizer", "Row", "TextFeaturizer",
+                     "rows_to_bytes"), "featurizer"),
+    **dict.fromkeys(("TokenHasher", "token_hash64", "token_hashes"), "hashing"),
+    **dict.fromkeys(("DEFAULT_HEADERS", "META_FEATURES", "N_META", "MailAnalysis",
+                     "MailTokenizer", "tokenize_email"), "mail"),
+    "strip_html": "markup",
+    **dict.fromkeys(("DEFAULT_FEATURE_LIMITS", "PAYLOAD_KINDS", "FeatureLimits", "Payload"),
+                    "payload"),
+    **dict.fromkeys(("WordRules", "tokenize_text"), "text"),
+}
 
 __all__ = [
     "COUNT_MODES",
@@ -56,3 +54,16 @@ __all__ = [
     "tokenize_email",
     "tokenize_text",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _MODULE_OF.get(name)
+    if module is None:
+        raise AttributeError(f"module 'streamnb.features' has no attribute {name!r}")
+    value = getattr(import_module(f"streamnb.features.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
