@@ -14,7 +14,8 @@ The filters, each skipped when its program is not installed:
   log-odds ``log_proba["spam"] - log_proba["ham"]`` of the same output (0 while the
   model knows fewer than two classes), or the output's ``score`` field where it has one.
 - ``streamnb``: the same model in this process, one message at a time (featurizer,
-  model and decision rule built from the config the daemon would store).
+  model, decision rule and error weight from the config the daemon would store; the
+  worker's predict step), scored by the same ``score``.
 - ``bogofilter``: ``bogofilter -C -d DIR -TT`` (compiled-in defaults, no config file):
   the score printed to 16 digits, the verdict from the exit code (0 spam; 1 ham and
   2 unsure are not spam); learnt with ``-s``/``-n``.
@@ -336,35 +337,39 @@ def replay_daemon(corpus: Corpus, n_workers: int = 2, timeout: float = 900.0) ->
 
 
 def replay_streamnb(corpus: Corpus) -> Replay:
-    """The daemon's default model in this process, judged then learnt one message at a time."""
+    """The daemon's default model in this process, judged then learnt one message at a
+    time with the worker's own steps (decision rule, score, error weight)."""
     import numpy as np
 
-    from streamnb.features import Payload
+    from streamnb_workers.batch import decode_entries, featurize, predict
+    from streamnb_workers.codec import encode_input
     from streamnb_workers.model_config import ModelSpec, resolve_spec
 
     cfg = resolve_spec(ModelSpec("peers", kind="multinomial"))
     featurizer, model, rule = cfg.make_featurizer(), cfg.make_model(), cfg.make_decision_rule()
-
-    row: list[Any] = []  # the message's row, featurized once for judging and learning
+    labels = iter(corpus.labels)
+    learnt: list[Any] = []  # the message's item and weight, for learning it after judging
 
     def judge(raw: bytes) -> tuple[float, bool | None]:
-        row[:] = [featurizer.stack([featurizer.featurize(Payload("raw", raw))])]
-        classes = list(getattr(model, "classes_", []))
-        if not classes:
-            return 0.0, None
-        decision = rule.decide(model.predict_log_proba(row[0]), classes)
-        log_proba = dict(zip(classes, decision.log_proba[0].tolist(), strict=True))
-        return spam_log_odds(log_proba), _verdict(decision.labels[0])
+        entry = (b"1-0", {b"data": encode_input("raw", raw, label=next(labels))})
+        item = featurize(featurizer, decode_entries([entry], None, max_deliveries=1)).items[0]
+        verdict = predict(model, rule, featurizer, [item], error_weight=cfg.error_weight).verdicts[0]
+        learnt[:] = [item, verdict.weight]
+        score = verdict.score if verdict.score is not None else spam_log_odds(verdict.log_proba)
+        return score, _verdict(verdict.label)
 
     def learn(raw: bytes, label: str) -> None:
-        model.partial_fit(row[0], np.array([label]))
+        item, weight = learnt
+        model.partial_fit(featurizer.stack([item.row]), np.array([label]),
+                          sample_weight=np.array([weight]))
 
     scores, verdicts, seconds = judge_then_learn(corpus, judge, learn)
     params = ", ".join(f"{k}={cfg.model_params[k]}" for k in ("alpha", "smoothing_m")
                        if k in cfg.model_params)
     return Replay("streamnb in-process", scores, verdicts, seconds,
                   f"MultinomialNB({params}) on Featurizer(bits={featurizer.bits}, "
-                  f"counts={featurizer.counts!r}), test-then-train one message at a time")
+                  f"counts={featurizer.counts!r}), decision {cfg.decision}, error weight "
+                  f"{cfg.error_weight:g}; the worker's predict, one message at a time")
 
 
 # ---------------------------------------------------------------------- runner

@@ -10,6 +10,17 @@ this order:
    positive class when ``log P(pos|x) - log P(neg|x) > threshold``).
 3. ``unsure_band = (lo, hi)`` (two classes): the label is ``"unsure"`` when the posterior
    of the positive class lies in ``[lo, hi]``. The full ``log_proba`` still goes out.
+4. ``min_class_weight``: the label is ``"unsure"`` while the model knows fewer than two
+   classes or any class has learnt less weight than this (a cold model's posteriors are
+   not worth acting on); :meth:`DecisionRule.decide` is given the class weights.
+
+``score`` says what :meth:`DecisionRule.score` gives a two-class prediction to rank and
+threshold by: ``"log_odds"``, ``log P(pos|x) - log P(neg|x)``, or ``"per_feature"``,
+the same divided by the message's number of features (its row's sum of values, at least
+1). A multinomial model's log-odds grow with the number of tokens, so long mail lands at
+the extremes whatever its content; divided by it, mail of every length ranks alike
+(Rennie et al., 2003, on length normalisation). The sign, and so the argmax label, is
+the same.
 
 The positive class of a two-class model is ``positive`` if given, else the last class in
 sorted order (``"spam"`` of ``{"ham", "spam"}``, ``1`` of ``{0, 1}``). Threshold and band
@@ -43,6 +54,8 @@ __all__ = [
 
 #: The label given to a two-class prediction inside the unsure band.
 UNSURE = "unsure"
+#: What :meth:`DecisionRule.score` can give (see the module docstring).
+SCORES = ("log_odds", "per_feature")
 
 Label = str | int
 
@@ -80,6 +93,8 @@ class DecisionRule:
     threshold: float | None = None
     unsure_band: tuple[float, float] | None = None
     positive: Label | None = None
+    min_class_weight: float | None = None
+    score: str = "log_odds"
 
     def __post_init__(self) -> None:
         if self.class_prior is not None:
@@ -116,6 +131,17 @@ class DecisionRule:
             if not 0.0 <= lo <= hi <= 1.0:
                 raise ValueError(f"unsure_band must satisfy 0 <= lo <= hi <= 1, got ({lo}, {hi})")
             object.__setattr__(self, "unsure_band", (lo, hi))
+        if self.min_class_weight is not None:
+            try:
+                mw = float(self.min_class_weight)
+            except (TypeError, ValueError):
+                mw = math.nan
+            if not (math.isfinite(mw) and mw >= 0):
+                raise ValueError(
+                    f"min_class_weight must be a finite number >= 0, got {self.min_class_weight!r}")
+            object.__setattr__(self, "min_class_weight", mw)
+        if self.score not in SCORES:
+            raise ValueError(f"score must be one of {list(SCORES)}, got {self.score!r}")
 
     # ------------------------------------------------------------------ persistence
     def to_dict(self) -> dict[str, Any]:
@@ -131,6 +157,10 @@ class DecisionRule:
             out["unsure_band"] = list(self.unsure_band)
         if self.positive is not None:
             out["positive"] = self.positive
+        if self.min_class_weight is not None:
+            out["min_class_weight"] = self.min_class_weight
+        if self.score != "log_odds":
+            out["score"] = self.score
         return out
 
     @classmethod
@@ -141,7 +171,8 @@ class DecisionRule:
         {'threshold': 2.0}
         """
         d = dict(d or {})
-        known = {"class_prior", "loss_matrix", "threshold", "unsure_band", "positive"}
+        known = {"class_prior", "loss_matrix", "threshold", "unsure_band", "positive",
+                 "min_class_weight", "score"}
         unknown = sorted(set(d) - known)
         if unknown:
             raise ValueError(f"unknown decision options {unknown}; expected some of {sorted(known)}")
@@ -152,12 +183,14 @@ class DecisionRule:
             threshold=d.get("threshold"),
             unsure_band=tuple(band) if band is not None else None,
             positive=d.get("positive"),
+            min_class_weight=d.get("min_class_weight"),
+            score=d.get("score", "log_odds"),
         )
 
     @property
     def is_default(self) -> bool:
         """True when the rule is plain argmax."""
-        return set(self.to_dict()) <= {"positive"}
+        return set(self.to_dict()) <= {"positive", "score"}
 
     # ------------------------------------------------------------------ deciding
     def positive_index(self, classes: Sequence[Label]) -> int:
@@ -195,12 +228,22 @@ class DecisionRule:
 
     def decide(
         self, log_proba: Any, classes: Sequence[Label],
-        learnt_log_prior: np.ndarray | None = None,
+        learnt_log_prior: np.ndarray | None = None, class_weight: Any = None,
     ) -> Decision:
         """Decide a batch: ``log_proba`` has shape (n_samples, n_classes), columns in the
         order of ``classes``; ``learnt_log_prior`` (the model's log class priors) is needed
         for an exact class-prior override (without it the override multiplies the
-        posteriors by the new priors)."""
+        posteriors by the new priors); ``class_weight`` (n_samples, n_classes), the
+        weight each row's model has learnt per class, is what ``min_class_weight`` is
+        checked against (not checked without it).
+
+        >>> rule = DecisionRule(min_class_weight=3)
+        >>> rule.decide(np.log([[0.1, 0.9], [0.1, 0.9]]), ["ham", "spam"],
+        ...             class_weight=[[5.0, 2.0], [5.0, 3.0]]).labels
+        ['unsure', 'spam']
+        >>> rule.decide(np.log([[1.0]]), ["ham"], class_weight=[[9.0]]).labels
+        ['unsure']
+        """
         log_proba = np.asarray(log_proba, dtype=np.float64)
         classes = list(classes)
         if log_proba.ndim != 2 or log_proba.shape[1] != len(classes):
@@ -230,7 +273,34 @@ class DecisionRule:
             lo, hi = self.unsure_band
             unsure = (p_pos >= lo) & (p_pos <= hi)
             labels = [UNSURE if u else lab for lab, u in zip(labels, unsure.tolist(), strict=True)]
+        if self.min_class_weight is not None and class_weight is not None:
+            weight = np.asarray(class_weight, dtype=np.float64).reshape(n, len(classes))
+            cold = (weight.min(axis=1) < self.min_class_weight) | (len(classes) < 2)
+            if cold.any():
+                unsure = unsure | cold
+                labels = [UNSURE if c else lab for lab, c in zip(labels, cold.tolist(), strict=True)]
         return Decision(labels, unsure, lp)
+
+    def score_of(self, log_proba: Any, classes: Sequence[Label],
+                 n_values: Any) -> np.ndarray | None:
+        """The score of each row of decided ``log_proba`` (see the module docstring;
+        ``n_values``: each row's sum of feature values), None unless two classes (and the
+        ``positive`` class, if given, among them).
+
+        >>> rule = DecisionRule(score="per_feature")
+        >>> rule.score_of(np.log([[0.2, 0.8], [0.5, 0.5]]), ["ham", "spam"], [2.0, 0.0]).round(4)
+        array([0.6931, 0.    ])
+        """
+        if len(classes) != 2 or (self.positive is not None and
+                                 _key(self.positive) not in [_key(c) for c in classes]):
+            return None  # (no score for a positive class the model does not hold)
+        lp = np.asarray(log_proba, dtype=np.float64)
+        pos = self.positive_index(classes)
+        with np.errstate(invalid="ignore"):
+            odds = lp[:, pos] - lp[:, 1 - pos]
+        if self.score == "per_feature":
+            odds = odds / np.maximum(np.asarray(n_values, dtype=np.float64), 1.0)
+        return odds
 
     def _min_expected_loss(self, lp: np.ndarray, classes: list) -> np.ndarray:
         """argmin_j sum_i P(i|x) L[i, j], in log space: log E[loss_j] = LSE_i(lp_i + log L_ij)."""

@@ -118,6 +118,12 @@ PARAMS = {"n_features": 1024}
 
 
 def count_spec(name: str = "mail", **kw: Any) -> ModelSpec:
+    """The small count model; unless asked, without the error weight and the "unsure"
+    verdicts of a cold model, so its statistics are those of an offline ``partial_fit``
+    of every labelled message and its labels the argmax (the mail defaults have tests of
+    their own: tests/test_error_weight.py)."""
+    kw.setdefault("error_weight", 1.0)
+    kw.setdefault("decision", {"min_class_weight": None})
     return ModelSpec(name, kind="multinomial", featurizer_config=dict(FCFG), **kw)
 
 

@@ -26,8 +26,10 @@ from streamnb_workers.commit_content import PredictedBatch, commit_content
 from streamnb_workers.label_cache import decode_entry, encode_entry, encode_label
 from streamnb_workers.model_config import ModelSpec, resolve_spec
 
+# argmax labels from the first class on (no "unsure" while a class has little weight)
 CFG = resolve_spec(ModelSpec("b", kind="multinomial", model_params={"alpha": 0.5},
-                             featurizer_config={"bits": 8, "counts": "raw"}))
+                             featurizer_config={"bits": 8, "counts": "raw"},
+                             decision={"min_class_weight": None}))
 
 
 def _entries(msgs: list) -> list[tuple[bytes, dict]]:

@@ -47,6 +47,21 @@ def test_score_hand_worked():
     assert s.accuracy_labelled == pytest.approx(1 / 3)
 
 
+def test_score_reads_unsure_as_not_flagged():
+    # an unsure ham is right, an unsure spam a miss
+    s = daemon_accuracy.score("t", ["unsure", "unsure", "spam"], ["ham", "spam", "spam"], 1.0)
+    assert (s.fp, s.fn, s.unpredicted) == (0, 1, 0) and s.accuracy == pytest.approx(2 / 3)
+
+
+def test_quality_slices_measures_both_slices_on_synthetic_mail(capsys):
+    from benchmarks import quality_slices
+
+    assert quality_slices.main(["--corpus", "/nonexistent", "--limit", "300"]) == 0
+    out = capsys.readouterr().out
+    assert "tune on 1..180, check on 181..300" in out
+    assert all(v.name in out for v in quality_slices.VARIANTS)
+
+
 def test_model_throughput_says_when_a_ratio_has_no_steady_rate(capsys):
     """A library capped before its warm-up ended has no steady rate: the ratio line says
     so instead of printing "nanx"."""

@@ -52,8 +52,9 @@ def learn(url, model="m", messages=TRAIN, kind="multinomial"):
     r = RedisSettings(url).make_client()
     for text, label in messages:
         r.xadd(ModelKeys(model).input, {"data": encode_input("text", text, label=label)})
+    # error weight 1: every message learnt with weight 1, so class weights count messages
     w = Worker(UrlConnector(RedisSettings(url)),
-               [ModelSpec(model, kind=kind, featurizer_config={"bits": 10})],
+               [ModelSpec(model, kind=kind, featurizer_config={"bits": 10}, error_weight=1)],
                WorkerOptions(consumer="t1", block_ms=50))
     w.run_until_idle(timeout=30)
     w.shutdown()
@@ -234,9 +235,12 @@ def test_export_import_round_trip_and_offline_predict(redis_server, tmp_path):
     got = json.loads(p.stdout)
     featurizer = read_config(r, "m").make_featurizer()
     msg = decode_input(encode_input("raw", mail.read_bytes()), "1-0")
-    lp = exported.predict_log_proba(featurizer.stack([featurizer.featurize(msg.as_payload())]))[0]
+    X = featurizer.stack([featurizer.featurize(msg.as_payload())])
+    lp = exported.predict_log_proba(X)[0]
     classes = list(exported.classes_)
-    assert got["label"] == classes[int(np.argmax(lp))]
+    assert got["label"] == "unsure"  # 2 ham learnt: less than the mail default of 3
+    # the score: spam log-odds per feature of the message
+    assert got["score"] == pytest.approx((lp[1] - lp[0]) / X.sum(), abs=1e-12)
     for c, v in zip(classes, lp, strict=True):
         assert got["log_proba"][c] == pytest.approx(v, abs=1e-12)
     line = one_line_error(cli("predict", "--snapshot", str(mail), str(mail)))
@@ -256,7 +260,7 @@ def test_online_predict_waits_for_the_worker(redis_server, tmp_path):
         p = cli("predict", "--redis", redis_server.url, "--model", "m", str(mail), "--json")
         assert p.returncode == 0, p.stderr
         got = json.loads(p.stdout)
-        assert got["label"] in ("spam", "ham") and set(got["log_proba"]) == {"spam", "ham"}
+        assert got["label"] == "unsure" and set(got["log_proba"]) == {"spam", "ham"}
         assert got["id"].startswith("predict-") and "true_label" not in got
     finally:
         w.request_stop()

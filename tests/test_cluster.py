@@ -255,7 +255,9 @@ def test_two_models_two_cli_workers_each_exactly_once(cluster, tmp_path):
     for name in MODELS:
         for i in range(2):
             logs.append(tmp_path / f"{name}-{i}.log")
-            procs.append(start_worker_cli(cluster.url(), name, f"{name}-{i}", logs[-1], "--cluster"))
+            # error weight 1: the statistics are an offline partial_fit's
+            procs.append(start_worker_cli(cluster.url(), name, f"{name}-{i}", logs[-1], "--cluster",
+                                          "--error-weight", "1"))
     t0 = time.monotonic()
     try:
         for name in MODELS:

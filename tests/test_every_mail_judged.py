@@ -67,7 +67,10 @@ def test_a_mail_without_a_boundary_is_cut_at_a_line_end_and_headers_alone_at_a_l
 def test_a_5_mb_mail_gets_a_prediction_and_is_learnt(redis_server, tmp_path, capsys):
     r = redis_server.client()
     url = redis_server.url
-    spec = ModelSpec("mail", kind="multinomial", featurizer_config={"bits": 12})
+    # argmax labels and weight-1 learning from the first class on (no mail defaults), so
+    # three labelled mails give a verdict and counts of messages
+    spec = ModelSpec("mail", kind="multinomial", featurizer_config={"bits": 12},
+                     decision={"min_class_weight": None}, error_weight=1)
     # straight onto the stream (another producer, no cut): 5 MB under the 8 MiB entry bound
     r.xadd(K.input, {"data": msgpack.packb({"id": "big-raw", "raw": big_mail(seed=1),
                                             "label": "spam"}, use_bin_type=True)})

@@ -130,8 +130,9 @@ def test_workers_process_a_stream_over_tls(tls_redis, pki, tmp_path):
     k = ModelKeys(name)
     msgs = token_messages(500, seed=21, labelled_share=0.8)
     logs = [tmp_path / f"w{i}.log" for i in range(2)]
+    # error weight 1: the statistics are an offline partial_fit's
     procs = [start_worker_cli(tls_redis.url, name, f"tls-{i}", logs[i], "--tls-ca-file",
-                              str(pki / "ca.crt")) for i in range(2)]
+                              str(pki / "ca.crt"), "--error-weight", "1") for i in range(2)]
     try:
         wait_until(lambda: admin.hlen(k.workers) == 2, 60, "both workers' heartbeats", procs, logs)
         produce(admin, name, msgs)

@@ -17,8 +17,9 @@ Each step takes the values the one before gave and returns new ones; the worker
 (['not_msgpack'], True)
 >>> batch = featurize(featurizer, decoded)
 >>> predictions = predict(model, cfg.make_decision_rule(), featurizer, batch.items)
->>> [v.label for v in predictions.verdicts]  # test-then-train: "spam" known before the second
-[None, 'spam']
+>>> # test-then-train: "spam" known before the second, too little of it to act on
+>>> [v.label for v in predictions.verdicts], predictions.verdicts[1].weight
+([None, 'unsure'], 1.0)
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from streamnb.exceptions import MalformedMessage, NotFittedError
 from streamnb.features import Row, rows_to_bytes
 from streamnb_workers.codec import DATA_FIELD, DEFAULT_LIMITS, InputMessage, Limits, decode_input
 from streamnb_workers.labels import LabelRef
+from streamnb_workers.learn_weights import class_weight_rows, learn_weights
 from streamnb_workers.replies import as_str, entry_field
 from streamnb_workers.stream_ids import entry_time
 
@@ -99,12 +101,16 @@ class Featurized:
 class Verdict:
     """One item's decision: the label (None before the model knows a class), the decision
     log posteriors by class, the model's own log posteriors (before the decision rule,
-    scored against the item's label once it commits; None if it could not predict), and
+    scored against the item's label once it commits; None if it could not predict), the
+    score to rank by (two classes only, else None), the weight the item's own label is
+    learnt with (its message's weight, times the error weight if the label was wrong), and
     its explanation if asked for."""
 
     label: Any
     log_proba: dict[Any, float]
     model_log_proba: np.ndarray | None
+    score: float | None = None
+    weight: float = 1.0
     #: The output's ``explain`` map (workers/explain_output.py), with ``--explain K``.
     explanation: dict[str, Any] | None = None
 
@@ -332,23 +338,50 @@ def learnt_log_prior(model: Any, n_classes: int) -> np.ndarray:
 # ---------------------------------------------------------------------- predict and decide
 def predict(model: Any, rule: Any, featurizer: Any, items: Sequence[Item],
             prequential: bool = True, prepared: tuple[list[str], Any, Any] | None = None,
-            ) -> Predictions:
+            error_weight: float = 1.0) -> Predictions:
     """Predict and decide every item. Prequential (the default, where the model does it
     cheaply): item i is predicted by the model plus the labelled items before it in the
     batch, as one-at-a-time processing would; the model itself is not touched. Else the
     whole batch with the model as it is. ``prepared``: (the entry ids it was made for,
     the items' rows stacked, :func:`prediction_plan` or None), used if the items are
-    still those."""
+    still those.
+
+    ``error_weight``: an item whose verdict gets its own label wrong is learnt with this
+    many times its weight (:attr:`Verdict.weight`), and the items after it in the batch
+    are predicted with that weight, as one at a time: the predictions are made again
+    from the first item whose weight changed, until no weight changes (each pass fixes
+    at least one more item, so at most one pass per wrong verdict, plus one)."""
     prequential = prequential and model.cheap_prequential
     if prepared is not None and prepared[0] == [it.entry_id for it in items]:
         X, plan = prepared[1], prepared[2]
     else:  # items were dropped since (labels of another type): stacked again
         X, plan = featurizer.stack([it.row for it in items]), None
-    n = len(items)
+    base = weights = _weights(items)
+    n_values = np.asarray(X.sum(axis=1), dtype=np.float64).ravel() if len(items) else \
+        np.zeros(0)
+    while True:
+        p = _predict_once(model, rule, X, items, weights, plan if weights is base else None,
+                          prequential, n_values)
+        learnt = learn_weights(p.verdicts, items, rule, error_weight)
+        changed = np.flatnonzero(learnt != weights)
+        if not prequential or not changed.size:
+            break
+        # the predictions up to the first changed item stand (they depend only on the
+        # items before it), so the next pass changes only items after it
+        weights = learnt
+    for v, w in zip(p.verdicts, learnt.tolist(), strict=True):
+        v.weight = w
+    return p
+
+
+def _predict_once(model: Any, rule: Any, X: Any, items: Sequence[Item], weights: np.ndarray,
+                  plan: Any, prequential: bool, n_values: np.ndarray) -> Predictions:
+    """One pass of :func:`predict` with the items' labels learnt with ``weights``."""
+    labels = [it.msg.label for it in items]
+    n = len(labels)
     oov = None
     if prequential:
-        pred = model.predict_log_proba_prequential(
-            X, [it.msg.label for it in items], _weights(items), plan=plan)
+        pred = model.predict_log_proba_prequential(X, labels, weights, plan=plan)
         classes, lp, n_known = list(pred.classes), pred.log_proba, pred.n_known
         log_prior, oov = pred.log_prior, pred.unseen_share
     else:  # the whole batch with the model as it was before the batch
@@ -360,6 +393,8 @@ def predict(model: Any, rule: Any, featurizer: Any, items: Sequence[Item],
         n_known = np.full(n, len(classes), dtype=np.int64)
         log_prior = np.broadcast_to(learnt_log_prior(model, len(classes)), lp.shape)
     classes = [c.item() if hasattr(c, "item") else c for c in classes]
+    class_weight = (class_weight_rows(model, classes, labels, weights, prequential)
+                    if rule.min_class_weight is not None else None)
     # Decide rows that knew the same classes together; with a class-prior override the
     # learnt priors differ row by row (prequential), so each row is decided alone.
     per_row = prequential and rule.class_prior is not None
@@ -374,12 +409,16 @@ def predict(model: Any, rule: Any, featurizer: Any, items: Sequence[Item],
         k = int(n_known[rows[0]])
         prior_k = log_prior[rows[0], :k]
         dec = rule.decide(lp[rows, :k], classes[:k],
-                          prior_k if np.isfinite(prior_k).any() else None)
+                          prior_k if np.isfinite(prior_k).any() else None,
+                          None if class_weight is None else class_weight[rows, :k])
         dec_lp[rows, :k] = dec.log_proba
         unsure[rows] = dec.unsure
+        scores = rule.score_of(dec.log_proba, classes[:k], n_values[rows])
+        scored = [None] * len(rows) if scores is None else scores.tolist()
         known, decided = classes[:k], dec.log_proba.tolist()  # (Python floats)
         for j, i in enumerate(rows):
-            verdicts[i] = Verdict(dec.labels[j], dict(zip(known, decided[j], strict=True)), lp[i])
+            verdicts[i] = Verdict(dec.labels[j], dict(zip(known, decided[j], strict=True)),
+                                  lp[i], scored[j])
     done = np.flatnonzero(n_known > 0)
     if done.size < n:  # the items predicted before the model knew any class
         verdicts = [v if v is not None else Verdict(None, {}, None) for v in verdicts]

@@ -122,6 +122,7 @@ FEATURIZER_OPTIONS: Mapping[str, str] = {
 DECISION_OPTIONS: Mapping[str, str] = {
     "threshold": "threshold", "unsure_band": "unsure_band", "loss_matrix": "loss_matrix",
     "class_prior": "class_prior", "positive": "positive",
+    "min_class_weight": "min_class_weight", "score": "score",
 }
 
 
@@ -145,6 +146,9 @@ def _add_worker_options(p: argparse.ArgumentParser) -> None:
                help="the model's classes, fixed when it is created: a label outside them is a "
                "dead letter (bad_label); default: any label becomes a class")
     add_option(g, "--half-life", type=finite_float, help="forgetting: weights halve every N learnt messages")
+    add_option(g, "--error-weight", type=finite_float,
+               help="learn a labelled message whose verdict was wrong with this many times its "
+               "weight (default 2; 1: every message alike)")
     f = p.add_argument_group("featurizer options (fixed when the model is created)")
     add_option(f, "--bits", type=positive_int, help="hash buckets = 2**bits for raw/text/tokens input")
     add_option(f, "--dimension", type=positive_int,
@@ -165,6 +169,11 @@ def _add_worker_options(p: argparse.ArgumentParser) -> None:
     add_option(d, "--class-prior", type=_parsed(parse_class_prior), metavar="C=P,...",
                help="override the learnt class priors at decision time")
     add_option(d, "--positive", metavar="LABEL", help="the positive class of a two-class model")
+    add_option(d, "--min-class-weight", type=finite_float, metavar="W",
+               help="label 'unsure' while a class has learnt less weight than W (hashed mail "
+               "default 3; 0: off)")
+    add_option(d, "--score", choices=("per_feature", "log_odds"),
+               help="the two-class score published in :out (hashed mail default per_feature)")
     w = p.add_argument_group("worker options")
     add_option(w, "--batch", type=positive_int, default=DEFAULT_BATCH_SIZE, help="entries read per XREADGROUP")
     add_option(w, "--block-ms", type=non_negative_int, default=DEFAULT_BLOCK_MS, help="XREADGROUP BLOCK time")

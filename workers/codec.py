@@ -394,11 +394,13 @@ def encode_output(
     true_label: str | int | None = None,
     learned: bool | None = None,
     meta: dict | None = None,
+    score: float | None = None,
     reason: str | None = None,
     explain: dict | None = None,
 ) -> bytes:
-    """Encode one prediction for ``{M}:out`` (``explain``: the map of
-    :mod:`streamnb_workers.explain_output`, with ``--explain K``).
+    """Encode one prediction for ``{M}:out``; ``score`` (two classes: what to rank and
+    threshold by) is written where given and finite; ``explain``: the map of
+    :mod:`streamnb_workers.explain_output`, with ``--explain K``.
 
     >>> out = decode_output(encode_output("m1", "1-0", "spam", {"spam": -0.1, "ham": -2.4},
     ...                                   7, "w1", true_label="spam", learned=True))
@@ -422,6 +424,8 @@ def encode_output(
         obj["reason"] = reason
     if meta is not None:
         obj["meta"] = meta
+    if score is not None and math.isfinite(score):
+        obj["score"] = float(score)
     if explain is not None:
         obj["explain"] = explain
     return _pack(obj)
@@ -434,6 +438,7 @@ def output_for(
     model_version: int | str,
     worker: str,
     learned: bool | None = None,
+    score: float | None = None,
     reason: str | None = None,
     explain: dict | None = None,
 ) -> bytes:
@@ -449,6 +454,7 @@ def output_for(
         true_label=msg.label,
         learned=learned if msg.label is not None else None,
         meta=msg.meta,
+        score=score,
         reason=reason if msg.label is not None else None,
         explain=explain,
     )

@@ -132,10 +132,13 @@ def commit_content(batch: PredictedBatch, cached: dict[str, CachedMessage | None
     cached = {k: c if c is None or featurizer.fits(c.row) else None for k, c in cached.items()}
     res = resolve_refs(batch.refs, batch_labels, batch_preds, cached)
     learnt = [res.in_batch.get(it.msg.id, it.msg.label) for it in items]
-    learn_keys, duplicate = _learn_once(items, learnt, batch.key_state) if batch.learn_once \
-        else ([], [False] * len(items))
+    # an item's own label is learnt with the weight its verdict gave it (error weight)
+    weights = [v.weight if lab is not None and lab == it.msg.label else it.msg.weight
+               for it, v, lab in zip(items, verdicts, learnt, strict=True)]
+    learn_keys, duplicate = _learn_once(items, learnt, weights, batch.key_state) \
+        if batch.learn_once else ([], [False] * len(items))
     learnt = [None if dup else lab for lab, dup in zip(learnt, duplicate, strict=True)]
-    add_rows = [(it.row, lab, it.msg.weight) for it, lab in zip(items, learnt, strict=True)
+    add_rows = [(it.row, lab, w) for it, lab, w in zip(items, learnt, weights, strict=True)
                 if lab is not None]
     n_learnt = len(add_rows) + res.n_learnt
     add_rows += res.adds
@@ -148,8 +151,8 @@ def commit_content(batch: PredictedBatch, cached: dict[str, CachedMessage | None
     forget_keys, forget_rows, not_learnt = _forgets(batch.forgets, batch.key_state)
     sub = batch_stats(model, featurizer, res.subs + forget_rows)
     outputs = [output_for(it.msg, v.label, v.log_proba, batch.version, worker,
-                          learned=lab is not None, reason=ALREADY_LEARNT if dup else None,
-                          explain=v.explanation)
+                          learned=lab is not None, score=v.score,
+                          reason=ALREADY_LEARNT if dup else None, explain=v.explanation)
                for it, v, lab, dup in zip(items, verdicts, learnt, duplicate, strict=True)]
     why = "never seen, or its cache entry expired" + (
         "" if cache_labelled else "; messages learnt on arrival are not cached: --no-cache-labelled")
@@ -163,14 +166,15 @@ def commit_content(batch: PredictedBatch, cached: dict[str, CachedMessage | None
     recorded = {key for key, _ in learn_keys}
     if cache:
         row_bytes = batch.row_bytes or {}
-        for it, v, lab, dup in zip(items, verdicts, learnt, duplicate, strict=True):
+        for it, v, lab, dup, w in zip(items, verdicts, learnt, duplicate, weights,
+                                      strict=True):
             # (a duplicate is not cached: its entry would say it is unlearnt, and a later
             # label for it would learn it after all)
             if not dup and (lab is None or cache_labelled):
                 row = row_bytes.get(it.entry_id)
                 entries.append((it.msg.id, encode_entry(
                     encode_label(lab), it.row.to_bytes() if row is None else row, v.label,
-                    v.log_proba, it.msg.weight, batch_preds[it.msg.id][1],
+                    v.log_proba, w, batch_preds[it.msg.id][1],
                     it.msg.key if lab is not None and it.msg.key in recorded else None)))
     ids = [it.entry_id for it in items] + [d.entry_id for d in batch.dead] + \
         [r.entry_id for r in batch.refs] + [f.entry_id for f in batch.forgets]
@@ -192,14 +196,15 @@ def commit_content(batch: PredictedBatch, cached: dict[str, CachedMessage | None
         n_duplicates=sum(duplicate), forgotten_labels=[lab for _, lab, _ in forget_rows])
 
 
-def _learn_once(items: Sequence[Item], learnt: Sequence[Any],
+def _learn_once(items: Sequence[Item], learnt: Sequence[Any], weights: Sequence[float],
                 key_state: dict[str, bytes | None]) -> tuple[list[tuple[str, bytes]], list[bool]]:
-    """The keys the items learn, with their records, and which items are duplicates: a
-    labelled item whose key was learnt before (``key_state``) or earlier in the batch."""
+    """The keys the items learn, with their records (label and the weight learnt), and
+    which items are duplicates: a labelled item whose key was learnt before
+    (``key_state``) or earlier in the batch."""
     learn_keys: list[tuple[str, bytes]] = []
     duplicate = [False] * len(items)
     seen: set[str] = set()
-    for i, (it, lab) in enumerate(zip(items, learnt, strict=True)):
+    for i, (it, lab, w) in enumerate(zip(items, learnt, weights, strict=True)):
         key = it.msg.key
         if lab is None or key is None:
             continue
@@ -207,7 +212,7 @@ def _learn_once(items: Sequence[Item], learnt: Sequence[Any],
             duplicate[i] = True
             continue
         seen.add(key)
-        learn_keys.append((key, encode_record(lab, it.msg.weight)))
+        learn_keys.append((key, encode_record(lab, w)))
     return learn_keys, duplicate
 
 

@@ -52,6 +52,14 @@ DEFAULT_DEMO_MESSAGES = 600
 #: smoothing_m="seen"); measured on the SpamAssassin replay (docs/features.md).
 DEFAULT_MAIL_ALPHA = 0.1
 
+#: The decision options a new model over hashed mail starts with (docs/features.md): the
+#: score per feature to rank by, and "unsure" while a class has learnt less weight than 3.
+MAIL_DECISION_DEFAULTS = {"score": "per_feature", "min_class_weight": 3.0}
+
+#: A labelled message whose verdict was wrong is learnt with this many times its weight
+#: (a new count model of hashed mail; measured on the SpamAssassin replay, docs/features.md).
+DEFAULT_ERROR_WEIGHT = 2.0
+
 #: How long a worker keeps a message's features for a delayed label (seconds). Redis memory
 #: for the cache is about rate x TTL x 0.6-1 kB per mail (docs/operations.md, sizing): 2
 #: days at 10 msg/s is 3-4 GB less than 7 days would be. ``streamnb worker

@@ -305,7 +305,10 @@ def run_demo(
               + ", ".join(f"{w.consumer} {tally.by_worker.get(w.consumer, 0)}" for w in workers),
               file=out)
         same = "the same version" if len(versions) == 1 else f"versions {sorted(versions)}"
-        print(f"learnt: {learnt.total:g} messages ({', '.join(f'{k} {v:g}' for k, v in learnt.as_dict().items())}); "
+        n_learnt = sum(1 for o in tally.seen.values() if o.get("learned"))
+        # a message learnt after a wrong verdict weighs more (the error weight)
+        print(f"learnt: {n_learnt} messages, weight {learnt.total:g} "
+              f"({', '.join(f'{k} {v:g}' for k, v in learnt.as_dict().items())}); "
               f"both workers at {same}", file=out)
 
         rt = workers[0].models[model]

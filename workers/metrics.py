@@ -180,7 +180,9 @@ class Metrics:
         self.confidence = Histogram(
             "posterior_confidence", "Largest posterior probability of each prediction", MW,
             buckets=CONFIDENCE_BUCKETS, **r)
-        self.unsure = Counter("unsure_predictions", "Predictions in the unsure band", MW, **r)
+        self.unsure = Counter(
+            "unsure_predictions",
+            "Predictions labelled unsure (unsure band, or a class with too little weight)", MW, **r)
         self.bhattacharyya_distance = Gauge(
             "bhattacharyya_distance", "Bhattacharyya distance between two classes",
             ("model", "class", "other"), **r)

@@ -117,7 +117,8 @@ def process_batch(rt: ModelRuntime, entries: list, deliveries: dict[str, int] | 
             verdicts=predictions.verdicts if predictions else [], refs=batch.refs,
             ref_data=batch.ref_data, dead=batch.dead, version=rt.replica.version,
             classes=predictions.classes if predictions else [],
-            own=prepared.own if prepared else None,
+            own=prepared.own if prepared and weights_as_given(batch.items, predictions)
+            else None,
             row_bytes=prepared.row_bytes if prepared else None, announced=announced,
             forgets=batch.forgets, learn_once=o.learnt_keys_max > 0)
         built = commit_pipeline.build(rt, predicted, prepared.commit_s if prepared else 0.0)
@@ -223,7 +224,14 @@ def predict_items(rt: ModelRuntime, batch: Featurized, prepared: Prepared | None
         return None
     prep = (prepared.entry_ids, prepared.X, prepared.plan) if prepared is not None else None
     return predict(rt.replica.model, rt.rule, rt.featurizer, batch.items,
-                   rt.options.prequential, prep)
+                   rt.options.prequential, prep, rt.config.error_weight)
+
+
+def weights_as_given(items: list[Item], predictions: Predictions | None) -> bool:
+    """Whether every item is learnt with its message's own weight (no error weight), so
+    the statistics made before the wait still hold."""
+    return predictions is None or all(v.weight == it.msg.weight for v, it in
+                                      zip(predictions.verdicts, items, strict=True))
 
 
 def explain_items(rt: ModelRuntime, items: list[Item], prepared: Prepared | None,

@@ -6,7 +6,7 @@ docs/cli.md):
 - ``model`` (str), ``exists`` (bool: the model has a stored config), ``redis`` (URL,
   password redacted);
 - ``kind`` (str | null), ``config`` (``model_params``, ``featurizer``, ``decision``,
-  ``half_life``; null when absent);
+  ``half_life``, ``error_weight``; null when absent);
 - ``classes`` (label -> learnt weight; labels as strings), ``learnt_total`` (float),
   ``version`` (last ``:log`` id applied, ``"0-0"`` before any);
 - ``streams``: ``in``, ``out``, ``dead``, ``log`` (XLEN of each);
@@ -150,7 +150,8 @@ def collect(client: Any, name: str, redis_url: str | None = None,
         from streamnb_workers.replica import load_model, snapshot_age
 
         info["config"] = {"model_params": cfg.model_params, "featurizer": cfg.featurizer,
-                          "decision": cfg.decision, "half_life": cfg.half_life}
+                          "decision": cfg.decision, "half_life": cfg.half_life,
+                          "error_weight": cfg.error_weight}
         model, version = load_model(client, name)
         counts = model.stats["classes"]
         info["classes"] = {str(k): float(v) for k, v in counts.as_dict().items()}

@@ -3,7 +3,8 @@
 An exported file is the model envelope of :func:`streamnb.models.dumps` (``type``, ``v``,
 ``kind``, ``params``, ``stats``) with a few more keys that :func:`streamnb.models.load`
 ignores: ``name``, ``featurizer`` (its full config), ``decision`` (decision-rule options),
-``half_life``, ``log_id`` (the model version exported) and ``exported_at``. So
+``half_life``, ``error_weight``, ``log_id`` (the model version exported) and
+``exported_at``. So
 ``streamnb.models.load(FILE)`` gives the Python model, and ``predict --snapshot FILE``
 can featurize raw mail exactly as the workers do. The ``data`` field of a
 ``streamnb:{NAME}:snapshot`` hash, saved to a file, is also accepted (without featurizer
@@ -92,7 +93,8 @@ def export_model(client: Any, name: str, path: str | os.PathLike[str]) -> str:
     model, version = load_model(client, name)
     envelope = model_envelope(
         model, name=name, featurizer=cfg.featurizer, decision=cfg.decision,
-        half_life=cfg.half_life, log_id=version, exported_at=time.time())
+        half_life=cfg.half_life, error_weight=cfg.error_weight, log_id=version,
+        exported_at=time.time())
     write_atomic(path, dump_envelope(envelope))
     total = model.stats["classes"].total
     return f"{cfg.kind} model {name!r} at version {version} ({total:g} learnt)"
@@ -121,7 +123,9 @@ def import_model(client: Any, name: str, path: str | os.PathLike[str], mode: str
     spec = ModelSpec(name, kind=model.kind, model_params=model.get_params(),
                      featurizer_config=featurizer,
                      decision=env.get("decision") if featurizer is not None else None,
-                     half_life=env.get("half_life"))
+                     half_life=env.get("half_life"),
+                     # a file exported before the error weight existed: every message alike
+                     error_weight=env.get("error_weight", 1.0) if featurizer is not None else None)
     try:
         cfg = ensure_config(client, spec)
     except ValueError as exc:
@@ -250,11 +254,15 @@ def predict_file(model_path: str | os.PathLike[str], message_path: str | os.Path
     classes = list(model.classes_)
     rule = DecisionRule.from_dict(env.get("decision"))
     prior = getattr(model, "class_log_prior_", None)
-    decision = rule.decide(lp, classes, learnt_log_prior=None if prior is None else np.asarray(prior))
+    learnt = model.stats["classes"].as_dict()
+    decision = rule.decide(lp, classes, learnt_log_prior=None if prior is None else np.asarray(prior),
+                           class_weight=[[learnt.get(c, 0.0) for c in classes]])
     label = decision.labels[0]
+    score = rule.score_of(decision.log_proba, classes, np.asarray(X.sum(axis=1)).ravel())
     return {
         "id": msg.id,
         "label": label,
+        **({} if score is None else {"score": float(score[0])}),
         "log_proba": {str(c): float(v) for c, v in zip(classes, decision.log_proba[0], strict=True)},
         "model_version": env.get("log_id"),
         "top_tokens": [t for t, _ in top_tokens(model, featurizer, msg, label)],

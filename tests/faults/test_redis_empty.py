@@ -126,8 +126,9 @@ def test_worker_processes_with_default_timings_come_back_within_30s(redis_factor
     r = server.client()
     ports = {c: free_port() for c in ("p1", "p2")}
     logs = {c: tmp_path / f"{c}.log" for c in ports}
+    # error weight 1: the class weights count the messages learnt
     procs = [start_worker_cli(server.url, "acc", c, logs[c], "--metrics-port", str(ports[c]),
-                              env=cli_env()) for c in ports]
+                              "--error-weight", "1", env=cli_env()) for c in ports]
     keys = type(K)("acc")
     msgs = token_messages(300, seed=9, labelled_share=1.0)
 

@@ -61,7 +61,8 @@ def test_vocabulary_flood_keeps_memory_bounded_and_model_usable(redis_server, tm
     keys = ModelKeys("flood")
     msgs = token_messages(1200, seed=21)
     train, held_out = msgs[:900], msgs[900:]
-    spec = ModelSpec("flood", kind="multinomial", featurizer_config=FCFG)
+    # error weight 1: the class weights count the messages learnt
+    spec = ModelSpec("flood", kind="multinomial", featurizer_config=FCFG, error_weight=1)
     proc = spawn_worker(redis_server.url, spec, {"consumer": "w1", "batch": 100, "block_ms": 100,
                                                  "cache_ttl_s": 0},
                         log_path=tmp_path / "worker.log")
