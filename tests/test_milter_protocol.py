@@ -23,6 +23,7 @@ from _milter_helpers import (
 from _redis_server import REDIS_SERVER, RedisServer
 
 from benchmarks.milter_client import MilterClient
+from streamnb.features.truncate import truncated_size
 from streamnb_workers.codec import decode_input, decode_output
 from streamnb_workers.verdicts import format_score, score_of
 
@@ -118,7 +119,9 @@ def test_many_concurrent_sessions(trained, tmp_path):
     assert all(want == got for want, got in results), results
 
 
-def test_a_mail_over_max_size_is_scored_from_its_start(trained, tmp_path):
+def test_a_mail_over_max_size_is_cut_as_produce_cuts_it(trained, tmp_path):
+    """Its start, at a line end within --max-size, behind the X-Streamnb-Truncated marker
+    with the whole mail's size: the tokenizer then adds defect:truncated."""
     r = trained.client()
     raw = mail("spam", 505, n_words=300_000)  # about 1.7 MB
     assert len(raw) > 1_000_000
@@ -129,7 +132,9 @@ def test_a_mail_over_max_size_is_scored_from_its_start(trained, tmp_path):
     entry = next(f for _, f in r.xrange(K.input)
                  if decode_input(f[b"data"], "0-0").id == result.header(ID))
     sent = decode_input(entry[b"data"], "0-0").payload
-    assert len(sent) == 65536 and raw.startswith(sent[:200].split(b"\r\n")[0])
+    assert truncated_size(sent) == len(raw) and len(sent) <= 65536
+    body = sent.split(b"\r\n", 1)[1]
+    assert raw.startswith(body[:200].split(b"\r\n")[0]) and body.endswith(b"\n")
 
 
 def test_unix_socket_with_its_mode(trained, tmp_path):

@@ -25,6 +25,7 @@ from typing import Any
 import Milter
 
 from streamnb.exceptions import SettingsError
+from streamnb.features.truncate import cut_mail
 from streamnb_workers.milter_policy import ACCEPT, QUARANTINE, REJECT, TEMPFAIL, Outcome
 from streamnb_workers.verdicts import HEADER_PREFIX
 
@@ -54,10 +55,13 @@ class MailSession(Milter.Base):
     def _reset(self) -> None:
         self._parts: list[bytes] = []
         self._size = 0
+        #: The mail's whole size, of which the first ``max_size`` bytes are kept.
+        self._total = 0
         #: Headers of ours the mail arrived with: lower-case name -> (name, occurrences).
         self._own: dict[str, tuple[str, int]] = {}
 
     def _keep(self, data: bytes) -> None:
+        self._total += len(data)
         room = self.max_size - self._size
         if room > 0:
             part = data[:room]
@@ -104,7 +108,10 @@ class MailSession(Milter.Base):
         start = time.perf_counter()
         queue_id = self.getsymval("i") or ""
         try:
-            outcome = self.score(b"".join(self._parts), queue_id)
+            # a mail over max_size is cut as produce and the workers cut it (headers kept,
+            # at a MIME boundary, the X-Streamnb-Truncated marker with its whole size)
+            outcome = self.score(cut_mail(b"".join(self._parts), self.max_size, self._total),
+                                 queue_id)
             # Last occurrence first: deleting one renumbers those after it.
             for name, count in self._own.values():
                 for index in range(count, 0, -1):

@@ -36,14 +36,21 @@ def truncated_size(raw: bytes) -> int | None:
     return int(m.group(1)) if m else None
 
 
-def cut_mail(raw: bytes, limit: int) -> bytes:
+def cut_mail(raw: bytes, limit: int, size: int | None = None) -> bytes:
     """``raw`` if it is at most ``limit`` bytes (or is already cut), else the marker line,
     the header block, and the body up to the start of the last MIME boundary line before the
     limit (else to the last line end before it, else to the limit); at most ``limit`` bytes
-    in all unless the header block alone is longer, then it is cut at a line end too."""
-    if len(raw) <= limit or truncated_size(raw) is not None:
+    in all unless the header block alone is longer, then it is cut at a line end too.
+    ``size``: the whole mail's size where ``raw`` is only its start (a reader that kept
+    the first bytes of a larger mail, as the milter does).
+
+    >>> cut_mail(b"Subject: hi\\n\\nline one\\nline two", 60, size=5000)
+    b'X-Streamnb-Truncated: 5000\\r\\nSubject: hi\\n\\nline one\\n'
+    """
+    size = len(raw) if size is None else max(size, len(raw))
+    if size <= limit or truncated_size(raw) is not None:
         return raw
-    marker = TRUNCATED_HEADER + b": " + str(len(raw)).encode() + b"\r\n"
+    marker = TRUNCATED_HEADER + b": " + str(size).encode() + b"\r\n"
     room = max(0, limit - len(marker))
     head = _HEADER_END.search(raw, 0, room + 4)
     body_from = head.end() if head is not None and head.end() <= room else 0
