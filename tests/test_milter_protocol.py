@@ -24,7 +24,7 @@ from _redis_server import REDIS_SERVER, RedisServer
 
 from benchmarks.milter_client import MilterClient
 from streamnb_workers.codec import decode_input, decode_output
-from streamnb_workers.verdicts import format_score, log_odds
+from streamnb_workers.verdicts import format_score, score_of
 
 pytest.importorskip("Milter", reason="streamnb milter needs pymilter: pip install 'streamnb[milter]'")
 pytestmark = [pytest.mark.redis, pytest.mark.slow]
@@ -66,7 +66,7 @@ def test_verdict_headers_and_the_reject_policy(trained, tmp_path):
     assert msg_id.startswith("milter-4XyZ1-")
     out = _output(r, msg_id)  # the header is the worker's prediction, its score the log-odds
     assert out["label"] == "ham"
-    assert ham.header(SCORE) == format_score(log_odds(out["log_proba"])) and float(ham.header(SCORE)) < 0
+    assert ham.header(SCORE) == format_score(score_of(out)) and float(ham.header(SCORE)) < 0
     assert spam.action == "reject" and spam.reply == "550 5.7.1 Message rejected as spam"
     assert spam.header(VERDICT) == "spam" and float(spam.header(SCORE)) > 0
 

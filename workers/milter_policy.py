@@ -127,7 +127,7 @@ def parse_verdict_actions(items: Iterable[str]) -> dict[str, str]:
 @dataclass(frozen=True)
 class Policy:
     """The action per verdict (``accept`` for a verdict not named), what a mail that was
-    not scored gets, the SMTP replies, and the class whose log-odds is the score."""
+    not scored gets, the SMTP replies, and the class the score is for."""
 
     actions: Mapping[str, str] = field(default_factory=dict)
     on_failure: str = ACCEPT

@@ -130,8 +130,8 @@ def judge_stdin(args: argparse.Namespace, settings_of: Any, stdin: BinaryIO, std
     from streamnb_workers.verdicts import (
         ERROR,
         NotScored,
-        log_odds,
         not_scored_headers,
+        score_of,
         verdict_headers,
     )
 
@@ -156,7 +156,7 @@ def judge_stdin(args: argparse.Namespace, settings_of: Any, stdin: BinaryIO, std
             message.write_with_headers(stdout, headers)
         elif prediction is not None and code != EXIT_ERROR:
             result = dict(prediction, file=args.file,
-                          score=log_odds(prediction["log_proba"], args.positive))
+                          score=score_of(prediction, args.positive))
             line = (json.dumps(result, sort_keys=True, default=str) if args.json
                     else format_prediction(result))
             stdout.write(line.encode("utf-8") + b"\n")

@@ -6,7 +6,7 @@ file) is sent unlabelled to ``streamnb:{M}:in`` with pipelined XADDs, then the p
 are collected from ``streamnb:{M}:out``, and the dead letters of these messages from
 ``:dead``. The lines come out in input order, as ``bogofilter -B`` and ``-M`` print them:
 the message (its file name; for an mbox, its number, 1 for the first), the verdict and the
-score (:func:`streamnb_workers.verdicts.log_odds`), separated by tabs. A message that got
+score (:func:`streamnb_workers.verdicts.score_of`), separated by tabs. A message that got
 no verdict has ``not-scored (REASON)`` and ``-``; the reasons are the milter's plus
 ``dead-letter: <reason>`` for a message the workers refused.
 
@@ -38,7 +38,7 @@ from streamnb_workers.codec import DATA_FIELD, decode_input, decode_output
 from streamnb_workers.exit_codes import EXIT_FAILURE
 from streamnb_workers.keys import ModelKeys
 from streamnb_workers.replies import as_str, entry_field
-from streamnb_workers.verdicts import NOT_SCORED, TIMEOUT, format_score, log_odds
+from streamnb_workers.verdicts import NOT_SCORED, TIMEOUT, format_score, score_of
 
 __all__ = ["Judged", "format_line", "judge_many"]
 
@@ -62,7 +62,7 @@ def format_line(name: str, prediction: Mapping[str, Any] | None, failure: str | 
     if prediction is None or prediction.get("label") is None:
         return f"{name}\t{NOT_SCORED} ({failure or 'untrained'})\t-"
     try:
-        score = format_score(log_odds(prediction.get("log_proba") or {}, positive))
+        score = format_score(score_of(prediction, positive))
     except ValueError:
         score = "-"
     return f"{name}\t{prediction['label']}\t{score}"
@@ -73,7 +73,7 @@ def _json_line(j: Judged, positive: Any) -> str:
     if j.prediction is not None and j.prediction.get("label") is not None:
         obj.update(j.prediction)
         try:
-            obj["score"] = log_odds(j.prediction.get("log_proba") or {}, positive)
+            obj["score"] = score_of(j.prediction, positive)
         except ValueError:
             obj["score"] = None
     else:

@@ -96,22 +96,24 @@ def _payload_id(payload: Any) -> Any:
     return obj.get("id") if isinstance(obj, dict) else None
 
 
-def _log_odds(log_proba: Any, positive: Any) -> float | None:
-    """The prediction's score, None for a prediction without two classes to compare."""
-    from streamnb_workers.verdicts import log_odds
+def _score_value(obj: Mapping[str, Any], positive: Any) -> float | None:
+    """The prediction's score (:func:`~streamnb_workers.verdicts.score_of`), None for a
+    prediction without two classes to compare."""
+    from streamnb_workers.verdicts import score_of
 
+    log_proba = obj.get("log_proba")
     if not isinstance(log_proba, Mapping) or len(log_proba) < 2:
         return None
     try:
-        return log_odds(log_proba, positive)
+        return score_of(obj, positive)
     except (ValueError, TypeError, OverflowError):
         return None
 
 
-def _score(log_proba: Any, positive: Any) -> str | None:
+def _score(obj: Mapping[str, Any], positive: Any) -> str | None:
     from streamnb_workers.verdicts import format_score
 
-    score = _log_odds(log_proba, positive)
+    score = _score_value(obj, positive)
     return None if score is None else format_score(score)
 
 
@@ -129,7 +131,7 @@ def format_entry(stream_id: str, obj: Mapping[str, Any], dead: bool, positive: A
         fields.append(("detail", obj.get("detail")))
     else:
         fields += [("id", obj.get("id")), ("label", obj.get("label")),
-                   ("score", _score(obj.get("log_proba"), positive))]
+                   ("score", _score(obj, positive))]
         if obj.get("true_label") is not None:
             fields += [("true", obj["true_label"]), ("learnt", "yes" if obj.get("learned") else "no")]
         fields += [("version", obj.get("model_version")), ("worker", obj.get("worker"))]
@@ -166,7 +168,7 @@ def entry_json(stream_id: str, obj: Mapping[str, Any], dead: bool, positive: Any
         else:
             out[str(k)] = _jsonable(v)
     if not dead:
-        out["score"] = _jsonable(_log_odds(obj.get("log_proba"), positive))
+        out["score"] = _jsonable(_score_value(obj, positive))
     return json.dumps(out, sort_keys=True)
 
 

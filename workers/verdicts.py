@@ -13,7 +13,8 @@ prediction within the caller's deadline is :class:`NotScored` too (the reason co
 :data:`REASONS`). The reader reconnects with bounded backoff on its own.
 
 :func:`verdict_headers` builds the headers a scored mail gets from its prediction; the
-score is the natural-log odds of the positive class (:func:`log_odds`).
+score is the one the worker published to threshold and rank by (:func:`score_of`), else
+the natural-log odds of the positive class (:func:`log_odds`).
 
 >>> p = {"label": "spam", "log_proba": {"ham": -3.0, "spam": -0.0497870684}}
 >>> verdict_headers(p, msg_id="milter-1")
@@ -56,6 +57,7 @@ __all__ = [
     "Pending",
     "VerdictClient",
     "format_score",
+    "score_of",
     "log_odds",
     "not_scored_headers",
     "verdict_headers",
@@ -120,6 +122,22 @@ def log_odds(log_proba: Mapping[Any, float], positive: Any = None) -> float:
     return lp_pos - (top + math.log(sum(math.exp(v - top) for v in rest)))
 
 
+def score_of(prediction: Mapping[str, Any], positive: Any = None) -> float:
+    """The score of a prediction to threshold and rank by: the ``score`` its worker
+    published (docs/protocol.md; per feature for mail by default), which is for the
+    model's positive class, else (no ``score``, or another ``positive``) :func:`log_odds`.
+
+    >>> score_of({"log_proba": {"ham": math.log(0.25), "spam": math.log(0.75)}, "score": 0.05})
+    0.05
+    >>> round(score_of({"log_proba": {"ham": math.log(0.25), "spam": math.log(0.75)}}), 6)
+    1.098612
+    """
+    score = prediction.get("score")
+    if positive is None and isinstance(score, int | float) and math.isfinite(score):
+        return float(score)
+    return log_odds(prediction.get("log_proba") or {}, positive)
+
+
 def format_score(score: float) -> str:
     """Two decimals (``inf`` / ``-inf`` as such)."""
     return f"{score:.2f}" if math.isfinite(score) else ("inf" if score > 0 else "-inf")
@@ -149,14 +167,14 @@ def _header_value(text: str) -> str:
 def verdict_headers(prediction: Mapping[str, Any], positive: Any = None,
                     msg_id: str | None = None) -> list[tuple[str, str]]:
     """The headers of a scored mail: verdict (the prediction's label), score
-    (:func:`log_odds` of ``positive``, two decimals), the id it was sent with (when given)
+    (:func:`score_of`, two decimals), the id it was sent with (when given)
     and its top tokens (when the prediction has them: ``top_tokens``, or the ``explain``
     map of a worker run with ``--explain K``, as ``token=+weight``)."""
     label = prediction.get("label")
     if label is None:
         raise NotScored(UNTRAINED, "the model knows no class yet")
     headers = [(VERDICT_HEADER, _header_value(str(label))),
-               (SCORE_HEADER, format_score(log_odds(prediction.get("log_proba") or {}, positive)))]
+               (SCORE_HEADER, format_score(score_of(prediction, positive)))]
     if msg_id is not None:
         headers.append((ID_HEADER, _header_value(msg_id)))
     tokens = prediction.get("top_tokens")
