@@ -44,6 +44,7 @@ import sys
 from collections.abc import Sequence
 
 from benchmarks._common import DEFAULT_CORPUS, corpus_or_synthetic, format_table, print_header
+from streamnb_workers.launch import blas_env
 
 WORKLOADS = ("featurize", "worker-raw", "worker-tokens", "worker-hashes", "bare")
 #: What a ``worker-*`` workload's process does for the producer: encode each message and
@@ -169,7 +170,9 @@ def count(what: str, corpus_dir: str, messages: int, reps: int, cache: bool = Fa
     cmd = ["valgrind", *tool, sys.executable,
            "-m", "benchmarks.instructions", "--inner", what, "--reps", str(reps),
            "--messages", str(messages), "--corpus", corpus_dir]
-    done = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ), check=False)
+    # One BLAS thread, as `streamnb worker` sets (workers/launch.py): the idle threads of
+    # OpenBLAS's default pool spin, and their instructions, which vary run to run, counted.
+    done = subprocess.run(cmd, capture_output=True, text=True, env=blas_env(os.environ), check=False)
     if done.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} failed ({done.returncode}):\n{done.stderr[-2000:]}")
     return cache_counts(done.stderr) if cache else {"instructions": collected(done.stderr)}
