@@ -254,7 +254,7 @@ def out_rate(client: Any, key: str) -> tuple[int, float, int, float]:
     of stream ``key``'s outputs on the Redis clock (their ids): the rate over the window in
     which every worker was committing (:func:`steady_rate`), and the rate from the first
     output to the last (:func:`stamps_rate`: a late worker's start-up inside)."""
-    from streamnb_workers.codec import decode_output
+    from streamnb_workers.outputs import decode_output
 
     stamps, workers = [], []
     for entry_id, fields in client.xrange(key):
@@ -566,7 +566,7 @@ def per_message_us(cpu_s: float, messages: int) -> float:
 def window_outputs(client: Any, out_keys: Sequence[str], skip: Sequence[int]) -> dict[str, int]:
     """Outputs per worker (its consumer name) after the first ``skip[i]`` entries of each
     stream ``out_keys[i]``: those of the measured window."""
-    from streamnb_workers.codec import decode_output
+    from streamnb_workers.outputs import decode_output
 
     counts: dict[str, int] = {}
     for key, first in zip(out_keys, list(skip) or [0] * len(out_keys), strict=True):

@@ -21,10 +21,10 @@ from streamnb_workers.batch import (
     predict,
     prediction_plan,
 )
-from streamnb_workers.codec import decode_output
 from streamnb_workers.commit_content import PredictedBatch, commit_content
 from streamnb_workers.label_cache import decode_entry, encode_entry, encode_label
 from streamnb_workers.model_config import ModelSpec, resolve_spec
+from streamnb_workers.outputs import decode_output
 
 # argmax labels from the first class on (no "unsure" while a class has little weight)
 CFG = resolve_spec(ModelSpec("b", kind="multinomial", model_params={"alpha": 0.5},

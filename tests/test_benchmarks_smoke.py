@@ -176,7 +176,7 @@ def test_the_rate_window_leaves_out_a_late_worker_and_the_end_of_the_run():
 def e2e_outputs(name: str, n_mail: int, seed: int, models: list[str], **kw) -> tuple:
     """:func:`end_to_end.run_e2e` of two workers (batches of 25) on ``n_mail`` synthetic
     mails, and the (millisecond, worker) of every output of each of ``models``' ``:out``."""
-    from streamnb_workers.codec import decode_output
+    from streamnb_workers.outputs import decode_output
 
     corpus = synthetic_mail(n_mail, seed=seed)
     msgs = end_to_end.encode_messages(corpus, "tokens", tokens=end_to_end.corpus_tokens(corpus))

@@ -10,9 +10,9 @@ from _worker_helpers import count_spec, fast_options, produce, token_messages, u
 
 from streamnb.exceptions import ConfigConflict
 from streamnb_workers.cli import main
-from streamnb_workers.codec import decode_output
 from streamnb_workers.keys import GROUP, ModelKeys
 from streamnb_workers.model_config import ModelSpec, ensure_config, read_config
+from streamnb_workers.outputs import decode_output
 
 pytestmark = pytest.mark.redis
 K = ModelKeys("mail")

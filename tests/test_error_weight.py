@@ -12,9 +12,9 @@ import pytest
 
 from streamnb.decision import UNSURE
 from streamnb_workers.batch import decode_entries, featurize, predict
-from streamnb_workers.codec import decode_output
 from streamnb_workers.learn_weights import is_error
 from streamnb_workers.model_config import ModelSpec, resolve_spec
+from streamnb_workers.outputs import decode_output
 from tests._worker_helpers import (
     FCFG,
     MAIL_KEYS,

@@ -17,9 +17,9 @@ from streamnb.features import MailTokenizer
 from streamnb.features.payload import DEFAULT_MAX_MESSAGE_BYTES
 from streamnb.features.truncate import cut_mail, truncated_size
 from streamnb_workers.cli import main
-from streamnb_workers.codec import decode_output
 from streamnb_workers.keys import GROUP, ModelKeys
 from streamnb_workers.model_config import ModelSpec
+from streamnb_workers.outputs import decode_output
 
 K = ModelKeys("mail")
 

@@ -20,9 +20,9 @@ from _worker_helpers import (
 )
 from prometheus_client import CollectorRegistry
 
-from streamnb_workers.codec import decode_output
 from streamnb_workers.learn_keys import decode_record, message_key
 from streamnb_workers.metrics import Metrics
+from streamnb_workers.outputs import decode_output
 
 pytestmark = pytest.mark.redis
 

@@ -11,8 +11,9 @@ import time
 import pytest
 from _milter_helpers import K, mail, start_worker, stop, train, training_mails, wait_for
 
-from streamnb_workers.codec import decode_input, encode_output
+from streamnb_workers.codec import decode_input
 from streamnb_workers.connection import RedisSettings
+from streamnb_workers.outputs import encode_output
 from streamnb_workers.produce import send_and_wait
 from streamnb_workers.replies import as_str
 from streamnb_workers.verdicts import NotScored, VerdictClient, log_odds

@@ -19,11 +19,12 @@ from _worker_helpers import FCFG, count_spec, fast_options, produce, token_messa
 import streamnb_workers.process as process_module
 from streamnb.features import Featurizer
 from streamnb.models import make_model
-from streamnb_workers.codec import decode_input, decode_output
+from streamnb_workers.codec import decode_input
 from streamnb_workers.commit import CommitRequest, commit_batch
 from streamnb_workers.keys import GROUP, ModelKeys
 from streamnb_workers.model_config import resolve_spec
 from streamnb_workers.ordering import InflightBoard, wait_for_earlier
+from streamnb_workers.outputs import decode_output
 
 pytestmark = pytest.mark.redis
 

@@ -29,10 +29,10 @@ from _worker_helpers import (
 
 import streamnb_workers.commit_pipeline as commit_pipeline
 import streamnb_workers.read_ahead as read_ahead
-from streamnb_workers.codec import decode_output
 from streamnb_workers.commit import SentCommit
 from streamnb_workers.keys import GROUP, ModelKeys
 from streamnb_workers.ordering import decode_announcement
+from streamnb_workers.outputs import decode_output
 from streamnb_workers.replica import Replica
 from streamnb_workers.runtime import ReadBatch
 

@@ -18,9 +18,10 @@ from streamnb.features import Featurizer
 from streamnb.models import make_model
 from streamnb.models import prequential as prequential_module
 from streamnb.models.prequential import generic_prequential
-from streamnb_workers.codec import decode_input, decode_output
+from streamnb_workers.codec import decode_input
 from streamnb_workers.keys import ModelKeys
 from streamnb_workers.model_config import resolve_spec
+from streamnb_workers.outputs import decode_output
 
 # ---------------------------------------------------------------------- reference loop
 

@@ -17,10 +17,10 @@ from _worker_helpers import PYTHON, ROOT
 
 from streamnb_workers import tail
 from streamnb_workers.cli import main
-from streamnb_workers.codec import encode_dead, encode_output
 from streamnb_workers.keys import ModelKeys
 from streamnb_workers.launch import blas_env
 from streamnb_workers.model_config import ModelSpec, ensure_config
+from streamnb_workers.outputs import encode_dead, encode_output
 
 pytestmark = pytest.mark.redis
 

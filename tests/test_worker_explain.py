@@ -18,10 +18,11 @@ from _worker_helpers import (
 )
 
 from streamnb.features import Featurizer
-from streamnb_workers.codec import decode_input, decode_output
+from streamnb_workers.codec import decode_input
 from streamnb_workers.housekeeping import housekeeping
 from streamnb_workers.keys import ModelKeys
 from streamnb_workers.model_config import ModelSpec
+from streamnb_workers.outputs import decode_output
 
 pytestmark = pytest.mark.redis
 

@@ -22,8 +22,8 @@ from _worker_helpers import (
     url_worker,
 )
 
-from streamnb_workers.codec import decode_output
 from streamnb_workers.keys import GROUP, ModelKeys
+from streamnb_workers.outputs import decode_output
 
 pytestmark = pytest.mark.redis
 

@@ -23,10 +23,10 @@ from _worker_helpers import (
 )
 
 from streamnb.exceptions import ConfigConflict
-from streamnb_workers.codec import decode_output
 from streamnb_workers.defaults import DEFAULT_MAIL_ALPHA
 from streamnb_workers.keys import GROUP, ModelKeys
 from streamnb_workers.model_config import ModelSpec, resolve_spec
+from streamnb_workers.outputs import decode_output
 
 pytestmark = pytest.mark.redis
 

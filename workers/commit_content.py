@@ -14,10 +14,10 @@ import numpy as np
 
 from streamnb.features import Row
 from streamnb_workers.batch import Dead, Item, Verdict
-from streamnb_workers.codec import output_for
 from streamnb_workers.label_cache import CachedMessage, encode_entry, encode_label
 from streamnb_workers.labels import REF_EXPIRED, LabelRef, Resolution, resolve_refs
 from streamnb_workers.learn_keys import decode_record, encode_record
+from streamnb_workers.outputs import output_for
 from streamnb_workers.stream_ids import entry_time, parse_id
 
 __all__ = ["ALREADY_LEARNT", "NOT_LEARNT_KEY", "CommitContent", "PredictedBatch", "batch_stats",

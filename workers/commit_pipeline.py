@@ -26,7 +26,6 @@ import numpy as np
 import redis
 
 from streamnb.exceptions import StreamnbError
-from streamnb_workers.codec import encode_dead
 from streamnb_workers.commit import (
     CommitRequest,
     CommitResult,
@@ -39,6 +38,7 @@ from streamnb_workers.intake import read_new
 from streamnb_workers.label_cache import batch_writes, fetch_cached
 from streamnb_workers.labels import delayed_matrix
 from streamnb_workers.learn_keys import known_keys
+from streamnb_workers.outputs import encode_dead
 from streamnb_workers.read_ahead import READ_SCRIPT, read_commands, read_reply
 from streamnb_workers.replica import encode_decay, encode_delta
 from streamnb_workers.runtime import ReadBatch

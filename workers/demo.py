@@ -118,7 +118,7 @@ class Tally:
         self.by_worker: dict[str, int] = {}
 
     def poll(self) -> None:
-        from streamnb_workers.codec import decode_output
+        from streamnb_workers.outputs import decode_output
 
         while True:
             entries = self.client.xrange(self.key, min=f"({self.last}", max="+", count=500)

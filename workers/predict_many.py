@@ -34,9 +34,10 @@ from typing import Any, TextIO
 from streamnb.exceptions import MalformedMessage, SettingsError
 from streamnb.features.payload import DEFAULT_MAX_MESSAGE_BYTES
 from streamnb.features.truncate import cut_mail
-from streamnb_workers.codec import DATA_FIELD, decode_input, decode_output
+from streamnb_workers.codec import DATA_FIELD, decode_input
 from streamnb_workers.exit_codes import EXIT_FAILURE
 from streamnb_workers.keys import ModelKeys
+from streamnb_workers.outputs import decode_output
 from streamnb_workers.replies import as_str, entry_field
 from streamnb_workers.verdicts import NOT_SCORED, TIMEOUT, format_score, score_of
 

@@ -243,7 +243,7 @@ def send_and_wait(client: Any, model: str, path: str, timeout: float = 30.0,
     """
     import uuid
 
-    from streamnb_workers.codec import decode_output
+    from streamnb_workers.outputs import decode_output
 
     keys = ModelKeys(model)
     outs = list(iter_paths([path]))

@@ -74,7 +74,7 @@ def recent_outputs(client: Any, keys: ModelKeys, last: int, now: float | None = 
     >>> info["outputs"], info["labelled"], info["accuracy"]
     (4, 3, 0.6667)
     """
-    from streamnb_workers.codec import decode_output
+    from streamnb_workers.outputs import decode_output
     from streamnb_workers.stream_ids import entry_time
 
     now = time.time() if now is None else now

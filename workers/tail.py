@@ -175,7 +175,8 @@ def entry_json(stream_id: str, obj: Mapping[str, Any], dead: bool, positive: Any
 def render(entry_id: Any, fields: Any, dead: bool, as_json: bool, positive: Any = None) -> str:
     """The line of one stream entry as read from Redis; an entry that does not decode says
     so on its line."""
-    from streamnb_workers.codec import DATA_FIELD, decode_output
+    from streamnb_workers.codec import DATA_FIELD
+    from streamnb_workers.outputs import decode_output
     from streamnb_workers.replies import as_str, entry_field
 
     stream_id = as_str(entry_id)

@@ -41,9 +41,10 @@ import redis
 from streamnb.decision import DecisionRule
 from streamnb.exceptions import MalformedMessage
 from streamnb_workers.backoff import Backoff
-from streamnb_workers.codec import DATA_FIELD, decode_output, encode_input
+from streamnb_workers.codec import DATA_FIELD, encode_input
 from streamnb_workers.connection import RedisSettings
 from streamnb_workers.keys import ModelKeys
+from streamnb_workers.outputs import decode_output
 from streamnb_workers.replies import as_str, entry_field
 
 __all__ = [

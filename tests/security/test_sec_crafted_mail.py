@@ -10,9 +10,10 @@ from _worker_helpers import fast_options, url_worker
 
 from streamnb.exceptions import MalformedMessage
 from streamnb.features import DEFAULT_FEATURE_LIMITS, FeatureLimits, Featurizer, MailTokenizer
-from streamnb_workers.codec import DEFAULT_LIMITS, decode_input, decode_output
+from streamnb_workers.codec import DEFAULT_LIMITS, decode_input
 from streamnb_workers.keys import ModelKeys
 from streamnb_workers.model_config import ModelSpec
+from streamnb_workers.outputs import decode_output
 
 #: What each crafted mail must show: the defect tokens of the tokenizer (any of them).
 EXPECTED_DEFECTS = {

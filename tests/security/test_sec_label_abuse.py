@@ -20,10 +20,10 @@ from _worker_helpers import (
 )
 from prometheus_client import CollectorRegistry
 
-from streamnb_workers.codec import decode_output
 from streamnb_workers.keys import ModelKeys
 from streamnb_workers.metrics import Metrics
 from streamnb_workers.model_config import ModelSpec
+from streamnb_workers.outputs import decode_output
 
 pytestmark = pytest.mark.redis
 
