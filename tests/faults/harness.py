@@ -40,9 +40,9 @@ from _worker_helpers import (  # noqa: E402
 from prometheus_client import CollectorRegistry  # noqa: E402
 
 from streamnb.encoding import loads  # noqa: E402
-from streamnb_workers.codec import decode_output  # noqa: E402
 from streamnb_workers.keys import GROUP, ModelKeys  # noqa: E402
 from streamnb_workers.metrics import Metrics  # noqa: E402
+from streamnb_workers.outputs import decode_output  # noqa: E402
 from streamnb_workers.replies import as_str  # noqa: E402
 from streamnb_workers.worker import Worker, WorkerOptions  # noqa: E402
 
