@@ -344,7 +344,7 @@ def test_the_common_row_is_gap_encoded_and_its_map_form_still_reads():
     and 2-byte gaps, whether or not it says it is binary; the map of arrays, the form of
     other rows, reads back as the same row for it too."""
     from streamnb.encoding import dumps, pack_array
-    from streamnb.features.featurizer import FEATURIZER_FORMAT_VERSION
+    from streamnb.features.rows import FEATURIZER_FORMAT_VERSION
 
     f = Featurizer(bits=16)
     row = f.featurize(msg("raw", MAIL))

@@ -11,8 +11,9 @@ import pytest
 import scipy.sparse as sp
 
 from streamnb.exceptions import MalformedMessage
-from streamnb.features.featurizer import Featurizer, Row
+from streamnb.features.featurizer import Featurizer
 from streamnb.features.hashing import HASH_KEY, TokenHasher, token_hash64
+from streamnb.features.rows import Row
 from streamnb.stats.feature_counts import _class_sums
 from streamnb_workers.codec import decode_input
 

@@ -19,8 +19,9 @@ from typing import Any
 #: codec needs only ``payload`` and a mail filter started per mail skips the featurizer's
 #: scipy.sparse.
 _MODULE_OF = {
-    **dict.fromkeys(("COUNT_MODES", "EmailFeaturizer", "Featurizer", "Row", "TextFeaturizer",
-                     "rows_to_bytes"), "featurizer"),
+    **dict.fromkeys(("COUNT_MODES", "EmailFeaturizer", "Featurizer", "TextFeaturizer"),
+                    "featurizer"),
+    **dict.fromkeys(("Row", "rows_to_bytes"), "rows"),
     **dict.fromkeys(("TokenHasher", "token_hash64", "token_hashes"), "hashing"),
     **dict.fromkeys(("DEFAULT_HEADERS", "META_FEATURES", "N_META", "MailAnalysis",
                      "MailTokenizer", "tokenize_email"), "mail"),
