@@ -95,7 +95,8 @@ def model_specs(args: argparse.Namespace) -> list[Any]:
             specs.append(ModelSpec(name, kind=args.kind, model_params=params or None,
                                    featurizer_config=fcfg or None, decision=decision or None,
                                    half_life=args.half_life, classes=args.classes,
-                                   error_weight=getattr(args, "error_weight", None)))
+                                   error_weight=getattr(args, "error_weight", None),
+                                   shards=getattr(args, "shards", None)))
         except ValueError as exc:
             raise SettingsError(f"--model {name!r}: {exc}") from None
     return specs

@@ -30,6 +30,7 @@ from streamnb_workers.arg_types import (
     port,
     positive_int,
     shrinkage,
+    whole_number_in,
 )
 from streamnb_workers.defaults import (
     DEFAULT_BATCH_SIZE,
@@ -49,6 +50,7 @@ from streamnb_workers.defaults import (
     DEFAULT_TOKEN_NAMES_EVERY,
 )
 from streamnb_workers.exit_codes import EXIT_USAGE
+from streamnb_workers.keys import MAX_SHARDS
 from streamnb_workers.settings import add_option
 
 __all__ = ["DECISION_OPTIONS", "FEATURIZER_OPTIONS", "MODEL_OPTIONS", "OneLineParser",
@@ -126,6 +128,9 @@ DECISION_OPTIONS: Mapping[str, str] = {
 }
 
 
+shard_count = whole_number_in(1, MAX_SHARDS, "shards")
+
+
 def _add_worker_options(p: argparse.ArgumentParser) -> None:
     from streamnb.decision import parse_class_prior, parse_loss_matrix, parse_unsure_band
 
@@ -146,6 +151,9 @@ def _add_worker_options(p: argparse.ArgumentParser) -> None:
                help="the model's classes, fixed when it is created: a label outside them is a "
                "dead letter (bad_label); default: any label becomes a class")
     add_option(g, "--half-life", type=finite_float, help="forgetting: weights halve every N learnt messages")
+    add_option(g, "--shards", type=shard_count, metavar="K",
+               help="split the model into K statistics shards, each a hash tag (a cluster "
+               "slot) of its own, summed by every worker (default 1; docs/architecture.md)")
     add_option(g, "--error-weight", type=finite_float,
                help="learn a labelled message whose verdict was wrong with this many times its "
                "weight (default 2; 1: every message alike)")

@@ -22,15 +22,28 @@ from dataclasses import dataclass
 GROUP = "workers"
 
 _NAME = re.compile(r"^[A-Za-z0-9._-]{1,100}$")
+#: The name of one statistics shard of a model (workers/shards.py): ``NAME|J`` or
+#: ``NAME|J.S``; ``|`` is in no model name, so no model's keys collide with a shard's.
+_SHARD_NAME = re.compile(r"^[A-Za-z0-9._-]{1,100}\|[0-9]{1,2}(\.[0-9]{1,6})?$")
+#: The most statistics shards of one model.
+MAX_SHARDS = 64
 
 
-def check_model_name(name: str) -> str:
-    """Return ``name`` if it is a valid model name, else raise ValueError."""
-    if not isinstance(name, str) or not _NAME.match(name):
-        raise ValueError(
-            f"model name must be 1..100 characters of letters, digits and ._-, got {name!r}"
-        )
-    return name
+def check_model_name(name: str, shard: bool = False) -> str:
+    """Return ``name`` if it is a valid model name (``shard``: or the name of one of a
+    model's statistics shards), else raise ValueError.
+
+    >>> check_model_name("mail|2", shard=True)
+    'mail|2'
+    >>> check_model_name("mail|2")
+    Traceback (most recent call last):
+    ...
+    ValueError: model name must be 1..100 characters of letters, digits and ._-, got 'mail|2'
+    """
+    if isinstance(name, str) and (_NAME.match(name) or shard and _SHARD_NAME.match(name)):
+        return name
+    raise ValueError(
+        f"model name must be 1..100 characters of letters, digits and ._-, got {name!r}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,7 +53,7 @@ class ModelKeys:
     name: str
 
     def __post_init__(self) -> None:
-        check_model_name(self.name)
+        check_model_name(self.name, shard=True)
 
     @property
     def prefix(self) -> str:

@@ -51,12 +51,13 @@ from streamnb_workers.intake import (
 )
 from streamnb_workers.keys import ModelKeys
 from streamnb_workers.metrics import Metrics, default_metrics
-from streamnb_workers.model_config import ModelSpec, ensure_config
+from streamnb_workers.model_config import ModelConfig, ModelSpec, ensure_config
 from streamnb_workers.options import WorkerOptions
 from streamnb_workers.process import process_batch
 from streamnb_workers.read_ahead import READ_SCRIPT
 from streamnb_workers.restore import restore_lost_keys
 from streamnb_workers.runtime import ModelRuntime, ReadBatch
+from streamnb_workers.shards import ShardSum, shard_names, shard_spec
 from streamnb_workers.snapshotter import delete_consumer_if_idle
 
 __all__ = ["Worker", "error_kind"]
@@ -135,7 +136,10 @@ class Worker:
         self.options = options or WorkerOptions()
         self.metrics = metrics or default_metrics()
         self.consumer: str = self.options.consumer  # type: ignore[assignment]
+        #: Per model or shard served (a model of K shards: its K shards' names).
         self.models: dict[str, ModelRuntime] = {}
+        #: The names of the models (of ``specs``) being served.
+        self.served: set[str] = set()
         self.client: Any = None
         self.reader: Any = None
         self._stop = threading.Event()
@@ -167,20 +171,33 @@ class Worker:
             for script in (COMMIT_SCRIPT, READ_SCRIPT):  # pipelined writes send EVALSHA only
                 script.load(self.client)
         for spec in self.specs:
-            if spec.name in self.models:
+            if spec.name in self.served:
                 continue
             cfg = ensure_config(self.client, spec)
-            ensure_group(self.client, ModelKeys(spec.name))
-            rt = ModelRuntime(cfg, self.client, self.options, self.metrics, self.reader)
-            rt.replica.load()
-            self.models[spec.name] = rt
-            self.metrics.start_series(spec.name, self.consumer)
-            rt.version_metric()
-            rt.labels(self.metrics.worker_up).set(1)
-            log.info("worker %s serves model %s (%s) at version %s", self.consumer, spec.name,
-                     cfg.kind, rt.replica.version)
+            if cfg.shards == 1:
+                self._serve(cfg)
+            else:
+                shards = [self._serve(ensure_config(self.client, shard_spec(cfg, name)))
+                          for name in shard_names(spec.name, cfg.shards)]
+                total = ShardSum(cfg, [rt.replica for rt in shards])
+                for rt in shards:
+                    rt.summed = total
+            self.served.add(spec.name)
         self.started = True
         self.health.up()
+
+    def _serve(self, cfg: ModelConfig) -> ModelRuntime:
+        """Start serving the model (or shard) stored as ``cfg``: its group, its replica."""
+        ensure_group(self.client, ModelKeys(cfg.name))
+        rt = ModelRuntime(cfg, self.client, self.options, self.metrics, self.reader)
+        rt.replica.load()
+        self.models[cfg.name] = rt
+        self.metrics.start_series(cfg.name, self.consumer)
+        rt.version_metric()
+        rt.labels(self.metrics.worker_up).set(1)
+        log.info("worker %s serves model %s (%s) at version %s", self.consumer, cfg.name,
+                 cfg.kind, rt.replica.version)
+        return rt
 
     def request_stop(self) -> None:
         """Finish the current batch, commit it, and return from :meth:`run`."""

@@ -50,7 +50,7 @@ from streamnb_workers.defaults import (
     DEFAULT_MAIL_ALPHA,
     MAIL_DECISION_DEFAULTS,
 )
-from streamnb_workers.keys import ModelKeys, check_model_name
+from streamnb_workers.keys import MAX_SHARDS, ModelKeys, check_model_name
 from streamnb_workers.lua import LuaScript
 from streamnb_workers.replies import as_str
 
@@ -76,6 +76,7 @@ class ModelSpec:
     (None: :data:`DEFAULT_ERROR_WEIGHT` for a new count model of hashed mail, else 1;
     1 turns it off).
     ``classes``: the only labels the model learns (None: any label).
+    ``shards``: K statistics shards (workers/shards.py; None: as stored, 1 for a new model).
 
     >>> ModelSpec("mail", kind="multinomial").name
     'mail'
@@ -93,9 +94,13 @@ class ModelSpec:
     half_life: float | None = None
     error_weight: float | None = None
     classes: list[str] | None = None
+    shards: int | None = None
 
     def __post_init__(self) -> None:
-        check_model_name(self.name)
+        check_model_name(self.name, shard=True)
+        if self.shards is not None and (isinstance(self.shards, bool) or not isinstance(
+                self.shards, int) or not 1 <= self.shards <= MAX_SHARDS):
+            raise ValueError(f"shards must be an integer in 1..{MAX_SHARDS}, got {self.shards!r}")
         if self.classes is not None:
             self.classes = check_classes(self.classes)
         if self.half_life is not None and not (float(self.half_life) > 0):
@@ -133,6 +138,7 @@ class ModelConfig:
     half_life: float | None = None
     error_weight: float = 1.0
     classes: list[str] | None = None
+    shards: int = 1
     format: int = CONFIG_FORMAT_VERSION
     created: float = 0.0
 
@@ -146,6 +152,7 @@ class ModelConfig:
             "half_life": _canon(self.half_life),
             "error_weight": _canon(self.error_weight),
             "classes": _canon(self.classes),
+            "shards": str(self.shards),
             "created": repr(float(self.created)),
         }
 
@@ -163,7 +170,8 @@ class ModelConfig:
                        decision=json.loads(h.get("decision", "{}")),
                        half_life=json.loads(h.get("half_life", "null")),
                        error_weight=check_error_weight(json.loads(h.get("error_weight", "1"))),
-                       classes=_stored_classes(name, h.get("classes", "null")), format=fmt,
+                       classes=_stored_classes(name, h.get("classes", "null")),
+                       shards=int(h.get("shards", "1")), format=fmt,
                        created=float(h.get("created", 0.0)))
         except (KeyError, ValueError) as exc:
             if isinstance(exc, ConfigConflict):
@@ -288,7 +296,7 @@ def resolve_spec(spec: ModelSpec) -> ModelConfig:
                        error_weight=(check_error_weight(spec.error_weight)
                                      if spec.error_weight is not None
                                      else DEFAULT_ERROR_WEIGHT if hashed_counts else 1.0),
-                       classes=spec.classes, created=time.time())
+                       classes=spec.classes, shards=spec.shards or 1, created=time.time())
 
 
 def read_config(client: Any, name: str) -> ModelConfig | None:
@@ -322,6 +330,8 @@ def differences(stored: ModelConfig, spec: ModelSpec) -> list[tuple[str, Any, An
         diffs.append(("error_weight", stored.error_weight, float(spec.error_weight)))
     if spec.classes is not None and spec.classes != stored.classes:
         diffs.append(("classes", stored.classes, spec.classes))
+    if spec.shards is not None and spec.shards != stored.shards:
+        diffs.append(("shards", stored.shards, spec.shards))
     return diffs
 
 

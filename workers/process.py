@@ -90,7 +90,7 @@ def process_batch(rt: ModelRuntime, entries: list, deliveries: dict[str, int] | 
             rt.withdraw(announced)  # it learns nothing: nobody needs to wait for it
             announced = None
         batch = featurize(rt.featurizer, decoded)
-        batch = drop_bad_categories(rt.replica.model,
+        batch = drop_bad_categories(rt.predictor,
                                     drop_undeclared_labels(rt.config.classes, batch))
         rt.labels.stage("featurize", time.perf_counter() - t1)
         prepared = prepare(rt, batch) if batch.items else None
@@ -101,7 +101,7 @@ def process_batch(rt: ModelRuntime, entries: list, deliveries: dict[str, int] | 
         ordered_from = catch_up(rt, start, bool(batch.items), settled)
         t2 = time.perf_counter()
         # after the log tail: it may have brought the model's first classes
-        batch = drop_foreign_labels(known_classes(rt.replica.model), decoded, batch)
+        batch = drop_foreign_labels(known_classes(rt.predictor), decoded, batch)
 
         # predict before learning (test-then-train; prequential within the batch)
         predictions = predict_items(rt, batch, prepared)
@@ -171,7 +171,7 @@ def prepare(rt: ModelRuntime, batch: Featurized) -> Prepared:
     rows stacked and the prequential plan; the cache rows and, without delayed labels, the
     batch's own statistics. :func:`predict_items` and :func:`commit_pipeline.build` use it
     only where it still applies."""
-    o, model, items = rt.options, rt.replica.model, batch.items
+    o, model, items = rt.options, rt.predictor, batch.items
     t0 = time.perf_counter()
     X = rt.featurizer.stack([it.row for it in items])
     plan = prediction_plan(model, X, items) if o.prequential and model.cheap_prequential else None
@@ -223,7 +223,7 @@ def predict_items(rt: ModelRuntime, batch: Featurized, prepared: Prepared | None
     if not batch.items:
         return None
     prep = (prepared.entry_ids, prepared.X, prepared.plan) if prepared is not None else None
-    return predict(rt.replica.model, rt.rule, rt.featurizer, batch.items,
+    return predict(rt.predictor, rt.rule, rt.featurizer, batch.items,
                    rt.options.prequential, prep, rt.config.error_weight)
 
 
@@ -245,7 +245,7 @@ def explain_items(rt: ModelRuntime, items: list[Item], prepared: Prepared | None
             X = prepared.X
         else:
             X = rt.featurizer.stack([it.row for it in items])
-        explained = explain_matrix(rt.replica.model, rt.rule, rt.featurizer, X,
+        explained = explain_matrix(rt.predictor, rt.rule, rt.featurizer, X,
                                    rt.options.explain, tokens)
     except Exception:  # noqa: BLE001 - see the docstring
         log.exception("model %s: explaining batch %s failed; its outputs go without",
@@ -282,5 +282,5 @@ def observe_predictions(rt: ModelRuntime, p: Predictions, now: float) -> None:
     ages = np.array([max(0.0, now - entry_time(it.entry_id)) for it in p.observed])
     observe_many(rt.labels(rt.metrics.message_age), ages)
     oov = p.oov_share if p.oov_share is not None else \
-        rt.replica.model.unseen_share(rt.featurizer.stack([it.row for it in p.observed]))
+        rt.predictor.unseen_share(rt.featurizer.stack([it.row for it in p.observed]))
     rt.observe(rt.observer.observe_predictions, p.classes, p.log_proba, oov, ages, p.unsure)

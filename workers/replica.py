@@ -110,6 +110,10 @@ class Replica:
         self.corrupt_entries = 0
         #: Called as ``on_corrupt(what, detail)`` (what: "snapshot" or "log") for metrics.
         self.on_corrupt: Callable[[str, str], None] | None = None
+        #: Called after each change of the model: ``on_change(add, sub)`` after a delta
+        #: (the bundles merged and taken off), ``on_change()`` after anything else (a
+        #: decay, a snapshot loaded, an entry skipped); workers/shards.py sums shards so.
+        self.on_change: Callable[..., None] | None = None
         #: The ``trimmed`` mark of a snapshot ignored as corrupt (it must not cause reloads).
         self._ignored_trim: Any = None
 
@@ -125,6 +129,7 @@ class Replica:
         if not h:
             self.model = self.config.make_model()
             self.version = "0-0"
+            self._changed()
             return
         h = {as_str(k): v for k, v in h.items()}
         try:
@@ -137,6 +142,7 @@ class Replica:
         self.snapshot_version = self.version
         self._ignored_trim = None
         self.reloads += 1
+        self._changed()
         log.info("model %s: loaded snapshot at log id %s", self.keys.name, self.version)
 
     def _decode_snapshot(self, h: dict[str, Any]) -> tuple[Any, str]:
@@ -174,6 +180,7 @@ class Replica:
             self.version = "0-0"
             self.snapshot_version = "0-0"
             self._ignored_trim = h.get("trimmed")
+            self._changed()
             return
         raise FormatError(
             f"model {self.keys.name!r}: the snapshot in {self.keys.snapshot} is unreadable ({exc}) "
@@ -293,6 +300,7 @@ class Replica:
                 if not isinstance(g, (int, float)) or isinstance(g, bool) or not 0.0 < g <= 1.0:
                     raise FormatError(f"decay factor must be a number in (0, 1], got {g!r}")
                 self.model.decay(float(g))
+                self._changed()
             else:
                 n = entry.get("n", 0)
                 if not isinstance(n, int) or isinstance(n, bool) or n < 0:
@@ -307,14 +315,20 @@ class Replica:
                 if sub is not None:
                     self.model.subtract_stats(sub)
                 self.learnt += n
+                self._changed(add, sub)
         except (FormatError, ValueError, KeyError, TypeError, msgpack.UnpackException) as exc:
             # Every replica skips the same entry, so they stay equal; say so loudly.
             self.corrupt_entries += 1
             if self.on_corrupt is not None:
                 self.on_corrupt("log", str(exc))
             log.error("model %s: skipping unreadable log entry %s: %s", self.keys.name, entry_id, exc)
+            self._changed()
         self.version = entry_id
         self.applied += 1
+
+    def _changed(self, add: StatsBundle | None = None, sub: StatsBundle | None = None) -> None:
+        if self.on_change is not None:
+            self.on_change(add, sub)
 
     @property
     def version_time(self) -> float:
@@ -329,9 +343,13 @@ def load_model(client: Any, name: str) -> tuple[Any, str]:
     """
     from streamnb_workers.model_config import read_config
 
+    from streamnb_workers.shards import load_summed
+
     cfg = read_config(client, name)
     if cfg is None:
         raise LookupError(f"model {name!r} has no config in Redis (no worker has served it)")
+    if cfg.shards > 1:
+        return load_summed(client, name)  # type: ignore[return-value]
     rep = Replica(client, ModelKeys(name), cfg).load()
     return rep.model, rep.version
 

@@ -89,6 +89,8 @@ class ModelRuntime:
         self.labels = MetricLabels(metrics, self.name, self.consumer)
         self.events = EventSink(client, self.keys, self.consumer, o.events_maxlen)
         self.replica = Replica(client, self.keys, config)
+        #: The sum of the model's shards when this is one of them (workers/shards.py).
+        self.summed: Any = None
         self.replica.on_corrupt = lambda kind, detail: self.labels(
             metrics.corrupt_records, kind=kind).inc()
         self.snapshotter = Snapshotter(client, self.keys, self.consumer, o.lease_ms,
@@ -116,6 +118,12 @@ class ModelRuntime:
         #: Pipelined commits: the commit on the wire, and the next batch read meanwhile.
         self.in_flight: InFlight | None = None
         self.read_ahead: ReadBatch | None = None
+
+    @property
+    def predictor(self) -> Any:
+        """The model predictions are made with: the replica's, or the sum of the model's
+        shards when this is one of them."""
+        return self.replica.model if self.summed is None else self.summed.model
 
     def alone(self) -> bool:
         """No other worker serves the model, as far as this one can tell: no other
