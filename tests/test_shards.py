@@ -254,3 +254,28 @@ def test_a_worker_serves_the_other_shards_while_one_is_away(redis_server):
         assert r.xpending(ModelKeys(name).input, GROUP)["pending"] == 0
     assert_same_stats(w.models[names[0]].predictor,
                       offline_model("multinomial", params, fcfg, first + second))
+
+
+def test_a_sharded_model_comes_back_whole_after_redis_lost_everything(redis_server):
+    r = redis_server.client()
+    spec = count_spec("mail", shards=2)
+    msgs = token_messages(200, seed=9)
+    send(r, "mail", 2, msgs)
+    w = url_worker(redis_server.url, [spec], fast_options("w0"))
+    w.run_until_idle()
+    r.flushall()
+    w.check_keys = True  # as after a reconnect
+    for _ in range(200):  # the groups are made again once the others could answer
+        w.step(10)
+        if not w.check_keys:
+            break
+    assert read_config(r, "mail").shards == 2  # a worker started later finds the shards
+    for name in shard_names("mail", 2):
+        assert read_config(r, name) is not None
+    more = token_messages(100, seed=10)
+    send(r, "mail", 2, more)
+    w.run_until_idle()
+    params = resolve_spec(count_spec()).model_params
+    model, _ = load_model(r, "mail")
+    assert_same_stats(model, offline_model("multinomial", params, {"bits": 10, "counts": "raw"},
+                                           msgs + more))

@@ -81,8 +81,10 @@ class Worker:
         self.consumer: str = self.options.consumer  # type: ignore[assignment]
         #: Per model or shard served (a model of K shards: its K shards' names).
         self.models: dict[str, ModelRuntime] = {}
-        #: The names of the models (of ``specs``) being served.
+        #: The names of the models (of ``specs``) being served; the configs of those in
+        #: shards (each shard's runtime is in :attr:`models`).
         self.served: set[str] = set()
+        self.sharded: dict[str, ModelConfig] = {}
         self.client: Any = None
         self.reader: Any = None
         self._stop = threading.Event()
@@ -129,6 +131,7 @@ class Worker:
                 total = ShardSum(cfg, [rt.replica for rt in shards])
                 for rt in shards:
                     rt.summed = total
+                self.sharded[spec.name] = cfg
             self.served.add(spec.name)
         self.started = True
         self.health.up()
@@ -395,6 +398,8 @@ class Worker:
         model's group waits for the other workers' replicas (after a short wait: the step
         reads nothing meanwhile)."""
         settling = False
+        for cfg in self.sharded.values():  # the config that records the shards
+            ensure_config(self.client, shard_spec(cfg))
         for rt in self.models.values():
             settling |= "settling" in restore_lost_keys(rt)
             rt.timers.gauges.due_at_once()
