@@ -175,13 +175,19 @@ class Figures:
 
     @classmethod
     def median(cls, runs: Sequence[Figures]) -> Figures:
-        """Each figure's median over runs (of one number of workers).
+        """Each CPU figure's median over runs (of one number of workers); msg/s and the
+        workers' cores both of the run of median msg/s (the lower of two), so that the
+        msg/s check pairs a run's rate with the CPU it was given.
 
-        >>> a, b, c = (Figures(w, 18.0, 25.0, 0.0, 9e3, 1.0) for w in (110.0, 160.0, 115.0))
-        >>> Figures.median([a, b, c]).worker_us
-        115.0
+        >>> a, b, c = (Figures(w, 18.0, 25.0, 0.0, 1e8 / w, 1.0 - w / 1e3)
+        ...            for w in (110.0, 160.0, 115.0))
+        >>> m = Figures.median([a, b, c])
+        >>> m.worker_us, round(m.per_second), m.worker_cores  # c's rate and cores
+        (115.0, 869565, 0.885)
         """
-        return cls(*(statistics.median(getattr(f, k) for f in runs) for k in FIELDS))
+        paired = sorted(runs, key=lambda f: f.per_second)[(len(runs) - 1) // 2]
+        return cls(*(statistics.median(getattr(f, k) for f in runs) for k in FIELDS[:4]),
+                   paired.per_second, paired.worker_cores)
 
 
 FIELDS = ("worker_us", "redis_us", "section_us", "wait_us", "per_second", "worker_cores")
