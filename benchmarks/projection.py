@@ -64,7 +64,11 @@ TOLERANCE = 0.20
 
 
 def _least_squares(points: dict[int, float], x: Callable[[int], float]) -> tuple[float, float]:
-    """(intercept, slope) of ``y = intercept + slope * x(N)`` by least squares."""
+    """(intercept, slope) of ``y = intercept + slope * x(N)`` by least squares.
+
+    >>> _least_squares({1: 10.0, 2: 13.0, 3: 13.0}, lambda n: n - 1)
+    (10.5, 1.5)
+    """
     xs, ys = [x(n) for n in points], list(points.values())
     mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
     sxx = sum((v - mx) ** 2 for v in xs)
@@ -379,7 +383,13 @@ def measure(corpus: Corpus, payload: str, repeat: int, trials: int = 3,
 
 
 def trial_rows(payload: str, runs: dict[int, list[tuple[E2EResult, float]]]) -> list[list[object]]:
-    """Every run's figures, trial by trial: the spread behind the medians."""
+    """Every run's figures, trial by trial: the spread behind the medians.
+
+    >>> r = E2EResult("raw", 2, 9_750, 9_000.0, 0, window_worker_cpu_us=120.0,
+    ...               window_redis_cpu_us=18.0, window_messages=9_600, window_s=1.2)
+    >>> trial_rows("raw", {2: [(r, 2.5)]})[0][:8]
+    ['raw', 2, 0, '2.5', 9600, '1.20', 120.0, 18.0]
+    """
     rows: list[list[object]] = []
     for n, rs in sorted(runs.items()):
         for t, (r, load) in enumerate(rs):
