@@ -233,9 +233,10 @@ def test_tail_follow_prints_new_outputs_of_every_shard(served):
     reader.start()
     try:
         time.sleep(1.0)  # tail has taken each stream's newest entry
-        for i in range(6):
+        for i in range(6):  # in different milliseconds: ids of different streams order them
             r.xadd(SHARDS[i % K].out, {"data": encode_output(
                 f"new{i}", "1-0", "ham", {"ham": -0.1, "spam": -2.4}, "9-0", "host-2")})
+            time.sleep(0.003)
         wait_for(lambda: len(lines) >= 6, 30, "the new outputs")
         assert [line.split()[2] for line in lines] == [f"id=new{i}" for i in range(6)]
         proc.send_signal(signal.SIGINT)

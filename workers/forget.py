@@ -24,8 +24,7 @@ from streamnb.exceptions import MalformedMessage, SettingsError
 from streamnb_workers.codec import DATA_FIELD, decode_input
 from streamnb_workers.keys import ModelKeys
 from streamnb_workers.learn_keys import known_keys
-from streamnb_workers.shard_streams import keys_of
-from streamnb_workers.shards import stored_shards
+from streamnb_workers.shard_streams import shard_keys
 from streamnb_workers.sources import Outgoing, is_mbox, iter_paths
 
 __all__ = ["ForgetReport", "forget", "iter_sources"]
@@ -98,7 +97,7 @@ def forget(client: Any, model: str, paths: list[str], *, stdin: BinaryIO | None 
     if not paths:
         raise SettingsError("nothing to forget: give one or more FILE, DIR, MBOX or -")
     stderr = stderr if stderr is not None else sys.stderr
-    shards = keys_of(model, stored_shards(client, model))
+    shards = shard_keys(client, model)
     report = ForgetReport(shards=len(shards))
     batch: list[tuple[Outgoing, str]] = []
 

@@ -42,8 +42,7 @@ from streamnb_workers.exit_codes import EXIT_FAILURE
 from streamnb_workers.keys import ModelKeys
 from streamnb_workers.outputs import decode_output
 from streamnb_workers.replies import as_str, entry_field
-from streamnb_workers.shard_streams import read_after
-from streamnb_workers.shards import Router, stored_shards
+from streamnb_workers.shard_streams import read_after, router_of
 from streamnb_workers.verdicts import NOT_SCORED, TIMEOUT, format_score, score_of
 
 __all__ = ["Judged", "format_line", "judge_many"]
@@ -167,7 +166,7 @@ def judge_many(client: Any, model: str, path: str, out: TextIO, *, timeout: floa
                window: int = DEFAULT_WINDOW) -> tuple[int, int]:
     """Judge every message under ``path`` (module docstring), writing one line each to
     ``out`` in input order. Returns (messages, of them not scored)."""
-    router = Router(model, stored_shards(client, model))
+    router = router_of(client, model)
     collector = _Collector(client, router.keys)
     unprinted: deque[Judged] = deque()
     n = not_scored = 0

@@ -64,7 +64,7 @@ from streamnb_workers.produce_checks import (
     not_mail,
 )
 from streamnb_workers.replies import as_str, entry_field
-from streamnb_workers.shards import Router, stored_shards
+from streamnb_workers.shard_streams import router_of
 from streamnb_workers.sources import IndexEntry, count_messages, iter_paths, read_index
 
 __all__ = ["ProduceInterrupted", "ProduceReport", "produce", "send_and_wait"]
@@ -159,8 +159,8 @@ def produce(
     if chunk < 1:
         raise SettingsError(f"--chunk must be >= 1, got {chunk}")
     stderr = stderr if stderr is not None else sys.stderr
-    k = stored_shards(client, model)
-    router = Router(model, k)
+    router = router_of(client, model)
+    k = len(router.keys)
     classes = declared_classes(client, model)
     if classes is not None and label is not None and label not in classes:
         raise SettingsError(f"--label {label!r} is not one of model {model!r}'s classes: "
@@ -284,7 +284,7 @@ def send_and_wait(client: Any, model: str, path: str, timeout: float = 30.0,
     out.fields["id"] = out.id
     data = out.encode()
     _validate(data, out.id)
-    keys = Router(model, stored_shards(client, model)).keys_for(out.id)
+    keys = router_of(client, model).keys_for(out.id)
     entry = client.xadd(keys.input, {DATA_FIELD: data})
     last = as_str(entry)
     deadline = time.monotonic() + timeout

@@ -2,6 +2,8 @@
 the commands that read and write them (produce, forget, predict, tail, status, the verdict
 client) see them.
 
+- :func:`stored_shard_count`: K of a stored model, read with the one command the producer
+  ACL user has for a model's config (HMGET of its ``shards`` field).
 - :func:`shard_keys`: the :class:`ModelKeys` of each shard of a stored model, in shard
   order (one: the model's own keys).
 - :func:`read_after`: new entries of several streams after the ids given, as one XREAD
@@ -9,7 +11,8 @@ client) see them.
   keys in different slots is refused (CROSSSLOT): each is read by an XREAD of its own,
   without BLOCK, again every :data:`POLL_S` until one has entries or the block time is up.
 - :func:`merge_by_id` / :func:`last_merged`: entries of several streams in the order of
-  their ids (the time Redis added them), as one stream would hold them.
+  their ids (the millisecond Redis added them; entries of different streams in the same
+  millisecond in the order of the streams given).
 
 >>> [k.input for k in keys_of("mail", 2)]
 ['streamnb:{mail|0}:in', 'streamnb:{mail|1.1}:in']
@@ -25,11 +28,12 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from streamnb_workers.keys import ModelKeys
-from streamnb_workers.shards import shard_names, stored_shards
+from streamnb_workers.replies import as_str
+from streamnb_workers.shards import Router, shard_names
 from streamnb_workers.stream_ids import parse_id
 
 __all__ = ["POLL_S", "describe_inputs", "is_cluster", "keys_of", "last_merged", "merge_by_id",
-           "read_after", "shard_keys"]
+           "read_after", "router_of", "shard_keys", "stored_shard_count"]
 
 #: Seconds between the per-stream reads of :func:`read_after` on a cluster.
 POLL_S = 0.05
@@ -40,10 +44,30 @@ def keys_of(model: str, k: int) -> list[ModelKeys]:
     return [ModelKeys(name) for name in shard_names(model, k)]
 
 
+def stored_shard_count(client: Any, model: str) -> int:
+    """K of the stored model ``model`` (1 if it has no config or is not sharded): as
+    :func:`streamnb_workers.shards.stored_shards`, with HMGET, not HGETALL, which the
+    ``streamnb-producer`` user of deploy/redis/users.acl may not send.
+
+    >>> import fakeredis
+    >>> from streamnb_workers.model_config import ModelSpec, ensure_config
+    >>> r = fakeredis.FakeRedis()
+    >>> _ = ensure_config(r, ModelSpec("mail", kind="multinomial", shards=3))
+    >>> stored_shard_count(r, "mail"), stored_shard_count(r, "other")
+    (3, 1)
+    """
+    value = client.hmget(ModelKeys(model).config, ["shards"])[0]
+    return 1 if value is None else int(as_str(value))
+
+
 def shard_keys(client: Any, model: str) -> list[ModelKeys]:
-    """The keys of each shard of the stored model ``model`` (K read from its config; a
-    model without config or shards: its own keys)."""
-    return keys_of(model, stored_shards(client, model))
+    """The keys of each shard of the stored model ``model`` (its own for one)."""
+    return keys_of(model, stored_shard_count(client, model))
+
+
+def router_of(client: Any, model: str) -> Router:
+    """The :class:`~streamnb_workers.shards.Router` of the stored model ``model``."""
+    return Router(model, stored_shard_count(client, model))
 
 
 def describe_inputs(model: str, k: int) -> str:

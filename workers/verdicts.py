@@ -52,7 +52,8 @@ from streamnb_workers.connection import RedisSettings
 from streamnb_workers.keys import ModelKeys
 from streamnb_workers.outputs import decode_output
 from streamnb_workers.replies import as_str, entry_field
-from streamnb_workers.shards import Router, stored_shards
+from streamnb_workers.shard_streams import router_of
+from streamnb_workers.shards import Router
 
 __all__ = [
     "ID_HEADER",
@@ -350,7 +351,7 @@ class VerdictClient:
             return self._router
         # Read outside the lock (a stuck Redis must not hold up the other callers); any
         # caller's reading is a good start, all being taken before their XADDs.
-        router = Router(self.model, stored_shards(client, self.model))
+        router = router_of(client, self.model)
         start = {}
         for keys in router.keys:
             last = client.xrevrange(keys.out, count=1)
