@@ -316,3 +316,71 @@ def test_explain_uses_the_sum_of_the_shards(served, tmp_path, capsys):
     X = f.stack([f.featurize(msg.as_payload())])
     total = e["bias"] + sum(w for _, w in e["tokens"]) + e["other"]
     assert total == pytest.approx(float(model.decision_function(X)[0]), abs=1e-9)
+
+
+# ------------------------------------------------------------------------------ a cluster
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    """A 3-master Redis Cluster (tests/test_cluster.py) with the shipped ACL."""
+    from test_cluster import REDIS_CLI, Cluster
+
+    if REDIS_SERVER is None or REDIS_CLI is None:
+        pytest.skip("redis-server and redis-cli are needed for a cluster")
+    c = Cluster(tmp_path_factory.mktemp("acl"))
+    try:
+        c.start()
+        yield c
+    finally:
+        c.stop()
+
+
+def test_on_a_cluster_each_shard_is_read_by_itself(cluster, tmp_path, capsys):
+    """The shards are on three masters: the verdict client (as the producer ACL user), tail
+    and predict many read each shard's streams with commands of their own."""
+    from test_acl_worker import PRODUCER_PASSWORD, PRODUCER_USER
+    from test_cluster import slot_of
+
+    from streamnb_workers.connection import UrlConnector
+    from streamnb_workers.worker import Worker
+
+    assert len({cluster.owner(slot_of(keys.input)) for keys in SHARDS}) == K
+    admin = cluster.admin()
+    w = Worker(UrlConnector(RedisSettings(cluster.url(), cluster=True)),
+               [count_spec("mail", shards=K)], fast_options("c1"))
+    w.start()
+    router = Router("mail", K)
+    for i in range(40):
+        label = ("spam", "ham")[i % 2]
+        rec = {"id": f"train-{i}", "raw": mail(label, 100 + i), "label": label}
+        admin.xadd(router.keys_for(rec["id"]).input, {DATA_FIELD: msgpack.packb(rec)})
+    thread = threading.Thread(target=w.run, kwargs={"install_signals": False}, daemon=True)
+    thread.start()
+    try:
+        wait_for(lambda: sum(int(admin.get(keys.learnt) or 0) for keys in SHARDS) == 40, 60,
+                 "the training")
+        producer = RedisSettings(cluster.url(PRODUCER_USER, PRODUCER_PASSWORD), cluster=True)
+        with VerdictClient(producer, "mail", block_ms=100) as client:
+            with ThreadPoolExecutor(8) as pool:
+                results = list(pool.map(lambda i: (("spam", "ham")[i % 2], client.predict(
+                    mail(("spam", "ham")[i % 2], 500 + i), timeout=30.0)), range(24)))
+        assert all(want == out["label"] for want, (_, out) in results)
+        assert {shard_of(msg_id, K) for _, (msg_id, _) in results} == set(range(K))
+
+        box = tmp_path / "box"
+        box.mkdir()
+        for i in range(9):
+            (box / f"{i}.eml").write_bytes(mail(("spam", "ham")[i % 2], 700 + i))
+        out = io.StringIO()
+        assert judge_many(admin, "mail", str(box), out, timeout=30) == (9, 0)
+
+        assert main(["tail", "--redis", cluster.url(), "--cluster", "--model", "mail", "-n", "200"],
+                    env={}) == 0
+        lines = capsys.readouterr().out.splitlines()
+        assert len(lines) == 40 + 24 + 9
+        ids = [line.split()[1] for line in lines]
+        assert ids == sorted(ids, key=parse_id)
+        info = status.collect(admin, "mail")
+        assert (info["learnt"], len(info["shards"])) == (40, K)
+    finally:
+        w.request_stop()
+        thread.join(20)
