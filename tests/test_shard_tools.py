@@ -211,6 +211,18 @@ def test_predict_one_and_many_on_a_sharded_model(served, tmp_path):
                 if out["id"].startswith("predict-")}) == K
 
 
+def test_predict_stdin_filters_a_mail_through_its_shard(served):
+    server, r = served
+    env = blas_env({k: v for k, v in os.environ.items() if not k.startswith("STREAMNB_")})
+    for i, label in enumerate(("spam", "ham", "spam", "ham")):
+        proc = subprocess.run([PYTHON, "-m", "streamnb_workers", "predict", "--redis", server.url,
+                               "--model", "mail", "--json", "-"], input=mail(label, 800 + i),
+                              cwd=ROOT, env=env, capture_output=True, timeout=60)
+        out = json.loads(proc.stdout)
+        assert (proc.returncode, out["label"]) == ({"spam": 0, "ham": 1}[label], label), proc.stderr
+        assert out["id"] in outputs_of(r, shard_of(out["id"], K))
+
+
 def test_tail_merges_the_shards_outputs_in_entry_order(served, capsys):
     server, r = served
     every = sorted(((parse_id(i), as_str(i)) for keys in SHARDS for i, _ in r.xrange(keys.out)))
