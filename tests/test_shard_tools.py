@@ -145,6 +145,23 @@ def test_produce_and_forget_through_the_cli_name_the_shards(redis_server, tmp_pa
     w.shutdown()
 
 
+@pytest.mark.parametrize("n", [0, 1, 3, 4, 5, 11, 29, 30, 31, 100])
+def test_the_last_n_of_several_streams_are_read_in_pages(monkeypatch, n):
+    import fakeredis
+
+    from streamnb_workers import tail
+
+    monkeypatch.setattr(tail, "PAGE", 4)
+    r = fakeredis.FakeRedis()
+    keys = [keys.out for keys in SHARDS]
+    for i in range(30):  # stream j gets the entries i with i % 7 in its share
+        r.xadd(keys[min(i % 7, K - 1)], {"n": i}, id=f"{100 + i}-0")
+    got = [(key, as_str(entry_id), int(fields[b"n"]))
+           for key, entry_id, fields in tail.last_of_streams(r, keys, n)]
+    want = [(keys[min(i % 7, K - 1)], f"{100 + i}-0", i) for i in range(30)][max(0, 30 - n):]
+    assert got == (want if n else [])
+
+
 # ----------------------------------------------------------------- a served sharded model
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):

@@ -37,9 +37,9 @@ import math
 import os
 import sys
 import time
-from collections import deque
 from collections.abc import Iterator, Mapping, Sequence
 from datetime import UTC, datetime
+from itertools import islice
 from typing import Any, TextIO
 
 from streamnb.exceptions import MalformedMessage
@@ -227,16 +227,48 @@ def last_entries(client: Any, key: str, n: int) -> Iterator[tuple[Any, Any]]:
         lower = "(" + as_str(page[-1][0])
 
 
+def _newest_first(client: Any, key: str, page: int) -> Iterator[tuple[str, Any]]:
+    """``(key, id)`` of every entry of ``key``, newest first, read in pages of ``page``."""
+    from streamnb_workers.replies import as_str
+
+    upper = "+"
+    while True:
+        entries = client.xrevrange(key, max=upper, count=page)
+        yield from ((key, entry_id) for entry_id, _ in entries)
+        if len(entries) < page:
+            return
+        upper = "(" + as_str(entries[-1][0])
+
+
+def _oldest_first(client: Any, key: str, first: str) -> Iterator[tuple[str, Any, Any]]:
+    """``(key, id, fields)`` of the entries of ``key`` from ``first`` on, in pages."""
+    from streamnb_workers.replies import as_str
+
+    lower = first
+    while True:
+        entries = client.xrange(key, min=lower, count=PAGE)
+        yield from ((key, entry_id, fields) for entry_id, fields in entries)
+        if len(entries) < PAGE:
+            return
+        lower = "(" + as_str(entries[-1][0])
+
+
 def last_of_streams(client: Any, keys: Sequence[str], n: int) -> Iterator[tuple[str, Any, Any]]:
     """The last ``n`` entries of the streams ``keys`` together, oldest first, as ``(key,
-    id, fields)``: merged by id, holding at most ``n`` at a time."""
-    def tagged(key: str) -> Iterator[tuple[str, Any, Any]]:
-        for entry_id, fields in last_entries(client, key, n):
-            yield key, entry_id, fields
+    id, fields)``, merged by id: the streams' ids are read backwards to the n-th newest of
+    them all, then the entries forwards from there; pages of :data:`PAGE` at most."""
+    from streamnb_workers.replies import as_str
 
-    if n > 0:
-        yield from deque(heapq.merge(*(tagged(key) for key in keys),
-                                     key=lambda entry: parse_id(entry[1])), maxlen=n)
+    if len(keys) == 1:
+        yield from ((keys[0], entry_id, fields) for entry_id, fields in last_entries(client, keys[0], n))
+        return
+    first: dict[str, str] = {}  # per stream, the oldest of its entries among the last n
+    newest = heapq.merge(*(_newest_first(client, key, min(n, PAGE)) for key in keys),
+                         key=lambda entry: parse_id(entry[1]), reverse=True)
+    for key, entry_id in islice(newest, max(n, 0)):
+        first[key] = as_str(entry_id)
+    yield from heapq.merge(*(_oldest_first(client, key, first[key]) for key in keys if key in first),
+                           key=lambda entry: parse_id(entry[1]))
 
 
 def _follow(client: Any, last: dict[str, str], emit: Any, stderr: TextIO) -> None:
