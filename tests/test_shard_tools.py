@@ -105,7 +105,8 @@ def test_produce_routes_each_record_to_its_shard_and_learns_it_once(redis_server
     lengths = [r.xinfo_stream(keys.input)["entries-added"] for keys in SHARDS]
     again = produce(r, "mail", [path])
     assert (again.already_learnt, again.sent) == (n_labelled, 61 - n_labelled)
-    added = [r.xinfo_stream(keys.input)["entries-added"] - n for keys, n in zip(SHARDS, lengths, strict=True)]
+    added = [r.xinfo_stream(keys.input)["entries-added"] - n
+             for keys, n in zip(SHARDS, lengths, strict=True)]
     assert added == [sum(1 for rec in records if "label" not in rec or "ref" in rec
                          if shard_of(route_id(rec), K) == j) for j in range(K)]
     w.shutdown()
@@ -123,7 +124,8 @@ def test_forget_goes_to_the_shard_that_learnt_the_message(redis_server, tmp_path
 
     report = forget(r, "mail", [write_jsonl(tmp_path / "gone.jsonl", gone)], stderr=io.StringIO())
     assert (report.sent, report.not_learnt, report.shards) == (9, [], K)
-    added = [r.xinfo_stream(keys.input)["entries-added"] - n for keys, n in zip(SHARDS, before, strict=True)]
+    added = [r.xinfo_stream(keys.input)["entries-added"] - n
+             for keys, n in zip(SHARDS, before, strict=True)]
     assert added == [sum(1 for m in gone if shard_of(m["id"], K) == j) for j in range(K)]
     w.run_until_idle()
     assert_same_stats(load_model(r, "mail")[0],
@@ -212,7 +214,8 @@ def test_predict_one_and_many_on_a_sharded_model(served, tmp_path):
     box = tmp_path / "box"
     box.mkdir()
     for i in range(12):
-        (box / f"{i:02d}-{('spam', 'ham')[i % 2]}.eml").write_bytes(mail(("spam", "ham")[i % 2], 700 + i))
+        label = ("spam", "ham")[i % 2]
+        (box / f"{i:02d}-{label}.eml").write_bytes(mail(label, 700 + i))
     one = send_and_wait(r, "mail", str(box / "00-spam.eml"), timeout=30)
     assert one is not None and one["label"] == "spam"
     assert one["id"] in outputs_of(r, shard_of(one["id"], K))

@@ -80,7 +80,8 @@ def _forget_data(out: Outgoing, key: str) -> bytes:
     return msgpack.packb(obj, use_bin_type=True)
 
 
-def learnt_where(client: Any, shards: list[ModelKeys], keys: list[str]) -> dict[str, list[ModelKeys]]:
+def learnt_where(client: Any, shards: list[ModelKeys],
+                 keys: list[str]) -> dict[str, list[ModelKeys]]:
     """The shards (of ``shards``) that have learnt each of the learn-once ``keys``."""
     where: dict[str, list[ModelKeys]] = {}
     for shard in shards:

@@ -97,7 +97,10 @@ def _published(client: Any, name: str | None, buckets: list[int]) -> dict[int, l
     return merge_names([read_names(client, keys.tokens, buckets) for keys in shards])
 
 
-def merge_names(published: list[dict[int, list[tuple[str, int]]]]) -> dict[int, list[tuple[str, int]]]:
+Names = dict[int, list[tuple[str, int]]]
+
+
+def merge_names(published: list[Names]) -> Names:
     """The token names of several shards per bucket, the counts of a name added, the most
     counted first.
 

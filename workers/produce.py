@@ -146,8 +146,8 @@ def produce(
     stderr: TextIO | None = None,
     max_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
 ) -> ProduceReport:
-    """Send messages to ``streamnb:{model}:in`` (or each to its shard's); returns what was sent, skipped and found
-    already learnt.
+    """Send messages to ``streamnb:{model}:in`` (a sharded model: each to its shard's);
+    returns what was sent, skipped and found already learnt.
 
     A message that fails validation (bad JSON line, bad record) is skipped with a warning
     on stderr; a labelled message whose key the model has learnt is not sent; everything
@@ -189,7 +189,8 @@ def produce(
     def flush() -> None:
         if not batch:
             return
-        known = learnt_in_shards(client, [(keys, key) for _, key, _, keys in batch if key is not None])
+        known = learnt_in_shards(client, [(keys, key) for _, key, _, keys in batch
+                                          if key is not None])
         pipe = client.pipeline(transaction=False)
         n = n_labelled = 0
         for data, key, labelled, keys in batch:

@@ -260,15 +260,16 @@ def last_of_streams(client: Any, keys: Sequence[str], n: int) -> Iterator[tuple[
     from streamnb_workers.replies import as_str
 
     if len(keys) == 1:
-        yield from ((keys[0], entry_id, fields) for entry_id, fields in last_entries(client, keys[0], n))
+        for entry_id, fields in last_entries(client, keys[0], n):
+            yield keys[0], entry_id, fields
         return
     first: dict[str, str] = {}  # per stream, the oldest of its entries among the last n
     newest = heapq.merge(*(_newest_first(client, key, min(n, PAGE)) for key in keys),
                          key=lambda entry: parse_id(entry[1]), reverse=True)
     for key, entry_id in islice(newest, max(n, 0)):
         first[key] = as_str(entry_id)
-    yield from heapq.merge(*(_oldest_first(client, key, first[key]) for key in keys if key in first),
-                           key=lambda entry: parse_id(entry[1]))
+    forwards = [_oldest_first(client, key, first[key]) for key in keys if key in first]
+    yield from heapq.merge(*forwards, key=lambda entry: parse_id(entry[1]))
 
 
 def _follow(client: Any, last: dict[str, str], emit: Any, stderr: TextIO) -> None:
