@@ -139,10 +139,11 @@ def test_produce_and_forget_through_the_cli_name_the_shards(redis_server, tmp_pa
     path = write_jsonl(tmp_path / "m.jsonl", token_messages(5, seed=8))
     assert main(["produce", "--redis", redis_server.url, "--model", "mail", path], env={}) == 0
     out = capsys.readouterr().out
-    assert out.startswith("sent 5 of 5 messages (5 labelled) to the :in of model 'mail''s 3 shards")
+    assert out.startswith("sent 5 of 5 messages (5 labelled) to the :in of the 3 shards of "
+                          "model 'mail'")
     w.run_until_idle()
     assert main(["forget", "--redis", redis_server.url, "--model", "mail", path], env={}) == 0
-    assert "forgetting 5 of 5 messages (sent to the :in of model 'mail''s 3 shards)" in \
+    assert "forgetting 5 of 5 messages (sent to the :in of the 3 shards of model 'mail')" in \
         capsys.readouterr().out
     w.shutdown()
 

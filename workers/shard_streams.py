@@ -74,11 +74,11 @@ def describe_inputs(model: str, k: int) -> str:
     """Where messages of ``model`` with ``k`` shards go, for a command's report.
 
     >>> describe_inputs("mail", 1), describe_inputs("mail", 3)
-    ('streamnb:{mail}:in', "the :in of model 'mail''s 3 shards")
+    ('streamnb:{mail}:in', "the :in of the 3 shards of model 'mail'")
     """
     if k == 1:
         return ModelKeys(model).input
-    return f"the :in of model {model!r}'s {k} shards"
+    return f"the :in of the {k} shards of model {model!r}"
 
 
 def is_cluster(client: Any) -> bool:
