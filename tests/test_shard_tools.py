@@ -381,11 +381,12 @@ def test_on_a_cluster_each_shard_is_read_by_itself(cluster, tmp_path, capsys):
     w = Worker(UrlConnector(RedisSettings(cluster.url(), cluster=True)),
                [count_spec("mail", shards=K)], fast_options("c1"))
     w.start()
-    router = Router("mail", K)
-    for i in range(40):
-        label = ("spam", "ham")[i % 2]
-        rec = {"id": f"train-{i}", "raw": mail(label, 100 + i), "label": label}
-        admin.xadd(router.keys_for(rec["id"]).input, {DATA_FIELD: msgpack.packb(rec)})
+    for label in ("spam", "ham"):  # produce on a cluster: a pipeline over three slots
+        (tmp_path / label).mkdir()
+        for i in range(20):
+            (tmp_path / label / f"{i}.eml").write_bytes(mail(label, 100 + i))
+        report = produce(admin, "mail", [str(tmp_path / label)], label=label)
+        assert (report.sent, report.labelled) == (20, 20)
     thread = threading.Thread(target=w.run, kwargs={"install_signals": False}, daemon=True)
     thread.start()
     try:
@@ -414,6 +415,11 @@ def test_on_a_cluster_each_shard_is_read_by_itself(cluster, tmp_path, capsys):
         assert ids == sorted(ids, key=parse_id)
         info = status.collect(admin, "mail")
         assert (info["learnt"], len(info["shards"])) == (40, K)
+
+        gone = forget(admin, "mail", [str(tmp_path / "spam" / "0.eml")], stderr=io.StringIO())
+        assert (gone.sent, gone.not_learnt) == (1, [])
+        wait_for(lambda: load_model(admin, "mail")[0].stats["classes"].as_dict()["spam"] == 19,
+                 30, "the forget")
     finally:
         w.request_stop()
         thread.join(20)
