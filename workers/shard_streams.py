@@ -2,8 +2,6 @@
 the commands that read and write them (produce, forget, predict, tail, status, the verdict
 client) see them.
 
-- :func:`stored_shard_count`: K of a stored model, read with the one command the producer
-  ACL user has for a model's config (HMGET of its ``shards`` field).
 - :func:`shard_keys`: the :class:`ModelKeys` of each shard of a stored model, in shard
   order (one: the model's own keys).
 - :func:`read_after`: new entries of several streams after the ids given, as one XREAD
@@ -28,12 +26,11 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from streamnb_workers.keys import ModelKeys
-from streamnb_workers.replies import as_str
-from streamnb_workers.shards import Router, shard_names
+from streamnb_workers.shards import Router, shard_names, stored_shards
 from streamnb_workers.stream_ids import parse_id
 
 __all__ = ["POLL_S", "describe_inputs", "is_cluster", "keys_of", "last_merged", "merge_by_id",
-           "read_after", "router_of", "shard_keys", "stored_shard_count"]
+           "read_after", "router_of", "shard_keys"]
 
 #: Seconds between the per-stream reads of :func:`read_after` on a cluster.
 POLL_S = 0.05
@@ -44,30 +41,14 @@ def keys_of(model: str, k: int) -> list[ModelKeys]:
     return [ModelKeys(name) for name in shard_names(model, k)]
 
 
-def stored_shard_count(client: Any, model: str) -> int:
-    """K of the stored model ``model`` (1 if it has no config or is not sharded): as
-    :func:`streamnb_workers.shards.stored_shards`, with HMGET, not HGETALL, which the
-    ``streamnb-producer`` user of deploy/redis/users.acl may not send.
-
-    >>> import fakeredis
-    >>> from streamnb_workers.model_config import ModelSpec, ensure_config
-    >>> r = fakeredis.FakeRedis()
-    >>> _ = ensure_config(r, ModelSpec("mail", kind="multinomial", shards=3))
-    >>> stored_shard_count(r, "mail"), stored_shard_count(r, "other")
-    (3, 1)
-    """
-    value = client.hmget(ModelKeys(model).config, ["shards"])[0]
-    return 1 if value is None else int(as_str(value))
-
-
 def shard_keys(client: Any, model: str) -> list[ModelKeys]:
     """The keys of each shard of the stored model ``model`` (its own for one)."""
-    return keys_of(model, stored_shard_count(client, model))
+    return keys_of(model, stored_shards(client, model))
 
 
 def router_of(client: Any, model: str) -> Router:
     """The :class:`~streamnb_workers.shards.Router` of the stored model ``model``."""
-    return Router(model, stored_shard_count(client, model))
+    return Router(model, stored_shards(client, model))
 
 
 def describe_inputs(model: str, k: int) -> str:
