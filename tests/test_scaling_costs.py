@@ -229,6 +229,25 @@ def test_tenants_run_on_a_three_master_cluster():
 
 @needs_redis
 @linux
+@pytest.mark.skipif(shutil.which("redis-cli") is None, reason="redis-cli is needed")
+def test_shards_run_sends_each_message_to_its_shard_on_a_cluster():
+    """A model of 3 shards on 3 masters: every message once in its shard, and the busiest
+    master's CPU a part of the three's."""
+    from benchmarks import shards
+    from benchmarks._cluster import RedisCluster3
+
+    msgs = token_messages(900, seed=10)
+    names, shares = shards.routed(msgs, "sharded3", 3)
+    assert sum(map(len, shares)) == 900 and min(map(len, shares)) > 200
+    with RedisCluster3() as cluster:
+        run = shards.run(cluster, msgs, 3, 2)
+        assert all(cluster.node(p).dbsize() == 0 for p in cluster.ports)  # flushed
+    assert (run.models, run.workers, run.messages) == (3, 2, 900)
+    assert 0 < run.busiest_redis_cpu_us < run.redis_cpu_us
+
+
+@needs_redis
+@linux
 def test_ordering_accuracy_scores_ordered_and_unordered_replays():
     """Separable synthetic mail through 2 workers in each mode: every message has a
     prediction, scored against its label; the unordered replay never takes the ordered
