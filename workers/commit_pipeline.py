@@ -216,7 +216,7 @@ def send_ahead(rt: ModelRuntime, batch: PredictedBatch, built: Built) -> None:
     a batch read that early is committed later, and they would wait for it."""
     o = rt.options
     before: list[list[Any]] = []
-    if rt.read_ahead is None:
+    if rt.read_ahead is None and rt.reads_ahead:
         t0 = time.perf_counter()
         got = read_new(rt.reader, rt.consumer, [rt.keys.input], o.batch, block_ms=0)
         entries = [e for _, es in got for e in es]
@@ -228,8 +228,8 @@ def send_ahead(rt: ModelRuntime, batch: PredictedBatch, built: Built) -> None:
                 before.append(command)
             rt.read_ahead = ReadBatch(entries, announced)
     after = []
-    if rt.read_ahead is not None and len(rt.read_ahead.entries) >= o.batch and \
-            (o.order_wait_ms == 0 or rt.alone()):
+    if rt.reads_ahead and rt.read_ahead is not None and len(rt.read_ahead.entries) >= o.batch \
+            and (o.order_wait_ms == 0 or rt.alone()):
         after += read_commands(rt.keys, rt.consumer, o.batch, o.order_wait_ms > 0)
     sent = send_commit(rt.client, rt.keys, rt.consumer, built.request, o.out_maxlen,
                        o.dead_maxlen, before, after)

@@ -25,13 +25,13 @@ import redis
 from streamnb.exceptions import StreamnbError
 from streamnb_workers.keys import GROUP, ModelKeys
 from streamnb_workers.replies import as_str
-from streamnb_workers.stream_ids import parse_id
+from streamnb_workers.stream_ids import first_id, parse_id
 
 if TYPE_CHECKING:
     from streamnb_workers.runtime import ModelRuntime
 
 __all__ = ["all_done", "claim_idle", "delivery_counts", "ensure_group", "read_new",
-           "read_pending", "ReadBatch", "read_batches"]
+           "read_pending", "ReadBatch", "read_batches", "in_stream_order"]
 
 
 def read_new(reader: Any, consumer: str, streams: list[str], count: int, block_ms: int,
@@ -39,14 +39,20 @@ def read_new(reader: Any, consumer: str, streams: list[str], count: int, block_m
     """Up to ``count`` new entries of each of ``streams`` (the models' ``:in``), waiting
     at most ``block_ms`` (0: not at all) for a first one: ``(stream, entries)`` of the
     streams that had some. On Redis Cluster, several streams (several slots) are read one
-    call each, the wait shared between them."""
+    call each: first none waits, so an empty stream never holds up the others; only if
+    all were empty does each wait its share of ``block_ms`` in turn, until one has some."""
     block = block_ms if block_ms > 0 else None
     if cluster and len(streams) > 1:
-        per = max(1, block_ms // len(streams)) if block else None
         replies = []
         for stream in streams:
-            replies += reader.xreadgroup(GROUP, consumer, {stream: ">"}, count=count,
-                                         block=per) or []
+            replies += reader.xreadgroup(GROUP, consumer, {stream: ">"}, count=count) or []
+        if block and not any(entries for _, entries in replies):
+            per = max(1, block // len(streams))
+            for stream in streams:
+                replies = reader.xreadgroup(GROUP, consumer, {stream: ">"}, count=count,
+                                            block=per) or []
+                if any(entries for _, entries in replies):
+                    break
     else:
         replies = reader.xreadgroup(GROUP, consumer, {stream: ">" for stream in streams},
                                     count=count, block=block) or []
@@ -114,8 +120,11 @@ class ReadBatch:
 
 
 def read_batches(reader: Any, consumer: str, rts: list[ModelRuntime], count: int, block_ms: int,
-                 cluster: bool) -> list[tuple[ModelRuntime, ReadBatch]]:
-    """New entries of the models ``rts``, in one read (one per model on a cluster)."""
+                 cluster: bool, announce: bool = False) -> list[tuple[ModelRuntime, ReadBatch]]:
+    """New entries of the models ``rts``, in one read (one per model on a cluster);
+    ``announce``: each batch announced in its model's ``{M}:inflight`` right after the
+    read (workers/ordering.py; a worker serving several models holds their batches
+    until it processes them in turn, and must not hold them unannounced)."""
     t0 = time.perf_counter()
     got = read_new(reader, consumer, [rt.keys.input for rt in rts], count, block_ms, cluster)
     dt = time.perf_counter() - t0
@@ -124,5 +133,23 @@ def read_batches(reader: Any, consumer: str, rts: list[ModelRuntime], count: int
     for stream, entries in got:
         rt = by_key[stream]
         rt.labels.stage("read", dt)
-        out.append((rt, ReadBatch(entries, None)))
+        field = rt.inflight.announce(first_id(entries), len(entries)) if announce else None
+        out.append((rt, ReadBatch(entries, field)))
     return out
+
+
+def in_stream_order(batches: list[tuple[ModelRuntime, ReadBatch]],
+                    ) -> list[tuple[ModelRuntime, ReadBatch]]:
+    """Batches of several models in one order every worker agrees on: by first entry id,
+    then model name. A worker processing what it holds in that order never waits (for an
+    earlier batch of the same model, workers/ordering.py) on a worker that waits on it:
+    a cycle would need a batch both before and after another in this order.
+
+    >>> class M:  # a model's runtime, as far as the order goes
+    ...     def __init__(self, name): self.name = name
+    >>> held = [(M("b"), ReadBatch([(b"9-0", {})], None)), (M("a"), ReadBatch([(b"9-0", {})], None)),
+    ...         (M("c"), ReadBatch([(b"10-0", {}), (b"2-0", {})], None))]
+    >>> [rt.name for rt, _ in in_stream_order(held)]
+    ['c', 'a', 'b']
+    """
+    return sorted(batches, key=lambda b: (parse_id(first_id(b[1].entries)), b[0].name))

@@ -44,6 +44,7 @@ from streamnb_workers.intake import (
     claim_idle,
     delivery_counts,
     ensure_group,
+    in_stream_order,
     read_batches,
     read_pending,
 )
@@ -133,6 +134,8 @@ class Worker:
                     rt.summed = total
                 self.sharded[spec.name] = cfg
             self.served.add(spec.name)
+        for rt in self.models.values():  # several models: no batch held out of turn
+            rt.reads_ahead = len(self.models) == 1
         self.started = True
         self.health.up()
 
@@ -303,13 +306,13 @@ class Worker:
             rt.read_ahead = None
         if not self.stopping and rest:
             wait = 0 if batches or n else block_ms
-            if self.isolating:  # one read a model, each guarded
-                for rt in rest:
-                    batches += self._guard(rt, read_batches, self.reader, self.consumer, [rt],
-                                           self.options.batch, wait // len(rest), True) or []
+            if self.isolating:
+                batches += self._read_each(rest, wait)
             else:
                 batches += read_batches(self.reader, self.consumer, rest, self.options.batch,
-                                        wait, self.connector.cluster)
+                                        wait, self.connector.cluster, self._announce_reads)
+        if len(batches) > 1:
+            batches = in_stream_order(batches)
         pipeline = not self.stopping and not self.connector.cluster
         for rt, batch in batches:
             if rt.name not in self._failed_now:
@@ -324,6 +327,12 @@ class Worker:
                 log.info("model %s: Redis reached again; served again", rt.name)
         self.heap.after_step(n)
         return n
+
+    @property
+    def _announce_reads(self) -> bool:
+        """Batches are announced as soon as read when several models are served (one
+        model's batch is processed, and announced, right after its read)."""
+        return self.options.order_wait_ms > 0 and len(self.models) > 1
 
     @property
     def isolating(self) -> bool:
@@ -344,6 +353,23 @@ class Worker:
                 raise
             self._model_away(rt, exc, kind)
             return None
+
+    def _read_each(self, rts: list[ModelRuntime], wait_ms: int) -> list[tuple[ModelRuntime, Any]]:
+        """New entries of each model, a guarded read each (as :func:`read_new` reads a
+        cluster's streams: none waits unless all were empty, then each its share)."""
+        got: list[tuple[ModelRuntime, Any]] = []
+        for rt in rts:
+            got += self._guard(rt, read_batches, self.reader, self.consumer, [rt],
+                               self.options.batch, 0, True, self._announce_reads) or []
+        if got or not wait_ms:
+            return got
+        for rt in self._serving(rts):
+            got = self._guard(rt, read_batches, self.reader, self.consumer, [rt],
+                              self.options.batch, max(1, wait_ms // len(rts)), True,
+                              self._announce_reads) or []
+            if got:
+                break
+        return got
 
     def _serving(self, rts: list[ModelRuntime]) -> list[ModelRuntime]:
         return [rt for rt in rts if rt.name not in self._failed_now]

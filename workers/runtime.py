@@ -109,6 +109,9 @@ class ModelRuntime:
         #: Pipelined commits: the commit on the wire, and the next batch read meanwhile.
         self.in_flight: InFlight | None = None
         self.read_ahead: ReadBatch | None = None
+        #: Whether a pipelined commit reads the model's next batch (not when the worker
+        #: serves several models: workers/intake.py ``in_stream_order``).
+        self.reads_ahead = True
 
     @property
     def predictor(self) -> Any:
