@@ -16,7 +16,8 @@ PROM = ROOT / "deploy" / "prometheus"
 GRAFANA = ROOT / "deploy" / "grafana"
 DASHBOARD = GRAFANA / "dashboards" / "streamnb.json"
 PROMTOOL = shutil.which("promtool")
-ALERTS = ["StreamnbWorkerDown", "StreamnbRedisDown", "StreamnbLagGrowing", "StreamnbAccuracyLow",
+ALERTS = ["StreamnbWorkerDown", "StreamnbRedisDown", "StreamnbModelUnreachable", "StreamnbLagGrowing",
+          "StreamnbAccuracyLow",
           "StreamnbFalsePositiveRateHigh", "StreamnbDriftDetected", "StreamnbDeadLettersRising",
           "StreamnbSnapshotStale", "StreamnbWorkerErrors"]
 

@@ -16,7 +16,9 @@ True
 
 from __future__ import annotations
 
-from typing import Any
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import redis
 
@@ -25,8 +27,11 @@ from streamnb_workers.keys import GROUP, ModelKeys
 from streamnb_workers.replies import as_str
 from streamnb_workers.stream_ids import parse_id
 
+if TYPE_CHECKING:
+    from streamnb_workers.runtime import ModelRuntime
+
 __all__ = ["all_done", "claim_idle", "delivery_counts", "ensure_group", "read_new",
-           "read_pending"]
+           "read_pending", "ReadBatch", "read_batches"]
 
 
 def read_new(reader: Any, consumer: str, streams: list[str], count: int, block_ms: int,
@@ -97,3 +102,27 @@ def ensure_group(client: Any, keys: ModelKeys) -> None:
     except redis.ResponseError as exc:
         if "BUSYGROUP" not in str(exc):
             raise
+
+
+@dataclass(frozen=True, slots=True)
+class ReadBatch:
+    """Entries read ahead of their turn, and their ``:inflight`` announcement (None: not
+    announced)."""
+
+    entries: list
+    announced: str | None
+
+
+def read_batches(reader: Any, consumer: str, rts: list[ModelRuntime], count: int, block_ms: int,
+                 cluster: bool) -> list[tuple[ModelRuntime, ReadBatch]]:
+    """New entries of the models ``rts``, in one read (one per model on a cluster)."""
+    t0 = time.perf_counter()
+    got = read_new(reader, consumer, [rt.keys.input for rt in rts], count, block_ms, cluster)
+    dt = time.perf_counter() - t0
+    by_key = {rt.keys.input: rt for rt in rts}
+    out = []
+    for stream, entries in got:
+        rt = by_key[stream]
+        rt.labels.stage("read", dt)
+        out.append((rt, ReadBatch(entries, None)))
+    return out

@@ -31,8 +31,6 @@ import threading
 import time
 from typing import Any
 
-import redis
-
 from streamnb.exceptions import StreamnbError
 from streamnb_workers.backoff import Backoff
 from streamnb_workers.commit import COMMIT_SCRIPT
@@ -46,80 +44,25 @@ from streamnb_workers.intake import (
     claim_idle,
     delivery_counts,
     ensure_group,
-    read_new,
+    read_batches,
     read_pending,
 )
 from streamnb_workers.keys import ModelKeys
 from streamnb_workers.metrics import Metrics, default_metrics
 from streamnb_workers.model_config import ModelConfig, ModelSpec, ensure_config
 from streamnb_workers.options import WorkerOptions
+from streamnb_workers.outages import Outages
 from streamnb_workers.process import process_batch
 from streamnb_workers.read_ahead import READ_SCRIPT
+from streamnb_workers.redis_errors import UNREACHABLE_KINDS, error_kind
 from streamnb_workers.restore import restore_lost_keys
-from streamnb_workers.runtime import ModelRuntime, ReadBatch
+from streamnb_workers.runtime import ModelRuntime
 from streamnb_workers.shards import ShardSum, shard_names, shard_spec
 from streamnb_workers.snapshotter import delete_consumer_if_idle
 
-__all__ = ["Worker", "error_kind"]
+__all__ = ["Worker"]
 
 log = logging.getLogger("streamnb.worker")
-
-#: Redis reply prefixes of errors that pass (failover, loading, disk trouble).
-TRANSIENT_PREFIXES = ("MISCONF", "READONLY", "LOADING", "MASTERDOWN", "CLUSTERDOWN", "TRYAGAIN",
-                      "NOREPLICAS", "BUSY ")
-#: Error kinds of a Redis that cannot be reached (``redis_up`` 0, ``/healthz`` counting).
-UNREACHABLE_KINDS = ("connection", "timeout")
-
-
-#: Cluster errors redis-py raises without the reply's prefix, or outside ``RedisError``,
-#: that a topology change explains (a failover, a slot moving): a reconnect re-reads it.
-CLUSTER_TRANSIENT = (redis.exceptions.ClusterError, redis.exceptions.TryAgainError,
-                     redis.exceptions.AskError, redis.exceptions.SlotNotCoveredError)
-
-
-def error_kind(exc: BaseException) -> str | None:
-    """The metric kind of a transient Redis error, or None if it is not transient.
-
-    >>> from redis.exceptions import ClusterDownError, ResponseError, TryAgainError
-    >>> [error_kind(e) for e in (redis.ConnectionError("refused"), ClusterDownError("down"),
-    ...  TryAgainError("rehashing"), ResponseError("NOREPLICAS Not enough good replicas"))]
-    ['connection', 'other', 'other', 'other']
-    >>> error_kind(ResponseError("WRONGTYPE Operation against a key")) is None
-    True
-    """
-    if isinstance(exc, redis.TimeoutError):
-        return "timeout"
-    if isinstance(exc, (redis.ConnectionError, redis.BusyLoadingError)):
-        return "connection"
-    if isinstance(exc, redis.ReadOnlyError):
-        return "readonly"
-    if isinstance(exc, redis.ResponseError):
-        text = str(exc)
-        if text.startswith("MISCONF"):
-            return "misconf"
-        if text.startswith("NOGROUP"):  # Redis lost the group (restarted empty): restored
-            return "nogroup"
-        if text.startswith(TRANSIENT_PREFIXES):
-            return "other"
-    if isinstance(exc, CLUSTER_TRANSIENT):
-        return "other"
-    return None
-
-
-def read_batches(reader: Any, consumer: str, rts: list[ModelRuntime], count: int, block_ms: int,
-                 cluster: bool) -> list[tuple[ModelRuntime, ReadBatch]]:
-    """New entries of the models ``rts``, in one read (one per model on a cluster)."""
-    t0 = time.perf_counter()
-    got = read_new(reader, consumer, [rt.keys.input for rt in rts], count, block_ms, cluster)
-    dt = time.perf_counter() - t0
-    by_key = {rt.keys.input: rt for rt in rts}
-    out = []
-    for stream, entries in got:
-        rt = by_key[stream]
-        rt.labels.stage("read", dt)
-        out.append((rt, ReadBatch(entries, None)))
-    return out
-
 
 class Worker:
     """Serves one or more models from Redis streams (see the module docstring)."""
@@ -138,8 +81,10 @@ class Worker:
         self.consumer: str = self.options.consumer  # type: ignore[assignment]
         #: Per model or shard served (a model of K shards: its K shards' names).
         self.models: dict[str, ModelRuntime] = {}
-        #: The names of the models (of ``specs``) being served.
+        #: The names of the models (of ``specs``) being served; the configs of those in
+        #: shards (each shard's runtime is in :attr:`models`).
         self.served: set[str] = set()
+        self.sharded: dict[str, ModelConfig] = {}
         self.client: Any = None
         self.reader: Any = None
         self._stop = threading.Event()
@@ -149,6 +94,10 @@ class Worker:
         self.heap = HeapTrimmer(self.options.release_memory_s)
         self.health = RedisHealth(self.options.healthz_grace_s,
                                   self.metrics.redis_up.labels(worker=self.consumer))
+        #: Models whose Redis node is away while the others are served (on a cluster).
+        self.outages = Outages(lambda: Backoff(self.options.backoff_base_s,
+                                               self.options.backoff_cap_s))
+        self._failed_now: set[str] = set()
         #: Check each model's keys before the next step (after a reconnect or NOGROUP):
         #: Redis may have come back without them (workers/restore.py).
         self.check_keys = False
@@ -182,6 +131,7 @@ class Worker:
                 total = ShardSum(cfg, [rt.replica for rt in shards])
                 for rt in shards:
                     rt.summed = total
+                self.sharded[spec.name] = cfg
             self.served.add(spec.name)
         self.started = True
         self.health.up()
@@ -195,6 +145,7 @@ class Worker:
         self.metrics.start_series(cfg.name, self.consumer)
         rt.version_metric()
         rt.labels(self.metrics.worker_up).set(1)
+        rt.labels(self.metrics.model_reachable).set(1)
         log.info("worker %s serves model %s (%s) at version %s", self.consumer, cfg.name,
                  cfg.kind, rt.replica.version)
         return rt
@@ -218,7 +169,8 @@ class Worker:
                     self.start()
                 self.step(self.options.block_ms)
                 self.backoff.reset()
-                self.health.up()
+                if len(self.outages) < len(self.models):
+                    self.health.up()
             except Exception as exc:  # noqa: BLE001 - classified below
                 if is_access_error(exc) and not self.started:
                     raise  # a refused password or command: retrying cannot help
@@ -334,28 +286,100 @@ class Worker:
         served = list(self.models)
         if self.check_keys and not self._restore_lost_keys():
             return 0
-        for rt in self.models.values():
-            housekeeping(rt, served)
-            n += self._claim(rt)
-            if rt.pending_phase:
-                n += self._drain_pending(rt)
+        self._failed_now.clear()
+        now = time.monotonic()
+        live = [rt for rt in self.models.values() if self.outages.due(rt.name, now)]
+        if not live:  # every model away (workers/outages.py): wait for the first retry
+            self.health.down()
+            self._stop.wait(min(block_ms / 1000.0, max(0.0, self.outages.next_retry() - now)))
+            return 0
+        for rt in live:
+            n += self._guard(rt, self._intake, rt, served) or 0
+        live = self._serving(live)
         # batches read while the previous commit ran (pipelined), then the other models'
-        batches = [(rt, rt.read_ahead) for rt in self.models.values() if rt.read_ahead]
-        rest = [rt for rt in self.models.values() if not rt.read_ahead]
+        batches = [(rt, rt.read_ahead) for rt in live if rt.read_ahead]
+        rest = [rt for rt in live if not rt.read_ahead]
         for rt, _ in batches:
             rt.read_ahead = None
         if not self.stopping and rest:
-            batches += read_batches(self.reader, self.consumer, rest, self.options.batch,
-                                    0 if batches or n else block_ms, self.connector.cluster)
+            wait = 0 if batches or n else block_ms
+            if self.isolating:  # one read a model, each guarded
+                for rt in rest:
+                    batches += self._guard(rt, read_batches, self.reader, self.consumer, [rt],
+                                           self.options.batch, wait // len(rest), True) or []
+            else:
+                batches += read_batches(self.reader, self.consumer, rest, self.options.batch,
+                                        wait, self.connector.cluster)
         pipeline = not self.stopping and not self.connector.cluster
         for rt, batch in batches:
-            n += process_batch(rt, batch.entries, None, batch.announced, pipeline=pipeline)
-        for rt in self.models.values():
+            if rt.name not in self._failed_now:
+                n += self._guard(rt, process_batch, rt, batch.entries, None, batch.announced,
+                                 pipeline) or 0
+        for rt in self._serving(live):
             if rt.read_ahead is None:  # else the commit runs on while the next batch decodes
-                settle(rt)
-                rt.tail()
+                self._guard(rt, self._settle_and_tail, rt)
+        for rt in self._serving(live):
+            if self.outages.back(rt.name):
+                rt.labels(self.metrics.model_reachable).set(1)
+                log.info("model %s: Redis reached again; served again", rt.name)
         self.heap.after_step(n)
         return n
+
+    @property
+    def isolating(self) -> bool:
+        """Whether a Redis error stops only the model it came from (workers/outages.py):
+        on a cluster, with more than one model or shard served."""
+        return bool(self.connector.cluster) and len(self.models) > 1
+
+    def _guard(self, rt: ModelRuntime, fn: Any, *args: Any) -> Any:
+        """``fn(*args)``, a part of model ``rt``'s step; when isolating, a transient Redis
+        error puts the model away (returns None) instead of stopping the worker."""
+        if not self.isolating:
+            return fn(*args)
+        try:
+            return fn(*args)
+        except Exception as exc:
+            kind = error_kind(exc)
+            if kind is None:
+                raise
+            self._model_away(rt, exc, kind)
+            return None
+
+    def _serving(self, rts: list[ModelRuntime]) -> list[ModelRuntime]:
+        return [rt for rt in rts if rt.name not in self._failed_now]
+
+    def _model_away(self, rt: ModelRuntime, exc: BaseException, kind: str) -> None:
+        """Model ``rt``'s Redis node failed: drop its work in progress (its entries stay
+        pending, redone when it is back) and try it again after its own backoff."""
+        self._failed_now.add(rt.name)
+        labels = {"model": rt.name, "worker": self.consumer}
+        self.metrics.redis_errors.labels(**labels, kind=kind).inc()
+        self.metrics.reconnects.labels(**labels).inc()
+        rt.labels(self.metrics.model_reachable).set(0)
+        if kind in UNREACHABLE_KINDS:
+            drop_sampled_gauges(rt)
+        abandon(rt, withdraw=False)
+        rt.pending_phase = True
+        delay = self.outages.away(rt.name, time.monotonic())
+        log.warning("model %s: redis %s error: %s; serving the other models, trying this one "
+                    "again in %.2fs", rt.name, kind, exc, delay)
+
+    def _intake(self, rt: ModelRuntime, served: list[str]) -> int:
+        """Model ``rt``'s housekeeping, claims and own pending entries (a model back from
+        away first gets back what Redis lost: workers/restore.py)."""
+        if rt.name in self.outages and "settling" in restore_lost_keys(rt):
+            self._failed_now.add(rt.name)  # its group is being made again: soon
+            return 0
+        housekeeping(rt, served)
+        n = self._claim(rt)
+        if rt.pending_phase:
+            n += self._drain_pending(rt)
+        return n
+
+    @staticmethod
+    def _settle_and_tail(rt: ModelRuntime) -> None:
+        settle(rt)
+        rt.tail()
 
     def run_until_idle(self, timeout: float = 60.0, block_ms: int = 20) -> None:
         """Process until no model has undelivered or pending entries, then catch up."""
@@ -374,6 +398,8 @@ class Worker:
         model's group waits for the other workers' replicas (after a short wait: the step
         reads nothing meanwhile)."""
         settling = False
+        for cfg in self.sharded.values():  # the config that records the shards
+            ensure_config(self.client, shard_spec(cfg))
         for rt in self.models.values():
             settling |= "settling" in restore_lost_keys(rt)
             rt.timers.gauges.due_at_once()

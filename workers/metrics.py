@@ -122,6 +122,15 @@ class Metrics:
         self.redis_up = Gauge(
             "redis_up", "1 while the worker reaches Redis; 0 from a failed round trip until "
             "the next one succeeds", ("worker",), **r)
+        self.model_reachable = Gauge(
+            "model_reachable", "1 while the worker reaches the Redis node of this model (or "
+            "shard); 0 while it waits to reach it again: on a cluster it serves its other "
+            "models and shards meanwhile", MW, **r)
+        self.log_rewinds = Counter(
+            "log_rewinds", "Times :log was found behind this worker's replica (Redis lost "
+            "writes the replica had applied: a crash, or a failover to a replica that "
+            "lagged); the replica reloaded and the lost messages are learnt again, once",
+            MW, **r)
         self.redis_restores = Counter(
             "redis_restores", "Times this worker wrote a model's config, consumer group or "
             "snapshot back after Redis came back without them (restarted empty)", MW, **r)
@@ -218,7 +227,7 @@ class Metrics:
                        self.prequential_brier, self.delayed_log_loss, self.delayed_brier,
                        self.label_delay, self.corrections, self.oov_share, self.confidence,
                        self.unsure, self.messages_already_learnt, self.ordered_section_seconds,
-                       self.ordered_section_cpu, self.order_wait_cpu):
+                       self.ordered_section_cpu, self.order_wait_cpu, self.log_rewinds):
             family.labels(**mw)
         for reason in DEAD_LETTER_REASONS:
             self.dead_letters.labels(**mw, reason=reason)

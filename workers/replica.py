@@ -342,7 +342,6 @@ def load_model(client: Any, name: str) -> tuple[Any, str]:
     Raises LookupError if the model has no stored config.
     """
     from streamnb_workers.model_config import read_config
-
     from streamnb_workers.shards import load_summed
 
     cfg = read_config(client, name)

@@ -21,13 +21,13 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import redis
 
 from streamnb.encoding import dumps
 from streamnb_workers.housekeeping import Timers
+from streamnb_workers.intake import ReadBatch
 from streamnb_workers.keys import ModelKeys
 from streamnb_workers.metrics import MetricLabels, Metrics
 from streamnb_workers.model_config import ModelConfig
@@ -58,15 +58,6 @@ class EventSink:
     def __call__(self, kind: str, fields: dict[str, Any]) -> None:
         data = dumps({"kind": kind, "ts": time.time(), "worker": self.worker, **fields})
         self.client.xadd(self.key, {"data": data}, maxlen=self.maxlen, approximate=True)
-
-
-@dataclass(frozen=True, slots=True)
-class ReadBatch:
-    """Entries read ahead of their turn, and their ``:inflight`` announcement (None: not
-    announced)."""
-
-    entries: list
-    announced: str | None
 
 
 class ModelRuntime:
@@ -141,8 +132,10 @@ class ModelRuntime:
         """Apply the log entries after the replica's version; returns how many
         (``batches``, ``block_ms``: see :meth:`Replica.catch_up`)."""
         t0 = time.perf_counter()
-        before = self.replica.applied
+        before, rewinds = self.replica.applied, self.replica.rewinds
         done = self.replica.catch_up(batches=batches, block_ms=block_ms)
+        if self.replica.rewinds > rewinds:
+            self.labels(self.metrics.log_rewinds).inc(self.replica.rewinds - rewinds)
         if done:
             self.labels(self.metrics.deltas_applied).inc(self.replica.applied - before)
             # (the wait for the log to grow is the ordering wait's, not the apply's)

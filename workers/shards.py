@@ -172,13 +172,15 @@ class ShardSum:
         return sum(rep.learnt for rep in self.replicas)
 
 
-def shard_spec(config: ModelConfig, name: str) -> ModelSpec:
+def shard_spec(config: ModelConfig, name: str | None = None) -> ModelSpec:
     """The spec of the shard ``name`` of the model stored as ``config``: every setting of
-    the model's (a shard is created, or checked, from the model's own config)."""
-    return ModelSpec(name, kind=config.kind, model_params=config.model_params,
+    the model's (a shard is created, or checked, from the model's own config); without
+    ``name``, the spec of the model itself, its number of shards included (to write its
+    config back if Redis lost it)."""
+    return ModelSpec(name or config.name, kind=config.kind, model_params=config.model_params,
                      featurizer_config=config.featurizer, decision=config.decision,
                      half_life=config.half_life, error_weight=config.error_weight,
-                     classes=config.classes)
+                     classes=config.classes, shards=None if name else config.shards)
 
 
 def load_summed(client: Any, model: str) -> tuple[Any, str] | None:

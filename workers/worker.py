@@ -26,9 +26,10 @@ import json
 import logging
 
 from streamnb_workers.intake import ensure_group
-from streamnb_workers.loop import Worker, error_kind
+from streamnb_workers.loop import Worker
 from streamnb_workers.model_config import ModelSpec
 from streamnb_workers.options import WorkerOptions
+from streamnb_workers.redis_errors import error_kind
 
 __all__ = ["Worker", "WorkerOptions", "ModelSpec", "ensure_group", "error_kind", "main", "tune_gc"]
 
