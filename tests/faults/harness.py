@@ -79,14 +79,15 @@ def wait_for(cond: Callable[[], bool], timeout: float = 60.0, what: str = "condi
 
 
 # ---------------------------------------------------------------------- input
+#: What a garbage entry's ``data`` holds (not msgpack).
+GARBAGE = b"\xc1not msgpack"
+
+
 def wire_data(i: int, message: dict[str, Any]) -> bytes | None:
     """What the producer sends at position ``i``: ``message`` as msgpack, or None where a
     garbage entry goes instead (every GARBAGE_EVERY-th position)."""
     return None if i % GARBAGE_EVERY == GARBAGE_EVERY - 1 else \
         msgpack.packb(message, use_bin_type=True)
-
-
-GARBAGE = b"\xc1not msgpack"
 
 
 def produce_mixed(client: Any, messages: list[dict[str, Any]], start: int = 0) -> list[str]:
