@@ -63,7 +63,11 @@ class RedisCluster3:
 
     def cpu_s(self) -> float:
         """CPU seconds of every node so far (``INFO cpu``)."""
-        return sum(redis_cpu_s(self.node(p)) for p in self.ports)
+        return sum(self.node_cpu_s())
+
+    def node_cpu_s(self) -> list[float]:
+        """CPU seconds of each node so far (``INFO cpu``), in port order."""
+        return [redis_cpu_s(self.node(p)) for p in self.ports]
 
     def flush(self) -> None:
         for p in self.ports:

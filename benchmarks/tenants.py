@@ -72,6 +72,8 @@ class TenantsRun:
     per_second: float
     worker_cpu_us: float
     redis_cpu_us: float
+    #: CPU per message of the busiest redis-server (a cluster's busiest master).
+    busiest_redis_cpu_us: float = float("nan")
 
 
 def deal(messages: Sequence[bytes], n_models: int) -> list[list[bytes]]:
@@ -83,68 +85,76 @@ def deal(messages: Sequence[bytes], n_models: int) -> list[list[bytes]]:
     return [list(messages[i::n_models]) for i in range(n_models)]
 
 
-def redis_cpu(server: RedisServer | RedisCluster3) -> float:
-    """CPU seconds of redis-server, or of every node of a cluster."""
+def node_cpu(server: RedisServer | RedisCluster3) -> list[float]:
+    """CPU seconds of redis-server, or of each node of a cluster."""
     if isinstance(server, RedisCluster3):
-        return server.cpu_s()
-    return redis_cpu_s(server.client())
+        return server.node_cpu_s()
+    return [redis_cpu_s(server.client())]
 
 
 def run_tenants(server: RedisServer | RedisCluster3, messages: Sequence[bytes], n_models: int,
                 n_workers: int, bits: int, timeout: float = 600.0) -> TenantsRun:
     """``n_workers`` workers serving ``n_models`` models, the messages dealt among them
     (on one redis-server or a cluster's masters)."""
+    names = [f"t{n_models}-{i}" for i in range(n_models)]
+    return run_served(server, names, [spec(n, bits) for n in names], deal(messages, n_models),
+                      n_workers, timeout)
+
+
+def run_served(server: RedisServer | RedisCluster3, streams: Sequence[str],
+               specs: Sequence[dict[str, Any]], shares: Sequence[Sequence[bytes]],
+               n_workers: int, timeout: float = 600.0) -> TenantsRun:
+    """``n_workers`` workers, each serving ``specs``, the messages of ``shares[i]`` sent
+    to the model (or shard) ``streams[i]`` (all but the last behind a group that starts
+    after them, as run_e2e does)."""
     from streamnb_workers.keys import GROUP
 
     cluster = isinstance(server, RedisCluster3)
     client = server.client()
-    names = [f"t{n_models}-{i}" for i in range(n_models)]
-    shares = deal(messages, n_models)
-    for name, share in zip(names, shares, strict=True):
-        # all but the last message behind a group that starts after them (as run_e2e)
+    for name, share in zip(streams, shares, strict=True):
         prefill(client, name, share[:-1])
         client.xgroup_create(keys(name)["in"], GROUP, id="$", mkstream=True)
-    total = len(messages)
+    total = sum(len(share) for share in shares)
 
     def outputs() -> int:
         pipe = client.pipeline(transaction=False)
-        for name in names:
+        for name in streams:
             pipe.xlen(keys(name)["out"])
         return sum(pipe.execute())
 
     def consumers() -> bool:  # every worker has read (or waited on) every model's stream
         return all(len(client.xinfo_consumers(keys(n)["in"], GROUP)) >= n_workers
-                   for n in names)
+                   for n in streams)
 
-    with workers(server.url, [[spec(n, bits) for n in names]], n_workers,
-                 cluster=cluster) as procs:
+    with workers(server.url, [list(specs)], n_workers, cluster=cluster) as procs:
         started = (wait_until(consumers, timeout, procs) if cluster
                    else wait_blocked(client, n_workers, timeout, procs))
         if not started:
             raise RuntimeError(f"{n_workers} workers did not start in {timeout}s")
         # one step on one server; on a cluster, per master (the models' slots differ)
         gate = client.pipeline(transaction=not cluster)
-        for name, share in zip(names, shares, strict=True):
+        for name, share in zip(streams, shares, strict=True):
             gate.xgroup_setid(keys(name)["in"], GROUP, "0")
             gate.xadd(keys(name)["in"], {"data": share[-1]})
         gate.execute()
         if not wait_until(lambda: outputs() > 0, timeout, procs, every_s=0.005):
             raise RuntimeError("no output")
         done0, cpu0 = outputs(), [cpu_seconds(p.pid) for p in procs]
-        redis0 = redis_cpu(server)
+        redis0 = node_cpu(server)
         if not wait_until(lambda: outputs() >= total, timeout, procs):
             raise RuntimeError(f"the workers did not process {total} messages in {timeout}s")
         worker_cpu = sum(cpu_seconds(p.pid) for p in procs) - sum(cpu0)
-        redis_cpu_total = redis_cpu(server) - redis0
-    stamps = sorted(id_ms(i) for name in names for i, _ in client.xrange(keys(name)["out"]))
+        redis_cpu = [b - a for a, b in zip(redis0, node_cpu(server), strict=True)]
+    stamps = sorted(id_ms(i) for name in streams for i, _ in client.xrange(keys(name)["out"]))
     span_s = max(1e-3, (stamps[-1] - stamps[0]) / 1000.0)
-    window = total - done0
+    window = max(1, total - done0)
     if cluster:
         server.flush()
     else:
         client.flushdb()
-    return TenantsRun(n_models, n_workers, total, (total - 1) / span_s,
-                      1e6 * worker_cpu / max(1, window), 1e6 * redis_cpu_total / max(1, window))
+    return TenantsRun(len(streams), n_workers, total, (total - 1) / span_s,
+                      1e6 * worker_cpu / window, 1e6 * sum(redis_cpu) / window,
+                      1e6 * max(redis_cpu) / window)
 
 
 def model_bytes(client: Any, name: str) -> dict[str, int]:

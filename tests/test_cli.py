@@ -29,7 +29,7 @@ TRAIN = [("cheap meds online now", "spam"), ("win money cheap pills", "spam"),
          ("lunch on monday with the team", "ham")]
 STATUS_KEYS = {"model", "exists", "redis", "kind", "config", "classes", "learnt_total", "version",
                "streams", "lag", "lag_exact", "pending", "dead_letters", "snapshot", "workers",
-               "learnt", "received", "predicted", "model_version", "recent"}
+               "learnt", "received", "predicted", "model_version", "recent", "shards"}
 
 
 def cli(*args, env=None, timeout=60):
@@ -181,6 +181,8 @@ def test_status_json_keys_and_counts(redis_server):
     assert info["lag"] == 1 and info["pending"] == 0 and info["dead_letters"] == 0
     last_log = r.xrevrange(ModelKeys("m").log, count=1)[0][0].decode()
     assert info["version"] == last_log
+    assert [sh["name"] for sh in info["shards"]] == ["m"]  # not sharded: one, the model
+    assert info["shards"][0]["streams"] == info["streams"]
     text = cli("status", "--redis", redis_server.url, "--model", "m")
     assert text.returncode == 0 and "multinomial" in text.stdout and "lag 1" in text.stdout
 

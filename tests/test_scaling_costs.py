@@ -90,6 +90,8 @@ def test_end_to_end_reports_cpu_per_worker_and_the_ordered_section(n_workers):
     assert len(res.worker_cpu_us_each) == n_workers
     assert all(u > 0 for u in res.worker_cpu_us_each), res.worker_cpu_us_each
     assert 0 < res.window_worker_cpu_us < 1e5 and 0 < res.window_redis_cpu_us < 1e4
+    # the window's length on Redis's clock, to its last output: msg/s over the CPU's window
+    assert 0 < res.window_s < 90 and res.window_per_second > 0
     # each worker's figure is its CPU over its own outputs: their weighted mean is the total
     assert min(res.worker_cpu_us_each) <= res.window_worker_cpu_us * 1.001
     assert max(res.worker_cpu_us_each) >= res.window_worker_cpu_us * 0.999
@@ -120,18 +122,18 @@ def test_unordered_workers_take_no_ordered_section():
     assert math.isnan(res.section_ms)
 
 
-def test_projection_fits_one_and_three_workers_and_names_the_binding_bound():
-    """By hand: workers 80 us a message with 1 worker and 90 with 3 (5 us more per
-    worker), redis-server 12 -> 14 (1 more), the ordered section 20 -> 20."""
-    from benchmarks.projection import Costs, Linear, projection_rows, throughput
+def test_projection_fits_one_two_and_three_workers_and_names_the_binding_bound():
+    """By hand: workers 80, 85, 90 us a message with 1, 2, 3 workers (5 us more per
+    worker), redis-server 12, 13, 14 (1 more), the ordered section 20 alone and 20 with
+    others."""
+    from benchmarks.projection import Costs, Figures, Linear, Step, projection_rows, throughput
 
-    E = end_to_end.E2EResult
-    one = E("tokens", 1, 1, 1.0, 0, window_worker_cpu_us=80.0, window_redis_cpu_us=12.0,
-            ordering=OrderingStats(section_cpu_s=0.04), window_messages=2000)
-    three = E("tokens", 3, 1, 1.0, 0, window_worker_cpu_us=90.0, window_redis_cpu_us=14.0,
-              ordering=OrderingStats(section_cpu_s=0.04), window_messages=2000)
-    c = Costs.fit(one, three)
-    assert c == Costs(Linear(80.0, 5.0), Linear(12.0, 1.0), Linear(20.0, 0.0))
+    measured = {n: Figures(75.0 + 5 * n, 11.0 + n, 20.0, 0.0, 1.0, 1.0) for n in (1, 2, 3)}
+    c = Costs.fit(measured)
+    assert c.worker == Linear(pytest.approx(80.0), pytest.approx(5.0))
+    assert c.redis == Linear(pytest.approx(12.0), pytest.approx(1.0))
+    assert c.serial == Step(pytest.approx(20.0), pytest.approx(0.0))
+    c = Costs(Linear(80.0, 5.0), Linear(12.0, 1.0), Step(20.0, 0.0))
     # 4 workers: 4 / 95 us = 42,105 msg/s; Redis 1 / 15 us = 66,667; section 1 / 20 us
     b = throughput(c, 4)
     assert b.binding == "workers" and b.per_second == pytest.approx(4e6 / 95)
@@ -149,10 +151,39 @@ def test_projection_fits_one_and_three_workers_and_names_the_binding_bound():
                      "42,105 (workers)", "42,105 (workers)"]]
 
 
+def test_the_ordered_section_steps_once_from_one_worker_to_more():
+    """Alone a worker catches up with nobody; with others, only with the delta committed
+    last, so 2 and 3 workers' sections are one figure: their mean, not a line through 1
+    and 3 that puts 2 below both."""
+    from benchmarks.projection import Costs, Figures, check_rows
+
+    measured = {1: Figures(100.0, 15.0, 20.0, 0.0, 9_000.0, 0.9),
+                2: Figures(110.0, 16.0, 27.0, 1.0, 12_000.0, 1.32),
+                3: Figures(120.0, 17.0, 25.0, 9.0, 11_000.0, 1.32)}
+    c = Costs.fit(measured)
+    assert c.serial(1) == pytest.approx(20.0)
+    assert c.serial(2) == c.serial(3) == c.serial(64) == pytest.approx(26.0)
+    rows, misses = check_rows("tokens", c, measured)
+    assert misses == []
+    # msg/s from the costs: the cores the workers used over the window / fitted CPU
+    assert rows[1][-2] == pytest.approx(1.32e6 / 110)
+
+
 def test_a_cost_that_fell_with_more_workers_is_projected_flat():
     from benchmarks.projection import Linear
 
-    assert Linear.fit(14.0, 12.0) == Linear(14.0, 0.0)
+    assert Linear.fit({1: 14.0, 3: 12.0}) == Linear(13.0, 0.0)
+
+
+def test_the_last_line_names_every_figure_off_by_more_than_20_percent():
+    from benchmarks.projection import Costs, Figures, check_rows, verdict
+
+    measured = {1: Figures(100.0, 15.0, 20.0, 0.0, 9_000.0, 0.9),
+                2: Figures(110.0, 16.0, 26.0, 1.0, 5_000.0, 1.32),
+                3: Figures(120.0, 17.0, 26.0, 9.0, 11_000.0, 1.32)}
+    _, misses = check_rows("raw", Costs.fit(measured), measured)
+    assert misses == ["raw 2w msg/s +140%"]
+    assert verdict(misses, 12) == "1 of 12 checked figures not within 20%: raw 2w msg/s +140%"
 
 
 @needs_redis
@@ -194,6 +225,25 @@ def test_tenants_run_on_a_three_master_cluster():
         assert all(cluster.node(p).dbsize() == 0 for p in cluster.ports)  # flushed
     assert (run.models, run.messages) == (3, 900)
     assert run.per_second > 0 and run.worker_cpu_us > 0 and run.redis_cpu_us > 0
+
+
+@needs_redis
+@linux
+@pytest.mark.skipif(shutil.which("redis-cli") is None, reason="redis-cli is needed")
+def test_shards_run_sends_each_message_to_its_shard_on_a_cluster():
+    """A model of 3 shards on 3 masters: every message once in its shard, and the busiest
+    master's CPU a part of the three's."""
+    from benchmarks import shards
+    from benchmarks._cluster import RedisCluster3
+
+    msgs = token_messages(900, seed=10)
+    names, shares = shards.routed(msgs, "sharded3", 3)
+    assert sum(map(len, shares)) == 900 and min(map(len, shares)) > 200
+    with RedisCluster3() as cluster:
+        run = shards.run(cluster, msgs, 3, 2)
+        assert all(cluster.node(p).dbsize() == 0 for p in cluster.ports)  # flushed
+    assert (run.models, run.workers, run.messages) == (3, 2, 900)
+    assert 0 < run.busiest_redis_cpu_us < run.redis_cpu_us
 
 
 @needs_redis

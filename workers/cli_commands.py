@@ -110,9 +110,9 @@ def cmd_worker(args: argparse.Namespace, env: Mapping[str, str]) -> int:
 
 
 def cmd_produce(args: argparse.Namespace, env: Mapping[str, str]) -> int:
-    from streamnb_workers.keys import ModelKeys
     from streamnb_workers.produce import ProduceInterrupted, produce
     from streamnb_workers.produce_checks import EmptySource
+    from streamnb_workers.shard_streams import describe_inputs
 
     model = _require_model(args)
     client = _redis(args, env).make_client()
@@ -134,13 +134,14 @@ def cmd_produce(args: argparse.Namespace, env: Mapping[str, str]) -> int:
     labelled = f" ({report.labelled} labelled)" if report.labelled else ""
     skipped = f", skipped {report.skipped}" if report.skipped else ""
     print(f"sent {report.sent} of {report.total} messages{labelled} to "
-          f"{ModelKeys(model).input}; {report.already_learnt} already learnt, not sent{skipped}")
+          f"{describe_inputs(model, report.shards)}; {report.already_learnt} already learnt, "
+          f"not sent{skipped}")
     return EXIT_FAILURE if report.skipped else 0
 
 
 def cmd_forget(args: argparse.Namespace, env: Mapping[str, str]) -> int:
     from streamnb_workers.forget import forget
-    from streamnb_workers.keys import ModelKeys
+    from streamnb_workers.shard_streams import describe_inputs
 
     model = _require_model(args)
     client = _redis(args, env).make_client()
@@ -149,8 +150,8 @@ def cmd_forget(args: argparse.Namespace, env: Mapping[str, str]) -> int:
     report = forget(client, model, list(args.paths))
     skipped = f", skipped {len(report.skipped)}" if report.skipped else ""
     print(f"forgetting {report.sent} of {report.total} messages (sent to "
-          f"{ModelKeys(model).input}); {len(report.not_learnt)} not learnt, nothing to "
-          f"forget{skipped}")
+          f"{describe_inputs(model, report.shards)}); {len(report.not_learnt)} not learnt, "
+          f"nothing to forget{skipped}")
     return EXIT_FAILURE if report.skipped else 0
 
 

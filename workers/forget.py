@@ -5,6 +5,10 @@ A message whose key the model has learnt is sent as a forget (``forget: true``, 
 and its payload: the worker subtracts its row with the label and weight recorded for the
 key, once); one whose key is not learnt (never, forgotten already, or dropped beyond
 ``learnt_keys_max``) is reported and not sent: forgetting it would change nothing.
+
+On a model stored with K shards (workers/shards.py) the key is looked up in every shard's
+learnt keys, and the forget goes to the ``:in`` of the shard that learnt it (of each, if
+the same message was learnt by several under different ids).
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from streamnb.exceptions import MalformedMessage, SettingsError
 from streamnb_workers.codec import DATA_FIELD, decode_input
 from streamnb_workers.keys import ModelKeys
 from streamnb_workers.learn_keys import known_keys
+from streamnb_workers.shard_streams import shard_keys
 from streamnb_workers.sources import Outgoing, is_mbox, iter_paths
 
 __all__ = ["ForgetReport", "forget", "iter_sources"]
@@ -33,6 +38,8 @@ class ForgetReport:
     sent: int = 0
     not_learnt: list[str] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
+    #: The model's statistics shards (the ``:in`` streams sent to).
+    shards: int = 1
 
 
 def _stdin_messages(stream: BinaryIO) -> Iterator[Outgoing]:
@@ -73,27 +80,40 @@ def _forget_data(out: Outgoing, key: str) -> bytes:
     return msgpack.packb(obj, use_bin_type=True)
 
 
+def learnt_where(client: Any, shards: list[ModelKeys],
+                 keys: list[str]) -> dict[str, list[ModelKeys]]:
+    """The shards (of ``shards``) that have learnt each of the learn-once ``keys``."""
+    where: dict[str, list[ModelKeys]] = {}
+    for shard in shards:
+        known = known_keys(client, shard.learnt_keys, keys)
+        for key in keys:
+            if known.get(key) is not None:
+                where.setdefault(key, []).append(shard)
+    return where
+
+
 def forget(client: Any, model: str, paths: list[str], *, stdin: BinaryIO | None = None,
            stderr: TextIO | None = None, chunk: int = 200) -> ForgetReport:
     """Send a forget for every message of ``paths`` whose key ``model`` has learnt."""
     if not paths:
         raise SettingsError("nothing to forget: give one or more FILE, DIR, MBOX or -")
     stderr = stderr if stderr is not None else sys.stderr
-    keys = ModelKeys(model)
-    report = ForgetReport()
+    shards = shard_keys(client, model)
+    report = ForgetReport(shards=len(shards))
     batch: list[tuple[Outgoing, str]] = []
 
     def flush() -> None:
-        known = known_keys(client, keys.learnt_keys, [k for _, k in batch])
+        learnt_by = learnt_where(client, shards, [key for _, key in batch])
         pipe = client.pipeline(transaction=False)
         n = 0
         for out, key in batch:
-            if known.get(key) is None:
+            if not learnt_by.get(key):
                 report.not_learnt.append(out.source)
                 print(f"streamnb forget: {out.source}: not learnt (key {key}): nothing to "
                       "forget", file=stderr)
                 continue
-            pipe.xadd(keys.input, {DATA_FIELD: _forget_data(out, key)})
+            for keys in learnt_by[key]:
+                pipe.xadd(keys.input, {DATA_FIELD: _forget_data(out, key)})
             n += 1
         if n:
             pipe.execute()

@@ -70,7 +70,7 @@ def _online(args: argparse.Namespace, env: Mapping[str, str]) -> tuple[Any, Any,
     """(client, model, featurizer, decision rule, version) of the model in Redis."""
     from streamnb_workers.cli_commands import _redis, _require_model
     from streamnb_workers.model_config import read_config
-    from streamnb_workers.replica import Replica
+    from streamnb_workers.replica import load_model
 
     name = _require_model(args)
     if args.log_level == "INFO":  # the default: the output is the answer, not how it was loaded
@@ -79,19 +79,41 @@ def _online(args: argparse.Namespace, env: Mapping[str, str]) -> tuple[Any, Any,
     cfg = read_config(client, name)
     if cfg is None:
         raise SettingsError(f"model {name!r} has no config in Redis (no worker has served it)")
-    from streamnb_workers.keys import ModelKeys
-
-    rep = Replica(client, ModelKeys(name), cfg).load()
-    return client, rep.model, cfg.make_featurizer(), cfg.make_decision_rule(), rep.version
+    model, version = load_model(client, name)  # a sharded model: the sum of its shards
+    return client, model, cfg.make_featurizer(), cfg.make_decision_rule(), version
 
 
 def _published(client: Any, name: str | None, buckets: list[int]) -> dict[int, list[tuple[str, int]]]:
-    from streamnb_workers.keys import ModelKeys
+    """The token names the workers published for ``buckets`` (of every shard of a sharded
+    model, their counts added)."""
+    from streamnb_workers.shard_streams import shard_keys
     from streamnb_workers.token_names import read_names
 
     if client is None or not name:
         return {}
-    return read_names(client, ModelKeys(name).tokens, buckets)
+    shards = shard_keys(client, name)
+    if len(shards) == 1:
+        return read_names(client, shards[0].tokens, buckets)
+    return merge_names([read_names(client, keys.tokens, buckets) for keys in shards])
+
+
+Names = dict[int, list[tuple[str, int]]]
+
+
+def merge_names(published: list[Names]) -> Names:
+    """The token names of several shards per bucket, the counts of a name added, the most
+    counted first.
+
+    >>> merge_names([{3: [("cheap", 4), ("free", 1)]}, {3: [("free", 5)], 7: [("x", 1)]}])
+    {3: [('free', 6), ('cheap', 4)], 7: [('x', 1)]}
+    """
+    counts: dict[int, dict[str, int]] = {}
+    for names in published:
+        for bucket, pairs in names.items():
+            for token, n in pairs:
+                counts.setdefault(bucket, {})[token] = counts.get(bucket, {}).get(token, 0) + n
+    return {bucket: sorted(by_name.items(), key=lambda kv: (-kv[1], kv[0]))
+            for bucket, by_name in sorted(counts.items())}
 
 
 def _read_stdin(stream: Any) -> Any:

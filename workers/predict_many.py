@@ -14,6 +14,9 @@ At most ``window`` messages are unanswered at a time: a large mbox neither flood
 nor outruns the ``MAXLEN`` of ``:out``. The wait ends when every message is answered or no
 answer came for ``timeout`` seconds.
 
+On a model stored with K shards each message goes to its shard's ``:in`` (by its id,
+workers/shards.py) and the ``:out`` and ``:dead`` of every shard are read.
+
 >>> format_line("box#3", {"label": "spam", "log_proba": {"ham": -4.0, "spam": -0.0183}}).split("\\t")
 ['box#3', 'spam', '3.98']
 >>> format_line("a.eml", None, "timeout").split("\\t")
@@ -39,6 +42,7 @@ from streamnb_workers.exit_codes import EXIT_FAILURE
 from streamnb_workers.keys import ModelKeys
 from streamnb_workers.outputs import decode_output
 from streamnb_workers.replies import as_str, entry_field
+from streamnb_workers.shard_streams import read_after, router_of
 from streamnb_workers.verdicts import NOT_SCORED, TIMEOUT, format_score, score_of
 
 __all__ = ["Judged", "format_line", "judge_many"]
@@ -112,23 +116,26 @@ def _messages(path: str, max_size: int) -> Iterator[tuple[str, str, bytes | None
 
 
 class _Collector:
-    """Reads ``:out`` and ``:dead`` from where they were before the first XADD and fills
-    in the outcome of each message sent."""
+    """Reads the ``:out`` and ``:dead`` of each shard (``shards``: their keys) from where
+    they were before the first XADD and fills in the outcome of each message sent."""
 
-    def __init__(self, client: Any, keys: ModelKeys) -> None:
+    def __init__(self, client: Any, shards: list[ModelKeys]) -> None:
         self.client = client
-        self.keys = keys
-        self.last = {k: self._last_id(k) for k in (keys.out, keys.dead)}
+        self.outs = {keys.out for keys in shards}
+        #: The shard of each ``:dead`` stream (dead letters name their input entry).
+        self.dead_of = {keys.dead: keys.name for keys in shards}
+        self.last = {k: self._last_id(k) for keys in shards for k in (keys.out, keys.dead)}
         self.by_id: dict[str, Judged] = {}
-        self.by_entry: dict[str, str] = {}
+        #: (shard name, input entry id) -> message id.
+        self.by_entry: dict[tuple[str, str], str] = {}
 
     def _last_id(self, key: str) -> str:
         last = self.client.xrevrange(key, count=1)
         return as_str(last[0][0]) if last else "0-0"
 
     def read(self, block_ms: int | None) -> int:
-        """One XREAD of both streams; the number of messages answered by it."""
-        reply = self.client.xread(dict(self.last), count=1000, block=block_ms)
+        """One read of every stream; the number of messages answered by it."""
+        reply = read_after(self.client, self.last, 1000, block_ms)
         answered = 0
         for stream, entries in reply or []:
             key = as_str(stream)
@@ -138,7 +145,7 @@ class _Collector:
                     obj = decode_output(entry_field(fields, DATA_FIELD) or b"")
                 except MalformedMessage:
                     continue
-                if key == self.keys.out:
+                if key in self.outs:
                     judged = self.by_id.pop(str(obj.get("id")), None)
                     if judged is not None:
                         judged.prediction = obj
@@ -146,7 +153,7 @@ class _Collector:
                             judged.failure = "untrained"
                         answered += 1
                 else:
-                    msg_id = self.by_entry.pop(str(obj.get("entry")), None)
+                    msg_id = self.by_entry.pop((self.dead_of[key], str(obj.get("entry"))), None)
                     judged = self.by_id.pop(msg_id, None) if msg_id is not None else None
                     if judged is not None:
                         judged.failure = f"dead-letter: {obj.get('reason')}"
@@ -159,8 +166,8 @@ def judge_many(client: Any, model: str, path: str, out: TextIO, *, timeout: floa
                window: int = DEFAULT_WINDOW) -> tuple[int, int]:
     """Judge every message under ``path`` (module docstring), writing one line each to
     ``out`` in input order. Returns (messages, of them not scored)."""
-    keys = ModelKeys(model)
-    collector = _Collector(client, keys)
+    router = router_of(client, model)
+    collector = _Collector(client, router.keys)
     unprinted: deque[Judged] = deque()
     n = not_scored = 0
 
@@ -194,11 +201,12 @@ def judge_many(client: Any, model: str, path: str, out: TextIO, *, timeout: floa
 
     def send() -> None:
         pipe = client.pipeline(transaction=False)
-        for _judged, _msg_id, data in batch:
+        shards = [router.keys_for(msg_id) for _judged, msg_id, _data in batch]
+        for (_judged, _msg_id, data), keys in zip(batch, shards, strict=True):
             pipe.xadd(keys.input, {DATA_FIELD: data})
-        for (judged, msg_id, _data), entry in zip(batch, pipe.execute(), strict=True):
+        for (judged, msg_id, _data), keys, entry in zip(batch, shards, pipe.execute(), strict=True):
             collector.by_id[msg_id] = judged
-            collector.by_entry[as_str(entry)] = msg_id
+            collector.by_entry[keys.name, as_str(entry)] = msg_id
         batch.clear()
         if len(collector.by_id) >= window:
             wait(window // 2)

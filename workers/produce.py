@@ -34,6 +34,10 @@ before it is sent, as a worker would cut it (:func:`streamnb.features.truncate.c
 headers kept, at a MIME boundary), so no entry is much larger than the limit. A directory
 that holds no file is an error (nothing is sent).
 
+A model stored with K shards (``streamnb worker --shards K``) gets each message in the
+``:in`` of its shard (workers/shards.py: by the record's ``ref``, else its ``id``), and the
+learnt keys looked up are that shard's.
+
 Entries are sent with pipelined XADDs in chunks (``--chunk``). A progress line is drawn on
 stderr only when stderr is a terminal. Reading the PATHs is workers/sources.py.
 """
@@ -60,6 +64,7 @@ from streamnb_workers.produce_checks import (
     not_mail,
 )
 from streamnb_workers.replies import as_str, entry_field
+from streamnb_workers.shard_streams import router_of
 from streamnb_workers.sources import IndexEntry, count_messages, iter_paths, read_index
 
 __all__ = ["ProduceInterrupted", "ProduceReport", "produce", "send_and_wait"]
@@ -76,6 +81,8 @@ class ProduceReport:
     problems: list[str] = field(default_factory=list)
     already_learnt: int = 0
     total: int = 0
+    #: The model's statistics shards (the ``:in`` streams sent to).
+    shards: int = 1
 
 
 # ---------------------------------------------------------------------------- sending
@@ -139,8 +146,8 @@ def produce(
     stderr: TextIO | None = None,
     max_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
 ) -> ProduceReport:
-    """Send messages to ``streamnb:{model}:in``; returns what was sent, skipped and found
-    already learnt.
+    """Send messages to ``streamnb:{model}:in`` (a sharded model: each to its shard's);
+    returns what was sent, skipped and found already learnt.
 
     A message that fails validation (bad JSON line, bad record) is skipped with a warning
     on stderr; a labelled message whose key the model has learnt is not sent; everything
@@ -152,7 +159,8 @@ def produce(
     if chunk < 1:
         raise SettingsError(f"--chunk must be >= 1, got {chunk}")
     stderr = stderr if stderr is not None else sys.stderr
-    keys = ModelKeys(model)
+    router = router_of(client, model)
+    k = len(router.keys)
     classes = declared_classes(client, model)
     if classes is not None and label is not None and label not in classes:
         raise SettingsError(f"--label {label!r} is not one of model {model!r}'s classes: "
@@ -173,19 +181,20 @@ def produce(
     missing = next((p for p in paths if not Path(p).exists()), None)
     if missing is not None:
         raise SettingsError(f"{missing!r} does not exist")
-    report = ProduceReport()
+    report = ProduceReport(shards=k)
     bar = Progress(stderr, None, progress)
-    batch: list[tuple[bytes, str | None, bool]] = []  # (data, key if labelled, labelled)
+    # (data, key if labelled, labelled, the keys of the shard it goes to)
+    batch: list[tuple[bytes, str | None, bool, ModelKeys]] = []
 
     def flush() -> None:
         if not batch:
             return
-        learnt_keys = [key for _, key, _ in batch if key is not None]
-        known = known_keys(client, keys.learnt_keys, learnt_keys)
+        known = learnt_in_shards(client, [(keys, key) for _, key, _, keys in batch
+                                          if key is not None])
         pipe = client.pipeline(transaction=False)
         n = n_labelled = 0
-        for data, key, labelled in batch:
-            if key is not None and known.get(key) is not None:
+        for data, key, labelled, keys in batch:
+            if key is not None and (keys.name, key) in known:
                 report.already_learnt += 1
                 continue
             pipe.xadd(keys.input, {DATA_FIELD: data})
@@ -222,7 +231,8 @@ def produce(
                 print(f"streamnb produce: skipped {out.source}: {exc}", file=stderr)
                 continue
             labelled = msg.label is not None
-            batch.append((data, msg.key if labelled else None, labelled))
+            shard = router.keys_for(msg.ref if msg.ref is not None else msg.id)
+            batch.append((data, msg.key if labelled else None, labelled, shard))
             if len(batch) >= chunk:
                 flush()
         flush()
@@ -233,19 +243,32 @@ def produce(
     return report
 
 
+def learnt_in_shards(client: Any, wanted: list[tuple[ModelKeys, str]]) -> set[tuple[str, str]]:
+    """Which of the learn-once keys ``wanted`` (the shard's keys, the key) the shard has
+    learnt, as ``(shard name, key)``: one look-up per shard, of its keys."""
+    by_shard: dict[ModelKeys, list[str]] = {}
+    for keys, key in wanted:
+        by_shard.setdefault(keys, []).append(key)
+    known = set()
+    for keys, learn_keys in by_shard.items():
+        found = known_keys(client, keys.learnt_keys, learn_keys)
+        known.update((keys.name, key) for key in learn_keys if found.get(key) is not None)
+    return known
+
+
 # ---------------------------------------------------------------------------- predict
 def send_and_wait(client: Any, model: str, path: str, timeout: float = 30.0,
                   max_bytes: int = DEFAULT_MAX_MESSAGE_BYTES) -> dict[str, Any] | None:
     """Send one file unlabelled and wait for its prediction in ``:out``; None on timeout.
 
-    The message gets a fresh id; predictions are looked for after the input entry's id
-    (a prediction is always written after its input).
+    The message gets a fresh id (and goes to its shard's ``:in`` on a sharded model, its
+    prediction to that shard's ``:out``); predictions are looked for after the input
+    entry's id (a prediction is always written after its input).
     """
     import uuid
 
     from streamnb_workers.outputs import decode_output
 
-    keys = ModelKeys(model)
     outs = list(iter_paths([path]))
     if len(outs) != 1:
         raise SettingsError(f"predict needs one message, {path!r} holds {len(outs)}")
@@ -262,6 +285,7 @@ def send_and_wait(client: Any, model: str, path: str, timeout: float = 30.0,
     out.fields["id"] = out.id
     data = out.encode()
     _validate(data, out.id)
+    keys = router_of(client, model).keys_for(out.id)
     entry = client.xadd(keys.input, {DATA_FIELD: data})
     last = as_str(entry)
     deadline = time.monotonic() + timeout

@@ -36,6 +36,7 @@ from redis.crc import REDIS_CLUSTER_HASH_SLOTS, key_slot
 
 from streamnb_workers.keys import MAX_SHARDS, ModelKeys
 from streamnb_workers.model_config import ModelConfig, ModelSpec, read_config
+from streamnb_workers.replies import as_str
 
 __all__ = ["ShardSum", "Router", "route_id", "shard_names", "shard_of", "stored_shards"]
 
@@ -80,9 +81,19 @@ def route_id(record: Any) -> str | None:
 
 
 def stored_shards(client: Any, model: str) -> int:
-    """K of the stored model ``model`` (1 if it is not sharded or has no config)."""
-    cfg = read_config(client, model)
-    return 1 if cfg is None else cfg.shards
+    """K of the stored model ``model`` (1 if it has no config or is not sharded), read with
+    HMGET, the one command the ``streamnb-producer`` user of deploy/redis/users.acl has
+    for a model's config.
+
+    >>> import fakeredis
+    >>> from streamnb_workers.model_config import ensure_config
+    >>> r = fakeredis.FakeRedis()
+    >>> _ = ensure_config(r, ModelSpec("mail", kind="multinomial", shards=3))
+    >>> stored_shards(r, "mail"), stored_shards(r, "other")
+    (3, 1)
+    """
+    value = client.hmget(ModelKeys(model).config, ["shards"])[0]
+    return 1 if value is None else int(as_str(value))
 
 
 class Router:

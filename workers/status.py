@@ -24,7 +24,15 @@ docs/cli.md):
   with a true label, predicted before it was learnt), ``accuracy`` (share of those whose
   decision was the true label; null without any), ``per_second`` (outputs per second over
   the last minute, or over the span of those outputs when they are all younger),
-  ``last_age_s`` (seconds since the last output; null without any).
+  ``last_age_s`` (seconds since the last output; null without any);
+- ``shards``: one map per statistics shard (workers/shards.py; one for a model that is not
+  sharded, named as the model) with its ``name``, ``streams``, ``lag``, ``lag_exact``,
+  ``pending``, ``learnt``, ``received``, ``predicted``, ``version`` and ``snapshot``. For
+  a sharded model the figures above are the shards' sums; ``version`` is the shards'
+  versions joined by ``,``, ``model_version.time`` the latest of their times,
+  ``snapshot`` the shards' log ids joined and the oldest age (null unless every shard has
+  one), ``recent`` is over the last outputs of all shards and ``workers`` those with a
+  fresh heartbeat in any shard.
 
 >>> import fakeredis
 >>> info = collect(fakeredis.FakeRedis(), "nothing")
@@ -35,6 +43,7 @@ docs/cli.md):
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from streamnb_workers.defaults import DEFAULT_STATUS_LAST
@@ -62,9 +71,11 @@ def _entries_added(client: Any, key: str) -> int:
     return int(added) if added is not None else int(info.get("length", 0))
 
 
-def recent_outputs(client: Any, keys: ModelKeys, last: int, now: float | None = None) -> dict[str, Any]:
-    """Prequential accuracy and throughput over the last ``last`` outputs of ``:out``
-    (keys in the module docstring).
+def recent_outputs(client: Any, keys: ModelKeys | Sequence[ModelKeys], last: int,
+                   now: float | None = None) -> dict[str, Any]:
+    """Prequential accuracy and throughput over the last ``last`` outputs of ``:out`` (of
+    the ``:out`` of each of ``keys``, when a list: a sharded model's), keys in the module
+    docstring.
 
     >>> import fakeredis, msgpack
     >>> r, k = fakeredis.FakeRedis(), ModelKeys("doc")
@@ -75,10 +86,14 @@ def recent_outputs(client: Any, keys: ModelKeys, last: int, now: float | None = 
     (4, 3, 0.6667)
     """
     from streamnb_workers.outputs import decode_output
+    from streamnb_workers.shard_streams import last_merged
     from streamnb_workers.stream_ids import entry_time
 
     now = time.time() if now is None else now
-    entries = client.xrevrange(keys.out, count=last) if last > 0 else []
+    if isinstance(keys, ModelKeys):
+        entries = client.xrevrange(keys.out, count=last) if last > 0 else []
+    else:
+        entries = last_merged(client, [k.out for k in keys], last)[::-1]
     labelled = right = 0
     times = []
     for entry_id, fields in entries:
@@ -113,17 +128,68 @@ def _lag_is_reported(client: Any, keys: ModelKeys) -> bool:
     return True
 
 
+def _shard_figures(client: Any, keys: ModelKeys) -> dict[str, Any]:
+    """One model's (or shard's) streams, group and counters (``version``: filled in by
+    the caller, which loads the model)."""
+    from streamnb_workers.replica import snapshot_age
+    from streamnb_workers.snapshotter import stream_gauges
+
+    gauges = stream_gauges(client, keys)
+    log_id = client.hget(keys.snapshot, "log_id")
+    return {
+        "name": keys.name,
+        "streams": {k: int(gauges[k]) for k in ("in", "out", "dead", "log")},
+        "lag": int(gauges["lag"]),
+        "lag_exact": _lag_is_reported(client, keys),
+        "pending": int(gauges["pending"]),
+        "learnt": int(as_str(client.get(keys.learnt) or b"0")),
+        "received": _entries_added(client, keys.input),
+        "predicted": _entries_added(client, keys.out),
+        "version": "0-0",
+        "snapshot": None if log_id is None else {"log_id": as_str(log_id),
+                                                 "age_s": snapshot_age(client, keys)},
+    }
+
+
+def _summed_snapshot(shards: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The model's ``snapshot`` from its shards' (module docstring).
+
+    >>> _summed_snapshot([{"snapshot": {"log_id": "5-0", "age_s": 2.0}},
+    ...                   {"snapshot": {"log_id": "7-0", "age_s": 9.5}}])
+    {'log_id': '5-0,7-0', 'age_s': 9.5}
+    >>> _summed_snapshot([{"snapshot": {"log_id": "5-0", "age_s": 2.0}}, {"snapshot": None}])
+    """
+    snaps = [sh["snapshot"] for sh in shards]
+    if len(snaps) == 1 or any(snap is None for snap in snaps):
+        return snaps[0] if len(snaps) == 1 else None
+    ages = [snap["age_s"] for snap in snaps if snap["age_s"] is not None]
+    return {"log_id": ",".join(snap["log_id"] for snap in snaps),
+            "age_s": max(ages) if ages else None}
+
+
+def _live_workers(client: Any, shards: list[ModelKeys], stale_s: float) -> dict[str, dict]:
+    """The workers with a fresh heartbeat in any of ``shards`` (the freshest of each)."""
+    from streamnb_workers.snapshotter import live_workers
+
+    live: dict[str, dict] = {}
+    for keys in shards:
+        for name, hb in live_workers(client, keys, stale_s).items():
+            if name not in live or float(hb.get("ts", 0)) > float(live[name].get("ts", 0)):
+                live[name] = hb
+    return live
+
+
 def collect(client: Any, name: str, redis_url: str | None = None,
             stale_s: float = HEARTBEAT_STALE_S, last: int = DEFAULT_LAST) -> dict[str, Any]:
     """Status of model ``name`` as a map (keys in the module docstring); ``last``: outputs
     that ``recent`` looks at."""
     from streamnb_workers.model_config import read_config
-    from streamnb_workers.snapshotter import live_workers, stream_gauges
+    from streamnb_workers.shard_streams import keys_of
     from streamnb_workers.stream_ids import entry_time
 
-    keys = ModelKeys(name)
     cfg = read_config(client, name)
-    gauges = stream_gauges(client, keys)
+    shard_keys = keys_of(name, 1 if cfg is None else cfg.shards)
+    shards = [_shard_figures(client, keys) for keys in shard_keys]
     info: dict[str, Any] = {
         "model": name,
         "exists": cfg is not None,
@@ -133,21 +199,24 @@ def collect(client: Any, name: str, redis_url: str | None = None,
         "classes": {},
         "learnt_total": 0.0,
         "version": "0-0",
-        "streams": {k: int(gauges[k]) for k in ("in", "out", "dead", "log")},
-        "lag": int(gauges["lag"]),
-        "lag_exact": _lag_is_reported(client, keys),
-        "pending": int(gauges["pending"]),
-        "dead_letters": int(gauges["dead"]),
-        "snapshot": None,
+        "streams": {k: sum(sh["streams"][k] for sh in shards)
+                    for k in ("in", "out", "dead", "log")},
+        "lag": sum(sh["lag"] for sh in shards),
+        "lag_exact": all(sh["lag_exact"] for sh in shards),
+        "pending": sum(sh["pending"] for sh in shards),
+        "dead_letters": sum(sh["streams"]["dead"] for sh in shards),
+        "snapshot": _summed_snapshot(shards),
         "workers": [],
-        "learnt": int(as_str(client.get(keys.learnt) or b"0")),
-        "received": _entries_added(client, keys.input),
-        "predicted": _entries_added(client, keys.out),
+        "learnt": sum(sh["learnt"] for sh in shards),
+        "received": sum(sh["received"] for sh in shards),
+        "predicted": sum(sh["predicted"] for sh in shards),
         "model_version": None,
-        "recent": recent_outputs(client, keys, last),
+        "recent": recent_outputs(client, shard_keys[0] if len(shard_keys) == 1 else shard_keys,
+                                 last),
+        "shards": shards,
     }
     if cfg is not None:
-        from streamnb_workers.replica import load_model, snapshot_age
+        from streamnb_workers.replica import load_model
 
         info["config"] = {"model_params": cfg.model_params, "featurizer": cfg.featurizer,
                           "decision": cfg.decision, "half_life": cfg.half_life,
@@ -157,13 +226,13 @@ def collect(client: Any, name: str, redis_url: str | None = None,
         info["classes"] = {str(k): float(v) for k, v in counts.as_dict().items()}
         info["learnt_total"] = float(counts.total)
         info["version"] = version
+        for shard, shard_version in zip(shards, version.split(","), strict=True):
+            shard["version"] = shard_version
+        times = [entry_time(sh["version"]) for sh in shards if sh["version"] != "0-0"]
         info["model_version"] = {"learnt": info["learnt"], "log_id": version,
-                                 "time": entry_time(version) if version != "0-0" else None}
-        log_id = client.hget(keys.snapshot, "log_id")
-        if log_id is not None:
-            info["snapshot"] = {"log_id": as_str(log_id), "age_s": snapshot_age(client, keys)}
+                                 "time": max(times) if times else None}
     now = time.time()
-    for worker, hb in sorted(live_workers(client, keys, stale_s).items()):
+    for worker, hb in sorted(_live_workers(client, shard_keys, stale_s).items()):
         info["workers"].append({
             "name": worker, "host": hb.get("host"), "pid": hb.get("pid"),
             "age_s": round(max(0.0, now - float(hb.get("ts", now))), 3),
@@ -200,6 +269,13 @@ def format_text(info: dict[str, Any]) -> str:
     lines.append(f"streams    in {s['in']}  out {s['out']}  dead {s['dead']}  log {s['log']}")
     lines.append(f"group      lag {lag}  pending {info['pending']}")
     lines.append(f"dead       {info['dead_letters']}")
+    if len(info.get("shards") or []) > 1:
+        lines.append(f"shards     {len(info['shards'])} (figures above: their sums)")
+        for sh in info["shards"]:
+            st = sh["streams"]
+            lines.append(f"  {sh['name']:<16} in {st['in']}  out {st['out']}  dead {st['dead']}  "
+                         f"log {st['log']}  lag {sh['lag']}  pending {sh['pending']}  "
+                         f"learnt {sh['learnt']}  version {sh['version']}")
     snap = info.get("snapshot")
     if snap:
         age = snap["age_s"]

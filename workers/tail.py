@@ -14,6 +14,10 @@ dead letter's: ``reason``, the input ``entry``, the message ``id`` when its payl
 map that has one, the payload's size and the ``detail``. A value with spaces or quotes is
 JSON-quoted.
 
+A model stored with K shards (workers/shards.py) has K ``:out`` (and ``:dead``) streams:
+their entries are printed merged in the order of their stream ids (the time each was
+added), the last ``--count`` of them all, and with ``--follow`` the new ones of every shard.
+
 >>> out = {"id": "m1", "entry": "5-0", "label": "spam", "log_proba": {"ham": -3.0, "spam": -0.05},
 ...        "model_version": "4-0", "worker": "w1", "true_label": "spam", "learned": True}
 >>> print(format_entry("1700000000000-0", out, dead=False))
@@ -27,18 +31,21 @@ from __future__ import annotations
 
 import argparse
 import base64
+import heapq
 import json
 import math
 import os
 import sys
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from datetime import UTC, datetime
+from itertools import islice
 from typing import Any, TextIO
 
 from streamnb.exceptions import MalformedMessage
 from streamnb_workers.arg_types import non_negative_int
 from streamnb_workers.settings import add_option
+from streamnb_workers.stream_ids import parse_id
 
 __all__ = ["add_parser", "cmd_tail", "entry_json", "format_entry", "last_entries"]
 
@@ -220,62 +227,114 @@ def last_entries(client: Any, key: str, n: int) -> Iterator[tuple[Any, Any]]:
         lower = "(" + as_str(page[-1][0])
 
 
-def _follow(client: Any, key: str, last: str, emit: Any, stderr: TextIO) -> None:
-    """Print new entries after ``last`` until interrupted; reconnect with backoff."""
+def _newest_first(client: Any, key: str, page: int) -> Iterator[tuple[str, Any]]:
+    """``(key, id)`` of every entry of ``key``, newest first, read in pages of ``page``."""
+    from streamnb_workers.replies import as_str
+
+    upper = "+"
+    while True:
+        entries = client.xrevrange(key, max=upper, count=page)
+        yield from ((key, entry_id) for entry_id, _ in entries)
+        if len(entries) < page:
+            return
+        upper = "(" + as_str(entries[-1][0])
+
+
+def _oldest_first(client: Any, key: str, first: str) -> Iterator[tuple[str, Any, Any]]:
+    """``(key, id, fields)`` of the entries of ``key`` from ``first`` on, in pages."""
+    from streamnb_workers.replies import as_str
+
+    lower = first
+    while True:
+        entries = client.xrange(key, min=lower, count=PAGE)
+        yield from ((key, entry_id, fields) for entry_id, fields in entries)
+        if len(entries) < PAGE:
+            return
+        lower = "(" + as_str(entries[-1][0])
+
+
+def last_of_streams(client: Any, keys: Sequence[str], n: int) -> Iterator[tuple[str, Any, Any]]:
+    """The last ``n`` entries of the streams ``keys`` together, oldest first, as ``(key,
+    id, fields)``, merged by id: the streams' ids are read backwards to the n-th newest of
+    them all, then the entries forwards from there; pages of :data:`PAGE` at most."""
+    from streamnb_workers.replies import as_str
+
+    if len(keys) == 1:
+        for entry_id, fields in last_entries(client, keys[0], n):
+            yield keys[0], entry_id, fields
+        return
+    first: dict[str, str] = {}  # per stream, the oldest of its entries among the last n
+    newest = heapq.merge(*(_newest_first(client, key, min(n, PAGE)) for key in keys),
+                         key=lambda entry: parse_id(entry[1]), reverse=True)
+    for key, entry_id in islice(newest, max(n, 0)):
+        first[key] = as_str(entry_id)
+    forwards = [_oldest_first(client, key, first[key]) for key in keys if key in first]
+    yield from heapq.merge(*forwards, key=lambda entry: parse_id(entry[1]))
+
+
+def _follow(client: Any, last: dict[str, str], emit: Any, stderr: TextIO) -> None:
+    """Print new entries of the streams ``last`` (key -> last id printed) until
+    interrupted, those read together in id order; reconnect with backoff."""
     import redis
 
     from streamnb_workers.backoff import Backoff
     from streamnb_workers.replies import as_str
+    from streamnb_workers.shard_streams import merge_by_id, read_after
 
     backoff = Backoff(base=0.1, cap=5.0)
     failing = False
+    what = ", ".join(last)
     while True:
         try:
-            reply = client.xread({key: last}, count=PAGE, block=1000)
+            reply = read_after(client, last, PAGE, 1000)
         except (redis.ConnectionError, redis.TimeoutError) as exc:
             if not failing:
-                print(f"streamnb tail: reading {key} failed ({exc}); retrying", file=stderr)
+                print(f"streamnb tail: reading {what} failed ({exc}); retrying", file=stderr)
                 failing = True
             time.sleep(backoff.next_delay())
             continue
         if failing:
-            print(f"streamnb tail: reading {key} again", file=stderr)
+            print(f"streamnb tail: reading {what} again", file=stderr)
             failing = False
         backoff.reset()
-        for _stream, entries in reply or []:
-            for entry_id, fields in entries:
-                last = as_str(entry_id)
-                emit(entry_id, fields)
+        for stream, entries in reply:
+            if entries:
+                last[as_str(stream)] = as_str(entries[-1][0])
+        for entry_id, fields in merge_by_id(entries for _stream, entries in reply):
+            emit(entry_id, fields)
 
 
-def tail(client: Any, key: str, *, dead: bool, count: int, follow: bool, as_json: bool,
-         out: TextIO, positive: Any = None, stderr: TextIO | None = None) -> None:
-    """Print the last ``count`` entries of ``key``, then (``follow``) new ones."""
+def tail(client: Any, keys: Sequence[str], *, dead: bool, count: int, follow: bool,
+         as_json: bool, out: TextIO, positive: Any = None, stderr: TextIO | None = None) -> None:
+    """Print the last ``count`` entries of the streams ``keys`` (one, or a sharded model's
+    K, merged), then (``follow``) new ones."""
     from streamnb_workers.replies import as_str
 
     def emit(entry_id: Any, fields: Any) -> None:
         out.write(render(entry_id, fields, dead, as_json, positive) + "\n")
         out.flush()
 
-    # Following starts after the newest entry when none is printed, else after the last
-    # printed: nothing is missed nor printed twice.
-    newest = client.xrevrange(key, count=1) if follow else []
-    last = as_str(newest[0][0]) if newest else "0-0"
-    for entry_id, fields in last_entries(client, key, count):
+    # Following starts after each stream's newest entry when none of it is printed, else
+    # after its last printed: nothing is missed nor printed twice.
+    last = {}
+    for key in keys:
+        newest = client.xrevrange(key, count=1) if follow else []
+        last[key] = as_str(newest[0][0]) if newest else "0-0"
+    for stream, entry_id, fields in last_of_streams(client, keys, count):
         emit(entry_id, fields)
-        last = as_str(entry_id)
+        last[stream] = as_str(entry_id)
     if follow:
-        _follow(client, key, last, emit, stderr or sys.stderr)
+        _follow(client, last, emit, stderr or sys.stderr)
 
 
 def cmd_tail(args: argparse.Namespace, model: str, client: Any) -> int:
     """``streamnb tail`` on ``client`` (checked: Redis reached, the model exists): exit 0,
     also on Ctrl-C and when the reader goes away (``| head``)."""
-    from streamnb_workers.keys import ModelKeys
+    from streamnb_workers.shard_streams import shard_keys
 
-    keys = ModelKeys(model)
+    streams = [keys.dead if args.dead else keys.out for keys in shard_keys(client, model)]
     try:
-        tail(client, keys.dead if args.dead else keys.out, dead=args.dead, count=args.count,
+        tail(client, streams, dead=args.dead, count=args.count,
              follow=args.follow, as_json=args.json, out=sys.stdout, positive=args.positive)
     except KeyboardInterrupt:
         return 0

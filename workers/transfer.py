@@ -14,6 +14,11 @@ Import *adds* the file's statistics to the model, as one delta in ``:log`` that 
 merges; into a model with no statistics that reproduces the exported model. Importing the
 same file twice counts it twice.
 
+A model stored with K shards (workers/shards.py) is exported as the sum of its shards
+(what its workers predict with); a file is imported into its first shard, which changes
+that sum as importing into an unsharded model changes the model. ``--replace`` is refused
+on a sharded model: the K shards' statistics cannot be swapped in one transaction.
+
 >>> import numpy as np
 >>> from streamnb.models import make_model
 >>> m = make_model("multinomial").fit(np.array([[2, 0], [0, 3]]), ["spam", "ham"])
@@ -114,6 +119,7 @@ def import_model(client: Any, name: str, path: str | os.PathLike[str], mode: str
     from streamnb_workers.keys import ModelKeys
     from streamnb_workers.model_config import ModelSpec, ensure_config
     from streamnb_workers.replica import encode_delta
+    from streamnb_workers.shards import shard_names, shard_spec
 
     if mode not in ("new", "add", "replace"):
         raise ValueError(f"mode must be new, add or replace, got {mode!r}")
@@ -132,9 +138,16 @@ def import_model(client: Any, name: str, path: str | os.PathLike[str], mode: str
         if type(exc).__name__ == "ConfigConflict":
             raise
         raise SettingsError(f"{path}: cannot create model {name!r} from this file: {exc}") from None
+    if cfg.shards > 1 and mode == "replace":
+        raise SettingsError(f"model {name!r} has {cfg.shards} shards: --replace cannot swap "
+                            "their statistics at once (import into a new model, or --add)")
     total = model.stats["classes"].total
     data = encode_delta(model.stats, None, int(round(total)), "import", f"import:{Path(path).name}")
     keys = ModelKeys(name)
+    if cfg.shards > 1:  # into the first shard: the sum changes as the model would
+        first = shard_names(name, cfg.shards)[0]
+        ensure_config(client, shard_spec(cfg, first))
+        keys = ModelKeys(first)
     if mode == "add":
         entry = as_str(client.xadd(keys.log, {"data": data}))
         return f"{cfg.kind} statistics ({total:g} learnt) added as log entry {entry}"

@@ -8,6 +8,11 @@ prediction to the caller waiting for its id. N sessions in flight cost N XADDs a
 blocking read, not N polling loops. A prediction is always written after its input, and
 the reader's starting point is taken before the first XADD, so none is missed.
 
+A model stored with K shards (workers/shards.py; K read once, with the starting point) gets
+each mail in the ``:in`` of its id's shard, and its predictions are read from the K
+``:out``: by one XREAD of them all, or on a Redis Cluster, where they are in different
+slots, by a reader thread (and client) per shard.
+
 When Redis cannot be reached the XADD fails at once and :class:`NotScored` says so; no
 prediction within the caller's deadline is :class:`NotScored` too (the reason codes are
 :data:`REASONS`). The reader reconnects with bounded backoff on its own.
@@ -26,6 +31,7 @@ the natural-log odds of the positive class (:func:`log_odds`).
 from __future__ import annotations
 
 import base64
+import copy
 import logging
 import math
 import threading
@@ -39,13 +45,15 @@ from typing import Any
 import redis
 
 from streamnb.decision import DecisionRule
-from streamnb.exceptions import MalformedMessage
+from streamnb.exceptions import MalformedMessage, SettingsError
 from streamnb_workers.backoff import Backoff
 from streamnb_workers.codec import DATA_FIELD, encode_input
 from streamnb_workers.connection import RedisSettings
 from streamnb_workers.keys import ModelKeys
 from streamnb_workers.outputs import decode_output
 from streamnb_workers.replies import as_str, entry_field
+from streamnb_workers.shard_streams import router_of
+from streamnb_workers.shards import Router
 
 __all__ = [
     "ID_HEADER",
@@ -230,6 +238,7 @@ class VerdictClient:
                  block_ms: int = 1000, read_count: int = 1000, id_prefix: str = "mail-",
                  backoff: Backoff | None = None) -> None:
         self.keys = ModelKeys(model)
+        self.model = model
         self.settings = settings
         self.block_ms = block_ms
         self.read_count = read_count
@@ -237,33 +246,48 @@ class VerdictClient:
         self._sender = replace(settings, socket_timeout=send_timeout,
                                connect_timeout=min(send_timeout, settings.connect_timeout)
                                ).make_client()
-        self._reader = settings.make_client(socket_timeout=settings.reader_timeout(block_ms))
+        self._reader = settings.make_client(socket_timeout=self._read_timeout)
         self._backoff = backoff or Backoff(base=0.05, cap=1.0)
         self._lock = threading.Lock()
         self._waiters: dict[str, Future] = {}
-        #: The last ``:out`` entry id read (None until the starting point is known).
-        self._last: str | None = None
+        #: The shards' ``:in`` keys by id (None until the starting point is known).
+        self._router: Router | None = None
+        #: The last entry id read of each shard's ``:out`` (None until the starting point
+        #: is known); each reader thread updates its own streams'.
+        self._last: dict[str, str] | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        #: The reader threads of the other shards on a cluster, and their clients.
+        self._shard_threads: list[threading.Thread] = []
+        self._shard_clients: list[Any] = []
+
+    @property
+    def _read_timeout(self) -> float:
+        return self.settings.reader_timeout(self.block_ms)
+
+    @property
+    def shards(self) -> int | None:
+        """The model's shards (None until the starting point is known)."""
+        return None if self._router is None else len(self._router.keys)
 
     # ---------------------------------------------------------------- lifecycle
     def start(self) -> VerdictClient:
         if self._thread is None:
-            self._thread = threading.Thread(target=self._read_loop, name="streamnb-verdicts",
-                                            daemon=True)
+            self._thread = threading.Thread(target=self._read, args=(self._reader,),
+                                            name="streamnb-verdicts", daemon=True)
             self._thread.start()
         return self
 
     def close(self) -> None:
-        """Stop the reader (within ``block_ms``); callers still waiting get NotScored."""
+        """Stop the readers (within ``block_ms``); callers still waiting get NotScored."""
         self._stop.set()
-        if self._thread is not None:
-            self._thread.join(self.block_ms / 1000.0 + self.settings.socket_timeout)
+        for thread in [t for t in (self._thread,) if t is not None] + self._shard_threads:
+            thread.join(self.block_ms / 1000.0 + self.settings.socket_timeout)
         with self._lock:
             waiters, self._waiters = self._waiters, {}
         for fut in waiters.values():
             fut.set_exception(NotScored(ERROR, "the verdict client was closed"))
-        for client in (self._sender, self._reader):
+        for client in (self._sender, self._reader, *self._shard_clients):
             client.close()
 
     def __enter__(self) -> VerdictClient:
@@ -292,17 +316,17 @@ class VerdictClient:
 
     # ------------------------------------------------------------------ sending
     def submit(self, raw: bytes, hint: str = "") -> Pending:
-        """XADD ``raw`` (an RFC 822 message) unlabelled to ``:in``; :class:`NotScored`
-        (``redis-unavailable``) if that fails. ``hint`` (e.g. the MTA's queue id) goes
-        into the message id, to find the mail in ``:out`` and the logs."""
+        """XADD ``raw`` (an RFC 822 message) unlabelled to ``:in`` (its shard's);
+        :class:`NotScored` (``redis-unavailable``) if that fails. ``hint`` (e.g. the MTA's
+        queue id) goes into the message id, to find the mail in ``:out`` and the logs."""
         msg_id = f"{self.id_prefix}{hint + '-' if hint else ''}{uuid.uuid4().hex}"
         data = encode_input("raw", raw, id=msg_id)
         future: Future = Future()
         with self._lock:
             self._waiters[msg_id] = future
         try:
-            self._ensure_start(self._sender)
-            self._sender.xadd(self.keys.input, {DATA_FIELD: data})
+            router = self._ensure_start(self._sender)
+            self._sender.xadd(router.keys_for(msg_id).input, {DATA_FIELD: data})
         except redis.RedisError as exc:
             self.forget(msg_id)
             raise NotScored(UNAVAILABLE, f"{type(exc).__name__}: {exc}") from None
@@ -319,44 +343,76 @@ class VerdictClient:
             self._waiters.pop(msg_id, None)
 
     # ------------------------------------------------------------------ reading
-    def _ensure_start(self, client: Any) -> None:
-        """Take the reader's starting point, the last ``:out`` entry, once: before the
-        first XADD, so every prediction of a mail sent from then on comes after it."""
-        if self._last is not None:
-            return
+    def _ensure_start(self, client: Any) -> Router:
+        """Read the model's shards and take the readers' starting point, the last entry of
+        each ``:out``, once: before the first XADD, so every prediction of a mail sent
+        from then on comes after it. Returns the shards' router."""
+        if self._router is not None:
+            return self._router
         # Read outside the lock (a stuck Redis must not hold up the other callers); any
         # caller's reading is a good start, all being taken before their XADDs.
-        last = client.xrevrange(self.keys.out, count=1)
-        start = as_str(last[0][0]) if last else "0-0"
+        router = router_of(client, self.model)
+        start = {}
+        for keys in router.keys:
+            last = client.xrevrange(keys.out, count=1)
+            start[keys.out] = as_str(last[0][0]) if last else "0-0"
         with self._lock:
-            if self._last is None:
+            if self._router is None:
                 self._last = start
+                self._router = router
+        return self._router
 
-    def _read_loop(self) -> None:
+    def _streams_to_read(self) -> list[str]:
+        """The ``:out`` streams the first reader reads: all of them, or on a cluster (one
+        XREAD per slot) the first shard's, a thread being started for each other one."""
+        assert self._last is not None
+        outs = list(self._last)
+        if len(outs) == 1 or not self.settings.cluster:
+            return outs
+        for out in outs[1:]:
+            thread = threading.Thread(target=self._read, args=(None, [out]), daemon=True,
+                                      name=f"streamnb-verdicts-{out}")
+            self._shard_threads.append(thread)
+            thread.start()
+        return outs[:1]
+
+    def _read(self, client: Any, streams: list[str] | None = None) -> None:
+        """Read ``streams`` (None: the first reader's, once the starting point is known)
+        until closed, through ``client`` (None: a client of its own)."""
         failing = False
+        what = self.keys.out if streams is None else ", ".join(streams)
+        backoff = self._backoff if streams is None else copy.copy(self._backoff)
         while not self._stop.is_set():
             try:
-                self._ensure_start(self._reader)
-                reply = self._reader.xread({self.keys.out: self._last}, count=self.read_count,
-                                           block=self.block_ms)
-            except redis.RedisError as exc:
+                if client is None:
+                    client = self.settings.make_client(socket_timeout=self._read_timeout)
+                    self._shard_clients.append(client)
+                if streams is None:
+                    self._ensure_start(client)
+                    streams = self._streams_to_read()
+                    what = ", ".join(streams)
+                assert self._last is not None
+                reply = client.xread({out: self._last[out] for out in streams},
+                                     count=self.read_count, block=self.block_ms)
+            except (redis.RedisError, SettingsError) as exc:
                 if not failing:
                     log.warning("reading %s failed (%s: %s); retrying with backoff",
-                                self.keys.out, type(exc).__name__, exc)
+                                what, type(exc).__name__, exc)
                 failing = True
-                self._stop.wait(self._backoff.next_delay())
+                self._stop.wait(backoff.next_delay())
                 continue
             if failing:
-                log.info("reading %s again", self.keys.out)
+                log.info("reading %s again", what)
                 failing = False
-            self._backoff.reset()
-            for _stream, entries in reply or []:
-                self._deliver(entries)
+            backoff.reset()
+            for stream, entries in reply or []:
+                self._deliver(as_str(stream), entries)
 
-    def _deliver(self, entries: Sequence[Any]) -> None:
-        """Hand each prediction in ``entries`` to whoever waits for its id."""
+    def _deliver(self, stream: str, entries: Sequence[Any]) -> None:
+        """Hand each prediction in ``entries`` (of ``stream``) to whoever waits for its id."""
+        assert self._last is not None
         for entry_id, fields in entries:
-            self._last = as_str(entry_id)
+            self._last[stream] = as_str(entry_id)
             if not self._waiters:
                 continue
             try:
