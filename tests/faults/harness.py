@@ -42,8 +42,11 @@ from prometheus_client import CollectorRegistry  # noqa: E402
 from streamnb.encoding import loads  # noqa: E402
 from streamnb_workers.keys import GROUP, ModelKeys  # noqa: E402
 from streamnb_workers.metrics import Metrics  # noqa: E402
+from streamnb_workers.model_config import ModelSpec  # noqa: E402
 from streamnb_workers.outputs import decode_output  # noqa: E402
 from streamnb_workers.replies import as_str  # noqa: E402
+from streamnb_workers.shards import Router, route_id  # noqa: E402
+from streamnb_workers.stream_ids import parse_id  # noqa: E402
 from streamnb_workers.worker import Worker, WorkerOptions  # noqa: E402
 
 NAME = "mail"
@@ -76,15 +79,42 @@ def wait_for(cond: Callable[[], bool], timeout: float = 60.0, what: str = "condi
 
 
 # ---------------------------------------------------------------------- input
+#: What a garbage entry's ``data`` holds (not msgpack).
+GARBAGE = b"\xc1not msgpack"
+
+
+def wire_data(i: int, message: dict[str, Any]) -> bytes | None:
+    """What the producer sends at position ``i``: ``message`` as msgpack, or None where a
+    garbage entry goes instead (every GARBAGE_EVERY-th position)."""
+    return None if i % GARBAGE_EVERY == GARBAGE_EVERY - 1 else \
+        msgpack.packb(message, use_bin_type=True)
+
+
 def produce_mixed(client: Any, messages: list[dict[str, Any]], start: int = 0) -> list[str]:
     """XADD ``messages`` (and a garbage entry every GARBAGE_EVERY-th position, counted
     from ``start``); returns the entry ids in order."""
     pipe = client.pipeline(transaction=False)
     for i, m in enumerate(messages, start):
-        data = b"\xc1not msgpack" if i % GARBAGE_EVERY == GARBAGE_EVERY - 1 else \
-            msgpack.packb(m, use_bin_type=True)
-        pipe.xadd(K.input, {"data": data})
+        pipe.xadd(K.input, {"data": wire_data(i, m) or GARBAGE})
     return [as_str(v) for v in pipe.execute()]
+
+
+def produce_routed(client: Any, router: Router, messages: list[dict[str, Any]],
+                   start: int = 0) -> list[tuple[str, str]]:
+    """:func:`produce_mixed` for a model of shards: each entry XADDed to the ``:in`` of
+    its shard (``router``: by its ``ref`` or ``id``, a garbage entry in turn), one
+    pipeline per shard; returns ``(input key, entry id)`` in order."""
+    keys = [router.keys_for(None if wire_data(i, m) is None else route_id(m)).input
+            for i, m in enumerate(messages, start)]
+    placed: list[tuple[str, str] | None] = [None] * len(messages)
+    for key in dict.fromkeys(keys):
+        at = [n for n, k in enumerate(keys) if k == key]
+        pipe = client.pipeline(transaction=False)
+        for n in at:
+            pipe.xadd(key, {"data": wire_data(start + n, messages[n]) or GARBAGE})
+        for n, entry in zip(at, pipe.execute(), strict=True):
+            placed[n] = (key, as_str(entry))
+    return placed  # type: ignore[return-value]
 
 
 def garbage_positions(n: int) -> set[int]:
@@ -180,10 +210,12 @@ class WorkerThreads:
         self.threads: dict[str, threading.Thread] = {}
         self.errors: list[BaseException] = []
 
-    def spawn(self, url: str, consumer: str, cluster: bool = False, **options: Any) -> Worker:
+    def spawn(self, url: str, consumer: str, cluster: bool = False, spec: ModelSpec | None = None,
+              **options: Any) -> Worker:
+        """Start worker ``consumer`` on model ``spec`` (default: the count model ``mail``)."""
         reg = CollectorRegistry()
-        w = url_worker(url, [count_spec(NAME)], WorkerOptions(**dict(FAST, consumer=consumer,
-                                                                     **options)), Metrics(reg),
+        w = url_worker(url, [spec or count_spec(NAME)],
+                       WorkerOptions(**dict(FAST, consumer=consumer, **options)), Metrics(reg),
                        cluster=cluster)
         self.workers[consumer], self.registries[consumer] = w, reg
         t = threading.Thread(target=self._run, args=(w,), daemon=True, name=f"worker-{consumer}")
@@ -197,9 +229,9 @@ class WorkerThreads:
         except BaseException as exc:  # noqa: BLE001 - reported by stop_all()
             self.errors.append(exc)
 
-    def metric(self, consumer: str, name: str, **labels: str) -> float:
+    def metric(self, consumer: str, name: str, model: str = NAME, **labels: str) -> float:
         v = self.registries[consumer].get_sample_value(
-            f"streamnb_{name}_total", {"model": NAME, "worker": consumer, **labels})
+            f"streamnb_{name}_total", {"model": model, "worker": consumer, **labels})
         return float(v or 0.0)
 
     def metric_sum(self, consumer: str, name: str) -> float:
@@ -300,18 +332,19 @@ def threads() -> Iterator[WorkerThreads]:
 
 
 # ---------------------------------------------------------------------- checks
-def stream_state(client: Any, threads: WorkerThreads | None = None) -> str:
+def stream_state(client: Any, threads: WorkerThreads | None = None, keys: ModelKeys = K) -> str:
     """One line: the input's last id and the group's delivery mark, pending entries per
-    consumer, the log's last id and the snapshot's, and each worker thread's state."""
-    last = client.xrevrange(K.input, count=1)
-    g = next((g for g in client.xinfo_groups(K.input) if as_str(g["name"]) == GROUP), {})
-    pend = client.xpending(K.input, GROUP)
+    consumer, the log's last id and the snapshot's (of ``keys``' model), and each worker
+    thread's state."""
+    last = client.xrevrange(keys.input, count=1)
+    g = next((g for g in client.xinfo_groups(keys.input) if as_str(g["name"]) == GROUP), {})
+    pend = client.xpending(keys.input, GROUP)
     per = ",".join(f"{as_str(c['name'])}:{c['pending']}" for c in pend.get("consumers") or [])
-    snap = client.hget(K.snapshot, "log_id")
+    snap = client.hget(keys.snapshot, "log_id")
     parts = [f"in last {as_str(last[0][0]) if last else '-'}",
              f"delivered to {as_str(g.get('last-delivered-id', '-'))}",
              f"pending {pend['pending']} [{per}]",
-             f"log last {last_log_id(client)}", f"snapshot {as_str(snap) if snap else '-'}"]
+             f"log last {last_log_id(client, keys)}", f"snapshot {as_str(snap) if snap else '-'}"]
     if threads is not None:
         parts.append(threads.describe())
     return "; ".join(parts)
@@ -325,8 +358,20 @@ def wait_all_done(client: Any, n_inputs: int, timeout: float, what: str,
              state=lambda: stream_state(client, threads))
 
 
-def last_log_id(client: Any) -> str:
-    last = client.xrevrange(K.log, count=1)
+def drained(client: Any, n: int, keys: ModelKeys = K) -> bool:
+    """Every one of ``n`` inputs of ``keys.input`` delivered and acknowledged, read one by
+    one (a cluster pipeline returns XINFO GROUPS unparsed): the delivery mark first, then
+    the pending count, so a batch read in between still shows as pending."""
+    last = client.xrevrange(keys.input, count=1)
+    groups = {as_str(g["name"]): g for g in client.xinfo_groups(keys.input)}
+    if client.xlen(keys.input) < n or not last or GROUP not in groups:
+        return False
+    delivered = parse_id(groups[GROUP]["last-delivered-id"]) >= parse_id(last[0][0])
+    return delivered and int(client.xpending(keys.input, GROUP)["pending"]) == 0
+
+
+def last_log_id(client: Any, keys: ModelKeys = K) -> str:
+    last = client.xrevrange(keys.log, count=1)
     return as_str(last[0][0]) if last else "0-0"
 
 
@@ -350,27 +395,32 @@ def wait_converged(client: Any, consumers: list[str], timeout: float = 20.0) -> 
 
 
 def check_guarantees(client: Any, messages: list[dict[str, Any]], entry_ids: list[str],
-                     replicas: list[Any] = ()) -> None:
-    """The four guarantees of every fault test (see the module docstring)."""
-    garbage = garbage_positions(len(messages))
+                     replicas: list[Any] = (), name: str = NAME,
+                     garbage: set[int] | None = None) -> None:
+    """The four guarantees of every fault test (see the module docstring), for the model
+    (or one shard of a model) ``name``: ``messages`` are what was sent to its ``:in``,
+    ``entry_ids`` their entries, ``garbage`` the positions where garbage went instead
+    (default: :func:`garbage_positions`)."""
+    keys = ModelKeys(name)
+    garbage = garbage_positions(len(messages)) if garbage is None else garbage
     good = [m for i, m in enumerate(messages) if i not in garbage]
     n_labelled = sum(1 for m in good if m.get("label") is not None)
     # 1. learnt counts equal the labelled messages exactly
-    learnt = int(client.get(K.learnt) or 0)
+    learnt = int(client.get(keys.learnt) or 0)
     assert learnt == n_labelled, (
-        f"learnt {learnt}, labelled {n_labelled}; dead letters by reason: "
-        f"{Counter(decode_output(f[b'data'])['reason'] for _, f in client.xrange(K.dead))}")
+        f"{name}: learnt {learnt}, labelled {n_labelled}; dead letters by reason: "
+        f"{Counter(decode_output(f[b'data'])['reason'] for _, f in client.xrange(keys.dead))}")
     # 2. every input has at least one prediction or dead-letter entry
-    out = {decode_output(f[b"data"])["entry"] for _, f in client.xrange(K.out)}
-    dead = {decode_output(f[b"data"])["entry"] for _, f in client.xrange(K.dead)}
+    out = {decode_output(f[b"data"])["entry"] for _, f in client.xrange(keys.out)}
+    dead = {decode_output(f[b"data"])["entry"] for _, f in client.xrange(keys.dead)}
     missing = [e for e in entry_ids if e not in out and e not in dead]
-    assert not missing, f"{len(missing)} inputs have neither a prediction nor a dead letter"
+    assert not missing, f"{name}: {len(missing)} inputs have neither a prediction nor a dead letter"
     assert {entry_ids[i] for i in garbage} <= dead
     # 3 + 4. the stored statistics and every replica given equal an offline fit, at the
     # log's last version
     reference = offline_model("multinomial", PARAMS, FCFG, good)
-    model, version = learnt_model(client, NAME)
-    assert version == last_log_id(client)
+    model, version = learnt_model(client, name)
+    assert version == last_log_id(client, keys)
     assert_same_stats(model, reference)
     for rep in replicas:
         assert rep.version == version, f"replica at {rep.version}, log at {version}"

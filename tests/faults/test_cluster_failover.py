@@ -22,8 +22,15 @@ from _worker_helpers import token_messages
 from test_acl_worker import ADMIN_PASSWORD, WORKER_PASSWORD, WORKER_USER
 from test_cluster import REDIS_CLI, Cluster, slot_of
 
-from faults.harness import K, check_guarantees, last_log_id, produce_mixed, stream_state, wait_for
-from streamnb_workers.keys import GROUP
+from faults.harness import (
+    K,
+    check_guarantees,
+    drained,
+    last_log_id,
+    produce_mixed,
+    stream_state,
+    wait_for,
+)
 from streamnb_workers.replies import as_str
 from streamnb_workers.stream_ids import entry_time, parse_id
 
@@ -105,7 +112,7 @@ class Failover:
         """The rest of the input, then every fault test's end checks."""
         admin = self.admin
         produce_mixed(admin, self.msgs[3000:], 3000)
-        self.wait(lambda: done(admin, len(self.msgs)), "every entry processed after the failover", 60)
+        self.wait(lambda: drained(admin, len(self.msgs)), "every entry processed after the failover", 60)
         self.wait(lambda: {r.version for r in self.replicas} == {last_log_id(admin)},
                   "both replicas at the last log entry", 10)
         self.threads.stop_all()
@@ -166,13 +173,3 @@ def test_min_replicas_to_write_bounds_what_a_cut_off_replica_lacks(cluster, thre
     run.finish()
     print(f"the master took writes for {last_written - t_cut:.1f}s after the cut "
           f"(min-replicas-max-lag {MAX_LAG_S})")
-def done(client, n: int) -> bool:
-    """Every one of ``n`` inputs delivered and acknowledged. (A cluster pipeline returns
-    XINFO GROUPS unparsed, so this reads one by one: the delivery mark first, then the
-    pending count, so a batch read in between still shows as pending.)"""
-    last = client.xrevrange(K.input, count=1)
-    groups = {as_str(g["name"]): g for g in client.xinfo_groups(K.input)}
-    if client.xlen(K.input) < n or not last or GROUP not in groups:
-        return False
-    delivered = parse_id(groups[GROUP]["last-delivered-id"]) >= parse_id(last[0][0])
-    return delivered and int(client.xpending(K.input, GROUP)["pending"]) == 0
