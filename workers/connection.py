@@ -346,6 +346,21 @@ class ClientConnector:
         return self._description
 
 
+def answering_default_node(client: Any) -> None:
+    """On a cluster client, make its default node one that answers. redis-py asks the
+    default node where the keys of some commands go (``COMMAND GETKEYS``, e.g. for
+    XREADGROUP), and keeps it when it dies: every such command would then fail, for every
+    slot, after the dead master's replica took over. A no-op on other clients."""
+    if getattr(client, "nodes_manager", None) is None:
+        return
+    for _ in range(len(client.get_nodes())):
+        try:
+            client.get_redis_connection(client.get_default_node()).ping()
+            return
+        except redis.RedisError:
+            client.replace_default_node()
+
+
 def close_clients(clients: Iterable[Any]) -> None:
     """Close every connection of ``clients`` (cluster clients: a pool per node), best effort."""
     for c in clients:

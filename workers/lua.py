@@ -19,21 +19,27 @@ __all__ = ["LuaScript", "packaged_script"]
 
 
 class LuaScript:
-    """A Lua script run by EVALSHA, loaded (SCRIPT LOAD) on NOSCRIPT, e.g. after a restart."""
+    """A Lua script run by EVALSHA, loaded (SCRIPT LOAD) on NOSCRIPT, e.g. after a restart:
+    on a cluster on the node of the keys alone (redis-py sends SCRIPT LOAD to every
+    master, which fails while one is down)."""
 
     def __init__(self, source: str) -> None:
         self.source = source
         self.sha = hashlib.sha1(source.encode()).hexdigest()
 
-    def load(self, client: Any) -> None:
-        """SCRIPT LOAD it (for callers that send EVALSHA themselves)."""
-        client.script_load(self.source)
+    def load(self, client: Any, key: str | None = None) -> None:
+        """SCRIPT LOAD it (for callers that send EVALSHA themselves); ``key``: on a
+        cluster, only on the node that holds it."""
+        if key is not None and hasattr(client, "get_node_from_key"):
+            client.get_redis_connection(client.get_node_from_key(key)).script_load(self.source)
+        else:
+            client.script_load(self.source)
 
     def __call__(self, client: Any, keys: list[str], args: list[Any]) -> Any:
         try:
             return client.evalsha(self.sha, len(keys), *keys, *args)
         except redis.exceptions.NoScriptError:
-            self.load(client)
+            self.load(client, keys[0] if keys else None)
             return client.evalsha(self.sha, len(keys), *keys, *args)
 
 

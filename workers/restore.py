@@ -116,7 +116,11 @@ def missing_keys(client: Any, keys: ModelKeys, version: str) -> list[str]:
     pipe.hmget(keys.snapshot, ["log_id", "restored_at"])
     pipe.xlen(keys.log)
     pipe.xinfo_groups(keys.input)
-    has_config, (snap_id, restored_at), n_log, groups = pipe.execute(raise_on_error=False)
+    has_config, snap, n_log, groups = pipe.execute(raise_on_error=False)
+    for reply in (has_config, snap, n_log):  # (groups: an error if :in is gone)
+        if isinstance(reply, Exception):
+            raise reply  # Redis is away (e.g. CLUSTERDOWN): retried as such
+    snap_id, restored_at = snap
     missing = []
     if not has_config:
         missing.append("config")

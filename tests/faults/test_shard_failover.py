@@ -231,16 +231,6 @@ def check_sum(run: ShardFailover) -> None:
         assert_same_stats(w.models[run.names[0]].summed.model, reference)
 
 
-#: Why these tests fail as yet. redis-py routes each XREADGROUP by asking ``COMMAND GETKEYS``
-#: of the cluster client's default node; a worker that puts its shards away one by one
-#: (serving the others meanwhile) never makes new clients, and no command of its reaches
-#: redis-py's topology refresh, so once the default node is a dead master no shard is read
-#: again. Shard 0's master is the master of slot 0, the default node from the start; shard
-#: 2's becomes it now and then, when a refresh during the outage (CLUSTERDOWN) picks it.
-DEFAULT_NODE_DEAD = ("a worker whose cluster client's default node is the dead master reads no "
-                     "shard again (XREADGROUP's COMMAND GETKEYS goes to that node)")
-
-
 @pytest.fixture(scope="module", params=[0, 2], ids=["shard0-default-node", "shard2"])
 def failover(request, tmp_path_factory):
     """A cluster of 3 masters and 3 replicas and the run on it up to the promotion of the
@@ -261,10 +251,8 @@ def failover(request, tmp_path_factory):
         cluster.stop()
 
 
-def test_kill_9_of_a_shards_master_each_shard_and_the_sum_learnt_once(failover, request):
+def test_kill_9_of_a_shards_master_each_shard_and_the_sum_learnt_once(failover):
     run, outage = failover
-    # shard 0: always; shard 2: when a refresh made the dead node the default one
-    request.applymarker(pytest.mark.xfail(strict=run.victim == 0, reason=DEFAULT_NODE_DEAD))
     # what the outage test below needs: time to watch, and work left on the other shards
     assert outage.watched_s >= 0.3, f"the outage was watched for {outage.watched_s:.2f}s only"
     assert all(outage.backlog_at_failure.values()), outage.backlog_at_failure
@@ -281,10 +269,8 @@ def test_kill_9_of_a_shards_master_each_shard_and_the_sum_learnt_once(failover, 
           f"in {outage.watched_s:.1f}s of the outage")
 
 
-def test_the_other_shards_go_on_while_one_master_is_down(failover, request):
+def test_the_other_shards_go_on_while_one_master_is_down(failover):
     run, outage = failover
-    if run.victim == 0:  # (claims of idle entries may still commit a few batches)
-        request.applymarker(pytest.mark.xfail(strict=False, reason=DEFAULT_NODE_DEAD))
     grown = {n: parse_id(outage.log_before_promotion[n]) > parse_id(outage.log_at_failure[n])
              for n in outage.log_at_failure}
     assert all(grown.values()), (f"logs {outage.log_at_failure} {SETTLE_S}s after the workers "
