@@ -307,6 +307,29 @@ def stamps_rate(stamps: Sequence[int]) -> tuple[int, float]:
     return len(stamps), rate(after_first, (last - first) / 1000.0)
 
 
+def route_to_shards(messages: Sequence[bytes], model: str, k: int,
+                    ) -> tuple[list[str], list[list[bytes]]]:
+    """The names of the ``k`` shards of ``model`` and the messages each is sent, by id
+    (``streamnb produce``'s routing: workers/shards.py).
+
+    >>> from streamnb_workers.codec import encode_input
+    >>> msgs = [encode_input("tokens", ["a"], id=f"m{i}") for i in range(6)]
+    >>> names, shares = route_to_shards(msgs, "mail", 2)
+    >>> names, [len(s) for s in shares]
+    (['mail|0', 'mail|1.1'], [2, 4])
+    """
+    import msgpack
+
+    from streamnb_workers.shards import Router, route_id
+
+    router = Router(model, k)
+    names = [keys.name for keys in router.keys]
+    shares: list[list[bytes]] = [[] for _ in names]
+    for m in messages:
+        shares[names.index(router.keys_for(route_id(msgpack.unpackb(m))).name)].append(m)
+    return names, shares
+
+
 def default_spec(name: str, kind: str = "multinomial") -> dict[str, Any]:
     """A model with the daemon's defaults (only the kind is given)."""
     return {"name": name, "kind": kind}
@@ -508,7 +531,7 @@ class CpuWindow:
 def run_e2e(server: RedisServer, name: str, messages: Sequence[bytes], n_workers: int,
             payload: str, timeout: float = 600.0, options: dict[str, Any] | None = None,
             watch: Callable[[Sequence[subprocess.Popen]], Callable[[], Any]] | None = None,
-            independent: bool = False, metrics: bool = True) -> E2EResult:
+            independent: bool = False, metrics: bool = True, shards: int = 1) -> E2EResult:
     """Pre-fill, start ``n_workers``, wait until every message has an output or a dead letter.
 
     ``watch(procs)`` is called with the worker processes when the measured window starts
@@ -517,31 +540,39 @@ def run_e2e(server: RedisServer, name: str, messages: Sequence[bytes], n_workers
     serves a model of its own, with every message in its own stream (nothing shared: no
     other worker's deltas to apply, no ordering); the rate is the sum of theirs.
     ``metrics``: each worker serves its metrics (a thread of its own) for the ordered
-    section's and the wait's columns; off, those columns read nan."""
+    section's and the wait's columns; off, those columns read nan. ``shards``: the model
+    in that many statistics shards (``--shards``), each message sent to its shard by id."""
     from streamnb_workers.keys import GROUP
 
     client = server.client()
-    names = [f"{name}-m{i}" for i in range(n_workers)] if independent else [name]
+    if independent:
+        names = [f"{name}-m{i}" for i in range(n_workers)]
+        parts = [list(messages)] * n_workers
+        specs: list[Any] = [default_spec(nm) for nm in names]
+    elif shards > 1:
+        names, parts = route_to_shards(messages, name, shards)
+        specs = [[{**default_spec(name), "shards": shards}]]
+    else:
+        names, parts, specs = [name], [list(messages)], [default_spec(name)]
     ks = [keys(nm) for nm in names]
     # every message but the last, behind a group that starts after them: nothing to read
     # until every worker waits in XREADGROUP; then the group goes back to the start and
     # the last XADD wakes them at once (no worker's start-up inside the run)
-    for nm, k in zip(names, ks, strict=True):
-        prefill(client, nm, messages[:-1])
+    for nm, k, part in zip(names, ks, parts, strict=True):
+        prefill(client, nm, part[:-1])
         client.xgroup_create(k["in"], GROUP, id="$", mkstream=True)
     cpu0 = redis_cpu_s(client)
     out0: list[int] = []
-    with workers(server.url, [default_spec(nm) for nm in names], n_workers, options,
-                 metrics=metrics) as procs:
+    with workers(server.url, specs, n_workers, options, metrics=metrics) as procs:
         window = CpuWindow(client, procs)
         unwatch = None
         if not wait_blocked(client, n_workers, timeout, procs):
             raise RuntimeError(f"{name}: {n_workers} workers did not start in {timeout}s")
         if messages:
             gate = client.pipeline(transaction=True)
-            for k in ks:
+            for k, part in zip(ks, parts, strict=True):
                 gate.xgroup_setid(k["in"], GROUP, "0")
-                gate.xadd(k["in"], {"data": messages[-1]})
+                gate.xadd(k["in"], {"data": part[-1]})
             gate.execute()
         # the window opens within a few ms of the first output: a short run is inside it
         if all(wait_for(client, k["out"], 1, timeout, procs, k["dead"], every_s=0.002)
@@ -549,7 +580,8 @@ def run_e2e(server: RedisServer, name: str, messages: Sequence[bytes], n_workers
             out0 = [int(client.xlen(k["out"])) for k in ks]
             window.start()  # start-up left out
             unwatch = watch(procs) if watch is not None else None
-        ok = all(wait_for(client, k["out"], len(messages), timeout, procs, k["dead"]) for k in ks)
+        ok = all(wait_for(client, k["out"], len(part), timeout, procs, k["dead"])
+                 for k, part in zip(ks, parts, strict=True))
         window.stop()
         if unwatch is not None:
             unwatch()
@@ -558,7 +590,7 @@ def run_e2e(server: RedisServer, name: str, messages: Sequence[bytes], n_workers
         raise RuntimeError(f"{name}: the workers did not process {len(messages)} messages in {timeout}s")
     rates = [out_rate(client, k["out"]) for k in ks]
     n = sum(r[0] for r in rates)
-    total = len(messages) * len(ks)
+    total = sum(len(part) for part in parts)
     outputs = window_outputs(client, [k["out"] for k in ks], out0)
     in_window = sum(outputs.values())
     each = tuple(per_message_us(cpu_s, outputs.get(f"w{i}", 0))

@@ -32,6 +32,11 @@ d / c1 and kappa = 0)::
                                        shard (a shard orders its own stream only;
                                        docs/architecture.md, "Past one shard")
 
+The K-shard columns use the same forms fitted on a model in K shards
+(``--shards K``, measured the same way on one redis-server: each worker applies every
+shard's deltas and keeps their sum as well, so w(N) is higher; r(N) and s(N) are then
+split K ways); ``--no-sharded-runs`` uses the one-shard costs there.
+
 The ordered bound leaves out the commit's time in redis-server, which also lies between
 two ordered batches: it is high by that much. On this host the measured msg/s are set by
 the 2 shared cores; the check there is the accounting: the msg/s the fitted costs give
@@ -39,6 +44,7 @@ for the CPU the workers were given over the window, against the msg/s measured o
 same window (both of the run of median msg/s).
 
     python -m benchmarks.projection [--payloads tokens,raw] [--repeat 4] [--trials 3]
+        [--shards 3] [--no-sharded-runs]
 """
 
 from __future__ import annotations
@@ -348,16 +354,17 @@ def verdict(misses: Sequence[str], checked: int, tolerance: float = TOLERANCE) -
             + ", ".join(misses))
 
 
-def projection_rows(payload: str, c: Costs, shards: int,
+def projection_rows(payload: str, c: Costs, shards: int, sharded: Costs | None = None,
                     cores: Sequence[int] = CORES) -> list[list[object]]:
     """Per number of cores (one worker each; Redis shards on cores of their own): msg/s
-    and the binding bound, ordered and unordered, with 1 and ``shards`` shards."""
+    and the binding bound, ordered and unordered, with 1 and ``shards`` shards (with the
+    costs measured on a model in that many shards, ``sharded``, if given)."""
     rows: list[list[object]] = []
     for n in cores:
         row: list[object] = [payload, n]
         for ordered in (True, False):
             for k in (1, shards):
-                b = throughput(c, n, k, ordered)
+                b = throughput(c if k == 1 or sharded is None else sharded, n, k, ordered)
                 row.append(f"{b.per_second:,.0f} ({b.binding})")
         rows.append(row)
     return rows
@@ -369,17 +376,19 @@ def projection_header(shards: int) -> list[str]:
 
 
 def measure(corpus: Corpus, payload: str, repeat: int, trials: int = 3,
-            worker_counts: Sequence[int] = (1, 2, 3)) -> dict[int, list[tuple[E2EResult, float]]]:
+            worker_counts: Sequence[int] = (1, 2, 3), shards: int = 1,
+            ) -> dict[int, list[tuple[E2EResult, float]]]:
     """End-to-end runs per number of workers (defaults: ordered predictions), ``trials``
     rounds of 1, 2, 3 interleaved; every run, with the host's 1-minute load average when
-    it started."""
+    it started. ``shards``: the model in that many statistics shards."""
     msgs = repeated_messages(corpus, payload, repeat)
     runs: dict[int, list[tuple[E2EResult, float]]] = {}
     with RedisServer() as server:
         for t in range(trials):
             for n in worker_counts:
                 load = os.getloadavg()[0]
-                r = run_e2e(server, f"proj-{payload}-{n}w-{t}", msgs, n, payload)
+                r = run_e2e(server, f"proj-{payload}-{n}w-{t}-k{shards}", msgs, n, payload,
+                            shards=shards)
                 server.client().flushdb()
                 runs.setdefault(n, []).append((r, load))
     return runs
@@ -419,6 +428,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeat", type=int, default=4, help="passes over the corpus (tokens)")
     ap.add_argument("--raw-repeat", type=int, default=3, help="passes over the corpus (raw)")
     ap.add_argument("--shards", type=int, default=3, help="K of the K-shard columns")
+    ap.add_argument("--sharded-runs", action=argparse.BooleanOptionalAction, default=True,
+                    help="measure the K-shard columns' costs on a model in K shards (else "
+                    "they use the one-shard costs)")
     ap.add_argument("--trials", type=int, default=3,
                     help="rounds of 1, 2, 3 workers; each figure is the median of its runs")
     args = ap.parse_args(argv)
@@ -437,23 +449,28 @@ def main(argv: list[str] | None = None) -> int:
     peaks: list[str] = []
     loads = [os.getloadavg()]
     for payload in args.payloads.split(","):
-        runs = measure(corpus, payload, args.raw_repeat if payload == "raw" else args.repeat,
-                       args.trials)
-        loads.append(os.getloadavg())
-        measured = {n: Figures.median([Figures.of(r) for r, _ in rs]) for n, rs in runs.items()}
-        c = Costs.fit(measured)
-        outside.append(holdout(payload, measured))
-        fits.append(f"{payload}: workers {c.worker.at1:.1f} + {c.worker.per_worker:.2f} (N-1) "
-                    f"us/msg; redis-server {c.redis.at1:.1f} + {c.redis.per_worker:.2f} (N-1); "
-                    f"ordered section {c.serial(1):.1f}, {c.serial(2):.1f} from 2 workers on")
-        trials += trial_rows(payload, runs)
-        rows, missed = check_rows(payload, c, measured)
-        checks += rows
-        misses += missed
-        table += projection_rows(payload, c, args.shards)
+        repeat = args.raw_repeat if payload == "raw" else args.repeat
+        costs: dict[int, Costs] = {}
+        for k in (1, args.shards) if args.sharded_runs and args.shards > 1 else (1,):
+            runs = measure(corpus, payload, repeat, args.trials, shards=k)
+            loads.append(os.getloadavg())
+            measured = {n: Figures.median([Figures.of(r) for r, _ in rs])
+                        for n, rs in runs.items()}
+            label = payload if k == 1 else f"{payload}, {k} shards"
+            c = costs[k] = Costs.fit(measured)
+            outside.append(holdout(label, measured))
+            fits.append(f"{label}: workers {c.worker.at1:.1f} + {c.worker.per_worker:.2f} "
+                        f"(N-1) us/msg; redis-server {c.redis.at1:.1f} + "
+                        f"{c.redis.per_worker:.2f} (N-1); ordered section {c.serial(1):.1f}, "
+                        f"{c.serial(2):.1f} from 2 workers on")
+            trials += trial_rows(label, runs)
+            rows, missed = check_rows(label, c, measured)
+            checks += rows
+            misses += missed
+        table += projection_rows(payload, costs[1], args.shards, costs.get(args.shards))
         for ordered in (True, False):
             for k in (1, args.shards):
-                n, b = peak(c, k, ordered)
+                n, b = peak(costs.get(k, costs[1]), k, ordered)
                 peaks.append(f"{payload}, {'ordered' if ordered else 'unordered'}, {k} shard(s): "
                              f"{b.per_second:,.0f} msg/s at {n} workers ({b.binding})")
     print("host load (1, 5, 15 min) at the start and after each payload: "

@@ -24,35 +24,14 @@ from statistics import median
 
 from benchmarks._cluster import RedisCluster3
 from benchmarks._common import DEFAULT_CORPUS, corpus_or_synthetic, format_table, print_header
-from benchmarks.end_to_end import RedisServer, repeated_messages
+from benchmarks.end_to_end import RedisServer, repeated_messages, route_to_shards
 from benchmarks.tenants import TenantsRun, run_served
-
-
-def routed(messages: Sequence[bytes], model: str, k: int) -> tuple[list[str], list[list[bytes]]]:
-    """The names of the ``k`` shards of ``model`` and the messages each is sent, by id.
-
-    >>> from streamnb_workers.codec import encode_input
-    >>> msgs = [encode_input("tokens", ["a"], id=f"m{i}") for i in range(6)]
-    >>> names, shares = routed(msgs, "mail", 2)
-    >>> names, [len(s) for s in shares]
-    (['mail|0', 'mail|1.1'], [2, 4])
-    """
-    import msgpack
-
-    from streamnb_workers.shards import Router, route_id
-
-    router = Router(model, k)
-    names = [keys.name for keys in router.keys]
-    shares: list[list[bytes]] = [[] for _ in names]
-    for m in messages:
-        shares[names.index(router.keys_for(route_id(msgpack.unpackb(m))).name)].append(m)
-    return names, shares
 
 
 def run(server: RedisServer | RedisCluster3, messages: Sequence[bytes], k: int,
         n_workers: int) -> TenantsRun:
     name = f"sharded{k}"
-    names, shares = routed(messages, name, k)
+    names, shares = route_to_shards(messages, name, k)
     return run_served(server, names, [{"name": name, "kind": "multinomial", "shards": k}],
                       shares, n_workers)
 

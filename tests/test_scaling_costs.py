@@ -149,6 +149,11 @@ def test_projection_fits_one_two_and_three_workers_and_names_the_binding_bound()
     rows = projection_rows("tokens", c, 3, cores=(4,))
     assert rows == [["tokens", 4, "42,105 (workers)", "42,105 (workers)",
                      "42,105 (workers)", "42,105 (workers)"]]
+    # measured on 3 shards, the workers' cost is 100 + 5 (N - 1): 4 / 115 us = 34,783
+    sharded = Costs(Linear(100.0, 5.0), Linear(12.0, 1.0), Step(20.0, 0.0))
+    rows = projection_rows("tokens", c, 3, sharded, cores=(4,))
+    assert rows == [["tokens", 4, "42,105 (workers)", "34,783 (workers)",
+                     "42,105 (workers)", "34,783 (workers)"]]
 
 
 def test_the_ordered_section_steps_once_from_one_worker_to_more():
@@ -229,6 +234,19 @@ def test_tenants_run_on_a_three_master_cluster():
 
 @needs_redis
 @linux
+def test_end_to_end_runs_a_model_in_shards():
+    """run_e2e with ``shards``: each message to its shard, every one predicted once."""
+    msgs = token_messages(600, seed=11)
+    with end_to_end.RedisServer() as server:
+        res = end_to_end.run_e2e(server, "e2e-k3", msgs, 2, "tokens", timeout=90, shards=3)
+        outs = sum(server.client().xlen(f"streamnb:{{{n}}}:out")
+                   for n in end_to_end.route_to_shards(msgs, "e2e-k3", 3)[0])
+    assert res.messages == 600 and res.dead == 0 and outs == 600
+    assert res.window_worker_cpu_us > 0 and res.ordering is not None
+
+
+@needs_redis
+@linux
 @pytest.mark.skipif(shutil.which("redis-cli") is None, reason="redis-cli is needed")
 def test_shards_run_sends_each_message_to_its_shard_on_a_cluster():
     """A model of 3 shards on 3 masters: every message once in its shard, and the busiest
@@ -237,7 +255,7 @@ def test_shards_run_sends_each_message_to_its_shard_on_a_cluster():
     from benchmarks._cluster import RedisCluster3
 
     msgs = token_messages(900, seed=10)
-    names, shares = shards.routed(msgs, "sharded3", 3)
+    names, shares = end_to_end.route_to_shards(msgs, "sharded3", 3)
     assert sum(map(len, shares)) == 900 and min(map(len, shares)) > 200
     with RedisCluster3() as cluster:
         run = shards.run(cluster, msgs, 3, 2)

@@ -298,14 +298,14 @@ def test_workers_serving_several_shards_never_wait_on_each_other_in_a_cycle(corp
         keys,
         prefill,
         repeated_messages,
+        route_to_shards,
         wait_blocked,
         wait_until,
         workers,
     )
-    from benchmarks.shards import routed
 
     msgs = repeated_messages(corpus_or_synthetic(str(corpus_dir), None), "tokens", 2)
-    names, shares = routed(msgs, "mail", 3)
+    names, shares = route_to_shards(msgs, "mail", 3)
     with RedisServer() as server:
         client = server.client()
         for name, share in zip(names, shares, strict=True):

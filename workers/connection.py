@@ -346,13 +346,21 @@ class ClientConnector:
         return self._description
 
 
-def answering_default_node(client: Any) -> None:
-    """On a cluster client, make its default node one that answers. redis-py asks the
-    default node where the keys of some commands go (``COMMAND GETKEYS``, e.g. for
-    XREADGROUP), and keeps it when it dies: every such command would then fail, for every
-    slot, after the dead master's replica took over. A no-op on other clients."""
-    if getattr(client, "nodes_manager", None) is None:
+def refresh_cluster_view(client: Any) -> None:
+    """On a cluster client, read the slots' masters anew and make its default node one that
+    answers; a no-op on other clients. After a failover redis-py refreshes its map only
+    once its own backoff allows (it grows while the failed master's slots are down), and
+    it asks the default node where the keys of some commands go (``COMMAND GETKEYS``,
+    e.g. for XREADGROUP) and keeps it when it dies: every such command would fail, for
+    every slot. A worker that serves its other models meanwhile, with the same clients,
+    calls this each time a model's node fails (workers/loop.py)."""
+    manager = getattr(client, "nodes_manager", None)
+    if manager is None:
         return
+    try:
+        manager.initialize()
+    except (redis.RedisError, redis.exceptions.RedisClusterException) as exc:
+        log.debug("cluster map not refreshed (the current one stays): %s", exc)
     for _ in range(len(client.get_nodes())):
         try:
             client.get_redis_connection(client.get_default_node()).ping()

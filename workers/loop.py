@@ -37,9 +37,9 @@ from streamnb_workers.commit import COMMIT_SCRIPT
 from streamnb_workers.commit_pipeline import abandon, settle
 from streamnb_workers.connection import (
     Connector,
-    answering_default_node,
     close_clients,
     is_access_error,
+    refresh_cluster_view,
 )
 from streamnb_workers.health import RedisHealth
 from streamnb_workers.heap import HeapTrimmer
@@ -389,8 +389,8 @@ class Worker:
         rt.labels(self.metrics.model_reachable).set(0)
         if kind in UNREACHABLE_KINDS:
             drop_sampled_gauges(rt)
-            for c in {id(self.client): self.client, id(self.reader): self.reader}.values():
-                answering_default_node(c)
+        for c in {id(self.client): self.client, id(self.reader): self.reader}.values():
+            refresh_cluster_view(c)
         abandon(rt, withdraw=False)
         rt.pending_phase = True
         delay = self.outages.away(rt.name, time.monotonic())
