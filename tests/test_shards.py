@@ -238,12 +238,12 @@ def test_a_worker_serves_the_other_shards_while_one_is_away(redis_server):
         grew = w.models[name].replica.learnt - learnt[name]
         assert grew == (0 if j == 0 else len(second_by[name])), name
     reach = metrics.model_reachable.labels(model=names[0], worker="w0")._value.get()
-    assert reach == 0 and names[0] in w.outages
+    assert reach == 0 and names[0] in w.guard.outages
     errors = metrics.redis_errors.labels(model=names[0], worker="w0", kind="connection")
     assert errors._value.get() >= 1
     flaky.down = False
     w.run_until_idle()
-    assert names[0] not in w.outages
+    assert names[0] not in w.guard.outages
     assert metrics.model_reachable.labels(model=names[0], worker="w0")._value.get() == 1
     params = resolve_spec(count_spec()).model_params
     fcfg = {"bits": 10, "counts": "raw"}

@@ -39,7 +39,6 @@ from streamnb_workers.connection import (
     Connector,
     close_clients,
     is_access_error,
-    refresh_cluster_view,
 )
 from streamnb_workers.health import RedisHealth
 from streamnb_workers.heap import HeapTrimmer
@@ -57,7 +56,7 @@ from streamnb_workers.keys import ModelKeys
 from streamnb_workers.metrics import Metrics, default_metrics
 from streamnb_workers.model_config import ModelConfig, ModelSpec, ensure_config
 from streamnb_workers.options import WorkerOptions
-from streamnb_workers.outages import Outages
+from streamnb_workers.outages import ModelGuard
 from streamnb_workers.process import process_batch
 from streamnb_workers.read_ahead import READ_SCRIPT
 from streamnb_workers.redis_errors import UNREACHABLE_KINDS, error_kind
@@ -100,10 +99,9 @@ class Worker:
         self.heap = HeapTrimmer(self.options.release_memory_s)
         self.health = RedisHealth(self.options.healthz_grace_s,
                                   self.metrics.redis_up.labels(worker=self.consumer))
-        #: Models whose Redis node is away while the others are served (on a cluster).
-        self.outages = Outages(lambda: Backoff(self.options.backoff_base_s,
-                                               self.options.backoff_cap_s))
-        self._failed_now: set[str] = set()
+        #: Each model's part of a step, and the models away while the others are served.
+        self.guard = ModelGuard(lambda: Backoff(self.options.backoff_base_s,
+                                                self.options.backoff_cap_s))
         #: Check each model's keys before the next step (after a reconnect or NOGROUP):
         #: Redis may have come back without them (workers/restore.py).
         self.check_keys = False
@@ -112,6 +110,7 @@ class Worker:
     def connect(self) -> None:
         self.client = self.connector.client()
         self.reader = self.connector.reader(self.options.block_ms)
+        self.guard.clients = tuple({id(c): c for c in (self.client, self.reader)}.values())
         for rt in self.models.values():
             rt.set_clients(self.client, self.reader)
 
@@ -177,7 +176,7 @@ class Worker:
                     self.start()
                 self.step(self.options.block_ms)
                 self.backoff.reset()
-                if len(self.outages) < len(self.models):
+                if len(self.guard.outages) < len(self.models):
                     self.health.up()
             except Exception as exc:  # noqa: BLE001 - classified below
                 if is_access_error(exc) and not self.started:
@@ -294,16 +293,18 @@ class Worker:
         served = list(self.models)
         if self.check_keys and not self._restore_lost_keys():
             return 0
-        self._failed_now.clear()
+        guard = self.guard
+        guard.active = bool(self.connector.cluster) and len(self.models) > 1
         now = time.monotonic()
-        live = [rt for rt in self.models.values() if self.outages.due(rt.name, now)]
+        live = guard.live(list(self.models.values()), now)
         if not live:  # every model away (workers/outages.py): wait for the first retry
             self.health.down()
-            self._stop.wait(min(block_ms / 1000.0, max(0.0, self.outages.next_retry() - now)))
+            self._stop.wait(min(block_ms / 1000.0,
+                                max(0.0, guard.outages.next_retry() - now)))
             return 0
         for rt in live:
-            n += self._guard(rt, self._intake, rt, served) or 0
-        live = self._serving(live)
+            n += guard(rt, self._intake, rt, served) or 0
+        live = guard.serving(live)
         # batches read while the previous commit ran (pipelined), then the other models'
         batches = [(rt, rt.read_ahead) for rt in live if rt.read_ahead]
         rest = [rt for rt in live if not rt.read_ahead]
@@ -311,7 +312,7 @@ class Worker:
             rt.read_ahead = None
         if not self.stopping and rest:
             wait = 0 if batches or n else block_ms
-            if self.isolating:
+            if guard.active:  # a read a model, each guarded
                 batches += self._read_each(rest, wait)
             else:
                 batches += read_batches(self.reader, self.consumer, rest, self.options.batch,
@@ -320,16 +321,13 @@ class Worker:
             batches = in_stream_order(batches)
         pipeline = not self.stopping and not self.connector.cluster
         for rt, batch in batches:
-            if rt.name not in self._failed_now:
-                n += self._guard(rt, process_batch, rt, batch.entries, None, batch.announced,
-                                 pipeline) or 0
-        for rt in self._serving(live):
+            if rt.name not in guard.failed:
+                n += guard(rt, process_batch, rt, batch.entries, None, batch.announced,
+                           pipeline) or 0
+        for rt in guard.serving(live):
             if rt.read_ahead is None:  # else the commit runs on while the next batch decodes
-                self._guard(rt, self._settle_and_tail, rt)
-        for rt in self._serving(live):
-            if self.outages.back(rt.name):
-                rt.labels(self.metrics.model_reachable).set(1)
-                log.info("model %s: Redis reached again; served again", rt.name)
+                guard(rt, self._settle_and_tail, rt)
+        guard.came_back(live)
         self.heap.after_step(n)
         return n
 
@@ -339,69 +337,28 @@ class Worker:
         model's batch is processed, and announced, right after its read)."""
         return self.options.order_wait_ms > 0 and len(self.models) > 1
 
-    @property
-    def isolating(self) -> bool:
-        """Whether a Redis error stops only the model it came from (workers/outages.py):
-        on a cluster, with more than one model or shard served."""
-        return bool(self.connector.cluster) and len(self.models) > 1
-
-    def _guard(self, rt: ModelRuntime, fn: Any, *args: Any) -> Any:
-        """``fn(*args)``, a part of model ``rt``'s step; when isolating, a transient Redis
-        error puts the model away (returns None) instead of stopping the worker."""
-        if not self.isolating:
-            return fn(*args)
-        try:
-            return fn(*args)
-        except Exception as exc:
-            kind = error_kind(exc)
-            if kind is None:
-                raise
-            self._model_away(rt, exc, kind)
-            return None
-
     def _read_each(self, rts: list[ModelRuntime], wait_ms: int) -> list[tuple[ModelRuntime, Any]]:
         """New entries of each model, a guarded read each (as :func:`read_new` reads a
         cluster's streams: none waits unless all were empty, then each its share)."""
         got: list[tuple[ModelRuntime, Any]] = []
         for rt in rts:
-            got += self._guard(rt, read_batches, self.reader, self.consumer, [rt],
-                               self.options.batch, 0, True, self._announce_reads) or []
+            got += self.guard(rt, read_batches, self.reader, self.consumer, [rt],
+                              self.options.batch, 0, True, self._announce_reads) or []
         if got or not wait_ms:
             return got
-        for rt in self._serving(rts):
-            got = self._guard(rt, read_batches, self.reader, self.consumer, [rt],
-                              self.options.batch, max(1, wait_ms // len(rts)), True,
-                              self._announce_reads) or []
+        for rt in self.guard.serving(rts):
+            got = self.guard(rt, read_batches, self.reader, self.consumer, [rt],
+                             self.options.batch, max(1, wait_ms // len(rts)), True,
+                             self._announce_reads) or []
             if got:
                 break
         return got
 
-    def _serving(self, rts: list[ModelRuntime]) -> list[ModelRuntime]:
-        return [rt for rt in rts if rt.name not in self._failed_now]
-
-    def _model_away(self, rt: ModelRuntime, exc: BaseException, kind: str) -> None:
-        """Model ``rt``'s Redis node failed: drop its work in progress (its entries stay
-        pending, redone when it is back) and try it again after its own backoff."""
-        self._failed_now.add(rt.name)
-        labels = {"model": rt.name, "worker": self.consumer}
-        self.metrics.redis_errors.labels(**labels, kind=kind).inc()
-        self.metrics.reconnects.labels(**labels).inc()
-        rt.labels(self.metrics.model_reachable).set(0)
-        if kind in UNREACHABLE_KINDS:
-            drop_sampled_gauges(rt)
-        for c in {id(self.client): self.client, id(self.reader): self.reader}.values():
-            refresh_cluster_view(c)
-        abandon(rt, withdraw=False)
-        rt.pending_phase = True
-        delay = self.outages.away(rt.name, time.monotonic())
-        log.warning("model %s: redis %s error: %s; serving the other models, trying this one "
-                    "again in %.2fs", rt.name, kind, exc, delay)
-
     def _intake(self, rt: ModelRuntime, served: list[str]) -> int:
         """Model ``rt``'s housekeeping, claims and own pending entries (a model back from
         away first gets back what Redis lost: workers/restore.py)."""
-        if rt.name in self.outages and "settling" in restore_lost_keys(rt):
-            self._failed_now.add(rt.name)  # its group is being made again: soon
+        if rt.name in self.guard.outages and "settling" in restore_lost_keys(rt):
+            self.guard.failed.add(rt.name)  # its group is being made again: soon
             return 0
         housekeeping(rt, served)
         n = self._claim(rt)
