@@ -256,14 +256,10 @@ def test_tail_merges_the_shards_outputs_in_entry_order(served, capsys):
 
 
 def test_tail_follow_prints_new_outputs_of_every_shard(served):
+    from test_tail import follow_tail
+
     server, r = served
-    env = blas_env({k: v for k, v in os.environ.items() if not k.startswith("STREAMNB_")})
-    proc = subprocess.Popen([PYTHON, "-m", "streamnb_workers", "tail", "--redis", server.url,
-                             "--model", "mail", "--follow", "-n", "0"], cwd=ROOT, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    lines: list[str] = []
-    reader = threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True)
-    reader.start()
+    proc, lines = follow_tail(server.url, "mail", 0)
     try:
         time.sleep(1.0)  # tail has taken each stream's newest entry
         for i in range(6):  # in different milliseconds: ids of different streams order them
@@ -352,22 +348,10 @@ def test_explain_uses_the_sum_of_the_shards(served, tmp_path, capsys):
 
 
 # ------------------------------------------------------------------------------ a cluster
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    """A 3-master Redis Cluster (tests/test_cluster.py) with the shipped ACL."""
-    from test_cluster import REDIS_CLI, Cluster
-
-    if REDIS_SERVER is None or REDIS_CLI is None:
-        pytest.skip("redis-server and redis-cli are needed for a cluster")
-    c = Cluster(tmp_path_factory.mktemp("acl"))
-    try:
-        c.start()
-        yield c
-    finally:
-        c.stop()
+from test_cluster import cluster  # noqa: E402, F401 - the 3-master cluster fixture
 
 
-def test_on_a_cluster_each_shard_is_read_by_itself(cluster, tmp_path, capsys):
+def test_on_a_cluster_each_shard_is_read_by_itself(cluster, tmp_path, capsys):  # noqa: F811
     """The shards are on three masters: the verdict client (as the producer ACL user), tail
     and predict many read each shard's streams with commands of their own."""
     from test_acl_worker import PRODUCER_PASSWORD, PRODUCER_USER

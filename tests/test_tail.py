@@ -121,16 +121,22 @@ def test_bad_arguments_are_one_line_exit_2(redis_server, capsys):
     assert err.count("\n") == 3 and "'mial' does not exist" in err
 
 
+def follow_tail(url: str, model: str, n: int) -> tuple[subprocess.Popen, list[str]]:
+    """``streamnb tail --follow -n N`` in its own process, and the lines it prints so far
+    (a thread reads them)."""
+    env = blas_env({k: v for k, v in os.environ.items() if not k.startswith("STREAMNB_")})
+    proc = subprocess.Popen([PYTHON, "-m", "streamnb_workers", "tail", "--redis", url,
+                             "--model", model, "--follow", "-n", str(n)], cwd=ROOT, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    lines: list[str] = []
+    threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True).start()
+    return proc, lines
+
+
 def test_follow_prints_new_entries_and_ctrl_c_exits_0(redis_server):
     r = redis_server.client()
     fill(r, n_out=5, n_dead=0)
-    env = blas_env({k: v for k, v in os.environ.items() if not k.startswith("STREAMNB_")})
-    proc = subprocess.Popen([PYTHON, "-m", "streamnb_workers", "tail", "--redis", redis_server.url,
-                             "--model", "mail", "--follow", "-n", "2"], cwd=ROOT, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    lines: list[str] = []
-    reader = threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True)
-    reader.start()
+    proc, lines = follow_tail(redis_server.url, "mail", 2)
     try:
         deadline = time.monotonic() + 30
         while len(lines) < 2 and time.monotonic() < deadline:
