@@ -145,6 +145,9 @@ def test_kill_9_of_the_master_loses_acknowledged_commits_relearnt_once(cluster, 
     assert all(r.rewinds + r.reloads > n for r, n in zip(run.replicas, rebuilt, strict=True)), \
         threads.describe()
     assert sum(r.rewinds for r in run.replicas) >= 1, threads.describe()
+    # and each told its metrics (streamnb_log_rewinds_total)
+    assert sum(threads.metric(c, "log_rewinds") for c in threads.workers) == \
+        sum(r.rewinds for r in run.replicas)
     print(f"replica promoted {promoted_s:.1f}s after the kill, workers committing again after "
           f"{resumed_s:.1f}s (node timeout {NODE_TIMEOUT_MS} ms)")
 
