@@ -287,3 +287,21 @@ def test_the_producer_user_cannot_run_a_worker(acl_redis):
     line = one_line_failure(proc)
     assert "may not run" in line and "XREADGROUP" in line and "EVALSHA" in line, line
     assert sorted(admin.keys("*")) == before
+
+
+def test_the_producer_user_can_produce_to_a_model_that_declares_its_classes(acl_redis, tmp_path):
+    """``streamnb produce`` reads what it needs of the model's config with HMGET, the one
+    command the producer user has for it (its classes, its number of shards)."""
+    admin = acl_redis.client()
+    from streamnb_workers.model_config import ModelSpec, ensure_config
+
+    ensure_config(admin, ModelSpec("acl-cls", kind="multinomial", classes=["ham", "spam"]))
+    src = tmp_path / "m.jsonl"
+    src.write_text('{"id": "a", "text": "cheap meds", "label": "spam"}\n'
+                   '{"id": "b", "text": "meeting", "label": "eggs"}\n')
+    proc = cli("produce", "--redis", acl_redis.url_for(PRODUCER_USER, PRODUCER_PASSWORD),
+               "--model", "acl-cls", str(src))
+    # "eggs" is not a class: skipped, with its reason, and said by the exit code
+    assert proc.returncode == 1 and "'eggs' is not one of the model's classes" in proc.stderr
+    assert admin.xlen(ModelKeys("acl-cls").input) == 1
+    assert acl_refusals(admin) == []

@@ -170,7 +170,7 @@ class ModelConfig:
                        decision=json.loads(h.get("decision", "{}")),
                        half_life=json.loads(h.get("half_life", "null")),
                        error_weight=check_error_weight(json.loads(h.get("error_weight", "1"))),
-                       classes=_stored_classes(name, h.get("classes", "null")),
+                       classes=stored_classes(name, h.get("classes", "null")),
                        shards=int(h.get("shards", "1")), format=fmt,
                        created=float(h.get("created", 0.0)))
         except (KeyError, ValueError) as exc:
@@ -226,7 +226,8 @@ def check_classes(classes: Any) -> list[str]:
     return list(classes)
 
 
-def _stored_classes(name: str, text: str) -> list[str] | None:
+def stored_classes(name: str, text: str) -> list[str] | None:
+    """The classes of model ``name`` as its config stores them (JSON; None: any label)."""
     classes = json.loads(text)
     if classes is None:
         return None

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from streamnb.exceptions import StreamnbError
+from streamnb_workers.replies import as_str
 
 __all__ = ["EmptySource", "check_class", "check_not_empty", "declared_classes", "not_mail"]
 
@@ -53,11 +54,22 @@ def check_not_empty(p: Path) -> None:
 
 
 def declared_classes(client: Any, model: str) -> list[str] | None:
-    """The classes model ``model`` declares (None: it declares none, or has no config yet)."""
-    from streamnb_workers.model_config import read_config
+    """The classes model ``model`` declares (None: it declares none, or has no config yet),
+    read with HMGET, the one command the ``streamnb-producer`` user of
+    deploy/redis/users.acl has for a model's config.
 
-    cfg = read_config(client, model)
-    return None if cfg is None else cfg.classes
+    >>> import fakeredis
+    >>> from streamnb_workers.model_config import ModelSpec, ensure_config
+    >>> r = fakeredis.FakeRedis()
+    >>> _ = ensure_config(r, ModelSpec("mail", kind="multinomial", classes=["spam", "ham"]))
+    >>> declared_classes(r, "mail"), declared_classes(r, "other")
+    (['spam', 'ham'], None)
+    """
+    from streamnb_workers.keys import ModelKeys
+    from streamnb_workers.model_config import stored_classes
+
+    text = client.hmget(ModelKeys(model).config, ["classes"])[0]
+    return None if text is None else stored_classes(model, as_str(text))
 
 
 def check_class(label: Any, classes: list[str] | None) -> None:
