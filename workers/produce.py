@@ -262,8 +262,9 @@ def send_and_wait(client: Any, model: str, path: str, timeout: float = 30.0,
     """Send one file unlabelled and wait for its prediction in ``:out``; None on timeout.
 
     The message gets a fresh id (and goes to its shard's ``:in`` on a sharded model, its
-    prediction to that shard's ``:out``); predictions are looked for after the input
-    entry's id (a prediction is always written after its input).
+    prediction to that shard's ``:out``); predictions are looked for after the last one
+    there before it was sent (not after the input's entry id: ids of two streams are not
+    ordered within a millisecond, so a prediction may have a lower one).
     """
     import uuid
 
@@ -286,8 +287,9 @@ def send_and_wait(client: Any, model: str, path: str, timeout: float = 30.0,
     data = out.encode()
     _validate(data, out.id)
     keys = router_of(client, model).keys_for(out.id)
-    entry = client.xadd(keys.input, {DATA_FIELD: data})
-    last = as_str(entry)
+    before = client.xrevrange(keys.out, count=1)
+    last = as_str(before[0][0]) if before else "0-0"
+    client.xadd(keys.input, {DATA_FIELD: data})
     deadline = time.monotonic() + timeout
     while (left := deadline - time.monotonic()) > 0:
         block = max(1, int(min(left, 1.0) * 1000))
