@@ -28,8 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
-from streamnb.features import Featurizer, MailTokenizer, Payload, TokenHasher, hashing
-from streamnb.features import mail as mail_features
+from streamnb.features import Featurizer, MailTokenizer, Payload, TokenHasher, hashing, mail_headers
 from streamnb.features.mail import N_META
 from streamnb.features.steps import C_STEPS, REFERENCE_STEPS
 from streamnb.models.bernoulli import BernoulliNB
@@ -126,12 +125,12 @@ def main(argv: list[str] | None = None) -> int:
         for raw in raws:
             email.message_from_bytes(raw)
         parse_s = min(parse_s, time.process_time() - t0)
-        mail_features.clear_memos()
+        mail_headers.clear_memos()
         t0 = time.process_time()
         analyses = [tokenizer.analyse(raw) for raw in raws]
         tok_s = min(tok_s, time.process_time() - t0)
         if C_STEPS is not None:  # the same with the Python code alone (the reference steps)
-            mail_features.clear_memos()
+            mail_headers.clear_memos()
             t0 = time.process_time()
             pure = [reference.analyse(raw) for raw in raws]
             pure_s = min(pure_s, time.process_time() - t0)
@@ -162,7 +161,7 @@ def main(argv: list[str] | None = None) -> int:
     messages = [Payload("raw", raw) for i, raw in enumerate(raws)]
     batch_s = float("inf")
     for _ in range(max(1, args.passes)):
-        mail_features.clear_memos()
+        mail_headers.clear_memos()
         t0 = time.process_time()
         for i in range(0, len(messages), 100):
             worker_featurizer.featurize_batch(messages[i : i + 100])

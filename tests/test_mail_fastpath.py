@@ -19,7 +19,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from streamnb.features.mail import MailAnalysis, MailTokenizer, _getaddresses
+from streamnb.features.mail import MailAnalysis, MailTokenizer
+from streamnb.features.mail_headers import _getaddresses
 from streamnb.features.markup import strip_html
 from streamnb.features.mime import (
     Unsupported,
@@ -301,7 +302,7 @@ CASE_TEXT = st.lists(st.sampled_from(
 @settings(max_examples=500, deadline=None)
 @given(CASE_TEXT)
 def test_case_spelt_out_regexes_match_their_ignorecase_forms(text):
-    from streamnb.features.mail import _RECEIVED_HOST
+    from streamnb.features.mail_headers import _RECEIVED_HOST
     from streamnb.features.markup import _LINK
 
     assert _RECEIVED_HOST.findall(text) == _OLD_RECEIVED_HOST.findall(text)
@@ -313,7 +314,7 @@ def test_case_spelt_out_regexes_match_their_ignorecase_forms(text):
     "HREF=HTTP://\u212aelvin.example", "xhref=http://no.example", "from ſ.example BY ı.example", "frOm K.x",
 ])
 def test_case_spelt_out_regexes_on_the_odd_letters(text):
-    from streamnb.features.mail import _RECEIVED_HOST
+    from streamnb.features.mail_headers import _RECEIVED_HOST
     from streamnb.features.markup import _LINK
 
     assert _RECEIVED_HOST.findall(text) == _OLD_RECEIVED_HOST.findall(text)
@@ -334,7 +335,7 @@ def _old_received_tokens(text: str) -> list[str]:
     "FROM Mail.Example.NET by [127.0.0.1]", "nothing here", "from  ſ.example by K.example",
 ])
 def test_received_tokens_match_the_regexes(value):
-    from streamnb.features.mail import _received_tokens
+    from streamnb.features.mail_headers import _received_tokens
 
     out: list[str] = []
     _received_tokens(value, out)
@@ -429,15 +430,15 @@ def test_header_names_in_the_options_match_without_regard_to_case():
 
 
 def test_clear_memos_empties_them_and_tokens_do_not_depend_on_them():
-    from streamnb.features import mail, mime, text
+    from streamnb.features import mail_headers, mime, text
 
     raw = (b"From: Bob <bob@example.com>\nReceived: from relay.example.net by mx.example.org\n"
            b"Content-Type: text/html; charset=utf-8\nSubject: Cheap meds\n\n"
            b'<a href="http://x.example.com/p">NOW</a> visit www.example.com today')
     tok = MailTokenizer()
     warm = tok.analyse(raw).tokens
-    assert mail._VALUE_CACHES and mime._PARAMS
-    mail.clear_memos()
-    assert not mail._VALUE_CACHES and not mime._PARAMS
+    assert mail_headers._VALUE_CACHES and mime._PARAMS
+    mail_headers.clear_memos()
+    assert not mail_headers._VALUE_CACHES and not mime._PARAMS
     assert text._cached_host_tokens.cache_info().currsize == 0
     assert tok.analyse(raw).tokens == warm == tok.analyse(raw, fast=False).tokens

@@ -27,7 +27,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from streamnb._cmodules import optional_c_module
-from streamnb.features import hashing, mail
+from streamnb.features import hashing, mail, mail_headers
 from streamnb.features import markup as markup_module
 from streamnb.features import mime as mime_module
 from streamnb.features import text as text_rules
@@ -217,7 +217,7 @@ def test_corpus_tokens_equal_with_and_without_the_c_steps(corpus_dir):
     with open(corpus_dir / "index.tsv", newline="") as fh:
         rows = list(csv.DictReader(fh, delimiter="\t"))
     raws = [(corpus_dir / row["path"]).read_bytes() for row in rows]
-    mail.clear_memos()
+    mail_headers.clear_memos()
     with_c, without = both(lambda steps: [mail.MailTokenizer(steps=steps).analyse(raw) for raw in raws])
     assert sum(len(a.tokens) for a in with_c) > 500_000
     assert [a.tokens for a in with_c] == [a.tokens for a in without]
@@ -386,7 +386,7 @@ def test_c_tag_tokens_hand_worked():
 
 def received(text: str, steps) -> list[str]:
     out: list[str] = []
-    mail._received_tokens(text, out, steps)
+    mail_headers._received_tokens(text, out, steps)
     return out
 
 
@@ -553,10 +553,10 @@ def both_header_tokens(tokenizer: mail.MailTokenizer, names: list[str], index: d
     results, memos = [], []
     for steps in (C_STEPS, REFERENCE_STEPS):
         tok = dataclasses.replace(tokenizer, steps=steps)
-        mail.clear_memos()
+        mail_headers.clear_memos()
         a = mail.MailAnalysis(tokens=list(start.tokens), defects=start.defects,
                               recipients=start.recipients) if start else mail.MailAnalysis()
-        cache = mail._value_cache(tok.rules)
+        cache = mail_headers._value_cache(tok.rules)
         if steps.header_tokens is not None:
             steps.header_tokens(names, index, tok._spec, cache, a)
         else:
@@ -608,8 +608,9 @@ def test_c_header_tokens_hand_worked(monkeypatch):
             raise ValueError(field)
         return saved(field, steps)
 
-    saved = mail._getaddresses
-    monkeypatch.setattr(mail, "_getaddresses", getaddresses)
+    saved = mail_headers._getaddresses
+    monkeypatch.setattr(mail_headers, "_getaddresses", getaddresses)  # (address counts)
+    monkeypatch.setattr(mail, "_getaddresses", getaddresses)  # (address tokens)
     index = {"subject": ["Cheap meds"], "from": ["Bob <bob@Example.com>"],
              "to": ["a@b.c, d@e.f", "g@h.i"], "cc": ["UNREADABLE"],
              "received": ["from mail.example.com ([10.1.2.3]) by mx.example.org", "by b.example"],
@@ -640,7 +641,7 @@ def test_c_header_tokens_hand_worked(monkeypatch):
     names = ["to", "subject"]
     a = mail.MailAnalysis()
     tokenizer = mail.MailTokenizer()
-    cache = mail._value_cache(tokenizer.rules)
+    cache = mail_headers._value_cache(tokenizer.rules)
     speedups.header_tokens(names, index, tokenizer._spec, cache, a)
     assert ("subject", "Cheap meds") in cache and cache["a@b.c, d@e.f, g@h.i"] == 3
     b = mail.MailAnalysis()
@@ -653,7 +654,7 @@ def test_c_header_tokens_hand_worked(monkeypatch):
 
 
 def python_addresses(field: str) -> list[tuple[str, str]] | None:
-    return mail._address_matches(field, REFERENCE_STEPS)
+    return mail_headers._address_matches(field, REFERENCE_STEPS)
 
 
 # Address-list pieces: atoms (with dots, Latin-1 letters, characters no rule names), quoted
@@ -744,13 +745,14 @@ def test_c_value_words_hand_worked():
 @needs_speedups
 def test_c_header_tokens_empty_a_full_memo(monkeypatch):
     """The memo's bound: at its size it is emptied before the next entry, as _remember does."""
-    monkeypatch.setattr(mail, "_CACHE_SIZE", 3)
+    monkeypatch.setattr(mail_headers, "_CACHE_SIZE", 3)  # (the Python memo)
+    monkeypatch.setattr(mail, "_CACHE_SIZE", 3)  # (the tokenizer's spec for the C step)
     index = {"subject": [f"subject {i}" for i in range(5)], "x-mailer": ["m1", "m2"]}
     caches = []
     for steps in (C_STEPS, REFERENCE_STEPS):
         tokenizer = mail.MailTokenizer(steps=steps)  # (its _spec holds the memo's size)
-        mail.clear_memos()
-        cache = mail._value_cache(tokenizer.rules)
+        mail_headers.clear_memos()
+        cache = mail_headers._value_cache(tokenizer.rules)
         a = mail.MailAnalysis()
         if steps.header_tokens is not None:
             steps.header_tokens([], index, tokenizer._spec, cache, a)

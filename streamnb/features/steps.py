@@ -52,7 +52,7 @@ class TokenizerSteps:
     #: markup.strip_html whole, or its tag tokens
     html_strip: Step = None
     tag_tokens: Step = None
-    #: mail._received_tokens, MailAnalysis.add_text_stats' counts, mail._address_matches,
+    #: mail_headers._received_tokens, MailAnalysis.add_text_stats' counts, mail_headers._address_matches,
     #: MailTokenizer._headers
     received_tokens: Step = None
     text_counts: Step = None
