@@ -10,6 +10,8 @@ import signal
 import subprocess
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import msgpack
 import pytest
@@ -121,23 +123,32 @@ def test_bad_arguments_are_one_line_exit_2(redis_server, capsys):
     assert err.count("\n") == 3 and "'mial' does not exist" in err
 
 
-def follow_tail(url: str, model: str, n: int) -> tuple[subprocess.Popen, list[str]]:
-    """``streamnb tail --follow -n N`` in its own process, and the lines it prints so far
-    (a thread reads them)."""
+@contextmanager
+def follow_tail(url: str, model: str, n: int) -> Iterator[list[str]]:
+    """``streamnb tail --follow -n N`` in its own process: the lines it prints so far (a
+    thread reads them); on leaving, Ctrl-C, which must end it with 0 and nothing on stderr
+    (killed if the block failed first)."""
     env = blas_env({k: v for k, v in os.environ.items() if not k.startswith("STREAMNB_")})
     proc = subprocess.Popen([PYTHON, "-m", "streamnb_workers", "tail", "--redis", url,
                              "--model", model, "--follow", "-n", str(n)], cwd=ROOT, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     lines: list[str] = []
     threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True).start()
-    return proc, lines
+    try:
+        yield lines
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(10) == 0
+        assert proc.stderr.read() == ""
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
 
 
 def test_follow_prints_new_entries_and_ctrl_c_exits_0(redis_server):
     r = redis_server.client()
     fill(r, n_out=5, n_dead=0)
-    proc, lines = follow_tail(redis_server.url, "mail", 2)
-    try:
+    with follow_tail(redis_server.url, "mail", 2) as lines:
         deadline = time.monotonic() + 30
         while len(lines) < 2 and time.monotonic() < deadline:
             time.sleep(0.05)
@@ -148,10 +159,3 @@ def test_follow_prints_new_entries_and_ctrl_c_exits_0(redis_server):
         while len(lines) < 5 and time.monotonic() < deadline:
             time.sleep(0.05)
         assert [ln.split()[2] for ln in lines[2:]] == ["id=new0", "id=new1", "id=new2"]
-        proc.send_signal(signal.SIGINT)
-        assert proc.wait(10) == 0
-        assert proc.stderr.read() == ""
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()

@@ -12,8 +12,6 @@ client) see them.
   their ids (the millisecond Redis added them; entries of different streams in the same
   millisecond in the order of the streams given).
 
->>> [k.input for k in keys_of("mail", 2)]
-['streamnb:{mail|0}:in', 'streamnb:{mail|1.1}:in']
 >>> merge_by_id([[(b"5-0", 1), (b"9-0", 2)], [(b"7-0", 3), (b"10-1", 4)]])
 [(b'5-0', 1), (b'7-0', 3), (b'9-0', 2), (b'10-1', 4)]
 """
@@ -26,19 +24,14 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from streamnb_workers.keys import ModelKeys
-from streamnb_workers.shards import Router, shard_names, stored_shards
+from streamnb_workers.shards import Router, keys_of, stored_shards
 from streamnb_workers.stream_ids import parse_id
 
-__all__ = ["POLL_S", "describe_inputs", "is_cluster", "keys_of", "last_merged", "merge_by_id",
+__all__ = ["POLL_S", "describe_inputs", "is_cluster", "last_merged", "merge_by_id",
            "read_after", "router_of", "shard_keys"]
 
 #: Seconds between the per-stream reads of :func:`read_after` on a cluster.
 POLL_S = 0.05
-
-
-def keys_of(model: str, k: int) -> list[ModelKeys]:
-    """The keys of the ``k`` shards of ``model`` in shard order (``k`` 1: the model's)."""
-    return [ModelKeys(name) for name in shard_names(model, k)]
 
 
 def shard_keys(client: Any, model: str) -> list[ModelKeys]:

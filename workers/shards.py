@@ -38,7 +38,7 @@ from streamnb_workers.keys import MAX_SHARDS, ModelKeys
 from streamnb_workers.model_config import ModelConfig, ModelSpec, read_config
 from streamnb_workers.replies import as_str
 
-__all__ = ["ShardSum", "Router", "route_id", "shard_names", "shard_of", "stored_shards"]
+__all__ = ["ShardSum", "Router", "keys_of", "route_id", "shard_names", "shard_of", "stored_shards"]
 
 #: Kinds whose statistics are counts: their sum follows each delta in place (exact while
 #: the weights are, e.g. integers); other kinds' is summed anew in shard order.
@@ -96,6 +96,15 @@ def stored_shards(client: Any, model: str) -> int:
     return 1 if value is None else int(as_str(value))
 
 
+def keys_of(model: str, k: int) -> list[ModelKeys]:
+    """The keys of the ``k`` shards of ``model`` in shard order (``k`` 1: the model's).
+
+    >>> [k.input for k in keys_of("mail", 2)]
+    ['streamnb:{mail|0}:in', 'streamnb:{mail|1.1}:in']
+    """
+    return [ModelKeys(name) for name in shard_names(model, k)]
+
+
 class Router:
     """Picks the ``:in`` (or ``:out``) key of a message of a model with ``k`` shards: by
     its id, else in turn.
@@ -108,7 +117,7 @@ class Router:
     """
 
     def __init__(self, model: str, k: int) -> None:
-        self.keys = [ModelKeys(n) for n in shard_names(model, k)]
+        self.keys = keys_of(model, k)
         self._turn = itertools.cycle(range(k))
 
     def keys_for(self, msg_id: str | None) -> ModelKeys:
@@ -177,10 +186,6 @@ class ShardSum:
             self._model = total
             self.resums += 1
         return self._model
-
-    @property
-    def learnt(self) -> int:
-        return sum(rep.learnt for rep in self.replicas)
 
 
 def shard_spec(config: ModelConfig, name: str | None = None) -> ModelSpec:

@@ -184,7 +184,7 @@ def collect(client: Any, name: str, redis_url: str | None = None,
     """Status of model ``name`` as a map (keys in the module docstring); ``last``: outputs
     that ``recent`` looks at."""
     from streamnb_workers.model_config import read_config
-    from streamnb_workers.shard_streams import keys_of
+    from streamnb_workers.shards import keys_of
     from streamnb_workers.stream_ids import entry_time
 
     cfg = read_config(client, name)
