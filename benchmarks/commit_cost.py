@@ -1,7 +1,7 @@
 """redis-server's own time per message in the commit script, and what the cache rows cost.
 
 A private redis-server; batches of ``--batch`` pending entries committed by the daemon's
-commit script (``streamnb_workers.commit.commit_batch``) with payloads of the sizes a batch of
+commit script (``streamnb_workers.store.commit.commit_batch``) with payloads of the sizes a batch of
 corpus mail has (``--row-bytes`` per cached row, ``--out-bytes`` per prediction,
 ``--delta-bytes`` of log delta per message: the defaults are the figures of
 ``python -m benchmarks.end_to_end``, docs/performance.md). Redis' own accounting
@@ -10,13 +10,13 @@ after each variant:
 
 * the commit as the daemon sends it (a cache entry per message, as a field of one of the
   batch's bucket hashes: an ``HSET`` and a ``PEXPIRE`` per hash, at most 16 a batch,
-  workers/label_cache.py);
+  workers/store/label_cache.py);
 * without cache entries (``--no-cache-labelled`` on labelled traffic);
 * for comparison, by a script doing nothing else: the same entries in the other layout
   the cache could have, a hash of 5 fields and its ``PEXPIRE`` per message;
 * the same arguments as the default commit sent to a script that returns at once: what
   getting them into Lua alone costs (Redis copies every argument into a Lua string);
-* the commit's ownership check alone (its first step, cut from workers/commit.lua: one
+* the commit's ownership check alone (its first step, cut from workers/store/scripts/commit.lua: one
   ``XPENDING`` from the first id to the last, then each id looked up in its reply), and
   that ``XPENDING`` with nothing else: what the lookups add;
 * a batch's outputs written to a stream (an ``XADD`` each), from one argument each as the
@@ -24,7 +24,7 @@ after each variant:
   the script (of equal widths: a lower bound for outputs of varying size, which would also
   need their lengths): whether fewer arguments would cost Redis less;
 * reading a batch of input entries of ``--entry-bytes``: a plain ``XREADGROUP`` (what a
-  worker serving a model with others sends) against workers/read.lua's announcement and
+  worker serving a model with others sends) against workers/store/scripts/read.lua's announcement and
   that ``XREADGROUP`` in one ``MULTI`` (what a worker alone sends behind each commit);
 * redis-server's CPU for the default commit, sent to the script and as the same writes
   in plain commands in one ``MULTI`` (the ownership check's ``XPENDING`` included, its
@@ -73,12 +73,12 @@ from benchmarks._common import (
     redis_cpu_s,
 )
 from benchmarks.end_to_end import prefill
-from streamnb_workers import commit as commit_module
-from streamnb_workers import read_ahead
-from streamnb_workers.commit import CommitRequest, LuaScript, commit_batch
 from streamnb_workers.defaults import DEFAULT_BATCH_SIZE
-from streamnb_workers.keys import GROUP, ModelKeys
-from streamnb_workers.label_cache import batch_writes, encode_entry
+from streamnb_workers.store import commit as commit_module
+from streamnb_workers.store.commit import CommitRequest, LuaScript, commit_batch
+from streamnb_workers.store.keys import GROUP, ModelKeys
+from streamnb_workers.store.label_cache import batch_writes, encode_entry
+from streamnb_workers.worker import read_ahead
 
 #: The cache's TTL in these runs: the daemon's default, 2 days.
 TTL_MS = 172_800_000
@@ -219,7 +219,7 @@ def outputs_cost(client: Any, batches: int = 40, batch: int = 100, out_bytes: in
 
 
 def _plain_commit(client: Any, keys: ModelKeys, ids: list[str], req: CommitRequest) -> bool:
-    """``req``'s writes as workers/commit.lua makes them when it succeeds (the log entry
+    """``req``'s writes as workers/store/scripts/commit.lua makes them when it succeeds (the log entry
     after the log's last id is read, the learnt count, the outputs and their trim, the
     cache entries, their expiry and the registry, the acknowledgements), and the ownership
     check's ``XPENDING`` (its reply unused), as plain commands in one ``MULTI``; True
@@ -246,7 +246,7 @@ def _plain_commit(client: Any, keys: ModelKeys, ids: list[str], req: CommitReque
 def lua_layer_cost(client: Any, batches: int = 40, batch: int = 100, row_bytes: int = 789,
                    out_bytes: int = 144, delta_bytes: int = 351) -> dict[str, float]:
     """redis-server's CPU per message (``INFO cpu``: parsing and networking included) for
-    the default commit sent to workers/commit.lua, against the same writes sent as plain
+    the default commit sent to workers/store/scripts/commit.lua, against the same writes sent as plain
     commands in one ``MULTI`` (:func:`_plain_commit`: what the commit would cost without
     the Lua layer, its ownership check reduced to the one ``XPENDING`` a ``MULTI`` cannot
     act on). The same payloads go both ways, and both must leave the same outputs, log
@@ -254,7 +254,7 @@ def lua_layer_cost(client: Any, batches: int = 40, batch: int = 100, row_bytes: 
     now_ms = 1_700_000_000_000
     payloads = [([os.urandom(out_bytes) for _ in range(batch)], os.urandom(delta_bytes * batch),
                  [os.urandom(row_bytes) for _ in range(batch)]) for _ in range(batches)]
-    ways = {"the commit script (workers/commit.lua)":
+    ways = {"the commit script (workers/store/scripts/commit.lua)":
             lambda keys, ids, req: commit_batch(client, keys, "bench", req, 1_000_000, 100_000).ok,
             "the same writes as plain commands in one MULTI":
             lambda keys, ids, req: _plain_commit(client, keys, ids, req)}
@@ -370,7 +370,7 @@ def corpus_row_bytes(corpus_root: Any, batch: int = DEFAULT_BATCH_SIZE,
     from benchmarks._common import corpus_available, load_corpus
     from benchmarks.end_to_end import corpus_tokens, encode_messages
     from streamnb.features import Featurizer, rows_to_bytes
-    from streamnb_workers.codec import decode_input
+    from streamnb_workers.wire.codec import decode_input
 
     if not corpus_available(corpus_root):
         return None
@@ -389,7 +389,7 @@ def corpus_row_bytes(corpus_root: Any, batch: int = DEFAULT_BATCH_SIZE,
             "gaps us": 1e3 * gaps_ms / n, "map us": 1e3 * map_ms / n}
 
 
-#: What the ownership check of workers/commit.lua needs from the script before it.
+#: What the ownership check of workers/store/scripts/commit.lua needs from the script before it.
 _OWNERSHIP_PRELUDE = """local group, consumer = ARGV[1], ARGV[2]
 local n_ids = tonumber(ARGV[3])
 local first_id = 4
@@ -397,7 +397,7 @@ local first_id = 4
 
 
 def ownership_script() -> LuaScript:
-    """The ownership check of workers/commit.lua (its step 1) as a script of its own:
+    """The ownership check of workers/store/scripts/commit.lua (its step 1) as a script of its own:
     ``KEYS[1]`` the input stream, ``ARGV`` group, consumer, n, then the n ids; returns
     ``"ok"``, or ``{"lost", ids...}`` as the commit does."""
     source = commit_module.COMMIT_SCRIPT.source
@@ -447,10 +447,10 @@ def read_cost(client: Any, batches: int = 40, batch: int = 100, entry_bytes: int
               ) -> dict[str, float]:
     """redis-server microseconds per message to read batches of ``entry_bytes`` entries:
     a plain ``XREADGROUP`` (what a worker serving a model with others sends) and
-    workers/read.lua with the ``XREADGROUP`` behind it in one ``MULTI`` (the announcement
+    workers/store/scripts/read.lua with the ``XREADGROUP`` behind it in one ``MULTI`` (the announcement
     and the read in one step: what a worker alone sends behind each commit)."""
     out = {}
-    for variant in ("XREADGROUP", "workers/read.lua"):
+    for variant in ("XREADGROUP", "workers/store/scripts/read.lua"):
         keys = ModelKeys(f"read-{len(out)}")
         prefill(client, keys.name, [os.urandom(entry_bytes) for _ in range(batches * batch)])
         client.xgroup_create(keys.input, GROUP, id="0")

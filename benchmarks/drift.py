@@ -90,8 +90,8 @@ def observer_cost(batches: int = 300) -> float:
     """Microseconds per labelled message of ModelObserver's two per-batch hooks."""
     from prometheus_client import CollectorRegistry
 
-    from streamnb_workers.metrics import Metrics
-    from streamnb_workers.observer import ModelObserver
+    from streamnb_workers.observe.metrics import Metrics
+    from streamnb_workers.observe.observer import ModelObserver
 
     obs = ModelObserver(Metrics(CollectorRegistry()), "bench", "w1")
     rng = np.random.default_rng(0)

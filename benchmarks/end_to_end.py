@@ -83,7 +83,7 @@ from benchmarks._common import (
     runqueue_wait_s,
 )
 from benchmarks._worker_stats import OrderingStats, scrape
-from streamnb_workers.launch import blas_env
+from streamnb_workers.cli.launch import blas_env
 
 #: Worker options for the benchmarks: the defaults (batch 200, block 1 s) unless given.
 DEFAULT_OPTIONS: dict[str, Any] = {}
@@ -104,7 +104,7 @@ def encode_messages(corpus: Corpus, payload: str, labelled: bool = True,
     of a later pass carries its learn-once key marked with its pass (:func:`pass_key`), so
     that every pass is learnt as the first is."""
     from streamnb.features import token_hashes
-    from streamnb_workers.codec import encode_input
+    from streamnb_workers.wire.codec import encode_input
 
     if payload not in ("raw", "tokens", "hashes"):
         raise ValueError(f"payload must be raw, tokens or hashes, got {payload!r}")
@@ -125,7 +125,7 @@ def encode_messages(corpus: Corpus, payload: str, labelled: bool = True,
 
 def pass_key(kind: str, payload: Any, p: int) -> str | None:
     """The learn-once key of a message in pass ``p`` of a corpus repeated: none in the first
-    pass (the worker's own, workers/learn_keys.py), that key marked with the pass after,
+    pass (the worker's own, workers/wire/learn_keys.py), that key marked with the pass after,
     so a repeated message is learnt again, as a new message of the same size would be.
 
     >>> pass_key("tokens", ["a"], 0) is None, pass_key("tokens", ["a"], 2).endswith("#pass2")
@@ -133,7 +133,7 @@ def pass_key(kind: str, payload: Any, p: int) -> str | None:
     """
     if p == 0:
         return None
-    from streamnb_workers.learn_keys import message_key
+    from streamnb_workers.wire.learn_keys import message_key
 
     return f"{message_key(payload, kind)}#pass{p}"
 
@@ -254,7 +254,7 @@ def out_rate(client: Any, key: str) -> tuple[int, float, int, float]:
     of stream ``key``'s outputs on the Redis clock (their ids): the rate over the window in
     which every worker was committing (:func:`steady_rate`), and the rate from the first
     output to the last (:func:`stamps_rate`: a late worker's start-up inside)."""
-    from streamnb_workers.outputs import decode_output
+    from streamnb_workers.wire.outputs import decode_output
 
     stamps, workers = [], []
     for entry_id, fields in client.xrange(key):
@@ -310,9 +310,9 @@ def stamps_rate(stamps: Sequence[int]) -> tuple[int, float]:
 def route_to_shards(messages: Sequence[bytes], model: str, k: int,
                     ) -> tuple[list[str], list[list[bytes]]]:
     """The names of the ``k`` shards of ``model`` and the messages each is sent, by id
-    (``streamnb produce``'s routing: workers/shards.py).
+    (``streamnb produce``'s routing: workers/replication/shards.py).
 
-    >>> from streamnb_workers.codec import encode_input
+    >>> from streamnb_workers.wire.codec import encode_input
     >>> msgs = [encode_input("tokens", ["a"], id=f"m{i}") for i in range(6)]
     >>> names, shares = route_to_shards(msgs, "mail", 2)
     >>> names, [len(s) for s in shares]
@@ -320,7 +320,7 @@ def route_to_shards(messages: Sequence[bytes], model: str, k: int,
     """
     import msgpack
 
-    from streamnb_workers.shards import Router, route_id
+    from streamnb_workers.replication.shards import Router, route_id
 
     router = Router(model, k)
     names = [keys.name for keys in router.keys]
@@ -542,7 +542,7 @@ def run_e2e(server: RedisServer, name: str, messages: Sequence[bytes], n_workers
     ``metrics``: each worker serves its metrics (a thread of its own) for the ordered
     section's and the wait's columns; off, those columns read nan. ``shards``: the model
     in that many statistics shards (``--shards``), each message sent to its shard by id."""
-    from streamnb_workers.keys import GROUP
+    from streamnb_workers.store.keys import GROUP
 
     client = server.client()
     if independent:
@@ -621,7 +621,7 @@ def per_message_us(cpu_s: float, messages: int) -> float:
 def window_outputs(client: Any, out_keys: Sequence[str], skip: Sequence[int]) -> dict[str, int]:
     """Outputs per worker (its consumer name) after the first ``skip[i]`` entries of each
     stream ``out_keys[i]``: those of the measured window."""
-    from streamnb_workers.outputs import decode_output
+    from streamnb_workers.wire.outputs import decode_output
 
     counts: dict[str, int] = {}
     for key, first in zip(out_keys, list(skip) or [0] * len(out_keys), strict=True):
@@ -635,7 +635,7 @@ def in_process_rate(messages: Sequence[bytes], batch: int = 100) -> float:
     """The worker's pipeline without Redis: decode, featurize, stack, predict, learn (msg/s)."""
     from streamnb.features import Featurizer
     from streamnb.models.multinomial import MultinomialNB
-    from streamnb_workers.codec import decode_input
+    from streamnb_workers.wire.codec import decode_input
 
     f = Featurizer()
     model = MultinomialNB(n_features=f.n_columns, smoothing_m="seen")
@@ -691,7 +691,7 @@ def side_by_side_rate(messages: Sequence[bytes], n: int = 2, batch: int = 100) -
     last end. Over ``n`` times one process alone, it is what the host gives ``n`` workers
     before any Redis: the cores' own scaling (shared caches, memory, the hypervisor).
 
-    >>> from streamnb_workers.codec import encode_input
+    >>> from streamnb_workers.wire.codec import encode_input
     >>> msgs = [encode_input("tokens", ["a", "b"], label="x"),
     ...         encode_input("tokens", ["c"], label="y")] * 50
     >>> side_by_side_rate(msgs, 2, batch=10) > 0
@@ -944,9 +944,9 @@ def stage_times(messages: Sequence[bytes], name: str = "stages") -> dict[str, fl
     (wall) and ``cpu`` (process CPU time of this process during the run)."""
     from prometheus_client import CollectorRegistry
 
-    from streamnb_workers.connection import RedisSettings, UrlConnector
-    from streamnb_workers.metrics import Metrics
-    from streamnb_workers.model_config import ModelSpec
+    from streamnb_workers.observe.metrics import Metrics
+    from streamnb_workers.store.connection import RedisSettings, UrlConnector
+    from streamnb_workers.store.model_config import ModelSpec
     from streamnb_workers.worker import Worker, WorkerOptions, tune_gc
 
     registry = CollectorRegistry()
@@ -994,9 +994,9 @@ def profile_worker(messages: Sequence[bytes], name: str = "profile", top: int = 
 
     from prometheus_client import CollectorRegistry
 
-    from streamnb_workers.connection import RedisSettings, UrlConnector
-    from streamnb_workers.metrics import Metrics
-    from streamnb_workers.model_config import ModelSpec
+    from streamnb_workers.observe.metrics import Metrics
+    from streamnb_workers.store.connection import RedisSettings, UrlConnector
+    from streamnb_workers.store.model_config import ModelSpec
     from streamnb_workers.worker import Worker, WorkerOptions, tune_gc
 
     with RedisServer() as server:
@@ -1062,7 +1062,7 @@ SPY_REDIS_WAIT = ("hiredis.py:_HiredisParser.read_from_socket",
 
 
 def _spy_frame(frame: str) -> str:
-    """``'ModelRuntime.tail (workers/runtime.py:131)'`` -> ``'runtime.py:ModelRuntime.tail'``."""
+    """``'ModelRuntime.tail (workers/worker/runtime.py:131)'`` -> ``'runtime.py:ModelRuntime.tail'``."""
     name, _, where = frame.rpartition(" (")
     return f"{where.rsplit(':', 1)[0].rsplit('/', 1)[-1]}:{name}" if name else frame
 

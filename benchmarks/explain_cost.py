@@ -57,10 +57,10 @@ def main(argv: list[str] | None = None) -> int:
     print_header("cost of --explain K and --token-names per message (median)",
                  "benchmarks.explain_cost", sys.argv[1:] if argv is None else argv)
     from streamnb.decision import DecisionRule
-    from streamnb_workers.codec import decode_input, encode_input
-    from streamnb_workers.explain_output import explain_matrix
-    from streamnb_workers.model_config import ModelSpec, resolve_spec
-    from streamnb_workers.token_names import TokenNames, message_tokens, publish
+    from streamnb_workers.observe.token_names import TokenNames, message_tokens, publish
+    from streamnb_workers.store.model_config import ModelSpec, resolve_spec
+    from streamnb_workers.wire.codec import decode_input, encode_input
+    from streamnb_workers.wire.explanations import explain_matrix
 
     cfg = resolve_spec(ModelSpec("bench", kind="multinomial"))
     f, rule = cfg.make_featurizer(), DecisionRule()

@@ -6,7 +6,7 @@ with a little noise up to ``--n`` rows). streamnb models predict a batch, then l
 it (batches of 1 and 100); River's ``GaussianNB`` does ``predict_one`` + ``learn_one``
 on ``{index: value}`` dicts in the same run. Each run stops after ``--cap`` seconds. The
 process runs with one BLAS thread, as a worker does (it restarts itself with the
-variables of :func:`streamnb_workers.launch.blas_env` where they are not set).
+variables of :func:`streamnb_workers.cli.launch.blas_env` where they are not set).
 
     python -m benchmarks.gaussian_throughput [--n 20000] [--dims 10,30,100] [--cap 10]
 """
@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from benchmarks._common import format_table, print_header, rate
-from streamnb_workers.launch import blas_env
+from streamnb_workers.cli.launch import blas_env
 
 KINDS = ("gaussian", "lda", "qda")
 

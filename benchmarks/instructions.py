@@ -44,7 +44,7 @@ import sys
 from collections.abc import Sequence
 
 from benchmarks._common import DEFAULT_CORPUS, corpus_or_synthetic, format_table, print_header
-from streamnb_workers.launch import blas_env
+from streamnb_workers.cli.launch import blas_env
 
 WORKLOADS = ("featurize", "worker-raw", "worker-tokens", "worker-hashes", "bare")
 #: What a ``worker-*`` workload's process does for the producer: encode each message and
@@ -90,9 +90,9 @@ def run_workload(what: str, corpus_dir: str, messages: int, reps: int) -> None:
 
     from benchmarks import end_to_end
     from benchmarks._common import Corpus, RedisServer
-    from streamnb_workers.connection import RedisSettings, UrlConnector
-    from streamnb_workers.metrics import Metrics
-    from streamnb_workers.model_config import ModelSpec
+    from streamnb_workers.observe.metrics import Metrics
+    from streamnb_workers.store.connection import RedisSettings, UrlConnector
+    from streamnb_workers.store.model_config import ModelSpec
     from streamnb_workers.worker import Worker, WorkerOptions, tune_gc
 
     payload = what.removeprefix("worker-").removeprefix("producer-")
@@ -170,7 +170,7 @@ def count(what: str, corpus_dir: str, messages: int, reps: int, cache: bool = Fa
     cmd = ["valgrind", *tool, sys.executable,
            "-m", "benchmarks.instructions", "--inner", what, "--reps", str(reps),
            "--messages", str(messages), "--corpus", corpus_dir]
-    # One BLAS thread, as `streamnb worker` sets (workers/launch.py): the idle threads of
+    # One BLAS thread, as `streamnb worker` sets (workers/cli/launch.py): the idle threads of
     # OpenBLAS's default pool spin, and their instructions, which vary run to run, counted.
     done = subprocess.run(cmd, capture_output=True, text=True, env=blas_env(os.environ), check=False)
     if done.returncode != 0:

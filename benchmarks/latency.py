@@ -58,7 +58,7 @@ def produce_steady(client: Any, key: str, messages: Sequence[bytes], per_second:
 
 def latencies_ms(client: Any, out_key: str, after_id: str) -> list[float]:
     """``:out`` id minus ``:in`` entry id (ms) for predictions of entries after ``after_id``."""
-    from streamnb_workers.outputs import decode_output
+    from streamnb_workers.wire.outputs import decode_output
 
     after = _id_tuple(after_id)
     out = []

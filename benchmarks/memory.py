@@ -55,7 +55,7 @@ CACHE_TTL_S = 30.0
 def noisy_messages(tokens: list[list[str]], labels: list[str], start: int, n: int, noise: int,
                    rng: np.random.Generator) -> list[bytes]:
     """Messages ``start .. start + n`` of the corpus cycled, each with ``noise`` random tokens."""
-    from streamnb_workers.codec import encode_input
+    from streamnb_workers.wire.codec import encode_input
 
     out = []
     for i in range(start, start + n):
@@ -143,7 +143,7 @@ def _stream_lengths(client: Any, name: str) -> dict[str, int]:
 
 
 def _entries_read(client: Any, key: str) -> int:
-    from streamnb_workers.keys import GROUP
+    from streamnb_workers.store.keys import GROUP
 
     for g in client.xinfo_groups(key):
         if g["name"] in (GROUP, GROUP.encode()):

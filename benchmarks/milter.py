@@ -151,7 +151,7 @@ class MilterServer:
         return {"inet": f"inet:127.0.0.1:{self.port}", "unix": f"unix:{self.socket}"}
 
     def __enter__(self) -> MilterServer:
-        from streamnb_workers.launch import blas_env
+        from streamnb_workers.cli.launch import blas_env
 
         self.dir.chmod(0o755)  # Postfix's processes reach the socket
         with open(self.log, "ab") as out:

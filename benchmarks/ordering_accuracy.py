@@ -50,7 +50,7 @@ class ModeRun:
 def replay(corpus: Corpus, mode: str, n_workers: int, options: dict[str, Any] | None = None,
            timeout: float = 600.0) -> ModeRun:
     """One replay of ``corpus`` through ``n_workers`` workers in ``mode``; scored."""
-    from streamnb_workers.outputs import decode_output
+    from streamnb_workers.wire.outputs import decode_output
 
     msgs = encode_messages(corpus, "raw", labelled=True)
     name = f"order-{mode}-{n_workers}w"

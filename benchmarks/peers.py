@@ -341,9 +341,9 @@ def replay_streamnb(corpus: Corpus) -> Replay:
     time with the worker's own steps (decision rule, score, error weight)."""
     import numpy as np
 
-    from streamnb_workers.batch import decode_entries, featurize, predict
-    from streamnb_workers.codec import encode_input
-    from streamnb_workers.model_config import ModelSpec, resolve_spec
+    from streamnb_workers.store.model_config import ModelSpec, resolve_spec
+    from streamnb_workers.wire.codec import encode_input
+    from streamnb_workers.worker.batch import decode_entries, featurize, predict
 
     cfg = resolve_spec(ModelSpec("peers", kind="multinomial"))
     featurizer, model, rule = cfg.make_featurizer(), cfg.make_model(), cfg.make_decision_rule()

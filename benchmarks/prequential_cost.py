@@ -51,8 +51,8 @@ def main(argv: list[str] | None = None) -> int:
     from streamnb.features import Featurizer
     from streamnb.models import make_model, prequential
     from streamnb.models.prequential import generic_prequential
-    from streamnb_workers.codec import decode_input, encode_input
     from streamnb_workers.defaults import DEFAULT_MAIL_ALPHA
+    from streamnb_workers.wire.codec import decode_input, encode_input
 
     n = a.train + a.batch * a.batches
     corpus = corpus_or_synthetic(DEFAULT_CORPUS, n)

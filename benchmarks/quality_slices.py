@@ -82,7 +82,7 @@ VARIANTS = (
 def featurized(corpus: Any) -> tuple[Any, list[str]]:
     """The corpus's rows with the daemon's default featurizer (CSR) and its labels."""
     from streamnb.features import Payload
-    from streamnb_workers.model_config import ModelSpec, resolve_spec
+    from streamnb_workers.store.model_config import ModelSpec, resolve_spec
 
     featurizer = resolve_spec(ModelSpec("slices", kind="multinomial")).make_featurizer()
     rows = featurizer.featurize_batch([Payload("raw", raw) for raw in corpus.raws])

@@ -56,7 +56,7 @@ from benchmarks.end_to_end import (
 SHARD_BYTES = 16e9
 #: The model's keys that are per-message traffic, not the model.
 TRAFFIC = (":in", ":out", ":dead", ":events")
-#: The learn-once keys' bookkeeping (workers/learn_keys.py): bytes by learnt message.
+#: The learn-once keys' bookkeeping (workers/wire/learn_keys.py): bytes by learnt message.
 LEARN_ONCE = (":keys", ":keyorder")
 
 
@@ -107,7 +107,7 @@ def run_served(server: RedisServer | RedisCluster3, streams: Sequence[str],
     """``n_workers`` workers, each serving ``specs``, the messages of ``shares[i]`` sent
     to the model (or shard) ``streams[i]`` (all but the last behind a group that starts
     after them, as run_e2e does)."""
-    from streamnb_workers.keys import GROUP
+    from streamnb_workers.store.keys import GROUP
 
     cluster = isinstance(server, RedisCluster3)
     client = server.client()
@@ -251,7 +251,7 @@ def print_memory(msgs: Sequence[bytes], args: argparse.Namespace) -> None:
         total = sum(by_key.values())
         top = ", ".join(f"{k} {v:,}" for k, v in sorted(by_key.items(), key=lambda kv: -kv[1])[:3])
         full = full_table_bytes(bits)
-        # the learn-once keys (workers/learn_keys.py) grow by message up to their cap
+        # the learn-once keys (workers/wire/learn_keys.py) grow by message up to their cap
         per_key = sum(by_key.get(k, 0) for k in LEARN_ONCE) / max(1, len(msgs))
         capped = full + per_key * DEFAULT_LEARNT_KEYS_MAX
         rows.append([bits, total, f"{SHARD_BYTES / total:,.0f}", full,

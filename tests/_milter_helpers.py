@@ -15,8 +15,8 @@ import numpy as np
 from _redis_server import free_port
 from _worker_helpers import COMMON, PYTHON, ROOT, VOCAB, all_done, count_spec, spawn_worker
 
-from streamnb_workers.keys import ModelKeys
-from streamnb_workers.launch import blas_env
+from streamnb_workers.cli.launch import blas_env
+from streamnb_workers.store.keys import ModelKeys
 
 K = ModelKeys("mail")
 #: Worker options of these tests: small batches, short blocks, quick heartbeats; ``:in``

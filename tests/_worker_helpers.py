@@ -15,13 +15,13 @@ import numpy as np
 
 from streamnb.features import Featurizer
 from streamnb.models import make_model
-from streamnb_workers.codec import decode_input
-from streamnb_workers.connection import RedisSettings, UrlConnector
-from streamnb_workers.keys import GROUP, ModelKeys
-from streamnb_workers.launch import blas_env
-from streamnb_workers.model_config import ModelSpec
-from streamnb_workers.replies import as_str
-from streamnb_workers.stream_ids import parse_id
+from streamnb_workers.cli.launch import blas_env
+from streamnb_workers.store.connection import RedisSettings, UrlConnector
+from streamnb_workers.store.keys import GROUP, ModelKeys
+from streamnb_workers.store.model_config import ModelSpec
+from streamnb_workers.wire.codec import decode_input
+from streamnb_workers.wire.replies import as_str
+from streamnb_workers.wire.stream_ids import parse_id
 from streamnb_workers.worker import Worker, WorkerOptions
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -139,7 +139,7 @@ def url_worker(url: str, specs: list[ModelSpec], options: WorkerOptions, metrics
                cluster: bool = False) -> Worker:
     from prometheus_client import CollectorRegistry
 
-    from streamnb_workers.metrics import Metrics
+    from streamnb_workers.observe.metrics import Metrics
 
     return Worker(UrlConnector(RedisSettings(url, cluster=cluster)), specs, options,
                   metrics or Metrics(CollectorRegistry()))
@@ -194,17 +194,17 @@ def all_done(client: Any, n_inputs: int, keys: ModelKeys = MAIL_KEYS) -> bool:
 
 
 def learnt_model(client: Any, name: str) -> tuple[Any, str]:
-    from streamnb_workers.replica import load_model
+    from streamnb_workers.replication.replica import load_model
 
     return load_model(client, name)
 
 
 def cached(client: Any, name: str, msg_id: str) -> Any:
     """The delayed-label cache entry of ``msg_id`` (a ``CachedMessage``, None if absent),
-    looked up as a worker does (workers/label_cache.py)."""
+    looked up as a worker does (workers/store/label_cache.py)."""
     import time
 
-    from streamnb_workers.label_cache import fetch_cached
+    from streamnb_workers.store.label_cache import fetch_cached
 
     return fetch_cached(client, ModelKeys(name), [msg_id], int(time.time() * 1000))[msg_id]
 

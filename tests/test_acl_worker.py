@@ -34,9 +34,9 @@ from _worker_helpers import (
     token_messages,
 )
 
-from streamnb_workers.connection import RedisSettings, UrlConnector
-from streamnb_workers.keys import GROUP, ModelKeys
-from streamnb_workers.replica import load_model
+from streamnb_workers.replication.replica import load_model
+from streamnb_workers.store.connection import RedisSettings, UrlConnector
+from streamnb_workers.store.keys import GROUP, ModelKeys
 from streamnb_workers.worker import Worker, WorkerOptions
 
 pytestmark = pytest.mark.redis
@@ -293,7 +293,7 @@ def test_the_producer_user_can_produce_to_a_model_that_declares_its_classes(acl_
     """``streamnb produce`` reads what it needs of the model's config with HMGET, the one
     command the producer user has for it (its classes, its number of shards)."""
     admin = acl_redis.client()
-    from streamnb_workers.model_config import ModelSpec, ensure_config
+    from streamnb_workers.store.model_config import ModelSpec, ensure_config
 
     ensure_config(admin, ModelSpec("acl-cls", kind="multinomial", classes=["ham", "spam"]))
     src = tmp_path / "m.jsonl"

@@ -1,4 +1,4 @@
-"""One batch's steps as pure functions (workers/batch.py, workers/commit_content.py), without Redis: decoding,
+"""One batch's steps as pure functions (workers/worker/batch.py, workers/worker/commit_content.py), without Redis: decoding,
 featurizing, the labels of another type, the predictions (against the library's
 one-message-at-a-time loop and numbers worked by hand), and the commit's content."""
 
@@ -11,7 +11,10 @@ import numpy as np
 import pytest
 
 from streamnb.features import Row
-from streamnb_workers.batch import (
+from streamnb_workers.store.label_cache import decode_entry, encode_entry, encode_label
+from streamnb_workers.store.model_config import ModelSpec, resolve_spec
+from streamnb_workers.wire.outputs import decode_output
+from streamnb_workers.worker.batch import (
     Dead,
     cache_rows,
     decode_entries,
@@ -21,10 +24,7 @@ from streamnb_workers.batch import (
     predict,
     prediction_plan,
 )
-from streamnb_workers.commit_content import PredictedBatch, commit_content
-from streamnb_workers.label_cache import decode_entry, encode_entry, encode_label
-from streamnb_workers.model_config import ModelSpec, resolve_spec
-from streamnb_workers.outputs import decode_output
+from streamnb_workers.worker.commit_content import PredictedBatch, commit_content
 
 # argmax labels from the first class on (no "unsure" while a class has little weight)
 CFG = resolve_spec(ModelSpec("b", kind="multinomial", model_params={"alpha": 0.5},

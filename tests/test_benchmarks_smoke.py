@@ -20,7 +20,7 @@ if str(ROOT) not in sys.path:
 from benchmarks import daemon_accuracy, end_to_end, gaussian_throughput, latency, memory  # noqa: E402
 from benchmarks import model_throughput as mt  # noqa: E402
 from benchmarks._common import REDIS_SERVER, format_table, percentiles, synthetic_mail  # noqa: E402
-from streamnb_workers.keys import GROUP  # noqa: E402
+from streamnb_workers.store.keys import GROUP  # noqa: E402
 
 needs_redis = pytest.mark.skipif(REDIS_SERVER is None, reason="redis-server is not installed")
 
@@ -176,7 +176,7 @@ def test_the_rate_window_leaves_out_a_late_worker_and_the_end_of_the_run():
 def e2e_outputs(name: str, n_mail: int, seed: int, models: list[str], **kw) -> tuple:
     """:func:`end_to_end.run_e2e` of two workers (batches of 25) on ``n_mail`` synthetic
     mails, and the (millisecond, worker) of every output of each of ``models``' ``:out``."""
-    from streamnb_workers.outputs import decode_output
+    from streamnb_workers.wire.outputs import decode_output
 
     corpus = synthetic_mail(n_mail, seed=seed)
     msgs = end_to_end.encode_messages(corpus, "tokens", tokens=end_to_end.corpus_tokens(corpus))
@@ -283,20 +283,20 @@ def test_spy_stages_takes_the_first_stage_in_order_and_splits_off_waits_for_redi
     """py-spy's raw lines, made by hand: a log entry applied inside the ordering wait is
     applying; the wait's socket read is waiting for Redis; a frame of no stage (imports)
     is elsewhere; lines without a count are skipped."""
-    run = "<module> (workers/worker.py:1);main (workers/worker.py:70);Worker.run (workers/loop.py:160);"
-    batch = "process_batch (workers/process.py:70);"
-    decode = "decode (workers/process.py:130);decode_entries (workers/batch.py:150);"
-    wait = ("catch_up (workers/process.py:160);await_earlier (workers/process.py:172);"
-            "wait_for_earlier (workers/ordering.py:169);")
-    tail = "ModelRuntime.tail (workers/runtime.py:131);Replica.catch_up (workers/replica.py:233);"
+    run = "<module> (workers/worker/__init__.py:1);main (workers/worker/__init__.py:70);Worker.run (workers/worker/loop.py:160);"
+    batch = "process_batch (workers/worker/process.py:70);"
+    decode = "decode (workers/worker/process.py:130);decode_entries (workers/worker/batch.py:150);"
+    wait = ("catch_up (workers/worker/process.py:160);await_earlier (workers/worker/process.py:172);"
+            "wait_for_earlier (workers/replication/ordering.py:169);")
+    tail = "ModelRuntime.tail (workers/worker/runtime.py:131);Replica.catch_up (workers/replication/replica.py:233);"
     recv = "Pipeline.execute (redis/client.py:1);_HiredisParser.read_from_socket (redis/_parsers/hiredis.py:179)"
     lines = [
         run + batch + decode + "decode_input (streamnb/codec.py:244);_unpack (streamnb/codec.py:121) 7",
-        run + batch + "featurize (workers/batch.py:180);Featurizer.featurize_batch "
+        run + batch + "featurize (workers/worker/batch.py:180);Featurizer.featurize_batch "
         "(streamnb/features/featurizer.py:452) 5",
-        run + batch + wait + tail + "Replica.apply (workers/replica.py:150) 3",
+        run + batch + wait + tail + "Replica.apply (workers/replication/replica.py:150) 3",
         run + batch + wait + tail + recv + " 11",
-        run + batch + "drop_foreign_labels (workers/batch.py:200) 2",
+        run + batch + "drop_foreign_labels (workers/worker/batch.py:200) 2",
         "<module> (numpy/__init__.py:1) 4",
         "garbage without a count",
     ]
@@ -368,7 +368,7 @@ def test_commands_table_lists_the_commit_script_per_worker_count(tmp_path, capsy
 
 
 def test_side_by_side_pipelines_run_at_the_same_time_and_a_failure_does_not_hang():
-    from streamnb_workers.codec import encode_input
+    from streamnb_workers.wire.codec import encode_input
 
     msgs = [encode_input("tokens", [f"t{i % 7}", "x"], label="ab"[i % 2]) for i in range(600)]
     spans = end_to_end.side_by_side_spans(msgs, 2, batch=50)
@@ -476,7 +476,7 @@ def test_commit_cost_reads_redis_own_time_for_each_variant():
     # the arguments alone cost less than the commit that gets them
     assert res["the default commit's arguments, to a script returning at once"] < \
         res["commit, cache entries (default: bucket hashes)"]
-    assert list(reads) == ["read a batch: XREADGROUP", "read a batch: workers/read.lua"]
+    assert list(reads) == ["read a batch: XREADGROUP", "read a batch: workers/store/scripts/read.lua"]
     assert all(math.isfinite(v) and v > 0 for v in reads.values())
     assert pending == [12, 12] and per_message == [5] * 10
     assert cached == 10 and 1 <= len(buckets) <= 10  # the default commit wrote every entry
@@ -539,7 +539,7 @@ def test_commit_cost_sends_the_same_writes_through_lua_and_as_plain_commands(mon
         monkeypatch.setattr(commit_cost, "_plain_commit", without_the_learnt_count)
         with pytest.raises(RuntimeError, match="the same writes"):
             commit_cost.lua_layer_cost(client, batches=2, batch=3, row_bytes=40)
-    assert list(res) == ["the commit script (workers/commit.lua): redis-server CPU",
+    assert list(res) == ["the commit script (workers/store/scripts/commit.lua): redis-server CPU",
                          "the same writes as plain commands in one MULTI: redis-server CPU"]
     assert all(math.isfinite(v) and v > 0 for v in res.values())
     assert lengths == [(18, 3, 18)] * 2

@@ -17,9 +17,9 @@ from hypothesis import strategies as st
 from streamnb.models import make_model
 from streamnb.models.categorical import CategoricalNB
 from streamnb.stats.category_counts import DEFAULT_MAX_CATEGORIES, CategoryCounts
-from streamnb_workers.keys import GROUP, ModelKeys
-from streamnb_workers.model_config import ModelSpec
-from streamnb_workers.outputs import decode_output
+from streamnb_workers.store.keys import GROUP, ModelKeys
+from streamnb_workers.store.model_config import ModelSpec
+from streamnb_workers.wire.outputs import decode_output
 
 
 # ------------------------------------------------------------------ categorical limit

@@ -10,9 +10,9 @@ import msgpack
 import pytest
 from _worker_helpers import all_done, count_spec, fast_options, produce, token_messages, url_worker
 
-from streamnb_workers.housekeeping import housekeeping
-from streamnb_workers.input_trim import trim_input
-from streamnb_workers.keys import GROUP, ModelKeys
+from streamnb_workers.store.input_trim import trim_input
+from streamnb_workers.store.keys import GROUP, ModelKeys
+from streamnb_workers.worker.housekeeping import housekeeping
 
 pytestmark = pytest.mark.redis
 K = ModelKeys("t")

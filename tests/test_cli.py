@@ -15,12 +15,12 @@ import numpy as np
 import pytest
 
 from streamnb.models import load as load_model_file
-from streamnb_workers.cli import build_parser, main
-from streamnb_workers.codec import decode_input, encode_input
-from streamnb_workers.connection import RedisSettings, UrlConnector
-from streamnb_workers.keys import ModelKeys
-from streamnb_workers.model_config import ModelSpec, ensure_config, read_config
-from streamnb_workers.replica import load_model
+from streamnb_workers.cli.main import build_parser, main
+from streamnb_workers.replication.replica import load_model
+from streamnb_workers.store.connection import RedisSettings, UrlConnector
+from streamnb_workers.store.keys import ModelKeys
+from streamnb_workers.store.model_config import ModelSpec, ensure_config, read_config
+from streamnb_workers.wire.codec import decode_input, encode_input
 from streamnb_workers.worker import Worker, WorkerOptions
 
 COMMANDS = ["worker", "produce", "forget", "predict", "status", "export", "import", "demo"]
@@ -150,7 +150,7 @@ def test_wrong_password_and_acl_refusal_exit_2_without_leaking(redis_server, tmp
         p = cli("status", "--redis", f"redis://127.0.0.1:{port}/0", "--redis-password-file", str(pw),
                 "--model", "m")
         assert p.returncode == 2 and "'m' does not exist" in p.stderr  # reached Redis
-        from streamnb_workers.model_config import ModelSpec, ensure_config
+        from streamnb_workers.store.model_config import ModelSpec, ensure_config
         ensure_config(server.client(password="right-pass-123"), ModelSpec("shown", kind="multinomial"))
         p = cli("status", "--json", "--model", "shown", env={
             "STREAMNB_REDIS_URL": f"redis://default:right-pass-123@127.0.0.1:{port}/0"})

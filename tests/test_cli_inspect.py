@@ -11,10 +11,10 @@ import pytest
 from _worker_helpers import fast_options, produce, token_messages, url_worker
 
 from streamnb.features import Featurizer
-from streamnb_workers.cli import main
-from streamnb_workers.housekeeping import housekeeping
-from streamnb_workers.model_config import ModelSpec
-from streamnb_workers.replica import load_model
+from streamnb_workers.cli.main import main
+from streamnb_workers.replication.replica import load_model
+from streamnb_workers.store.model_config import ModelSpec
+from streamnb_workers.worker.housekeeping import housekeeping
 
 pytestmark = pytest.mark.redis
 
@@ -141,8 +141,8 @@ def test_offline_top_tokens_rank_bernoulli_by_true_weight():
     """predict --snapshot's top tokens: for BernoulliNB by logit differences, not by the log
     ratio of the presence probabilities (which would put 'rare' first here)."""
     from streamnb.models import BernoulliNB
-    from streamnb_workers.codec import decode_input, encode_input
-    from streamnb_workers.transfer import top_tokens
+    from streamnb_workers.client.transfer import top_tokens
+    from streamnb_workers.wire.codec import decode_input, encode_input
 
     f = Featurizer(bits=12)
     # 'often': in 9 of 10 spam, 5 of 10 ham; 'rare': in 2 of 10 spam, 1 of 10 ham
@@ -157,7 +157,7 @@ def test_offline_top_tokens_rank_bernoulli_by_true_weight():
 
 
 def test_milter_headers_carry_an_explanation():
-    from streamnb_workers.verdicts import TOKENS_HEADER, verdict_headers
+    from streamnb_workers.client.verdicts import TOKENS_HEADER, verdict_headers
 
     pred = {"label": "spam", "log_proba": {"spam": -0.1, "ham": -2.4},
             "explain": {"classes": ["ham", "spam"], "bias": 0.1, "other": 0.2,

@@ -10,8 +10,8 @@ import time
 import pytest
 from test_acl_worker import cli, one_line_failure
 
-from streamnb_workers.keys import ModelKeys
-from streamnb_workers.model_config import ModelSpec, ensure_config
+from streamnb_workers.store.keys import ModelKeys
+from streamnb_workers.store.model_config import ModelSpec, ensure_config
 
 pytestmark = pytest.mark.redis
 

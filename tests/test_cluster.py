@@ -47,9 +47,9 @@ from test_acl_worker import (
 )
 
 from streamnb.exceptions import SettingsError
-from streamnb_workers.connection import RedisSettings, UrlConnector, is_access_error
-from streamnb_workers.keys import GROUP, ModelKeys
-from streamnb_workers.replica import load_model
+from streamnb_workers.replication.replica import load_model
+from streamnb_workers.store.connection import RedisSettings, UrlConnector, is_access_error
+from streamnb_workers.store.keys import GROUP, ModelKeys
 from streamnb_workers.worker import Worker
 
 pytestmark = pytest.mark.redis
@@ -301,7 +301,7 @@ def test_workers_serving_both_models_read_each_slot(cluster):
 
 def test_delayed_labels_and_corrections_on_a_cluster(cluster):
     """The label cache on a cluster, as the worker's login: the commit writes the bucket
-    hashes, and workers/cache_get.lua finds the entries in the buckets it names from the
+    hashes, and workers/store/scripts/cache_get.lua finds the entries in the buckets it names from the
     registry (keys of the model's one slot); labels and corrections are learnt exactly once."""
     name = "late-labels"
     admin = cluster.admin()
@@ -335,8 +335,8 @@ def test_the_ordering_wait_reads_the_log_in_one_pipeline_on_a_cluster(cluster):
     import numpy as np
 
     from streamnb.models import make_model
-    from streamnb_workers.model_config import ModelSpec, ensure_config
-    from streamnb_workers.replica import Replica, encode_delta
+    from streamnb_workers.replication.replica import Replica, encode_delta
+    from streamnb_workers.store.model_config import ModelSpec, ensure_config
 
     client = RedisSettings(cluster.url(), cluster=True).make_client()
     spec = ModelSpec("blocking", kind="multinomial", model_params={"n_features": 4},

@@ -11,8 +11,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from streamnb.exceptions import MalformedMessage
-from streamnb_workers.codec import DEFAULT_LIMITS, InputMessage, Limits, decode_input, encode_input
-from streamnb_workers.outputs import decode_output, encode_dead, encode_output, output_for
+from streamnb_workers.wire.codec import (
+    DEFAULT_LIMITS,
+    InputMessage,
+    Limits,
+    decode_input,
+    encode_input,
+)
+from streamnb_workers.wire.outputs import decode_output, encode_dead, encode_output, output_for
 
 
 def pack(obj) -> bytes:

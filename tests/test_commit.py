@@ -5,11 +5,17 @@ from __future__ import annotations
 import pytest
 import redis
 
-from streamnb_workers import commit as commit_module
-from streamnb_workers import read_ahead
-from streamnb_workers.commit import CacheCas, CacheWrite, CommitRequest, commit_batch, send_commit
-from streamnb_workers.keys import GROUP, ModelKeys
-from streamnb_workers.label_cache import encode_label, relabel
+from streamnb_workers.store import commit as commit_module
+from streamnb_workers.store.commit import (
+    CacheCas,
+    CacheWrite,
+    CommitRequest,
+    commit_batch,
+    send_commit,
+)
+from streamnb_workers.store.keys import GROUP, ModelKeys
+from streamnb_workers.store.label_cache import encode_label, relabel
+from streamnb_workers.worker import read_ahead
 
 K = ModelKeys("t")
 
@@ -288,9 +294,9 @@ def test_an_abandoned_commit_ran_whole_or_not_at_all(redis_server):
 
 
 def test_read_script_reads_and_announces_in_one_step(r):
-    """workers/read.lua and the XREADGROUP behind it in one MULTI: the announcement
+    """workers/store/scripts/read.lua and the XREADGROUP behind it in one MULTI: the announcement
     ordering.py would write, byte for byte, of the batch the read returns."""
-    from streamnb_workers.ordering import InflightBoard
+    from streamnb_workers.replication.ordering import InflightBoard
 
     for i in range(700):
         r.xadd(K.input, {"data": f"m{i}".encode()})

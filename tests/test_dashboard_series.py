@@ -20,8 +20,8 @@ from _redis_server import free_port
 from test_acl_worker import cli_env, drained, start_worker_cli, stop, wait_until
 from test_health import get, sample
 
-from streamnb_workers.keys import ModelKeys
-from streamnb_workers.metrics import REDIS_ERROR_KINDS, STAGES
+from streamnb_workers.observe.metrics import REDIS_ERROR_KINDS, STAGES
+from streamnb_workers.store.keys import ModelKeys
 
 pytestmark = [pytest.mark.redis, pytest.mark.slow]
 

@@ -9,10 +9,10 @@ import pytest
 from _worker_helpers import count_spec, fast_options, produce, token_messages, url_worker
 
 from streamnb.exceptions import ConfigConflict
-from streamnb_workers.cli import main
-from streamnb_workers.keys import GROUP, ModelKeys
-from streamnb_workers.model_config import ModelSpec, ensure_config, read_config
-from streamnb_workers.outputs import decode_output
+from streamnb_workers.cli.main import main
+from streamnb_workers.store.keys import GROUP, ModelKeys
+from streamnb_workers.store.model_config import ModelSpec, ensure_config, read_config
+from streamnb_workers.wire.outputs import decode_output
 
 pytestmark = pytest.mark.redis
 K = ModelKeys("mail")
@@ -82,9 +82,9 @@ def test_produce_refuses_a_label_outside_the_classes_up_front(redis_server, tmp_
 
 
 def test_classes_from_the_command_line_a_config_file_and_their_errors(capsys, tmp_path):
-    from streamnb_workers.cli_commands import model_specs
-    from streamnb_workers.cli_parser import build_parser, subparsers
-    from streamnb_workers.settings import resolve
+    from streamnb_workers.cli.commands import model_specs
+    from streamnb_workers.cli.parser import build_parser, subparsers
+    from streamnb_workers.cli.settings import resolve
 
     def specs(argv):
         parser = build_parser()

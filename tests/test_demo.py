@@ -13,7 +13,7 @@ from importlib import resources
 
 import pytest
 
-from streamnb_workers.demo import SAMPLE_NAME, load_sample
+from streamnb_workers.cli.demo import SAMPLE_NAME, load_sample
 
 
 class PortWatch:

@@ -43,7 +43,7 @@ DOCKERFILE = DEPLOY / "Dockerfile"
 
 #: The worker's default metrics port (DEFAULT_METRICS_PORT in the worker CLI).
 METRICS_PORT = 9500
-#: The consumer group of every model (streamnb_workers.keys.GROUP).
+#: The consumer group of every model (streamnb_workers.store.keys.GROUP).
 GROUP = "workers"
 #: Flags of `streamnb worker` as documented in docs/operations.md; STREAMNB_<FLAG> env names.
 DOCUMENTED_WORKER_FLAGS = {
@@ -55,7 +55,9 @@ DOCUMENTED_WORKER_FLAGS = {
 def worker_flags() -> set[str]:
     """The `streamnb worker` settings: from the CLI's parser once it exists, else the docs."""
     try:
-        from streamnb_workers import cli  # the worker CLI, written in parallel with these files
+        from streamnb_workers.cli import (
+            main as cli,  # the worker CLI, written in parallel with these files
+        )
     except ImportError:
         return DOCUMENTED_WORKER_FLAGS
     for name in ("build_parser", "make_parser", "worker_parser"):
@@ -578,8 +580,8 @@ def test_acl_lets_the_worker_run_its_commands_on_streamnb_keys(prod_redis: Produ
 
 @pytest.mark.redis
 def test_acl_lets_the_worker_run_the_real_commit_script(prod_redis: ProductionRedis) -> None:
-    commit = pytest.importorskip("streamnb_workers.commit")
-    keys_mod = pytest.importorskip("streamnb_workers.keys")
+    commit = pytest.importorskip("streamnb_workers.store.commit")
+    keys_mod = pytest.importorskip("streamnb_workers.store.keys")
     k = keys_mod.ModelKeys("acl-commit")
     w = prod_redis.client(username="streamnb-worker")
     prod_redis.client().script_flush()  # so the commit takes the NOSCRIPT -> SCRIPT LOAD path
@@ -599,8 +601,8 @@ def test_acl_lets_the_worker_run_the_real_commit_script(prod_redis: ProductionRe
     assert w.hget(k.cache_bucket(10, 1, 2), "rm1") == b"\x00\x00entry"
     assert 0 < prod_redis.client().pttl(k.cache_bucket(10, 1, 2)) <= 60000
     assert w.hget(k.cache_buckets, "10") == b"80:1"
-    # a delayed label's look-up (workers/cache_get.lua), which also prunes the registry
-    label_cache = pytest.importorskip("streamnb_workers.label_cache")
+    # a delayed label's look-up (workers/store/scripts/cache_get.lua), which also prunes the registry
+    label_cache = pytest.importorskip("streamnb_workers.store.label_cache")
     found = label_cache.fetch_cached(w, k, ["m1"], 50)
     assert found == {"m1": None}  # (b"entry" is no entry: as good as expired)
     assert label_cache.fetch_cached(w, k, ["m1"], 10**6) == {"m1": None}

@@ -16,7 +16,7 @@ MODULES = sorted(m.name for m in pkgutil.iter_modules(streamnb_workers.__path__,
                                                       "streamnb_workers.")
                  if m.name != "streamnb_workers.__main__")
 #: Modules that need an optional extra: the module the extra brings (streamnb[milter]).
-OPTIONAL = {"streamnb_workers.milter_session": "Milter"}
+OPTIONAL = {"streamnb_workers.milter.session": "Milter"}
 
 
 @pytest.mark.parametrize("name", MODULES)

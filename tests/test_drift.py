@@ -459,7 +459,7 @@ def test_a_worker_imports_neither_scipy_stats_nor_scipy_optimize():
     import subprocess
     import sys
 
-    code = ("import sys, streamnb_workers.worker, streamnb_workers.cli, streamnb_workers.observer; "
+    code = ("import sys, streamnb_workers.worker, streamnb_workers.cli.main, streamnb_workers.observe.observer; "
             "print(sorted(m for m in ('scipy.stats', 'scipy.optimize') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"

@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 
 from streamnb.decision import UNSURE
-from streamnb_workers.batch import decode_entries, featurize, predict
-from streamnb_workers.learn_weights import is_error
-from streamnb_workers.model_config import ModelSpec, resolve_spec
-from streamnb_workers.outputs import decode_output
+from streamnb_workers.store.model_config import ModelSpec, resolve_spec
+from streamnb_workers.wire.outputs import decode_output
+from streamnb_workers.worker.batch import decode_entries, featurize, predict
+from streamnb_workers.worker.learn_weights import is_error
 from tests._worker_helpers import (
     FCFG,
     MAIL_KEYS,
@@ -184,9 +184,9 @@ def test_a_correction_moves_the_weight_the_message_was_learnt_with(redis_server)
 
 def test_the_command_line_turns_each_default_off():
     from streamnb.exceptions import SettingsError
-    from streamnb_workers.cli_commands import model_specs
-    from streamnb_workers.cli_parser import build_parser, subparsers
-    from streamnb_workers.settings import resolve
+    from streamnb_workers.cli.commands import model_specs
+    from streamnb_workers.cli.parser import build_parser, subparsers
+    from streamnb_workers.cli.settings import resolve
 
     def spec(*flags: str) -> ModelSpec:
         parser = build_parser()

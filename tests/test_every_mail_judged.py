@@ -16,10 +16,10 @@ from _worker_helpers import fast_options, url_worker
 from streamnb.features import MailTokenizer
 from streamnb.features.payload import DEFAULT_MAX_MESSAGE_BYTES
 from streamnb.features.truncate import cut_mail, truncated_size
-from streamnb_workers.cli import main
-from streamnb_workers.keys import GROUP, ModelKeys
-from streamnb_workers.model_config import ModelSpec
-from streamnb_workers.outputs import decode_output
+from streamnb_workers.cli.main import main
+from streamnb_workers.store.keys import GROUP, ModelKeys
+from streamnb_workers.store.model_config import ModelSpec
+from streamnb_workers.wire.outputs import decode_output
 
 K = ModelKeys("mail")
 
@@ -130,8 +130,8 @@ def test_produce_refuses_what_is_not_mail_and_an_empty_directory(redis_server, t
 def test_produce_keys_a_cut_mail_as_the_whole_mail(redis_server, tmp_path):
     """The learn-once key of a mail without a Message-ID is a hash of its bytes: produce
     takes it from the whole mail before cutting, as a worker given the whole mail would."""
-    from streamnb_workers.learn_keys import message_key
-    from streamnb_workers.produce import produce
+    from streamnb_workers.client.produce import produce
+    from streamnb_workers.wire.learn_keys import message_key
 
     r = redis_server.client()
     raw = b"Subject: big\n\n" + b"word " * 600_000  # 3 MB, no Message-ID

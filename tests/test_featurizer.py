@@ -25,7 +25,7 @@ from streamnb.features import (
     rows_to_bytes,
     tokenize_email,
 )
-from streamnb_workers.codec import decode_input
+from streamnb_workers.wire.codec import decode_input
 
 MAIL = b"From: a@spam.example.com\nSubject: Cheap cheap meds\n\nBuy cheap meds at http://x.example.org now"
 

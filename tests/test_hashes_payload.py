@@ -23,9 +23,9 @@ from hypothesis import strategies as st
 
 from streamnb.exceptions import MalformedMessage
 from streamnb.features import Featurizer, token_hash64, token_hashes
-from streamnb_workers.codec import Limits, decode_input, encode_input
-from streamnb_workers.keys import GROUP, ModelKeys
-from streamnb_workers.outputs import decode_output
+from streamnb_workers.store.keys import GROUP, ModelKeys
+from streamnb_workers.wire.codec import Limits, decode_input, encode_input
+from streamnb_workers.wire.outputs import decode_output
 
 
 def as_hashes(m: dict) -> dict:

@@ -1,6 +1,6 @@
 """``/healthz`` and ``streamnb_redis_up``: a worker that cannot reach Redis says so.
 
-Unit tests of :mod:`streamnb_workers.health` on a real HTTP server, then a real ``streamnb
+Unit tests of :mod:`streamnb_workers.observe.health` on a real HTTP server, then a real ``streamnb
 worker`` process whose redis-server is stopped and started again: ``redis_up`` goes to 0,
 the gauges read from Redis disappear from ``/metrics``, ``/healthz`` turns 503 after
 ``--healthz-grace`` and 200 again once Redis is back.
@@ -17,7 +17,7 @@ from _redis_server import free_port
 from prometheus_client import CollectorRegistry, Gauge
 from test_acl_worker import cli_env, start_worker_cli, stop, wait_until
 
-from streamnb_workers.health import RedisHealth, serve_metrics_and_health
+from streamnb_workers.observe.health import RedisHealth, serve_metrics_and_health
 
 
 def get(port: int, path: str) -> tuple[int, str]:
@@ -128,12 +128,12 @@ def test_a_worker_without_redis_fails_healthz_and_drops_its_redis_gauges(redis_s
 def test_a_worker_that_loses_the_lease_drops_its_redis_gauges():
     import fakeredis
 
-    from streamnb_workers.housekeeping import housekeeping
-    from streamnb_workers.intake import ensure_group
-    from streamnb_workers.metrics import Metrics
-    from streamnb_workers.model_config import ModelSpec, ensure_config
-    from streamnb_workers.options import WorkerOptions
-    from streamnb_workers.runtime import ModelRuntime
+    from streamnb_workers.observe.metrics import Metrics
+    from streamnb_workers.store.model_config import ModelSpec, ensure_config
+    from streamnb_workers.worker.housekeeping import housekeeping
+    from streamnb_workers.worker.intake import ensure_group
+    from streamnb_workers.worker.options import WorkerOptions
+    from streamnb_workers.worker.runtime import ModelRuntime
 
     r = fakeredis.FakeRedis()
     reg = CollectorRegistry()

@@ -1,4 +1,4 @@
-"""workers/heap.py: when the worker hands freed heap memory back, and that it does."""
+"""workers/worker/heap.py: when the worker hands freed heap memory back, and that it does."""
 
 from __future__ import annotations
 
@@ -11,11 +11,10 @@ import fakeredis
 import msgpack
 import pytest
 
-from streamnb_workers import heap
-from streamnb_workers.connection import ClientConnector
-from streamnb_workers.heap import HeapTrimmer
-from streamnb_workers.model_config import ModelSpec
-from streamnb_workers.worker import Worker, WorkerOptions
+from streamnb_workers.store.connection import ClientConnector
+from streamnb_workers.store.model_config import ModelSpec
+from streamnb_workers.worker import Worker, WorkerOptions, heap
+from streamnb_workers.worker.heap import HeapTrimmer
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -97,7 +96,7 @@ def test_trim_returns_freed_heap_pages():
     # last, which pins the top of the heap: free() cannot give the pages back, trim() does.
     code = textwrap.dedent("""
         import os
-        from streamnb_workers.heap import HeapTrimmer
+        from streamnb_workers.worker.heap import HeapTrimmer
 
         def rss():
             return int(open("/proc/self/statm").read().split()[1]) * os.sysconf("SC_PAGE_SIZE")

@@ -15,7 +15,7 @@ from streamnb.features.featurizer import Featurizer
 from streamnb.features.hashing import HASH_KEY, TokenHasher, token_hash64
 from streamnb.features.rows import Row
 from streamnb.stats.feature_counts import _class_sums
-from streamnb_workers.codec import decode_input
+from streamnb_workers.wire.codec import decode_input
 
 
 def _words(rng: random.Random, n: int) -> list[str]:

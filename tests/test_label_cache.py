@@ -1,4 +1,4 @@
-"""The delayed-label cache's bucket layout (workers/label_cache.py, cache_get.lua), written
+"""The delayed-label cache's bucket layout (workers/store/label_cache.py, cache_get.lua), written
 by the real commit script, on fakeredis[lua] and on a real redis-server."""
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ import zlib
 import numpy as np
 
 from streamnb.features import Row
-from streamnb_workers.commit import CommitRequest, commit_batch
-from streamnb_workers.keys import GROUP, ModelKeys
-from streamnb_workers.label_cache import (
+from streamnb_workers.store.commit import CommitRequest, commit_batch
+from streamnb_workers.store.keys import GROUP, ModelKeys
+from streamnb_workers.store.label_cache import (
     LABEL_CACHE_SHARDS,
     batch_writes,
     bucket_width_ms,
@@ -154,7 +154,7 @@ def test_entries_expire_with_their_bucket(redis_server):
 
 def test_shards_are_the_same_in_every_process():
     ids = ["m1", "é-2", "x" * 300]
-    code = ("import sys; from streamnb_workers.label_cache import shard_of; "
+    code = ("import sys; from streamnb_workers.store.label_cache import shard_of; "
             f"print([shard_of(i) for i in {ids!r}])")
     outs = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                            env=dict(os.environ, PYTHONHASHSEED=str(seed))).stdout

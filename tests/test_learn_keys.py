@@ -1,4 +1,4 @@
-"""Learn-once keys of messages (workers/learn_keys.py): pure functions, no Redis."""
+"""Learn-once keys of messages (workers/wire/learn_keys.py): pure functions, no Redis."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import email
 import numpy as np
 import pytest
 
-from streamnb_workers.codec import decode_input, encode_input
-from streamnb_workers.learn_keys import (
+from streamnb_workers.wire.codec import decode_input, encode_input
+from streamnb_workers.wire.learn_keys import (
     MAX_KEY_CHARS,
     decode_record,
     encode_record,

@@ -20,20 +20,20 @@ from _worker_helpers import (
 )
 from prometheus_client import CollectorRegistry
 
-from streamnb_workers.learn_keys import decode_record, message_key
-from streamnb_workers.metrics import Metrics
-from streamnb_workers.outputs import decode_output
+from streamnb_workers.observe.metrics import Metrics
+from streamnb_workers.wire.learn_keys import decode_record, message_key
+from streamnb_workers.wire.outputs import decode_output
 
 pytestmark = pytest.mark.redis
 
 def _outputs(r, name="mail"):
-    from streamnb_workers.keys import ModelKeys
+    from streamnb_workers.store.keys import ModelKeys
 
     return [decode_output(f[b"data"]) for _, f in r.xrange(ModelKeys(name).out)]
 
 
 def _dead(r, name="mail"):
-    from streamnb_workers.keys import ModelKeys
+    from streamnb_workers.store.keys import ModelKeys
 
     return [decode_output(f[b"data"]) for _, f in r.xrange(ModelKeys(name).dead)]
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from streamnb_workers.metrics import AGE_BUCKETS, Metrics, default_metrics, observe_many
+from streamnb_workers.observe.metrics import AGE_BUCKETS, Metrics, default_metrics, observe_many
 
 ALLOWED_LABELS = {"model", "worker", "class", "predicted", "reason", "stage", "detector", "kind",
                   "stream", "other"}

@@ -16,9 +16,9 @@ import pytest
 from _redis_server import free_port
 from test_acl_worker import cli_env, start_worker_cli, stop
 
-from streamnb_workers.cli import build_parser
+from streamnb_workers.cli.main import build_parser
+from streamnb_workers.cli.settings import resolve
 from streamnb_workers.defaults import DEFAULT_METRICS_ADDR
-from streamnb_workers.settings import resolve
 
 pytestmark = pytest.mark.redis
 

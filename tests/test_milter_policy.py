@@ -10,18 +10,8 @@ import pytest
 from prometheus_client import CollectorRegistry
 from scipy.special import logsumexp
 
-from streamnb_workers.cli import main
-from streamnb_workers.metrics import MilterMetrics
-from streamnb_workers.milter import parse_listen
-from streamnb_workers.milter_policy import (
-    Outcome,
-    Policy,
-    Reply,
-    decide,
-    parse_reply,
-    parse_verdict_actions,
-)
-from streamnb_workers.verdicts import (
+from streamnb_workers.cli.main import main
+from streamnb_workers.client.verdicts import (
     ID_HEADER,
     SCORE_HEADER,
     TOKENS_HEADER,
@@ -32,6 +22,16 @@ from streamnb_workers.verdicts import (
     not_scored_headers,
     verdict_headers,
 )
+from streamnb_workers.milter.command import parse_listen
+from streamnb_workers.milter.policy import (
+    Outcome,
+    Policy,
+    Reply,
+    decide,
+    parse_reply,
+    parse_verdict_actions,
+)
+from streamnb_workers.observe.metrics import MilterMetrics
 
 
 def _pred(label, **probs):
@@ -229,7 +229,7 @@ def test_settings_from_the_environment(capsys):
 
 
 def test_not_scored_warnings_are_one_per_reason_and_minute(caplog):
-    from streamnb_workers.milter_policy import _OncePerReason
+    from streamnb_workers.milter.policy import _OncePerReason
 
     quiet = _OncePerReason(every_s=60.0)
     with caplog.at_level("WARNING", logger="streamnb.milter"):

@@ -24,9 +24,9 @@ from _redis_server import REDIS_SERVER, RedisServer
 
 from benchmarks.milter_client import MilterClient
 from streamnb.features.truncate import truncated_size
-from streamnb_workers.codec import decode_input
-from streamnb_workers.outputs import decode_output
-from streamnb_workers.verdicts import format_score, score_of
+from streamnb_workers.client.verdicts import format_score, score_of
+from streamnb_workers.wire.codec import decode_input
+from streamnb_workers.wire.outputs import decode_output
 
 pytest.importorskip("Milter", reason="streamnb milter needs pymilter: pip install 'streamnb[milter]'")
 pytestmark = [pytest.mark.redis, pytest.mark.slow]

@@ -11,12 +11,12 @@ import time
 import pytest
 from _milter_helpers import K, mail, start_worker, stop, train, training_mails, wait_for
 
-from streamnb_workers.codec import decode_input
-from streamnb_workers.connection import RedisSettings
-from streamnb_workers.outputs import encode_output
-from streamnb_workers.produce import send_and_wait
-from streamnb_workers.replies import as_str
-from streamnb_workers.verdicts import NotScored, VerdictClient, log_odds
+from streamnb_workers.client.produce import send_and_wait
+from streamnb_workers.client.verdicts import NotScored, VerdictClient, log_odds
+from streamnb_workers.store.connection import RedisSettings
+from streamnb_workers.wire.codec import decode_input
+from streamnb_workers.wire.outputs import encode_output
+from streamnb_workers.wire.replies import as_str
 
 pytestmark = pytest.mark.redis
 

@@ -9,8 +9,8 @@ import pytest
 from prometheus_client import CollectorRegistry
 from sklearn.metrics import log_loss
 
-from streamnb_workers.metrics import CONFIDENCE_BUCKETS, DELAY_BUCKETS, Metrics
-from streamnb_workers.observer import LOG_LOSS_CAP, ModelObserver
+from streamnb_workers.observe.metrics import CONFIDENCE_BUCKETS, DELAY_BUCKETS, Metrics
+from streamnb_workers.observe.observer import LOG_LOSS_CAP, ModelObserver
 
 MW = {"model": "mail", "worker": "w1"}
 CLASSES = ["ham", "spam"]

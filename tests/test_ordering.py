@@ -1,4 +1,4 @@
-"""Ordered predictions across workers (workers/ordering.py) against a real redis-server.
+"""Ordered predictions across workers (workers/replication/ordering.py) against a real redis-server.
 
 Worker A reads the first labelled batch and is slow to predict it; worker B reads the
 next batch meanwhile. With ordering (the default), B waits for A's commit, so B's
@@ -16,15 +16,15 @@ import numpy as np
 import pytest
 from _worker_helpers import FCFG, count_spec, fast_options, produce, token_messages, url_worker
 
-import streamnb_workers.process as process_module
+import streamnb_workers.worker.process as process_module
 from streamnb.features import Featurizer
 from streamnb.models import make_model
-from streamnb_workers.codec import decode_input
-from streamnb_workers.commit import CommitRequest, commit_batch
-from streamnb_workers.keys import GROUP, ModelKeys
-from streamnb_workers.model_config import resolve_spec
-from streamnb_workers.ordering import InflightBoard, wait_for_earlier
-from streamnb_workers.outputs import decode_output
+from streamnb_workers.replication.ordering import InflightBoard, wait_for_earlier
+from streamnb_workers.store.commit import CommitRequest, commit_batch
+from streamnb_workers.store.keys import GROUP, ModelKeys
+from streamnb_workers.store.model_config import resolve_spec
+from streamnb_workers.wire.codec import decode_input
+from streamnb_workers.wire.outputs import decode_output
 
 pytestmark = pytest.mark.redis
 

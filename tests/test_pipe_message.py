@@ -7,8 +7,8 @@ import io
 
 import pytest
 
-from streamnb_workers.demo import load_sample
-from streamnb_workers.pipe_message import PipedMessage, verdict_exit_code
+from streamnb_workers.cli.demo import load_sample
+from streamnb_workers.cli.pipe_message import PipedMessage, verdict_exit_code
 
 HEADERS = [("X-Streamnb-Verdict", "spam"), ("X-Streamnb-Score", "12.34")]
 

@@ -17,11 +17,11 @@ from _milter_helpers import WORKER_OPTIONS, stop, wait_for
 from _redis_server import REDIS_SERVER, RedisServer, free_port
 from _worker_helpers import PYTHON, ROOT, all_done, spawn_worker
 
-from streamnb_workers.demo import load_sample
-from streamnb_workers.keys import ModelKeys
-from streamnb_workers.launch import blas_env
-from streamnb_workers.model_config import ModelSpec, ensure_config
-from streamnb_workers.pipe_message import PipedMessage
+from streamnb_workers.cli.demo import load_sample
+from streamnb_workers.cli.launch import blas_env
+from streamnb_workers.cli.pipe_message import PipedMessage
+from streamnb_workers.store.keys import ModelKeys
+from streamnb_workers.store.model_config import ModelSpec, ensure_config
 
 pytestmark = pytest.mark.redis
 

@@ -27,14 +27,14 @@ from _worker_helpers import (
     url_worker,
 )
 
-import streamnb_workers.commit_pipeline as commit_pipeline
-import streamnb_workers.read_ahead as read_ahead
-from streamnb_workers.commit import SentCommit
-from streamnb_workers.keys import GROUP, ModelKeys
-from streamnb_workers.ordering import decode_announcement
-from streamnb_workers.outputs import decode_output
-from streamnb_workers.replica import Replica
-from streamnb_workers.runtime import ReadBatch
+import streamnb_workers.worker.commit_pipeline as commit_pipeline
+import streamnb_workers.worker.read_ahead as read_ahead
+from streamnb_workers.replication.ordering import decode_announcement
+from streamnb_workers.replication.replica import Replica
+from streamnb_workers.store.commit import SentCommit
+from streamnb_workers.store.keys import GROUP, ModelKeys
+from streamnb_workers.wire.outputs import decode_output
+from streamnb_workers.worker.runtime import ReadBatch
 
 pytestmark = pytest.mark.redis
 
@@ -106,7 +106,7 @@ def test_pipelined_worker_predicts_and_learns_what_one_batch_at_a_time_does(redi
 
 def test_batches_after_the_first_two_are_read_behind_the_commits(redis_server, monkeypatch):
     """In a backlog, a full batch's commit carries the read of the batch after next
-    (workers/read.lua): no read waits on the way, and each of those batches was announced
+    (workers/store/scripts/read.lua): no read waits on the way, and each of those batches was announced
     in the step that read it."""
     client = redis_server.client()
     _produce(client, "deep", _messages())  # 401 entries (a delayed label, a malformed one)
@@ -144,7 +144,7 @@ def test_batches_after_the_first_two_are_read_behind_the_commits(redis_server, m
 
 def test_a_worker_alone_applies_its_own_deltas_without_reading_them_back(redis_server, monkeypatch):
     """Its commit's reply says no log entry came between the model's version and its delta
-    (workers/commit.lua), so the worker applies the delta from the bytes it sent: the log
+    (workers/store/scripts/commit.lua), so the worker applies the delta from the bytes it sent: the log
     is not read on the way through a backlog, and the model is the one the log builds,
     bit for bit, at the same version."""
     client = redis_server.client()
@@ -214,7 +214,7 @@ def test_with_other_workers_about_no_batch_is_read_behind_a_commit(redis_server,
     """Ordered predictions make other workers wait for this one's earlier batches: a
     batch read behind a commit is committed a batch later, so they would wait longer.
     Another worker's fresh heartbeat, or its batch in ``{M}:inflight``, turns it off."""
-    from streamnb_workers.ordering import InflightBoard
+    from streamnb_workers.replication.ordering import InflightBoard
 
     client = redis_server.client()
     _produce(client, "peers", _messages())
@@ -355,7 +355,7 @@ def test_every_stage_of_a_pipelined_batch_is_timed(redis_server, monkeypatch):
     commit, score once per commit, observe once per batch with predictions."""
     from prometheus_client import CollectorRegistry
 
-    from streamnb_workers.metrics import Metrics
+    from streamnb_workers.observe.metrics import Metrics
 
     client = redis_server.client()
     _produce(client, "timed", _messages())

@@ -18,10 +18,10 @@ from streamnb.features import Featurizer
 from streamnb.models import make_model
 from streamnb.models import prequential as prequential_module
 from streamnb.models.prequential import generic_prequential
-from streamnb_workers.codec import decode_input
-from streamnb_workers.keys import ModelKeys
-from streamnb_workers.model_config import resolve_spec
-from streamnb_workers.outputs import decode_output
+from streamnb_workers.store.keys import ModelKeys
+from streamnb_workers.store.model_config import resolve_spec
+from streamnb_workers.wire.codec import decode_input
+from streamnb_workers.wire.outputs import decode_output
 
 # ---------------------------------------------------------------------- reference loop
 
@@ -375,7 +375,7 @@ def test_worker_gaussian_predictions_equal_the_one_message_at_a_time_loop(redis_
     """The generic path through the daemon (GaussianNB on dense vectors, batch 40)."""
     from _worker_helpers import vector_messages
 
-    from streamnb_workers.model_config import ModelSpec
+    from streamnb_workers.store.model_config import ModelSpec
 
     r = redis_server.client()
     msgs = vector_messages(120, d=3, seed=4)
@@ -409,8 +409,8 @@ def test_the_worker_skips_the_costly_exact_method_for_bernoulli(monkeypatch):
     import fakeredis
 
     from streamnb.models import BernoulliNB, MultinomialNB
-    from streamnb_workers.connection import ClientConnector
-    from streamnb_workers.model_config import ModelSpec
+    from streamnb_workers.store.connection import ClientConnector
+    from streamnb_workers.store.model_config import ModelSpec
     from streamnb_workers.worker import Worker
 
     assert MultinomialNB.cheap_prequential and not BernoulliNB.cheap_prequential

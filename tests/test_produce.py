@@ -11,9 +11,9 @@ from pathlib import Path
 import msgpack
 import pytest
 
-from streamnb_workers.codec import decode_input
-from streamnb_workers.keys import ModelKeys
-from streamnb_workers.produce import produce
+from streamnb_workers.client.produce import produce
+from streamnb_workers.store.keys import ModelKeys
+from streamnb_workers.wire.codec import decode_input
 
 pytestmark = pytest.mark.redis
 

@@ -20,8 +20,8 @@ from _worker_helpers import (
     url_worker,
 )
 
-from streamnb_workers.keys import ModelKeys
-from streamnb_workers.produce import ProduceInterrupted, produce
+from streamnb_workers.client.produce import ProduceInterrupted, produce
+from streamnb_workers.store.keys import ModelKeys
 
 pytestmark = pytest.mark.redis
 

@@ -44,6 +44,6 @@ def test_protocol_documents_exactly_the_reasons_the_code_emits():
 
 
 def test_the_dead_letter_counter_starts_a_series_for_every_reason():
-    from streamnb_workers.metrics import DEAD_LETTER_REASONS
+    from streamnb_workers.observe.metrics import DEAD_LETTER_REASONS
 
     assert set(DEAD_LETTER_REASONS) == emitted_reasons()

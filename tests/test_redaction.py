@@ -26,10 +26,10 @@ from test_acl_worker import (
     write_acl,
 )
 
-from streamnb_workers.connection import RedisSettings
-from streamnb_workers.keys import ModelKeys
-from streamnb_workers.redaction import redact, redact_url, register_secret
-from streamnb_workers.settings import redis_settings
+from streamnb_workers.cli.settings import redis_settings
+from streamnb_workers.store.connection import RedisSettings
+from streamnb_workers.store.keys import ModelKeys
+from streamnb_workers.store.redaction import redact, redact_url, register_secret
 
 pytestmark = pytest.mark.redis
 

@@ -6,10 +6,10 @@ import numpy as np
 from _worker_helpers import assert_same_stats
 
 from streamnb.models import make_model
-from streamnb_workers.keys import ModelKeys
-from streamnb_workers.model_config import ModelSpec, ensure_config
-from streamnb_workers.replica import Replica, encode_decay, encode_delta
-from streamnb_workers.snapshotter import Snapshotter
+from streamnb_workers.replication.replica import Replica, encode_decay, encode_delta
+from streamnb_workers.replication.snapshotter import Snapshotter
+from streamnb_workers.store.keys import ModelKeys
+from streamnb_workers.store.model_config import ModelSpec, ensure_config
 
 K = ModelKeys("rep")
 SPEC = ModelSpec("rep", kind="multinomial", model_params={"n_features": 6},
@@ -149,8 +149,11 @@ def test_a_dead_consumer_is_removed_only_with_nothing_pending(r):
     pending. The pending check and the delete are one script: a consumer that reads a batch
     after the holder listed it idle keeps it (XGROUP DELCONSUMER would drop it from the
     group's pending list, and nobody would ever process it)."""
-    from streamnb_workers.keys import GROUP
-    from streamnb_workers.snapshotter import delete_consumer_if_idle, remove_dead_consumers
+    from streamnb_workers.replication.snapshotter import (
+        delete_consumer_if_idle,
+        remove_dead_consumers,
+    )
+    from streamnb_workers.store.keys import GROUP
 
     r.xgroup_create(K.input, GROUP, id="0", mkstream=True)
     ids = [r.xadd(K.input, {"data": b"x"}) for _ in range(3)]

@@ -1,11 +1,11 @@
-"""The restore script (workers/restore.py) on fakeredis and a real redis-server: what is
+"""The restore script (workers/worker/restore.py) on fakeredis and a real redis-server: what is
 written back, by whom, and when the group is made."""
 
 from __future__ import annotations
 
-from streamnb_workers.keys import GROUP, ModelKeys
-from streamnb_workers.model_config import ModelSpec, ensure_config, read_config
-from streamnb_workers.restore import missing_keys, restore_model_keys
+from streamnb_workers.store.keys import GROUP, ModelKeys
+from streamnb_workers.store.model_config import ModelSpec, ensure_config, read_config
+from streamnb_workers.worker.restore import missing_keys, restore_model_keys
 
 K = ModelKeys("doc")
 

@@ -8,9 +8,9 @@ import logging
 import pytest
 
 from streamnb.exceptions import SettingsError
-from streamnb_workers.cli_parser import build_parser, subparsers
-from streamnb_workers.redaction import RedactingFilter, redact
-from streamnb_workers.settings import redis_settings, resolve
+from streamnb_workers.cli.parser import build_parser, subparsers
+from streamnb_workers.cli.settings import redis_settings, resolve
+from streamnb_workers.store.redaction import RedactingFilter, redact
 
 
 def parsed(argv, env=None, command=None):
@@ -169,7 +169,7 @@ def test_on_off_flags_from_env_and_toml(tmp_path):
 
 
 def test_pipeline_flag_reaches_the_worker_options(tmp_path):
-    from streamnb_workers.supervisor import worker_options
+    from streamnb_workers.cli.supervisor import worker_options
 
     assert worker_options(parsed(["worker"])).pipeline is True
     assert worker_options(parsed(["worker", "--no-pipeline"])).pipeline is False
@@ -177,14 +177,14 @@ def test_pipeline_flag_reaches_the_worker_options(tmp_path):
 
 
 def test_cache_labelled_flag_reaches_the_worker_options():
-    from streamnb_workers.supervisor import worker_options
+    from streamnb_workers.cli.supervisor import worker_options
 
     assert worker_options(parsed(["worker"])).cache_labelled is True
     assert worker_options(parsed(["worker", "--no-cache-labelled"])).cache_labelled is False
 
 
 def test_learnt_keys_max_reaches_the_worker_options():
-    from streamnb_workers.supervisor import worker_options
+    from streamnb_workers.cli.supervisor import worker_options
 
     assert worker_options(parsed(["worker"])).learnt_keys_max == 250_000
     assert worker_options(parsed(["worker", "--learnt-keys-max", "0"])).learnt_keys_max == 0

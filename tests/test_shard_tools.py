@@ -32,20 +32,21 @@ from _worker_helpers import (
     url_worker,
 )
 
-from streamnb_workers import status, transfer
-from streamnb_workers.cli import main
-from streamnb_workers.codec import DATA_FIELD, decode_input
-from streamnb_workers.connection import RedisSettings
-from streamnb_workers.forget import forget
-from streamnb_workers.launch import blas_env
-from streamnb_workers.outputs import decode_output, encode_output
-from streamnb_workers.predict_many import judge_many
-from streamnb_workers.produce import produce, send_and_wait
-from streamnb_workers.replica import load_model
-from streamnb_workers.replies import as_str
-from streamnb_workers.shards import Router, keys_of, route_id, shard_names, shard_of
-from streamnb_workers.stream_ids import parse_id
-from streamnb_workers.verdicts import VerdictClient
+from streamnb_workers.cli import status
+from streamnb_workers.cli.forget import forget
+from streamnb_workers.cli.launch import blas_env
+from streamnb_workers.cli.main import main
+from streamnb_workers.cli.predict_many import judge_many
+from streamnb_workers.client import transfer
+from streamnb_workers.client.produce import produce, send_and_wait
+from streamnb_workers.client.verdicts import VerdictClient
+from streamnb_workers.replication.replica import load_model
+from streamnb_workers.replication.shards import Router, keys_of, route_id, shard_names, shard_of
+from streamnb_workers.store.connection import RedisSettings
+from streamnb_workers.wire.codec import DATA_FIELD, decode_input
+from streamnb_workers.wire.outputs import decode_output, encode_output
+from streamnb_workers.wire.replies import as_str
+from streamnb_workers.wire.stream_ids import parse_id
 
 pytestmark = pytest.mark.redis
 
@@ -150,7 +151,7 @@ def test_produce_and_forget_through_the_cli_name_the_shards(redis_server, tmp_pa
 def test_the_last_n_of_several_streams_are_read_in_pages(monkeypatch, n):
     import fakeredis
 
-    from streamnb_workers import tail
+    from streamnb_workers.cli import tail
 
     monkeypatch.setattr(tail, "PAGE", 4)
     r = fakeredis.FakeRedis()
@@ -347,7 +348,7 @@ def test_on_a_cluster_each_shard_is_read_by_itself(cluster, tmp_path, capsys):  
     from test_acl_worker import PRODUCER_PASSWORD, PRODUCER_USER
     from test_cluster import slot_of
 
-    from streamnb_workers.connection import UrlConnector
+    from streamnb_workers.store.connection import UrlConnector
     from streamnb_workers.worker import Worker
 
     assert len({cluster.owner(slot_of(keys.input)) for keys in SHARDS}) == K

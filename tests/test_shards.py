@@ -1,7 +1,7 @@
-"""A model in K statistics shards (workers/shards.py): names and slots, routing, the config
+"""A model in K statistics shards (workers/replication/shards.py): names and slots, routing, the config
 that fixes K, workers that learn each message once in its shard and predict with the sum
 (equal to one offline fit of every message), and a worker that serves the other shards
-while one shard's Redis node is away (workers/outages.py)."""
+while one shard's Redis node is away (workers/worker/outages.py)."""
 
 from __future__ import annotations
 
@@ -22,11 +22,11 @@ from _worker_helpers import (
 from redis.crc import key_slot
 
 from streamnb.exceptions import ConfigConflict
-from streamnb_workers.keys import GROUP, MAX_SHARDS, ModelKeys, check_model_name
-from streamnb_workers.model_config import ModelSpec, ensure_config, read_config, resolve_spec
-from streamnb_workers.outputs import decode_output
-from streamnb_workers.replica import load_model
-from streamnb_workers.shards import Router, ShardSum, route_id, shard_names, shard_of
+from streamnb_workers.replication.replica import load_model
+from streamnb_workers.replication.shards import Router, ShardSum, route_id, shard_names, shard_of
+from streamnb_workers.store.keys import GROUP, MAX_SHARDS, ModelKeys, check_model_name
+from streamnb_workers.store.model_config import ModelSpec, ensure_config, read_config, resolve_spec
+from streamnb_workers.wire.outputs import decode_output
 
 pytestmark = pytest.mark.redis
 
@@ -81,7 +81,7 @@ def test_the_number_of_shards_is_fixed_at_creation(r):
 
 
 def test_cli_refuses_a_bad_shard_count_in_one_line(capsys):
-    from streamnb_workers.cli import main
+    from streamnb_workers.cli.main import main
 
     with pytest.raises(SystemExit) as exc:
         main(["worker", "--model", "mail", "--shards", "0"])
@@ -218,8 +218,8 @@ class ClusterLike:
 def test_a_worker_serves_the_other_shards_while_one_is_away(redis_server):
     from prometheus_client import CollectorRegistry
 
-    from streamnb_workers.loop import Worker
-    from streamnb_workers.metrics import Metrics
+    from streamnb_workers.observe.metrics import Metrics
+    from streamnb_workers.worker.loop import Worker
 
     r = redis_server.client()
     names = shard_names("mail", 3)
@@ -287,7 +287,7 @@ def test_workers_serving_several_shards_never_wait_on_each_other_in_a_cycle(corp
     order, a worker could wait (ordered predictions) for another's earlier batch of one
     shard while that one waits for its own of another, until ``order_wait_ms`` (seen
     here: 3 to 6 waits of 1 s given up in each run). Processed in one order every worker
-    agrees on (workers/intake.py ``in_stream_order``), announced as soon as read and
+    agrees on (workers/worker/intake.py ``in_stream_order``), announced as soon as read and
     none read ahead, no wait gives up. Three worker processes started together on the
     corpus (the synthetic mail is too light to make the cycle)."""
     import urllib.request

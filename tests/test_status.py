@@ -11,9 +11,9 @@ import msgpack
 import pytest
 from test_acl_worker import cli, cli_env, drained, start_worker_cli, stop, wait_until
 
-from streamnb_workers.keys import ModelKeys
-from streamnb_workers.outputs import decode_output
-from streamnb_workers.stream_ids import entry_time
+from streamnb_workers.store.keys import ModelKeys
+from streamnb_workers.wire.outputs import decode_output
+from streamnb_workers.wire.stream_ids import entry_time
 
 pytestmark = [pytest.mark.redis, pytest.mark.slow]
 

@@ -17,12 +17,12 @@ import msgpack
 import pytest
 from _worker_helpers import PYTHON, ROOT
 
-from streamnb_workers import tail
-from streamnb_workers.cli import main
-from streamnb_workers.keys import ModelKeys
-from streamnb_workers.launch import blas_env
-from streamnb_workers.model_config import ModelSpec, ensure_config
-from streamnb_workers.outputs import encode_dead, encode_output
+from streamnb_workers.cli import tail
+from streamnb_workers.cli.launch import blas_env
+from streamnb_workers.cli.main import main
+from streamnb_workers.store.keys import ModelKeys
+from streamnb_workers.store.model_config import ModelSpec, ensure_config
+from streamnb_workers.wire.outputs import encode_dead, encode_output
 
 pytestmark = pytest.mark.redis
 

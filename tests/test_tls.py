@@ -35,9 +35,9 @@ from test_acl_worker import (
 )
 
 from streamnb.exceptions import SettingsError
-from streamnb_workers.connection import RedisSettings, UrlConnector
-from streamnb_workers.keys import ModelKeys
-from streamnb_workers.replica import load_model
+from streamnb_workers.replication.replica import load_model
+from streamnb_workers.store.connection import RedisSettings, UrlConnector
+from streamnb_workers.store.keys import ModelKeys
 from streamnb_workers.worker import Worker, WorkerOptions
 
 pytestmark = pytest.mark.redis

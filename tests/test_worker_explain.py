@@ -18,11 +18,11 @@ from _worker_helpers import (
 )
 
 from streamnb.features import Featurizer
-from streamnb_workers.codec import decode_input
-from streamnb_workers.housekeeping import housekeeping
-from streamnb_workers.keys import ModelKeys
-from streamnb_workers.model_config import ModelSpec
-from streamnb_workers.outputs import decode_output
+from streamnb_workers.store.keys import ModelKeys
+from streamnb_workers.store.model_config import ModelSpec
+from streamnb_workers.wire.codec import decode_input
+from streamnb_workers.wire.outputs import decode_output
+from streamnb_workers.worker.housekeeping import housekeeping
 
 pytestmark = pytest.mark.redis
 
@@ -126,7 +126,7 @@ def test_workers_publish_the_most_frequent_token_names(redis_server):
 
 
 def test_token_names_stay_bounded():
-    from streamnb_workers.token_names import TokenNames
+    from streamnb_workers.observe.token_names import TokenNames
 
     names = TokenNames(capacity=100, every=1)
     rng = np.random.default_rng(0)
@@ -139,7 +139,7 @@ def test_token_names_stay_bounded():
 
 
 def test_columns_are_named_by_the_message_meta_and_published_names():
-    from streamnb_workers.explain_output import name_columns
+    from streamnb_workers.wire.explanations import name_columns
 
     f = Featurizer(bits=8, meta=True)
     cheap, other = f.hasher.bucket("cheap"), f.hasher.bucket("unrelated")
@@ -152,7 +152,7 @@ def test_columns_are_named_by_the_message_meta_and_published_names():
 
 
 def test_a_failing_explanation_leaves_the_batch_alone(redis_server, monkeypatch):
-    from streamnb_workers import process
+    from streamnb_workers.worker import process
 
     def broken(*args, **kwargs):
         raise RuntimeError("boom")

@@ -22,8 +22,8 @@ from _worker_helpers import (
     url_worker,
 )
 
-from streamnb_workers.keys import GROUP, ModelKeys
-from streamnb_workers.outputs import decode_output
+from streamnb_workers.store.keys import GROUP, ModelKeys
+from streamnb_workers.wire.outputs import decode_output
 
 pytestmark = pytest.mark.redis
 
@@ -122,7 +122,7 @@ def test_label_in_the_same_batch_as_its_message(redis_server):
 
 def test_concurrent_labels_and_corrections_are_applied_exactly_once(redis_server, monkeypatch):
     delayed_calls = []
-    from streamnb_workers import observer
+    from streamnb_workers.observe import observer
 
     monkeypatch.setattr(observer.ModelObserver, "score_delayed",
                         lambda self, classes, lp, truth, delays: delayed_calls.append(list(truth)))
@@ -205,7 +205,7 @@ def test_a_commit_sends_its_ids_in_stream_order(redis_server, monkeypatch):
     """A batch mixing payloads, a dead letter and a delayed label commits its ids in the
     order they were read (the commit script's ownership check takes the first and the
     last as its range), not payloads first, then dead letters, then labels."""
-    import streamnb_workers.commit_pipeline as commit_pipeline
+    import streamnb_workers.worker.commit_pipeline as commit_pipeline
 
     r = redis_server.client()
     produce(r, "mail", token_messages(3, seed=4))

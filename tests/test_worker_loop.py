@@ -24,9 +24,9 @@ from _worker_helpers import (
 
 from streamnb.exceptions import ConfigConflict
 from streamnb_workers.defaults import DEFAULT_MAIL_ALPHA
-from streamnb_workers.keys import GROUP, ModelKeys
-from streamnb_workers.model_config import ModelSpec, resolve_spec
-from streamnb_workers.outputs import decode_output
+from streamnb_workers.store.keys import GROUP, ModelKeys
+from streamnb_workers.store.model_config import ModelSpec, resolve_spec
+from streamnb_workers.wire.outputs import decode_output
 
 pytestmark = pytest.mark.redis
 
@@ -234,7 +234,7 @@ def test_predictions_use_the_model_before_the_batch(redis_server):
     w.run_until_idle()
     z = {o["id"]: o for o in _outputs(r, "mail")}["z"]
     from streamnb.features import Featurizer
-    from streamnb_workers.codec import decode_input
+    from streamnb_workers.wire.codec import decode_input
     f = Featurizer.from_config({"bits": 10, "counts": "raw"})
     X = f.stack([f.featurize(decode_input(msgpack.packb({"tokens": ["cheap", "lunch", "lunch"]}), "0-0").as_payload())])
     expect = dict(zip(ref.classes_.tolist(), ref.predict_log_proba(X)[0].tolist(), strict=True))

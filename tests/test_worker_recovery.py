@@ -22,9 +22,9 @@ from _worker_helpers import (
     url_worker,
 )
 
-from streamnb_workers.keys import GROUP, ModelKeys
-from streamnb_workers.outputs import decode_output
-from streamnb_workers.process import process_batch
+from streamnb_workers.store.keys import GROUP, ModelKeys
+from streamnb_workers.wire.outputs import decode_output
+from streamnb_workers.worker.process import process_batch
 
 pytestmark = pytest.mark.redis
 K = ModelKeys("mail")
@@ -214,7 +214,7 @@ def test_a_message_that_breaks_the_worker_goes_to_dead_alone(redis_server):
 
     from prometheus_client import CollectorRegistry
 
-    from streamnb_workers.metrics import Metrics
+    from streamnb_workers.observe.metrics import Metrics
 
     r = redis_server.client()
     msgs = token_messages(8, seed=17, labelled_share=1.0)

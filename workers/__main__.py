@@ -1,5 +1,5 @@
 """``python -m streamnb_workers``: the ``streamnb`` command."""
 
-from streamnb_workers.launch import main
+from streamnb_workers.cli.launch import main
 
 raise SystemExit(main())

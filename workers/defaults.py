@@ -26,7 +26,7 @@ DEFAULT_BATCH_SIZE = 200
 DEFAULT_BLOCK_MS = 2000
 
 #: Longest wait (ms) before predicting for other workers' earlier labelled batches to
-#: commit (ordered predictions, workers/ordering.py; 0: off). A bound for a slow or stuck
+#: commit (ordered predictions, workers/replication/ordering.py; 0: off). A bound for a slow or stuck
 #: worker, not the usual wait: a batch of 500 raw mails takes a few hundred ms to commit.
 DEFAULT_ORDER_WAIT_MS = 1000
 

@@ -40,13 +40,13 @@ from _worker_helpers import (  # noqa: E402
 from prometheus_client import CollectorRegistry  # noqa: E402
 
 from streamnb.encoding import loads  # noqa: E402
-from streamnb_workers.keys import GROUP, ModelKeys  # noqa: E402
-from streamnb_workers.metrics import Metrics  # noqa: E402
-from streamnb_workers.model_config import ModelSpec  # noqa: E402
-from streamnb_workers.outputs import decode_output  # noqa: E402
-from streamnb_workers.replies import as_str  # noqa: E402
-from streamnb_workers.shards import Router, route_id  # noqa: E402
-from streamnb_workers.stream_ids import parse_id  # noqa: E402
+from streamnb_workers.observe.metrics import Metrics  # noqa: E402
+from streamnb_workers.replication.shards import Router, route_id  # noqa: E402
+from streamnb_workers.store.keys import GROUP, ModelKeys  # noqa: E402
+from streamnb_workers.store.model_config import ModelSpec  # noqa: E402
+from streamnb_workers.wire.outputs import decode_output  # noqa: E402
+from streamnb_workers.wire.replies import as_str  # noqa: E402
+from streamnb_workers.wire.stream_ids import parse_id  # noqa: E402
 from streamnb_workers.worker import Worker, WorkerOptions  # noqa: E402
 
 NAME = "mail"

@@ -31,8 +31,8 @@ from faults.harness import (
     stream_state,
     wait_for,
 )
-from streamnb_workers.replies import as_str
-from streamnb_workers.stream_ids import entry_time, parse_id
+from streamnb_workers.wire.replies import as_str
+from streamnb_workers.wire.stream_ids import entry_time, parse_id
 
 pytestmark = [pytest.mark.slow, pytest.mark.redis]
 

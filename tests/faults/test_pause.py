@@ -17,7 +17,7 @@ from faults.harness import (
     wait_converged,
     wait_for,
 )
-from streamnb_workers.keys import GROUP
+from streamnb_workers.store.keys import GROUP
 
 pytestmark = [pytest.mark.slow, pytest.mark.redis]
 

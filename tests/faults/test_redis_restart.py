@@ -17,7 +17,7 @@ from faults.harness import (
     wait_all_done,
     wait_for,
 )
-from streamnb_workers.stream_ids import parse_id
+from streamnb_workers.wire.stream_ids import parse_id
 
 pytestmark = [pytest.mark.slow, pytest.mark.redis]
 

@@ -1,7 +1,7 @@
 """Fault 8: a model of 3 statistics shards on a Redis Cluster of 3 masters and 3 replicas;
 the master of one shard's slot killed (``kill -9``) mid-stream, its replica promoted.
 
-The model ``mail`` is stored with ``shards`` 3 (workers/shards.py): shards ``mail|0.4``,
+The model ``mail`` is stored with ``shards`` 3 (workers/replication/shards.py): shards ``mail|0.4``,
 ``mail|1.1`` and ``mail|2``, each its own hash tag in its own third of the slots, so on
 a cluster made by ``redis-cli --cluster create`` each lives on a master of its own
 (asserted). Two worker threads serve the model through a cluster client whose URL names
@@ -54,11 +54,11 @@ from faults.harness import (
     wait_for,
 )
 from faults.test_cluster_failover import repl_offset
-from streamnb_workers.keys import ModelKeys
-from streamnb_workers.outputs import decode_output
-from streamnb_workers.replica import load_model
-from streamnb_workers.shards import Router, shard_names, shard_of
-from streamnb_workers.stream_ids import parse_id
+from streamnb_workers.replication.replica import load_model
+from streamnb_workers.replication.shards import Router, shard_names, shard_of
+from streamnb_workers.store.keys import ModelKeys
+from streamnb_workers.wire.outputs import decode_output
+from streamnb_workers.wire.stream_ids import parse_id
 
 pytestmark = [pytest.mark.slow, pytest.mark.redis]
 

@@ -20,9 +20,9 @@ from faults.harness import (
     wait_for,
 )
 from streamnb.models import loads as load_model
-from streamnb_workers.replica import Replica, decode_log_entry
-from streamnb_workers.snapshotter import Snapshotter
-from streamnb_workers.stream_ids import parse_id
+from streamnb_workers.replication.replica import Replica, decode_log_entry
+from streamnb_workers.replication.snapshotter import Snapshotter
+from streamnb_workers.wire.stream_ids import parse_id
 
 pytestmark = pytest.mark.redis
 
@@ -133,7 +133,7 @@ def test_former_holder_cannot_store_a_stale_or_lost_version(redis_server):
     stored snapshot, and a version whose log entry Redis no longer has."""
     from _worker_helpers import count_spec
 
-    from streamnb_workers.model_config import ensure_config
+    from streamnb_workers.store.model_config import ensure_config
 
     r = redis_server.client()
     cfg = ensure_config(r, count_spec("mail"))

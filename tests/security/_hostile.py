@@ -1,7 +1,7 @@
 """Hostile inputs shared by the security tests: crafted mail, corpus samples, cost checks.
 
 Every builder returns raw RFC 822 bytes. Sizes are chosen to hit a limit of
-:class:`streamnb_workers.codec.Limits` (message size, MIME depth, parts, decoded bytes, tokens) or
+:class:`streamnb_workers.wire.codec.Limits` (message size, MIME depth, parts, decoded bytes, tokens) or
 a known slow path of a parser (quadratic header decoding, regex backtracking).
 """
 

@@ -10,10 +10,10 @@ from _worker_helpers import fast_options, url_worker
 
 from streamnb.exceptions import MalformedMessage
 from streamnb.features import DEFAULT_FEATURE_LIMITS, FeatureLimits, Featurizer, MailTokenizer
-from streamnb_workers.codec import DEFAULT_LIMITS, decode_input
-from streamnb_workers.keys import ModelKeys
-from streamnb_workers.model_config import ModelSpec
-from streamnb_workers.outputs import decode_output
+from streamnb_workers.store.keys import ModelKeys
+from streamnb_workers.store.model_config import ModelSpec
+from streamnb_workers.wire.codec import DEFAULT_LIMITS, decode_input
+from streamnb_workers.wire.outputs import decode_output
 
 #: What each crafted mail must show: the defect tokens of the tokenizer (any of them).
 EXPECTED_DEFECTS = {
@@ -125,7 +125,7 @@ def test_crafted_mail_through_a_real_worker(redis_server, crafted: dict[str, byt
     keeps serving, and the counts add up."""
     from prometheus_client import CollectorRegistry
 
-    from streamnb_workers.metrics import Metrics
+    from streamnb_workers.observe.metrics import Metrics
 
     r = redis_server.client()
     keys = ModelKeys("mail")

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from streamnb.exceptions import MalformedMessage
 from streamnb.features import PAYLOAD_KINDS, Featurizer, MailTokenizer, Payload
 from streamnb.models import make_model
-from streamnb_workers.codec import DEFAULT_LIMITS, InputMessage, decode_input
+from streamnb_workers.wire.codec import DEFAULT_LIMITS, InputMessage, decode_input
 
 FUZZ = settings(max_examples=300, deadline=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])

@@ -20,10 +20,10 @@ from _worker_helpers import (
 )
 from prometheus_client import CollectorRegistry
 
-from streamnb_workers.keys import ModelKeys
-from streamnb_workers.metrics import Metrics
-from streamnb_workers.model_config import ModelSpec
-from streamnb_workers.outputs import decode_output
+from streamnb_workers.observe.metrics import Metrics
+from streamnb_workers.store.keys import ModelKeys
+from streamnb_workers.store.model_config import ModelSpec
+from streamnb_workers.wire.outputs import decode_output
 
 pytestmark = pytest.mark.redis
 
@@ -145,7 +145,7 @@ def test_label_for_a_tampered_cache_entry(redis_server) -> None:
     import numpy as np
 
     from streamnb.features import Row
-    from streamnb_workers.label_cache import encode_entry
+    from streamnb_workers.store.label_cache import encode_entry
 
     r = redis_server.client()
     msgs = token_messages(5, seed=7, labelled_share=0.0)

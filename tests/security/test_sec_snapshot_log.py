@@ -37,10 +37,10 @@ from prometheus_client import CollectorRegistry
 from streamnb.exceptions import FormatError
 from streamnb.models import dumps as dump_model
 from streamnb.models import make_model
-from streamnb_workers.keys import ModelKeys
-from streamnb_workers.metrics import Metrics
-from streamnb_workers.model_config import read_config
-from streamnb_workers.replica import Replica, encode_decay, encode_delta
+from streamnb_workers.observe.metrics import Metrics
+from streamnb_workers.replication.replica import Replica, encode_decay, encode_delta
+from streamnb_workers.store.keys import ModelKeys
+from streamnb_workers.store.model_config import read_config
 
 pytestmark = pytest.mark.redis
 
@@ -120,7 +120,7 @@ def test_corrupt_snapshot_with_whole_log_is_ignored_and_rebuilt(redis_server, co
     _learn(redis_server.url, r, msgs)
     good = r.hget(K.snapshot, "data")
     r.hset(K.snapshot, "data", SNAPSHOT_CORRUPTIONS[corruption](good))
-    caplog.set_level(logging.ERROR, logger="streamnb_workers.replica")
+    caplog.set_level(logging.ERROR, logger="streamnb_workers.replication.replica")
 
     rep = _replica(r).load()
     assert rep.snapshot_errors == 1 and rep.corrupt_entries == 0
@@ -216,7 +216,7 @@ def test_corrupt_log_entries_are_skipped_whole(redis_server, caplog):
     for data in corrupt:
         r.xadd(K.log, {"data": data})
     r.xadd(K.log, {"nodata": b"x"})
-    caplog.set_level(logging.ERROR, logger="streamnb_workers.replica")
+    caplog.set_level(logging.ERROR, logger="streamnb_workers.replication.replica")
     produce(r, "mail", good[20:])
     metrics = Metrics(CollectorRegistry())
     w2 = url_worker(redis_server.url, [count_spec()], fast_options("w2"), metrics)

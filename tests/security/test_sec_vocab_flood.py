@@ -13,10 +13,10 @@ from _hostile import rss_bytes
 from _worker_helpers import produce, spawn_worker, token_messages
 
 from streamnb.features import Featurizer
-from streamnb_workers.codec import decode_input
-from streamnb_workers.keys import GROUP, ModelKeys
-from streamnb_workers.model_config import ModelSpec
-from streamnb_workers.replica import load_model
+from streamnb_workers.replication.replica import load_model
+from streamnb_workers.store.keys import GROUP, ModelKeys
+from streamnb_workers.store.model_config import ModelSpec
+from streamnb_workers.wire.codec import decode_input
 
 pytestmark = [pytest.mark.redis, pytest.mark.slow]
 
@@ -40,7 +40,7 @@ def _wait_done(r, keys: ModelKeys, n_out: int, proc, timeout: float = 240.0) -> 
 
 def _idle_rss(pid: int) -> int:
     """The worker's RSS once it has gone idle: an empty read of block_ms (100 ms) after
-    its last batch, where it hands freed heap pages back (workers/heap.py)."""
+    its last batch, where it hands freed heap pages back (workers/worker/heap.py)."""
     time.sleep(0.5)
     return rss_bytes(pid)
 

@@ -1,0 +1,1 @@
+"""The ``streamnb`` command: its entry, parser, settings and commands."""

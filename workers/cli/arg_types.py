@@ -1,0 +1,122 @@
+"""Argument types of the ``streamnb`` command: each turns one option's text into its value
+or raises ``argparse.ArgumentTypeError`` with one line that says what was expected.
+
+>>> port("9500"), positive_int("3"), number_in(0, 3600, "seconds", open_low=True, open_high=True)("2.5")
+(9500, 3, 2.5)
+>>> whole_number_in(1024, 1_000_000, "bytes")("12")
+Traceback (most recent call last):
+...
+argparse.ArgumentTypeError: expected 1024..1000000 bytes, got 12
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from collections.abc import Callable
+
+__all__ = ["finite_float", "float_list", "non_negative_float", "non_negative_int", "number_in",
+           "octal_mode", "port", "positive_int", "shrinkage", "whole_number_in"]
+
+
+def whole_number_in(low: int, high: int | None, what: str = "a whole number",
+                    expected: str | None = None) -> Callable[[str], int]:
+    """The type of a whole number in ``[low, high]`` (``high`` None: no upper bound);
+    ``expected`` words the error (default: from the bounds and ``what``)."""
+    if expected is None:
+        expected = f"{low}..{high} {what}" if high is not None else f"{what} >= {low}"
+
+    def convert(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}") from None
+        if value < low or (high is not None and value > high):
+            raise argparse.ArgumentTypeError(f"expected {expected}, got {value}")
+        return value
+
+    convert.__name__ = f"whole_number_in_{low}_{high}"
+    return convert
+
+
+def number_in(low: float, high: float, what: str = "a number", open_low: bool = False,
+              open_high: bool = False) -> Callable[[str], float]:
+    """The type of a finite number between ``low`` and ``high`` (bounds included unless
+    ``open_low``/``open_high``; infinite bounds leave that side free)."""
+    expected = f"{what} in {'(' if open_low else '['}{low:g}, {high:g}{')' if open_high else ']'}"
+
+    def convert(text: str) -> float:
+        value = finite_float(text)
+        if value < low or value > high or (open_low and value == low) or (open_high and value == high):
+            raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}")
+        return value
+
+    convert.__name__ = f"number_in_{low:g}_{high:g}"
+    return convert
+
+
+def finite_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"expected a finite number, got {text!r}")
+    return value
+
+
+positive_int = whole_number_in(1, None)
+non_negative_int = whole_number_in(0, None)
+port = whole_number_in(0, 65535, expected="a port 0..65535")
+non_negative_float = number_in(0.0, math.inf, "a number")
+shrinkage = number_in(0.0, 1.0, "a shrinkage")
+
+
+def float_list(text: str) -> list[float]:
+    try:
+        return [float(p) for p in text.split(",") if p.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected numbers separated by commas (0.3,0.7), got {text!r}") from None
+
+
+def max_bytes(text: str) -> int:
+    """A mail size limit in bytes, from 1024 to the 8 MiB entry bound (``1048576``).
+
+    >>> max_bytes("2097152")
+    2097152
+    """
+    from streamnb_workers.wire.codec import DEFAULT_MAX_ENTRY_BYTES
+
+    try:
+        n = int(text)
+    except ValueError:
+        n = -1
+    if not 1024 <= n <= DEFAULT_MAX_ENTRY_BYTES:
+        raise argparse.ArgumentTypeError(
+            f"expected a size in bytes from 1024 to {DEFAULT_MAX_ENTRY_BYTES}, got {text!r}")
+    return n
+
+
+def class_list(text: str) -> list[str]:
+    """Declared classes, comma separated (``spam,ham``): distinct, non-empty.
+
+    >>> class_list("spam, ham")
+    ['spam', 'ham']
+    """
+    classes = [p.strip() for p in text.split(",")]
+    if not all(classes) or len(set(classes)) != len(classes) or max(map(len, classes)) > 256:
+        raise argparse.ArgumentTypeError(
+            f"expected distinct, non-empty class labels separated by commas (spam,ham), got {text!r}")
+    return classes
+
+
+def octal_mode(text: str) -> str:
+    """An octal permission mode, checked and kept as text (``"660"``)."""
+    try:
+        mode = int(text, 8)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an octal mode like 660, got {text!r}") from None
+    if not 0 <= mode <= 0o777:
+        raise argparse.ArgumentTypeError(f"expected an octal mode 0..777, got {text!r}")
+    return text

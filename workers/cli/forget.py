@@ -1,0 +1,141 @@
+"""``streamnb forget``: unlearn mail files, maildirs, mbox files, JSON lines or a mail on
+stdin, each by the learn-once key ``produce`` gives it (workers/wire/learn_keys.py).
+
+A message whose key the model has learnt is sent as a forget (``forget: true``, its key
+and its payload: the worker subtracts its row with the label and weight recorded for the
+key, once); one whose key is not learnt (never, forgotten already, or dropped beyond
+``learnt_keys_max``) is reported and not sent: forgetting it would change nothing.
+
+On a model stored with K shards (workers/replication/shards.py) the key is looked up in every shard's
+learnt keys, and the forget goes to the ``:in`` of the shard that learnt it (of each, if
+the same message was learnt by several under different ids).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any, BinaryIO, TextIO
+
+import msgpack
+
+from streamnb.exceptions import MalformedMessage, SettingsError
+from streamnb_workers.client.shard_streams import shard_keys
+from streamnb_workers.client.sources import Outgoing, is_mbox, iter_paths
+from streamnb_workers.store.keys import ModelKeys
+from streamnb_workers.wire.codec import DATA_FIELD, decode_input
+from streamnb_workers.wire.learn_keys import known_keys
+
+__all__ = ["ForgetReport", "forget", "iter_sources"]
+
+
+@dataclass(slots=True)
+class ForgetReport:
+    """Messages found, forgets sent, messages whose key is not learnt, and ones refused."""
+
+    total: int = 0
+    sent: int = 0
+    not_learnt: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+    #: The model's statistics shards (the ``:in`` streams sent to).
+    shards: int = 1
+
+
+def _stdin_messages(stream: BinaryIO) -> Iterator[Outgoing]:
+    data = stream.read()
+    if is_mbox(data):
+        import mailbox
+        import tempfile
+
+        with tempfile.NamedTemporaryFile(suffix=".mbox") as tmp:
+            tmp.write(data)
+            tmp.flush()
+            box = mailbox.mbox(tmp.name, create=False)
+            try:
+                for i, key in enumerate(box.iterkeys()):
+                    yield Outgoing(id=f"-#{i}", raw=box.get_bytes(key), source=f"-#{i}")
+            finally:
+                box.close()
+    else:
+        yield Outgoing(id="-", raw=data, source="-")
+
+
+def iter_sources(paths: list[str], stdin: BinaryIO | None = None) -> Iterator[Outgoing]:
+    """The messages of ``paths`` as ``produce`` reads them; ``-`` is a mail (or an mbox)
+    on stdin."""
+    for p in paths:
+        if p == "-":
+            yield from _stdin_messages(stdin if stdin is not None else sys.stdin.buffer)
+        else:
+            yield from iter_paths([p])
+
+
+def _forget_data(out: Outgoing, key: str) -> bytes:
+    """The forget entry of ``out``: its payload and key, no label."""
+    obj: dict[str, Any] = {k: v for k, v in out.fields.items() if k not in ("label", "weight")}
+    if out.raw is not None:
+        obj["raw"] = out.raw
+    obj.update(forget=True, key=key, id=obj.get("id", out.id))
+    return msgpack.packb(obj, use_bin_type=True)
+
+
+def learnt_where(client: Any, shards: list[ModelKeys],
+                 keys: list[str]) -> dict[str, list[ModelKeys]]:
+    """The shards (of ``shards``) that have learnt each of the learn-once ``keys``."""
+    where: dict[str, list[ModelKeys]] = {}
+    for shard in shards:
+        known = known_keys(client, shard.learnt_keys, keys)
+        for key in keys:
+            if known.get(key) is not None:
+                where.setdefault(key, []).append(shard)
+    return where
+
+
+def forget(client: Any, model: str, paths: list[str], *, stdin: BinaryIO | None = None,
+           stderr: TextIO | None = None, chunk: int = 200) -> ForgetReport:
+    """Send a forget for every message of ``paths`` whose key ``model`` has learnt."""
+    if not paths:
+        raise SettingsError("nothing to forget: give one or more FILE, DIR, MBOX or -")
+    stderr = stderr if stderr is not None else sys.stderr
+    shards = shard_keys(client, model)
+    report = ForgetReport(shards=len(shards))
+    batch: list[tuple[Outgoing, str]] = []
+
+    def flush() -> None:
+        learnt_by = learnt_where(client, shards, [key for _, key in batch])
+        pipe = client.pipeline(transaction=False)
+        n = 0
+        for out, key in batch:
+            if not learnt_by.get(key):
+                report.not_learnt.append(out.source)
+                print(f"streamnb forget: {out.source}: not learnt (key {key}): nothing to "
+                      "forget", file=stderr)
+                continue
+            for keys in learnt_by[key]:
+                pipe.xadd(keys.input, {DATA_FIELD: _forget_data(out, key)})
+            n += 1
+        if n:
+            pipe.execute()
+        report.sent += n
+        batch.clear()
+
+    for out in iter_sources(paths, stdin):
+        report.total += 1
+        key = None if out.error else out.key()
+        if key is not None:
+            try:
+                decode_input(_forget_data(out, key), out.id)
+            except MalformedMessage as exc:
+                key, out.error = None, str(exc)
+        if key is None:
+            report.skipped.append(out.source)
+            print(f"streamnb forget: skipped {out.source}: {out.error or 'no payload'}",
+                  file=stderr)
+            continue
+        batch.append((out, key))
+        if len(batch) >= chunk:
+            flush()
+    if batch:
+        flush()
+    return report

@@ -1,0 +1,73 @@
+"""The ``streamnb`` command: worker, produce, predict, status, export, import, demo.
+
+Every option can also come from the environment (``--foo-bar`` -> ``STREAMNB_FOO_BAR``) or a
+TOML file (``--config``); see :mod:`streamnb_workers.cli.settings` and docs/configuration.md. Errors in
+arguments, configuration or credentials print ONE line on stderr and exit 2; an unreachable
+Redis exits 3; see docs/cli.md for every exit code. The parser is
+:mod:`streamnb_workers.cli.parser`, the subcommands :mod:`streamnb_workers.cli.commands`.
+
+>>> parser = build_parser()
+>>> parser.parse_args(["worker", "--model", "mail"]).command
+'worker'
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Mapping, Sequence
+
+import redis
+
+from streamnb.exceptions import ConfigConflict, FormatError, SettingsError
+from streamnb_workers.cli.commands import COMMANDS, fail
+from streamnb_workers.cli.parser import build_parser, subparsers
+from streamnb_workers.cli.settings import resolve, setup_logging
+from streamnb_workers.exit_codes import EXIT_FAILURE, EXIT_UNREACHABLE, EXIT_USAGE
+
+__all__ = ["build_parser", "main"]
+
+
+def _redis_error(exc: redis.RedisError) -> tuple[str, int]:
+    """(one line, exit code) for a Redis error met at start."""
+    text = str(exc)
+    if isinstance(exc, redis.AuthenticationError) or "WRONGPASS" in text or "NOAUTH" in text:
+        return f"Redis refused the credentials: {text}", EXIT_USAGE
+    if isinstance(exc, redis.exceptions.NoPermissionError) or text.startswith("NOPERM"):
+        return f"Redis ACL refused a command: {text}", EXIT_USAGE
+    if "DB index is out of range" in text or "invalid DB index" in text:
+        return f"--redis: that database number does not exist on this Redis server ({text})", EXIT_USAGE
+    if isinstance(exc, (redis.ConnectionError, redis.TimeoutError)):
+        return f"cannot reach Redis: {text}", EXIT_UNREACHABLE
+    return f"Redis error: {text}", EXIT_FAILURE
+
+
+def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None) -> int:
+    """Entry point of the ``streamnb`` console script; returns the exit code."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)
+    command = args.command
+    parsers = subparsers(parser)
+    try:
+        resolve(parsers[command], args, command, env=os.environ if env is None else env,
+                all_parsers=parsers)
+        setup_logging(args.log_level)
+        return COMMANDS[command](args, os.environ if env is None else env)
+    except (SettingsError, ConfigConflict) as exc:
+        return fail(str(exc))
+    except ValueError as exc:  # e.g. a model parameter out of range, checked by the model
+        return fail(str(exc))
+    except FormatError as exc:
+        return fail(str(exc))
+    except OSError as exc:  # a file named on the command line
+        return fail(f"{exc.filename or ''}: {exc.strerror or exc}".lstrip(": "), EXIT_FAILURE)
+    except redis.RedisError as exc:
+        message, code = _redis_error(exc)
+        return fail(message, code)
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,171 @@
+"""``streamnb predict -``: judge one mail read from stdin, as a filter in a mail pipeline.
+
+The mail goes through the model's workers like any producer's (XADD to
+``streamnb:{M}:in``, the prediction from ``streamnb:{M}:out`` within ``--timeout``, by a
+:class:`~streamnb_workers.client.verdicts.VerdictClient`). The exit code is bogofilter's: 0 for
+the positive class (spam of ham/spam), 1 for any other class, 2 for ``unsure``, 3 for no
+verdict (:func:`streamnb_workers.cli.pipe_message.verdict_exit_code`). With ``-p`` the mail is
+written to stdout with the milter's headers (``X-Streamnb-Verdict``, ``X-Streamnb-Score``,
+``X-Streamnb-Id``) and every byte after its header block as it came; a mail that got no
+verdict is written too, with ``X-Streamnb-Verdict: not-scored (REASON)``, so that a
+pipeline that delivers what the filter writes loses no mail. ``-e`` makes every verdict
+exit 0 (3 still means no verdict), for the delivery agents that take any other code as a
+failed filter.
+
+Every failure once the command runs (a bad ``--model``, Redis down, no prediction in
+time) is one line on stderr and exit 3, never an exception: bogofilter's convention, and
+what a delivery agent can tell from a verdict.
+
+``streamnb predict DIR|MBOX`` (:mod:`streamnb_workers.cli.predict_many`) judges many.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from pathlib import Path
+from typing import Any, BinaryIO, TextIO
+
+from streamnb_workers.cli.settings import add_option
+
+__all__ = ["STDIN", "add_options", "judge_stdin", "wants_many"]
+
+#: The FILE that means stdin.
+STDIN = "-"
+
+
+def add_options(p: argparse.ArgumentParser) -> None:
+    """The options of ``predict -`` and ``predict DIR|MBOX`` (the predict parser has
+    ``--timeout``, ``--max-bytes`` and ``--json``)."""
+    add_option(p, "-p", "--passthrough", action="store_true", default=False,
+               help="with FILE -: write the mail to stdout with the X-Streamnb-* headers added "
+                    "(body untouched) instead of a prediction line")
+    add_option(p, "-e", "--exit-zero", action="store_true", default=False,
+               help="with FILE -: exit 0 for every verdict (3 still means none), for delivery "
+                    "agents that take any other code as a failed filter")
+    add_option(p, "--positive", metavar="LABEL",
+               help="with FILE - or DIR|MBOX: the class that exits 0 and whose log-odds is the "
+                    "score (default: the last class in sorted order, spam of ham/spam)")
+
+
+def wants_many(path: str) -> bool:
+    """Whether ``path`` holds several messages: a directory, an mbox, a JSON-lines file of
+    several records."""
+    from itertools import islice
+
+    from streamnb_workers.client.sources import iter_paths
+
+    p = Path(path)
+    if p.is_dir():
+        return True
+    if not p.is_file():
+        return False
+    return len(list(islice(iter_paths([p]), 2))) > 1
+
+
+def _error(message: str, stderr: TextIO) -> None:
+    from streamnb_workers.cli.parser import PROG
+    from streamnb_workers.store.redaction import redact
+
+    print(f"{PROG}: error: {' '.join(redact(message).split())}", file=stderr)
+
+
+def _predict(args: argparse.Namespace, settings_of: Any, raw: bytes, sent: list[str]) -> Any:
+    """The prediction of ``raw`` (its message id appended to ``sent`` once it is sent), or
+    raises NotScored / SettingsError / a Redis error."""
+    from streamnb.exceptions import SettingsError
+    from streamnb_workers.client.verdicts import VerdictClient
+    from streamnb_workers.store.keys import check_model_name
+
+    if not args.model:
+        raise SettingsError("--model NAME is required (or set STREAMNB_MODEL)")
+    try:
+        model = check_model_name(args.model)
+    except ValueError as exc:
+        raise SettingsError(f"--model: {exc}") from None
+    timeout = float(args.timeout)
+    if not timeout > 0:
+        raise SettingsError(f"--timeout must be > 0 seconds, got {args.timeout}")
+    # A filter's stderr is the delivery agent's log: the reason a mail was not scored is
+    # the one line judge_stdin writes, not the reader's retries as well.
+    logging.getLogger("streamnb.verdicts").setLevel(logging.ERROR)
+    settings = settings_of()
+    _check_model(settings, model, min(timeout, 5.0))
+    client = VerdictClient(settings, model, send_timeout=min(timeout, 5.0), block_ms=200,
+                           id_prefix="pipe-")
+    try:
+        pending = client.submit(raw)  # fails at once when Redis is down: no reader started
+        sent.append(pending.id)
+        client.start()
+        return pending.result(timeout)
+    finally:
+        client.close()
+
+
+def _check_model(settings: Any, model: str, timeout: float) -> None:
+    """SettingsError naming the models that exist when ``model`` does not (a mail sent to
+    it would wait out ``--timeout`` for nothing); NotScored when Redis cannot be reached."""
+    import redis
+
+    from streamnb_workers.client.verdicts import UNAVAILABLE, NotScored
+    from streamnb_workers.store.model_config import require_model
+
+    client = settings.make_client(socket_timeout=timeout)
+    try:
+        require_model(client, model)
+    except (redis.ConnectionError, redis.TimeoutError) as exc:
+        raise NotScored(UNAVAILABLE, f"{type(exc).__name__}: {exc}") from None
+    finally:
+        client.close()
+
+
+def judge_stdin(args: argparse.Namespace, settings_of: Any, stdin: BinaryIO, stdout: BinaryIO,
+                stderr: TextIO) -> int:
+    """Judge the mail on ``stdin`` (module docstring); ``settings_of()`` gives the Redis
+    settings. Returns the exit code."""
+    from streamnb_workers.cli.pipe_message import EXIT_ERROR, PipedMessage, verdict_exit_code
+    from streamnb_workers.client.transfer import format_prediction
+    from streamnb_workers.client.verdicts import (
+        ERROR,
+        NotScored,
+        not_scored_headers,
+        score_of,
+        verdict_headers,
+    )
+
+    message = PipedMessage.read(stdin, args.max_bytes)
+    try:
+        sent: list[str] = []
+        headers, prediction, code = None, None, EXIT_ERROR
+        try:
+            prediction = _predict(args, settings_of, message.scored_bytes(), sent)
+            headers = verdict_headers(prediction, args.positive, sent[0])
+            code = verdict_exit_code(prediction.get("label"), list(prediction["log_proba"]),
+                                     args.positive)
+            if code == EXIT_ERROR:
+                raise NotScored(ERROR, f"--positive {args.positive!r} is not a class of the model")
+        except NotScored as exc:
+            _error(f"{args.file}: not scored: {exc}", stderr)
+            headers, code = not_scored_headers(exc.reason, sent[0] if sent else None), EXIT_ERROR
+        except Exception as exc:  # noqa: BLE001 - the mail must still be written through
+            _error(f"{args.file}: not scored: {type(exc).__name__}: {exc}", stderr)
+            headers, code = not_scored_headers(ERROR, sent[0] if sent else None), EXIT_ERROR
+        if args.passthrough:
+            message.write_with_headers(stdout, headers)
+        elif prediction is not None and code != EXIT_ERROR:
+            result = dict(prediction, file=args.file,
+                          score=score_of(prediction, args.positive))
+            line = (json.dumps(result, sort_keys=True, default=str) if args.json
+                    else format_prediction(result))
+            stdout.write(line.encode("utf-8") + b"\n")
+            stdout.flush()
+    finally:
+        message.close()
+    return 0 if args.exit_zero and code != EXIT_ERROR else code
+
+
+def cmd_stdin(args: argparse.Namespace, settings_of: Any) -> int:
+    """``predict -`` on the process's stdin and stdout."""
+    return judge_stdin(args, settings_of, sys.stdin.buffer, sys.stdout.buffer, sys.stderr)

@@ -1,0 +1,1 @@
+"""``streamnb milter``: score mail at SMTP time for Postfix or Sendmail."""

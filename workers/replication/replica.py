@@ -1,0 +1,359 @@
+"""The local model of one worker: the stored snapshot plus every ``:log`` entry after it.
+
+Every worker applies ``:log`` entries in log order, its own deltas included (a worker
+does not merge its delta at commit time; it tails the log right after committing), so
+all workers have bit-identical statistics at the same version. The version is the id of
+the last log entry applied ("0-0" before any).
+
+Log entries (field ``data``, msgpack):
+
+- ``{"t": "delta", "add": bytes | None, "sub": bytes | None, "n": int, "w": worker, "b": batch}``:
+  merge the encoded StatsBundle ``add``, then subtract ``sub`` (label corrections move a
+  message's contribution: +row for the new class in ``add``, -row for the old in ``sub``).
+- ``{"t": "decay", "g": float}``: multiply every learnt weight by ``g`` (forgetting).
+
+The snapshot (hash ``:snapshot``): ``log_id`` (the last log entry it includes), ``data``
+(``streamnb.models.dumps`` of the model), ``ts``, and ``trimmed`` (the MINID the log was
+trimmed to after writing it). A replica whose version is below ``trimmed`` may have missed
+entries, so it reloads the snapshot; a late joiner does exactly that. A replica whose last
+applied entry is gone although nothing trimmed it (Redis restarted without its last writes,
+e.g. a crash under ``appendfsync everysec``) is ahead of the log: it reloads too, or it
+would count the redelivered messages twice.
+
+>>> import fakeredis
+>>> from streamnb_workers.store.keys import ModelKeys
+>>> from streamnb_workers.store.model_config import ModelSpec, ensure_config
+>>> r = fakeredis.FakeRedis()
+>>> cfg = ensure_config(r, ModelSpec("doc", kind="multinomial", featurizer_config={"bits": 4}))
+>>> rep = Replica(r, ModelKeys("doc"), cfg).load()
+>>> rep.version
+'0-0'
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+import msgpack
+
+from streamnb.encoding import dumps, loads
+from streamnb.exceptions import FormatError
+from streamnb.stats.bundle import StatsBundle
+from streamnb_workers.store.keys import ModelKeys
+from streamnb_workers.store.model_config import ModelConfig
+from streamnb_workers.wire.replies import as_str, entry_field
+from streamnb_workers.wire.stream_ids import entry_time, parse_id
+
+log = logging.getLogger(__name__)
+
+#: Log entries fetched per XRANGE while catching up.
+TAIL_CHUNK = 500
+
+
+def encode_delta(add: StatsBundle | None, sub: StatsBundle | None, n_learnt: int,
+                 worker: str, batch: str) -> bytes:
+    """A delta log entry (see the module docstring)."""
+    return dumps({"t": "delta", "add": add.to_bytes() if add is not None else None,
+                  "sub": sub.to_bytes() if sub is not None else None,
+                  "n": int(n_learnt), "w": worker, "b": batch})
+
+
+def encode_decay(g: float) -> bytes:
+    """A decay log entry: multiply every learnt weight by ``g``."""
+    return dumps({"t": "decay", "g": float(g)})
+
+
+def decode_log_entry(data: bytes) -> dict[str, Any]:
+    obj = loads(data)
+    if not isinstance(obj, dict) or obj.get("t") not in ("delta", "decay"):
+        raise FormatError("log entry is not a delta or decay map")
+    return obj
+
+
+def log_complete(client: Any, keys: ModelKeys) -> bool:
+    """True if no entry was ever removed from ``:log`` (so replaying it from the start gives
+    the whole model): Redis 7's ``entries-added`` equals the current length."""
+    try:
+        info = client.xinfo_stream(keys.log)
+    except Exception:  # noqa: BLE001 - no such key: we cannot tell what was there
+        return False
+    added = info.get("entries-added", info.get(b"entries-added"))
+    length = info.get("length", info.get(b"length"))
+    return added is not None and length is not None and int(added) == int(length)
+
+
+class Replica:
+    """A model kept equal to snapshot + log (see the module docstring)."""
+
+    def __init__(self, client: Any, keys: ModelKeys, config: ModelConfig) -> None:
+        self.client = client
+        self.keys = keys
+        self.config = config
+        self.model: Any = config.make_model()
+        self.version = "0-0"
+        #: Log entries applied since this object was created (deltas and decays).
+        self.applied = 0
+        #: Messages learnt according to the applied deltas (since the snapshot loaded).
+        self.learnt = 0
+        self.snapshot_version = "0-0"
+        self.reloads = 0
+        #: Times the log was found to have gone back behind this replica (Redis lost
+        #: writes it had applied: a crash, or a failover to a replica that lagged).
+        self.rewinds = 0
+        #: Seconds the last :meth:`catch_up` with ``block_ms`` waited for the log to grow.
+        self.waited_s = 0.0
+        #: Unreadable snapshots met, and unreadable log entries skipped (see the module doc).
+        self.snapshot_errors = 0
+        self.corrupt_entries = 0
+        #: Called as ``on_corrupt(what, detail)`` (what: "snapshot" or "log") for metrics.
+        self.on_corrupt: Callable[[str, str], None] | None = None
+        #: Called after each change of the model: ``on_change(add, sub)`` after a delta
+        #: (the bundles merged and taken off), ``on_change()`` after anything else (a
+        #: decay, a snapshot loaded, an entry skipped); workers/replication/shards.py sums shards so.
+        self.on_change: Callable[..., None] | None = None
+        #: The ``trimmed`` mark of a snapshot ignored as corrupt (it must not cause reloads).
+        self._ignored_trim: Any = None
+
+    # ------------------------------------------------------------------ loading
+    def load(self) -> Replica:
+        """Load the snapshot (if any), then apply the log after it."""
+        self._load_snapshot()
+        self.catch_up()
+        return self
+
+    def _load_snapshot(self) -> None:
+        h = self.client.hgetall(self.keys.snapshot)
+        if not h:
+            self.model = self.config.make_model()
+            self.version = "0-0"
+            self._changed()
+            return
+        h = {as_str(k): v for k, v in h.items()}
+        try:
+            model, version = self._decode_snapshot(h)
+        except FormatError as exc:
+            self._snapshot_unreadable(h, exc)
+            return
+        self.model = model
+        self.version = version
+        self.snapshot_version = self.version
+        self._ignored_trim = None
+        self.reloads += 1
+        self._changed()
+        log.info("model %s: loaded snapshot at log id %s", self.keys.name, self.version)
+
+    def _decode_snapshot(self, h: dict[str, Any]) -> tuple[Any, str]:
+        from streamnb.models import loads as load_model
+
+        if "data" not in h or "log_id" not in h:
+            raise FormatError(f"snapshot hash lacks {'data' if 'data' not in h else 'log_id'}")
+        try:
+            version = as_str(h["log_id"])
+            parse_id(version)
+            if "trimmed" in h:
+                parse_id(h["trimmed"])
+        except (ValueError, UnicodeDecodeError):
+            raise FormatError("snapshot log_id/trimmed is not a stream id") from None
+        model = load_model(h["data"])
+        if model.kind != self.config.kind:
+            raise FormatError(f"it holds a {model.kind} model, the config says {self.config.kind}")
+        fresh = self.config.make_model()
+        try:
+            fresh.stats.check_mergeable(model.stats)
+        except FormatError as exc:
+            raise FormatError(f"its statistics do not fit the configured model: {exc}") from None
+        return model, version
+
+    def _snapshot_unreadable(self, h: dict[str, Any], exc: FormatError) -> None:
+        """Ignore a corrupt snapshot if the whole log is there, else refuse with one line."""
+        self.snapshot_errors += 1
+        if self.on_corrupt is not None:
+            self.on_corrupt("snapshot", str(exc))
+        if log_complete(self.client, self.keys):
+            log.error("model %s: the snapshot in %s is unreadable (%s); ignoring it and rebuilding "
+                      "the model from %s, which was never trimmed", self.keys.name,
+                      self.keys.snapshot, exc, self.keys.log)
+            self.model = self.config.make_model()
+            self.version = "0-0"
+            self.snapshot_version = "0-0"
+            self._ignored_trim = h.get("trimmed")
+            self._changed()
+            return
+        raise FormatError(
+            f"model {self.keys.name!r}: the snapshot in {self.keys.snapshot} is unreadable ({exc}) "
+            f"and {self.keys.log} was trimmed, so the model cannot be rebuilt; restore the key "
+            f"from a backup, or delete it to restart the model from zero (losing what it learnt)")
+
+    # ------------------------------------------------------------------ tailing
+    def catch_up(self, limit: int | None = None, batches: set[str] | None = None,
+                 block_ms: int | None = None) -> int:
+        """Apply every log entry after ``version``; return how many were applied.
+
+        ``batches``: gets the ``:inflight`` field of every announced batch whose commit was
+        applied (the log entry names it; workers/replication/ordering.py). ``block_ms``: wait that long
+        at most for a first entry (``XREAD BLOCK``, with the checks behind it in the same
+        round trip: Redis answers them once the entry is there); 0 if none came, and
+        :attr:`waited_s` is how long that round trip took."""
+        self.waited_s = 0.0
+        done = 0
+        checked = False
+        while limit is None or done < limit:
+            pipe = self.client.pipeline(transaction=False)
+            if block_ms is not None:
+                pipe.xread({self.keys.log: self.version}, count=TAIL_CHUNK, block=block_ms)
+            pipe.hmget(self.keys.snapshot, ["trimmed", "log_id"])
+            if block_ms is None:
+                pipe.xrange(self.keys.log, min=f"({self.version}", max="+", count=TAIL_CHUNK)
+            if not checked:
+                pipe.xrange(self.keys.log, min=self.version, max=self.version, count=1)
+            t0 = time.perf_counter()
+            replies = pipe.execute()
+            if block_ms is None:
+                (trimmed, snap_id), entries, *own = replies
+            else:  # a trim before the read shows in the checks behind it
+                read, (trimmed, snap_id), *own = replies
+                entries = read[0][1] if read else []
+                block_ms, self.waited_s = None, time.perf_counter() - t0
+            if trimmed is not None and trimmed != self._ignored_trim and \
+                    parse_id(self.version) < self._trim_mark(trimmed):
+                log.warning("model %s: log trimmed past version %s; reloading the snapshot",
+                            self.keys.name, self.version)
+                self._load_snapshot()
+                continue
+            if not checked:
+                checked = True
+                if self._went_backwards(own[0], snap_id):
+                    self.rewinds += 1
+                    log.warning("model %s: log entry %s applied here is no longer in Redis (Redis "
+                                "lost writes: a crash with appendfsync everysec, or a failover to a "
+                                "replica that lagged); reloading the snapshot and the log",
+                                self.keys.name, self.version)
+                    self._load_snapshot()
+                    continue
+            for entry_id, fields in entries:
+                self.apply(as_str(entry_id), fields)
+                done += 1
+                if batches is not None and (name := entry_field(fields, "inflight")) is not None:
+                    batches.add(as_str(name))
+            if len(entries) < TAIL_CHUNK:
+                break
+        return done
+
+    def _went_backwards(self, own: list, snap_id: Any) -> bool:
+        """True if the log entry this replica applied last is gone although nothing trimmed
+        it: Redis restarted without its last writes, so this model is ahead of the log and
+        must reload, or it would count the redelivered messages twice."""
+        if self.version == "0-0" or own:
+            return False
+        return snap_id is None or as_str(snap_id) != self.version
+
+    @staticmethod
+    def _trim_mark(trimmed: Any) -> tuple[int, int]:
+        try:
+            return parse_id(trimmed)
+        except (ValueError, UnicodeDecodeError):
+            return (0, 0)  # a garbled mark: decided by _load_snapshot, never a reload loop
+
+    def apply_own(self, entry_id: str, data: bytes, prev_id: str | None) -> bool:
+        """Apply the log entry ``entry_id`` that this worker's commit just wrote with
+        ``data``, without reading it back, if it follows this replica's version directly:
+        the log's last entry before it (``prev_id``, the commit script's reply) is the one
+        applied last here. That is what the next :meth:`catch_up` would read and apply (the
+        same bytes, so the same model); False, and nothing done, otherwise (a
+        :meth:`catch_up` applies it with the entries before it).
+
+        >>> import fakeredis
+        >>> import numpy as np
+        >>> from streamnb_workers.store.model_config import ModelSpec, ensure_config
+        >>> r = fakeredis.FakeRedis()
+        >>> cfg = ensure_config(r, ModelSpec("own", kind="multinomial", featurizer_config={"bits": 4}))
+        >>> rep = Replica(r, ModelKeys("own"), cfg).load()
+        >>> delta = rep.model.batch_stats(np.array([[1.0] * 16]), ["ham"])
+        >>> data = encode_delta(delta, None, 1, "w1", "b1")
+        >>> rep.apply_own("5-0", data, prev_id="4-0"), rep.version  # 4-0 not applied here
+        (False, '0-0')
+        >>> rep.apply_own("5-0", data, prev_id=""), rep.version     # an empty log: tail it
+        (False, '0-0')
+        >>> first = r.xadd(ModelKeys("own").log, {"data": data}).decode()
+        >>> rep.catch_up(), rep.version == first, rep.learnt
+        (1, True, 1)
+        >>> rep.apply_own("9999999999999-0", data, prev_id=first), rep.version, rep.learnt
+        (True, '9999999999999-0', 2)
+        """
+        if not prev_id or prev_id != self.version:
+            return False
+        self.apply(entry_id, {"data": data})
+        return True
+
+    def apply(self, entry_id: str, fields: dict) -> None:
+        """Apply one log entry (called in log order only), validated whole before any change."""
+        data = entry_field(fields, "data")
+        try:
+            if data is None:
+                raise FormatError("log entry has no 'data' field")
+            entry = decode_log_entry(data)
+            if entry["t"] == "decay":
+                g = entry.get("g")
+                if not isinstance(g, (int, float)) or isinstance(g, bool) or not 0.0 < g <= 1.0:
+                    raise FormatError(f"decay factor must be a number in (0, 1], got {g!r}")
+                self.model.decay(float(g))
+                self._changed()
+            else:
+                n = entry.get("n", 0)
+                if not isinstance(n, int) or isinstance(n, bool) or n < 0:
+                    raise FormatError(f"learnt count must be an int >= 0, got {n!r}")
+                add = StatsBundle.from_bytes(entry["add"]) if entry.get("add") is not None else None
+                sub = StatsBundle.from_bytes(entry["sub"]) if entry.get("sub") is not None else None
+                for delta in (add, sub):
+                    if delta is not None:
+                        self.model.stats.check_mergeable(delta)
+                if add is not None:
+                    self.model.merge_stats(add)
+                if sub is not None:
+                    self.model.subtract_stats(sub)
+                self.learnt += n
+                self._changed(add, sub)
+        except (FormatError, ValueError, KeyError, TypeError, msgpack.UnpackException) as exc:
+            # Every replica skips the same entry, so they stay equal; say so loudly.
+            self.corrupt_entries += 1
+            if self.on_corrupt is not None:
+                self.on_corrupt("log", str(exc))
+            log.error("model %s: skipping unreadable log entry %s: %s", self.keys.name, entry_id, exc)
+            self._changed()
+        self.version = entry_id
+        self.applied += 1
+
+    def _changed(self, add: StatsBundle | None = None, sub: StatsBundle | None = None) -> None:
+        if self.on_change is not None:
+            self.on_change(add, sub)
+
+    @property
+    def version_time(self) -> float:
+        """Unix time of the version's log entry (0 before any)."""
+        return entry_time(self.version)
+
+
+def load_model(client: Any, name: str) -> tuple[Any, str]:
+    """The current model of ``name`` (snapshot + log) and its version, for status/export.
+
+    Raises LookupError if the model has no stored config.
+    """
+    from streamnb_workers.replication.shards import load_summed
+    from streamnb_workers.store.model_config import read_config
+
+    cfg = read_config(client, name)
+    if cfg is None:
+        raise LookupError(f"model {name!r} has no config in Redis (no worker has served it)")
+    if cfg.shards > 1:
+        return load_summed(client, name)  # type: ignore[return-value]
+    rep = Replica(client, ModelKeys(name), cfg).load()
+    return rep.model, rep.version
+
+
+def snapshot_age(client: Any, keys: ModelKeys) -> float | None:
+    """Seconds since the stored snapshot was written (None if there is none)."""
+    ts = client.hget(keys.snapshot, "ts")
+    return None if ts is None else max(0.0, time.time() - float(as_str(ts)))

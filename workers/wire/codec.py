@@ -1,0 +1,379 @@
+"""The strict msgpack wire codec: stream entries in, predictions and dead letters out.
+
+Each stream entry has one field, ``data``, holding a msgpack map (see docs/protocol.md).
+:func:`decode_input` turns untrusted bytes into an :class:`InputMessage` or raises
+:class:`~streamnb.exceptions.MalformedMessage` with a short reason code; nothing else
+escapes it. msgpack is decoded with every length limit set, ``raw=False`` and no ext
+types, so a hostile entry costs bounded time and memory.
+
+>>> import msgpack
+>>> msg = decode_input(msgpack.packb({"text": "cheap meds", "label": "spam"}), "1-0")
+>>> (msg.id, msg.payload_kind, msg.label, msg.weight)
+('1-0', 'text', 'spam', 1.0)
+>>> decode_input(b"\\xc1", "1-1")
+Traceback (most recent call last):
+...
+streamnb.exceptions.MalformedMessage: not_msgpack: entry is not valid msgpack (FormatError)
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import msgpack
+import numpy as np
+
+from streamnb.encoding import dumps
+from streamnb.exceptions import MalformedMessage
+from streamnb.features.payload import PAYLOAD_KINDS, Payload
+from streamnb_workers.wire.learn_keys import MAX_KEY_CHARS, message_key
+
+__all__ = [
+    "DEFAULT_LIMITS",
+    "InputMessage",
+    "Limits",
+    "decode_input",
+    "encode_input",
+]
+
+#: The one stream field that holds a message's msgpack map.
+DATA_FIELD = "data"
+
+#: Default bound of one encoded stream entry (8 MiB): what a worker decodes at all. Mail up
+#: to it arrives whole and is cut to ``--max-bytes``; ``streamnb produce`` cuts before sending.
+DEFAULT_MAX_ENTRY_BYTES = 8 << 20
+
+_KNOWN_KEYS = frozenset(PAYLOAD_KINDS) | {"id", "label", "weight", "ts", "ref", "meta", "key",
+                                          "forget"}
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """Bounds on what decoding one entry may cost. Defaults suit mail. (What featurizing
+    it may cost is bounded by :class:`~streamnb.features.FeatureLimits`.)
+
+    >>> Limits().max_message_bytes
+    8388608
+    >>> Limits(max_message_bytes=4096).max_bin_len
+    8388608
+    """
+
+    #: Size of the encoded msgpack map (the ``data`` field). Raw mail under it is decoded
+    #: and then cut to the featurizer's ``max_message_bytes`` (``--max-bytes``), not refused.
+    max_message_bytes: int = DEFAULT_MAX_ENTRY_BYTES
+    #: Longest msgpack string / bytes / array / map (checked by msgpack while decoding).
+    max_str_len: int = DEFAULT_MAX_ENTRY_BYTES
+    max_bin_len: int = DEFAULT_MAX_ENTRY_BYTES
+    max_array_len: int = 100_000
+    max_map_len: int = 100_000
+    #: Items of a ``tokens`` or ``hashes`` payload.
+    max_tokens: int = 50_000
+    #: Entries of a ``features`` map and of an ``x`` vector.
+    max_features: int = 100_000
+    #: Longest label and id (characters).
+    max_label_len: int = 256
+    max_id_len: int = 512
+
+
+DEFAULT_LIMITS = Limits()
+
+
+@dataclass(slots=True)
+class InputMessage:
+    """One validated input message.
+
+    ``payload`` is ``bytes`` for raw, ``str`` for text, a ``list`` of ``str`` for tokens,
+    a uint64 ``numpy`` array for hashes (the tokens' 64-bit hashes,
+    :func:`streamnb.features.token_hashes`), ``dict[str, float]`` for features and a
+    float64 ``numpy`` vector for x; it is None (and ``payload_kind`` is None) for a
+    delayed label carrying ``ref``.
+    """
+
+    entry_id: str
+    id: str
+    payload_kind: str | None
+    payload: Any
+    label: str | int | None = None
+    weight: float = 1.0
+    ts: float | None = None
+    ref: str | None = None
+    meta: dict | None = None
+    unknown_keys: int = 0
+    key: str | None = None
+    forget: bool = False
+
+    @property
+    def is_labelled(self) -> bool:
+        return self.label is not None
+
+    def as_payload(self) -> Payload:
+        """What the featurizer takes (:class:`streamnb.features.Payload`)."""
+        return Payload(self.payload_kind, self.payload)  # type: ignore[arg-type]
+
+
+# ---------------------------------------------------------------------------- decoding
+def _refuse_ext(code: int, data: bytes) -> Any:
+    raise MalformedMessage("bad_type", f"msgpack ext type {code} is not allowed")
+
+
+def _unpack(data: bytes, limits: Limits) -> Any:
+    try:
+        return msgpack.unpackb(
+            data,
+            raw=False,
+            strict_map_key=False,
+            ext_hook=_refuse_ext,
+            max_str_len=limits.max_str_len,
+            max_bin_len=limits.max_bin_len,
+            max_array_len=limits.max_array_len,
+            max_map_len=limits.max_map_len,
+            max_ext_len=0,
+        )
+    except MalformedMessage:
+        raise
+    except ValueError as exc:
+        text = str(exc)
+        if "max_ext_len" in text:
+            raise MalformedMessage("bad_type", "msgpack ext types are not allowed") from None
+        if "exceeds max_" in text:
+            raise MalformedMessage("too_large", f"a msgpack item is too long: {text}") from None
+        if isinstance(exc, UnicodeDecodeError):
+            raise MalformedMessage("not_msgpack", "a msgpack str is not valid UTF-8") from None
+        raise MalformedMessage(
+            "not_msgpack", f"entry is not valid msgpack ({type(exc).__name__})"
+        ) from None
+    except Exception as exc:  # msgpack raises several unrelated types (StackError, ...)
+        raise MalformedMessage(
+            "not_msgpack", f"entry is not valid msgpack ({type(exc).__name__})"
+        ) from None
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _label(v: Any, limits: Limits) -> str | int | None:
+    if v is None:
+        return None
+    if isinstance(v, str):
+        if not v or len(v) > limits.max_label_len:
+            raise MalformedMessage(
+                "bad_label", f"label must be 1..{limits.max_label_len} characters, got {len(v)}"
+            )
+        return v
+    if isinstance(v, int) and not isinstance(v, bool):
+        if not _INT64_MIN <= v <= _INT64_MAX:
+            raise MalformedMessage("bad_label", f"integer label {v} does not fit in int64")
+        return v
+    raise MalformedMessage("bad_label", f"label must be str or int, got {type(v).__name__}")
+
+
+def _weight(v: Any) -> float:
+    if v is None:
+        return 1.0
+    if not _is_number(v):
+        raise MalformedMessage("bad_weight", f"weight must be a number > 0, got {type(v).__name__}")
+    w = float(v)
+    if not math.isfinite(w) or w <= 0.0:
+        raise MalformedMessage("bad_weight", f"weight must be a finite number > 0, got {w}")
+    return w
+
+
+def _tokens(v: Any, limits: Limits) -> list[str]:
+    if not isinstance(v, list):
+        raise MalformedMessage("bad_type", "tokens must be a list of str")
+    if len(v) > limits.max_tokens:
+        raise MalformedMessage(
+            "too_large", f"tokens has {len(v)} items, the limit is {limits.max_tokens}"
+        )
+    try:  # one C-level pass that refuses any item but a str (msgpack makes no subclasses)
+        "".join(v)
+    except TypeError:
+        raise MalformedMessage("bad_type", "tokens must be a list of str") from None
+    return v
+
+
+def _hashes(v: Any, limits: Limits) -> np.ndarray:
+    if not isinstance(v, bytes) or len(v) % 8:
+        raise MalformedMessage(
+            "bad_type", "hashes must be bin: the tokens' 64-bit hashes, little-endian, 8 bytes each")
+    if len(v) // 8 > limits.max_tokens:
+        raise MalformedMessage(
+            "too_large", f"hashes has {len(v) // 8} tokens, the limit is {limits.max_tokens}")
+    return np.frombuffer(v, dtype="<u8")
+
+
+def _features(v: Any, limits: Limits) -> dict[str, float]:
+    if not isinstance(v, dict):
+        raise MalformedMessage("bad_type", "features must be a map of str -> number")
+    if len(v) > limits.max_features:
+        raise MalformedMessage(
+            "too_large", f"features has {len(v)} entries, the limit is {limits.max_features}"
+        )
+    out: dict[str, float] = {}
+    for name, value in v.items():
+        if not isinstance(name, str) or not _is_number(value):
+            raise MalformedMessage("bad_type", "features must be a map of str -> number")
+        f = float(value)
+        if not math.isfinite(f):
+            raise MalformedMessage("non_finite", f"feature {name[:50]!r} is {f}")
+        out[name] = f
+    return out
+
+
+def _vector(v: Any, limits: Limits, expected_dim: int | None) -> np.ndarray:
+    if not isinstance(v, list) or not all(_is_number(t) for t in v):
+        raise MalformedMessage("bad_type", "x must be a list of numbers")
+    if len(v) > limits.max_features:
+        raise MalformedMessage("too_large", f"x has {len(v)} values, the limit is {limits.max_features}")
+    try:
+        x = np.array(v, dtype=np.float64)
+    except OverflowError:  # an int beyond float64
+        raise MalformedMessage("non_finite", "x holds an integer too large for float64") from None
+    if not np.isfinite(x).all():
+        raise MalformedMessage("non_finite", "x contains NaN or infinity")
+    if x.size == 0:
+        raise MalformedMessage("wrong_dimension", "x is empty")
+    if expected_dim is not None and x.size != expected_dim:
+        raise MalformedMessage(
+            "wrong_dimension", f"x has {x.size} values, but this model expects {expected_dim}"
+        )
+    return x
+
+
+def decode_input(
+    data: bytes,
+    entry_id: str,
+    limits: Limits = DEFAULT_LIMITS,
+    *,
+    expected_dim: int | None = None,
+) -> InputMessage:
+    """Decode and validate one input entry's ``data`` field.
+
+    Raises only :class:`MalformedMessage`. ``expected_dim``, when given, is the length
+    an ``x`` payload must have (``wrong_dimension`` otherwise).
+    """
+    if isinstance(data, str):
+        raise MalformedMessage("not_msgpack", "the data field must be bytes, got str")
+    if not isinstance(data, (bytes, bytearray, memoryview)):
+        raise MalformedMessage("not_msgpack", f"the data field must be bytes, got {type(data).__name__}")
+    if len(data) > limits.max_message_bytes:
+        raise MalformedMessage(
+            "too_large", f"message has {len(data)} bytes, the limit is {limits.max_message_bytes}"
+        )
+    obj = _unpack(bytes(data), limits)
+    if not isinstance(obj, dict):
+        raise MalformedMessage("not_a_map", f"expected a msgpack map, got {type(obj).__name__}")
+
+    unknown = len(obj.keys() - _KNOWN_KEYS)
+    present = [k for k in PAYLOAD_KINDS if obj.get(k) is not None]
+    ref = obj.get("ref")
+    if ref is not None and (not isinstance(ref, str) or not ref or len(ref) > limits.max_id_len):
+        raise MalformedMessage("bad_type", f"ref must be a non-empty str of at most {limits.max_id_len} characters")
+    if len(present) > 1 or (present and ref is not None):
+        keys = present + (["ref"] if ref is not None else [])
+        raise MalformedMessage("several_payloads", f"expected one payload, got {', '.join(keys)}")
+
+    msg_id = obj.get("id")
+    if msg_id is None:
+        msg_id = entry_id
+    elif isinstance(msg_id, int) and not isinstance(msg_id, bool):
+        msg_id = str(msg_id)
+    elif not isinstance(msg_id, str) or not msg_id or len(msg_id) > limits.max_id_len:
+        raise MalformedMessage("bad_type", f"id must be a non-empty str of at most {limits.max_id_len} characters")
+
+    label = _label(obj.get("label"), limits)
+    weight = _weight(obj.get("weight"))
+    ts = obj.get("ts")
+    if ts is not None:
+        if not _is_number(ts):
+            raise MalformedMessage("bad_type", f"ts must be a number (unix seconds), got {type(ts).__name__}")
+        ts = float(ts)
+        if not math.isfinite(ts):
+            raise MalformedMessage("non_finite", f"ts is {ts}")
+    meta = obj.get("meta")
+    if meta is not None and not isinstance(meta, dict):
+        raise MalformedMessage("bad_type", f"meta must be a map, got {type(meta).__name__}")
+
+    key = obj.get("key")
+    if key is not None and (not isinstance(key, str) or not key or len(key) > MAX_KEY_CHARS):
+        raise MalformedMessage("bad_type", f"key must be a non-empty str of at most {MAX_KEY_CHARS} characters")
+    forget = obj.get("forget")
+    if forget is not None and not isinstance(forget, bool):
+        raise MalformedMessage("bad_type", f"forget must be a boolean, got {type(forget).__name__}")
+    if forget:
+        if not present:
+            raise MalformedMessage("no_payload", "a forget carries the payload learnt (and may "
+                                   "name its key): the statistics to subtract are made from it")
+        label = None  # what is unlearnt is what was recorded for the key
+
+    if not present:
+        if ref is None:
+            raise MalformedMessage("no_payload", f"expected one of {', '.join(PAYLOAD_KINDS)} (or ref + label)")
+        if label is None:
+            raise MalformedMessage("bad_label", "a ref message must carry a label")
+        kind, payload = None, None
+    else:
+        kind = present[0]
+        value = obj[kind]
+        if kind == "raw":
+            if isinstance(value, str):  # producers whose msgpack writes str for everything
+                value = value.encode("utf-8", "surrogatepass")
+            if not isinstance(value, bytes):
+                raise MalformedMessage("bad_type", f"raw must be bytes, got {type(value).__name__}")
+            payload = value
+        elif kind == "text":
+            if not isinstance(value, str):
+                raise MalformedMessage("bad_type", f"text must be str, got {type(value).__name__}")
+            payload = value
+        elif kind == "tokens":
+            payload = _tokens(value, limits)
+        elif kind == "hashes":
+            payload = _hashes(value, limits)
+        elif kind == "features":
+            payload = _features(value, limits)
+        else:
+            payload = _vector(value, limits, expected_dim)
+
+    if kind is not None and (label is not None or forget):
+        key = message_key(payload, kind, key)
+    return InputMessage(
+        entry_id=entry_id,
+        id=msg_id,
+        payload_kind=kind,
+        payload=payload,
+        label=label,
+        weight=weight,
+        ts=ts,
+        ref=ref,
+        meta=meta,
+        unknown_keys=unknown,
+        key=key,
+        forget=bool(forget),
+    )
+
+
+# ---------------------------------------------------------------------------- encoding
+def _pack(obj: dict[str, Any]) -> bytes:
+    return dumps(obj)  # (msgpack, bin type for bytes: a Packer kept per thread)
+
+
+def encode_input(payload_kind: str, payload: Any, **fields: Any) -> bytes:
+    """Encode an input map (for producers and tests): ``encode_input("text", "hi", label="ham")``.
+
+    >>> list(decode_input(encode_input("tokens", ["a", "b"], id="m1"), "1-0").payload)
+    ['a', 'b']
+    >>> decode_input(encode_input("hashes", [1, 2**64 - 1]), "1-0").payload.tolist()
+    [1, 18446744073709551615]
+    """
+    if payload_kind not in PAYLOAD_KINDS:
+        raise ValueError(f"payload_kind must be one of {PAYLOAD_KINDS}, got {payload_kind!r}")
+    if payload_kind == "x":
+        payload = [float(v) for v in np.asarray(payload, dtype=np.float64).ravel()]
+    elif payload_kind == "hashes":
+        payload = np.asarray(payload, dtype="<u8").tobytes()
+    return _pack({payload_kind: payload, **{k: v for k, v in fields.items() if v is not None}})
+

@@ -1,0 +1,141 @@
+"""Learn-once keys: what names a labelled message whatever it was read from, and the
+Redis bookkeeping of the keys a model has learnt (``{M}:keys``, ``{M}:keyorder``).
+
+A message's key (:func:`message_key`) is, in this order: the ``key`` its producer gave;
+for raw mail its Message-ID (``mid:`` + the id between its angle brackets); else a
+BLAKE2b hash of the raw bytes (``raw:``); for every other payload a BLAKE2b hash of the
+payload in a canonical form (``text:``, ``tokens:``, ``hashes:``, ``features:``, ``x:``).
+``streamnb produce`` and ``streamnb forget`` compute the same key as the worker, so a
+file path, a maildir flag or a re-run never makes a learnt message new.
+
+``{M}:keys`` maps each learnt key to its record (:func:`encode_record`: the label and
+the weight learnt), which is what ``forget`` subtracts; ``{M}:keyorder`` orders the keys
+by the value of ``{M}:learnt`` when they were learnt, so the commit script drops the
+oldest beyond ``learnt_keys_max``. Both are written only by workers/store/scripts/commit.lua.
+
+>>> message_key(b"Subject: hi\\r\\nMessage-ID:  <A1@x.org>\\r\\n\\r\\nbody", "raw")
+'mid:A1@x.org'
+>>> message_key("cheap meds", "text") == message_key("cheap meds", "text", key=None)
+True
+>>> message_key("cheap meds", "text", key="order-17")
+'order-17'
+>>> decode_record(encode_record("spam", 2.0))
+('spam', 2.0)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Sequence
+from typing import Any
+
+import msgpack
+import numpy as np
+
+__all__ = ["MAX_KEY_CHARS", "decode_record", "encode_record", "known_keys", "mail_key",
+           "message_key"]
+
+#: Longest key (characters); a longer Message-ID is hashed instead.
+MAX_KEY_CHARS = 512
+#: The part of a mail searched for its Message-ID header: headers are at its start.
+_HEADER_SCAN_BYTES = 256 * 1024
+_FIELD = b"message-id"
+_BRACKETED = re.compile(rb"<([^<>]*)>")
+
+
+def _hash(kind: str, data: bytes) -> str:
+    return f"{kind}:{hashlib.blake2b(data, digest_size=16).hexdigest()}"
+
+
+def _header_block(raw: bytes) -> bytes:
+    """The mail's header lines (up to the first empty line, within the scan limit), with
+    a line break in front so that every field starts after one."""
+    end = raw.find(b"\n\n", 0, _HEADER_SCAN_BYTES)
+    end_crlf = raw.find(b"\n\r\n", 0, end if end >= 0 else _HEADER_SCAN_BYTES)
+    end = end_crlf if end_crlf >= 0 else end
+    return b"\n" + raw[:end + 1 if end >= 0 else _HEADER_SCAN_BYTES]
+
+
+def _message_id(head: bytes) -> bytes | None:
+    """The raw value of the first Message-ID field of a header block, folded lines joined."""
+    low = head.lower()
+    at = low.find(b"\n" + _FIELD)
+    while at >= 0:
+        rest = low[at + 1 + len(_FIELD):at + 1 + len(_FIELD) + 64].lstrip(b" \t")
+        if rest.startswith(b":"):
+            start = low.index(b":", at + 1) + 1
+            end = start
+            while True:  # the field goes on over lines that start with white space
+                end = head.find(b"\n", end)
+                if end < 0 or head[end + 1:end + 2] not in (b" ", b"\t"):
+                    break
+                end += 1
+            return head[start:end if end >= 0 else len(head)]
+        at = low.find(b"\n" + _FIELD, at + 1)
+    return None
+
+
+def mail_key(raw: bytes) -> str:
+    """A raw mail's key: its Message-ID (folded lines unfolded, the angle brackets and
+    the white space around them dropped), else a hash of its bytes."""
+    value = _message_id(_header_block(raw))
+    if value is not None:
+        value = b" ".join(value.split())
+        bracketed = _BRACKETED.search(value)
+        if bracketed is not None:
+            value = bracketed.group(1).strip()
+        mid = value.decode("utf-8", "replace")
+        if mid and len(mid) <= MAX_KEY_CHARS - 4:
+            return f"mid:{mid}"
+    return _hash("raw", raw)
+
+
+def _canonical(kind: str, payload: Any) -> bytes:
+    if kind == "text":
+        return payload.encode("utf-8", "surrogatepass")
+    if kind == "hashes":
+        return np.asarray(payload, dtype="<u8").tobytes()
+    if kind == "x":
+        return np.asarray(payload, dtype="<f8").tobytes()
+    if kind == "features":
+        return msgpack.packb(sorted((str(k), float(v)) for k, v in payload.items()))
+    # tokens: joined by NUL, a C-level pass over the strs the codec already checked
+    # (msgpack's packing of the list cost about three times as much a token). Lists that
+    # differ only in where a NUL inside a token falls share a key, as a producer's own
+    # key can name any message: neither is a way to learn more than once.
+    return "\x00".join(payload).encode("utf-8", "surrogatepass")
+
+
+def message_key(payload: Any, kind: str, key: str | None = None) -> str:
+    """The learn-once key of a message with payload ``payload`` of kind ``kind`` (see the
+    module docstring); ``key``: the producer's, which wins."""
+    if key is not None:
+        return key
+    if kind == "raw":
+        return mail_key(bytes(payload))
+    return _hash(kind, _canonical(kind, payload))
+
+
+def encode_record(label: Any, weight: float) -> bytes:
+    """What ``{M}:keys`` holds for a learnt key: the label and the weight learnt."""
+    return msgpack.packb([label, float(weight)], use_bin_type=True)
+
+
+def decode_record(data: bytes) -> tuple[Any, float]:
+    """The label and weight of a record written by :func:`encode_record`."""
+    label, weight = msgpack.unpackb(bytes(data), raw=False, strict_map_key=False)
+    return label, float(weight)
+
+
+def known_keys(client: Any, keys_key: str, names: Sequence[str],
+               pipeline: Any = None) -> dict[str, bytes | None]:
+    """The records of ``names`` in ``keys_key`` (None: not learnt); with ``pipeline``
+    the ``HMGET`` is queued there and {} returned."""
+    if not names:
+        return {}
+    target = pipeline if pipeline is not None else client
+    reply = target.hmget(keys_key, list(names))
+    if pipeline is not None:
+        return {}
+    return dict(zip(names, reply, strict=True))

@@ -1,0 +1,124 @@
+"""What a worker writes for each message: a prediction for ``{M}:out`` and a dead letter
+for ``{M}:dead`` (docs/protocol.md), and their decoding for readers (``streamnb predict``,
+``tail``, the milter, tests). The input side is :mod:`streamnb_workers.wire.codec`.
+
+>>> out = decode_output(encode_output("m1", "1-0", "spam", {"spam": -0.1, "ham": -2.4},
+...                                   7, "w1", true_label="spam", learned=True))
+>>> out["label"], out["learned"]
+('spam', True)
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import msgpack
+
+from streamnb.exceptions import MalformedMessage
+from streamnb_workers.wire.codec import InputMessage, _pack, _refuse_ext
+
+__all__ = ["decode_dead", "decode_output", "encode_dead", "encode_output", "output_for"]
+
+
+def encode_output(
+    id: str,  # the wire key (shadows the builtin on purpose)
+    entry: str,
+    label: str | int,
+    log_proba: dict[str | int, float],
+    model_version: int | str,
+    worker: str,
+    *,
+    true_label: str | int | None = None,
+    learned: bool | None = None,
+    meta: dict | None = None,
+    score: float | None = None,
+    reason: str | None = None,
+    explain: dict | None = None,
+) -> bytes:
+    """Encode one prediction for ``{M}:out``; ``score`` (two classes: what to rank and
+    threshold by) is written where given and finite; ``explain``: the map of
+    :mod:`streamnb_workers.wire.explanations`, with ``--explain K``.
+
+    >>> out = decode_output(encode_output("m1", "1-0", "spam", {"spam": -0.1, "ham": -2.4},
+    ...                                   7, "w1", true_label="spam", learned=True))
+    >>> (out["label"], out["learned"], sorted(out["log_proba"]))
+    ('spam', True, ['ham', 'spam'])
+    """
+    obj: dict[str, Any] = {
+        "id": id,
+        "entry": entry,
+        "label": label,
+        "log_proba": {k: float(v) for k, v in log_proba.items()},
+        "model_version": model_version,
+        "worker": worker,
+    }
+    if true_label is not None:
+        obj["true_label"] = true_label
+        obj["learned"] = bool(learned)
+    elif learned is not None:
+        obj["learned"] = bool(learned)
+    if reason is not None:
+        obj["reason"] = reason
+    if meta is not None:
+        obj["meta"] = meta
+    if score is not None and math.isfinite(score):
+        obj["score"] = float(score)
+    if explain is not None:
+        obj["explain"] = explain
+    return _pack(obj)
+
+
+def output_for(
+    msg: InputMessage,
+    label: str | int,
+    log_proba: dict[str | int, float],
+    model_version: int | str,
+    worker: str,
+    learned: bool | None = None,
+    score: float | None = None,
+    reason: str | None = None,
+    explain: dict | None = None,
+) -> bytes:
+    """:func:`encode_output` for a decoded input (id, entry, true label and meta from
+    ``msg``); ``reason``: why a labelled message was not learnt."""
+    return encode_output(
+        msg.id,
+        msg.entry_id,
+        label,
+        log_proba,
+        model_version,
+        worker,
+        true_label=msg.label,
+        learned=learned if msg.label is not None else None,
+        meta=msg.meta,
+        score=score,
+        reason=reason if msg.label is not None else None,
+        explain=explain,
+    )
+
+
+def encode_dead(entry_id: str, reason: str, detail: str, payload: bytes) -> bytes:
+    """Encode a dead letter for ``{M}:dead``: the entry id, reason code, detail, original bytes.
+
+    >>> decode_output(encode_dead("1-0", "not_msgpack", "bad", b"\\xc1"))["payload"]
+    b'\\xc1'
+    """
+    if isinstance(payload, str):
+        payload = payload.encode("utf-8", "surrogatepass")
+    return _pack({"entry": entry_id, "reason": reason, "detail": detail, "payload": bytes(payload)})
+
+
+def decode_output(data: bytes) -> dict[str, Any]:
+    """Decode a prediction or dead letter written by this module (for readers: CLI, tests)."""
+    try:
+        obj = msgpack.unpackb(bytes(data), raw=False, strict_map_key=False, ext_hook=_refuse_ext)
+    except Exception as exc:
+        raise MalformedMessage("not_msgpack", f"output entry is not valid msgpack ({type(exc).__name__})") from None
+    if not isinstance(obj, dict):
+        raise MalformedMessage("not_a_map", f"expected a msgpack map, got {type(obj).__name__}")
+    return obj
+
+
+#: A dead letter decodes as a prediction does: one msgpack map.
+decode_dead = decode_output

@@ -1,0 +1,237 @@
+"""What a predicted batch's commit writes, as values, Redis nowhere: the outputs, the
+dead letters, the cache entries and the delta of the labels learnt, given the cache
+entries its label-only messages refer to (workers/worker/commit_pipeline.py reads those and
+sends the result).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+
+from streamnb.features import Row
+from streamnb_workers.store.label_cache import CachedMessage, encode_entry, encode_label
+from streamnb_workers.wire.learn_keys import decode_record, encode_record
+from streamnb_workers.wire.outputs import output_for
+from streamnb_workers.wire.stream_ids import entry_time, parse_id
+from streamnb_workers.worker.batch import Dead, Item, Verdict
+from streamnb_workers.worker.labels import REF_EXPIRED, LabelRef, Resolution, resolve_refs
+
+__all__ = ["ALREADY_LEARNT", "NOT_LEARNT_KEY", "CommitContent", "PredictedBatch", "batch_stats",
+           "commit_content"]
+
+#: ``reason`` of a labelled message's output when its key was learnt before.
+ALREADY_LEARNT = "already_learnt"
+#: Dead-letter reason of a forget whose key is not (or no longer) learnt.
+NOT_LEARNT_KEY = "not_learnt"
+
+
+@dataclass(frozen=True, slots=True)
+class PredictedBatch:
+    """What a batch's commit is built from (and rebuilt from, without the entries another
+    worker claimed meanwhile): every entry id in the order read, the items and their
+    verdicts, the label-only messages, the dead letters so far, the model version of the
+    predictions, the classes of the verdicts' model log posteriors, the statistics of the
+    items' own labels made before the wait for other workers (their entry ids and the
+    statistics, or None), the cache rows made then (entry id -> bytes), and the batch's
+    announcement, which its commit deletes."""
+
+    order: list[str]
+    items: list[Item]
+    verdicts: list[Verdict]
+    refs: list[LabelRef]
+    ref_data: dict[str, bytes]
+    dead: list[Dead]
+    version: str
+    classes: list[Any]
+    own: tuple[list[str], Any] | None = None
+    row_bytes: dict[str, bytes] | None = None
+    #: The batch's ``:inflight`` announcement (None: not announced, or withdrawn).
+    announced: str | None = None
+    #: The forgets (featurized, not predicted).
+    forgets: list[Item] = field(default_factory=list)
+    #: Learn-once key -> its record in ``{M}:keys`` as last read (None: not learnt); a key
+    #: not in it is taken as not learnt, which the commit script checks
+    #: (workers/worker/commit_pipeline.py fills it in).
+    key_state: dict[str, bytes | None] = field(default_factory=dict)
+    #: Whether a labelled message is learnt once per key (False: every time it comes).
+    learn_once: bool = True
+
+    def without(self, lost: set[str]) -> PredictedBatch:
+        """This batch without the entries ``lost``."""
+        kept = [i for i, it in enumerate(self.items) if it.entry_id not in lost]
+        return replace(self, items=[self.items[i] for i in kept],
+                       verdicts=[self.verdicts[i] for i in kept],
+                       refs=[r for r in self.refs if r.entry_id not in lost],
+                       dead=[d for d in self.dead if d.entry_id not in lost],
+                       forgets=[f for f in self.forgets if f.entry_id not in lost])
+
+    @property
+    def outside_refs(self) -> list[str]:
+        """The message ids the labels refer to that are not in the batch (in the cache)."""
+        if not self.refs:
+            return []
+        here = {it.msg.id for it in self.items}
+        return [r.ref for r in self.refs if r.ref not in here]
+
+
+@dataclass(frozen=True, slots=True)
+class CommitContent:
+    """What one commit writes, as values: the entry ids it acknowledges (in stream order
+    when it can), the outputs, the dead letters (in stream order), the cache entries
+    ``(message id, entry)``, the statistics added and subtracted and the number of
+    messages learnt; and for the worker's metrics and scores: the labels learnt, the
+    resolution of the label-only messages, and the items scored against their own label
+    (their model log posteriors and their labels)."""
+
+    ids: list[str]
+    outputs: list[bytes]
+    dead: list[Dead]
+    cache_entries: list[tuple[str, bytes]]
+    add: Any
+    sub: Any
+    n_learnt: int
+    learnt_labels: list[Any]
+    resolution: Resolution
+    scored: list[tuple[np.ndarray, Any]]
+    #: ``(key, record)`` of each key learnt (checked absent, then recorded) and each key
+    #: forgotten (checked to hold that record, then deleted) by the commit.
+    learn_keys: list[tuple[str, bytes]] = field(default_factory=list)
+    forget_keys: list[tuple[str, bytes]] = field(default_factory=list)
+    #: ``(key, record)`` of learnt keys whose message a correction relabelled.
+    relabel_keys: list[tuple[str, bytes]] = field(default_factory=list)
+    #: Labelled messages not learnt because their key was; labels of the forgets.
+    n_duplicates: int = 0
+    forgotten_labels: list[Any] = field(default_factory=list)
+
+
+def batch_stats(model: Any, featurizer: Any, rows: Sequence[tuple[Row, Any, float]]) -> Any:
+    """The statistics of ``(row, label, weight)`` rows (None for none)."""
+    if not rows:
+        return None
+    X = featurizer.stack([r for r, _, _ in rows])
+    return model.batch_stats(X, [lab for _, lab, _ in rows],
+                             np.array([w for _, _, w in rows], dtype=np.float64))
+
+
+def commit_content(batch: PredictedBatch, cached: dict[str, CachedMessage | None],
+                   model: Any, featurizer: Any, worker: str, cache: bool,
+                   cache_labelled: bool) -> CommitContent | None:
+    """What the commit of ``batch`` writes, given the cache entries read for its labels
+    (``cached``; an entry whose row does not fit this model is as good as expired);
+    None when nothing is left to commit. ``cache``: whether messages are cached at all;
+    ``cache_labelled``: also those learnt in their batch."""
+    items, verdicts = batch.items, batch.verdicts
+    batch_labels = {it.msg.id: it.msg.label for it in items}
+    batch_preds = {it.msg.id: (v.log_proba, it.msg.ts or entry_time(it.entry_id))
+                   for it, v in zip(items, verdicts, strict=True)}
+    # a cached row that does not fit this model (tampered, other config): as expired
+    cached = {k: c if c is None or featurizer.fits(c.row) else None for k, c in cached.items()}
+    res = resolve_refs(batch.refs, batch_labels, batch_preds, cached)
+    learnt = [res.in_batch.get(it.msg.id, it.msg.label) for it in items]
+    # an item's own label is learnt with the weight its verdict gave it (error weight)
+    weights = [v.weight if lab is not None and lab == it.msg.label else it.msg.weight
+               for it, v, lab in zip(items, verdicts, learnt, strict=True)]
+    learn_keys, duplicate = _learn_once(items, learnt, weights, batch.key_state) \
+        if batch.learn_once else ([], [False] * len(items))
+    learnt = [None if dup else lab for lab, dup in zip(learnt, duplicate, strict=True)]
+    add_rows = [(it.row, lab, w) for it, lab, w in zip(items, learnt, weights, strict=True)
+                if lab is not None]
+    n_learnt = len(add_rows) + res.n_learnt
+    add_rows += res.adds
+    if batch.own is not None and not res.adds and \
+            batch.own[0] == [it.entry_id for it, lab in zip(items, learnt, strict=True)
+                             if lab is not None]:
+        add = batch.own[1]  # made before the wait for other workers: the same rows
+    else:
+        add = batch_stats(model, featurizer, add_rows)
+    forget_keys, forget_rows, not_learnt = _forgets(batch.forgets, batch.key_state)
+    sub = batch_stats(model, featurizer, res.subs + forget_rows)
+    outputs = [output_for(it.msg, v.label, v.log_proba, batch.version, worker,
+                          learned=lab is not None, score=v.score,
+                          reason=ALREADY_LEARNT if dup else None, explain=v.explanation)
+               for it, v, lab, dup in zip(items, verdicts, learnt, duplicate, strict=True)]
+    why = "never seen, or its cache entry expired" + (
+        "" if cache_labelled else "; messages learnt on arrival are not cached: --no-cache-labelled")
+    dead = batch.dead + [Dead(r.entry_id, REF_EXPIRED, f"no cached message with id {r.ref!r} "
+                              f"({why})", batch.ref_data[r.entry_id]) for r in res.expired]
+    dead += [Dead(f.entry_id, NOT_LEARNT_KEY, f"key {f.msg.key!r} is not learnt (never, "
+                  "forgotten already, or dropped beyond learnt_keys_max): nothing to unlearn",
+                  f.data) for f in not_learnt]
+    dead.sort(key=lambda d: parse_id(d.entry_id))
+    entries = []
+    recorded = {key for key, _ in learn_keys}
+    if cache:
+        row_bytes = batch.row_bytes or {}
+        for it, v, lab, dup, w in zip(items, verdicts, learnt, duplicate, weights,
+                                      strict=True):
+            # (a duplicate is not cached: its entry would say it is unlearnt, and a later
+            # label for it would learn it after all)
+            if not dup and (lab is None or cache_labelled):
+                row = row_bytes.get(it.entry_id)
+                entries.append((it.msg.id, encode_entry(
+                    encode_label(lab), it.row.to_bytes() if row is None else row, v.label,
+                    v.log_proba, w, batch_preds[it.msg.id][1],
+                    it.msg.key if lab is not None and it.msg.key in recorded else None)))
+    ids = [it.entry_id for it in items] + [d.entry_id for d in batch.dead] + \
+        [r.entry_id for r in batch.refs] + [f.entry_id for f in batch.forgets]
+    if not ids:
+        return None
+    in_commit = set(ids)
+    in_order = [eid for eid in batch.order if eid in in_commit]
+    if len(in_order) == len(ids):  # (else as they are: the script checks any order)
+        ids = in_order
+    # (a duplicate was scored when its key was learnt: once per message)
+    scored = [(v.model_log_proba, it.msg.label)
+              for it, v, dup in zip(items, verdicts, duplicate, strict=True)
+              if it.msg.label is not None and v.model_log_proba is not None and not dup]
+    return CommitContent(
+        ids=ids, outputs=outputs, dead=dead, cache_entries=entries, add=add, sub=sub,
+        n_learnt=n_learnt, learnt_labels=[lab for _, lab, _ in add_rows], resolution=res,
+        scored=scored, learn_keys=learn_keys, forget_keys=forget_keys,
+        relabel_keys=res.key_relabels,
+        n_duplicates=sum(duplicate), forgotten_labels=[lab for _, lab, _ in forget_rows])
+
+
+def _learn_once(items: Sequence[Item], learnt: Sequence[Any], weights: Sequence[float],
+                key_state: dict[str, bytes | None]) -> tuple[list[tuple[str, bytes]], list[bool]]:
+    """The keys the items learn, with their records (label and the weight learnt), and
+    which items are duplicates: a labelled item whose key was learnt before
+    (``key_state``) or earlier in the batch."""
+    learn_keys: list[tuple[str, bytes]] = []
+    duplicate = [False] * len(items)
+    seen: set[str] = set()
+    for i, (it, lab, w) in enumerate(zip(items, learnt, weights, strict=True)):
+        key = it.msg.key
+        if lab is None or key is None:
+            continue
+        if key in seen or key_state.get(key) is not None:
+            duplicate[i] = True
+            continue
+        seen.add(key)
+        learn_keys.append((key, encode_record(lab, w)))
+    return learn_keys, duplicate
+
+
+def _forgets(forgets: Sequence[Item], key_state: dict[str, bytes | None],
+             ) -> tuple[list[tuple[str, bytes]], list[tuple[Row, Any, float]], list[Item]]:
+    """What the forgets unlearn: ``(key, record)`` of each key forgotten, the rows to
+    subtract (with the label and weight recorded for their key), and the forgets whose key
+    is not learnt (each key is forgotten once)."""
+    keys: list[tuple[str, bytes]] = []
+    rows: list[tuple[Row, Any, float]] = []
+    not_learnt: list[Item] = []
+    done: set[str] = set()
+    for f in forgets:
+        record = key_state.get(f.msg.key)  # type: ignore[arg-type]
+        if record is None or f.msg.key in done:
+            not_learnt.append(f)
+            continue
+        done.add(f.msg.key)  # type: ignore[arg-type]
+        label, weight = decode_record(record)
+        keys.append((f.msg.key, bytes(record)))  # type: ignore[arg-type]
+        rows.append((f.row, label, weight))
+    return keys, rows, not_learnt

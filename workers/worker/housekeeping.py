@@ -1,0 +1,179 @@
+"""A worker's duties besides its batches, per model, each on a timer of its own: the
+heartbeat, the snapshot lease, and for the lease holder snapshots, the trim of ``:in``,
+stream gauges and the removal of dead consumers; the observer's look at the model; the claims of idle entries
+(workers/worker/intake.py).
+
+>>> t = Timer(5.0)
+>>> t.fire(now=100.0), t.fire(now=104.0), t.fire(now=105.0)
+(True, False, True)
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from streamnb.encoding import dumps
+from streamnb_workers.observe import token_names
+from streamnb_workers.replication.replica import snapshot_age
+from streamnb_workers.replication.snapshotter import (
+    live_workers,
+    remove_dead_consumers,
+    stream_gauges,
+)
+from streamnb_workers.store.input_trim import trim_input
+from streamnb_workers.wire.replies import as_str
+from streamnb_workers.wire.stream_ids import entry_time
+from streamnb_workers.worker.options import WorkerOptions
+
+if TYPE_CHECKING:
+    from streamnb_workers.worker.runtime import ModelRuntime
+
+__all__ = ["Timer", "Timers", "drop_sampled_gauges", "heartbeat", "housekeeping", "sample_gauges",
+           "trim_consumed_input"]
+
+log = logging.getLogger("streamnb.worker")
+
+#: Seconds between two samples of the stream gauges (by the lease holder).
+GAUGES_S = 5.0
+#: Seconds between two publications of a worker's token names (when they changed).
+TOKEN_NAMES_S = 60.0
+
+
+class Timer:
+    """Due every ``period_s`` seconds (``time.monotonic()``), and at once at first (or
+    at ``first_at``)."""
+
+    __slots__ = ("period_s", "next_at")
+
+    def __init__(self, period_s: float, first_at: float = 0.0) -> None:
+        self.period_s = period_s
+        self.next_at = first_at
+
+    def due(self, now: float) -> bool:
+        return now >= self.next_at
+
+    def restart(self, now: float) -> None:
+        """Due again ``period_s`` after ``now``."""
+        self.next_at = now + self.period_s
+
+    def fire(self, now: float) -> bool:
+        """If due: True, and due again ``period_s`` from now."""
+        if now < self.next_at:
+            return False
+        self.restart(now)
+        return True
+
+    def due_at_once(self) -> None:
+        """Due at once."""
+        self.next_at = 0.0
+
+
+@dataclass(slots=True)
+class Timers:
+    """One model's timers in one worker."""
+
+    heartbeat: Timer
+    lease: Timer
+    gauges: Timer
+    cleanup: Timer
+    observe: Timer
+    claim: Timer
+    trim_input: Timer
+    names: Timer
+
+    @classmethod
+    def for_options(cls, o: WorkerOptions) -> Timers:
+        return cls(heartbeat=Timer(o.heartbeat_s), lease=Timer(o.lease_ms / 3000.0),
+                   gauges=Timer(GAUGES_S), cleanup=Timer(o.stale_s),
+                   observe=Timer(o.observe_model_s),
+                   claim=Timer(max(0.05, o.claim_idle_ms / 2000.0)),
+                   names=Timer(TOKEN_NAMES_S),
+                   # not at start: a worker just started has acknowledged nothing, and a
+                   # group just set to start after old entries may yet be set back
+                   trim_input=Timer(o.input_trim_s, time.monotonic() + o.input_trim_s))
+
+
+def housekeeping(rt: ModelRuntime, served: list[str], now: float | None = None) -> None:
+    """Whatever of the model's duties is due (``served``: every model the worker serves,
+    for its heartbeat)."""
+    now = time.monotonic() if now is None else now
+    t = rt.timers
+    if t.heartbeat.fire(now):
+        heartbeat(rt, served)
+    was_holder = rt.snapshotter.holder
+    if t.lease.fire(now):
+        rt.snapshotter.hold_lease()
+    if rt.snapshotter.holder:
+        if rt.snapshotter.maybe_write(rt.replica):
+            rt.labels(rt.metrics.snapshots_written).inc()
+        if rt.options.input_trim_s > 0 and t.trim_input.fire(now):
+            trim_consumed_input(rt)
+        if t.gauges.fire(now):
+            sample_gauges(rt)
+        if t.cleanup.fire(now):
+            removed = remove_dead_consumers(rt.client, rt.keys, rt.options.stale_s, rt.consumer)
+            if removed:
+                log.info("model %s: removed dead consumers %s", rt.name, removed)
+    if was_holder and not rt.snapshotter.holder:
+        drop_sampled_gauges(rt)  # the lease moved: the new holder samples them, ours go stale
+    names = rt.token_names
+    if names is not None and names.changed and t.names.fire(now):
+        names.changed = False
+        token_names.publish(rt.client, rt.keys.tokens, names.table(rt.featurizer.hasher))
+    if t.observe.due(now) and rt.replica.applied != rt.observed_applied:
+        t.observe.restart(now)
+        rt.observed_applied = rt.replica.applied
+        rt.observe(rt.observer.observe_model, rt.replica.model)
+
+
+def heartbeat(rt: ModelRuntime, served: list[str]) -> None:
+    """Write this worker's heartbeat in ``:workers`` and see whether others are alive."""
+    hb = dumps({"ts": time.time(), "pid": os.getpid(), "host": socket.gethostname(),
+                "version": rt.replica.version, "models": served})
+    rt.client.hset(rt.keys.workers, rt.consumer, hb)
+    rt.peers = bool(live_workers(rt.client, rt.keys, rt.options.stale_s).keys() - {rt.consumer})
+    rt.labels(rt.metrics.heartbeat).set(time.time())
+
+
+def trim_consumed_input(rt: ModelRuntime) -> int:
+    """Trim ``:in`` of what every consumer group has acknowledged; returns the entries
+    removed."""
+    minid, removed = trim_input(rt.client, rt.keys)
+    if removed:
+        log.debug("model %s: trimmed %d acknowledged entries of :in before %s",
+                  rt.name, removed, minid)
+    return removed
+
+
+def sample_gauges(rt: ModelRuntime) -> None:
+    """The model's stream lengths, group lag and pending entries, snapshot age and live
+    workers, as gauges."""
+    g = stream_gauges(rt.client, rt.keys)
+    m = rt.metrics
+    for stream in ("in", "out", "dead", "log"):
+        m.stream_length.labels(model=rt.name, stream=stream).set(g[stream])
+    m.group_lag.labels(model=rt.name).set(g["lag"])
+    m.group_pending.labels(model=rt.name).set(g["pending"])
+    age = snapshot_age(rt.client, rt.keys)
+    if age is None:  # no snapshot yet: the age of what only the log holds (0: nothing)
+        first = rt.client.xrange(rt.keys.log, count=1)
+        age = max(0.0, time.time() - entry_time(as_str(first[0][0]))) if first else 0.0
+    m.snapshot_age.labels(model=rt.name).set(age)
+    m.live_workers.labels(model=rt.name).set(len(live_workers(rt.client, rt.keys, rt.options.stale_s)))
+
+
+def drop_sampled_gauges(rt: ModelRuntime) -> None:
+    """Remove the gauges :func:`sample_gauges` read from Redis (stream lengths, lag,
+    pending, snapshot age, live workers) while Redis cannot be reached: a scrape then
+    shows them absent rather than their last values as if they were current. The lease
+    holder samples them again once Redis answers."""
+    m = rt.metrics
+    for stream in ("in", "out", "dead", "log"):
+        m.stream_length.remove(rt.name, stream)
+    for gauge in (m.group_lag, m.group_pending, m.snapshot_age, m.live_workers):
+        gauge.remove(rt.name)

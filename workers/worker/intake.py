@@ -1,0 +1,155 @@
+"""How a worker gets its entries from ``{M}:in`` (its consumer group made if need be):
+new ones (``XREADGROUP >``), its own
+pending ones after a (re)start, idle ones of other consumers (``XAUTOCLAIM``), how often
+each was delivered, and whether a model's stream is done.
+
+>>> import fakeredis
+>>> from streamnb_workers.store.keys import GROUP, ModelKeys
+>>> r, k = fakeredis.FakeRedis(), ModelKeys("doc")
+>>> r.xgroup_create(k.input, GROUP, id="0", mkstream=True)
+True
+>>> eid = r.xadd(k.input, {"data": b"x"})
+>>> (stream, entries), = read_new(r, "w1", [k.input], count=10, block_ms=0)
+>>> len(entries), delivery_counts(r, k, "w1", entries), all_done(r, k)
+(1, {...: 1}, False)
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import redis
+
+from streamnb.exceptions import StreamnbError
+from streamnb_workers.store.keys import GROUP, ModelKeys
+from streamnb_workers.wire.replies import as_str
+from streamnb_workers.wire.stream_ids import first_id, parse_id
+
+if TYPE_CHECKING:
+    from streamnb_workers.worker.runtime import ModelRuntime
+
+__all__ = ["all_done", "claim_idle", "delivery_counts", "ensure_group", "read_new",
+           "read_pending", "ReadBatch", "read_batches", "in_stream_order"]
+
+
+def read_new(reader: Any, consumer: str, streams: list[str], count: int, block_ms: int,
+             cluster: bool = False) -> list[tuple[str, list]]:
+    """Up to ``count`` new entries of each of ``streams`` (the models' ``:in``), waiting
+    at most ``block_ms`` (0: not at all) for a first one: ``(stream, entries)`` of the
+    streams that had some. On Redis Cluster, several streams (several slots) are read one
+    call each: first none waits, so an empty stream never holds up the others; only if
+    all were empty does each wait its share of ``block_ms`` in turn, until one has some."""
+    block = block_ms if block_ms > 0 else None
+    if cluster and len(streams) > 1:
+        replies = []
+        for stream in streams:
+            replies += reader.xreadgroup(GROUP, consumer, {stream: ">"}, count=count) or []
+        if block and not any(entries for _, entries in replies):
+            per = max(1, block // len(streams))
+            for stream in streams:
+                replies = reader.xreadgroup(GROUP, consumer, {stream: ">"}, count=count,
+                                            block=per) or []
+                if any(entries for _, entries in replies):
+                    break
+    else:
+        replies = reader.xreadgroup(GROUP, consumer, {stream: ">" for stream in streams},
+                                    count=count, block=block) or []
+    return [(as_str(stream), entries) for stream, entries in replies if entries]
+
+
+def read_pending(client: Any, keys: ModelKeys, consumer: str, count: int) -> list:
+    """Up to ``count`` of this consumer's pending entries, oldest first."""
+    reply = client.xreadgroup(GROUP, consumer, {keys.input: "0"}, count=count)
+    return reply[0][1] if reply else []
+
+
+def claim_idle(client: Any, keys: ModelKeys, consumer: str, min_idle_ms: int, cursor: str,
+               count: int) -> tuple[str, list]:
+    """Up to ``count`` entries pending longer than ``min_idle_ms`` in any consumer, from
+    ``cursor`` on, now this consumer's: (the next cursor, the entries still in the stream)."""
+    reply = client.xautoclaim(keys.input, GROUP, consumer, min_idle_time=min_idle_ms,
+                              start_id=cursor, count=count)
+    return as_str(reply[0]), [e for e in reply[1] if e and e[1] is not None]
+
+
+def delivery_counts(client: Any, keys: ModelKeys, consumer: str, entries: list) -> dict[str, int]:
+    """Entry id -> how many times it was delivered, for ``entries`` pending for
+    ``consumer``."""
+    if not entries:
+        return {}
+    ids = [as_str(e[0]) for e in entries]
+    rows = client.xpending_range(keys.input, GROUP, min=min(ids, key=parse_id),
+                                 max=max(ids, key=parse_id), count=len(ids) * 2 + 10,
+                                 consumername=consumer)
+    return {as_str(r["message_id"]): int(r["times_delivered"]) for r in rows}
+
+
+def all_done(client: Any, keys: ModelKeys) -> bool:
+    """Every entry of the model's ``:in`` delivered, then none pending, read in that
+    order: a batch read between the two reads shows as pending (the other order could
+    miss it)."""
+    last = client.xrevrange(keys.input, count=1)
+    groups = client.xinfo_groups(keys.input)
+    g = next(g for g in groups if as_str(g["name"]) == GROUP)
+    if last and parse_id(last[0][0]) > parse_id(g["last-delivered-id"]):
+        return False
+    return int(client.xpending(keys.input, GROUP)["pending"]) == 0
+
+
+def ensure_group(client: Any, keys: ModelKeys) -> None:
+    """Create the consumer group (and the stream) unless present; never clobber a non-stream."""
+    t = as_str(client.type(keys.input))
+    if t not in ("none", "stream"):
+        raise StreamnbError(f"{keys.input} is a {t}, not a stream; refusing to touch it")
+    try:
+        client.xgroup_create(keys.input, GROUP, id="0", mkstream=True)
+    except redis.ResponseError as exc:
+        if "BUSYGROUP" not in str(exc):
+            raise
+
+
+@dataclass(frozen=True, slots=True)
+class ReadBatch:
+    """Entries read ahead of their turn, and their ``:inflight`` announcement (None: not
+    announced)."""
+
+    entries: list
+    announced: str | None
+
+
+def read_batches(reader: Any, consumer: str, rts: list[ModelRuntime], count: int, block_ms: int,
+                 cluster: bool, announce: bool = False) -> list[tuple[ModelRuntime, ReadBatch]]:
+    """New entries of the models ``rts``, in one read (one per model on a cluster);
+    ``announce``: each batch announced in its model's ``{M}:inflight`` right after the
+    read (workers/replication/ordering.py; a worker serving several models holds their batches
+    until it processes them in turn, and must not hold them unannounced)."""
+    t0 = time.perf_counter()
+    got = read_new(reader, consumer, [rt.keys.input for rt in rts], count, block_ms, cluster)
+    dt = time.perf_counter() - t0
+    by_key = {rt.keys.input: rt for rt in rts}
+    out = []
+    for stream, entries in got:
+        rt = by_key[stream]
+        rt.labels.stage("read", dt)
+        field = rt.inflight.announce(first_id(entries), len(entries)) if announce else None
+        out.append((rt, ReadBatch(entries, field)))
+    return out
+
+
+def in_stream_order(batches: list[tuple[ModelRuntime, ReadBatch]],
+                    ) -> list[tuple[ModelRuntime, ReadBatch]]:
+    """Batches of several models in one order every worker agrees on: by first entry id,
+    then model name. A worker processing what it holds in that order never waits (for an
+    earlier batch of the same model, workers/replication/ordering.py) on a worker that waits on it:
+    a cycle would need a batch both before and after another in this order.
+
+    >>> class M:  # a model's runtime, as far as the order goes
+    ...     def __init__(self, name): self.name = name
+    >>> held = [(M("b"), ReadBatch([(b"9-0", {})], None)), (M("a"), ReadBatch([(b"9-0", {})], None)),
+    ...         (M("c"), ReadBatch([(b"10-0", {}), (b"2-0", {})], None))]
+    >>> [rt.name for rt, _ in in_stream_order(held)]
+    ['c', 'a', 'b']
+    """
+    return sorted(batches, key=lambda b: (parse_id(first_id(b[1].entries)), b[0].name))

@@ -1,0 +1,145 @@
+"""Delayed labels and corrections, through the feature cache in Redis.
+
+Every message with a payload is cached for ``cache_ttl_s`` (workers/store/label_cache.py: its
+row, the prediction made at arrival, the label learnt for it, its weight and time). A later
+message ``{"ref": id, "label": L}`` then:
+
+- learns the cached row with L if it was not learnt yet (a *delayed label*; the prediction
+  at arrival and L are reported for accuracy),
+- does nothing if it was learnt with L already (a repeated label is a no-op),
+- moves its contribution from the old label to L if it was learnt with another label
+  (a *correction*: the delta's ``sub`` part removes the row from the old class, ``add``
+  puts it in the new one),
+- goes to ``:dead`` with reason ``ref_expired`` if the cache has no such id.
+
+The learnt label changes in the commit script by a compare-and-set of the message's cache
+entry, so concurrent labels for the same message are applied exactly once each, in commit
+order.
+
+>>> enc = encode_label("spam"); decode_label(enc), decode_label(NOT_LEARNT)
+('spam', None)
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from streamnb.features import Row
+from streamnb_workers.store.commit import CacheCas
+from streamnb_workers.store.label_cache import (
+    NOT_LEARNT,
+    CachedMessage,
+    decode_label,
+    encode_label,
+    label_change,
+)
+from streamnb_workers.wire.learn_keys import encode_record
+
+__all__ = ["NOT_LEARNT", "REF_EXPIRED", "LabelRef", "Resolution", "decode_label",
+           "delayed_matrix", "encode_label", "resolve_refs"]
+
+#: Dead-letter reason of a label whose message is not (or no longer) cached.
+REF_EXPIRED = "ref_expired"
+
+
+@dataclass(slots=True)
+class LabelRef:
+    """A label-only message: ``label`` for the earlier message ``ref``."""
+
+    entry_id: str
+    ref: str
+    label: Any
+    ts: float
+
+
+@dataclass
+class Resolution:
+    """What a batch's label-only messages do (see :func:`resolve_refs`)."""
+
+    adds: list[tuple[Row, Any, float]] = field(default_factory=list)
+    subs: list[tuple[Row, Any, float]] = field(default_factory=list)
+    cas: list[CacheCas] = field(default_factory=list)
+    expired: list[LabelRef] = field(default_factory=list)
+    #: in-batch message id -> the label it is finally learnt with
+    in_batch: dict[str, Any] = field(default_factory=dict)
+    #: (prediction at arrival, label, delay in seconds) of first labels
+    delayed: list[tuple[dict[Any, float], Any, float]] = field(default_factory=list)
+    n_learnt: int = 0
+    corrections: int = 0
+    unlearned: list[Any] = field(default_factory=list)
+    #: ``(learn-once key, record)`` of the corrected messages learnt under a key: what the
+    #: key records from now on (the commit rewrites a record still there).
+    key_relabels: list[tuple[str, bytes]] = field(default_factory=list)
+
+
+def resolve_refs(refs: Sequence[LabelRef],
+                 batch_labels: dict[str, Any], batch_preds: dict[str, tuple[dict, float]],
+                 cached: dict[str, CachedMessage | None]) -> Resolution:
+    """Net effect of a batch's label-only messages, applied in order.
+
+    ``batch_labels``: id -> own label (or None) of the payload messages of this same batch
+    (a label may refer to one of them); ``batch_preds``: id -> (log_proba map, ts) of those;
+    ``cached``: the cache entries read for the other refs. Several labels for one message
+    in one batch collapse to one net change from the label it had to the last one given.
+    """
+    res = Resolution()
+    first: dict[str, Any] = {}  # ref -> learnt label before this batch
+    final: dict[str, Any] = {}
+    for r in refs:
+        if r.ref in batch_labels:
+            before = res.in_batch.get(r.ref, batch_labels[r.ref])
+            if before is None:
+                lp, ts = batch_preds[r.ref]
+                res.delayed.append((lp, r.label, max(0.0, r.ts - ts)))
+            res.in_batch[r.ref] = r.label
+            continue
+        c = cached.get(r.ref)
+        if c is None:
+            res.expired.append(r)
+            continue
+        if r.ref not in first:
+            first[r.ref] = c.learnt
+        current = final.get(r.ref, first[r.ref])
+        if current is None:
+            res.delayed.append((c.log_proba, r.label, max(0.0, r.ts - c.ts)))
+        final[r.ref] = r.label
+    for ref, new in final.items():
+        old = first[ref]
+        if new == old and type(new) is type(old):
+            continue
+        c = cached[ref]
+        assert c is not None
+        if old is None:
+            res.n_learnt += 1
+        else:
+            res.subs.append((c.row, old, c.weight))
+            res.corrections += 1
+            res.unlearned.append(old)
+            if c.learn_key is not None:
+                res.key_relabels.append((c.learn_key, encode_record(new, c.weight)))
+        res.adds.append((c.row, new, c.weight))
+        res.cas.append(label_change(c, new))
+    return res
+
+
+def delayed_matrix(delayed: Sequence[tuple[dict[Any, float], Any, float]]
+                   ) -> tuple[list[Any], np.ndarray, list[Any], np.ndarray]:
+    """(classes, log_proba (n, k) with -inf for classes a prediction lacked, true labels,
+    delays) of the delayed labels whose message had a prediction at arrival."""
+    rows = [(lp, lab, d) for lp, lab, d in delayed if lp]
+    classes: list[Any] = []
+    for lp, _, _ in rows:
+        for k in lp:
+            if k not in classes:
+                classes.append(k)
+    mat = np.full((len(rows), len(classes)), -math.inf)
+    for i, (lp, _, _) in enumerate(rows):
+        for j, k in enumerate(classes):
+            if k in lp:
+                mat[i, j] = lp[k]
+    return classes, mat, [lab for _, lab, _ in rows], np.array([d for _, _, d in rows], dtype=float)

@@ -1,0 +1,428 @@
+"""The worker loop: start, then step until stopped (housekeeping, claims, own pending
+entries, new entries, their batches, the commits' replies, the log); reconnect with
+bounded backoff after Redis errors; a warm shutdown at the first signal, a cold one at
+the second.
+
+One iteration (:meth:`Worker.step`): per model, housekeeping (workers/worker/housekeeping.py)
+and claims of idle entries, then its own pending entries first after a (re)start; then
+``XREADGROUP ... >`` over every model's ``:in`` (the batches read ahead behind commits
+first); per batch workers/worker/process.py; then per model the reply of the commit on the wire
+and the log. See docs/worker.md.
+
+>>> import fakeredis, msgpack
+>>> from streamnb_workers.store.connection import ClientConnector
+>>> from streamnb_workers.store.model_config import ModelSpec
+>>> r = fakeredis.FakeRedis()
+>>> w = Worker(ClientConnector(r), [ModelSpec("doc", kind="multinomial",
+...            featurizer_config={"bits": 8})], WorkerOptions(consumer="w1"))
+>>> for text, label in [("cheap meds", "spam"), ("meeting notes", "ham"), ("cheap pills", None)]:
+...     _ = r.xadd("streamnb:{doc}:in", {"data": msgpack.packb({"text": text, "label": label})})
+>>> w.run_until_idle()
+>>> w.models["doc"].replica.learnt, r.xlen("streamnb:{doc}:out")
+(2, 3)
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import threading
+import time
+from typing import Any
+
+from streamnb.exceptions import StreamnbError
+from streamnb_workers.observe.health import RedisHealth
+from streamnb_workers.observe.metrics import Metrics, default_metrics
+from streamnb_workers.replication.shards import ShardSum, shard_names, shard_spec
+from streamnb_workers.replication.snapshotter import delete_consumer_if_idle
+from streamnb_workers.store.backoff import Backoff
+from streamnb_workers.store.commit import COMMIT_SCRIPT
+from streamnb_workers.store.connection import (
+    Connector,
+    close_clients,
+    is_access_error,
+)
+from streamnb_workers.store.errors import UNREACHABLE_KINDS, error_kind
+from streamnb_workers.store.keys import ModelKeys
+from streamnb_workers.store.model_config import ModelConfig, ModelSpec, ensure_config
+from streamnb_workers.worker.commit_pipeline import abandon, settle
+from streamnb_workers.worker.heap import HeapTrimmer
+from streamnb_workers.worker.housekeeping import drop_sampled_gauges, housekeeping
+from streamnb_workers.worker.intake import (
+    all_done,
+    claim_idle,
+    delivery_counts,
+    ensure_group,
+    in_stream_order,
+    read_batches,
+    read_pending,
+)
+from streamnb_workers.worker.options import WorkerOptions
+from streamnb_workers.worker.outages import ModelGuard
+from streamnb_workers.worker.process import process_batch
+from streamnb_workers.worker.read_ahead import READ_SCRIPT
+from streamnb_workers.worker.restore import restore_lost_keys
+from streamnb_workers.worker.runtime import ModelRuntime
+
+__all__ = ["Worker"]
+
+log = logging.getLogger("streamnb.worker")
+
+class Worker:
+    """Serves one or more models from Redis streams (see the module docstring)."""
+
+    def __init__(self, connector: Connector, specs: list[ModelSpec],
+                 options: WorkerOptions | None = None, metrics: Metrics | None = None) -> None:
+        if not specs:
+            raise ValueError("a worker needs at least one model spec")
+        names = [s.name for s in specs]
+        if len(set(names)) != len(names):
+            raise ValueError(f"model names must be unique, got {names}")
+        self.connector = connector
+        self.specs = list(specs)
+        self.options = options or WorkerOptions()
+        self.metrics = metrics or default_metrics()
+        self.consumer: str = self.options.consumer  # type: ignore[assignment]
+        #: Per model or shard served (a model of K shards: its K shards' names).
+        self.models: dict[str, ModelRuntime] = {}
+        #: The names of the models (of ``specs``) being served; the configs of those in
+        #: shards (each shard's runtime is in :attr:`models`).
+        self.served: set[str] = set()
+        self.sharded: dict[str, ModelConfig] = {}
+        self.client: Any = None
+        self.reader: Any = None
+        self._stop = threading.Event()
+        self._signals = 0
+        self.started = False
+        self.backoff = Backoff(self.options.backoff_base_s, self.options.backoff_cap_s)
+        self.heap = HeapTrimmer(self.options.release_memory_s)
+        self.health = RedisHealth(self.options.healthz_grace_s,
+                                  self.metrics.redis_up.labels(worker=self.consumer))
+        #: Each model's part of a step, and the models away while the others are served.
+        self.guard = ModelGuard(lambda: Backoff(self.options.backoff_base_s,
+                                                self.options.backoff_cap_s))
+        #: Check each model's keys before the next step (after a reconnect or NOGROUP):
+        #: Redis may have come back without them (workers/worker/restore.py).
+        self.check_keys = False
+
+    # ------------------------------------------------------------------ lifecycle
+    def connect(self) -> None:
+        self.client = self.connector.client()
+        self.reader = self.connector.reader(self.options.block_ms)
+        self.guard.clients = tuple({id(c): c for c in (self.client, self.reader)}.values())
+        for rt in self.models.values():
+            rt.set_clients(self.client, self.reader)
+
+    def start(self) -> None:
+        """Connect, create or verify each model's config and group, load the replicas."""
+        if self.client is None:
+            self.connect()
+        check = getattr(self.connector, "check_access", None)
+        if check is not None and not self.models:  # ACL/credentials: fail now, in one line
+            check(self.client, [s.name for s in self.specs])
+        if self.options.pipeline and not self.connector.cluster:
+            for script in (COMMIT_SCRIPT, READ_SCRIPT):  # pipelined writes send EVALSHA only
+                script.load(self.client)
+        for spec in self.specs:
+            if spec.name in self.served:
+                continue
+            cfg = ensure_config(self.client, spec)
+            if cfg.shards == 1:
+                self._serve(cfg)
+            else:
+                shards = [self._serve(ensure_config(self.client, shard_spec(cfg, name)))
+                          for name in shard_names(spec.name, cfg.shards)]
+                total = ShardSum(cfg, [rt.replica for rt in shards])
+                for rt in shards:
+                    rt.summed = total
+                self.sharded[spec.name] = cfg
+            self.served.add(spec.name)
+        for rt in self.models.values():  # several models: no batch held out of turn
+            rt.reads_ahead = len(self.models) == 1
+        self.started = True
+        self.health.up()
+
+    def _serve(self, cfg: ModelConfig) -> ModelRuntime:
+        """Start serving the model (or shard) stored as ``cfg``: its group, its replica."""
+        ensure_group(self.client, ModelKeys(cfg.name))
+        rt = ModelRuntime(cfg, self.client, self.options, self.metrics, self.reader)
+        rt.replica.load()
+        self.models[cfg.name] = rt
+        self.metrics.start_series(cfg.name, self.consumer)
+        rt.version_metric()
+        rt.labels(self.metrics.worker_up).set(1)
+        rt.labels(self.metrics.model_reachable).set(1)
+        log.info("worker %s serves model %s (%s) at version %s", self.consumer, cfg.name,
+                 cfg.kind, rt.replica.version)
+        return rt
+
+    def request_stop(self) -> None:
+        """Finish the current batch, commit it, and return from :meth:`run`."""
+        self._stop.set()
+
+    @property
+    def stopping(self) -> bool:
+        return self._stop.is_set()
+
+    def run(self, install_signals: bool = True) -> int:
+        """Serve until stopped; returns the process exit code (0 after a warm shutdown)."""
+        if install_signals and threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, self._on_signal)
+            signal.signal(signal.SIGINT, self._on_signal)
+        while not self.stopping:
+            try:
+                if not self.started:
+                    self.start()
+                self.step(self.options.block_ms)
+                self.backoff.reset()
+                if len(self.guard.outages) < len(self.models):
+                    self.health.up()
+            except Exception as exc:  # noqa: BLE001 - classified below
+                if is_access_error(exc) and not self.started:
+                    raise  # a refused password or command: retrying cannot help
+                if error_kind(exc) is None:
+                    if isinstance(exc, (StreamnbError, ValueError)) and not self.started:
+                        raise
+                    self._unexpected_error()
+                    continue
+                self._recover(exc)
+        self._finish_pipeline()
+        self.shutdown()
+        return 0
+
+    def _on_signal(self, signum: int, frame: Any) -> None:
+        """The first signal: a warm shutdown; the second: a cold one."""
+        self._signals += 1
+        if self._signals == 1:
+            log.info("signal %d: finishing the current batch, then exiting (again: exit now)", signum)
+            self.request_stop()
+        else:
+            log.warning("second signal %d: exiting now; uncommitted messages stay pending", signum)
+            os._exit(1)
+
+    def _unexpected_error(self) -> None:
+        """After an error that is not Redis being away (a bug, or a message the worker does
+        not handle): log and count it, wait a second, then redo the pending entries one at a
+        time (``isolate``). Redone as a batch, every entry of the batch would be delivered
+        again at each failure and reach ``max_deliveries`` with the one that fails; one at
+        a time, only that one does, and goes to ``:dead`` as poison."""
+        log.exception("worker %s: unexpected error; the batch stays pending", self.consumer)
+        for rt in self.models.values():
+            rt.labels(self.metrics.worker_errors).inc()
+        self._stop.wait(1.0)
+        for rt in self.models.values():
+            try:
+                settle(rt)
+            except Exception:  # noqa: BLE001 - its batch stays pending
+                log.exception("model %s: the commit on the wire failed", rt.name)
+            abandon(rt)
+            rt.pending_phase = rt.isolate = True
+
+    def _finish_pipeline(self) -> None:
+        """Warm shutdown: process the batch read ahead and read the last commit's reply."""
+        for rt in self.models.values():
+            try:
+                while rt.read_ahead:  # (settling a commit may bring the batch read behind it)
+                    ahead, rt.read_ahead = rt.read_ahead, None
+                    process_batch(rt, ahead.entries, None, ahead.announced)
+                settle(rt)
+            except Exception as exc:  # noqa: BLE001 - what is not committed stays pending
+                log.warning("model %s: the last batches were not committed: %s", rt.name, exc)
+                abandon(rt)
+
+    def _recover(self, exc: BaseException) -> None:
+        """After a Redis error: count it, wait a bounded backoff, reconnect; the
+        uncommitted work is redone from this consumer's pending entries."""
+        kind = error_kind(exc) or "other"
+        if kind in UNREACHABLE_KINDS:
+            self.health.down()
+            for rt in self.models.values():
+                drop_sampled_gauges(rt)  # read from Redis: not served while it is away
+        self.check_keys = True
+        for rt in self.models.values() or [None]:
+            labels = {"model": rt.name if rt else "-", "worker": self.consumer}
+            self.metrics.redis_errors.labels(**labels, kind=kind).inc()
+            self.metrics.reconnects.labels(**labels).inc()
+        for rt in self.models.values():
+            abandon(rt, withdraw=False)  # Redis is away; announcements go stale
+        delay = self.backoff.next_delay()
+        log.warning("redis %s error at %s: %s; reconnecting in %.2fs (attempt %d)", kind,
+                    self.connector.describe(), exc, delay, self.backoff.attempts)
+        self._stop.wait(delay)
+        old = {id(self.client): self.client, id(self.reader): self.reader}.values()
+        for c in old:
+            try:
+                if c is not None and hasattr(c, "connection_pool"):
+                    c.connection_pool.disconnect()
+            except Exception:  # noqa: BLE001, S110 - best effort
+                pass
+        try:
+            self.connect()
+        except Exception as e2:  # noqa: BLE001 - retried on the next attempt
+            log.warning("reconnect failed: %s", e2)
+        else:
+            if self.connector.cluster:  # new clients learnt the topology anew
+                close_clients(old)
+        for rt in self.models.values():
+            rt.pending_phase = True  # uncommitted work is redone from our pending entries
+
+    def shutdown(self) -> None:
+        """Leave cleanly: final snapshot if lease holder, release lease, drop heartbeat,
+        delete this consumer from the group if it has nothing pending."""
+        for rt in self.models.values():
+            rt.labels(self.metrics.worker_up).set(0)
+            try:
+                rt.replica.catch_up()
+                if rt.snapshotter.holder:
+                    rt.snapshotter.maybe_write(rt.replica, final=True)
+                    rt.snapshotter.release()
+                self.client.hdel(rt.keys.workers, self.consumer)
+                delete_consumer_if_idle(self.client, rt.keys, self.consumer)
+            except Exception as exc:  # noqa: BLE001 - Redis may be gone; nothing is lost
+                log.warning("model %s: clean shutdown incomplete: %s", rt.name, exc)
+        log.info("worker %s stopped", self.consumer)
+
+    # ------------------------------------------------------------------ iteration
+    def step(self, block_ms: int | None = None) -> int:
+        """One iteration of the loop; returns the number of entries handled."""
+        if not self.started:
+            self.start()
+        block_ms = self.options.block_ms if block_ms is None else block_ms
+        n = 0
+        served = list(self.models)
+        if self.check_keys and not self._restore_lost_keys():
+            return 0
+        guard = self.guard
+        guard.active = bool(self.connector.cluster) and len(self.models) > 1
+        now = time.monotonic()
+        live = guard.live(list(self.models.values()), now)
+        if not live:  # every model away (workers/worker/outages.py): wait for the first retry
+            self.health.down()
+            self._stop.wait(min(block_ms / 1000.0,
+                                max(0.0, guard.outages.next_retry() - now)))
+            return 0
+        for rt in live:
+            n += guard(rt, self._intake, rt, served) or 0
+        live = guard.serving(live)
+        # batches read while the previous commit ran (pipelined), then the other models'
+        batches = [(rt, rt.read_ahead) for rt in live if rt.read_ahead]
+        rest = [rt for rt in live if not rt.read_ahead]
+        for rt, _ in batches:
+            rt.read_ahead = None
+        if not self.stopping and rest:
+            wait = 0 if batches or n else block_ms
+            if guard.active:  # a read a model, each guarded
+                batches += self._read_each(rest, wait)
+            else:
+                batches += read_batches(self.reader, self.consumer, rest, self.options.batch,
+                                        wait, self.connector.cluster, self._announce_reads)
+        if len(batches) > 1:
+            batches = in_stream_order(batches)
+        pipeline = not self.stopping and not self.connector.cluster
+        for rt, batch in batches:
+            if rt.name not in guard.failed:
+                n += guard(rt, process_batch, rt, batch.entries, None, batch.announced,
+                           pipeline) or 0
+        for rt in guard.serving(live):
+            if rt.read_ahead is None:  # else the commit runs on while the next batch decodes
+                guard(rt, self._settle_and_tail, rt)
+        guard.came_back(live)
+        self.heap.after_step(n)
+        return n
+
+    @property
+    def _announce_reads(self) -> bool:
+        """Batches are announced as soon as read when several models are served (one
+        model's batch is processed, and announced, right after its read)."""
+        return self.options.order_wait_ms > 0 and len(self.models) > 1
+
+    def _read_each(self, rts: list[ModelRuntime], wait_ms: int) -> list[tuple[ModelRuntime, Any]]:
+        """New entries of each model, a guarded read each (as :func:`read_new` reads a
+        cluster's streams: none waits unless all were empty, then each its share)."""
+        got: list[tuple[ModelRuntime, Any]] = []
+        for rt in rts:
+            got += self.guard(rt, read_batches, self.reader, self.consumer, [rt],
+                              self.options.batch, 0, True, self._announce_reads) or []
+        if got or not wait_ms:
+            return got
+        for rt in self.guard.serving(rts):
+            got = self.guard(rt, read_batches, self.reader, self.consumer, [rt],
+                             self.options.batch, max(1, wait_ms // len(rts)), True,
+                             self._announce_reads) or []
+            if got:
+                break
+        return got
+
+    def _intake(self, rt: ModelRuntime, served: list[str]) -> int:
+        """Model ``rt``'s housekeeping, claims and own pending entries (a model back from
+        away first gets back what Redis lost: workers/worker/restore.py)."""
+        if rt.name in self.guard.outages and "settling" in restore_lost_keys(rt):
+            self.guard.failed.add(rt.name)  # its group is being made again: soon
+            return 0
+        housekeeping(rt, served)
+        n = self._claim(rt)
+        if rt.pending_phase:
+            n += self._drain_pending(rt)
+        return n
+
+    @staticmethod
+    def _settle_and_tail(rt: ModelRuntime) -> None:
+        settle(rt)
+        rt.tail()
+
+    def run_until_idle(self, timeout: float = 60.0, block_ms: int = 20) -> None:
+        """Process until no model has undelivered or pending entries, then catch up."""
+        deadline = time.monotonic() + timeout
+        while True:
+            n = self.step(block_ms)
+            if n == 0 and all(all_done(self.client, rt.keys) for rt in self.models.values()):
+                break
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"worker {self.consumer} not idle after {timeout}s")
+        for rt in self.models.values():
+            rt.tail()
+
+    def _restore_lost_keys(self) -> bool:
+        """Write back what Redis lost of each model (workers/worker/restore.py); False while a
+        model's group waits for the other workers' replicas (after a short wait: the step
+        reads nothing meanwhile)."""
+        settling = False
+        for cfg in self.sharded.values():  # the config that records the shards
+            ensure_config(self.client, shard_spec(cfg))
+        for rt in self.models.values():
+            settling |= "settling" in restore_lost_keys(rt)
+            rt.timers.gauges.due_at_once()
+        if settling:
+            self._stop.wait(0.25)
+            return False
+        self.check_keys = False
+        return True
+
+    def _claim(self, rt: ModelRuntime) -> int:
+        """Claim and process entries idle in other consumers, when the claim timer is due."""
+        o = self.options
+        if not rt.timers.claim.fire(time.monotonic()):
+            return 0
+        rt.claim_cursor, entries = claim_idle(self.client, rt.keys, self.consumer,
+                                              o.claim_idle_ms, rt.claim_cursor, o.batch)
+        if not entries:
+            return 0
+        if rt.claim_cursor != "0-0":  # claimed entries are handled at once; more: soon
+            rt.timers.claim.due_at_once()
+        rt.labels(self.metrics.messages_claimed).inc(len(entries))
+        log.info("model %s: claimed %d idle entries", rt.name, len(entries))
+        return process_batch(rt, entries, delivery_counts(self.client, rt.keys, self.consumer,
+                                                          entries))
+
+    def _drain_pending(self, rt: ModelRuntime) -> int:
+        """Redo a batch of this consumer's pending entries (one entry after an unexpected
+        error: :meth:`_unexpected_error`); the pending phase ends when none is left."""
+        entries = read_pending(self.client, rt.keys, self.consumer,
+                               1 if rt.isolate else self.options.batch)
+        if not entries:
+            rt.pending_phase = rt.isolate = False
+            return 0
+        log.info("model %s: re-processing %d pending entries", rt.name, len(entries))
+        return process_batch(rt, entries, delivery_counts(self.client, rt.keys, self.consumer,
+                                                          entries))

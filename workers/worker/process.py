@@ -1,0 +1,286 @@
+"""One batch of one model, from its read to its commit, in named steps: announce it,
+decode, featurize, prepare what no other worker's batch changes, let the previous commit
+land, catch up with the log (after other workers' earlier labelled batches), predict,
+build and send the commit, show the observer the predictions.
+
+The steps' values and the work on them are workers/worker/batch.py; the commit's send, reply
+and retries are workers/worker/commit_pipeline.py. See docs/worker.md, "One batch".
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from streamnb_workers.observe.metrics import observe_many
+from streamnb_workers.observe.token_names import message_tokens
+from streamnb_workers.replication.ordering import wait_for_earlier
+from streamnb_workers.wire.explanations import add_batch_term, explain_matrix
+from streamnb_workers.wire.stream_ids import entry_time, first_id
+from streamnb_workers.worker import commit_pipeline
+from streamnb_workers.worker.batch import (
+    Decoded,
+    Featurized,
+    Item,
+    Predictions,
+    cache_rows,
+    decode_entries,
+    drop_bad_categories,
+    drop_foreign_labels,
+    drop_undeclared_labels,
+    featurize,
+    known_classes,
+    own_stats,
+    predict,
+    prediction_plan,
+)
+from streamnb_workers.worker.commit_content import PredictedBatch
+
+if TYPE_CHECKING:
+    from streamnb_workers.worker.runtime import ModelRuntime
+
+__all__ = ["Prepared", "process_batch"]
+
+log = logging.getLogger("streamnb.worker")
+
+
+@dataclass(frozen=True, slots=True)
+class Prepared:
+    """What is made of a batch before the wait for other workers' batches (off the path
+    from one worker's commit to the next's): the items' entry ids it was made for, their
+    rows stacked, the model's prequential plan (or None), the statistics of the items'
+    own labels (without delayed labels in the batch), the cache rows, and the seconds
+    its prediction part and its commit part took."""
+
+    entry_ids: list[str]
+    X: Any
+    plan: Any
+    own: tuple[list[str], Any] | None
+    row_bytes: dict[str, bytes] | None
+    prediction_s: float
+    commit_s: float
+
+
+def process_batch(rt: ModelRuntime, entries: list, deliveries: dict[str, int] | None = None,
+                  announced: str | None = None, pipeline: bool = False) -> int:
+    """Decode, featurize, predict, learn and commit one batch of ``rt``'s entries;
+    returns how many there were.
+
+    ``deliveries``: entry id -> times delivered (claimed and pending entries).
+    ``announced``: the batch's ``:inflight`` field if it was announced when read.
+    ``pipeline``: a full batch's commit may be sent without waiting for its reply
+    (:func:`commit_pipeline.send_ahead`).
+    """
+    o = rt.options
+    start = first_id(entries)
+    if announced is None and o.order_wait_ms > 0 and entries:
+        # announced at once (it may hold labels), so a worker that read the next batch
+        # can never look before this one is announced; see workers/replication/ordering.py
+        announced = rt.inflight.announce(start, len(entries))
+    sent = False
+    try:
+        now = time.time()
+        decoded = decode(rt, entries, deliveries)
+        t1 = time.perf_counter()
+        if not decoded.labelled:
+            rt.withdraw(announced)  # it learns nothing: nobody needs to wait for it
+            announced = None
+        batch = featurize(rt.featurizer, decoded)
+        batch = drop_bad_categories(rt.predictor,
+                                    drop_undeclared_labels(rt.config.classes, batch))
+        rt.labels.stage("featurize", time.perf_counter() - t1)
+        prepared = prepare(rt, batch) if batch.items else None
+
+        # the previous batch's commit (pipelined) lands before anything reads the model
+        rt.own_applied = False
+        settled = commit_pipeline.settle(rt)
+        ordered_from = catch_up(rt, start, bool(batch.items), settled)
+        t2 = time.perf_counter()
+        # after the log tail: it may have brought the model's first classes
+        batch = drop_foreign_labels(known_classes(rt.predictor), decoded, batch)
+
+        # predict before learning (test-then-train; prequential within the batch)
+        predictions = predict_items(rt, batch, prepared)
+        t3 = time.perf_counter()
+        rt.labels.stage("predict", t3 - t2 + (prepared.prediction_s if prepared else 0.0))
+        tokens = None
+        if predictions is not None and o.explain:
+            predictions, tokens = explain_items(rt, batch.items, prepared, predictions)
+        explain_s = time.perf_counter() - t3
+
+        predicted = PredictedBatch(
+            order=decoded.order, items=batch.items,
+            verdicts=predictions.verdicts if predictions else [], refs=batch.refs,
+            ref_data=batch.ref_data, dead=batch.dead, version=rt.replica.version,
+            classes=predictions.classes if predictions else [],
+            own=prepared.own if prepared and weights_as_given(batch.items, predictions)
+            else None,
+            row_bytes=prepared.row_bytes if prepared else None, announced=announced,
+            forgets=batch.forgets, learn_once=o.learnt_keys_max > 0)
+        built = commit_pipeline.build(rt, predicted, prepared.commit_s if prepared else 0.0)
+        if built is not None:
+            if pipeline and o.pipeline and len(entries) >= o.batch:
+                t4 = time.perf_counter()
+                commit_pipeline.send_ahead(rt, predicted, built)
+                sent = True
+                rt.labels.stage("send", time.perf_counter() - t4)
+            else:
+                commit_pipeline.commit(rt, predicted, built)
+        if announced is not None and batch.items:
+            # a labelled batch, taken in stream order: from the end of its wait to its
+            # commit on the wire, what one worker holds every other worker up by
+            wall, cpu = ordered_from
+            rt.labels(rt.metrics.ordered_section_seconds).observe(time.perf_counter() - wall)
+            rt.labels(rt.metrics.ordered_section_cpu).inc(time.thread_time() - cpu)
+        if rt.token_names is not None and batch.items:
+            t5 = time.perf_counter()
+            count_token_names(rt, batch.items, tokens)
+            explain_s += time.perf_counter() - t5
+        if o.explain or rt.token_names is not None:
+            rt.labels.stage("explain", explain_s)
+        if predictions is not None and predictions.observed:
+            t5 = time.perf_counter()
+            observe_predictions(rt, predictions, now)
+            rt.labels.stage("observe", time.perf_counter() - t5)
+    finally:
+        if not sent:  # else the settle of the commit on the wire withdraws it
+            rt.withdraw(announced)
+    return len(entries)
+
+
+def decode(rt: ModelRuntime, entries: list, deliveries: dict[str, int] | None) -> Decoded:
+    """The batch's entries decoded (counted: read, batch size, unknown keys)."""
+    m, labels, o = rt.metrics, rt.labels, rt.options
+    labels(m.messages_read).inc(len(entries))
+    labels(m.batch_size).observe(len(entries))
+    t0 = time.perf_counter()
+    dense_dim = rt.featurizer.dim if rt.featurizer.input == "dense" else None
+    decoded = decode_entries(entries, deliveries, o.max_deliveries, o.limits, dense_dim)
+    if decoded.unknown_keys:
+        labels(m.unknown_keys).inc(decoded.unknown_keys)
+    labels.stage("decode", time.perf_counter() - t0)
+    return decoded
+
+
+def prepare(rt: ModelRuntime, batch: Featurized) -> Prepared:
+    """What the prediction and the commit need that no other worker's batch changes: the
+    rows stacked and the prequential plan; the cache rows and, without delayed labels, the
+    batch's own statistics. :func:`predict_items` and :func:`commit_pipeline.build` use it
+    only where it still applies."""
+    o, model, items = rt.options, rt.predictor, batch.items
+    t0 = time.perf_counter()
+    X = rt.featurizer.stack([it.row for it in items])
+    plan = prediction_plan(model, X, items) if o.prequential and model.cheap_prequential else None
+    t1 = time.perf_counter()
+    row_bytes = cache_rows(items, o.cache_labelled) if o.cache_ttl_s > 0 else None
+    own = own_stats(model, items, X) if not batch.refs else None
+    return Prepared([it.entry_id for it in items], X, plan, own, row_bytes, t1 - t0,
+                    time.perf_counter() - t1)
+
+
+def catch_up(rt: ModelRuntime, start: str, has_items: bool, settled: bool,
+             ) -> tuple[float, float]:
+    """Bring the model up to date before predicting: other workers' earlier labelled
+    batches first (ordered predictions), then the log (batches committed while this one
+    was read and featurized). A worker alone that applied its own delta at the commit
+    (nothing came between) has nothing to catch up with. Returns when the wait ended
+    (``time.perf_counter()``, ``time.thread_time()``): the start of the batch's ordered
+    section."""
+    o = rt.options
+    current = has_items and o.order_wait_ms > 0 and await_earlier(rt, start)
+    waited = time.perf_counter(), time.thread_time()
+    current = current or (rt.own_applied and rt.alone())
+    if not current and (settled or (has_items and (o.order_wait_ms > 0 or o.prequential))):
+        rt.tail()
+    return waited
+
+
+def await_earlier(rt: ModelRuntime, start: str) -> bool:
+    """Wait (at most ``order_wait_ms``) for other workers' labelled batches that start
+    before ``start`` to be committed, applying the log as it grows. True if the wait ended
+    by applying the log (then the model is current)."""
+    cpu0 = time.thread_time()
+    res = wait_for_earlier(rt.inflight, start, rt.options.order_wait_ms / 1000.0,
+                           lambda batches, block_ms: rt.tail(batches, block_ms))
+    if res.waited_for:
+        rt.labels(rt.metrics.order_wait_seconds).observe(res.seconds)
+        rt.labels(rt.metrics.order_wait_cpu).inc(time.thread_time() - cpu0)
+        if res.timed_out:
+            rt.labels(rt.metrics.order_wait_timeouts).inc()
+            log.info("model %s: waited %.0f ms for %d earlier labelled batch(es) of other "
+                     "workers; predicting batch %s without them", rt.name, res.seconds * 1000,
+                     res.waited_for, start)
+    return res.caught_up
+
+
+def predict_items(rt: ModelRuntime, batch: Featurized, prepared: Prepared | None,
+                  ) -> Predictions | None:
+    """The batch's predictions and decisions (None without items)."""
+    if not batch.items:
+        return None
+    prep = (prepared.entry_ids, prepared.X, prepared.plan) if prepared is not None else None
+    return predict(rt.predictor, rt.rule, rt.featurizer, batch.items,
+                   rt.options.prequential, prep, rt.config.error_weight)
+
+
+def weights_as_given(items: list[Item], predictions: Predictions | None) -> bool:
+    """Whether every item is learnt with its message's own weight (no error weight), so
+    the statistics made before the wait still hold."""
+    return predictions is None or all(v.weight == it.msg.weight for v, it in
+                                      zip(predictions.verdicts, items, strict=True))
+
+
+def explain_items(rt: ModelRuntime, items: list[Item], prepared: Prepared | None,
+                  predictions: Predictions) -> tuple[Predictions, list[list[str] | None] | None]:
+    """With ``--explain K``: each item's explanation in its verdict, and the items'
+    tokens (made to name the features; None if the explanations failed, which is logged:
+    an explanation must never stop a batch)."""
+    try:
+        tokens = [message_tokens(rt.featurizer, it.msg) for it in items]
+        if prepared is not None and prepared.entry_ids == [it.entry_id for it in items]:
+            X = prepared.X
+        else:
+            X = rt.featurizer.stack([it.row for it in items])
+        explained = explain_matrix(rt.predictor, rt.rule, rt.featurizer, X,
+                                   rt.options.explain, tokens)
+    except Exception:  # noqa: BLE001 - see the docstring
+        log.exception("model %s: explaining batch %s failed; its outputs go without",
+                      rt.name, items[0].entry_id)
+        return predictions, None
+    classes = predictions.classes
+    verdicts = [v if e is None else
+                replace(v, explanation=add_batch_term(e, v.model_log_proba, classes))
+                for v, e in zip(predictions.verdicts, explained, strict=True)]
+    return replace(predictions, verdicts=verdicts), tokens
+
+
+def count_token_names(rt: ModelRuntime, items: list[Item],
+                      tokens: list[list[str] | None] | None) -> None:
+    """Count the token names of the sampled items (``--token-names``), with their
+    ``tokens`` where :func:`explain_items` made them; run once the commit is on its way.
+    A failure is logged, never raised."""
+    names = rt.token_names
+    if names is None:
+        return
+    try:
+        for i in names.sample(len(items)):
+            toks = tokens[i] if tokens is not None else message_tokens(rt.featurizer, items[i].msg)
+            if toks:
+                names.add(toks)
+    except Exception:  # noqa: BLE001 - counting names must never stop a batch
+        log.exception("model %s: counting token names failed", rt.name)
+
+
+def observe_predictions(rt: ModelRuntime, p: Predictions, now: float) -> None:
+    """Message ages and the observer's view of one batch's predictions: run once the
+    commit is on its way (off the path from one worker's commit to the next's), with the
+    model the batch was predicted with (the log is applied only after)."""
+    ages = np.array([max(0.0, now - entry_time(it.entry_id)) for it in p.observed])
+    observe_many(rt.labels(rt.metrics.message_age), ages)
+    oov = p.oov_share if p.oov_share is not None else \
+        rt.predictor.unseen_share(rt.featurizer.stack([it.row for it in p.observed]))
+    rt.observe(rt.observer.observe_predictions, p.classes, p.log_proba, oov, ages, p.unsure)
