@@ -1,14 +1,21 @@
 """Exceptions raised by streamnb. One module, so callers can catch by type.
 
-scikit-learn is not a dependency, but where it is installed a :class:`NotFittedError`
-is also an instance of ``sklearn.exceptions.NotFittedError``, so that its tools and
-tests recognise it. Importing scikit-learn takes about a second, so it is not looked up
-when this module is imported, but when the first NotFittedError is made.
+scikit-learn is not a dependency, but where it is installed two of these are also its
+classes, so that its tools and tests recognise them: a :class:`NotFittedError` is an
+instance of ``sklearn.exceptions.NotFittedError``, and :data:`DataConversionWarning` is
+``sklearn.exceptions.DataConversionWarning``. Importing scikit-learn takes about a
+second, so neither is looked up when this module is imported: the first is resolved when
+the first NotFittedError is made, the second when the name is first read.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    #: scikit-learn's ``DataConversionWarning`` where it is installed, else a UserWarning
+    #: subclass of that name (resolved by the module's ``__getattr__``).
+    DataConversionWarning: type[UserWarning]
 
 
 class StreamnbError(Exception):
@@ -71,6 +78,27 @@ def _sklearn_exception(name: str) -> Any:
     except Exception:  # ImportError, or whatever a broken installation raises
         return None
     return getattr(sklearn.exceptions, name, None)
+
+
+def __getattr__(name: str) -> Any:
+    # DataConversionWarning: scikit-learn's class, looked up when the name is first read.
+    if name == "DataConversionWarning":
+        value = _sklearn_exception(name) or _LocalDataConversionWarning
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+class _LocalDataConversionWarning(UserWarning):
+    """Input converted to what the model needs (a column-vector y flattened).
+
+    :data:`DataConversionWarning` where scikit-learn is not installed; where it is,
+    that name is scikit-learn's own class.
+    """
+
+
+_LocalDataConversionWarning.__name__ = "DataConversionWarning"
+_LocalDataConversionWarning.__qualname__ = "DataConversionWarning"
 
 
 class FormatError(StreamnbError, ValueError):

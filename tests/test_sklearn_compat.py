@@ -23,6 +23,7 @@ from sklearn.model_selection import GridSearchCV, KFold, StratifiedKFold, cross_
 from sklearn.pipeline import make_pipeline
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
+import streamnb.exceptions
 from streamnb.exceptions import NotFittedError, SingularCovarianceWarning
 from streamnb.models import (
     BernoulliNB,
@@ -84,7 +85,7 @@ def test_every_expected_failure_is_argued_in_the_docs():
             assert re.search(rf"`{check}`", section), (name, check)
 
 
-# ----------------------------------------------------------- scikit-learn's errors
+# ------------------------------------------------- scikit-learn's errors and warnings
 SMALL_X = np.array([[1.0, 2.0], [2.0, 1.0], [0.0, 3.0], [3.0, 0.0], [1.0, 1.0], [2.0, 3.0]])
 
 
@@ -117,6 +118,24 @@ def test_every_not_fitted_error_has_the_same_type():
     assert issubclass(type(made), sklearn.exceptions.NotFittedError)
 
 
+@pytest.mark.parametrize("model", ESTIMATORS, ids=lambda m: type(m).__name__)
+def test_a_column_y_warns_with_sklearns_data_conversion_warning(model):
+    """What check_supervised_y_2d asks: scikit-learn's DataConversionWarning class (its
+    checks turn that class's warnings on, and catch them), and y flattened."""
+    assert streamnb.exceptions.DataConversionWarning is sklearn.exceptions.DataConversionWarning
+    y = np.array([0, 1, 0, 1, 1, 0])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("ignore")  # any other warning class, a look-alike included
+        warnings.simplefilter("always", sklearn.exceptions.DataConversionWarning)
+        fitted = clone(model).fit(SMALL_X, y[:, None])
+    assert [w.category for w in caught] == [sklearn.exceptions.DataConversionWarning]
+    assert str(caught[0].message).startswith("A column-vector y was passed when a 1d array "
+                                             "was expected")
+    flat = clone(model).fit(SMALL_X, y)
+    assert fitted.classes_.tolist() == [0, 1]
+    np.testing.assert_array_equal(fitted.predict_log_proba(SMALL_X), flat.predict_log_proba(SMALL_X))
+
+
 def run_python(code: str) -> str:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=False)
@@ -128,24 +147,30 @@ def test_importing_streamnb_imports_neither_sklearn_nor_redis():
     """scikit-learn is imported when the first NotFittedError is made (where it is
     installed), not when streamnb or its models are imported: that costs about a second."""
     out = run_python(
-        "import sys, streamnb, streamnb.exceptions, streamnb.models\n"
+        "import sys, streamnb, streamnb.exceptions, streamnb.models, streamnb.models.validation\n"
         "print(sorted(m for m in ('sklearn', 'redis') if m in sys.modules))\n"
         "streamnb.exceptions.NotFittedError('x')\n"
         "print('sklearn' in sys.modules)\n")
     assert out.split("\n")[:2] == ["[]", "True"]
 
 
-def test_without_sklearn_the_error_is_streamnbs_own():
+def test_without_sklearn_the_error_and_the_warning_are_streamnbs_own():
     out = run_python(
-        "import sys\n"
+        "import sys, warnings\n"
         "sys.modules['sklearn'] = None  # import sklearn raises ImportError\n"
-        "from streamnb.exceptions import NotFittedError\n"
+        "import numpy as np\n"
+        "from streamnb.exceptions import DataConversionWarning, NotFittedError\n"
         "from streamnb.models import GaussianNB\n"
         "try:\n"
         "    GaussianNB().predict([[1.0]])\n"
         "except NotFittedError as exc:\n"
-        "    print(type(exc) is NotFittedError, isinstance(exc, (ValueError, AttributeError)))\n")
-    assert out.split() == ["True", "True"]
+        "    print(type(exc) is NotFittedError, isinstance(exc, (ValueError, AttributeError)))\n"
+        "with warnings.catch_warnings(record=True) as caught:\n"
+        "    warnings.simplefilter('always')\n"
+        "    GaussianNB().fit([[0.0], [1.0]], np.array([[0], [1]]))\n"
+        "print([(w.category is DataConversionWarning, w.category.__name__) for w in caught])\n"
+        "print(issubclass(DataConversionWarning, UserWarning))\n")
+    assert out.split() == ["True", "True", "[(True,", "'DataConversionWarning')]", "True"]
 
 
 # ------------------------------------------------------------------ scikit-learn's tools
