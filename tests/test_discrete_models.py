@@ -13,6 +13,7 @@ from sklearn.datasets import load_digits
 from streamnb.models import make_model
 from streamnb.models.bernoulli import BernoulliNB
 from streamnb.models.categorical import CategoricalNB
+from streamnb.models.io import dumps, loads
 from streamnb.models.multinomial import MultinomialNB
 
 TOL = 1e-8
@@ -371,3 +372,38 @@ def test_repr_and_params_round_trip():
     m = BernoulliNB(alpha=0.5, binarize=1.0, n_features=10, smoothing_m="seen")
     assert type(m)(**m.get_params()).get_params() == m.get_params()
     assert "smoothing_m='seen'" in repr(m)
+
+
+# ------------------------------------------------------- class_prior fixed when learning
+@pytest.mark.parametrize("learn", ["fit", "partial_fit"])
+@pytest.mark.parametrize("cls", [MultinomialNB, BernoulliNB, CategoricalNB])
+def test_class_prior_changed_after_fit_leaves_priors_and_predictions_unchanged(cls, learn, digits):
+    """As the Gaussian models' priors: ``class_prior`` is validated and copied when the
+    model starts learning; changing the caller's array afterwards changes neither
+    class_log_prior_ nor the predictions, nor a model file or a prequential prediction."""
+    X, y = digits
+    if cls is CategoricalNB:
+        X = (X // 4).astype(int)
+    given = np.linspace(1.0, 2.0, 10) / np.linspace(1.0, 2.0, 10).sum()
+    class_prior = given.copy()
+    model = cls(class_prior=class_prior)
+    if learn == "fit":
+        model.fit(X, y)
+    else:
+        model.partial_fit(X[::2], y[::2])
+    class_prior[:] = class_prior[::-1]  # other valid priors, which the model must not read
+    if learn == "partial_fit":
+        model.partial_fit(X[1::2], y[1::2])
+    reference = cls(class_prior=given.tolist()).fit(X, y)
+    assert model.class_prior is class_prior
+    np.testing.assert_array_equal(model.class_log_prior_, np.log(given))
+    np.testing.assert_allclose(model.predict_log_proba(X[:50]), reference.predict_log_proba(X[:50]),
+                               rtol=1e-12, atol=1e-12)
+    copy = loads(dumps(model))
+    np.testing.assert_array_equal(copy.class_log_prior_, np.log(given))
+    np.testing.assert_array_equal(copy.predict_log_proba(X[:50]), model.predict_log_proba(X[:50]))
+    a = model.predict_log_proba_prequential(X[:40], y[:40]).log_proba
+    b = reference.predict_log_proba_prequential(X[:40], y[:40]).log_proba
+    np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12)
+    sk = getattr(skl, cls.__name__)(class_prior=given).fit(X, y)
+    np.testing.assert_allclose(model.class_log_prior_, sk.class_log_prior_, rtol=1e-12)

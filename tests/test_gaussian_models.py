@@ -16,6 +16,7 @@ from sklearn import naive_bayes as sknb
 from streamnb.bounds import bhattacharyya_distance
 from streamnb.exceptions import SingularCovarianceWarning
 from streamnb.models.gaussian import GaussianNB
+from streamnb.models.io import dumps, loads
 from streamnb.models.lda import LinearDiscriminantAnalysis
 from streamnb.models.qda import QuadraticDiscriminantAnalysis
 from streamnb.stats import ClassCounts, GaussianMoments, StatsBundle
@@ -323,6 +324,60 @@ def test_zero_prior_and_empty_classes_get_minus_inf_without_warnings(cls):
 def test_invalid_priors_raise(cls, priors):
     with pytest.raises(ValueError, match="priors"):  # checked before learning, not at init
         cls(priors=priors).validate_params()
+
+
+GAUSSIAN_MODELS = [GaussianNB, LinearDiscriminantAnalysis, QuadraticDiscriminantAnalysis]
+
+
+@pytest.mark.parametrize("learn", ["fit", "partial_fit"])
+@pytest.mark.parametrize("cls", GAUSSIAN_MODELS)
+def test_priors_changed_after_fit_leave_priors_and_predictions_unchanged(cls, learn):
+    """scikit-learn's test_qda_prior_copy: the model validates and copies the priors when
+    it starts learning; the caller's array, changed afterwards (here to values that do
+    not sum to 1), is kept as given but read no more, not even by a later partial_fit."""
+    X, y = dataset("iris")
+    priors = np.array([0.2, 0.3, 0.5])
+    model = cls(priors=priors)
+    if learn == "fit":
+        model.fit(X, y)
+    else:
+        model.partial_fit(X[::2], y[::2])
+    before = model.predict_log_proba(X)
+    priors[0] = 0.6
+    if learn == "partial_fit":
+        model.partial_fit(X[1::2], y[1::2])
+        before = model.predict_log_proba(X)
+    assert model.priors is priors and model.get_params()["priors"] is priors
+    np.testing.assert_array_equal(model.priors_, [0.2, 0.3, 0.5])
+    np.testing.assert_array_equal(model.class_log_prior_, np.log([0.2, 0.3, 0.5]))
+    np.testing.assert_array_equal(model.predict_log_proba(X), before)
+    expected = cls(priors=[0.2, 0.3, 0.5]).fit(X, y)
+    np.testing.assert_allclose(before, expected.predict_log_proba(X), rtol=1e-9, atol=1e-9)
+    model.set_params(priors=[0.5, 0.25, 0.25])  # a new value is read at once, as before
+    np.testing.assert_array_equal(model.priors_, [0.5, 0.25, 0.25])
+    model.fit(X, y)  # and fit reads the parameter anew
+    np.testing.assert_array_equal(model.priors_, [0.5, 0.25, 0.25])
+
+
+@pytest.mark.parametrize("cls", GAUSSIAN_MODELS)
+def test_validated_priors_survive_save_load_merge_and_prequential(cls):
+    """The priors changed after fit to other valid priors: a model file, a merge and a
+    prequential prediction (a scratch copy of the model) still use the validated ones."""
+    X, y = dataset("iris")
+    priors = np.array([0.2, 0.3, 0.5])
+    model = cls(priors=priors).fit(X[::2], y[::2])
+    priors[:] = [0.6, 0.2, 0.2]
+    reference = cls(priors=[0.2, 0.3, 0.5]).fit(X[::2], y[::2])
+    copy = loads(dumps(model))
+    np.testing.assert_array_equal(copy.priors_, [0.2, 0.3, 0.5])
+    np.testing.assert_array_equal(copy.predict_log_proba(X), reference.predict_log_proba(X))
+    a = model.predict_log_proba_prequential(X[1:20:2], y[1:20:2]).log_proba
+    b = reference.predict_log_proba_prequential(X[1:20:2], y[1:20:2]).log_proba
+    np.testing.assert_array_equal(a, b)
+    model.merge(cls().fit(X[1::2], y[1::2]))  # the hyper-parameters are this model's
+    reference.merge(cls().fit(X[1::2], y[1::2]))
+    np.testing.assert_array_equal(model.priors_, [0.2, 0.3, 0.5])
+    np.testing.assert_array_equal(model.predict_log_proba(X), reference.predict_log_proba(X))
 
 
 def test_priors_of_the_wrong_length_raise_at_prediction():

@@ -4,13 +4,17 @@ streamnb model as with scikit-learn's estimator of the same name."""
 
 from __future__ import annotations
 
+import copy
 import re
+import subprocess
+import sys
 import warnings
 from pathlib import Path
 
 import numpy as np
 import pytest
 import scipy.sparse as sp
+import sklearn.exceptions
 import sklearn.naive_bayes as skl
 from sklearn.base import clone, is_classifier
 from sklearn.datasets import load_digits, load_iris
@@ -19,7 +23,8 @@ from sklearn.model_selection import GridSearchCV, KFold, StratifiedKFold, cross_
 from sklearn.pipeline import make_pipeline
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
-from streamnb.exceptions import SingularCovarianceWarning
+import streamnb.exceptions
+from streamnb.exceptions import NotFittedError, SingularCovarianceWarning
 from streamnb.models import (
     BernoulliNB,
     CategoricalNB,
@@ -34,9 +39,6 @@ DOCS = Path(__file__).resolve().parents[1] / "docs" / "models.md"
 
 #: The checks that cannot hold, and why (docs/models.md lists the same, argued).
 EXPECTED_FAILED_CHECKS = {
-    "*": {"check_estimators_unfitted": "streamnb's NotFittedError is not scikit-learn's "
-                                       "class (it subclasses ValueError and AttributeError "
-                                       "as scikit-learn's does)"},
     "MultinomialNB": {"check_decision_proba_consistency": "negative test values given to a "
                                                           "model of counts"},
     "CategoricalNB": {
@@ -58,8 +60,7 @@ EXPECTED_FAILED_CHECKS = {
 
 
 def expected_failed_checks(estimator) -> dict[str, str]:
-    return {**EXPECTED_FAILED_CHECKS["*"],
-            **EXPECTED_FAILED_CHECKS.get(type(estimator).__name__, {})}
+    return EXPECTED_FAILED_CHECKS.get(type(estimator).__name__, {})
 
 
 ESTIMATORS = [MultinomialNB(), BernoulliNB(), CategoricalNB(), GaussianNB(),
@@ -82,6 +83,94 @@ def test_every_expected_failure_is_argued_in_the_docs():
     for name, checks in EXPECTED_FAILED_CHECKS.items():
         for check in checks:
             assert re.search(rf"`{check}`", section), (name, check)
+
+
+# ------------------------------------------------- scikit-learn's errors and warnings
+SMALL_X = np.array([[1.0, 2.0], [2.0, 1.0], [0.0, 3.0], [3.0, 0.0], [1.0, 1.0], [2.0, 3.0]])
+
+
+@pytest.mark.parametrize("method", ["predict", "predict_proba", "predict_log_proba",
+                                    "decision_function"])
+@pytest.mark.parametrize("model", ESTIMATORS, ids=lambda m: type(m).__name__)
+def test_the_unfitted_error_is_sklearns_not_fitted_error(model, method):
+    """What check_estimators_unfitted asks, and streamnb's own class as before."""
+    with pytest.raises(sklearn.exceptions.NotFittedError, match="is not fitted yet") as info:
+        getattr(clone(model), method)(SMALL_X)
+    err = info.value
+    assert isinstance(err, NotFittedError) and isinstance(err, (ValueError, AttributeError))
+    assert type(err).__name__ == "NotFittedError" and type(err).__module__ == "streamnb.exceptions"
+    assert not hasattr(clone(model), "classes_")  # an AttributeError, as scikit-learn's
+    assert err.__reduce__()[0] is NotFittedError  # pickled by the name pickle finds
+    again = copy.deepcopy(err)
+    assert type(again) is type(err) and again.args == err.args
+
+
+def test_every_not_fitted_error_has_the_same_type():
+    """NotFittedError(...) always makes the one subclass that is also scikit-learn's, so
+    ``except NotFittedError`` (streamnb's or scikit-learn's) catches each of them."""
+    made = NotFittedError("not fitted")
+    with pytest.raises(NotFittedError):
+        GaussianNB().predict(SMALL_X)
+    try:
+        MultinomialNB().classes_  # noqa: B018
+    except sklearn.exceptions.NotFittedError as exc:
+        assert type(exc) is type(made)
+    assert issubclass(type(made), sklearn.exceptions.NotFittedError)
+
+
+@pytest.mark.parametrize("model", ESTIMATORS, ids=lambda m: type(m).__name__)
+def test_a_column_y_warns_with_sklearns_data_conversion_warning(model):
+    """What check_supervised_y_2d asks: scikit-learn's DataConversionWarning class (its
+    checks turn that class's warnings on, and catch them), and y flattened."""
+    assert streamnb.exceptions.DataConversionWarning is sklearn.exceptions.DataConversionWarning
+    y = np.array([0, 1, 0, 1, 1, 0])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("ignore")  # any other warning class, a look-alike included
+        warnings.simplefilter("always", sklearn.exceptions.DataConversionWarning)
+        fitted = clone(model).fit(SMALL_X, y[:, None])
+    assert [w.category for w in caught] == [sklearn.exceptions.DataConversionWarning]
+    assert str(caught[0].message).startswith("A column-vector y was passed when a 1d array "
+                                             "was expected")
+    flat = clone(model).fit(SMALL_X, y)
+    assert fitted.classes_.tolist() == [0, 1]
+    np.testing.assert_array_equal(fitted.predict_log_proba(SMALL_X), flat.predict_log_proba(SMALL_X))
+
+
+def run_python(code: str) -> str:
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=False)
+    assert out.returncode == 0, out.stderr
+    return out.stdout
+
+
+def test_importing_streamnb_imports_neither_sklearn_nor_redis():
+    """scikit-learn is imported when the first NotFittedError is made (where it is
+    installed), not when streamnb or its models are imported: that costs about a second."""
+    out = run_python(
+        "import sys, streamnb, streamnb.exceptions, streamnb.models, streamnb.models.validation\n"
+        "print(sorted(m for m in ('sklearn', 'redis') if m in sys.modules))\n"
+        "streamnb.exceptions.NotFittedError('x')\n"
+        "print('sklearn' in sys.modules)\n")
+    assert out.split("\n")[:2] == ["[]", "True"]
+
+
+def test_without_sklearn_the_error_and_the_warning_are_streamnbs_own():
+    out = run_python(
+        "import sys, warnings\n"
+        "sys.modules['sklearn'] = None  # import sklearn raises ImportError\n"
+        "import numpy as np\n"
+        "from streamnb.exceptions import DataConversionWarning, NotFittedError\n"
+        "from streamnb.models import GaussianNB\n"
+        "try:\n"
+        "    GaussianNB().predict([[1.0]])\n"
+        "except NotFittedError as exc:\n"
+        "    print(type(exc) is NotFittedError, isinstance(exc, (ValueError, AttributeError)))\n"
+        "with warnings.catch_warnings(record=True) as caught:\n"
+        "    warnings.simplefilter('always')\n"
+        "    GaussianNB().fit([[0.0], [1.0]], np.array([[0], [1]]))\n"
+        "print([(w.category is DataConversionWarning, w.category.__name__) for w in caught])\n"
+        "print(issubclass(DataConversionWarning, UserWarning))\n")
+    assert out.split() == ["True", "True", "[(True,", "'DataConversionWarning')]", "True"]
 
 
 # ------------------------------------------------------------------ scikit-learn's tools

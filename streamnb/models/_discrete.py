@@ -48,14 +48,40 @@ def check_n_features(n_features: Any) -> None:
         raise ValueError(f"n_features must be None or an int >= 1, got {n_features!r}")
 
 
-def check_class_prior(class_prior: Any) -> None:
-    """None, a non-empty sequence (in ``classes_`` order) or a map label -> prior, of
-    finite numbers >= 0."""
+ClassPrior = list[float] | dict[Label, float] | None
+
+
+def check_class_prior(class_prior: Any) -> ClassPrior:
+    """Validate ``class_prior`` and return a copy the caller cannot change.
+
+    Parameters
+    ----------
+    class_prior : None, sequence of float or mapping label -> float
+        A non-empty sequence (in ``classes_`` order) or map of finite numbers >= 0.
+
+    Returns
+    -------
+    None, list of float or dict label -> float
+        A new list or dict of Python floats (labels normalised), never ``class_prior``.
+
+    Raises
+    ------
+    ValueError
+        For values that are not finite numbers >= 0, or an empty or non-1-d sequence.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> given = np.array([0.25, 0.75])
+    >>> kept = check_class_prior(given)
+    >>> given[0] = 0.5
+    >>> kept, check_class_prior({np.int64(1): 1})
+    ([0.25, 0.75], {1: 1.0})
+    """
     if class_prior is None:
-        return
+        return None
     values = list(class_prior.values()) if isinstance(class_prior, Mapping) else class_prior
-    if isinstance(class_prior, Mapping):
-        normalize_labels(list(class_prior))
+    keys = normalize_labels(list(class_prior)) if isinstance(class_prior, Mapping) else None
     try:
         p = np.asarray(values, dtype=np.float64)
     except (TypeError, ValueError):
@@ -63,6 +89,7 @@ def check_class_prior(class_prior: Any) -> None:
     if p.ndim != 1 or p.size == 0 or not np.isfinite(p).all() or (p < 0).any():
         raise ValueError(f"class_prior must be a non-empty sequence (or map) of finite "
                          f"numbers >= 0, got {class_prior!r}")
+    return p.tolist() if keys is None else dict(zip(keys, p.tolist(), strict=True))
 
 
 def fixed_log_prior(class_prior: Any, labels: list[Label]) -> np.ndarray:
@@ -104,6 +131,7 @@ class DiscreteNB(GenerativeClassifier):
         self.smoothing_m = smoothing_m
         self.fit_prior = fit_prior
         self.class_prior = class_prior
+        self._class_prior: ClassPrior = None
         self._reset_derived()
 
     def _check_params(self) -> None:
@@ -113,14 +141,25 @@ class DiscreteNB(GenerativeClassifier):
             raise ValueError(f"smoothing_m must be one of {SMOOTHING_M_CHOICES}, got {self.smoothing_m!r}")
         if not isinstance(self.fit_prior, (bool, np.bool_)):
             raise ValueError(f"fit_prior must be True or False, got {self.fit_prior!r}")
-        check_class_prior(self.class_prior)
+        # A validated copy (see GaussianClassifier._check_params): class_log_prior_ keeps
+        # it whatever then happens to the caller's array.
+        self._class_prior = check_class_prior(self.class_prior)
+
+    def _fitted_class_prior(self) -> ClassPrior:
+        """``class_prior`` as validated when the model started learning (or at set_params)."""
+        self.validate_params()
+        return self._class_prior
+
+    def _params_in_use(self) -> dict[str, Any]:
+        return {**super()._params_in_use(), "class_prior": self._fitted_class_prior()}
 
     # ------------------------------------------------------------------ priors
     def _class_log_prior(self, counts: np.ndarray, labels: list[Label]) -> np.ndarray:
         """scikit-learn's ``class_log_prior_``: ``log class_prior`` if given, else the
         classes' shares of the weight (``fit_prior``), else uniform."""
-        if self.class_prior is not None:
-            return fixed_log_prior(self.class_prior, labels)
+        class_prior = self._fitted_class_prior()
+        if class_prior is not None:
+            return fixed_log_prior(class_prior, labels)
         if self.fit_prior:
             return log_class_prior(counts)
         return np.full(counts.shape, -math.log(max(counts.size, 1)))
@@ -130,11 +169,12 @@ class DiscreteNB(GenerativeClassifier):
         """The log priors a prequential prediction scores each row with: ``learnt`` (the
         weight shares before each row) unless ``class_prior`` or ``fit_prior=False``
         fix them; -inf for the classes a row does not know yet."""
-        if self.class_prior is None and self.fit_prior:
+        class_prior = self._fitted_class_prior()
+        if class_prior is None and self.fit_prior:
             return learnt
         known = np.arange(len(classes))[None, :] < n_known[:, None]
-        if self.class_prior is not None:
-            prior = np.broadcast_to(fixed_log_prior(self.class_prior, classes), known.shape)
+        if class_prior is not None:
+            prior = np.broadcast_to(fixed_log_prior(class_prior, classes), known.shape)
         else:
             prior = np.broadcast_to(-np.log(np.maximum(n_known, 1))[:, None], known.shape)
         return np.where(known, prior, -np.inf)

@@ -128,8 +128,33 @@ Priors = list[float] | dict[Label, float] | None
 
 
 def check_priors(priors: Any) -> Priors:
-    """Validate user priors: a sequence (in ``classes_`` order) or a map label -> prior,
-    finite, non-negative, summing to 1 (within 1e-8)."""
+    """Validate user priors and return a copy the caller cannot change.
+
+    Parameters
+    ----------
+    priors : None, sequence of float or mapping label -> float
+        A sequence is in ``classes_`` order; values finite, >= 0, summing to 1
+        (within 1e-8).
+
+    Returns
+    -------
+    None, list of float or dict label -> float
+        A new list or dict of Python floats (labels normalised), never ``priors`` itself.
+
+    Raises
+    ------
+    ValueError
+        For priors that are not numbers, not 1-d, negative, not finite or not summing to 1.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> given = np.array([0.25, 0.75])
+    >>> kept = check_priors(given)
+    >>> given[0] = 0.5
+    >>> kept
+    [0.25, 0.75]
+    """
     if priors is None:
         return None
     if isinstance(priors, Mapping):
@@ -191,11 +216,22 @@ class GaussianClassifier(GenerativeClassifier):
     def __init__(self, priors: Any = None) -> None:
         super().__init__()
         self.priors = priors
+        self._priors: Priors = None
         self._stale: set[Label] | None = None
         self._dirty = True
 
     def _check_params(self) -> None:
-        check_priors(self.priors)
+        # A validated copy, taken by fit, the first partial_fit and set_params: priors_
+        # and the predictions keep it whatever then happens to the caller's array.
+        self._priors = check_priors(self.priors)
+
+    def _fitted_priors(self) -> Priors:
+        """The user's priors as validated (None: estimated from the class weights)."""
+        self.validate_params()
+        return self._priors
+
+    def _params_in_use(self) -> dict[str, Any]:
+        return {**super()._params_in_use(), "priors": self._fitted_priors()}
 
     # ----------------------------------------------------------- statistics
     def _empty_stats(self) -> StatsBundle:
@@ -240,23 +276,24 @@ class GaussianClassifier(GenerativeClassifier):
         index = self.moments.index
         rows = np.array([index.row(lab) if lab in index else -1 for lab in labels], dtype=np.intp)
         n = np.where(rows >= 0, self.moments.n[rows], 0.0)
-        priors = resolve_priors(check_priors(self.priors), labels, counts)
+        priors = resolve_priors(self._fitted_priors(), labels, counts)
         # A class with no data has no likelihood, whatever its prior.
         return labels, rows, n, np.where(n > 0, priors, 0.0)
 
     @property
     def priors_(self) -> np.ndarray:
-        """Class priors in ``classes_`` order (the user's, else estimated from the weights)."""
+        """Class priors in ``classes_`` order: the user's as validated when the model
+        started learning (or at ``set_params``), else estimated from the weights."""
         self._check_fitted()
         labels = list(self.stats["classes"].labels)  # type: ignore[attr-defined]
-        return resolve_priors(check_priors(self.priors), labels, self.stats["classes"].counts)  # type: ignore[attr-defined]
+        return resolve_priors(self._fitted_priors(), labels, self.stats["classes"].counts)  # type: ignore[attr-defined]
 
     @property
     def class_log_prior_(self) -> np.ndarray:
         """``log priors_`` (-inf for a prior of 0): with ``priors=None``, ``log N_c - log
         N`` (as the count models', to the last bit)."""
-        if self.priors is None:
-            self._check_fitted()
+        self._check_fitted()
+        if self._fitted_priors() is None:
             return log_class_prior(self.stats["classes"].counts)  # type: ignore[attr-defined]
         return safe_log(self.priors_)
 

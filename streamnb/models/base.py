@@ -9,9 +9,11 @@ log-sum-exp, ``predict``, merging, unlearning, forgetting) is derived here.
 A model is a scikit-learn estimator without importing scikit-learn: ``get_params`` /
 ``set_params`` over the constructor's arguments (kept as given, checked when the model
 learns or predicts), ``fit``, ``partial_fit``, ``score``, ``__sklearn_tags__`` and the
-input checks of :mod:`streamnb.models.validation`. Its fitted state is its statistics;
-what is derived from them (``classes_``, ``class_log_prior_``, ...) is read through
-properties, so a model that learnt from a merge or a decoded delta has them too.
+input checks of :mod:`streamnb.models.validation`. Its fitted state is its statistics,
+plus validated copies of the parameters it keeps (the priors), taken by ``fit``, the
+first ``partial_fit`` and ``set_params``: changing the caller's array afterwards changes
+nothing. What is derived from them (``classes_``, ``class_log_prior_``, ...) is read
+through properties, so a model that learnt from a merge or a decoded delta has them too.
 """
 
 from __future__ import annotations
@@ -92,15 +94,27 @@ class GenerativeClassifier(ABC):
 
     @abstractmethod
     def _check_params(self) -> None:
-        """Raise ValueError for a hyper-parameter out of its range."""
+        """Raise ValueError for a hyper-parameter out of its range; keep a validated copy
+        of a parameter the model reads later (an array the caller may change)."""
 
     def validate_params(self) -> Self:
         """Check the hyper-parameters now (a model does so before it first learns or
-        predicts); ValueError names the wrong one."""
+        predicts); ValueError names the wrong one.
+
+        Once checked, they are not read again until ``fit``, a ``partial_fit`` of an
+        unfitted model or ``set_params``: the model keeps what it validated.
+        """
         if not self._params_checked:
             self._check_params()
             self._params_checked = True
         return self
+
+    def _params_in_use(self) -> dict[str, Any]:
+        """``get_params()`` with each parameter as the model uses it (a validated copy
+        where it keeps one): what a copy of this model is made with (a model file, a
+        scratch model), whatever has happened to the caller's arrays since."""
+        self.validate_params()
+        return self.get_params()
 
     def __repr__(self) -> str:
         """Like scikit-learn's: the parameters that differ from the defaults."""
@@ -191,14 +205,19 @@ class GenerativeClassifier(ABC):
     ) -> Self:
         """Learn one batch. ``classes`` (as scikit-learn's): classes listed there are
         registered with zero weight if not known yet; unlike scikit-learn's, it is never
-        required, since classes are found as they arrive."""
+        required, since classes are found as they arrive. The first call reads the
+        hyper-parameters anew, as ``fit`` does."""
+        if not self.__sklearn_is_fitted__():
+            self._params_checked = False
         delta = self.batch_stats(X, y, sample_weight)
         if classes is not None:
             self._register_classes(check_labels(classes, type(self).__name__))
         return self.merge_stats(delta)
 
     def fit(self, X: Any, y: Any, sample_weight: Any = None) -> Self:
-        """Forget everything, then learn ``X, y`` in one batch."""
+        """Forget everything, then learn ``X, y`` in one batch (reading the
+        hyper-parameters anew)."""
+        self._params_checked = False
         self.validate_params()
         fresh = type(self)(**self.get_params())  # validate against no earlier data
         delta = fresh.batch_stats(X, y, sample_weight)

@@ -7,6 +7,7 @@ from typing import Any
 import numpy as np
 
 from streamnb.models._discrete import (
+    ClassPrior,
     check_alpha,
     check_class_prior,
     fixed_log_prior,
@@ -48,16 +49,26 @@ class CategoricalNB(GenerativeClassifier):
         self.fit_prior = fit_prior
         self.class_prior = class_prior
         self.max_categories = max_categories
+        self._class_prior: ClassPrior = None
         self._stale = True
 
     def _check_params(self) -> None:
         check_alpha(self.alpha)
         if not isinstance(self.fit_prior, (bool, np.bool_)):
             raise ValueError(f"fit_prior must be True or False, got {self.fit_prior!r}")
-        check_class_prior(self.class_prior)
         m = self.max_categories
         if isinstance(m, bool) or not isinstance(m, (int, np.integer)) or m < 1:
             raise ValueError(f"max_categories must be an int >= 1, got {m!r}")
+        # A validated copy (see DiscreteNB._check_params).
+        self._class_prior = check_class_prior(self.class_prior)
+
+    def _fitted_class_prior(self) -> ClassPrior:
+        """``class_prior`` as validated when the model started learning (or at set_params)."""
+        self.validate_params()
+        return self._class_prior
+
+    def _params_in_use(self) -> dict[str, Any]:
+        return {**super()._params_in_use(), "class_prior": self._fitted_class_prior()}
 
     def __sklearn_tags__(self) -> Any:
         tags = super().__sklearn_tags__()
@@ -125,8 +136,9 @@ class CategoricalNB(GenerativeClassifier):
         if not self._stale:
             return
         cc, cat = self._parts()
-        if self.class_prior is not None:
-            self._log_prior = fixed_log_prior(self.class_prior, cc.labels)
+        class_prior = self._fitted_class_prior()
+        if class_prior is not None:
+            self._log_prior = fixed_log_prior(class_prior, cc.labels)
         elif self.fit_prior:
             self._log_prior = log_class_prior(cc.counts)
         else:

@@ -2,7 +2,9 @@
 
 The envelope is ``{"type": "model", "v": MODEL_FORMAT_VERSION, "kind", "params",
 "stats"}`` with ``stats`` the encoded statistics bundle; derived parameters are not
-stored (they are re-derived from the statistics on load).
+stored (they are re-derived from the statistics on load). ``params`` are the
+hyper-parameters as the model uses them: the priors it validated and copied when it
+started learning, not the caller's array as it may have changed since.
 
 >>> import numpy as np
 >>> model = make_model("multinomial", alpha=0.5).fit(np.array([[1, 0], [0, 2]]), ["a", "b"])
@@ -67,7 +69,8 @@ def make_model(kind: str, **params: Any) -> GenerativeClassifier:
 
 
 def dumps(model: GenerativeClassifier) -> bytes:
-    """Encode a model (kind, hyper-parameters, statistics) as bytes."""
+    """Encode a model (kind, hyper-parameters as it uses them, statistics) as bytes;
+    ValueError for a hyper-parameter out of its range."""
     if not isinstance(model, GenerativeClassifier):
         raise ValueError(f"expected a streamnb model, got {type(model).__name__}")
     return _pack(
@@ -75,7 +78,7 @@ def dumps(model: GenerativeClassifier) -> bytes:
             "type": "model",
             "v": MODEL_FORMAT_VERSION,
             "kind": model.kind,
-            "params": model.get_params(),
+            "params": model._params_in_use(),
             "stats": model.stats.encode(),
         }
     )

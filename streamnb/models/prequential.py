@@ -390,7 +390,7 @@ def generic_prequential(model: Any, X: Any, y: Any,
     jll = np.full((n, K), np.nan)
     if n_known[-1] == 0:  # no class before the last row: nothing to predict
         return _finish(classes, jll, n_known, log_prior)
-    scratch = type(model).from_stats(model.stats, **model.get_params())
+    scratch = type(model).from_stats(model.stats, **model._params_in_use())
     column = {lab: k for k, lab in enumerate(classes)}
     stops = np.flatnonzero(codes >= 0).tolist()
     if not stops or stops[-1] != n - 1:

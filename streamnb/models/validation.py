@@ -26,13 +26,18 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
+from streamnb import exceptions
 from streamnb.stats.base import Label, normalize_labels
 
-__all__ = ["DataConversionWarning", "check_X", "check_labels", "check_sample_weight"]
+__all__ = ["check_X", "check_labels", "check_sample_weight"]
 
 
-class DataConversionWarning(UserWarning):
-    """Input converted to what the model needs (scikit-learn's warning of that name)."""
+def __getattr__(name: str) -> Any:
+    # DataConversionWarning moved to streamnb.exceptions (scikit-learn's class where it is
+    # installed, looked up when first asked for); the old name still finds it.
+    if name == "DataConversionWarning":
+        return exceptions.DataConversionWarning
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def check_X(X: Any, name: str, *, accept_sparse: bool = False,
@@ -95,7 +100,9 @@ def check_nonnegative(values: np.ndarray, name: str) -> None:
 def check_labels(y: Any, name: str) -> list[Label]:
     """Class labels as a list of ``str`` or ``int``: numbers that are whole (``1.0``)
     become ints, other numbers are a continuous target (ValueError, as scikit-learn's
-    "Unknown label type"); a column vector warns and is flattened."""
+    "Unknown label type"); a column vector is flattened, with a
+    :data:`streamnb.exceptions.DataConversionWarning` (scikit-learn's class where it is
+    installed, as its ``check_supervised_y_2d`` asks)."""
     if y is None:
         raise ValueError(f"{name} requires y to be passed, but the target y is None.")
     if isinstance(y, list) and (not y or type(y[0]) in (str, int)):
@@ -104,7 +111,7 @@ def check_labels(y: Any, name: str) -> list[Label]:
     if arr.ndim == 2 and arr.shape[1] == 1:
         warnings.warn("A column-vector y was passed when a 1d array was expected. Please "
                       "change the shape of y to (n_samples, ), for example using ravel().",
-                      DataConversionWarning, stacklevel=3)
+                      exceptions.DataConversionWarning, stacklevel=3)
         arr = arr.ravel()
     if arr.ndim != 1:
         raise ValueError(f"y should be a 1d array of class labels, got an array of shape "
