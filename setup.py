@@ -9,7 +9,7 @@ earn"). Both modules are optional: where no C compiler is found the build goes o
 them and the Python code runs alone (``python -c "import streamnb.features.steps as s;
 print(s.DEFAULT_STEPS)"``); ``STREAMNB_PURE_PYTHON=1`` turns them off
 (``streamnb/_cmodules.py``, the one loader); CI sets ``STREAMNB_REQUIRE_SPEEDUPS=1`` so
-that ``tests/test_speedups.py`` fails where they were not built.
+that ``tests/streamnb/features/test_speedups.py`` fails where they were not built.
 """
 
 import sys

@@ -1,5 +1,5 @@
 """A private 3-master Redis Cluster of real redis-server processes (free ports, no
-persistence, no ACL), for the benchmarks; tests/test_cluster.py starts one with the
+persistence, no ACL), for the benchmarks; tests/workers/store/test_cluster.py starts one with the
 shipped ACL for the tests.
 """
 

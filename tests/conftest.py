@@ -3,20 +3,15 @@ corpus location."""
 
 from __future__ import annotations
 
-import os
-import sys
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
-
-from _redis_server import REDIS_SERVER, RedisServer  # noqa: E402
-
-CORPUS = Path(os.environ.get(
-    "STREAMNB_CORPUS",
-    Path(__file__).resolve().parents[2] / "shared" / "corpus" / "spamassassin-2002",
-))
+from tests.helpers.acl import acl_redis  # noqa: F401 - shared fixtures
+from tests.helpers.cluster import cluster  # noqa: F401
+from tests.helpers.corpus import CORPUS
+from tests.helpers.prometheus import stack  # noqa: F401
+from tests.helpers.redis_server import REDIS_SERVER, RedisServer
 
 
 @pytest.fixture

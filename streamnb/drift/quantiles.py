@@ -4,7 +4,7 @@
 ``scipy.stats`` costs a worker about 0.9 s of start-up and 40 MB of memory (with
 ``scipy.optimize``, which it imports; ``python -X importtime``): the daemon imports
 neither. The values are those of ``scipy.stats.chi2`` bit for bit
-(tests/test_drift.py checks).
+(tests/streamnb/drift/test_drift.py checks).
 
 >>> round(chi2_isf(0.05, 1), 6), round(chi2_ppf(0.95, 1), 6)
 (3.841459, 3.841459)

@@ -23,10 +23,21 @@ from typing import Any
 import msgpack
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from _redis_server import REDIS_SERVER, RedisServer  # noqa: E402
-from _worker_helpers import (  # noqa: E402
+from prometheus_client import CollectorRegistry
+
+from streamnb.encoding import loads
+from streamnb_workers.observe.metrics import Metrics
+from streamnb_workers.replication.shards import Router, route_id
+from streamnb_workers.store.keys import GROUP, ModelKeys
+from streamnb_workers.store.model_config import ModelSpec
+from streamnb_workers.wire.outputs import decode_output
+from streamnb_workers.wire.replies import as_str
+from streamnb_workers.wire.stream_ids import parse_id
+from streamnb_workers.worker import Worker, WorkerOptions
+from tests.helpers.redis_server import REDIS_SERVER, RedisServer
+from tests.helpers.workers import (
     FCFG,
     PARAMS,
     all_done,
@@ -37,23 +48,12 @@ from _worker_helpers import (  # noqa: E402
     spawn_worker,
     url_worker,
 )
-from prometheus_client import CollectorRegistry  # noqa: E402
-
-from streamnb.encoding import loads  # noqa: E402
-from streamnb_workers.observe.metrics import Metrics  # noqa: E402
-from streamnb_workers.replication.shards import Router, route_id  # noqa: E402
-from streamnb_workers.store.keys import GROUP, ModelKeys  # noqa: E402
-from streamnb_workers.store.model_config import ModelSpec  # noqa: E402
-from streamnb_workers.wire.outputs import decode_output  # noqa: E402
-from streamnb_workers.wire.replies import as_str  # noqa: E402
-from streamnb_workers.wire.stream_ids import parse_id  # noqa: E402
-from streamnb_workers.worker import Worker, WorkerOptions  # noqa: E402
 
 NAME = "mail"
 K = ModelKeys(NAME)
 #: Options of the worker processes/threads: short timeouts so faults resolve in seconds.
 #: ``:in`` is not trimmed: the guarantees are checked against every input entry, read back
-#: at the end (its trim is tested in tests/test_bounded_streams.py).
+#: at the end (its trim is tested in tests/workers/worker/test_bounded_streams.py).
 FAST = {"batch": 25, "block_ms": 50, "heartbeat_s": 0.2, "claim_idle_ms": 1000,
         "lease_ms": 1500, "snapshot_every": 25, "snapshot_interval_s": 1.0, "trim_margin_ms": 0,
         "backoff_base_s": 0.05, "backoff_cap_s": 0.5, "stale_s": 3.0, "input_trim_s": 0}

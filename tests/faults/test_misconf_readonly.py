@@ -6,10 +6,8 @@ from __future__ import annotations
 import time
 
 import pytest
-from _redis_server import free_port
-from _worker_helpers import token_messages
 
-from faults.harness import (
+from tests.faults.harness import (
     K,
     check_guarantees,
     last_log_id,
@@ -17,6 +15,8 @@ from faults.harness import (
     wait_all_done,
     wait_for,
 )
+from tests.helpers.redis_server import free_port
+from tests.helpers.workers import token_messages
 
 pytestmark = [pytest.mark.slow, pytest.mark.redis]
 WORKERS = ("a", "b")

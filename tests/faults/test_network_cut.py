@@ -6,9 +6,8 @@ from __future__ import annotations
 import time
 
 import pytest
-from _worker_helpers import token_messages
 
-from faults.harness import (
+from tests.faults.harness import (
     K,
     check_guarantees,
     last_log_id,
@@ -16,7 +15,8 @@ from faults.harness import (
     wait_all_done,
     wait_for,
 )
-from faults.proxy import TcpProxy
+from tests.faults.proxy import TcpProxy
+from tests.helpers.workers import token_messages
 
 pytestmark = [pytest.mark.slow, pytest.mark.redis]
 

@@ -7,9 +7,9 @@ import signal
 import time
 
 import pytest
-from _worker_helpers import token_messages
 
-from faults.harness import (
+from streamnb_workers.store.keys import GROUP
+from tests.faults.harness import (
     K,
     check_guarantees,
     produce_mixed,
@@ -17,7 +17,7 @@ from faults.harness import (
     wait_converged,
     wait_for,
 )
-from streamnb_workers.store.keys import GROUP
+from tests.helpers.workers import token_messages
 
 pytestmark = [pytest.mark.slow, pytest.mark.redis]
 

@@ -10,10 +10,10 @@ import time
 
 import pytest
 import redis
-from _worker_helpers import produce, token_messages
 
-from faults.harness import FCFG, NAME, PARAMS, K, wait_for
 from streamnb_workers.replication.replica import load_model
+from tests.faults.harness import FCFG, NAME, PARAMS, K, wait_for
+from tests.helpers.workers import produce, token_messages
 
 pytestmark = [pytest.mark.slow, pytest.mark.redis]
 
@@ -52,7 +52,7 @@ def _lag(threads, consumer: str) -> float | None:
 
 def test_workers_restore_the_model_and_go_on_after_redis_restarts_empty(
         redis_factory, threads, records):
-    from _worker_helpers import assert_same_stats, offline_model
+    from tests.helpers.workers import assert_same_stats, offline_model
 
     server = redis_factory()  # no persistence: a restart comes back empty
     r = server.client()
@@ -118,9 +118,9 @@ def test_workers_restore_the_model_and_go_on_after_redis_restarts_empty(
 def test_worker_processes_with_default_timings_come_back_within_30s(redis_factory, tmp_path):
     """The acceptance run: two ``streamnb worker`` processes with the default backoff and
     heartbeat, Redis shut down without saving and started empty."""
-    from _redis_server import free_port
-    from test_acl_worker import cli_env, start_worker_cli, stop
-    from test_health import get, sample
+    from tests.helpers.acl import cli_env, start_worker_cli, stop
+    from tests.helpers.http import get, sample
+    from tests.helpers.redis_server import free_port
 
     server = redis_factory()
     r = server.client()

@@ -8,16 +8,16 @@ import signal
 import time
 
 import pytest
-from _worker_helpers import token_messages
 
-from faults.harness import (
+from streamnb_workers.wire.stream_ids import parse_id
+from tests.faults.harness import (
     check_guarantees,
     last_log_id,
     produce_mixed,
     wait_all_done,
     wait_for,
 )
-from streamnb_workers.wire.stream_ids import parse_id
+from tests.helpers.workers import token_messages
 
 pytestmark = [pytest.mark.slow, pytest.mark.redis]
 

@@ -31,19 +31,13 @@ from dataclasses import dataclass, field
 
 import pytest
 import redis
-from _redis_server import REDIS_SERVER
-from _worker_helpers import (
-    FCFG,
-    PARAMS,
-    assert_same_stats,
-    count_spec,
-    offline_model,
-    token_messages,
-)
-from test_acl_worker import WORKER_PASSWORD, WORKER_USER
-from test_cluster import REDIS_CLI, Cluster, slot_of
 
-from faults.harness import (
+from streamnb_workers.replication.replica import load_model
+from streamnb_workers.replication.shards import Router, shard_names, shard_of
+from streamnb_workers.store.keys import ModelKeys
+from streamnb_workers.wire.outputs import decode_output
+from streamnb_workers.wire.stream_ids import parse_id
+from tests.faults.harness import (
     WorkerThreads,
     check_guarantees,
     drained,
@@ -53,12 +47,18 @@ from faults.harness import (
     stream_state,
     wait_for,
 )
-from faults.test_cluster_failover import repl_offset
-from streamnb_workers.replication.replica import load_model
-from streamnb_workers.replication.shards import Router, shard_names, shard_of
-from streamnb_workers.store.keys import ModelKeys
-from streamnb_workers.wire.outputs import decode_output
-from streamnb_workers.wire.stream_ids import parse_id
+from tests.helpers.acl import WORKER_PASSWORD, WORKER_USER
+from tests.helpers.cluster import REDIS_CLI, Cluster, slot_of
+from tests.helpers.failover import repl_offset
+from tests.helpers.redis_server import REDIS_SERVER
+from tests.helpers.workers import (
+    FCFG,
+    PARAMS,
+    assert_same_stats,
+    count_spec,
+    offline_model,
+    token_messages,
+)
 
 pytestmark = [pytest.mark.slow, pytest.mark.redis]
 

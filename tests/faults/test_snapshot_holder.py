@@ -9,9 +9,12 @@ import time
 
 import numpy as np
 import pytest
-from _worker_helpers import token_messages
 
-from faults.harness import (
+from streamnb.models import loads as load_model
+from streamnb_workers.replication.replica import Replica, decode_log_entry
+from streamnb_workers.replication.snapshotter import Snapshotter
+from streamnb_workers.wire.stream_ids import parse_id
+from tests.faults.harness import (
     K,
     StreamFeeder,
     check_guarantees,
@@ -19,10 +22,7 @@ from faults.harness import (
     wait_converged,
     wait_for,
 )
-from streamnb.models import loads as load_model
-from streamnb_workers.replication.replica import Replica, decode_log_entry
-from streamnb_workers.replication.snapshotter import Snapshotter
-from streamnb_workers.wire.stream_ids import parse_id
+from tests.helpers.workers import token_messages
 
 pytestmark = pytest.mark.redis
 
@@ -131,9 +131,8 @@ def test_snapshot_holder_killed_while_writing(redis_server, procs):
 def test_former_holder_cannot_store_a_stale_or_lost_version(redis_server):
     """The write script refuses a writer that lost the lease, a version older than the
     stored snapshot, and a version whose log entry Redis no longer has."""
-    from _worker_helpers import count_spec
-
     from streamnb_workers.store.model_config import ensure_config
+    from tests.helpers.workers import count_spec
 
     r = redis_server.client()
     cfg = ensure_config(r, count_spec("mail"))

@@ -7,15 +7,15 @@ import random
 import time
 
 import pytest
-from _worker_helpers import token_messages
 
-from faults.harness import (
+from tests.faults.harness import (
     StreamFeeder,
     check_guarantees,
     wait_all_done,
     wait_converged,
     wait_for,
 )
+from tests.helpers.workers import token_messages
 
 pytestmark = [pytest.mark.slow, pytest.mark.redis]
 

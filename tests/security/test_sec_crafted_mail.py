@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import msgpack
 import pytest
-from _hostile import CPU_CEILING_S, CRAFTED, RSS_CEILING_BYTES, cost
-from _worker_helpers import fast_options, url_worker
 
 from streamnb.exceptions import MalformedMessage
 from streamnb.features import DEFAULT_FEATURE_LIMITS, FeatureLimits, Featurizer, MailTokenizer
@@ -14,6 +12,8 @@ from streamnb_workers.store.keys import ModelKeys
 from streamnb_workers.store.model_config import ModelSpec
 from streamnb_workers.wire.codec import DEFAULT_LIMITS, decode_input
 from streamnb_workers.wire.outputs import decode_output
+from tests.helpers.hostile import CPU_CEILING_S, CRAFTED, RSS_CEILING_BYTES, cost
+from tests.helpers.workers import fast_options, url_worker
 
 #: What each crafted mail must show: the defect tokens of the tokenizer (any of them).
 EXPECTED_DEFECTS = {
@@ -90,7 +90,7 @@ def test_raised_size_limit_still_bounded(crafted: dict[str, bytes], name: str) -
 def test_deep_mime_keeps_headers_and_text() -> None:
     """MIME nested past Python's recursion limit: the parser's RecursionError is caught and
     the message is read headers-only, so its header tokens are not lost."""
-    from _hostile import deep_mime
+    from tests.helpers.hostile import deep_mime
 
     raw = b"From: Eve <eve@evil.example>\nSubject: nested offer\n" + deep_mime()
     tokens = MailTokenizer().tokenize(raw)

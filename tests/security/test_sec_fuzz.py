@@ -13,7 +13,6 @@ import time
 import msgpack
 import numpy as np
 import pytest
-from _hostile import CPU_CEILING_S, corpus_messages
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -21,6 +20,7 @@ from streamnb.exceptions import MalformedMessage
 from streamnb.features import PAYLOAD_KINDS, Featurizer, MailTokenizer, Payload
 from streamnb.models import make_model
 from streamnb_workers.wire.codec import DEFAULT_LIMITS, InputMessage, decode_input
+from tests.helpers.hostile import CPU_CEILING_S, corpus_messages
 
 FUZZ = settings(max_examples=300, deadline=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])

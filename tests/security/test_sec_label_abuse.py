@@ -6,7 +6,13 @@ from __future__ import annotations
 
 import msgpack
 import pytest
-from _worker_helpers import (
+from prometheus_client import CollectorRegistry
+
+from streamnb_workers.observe.metrics import Metrics
+from streamnb_workers.store.keys import ModelKeys
+from streamnb_workers.store.model_config import ModelSpec
+from streamnb_workers.wire.outputs import decode_output
+from tests.helpers.workers import (
     FCFG,
     PARAMS,
     assert_same_stats,
@@ -18,12 +24,6 @@ from _worker_helpers import (
     token_messages,
     url_worker,
 )
-from prometheus_client import CollectorRegistry
-
-from streamnb_workers.observe.metrics import Metrics
-from streamnb_workers.store.keys import ModelKeys
-from streamnb_workers.store.model_config import ModelSpec
-from streamnb_workers.wire.outputs import decode_output
 
 pytestmark = pytest.mark.redis
 

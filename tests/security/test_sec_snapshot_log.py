@@ -20,7 +20,16 @@ import time
 import msgpack
 import numpy as np
 import pytest
-from _worker_helpers import (
+from prometheus_client import CollectorRegistry
+
+from streamnb.exceptions import FormatError
+from streamnb.models import dumps as dump_model
+from streamnb.models import make_model
+from streamnb_workers.observe.metrics import Metrics
+from streamnb_workers.replication.replica import Replica, encode_decay, encode_delta
+from streamnb_workers.store.keys import ModelKeys
+from streamnb_workers.store.model_config import read_config
+from tests.helpers.workers import (
     FCFG,
     PARAMS,
     ROOT,
@@ -32,15 +41,6 @@ from _worker_helpers import (
     token_messages,
     url_worker,
 )
-from prometheus_client import CollectorRegistry
-
-from streamnb.exceptions import FormatError
-from streamnb.models import dumps as dump_model
-from streamnb.models import make_model
-from streamnb_workers.observe.metrics import Metrics
-from streamnb_workers.replication.replica import Replica, encode_decay, encode_delta
-from streamnb_workers.store.keys import ModelKeys
-from streamnb_workers.store.model_config import read_config
 
 pytestmark = pytest.mark.redis
 

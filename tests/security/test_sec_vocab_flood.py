@@ -9,14 +9,14 @@ import time
 import msgpack
 import numpy as np
 import pytest
-from _hostile import rss_bytes
-from _worker_helpers import produce, spawn_worker, token_messages
 
 from streamnb.features import Featurizer
 from streamnb_workers.replication.replica import load_model
 from streamnb_workers.store.keys import GROUP, ModelKeys
 from streamnb_workers.store.model_config import ModelSpec
 from streamnb_workers.wire.codec import decode_input
+from tests.helpers.hostile import rss_bytes
+from tests.helpers.workers import produce, spawn_worker, token_messages
 
 pytestmark = [pytest.mark.redis, pytest.mark.slow]
 

@@ -1,0 +1,1 @@
+"""What the tests share: servers they start, workers, clients, fixtures."""
