@@ -125,7 +125,8 @@ def test_corrupt_snapshot_with_whole_log_is_ignored_and_rebuilt(redis_server, co
     rep = _replica(r).load()
     assert rep.snapshot_errors == 1 and rep.corrupt_entries == 0
     assert_same_stats(rep.model, offline_model("multinomial", PARAMS, FCFG, msgs))
-    lines = [rec.getMessage() for rec in caplog.records]
+    lines = [rec.getMessage() for rec in caplog.records
+             if rec.name == "streamnb_workers.replication.replica"]
     assert len(lines) == 1 and "snapshot" in lines[0] and "unreadable" in lines[0]
     assert "rebuilding" in lines[0] and K.snapshot in lines[0]
 

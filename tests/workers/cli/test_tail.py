@@ -5,24 +5,17 @@ from __future__ import annotations
 
 import base64
 import json
-import os
-import signal
-import subprocess
-import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 
 import msgpack
 import pytest
 
 from streamnb_workers.cli import tail
-from streamnb_workers.cli.launch import blas_env
 from streamnb_workers.cli.main import main
 from streamnb_workers.store.keys import ModelKeys
 from streamnb_workers.store.model_config import ModelSpec, ensure_config
 from streamnb_workers.wire.outputs import encode_dead, encode_output
-from tests.helpers.workers import PYTHON, ROOT
+from tests.helpers.tail import follow_tail
 
 pytestmark = pytest.mark.redis
 
@@ -121,28 +114,6 @@ def test_bad_arguments_are_one_line_exit_2(redis_server, capsys):
     assert main(["tail", "--redis", redis_server.url, "--model", "mial"], env={}) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 3 and "'mial' does not exist" in err
-
-
-@contextmanager
-def follow_tail(url: str, model: str, n: int) -> Iterator[list[str]]:
-    """``streamnb tail --follow -n N`` in its own process: the lines it prints so far (a
-    thread reads them); on leaving, Ctrl-C, which must end it with 0 and nothing on stderr
-    (killed if the block failed first)."""
-    env = blas_env({k: v for k, v in os.environ.items() if not k.startswith("STREAMNB_")})
-    proc = subprocess.Popen([PYTHON, "-m", "streamnb_workers", "tail", "--redis", url,
-                             "--model", model, "--follow", "-n", str(n)], cwd=ROOT, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    lines: list[str] = []
-    threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True).start()
-    try:
-        yield lines
-        proc.send_signal(signal.SIGINT)
-        assert proc.wait(10) == 0
-        assert proc.stderr.read() == ""
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
 
 
 def test_follow_prints_new_entries_and_ctrl_c_exits_0(redis_server):

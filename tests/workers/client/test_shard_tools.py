@@ -255,7 +255,7 @@ def test_tail_merges_the_shards_outputs_in_entry_order(served, capsys):
 
 
 def test_tail_follow_prints_new_outputs_of_every_shard(served):
-    from test_tail import follow_tail
+    from tests.helpers.tail import follow_tail
 
     server, r = served
     with follow_tail(server.url, "mail", 0) as lines:
