@@ -17,7 +17,7 @@ _CONSTANT = re.compile(r'^([A-Z][A-Z0-9_]*)\s*(?::\s*\w+\s*)?=\s*"([a-z_]+)"', r
 
 def emitted_reasons() -> set[str]:
     texts = [p.read_text(encoding="utf-8") for p in
-             [*(ROOT / "workers").glob("*.py"), *(ROOT / "streamnb" / "features").glob("*.py")]]
+             [*(ROOT / "workers").rglob("*.py"), *(ROOT / "streamnb" / "features").glob("*.py")]]
     constants = {name: value for text in texts for name, value in _CONSTANT.findall(text)}
     found: set[str] = set()
     for text in texts:
