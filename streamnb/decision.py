@@ -218,8 +218,8 @@ class DecisionRule:
             shift[j] = math.log(new)
             if learnt_log_prior is not None and np.isfinite(learnt_log_prior[j]):
                 shift[j] -= learnt_log_prior[j]
-        # scipy loads only for the rules that use it: checking a verdict (a mail filter
-        # started per mail) needs none of it
+        # defer scipy to the rules that use it: checking a verdict (a mail filter started
+        # per mail) needs none of it
         from scipy.special import logsumexp
 
         with np.errstate(invalid="ignore"):
@@ -312,6 +312,7 @@ class DecisionRule:
             for j, p in enumerate(keys):
                 if p in self.loss_matrix.get(t, {}):
                     loss[i, j] = self.loss_matrix[t][p]
+        # defer scipy to the rules that use it (as in adjust)
         from scipy.special import logsumexp
 
         with np.errstate(divide="ignore", invalid="ignore"):

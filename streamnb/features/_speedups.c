@@ -14,12 +14,12 @@
  * - markup.strip_html: its comment, declaration and script/style passes, its tag split and
  *   its tag tokens, in one call on Latin-1 markup (html_strip, at the end), and the tag
  *   tokens alone (tag_tokens);
- * - the tokens of a Received header of mail._received_tokens (received_tokens);
+ * - the tokens of a Received header of mail_headers._received_tokens (received_tokens);
  * - the header stage of the mail tokenizer: mime._header_block_end and
  *   mime._plain_headers on the raw bytes (header_block_end, plain_headers), the field
  *   split of a plain header block (header_fields), mime.Part's names and index
- *   (header_index), MailTokenizer._headers (header_tokens) and the address lists of
- *   mail._address_matches (addresses).
+ *   (header_index), HeaderTokenizer.add (header_tokens) and the address lists of
+ *   mail_headers._address_matches (addresses).
  *
  * word_tokens(text, min_len, max_len, out) appends to the list `out`
  * exactly the tokens that WordRules.words' list comprehensions give for `text` (already
@@ -250,9 +250,9 @@ word_tokens(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 /* ------------------------------------------------------------------ value_words
  *
  * value_words(text, prefix, min_len, max_len, lower, separators) -> tuple, or None: the
- * word tokens of a header value after mail._SUBJECT_SPLIT made each run of its
+ * word tokens of a header value after mail_headers._SUBJECT_SPLIT made each run of its
  * separators (`separators`, ASCII, and white space) one space, each with `prefix` in
- * front: MailTokenizer._value_tokens' rules for subjects and the like (lower: the text
+ * front: HeaderTokenizer.value_tokens' rules for subjects and the like (lower: the text
  * lower-cased first, which keeps Latin-1 text Latin-1). A run of spaces splits words as
  * one does, so the separators are simply made spaces here and word_tokens does the rest.
  * None for text beyond Latin-1 (the caller runs the regex). */
@@ -1283,16 +1283,16 @@ next_tag(const Py_UCS1 *p, Py_ssize_t n, Py_ssize_t i, tag_t *tag, Py_ssize_t *e
 
 /* ------------------------------------------------------------------ received_tokens
  *
- * received_tokens(text, out) -> bool: mail._received_tokens for a Received value whose
+ * received_tokens(text, out) -> bool: mail_headers._received_tokens for a Received value whose
  * characters are all Latin-1 (False for any other value, and nothing appended: the
  * caller runs the Python code, the reference). Appended to out: host_tokens("received",
- * host) of the first 4 relay hosts of mail._RECEIVED_HOST,
+ * host) of the first 4 relay hosts of mail_headers._RECEIVED_HOST,
  *
  *   [fFbB](?<!\w.)(?:(?<=[fF])[rR][oO][mM]|(?<=[bB])[yY])\s+([ALNUM][ALNUM.-]*[ALNUM])
  *
  * (on Latin-1 text ALNUM is the ASCII letters and digits; the host is the longest run of
  * them, '.' and '-' that starts with one, cut after its last letter or digit, at least two
- * characters), then "received:<a.b.c>" for the first 2 IPv4 literals of mail._IPV4,
+ * characters), then "received:<a.b.c>" for the first 2 IPv4 literals of mail_headers._IPV4,
  * \[(\d{1,3}\.\d{1,3}\.\d{1,3})\.\d{1,3}\] (\d: the ASCII digits, on Latin-1 text). */
 
 /* Length of a run of 1 to 3 ASCII digits at p[i:] followed by `after` (0: none). */
@@ -1903,10 +1903,10 @@ fail:
 
 /* ------------------------------------------------------------------ header_tokens
  *
- * header_tokens(names, index, spec, cache, analysis): MailTokenizer._headers(names,
+ * header_tokens(names, index, spec, cache, analysis): HeaderTokenizer.add(names,
  * index.get, analysis) for an index of lists of values (mime.Part.header_index()): the
  * same tokens appended to analysis.tokens in the same order, the same recipients,
- * received and defects counts. spec is MailTokenizer's tuple (headers, header_names,
+ * received and defects counts. spec is HeaderTokenizer.spec (headers, header_names,
  * max_header_chars, text_cap, cache_size, cached_chars, value_tokens, address_count,
  * decode_header, received_tokens, address_defect): what the loop calls back into Python
  * for (a value not yet in `cache`, encoded words, a Received value that is not Latin-1:
@@ -2307,8 +2307,8 @@ fail:
 
 /* ------------------------------------------------------------------ addresses
  *
- * addresses(field) -> list of (display name, address), False, or None: mail._getaddresses'
- * loop of mail._ADDRESS matches on a Latin-1 str (its reference), where
+ * addresses(field) -> list of (display name, address), False, or None: mail_headers._getaddresses'
+ * loop of mail_headers._ADDRESS matches on a Latin-1 str (its reference), where
  *
  *   ATOM   [^()<>@,:;"\[\]\\ \t\r\n]+     QUOTED  "[^"\\\r]*"      WS  [ \t\r\n]
  *   WS* ( ((QUOTED|ATOM)(WS+ (QUOTED|ATOM))*) WS* )? < WS* (ATOM@ATOM) [ \t]* >
@@ -2787,7 +2787,7 @@ static PyMethodDef methods[] = {
      "their tokens appended to out); None for other text."},
     {"received_tokens", (PyCFunction)(void (*)(void))received_tokens, METH_FASTCALL,
      "received_tokens(text, out): append the tokens of one Latin-1 Received value to out "
-     "(mail._received_tokens); False, appending nothing, for other text."},
+     "(mail_headers._received_tokens); False, appending nothing, for other text."},
     {"tag_tokens", (PyCFunction)(void (*)(void))tag_tokens, METH_FASTCALL,
      "tag_tokens(slashes, names, attributes, max_tag_tokens): the html: and url: tokens of "
      "strip_html's tags; None when an attribute is not Latin-1."},
@@ -2795,7 +2795,7 @@ static PyMethodDef methods[] = {
      "header_fields(text, strip_crlf): the (name, value) pairs of mime._FIELD_START.split(text) "
      "for ASCII text; None for other text."},
     {"addresses", addresses, METH_O,
-     "addresses(field): mail._getaddresses' (display name, address) pairs of a Latin-1 address "
+     "addresses(field): mail_headers._getaddresses' (display name, address) pairs of a Latin-1 address "
      "list; False where its regex fails, None beyond Latin-1."},
     {"header_block_end", (PyCFunction)(void (*)(void))header_block_end, METH_FASTCALL,
      "header_block_end(buf, start, end): where the header block of the bytes buf[start:end] "
@@ -2807,7 +2807,7 @@ static PyMethodDef methods[] = {
      "header_index(pairs): (lower-case names, dict of name -> values) of a list of (name, value) "
      "pairs with ASCII names (mime.Part.names and header_index); None otherwise."},
     {"header_tokens", (PyCFunction)(void (*)(void))header_tokens, METH_FASTCALL,
-     "header_tokens(names, index, spec, cache, analysis): MailTokenizer._headers over a dict "
+     "header_tokens(names, index, spec, cache, analysis): HeaderTokenizer.add over a dict "
      "index of header values (see streamnb.features.mail)."},
     {"html_strip", (PyCFunction)(void (*)(void))html_strip, METH_FASTCALL,
      "html_strip(markup, max_tag_tokens): markup.strip_html on Latin-1 markup before "
@@ -2841,7 +2841,7 @@ PyInit__speedups(void)
     for (const char *p = PUNCT; *p; p++) {
         is_punct[(unsigned char)*p] = 1;
     }
-    for (int c = 0; c < 256; c++) {  /* mail._ATOM */
+    for (int c = 0; c < 256; c++) {  /* mail_headers._ATOM */
         is_atom1[c] = c >= 128 || strchr("()<>@,:;\"[]\\ \t\r\n", c) == NULL || c == 0;
     }
     for (Py_UCS4 c = 0; c < 256; c++) {  /* str.lower keeps a Latin-1 character Latin-1 */

@@ -1,4 +1,5 @@
-"""The e-mail tokenizer: raw RFC 822 bytes -> tokens and a small dense meta vector.
+"""The e-mail tokenizer: raw RFC 822 bytes -> tokens and a small dense meta vector (the
+counts of :mod:`streamnb.features.mail_meta`).
 
 Parsing reproduces the standard library's ``email.parser.BytesParser`` with the
 ``compat32`` policy (which records defects instead of raising); an mbox ``From `` line is
@@ -16,7 +17,8 @@ Tokens come from
   ``to:`` / ``cc:`` / ``reply-to:`` / ``return-path:`` address domains (and the words of
   the sender's display name), ``received:`` hosts and IP prefixes, ``x-mailer:`` words,
   ``message-id:`` domain, the top ``content-type:``; and ``header:<name>`` for every
-  header present (option ``header_names``);
+  header present (option ``header_names``): the header stage,
+  :class:`~streamnb.features.mail_headers.HeaderTokenizer`;
 * the MIME structure: ``part:<type/subtype>`` per part, ``charset:<name>``,
   ``encoding:<cte>``, ``attachment:<file extension>``;
 * the decoded text parts (transfer encodings and charsets decoded; an unknown charset
@@ -24,11 +26,12 @@ Tokens come from
   plus ``html:<tag>`` and ``url:<host>`` tokens (:mod:`streamnb.features.markup`), run
   through the word rules of :mod:`streamnb.features.text`.
 
-The per-character steps (Received tokens, letter counts, address lists and the header
-stage here, the word rules and URLs in :mod:`~streamnb.features.text`, HTML tags in
+The per-character steps (Received tokens, address lists and the header stage in
+:mod:`~streamnb.features.mail_headers`, letter counts in :mod:`~streamnb.features.mail_meta`,
+the word rules and URLs in :mod:`~streamnb.features.text`, HTML tags in
 :mod:`~streamnb.features.markup`, header fields in :mod:`~streamnb.features.mime`) take the
 tokenizer's C steps where they are built (:mod:`streamnb.features.steps`), on Latin-1
-input; ``MailTokenizer(steps=REFERENCE_STEPS)`` runs this Python code alone, which is
+input; ``MailTokenizer(steps=REFERENCE_STEPS)`` runs the Python code alone, which is
 what defines the tokens (docs/architecture.md, decision 14).
 
 It never raises: every defect the parser reports, and every limit hit, becomes a
@@ -42,30 +45,15 @@ the raw size, MIME depth, number of parts, decoded text bytes and tokens.
 
 from __future__ import annotations
 
-import math
-import re
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from email import policy
 from email.message import Message
 from email.parser import BytesParser
-from functools import partial
 from itertools import repeat
 
-import numpy as np
-
-from streamnb.features.mail_headers import (
-    _ADDRESS_DEFECT,
-    _CACHE_SIZE,
-    _CACHED_CHARS,
-    _address_count,
-    _decode_checked,
-    _decode_header,
-    _getaddresses,
-    _received_tokens,
-    _remember,
-    _value_cache,
-)
+from streamnb.features.mail_headers import HeaderTokenizer, decode_checked
+from streamnb.features.mail_meta import META_FEATURES, N_META, MailAnalysis, text_meta
 from streamnb.features.markup import strip_html
 from streamnb.features.mime import Part, Unsupported, parse_message
 from streamnb.features.payload import DEFAULT_FEATURE_LIMITS, FeatureLimits
@@ -76,6 +64,7 @@ from streamnb.features.truncate import cut_mail, truncated_size
 __all__ = [
     "DEFAULT_HEADERS",
     "META_FEATURES",
+    "N_META",
     "MailAnalysis",
     "MailTokenizer",
     "text_meta",
@@ -95,138 +84,12 @@ DEFAULT_HEADERS = (
     "message-id",
     "content-type",
 )
-_ADDRESS_HEADERS = frozenset({"from", "to", "cc", "reply-to", "return-path", "sender"})
-
-#: Names of the meta-feature columns, in order. Counts are ``log1p``-transformed.
-META_FEATURES = (
-    "log_size",  # log1p(raw bytes)
-    "log_parts",  # log1p(MIME parts)
-    "log_urls",  # log1p(URLs in the text)
-    "html_share",  # share of body text that came from HTML parts
-    "log_recipients",  # log1p(To + Cc addresses)
-    "upper_share",  # share of upper-case letters among letters of the body text
-    "log_tokens",  # log1p(tokens)
-    "log_defects",  # log1p(defects)
-    "log_attachments",  # log1p(non-text parts with a file name)
-    "log_received",  # log1p(Received headers)
-    "non_ascii_share",  # share of non-ASCII characters in the body text
-    "log_exclaim",  # log1p('!' and '$' in the body text)
-)
-N_META = len(META_FEATURES)
-
-#: What separates the words of a subject-like header value, with white space.
-_SUBJECT_SEPARATORS = ".,;:!?()[]{}\"'<>*/\\|=+~#&^_-"
-_SUBJECT_SPLIT = re.compile(rf"[\s{re.escape(_SUBJECT_SEPARATORS)}]+")
 _PARSER = BytesParser(policy=policy.compat32)
-#: Latin-1 byte -> 2 for str.isupper, 1 for the other str.isalpha, 0 for the rest.
-_LATIN1_LETTER_CLASS = bytes(2 if chr(i).isupper() else int(chr(i).isalpha()) for i in range(256))
-_LATIN1_RUNS = re.compile(r"[\x00-\xff]+")
-
-
-def _python_text_counts(text: str, letters: bool = True) -> tuple[int, int, int, int]:
-    """``(upper, letters, non_ascii, exclaim)`` characters of ``text`` (str.isupper,
-    str.isalpha, above U+007F, ``!`` or ``$``), as the C ``text_counts`` step counts them.
-    ``letters=False`` skips the first two (0).
-
-    >>> _python_text_counts("H\xe9llo WORLD! $")
-    (6, 10, 1, 2)
-    """
-    upper = n_letters = 0
-    if letters:  # Latin-1 characters (ASCII, often U+00A0 of &nbsp;): one bytes.translate
-        # to letter classes, then two C counts
-        classes = text.encode("latin-1", "ignore").translate(_LATIN1_LETTER_CLASS)
-        upper = classes.count(2)
-        n_letters = classes.count(1) + upper
-        if len(classes) < len(text):  # the others: map() over str methods counts in C
-            rest = _LATIN1_RUNS.sub("", text)
-            n_letters += sum(map(str.isalpha, rest))
-            upper += sum(map(str.isupper, rest))
-    high = 0 if text.isascii() else len(text) - len(text.encode("ascii", "ignore"))
-    return upper, n_letters, high, text.count("!") + text.count("$")
-
 
 
 class _PastTokenLimit(Exception):
     """A message analysed with its word tokens hashed has more tokens than the limit: it is
     analysed again with every token a str (where the limit cuts depends on their order)."""
-
-
-@dataclass(slots=True)
-class MailAnalysis:
-    """What the tokenizer found in one message: tokens, defects and the raw meta counts.
-    With ``word_hashes`` (a bytearray; :meth:`MailTokenizer.analyse` with ``hash_words``)
-    the body's word tokens are there as their stable hashes (uint64) instead of in
-    ``tokens``, where only the others are (:attr:`n_tokens` counts both)."""
-
-    tokens: list[str] = field(default_factory=list)
-    defects: int = 0
-    size: int = 0
-    parts: int = 0
-    urls: int = 0
-    html_chars: int = 0
-    text_chars: int = 0
-    upper: int = 0
-    letters: int = 0
-    non_ascii: int = 0
-    exclaim: int = 0
-    recipients: int = 0
-    attachments: int = 0
-    received: int = 0
-    word_hashes: bytearray | None = None
-
-    @property
-    def n_tokens(self) -> int:
-        """How many tokens: those in :attr:`tokens` and those hashed in :attr:`word_hashes`."""
-        return len(self.tokens) + (0 if self.word_hashes is None else len(self.word_hashes) // 8)
-
-    def defect(self, name: str) -> None:
-        self.defects += 1
-        self.tokens.append(f"defect:{name}")
-
-    def add_text_stats(self, text: str, from_html: bool, letter_counts: bool = True,
-                       steps: TokenizerSteps = DEFAULT_STEPS) -> None:
-        """Count the characters of one piece of body text (:func:`_python_text_counts`, or
-        the C ``text_counts`` step). From 200,000 characters on, every character counts as
-        a letter (and none as upper-case): a bound on the work, kept as it was for the same
-        meta vectors. ``letter_counts=False`` counts only its length (upper-case, letters,
-        non-ASCII and ``!``/``$`` stay as they are)."""
-        n = len(text)
-        self.text_chars += n
-        if from_html:
-            self.html_chars += n
-        if not letter_counts:
-            return
-        if n < 200_000:
-            upper, letters, high, exclaim = (steps.text_counts or _python_text_counts)(text)
-        else:
-            _, _, high, exclaim = _python_text_counts(text, letters=False)
-            upper, letters = 0, n
-        self.upper += upper
-        self.letters += letters
-        self.non_ascii += high
-        self.exclaim += exclaim
-
-    def meta(self) -> np.ndarray:
-        """The dense meta vector, in :data:`META_FEATURES` order."""
-        log1p = math.log1p
-        text = max(self.text_chars, 1)
-        return np.array(
-            [
-                log1p(self.size),
-                log1p(self.parts),
-                log1p(self.urls),
-                self.html_chars / text,
-                log1p(self.recipients),
-                self.upper / max(self.letters, 1),
-                log1p(self.n_tokens),
-                log1p(self.defects),
-                log1p(self.attachments),
-                log1p(self.received),
-                self.non_ascii / text,
-                log1p(self.exclaim),
-            ],
-            dtype=np.float64,
-        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -253,21 +116,15 @@ class MailTokenizer:
     #: The per-character steps (:mod:`streamnb.features.steps`), the word rules' too: the
     #: same tokens with any of them.
     steps: TokenizerSteps = field(default=DEFAULT_STEPS, repr=False)
-    #: What C ``header_tokens`` needs of these options (derived; see :meth:`_header_spec`).
-    _spec: tuple = field(init=False, repr=False, compare=False, default=())
+    #: The header stage under these options (derived).
+    header_tokenizer: HeaderTokenizer = field(init=False, repr=False, compare=False, default=None)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "headers", tuple(name.lower() for name in self.headers))
         if self.rules.steps is not self.steps:
             object.__setattr__(self, "rules", replace(self.rules, steps=self.steps))
-        object.__setattr__(self, "_spec", self._header_spec())
-
-    def _header_spec(self) -> tuple:
-        """The options, bounds and Python callbacks of :meth:`_headers`, for the C loop."""
-        cap = self.limits.max_header_chars
-        return (self.headers, self.header_names, cap, min(cap, 2000), _CACHE_SIZE, _CACHED_CHARS,
-                self._value_tokens, partial(_address_count, steps=self.steps), _decode_header,
-                partial(_received_tokens, steps=self.steps), _ADDRESS_DEFECT)
+        object.__setattr__(self, "header_tokenizer", HeaderTokenizer(
+            self.rules, self.headers, self.header_names, self.limits, self.steps))
 
     def tokenize(self, raw: bytes) -> list[str]:
         return self.analyse(raw).tokens
@@ -338,11 +195,7 @@ class MailTokenizer:
             root.defects.append("multipartinvariantviolationdefect")
         for name in root.defects:
             a.defect(name)
-        index = root.header_index()
-        if self.steps.header_tokens is not None:
-            self.steps.header_tokens(root.names(), index, self._spec, _value_cache(self.rules), a)
-        else:
-            self._headers(root.names(), index.get, a)
+        self.header_tokenizer.add_indexed(root.names(), root.header_index(), a)
         self._walk_fast(root, 0, a, [self.limits.max_decoded_bytes])
 
     def _analyse_stdlib(self, raw: bytes, a: MailAnalysis) -> None:
@@ -354,95 +207,9 @@ class MailTokenizer:
             msg = _PARSER.parsebytes(raw, headersonly=True)
         for d in msg.defects:
             a.defect(type(d).__name__.lower())
-        self._headers([name.lower() for name in msg.keys()], msg.get_all, a)
+        self.header_tokenizer.add([name.lower() for name in msg.keys()], msg.get_all, a)
         budget = [self.limits.max_decoded_bytes]
         self._walk(msg, 0, a, budget)
-
-    def _headers(self, names: Sequence[str], get_all: Callable[[str], Sequence[object] | None],
-                 a: MailAnalysis) -> None:
-        """Header tokens, from the header ``names`` (lower-case, in order) and their values
-        (``get_all(name)``: a list, empty or None when absent)."""
-        tokens = a.tokens
-        if self.header_names:  # each name once, in order of first appearance
-            keys = dict.fromkeys(names)
-            if keys and max(map(len, keys)) > 40:
-                keys = dict.fromkeys([key[:40] for key in keys])
-            tokens.extend(["header:" + key for key in keys])
-        cap = self.limits.max_header_chars
-        text_cap = min(cap, 2000)
-        cache = _value_cache(self.rules)
-        for name in self.headers:
-            values = get_all(name)
-            if not values:  # (no recipients, no Received headers: the counts stay 0)
-                if name in ("subject", "from", "to", "message-id"):
-                    tokens.append(name + ":none")
-                continue
-            if name in ("to", "cc"):
-                joined = ", ".join([str(v)[:cap] for v in values])
-                count = cache.get(joined)
-                if count is None:
-                    count = _address_count(joined, self.steps)
-                    if len(joined) <= _CACHED_CHARS:
-                        _remember(cache, joined, count)
-                if count < 0:
-                    a.defect("address")
-                else:
-                    a.recipients += count
-            elif name == "received":
-                a.received = len(values)
-            # The common value is a str without encoded words: taken as it is.
-            texts = [value[:text_cap] if type(value) is str and "=?" not in value
-                     else _decode_header(value, cap)[:2000] for value in values[:32]]
-            if name == "received":
-                for text in texts:
-                    _received_tokens(text, tokens, self.steps)
-            elif name == "message-id":
-                for text in texts:
-                    at = text.rfind("@")
-                    dom = text[at + 1 :].strip(" <>").lower() if at >= 0 else ""
-                    tokens.append("message-id:" + (dom or "no-domain")[:60])
-            else:  # the same value gives the same tokens: memoised (mail repeats them)
-                for text in texts:
-                    key = (name, text)
-                    hit = cache.get(key)
-                    if hit is None:
-                        hit = self._value_tokens(name, text)
-                        if len(text) <= _CACHED_CHARS:
-                            _remember(cache, key, hit)
-                    tokens.extend(hit)
-                    if hit is _ADDRESS_DEFECT:
-                        a.defects += 1
-
-    def _value_tokens(self, name: str, text: str) -> tuple[str, ...]:
-        """The tokens of one value of header ``name`` (not ``received``/``message-id``); the
-        C ``value_words`` step declines text beyond Latin-1, which the regex split takes."""
-        if name in _ADDRESS_HEADERS:
-            try:
-                pairs = _getaddresses(text, self.steps)
-            except Exception:
-                return _ADDRESS_DEFECT
-            out = []
-            for display, addr in pairs[:16]:
-                at = addr.rfind("@")
-                out.append(f"{name}:" + (addr[at + 1 :].lower()[:60] if at >= 0 else "no-domain"))
-                if name == "from" and display:
-                    out.extend(["from:name:" + w for w in self.rules.tokens(display)])
-            return tuple(out)
-        if name == "content-type":
-            return ("content-type:" + text.split(";", 1)[0].strip().lower()[:60],)
-        # Words between separator runs, joined by one space: the runs become spaces (every
-        # '.', ':' and '/' with them, so no URL is left for the URL rule: the word rules only).
-        prefix = name + ":"
-        rules = self.rules
-        value_words = self.steps.value_words
-        if value_words is not None and not rules.ngrams and rules.min_len >= 1:
-            done = value_words(text, prefix, rules.min_len, rules.max_len, rules.lowercase,
-                               _SUBJECT_SEPARATORS)
-            if done is not None:  # (Latin-1 text: the same in C)
-                return done
-        words: list[str] = []
-        rules.words(_SUBJECT_SPLIT.sub(" ", text).strip(" "), words)
-        return tuple([prefix + t for t in words])
 
     def _enter_part(self, a: MailAnalysis) -> bool:
         """Count one more MIME part; False past the token or part limits (then skip it)."""
@@ -535,7 +302,7 @@ class MailTokenizer:
             data = data[: budget[0]]
             a.defect("decoded_budget")
         budget[0] -= len(data)
-        text, known, valid = _decode_checked(data, charset or "latin-1")
+        text, known, valid = decode_checked(data, charset or "latin-1")
         if not known:
             a.defect("charset")
         if not valid:
@@ -559,18 +326,6 @@ class MailTokenizer:
         if a.n_tokens > self.limits.max_tokens:
             raise _PastTokenLimit
 
-
-def text_meta(text: str, n_tokens: int) -> np.ndarray:
-    """The meta vector of a plain-text payload (mail-only columns are 0).
-
-    >>> text_meta("FREE money!", 2)[[5, 6]].round(3).tolist()
-    [0.444, 1.099]
-    """
-    a = MailAnalysis(size=len(text.encode("utf-8", "surrogatepass")))
-    a.add_text_stats(text, from_html=False)
-    a.urls = len(re.findall(r"(?i)https?://|www\.", text))
-    a.tokens = [""] * n_tokens
-    return a.meta()
 
 
 _DEFAULT_TOKENIZER = MailTokenizer()

@@ -1,6 +1,7 @@
-"""Header values of a mail: address lists, Received hosts, RFC 2047 and charset
-decoding, and the bounded memos of header value tokens (used by
-:class:`streamnb.features.mail.MailTokenizer`).
+"""The headers of a mail: their tokens and counts (:class:`HeaderTokenizer`, the header
+stage of :class:`streamnb.features.mail.MailTokenizer`), the values they come from
+(address lists, Received hosts, RFC 2047 and charset decoding) and the bounded memos of
+header value tokens.
 
 The per-character steps here (address lists, Received tokens) take the tokenizer's C
 steps where they are built (:mod:`streamnb.features.steps`); the Python code below is
@@ -13,16 +14,24 @@ import codecs
 import email.header
 import email.utils
 import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from functools import partial
 
-from streamnb.features.payload import DEFAULT_FEATURE_LIMITS
+from streamnb.features.mail_meta import MailAnalysis
+from streamnb.features.markup import clear_link_memo
+from streamnb.features.mime_params import clear_params_memo
+from streamnb.features.payload import DEFAULT_FEATURE_LIMITS, FeatureLimits
 from streamnb.features.steps import DEFAULT_STEPS, TokenizerSteps
-from streamnb.features.text import _ALNUM, WordRules, host_tokens_cached
+from streamnb.features.text import ALNUM, WordRules, clear_host_memo, host_tokens_cached
+
+__all__ = ["HeaderTokenizer", "clear_memos", "decode_checked"]
 
 #: ``(?i)\b(?:from|by)\s+([a-z0-9][a-z0-9.-]*[a-z0-9])`` (the relay hosts), written to start
 #: with a character set (the regex engine skips ahead to it in C; IGNORECASE would make
 #: it test every character), the word boundary checked with a look-behind.
 _RECEIVED_HOST = re.compile(
-    rf"[fFbB](?<!\w.)(?:(?<=[fF])[rR][oO][mM]|(?<=[bB])[yY])\s+([{_ALNUM}][{_ALNUM}.-]*[{_ALNUM}])")
+    rf"[fFbB](?<!\w.)(?:(?<=[fF])[rR][oO][mM]|(?<=[bB])[yY])\s+([{ALNUM}][{ALNUM}.-]*[{ALNUM}])")
 #: An IPv4 literal: its first three numbers (the /24 network), as written.
 _IPV4 = re.compile(r"\[(\d{1,3}\.\d{1,3}\.\d{1,3})\.\d{1,3}\]")
 
@@ -96,12 +105,10 @@ _ADDRESS_DEFECT = ("defect:address",)
 def clear_memos() -> None:
     """Empty the tokenizer's memos (header values, MIME parameters, relay and link hosts),
     e.g. to time it cold; they refill as mail comes."""
-    from streamnb.features import markup, mime, text
-
     _VALUE_CACHES.clear()
-    mime._PARAMS.clear()
-    text._cached_host_tokens.cache_clear()
-    markup._cached_link_hosts.cache_clear()
+    clear_params_memo()
+    clear_host_memo()
+    clear_link_memo()
 
 
 def _value_cache(rules: WordRules) -> dict:
@@ -156,12 +163,20 @@ def _decode_header(value: object, max_chars: int = DEFAULT_FEATURE_LIMITS.max_he
 
 def _decode_bytes(data: bytes, charset: str) -> tuple[str, bool]:
     """Decode with ``charset``; on an unknown charset use latin-1. Returns (text, known)."""
-    text, known, _ = _decode_checked(data, charset)
+    text, known, _ = decode_checked(data, charset)
     return text, known
 
 
-def _decode_checked(data: bytes, charset: str) -> tuple[str, bool, bool]:
-    """(text, charset known, bytes valid in it): invalid bytes become U+FFFD."""
+def decode_checked(data: bytes, charset: str) -> tuple[str, bool, bool]:
+    """``data`` decoded with ``charset``: (text, charset known, bytes valid in it). Invalid
+    bytes become U+FFFD; an unknown charset (or a codec that fails on anything) decodes as
+    latin-1.
+
+    >>> decode_checked(b"caf\\xc3\\xa9", "utf-8"), decode_checked(b"\\xff", "utf-8")
+    (('café', True, True), ('\\ufffd', True, False))
+    >>> decode_checked(b"caf\\xe9", "x-unknown")
+    ('café', False, True)
+    """
     try:
         codecs.lookup(charset)
     except (LookupError, ValueError):
@@ -176,3 +191,137 @@ def _decode_checked(data: bytes, charset: str) -> tuple[str, bool, bool]:
         return data.decode(charset, "replace"), True, False
     except Exception:
         return data.decode("latin-1"), False, True
+
+
+#: What separates the words of a subject-like header value, with white space.
+_SUBJECT_SEPARATORS = ".,;:!?()[]{}\"'<>*/\\|=+~#&^_-"
+_SUBJECT_SPLIT = re.compile(rf"[\s{re.escape(_SUBJECT_SEPARATORS)}]+")
+_ADDRESS_HEADERS = frozenset({"from", "to", "cc", "reply-to", "return-path", "sender"})
+
+
+@dataclass(frozen=True, slots=True)
+class HeaderTokenizer:
+    """The header stage of :class:`~streamnb.features.mail.MailTokenizer`, under its
+    options: the tokens of a message's headers (``header:<name>`` per header present, then
+    those of the values of ``headers``) and their counts (recipients, Received headers,
+    defects), added to a :class:`~streamnb.features.mail_meta.MailAnalysis`. The C
+    ``header_tokens`` step runs the same loop where it is built (:attr:`spec`).
+
+    >>> stage = HeaderTokenizer(WordRules(), ("subject", "to"), True, DEFAULT_FEATURE_LIMITS)
+    >>> a = MailAnalysis()
+    >>> stage.add(["subject"], {"subject": ["Cheap meds"]}.get, a)
+    >>> a.tokens
+    ['header:subject', 'subject:cheap', 'subject:meds', 'to:none']
+    """
+
+    rules: WordRules
+    #: Headers whose values are tokenized (lower-case names).
+    headers: tuple[str, ...]
+    #: Whether each header present gives a ``header:<name>`` token.
+    header_names: bool
+    limits: FeatureLimits
+    steps: TokenizerSteps = field(default=DEFAULT_STEPS, repr=False)
+    #: What the C ``header_tokens`` step takes of these options: bounds and the Python
+    #: callbacks of :meth:`add` (derived).
+    spec: tuple = field(init=False, repr=False, compare=False, default=())
+
+    def __post_init__(self) -> None:
+        cap = self.limits.max_header_chars
+        object.__setattr__(self, "spec", (
+            self.headers, self.header_names, cap, min(cap, 2000), _CACHE_SIZE, _CACHED_CHARS,
+            self.value_tokens, partial(_address_count, steps=self.steps), _decode_header,
+            partial(_received_tokens, steps=self.steps), _ADDRESS_DEFECT))
+
+    def add_indexed(self, names: Sequence[str], index: dict, a: MailAnalysis) -> None:
+        """:meth:`add` for the header ``names`` (lower-case, in order) and ``index`` (name ->
+        its values), by the C ``header_tokens`` step where it is built."""
+        if self.steps.header_tokens is not None:
+            self.steps.header_tokens(names, index, self.spec, _value_cache(self.rules), a)
+        else:
+            self.add(names, index.get, a)
+
+    def add(self, names: Sequence[str], get_all: Callable[[str], Sequence[object] | None],
+            a: MailAnalysis) -> None:
+        """Header tokens, from the header ``names`` (lower-case, in order) and their values
+        (``get_all(name)``: a list, empty or None when absent)."""
+        tokens = a.tokens
+        if self.header_names:  # each name once, in order of first appearance
+            keys = dict.fromkeys(names)
+            if keys and max(map(len, keys)) > 40:
+                keys = dict.fromkeys([key[:40] for key in keys])
+            tokens.extend(["header:" + key for key in keys])
+        cap = self.limits.max_header_chars
+        text_cap = min(cap, 2000)
+        cache = _value_cache(self.rules)
+        for name in self.headers:
+            values = get_all(name)
+            if not values:  # (no recipients, no Received headers: the counts stay 0)
+                if name in ("subject", "from", "to", "message-id"):
+                    tokens.append(name + ":none")
+                continue
+            if name in ("to", "cc"):
+                joined = ", ".join([str(v)[:cap] for v in values])
+                count = cache.get(joined)
+                if count is None:
+                    count = _address_count(joined, self.steps)
+                    if len(joined) <= _CACHED_CHARS:
+                        _remember(cache, joined, count)
+                if count < 0:
+                    a.defect("address")
+                else:
+                    a.recipients += count
+            elif name == "received":
+                a.received = len(values)
+            # The common value is a str without encoded words: taken as it is.
+            texts = [value[:text_cap] if type(value) is str and "=?" not in value
+                     else _decode_header(value, cap)[:2000] for value in values[:32]]
+            if name == "received":
+                for text in texts:
+                    _received_tokens(text, tokens, self.steps)
+            elif name == "message-id":
+                for text in texts:
+                    at = text.rfind("@")
+                    dom = text[at + 1 :].strip(" <>").lower() if at >= 0 else ""
+                    tokens.append("message-id:" + (dom or "no-domain")[:60])
+            else:  # the same value gives the same tokens: memoised (mail repeats them)
+                for text in texts:
+                    key = (name, text)
+                    hit = cache.get(key)
+                    if hit is None:
+                        hit = self.value_tokens(name, text)
+                        if len(text) <= _CACHED_CHARS:
+                            _remember(cache, key, hit)
+                    tokens.extend(hit)
+                    if hit is _ADDRESS_DEFECT:
+                        a.defects += 1
+
+    def value_tokens(self, name: str, text: str) -> tuple[str, ...]:
+        """The tokens of one value of header ``name`` (not ``received``/``message-id``); the
+        C ``value_words`` step declines text beyond Latin-1, which the regex split takes."""
+        if name in _ADDRESS_HEADERS:
+            try:
+                pairs = _getaddresses(text, self.steps)
+            except Exception:
+                return _ADDRESS_DEFECT
+            out = []
+            for display, addr in pairs[:16]:
+                at = addr.rfind("@")
+                out.append(f"{name}:" + (addr[at + 1 :].lower()[:60] if at >= 0 else "no-domain"))
+                if name == "from" and display:
+                    out.extend(["from:name:" + w for w in self.rules.tokens(display)])
+            return tuple(out)
+        if name == "content-type":
+            return ("content-type:" + text.split(";", 1)[0].strip().lower()[:60],)
+        # Words between separator runs, joined by one space: the runs become spaces (every
+        # '.', ':' and '/' with them, so no URL is left for the URL rule: the word rules only).
+        prefix = name + ":"
+        rules = self.rules
+        value_words = self.steps.value_words
+        if value_words is not None and not rules.ngrams and rules.min_len >= 1:
+            done = value_words(text, prefix, rules.min_len, rules.max_len, rules.lowercase,
+                               _SUBJECT_SEPARATORS)
+            if done is not None:  # (Latin-1 text: the same in C)
+                return done
+        words: list[str] = []
+        rules.words(_SUBJECT_SPLIT.sub(" ", text).strip(" "), words)
+        return tuple([prefix + t for t in words])

@@ -27,9 +27,9 @@ from itertools import chain, compress, count, repeat
 from operator import contains, not_
 
 from streamnb.features.steps import DEFAULT_STEPS, TokenizerSteps
-from streamnb.features.text import _ALNUM, host_tokens_cached
+from streamnb.features.text import ALNUM, host_tokens_cached
 
-__all__ = ["strip_html"]
+__all__ = ["clear_link_memo", "strip_html"]
 
 _COMMENT = re.compile(r"<!--.*?(?:-->|$)", re.S)
 #: Declarations and processing instructions (``<!DOCTYPE ...>``, ``<?xml ...?>``): markup,
@@ -46,7 +46,7 @@ _TAG = re.compile(r"<\s*(/?)\s*([a-zA-Z][a-zA-Z0-9]{0,15})([^>]{0,2000})>?")
 #: are spelt out.
 _LINK = re.compile(
     r"""[hHsS\u017faA](?<!\w.)(?:(?<=[hH])[rR][eE][fF]|(?<=[sS\u017f])[rR][cC]|(?<=[aA])[cC][tT][iI\u0130\u0131][oO][nN])"""
-    rf"""\s*=\s*["']?\s*(?:[hH][tT][tT][pP][sS\u017f]?|[fF][tT][pP])://(?:[^/?#@\s"'>]*@)?([{_ALNUM}][{_ALNUM}.-]*)"""
+    rf"""\s*=\s*["']?\s*(?:[hH][tT][tT][pP][sS\u017f]?|[fF][tT][pP])://(?:[^/?#@\s"'>]*@)?([{ALNUM}][{ALNUM}.-]*)"""
 )
 
 
@@ -63,6 +63,11 @@ def _find_link_hosts(attributes: str) -> tuple[str, ...]:
 
 
 _cached_link_hosts = lru_cache(maxsize=2048)(_find_link_hosts)
+
+
+def clear_link_memo() -> None:
+    """Empty the memo of link hosts per tag's attributes."""
+    _cached_link_hosts.cache_clear()
 
 
 def strip_html(markup: str, max_tag_tokens: int = 2000,

@@ -50,6 +50,7 @@ import re
 from collections.abc import Iterator
 from itertools import repeat
 
+from streamnb.features.mime_params import header_params, unquote
 from streamnb.features.steps import DEFAULT_STEPS, TokenizerSteps
 
 __all__ = ["Part", "Unsupported", "parse_message", "parse_part"]
@@ -74,57 +75,6 @@ _ODD_LINE = re.compile(rb"\n(?:From |:)")
 #: The start of a field of a plain block (after a line break): name, colon and blanks.
 _FIELD_START = re.compile(r"\n([\x21-\x39\x3b-\x7e]+):[ \t]*")
 _BOUNDARY_TAIL = re.compile(rb"(--)?[ \t]*(?:\r?\n|\Z)")
-
-
-def _unquote(value: str) -> str:
-    """``email.utils.unquote``."""
-    if len(value) > 1:
-        if value.startswith('"') and value.endswith('"'):
-            return value[1:-1].replace("\\\\", "\\").replace('\\"', '"')
-        if value.startswith("<") and value.endswith(">"):
-            return value[1:-1]
-    return value
-
-
-def _split_params(value: str) -> list[str]:
-    """``email.message._parseparam``: the ``;``-separated pieces, quotes respected."""
-    s = ";" + value
-    pieces = []
-    while s[:1] == ";":
-        s = s[1:]
-        end = s.find(";")
-        while end > 0 and (s.count('"', 0, end) - s.count('\\"', 0, end)) % 2:
-            end = s.find(";", end + 1)
-        if end < 0:
-            end = len(s)
-        piece = s[:end]
-        if "=" in piece:
-            i = piece.index("=")
-            piece = piece[:i].strip().lower() + "=" + piece[i + 1 :].strip()
-        pieces.append(piece.strip())
-        s = s[end:]
-    return pieces
-
-
-#: Header value -> its parameters (:func:`_params`): content types and dispositions
-#: repeat. Bounded: values of at most 1000 characters, emptied at 1024 entries.
-_PARAMS: dict[str, dict[str, str]] = {}
-#: The parameters of a value with RFC 2231 or escaped ones (which raise Unsupported).
-_UNSUPPORTED: dict[str, str] = {}
-
-
-def _params(value: str) -> dict[str, str]:
-    """The parameters of a header value: lower-case name -> unquoted value ("" without
-    ``=``), the first of each name; :data:`_UNSUPPORTED` for RFC 2231 or escaped ones."""
-    params: dict[str, str] = {}
-    for i, piece in enumerate(_split_params(value)):
-        key, sep, val = piece.partition("=")
-        if i and ("*" in key or "\\" in val):
-            return _UNSUPPORTED
-        key = key.strip().lower()
-        if key not in params:
-            params[key] = _unquote(val.strip()) if sep else ""
-    return params
 
 
 def _header_text(name: str, value: bytes) -> str:
@@ -230,14 +180,8 @@ class Part:
         value = self.get(header)
         if value is None:
             return None
-        params = _PARAMS.get(value)
+        params = header_params(value)
         if params is None:
-            params = _params(value)
-            if len(value) <= 1000:
-                if len(_PARAMS) >= 1024:
-                    _PARAMS.clear()
-                _PARAMS[value] = params
-        if params is _UNSUPPORTED:
             raise Unsupported("RFC 2231 or escaped parameter")
         return params.get(name)
 
@@ -253,7 +197,7 @@ class Part:
         name = self.param("filename", "content-disposition")
         if name is None:
             name = self.param("name")
-        return None if name is None else _unquote(name).strip()
+        return None if name is None else unquote(name).strip()
 
     # ---------------------------------------------------------------- body
     def body(self) -> bytes:
@@ -304,7 +248,7 @@ class Part:
         if boundary is None:
             self.defects.append("noboundaryinmultipartdefect")
             return None
-        boundary = _unquote(boundary).rstrip()
+        boundary = unquote(boundary).rstrip()
         if not boundary.isascii() or "\n" in boundary or "\r" in boundary:
             # (a folded one: the standard parser reads line by line and never finds it)
             raise Unsupported("non-ASCII or folded boundary")

@@ -45,7 +45,7 @@ class TokenizerSteps:
     #: hashes of the word tokens (WordRules.hash_words)
     word_tokens: Step = None
     word_hashes: Step = None
-    #: the words of a header value (mail.MailTokenizer._value_tokens)
+    #: the words of a header value (mail_headers.HeaderTokenizer.value_tokens)
     value_words: Step = None
     #: the URL rule (text.WordRules.urls)
     url_scan: Step = None
@@ -53,7 +53,7 @@ class TokenizerSteps:
     html_strip: Step = None
     tag_tokens: Step = None
     #: mail_headers._received_tokens, MailAnalysis.add_text_stats' counts, mail_headers._address_matches,
-    #: MailTokenizer._headers
+    #: HeaderTokenizer.add
     received_tokens: Step = None
     text_counts: Step = None
     addresses: Step = None

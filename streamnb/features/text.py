@@ -33,7 +33,15 @@ from itertools import chain, repeat
 
 from streamnb.features.steps import DEFAULT_STEPS, TokenizerSteps
 
-__all__ = ["URL_RE", "WordRules", "host_tokens", "host_tokens_cached", "tokenize_text"]
+__all__ = [
+    "ALNUM",
+    "URL_RE",
+    "WordRules",
+    "clear_host_memo",
+    "host_tokens",
+    "host_tokens_cached",
+    "tokenize_text",
+]
 
 #: URLs: a scheme or a bare ``www.`` host, up to white space or a quote/bracket.
 URL_RE = re.compile(r"""(?i)\b(?:(https?|ftp|mailto)://|(?=www\.))([^\s"'<>()\[\]{}]+)""")
@@ -45,7 +53,7 @@ _URL_SCAN = re.compile(
 )
 #: ``[a-z0-9]`` under IGNORECASE, for a character set without the flag: the ASCII letters
 #: and digits, and the 4 other letters IGNORECASE matches (``İ ı ſ K``, see :mod:`re`).
-_ALNUM = "a-zA-Z0-9\u0130\u0131\u017f\u212a"
+ALNUM = "a-zA-Z0-9\u0130\u0131\u017f\u212a"
 _HOST_RE = re.compile(r"^(?:[^/?#@\s]*@)?([a-z0-9][a-z0-9.-]*)", re.I)
 _PUNCT = "\"'.,;:!?()[]{}<>*`~|^_=+-/\\#&"
 _SPLIT = re.compile(r"\s+")
@@ -75,6 +83,11 @@ def host_tokens_cached(prefix: str, host: str) -> tuple[str, ...]:
     if len(host) > 253:
         return tuple(host_tokens(prefix, host))
     return _cached_host_tokens(prefix, host)
+
+
+def clear_host_memo() -> None:
+    """Empty the memo of :func:`host_tokens_cached`."""
+    _cached_host_tokens.cache_clear()
 
 
 def _url_host(rest: str) -> str:

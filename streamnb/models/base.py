@@ -132,6 +132,7 @@ class GenerativeClassifier(ABC):
 
     def __sklearn_tags__(self) -> Any:
         """scikit-learn's tags (called by scikit-learn only, so it is imported here)."""
+        # defer scikit-learn (optional): imported only when scikit-learn asks for the tags
         from sklearn.utils import ClassifierTags, InputTags, Tags, TargetTags
 
         return Tags(

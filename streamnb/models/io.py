@@ -45,6 +45,7 @@ def model_class(kind: Any) -> type[GenerativeClassifier]:
     """
     if not isinstance(kind, str) or kind not in MODEL_KINDS:
         raise ValueError(f"unknown model kind {kind!r}; expected one of {sorted(MODEL_KINDS)}")
+    # deferred: the package streamnb.models imports this module before its model classes
     from streamnb import models
 
     return next(cls for cls in map(models.__dict__.get, models.__all__)

@@ -281,7 +281,9 @@ class Statistic(ABC):
     def decode(cls, obj: Any) -> Statistic:
         """Decode an encoded map of this type (or, called on Statistic, of any type)."""
         if cls is Statistic or getattr(cls, "TYPE", None) is None:
-            import streamnb.stats  # noqa: F401 - registers every statistic type
+            # deferred: the package streamnb.stats imports this module, then registers every
+            # statistic type
+            import streamnb.stats  # noqa: F401
 
             if not isinstance(obj, dict) or obj.get("type") not in STAT_TYPES:
                 tag = obj.get("type") if isinstance(obj, dict) else None

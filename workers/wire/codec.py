@@ -36,6 +36,7 @@ __all__ = [
     "Limits",
     "decode_input",
     "encode_input",
+    "refuse_ext",
 ]
 
 #: The one stream field that holds a message's msgpack map.
@@ -115,7 +116,9 @@ class InputMessage:
 
 
 # ---------------------------------------------------------------------------- decoding
-def _refuse_ext(code: int, data: bytes) -> Any:
+def refuse_ext(code: int, data: bytes) -> Any:
+    """msgpack's ``ext_hook`` for the wire: every ext type is refused
+    (:class:`~streamnb.exceptions.MalformedMessage` ``bad_type``)."""
     raise MalformedMessage("bad_type", f"msgpack ext type {code} is not allowed")
 
 
@@ -125,7 +128,7 @@ def _unpack(data: bytes, limits: Limits) -> Any:
             data,
             raw=False,
             strict_map_key=False,
-            ext_hook=_refuse_ext,
+            ext_hook=refuse_ext,
             max_str_len=limits.max_str_len,
             max_bin_len=limits.max_bin_len,
             max_array_len=limits.max_array_len,
@@ -357,10 +360,6 @@ def decode_input(
 
 
 # ---------------------------------------------------------------------------- encoding
-def _pack(obj: dict[str, Any]) -> bytes:
-    return dumps(obj)  # (msgpack, bin type for bytes: a Packer kept per thread)
-
-
 def encode_input(payload_kind: str, payload: Any, **fields: Any) -> bytes:
     """Encode an input map (for producers and tests): ``encode_input("text", "hi", label="ham")``.
 
@@ -375,5 +374,6 @@ def encode_input(payload_kind: str, payload: Any, **fields: Any) -> bytes:
         payload = [float(v) for v in np.asarray(payload, dtype=np.float64).ravel()]
     elif payload_kind == "hashes":
         payload = np.asarray(payload, dtype="<u8").tobytes()
-    return _pack({payload_kind: payload, **{k: v for k, v in fields.items() if v is not None}})
+    # (msgpack, bin type for bytes: a Packer kept per thread)
+    return dumps({payload_kind: payload, **{k: v for k, v in fields.items() if v is not None}})
 

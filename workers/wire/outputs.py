@@ -15,8 +15,9 @@ from typing import Any
 
 import msgpack
 
+from streamnb.encoding import dumps
 from streamnb.exceptions import MalformedMessage
-from streamnb_workers.wire.codec import InputMessage, _pack, _refuse_ext
+from streamnb_workers.wire.codec import InputMessage, refuse_ext
 
 __all__ = ["decode_dead", "decode_output", "encode_dead", "encode_output", "output_for"]
 
@@ -66,7 +67,7 @@ def encode_output(
         obj["score"] = float(score)
     if explain is not None:
         obj["explain"] = explain
-    return _pack(obj)
+    return dumps(obj)
 
 
 def output_for(
@@ -106,13 +107,13 @@ def encode_dead(entry_id: str, reason: str, detail: str, payload: bytes) -> byte
     """
     if isinstance(payload, str):
         payload = payload.encode("utf-8", "surrogatepass")
-    return _pack({"entry": entry_id, "reason": reason, "detail": detail, "payload": bytes(payload)})
+    return dumps({"entry": entry_id, "reason": reason, "detail": detail, "payload": bytes(payload)})
 
 
 def decode_output(data: bytes) -> dict[str, Any]:
     """Decode a prediction or dead letter written by this module (for readers: CLI, tests)."""
     try:
-        obj = msgpack.unpackb(bytes(data), raw=False, strict_map_key=False, ext_hook=_refuse_ext)
+        obj = msgpack.unpackb(bytes(data), raw=False, strict_map_key=False, ext_hook=refuse_ext)
     except Exception as exc:
         raise MalformedMessage("not_msgpack", f"output entry is not valid msgpack ({type(exc).__name__})") from None
     if not isinstance(obj, dict):

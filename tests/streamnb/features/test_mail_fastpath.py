@@ -412,11 +412,11 @@ def test_unsupported_parameters_stay_unsupported_when_memoised():
 @settings(max_examples=300, deadline=None)
 @given(st.text(alphabet=" \t\n\xa0.,;:!?-_=/\\|'\"<>#&abcXYZé@1", max_size=40))
 def test_word_header_tokens_match_split_and_join(text):
-    from streamnb.features.mail import _SUBJECT_SPLIT
+    from streamnb.features.mail_headers import _SUBJECT_SPLIT
 
     words = [w for w in _SUBJECT_SPLIT.split(text) if w]
     expected = tuple(f"subject:{t}" for t in WordRules().tokens(" ".join(words)))
-    assert TOKENIZER._value_tokens("subject", text) == expected
+    assert TOKENIZER.header_tokenizer.value_tokens("subject", text) == expected
 
 
 def test_header_names_in_the_options_match_without_regard_to_case():
@@ -430,15 +430,15 @@ def test_header_names_in_the_options_match_without_regard_to_case():
 
 
 def test_clear_memos_empties_them_and_tokens_do_not_depend_on_them():
-    from streamnb.features import mail_headers, mime, text
+    from streamnb.features import mail_headers, mime_params, text
 
     raw = (b"From: Bob <bob@example.com>\nReceived: from relay.example.net by mx.example.org\n"
            b"Content-Type: text/html; charset=utf-8\nSubject: Cheap meds\n\n"
            b'<a href="http://x.example.com/p">NOW</a> visit www.example.com today')
     tok = MailTokenizer()
     warm = tok.analyse(raw).tokens
-    assert mail_headers._VALUE_CACHES and mime._PARAMS
+    assert mail_headers._VALUE_CACHES and mime_params._PARAMS
     mail_headers.clear_memos()
-    assert not mail_headers._VALUE_CACHES and not mime._PARAMS
+    assert not mail_headers._VALUE_CACHES and not mime_params._PARAMS
     assert text._cached_host_tokens.cache_info().currsize == 0
     assert tok.analyse(raw).tokens == warm == tok.analyse(raw, fast=False).tokens

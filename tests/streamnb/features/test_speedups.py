@@ -548,7 +548,7 @@ def test_c_header_index_hand_worked():
 def both_header_tokens(tokenizer: mail.MailTokenizer, names: list[str], index: dict,
                        start: mail.MailAnalysis | None = None):
     """(C, Python) analyses after the header stage (C ``header_tokens`` with the C steps,
-    ``_headers`` with the reference ones), each from a copy of ``start`` and an empty memo;
+    ``HeaderTokenizer.add`` with the reference ones), each from a copy of ``start`` and an empty memo;
     the memos they leave must be equal too."""
     results, memos = [], []
     for steps in (C_STEPS, REFERENCE_STEPS):
@@ -558,9 +558,9 @@ def both_header_tokens(tokenizer: mail.MailTokenizer, names: list[str], index: d
                               recipients=start.recipients) if start else mail.MailAnalysis()
         cache = mail_headers._value_cache(tok.rules)
         if steps.header_tokens is not None:
-            steps.header_tokens(names, index, tok._spec, cache, a)
+            steps.header_tokens(names, index, tok.header_tokenizer.spec, cache, a)
         else:
-            tok._headers(names, index.get, a)
+            tok.header_tokenizer.add(names, index.get, a)
         results.append(a)
         memos.append(dict(cache))
     assert memos[0] == memos[1]
@@ -609,8 +609,7 @@ def test_c_header_tokens_hand_worked(monkeypatch):
         return saved(field, steps)
 
     saved = mail_headers._getaddresses
-    monkeypatch.setattr(mail_headers, "_getaddresses", getaddresses)  # (address counts)
-    monkeypatch.setattr(mail, "_getaddresses", getaddresses)  # (address tokens)
+    monkeypatch.setattr(mail_headers, "_getaddresses", getaddresses)  # (counts and tokens)
     index = {"subject": ["Cheap meds"], "from": ["Bob <bob@Example.com>"],
              "to": ["a@b.c, d@e.f", "g@h.i"], "cc": ["UNREADABLE"],
              "received": ["from mail.example.com ([10.1.2.3]) by mx.example.org", "by b.example"],
@@ -642,15 +641,16 @@ def test_c_header_tokens_hand_worked(monkeypatch):
     a = mail.MailAnalysis()
     tokenizer = mail.MailTokenizer()
     cache = mail_headers._value_cache(tokenizer.rules)
-    speedups.header_tokens(names, index, tokenizer._spec, cache, a)
+    spec = tokenizer.header_tokenizer.spec
+    speedups.header_tokens(names, index, spec, cache, a)
     assert ("subject", "Cheap meds") in cache and cache["a@b.c, d@e.f, g@h.i"] == 3
     b = mail.MailAnalysis()
-    speedups.header_tokens(names, index, tokenizer._spec, cache, b)
+    speedups.header_tokens(names, index, spec, cache, b)
     assert b == a
     with pytest.raises(TypeError):
-        speedups.header_tokens(names, {"to": ("a@b.c",)}, tokenizer._spec, cache, mail.MailAnalysis())
+        speedups.header_tokens(names, {"to": ("a@b.c",)}, spec, cache, mail.MailAnalysis())
     with pytest.raises(TypeError):
-        speedups.header_tokens(names, index, tokenizer._spec[:5], cache, mail.MailAnalysis())
+        speedups.header_tokens(names, index, spec[:5], cache, mail.MailAnalysis())
 
 
 def python_addresses(field: str) -> list[tuple[str, str]] | None:
@@ -710,7 +710,7 @@ def test_c_addresses_hand_worked():
 # Subject pieces: every separator, white space of both kinds, letters of both cases
 # (Latin-1 ones too, whose lower case stays Latin-1), '@', the backtick (stripped from
 # word ends, not a separator), long words and characters beyond Latin-1.
-SUBJECT_PIECES = (list(mail._SUBJECT_SEPARATORS) + [" ", "\t", "\xa0", "\x85", "\x1c", "Re", "FREE", "caf\xe9",
+SUBJECT_PIECES = (list(mail_headers._SUBJECT_SEPARATORS) + [" ", "\t", "\xa0", "\x85", "\x1c", "Re", "FREE", "caf\xe9",
                   "\xc9T\xc9", "\xdf", "\xff", "@", "`", "a@b.c", "x" * 14, "\u0131", "\u20ac", "9"])
 subject_text = st.lists(st.sampled_from(SUBJECT_PIECES), max_size=30).map("".join)
 
@@ -721,13 +721,13 @@ subject_text = st.lists(st.sampled_from(SUBJECT_PIECES), max_size=30).map("".joi
        lowercase=st.booleans(), lo=st.integers(1, 4))
 def test_c_value_words_equal_the_regex_split(text, lowercase, lo):
     rules = WordRules(lowercase=lowercase, min_len=lo)
-    c, reference = both(lambda steps: mail.MailTokenizer(rules=rules, steps=steps)._value_tokens("subject", text))
+    c, reference = both(lambda steps: mail.MailTokenizer(rules=rules, steps=steps).header_tokenizer.value_tokens("subject", text))
     assert c == reference
 
 
 @needs_speedups
 def test_c_value_words_hand_worked():
-    args = (3, 12, True, mail._SUBJECT_SEPARATORS)
+    args = (3, 12, True, mail_headers._SUBJECT_SEPARATORS)
     assert speedups.value_words("Re: [list] FREE$$$ caf\xc9-cr\xe8me...now!! `quoted`", "subject:", *args) == (
         "subject:list", "subject:free$$$", "subject:caf\xe9", "subject:8bit%:30", "subject:cr\xe8me",
         "subject:8bit%:20", "subject:now", "subject:quoted")
@@ -745,19 +745,18 @@ def test_c_value_words_hand_worked():
 @needs_speedups
 def test_c_header_tokens_empty_a_full_memo(monkeypatch):
     """The memo's bound: at its size it is emptied before the next entry, as _remember does."""
-    monkeypatch.setattr(mail_headers, "_CACHE_SIZE", 3)  # (the Python memo)
-    monkeypatch.setattr(mail, "_CACHE_SIZE", 3)  # (the tokenizer's spec for the C step)
+    monkeypatch.setattr(mail_headers, "_CACHE_SIZE", 3)  # (the Python memo, the C step's spec)
     index = {"subject": [f"subject {i}" for i in range(5)], "x-mailer": ["m1", "m2"]}
     caches = []
     for steps in (C_STEPS, REFERENCE_STEPS):
-        tokenizer = mail.MailTokenizer(steps=steps)  # (its _spec holds the memo's size)
+        tokenizer = mail.MailTokenizer(steps=steps)  # (its header spec holds the memo's size)
         mail_headers.clear_memos()
         cache = mail_headers._value_cache(tokenizer.rules)
         a = mail.MailAnalysis()
         if steps.header_tokens is not None:
-            steps.header_tokens([], index, tokenizer._spec, cache, a)
+            steps.header_tokens([], index, tokenizer.header_tokenizer.spec, cache, a)
         else:
-            tokenizer._headers([], index.get, a)
+            tokenizer.header_tokenizer.add([], index.get, a)
         caches.append(dict(cache))
     assert caches[0] == caches[1] and len(caches[0]) == 1  # 7 values: emptied at 3 and 6
 
