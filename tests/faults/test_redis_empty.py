@@ -13,7 +13,7 @@ import redis
 from _worker_helpers import produce, token_messages
 
 from faults.harness import FCFG, NAME, PARAMS, K, wait_for
-from streamnb_workers.replication.replica import load_model
+from streamnb_workers.replication.shards import load_model
 
 pytestmark = [pytest.mark.slow, pytest.mark.redis]
 

@@ -36,10 +36,12 @@ from streamnb_workers.observe.health import RedisHealth
 from streamnb_workers.observe.metrics import Metrics, default_metrics
 from streamnb_workers.replication.shards import ShardSum, shard_names, shard_spec
 from streamnb_workers.replication.snapshotter import delete_consumer_if_idle
+from streamnb_workers.store.access import check_access
 from streamnb_workers.store.backoff import Backoff
 from streamnb_workers.store.commit import COMMIT_SCRIPT
 from streamnb_workers.store.connection import (
     Connector,
+    UrlConnector,
     close_clients,
     is_access_error,
 )
@@ -118,9 +120,10 @@ class Worker:
         """Connect, create or verify each model's config and group, load the replicas."""
         if self.client is None:
             self.connect()
-        check = getattr(self.connector, "check_access", None)
-        if check is not None and not self.models:  # ACL/credentials: fail now, in one line
-            check(self.client, [s.name for s in self.specs])
+        if isinstance(self.connector, UrlConnector) and not self.models:
+            # ACL/credentials: fail now, in one line
+            check_access(self.client, [s.name for s in self.specs],
+                         where=self.connector.settings.describe())
         if self.options.pipeline and not self.connector.cluster:
             for script in (COMMIT_SCRIPT, READ_SCRIPT):  # pipelined writes send EVALSHA only
                 script.load(self.client)

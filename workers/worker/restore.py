@@ -152,6 +152,7 @@ def restore_lost_keys(rt: ModelRuntime) -> list[str]:
     """Check model ``rt`` and write back what Redis lost; returns what this worker wrote
     (empty when nothing was missing or another worker restored it first), ``settling``
     among them while the group is not made yet (call again soon)."""
+    # deferred: the model classes (streamnb.models, ~0.8 s) load with the first restore
     from streamnb.models import dumps as dump_model
 
     replica = rt.replica
