@@ -184,9 +184,9 @@ def catch_up(rt: ModelRuntime, start: str, has_items: bool, settled: bool,
     """Bring the model up to date before predicting: other workers' earlier labelled
     batches first (ordered predictions), then the log (batches committed while this one
     was read and featurized). A worker alone that applied its own delta at the commit
-    just settled (``own_applied``: nothing came between) has nothing to catch up with. Returns when the wait ended
-    (``time.perf_counter()``, ``time.thread_time()``): the start of the batch's ordered
-    section."""
+    just settled (``own_applied``: nothing came between) has nothing to catch up with.
+    Returns when the wait ended (``time.perf_counter()``, ``time.thread_time()``): the
+    start of the batch's ordered section."""
     o = rt.options
     current = has_items and o.order_wait_ms > 0 and await_earlier(rt, start)
     waited = time.perf_counter(), time.thread_time()
