@@ -34,7 +34,7 @@ def replay_through_daemon(corpus: Corpus, n_workers: int = 2, kind: str = "multi
                           name: str = "replay", load_model: bool = False) -> DaemonReplay:
     """Replay ``corpus`` as labelled raw mail through ``n_workers`` workers of a model
     made with only ``kind`` (the daemon's defaults for the rest) and worker ``options``."""
-    from streamnb_workers.replication.replica import load_model as load
+    from streamnb_workers.replication.shards import load_model as load
     from streamnb_workers.wire.outputs import decode_output
 
     messages = encode_messages(corpus, "raw", labelled=True)

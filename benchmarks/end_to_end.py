@@ -920,8 +920,8 @@ def main(argv: list[str] | None = None) -> int:
 # ---------------------------------------------------------------------- profiling
 #: Stage -> the functions (qualified name suffixes) whose cumulative time is that stage.
 STAGES = {
-    "read (XREADGROUP)": "loop.py:read_batches",
-    "read ahead, announce, send commit": "commit_pipeline.py:send_ahead",
+    "read (XREADGROUP)": "loop.py:read_models",
+    "read ahead, announce, send commit": "committing.py:send_ahead",
     "decode (msgpack)": "codec.py:decode_input",
     "featurize": "featurizer.py:featurize_batch",
     "predict (score + decide)": "batch.py:predict",
@@ -1038,19 +1038,19 @@ SPY_STAGES: dict[str, tuple[str, ...]] = {
     "apply other workers' deltas": ("replica.py:Replica.apply",),
     "ordering wait (log polls, :inflight)": ("ordering.py:wait_for_earlier",),
     "log tail (reads)": ("replica.py:Replica.catch_up",),
-    "read a batch (XREADGROUP)": ("core.py:StreamCommands.xreadgroup", "loop.py:read_batches"),
+    "read a batch (XREADGROUP)": ("core.py:StreamCommands.xreadgroup", "loop.py:read_models"),
     "commit reply": ("commit.py:SentCommit.result", "commit.py:commit_batch"),
-    "send commit": ("commit.py:send_commit", "commit_pipeline.py:send_ahead"),
+    "send commit": ("commit.py:send_commit", "committing.py:send_ahead"),
     "featurize": ("featurizer.py:Featurizer.featurize_batch",),
     "predict": ("batch.py:predict", "batch.py:prediction_plan"),
     "learn (batch statistics)": ("batch.py:own_stats", "commit_content.py:batch_stats"),
-    "build commit (outputs, cache rows, delta)": ("commit_pipeline.py:build",
+    "build commit (outputs, cache rows, delta)": ("committing.py:build",
                                                   "process.py:prepare"),
     "observe (metrics, drift)": ("runtime.py:ModelRuntime.observe",
                                  "process.py:observe_predictions"),
     "decode (msgpack)": ("codec.py:decode_input", "batch.py:decode_entries"),
     "rest of the batch (Python glue)": ("process.py:process_batch",),
-    "housekeeping, claims": ("housekeeping.py:housekeeping", "loop.py:Worker._claim"),
+    "housekeeping, claims": ("housekeeping.py:housekeeping", "redo.py:claim_idle_entries"),
     "rest of the work loop": ("loop.py:Worker.run",),
 }
 #: Samples outside every stage (e.g. the signal handler, the garbage collector's frames).

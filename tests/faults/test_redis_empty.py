@@ -11,7 +11,7 @@ import time
 import pytest
 import redis
 
-from streamnb_workers.replication.replica import load_model
+from streamnb_workers.replication.shards import load_model
 from tests.faults.harness import FCFG, NAME, PARAMS, K, wait_for
 from tests.helpers.workers import produce, token_messages
 

@@ -32,8 +32,7 @@ from dataclasses import dataclass, field
 import pytest
 import redis
 
-from streamnb_workers.replication.replica import load_model
-from streamnb_workers.replication.shards import Router, shard_names, shard_of
+from streamnb_workers.replication.shards import Router, load_model, shard_names, shard_of
 from streamnb_workers.store.keys import ModelKeys
 from streamnb_workers.wire.outputs import decode_output
 from streamnb_workers.wire.stream_ids import parse_id

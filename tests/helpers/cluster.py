@@ -15,7 +15,7 @@ import msgpack
 import pytest
 import redis
 
-from streamnb_workers.replication.replica import load_model
+from streamnb_workers.replication.shards import load_model
 from streamnb_workers.store.keys import GROUP, ModelKeys
 from tests.helpers.acl import (
     ADMIN_PASSWORD,

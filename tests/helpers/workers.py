@@ -194,7 +194,7 @@ def all_done(client: Any, n_inputs: int, keys: ModelKeys = MAIL_KEYS) -> bool:
 
 
 def learnt_model(client: Any, name: str) -> tuple[Any, str]:
-    from streamnb_workers.replication.replica import load_model
+    from streamnb_workers.replication.shards import load_model
 
     return load_model(client, name)
 

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from streamnb.features import Featurizer
-from streamnb_workers.replication.replica import load_model
+from streamnb_workers.replication.shards import load_model
 from streamnb_workers.store.keys import GROUP, ModelKeys
 from streamnb_workers.store.model_config import ModelSpec
 from streamnb_workers.wire.codec import decode_input

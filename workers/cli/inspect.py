@@ -69,7 +69,7 @@ def add_parsers(sub: Any, add_common: Callable[[Any], None],
 def _online(args: argparse.Namespace, env: Mapping[str, str]) -> tuple[Any, Any, Any, Any, str]:
     """(client, model, featurizer, decision rule, version) of the model in Redis."""
     from streamnb_workers.cli.commands import _redis, _require_model
-    from streamnb_workers.replication.replica import load_model
+    from streamnb_workers.replication.shards import load_model
     from streamnb_workers.store.model_config import read_config
 
     name = _require_model(args)

@@ -216,7 +216,7 @@ def collect(client: Any, name: str, redis_url: str | None = None,
         "shards": shards,
     }
     if cfg is not None:
-        from streamnb_workers.replication.replica import load_model
+        from streamnb_workers.replication.shards import load_model
 
         info["config"] = {"model_params": cfg.model_params, "featurizer": cfg.featurizer,
                           "decision": cfg.decision, "half_life": cfg.half_life,

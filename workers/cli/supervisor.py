@@ -70,7 +70,7 @@ def worker_options(args: argparse.Namespace) -> Any:
     return WorkerOptions(consumer=args.consumer, batch=args.batch, block_ms=args.block_ms,
                          claim_idle_ms=args.claim_idle_ms, cache_ttl_s=args.label_cache_ttl,
                          prequential=args.prequential, order_wait_ms=args.order_wait_ms,
-                         pipeline=args.pipeline, cache_labelled=args.cache_labelled,
+                         send_ahead=args.pipeline, cache_labelled=args.cache_labelled,
                          input_trim_s=args.input_trim_s, out_maxlen=args.out_maxlen,
                          dead_maxlen=args.dead_maxlen, max_bytes=args.max_bytes,
                          explain=args.explain, token_names=args.token_names,

@@ -89,7 +89,7 @@ def read_envelope(path: str | os.PathLike[str]) -> tuple[Any, dict[str, Any]]:
 # ------------------------------------------------------------------------ export/import
 def export_model(client: Any, name: str, path: str | os.PathLike[str]) -> str:
     """Write model ``name`` (snapshot + log, config) to ``path``; return a summary."""
-    from streamnb_workers.replication.replica import load_model
+    from streamnb_workers.replication.shards import load_model
     from streamnb_workers.store.model_config import read_config
 
     cfg = read_config(client, name)
@@ -176,7 +176,7 @@ def import_model(client: Any, name: str, path: str | os.PathLike[str], mode: str
 
 def _held_stats(client: Any, name: str) -> Any:
     """The statistics model ``name`` holds now (None: none, or all at zero)."""
-    from streamnb_workers.replication.replica import load_model
+    from streamnb_workers.replication.shards import load_model
 
     model, _ = load_model(client, name)
     try:

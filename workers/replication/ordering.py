@@ -15,7 +15,7 @@ one step); it withdraws it once decoded if
 no message in it has a label, and otherwise in its commit (the commit script deletes the
 field, so a worker woken by the new log entry never still sees it). One field per batch,
 not per consumer: a worker that reads its next batch while the commit of the previous
-one is still running (workers/worker/commit_pipeline.py) has two batches in flight,
+one is still running (workers/worker/committing.py) has two batches in flight,
 and the commit of the first must not withdraw the second. Before
 predicting, a worker looks for announcements of *other* consumers whose batch starts
 *before* its own, and waits for them to be committed (blocking on ``:log``, applying

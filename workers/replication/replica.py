@@ -146,6 +146,7 @@ class Replica:
         log.info("model %s: loaded snapshot at log id %s", self.keys.name, self.version)
 
     def _decode_snapshot(self, h: dict[str, Any]) -> tuple[Any, str]:
+        # deferred: the model classes (streamnb.models, ~0.8 s) load with the first snapshot
         from streamnb.models import loads as load_model
 
         if "data" not in h or "log_id" not in h:
@@ -334,23 +335,6 @@ class Replica:
     def version_time(self) -> float:
         """Unix time of the version's log entry (0 before any)."""
         return entry_time(self.version)
-
-
-def load_model(client: Any, name: str) -> tuple[Any, str]:
-    """The current model of ``name`` (snapshot + log) and its version, for status/export.
-
-    Raises LookupError if the model has no stored config.
-    """
-    from streamnb_workers.replication.shards import load_summed
-    from streamnb_workers.store.model_config import read_config
-
-    cfg = read_config(client, name)
-    if cfg is None:
-        raise LookupError(f"model {name!r} has no config in Redis (no worker has served it)")
-    if cfg.shards > 1:
-        return load_summed(client, name)  # type: ignore[return-value]
-    rep = Replica(client, ModelKeys(name), cfg).load()
-    return rep.model, rep.version
 
 
 def snapshot_age(client: Any, keys: ModelKeys) -> float | None:

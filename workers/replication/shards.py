@@ -34,11 +34,12 @@ from typing import Any
 
 from redis.crc import REDIS_CLUSTER_HASH_SLOTS, key_slot
 
+from streamnb_workers.replication.replica import Replica
 from streamnb_workers.store.keys import MAX_SHARDS, ModelKeys
 from streamnb_workers.store.model_config import ModelConfig, ModelSpec, read_config
 from streamnb_workers.wire.replies import as_str
 
-__all__ = ["ShardSum", "Router", "keys_of", "route_id", "shard_names", "shard_of", "stored_shards"]
+__all__ = ["ShardSum", "Router", "keys_of", "load_model", "load_summed", "route_id", "shard_names", "shard_of", "stored_shards"]
 
 #: Kinds whose statistics are counts: their sum follows each delta in place (exact while
 #: the weights are, e.g. integers); other kinds' is summed anew in shard order.
@@ -202,8 +203,6 @@ def shard_spec(config: ModelConfig, name: str | None = None) -> ModelSpec:
 def load_summed(client: Any, model: str) -> tuple[Any, str] | None:
     """The current model of a sharded ``model`` (its K shards' snapshots and logs, summed)
     and its version (the shards' versions joined by ``,``); None if it is not sharded."""
-    from streamnb_workers.replication.replica import Replica
-
     cfg = read_config(client, model)
     if cfg is None or cfg.shards == 1:
         return None
@@ -212,3 +211,17 @@ def load_summed(client: Any, model: str) -> tuple[Any, str] | None:
         shard_cfg = read_config(client, name)
         replicas.append(Replica(client, ModelKeys(name), shard_cfg or cfg).load())
     return ShardSum(cfg, replicas).model, ",".join(rep.version for rep in replicas)
+
+
+def load_model(client: Any, name: str) -> tuple[Any, str]:
+    """The current model of ``name`` (snapshot + log) and its version, for status/export.
+
+    Raises LookupError if the model has no stored config.
+    """
+    cfg = read_config(client, name)
+    if cfg is None:
+        raise LookupError(f"model {name!r} has no config in Redis (no worker has served it)")
+    if cfg.shards > 1:
+        return load_summed(client, name)  # type: ignore[return-value]
+    rep = Replica(client, ModelKeys(name), cfg).load()
+    return rep.model, rep.version

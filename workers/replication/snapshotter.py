@@ -132,6 +132,7 @@ class Snapshotter:
 
     def write(self, replica: Replica) -> bool:
         """Write ``replica`` as the snapshot and trim the log; False if refused."""
+        # deferred: the model classes (streamnb.models, ~0.8 s) load with the first write
         from streamnb.models import dumps as dump_model
 
         data = dump_model(replica.model)

@@ -12,9 +12,9 @@ one slot). Blocking reads use their own client whose socket timeout exceeds the 
 A refused password or an ACL refusal is never retried (:class:`NoAccessRetry`): retrying
 cannot fix it, and redis-py's default retry of ``ConnectionError`` (of which
 ``AuthenticationError`` is a subclass) made a wrong password take seconds to fail.
-:func:`streamnb_workers.store.access.check_access` runs, at start, every command a worker sends
-on throw-away keys of each model, so a user lacking one fails at once with one line naming
-them all.
+:func:`streamnb_workers.store.access.check_access` (which ``Worker.start`` calls for a
+:class:`UrlConnector`) runs every command a worker sends on throw-away keys of each model,
+so a user lacking one fails at once with one line naming them all.
 
 A :class:`Connector` is what :class:`streamnb_workers.worker.loop.Worker` takes: it makes the command
 client and the reading client, and can be rebuilt after a connection loss.
@@ -38,7 +38,8 @@ from urllib.parse import unquote, urlsplit
 
 import redis
 from redis.backoff import ExponentialWithJitterBackoff, NoBackoff
-from redis.exceptions import AuthenticationError, NoPermissionError
+from redis.cluster import ClusterNode, RedisCluster
+from redis.exceptions import AuthenticationError, NoPermissionError, RedisClusterException
 from redis.retry import Retry
 
 from streamnb.exceptions import SettingsError
@@ -250,9 +251,6 @@ class RedisSettings:
         if not self.cluster:
             kw["retry"] = NoAccessRetry(NoBackoff(), COMMAND_RETRIES)
             return redis.Redis.from_url(self.url, **kw)
-        from redis.cluster import ClusterNode, RedisCluster
-        from redis.exceptions import RedisClusterException
-
         kw.pop("health_check_interval", None)
         retry = NoAccessRetry(ExponentialWithJitterBackoff(CLUSTER_BACKOFF_BASE_S,
                                                            CLUSTER_BACKOFF_CAP_S), CLUSTER_RETRIES)
@@ -312,12 +310,6 @@ class UrlConnector:
 
     def describe(self) -> str:
         return redact_url(self.settings.url)
-
-    def check_access(self, client: Any, model_names: Iterable[str]) -> None:
-        """See :func:`streamnb_workers.store.access.check_access` (called by ``Worker.start``)."""
-        from streamnb_workers.store.access import check_access
-
-        check_access(client, model_names, where=self.settings.describe())
 
 
 class ClientConnector:

@@ -52,20 +52,19 @@ class EmbeddedRedis:
 
     def make_client(self, socket_timeout: float | None = 10.0) -> Any:
         if self.kind == "redis-server":
-            import redis
+            import redis  # deferred: redis-py only for a redis-server (else fakeredis)
 
             return redis.Redis.from_url(self.url, socket_timeout=socket_timeout)
-        import fakeredis
+        import fakeredis  # deferred: an optional package (the test extra)
 
         return fakeredis.FakeRedis(server=self._server)
 
     def connector(self) -> Any:
         """A :class:`streamnb_workers.store.connection` connector for a worker."""
-        from streamnb_workers.store.connection import ClientConnector, UrlConnector
+        # deferred: redis-py's clients (store.connection) only when a worker is made
+        from streamnb_workers.store.connection import ClientConnector, RedisSettings, UrlConnector
 
         if self.kind == "redis-server":
-            from streamnb_workers.store.connection import RedisSettings
-
             return UrlConnector(RedisSettings(self.url))
         return ClientConnector(self.make_client(), self.make_client(), self.describe())
 
@@ -90,7 +89,7 @@ class EmbeddedRedis:
 
 
 def _start_server(binary: str, timeout: float = 10.0) -> EmbeddedRedis:
-    import redis
+    import redis  # deferred: redis-py only for a redis-server (else fakeredis)
 
     tmpdir = tempfile.mkdtemp(prefix="streamnb-demo-redis-")
     last_error: Exception | None = None
@@ -136,7 +135,7 @@ def start_embedded(mode: str = "auto") -> EmbeddedRedis:
             if mode == "redis-server":
                 raise
             # fall back to fakeredis
-    try:
+    try:  # deferred: optional packages (the test extra), only without a redis-server
         import fakeredis
         import lupa  # noqa: F401 - the Lua commit needs it
     except ImportError:

@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import redis
@@ -182,8 +182,7 @@ class ModelConfig:
         """The model's featurizer; ``max_bytes``: raw mail read (larger mail is cut; None:
         the default, 1 MiB). A worker's setting, not the model's: what is learnt goes to
         every replica as a delta, whatever cut the mail."""
-        from dataclasses import replace
-
+        # deferred: the feature code (streamnb.features) only where a model is served
         from streamnb.features import DEFAULT_FEATURE_LIMITS, Featurizer
 
         if max_bytes is None:
@@ -192,12 +191,12 @@ class ModelConfig:
         return Featurizer.from_config(self.featurizer, limits)
 
     def make_model(self) -> Any:
-        from streamnb.models import make_model
+        from streamnb.models import make_model  # deferred: the model classes (~0.8 s)
 
         return make_model(self.kind, **self.model_params)
 
     def make_decision_rule(self) -> Any:
-        from streamnb.decision import DecisionRule
+        from streamnb.decision import DecisionRule  # deferred: with the model classes
 
         return DecisionRule.from_dict(self.decision)
 
@@ -242,14 +241,14 @@ def _canon(v: Any) -> str:
 
 
 def _model_class(kind: str) -> type:
-    from streamnb.models import model_class
+    from streamnb.models import model_class  # deferred: the model classes (~0.8 s)
 
     return model_class(kind)
 
 
 def resolve_spec(spec: ModelSpec) -> ModelConfig:
     """A complete config from a spec that gives at least a kind (defaults filled in)."""
-    from streamnb.features import Featurizer
+    from streamnb.features import Featurizer  # deferred: the feature code, when resolved
 
     if spec.kind is None:
         raise ValueError(f"model {spec.name!r} has no stored config yet: give its kind")
@@ -288,7 +287,7 @@ def resolve_spec(spec: ModelSpec) -> ModelConfig:
         # (docs/features.md): a score that ranks mail of every length alike, and no
         # verdict to act on while a class has barely been seen.
         decision = {**MAIL_DECISION_DEFAULTS, **decision}
-    from streamnb.decision import DecisionRule
+    from streamnb.decision import DecisionRule  # deferred: with the model classes
 
     decision = DecisionRule.from_dict(decision).to_dict()
     return ModelConfig(name=spec.name, kind=spec.kind, model_params=model.get_params(),
@@ -319,7 +318,7 @@ def differences(stored: ModelConfig, spec: ModelSpec) -> list[tuple[str, Any, An
         diffs += _dict_diff("model_params", stored.model_params, given.model_params)
         diffs += _dict_diff("featurizer", stored.featurizer, given.featurizer)
     if spec.decision is not None:
-        from streamnb.decision import DecisionRule
+        from streamnb.decision import DecisionRule  # deferred: with the model classes
 
         # options a model stored without (made before they existed) are not filled in
         filled = {k: stored.decision[k] for k in MAIL_DECISION_DEFAULTS if k in stored.decision}

@@ -14,8 +14,9 @@ Public API (for ``streamnb worker``, the demo and tests)::
     w.run_until_idle()           # tests/demo: process until nothing is undelivered or pending
 
 Where the work is done: workers/worker/loop.py (the loop), workers/worker/process.py (one batch),
-workers/worker/batch.py (its steps as pure functions), workers/worker/commit_pipeline.py (its commit),
-workers/worker/housekeeping.py, workers/worker/intake.py, workers/worker/runtime.py. See docs/worker.md.
+workers/worker/batch.py (its steps as pure functions), workers/worker/committing.py (its commit),
+workers/worker/accounting.py (what a commit is counted and scored as), workers/worker/housekeeping.py,
+workers/worker/intake.py, workers/worker/redo.py, workers/worker/runtime.py. See docs/worker.md.
 """
 
 from __future__ import annotations

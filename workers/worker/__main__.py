@@ -7,6 +7,8 @@ import argparse
 import json
 import logging
 
+from prometheus_client import start_http_server
+
 from streamnb_workers.store.connection import RedisSettings, UrlConnector
 from streamnb_workers.store.model_config import ModelSpec
 from streamnb_workers.worker import Worker, WorkerOptions, tune_gc
@@ -25,8 +27,6 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--cluster", action="store_true", help="--redis is a Redis Cluster node")
     a = p.parse_args(argv)
     if a.metrics_port:
-        from prometheus_client import start_http_server
-
         start_http_server(a.metrics_port, addr="127.0.0.1")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     specs = [ModelSpec(**json.loads(s)) for s in a.spec]

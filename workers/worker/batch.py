@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from streamnb.exceptions import MalformedMessage, NotFittedError
+from streamnb.exceptions import MalformedMessage
 from streamnb.features import Row, rows_to_bytes
 from streamnb_workers.wire.codec import (
     DATA_FIELD,
@@ -323,21 +323,16 @@ def cache_rows(items: Sequence[Item], cache_labelled: bool) -> dict[str, bytes]:
 
 
 def known_classes(model: Any) -> list[Any]:
-    """The classes the model has learnt, in its order (none before the first label)."""
-    try:
-        return list(model.classes_)
-    except NotFittedError:
-        return []
+    """The classes the model has learnt, in its order (none before the first label),
+    asked without raising: a ``NotFittedError`` raised may import scikit-learn."""
+    return list(model.classes_) if model.__sklearn_is_fitted__() else []
 
 
 def learnt_log_prior(model: Any, n_classes: int) -> np.ndarray:
     """The model's class log priors (``class_log_prior_``); NaN for each of the
     ``n_classes`` while no class has weight (the decision rule then has no learnt prior)."""
-    try:
-        if model.class_count_.sum() > 0:
-            return model.class_log_prior_
-    except NotFittedError:
-        pass
+    if model.__sklearn_is_fitted__() and model.class_count_.sum() > 0:
+        return model.class_log_prior_
     return np.full(n_classes, np.nan)
 
 
@@ -391,10 +386,10 @@ def _predict_once(model: Any, rule: Any, X: Any, items: Sequence[Item], weights:
         classes, lp, n_known = list(pred.classes), pred.log_proba, pred.n_known
         log_prior, oov = pred.log_prior, pred.unseen_share
     else:  # the whole batch with the model as it was before the batch
-        try:
+        if model.__sklearn_is_fitted__():
             classes = list(model.classes_)
             lp = model.predict_log_proba(X)
-        except NotFittedError:
+        else:
             classes, lp = [], np.zeros((n, 0))
         n_known = np.full(n, len(classes), dtype=np.int64)
         log_prior = np.broadcast_to(learnt_log_prior(model, len(classes)), lp.shape)

@@ -1,6 +1,6 @@
 """What a predicted batch's commit writes, as values, Redis nowhere: the outputs, the
 dead letters, the cache entries and the delta of the labels learnt, given the cache
-entries its label-only messages refer to (workers/worker/commit_pipeline.py reads those and
+entries its label-only messages refer to (workers/worker/committing.py reads those and
 sends the result).
 """
 
@@ -55,7 +55,7 @@ class PredictedBatch:
     forgets: list[Item] = field(default_factory=list)
     #: Learn-once key -> its record in ``{M}:keys`` as last read (None: not learnt); a key
     #: not in it is taken as not learnt, which the commit script checks
-    #: (workers/worker/commit_pipeline.py fills it in).
+    #: (workers/worker/committing.py fills it in).
     key_state: dict[str, bytes | None] = field(default_factory=dict)
     #: Whether a labelled message is learnt once per key (False: every time it comes).
     learn_once: bool = True

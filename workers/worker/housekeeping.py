@@ -1,11 +1,7 @@
 """A worker's duties besides its batches, per model, each on a timer of its own: the
 heartbeat, the snapshot lease, and for the lease holder snapshots, the trim of ``:in``,
 stream gauges and the removal of dead consumers; the observer's look at the model; the claims of idle entries
-(workers/worker/intake.py).
-
->>> t = Timer(5.0)
->>> t.fire(now=100.0), t.fire(now=104.0), t.fire(now=105.0)
-(True, False, True)
+(workers/worker/intake.py); each on its timer (workers/worker/timers.py).
 """
 
 from __future__ import annotations
@@ -14,8 +10,6 @@ import logging
 import os
 import socket
 import time
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from streamnb.encoding import dumps
 from streamnb_workers.observe import token_names
@@ -28,75 +22,12 @@ from streamnb_workers.replication.snapshotter import (
 from streamnb_workers.store.input_trim import trim_input
 from streamnb_workers.wire.replies import as_str
 from streamnb_workers.wire.stream_ids import entry_time
-from streamnb_workers.worker.options import WorkerOptions
+from streamnb_workers.worker.runtime import ModelRuntime
 
-if TYPE_CHECKING:
-    from streamnb_workers.worker.runtime import ModelRuntime
-
-__all__ = ["Timer", "Timers", "drop_sampled_gauges", "heartbeat", "housekeeping", "sample_gauges",
+__all__ = ["drop_sampled_gauges", "heartbeat", "housekeeping", "sample_gauges",
            "trim_consumed_input"]
 
 log = logging.getLogger("streamnb.worker")
-
-#: Seconds between two samples of the stream gauges (by the lease holder).
-GAUGES_S = 5.0
-#: Seconds between two publications of a worker's token names (when they changed).
-TOKEN_NAMES_S = 60.0
-
-
-class Timer:
-    """Due every ``period_s`` seconds (``time.monotonic()``), and at once at first (or
-    at ``first_at``)."""
-
-    __slots__ = ("period_s", "next_at")
-
-    def __init__(self, period_s: float, first_at: float = 0.0) -> None:
-        self.period_s = period_s
-        self.next_at = first_at
-
-    def due(self, now: float) -> bool:
-        return now >= self.next_at
-
-    def restart(self, now: float) -> None:
-        """Due again ``period_s`` after ``now``."""
-        self.next_at = now + self.period_s
-
-    def fire(self, now: float) -> bool:
-        """If due: True, and due again ``period_s`` from now."""
-        if now < self.next_at:
-            return False
-        self.restart(now)
-        return True
-
-    def due_at_once(self) -> None:
-        """Due at once."""
-        self.next_at = 0.0
-
-
-@dataclass(slots=True)
-class Timers:
-    """One model's timers in one worker."""
-
-    heartbeat: Timer
-    lease: Timer
-    gauges: Timer
-    cleanup: Timer
-    observe: Timer
-    claim: Timer
-    trim_input: Timer
-    names: Timer
-
-    @classmethod
-    def for_options(cls, o: WorkerOptions) -> Timers:
-        return cls(heartbeat=Timer(o.heartbeat_s), lease=Timer(o.lease_ms / 3000.0),
-                   gauges=Timer(GAUGES_S), cleanup=Timer(o.stale_s),
-                   observe=Timer(o.observe_model_s),
-                   claim=Timer(max(0.05, o.claim_idle_ms / 2000.0)),
-                   names=Timer(TOKEN_NAMES_S),
-                   # not at start: a worker just started has acknowledged nothing, and a
-                   # group just set to start after old entries may yet be set back
-                   trim_input=Timer(o.input_trim_s, time.monotonic() + o.input_trim_s))
-
 
 def housekeeping(rt: ModelRuntime, served: list[str], now: float | None = None) -> None:
     """Whatever of the model's duties is due (``served``: every model the worker serves,
@@ -110,7 +41,7 @@ def housekeeping(rt: ModelRuntime, served: list[str], now: float | None = None) 
         rt.snapshotter.hold_lease()
     if rt.snapshotter.holder:
         if rt.snapshotter.maybe_write(rt.replica):
-            rt.labels(rt.metrics.snapshots_written).inc()
+            rt.series(rt.metrics.snapshots_written).inc()
         if rt.options.input_trim_s > 0 and t.trim_input.fire(now):
             trim_consumed_input(rt)
         if t.gauges.fire(now):
@@ -125,10 +56,8 @@ def housekeeping(rt: ModelRuntime, served: list[str], now: float | None = None) 
     if names is not None and names.changed and t.names.fire(now):
         names.changed = False
         token_names.publish(rt.client, rt.keys.tokens, names.table(rt.featurizer.hasher))
-    if t.observe.due(now) and rt.replica.applied != rt.observed_applied:
+    if t.observe.due(now) and rt.observe_model():
         t.observe.restart(now)
-        rt.observed_applied = rt.replica.applied
-        rt.observe(rt.observer.observe_model, rt.replica.model)
 
 
 def heartbeat(rt: ModelRuntime, served: list[str]) -> None:
@@ -136,8 +65,8 @@ def heartbeat(rt: ModelRuntime, served: list[str]) -> None:
     hb = dumps({"ts": time.time(), "pid": os.getpid(), "host": socket.gethostname(),
                 "version": rt.replica.version, "models": served})
     rt.client.hset(rt.keys.workers, rt.consumer, hb)
-    rt.peers = bool(live_workers(rt.client, rt.keys, rt.options.stale_s).keys() - {rt.consumer})
-    rt.labels(rt.metrics.heartbeat).set(time.time())
+    rt.saw_peers(bool(live_workers(rt.client, rt.keys, rt.options.stale_s).keys() - {rt.consumer}))
+    rt.series(rt.metrics.heartbeat).set(time.time())
 
 
 def trim_consumed_input(rt: ModelRuntime) -> int:

@@ -1,7 +1,8 @@
 """How a worker gets its entries from ``{M}:in`` (its consumer group made if need be):
-new ones (``XREADGROUP >``), its own
-pending ones after a (re)start, idle ones of other consumers (``XAUTOCLAIM``), how often
-each was delivered, and whether a model's stream is done.
+new ones (``XREADGROUP >``), read for several models at once, or ahead of a commit, or
+behind it (the reply of the read a pipelined commit carries); its own pending ones after
+a (re)start, idle ones of other consumers (``XAUTOCLAIM``), how often each was delivered,
+and whether a model's stream is done.
 
 >>> import fakeredis
 >>> from streamnb_workers.store.keys import GROUP, ModelKeys
@@ -18,20 +19,23 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, TypeVar
 
 import redis
 
 from streamnb.exceptions import StreamnbError
+from streamnb_workers.replication.ordering import InflightBoard
 from streamnb_workers.store.keys import GROUP, ModelKeys
 from streamnb_workers.wire.replies import as_str
 from streamnb_workers.wire.stream_ids import first_id, parse_id
-
-if TYPE_CHECKING:
-    from streamnb_workers.worker.runtime import ModelRuntime
+from streamnb_workers.worker.read_ahead import READ_SCRIPT, read_reply
 
 __all__ = ["all_done", "claim_idle", "delivery_counts", "ensure_group", "read_new",
-           "read_pending", "ReadBatch", "read_batches", "in_stream_order"]
+           "read_pending", "ReadBatch", "read_batches", "read_behind", "read_next",
+           "in_stream_order"]
+
+#: A model, as far as the order of batches goes (it has a ``name``).
+Held = TypeVar("Held")
 
 
 def read_new(reader: Any, consumer: str, streams: list[str], count: int, block_ms: int,
@@ -119,29 +123,64 @@ class ReadBatch:
     announced: str | None
 
 
-def read_batches(reader: Any, consumer: str, rts: list[ModelRuntime], count: int, block_ms: int,
-                 cluster: bool, announce: bool = False) -> list[tuple[ModelRuntime, ReadBatch]]:
-    """New entries of the models ``rts``, in one read (one per model on a cluster);
-    ``announce``: each batch announced in its model's ``{M}:inflight`` right after the
-    read (workers/replication/ordering.py; a worker serving several models holds their batches
-    until it processes them in turn, and must not hold them unannounced)."""
+def read_batches(reader: Any, consumer: str, models: list[tuple[ModelKeys, InflightBoard]],
+                 count: int, block_ms: int, cluster: bool, announce: bool = False,
+                 ) -> tuple[list[tuple[int, ReadBatch]], float]:
+    """New entries of ``models`` (each model's keys and ``{M}:inflight`` board), in one
+    read (one per model on a cluster): ``(index in models, batch)`` of those that had
+    some, and the seconds the read took. ``announce``: each batch announced on its
+    board right after the read (workers/replication/ordering.py; a worker serving several
+    models holds their batches until it processes them in turn, and must not hold them
+    unannounced)."""
     t0 = time.perf_counter()
-    got = read_new(reader, consumer, [rt.keys.input for rt in rts], count, block_ms, cluster)
-    dt = time.perf_counter() - t0
-    by_key = {rt.keys.input: rt for rt in rts}
+    got = read_new(reader, consumer, [keys.input for keys, _ in models], count, block_ms,
+                   cluster)
+    seconds = time.perf_counter() - t0
+    index = {keys.input: i for i, (keys, _) in enumerate(models)}
     out = []
     for stream, entries in got:
-        rt = by_key[stream]
-        rt.labels.stage("read", dt)
-        field = rt.inflight.announce(first_id(entries), len(entries)) if announce else None
-        out.append((rt, ReadBatch(entries, field)))
-    return out
+        i = index[stream]
+        field = models[i][1].announce(first_id(entries), len(entries)) if announce else None
+        out.append((i, ReadBatch(entries, field)))
+    return out, seconds
 
 
-def in_stream_order(batches: list[tuple[ModelRuntime, ReadBatch]],
-                    ) -> list[tuple[ModelRuntime, ReadBatch]]:
-    """Batches of several models in one order every worker agrees on: by first entry id,
-    then model name. A worker processing what it holds in that order never waits (for an
+def read_next(reader: Any, consumer: str, keys: ModelKeys, count: int,
+              board: InflightBoard | None) -> tuple[ReadBatch | None, list[list[Any]]]:
+    """This consumer's next batch of the model (``keys``), read at once without waiting,
+    ahead of a commit: behind the commit's script the read would wait for it (Redis
+    answers the commands of one write together). With ``board``, the batch's
+    announcement is the command returned, which the commit's write carries ahead of its
+    script. ``(None, [])`` when nothing is new."""
+    got = read_new(reader, consumer, [keys.input], count, block_ms=0)
+    entries = [e for _, es in got for e in es]
+    if not entries:
+        return None, []
+    if board is None:
+        return ReadBatch(entries, None), []
+    announced, command = board.announcement(first_id(entries), len(entries))
+    return ReadBatch(entries, announced), [command]
+
+
+def read_behind(reply: Any, client: Any, board: InflightBoard | None) -> ReadBatch:
+    """The batch read behind a commit (workers/worker/read_ahead.py ``read_commands``,
+    announced on ``board`` if given) from the reply of the read's last command; raises
+    the error of a read that failed. A batch whose announcement failed (the script not
+    loaded: e.g. Redis restarted) is announced now, in a round trip of its own, and the
+    script loaded for the next time."""
+    field, entries = read_reply(reply, announced=board is not None)
+    if board is not None:
+        if field is None and entries:
+            field = board.announce(first_id(entries), len(entries))
+            READ_SCRIPT.load(client)
+        if field is not None:
+            board.fields.add(field)
+    return ReadBatch(entries, field)
+
+
+def in_stream_order(batches: list[tuple[Held, ReadBatch]]) -> list[tuple[Held, ReadBatch]]:
+    """Batches of several models (``(model, batch)``, a model having a ``name``) in one
+    order every worker agrees on: by first entry id, then model name. A worker processing what it holds in that order never waits (for an
     earlier batch of the same model, workers/replication/ordering.py) on a worker that waits on it:
     a cycle would need a batch both before and after another in this order.
 

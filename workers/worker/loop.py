@@ -36,32 +36,34 @@ from streamnb_workers.observe.health import RedisHealth
 from streamnb_workers.observe.metrics import Metrics, default_metrics
 from streamnb_workers.replication.shards import ShardSum, shard_names, shard_spec
 from streamnb_workers.replication.snapshotter import delete_consumer_if_idle
+from streamnb_workers.store.access import check_access
 from streamnb_workers.store.backoff import Backoff
 from streamnb_workers.store.commit import COMMIT_SCRIPT
 from streamnb_workers.store.connection import (
     Connector,
+    UrlConnector,
     close_clients,
     is_access_error,
 )
 from streamnb_workers.store.errors import UNREACHABLE_KINDS, error_kind
 from streamnb_workers.store.keys import ModelKeys
 from streamnb_workers.store.model_config import ModelConfig, ModelSpec, ensure_config
-from streamnb_workers.worker.commit_pipeline import abandon, settle
+from streamnb_workers.worker.accounting import account
+from streamnb_workers.worker.committing import abandon, settle
 from streamnb_workers.worker.heap import HeapTrimmer
 from streamnb_workers.worker.housekeeping import drop_sampled_gauges, housekeeping
 from streamnb_workers.worker.intake import (
+    ReadBatch,
     all_done,
-    claim_idle,
-    delivery_counts,
     ensure_group,
     in_stream_order,
     read_batches,
-    read_pending,
 )
 from streamnb_workers.worker.options import WorkerOptions
 from streamnb_workers.worker.outages import ModelGuard
 from streamnb_workers.worker.process import process_batch
 from streamnb_workers.worker.read_ahead import READ_SCRIPT
+from streamnb_workers.worker.redo import claim_idle_entries, redo_pending
 from streamnb_workers.worker.restore import restore_lost_keys
 from streamnb_workers.worker.runtime import ModelRuntime
 
@@ -118,41 +120,43 @@ class Worker:
         """Connect, create or verify each model's config and group, load the replicas."""
         if self.client is None:
             self.connect()
-        check = getattr(self.connector, "check_access", None)
-        if check is not None and not self.models:  # ACL/credentials: fail now, in one line
-            check(self.client, [s.name for s in self.specs])
-        if self.options.pipeline and not self.connector.cluster:
+        if isinstance(self.connector, UrlConnector) and not self.models:
+            # ACL/credentials: fail now, in one line
+            check_access(self.client, [s.name for s in self.specs],
+                         where=self.connector.settings.describe())
+        if self.options.send_ahead and not self.connector.cluster:
             for script in (COMMIT_SCRIPT, READ_SCRIPT):  # pipelined writes send EVALSHA only
                 script.load(self.client)
         for spec in self.specs:
             if spec.name in self.served:
                 continue
             cfg = ensure_config(self.client, spec)
+            # several models (or shards): no batch held out of turn
+            alone = len(self.specs) == 1 and cfg.shards == 1
             if cfg.shards == 1:
-                self._serve(cfg)
+                self._serve(cfg, alone)
             else:
-                shards = [self._serve(ensure_config(self.client, shard_spec(cfg, name)))
+                shards = [self._serve(ensure_config(self.client, shard_spec(cfg, name)), alone)
                           for name in shard_names(spec.name, cfg.shards)]
                 total = ShardSum(cfg, [rt.replica for rt in shards])
                 for rt in shards:
-                    rt.summed = total
+                    rt.sum_shards(total)
                 self.sharded[spec.name] = cfg
             self.served.add(spec.name)
-        for rt in self.models.values():  # several models: no batch held out of turn
-            rt.reads_ahead = len(self.models) == 1
         self.started = True
         self.health.up()
 
-    def _serve(self, cfg: ModelConfig) -> ModelRuntime:
-        """Start serving the model (or shard) stored as ``cfg``: its group, its replica."""
+    def _serve(self, cfg: ModelConfig, alone: bool) -> ModelRuntime:
+        """Start serving the model (or shard) stored as ``cfg``: its group, its replica
+        (``alone``: the only model the worker serves, whose batches are read ahead)."""
         ensure_group(self.client, ModelKeys(cfg.name))
-        rt = ModelRuntime(cfg, self.client, self.options, self.metrics, self.reader)
+        rt = ModelRuntime(cfg, self.client, self.options, self.metrics, self.reader, alone)
         rt.replica.load()
         self.models[cfg.name] = rt
         self.metrics.start_series(cfg.name, self.consumer)
         rt.version_metric()
-        rt.labels(self.metrics.worker_up).set(1)
-        rt.labels(self.metrics.model_reachable).set(1)
+        rt.series(self.metrics.worker_up).set(1)
+        rt.series(self.metrics.model_reachable).set(1)
         log.info("worker %s serves model %s (%s) at version %s", self.consumer, cfg.name,
                  cfg.kind, rt.replica.version)
         return rt
@@ -209,24 +213,24 @@ class Worker:
         a time, only that one does, and goes to ``:dead`` as poison."""
         log.exception("worker %s: unexpected error; the batch stays pending", self.consumer)
         for rt in self.models.values():
-            rt.labels(self.metrics.worker_errors).inc()
+            rt.series(self.metrics.worker_errors).inc()
         self._stop.wait(1.0)
         for rt in self.models.values():
             try:
-                settle(rt)
+                account(rt, settle(rt)[1])
             except Exception:  # noqa: BLE001 - its batch stays pending
                 log.exception("model %s: the commit on the wire failed", rt.name)
             abandon(rt)
-            rt.pending_phase = rt.isolate = True
+            rt.isolate_next()
 
     def _finish_pipeline(self) -> None:
         """Warm shutdown: process the batch read ahead and read the last commit's reply."""
         for rt in self.models.values():
             try:
-                while rt.read_ahead:  # (settling a commit may bring the batch read behind it)
-                    ahead, rt.read_ahead = rt.read_ahead, None
+                while (ahead := rt.take_read_ahead()) is not None:
+                    # (settling a commit may bring the batch read behind it)
                     process_batch(rt, ahead.entries, None, ahead.announced)
-                settle(rt)
+                account(rt, settle(rt)[1])
             except Exception as exc:  # noqa: BLE001 - what is not committed stays pending
                 log.warning("model %s: the last batches were not committed: %s", rt.name, exc)
                 abandon(rt)
@@ -265,13 +269,13 @@ class Worker:
             if self.connector.cluster:  # new clients learnt the topology anew
                 close_clients(old)
         for rt in self.models.values():
-            rt.pending_phase = True  # uncommitted work is redone from our pending entries
+            rt.redo_pending()  # uncommitted work is redone from our pending entries
 
     def shutdown(self) -> None:
         """Leave cleanly: final snapshot if lease holder, release lease, drop heartbeat,
         delete this consumer from the group if it has nothing pending."""
         for rt in self.models.values():
-            rt.labels(self.metrics.worker_up).set(0)
+            rt.series(self.metrics.worker_up).set(0)
             try:
                 rt.replica.catch_up()
                 if rt.snapshotter.holder:
@@ -306,27 +310,31 @@ class Worker:
             n += guard(rt, self._intake, rt, served) or 0
         live = guard.serving(live)
         # batches read while the previous commit ran (pipelined), then the other models'
-        batches = [(rt, rt.read_ahead) for rt in live if rt.read_ahead]
-        rest = [rt for rt in live if not rt.read_ahead]
-        for rt, _ in batches:
-            rt.read_ahead = None
+        batches: list[tuple[ModelRuntime, ReadBatch]] = []
+        rest = []
+        for rt in live:
+            ahead = rt.take_read_ahead()
+            if ahead is None:
+                rest.append(rt)
+            else:
+                batches.append((rt, ahead))
         if not self.stopping and rest:
             wait = 0 if batches or n else block_ms
             if guard.active:  # a read a model, each guarded
                 batches += self._read_each(rest, wait)
             else:
-                batches += read_batches(self.reader, self.consumer, rest, self.options.batch,
-                                        wait, self.connector.cluster, self._announce_reads)
+                batches += read_models(self.reader, self.consumer, rest, self.options.batch,
+                                       wait, self.connector.cluster, self._announce_reads)
         if len(batches) > 1:
             batches = in_stream_order(batches)
-        pipeline = not self.stopping and not self.connector.cluster
+        ahead_ok = not self.stopping and not self.connector.cluster
         for rt, batch in batches:
             if rt.name not in guard.failed:
                 n += guard(rt, process_batch, rt, batch.entries, None, batch.announced,
-                           pipeline) or 0
+                           ahead_ok) or 0
         for rt in guard.serving(live):
             if rt.read_ahead is None:  # else the commit runs on while the next batch decodes
-                guard(rt, self._settle_and_tail, rt)
+                guard(rt, settle_and_tail, rt)
         guard.came_back(live)
         self.heap.after_step(n)
         return n
@@ -337,17 +345,18 @@ class Worker:
         model's batch is processed, and announced, right after its read)."""
         return self.options.order_wait_ms > 0 and len(self.models) > 1
 
-    def _read_each(self, rts: list[ModelRuntime], wait_ms: int) -> list[tuple[ModelRuntime, Any]]:
+    def _read_each(self, rts: list[ModelRuntime], wait_ms: int,
+                   ) -> list[tuple[ModelRuntime, ReadBatch]]:
         """New entries of each model, a guarded read each (as :func:`read_new` reads a
         cluster's streams: none waits unless all were empty, then each its share)."""
-        got: list[tuple[ModelRuntime, Any]] = []
+        got: list[tuple[ModelRuntime, ReadBatch]] = []
         for rt in rts:
-            got += self.guard(rt, read_batches, self.reader, self.consumer, [rt],
+            got += self.guard(rt, read_models, self.reader, self.consumer, [rt],
                               self.options.batch, 0, True, self._announce_reads) or []
         if got or not wait_ms:
             return got
         for rt in self.guard.serving(rts):
-            got = self.guard(rt, read_batches, self.reader, self.consumer, [rt],
+            got = self.guard(rt, read_models, self.reader, self.consumer, [rt],
                              self.options.batch, max(1, wait_ms // len(rts)), True,
                              self._announce_reads) or []
             if got:
@@ -361,15 +370,10 @@ class Worker:
             self.guard.failed.add(rt.name)  # its group is being made again: soon
             return 0
         housekeeping(rt, served)
-        n = self._claim(rt)
+        n = claim_idle_entries(rt)
         if rt.pending_phase:
-            n += self._drain_pending(rt)
+            n += redo_pending(rt)
         return n
-
-    @staticmethod
-    def _settle_and_tail(rt: ModelRuntime) -> None:
-        settle(rt)
-        rt.tail()
 
     def run_until_idle(self, timeout: float = 60.0, block_ms: int = 20) -> None:
         """Process until no model has undelivered or pending entries, then catch up."""
@@ -399,30 +403,22 @@ class Worker:
         self.check_keys = False
         return True
 
-    def _claim(self, rt: ModelRuntime) -> int:
-        """Claim and process entries idle in other consumers, when the claim timer is due."""
-        o = self.options
-        if not rt.timers.claim.fire(time.monotonic()):
-            return 0
-        rt.claim_cursor, entries = claim_idle(self.client, rt.keys, self.consumer,
-                                              o.claim_idle_ms, rt.claim_cursor, o.batch)
-        if not entries:
-            return 0
-        if rt.claim_cursor != "0-0":  # claimed entries are handled at once; more: soon
-            rt.timers.claim.due_at_once()
-        rt.labels(self.metrics.messages_claimed).inc(len(entries))
-        log.info("model %s: claimed %d idle entries", rt.name, len(entries))
-        return process_batch(rt, entries, delivery_counts(self.client, rt.keys, self.consumer,
-                                                          entries))
 
-    def _drain_pending(self, rt: ModelRuntime) -> int:
-        """Redo a batch of this consumer's pending entries (one entry after an unexpected
-        error: :meth:`_unexpected_error`); the pending phase ends when none is left."""
-        entries = read_pending(self.client, rt.keys, self.consumer,
-                               1 if rt.isolate else self.options.batch)
-        if not entries:
-            rt.pending_phase = rt.isolate = False
-            return 0
-        log.info("model %s: re-processing %d pending entries", rt.name, len(entries))
-        return process_batch(rt, entries, delivery_counts(self.client, rt.keys, self.consumer,
-                                                          entries))
+def settle_and_tail(rt: ModelRuntime) -> None:
+    """Read the reply of the model's commit on the wire, account for it, then apply the
+    log."""
+    account(rt, settle(rt)[1])
+    rt.tail()
+
+
+def read_models(reader: Any, consumer: str, rts: list[ModelRuntime], count: int, block_ms: int,
+                cluster: bool, announce: bool) -> list[tuple[ModelRuntime, ReadBatch]]:
+    """New entries of the models ``rts`` (workers/worker/intake.py ``read_batches``), the
+    read's time observed in each model's ``read`` stage that got some."""
+    got, seconds = read_batches(reader, consumer, [(rt.keys, rt.inflight) for rt in rts],
+                                count, block_ms, cluster, announce)
+    for i, _ in got:
+        read = rts[i].stage("read", summed=True)
+        read.add(seconds)
+        read.observe()
+    return [(rts[i], batch) for i, batch in got]

@@ -94,8 +94,9 @@ class WorkerOptions:
     #: While a full batch commits, read the next one and decode and featurize it (the
     #: commit script runs in Redis meanwhile; its reply is read before the next batch is
     #: predicted, so predictions and what is learnt are the same). False: one batch after
-    #: the other. See docs/worker.md, "Pipelined commits".
-    pipeline: bool = True
+    #: the other. The command line's ``--pipeline`` (``STREAMNB_PIPELINE``, the TOML key
+    #: ``pipeline``) sets it. See docs/worker.md, "Pipelined commits".
+    send_ahead: bool = True
     #: Return freed heap memory to the system (glibc ``malloc_trim``) when the worker goes
     #: idle after work, and at most this often while it stays busy (0: only when idle).
     #: See workers/worker/heap.py.

@@ -30,7 +30,7 @@ from typing import Any
 from streamnb_workers.store.backoff import Backoff
 from streamnb_workers.store.connection import refresh_cluster_view
 from streamnb_workers.store.errors import UNREACHABLE_KINDS, error_kind
-from streamnb_workers.worker.commit_pipeline import abandon
+from streamnb_workers.worker.committing import abandon
 from streamnb_workers.worker.housekeeping import drop_sampled_gauges
 
 __all__ = ["ModelGuard", "Outages"]
@@ -111,15 +111,15 @@ class ModelGuard:
         """Model ``rt``'s Redis node failed: drop its work in progress (its entries stay
         pending, redone when it is back) and try it again after its own backoff."""
         self.failed.add(rt.name)
-        rt.labels(rt.metrics.redis_errors, kind=kind).inc()
-        rt.labels(rt.metrics.reconnects).inc()
-        rt.labels(rt.metrics.model_reachable).set(0)
+        rt.series(rt.metrics.redis_errors, kind=kind).inc()
+        rt.series(rt.metrics.reconnects).inc()
+        rt.series(rt.metrics.model_reachable).set(0)
         if kind in UNREACHABLE_KINDS:
             drop_sampled_gauges(rt)
         for client in self.clients:
             refresh_cluster_view(client)
         abandon(rt, withdraw=False)
-        rt.pending_phase = True
+        rt.redo_pending()
         delay = self.outages.away(rt.name, time.monotonic())
         log.warning("model %s: redis %s error: %s; serving the other models, trying this one "
                     "again in %.2fs", rt.name, kind, exc, delay)
@@ -129,5 +129,5 @@ class ModelGuard:
         away are reachable again."""
         for rt in self.serving(rts):
             if self.outages.back(rt.name):
-                rt.labels(rt.metrics.model_reachable).set(1)
+                rt.series(rt.metrics.model_reachable).set(1)
                 log.info("model %s: Redis reached again; served again", rt.name)

@@ -4,7 +4,8 @@ land, catch up with the log (after other workers' earlier labelled batches), pre
 build and send the commit, show the observer the predictions.
 
 The steps' values and the work on them are workers/worker/batch.py; the commit's send, reply
-and retries are workers/worker/commit_pipeline.py. See docs/worker.md, "One batch".
+and retries are workers/worker/committing.py, what a landed commit is counted and scored
+as workers/worker/accounting.py. See docs/worker.md, "One batch".
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
@@ -21,7 +22,8 @@ from streamnb_workers.observe.token_names import message_tokens
 from streamnb_workers.replication.ordering import wait_for_earlier
 from streamnb_workers.wire.explanations import add_batch_term, explain_matrix
 from streamnb_workers.wire.stream_ids import entry_time, first_id
-from streamnb_workers.worker import commit_pipeline
+from streamnb_workers.worker import committing
+from streamnb_workers.worker.accounting import account
 from streamnb_workers.worker.batch import (
     Decoded,
     Featurized,
@@ -39,9 +41,7 @@ from streamnb_workers.worker.batch import (
     prediction_plan,
 )
 from streamnb_workers.worker.commit_content import PredictedBatch
-
-if TYPE_CHECKING:
-    from streamnb_workers.worker.runtime import ModelRuntime
+from streamnb_workers.worker.runtime import ModelRuntime
 
 __all__ = ["Prepared", "process_batch"]
 
@@ -66,14 +66,16 @@ class Prepared:
 
 
 def process_batch(rt: ModelRuntime, entries: list, deliveries: dict[str, int] | None = None,
-                  announced: str | None = None, pipeline: bool = False) -> int:
+                  announced: str | None = None, may_send_ahead: bool = False) -> int:
     """Decode, featurize, predict, learn and commit one batch of ``rt``'s entries;
     returns how many there were.
 
     ``deliveries``: entry id -> times delivered (claimed and pending entries).
     ``announced``: the batch's ``:inflight`` field if it was announced when read.
-    ``pipeline``: a full batch's commit may be sent without waiting for its reply
-    (:func:`commit_pipeline.send_ahead`).
+    ``may_send_ahead``: a full batch's commit may be sent without waiting for its reply
+    (:func:`committing.send_ahead`; with ``WorkerOptions.send_ahead``). A commit
+    on the wire lands (:func:`committing.settle`) and is accounted for before this batch
+    is predicted.
     """
     o = rt.options
     start = first_id(entries)
@@ -85,32 +87,31 @@ def process_batch(rt: ModelRuntime, entries: list, deliveries: dict[str, int] | 
     try:
         now = time.time()
         decoded = decode(rt, entries, deliveries)
-        t1 = time.perf_counter()
-        if not decoded.labelled:
-            rt.withdraw(announced)  # it learns nothing: nobody needs to wait for it
-            announced = None
-        batch = featurize(rt.featurizer, decoded)
-        batch = drop_bad_categories(rt.predictor,
-                                    drop_undeclared_labels(rt.config.classes, batch))
-        rt.labels.stage("featurize", time.perf_counter() - t1)
+        with rt.stage("featurize"):
+            if not decoded.labelled:
+                rt.withdraw(announced)  # it learns nothing: nobody needs to wait for it
+                announced = None
+            batch = featurize(rt.featurizer, decoded)
+            batch = drop_bad_categories(rt.predictor,
+                                        drop_undeclared_labels(rt.config.classes, batch))
         prepared = prepare(rt, batch) if batch.items else None
 
         # the previous batch's commit (pipelined) lands before anything reads the model
-        rt.own_applied = False
-        settled = commit_pipeline.settle(rt)
-        ordered_from = catch_up(rt, start, bool(batch.items), settled)
-        t2 = time.perf_counter()
-        # after the log tail: it may have brought the model's first classes
-        batch = drop_foreign_labels(known_classes(rt.predictor), decoded, batch)
-
-        # predict before learning (test-then-train; prequential within the batch)
-        predictions = predict_items(rt, batch, prepared)
-        t3 = time.perf_counter()
-        rt.labels.stage("predict", t3 - t2 + (prepared.prediction_s if prepared else 0.0))
+        settled, committed = committing.settle(rt)
+        account(rt, committed)
+        ordered_from = catch_up(rt, start, bool(batch.items), settled,
+                                committed is not None and committed.own_applied)
+        with rt.stage("predict") as predicting:
+            predicting.add(prepared.prediction_s if prepared else 0.0)
+            # after the log tail: it may have brought the model's first classes
+            batch = drop_foreign_labels(known_classes(rt.predictor), decoded, batch)
+            # predict before learning (test-then-train; prequential within the batch)
+            predictions = predict_items(rt, batch, prepared)
         tokens = None
-        if predictions is not None and o.explain:
-            predictions, tokens = explain_items(rt, batch.items, prepared, predictions)
-        explain_s = time.perf_counter() - t3
+        explaining = rt.stage("explain", summed=True)
+        with explaining:
+            if predictions is not None and o.explain:
+                predictions, tokens = explain_items(rt, batch.items, prepared, predictions)
 
         predicted = PredictedBatch(
             order=decoded.order, items=batch.items,
@@ -121,31 +122,28 @@ def process_batch(rt: ModelRuntime, entries: list, deliveries: dict[str, int] | 
             else None,
             row_bytes=prepared.row_bytes if prepared else None, announced=announced,
             forgets=batch.forgets, learn_once=o.learnt_keys_max > 0)
-        built = commit_pipeline.build(rt, predicted, prepared.commit_s if prepared else 0.0)
+        built = committing.build(rt, predicted, prepared.commit_s if prepared else 0.0)
         if built is not None:
-            if pipeline and o.pipeline and len(entries) >= o.batch:
-                t4 = time.perf_counter()
-                commit_pipeline.send_ahead(rt, predicted, built)
+            if may_send_ahead and o.send_ahead and len(entries) >= o.batch:
+                with rt.stage("send"):
+                    committing.send_ahead(rt, predicted, built)
                 sent = True
-                rt.labels.stage("send", time.perf_counter() - t4)
             else:
-                commit_pipeline.commit(rt, predicted, built)
+                account(rt, committing.commit(rt, predicted, built))
         if announced is not None and batch.items:
             # a labelled batch, taken in stream order: from the end of its wait to its
             # commit on the wire, what one worker holds every other worker up by
             wall, cpu = ordered_from
-            rt.labels(rt.metrics.ordered_section_seconds).observe(time.perf_counter() - wall)
-            rt.labels(rt.metrics.ordered_section_cpu).inc(time.thread_time() - cpu)
+            rt.series(rt.metrics.ordered_section_seconds).observe(time.perf_counter() - wall)
+            rt.series(rt.metrics.ordered_section_cpu).inc(time.thread_time() - cpu)
         if rt.token_names is not None and batch.items:
-            t5 = time.perf_counter()
-            count_token_names(rt, batch.items, tokens)
-            explain_s += time.perf_counter() - t5
+            with explaining:
+                count_token_names(rt, batch.items, tokens)
         if o.explain or rt.token_names is not None:
-            rt.labels.stage("explain", explain_s)
+            explaining.observe()
         if predictions is not None and predictions.observed:
-            t5 = time.perf_counter()
-            observe_predictions(rt, predictions, now)
-            rt.labels.stage("observe", time.perf_counter() - t5)
+            with rt.stage("observe"):
+                observe_predictions(rt, predictions, now)
     finally:
         if not sent:  # else the settle of the commit on the wire withdraws it
             rt.withdraw(announced)
@@ -154,22 +152,21 @@ def process_batch(rt: ModelRuntime, entries: list, deliveries: dict[str, int] | 
 
 def decode(rt: ModelRuntime, entries: list, deliveries: dict[str, int] | None) -> Decoded:
     """The batch's entries decoded (counted: read, batch size, unknown keys)."""
-    m, labels, o = rt.metrics, rt.labels, rt.options
-    labels(m.messages_read).inc(len(entries))
-    labels(m.batch_size).observe(len(entries))
-    t0 = time.perf_counter()
-    dense_dim = rt.featurizer.dim if rt.featurizer.input == "dense" else None
-    decoded = decode_entries(entries, deliveries, o.max_deliveries, o.limits, dense_dim)
-    if decoded.unknown_keys:
-        labels(m.unknown_keys).inc(decoded.unknown_keys)
-    labels.stage("decode", time.perf_counter() - t0)
+    m, series, o = rt.metrics, rt.series, rt.options
+    series(m.messages_read).inc(len(entries))
+    series(m.batch_size).observe(len(entries))
+    with rt.stage("decode"):
+        dense_dim = rt.featurizer.dim if rt.featurizer.input == "dense" else None
+        decoded = decode_entries(entries, deliveries, o.max_deliveries, o.limits, dense_dim)
+        if decoded.unknown_keys:
+            series(m.unknown_keys).inc(decoded.unknown_keys)
     return decoded
 
 
 def prepare(rt: ModelRuntime, batch: Featurized) -> Prepared:
     """What the prediction and the commit need that no other worker's batch changes: the
     rows stacked and the prequential plan; the cache rows and, without delayed labels, the
-    batch's own statistics. :func:`predict_items` and :func:`commit_pipeline.build` use it
+    batch's own statistics. :func:`predict_items` and :func:`committing.build` use it
     only where it still applies."""
     o, model, items = rt.options, rt.predictor, batch.items
     t0 = time.perf_counter()
@@ -183,17 +180,17 @@ def prepare(rt: ModelRuntime, batch: Featurized) -> Prepared:
 
 
 def catch_up(rt: ModelRuntime, start: str, has_items: bool, settled: bool,
-             ) -> tuple[float, float]:
+             own_applied: bool = False) -> tuple[float, float]:
     """Bring the model up to date before predicting: other workers' earlier labelled
     batches first (ordered predictions), then the log (batches committed while this one
     was read and featurized). A worker alone that applied its own delta at the commit
-    (nothing came between) has nothing to catch up with. Returns when the wait ended
-    (``time.perf_counter()``, ``time.thread_time()``): the start of the batch's ordered
-    section."""
+    just settled (``own_applied``: nothing came between) has nothing to catch up with.
+    Returns when the wait ended (``time.perf_counter()``, ``time.thread_time()``): the
+    start of the batch's ordered section."""
     o = rt.options
     current = has_items and o.order_wait_ms > 0 and await_earlier(rt, start)
     waited = time.perf_counter(), time.thread_time()
-    current = current or (rt.own_applied and rt.alone())
+    current = current or (own_applied and rt.alone())
     if not current and (settled or (has_items and (o.order_wait_ms > 0 or o.prequential))):
         rt.tail()
     return waited
@@ -207,10 +204,10 @@ def await_earlier(rt: ModelRuntime, start: str) -> bool:
     res = wait_for_earlier(rt.inflight, start, rt.options.order_wait_ms / 1000.0,
                            lambda batches, block_ms: rt.tail(batches, block_ms))
     if res.waited_for:
-        rt.labels(rt.metrics.order_wait_seconds).observe(res.seconds)
-        rt.labels(rt.metrics.order_wait_cpu).inc(time.thread_time() - cpu0)
+        rt.series(rt.metrics.order_wait_seconds).observe(res.seconds)
+        rt.series(rt.metrics.order_wait_cpu).inc(time.thread_time() - cpu0)
         if res.timed_out:
-            rt.labels(rt.metrics.order_wait_timeouts).inc()
+            rt.series(rt.metrics.order_wait_timeouts).inc()
             log.info("model %s: waited %.0f ms for %d earlier labelled batch(es) of other "
                      "workers; predicting batch %s without them", rt.name, res.seconds * 1000,
                      res.waited_for, start)
@@ -280,7 +277,7 @@ def observe_predictions(rt: ModelRuntime, p: Predictions, now: float) -> None:
     commit is on its way (off the path from one worker's commit to the next's), with the
     model the batch was predicted with (the log is applied only after)."""
     ages = np.array([max(0.0, now - entry_time(it.entry_id)) for it in p.observed])
-    observe_many(rt.labels(rt.metrics.message_age), ages)
+    observe_many(rt.series(rt.metrics.message_age), ages)
     oov = p.oov_share if p.oov_share is not None else \
         rt.predictor.unseen_share(rt.featurizer.stack([it.row for it in p.observed]))
     rt.observe(rt.observer.observe_predictions, p.classes, p.log_proba, oov, ages, p.unsure)

@@ -36,16 +36,14 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from streamnb_workers.store.keys import GROUP, ModelKeys
 from streamnb_workers.store.lua import LuaScript
 from streamnb_workers.store.model_config import ModelConfig
 from streamnb_workers.wire.replies import as_str
 from streamnb_workers.wire.stream_ids import parse_id
-
-if TYPE_CHECKING:
-    from streamnb_workers.worker.runtime import ModelRuntime
+from streamnb_workers.worker.runtime import ModelRuntime
 
 __all__ = ["missing_keys", "restore_lost_keys", "restore_model_keys", "settle_ms"]
 
@@ -152,6 +150,7 @@ def restore_lost_keys(rt: ModelRuntime) -> list[str]:
     """Check model ``rt`` and write back what Redis lost; returns what this worker wrote
     (empty when nothing was missing or another worker restored it first), ``settling``
     among them while the group is not made yet (call again soon)."""
+    # deferred: the model classes (streamnb.models, ~0.8 s) load with the first restore
     from streamnb.models import dumps as dump_model
 
     replica = rt.replica
@@ -171,7 +170,7 @@ def restore_lost_keys(rt: ModelRuntime) -> list[str]:
         replica.snapshot_version = replica.version
     done = [w for w in wrote if w != "settling"]
     if done:
-        rt.labels(rt.metrics.redis_restores).inc()
+        rt.series(rt.metrics.redis_restores).inc()
         log.warning("model %s: Redis came back without the model's keys; wrote back its %s "
                     "from this worker%s", rt.name, ", ".join(done),
                     f" (the snapshot: this worker's replica at {replica.version})"

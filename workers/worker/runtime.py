@@ -1,7 +1,8 @@
 """What a worker keeps for one model it serves: its config and featurizer, its replica,
 snapshotter, observer and ``{M}:inflight`` board, its timers, the commit on the wire and
-the batch read ahead, and where its metrics and events go. It knows nothing of the worker
-that holds it: the worker gives it what it needs.
+the batch read ahead, and where its metrics and events go; and what happens to that
+state, in methods: no other module assigns it. It knows nothing of the worker that holds
+it: the worker gives it what it needs.
 
 >>> import fakeredis
 >>> from prometheus_client import CollectorRegistry
@@ -21,12 +22,12 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import redis
 
 from streamnb.encoding import dumps
-from streamnb_workers.observe.metrics import MetricLabels, Metrics
+from streamnb_workers.observe.metrics import Metrics, MetricSeries, StageTimer
 from streamnb_workers.observe.observer import ModelObserver
 from streamnb_workers.observe.token_names import TokenNames
 from streamnb_workers.replication.ordering import InflightBoard
@@ -34,14 +35,18 @@ from streamnb_workers.replication.replica import Replica
 from streamnb_workers.replication.snapshotter import Snapshotter
 from streamnb_workers.store.keys import ModelKeys
 from streamnb_workers.store.model_config import ModelConfig
-from streamnb_workers.worker.housekeeping import Timers
-from streamnb_workers.worker.intake import ReadBatch
+from streamnb_workers.worker.commit_wire import CommitWire
+from streamnb_workers.worker.intake import (
+    ReadBatch,
+    claim_idle,
+    read_behind,
+    read_next,
+)
 from streamnb_workers.worker.options import WorkerOptions
+from streamnb_workers.worker.read_ahead import read_commands
+from streamnb_workers.worker.timers import Timers
 
-if TYPE_CHECKING:
-    from streamnb_workers.worker.commit_pipeline import InFlight
-
-__all__ = ["EventSink", "ModelRuntime", "ReadBatch"]
+__all__ = ["EventSink", "ModelRuntime"]
 
 log = logging.getLogger("streamnb.worker")
 
@@ -64,7 +69,7 @@ class ModelRuntime:
     """Everything a worker keeps for one model (see the module docstring)."""
 
     def __init__(self, config: ModelConfig, client: Any, options: WorkerOptions,
-                 metrics: Metrics, reader: Any = None) -> None:
+                 metrics: Metrics, reader: Any = None, reads_ahead: bool = True) -> None:
         o = options
         self.name = config.name
         self.keys = ModelKeys(config.name)
@@ -77,12 +82,12 @@ class ModelRuntime:
         self.featurizer = config.make_featurizer(o.max_bytes)
         self.rule = config.make_decision_rule()
         self.metrics = metrics
-        self.labels = MetricLabels(metrics, self.name, self.consumer)
+        self.series = MetricSeries(metrics, self.name, self.consumer)
         self.events = EventSink(client, self.keys, self.consumer, o.events_maxlen)
         self.replica = Replica(client, self.keys, config)
         #: The sum of the model's shards when this is one of them (workers/replication/shards.py).
         self.summed: Any = None
-        self.replica.on_corrupt = lambda kind, detail: self.labels(
+        self.replica.on_corrupt = lambda kind, detail: self.series(
             metrics.corrupt_records, kind=kind).inc()
         self.snapshotter = Snapshotter(client, self.keys, self.consumer, o.lease_ms,
                                        o.snapshot_every, o.snapshot_interval_s, o.trim_margin_ms)
@@ -99,25 +104,119 @@ class ModelRuntime:
         #: a reconnect or an error); ``isolate``: one at a time (after an unexpected error).
         self.pending_phase = True
         self.isolate = False
+        #: Where the next claim of idle entries starts.
         self.claim_cursor = "0-0"
         #: ``replica.applied`` when the observer last looked at the model.
         self.observed_applied = -1
         #: Another worker's fresh heartbeat was in ``:workers`` at the last heartbeat.
         self.peers = False
-        #: The last commit settled applied its own delta (commit_pipeline.apply_own_delta).
-        self.own_applied = False
         #: Pipelined commits: the commit on the wire, and the next batch read meanwhile.
-        self.in_flight: InFlight | None = None
+        self.wire = CommitWire(client, self.keys, self.consumer, o.out_maxlen, o.dead_maxlen)
         self.read_ahead: ReadBatch | None = None
         #: Whether a pipelined commit reads the model's next batch (not when the worker
         #: serves several models: workers/worker/intake.py ``in_stream_order``).
-        self.reads_ahead = True
+        self.reads_ahead = reads_ahead
 
     @property
     def predictor(self) -> Any:
         """The model predictions are made with: the replica's, or the sum of the model's
         shards when this is one of them."""
         return self.replica.model if self.summed is None else self.summed.model
+
+    def stage(self, name: str, summed: bool = False) -> StageTimer:
+        """A timer of the batch stage ``name`` (``with rt.stage("predict"):``; ``summed``:
+        several ``with`` blocks, observed once by ``observe()``): observe/metrics.py."""
+        return self.series.stage(name, summed)
+
+    # ------------------------------------------------------------------ what happens
+    def redo_pending(self) -> None:
+        """Redo this consumer's pending entries before reading new ones (after a
+        reconnect, an outage, or a batch read twice)."""
+        self.pending_phase = True
+
+    def isolate_next(self) -> None:
+        """Redo the pending entries one at a time (after an unexpected error)."""
+        self.pending_phase = self.isolate = True
+
+    def pending_done(self) -> None:
+        """No pending entry is left to redo."""
+        self.pending_phase = self.isolate = False
+
+    def sum_shards(self, total: Any) -> None:
+        """Predict with ``total``, the sum of the model's shards (this is one of them)."""
+        self.summed = total
+
+    def saw_peers(self, present: bool) -> None:
+        """Whether the last heartbeat found another worker's fresh one."""
+        self.peers = present
+
+    def observe_model(self) -> bool:
+        """Show the observer the model if it changed since it last looked; whether it
+        did."""
+        if self.replica.applied == self.observed_applied:
+            return False
+        self.observed_applied = self.replica.applied
+        self.observe(self.observer.observe_model, self.replica.model)
+        return True
+
+    def claim(self) -> list:
+        """Up to a batch of entries idle longer than ``claim_idle_ms`` in any consumer,
+        now this one's, from where the last claim ended (workers/worker/intake.py)."""
+        o = self.options
+        self.claim_cursor, entries = claim_idle(self.client, self.keys, self.consumer,
+                                                o.claim_idle_ms, self.claim_cursor, o.batch)
+        return entries
+
+    # ------------------------------------------------------------------ batches ahead
+    def take_read_ahead(self) -> ReadBatch | None:
+        """The batch read ahead (None: none), no longer held."""
+        batch, self.read_ahead = self.read_ahead, None
+        return batch
+
+    def reads_for_commit(self) -> tuple[list[list[Any]], list[list[Any]]]:
+        """The commands a pipelined commit carries before and after its script.
+
+        The next batch usually came with the previous commit's reply. Otherwise it is
+        read now, in a round trip of its own (workers/worker/intake.py ``read_next``); its
+        announcement goes before the script. When the batch in hand is full, the one
+        after it is read behind the script, in the same write (a ``MULTI`` of
+        workers/store/scripts/read.lua, which announces it, and the read): its entries come
+        with the commit's reply (:meth:`take_read_behind`), and no read waits on the way.
+        Not with ordered predictions when other workers serve the model (:meth:`alone`):
+        a batch read that early is committed later, and they would wait for it."""
+        o = self.options
+        before: list[list[Any]] = []
+        if self.read_ahead is None and self.reads_ahead:
+            with self.stage("read") as read:
+                batch, before = read_next(self.reader, self.consumer, self.keys, o.batch,
+                                          self.inflight if o.order_wait_ms > 0 else None)
+                if batch is None:
+                    read.cancel()
+            self.read_ahead = batch
+        after: list[list[Any]] = []
+        if self.reads_ahead and self.read_ahead is not None and \
+                len(self.read_ahead.entries) >= o.batch and (o.order_wait_ms == 0 or self.alone()):
+            after = read_commands(self.keys, self.consumer, o.batch, o.order_wait_ms > 0)
+        return before, after
+
+    def take_read_behind(self, reply: Any) -> None:
+        """Hold the batch read behind a commit (``reply``: the reply of the read's last
+        command) as the next one to process. A failed read reads nothing; with a batch
+        already in hand (not on the worker's path) the one read is withdrawn and its
+        entries, this consumer's pending ones, are redone."""
+        try:
+            batch = read_behind(reply, self.client,
+                                self.inflight if self.options.order_wait_ms > 0 else None)
+        except redis.RedisError as exc:
+            log.warning("model %s: reading ahead failed: %s", self.name, exc)
+            return
+        if not batch.entries:
+            self.withdraw(batch.announced)
+        elif self.read_ahead is None:
+            self.read_ahead = batch
+        else:
+            self.withdraw(batch.announced)
+            self.redo_pending()
 
     def alone(self) -> bool:
         """No other worker serves the model, as far as this one can tell: no other
@@ -128,26 +227,28 @@ class ModelRuntime:
     def set_clients(self, client: Any, reader: Any) -> None:
         """Use these clients from now on (after a reconnect)."""
         self.client, self.reader = client, reader
-        for user in (self.replica, self.inflight, self.snapshotter, self.events):
+        for user in (self.replica, self.inflight, self.snapshotter, self.events, self.wire):
             user.client = client
 
     def tail(self, batches: set[str] | None = None, block_ms: int | None = None) -> int:
         """Apply the log entries after the replica's version; returns how many
         (``batches``, ``block_ms``: see :meth:`Replica.catch_up`)."""
-        t0 = time.perf_counter()
         before, rewinds = self.replica.applied, self.replica.rewinds
-        done = self.replica.catch_up(batches=batches, block_ms=block_ms)
-        if self.replica.rewinds > rewinds:
-            self.labels(self.metrics.log_rewinds).inc(self.replica.rewinds - rewinds)
-        if done:
-            self.labels(self.metrics.deltas_applied).inc(self.replica.applied - before)
+        with self.stage("apply") as apply:
+            done = self.replica.catch_up(batches=batches, block_ms=block_ms)
             # (the wait for the log to grow is the ordering wait's, not the apply's)
-            self.labels.stage("apply", time.perf_counter() - t0 - self.replica.waited_s)
+            apply.add(-self.replica.waited_s)
+            if not done:
+                apply.cancel()
+        if self.replica.rewinds > rewinds:
+            self.series(self.metrics.log_rewinds).inc(self.replica.rewinds - rewinds)
+        if done:
+            self.series(self.metrics.deltas_applied).inc(self.replica.applied - before)
             self.version_metric()
         return done
 
     def version_metric(self) -> None:
-        self.labels(self.metrics.model_version).set(self.replica.version_time)
+        self.series(self.metrics.model_version).set(self.replica.version_time)
 
     def observe(self, hook: Callable[..., Any], *args: Any) -> None:
         """Call ``hook``, a method of :attr:`observer`; an error there is logged, never

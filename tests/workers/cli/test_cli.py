@@ -16,7 +16,7 @@ import pytest
 
 from streamnb.models import load as load_model_file
 from streamnb_workers.cli.main import build_parser, main
-from streamnb_workers.replication.replica import load_model
+from streamnb_workers.replication.shards import load_model
 from streamnb_workers.store.connection import RedisSettings, UrlConnector
 from streamnb_workers.store.keys import ModelKeys
 from streamnb_workers.store.model_config import ModelSpec, ensure_config, read_config

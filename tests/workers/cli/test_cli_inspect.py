@@ -11,7 +11,7 @@ import pytest
 
 from streamnb.features import Featurizer
 from streamnb_workers.cli.main import main
-from streamnb_workers.replication.replica import load_model
+from streamnb_workers.replication.shards import load_model
 from streamnb_workers.store.model_config import ModelSpec
 from streamnb_workers.worker.housekeeping import housekeeping
 from tests.helpers.workers import fast_options, produce, token_messages, url_worker

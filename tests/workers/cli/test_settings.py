@@ -171,9 +171,9 @@ def test_on_off_flags_from_env_and_toml(tmp_path):
 def test_pipeline_flag_reaches_the_worker_options(tmp_path):
     from streamnb_workers.cli.supervisor import worker_options
 
-    assert worker_options(parsed(["worker"])).pipeline is True
-    assert worker_options(parsed(["worker", "--no-pipeline"])).pipeline is False
-    assert worker_options(parsed(["worker"], {"STREAMNB_PIPELINE": "off"})).pipeline is False
+    assert worker_options(parsed(["worker"])).send_ahead is True
+    assert worker_options(parsed(["worker", "--no-pipeline"])).send_ahead is False
+    assert worker_options(parsed(["worker"], {"STREAMNB_PIPELINE": "off"})).send_ahead is False
 
 
 def test_cache_labelled_flag_reaches_the_worker_options():

@@ -25,8 +25,14 @@ from streamnb_workers.cli.predict_many import judge_many
 from streamnb_workers.client import transfer
 from streamnb_workers.client.produce import produce, send_and_wait
 from streamnb_workers.client.verdicts import VerdictClient
-from streamnb_workers.replication.replica import load_model
-from streamnb_workers.replication.shards import Router, keys_of, route_id, shard_names, shard_of
+from streamnb_workers.replication.shards import (
+    Router,
+    keys_of,
+    load_model,
+    route_id,
+    shard_names,
+    shard_of,
+)
 from streamnb_workers.store.connection import RedisSettings
 from streamnb_workers.wire.codec import DATA_FIELD, decode_input
 from streamnb_workers.wire.outputs import decode_output, encode_output

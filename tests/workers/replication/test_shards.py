@@ -12,8 +12,14 @@ import redis
 from redis.crc import key_slot
 
 from streamnb.exceptions import ConfigConflict
-from streamnb_workers.replication.replica import load_model
-from streamnb_workers.replication.shards import Router, ShardSum, route_id, shard_names, shard_of
+from streamnb_workers.replication.shards import (
+    Router,
+    ShardSum,
+    load_model,
+    route_id,
+    shard_names,
+    shard_of,
+)
 from streamnb_workers.store.keys import GROUP, MAX_SHARDS, ModelKeys, check_model_name
 from streamnb_workers.store.model_config import ModelSpec, ensure_config, read_config, resolve_spec
 from streamnb_workers.wire.outputs import decode_output

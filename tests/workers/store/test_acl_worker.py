@@ -18,7 +18,7 @@ import msgpack
 import pytest
 import redis
 
-from streamnb_workers.replication.replica import load_model
+from streamnb_workers.replication.shards import load_model
 from streamnb_workers.store.connection import RedisSettings, UrlConnector
 from streamnb_workers.store.keys import GROUP, ModelKeys
 from streamnb_workers.worker import Worker, WorkerOptions

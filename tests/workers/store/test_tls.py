@@ -18,7 +18,7 @@ import pytest
 import redis
 
 from streamnb.exceptions import SettingsError
-from streamnb_workers.replication.replica import load_model
+from streamnb_workers.replication.shards import load_model
 from streamnb_workers.store.connection import RedisSettings, UrlConnector
 from streamnb_workers.store.keys import ModelKeys
 from streamnb_workers.worker import Worker, WorkerOptions

@@ -1,4 +1,4 @@
-"""Pipelined commits (WorkerOptions.pipeline) against a real redis-server.
+"""Pipelined commits (WorkerOptions.send_ahead) against a real redis-server.
 
 While a full batch's commit script runs in Redis, the worker decodes and featurizes the
 next batch (read before the commit, or behind the previous one); it reads the commit's
@@ -17,14 +17,16 @@ import msgpack
 import pytest
 import redis
 
-import streamnb_workers.worker.commit_pipeline as commit_pipeline
+import streamnb_workers.worker.commit_wire as commit_wire
+import streamnb_workers.worker.committing as committing
 import streamnb_workers.worker.read_ahead as read_ahead
 from streamnb_workers.replication.ordering import decode_announcement
 from streamnb_workers.replication.replica import Replica
 from streamnb_workers.store.commit import SentCommit
 from streamnb_workers.store.keys import GROUP, ModelKeys
 from streamnb_workers.wire.outputs import decode_output
-from streamnb_workers.worker.runtime import ReadBatch
+from streamnb_workers.worker.intake import ReadBatch
+from streamnb_workers.worker.runtime import ModelRuntime
 from tests.helpers.workers import (
     PARAMS,
     assert_same_stats,
@@ -61,13 +63,13 @@ def _outputs(client, name: str) -> dict[str, dict]:
 
 def _count_sends(monkeypatch) -> list[int]:
     sent: list[int] = []
-    real = commit_pipeline.send_commit
+    real = commit_wire.send_commit
 
     def counting(*args, **kw):
         sent.append(1)
         return real(*args, **kw)
 
-    monkeypatch.setattr(commit_pipeline, "send_commit", counting)
+    monkeypatch.setattr(commit_wire, "send_commit", counting)
     return sent
 
 
@@ -82,7 +84,7 @@ def test_pipelined_worker_predicts_and_learns_what_one_batch_at_a_time_does(redi
     assert len(sends) >= 10  # most of the 17 batches were committed pipelined
     n_sent = len(sends)
     plain = url_worker(redis_server.url, [count_spec("plain")],
-                       fast_options("q", batch=BATCH, pipeline=False))
+                       fast_options("q", batch=BATCH, send_ahead=False))
     plain.run_until_idle()
     assert len(sends) == n_sent  # the other worker never sent one ahead
 
@@ -121,7 +123,7 @@ def test_batches_after_the_first_two_are_read_behind_the_commits(redis_server, m
 
     monkeypatch.setattr(w.reader, "xreadgroup", counting)
     announced: list[tuple[str, tuple]] = []
-    real_take = commit_pipeline.take_read_ahead
+    real_take = ModelRuntime.take_read_behind
 
     def watching(rt, reply):
         field, entries = read_ahead.read_reply(reply)
@@ -129,7 +131,7 @@ def test_batches_after_the_first_two_are_read_behind_the_commits(redis_server, m
             announced.append((field, decode_announcement(client.hget(rt.keys.inflight, field))))
         real_take(rt, reply)
 
-    monkeypatch.setattr(commit_pipeline, "take_read_ahead", watching)
+    monkeypatch.setattr(ModelRuntime, "take_read_behind", watching)
     w.run_until_idle()
     # the first batch (blocking read), the second (read before the first commit), then
     # none until the partial batch at the end and the empty read that ends the run
@@ -186,15 +188,15 @@ def test_two_workers_apply_their_own_deltas_only_right_after_what_they_applied(r
         monkeypatch.setattr(replica, "apply_own",
                             lambda *args, _f=real_own, **kw: owns.append(_f(*args, **kw)) or owns[-1])
     cut_in: list[int] = []
-    real_send = commit_pipeline.send_ahead
+    real_send = committing.send_ahead
 
     def b_commits_first(rt, batch, built):
         if rt is a.models["two"] and len(cut_in) < 3:  # b predicts and commits a batch,
             cut_in.append(b.step(block_ms=5))            # its commit lands, then a's
-            commit_pipeline.settle(b.models["two"])
+            committing.settle(b.models["two"])
         real_send(rt, batch, built)
 
-    monkeypatch.setattr(commit_pipeline, "send_ahead", b_commits_first)
+    monkeypatch.setattr(committing, "send_ahead", b_commits_first)
     quiet = 0
     while quiet < 2:  # until a round where neither had anything left (read ahead included)
         quiet = quiet + 1 if sum(w.step(block_ms=5) for w in (a, b)) == 0 else 0
@@ -222,13 +224,13 @@ def test_with_other_workers_about_no_batch_is_read_behind_a_commit(redis_server,
     client.hset(k.workers, "other", msgpack.packb({"ts": time.time() + 60}))  # alive meanwhile
     w = url_worker(redis_server.url, [count_spec("peers")], fast_options("p", batch=BATCH))
     sent_after: list[int] = []
-    real = commit_pipeline.send_commit
+    real = commit_wire.send_commit
 
     def counting(*args, **kw):
         sent_after.append(len(kw.get("after") or (args[7] if len(args) > 7 else [])))
         return real(*args, **kw)
 
-    monkeypatch.setattr(commit_pipeline, "send_commit", counting)
+    monkeypatch.setattr(commit_wire, "send_commit", counting)
     w.run_until_idle()
     rt = w.models["peers"]
     assert rt.peers and not rt.alone() and len(sent_after) >= 10 and not any(sent_after)
@@ -254,7 +256,7 @@ def test_a_batch_read_behind_a_commit_with_one_already_in_hand_is_redone(redis_s
     reply = read_ahead.read_now(client, rt.keys, "t", 5, True)
     field, entries = read_ahead.read_reply(reply)
     assert len(entries) == 5 and client.hexists(rt.keys.inflight, field)
-    commit_pipeline.take_read_ahead(rt, reply)
+    rt.take_read_behind(reply)
     assert rt.read_ahead == ReadBatch([], None) and rt.pending_phase
     assert not client.hexists(rt.keys.inflight, field) and field not in rt.inflight.fields
     rt.read_ahead = None
@@ -275,7 +277,7 @@ def test_a_batch_read_behind_a_commit_without_its_script_is_announced_by_the_wor
     client.script_flush()
     reply = read_ahead.read_now(client, rt.keys, "t", 5, True)
     assert isinstance(reply[0], redis.exceptions.NoScriptError)
-    commit_pipeline.take_read_ahead(rt, reply)
+    rt.take_read_behind(reply)
     entries, field = rt.read_ahead.entries, rt.read_ahead.announced
     assert len(entries) == 5 and field == f"t|{entries[0][0].decode()}"
     assert field in rt.inflight.fields
@@ -292,14 +294,14 @@ def test_a_warm_stop_commits_the_batch_read_ahead(redis_server, monkeypatch):
     msgs = token_messages(300, seed=3)
     produce(client, "mail", msgs)
     w = url_worker(redis_server.url, [count_spec()], fast_options("w", batch=BATCH))
-    real = commit_pipeline.send_ahead
+    real = committing.send_ahead
 
     def stop_after_read_ahead(rt, batch, built):  # SIGTERM arrives while a commit is on the wire
         real(rt, batch, built)
         assert rt.read_ahead is not None
         w.request_stop()
 
-    monkeypatch.setattr(commit_pipeline, "send_ahead", stop_after_read_ahead)
+    monkeypatch.setattr(committing, "send_ahead", stop_after_read_ahead)
     t = threading.Thread(target=w.run, kwargs={"install_signals": False})
     t.start()
     t.join(30)

@@ -205,11 +205,11 @@ def test_a_commit_sends_its_ids_in_stream_order(redis_server, monkeypatch):
     """A batch mixing payloads, a dead letter and a delayed label commits its ids in the
     order they were read (the commit script's ownership check takes the first and the
     last as its range), not payloads first, then dead letters, then labels."""
-    import streamnb_workers.worker.commit_pipeline as commit_pipeline
+    import streamnb_workers.worker.committing as committing
 
     r = redis_server.client()
     produce(r, "mail", token_messages(3, seed=4))
-    w = url_worker(redis_server.url, [count_spec()], fast_options("w1", pipeline=False))
+    w = url_worker(redis_server.url, [count_spec()], fast_options("w1", send_ahead=False))
     w.run_until_idle()
     ids = [r.xadd(ModelKeys("mail").input, {"data": b"not msgpack \xc1"}).decode()]
     ids += produce(r, "mail", [{"ref": "m0", "label": "ham"}])
@@ -217,13 +217,13 @@ def test_a_commit_sends_its_ids_in_stream_order(redis_server, monkeypatch):
     ids += [r.xadd(ModelKeys("mail").input, {"data": b"\xc1"}).decode()]
     ids += produce(r, "mail", [{"ref": "m1", "label": "spam"}])
     sent = []
-    real = commit_pipeline.commit_batch
+    real = committing.commit_batch
 
     def spy(client, keys, consumer, req, *args):
         sent.append(list(req.ids))
         return real(client, keys, consumer, req, *args)
 
-    monkeypatch.setattr(commit_pipeline, "commit_batch", spy)
+    monkeypatch.setattr(committing, "commit_batch", spy)
     w.run_until_idle()
     assert sent == [ids]
     assert [d["reason"] for d in _dead(r)] == ["not_msgpack", "not_msgpack"]
