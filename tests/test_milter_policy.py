@@ -22,7 +22,7 @@ from streamnb_workers.client.verdicts import (
     not_scored_headers,
     verdict_headers,
 )
-from streamnb_workers.milter.command import parse_listen
+from streamnb_workers.cli.commands.milter import parse_listen
 from streamnb_workers.milter.policy import (
     Outcome,
     Policy,

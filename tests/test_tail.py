@@ -17,7 +17,7 @@ import msgpack
 import pytest
 from _worker_helpers import PYTHON, ROOT
 
-from streamnb_workers.cli import tail
+from streamnb_workers.cli.commands import tail
 from streamnb_workers.cli.launch import blas_env
 from streamnb_workers.cli.main import main
 from streamnb_workers.store.keys import ModelKeys
