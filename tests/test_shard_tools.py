@@ -32,12 +32,11 @@ from _worker_helpers import (
     url_worker,
 )
 
-from streamnb_workers.client import status
-from streamnb_workers.client.forget import forget
 from streamnb_workers.cli.launch import blas_env
 from streamnb_workers.cli.main import main
 from streamnb_workers.cli.predict_many import judge_many
-from streamnb_workers.client import model_files
+from streamnb_workers.client import model_files, status
+from streamnb_workers.client.forget import forget
 from streamnb_workers.client.produce import produce, send_and_wait
 from streamnb_workers.client.verdicts import VerdictClient
 from streamnb_workers.replication.replica import load_model
