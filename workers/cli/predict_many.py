@@ -47,7 +47,7 @@ from streamnb_workers.wire.codec import DATA_FIELD, decode_input
 from streamnb_workers.wire.outputs import decode_output
 from streamnb_workers.wire.replies import as_str, entry_field
 
-__all__ = ["Judged", "format_line", "judge_many"]
+__all__ = ["Judged", "format_line", "judge_many", "run_many"]
 
 #: Messages sent and not yet answered, at most.
 DEFAULT_WINDOW = 1000
