@@ -15,6 +15,8 @@ import argparse
 import math
 from collections.abc import Callable
 
+from streamnb_workers.wire.codec import DEFAULT_MAX_ENTRY_BYTES
+
 __all__ = ["finite_float", "float_list", "non_negative_float", "non_negative_int", "number_in",
            "octal_mode", "port", "positive_int", "shrinkage", "whole_number_in"]
 
@@ -86,8 +88,6 @@ def max_bytes(text: str) -> int:
     >>> max_bytes("2097152")
     2097152
     """
-    from streamnb_workers.wire.codec import DEFAULT_MAX_ENTRY_BYTES
-
     try:
         n = int(text)
     except ValueError:

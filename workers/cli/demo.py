@@ -1,4 +1,5 @@
-"""``streamnb demo``: real mail through two workers, in under a minute, with nothing installed.
+"""The demo (``streamnb demo``): real mail through two workers, in under a minute, with
+nothing installed.
 
 It replays the shipped sample of the SpamAssassin public corpus (``streamnb/data/``, see its
 NOTICE) in date order, every message labelled, through two workers of one consumer group,
@@ -17,6 +18,8 @@ threads of this process, each with its own Prometheus registry served on its own
 from __future__ import annotations
 
 import csv
+import email
+import email.policy
 import io
 import sys
 import tarfile
@@ -28,9 +31,16 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from streamnb.exceptions import SettingsError
-from streamnb_workers.exit_codes import EXIT_FAILURE, EXIT_USAGE
-from streamnb_workers.store.keys import GROUP
-from streamnb_workers.wire.codec import DATA_FIELD
+from streamnb_workers.cli.supervisor import serve_metrics
+from streamnb_workers.client.sources import Outgoing
+from streamnb_workers.exit_codes import EXIT_FAILURE
+from streamnb_workers.store.connection import UrlConnector
+from streamnb_workers.store.embedded import free_port, start_embedded
+from streamnb_workers.store.keys import GROUP, ModelKeys, check_model_name
+from streamnb_workers.store.model_config import ModelSpec
+from streamnb_workers.store.redaction import redact_url
+from streamnb_workers.wire.codec import DATA_FIELD, decode_input, encode_input
+from streamnb_workers.wire.outputs import decode_output
 from streamnb_workers.wire.replies import as_str, entry_field
 
 __all__ = ["SAMPLE_NAME", "SampleMessage", "build_sample", "load_sample", "run_demo"]
@@ -118,8 +128,6 @@ class Tally:
         self.by_worker: dict[str, int] = {}
 
     def poll(self) -> None:
-        from streamnb_workers.wire.outputs import decode_output
-
         while True:
             entries = self.client.xrange(self.key, min=f"({self.last}", max="+", count=500)
             for entry_id, fields in entries:
@@ -139,9 +147,6 @@ class Tally:
 
 
 def _subject(raw: bytes) -> str:
-    import email
-    import email.policy
-
     try:
         msg = email.message_from_bytes(raw, policy=email.policy.default)
         subject = str(msg.get("subject", "") or "")
@@ -179,17 +184,12 @@ def run_demo(
     embedded: str = "auto",
 ) -> int:
     """Run the demo (see the module docstring); returns the exit code."""
+    # deferred: the worker, its metrics and the model's top tokens load only for the demo
     from prometheus_client import CollectorRegistry
 
-    from streamnb_workers.cli.supervisor import serve_metrics
-    from streamnb_workers.client.sources import Outgoing
-    from streamnb_workers.client.transfer import top_tokens
-    from streamnb_workers.observe.metrics import Metrics
-    from streamnb_workers.store.connection import UrlConnector
-    from streamnb_workers.store.embedded import free_port, start_embedded
-    from streamnb_workers.store.keys import ModelKeys, check_model_name
-    from streamnb_workers.store.model_config import ModelSpec
-    from streamnb_workers.worker import Worker, WorkerOptions
+    from streamnb_workers.client.offline_predict import top_tokens  # deferred, as above
+    from streamnb_workers.observe.metrics import Metrics  # deferred, as above
+    from streamnb_workers.worker import Worker, WorkerOptions  # deferred, as above
 
     out = out or sys.stdout
     tty = out.isatty()
@@ -216,7 +216,6 @@ def run_demo(
         def make_connector() -> Any:
             return UrlConnector(settings)
 
-        from streamnb_workers.store.redaction import redact_url
 
         where = redact_url(settings.url)
     keys = ModelKeys(model)
@@ -317,7 +316,6 @@ def run_demo(
               "for the final model):", file=out)
         shown = [m for m in sample[-80:] if m.label == "spam"][-3:] + \
                 [m for m in sample[-80:] if m.label == "ham"][-2:]
-        from streamnb_workers.wire.codec import decode_input, encode_input
 
         for m in shown:
             o = tally.seen[m.path]
@@ -341,7 +339,3 @@ def run_demo(
     finally:
         if settings is None:
             embedded.close()
-
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(run_demo() if len(sys.argv) == 1 else EXIT_USAGE)

@@ -28,7 +28,8 @@ def blas_env(env: Mapping[str, str]) -> dict[str, str]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     os.environ.update(blas_env(os.environ))
-    from streamnb_workers.cli.main import main as cli_main  # numpy is imported from here on
+    # deferred: numpy (and the command line) load only after the BLAS threads are set
+    from streamnb_workers.cli.main import main as cli_main
 
     return cli_main(None if argv is None else list(argv))
 

@@ -1,31 +1,80 @@
-"""The ``streamnb`` command: worker, produce, predict, status, export, import, demo.
+"""The ``streamnb`` command: its parser, built from the command modules
+(:data:`COMMANDS`, each in :mod:`streamnb_workers.cli.commands`), and its entry point,
+which resolves the options and turns every error into one line and an exit code.
 
 Every option can also come from the environment (``--foo-bar`` -> ``STREAMNB_FOO_BAR``) or a
 TOML file (``--config``); see :mod:`streamnb_workers.cli.settings` and docs/configuration.md. Errors in
 arguments, configuration or credentials print ONE line on stderr and exit 2; an unreachable
-Redis exits 3; see docs/cli.md for every exit code. The parser is
-:mod:`streamnb_workers.cli.parser`, the subcommands :mod:`streamnb_workers.cli.commands`.
+Redis exits 3; see docs/cli.md for every exit code.
 
 >>> parser = build_parser()
 >>> parser.parse_args(["worker", "--model", "mail"]).command
 'worker'
+>>> args = parser.parse_args(["status", "--model", "mail", "--json"])
+>>> args.command, args.model, args.json
+('status', 'mail', True)
 """
 
 from __future__ import annotations
 
+import argparse
 import os
 import sys
 from collections.abc import Mapping, Sequence
+from typing import NoReturn
 
 import redis
 
+from streamnb._version import __version__
 from streamnb.exceptions import ConfigConflict, FormatError, SettingsError
-from streamnb_workers.cli.commands import COMMANDS, fail
-from streamnb_workers.cli.parser import build_parser, subparsers
+from streamnb_workers.cli.commands import (
+    demo,
+    explain,
+    export,
+    forget,
+    import_,
+    milter,
+    predict,
+    produce,
+    status,
+    tail,
+    tokens,
+    worker,
+)
+from streamnb_workers.cli.options import PROG, fail
 from streamnb_workers.cli.settings import resolve, setup_logging
 from streamnb_workers.exit_codes import EXIT_FAILURE, EXIT_UNREACHABLE, EXIT_USAGE
 
-__all__ = ["build_parser", "main"]
+__all__ = ["COMMANDS", "OneLineParser", "build_parser", "main", "subparsers"]
+
+#: The subcommands, in the order ``streamnb --help`` lists them.
+COMMANDS = (worker, produce, forget, predict, status, export, import_, demo, tail, milter,
+            explain, tokens)
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """An ArgumentParser whose errors are one line on stderr (exit 2), no usage dump."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def build_parser() -> OneLineParser:
+    """The full ``streamnb`` parser: every command of :data:`COMMANDS`."""
+    parser = OneLineParser(prog=PROG, description="Online generative classification on Redis streams.")
+    parser.add_argument("--version", action="version", version=f"streamnb {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for command in COMMANDS:
+        command.add_parser(sub)
+    return parser
+
+
+def subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    """Subcommand name -> its parser."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            return dict(action.choices)
+    return {}
 
 
 def _redis_error(exc: redis.RedisError) -> tuple[str, int]:
@@ -49,11 +98,12 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
     args.argv = list(sys.argv[1:] if argv is None else argv)
     command = args.command
     parsers = subparsers(parser)
+    runs = {c.NAME: c.run for c in COMMANDS}
     try:
         resolve(parsers[command], args, command, env=os.environ if env is None else env,
                 all_parsers=parsers)
         setup_logging(args.log_level)
-        return COMMANDS[command](args, os.environ if env is None else env)
+        return runs[command](args, os.environ if env is None else env)
     except (SettingsError, ConfigConflict) as exc:
         return fail(str(exc))
     except ValueError as exc:  # e.g. a model parameter out of range, checked by the model

@@ -25,38 +25,38 @@ import argparse
 import json
 import logging
 import sys
+from itertools import islice
 from pathlib import Path
 from typing import Any, BinaryIO, TextIO
 
-from streamnb_workers.cli.settings import add_option
+import redis
 
-__all__ = ["STDIN", "add_options", "judge_stdin", "wants_many"]
+from streamnb.exceptions import SettingsError
+from streamnb_workers.cli.options import PROG, model_name
+from streamnb_workers.cli.pipe_message import EXIT_ERROR, PipedMessage, verdict_exit_code
+from streamnb_workers.cli.prediction_text import format_prediction
+from streamnb_workers.client.sources import iter_paths
+from streamnb_workers.client.verdicts import (
+    ERROR,
+    UNAVAILABLE,
+    NotScored,
+    VerdictClient,
+    not_scored_headers,
+    score_of,
+    verdict_headers,
+)
+from streamnb_workers.store.model_config import require_model
+from streamnb_workers.store.redaction import redact
+
+__all__ = ["STDIN", "judge_stdin", "run_on_stdin", "wants_many"]
 
 #: The FILE that means stdin.
 STDIN = "-"
 
 
-def add_options(p: argparse.ArgumentParser) -> None:
-    """The options of ``predict -`` and ``predict DIR|MBOX`` (the predict parser has
-    ``--timeout``, ``--max-bytes`` and ``--json``)."""
-    add_option(p, "-p", "--passthrough", action="store_true", default=False,
-               help="with FILE -: write the mail to stdout with the X-Streamnb-* headers added "
-                    "(body untouched) instead of a prediction line")
-    add_option(p, "-e", "--exit-zero", action="store_true", default=False,
-               help="with FILE -: exit 0 for every verdict (3 still means none), for delivery "
-                    "agents that take any other code as a failed filter")
-    add_option(p, "--positive", metavar="LABEL",
-               help="with FILE - or DIR|MBOX: the class that exits 0 and whose log-odds is the "
-                    "score (default: the last class in sorted order, spam of ham/spam)")
-
-
 def wants_many(path: str) -> bool:
     """Whether ``path`` holds several messages: a directory, an mbox, a JSON-lines file of
     several records."""
-    from itertools import islice
-
-    from streamnb_workers.client.sources import iter_paths
-
     p = Path(path)
     if p.is_dir():
         return True
@@ -66,25 +66,13 @@ def wants_many(path: str) -> bool:
 
 
 def _error(message: str, stderr: TextIO) -> None:
-    from streamnb_workers.cli.parser import PROG
-    from streamnb_workers.store.redaction import redact
-
     print(f"{PROG}: error: {' '.join(redact(message).split())}", file=stderr)
 
 
 def _predict(args: argparse.Namespace, settings_of: Any, raw: bytes, sent: list[str]) -> Any:
     """The prediction of ``raw`` (its message id appended to ``sent`` once it is sent), or
     raises NotScored / SettingsError / a Redis error."""
-    from streamnb.exceptions import SettingsError
-    from streamnb_workers.client.verdicts import VerdictClient
-    from streamnb_workers.store.keys import check_model_name
-
-    if not args.model:
-        raise SettingsError("--model NAME is required (or set STREAMNB_MODEL)")
-    try:
-        model = check_model_name(args.model)
-    except ValueError as exc:
-        raise SettingsError(f"--model: {exc}") from None
+    model = model_name(args)
     timeout = float(args.timeout)
     if not timeout > 0:
         raise SettingsError(f"--timeout must be > 0 seconds, got {args.timeout}")
@@ -107,11 +95,6 @@ def _predict(args: argparse.Namespace, settings_of: Any, raw: bytes, sent: list[
 def _check_model(settings: Any, model: str, timeout: float) -> None:
     """SettingsError naming the models that exist when ``model`` does not (a mail sent to
     it would wait out ``--timeout`` for nothing); NotScored when Redis cannot be reached."""
-    import redis
-
-    from streamnb_workers.client.verdicts import UNAVAILABLE, NotScored
-    from streamnb_workers.store.model_config import require_model
-
     client = settings.make_client(socket_timeout=timeout)
     try:
         require_model(client, model)
@@ -125,16 +108,6 @@ def judge_stdin(args: argparse.Namespace, settings_of: Any, stdin: BinaryIO, std
                 stderr: TextIO) -> int:
     """Judge the mail on ``stdin`` (module docstring); ``settings_of()`` gives the Redis
     settings. Returns the exit code."""
-    from streamnb_workers.cli.pipe_message import EXIT_ERROR, PipedMessage, verdict_exit_code
-    from streamnb_workers.client.transfer import format_prediction
-    from streamnb_workers.client.verdicts import (
-        ERROR,
-        NotScored,
-        not_scored_headers,
-        score_of,
-        verdict_headers,
-    )
-
     message = PipedMessage.read(stdin, args.max_bytes)
     try:
         sent: list[str] = []
@@ -166,6 +139,6 @@ def judge_stdin(args: argparse.Namespace, settings_of: Any, stdin: BinaryIO, std
     return 0 if args.exit_zero and code != EXIT_ERROR else code
 
 
-def cmd_stdin(args: argparse.Namespace, settings_of: Any) -> int:
+def run_on_stdin(args: argparse.Namespace, settings_of: Any) -> int:
     """``predict -`` on the process's stdin and stdout."""
     return judge_stdin(args, settings_of, sys.stdin.buffer, sys.stdout.buffer, sys.stderr)

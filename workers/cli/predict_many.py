@@ -26,6 +26,7 @@ workers/replication/shards.py) and the ``:out`` and ``:dead`` of every shard are
 from __future__ import annotations
 
 import json
+import sys
 import time
 import uuid
 from collections import deque
@@ -38,6 +39,7 @@ from streamnb.exceptions import MalformedMessage, SettingsError
 from streamnb.features.payload import DEFAULT_MAX_MESSAGE_BYTES
 from streamnb.features.truncate import cut_mail
 from streamnb_workers.client.shard_streams import read_after, router_of
+from streamnb_workers.client.sources import iter_paths
 from streamnb_workers.client.verdicts import NOT_SCORED, TIMEOUT, format_score, score_of
 from streamnb_workers.exit_codes import EXIT_FAILURE
 from streamnb_workers.store.keys import ModelKeys
@@ -45,7 +47,7 @@ from streamnb_workers.wire.codec import DATA_FIELD, decode_input
 from streamnb_workers.wire.outputs import decode_output
 from streamnb_workers.wire.replies import as_str, entry_field
 
-__all__ = ["Judged", "format_line", "judge_many"]
+__all__ = ["Judged", "format_line", "judge_many", "run_many"]
 
 #: Messages sent and not yet answered, at most.
 DEFAULT_WINDOW = 1000
@@ -89,8 +91,6 @@ def _json_line(j: Judged, positive: Any) -> str:
 def _messages(path: str, max_size: int) -> Iterator[tuple[str, str, bytes | None, str | None]]:
     """(printed name, message id, the encoded input map or None, why it cannot be sent)
     per message."""
-    from streamnb_workers.client.sources import iter_paths
-
     top = Path(path)
     for n, out in enumerate(iter_paths([top])):
         name = out.source
@@ -227,11 +227,9 @@ def judge_many(client: Any, model: str, path: str, out: TextIO, *, timeout: floa
     return n, not_scored
 
 
-def cmd_many(args: Any, model: str, client: Any) -> int:
+def run_many(args: Any, model: str, client: Any) -> int:
     """``predict DIR|MBOX`` on ``client`` (checked: Redis reached, the model exists): exit 0
     when every message got a verdict, else 1."""
-    import sys
-
     n, not_scored = judge_many(client, model, args.file, sys.stdout, timeout=args.timeout,
                                positive=args.positive, as_json=args.json,
                                max_size=args.max_bytes)

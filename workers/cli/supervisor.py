@@ -30,7 +30,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import redis
@@ -38,6 +38,7 @@ import redis
 from streamnb.exceptions import SettingsError
 from streamnb_workers.exit_codes import EXIT_FAILURE, EXIT_USAGE
 from streamnb_workers.store.backoff import Backoff
+from streamnb_workers.store.connection import UrlConnector
 
 log = logging.getLogger("streamnb.supervisor")
 
@@ -56,6 +57,7 @@ def serve_metrics(port: int, addr: str, registry: Any = None, health: Any = None
     port is a SettingsError (one line, exit 2)."""
     if not port:
         return None
+    # deferred: prometheus_client loads only when metrics are served
     from streamnb_workers.observe.health import serve_metrics_and_health
 
     try:
@@ -65,7 +67,8 @@ def serve_metrics(port: int, addr: str, registry: Any = None, health: Any = None
 
 
 def worker_options(args: argparse.Namespace) -> Any:
-    from streamnb_workers.worker import WorkerOptions
+    """The :class:`~streamnb_workers.worker.WorkerOptions` of ``streamnb worker``'s flags."""
+    from streamnb_workers.worker import WorkerOptions  # deferred: the worker loads only to run
 
     return WorkerOptions(consumer=args.consumer, batch=args.batch, block_ms=args.block_ms,
                          claim_idle_ms=args.claim_idle_ms, cache_ttl_s=args.label_cache_ttl,
@@ -92,10 +95,7 @@ def run_single(args: argparse.Namespace, specs: list[Any], settings: Any) -> int
     before serving, so a config conflict, a refused password or an ACL refusal stops it
     at once with one line (exit 2). An unreachable Redis is retried with backoff.
     """
-    from dataclasses import replace
-
-    from streamnb_workers.store.connection import UrlConnector
-    from streamnb_workers.worker import Worker, tune_gc
+    from streamnb_workers.worker import Worker, tune_gc  # deferred: the worker loads only to run
 
     options = worker_options(args)
     settings = replace(settings, client_name=options.consumer)

@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import sys
 import time
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
@@ -65,6 +66,7 @@ from streamnb_workers.defaults import DEFAULT_PRODUCE_CHUNK
 from streamnb_workers.store.keys import ModelKeys
 from streamnb_workers.wire.codec import DATA_FIELD, decode_input
 from streamnb_workers.wire.learn_keys import known_keys
+from streamnb_workers.wire.outputs import decode_output
 from streamnb_workers.wire.replies import as_str, entry_field
 
 __all__ = ["ProduceInterrupted", "ProduceReport", "produce", "send_and_wait"]
@@ -266,10 +268,6 @@ def send_and_wait(client: Any, model: str, path: str, timeout: float = 30.0,
     there before it was sent (not after the input's entry id: ids of two streams are not
     ordered within a millisecond, so a prediction may have a lower one).
     """
-    import uuid
-
-    from streamnb_workers.wire.outputs import decode_output
-
     outs = list(iter_paths([path]))
     if len(outs) != 1:
         raise SettingsError(f"predict needs one message, {path!r} holds {len(outs)}")

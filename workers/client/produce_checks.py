@@ -13,6 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from streamnb.exceptions import StreamnbError
+from streamnb_workers.store.keys import ModelKeys
+from streamnb_workers.store.model_config import stored_classes
 from streamnb_workers.wire.replies import as_str
 
 __all__ = ["EmptySource", "check_class", "check_not_empty", "declared_classes", "not_mail"]
@@ -65,9 +67,6 @@ def declared_classes(client: Any, model: str) -> list[str] | None:
     >>> declared_classes(r, "mail"), declared_classes(r, "other")
     (['spam', 'ham'], None)
     """
-    from streamnb_workers.store.keys import ModelKeys
-    from streamnb_workers.store.model_config import stored_classes
-
     text = client.hmget(ModelKeys(model).config, ["classes"])[0]
     return None if text is None else stored_classes(model, as_str(text))
 

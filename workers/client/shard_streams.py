@@ -23,6 +23,8 @@ import time
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from redis.cluster import RedisCluster
+
 from streamnb_workers.replication.shards import Router, keys_of, stored_shards
 from streamnb_workers.store.keys import ModelKeys
 from streamnb_workers.wire.stream_ids import parse_id
@@ -57,8 +59,6 @@ def describe_inputs(model: str, k: int) -> str:
 
 def is_cluster(client: Any) -> bool:
     """Whether ``client`` is a Redis Cluster client (one command: keys of one slot)."""
-    from redis.cluster import RedisCluster
-
     return isinstance(client, RedisCluster)
 
 

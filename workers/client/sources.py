@@ -1,6 +1,8 @@
 """Where messages come from: mail files, maildirs, mbox files, JSON lines and an index of
 labels, each message as an :class:`Outgoing` with its learn-once key (what ``streamnb
-produce`` sends and ``streamnb forget`` unlearns; the rules are in workers/client/produce.py).
+produce`` sends and ``streamnb forget`` unlearns; the rules are in workers/client/produce.py);
+and the one message of a file that ``predict --snapshot`` and ``explain`` read
+(:func:`read_message`).
 
 >>> recs = list(iter_jsonl_lines(['{"text": "hi", "label": "ham"}', '', '{oops'], "f.jsonl"))
 >>> recs[0].id, recs[0].fields["label"], recs[1].source, recs[1].error[:14]
@@ -22,11 +24,11 @@ import msgpack
 
 from streamnb.exceptions import MalformedMessage, SettingsError
 from streamnb.features.payload import PAYLOAD_KINDS
-from streamnb_workers.wire.codec import decode_input
+from streamnb_workers.wire.codec import decode_input, encode_input
 from streamnb_workers.wire.learn_keys import message_key
 
 __all__ = ["IndexEntry", "Outgoing", "count_messages", "is_mbox", "iter_jsonl_lines",
-           "iter_paths", "read_index"]
+           "iter_paths", "read_index", "read_message"]
 
 _JSONL_SUFFIXES = (".jsonl", ".ndjson")
 
@@ -218,3 +220,23 @@ def iter_paths(paths: Iterable[str | os.PathLike[str]], base: Path | None = None
 def count_messages(paths: Iterable[str | os.PathLike[str]], base: Path | None = None) -> int:
     """How many messages :func:`iter_paths` yields (the files are read, nothing kept)."""
     return sum(1 for _ in iter_paths(paths, base))
+
+
+def read_message(path: str | os.PathLike[str]) -> Any:
+    """An input message from a file: a .json record (wire keys) or raw mail bytes."""
+    p = Path(path)
+    try:
+        data = p.read_bytes()
+    except OSError as exc:
+        raise SettingsError(f"{str(p)!r} cannot be read: {exc.strerror}") from None
+    if p.suffix.lower() == ".json":
+        try:
+            obj = json.loads(data)
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise SettingsError(f"{str(p)!r} is not a JSON record: {exc}") from None
+        if not isinstance(obj, dict):
+            raise SettingsError(f"{str(p)!r} must hold a JSON object with one payload key")
+        packed = msgpack.packb({k: v for k, v in obj.items() if k != "label"}, use_bin_type=True)
+    else:
+        packed = encode_input("raw", data, id=p.name)
+    return decode_input(packed, p.name)

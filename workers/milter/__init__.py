@@ -1,1 +1,3 @@
-"""``streamnb milter``: score mail at SMTP time for Postfix or Sendmail."""
+"""The milter's own parts: what it does with a mail per verdict (:mod:`.policy`) and the
+libmilter session that talks to Postfix or Sendmail (:mod:`.session`). The command,
+``streamnb milter``, is :mod:`streamnb_workers.cli.commands.milter`."""

@@ -23,6 +23,7 @@ from collections.abc import Callable
 from typing import Any
 
 import Milter
+import milter
 
 from streamnb.exceptions import SettingsError
 from streamnb.features.truncate import cut_mail
@@ -147,8 +148,6 @@ def run(listen: str, score: Callable[[bytes, str], Outcome], *, max_size: int,
     SIGTERM, SIGINT or SIGHUP (libmilter's own signal thread stops it). ``on_error``
     (accept or tempfail): the reply when a callback fails unexpectedly; ``socket_mode``:
     the permissions of a ``unix:`` socket."""
-    import milter
-
     session = type("ConfiguredSession", (MailSession,), {
         "score": staticmethod(score), "observe": staticmethod(observe) if observe else None,
         "max_size": max_size})

@@ -141,7 +141,7 @@ def test_offline_top_tokens_rank_bernoulli_by_true_weight():
     """predict --snapshot's top tokens: for BernoulliNB by logit differences, not by the log
     ratio of the presence probabilities (which would put 'rare' first here)."""
     from streamnb.models import BernoulliNB
-    from streamnb_workers.client.transfer import top_tokens
+    from streamnb_workers.client.offline_predict import top_tokens
     from streamnb_workers.wire.codec import decode_input, encode_input
 
     f = Featurizer(bits=12)

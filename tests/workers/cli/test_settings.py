@@ -8,7 +8,7 @@ import logging
 import pytest
 
 from streamnb.exceptions import SettingsError
-from streamnb_workers.cli.parser import build_parser, subparsers
+from streamnb_workers.cli.main import build_parser, subparsers
 from streamnb_workers.cli.settings import redis_settings, resolve
 from streamnb_workers.store.redaction import RedactingFilter, redact
 

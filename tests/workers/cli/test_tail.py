@@ -10,7 +10,7 @@ import time
 import msgpack
 import pytest
 
-from streamnb_workers.cli import tail
+from streamnb_workers.cli.commands import tail
 from streamnb_workers.cli.main import main
 from streamnb_workers.store.keys import ModelKeys
 from streamnb_workers.store.model_config import ModelSpec, ensure_config

@@ -82,8 +82,8 @@ def test_produce_refuses_a_label_outside_the_classes_up_front(redis_server, tmp_
 
 
 def test_classes_from_the_command_line_a_config_file_and_their_errors(capsys, tmp_path):
-    from streamnb_workers.cli.commands import model_specs
-    from streamnb_workers.cli.parser import build_parser, subparsers
+    from streamnb_workers.cli.main import build_parser, subparsers
+    from streamnb_workers.cli.options import model_specs
     from streamnb_workers.cli.settings import resolve
 
     def specs(argv):

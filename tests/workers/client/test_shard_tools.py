@@ -17,12 +17,11 @@ from pathlib import Path
 import msgpack
 import pytest
 
-from streamnb_workers.cli import status
-from streamnb_workers.cli.forget import forget
 from streamnb_workers.cli.launch import blas_env
 from streamnb_workers.cli.main import main
 from streamnb_workers.cli.predict_many import judge_many
-from streamnb_workers.client import transfer
+from streamnb_workers.client import model_files, status
+from streamnb_workers.client.forget import forget
 from streamnb_workers.client.produce import produce, send_and_wait
 from streamnb_workers.client.verdicts import VerdictClient
 from streamnb_workers.replication.shards import (
@@ -157,7 +156,7 @@ def test_produce_and_forget_through_the_cli_name_the_shards(redis_server, tmp_pa
 def test_the_last_n_of_several_streams_are_read_in_pages(monkeypatch, n):
     import fakeredis
 
-    from streamnb_workers.cli import tail
+    from streamnb_workers.cli.commands import tail
 
     monkeypatch.setattr(tail, "PAGE", 4)
     r = fakeredis.FakeRedis()
@@ -265,7 +264,9 @@ def test_tail_follow_prints_new_outputs_of_every_shard(served):
 
     server, r = served
     with follow_tail(server.url, "mail", 0) as lines:
-        time.sleep(1.0)  # tail has taken each stream's newest entry
+        # tail has taken each stream's newest entry once it blocks in XREAD
+        wait_for(lambda: any(c.get("cmd") == "xread" for c in r.client_list()), 30,
+                 "tail to follow")
         for i in range(6):  # in different milliseconds: ids of different streams order them
             r.xadd(SHARDS[i % K].out, {"data": encode_output(
                 f"new{i}", "1-0", "ham", {"ham": -0.1, "spam": -2.4}, "9-0", "host-2")})
@@ -302,7 +303,7 @@ def test_export_is_the_sum_and_import_goes_to_the_first_shard(served, tmp_path, 
     path = tmp_path / "mail.snb"
     assert main(["export", "--redis", server.url, "--model", "mail", "--output", str(path)],
                 env={}) == 0
-    exported, env = transfer.read_envelope(path)
+    exported, env = model_files.read_envelope(path)
     summed, version = load_model(r, "mail")
     if env["log_id"] == version:  # else the worker learnt meanwhile (it learns nothing here)
         assert_same_stats(exported, summed)

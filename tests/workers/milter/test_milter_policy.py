@@ -10,6 +10,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 from scipy.special import logsumexp
 
+from streamnb_workers.cli.commands.milter import parse_listen
 from streamnb_workers.cli.main import main
 from streamnb_workers.client.verdicts import (
     ID_HEADER,
@@ -22,7 +23,6 @@ from streamnb_workers.client.verdicts import (
     not_scored_headers,
     verdict_headers,
 )
-from streamnb_workers.milter.command import parse_listen
 from streamnb_workers.milter.policy import (
     Outcome,
     Policy,

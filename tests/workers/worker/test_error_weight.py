@@ -184,8 +184,8 @@ def test_a_correction_moves_the_weight_the_message_was_learnt_with(redis_server)
 
 def test_the_command_line_turns_each_default_off():
     from streamnb.exceptions import SettingsError
-    from streamnb_workers.cli.commands import model_specs
-    from streamnb_workers.cli.parser import build_parser, subparsers
+    from streamnb_workers.cli.main import build_parser, subparsers
+    from streamnb_workers.cli.options import model_specs
     from streamnb_workers.cli.settings import resolve
 
     def spec(*flags: str) -> ModelSpec:

@@ -1,4 +1,4 @@
-"""``streamnb status``: what a model knows and how its streams are doing.
+"""A model's status (``streamnb status``): what it knows and how its streams are doing.
 
 :func:`collect` returns a JSON-friendly map; ``--json`` prints it as is. Keys (also in
 docs/cli.md):
@@ -46,10 +46,17 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from streamnb_workers.client.shard_streams import last_merged
 from streamnb_workers.defaults import DEFAULT_STATUS_LAST
+from streamnb_workers.replication.replica import snapshot_age
+from streamnb_workers.replication.shards import keys_of, load_model
+from streamnb_workers.replication.snapshotter import live_workers, stream_gauges
 from streamnb_workers.store.keys import GROUP, ModelKeys
+from streamnb_workers.store.model_config import read_config
 from streamnb_workers.store.redaction import redact_url
+from streamnb_workers.wire.outputs import decode_output
 from streamnb_workers.wire.replies import as_str
+from streamnb_workers.wire.stream_ids import entry_time
 
 __all__ = ["DEFAULT_LAST", "HEARTBEAT_STALE_S", "collect", "format_text", "recent_outputs"]
 
@@ -85,10 +92,6 @@ def recent_outputs(client: Any, keys: ModelKeys | Sequence[ModelKeys], last: int
     >>> info["outputs"], info["labelled"], info["accuracy"]
     (4, 3, 0.6667)
     """
-    from streamnb_workers.client.shard_streams import last_merged
-    from streamnb_workers.wire.outputs import decode_output
-    from streamnb_workers.wire.stream_ids import entry_time
-
     now = time.time() if now is None else now
     if isinstance(keys, ModelKeys):
         entries = client.xrevrange(keys.out, count=last) if last > 0 else []
@@ -131,9 +134,6 @@ def _lag_is_reported(client: Any, keys: ModelKeys) -> bool:
 def _shard_figures(client: Any, keys: ModelKeys) -> dict[str, Any]:
     """One model's (or shard's) streams, group and counters (``version``: filled in by
     the caller, which loads the model)."""
-    from streamnb_workers.replication.replica import snapshot_age
-    from streamnb_workers.replication.snapshotter import stream_gauges
-
     gauges = stream_gauges(client, keys)
     log_id = client.hget(keys.snapshot, "log_id")
     return {
@@ -169,7 +169,6 @@ def _summed_snapshot(shards: list[dict[str, Any]]) -> dict[str, Any] | None:
 
 def _live_workers(client: Any, shards: list[ModelKeys], stale_s: float) -> dict[str, dict]:
     """The workers with a fresh heartbeat in any of ``shards`` (the freshest of each)."""
-    from streamnb_workers.replication.snapshotter import live_workers
 
     live: dict[str, dict] = {}
     for keys in shards:
@@ -183,9 +182,6 @@ def collect(client: Any, name: str, redis_url: str | None = None,
             stale_s: float = HEARTBEAT_STALE_S, last: int = DEFAULT_LAST) -> dict[str, Any]:
     """Status of model ``name`` as a map (keys in the module docstring); ``last``: outputs
     that ``recent`` looks at."""
-    from streamnb_workers.replication.shards import keys_of
-    from streamnb_workers.store.model_config import read_config
-    from streamnb_workers.wire.stream_ids import entry_time
 
     cfg = read_config(client, name)
     shard_keys = keys_of(name, 1 if cfg is None else cfg.shards)
@@ -216,8 +212,6 @@ def collect(client: Any, name: str, redis_url: str | None = None,
         "shards": shards,
     }
     if cfg is not None:
-        from streamnb_workers.replication.shards import load_model
-
         info["config"] = {"model_params": cfg.model_params, "featurizer": cfg.featurizer,
                           "decision": cfg.decision, "half_life": cfg.half_life,
                           "error_weight": cfg.error_weight}

@@ -9,7 +9,8 @@ sessions share the workers, through one :class:`~streamnb_workers.client.verdict
 
 The protocol side is libmilter through pymilter, an optional extra
 (``pip install 'streamnb[milter]'``; building it needs Debian's ``libmilter-dev``); this
-module only declares the command and imports it when the command runs.
+module declares the command and imports the session (:mod:`streamnb_workers.milter.session`)
+only when the command runs.
 
 >>> parse_listen("inet:8894@127.0.0.1")
 ('inet:8894@127.0.0.1', None)
@@ -31,11 +32,27 @@ import signal
 from collections.abc import Mapping
 from typing import Any
 
+import redis
+
 from streamnb.exceptions import SettingsError
 from streamnb_workers.cli.arg_types import number_in, octal_mode, port, whole_number_in
+from streamnb_workers.cli.options import add_common_options, add_model_name, redis_from_args
 from streamnb_workers.cli.settings import add_option
+from streamnb_workers.cli.supervisor import serve_metrics
+from streamnb_workers.client.verdicts import VerdictClient
+from streamnb_workers.milter.policy import (
+    FAILURE_ACTIONS,
+    Policy,
+    parse_reply,
+    parse_verdict_actions,
+    score_mail,
+)
+from streamnb_workers.store.connection import is_access_error
+from streamnb_workers.store.keys import check_model_name
 
-__all__ = ["DEFAULT_LISTEN", "add_options", "cmd_milter", "parse_listen", "policy_from_args"]
+__all__ = ["DEFAULT_LISTEN", "NAME", "add_parser", "parse_listen", "policy_from_args", "run"]
+
+NAME = "milter"
 
 log = logging.getLogger("streamnb.milter")
 
@@ -66,11 +83,13 @@ def parse_listen(text: str) -> tuple[str, str | None]:
         f"--listen expects inet:PORT@HOST, inet6:PORT@HOST or unix:PATH, got {text!r}")
 
 
-def add_options(p: argparse.ArgumentParser) -> None:
-    """The milter's own options (``--redis``, ``--model`` and the common ones are the
-    command line's)."""
-    from streamnb_workers.milter.policy import FAILURE_ACTIONS
-
+def add_parser(sub: Any) -> argparse.ArgumentParser:
+    """Declare ``streamnb milter`` on the subparsers ``sub``."""
+    p = sub.add_parser("milter", help="score mail at SMTP time for Postfix/Sendmail (milter)",
+                       description="Serve the milter protocol: each mail goes through the model's "
+                                   "workers and gets verdict headers and the policy's action.")
+    add_common_options(p)
+    add_model_name(p)
     add_option(p, "--listen", metavar="SOCKET", default=DEFAULT_LISTEN,
                help="where the MTA connects: inet:PORT@HOST, inet6:PORT@HOST or unix:PATH")
     add_option(p, "--timeout", type=number_in(0, 3600, "seconds", open_low=True, open_high=True), default=DEFAULT_TIMEOUT_S, metavar="SECONDS",
@@ -96,13 +115,12 @@ def add_options(p: argparse.ArgumentParser) -> None:
     add_option(p, "--metrics-port", type=port, default=0,
                help="Prometheus port of the milter's metrics (0: none)")
     add_option(p, "--metrics-addr", default="127.0.0.1", help="address the metrics server binds")
+    return p
 
 
 def policy_from_args(args: argparse.Namespace) -> Any:
     """The :class:`~streamnb_workers.milter.policy.Policy` the options describe (errors
     are SettingsError, one line)."""
-    from streamnb_workers.milter.policy import Policy, parse_verdict_actions
-
     try:
         return Policy(actions=parse_verdict_actions(args.verdict_action or []),
                       on_failure=args.on_failure,
@@ -114,8 +132,6 @@ def policy_from_args(args: argparse.Namespace) -> Any:
 
 
 def _reply(flag: str, text: str, klass: str) -> Any:
-    from streamnb_workers.milter.policy import parse_reply
-
     try:
         return parse_reply(text, klass)
     except ValueError as exc:
@@ -125,10 +141,6 @@ def _reply(flag: str, text: str, klass: str) -> Any:
 def _check_redis(client: Any) -> None:
     """A refused password or ACL stops the milter at start; an unreachable Redis does
     not (mail keeps flowing, not scored, until it is back)."""
-    import redis
-
-    from streamnb_workers.store.connection import is_access_error
-
     try:
         client.ping()
     except redis.RedisError as exc:
@@ -137,11 +149,8 @@ def _check_redis(client: Any) -> None:
         log.warning("Redis not reachable yet (%s); mail is not scored until it is", exc)
 
 
-def cmd_milter(args: argparse.Namespace, env: Mapping[str, str]) -> int:
+def run(args: argparse.Namespace, env: Mapping[str, str]) -> int:
     """Run the milter until SIGTERM/SIGINT; the exit code."""
-    from streamnb_workers.cli.settings import redis_settings
-    from streamnb_workers.store.keys import check_model_name
-
     if not args.model:
         raise SettingsError("--model NAME is required (or set STREAMNB_MODEL)")
     try:
@@ -150,20 +159,15 @@ def cmd_milter(args: argparse.Namespace, env: Mapping[str, str]) -> int:
     except ValueError as exc:
         raise SettingsError(str(exc)) from None
     policy = policy_from_args(args)
-    settings = redis_settings(args.redis, password_file=args.redis_password_file,
-                              tls_ca_file=args.tls_ca_file, tls_cert_file=args.tls_cert_file,
-                              tls_key_file=args.tls_key_file, cluster=args.cluster,
-                              client_name=f"streamnb-milter-{os.getpid()}", env=env)
+    settings = redis_from_args(args, env, client_name=f"streamnb-milter-{os.getpid()}")
     try:
+        # deferred: pymilter is an optional extra, loaded only when the milter runs
         from streamnb_workers.milter import session as milter_session
     except ImportError as exc:
         raise SettingsError(
             f"streamnb milter needs pymilter ({exc}): pip install 'streamnb[milter]' "
             "(building it needs libmilter's headers: apt-get install libmilter-dev)") from None
-    from streamnb_workers.cli.supervisor import serve_metrics
-    from streamnb_workers.client.verdicts import VerdictClient
-    from streamnb_workers.milter.policy import score_mail
-    from streamnb_workers.observe.metrics import MilterMetrics
+    from streamnb_workers.observe.metrics import MilterMetrics  # deferred: prometheus_client
 
     metrics = MilterMetrics()
     timeout = args.timeout

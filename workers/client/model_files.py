@@ -1,4 +1,5 @@
-"""Model files: ``streamnb export`` / ``import`` and offline ``streamnb predict --snapshot``.
+"""Model files: ``streamnb export`` and ``import``, read by offline ``streamnb predict
+--snapshot`` and ``explain --snapshot``.
 
 An exported file is the model envelope of :func:`streamnb.models.dumps` (``type``, ``v``,
 ``kind``, ``params``, ``stats``) with a few more keys that :func:`streamnb.models.load`
@@ -35,34 +36,33 @@ import time
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 from redis.exceptions import WatchError
 
 from streamnb.atomic_file import write_atomic
-from streamnb.decision import DecisionRule
 from streamnb.encoding import dumps as pack
 from streamnb.encoding import loads as unpack
 from streamnb.exceptions import FormatError, SettingsError
-from streamnb_workers.wire.codec import decode_input
+from streamnb.features import Featurizer
+from streamnb.models import dumps, loads
+from streamnb_workers.replication.replica import encode_delta
+from streamnb_workers.replication.shards import load_model, shard_names, shard_spec
+from streamnb_workers.store.keys import ModelKeys
+from streamnb_workers.store.model_config import ModelSpec, ensure_config, read_config
 from streamnb_workers.wire.replies import as_str
 
 __all__ = [
     "dump_envelope",
     "export_model",
-    "format_prediction",
+    "featurizer_for",
     "import_model",
     "model_envelope",
-    "predict_file",
     "read_envelope",
-    "top_tokens",
 ]
 
 
 # ------------------------------------------------------------------------ envelope
 def model_envelope(model: Any, **extra: Any) -> dict[str, Any]:
     """The model's file envelope as a map, with ``extra`` keys added."""
-    from streamnb.models import dumps
-
     obj = unpack(dumps(model))
     obj.update({k: v for k, v in extra.items() if v is not None})
     return obj
@@ -74,8 +74,6 @@ def dump_envelope(envelope: dict[str, Any]) -> bytes:
 
 def read_envelope(path: str | os.PathLike[str]) -> tuple[Any, dict[str, Any]]:
     """(model, envelope map) of a model file; FormatError names the file when it is not one."""
-    from streamnb.models import loads
-
     try:
         data = Path(path).read_bytes()
     except OSError as exc:
@@ -89,9 +87,6 @@ def read_envelope(path: str | os.PathLike[str]) -> tuple[Any, dict[str, Any]]:
 # ------------------------------------------------------------------------ export/import
 def export_model(client: Any, name: str, path: str | os.PathLike[str]) -> str:
     """Write model ``name`` (snapshot + log, config) to ``path``; return a summary."""
-    from streamnb_workers.replication.shards import load_model
-    from streamnb_workers.store.model_config import read_config
-
     cfg = read_config(client, name)
     if cfg is None:
         raise SettingsError(f"model {name!r} has no config in Redis (no worker has served it)")
@@ -116,11 +111,6 @@ def import_model(client: Any, name: str, path: str | os.PathLike[str], mode: str
     none; if it has one, kind, parameters and featurizer must match (else ConfigConflict
     says what differs).
     """
-    from streamnb_workers.replication.replica import encode_delta
-    from streamnb_workers.replication.shards import shard_names, shard_spec
-    from streamnb_workers.store.keys import ModelKeys
-    from streamnb_workers.store.model_config import ModelSpec, ensure_config
-
     if mode not in ("new", "add", "replace"):
         raise ValueError(f"mode must be new, add or replace, got {mode!r}")
 
@@ -176,8 +166,6 @@ def import_model(client: Any, name: str, path: str | os.PathLike[str], mode: str
 
 def _held_stats(client: Any, name: str) -> Any:
     """The statistics model ``name`` holds now (None: none, or all at zero)."""
-    from streamnb_workers.replication.shards import load_model
-
     model, _ = load_model(client, name)
     try:
         stats = model.stats
@@ -188,11 +176,10 @@ def _held_stats(client: Any, name: str) -> Any:
     return stats
 
 
-# ------------------------------------------------------------------------ offline predict
-def _featurizer_for(model: Any, env: dict[str, Any], path: Any) -> Any:
-    from streamnb.features import Featurizer
-
-    cfg = env.get("featurizer")
+def featurizer_for(model: Any, envelope: dict[str, Any], path: Any) -> Any:
+    """The featurizer of a model file: its config's, else the default one when its width
+    fits the model (FormatError naming ``path`` when it does not)."""
+    cfg = envelope.get("featurizer")
     if cfg is not None:
         return Featurizer.from_config(cfg)
     f = Featurizer()
@@ -202,92 +189,3 @@ def _featurizer_for(model: Any, env: dict[str, Any], path: Any) -> Any:
             f"{path} has no featurizer config and its model has {n} features; "
             "write the file with 'streamnb export' to predict from it")
     return f
-
-
-def _read_message(path: str | os.PathLike[str]) -> Any:
-    """An input message from a file: a .json record (wire keys) or raw mail bytes."""
-    import json
-
-    from streamnb_workers.wire.codec import encode_input
-
-    p = Path(path)
-    try:
-        data = p.read_bytes()
-    except OSError as exc:
-        raise SettingsError(f"{str(p)!r} cannot be read: {exc.strerror}") from None
-    if p.suffix.lower() == ".json":
-        try:
-            obj = json.loads(data)
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise SettingsError(f"{str(p)!r} is not a JSON record: {exc}") from None
-        if not isinstance(obj, dict):
-            raise SettingsError(f"{str(p)!r} must hold a JSON object with one payload key")
-        import msgpack
-
-        packed = msgpack.packb({k: v for k, v in obj.items() if k != "label"}, use_bin_type=True)
-    else:
-        packed = encode_input("raw", data, id=p.name)
-    return decode_input(packed, p.name)
-
-
-def top_tokens(model: Any, featurizer: Any, msg: Any, label: Any, k: int = 5) -> list[tuple[str, float]]:
-    """The ``k`` tokens of ``msg`` that most favour ``label``: the largest positive terms of
-    the log-odds of ``label`` against the runner-up class (:meth:`explain
-    <streamnb.models.base.GenerativeClassifier.explain>`; for BernoulliNB the true weight
-    ``logit theta_label - logit theta_other``), as ``(token, term)``; empty for models that
-    do not split their log-odds per feature, payloads without tokens or an unsure label."""
-    from streamnb_workers.observe.token_names import message_tokens
-    from streamnb_workers.wire.explanations import EXPLAINED_KINDS, name_columns
-
-    if model.kind not in EXPLAINED_KINDS or msg.payload_kind not in ("raw", "text", "tokens"):
-        return []
-    classes = [c.item() if hasattr(c, "item") else c for c in model.classes_]
-    weight = model.class_count_
-    if label not in classes or weight[classes.index(label)] <= 0:
-        return []
-    X = featurizer.stack([featurizer.featurize(msg.as_payload())])
-    jll = model.predict_joint_log_proba(X)[0]
-    others = [i for i, c in enumerate(classes) if c != label and weight[i] > 0]
-    if not others:
-        return []
-    runner_up = max(others, key=lambda i: jll[i])
-    e = model.explain(X, k=X.shape[1], classes=(classes[runner_up], label))
-    favour = [(int(j), float(w)) for j, w in e.as_pairs() if w > 0][:k]
-    names = name_columns(featurizer, [j for j, _ in favour], message_tokens(featurizer, msg))
-    return [(name, w) for name, (_, w) in zip(names, favour, strict=True)]
-
-
-def predict_file(model_path: str | os.PathLike[str], message_path: str | os.PathLike[str]) -> dict[str, Any]:
-    """Predict one message offline from an exported model file."""
-    model, env = read_envelope(model_path)
-    featurizer = _featurizer_for(model, env, model_path)
-    msg = _read_message(message_path)
-    X = featurizer.stack([featurizer.featurize(msg.as_payload())])
-    lp = model.predict_log_proba(X)
-    classes = list(model.classes_)
-    rule = DecisionRule.from_dict(env.get("decision"))
-    prior = getattr(model, "class_log_prior_", None)
-    learnt = model.stats["classes"].as_dict()
-    decision = rule.decide(lp, classes, learnt_log_prior=None if prior is None else np.asarray(prior),
-                           class_weight=[[learnt.get(c, 0.0) for c in classes]])
-    label = decision.labels[0]
-    score = rule.score_of(decision.log_proba, classes, np.asarray(X.sum(axis=1)).ravel())
-    return {
-        "id": msg.id,
-        "label": label,
-        **({} if score is None else {"score": float(score[0])}),
-        "log_proba": {str(c): float(v) for c, v in zip(classes, decision.log_proba[0], strict=True)},
-        "model_version": env.get("log_id"),
-        "top_tokens": [t for t, _ in top_tokens(model, featurizer, msg, label)],
-    }
-
-
-def format_prediction(result: dict[str, Any]) -> str:
-    """One human line: ``id: label  (P(spam)=0.98, P(ham)=0.02)  tokens: ...``."""
-    probs = sorted(((float(np.exp(v)), str(c)) for c, v in result.get("log_proba", {}).items()),
-                   reverse=True)
-    text = ", ".join(f"P({c})={p:.3f}" for p, c in probs)
-    line = f"{result.get('id')}: {result.get('label')}  ({text})"
-    if result.get("top_tokens"):
-        line += "  tokens: " + " ".join(result["top_tokens"])
-    return line

@@ -1,5 +1,6 @@
-"""``streamnb forget``: unlearn mail files, maildirs, mbox files, JSON lines or a mail on
-stdin, each by the learn-once key ``produce`` gives it (workers/wire/learn_keys.py).
+"""Unlearn messages (``streamnb forget``): mail files, maildirs, mbox files, JSON lines
+or a mail on stdin, each by the learn-once key ``produce`` gives it
+(workers/wire/learn_keys.py).
 
 A message whose key the model has learnt is sent as a forget (``forget: true``, its key
 and its payload: the worker subtracts its row with the label and weight recorded for the
@@ -13,7 +14,9 @@ the same message was learnt by several under different ids).
 
 from __future__ import annotations
 
+import mailbox
 import sys
+import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, BinaryIO, TextIO
@@ -45,9 +48,6 @@ class ForgetReport:
 def _stdin_messages(stream: BinaryIO) -> Iterator[Outgoing]:
     data = stream.read()
     if is_mbox(data):
-        import mailbox
-        import tempfile
-
         with tempfile.NamedTemporaryFile(suffix=".mbox") as tmp:
             tmp.write(data)
             tmp.flush()

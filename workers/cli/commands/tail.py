@@ -42,26 +42,37 @@ from datetime import UTC, datetime
 from itertools import islice
 from typing import Any, TextIO
 
+import msgpack
+import redis
+
 from streamnb.exceptions import MalformedMessage
 from streamnb_workers.cli.arg_types import non_negative_int
+from streamnb_workers.cli.options import add_common_options, add_model_name, model_client
 from streamnb_workers.cli.settings import add_option
+from streamnb_workers.client.shard_streams import merge_by_id, read_after, shard_keys
+from streamnb_workers.client.verdicts import format_score, score_of
+from streamnb_workers.store.backoff import Backoff
+from streamnb_workers.wire.codec import DATA_FIELD
+from streamnb_workers.wire.outputs import decode_output
+from streamnb_workers.wire.replies import as_str, entry_field
 from streamnb_workers.wire.stream_ids import parse_id
 
-__all__ = ["add_parser", "cmd_tail", "entry_json", "format_entry", "last_entries"]
+__all__ = ["NAME", "add_parser", "entry_json", "format_entry", "last_entries", "run", "tail"]
+
+NAME = "tail"
 
 #: Entries read per XRANGE / XREVRANGE / XREAD.
 PAGE = 1000
 DEFAULT_COUNT = 10
 
 
-def add_parser(sub: Any, add_common: Any, add_model_name: Any) -> argparse.ArgumentParser:
-    """Declare ``streamnb tail`` on the subparsers ``sub`` (with the command line's common
-    and model-name options)."""
+def add_parser(sub: Any) -> argparse.ArgumentParser:
+    """Declare ``streamnb tail`` on the subparsers ``sub``."""
     p = sub.add_parser("tail", help="print a model's predictions or dead letters, readable",
                        description="Decode streamnb:{NAME}:out (or :dead) into one line per entry "
                                    "(or JSON lines): the last --count, then, with --follow, new "
                                    "ones as they come.")
-    add_common(p)
+    add_common_options(p)
     add_model_name(p)
     add_option(p, "--dead", action="store_true", default=False,
                help="read the dead letters (:dead) instead of the predictions (:out)")
@@ -91,8 +102,6 @@ def _value(v: Any) -> str:
 
 def _payload_id(payload: Any) -> Any:
     """The ``id`` of a dead letter's original map, when it decodes to one."""
-    import msgpack
-
     try:
         # msgpack bounds every length by the payload's size (a dead letter's, at most the
         # workers' limit on an entry)
@@ -106,8 +115,6 @@ def _payload_id(payload: Any) -> Any:
 def _score_value(obj: Mapping[str, Any], positive: Any) -> float | None:
     """The prediction's score (:func:`~streamnb_workers.client.verdicts.score_of`), None for a
     prediction without two classes to compare."""
-    from streamnb_workers.client.verdicts import score_of
-
     log_proba = obj.get("log_proba")
     if not isinstance(log_proba, Mapping) or len(log_proba) < 2:
         return None
@@ -118,8 +125,6 @@ def _score_value(obj: Mapping[str, Any], positive: Any) -> float | None:
 
 
 def _score(obj: Mapping[str, Any], positive: Any) -> str | None:
-    from streamnb_workers.client.verdicts import format_score
-
     score = _score_value(obj, positive)
     return None if score is None else format_score(score)
 
@@ -182,10 +187,6 @@ def entry_json(stream_id: str, obj: Mapping[str, Any], dead: bool, positive: Any
 def render(entry_id: Any, fields: Any, dead: bool, as_json: bool, positive: Any = None) -> str:
     """The line of one stream entry as read from Redis; an entry that does not decode says
     so on its line."""
-    from streamnb_workers.wire.codec import DATA_FIELD
-    from streamnb_workers.wire.outputs import decode_output
-    from streamnb_workers.wire.replies import as_str, entry_field
-
     stream_id = as_str(entry_id)
     try:
         obj = decode_output(entry_field(fields, DATA_FIELD) or b"")
@@ -206,8 +207,6 @@ def last_entries(client: Any, key: str, n: int) -> Iterator[tuple[Any, Any]]:
         yield from reversed(client.xrevrange(key, count=n))
         return
     # Find the first of the last n by paging backwards, then read forwards from it.
-    from streamnb_workers.wire.replies import as_str
-
     first, seen, upper = None, 0, "+"
     while seen < n:
         page = client.xrevrange(key, max=upper, count=min(PAGE, n - seen))
@@ -229,8 +228,6 @@ def last_entries(client: Any, key: str, n: int) -> Iterator[tuple[Any, Any]]:
 
 def _newest_first(client: Any, key: str, page: int) -> Iterator[tuple[str, Any]]:
     """``(key, id)`` of every entry of ``key``, newest first, read in pages of ``page``."""
-    from streamnb_workers.wire.replies import as_str
-
     upper = "+"
     while True:
         entries = client.xrevrange(key, max=upper, count=page)
@@ -242,8 +239,6 @@ def _newest_first(client: Any, key: str, page: int) -> Iterator[tuple[str, Any]]
 
 def _oldest_first(client: Any, key: str, first: str) -> Iterator[tuple[str, Any, Any]]:
     """``(key, id, fields)`` of the entries of ``key`` from ``first`` on, in pages."""
-    from streamnb_workers.wire.replies import as_str
-
     lower = first
     while True:
         entries = client.xrange(key, min=lower, count=PAGE)
@@ -257,8 +252,6 @@ def last_of_streams(client: Any, keys: Sequence[str], n: int) -> Iterator[tuple[
     """The last ``n`` entries of the streams ``keys`` together, oldest first, as ``(key,
     id, fields)``, merged by id: the streams' ids are read backwards to the n-th newest of
     them all, then the entries forwards from there; pages of :data:`PAGE` at most."""
-    from streamnb_workers.wire.replies import as_str
-
     if len(keys) == 1:
         for entry_id, fields in last_entries(client, keys[0], n):
             yield keys[0], entry_id, fields
@@ -275,12 +268,6 @@ def last_of_streams(client: Any, keys: Sequence[str], n: int) -> Iterator[tuple[
 def _follow(client: Any, last: dict[str, str], emit: Any, stderr: TextIO) -> None:
     """Print new entries of the streams ``last`` (key -> last id printed) until
     interrupted, those read together in id order; reconnect with backoff."""
-    import redis
-
-    from streamnb_workers.client.shard_streams import merge_by_id, read_after
-    from streamnb_workers.store.backoff import Backoff
-    from streamnb_workers.wire.replies import as_str
-
     backoff = Backoff(base=0.1, cap=5.0)
     failing = False
     what = ", ".join(last)
@@ -308,8 +295,6 @@ def tail(client: Any, keys: Sequence[str], *, dead: bool, count: int, follow: bo
          as_json: bool, out: TextIO, positive: Any = None, stderr: TextIO | None = None) -> None:
     """Print the last ``count`` entries of the streams ``keys`` (one, or a sharded model's
     K, merged), then (``follow``) new ones."""
-    from streamnb_workers.wire.replies import as_str
-
     def emit(entry_id: Any, fields: Any) -> None:
         out.write(render(entry_id, fields, dead, as_json, positive) + "\n")
         out.flush()
@@ -327,11 +312,10 @@ def tail(client: Any, keys: Sequence[str], *, dead: bool, count: int, follow: bo
         _follow(client, last, emit, stderr or sys.stderr)
 
 
-def cmd_tail(args: argparse.Namespace, model: str, client: Any) -> int:
-    """``streamnb tail`` on ``client`` (checked: Redis reached, the model exists): exit 0,
-    also on Ctrl-C and when the reader goes away (``| head``)."""
-    from streamnb_workers.client.shard_streams import shard_keys
-
+def run(args: argparse.Namespace, env: Mapping[str, str]) -> int:
+    """Print the model's entries (module docstring): exit 0, also on Ctrl-C and when the
+    reader goes away (``| head``)."""
+    model, client = model_client(args, env)
     streams = [keys.dead if args.dead else keys.out for keys in shard_keys(client, model)]
     try:
         tail(client, streams, dead=args.dead, count=args.count,

@@ -1,0 +1,187 @@
+"""``streamnb worker``: run worker process(es) that consume a model's ``:in``, predict
+every message and learn the labelled ones; its options are the model's (fixed when it is
+created), its featurizer's, its decision rule's and the workers' own. The processes are
+run by :mod:`streamnb_workers.cli.supervisor`.
+
+>>> import argparse
+>>> sub = argparse.ArgumentParser().add_subparsers(dest="command")
+>>> args = add_parser(sub).parse_args(["--model", "mail", "--kind", "lda", "--shards", "2"])
+>>> args.model, args.kind, args.shards
+(['mail'], 'lda', 2)
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from streamnb.decision import parse_class_prior, parse_loss_matrix, parse_unsure_band
+from streamnb.features.payload import DEFAULT_MAX_MESSAGE_BYTES
+from streamnb.models.io import MODEL_KINDS
+from streamnb_workers.cli import supervisor
+from streamnb_workers.cli.arg_types import (
+    class_list,
+    finite_float,
+    float_list,
+    max_bytes,
+    non_negative_float,
+    non_negative_int,
+    number_in,
+    port,
+    positive_int,
+    shrinkage,
+    whole_number_in,
+)
+from streamnb_workers.cli.options import (
+    add_common_options,
+    add_model_name,
+    model_specs,
+    redis_from_args,
+)
+from streamnb_workers.cli.settings import add_option
+from streamnb_workers.defaults import (
+    DEFAULT_BATCH_SIZE,
+    DEFAULT_BLOCK_MS,
+    DEFAULT_CLAIM_IDLE_MS,
+    DEFAULT_HEALTHZ_GRACE_S,
+    DEFAULT_LABEL_CACHE_TTL_S,
+    DEFAULT_LEARNT_KEYS_MAX,
+    DEFAULT_METRICS_ADDR,
+    DEFAULT_METRICS_PORT,
+    DEFAULT_ORDER_WAIT_MS,
+    DEFAULT_TOKEN_NAMES,
+    DEFAULT_TOKEN_NAMES_EVERY,
+)
+from streamnb_workers.store.keys import MAX_SHARDS
+
+__all__ = ["NAME", "add_parser", "run"]
+
+NAME = "worker"
+
+shard_count = whole_number_in(1, MAX_SHARDS, "shards")
+
+
+def _parsed(fn: Callable[[str], Any]) -> Callable[[str], Any]:
+    """Wrap a decision-option parser so its ValueError becomes an argparse error."""
+    def wrapped(text: str) -> Any:
+        try:
+            return fn(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+    wrapped.__name__ = fn.__name__
+    return wrapped
+
+
+def add_parser(sub: Any) -> argparse.ArgumentParser:
+    """Declare ``streamnb worker`` on the subparsers ``sub``."""
+    p = sub.add_parser("worker", help="run worker process(es) that predict and learn",
+                       description="Consume streamnb:{NAME}:in, predict every message, learn the labelled ones.")
+    add_common_options(p)
+    add_model_name(p, many=True)
+    add_option(p, "--kind", choices=MODEL_KINDS,
+               help="model kind, needed when the model is created (then stored in :config)")
+    g = p.add_argument_group("model options (fixed when the model is created)")
+    add_option(g, "--alpha", type=finite_float, help="additive (Laplace/Lidstone) smoothing")
+    add_option(g, "--binarize", type=finite_float, help="Bernoulli: threshold for a feature to count as present")
+    add_option(g, "--var-smoothing", type=finite_float, help="Gaussian NB: variance floor as a share of the largest variance")
+    add_option(g, "--shrinkage", type=shrinkage, help="LDA: covariance shrinkage toward the scaled identity, in [0, 1]")
+    add_option(g, "--reg-param", type=finite_float, help="QDA: covariance regularisation in [0, 1]")
+    add_option(g, "--priors", type=float_list, help="Gaussian/LDA/QDA: fixed class priors, comma separated")
+    add_option(g, "--max-categories", type=positive_int,
+               help="categorical: categories per feature are 0 .. N-1; a larger value is a "
+               "dead letter (bad_category)")
+    add_option(g, "--classes", type=class_list, metavar="C1,C2,...",
+               help="the model's classes, fixed when it is created: a label outside them is a "
+               "dead letter (bad_label); default: any label becomes a class")
+    add_option(g, "--half-life", type=finite_float, help="forgetting: weights halve every N learnt messages")
+    add_option(g, "--shards", type=shard_count, metavar="K",
+               help="split the model into K statistics shards, each a hash tag (a cluster "
+               "slot) of its own, summed by every worker (default 1; docs/architecture.md)")
+    add_option(g, "--error-weight", type=finite_float,
+               help="learn a labelled message whose verdict was wrong with this many times its "
+               "weight (default 2; 1: every message alike)")
+    f = p.add_argument_group("featurizer options (fixed when the model is created)")
+    add_option(f, "--bits", type=positive_int, help="hash buckets = 2**bits for raw/text/tokens input")
+    add_option(f, "--dimension", type=positive_int,
+               help="dense input: length of the x vectors (needed by gaussian, lda, qda)")
+    add_option(f, "--ngrams", action="store_true", help="also hash word bigrams")
+    add_option(f, "--lowercase", action=argparse.BooleanOptionalAction, help="lower-case words")
+    add_option(f, "--min-len", type=positive_int, help="shortest word kept")
+    add_option(f, "--max-len", type=positive_int, help="longest word kept as is")
+    add_option(f, "--meta", action="store_true", help="append mail meta features (sizes, shares)")
+    add_option(f, "--counts", choices=("raw", "binary", "log"), help="how token counts become values")
+    d = p.add_argument_group("decision options (stored with the model)")
+    add_option(d, "--threshold", type=finite_float,
+               help="two classes: predict the positive class when its log-odds exceed this")
+    add_option(d, "--unsure-band", type=_parsed(parse_unsure_band), metavar="LO,HI",
+               help="two classes: label 'unsure' when P(positive) is in [LO, HI]")
+    add_option(d, "--loss-matrix", type=_parsed(parse_loss_matrix), metavar="T:P=L,...",
+               help="minimum expected loss; T:P=L is the loss of predicting P when the truth is T")
+    add_option(d, "--class-prior", type=_parsed(parse_class_prior), metavar="C=P,...",
+               help="override the learnt class priors at decision time")
+    add_option(d, "--positive", metavar="LABEL", help="the positive class of a two-class model")
+    add_option(d, "--min-class-weight", type=finite_float, metavar="W",
+               help="label 'unsure' while a class has learnt less weight than W (hashed mail "
+               "default 3; 0: off)")
+    add_option(d, "--score", choices=("per_feature", "log_odds"),
+               help="the two-class score published in :out (hashed mail default per_feature)")
+    w = p.add_argument_group("worker options")
+    add_option(w, "--batch", type=positive_int, default=DEFAULT_BATCH_SIZE, help="entries read per XREADGROUP")
+    add_option(w, "--block-ms", type=non_negative_int, default=DEFAULT_BLOCK_MS, help="XREADGROUP BLOCK time")
+    add_option(w, "--claim-idle-ms", type=positive_int, default=DEFAULT_CLAIM_IDLE_MS,
+               help="claim entries pending longer than this from dead consumers")
+    add_option(w, "--label-cache-ttl", type=non_negative_float, default=DEFAULT_LABEL_CACHE_TTL_S,
+               metavar="SECONDS", help="keep each message's features this long for a delayed "
+               "label (ref); 0: no cache, late labels are dead-lettered")
+    add_option(w, "--cache-labelled", action=argparse.BooleanOptionalAction, default=True,
+               help="cache messages learnt on arrival too, so a later label can correct them "
+               "(--no-cache-labelled: only unlabelled messages, far less Redis memory)")
+    add_option(w, "--learnt-keys-max", type=non_negative_int, default=DEFAULT_LEARNT_KEYS_MAX,
+               metavar="N", help="learn-once keys kept per model, the oldest dropped beyond N (about 270 "
+               "bytes each in Redis); 0: no keys, a message sent twice is learnt twice")
+    add_option(w, "--prequential", action=argparse.BooleanOptionalAction, default=True,
+               help="predict each message with the labelled messages before it in its batch "
+               "(multinomial, categorical and the Gaussian models)")
+    add_option(w, "--order-wait-ms", type=non_negative_int, default=DEFAULT_ORDER_WAIT_MS,
+               help="before predicting, wait at most this long for other workers' earlier "
+               "labelled batches to commit (predictions as with one worker; 0: off)")
+    add_option(w, "--pipeline", action=argparse.BooleanOptionalAction, default=True,
+               help="while a full batch commits, read, decode and featurize the next one "
+               "(same predictions; --no-pipeline: one batch after the other)")
+    add_option(w, "--max-bytes", type=max_bytes, default=DEFAULT_MAX_MESSAGE_BYTES,
+               help="raw mail read per message: a larger mail is cut at a MIME boundary "
+               "(headers kept), then predicted and learnt")
+    add_option(w, "--input-trim-s", type=non_negative_float, default=10.0, metavar="SECONDS",
+               help="every SECONDS the lease holder trims :in of the entries every consumer "
+               "group has acknowledged (0: never)")
+    add_option(w, "--out-maxlen", type=non_negative_int, default=1_000_000,
+               help=":out keeps about this many predictions (MAXLEN ~; 0: no cap)")
+    add_option(w, "--dead-maxlen", type=non_negative_int, default=100_000,
+               help=":dead keeps about this many dead letters (MAXLEN ~; 0: no cap)")
+    add_option(w, "--explain", type=non_negative_int, default=0, metavar="K",
+               help="put the K tokens that moved each prediction most, with their weights, "
+               "into its output (0: none; costs a second tokenization per message)")
+    add_option(w, "--token-names", type=non_negative_int, default=DEFAULT_TOKEN_NAMES, metavar="N",
+               help="keep the N most frequent token names and publish them per hash bucket "
+               "for 'streamnb tokens' (0: none)")
+    add_option(w, "--token-names-every", type=positive_int, default=DEFAULT_TOKEN_NAMES_EVERY,
+               metavar="S", help="count the token names of one message in S")
+    add_option(w, "--processes", type=positive_int, default=1,
+               help="run N worker processes under a supervisor that restarts one that dies")
+    add_option(w, "--metrics-port", type=port, default=DEFAULT_METRICS_PORT,
+               help="Prometheus port (process i of --processes serves port+i; 0: no metrics)")
+    add_option(w, "--metrics-addr", default=DEFAULT_METRICS_ADDR, help="address the metrics server binds")
+    add_option(w, "--healthz-grace", type=number_in(0.0, math.inf, "seconds", open_low=True),
+               default=DEFAULT_HEALTHZ_GRACE_S, metavar="SECONDS",
+               help="/healthz on the metrics port fails (503) after this long without a "
+               "successful step against Redis")
+    add_option(w, "--consumer", metavar="NAME", help="consumer name (default: host-pid)")
+    return p
+
+
+def run(args: argparse.Namespace, env: Mapping[str, str]) -> int:
+    """Run the workers of every ``--model`` until stopped; the exit code."""
+    specs = model_specs(args)
+    return supervisor.run_worker_command(args, specs, redis_from_args(args, env), env)
