@@ -27,10 +27,10 @@ __all__ = [
 
 
 def __getattr__(name: str) -> Any:
-    # The models load on first use: a command that needs none of them (a mail filter
+    # The models load on first use (their import is deferred): a command that needs none of them (a mail filter
     # started once per mail, streamnb_workers' CLI) does not pay for importing them all.
     if name in __all__:
-        from streamnb import models
+        from streamnb import models  # deferred: see the comment above
 
         value = getattr(models, name)
         globals()[name] = value

@@ -73,7 +73,7 @@ def _not_fitted_class() -> type[NotFittedError]:
 def _sklearn_exception(name: str) -> Any:
     """``sklearn.exceptions.<name>``, or None where scikit-learn is not installed (or
     does not import: a broken optional package must not change which error is raised)."""
-    try:
+    try:  # deferred: scikit-learn is optional and heavy, imported at its first use
         import sklearn.exceptions
     except Exception:  # ImportError, or whatever a broken installation raises
         return None
