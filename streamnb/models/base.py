@@ -25,7 +25,7 @@ from typing import Any, ClassVar, Self
 import numpy as np
 
 from streamnb.exceptions import NotFittedError
-from streamnb.models.explanation import Explanation, check_k, top_terms
+from streamnb.models.explanation import Explanation, check_k, class_pair, top_terms
 from streamnb.models.logspace import log_normalize
 from streamnb.models.prequential import PrequentialPrediction, generic_prequential
 from streamnb.models.validation import check_labels, check_sample_weight, check_X
@@ -366,24 +366,9 @@ class GenerativeClassifier(ABC):
 
     def _class_pair(self, classes: Any) -> tuple[int, int, tuple[Any, Any]]:
         """(row of negative, row of positive, the pair as labels) of :meth:`explain`."""
-        labels = [c.item() if hasattr(c, "item") else c for c in self.classes_]
-        if classes is None:
-            if len(labels) != 2:
-                raise ValueError(f"the model has the classes {labels!r}: give classes=(negative, "
-                                 "positive) to say which log-odds to explain")
-            classes = labels
-        pair = tuple(check_labels(list(classes), type(self).__name__))
-        if len(pair) != 2 or pair[0] == pair[1]:
-            raise ValueError(f"classes must be two different labels, got {classes!r}")
-        missing = [c for c in pair if c not in labels]
-        if missing:
-            raise ValueError(f"the model has not learnt the classes {missing!r} (it has {labels!r})")
-        rows = [labels.index(c) for c in pair]
-        weight = self.stats["classes"].counts  # type: ignore[attr-defined]
-        empty = [pair[i] for i in (0, 1) if not weight[rows[i]] > 0]
-        if empty:
-            raise ValueError(f"the classes {empty!r} hold no weight: their log-odds are infinite")
-        return rows[0], rows[1], (pair[0], pair[1])
+        return class_pair([c.item() if hasattr(c, "item") else c for c in self.classes_],
+                          self.stats["classes"].counts, classes,  # type: ignore[attr-defined]
+                          type(self).__name__)
 
     def _log_odds_terms(self, X: Any, a: int, b: int) -> tuple[float, np.ndarray, np.ndarray, np.ndarray]:
         """The log-odds of class row ``b`` against row ``a`` for validated X, per feature:

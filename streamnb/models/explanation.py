@@ -19,7 +19,9 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["Explanation", "top_terms"]
+from streamnb.models.validation import check_labels
+
+__all__ = ["Explanation", "class_pair", "top_terms"]
 
 
 @dataclass(frozen=True)
@@ -101,3 +103,30 @@ def check_k(k: Any) -> int:
     if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 0:
         raise ValueError(f"k must be an int >= 0, got {k!r}")
     return int(k)
+
+
+def class_pair(labels: list, weights: np.ndarray, classes: Any,
+               model: str) -> tuple[int, int, tuple[Any, Any]]:
+    """The rows (in ``labels``, a model's classes) of the negative and positive class whose
+    log-odds are explained, and the pair as labels: ``classes`` as given, or the model's
+    two classes; a class without weight has infinite log-odds and is refused.
+
+    >>> class_pair(["ham", "spam"], np.array([2.0, 1.0]), None, "BernoulliNB")
+    (0, 1, ('ham', 'spam'))
+    """
+    if classes is None:
+        if len(labels) != 2:
+            raise ValueError(f"the model has the classes {labels!r}: give classes=(negative, "
+                             "positive) to say which log-odds to explain")
+        classes = labels
+    pair = tuple(check_labels(list(classes), model))
+    if len(pair) != 2 or pair[0] == pair[1]:
+        raise ValueError(f"classes must be two different labels, got {classes!r}")
+    missing = [c for c in pair if c not in labels]
+    if missing:
+        raise ValueError(f"the model has not learnt the classes {missing!r} (it has {labels!r})")
+    rows = [labels.index(c) for c in pair]
+    empty = [pair[i] for i in (0, 1) if not weights[rows[i]] > 0]
+    if empty:
+        raise ValueError(f"the classes {empty!r} hold no weight: their log-odds are infinite")
+    return rows[0], rows[1], (pair[0], pair[1])
