@@ -1,7 +1,8 @@
-"""One batch of one model, from its read to its commit, in named steps: announce it,
-decode, featurize, prepare what no other worker's batch changes, let the previous commit
-land, catch up with the log (after other workers' earlier labelled batches), predict,
-build and send the commit, show the observer the predictions.
+"""One batch of one model, from its read to its commit, in three steps: take it in
+(announce it, decode, featurize, prepare what no other worker's batch changes); land the
+previous batch's commit (pipelined) and account for it with that batch's values; then
+catch up with the log (after other workers' earlier labelled batches), predict, build and
+send the commit, show the observer the predictions.
 
 The steps' values and the work on them are workers/worker/batch.py; the commit's send, reply
 and retries are workers/worker/committing.py, what a landed commit is counted and scored
@@ -43,7 +44,8 @@ from streamnb_workers.worker.batch import (
 from streamnb_workers.worker.commit_content import PredictedBatch
 from streamnb_workers.worker.runtime import ModelRuntime
 
-__all__ = ["Prepared", "process_batch"]
+__all__ = ["Prepared", "Received", "land_previous", "predict_and_commit", "process_batch",
+           "take_in"]
 
 log = logging.getLogger("streamnb.worker")
 
@@ -65,25 +67,55 @@ class Prepared:
     commit_s: float
 
 
+@dataclass(frozen=True, slots=True)
+class Received:
+    """A batch taken in: its first entry id, its number of entries, its ``:inflight``
+    announcement (None: not announced, or withdrawn as it learns nothing), its entries
+    decoded and featurized, what was prepared of it (None without items) and the time it
+    was taken in (``time.time()``)."""
+
+    start: str
+    n_entries: int
+    announced: str | None
+    decoded: Decoded
+    batch: Featurized
+    prepared: Prepared | None
+    now: float
+
+
 def process_batch(rt: ModelRuntime, entries: list, deliveries: dict[str, int] | None = None,
                   announced: str | None = None, may_send_ahead: bool = False) -> int:
-    """Decode, featurize, predict, learn and commit one batch of ``rt``'s entries;
-    returns how many there were.
+    """One batch of ``rt``'s entries, in three steps: taken in (:func:`take_in`), then
+    the commit on the wire (the previous batch's) landed and accounted for with that
+    batch's values (:func:`land_previous`), then this batch predicted, learnt and
+    committed (:func:`predict_and_commit`); returns how many entries there were.
 
     ``deliveries``: entry id -> times delivered (claimed and pending entries).
     ``announced``: the batch's ``:inflight`` field if it was announced when read.
     ``may_send_ahead``: a full batch's commit may be sent without waiting for its reply
-    (:func:`committing.send_ahead`; with ``WorkerOptions.send_ahead``). A commit
-    on the wire lands (:func:`committing.settle`) and is accounted for before this batch
-    is predicted.
+    (:func:`committing.send_ahead`; with ``WorkerOptions.send_ahead``).
     """
+    received = take_in(rt, entries, deliveries, announced)
+    sent = False
+    try:
+        settled, own_applied = land_previous(rt)
+        sent = predict_and_commit(rt, received, settled, own_applied, may_send_ahead)
+    finally:
+        if not sent:  # else the settle of the commit on the wire withdraws it
+            rt.withdraw(received.announced)
+    return len(entries)
+
+
+def take_in(rt: ModelRuntime, entries: list, deliveries: dict[str, int] | None,
+            announced: str | None) -> Received:
+    """Announce (when it was not announced at its read), decode, featurize and prepare a
+    batch: what no other worker's batch changes, made before the model is read."""
     o = rt.options
     start = first_id(entries)
     if announced is None and o.order_wait_ms > 0 and entries:
         # announced at once (it may hold labels), so a worker that read the next batch
         # can never look before this one is announced; see workers/replication/ordering.py
         announced = rt.inflight.announce(start, len(entries))
-    sent = False
     try:
         now = time.time()
         decoded = decode(rt, entries, deliveries)
@@ -95,59 +127,75 @@ def process_batch(rt: ModelRuntime, entries: list, deliveries: dict[str, int] | 
             batch = drop_bad_categories(rt.predictor,
                                         drop_undeclared_labels(rt.config.classes, batch))
         prepared = prepare(rt, batch) if batch.items else None
+    except BaseException:
+        rt.withdraw(announced)
+        raise
+    return Received(start, len(entries), announced, decoded, batch, prepared, now)
 
-        # the previous batch's commit (pipelined) lands before anything reads the model
-        settled, committed = committing.settle(rt)
-        account(rt, committed)
-        ordered_from = catch_up(rt, start, bool(batch.items), settled,
-                                committed is not None and committed.own_applied)
-        with rt.stage("predict") as predicting:
-            predicting.add(prepared.prediction_s if prepared else 0.0)
-            # after the log tail: it may have brought the model's first classes
-            batch = drop_foreign_labels(known_classes(rt.predictor), decoded, batch)
-            # predict before learning (test-then-train; prequential within the batch)
-            predictions = predict_items(rt, batch, prepared)
-        tokens = None
-        explaining = rt.stage("explain", summed=True)
+
+def land_previous(rt: ModelRuntime) -> tuple[bool, bool]:
+    """The commit on the wire, if any, lands before anything reads the model, and is
+    counted and scored with its own batch's values: (whether one landed, whether it
+    applied its own delta)."""
+    settled, committed = committing.settle(rt)
+    account(rt, committed)
+    return settled, committed is not None and committed.own_applied
+
+
+def predict_and_commit(rt: ModelRuntime, received: Received, settled: bool,
+                       own_applied: bool, may_send_ahead: bool = False) -> bool:
+    """Catch up with the log, predict the batch taken in, build its commit and commit it
+    (or send it ahead), then count token names and show the observer its predictions;
+    True if the commit was sent ahead (its announcement is withdrawn when it lands)."""
+    o, decoded, prepared, announced = rt.options, received.decoded, received.prepared, \
+        received.announced
+    batch = received.batch
+    ordered_from = catch_up(rt, received.start, bool(batch.items), settled, own_applied)
+    with rt.stage("predict") as predicting:
+        predicting.add(prepared.prediction_s if prepared else 0.0)
+        # after the log tail: it may have brought the model's first classes
+        batch = drop_foreign_labels(known_classes(rt.predictor), decoded, batch)
+        # predict before learning (test-then-train; prequential within the batch)
+        predictions = predict_items(rt, batch, prepared)
+    tokens = None
+    explaining = rt.stage("explain", summed=True)
+    with explaining:
+        if predictions is not None and o.explain:
+            predictions, tokens = explain_items(rt, batch.items, prepared, predictions)
+
+    predicted = PredictedBatch(
+        order=decoded.order, items=batch.items,
+        verdicts=predictions.verdicts if predictions else [], refs=batch.refs,
+        ref_data=batch.ref_data, dead=batch.dead, version=rt.replica.version,
+        classes=predictions.classes if predictions else [],
+        own=prepared.own if prepared and weights_as_given(batch.items, predictions)
+        else None,
+        row_bytes=prepared.row_bytes if prepared else None, announced=announced,
+        forgets=batch.forgets, learn_once=o.learnt_keys_max > 0)
+    built = committing.build(rt, predicted, prepared.commit_s if prepared else 0.0)
+    sent = False
+    if built is not None:
+        if may_send_ahead and o.send_ahead and received.n_entries >= o.batch:
+            with rt.stage("send"):
+                committing.send_ahead(rt, predicted, built)
+            sent = True
+        else:
+            account(rt, committing.commit(rt, predicted, built))
+    if announced is not None and batch.items:
+        # a labelled batch, taken in stream order: from the end of its wait to its
+        # commit on the wire, what one worker holds every other worker up by
+        wall, cpu = ordered_from
+        rt.series(rt.metrics.ordered_section_seconds).observe(time.perf_counter() - wall)
+        rt.series(rt.metrics.ordered_section_cpu).inc(time.thread_time() - cpu)
+    if rt.token_names is not None and batch.items:
         with explaining:
-            if predictions is not None and o.explain:
-                predictions, tokens = explain_items(rt, batch.items, prepared, predictions)
-
-        predicted = PredictedBatch(
-            order=decoded.order, items=batch.items,
-            verdicts=predictions.verdicts if predictions else [], refs=batch.refs,
-            ref_data=batch.ref_data, dead=batch.dead, version=rt.replica.version,
-            classes=predictions.classes if predictions else [],
-            own=prepared.own if prepared and weights_as_given(batch.items, predictions)
-            else None,
-            row_bytes=prepared.row_bytes if prepared else None, announced=announced,
-            forgets=batch.forgets, learn_once=o.learnt_keys_max > 0)
-        built = committing.build(rt, predicted, prepared.commit_s if prepared else 0.0)
-        if built is not None:
-            if may_send_ahead and o.send_ahead and len(entries) >= o.batch:
-                with rt.stage("send"):
-                    committing.send_ahead(rt, predicted, built)
-                sent = True
-            else:
-                account(rt, committing.commit(rt, predicted, built))
-        if announced is not None and batch.items:
-            # a labelled batch, taken in stream order: from the end of its wait to its
-            # commit on the wire, what one worker holds every other worker up by
-            wall, cpu = ordered_from
-            rt.series(rt.metrics.ordered_section_seconds).observe(time.perf_counter() - wall)
-            rt.series(rt.metrics.ordered_section_cpu).inc(time.thread_time() - cpu)
-        if rt.token_names is not None and batch.items:
-            with explaining:
-                count_token_names(rt, batch.items, tokens)
-        if o.explain or rt.token_names is not None:
-            explaining.observe()
-        if predictions is not None and predictions.observed:
-            with rt.stage("observe"):
-                observe_predictions(rt, predictions, now)
-    finally:
-        if not sent:  # else the settle of the commit on the wire withdraws it
-            rt.withdraw(announced)
-    return len(entries)
+            count_token_names(rt, batch.items, tokens)
+    if o.explain or rt.token_names is not None:
+        explaining.observe()
+    if predictions is not None and predictions.observed:
+        with rt.stage("observe"):
+            observe_predictions(rt, predictions, received.now)
+    return sent
 
 
 def decode(rt: ModelRuntime, entries: list, deliveries: dict[str, int] | None) -> Decoded:
