@@ -114,7 +114,23 @@ def fixed_log_prior(class_prior: Any, labels: list[Label]) -> np.ndarray:
     return out
 
 
-class DiscreteNB(GenerativeClassifier):
+class ClassPriorParam:
+    """What a model with a ``class_prior`` parameter (the count models and CategoricalNB)
+    learns with: the copy its ``_check_params`` validated into ``_class_prior``."""
+
+    _class_prior: ClassPrior
+
+    def _fitted_class_prior(self) -> ClassPrior:
+        """``class_prior`` as validated when the model started learning (or at set_params)."""
+        self.validate_params()
+        return self._class_prior
+
+    def _params_in_use(self) -> dict[str, Any]:
+        return {**super()._params_in_use(),  # type: ignore[misc]
+                "class_prior": self._fitted_class_prior()}
+
+
+class DiscreteNB(ClassPriorParam, GenerativeClassifier):
     """Base of MultinomialNB and BernoulliNB: parameters, statistics, lazy refresh, linear form."""
 
     accepts_sparse = True
@@ -145,13 +161,6 @@ class DiscreteNB(GenerativeClassifier):
         # it whatever then happens to the caller's array.
         self._class_prior = check_class_prior(self.class_prior)
 
-    def _fitted_class_prior(self) -> ClassPrior:
-        """``class_prior`` as validated when the model started learning (or at set_params)."""
-        self.validate_params()
-        return self._class_prior
-
-    def _params_in_use(self) -> dict[str, Any]:
-        return {**super()._params_in_use(), "class_prior": self._fitted_class_prior()}
 
     # ------------------------------------------------------------------ priors
     def _class_log_prior(self, counts: np.ndarray, labels: list[Label]) -> np.ndarray:

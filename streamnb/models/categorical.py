@@ -8,6 +8,7 @@ import numpy as np
 
 from streamnb.models._discrete import (
     ClassPrior,
+    ClassPriorParam,
     check_alpha,
     check_class_prior,
     fixed_log_prior,
@@ -19,7 +20,7 @@ from streamnb.stats.category_counts import DEFAULT_MAX_CATEGORIES, CategoryCount
 from streamnb.stats.class_counts import ClassCounts
 
 
-class CategoricalNB(GenerativeClassifier):
+class CategoricalNB(ClassPriorParam, GenerativeClassifier):
     """Categorical Naive Bayes over non-negative integer categories, learnt online.
 
     ``P(v | c, j) = (N_cjv + alpha) / (N_cj + alpha * K_j)``, K_j = largest category of
@@ -62,13 +63,6 @@ class CategoricalNB(GenerativeClassifier):
         # A validated copy (see DiscreteNB._check_params).
         self._class_prior = check_class_prior(self.class_prior)
 
-    def _fitted_class_prior(self) -> ClassPrior:
-        """``class_prior`` as validated when the model started learning (or at set_params)."""
-        self.validate_params()
-        return self._class_prior
-
-    def _params_in_use(self) -> dict[str, Any]:
-        return {**super()._params_in_use(), "class_prior": self._fitted_class_prior()}
 
     def __sklearn_tags__(self) -> Any:
         tags = super().__sklearn_tags__()
