@@ -56,6 +56,8 @@ from streamnb_workers.wire.replies import as_str
 
 #: Version of the stored config layout.
 CONFIG_FORMAT_VERSION = 1
+#: ``ModelSpec(classes=ANY_CLASS)`` (``streamnb worker --classes any``): any label is a class.
+ANY_CLASS = "any"
 #: Model kinds that take dense ``x`` vectors (their featurizer needs input="dense", dim).
 DENSE_KINDS = ("gaussian", "lda", "qda")
 
@@ -75,7 +77,11 @@ class ModelSpec:
     ``error_weight``: the weight factor of a message learnt after a wrong verdict
     (None: :data:`DEFAULT_ERROR_WEIGHT` for a new count model of hashed mail, else 1;
     1 turns it off).
-    ``classes``: the only labels the model learns (None: any label).
+    ``classes``: the only labels the model learns (None: as stored, else
+    ``default_classes``; ``"any"``: any label is a class).
+    ``default_classes``: the classes a new count model of hashed mail gets when
+    ``classes`` is None (``streamnb worker`` gives :data:`MAIL_CLASSES`: a mistyped label
+    is a dead letter, not a class); read only when the model is created.
     ``shards``: K statistics shards (workers/replication/shards.py; None: as stored, 1 for a new model).
 
     >>> ModelSpec("mail", kind="multinomial").name
@@ -93,16 +99,19 @@ class ModelSpec:
     decision: dict[str, Any] | None = None
     half_life: float | None = None
     error_weight: float | None = None
-    classes: list[str] | None = None
+    classes: list[str] | str | None = None
     shards: int | None = None
+    default_classes: list[str] | None = None
 
     def __post_init__(self) -> None:
         check_model_name(self.name, shard=True)
         if self.shards is not None and (isinstance(self.shards, bool) or not isinstance(
                 self.shards, int) or not 1 <= self.shards <= MAX_SHARDS):
             raise ValueError(f"shards must be an integer in 1..{MAX_SHARDS}, got {self.shards!r}")
-        if self.classes is not None:
+        if self.classes is not None and self.classes != ANY_CLASS:
             self.classes = check_classes(self.classes)
+        if self.default_classes is not None:
+            self.default_classes = check_classes(self.default_classes)
         if self.half_life is not None and not (float(self.half_life) > 0):
             raise ValueError(f"half_life must be > 0 learnt messages, got {self.half_life}")
         if self.error_weight is not None:
@@ -296,7 +305,17 @@ def resolve_spec(spec: ModelSpec) -> ModelConfig:
                        error_weight=(check_error_weight(spec.error_weight)
                                      if spec.error_weight is not None
                                      else DEFAULT_ERROR_WEIGHT if hashed_counts else 1.0),
-                       classes=spec.classes, shards=spec.shards or 1, created=time.time())
+                       classes=_new_classes(spec, hashed_counts), shards=spec.shards or 1,
+                       created=time.time())
+
+
+def _new_classes(spec: ModelSpec, hashed_counts: bool) -> list[str] | None:
+    """The classes a new model is stored with (see :class:`ModelSpec`)."""
+    if spec.classes == ANY_CLASS:
+        return None
+    if spec.classes is None and hashed_counts:
+        return spec.default_classes
+    return spec.classes  # type: ignore[return-value]
 
 
 def read_config(client: Any, name: str) -> ModelConfig | None:
@@ -328,8 +347,9 @@ def differences(stored: ModelConfig, spec: ModelSpec) -> list[tuple[str, Any, An
         diffs.append(("half_life", stored.half_life, float(spec.half_life)))
     if spec.error_weight is not None and float(spec.error_weight) != stored.error_weight:
         diffs.append(("error_weight", stored.error_weight, float(spec.error_weight)))
-    if spec.classes is not None and spec.classes != stored.classes:
-        diffs.append(("classes", stored.classes, spec.classes))
+    given_classes = None if spec.classes == ANY_CLASS else spec.classes
+    if spec.classes is not None and given_classes != stored.classes:
+        diffs.append(("classes", stored.classes, given_classes))
     if spec.shards is not None and spec.shards != stored.shards:
         diffs.append(("shards", stored.shards, spec.shards))
     return diffs

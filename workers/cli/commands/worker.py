@@ -94,7 +94,8 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
                "dead letter (bad_category)")
     add_option(g, "--classes", type=class_list, metavar="C1,C2,...",
                help="the model's classes, fixed when it is created: a label outside them is a "
-               "dead letter (bad_label); default: any label becomes a class")
+               "dead letter (bad_label); 'any': any label becomes a class; default: spam,ham "
+               "for a count model of hashed mail, else any")
     add_option(g, "--half-life", type=finite_float, help="forgetting: weights halve every N learnt messages")
     add_option(g, "--shards", type=shard_count, metavar="K",
                help="split the model into K statistics shards, each a hash tag (a cluster "
