@@ -12,8 +12,9 @@ format version), ``kind``, ``model_params`` (normalised by the model's ``get_par
 ``half_life`` (forgetting half-life in learnt messages, or null), ``error_weight`` (a
 labelled message whose verdict was wrong is learnt with this many times its weight; 1:
 every message alike; a config stored without it means 1), ``classes`` (the declared
-classes, a list of str, or null: any label is a class), ``created`` (unix time). A config
-stored without ``classes`` reads as null.
+classes, a list of str, or null: any label is a class), ``explain`` (K: the outputs carry
+the K tokens that moved each prediction, docs/worker.md; 0: none), ``created`` (unix time).
+A config stored without ``classes`` reads as null, without ``explain`` as 0.
 
 Defaults filled in at creation for hashed (sparse) input: ``n_features`` = the number of
 featurizer columns and ``smoothing_m = "seen"`` when the model has such parameters; for
@@ -102,6 +103,7 @@ class ModelSpec:
     classes: list[str] | str | None = None
     shards: int | None = None
     default_classes: list[str] | None = None
+    explain: int | None = None
 
     def __post_init__(self) -> None:
         check_model_name(self.name, shard=True)
@@ -110,6 +112,8 @@ class ModelSpec:
             raise ValueError(f"shards must be an integer in 1..{MAX_SHARDS}, got {self.shards!r}")
         if self.classes is not None and self.classes != ANY_CLASS:
             self.classes = check_classes(self.classes)
+        if self.explain is not None and (type(self.explain) is not int or self.explain < 0):
+            raise ValueError(f"explain must be an integer >= 0, got {self.explain!r}")
         if self.default_classes is not None:
             self.default_classes = check_classes(self.default_classes)
         if self.half_life is not None and not (float(self.half_life) > 0):
@@ -148,6 +152,7 @@ class ModelConfig:
     error_weight: float = 1.0
     classes: list[str] | None = None
     shards: int = 1
+    explain: int = 0
     format: int = CONFIG_FORMAT_VERSION
     created: float = 0.0
 
@@ -162,6 +167,7 @@ class ModelConfig:
             "error_weight": _canon(self.error_weight),
             "classes": _canon(self.classes),
             "shards": str(self.shards),
+            "explain": str(self.explain),
             "created": repr(float(self.created)),
         }
 
@@ -180,7 +186,7 @@ class ModelConfig:
                        half_life=json.loads(h.get("half_life", "null")),
                        error_weight=check_error_weight(json.loads(h.get("error_weight", "1"))),
                        classes=stored_classes(name, h.get("classes", "null")),
-                       shards=int(h.get("shards", "1")), format=fmt,
+                       shards=int(h.get("shards", "1")), explain=int(h.get("explain", "0")), format=fmt,
                        created=float(h.get("created", 0.0)))
         except (KeyError, ValueError) as exc:
             if isinstance(exc, ConfigConflict):
@@ -306,7 +312,7 @@ def resolve_spec(spec: ModelSpec) -> ModelConfig:
                                      if spec.error_weight is not None
                                      else DEFAULT_ERROR_WEIGHT if hashed_counts else 1.0),
                        classes=_new_classes(spec, hashed_counts), shards=spec.shards or 1,
-                       created=time.time())
+                       explain=spec.explain or 0, created=time.time())
 
 
 def _new_classes(spec: ModelSpec, hashed_counts: bool) -> list[str] | None:
@@ -352,6 +358,8 @@ def differences(stored: ModelConfig, spec: ModelSpec) -> list[tuple[str, Any, An
         diffs.append(("classes", stored.classes, given_classes))
     if spec.shards is not None and spec.shards != stored.shards:
         diffs.append(("shards", stored.shards, spec.shards))
+    if spec.explain is not None and spec.explain != stored.explain:
+        diffs.append(("explain", stored.explain, spec.explain))
     return diffs
 
 

@@ -29,6 +29,7 @@ import os
 import signal
 import threading
 import time
+from dataclasses import replace
 from typing import Any
 
 from streamnb.exceptions import StreamnbError
@@ -132,6 +133,8 @@ class Worker:
         for spec in self.specs:
             if spec.name in self.served:
                 continue
+            if self.options.explain is not None:  # (a model setting: workers agree on it)
+                spec = replace(spec, explain=self.options.explain)
             cfg = ensure_config(self.client, spec)
             # several models (or shards): no batch held out of turn
             alone = len(self.specs) == 1 and cfg.shards == 1
