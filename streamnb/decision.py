@@ -14,6 +14,12 @@ this order:
    classes or any class has learnt less weight than this (a cold model's posteriors are
    not worth acting on); :meth:`DecisionRule.decide` is given the class weights.
 
+Given the class weights, a class whose weight is 0 (at most :data:`ZERO_WEIGHT`: one that
+was forgotten, or whose label is known but never learnt) takes no part: the rule and the
+score see only the classes with weight, the posteriors renormalised over them, the empty
+class at ``-inf``. A spam/ham model that met a mistyped third label decides and scores as
+the spam/ham model it is.
+
 ``score`` says what :meth:`DecisionRule.score` gives a two-class prediction to rank and
 threshold by: ``"log_odds"``, ``log P(pos|x) - log P(neg|x)``, or ``"per_feature"``,
 the same divided by the message's number of features (its row's sum of values, at least
@@ -45,6 +51,7 @@ import numpy as np
 
 __all__ = [
     "UNSURE",
+    "ZERO_WEIGHT",
     "Decision",
     "DecisionRule",
     "parse_class_prior",
@@ -54,6 +61,8 @@ __all__ = [
 
 #: The label given to a two-class prediction inside the unsure band.
 UNSURE = "unsure"
+#: A class weight at most this is 0: the class takes no part in a decision.
+ZERO_WEIGHT = 1e-9
 #: What :meth:`DecisionRule.score` can give (see the module docstring).
 SCORES = ("log_odds", "per_feature")
 
@@ -243,6 +252,10 @@ class DecisionRule:
         ['unsure', 'spam']
         >>> rule.decide(np.log([[1.0]]), ["ham"], class_weight=[[9.0]]).labels
         ['unsure']
+        >>> d = rule.decide(np.log([[0.05, 0.85, 0.1]]), ["ham", "Spam", "spam"],
+        ...                 class_weight=[[5.0, 0.0, 4.0]])  # "Spam": weight back to 0
+        >>> d.labels, np.exp(d.log_proba).round(3).tolist()
+        (['spam'], [[0.333, 0.0, 0.667]])
         """
         log_proba = np.asarray(log_proba, dtype=np.float64)
         classes = list(classes)
@@ -252,6 +265,10 @@ class DecisionRule:
                 f"got {log_proba.shape}"
             )
         n = log_proba.shape[0]
+        if class_weight is not None:
+            weight = np.asarray(class_weight, dtype=np.float64).reshape(n, len(classes))
+            if n and not (weight > ZERO_WEIGHT).all():
+                return self._decide_active(log_proba, classes, learnt_log_prior, weight)
         lp = self.adjust(log_proba, classes, learnt_log_prior)
         unsure = np.zeros(n, dtype=bool)
         if n == 0 or not classes:
@@ -274,27 +291,75 @@ class DecisionRule:
             unsure = (p_pos >= lo) & (p_pos <= hi)
             labels = [UNSURE if u else lab for lab, u in zip(labels, unsure.tolist(), strict=True)]
         if self.min_class_weight is not None and class_weight is not None:
-            weight = np.asarray(class_weight, dtype=np.float64).reshape(n, len(classes))
             cold = (weight.min(axis=1) < self.min_class_weight) | (len(classes) < 2)
             if cold.any():
                 unsure = unsure | cold
                 labels = [UNSURE if c else lab for lab, c in zip(labels, cold.tolist(), strict=True)]
         return Decision(labels, unsure, lp)
 
-    def score_of(self, log_proba: Any, classes: Sequence[Label],
-                 n_values: Any) -> np.ndarray | None:
+    def _decide_active(self, log_proba: np.ndarray, classes: list,
+                       learnt_log_prior: np.ndarray | None, weight: np.ndarray) -> Decision:
+        """:meth:`decide` for rows where some class has no weight: each group of rows with
+        the same classes with weight is decided on those alone (posteriors renormalised
+        over them); the others get ``-inf``. A row with no class with weight is unsure."""
+        n, k = log_proba.shape
+        active = weight > ZERO_WEIGHT
+        labels: list[Any] = [UNSURE] * n
+        unsure = np.ones(n, dtype=bool)
+        lp = np.full((n, k), -np.inf)
+        groups: dict[bytes, list[int]] = {}
+        for i in range(n):
+            groups.setdefault(active[i].tobytes(), []).append(i)
+        for rows in groups.values():
+            cols = np.flatnonzero(active[rows[0]])
+            if cols.size == 0:
+                continue
+            sub = log_proba[np.ix_(rows, cols)]
+            with np.errstate(invalid="ignore"):
+                top = sub.max(axis=1, keepdims=True)
+                top = np.where(np.isfinite(top), top, 0.0)
+                sub = sub - (top + np.log(np.exp(sub - top).sum(axis=1, keepdims=True)))
+            d = self.decide(sub, [classes[j] for j in cols.tolist()],
+                            None if learnt_log_prior is None
+                            else np.asarray(learnt_log_prior)[cols],
+                            weight[np.ix_(rows, cols)])
+            lp[np.ix_(rows, cols)] = d.log_proba
+            unsure[rows] = d.unsure
+            for j, i in enumerate(rows):
+                labels[i] = d.labels[j]
+        return Decision(labels, unsure, lp)
+
+    def score_of(self, log_proba: Any, classes: Sequence[Label], n_values: Any,
+                 class_weight: Any = None) -> np.ndarray | None:
         """The score of each row of decided ``log_proba`` (see the module docstring;
         ``n_values``: each row's sum of feature values), None unless two classes (and the
-        ``positive`` class, if given, among them).
+        ``positive`` class, if given, among them). Given ``class_weight`` (as
+        :meth:`decide`), the classes counted are those with weight: a row that has not
+        two of them scores ``nan`` (None if no row scores).
 
         >>> rule = DecisionRule(score="per_feature")
         >>> rule.score_of(np.log([[0.2, 0.8], [0.5, 0.5]]), ["ham", "spam"], [2.0, 0.0]).round(4)
         array([0.6931, 0.    ])
+        >>> lp = [[np.log(0.2), -np.inf, np.log(0.8)]]  # "Spam" learnt, then forgotten
+        >>> rule.score_of(lp, ["ham", "Spam", "spam"], [2.0], [[3.0, 0.0, 4.0]]).round(4)
+        array([0.6931])
         """
+        lp = np.asarray(log_proba, dtype=np.float64)
+        if class_weight is not None:
+            weight = np.asarray(class_weight, dtype=np.float64).reshape(lp.shape)
+            active = weight > ZERO_WEIGHT
+            if not active.all():
+                out = np.full(lp.shape[0], np.nan)
+                for i in range(lp.shape[0]):
+                    cols = np.flatnonzero(active[i])
+                    s = self.score_of(lp[i:i + 1, cols], [classes[j] for j in cols.tolist()],
+                                      np.asarray(n_values, dtype=np.float64).reshape(-1)[i:i + 1])
+                    if s is not None:
+                        out[i] = s[0]
+                return None if np.isnan(out).all() else out
         if len(classes) != 2 or (self.positive is not None and
                                  _key(self.positive) not in [_key(c) for c in classes]):
             return None  # (no score for a positive class the model does not hold)
-        lp = np.asarray(log_proba, dtype=np.float64)
         pos = self.positive_index(classes)
         with np.errstate(invalid="ignore"):
             odds = lp[:, pos] - lp[:, 1 - pos]

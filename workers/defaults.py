@@ -56,6 +56,12 @@ DEFAULT_MAIL_ALPHA = 0.1
 #: score per feature to rank by, and "unsure" while a class has learnt less weight than 3.
 MAIL_DECISION_DEFAULTS = {"score": "per_feature", "min_class_weight": 3.0}
 
+#: The classes ``streamnb worker`` declares for a new count model of hashed mail when
+#: ``--classes`` is not given: a label outside them (a typo, ``Spam``) is a dead letter
+#: (``bad_label``), never a third class. ``--classes`` sets others; ``--classes any``
+#: lets any label become a class.
+MAIL_CLASSES = ("spam", "ham")
+
 #: A labelled message whose verdict was wrong is learnt with this many times its weight
 #: (a new count model of hashed mail; measured on the SpamAssassin replay, docs/features.md).
 DEFAULT_ERROR_WEIGHT = 2.0

@@ -704,3 +704,20 @@ def test_systemd_analyze_knows_every_directive(tmp_path: Path) -> None:
     proc = subprocess.run([analyze, "verify", str(tmp_path / "streamnb-worker@spam.service")],
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0 and "ignoring" not in proc.stderr.lower(), proc.stderr
+
+
+def test_every_worker_deployment_declares_spam_and_ham(compose: dict[str, Any],
+                                                       k8s: dict[str, dict[str, Any]]) -> None:
+    """A mistyped label ("Spam") is a dead letter, not a third class, in every deployment:
+    each one that starts a worker declares the classes, as the README's daemon does."""
+    env = compose["services"]["worker"]["environment"]
+    assert compose_default(env["STREAMNB_CLASSES"]) == "spam,ham"
+    assert k8s["ConfigMap"]["data"]["STREAMNB_CLASSES"] == "spam,ham"
+    assert re.search(r"^STREAMNB_CLASSES=spam,ham$", ENV_EXAMPLE.read_text(), re.M)
+    readme = (ROOT / "README.md").read_text()
+    daemon = readme[readme.index("## The daemon"):]
+    first = daemon[daemon.index("streamnb worker"):daemon.index("streamnb produce")]
+    assert "--classes spam,ham" in first
+    args = build_parser().parse_args(["worker", "--model", "m", "--kind", "multinomial",
+                                      "--classes", compose_default(env["STREAMNB_CLASSES"])])
+    assert args.classes == ["spam", "ham"]

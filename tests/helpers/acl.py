@@ -96,7 +96,7 @@ def start_worker_cli(url: str | None, model: str, consumer: str, log: Path, *ext
         [sys.executable, "-m", "streamnb_workers", "worker", *(["--redis", url] if url else []), "--model", model,
          "--kind", "multinomial", "--bits", "10", "--counts", "raw", "--consumer", consumer,
          "--batch", "40", "--block-ms", "100", "--claim-idle-ms", "500", "--metrics-port", "0",
-         "--error-weight", "1", *extra], stdout=out, stderr=subprocess.STDOUT, env=env or cli_env(), cwd=ROOT)
+         "--error-weight", "1", "--classes", "any", *extra], stdout=out, stderr=subprocess.STDOUT, env=env or cli_env(), cwd=ROOT)
 
 
 def one_line_failure(proc: subprocess.CompletedProcess, code: int = 2) -> str:

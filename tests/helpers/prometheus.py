@@ -69,7 +69,7 @@ def start_worker(redis_url: str, consumer: str, port: int, log: Path,
                  extra: tuple[str, ...] = ()) -> subprocess.Popen:
     cmd = [sys.executable, "-m", "streamnb_workers", "worker", "--redis", redis_url, "--model", MODEL,
            "--kind", "multinomial", "--metrics-port", str(port), "--consumer", consumer,
-           "--block-ms", "100", "--log-level", "WARNING", *extra]
+           "--block-ms", "100", "--log-level", "WARNING", "--classes", "any", *extra]
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log.open("wb"), stderr=subprocess.STDOUT,
                             env={**os.environ, "PYTHONUNBUFFERED": "1"})
     wait_http(f"http://127.0.0.1:{port}/metrics", proc, f"worker {consumer} (log {log})")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
@@ -154,3 +156,40 @@ def test_parsers():
         parse_loss_matrix("ham=3")
     with pytest.raises(ValueError, match="two probabilities"):
         parse_unsure_band("0.5")
+
+
+def test_a_class_with_no_weight_takes_no_part_in_verdicts_nor_scores():
+    """A third class at weight 0 (a typo learnt, then forgotten): the labels, the unsure
+    mask, the posteriors and the per-feature score are those of the two-class model."""
+    two = np.log([[0.3, 0.7], [0.9, 0.1], [0.45, 0.55]])
+    # the same rows with an empty "Spam" column the model still gives some mass to
+    three = np.log(np.column_stack([np.exp(two) * 0.8, [0.2, 0.2, 0.2]]))[:, [0, 2, 1]]
+    rule = DecisionRule(min_class_weight=3.0, unsure_band=(0.5, 0.6), score="per_feature")
+    n_values = [4.0, 10.0, 1.0]
+    ref = rule.decide(two, ["ham", "spam"], class_weight=[[5.0, 6.0]] * 3)
+    got = rule.decide(three, ["ham", "Spam", "spam"], class_weight=[[5.0, 0.0, 6.0]] * 3)
+    assert got.labels == ref.labels == ["spam", "ham", "unsure"]
+    assert got.unsure.tolist() == ref.unsure.tolist()
+    np.testing.assert_allclose(got.log_proba[:, [0, 2]], ref.log_proba, rtol=1e-12)
+    assert np.isneginf(got.log_proba[:, 1]).all()
+    ref_score = rule.score_of(ref.log_proba, ["ham", "spam"], n_values)
+    got_score = rule.score_of(got.log_proba, ["ham", "Spam", "spam"], n_values,
+                              [[5.0, 0.0, 6.0]] * 3)
+    np.testing.assert_allclose(got_score, ref_score, rtol=1e-12)
+    # hand-worked: log(0.7/0.3) / 4 features
+    assert got_score[0] == pytest.approx(math.log(0.7 / 0.3) / 4)
+    # with weight, the third class counts: three classes, too little of one -> unsure, no score
+    cold = rule.decide(three, ["ham", "Spam", "spam"], class_weight=[[5.0, 1.0, 6.0]] * 3)
+    assert cold.labels == ["unsure"] * 3
+    assert rule.score_of(cold.log_proba, ["ham", "Spam", "spam"], n_values,
+                         [[5.0, 1.0, 6.0]] * 3) is None
+
+
+def test_rows_whose_classes_with_weight_differ_are_decided_apart():
+    lp = np.log([[0.2, 0.3, 0.5], [0.2, 0.3, 0.5]])
+    rule = DecisionRule()
+    d = rule.decide(lp, ["a", "b", "c"], class_weight=[[1.0, 1.0, 0.0], [0.0, 0.0, 0.0]])
+    assert d.labels == ["b", "unsure"] and d.unsure.tolist() == [False, True]
+    np.testing.assert_allclose(np.exp(d.log_proba[0]), [0.4, 0.6, 0.0])
+    s = rule.score_of(d.log_proba, ["a", "b", "c"], [1.0, 1.0], [[1.0, 1.0, 0.0], [0.0] * 3])
+    assert s[0] == pytest.approx(math.log(0.6 / 0.4)) and math.isnan(s[1])

@@ -98,12 +98,15 @@ def max_bytes(text: str) -> int:
     return n
 
 
-def class_list(text: str) -> list[str]:
-    """Declared classes, comma separated (``spam,ham``): distinct, non-empty.
+def class_list(text: str) -> list[str] | str:
+    """Declared classes, comma separated (``spam,ham``): distinct, non-empty; ``any``:
+    any label is a class.
 
-    >>> class_list("spam, ham")
-    ['spam', 'ham']
+    >>> class_list("spam, ham"), class_list("any")
+    (['spam', 'ham'], 'any')
     """
+    if text.strip() == "any":
+        return "any"
     classes = [p.strip() for p in text.split(",")]
     if not all(classes) or len(set(classes)) != len(classes) or max(map(len, classes)) > 256:
         raise argparse.ArgumentTypeError(

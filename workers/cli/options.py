@@ -20,6 +20,7 @@ from typing import Any
 
 from streamnb.exceptions import SettingsError
 from streamnb_workers.cli.settings import add_option, redis_settings
+from streamnb_workers.defaults import MAIL_CLASSES
 from streamnb_workers.exit_codes import EXIT_USAGE
 from streamnb_workers.store.connection import RedisSettings
 from streamnb_workers.store.keys import check_model_name
@@ -131,6 +132,7 @@ def model_specs(args: argparse.Namespace) -> list[ModelSpec]:
             specs.append(ModelSpec(name, kind=args.kind, model_params=params or None,
                                    featurizer_config=fcfg or None, decision=decision or None,
                                    half_life=args.half_life, classes=args.classes,
+                                   default_classes=list(MAIL_CLASSES),
                                    error_weight=getattr(args, "error_weight", None),
                                    shards=getattr(args, "shards", None)))
         except ValueError as exc:

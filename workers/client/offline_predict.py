@@ -54,10 +54,13 @@ def predict_file(model_path: str | os.PathLike[str], message_path: str | os.Path
     rule = DecisionRule.from_dict(env.get("decision"))
     prior = getattr(model, "class_log_prior_", None)
     learnt = model.stats["classes"].as_dict()
+    weight = [[learnt.get(c, 0.0) for c in classes]]
     decision = rule.decide(lp, classes, learnt_log_prior=None if prior is None else np.asarray(prior),
-                           class_weight=[[learnt.get(c, 0.0) for c in classes]])
+                           class_weight=weight)
     label = decision.labels[0]
-    score = rule.score_of(decision.log_proba, classes, np.asarray(X.sum(axis=1)).ravel())
+    score = rule.score_of(decision.log_proba, classes, np.asarray(X.sum(axis=1)).ravel(), weight)
+    if score is not None and np.isnan(score[0]):
+        score = None
     return {
         "id": msg.id,
         "label": label,

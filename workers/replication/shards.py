@@ -197,7 +197,8 @@ def shard_spec(config: ModelConfig, name: str | None = None) -> ModelSpec:
     return ModelSpec(name or config.name, kind=config.kind, model_params=config.model_params,
                      featurizer_config=config.featurizer, decision=config.decision,
                      half_life=config.half_life, error_weight=config.error_weight,
-                     classes=config.classes, shards=None if name else config.shards)
+                     classes=config.classes, shards=None if name else config.shards,
+                     explain=config.explain)
 
 
 def load_summed(client: Any, model: str) -> tuple[Any, str] | None:

@@ -12,8 +12,9 @@ format version), ``kind``, ``model_params`` (normalised by the model's ``get_par
 ``half_life`` (forgetting half-life in learnt messages, or null), ``error_weight`` (a
 labelled message whose verdict was wrong is learnt with this many times its weight; 1:
 every message alike; a config stored without it means 1), ``classes`` (the declared
-classes, a list of str, or null: any label is a class), ``created`` (unix time). A config
-stored without ``classes`` reads as null.
+classes, a list of str, or null: any label is a class), ``explain`` (K: the outputs carry
+the K tokens that moved each prediction, docs/worker.md; 0: none), ``created`` (unix time).
+A config stored without ``classes`` reads as null, without ``explain`` as 0.
 
 Defaults filled in at creation for hashed (sparse) input: ``n_features`` = the number of
 featurizer columns and ``smoothing_m = "seen"`` when the model has such parameters; for
@@ -56,6 +57,8 @@ from streamnb_workers.wire.replies import as_str
 
 #: Version of the stored config layout.
 CONFIG_FORMAT_VERSION = 1
+#: ``ModelSpec(classes=ANY_CLASS)`` (``streamnb worker --classes any``): any label is a class.
+ANY_CLASS = "any"
 #: Model kinds that take dense ``x`` vectors (their featurizer needs input="dense", dim).
 DENSE_KINDS = ("gaussian", "lda", "qda")
 
@@ -75,7 +78,11 @@ class ModelSpec:
     ``error_weight``: the weight factor of a message learnt after a wrong verdict
     (None: :data:`DEFAULT_ERROR_WEIGHT` for a new count model of hashed mail, else 1;
     1 turns it off).
-    ``classes``: the only labels the model learns (None: any label).
+    ``classes``: the only labels the model learns (None: as stored, else
+    ``default_classes``; ``"any"``: any label is a class).
+    ``default_classes``: the classes a new count model of hashed mail gets when
+    ``classes`` is None (``streamnb worker`` gives :data:`MAIL_CLASSES`: a mistyped label
+    is a dead letter, not a class); read only when the model is created.
     ``shards``: K statistics shards (workers/replication/shards.py; None: as stored, 1 for a new model).
 
     >>> ModelSpec("mail", kind="multinomial").name
@@ -93,16 +100,22 @@ class ModelSpec:
     decision: dict[str, Any] | None = None
     half_life: float | None = None
     error_weight: float | None = None
-    classes: list[str] | None = None
+    classes: list[str] | str | None = None
     shards: int | None = None
+    default_classes: list[str] | None = None
+    explain: int | None = None
 
     def __post_init__(self) -> None:
         check_model_name(self.name, shard=True)
         if self.shards is not None and (isinstance(self.shards, bool) or not isinstance(
                 self.shards, int) or not 1 <= self.shards <= MAX_SHARDS):
             raise ValueError(f"shards must be an integer in 1..{MAX_SHARDS}, got {self.shards!r}")
-        if self.classes is not None:
+        if self.classes is not None and self.classes != ANY_CLASS:
             self.classes = check_classes(self.classes)
+        if self.explain is not None and (type(self.explain) is not int or self.explain < 0):
+            raise ValueError(f"explain must be an integer >= 0, got {self.explain!r}")
+        if self.default_classes is not None:
+            self.default_classes = check_classes(self.default_classes)
         if self.half_life is not None and not (float(self.half_life) > 0):
             raise ValueError(f"half_life must be > 0 learnt messages, got {self.half_life}")
         if self.error_weight is not None:
@@ -139,6 +152,7 @@ class ModelConfig:
     error_weight: float = 1.0
     classes: list[str] | None = None
     shards: int = 1
+    explain: int = 0
     format: int = CONFIG_FORMAT_VERSION
     created: float = 0.0
 
@@ -153,6 +167,7 @@ class ModelConfig:
             "error_weight": _canon(self.error_weight),
             "classes": _canon(self.classes),
             "shards": str(self.shards),
+            "explain": str(self.explain),
             "created": repr(float(self.created)),
         }
 
@@ -171,7 +186,7 @@ class ModelConfig:
                        half_life=json.loads(h.get("half_life", "null")),
                        error_weight=check_error_weight(json.loads(h.get("error_weight", "1"))),
                        classes=stored_classes(name, h.get("classes", "null")),
-                       shards=int(h.get("shards", "1")), format=fmt,
+                       shards=int(h.get("shards", "1")), explain=int(h.get("explain", "0")), format=fmt,
                        created=float(h.get("created", 0.0)))
         except (KeyError, ValueError) as exc:
             if isinstance(exc, ConfigConflict):
@@ -296,7 +311,17 @@ def resolve_spec(spec: ModelSpec) -> ModelConfig:
                        error_weight=(check_error_weight(spec.error_weight)
                                      if spec.error_weight is not None
                                      else DEFAULT_ERROR_WEIGHT if hashed_counts else 1.0),
-                       classes=spec.classes, shards=spec.shards or 1, created=time.time())
+                       classes=_new_classes(spec, hashed_counts), shards=spec.shards or 1,
+                       explain=spec.explain or 0, created=time.time())
+
+
+def _new_classes(spec: ModelSpec, hashed_counts: bool) -> list[str] | None:
+    """The classes a new model is stored with (see :class:`ModelSpec`)."""
+    if spec.classes == ANY_CLASS:
+        return None
+    if spec.classes is None and hashed_counts:
+        return spec.default_classes
+    return spec.classes  # type: ignore[return-value]
 
 
 def read_config(client: Any, name: str) -> ModelConfig | None:
@@ -328,10 +353,13 @@ def differences(stored: ModelConfig, spec: ModelSpec) -> list[tuple[str, Any, An
         diffs.append(("half_life", stored.half_life, float(spec.half_life)))
     if spec.error_weight is not None and float(spec.error_weight) != stored.error_weight:
         diffs.append(("error_weight", stored.error_weight, float(spec.error_weight)))
-    if spec.classes is not None and spec.classes != stored.classes:
-        diffs.append(("classes", stored.classes, spec.classes))
+    given_classes = None if spec.classes == ANY_CLASS else spec.classes
+    if spec.classes is not None and given_classes != stored.classes:
+        diffs.append(("classes", stored.classes, given_classes))
     if spec.shards is not None and spec.shards != stored.shards:
         diffs.append(("shards", stored.shards, spec.shards))
+    if spec.explain is not None and spec.explain != stored.explain:
+        diffs.append(("explain", stored.explain, spec.explain))
     return diffs
 
 

@@ -80,12 +80,13 @@ def _pairs(model: Any, rule: Any, X: Any) -> list[tuple[Any, Any] | None]:
     live = [i for i, w in enumerate(weight.tolist()) if w > 0]
     if len(live) < 2:
         return [None] * X.shape[0]
-    if len(classes) == 2:
+    if len(live) == 2:  # (a class with no weight takes no part: streamnb/decision.py)
+        two = [classes[i] for i in live]
         try:
-            pos = rule.positive_index(classes)
+            pos = rule.positive_index(two)
         except ValueError:  # the rule's positive class is not one of them (yet)
             pos = 1
-        return [(classes[1 - pos], classes[pos])] * X.shape[0]
+        return [(two[1 - pos], two[pos])] * X.shape[0]
     jll = model.predict_joint_log_proba(X)[:, live]
     top2 = np.argsort(-jll, axis=1, kind="stable")[:, :2]
     return [(classes[live[r]], classes[live[f]]) for f, r in top2.tolist()]

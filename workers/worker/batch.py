@@ -394,8 +394,8 @@ def _predict_once(model: Any, rule: Any, X: Any, items: Sequence[Item], weights:
         n_known = np.full(n, len(classes), dtype=np.int64)
         log_prior = np.broadcast_to(learnt_log_prior(model, len(classes)), lp.shape)
     classes = [c.item() if hasattr(c, "item") else c for c in classes]
-    class_weight = (class_weight_rows(model, classes, labels, weights, prequential)
-                    if rule.min_class_weight is not None else None)
+    # (always: a class with no weight takes no part in the decision nor in the score)
+    class_weight = class_weight_rows(model, classes, labels, weights, prequential)
     # Decide rows that knew the same classes together; with a class-prior override the
     # learnt priors differ row by row (prequential), so each row is decided alone.
     per_row = prequential and rule.class_prior is not None
@@ -411,11 +411,13 @@ def _predict_once(model: Any, rule: Any, X: Any, items: Sequence[Item], weights:
         prior_k = log_prior[rows[0], :k]
         dec = rule.decide(lp[rows, :k], classes[:k],
                           prior_k if np.isfinite(prior_k).any() else None,
-                          None if class_weight is None else class_weight[rows, :k])
+                          class_weight[rows, :k])
         dec_lp[rows, :k] = dec.log_proba
         unsure[rows] = dec.unsure
-        scores = rule.score_of(dec.log_proba, classes[:k], n_values[rows])
-        scored = [None] * len(rows) if scores is None else scores.tolist()
+        scores = rule.score_of(dec.log_proba, classes[:k], n_values[rows],
+                               class_weight[rows, :k])
+        scored = ([None] * len(rows) if scores is None
+                  else [None if s != s else s for s in scores.tolist()])  # (nan: no score)
         known, decided = classes[:k], dec.log_proba.tolist()  # (Python floats)
         for j, i in enumerate(rows):
             verdicts[i] = Verdict(dec.labels[j], dict(zip(known, decided[j], strict=True)),

@@ -29,6 +29,7 @@ import os
 import signal
 import threading
 import time
+from dataclasses import replace
 from typing import Any
 
 from streamnb.exceptions import StreamnbError
@@ -97,6 +98,8 @@ class Worker:
         self._stop = threading.Event()
         self._signals = 0
         self.started = False
+        #: Redis was found unreachable: every model's reachable gauge reads 0 until it answers.
+        self._unreachable = False
         self.backoff = Backoff(self.options.backoff_base_s, self.options.backoff_cap_s)
         self.heap = HeapTrimmer(self.options.release_memory_s)
         self.health = RedisHealth(self.options.healthz_grace_s,
@@ -130,6 +133,8 @@ class Worker:
         for spec in self.specs:
             if spec.name in self.served:
                 continue
+            if self.options.explain is not None:  # (a model setting: workers agree on it)
+                spec = replace(spec, explain=self.options.explain)
             cfg = ensure_config(self.client, spec)
             # several models (or shards): no batch held out of turn
             alone = len(self.specs) == 1 and cfg.shards == 1
@@ -152,6 +157,7 @@ class Worker:
         ensure_group(self.client, ModelKeys(cfg.name))
         rt = ModelRuntime(cfg, self.client, self.options, self.metrics, self.reader, alone)
         rt.replica.load()
+        rt.timers.cleanup.restart(time.monotonic())  # (others' heartbeats: as in _recover)
         self.models[cfg.name] = rt
         self.metrics.start_series(cfg.name, self.consumer)
         rt.version_metric()
@@ -182,6 +188,11 @@ class Worker:
                 self.backoff.reset()
                 if len(self.guard.outages) < len(self.models):
                     self.health.up()
+                if self._unreachable:  # Redis answered again: its models are reachable
+                    self._unreachable = False
+                    for rt in self.models.values():
+                        if rt.name not in self.guard.outages:
+                            rt.series(self.metrics.model_reachable).set(1)
             except Exception as exc:  # noqa: BLE001 - classified below
                 if is_access_error(exc) and not self.started:
                     raise  # a refused password or command: retrying cannot help
@@ -241,8 +252,10 @@ class Worker:
         kind = error_kind(exc) or "other"
         if kind in UNREACHABLE_KINDS:
             self.health.down()
+            self._unreachable = True
             for rt in self.models.values():
                 drop_sampled_gauges(rt)  # read from Redis: not served while it is away
+                rt.series(self.metrics.model_reachable).set(0)
         self.check_keys = True
         for rt in self.models.values() or [None]:
             labels = {"model": rt.name if rt else "-", "worker": self.consumer}
@@ -268,8 +281,12 @@ class Worker:
         else:
             if self.connector.cluster:  # new clients learnt the topology anew
                 close_clients(old)
+        now = time.monotonic()
         for rt in self.models.values():
             rt.redo_pending()  # uncommitted work is redone from our pending entries
+            # the other workers' heartbeats went stale in the outage too: judge them dead
+            # only once they have had stale_s to write them again
+            rt.timers.cleanup.restart(now)
 
     def shutdown(self) -> None:
         """Leave cleanly: final snapshot if lease holder, release lease, drop heartbeat,

@@ -103,8 +103,10 @@ class WorkerOptions:
     release_memory_s: float = 60.0
     #: Put the K tokens that moved each prediction's log-odds most, with their weights,
     #: into its output (key ``explain``, docs/protocol.md); 0: none. Costs a second
-    #: tokenization of each message (docs/worker.md, "Explanations").
-    explain: int = 0
+    #: tokenization of each message (docs/worker.md, "Explanations"). A model setting, stored
+    #: in its config when it is created (a worker given another K refuses to serve it);
+    #: None: as stored.
+    explain: int | None = None
     #: Keep the most frequent token names of the messages seen, at most this many, and
     #: publish them per bucket to ``{M}:tokens`` (``streamnb tokens``); 0: none.
     token_names: int = DEFAULT_TOKEN_NAMES
@@ -132,7 +134,7 @@ class WorkerOptions:
             raise ValueError(f"out_maxlen and dead_maxlen must be >= 0, got "
                              f"{self.out_maxlen} and {self.dead_maxlen}")
         for name in ("explain", "token_names"):
-            if getattr(self, name) < 0:
+            if (getattr(self, name) or 0) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
         if self.token_names_every < 1:
             raise ValueError(f"token_names_every must be >= 1, got {self.token_names_every}")

@@ -160,7 +160,7 @@ def predict_and_commit(rt: ModelRuntime, received: Received, settled: bool,
     tokens = None
     explaining = rt.stage("explain", summed=True)
     with explaining:
-        if predictions is not None and o.explain:
+        if predictions is not None and rt.config.explain:
             predictions, tokens = explain_items(rt, batch.items, prepared, predictions)
 
     predicted = PredictedBatch(
@@ -190,7 +190,7 @@ def predict_and_commit(rt: ModelRuntime, received: Received, settled: bool,
     if rt.token_names is not None and batch.items:
         with explaining:
             count_token_names(rt, batch.items, tokens)
-    if o.explain or rt.token_names is not None:
+    if rt.config.explain or rt.token_names is not None:
         explaining.observe()
     if predictions is not None and predictions.observed:
         with rt.stage("observe"):
@@ -291,7 +291,7 @@ def explain_items(rt: ModelRuntime, items: list[Item], prepared: Prepared | None
         else:
             X = rt.featurizer.stack([it.row for it in items])
         explained = explain_matrix(rt.predictor, rt.rule, rt.featurizer, X,
-                                   rt.options.explain, tokens)
+                                   rt.config.explain, tokens)
     except Exception:  # noqa: BLE001 - see the docstring
         log.exception("model %s: explaining batch %s failed; its outputs go without",
                       rt.name, items[0].entry_id)

@@ -205,3 +205,32 @@ def test_labelled_batches_carry_the_batch_term_that_closes_the_sum(redis_server,
         with_batch += "batch" in e
     # the first message of each batch saw no label of its batch; most others did
     assert (with_batch > 40) if kind == "multinomial" else (with_batch == 0)
+
+
+def test_the_explain_setting_is_the_models_so_two_workers_agree(redis_server):
+    """--explain K is stored with the model when it is created: a second worker started
+    without it explains as the first does (every output explained, not half of them), and
+    one given another K refuses to serve the model."""
+    from streamnb.exceptions import ConfigConflict
+    from streamnb_workers.store.model_config import read_config
+    from tests.helpers.workers import run_in_threads
+
+    r = redis_server.client()
+    produce(r, "mail", token_messages(60, classes=("spam", "ham"), seed=3))
+    first = url_worker(redis_server.url, [count_spec()], fast_options("w1", explain=2, batch=5))
+    first.run_until_idle()
+    assert read_config(r, "mail").explain == 2
+    second = url_worker(redis_server.url, [count_spec()], fast_options("w2", batch=5))  # no --explain
+    test = [{k: v for k, v in m.items() if k != "label"} | {"id": f"t{i}"}
+            for i, m in enumerate(token_messages(80, classes=("spam", "ham"), seed=4))]
+    produce(r, "mail", test)
+    run_in_threads([first, second])
+    out = _outputs(r)
+    read = second.metrics.messages_read.labels(model="mail", worker="w2")._value.get()
+    assert read > 0, "the second worker took none of the messages"
+    assert all("explain" in out[m["id"]] for m in test)
+    assert all(len(out[m["id"]]["explain"]["tokens"]) <= 2 for m in test)
+    assert second.models["mail"].config.explain == 2
+    other = url_worker(redis_server.url, [count_spec()], fast_options("w3", explain=5))
+    with pytest.raises(ConfigConflict, match="explain: stored 2, given 5"):
+        other.start()

@@ -90,7 +90,8 @@ def run(args: argparse.Namespace, env: Mapping[str, str]) -> int:
         raise SettingsError(f"{args.file}: {exc.detail}") from None
     classes = [c.item() if hasattr(c, "item") else c for c in model.classes_]
     decision = rule.decide(model.predict_log_proba(X), classes,
-                           learnt_log_prior=getattr(model, "class_log_prior_", None))
+                           learnt_log_prior=getattr(model, "class_log_prior_", None),
+                           class_weight=[model.class_count_.tolist()])  # (none: no part)
     tokens = message_tokens(featurizer, msg)
     explained = explain_matrix(model, rule, featurizer, X, args.top, [tokens])[0]
     if explained is not None and client is not None:  # names of hashes-only messages

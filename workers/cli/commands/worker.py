@@ -94,7 +94,8 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
                "dead letter (bad_category)")
     add_option(g, "--classes", type=class_list, metavar="C1,C2,...",
                help="the model's classes, fixed when it is created: a label outside them is a "
-               "dead letter (bad_label); default: any label becomes a class")
+               "dead letter (bad_label); 'any': any label becomes a class; default: spam,ham "
+               "for a count model of hashed mail, else any")
     add_option(g, "--half-life", type=finite_float, help="forgetting: weights halve every N learnt messages")
     add_option(g, "--shards", type=shard_count, metavar="K",
                help="split the model into K statistics shards, each a hash tag (a cluster "
@@ -160,9 +161,10 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
                help=":out keeps about this many predictions (MAXLEN ~; 0: no cap)")
     add_option(w, "--dead-maxlen", type=non_negative_int, default=100_000,
                help=":dead keeps about this many dead letters (MAXLEN ~; 0: no cap)")
-    add_option(w, "--explain", type=non_negative_int, default=0, metavar="K",
+    add_option(w, "--explain", type=non_negative_int, metavar="K",
                help="put the K tokens that moved each prediction most, with their weights, "
-               "into its output (0: none; costs a second tokenization per message)")
+               "into its output (0: none; costs a second tokenization per message); stored "
+               "with the model when it is created, a worker given another K refuses it")
     add_option(w, "--token-names", type=non_negative_int, default=DEFAULT_TOKEN_NAMES, metavar="N",
                help="keep the N most frequent token names and publish them per hash bucket "
                "for 'streamnb tokens' (0: none)")
