@@ -20,11 +20,15 @@ from streamnb_workers.wire.stream_ids import entry_time, parse_id
 from streamnb_workers.worker.batch import Dead, Item, Verdict
 from streamnb_workers.worker.labels import REF_EXPIRED, LabelRef, Resolution, resolve_refs
 
-__all__ = ["ALREADY_LEARNT", "NOT_LEARNT_KEY", "CommitContent", "PredictedBatch", "batch_stats",
-           "commit_content"]
+__all__ = ["ALREADY_LEARNT", "NOT_LEARNT_KEY", "RELEARNT", "CommitContent", "PredictedBatch",
+           "batch_stats", "commit_content"]
 
-#: ``reason`` of a labelled message's output when its key was learnt before.
+#: ``reason`` of a labelled message's output when its key was learnt before, with its label.
 ALREADY_LEARNT = "already_learnt"
+#: ``reason`` of a labelled message's output when its key was learnt before under another
+#: label: what was recorded for the key is subtracted and the new label learnt (the
+#: output's ``was`` is the label recorded before).
+RELEARNT = "relearnt"
 #: Dead-letter reason of a forget whose key is not (or no longer) learnt.
 NOT_LEARNT_KEY = "not_learnt"
 
@@ -101,11 +105,15 @@ class CommitContent:
     #: forgotten (checked to hold that record, then deleted) by the commit.
     learn_keys: list[tuple[str, bytes]] = field(default_factory=list)
     forget_keys: list[tuple[str, bytes]] = field(default_factory=list)
-    #: ``(key, record)`` of learnt keys whose message a correction relabelled.
-    relabel_keys: list[tuple[str, bytes]] = field(default_factory=list)
+    #: ``(key, record read, new record)`` of learnt keys relearnt under another label
+    #: (by a labelled message or a ``ref`` label): checked to hold the record read, then
+    #: rewritten.
+    relabel_keys: list[tuple[str, bytes, bytes]] = field(default_factory=list)
     #: Labelled messages not learnt because their key was; labels of the forgets.
     n_duplicates: int = 0
     forgotten_labels: list[Any] = field(default_factory=list)
+    #: The label recorded before for each labelled message relearnt under a new one.
+    relearnt_was: list[Any] = field(default_factory=list)
 
 
 def batch_stats(model: Any, featurizer: Any, rows: Sequence[tuple[Row, Any, float]]) -> Any:
@@ -130,17 +138,18 @@ def commit_content(batch: PredictedBatch, cached: dict[str, CachedMessage | None
                    for it, v in zip(items, verdicts, strict=True)}
     # a cached row that does not fit this model (tampered, other config): as expired
     cached = {k: c if c is None or featurizer.fits(c.row) else None for k, c in cached.items()}
-    res = resolve_refs(batch.refs, batch_labels, batch_preds, cached)
+    res = resolve_refs(batch.refs, batch_labels, batch_preds, cached, batch.key_state)
     learnt = [res.in_batch.get(it.msg.id, it.msg.label) for it in items]
     # an item's own label is learnt with the weight its verdict gave it (error weight)
     weights = [v.weight if lab is not None and lab == it.msg.label else it.msg.weight
                for it, v, lab in zip(items, verdicts, learnt, strict=True)]
-    learn_keys, duplicate = _learn_once(items, learnt, weights, batch.key_state) \
-        if batch.learn_once else ([], [False] * len(items))
+    once = _learn_once(items, learnt, weights, batch.key_state, res.key_relabels) \
+        if batch.learn_once else _LearnOnce([], res.key_relabels, [False] * len(items), {}, [])
+    duplicate = once.duplicate
     learnt = [None if dup else lab for lab, dup in zip(learnt, duplicate, strict=True)]
     add_rows = [(it.row, lab, w) for it, lab, w in zip(items, learnt, weights, strict=True)
                 if lab is not None]
-    n_learnt = len(add_rows) + res.n_learnt
+    n_learnt = len(add_rows) - len(once.was) + res.n_learnt  # (a relearnt one was counted)
     add_rows += res.adds
     if batch.own is not None and not res.adds and \
             batch.own[0] == [it.entry_id for it, lab in zip(items, learnt, strict=True)
@@ -149,11 +158,13 @@ def commit_content(batch: PredictedBatch, cached: dict[str, CachedMessage | None
     else:
         add = batch_stats(model, featurizer, add_rows)
     forget_keys, forget_rows, not_learnt = _forgets(batch.forgets, batch.key_state)
-    sub = batch_stats(model, featurizer, res.subs + forget_rows)
+    sub = batch_stats(model, featurizer, res.subs + once.subs + forget_rows)
     outputs = [output_for(it.msg, v.label, v.log_proba, batch.version, worker,
                           learned=lab is not None, score=v.score,
-                          reason=ALREADY_LEARNT if dup else None, explain=v.explanation)
-               for it, v, lab, dup in zip(items, verdicts, learnt, duplicate, strict=True)]
+                          reason=ALREADY_LEARNT if dup else RELEARNT if i in once.was else None,
+                          was=once.was.get(i), explain=v.explanation)
+               for i, (it, v, lab, dup) in enumerate(zip(items, verdicts, learnt, duplicate,
+                                                         strict=True))]
     why = "never seen, or its cache entry expired" + (
         "" if cache_labelled else "; messages learnt on arrival are not cached: --no-cache-labelled")
     dead = batch.dead + [Dead(r.entry_id, REF_EXPIRED, f"no cached message with id {r.ref!r} "
@@ -163,7 +174,7 @@ def commit_content(batch: PredictedBatch, cached: dict[str, CachedMessage | None
                   f.data) for f in not_learnt]
     dead.sort(key=lambda d: parse_id(d.entry_id))
     entries = []
-    recorded = {key for key, _ in learn_keys}
+    recorded = {key for key, _ in once.learn_keys} | {key for key, _, _ in once.relabel_keys}
     if cache:
         row_bytes = batch.row_bytes or {}
         for it, v, lab, dup, w in zip(items, verdicts, learnt, duplicate, weights,
@@ -191,29 +202,66 @@ def commit_content(batch: PredictedBatch, cached: dict[str, CachedMessage | None
     return CommitContent(
         ids=ids, outputs=outputs, dead=dead, cache_entries=entries, add=add, sub=sub,
         n_learnt=n_learnt, learnt_labels=[lab for _, lab, _ in add_rows], resolution=res,
-        scored=scored, learn_keys=learn_keys, forget_keys=forget_keys,
-        relabel_keys=res.key_relabels,
-        n_duplicates=sum(duplicate), forgotten_labels=[lab for _, lab, _ in forget_rows])
+        scored=scored, learn_keys=once.learn_keys, forget_keys=forget_keys,
+        relabel_keys=once.relabel_keys,
+        n_duplicates=sum(duplicate), forgotten_labels=[lab for _, lab, _ in forget_rows],
+        relearnt_was=once.relearnt_was)
+
+
+@dataclass(slots=True)
+class _LearnOnce:
+    """What learn-once keys make of a batch's labelled items: the keys learnt (absent
+    before), the keys relearnt (record read, new record), which items are duplicates, the
+    label recorded before of each item relearnt (by its index), and the rows relearning
+    subtracts (the item's own row, with the label and weight recorded before)."""
+
+    learn_keys: list[tuple[str, bytes]]
+    relabel_keys: list[tuple[str, bytes, bytes]]
+    duplicate: list[bool]
+    was: dict[int, Any]
+    subs: list[tuple[Row, Any, float]]
+
+    @property
+    def relearnt_was(self) -> list[Any]:
+        return list(self.was.values())
 
 
 def _learn_once(items: Sequence[Item], learnt: Sequence[Any], weights: Sequence[float],
-                key_state: dict[str, bytes | None]) -> tuple[list[tuple[str, bytes]], list[bool]]:
-    """The keys the items learn, with their records (label and the weight learnt), and
-    which items are duplicates: a labelled item whose key was learnt before
-    (``key_state``) or earlier in the batch."""
-    learn_keys: list[tuple[str, bytes]] = []
+                key_state: dict[str, bytes | None],
+                relabelled: Sequence[tuple[str, bytes, bytes]] = ()) -> _LearnOnce:
+    """Learn-once keys applied to the items in order: a labelled item whose key is not
+    learnt (``key_state``, then the items before it) is learnt and its key recorded
+    (label and weight learnt); one whose key is learnt with its label is a duplicate; one
+    whose key is learnt with another label is relearnt: the row with the label and weight
+    recorded is subtracted, its label learnt, the key's record rewritten. ``relabelled``:
+    ``(key, record read, new record)`` of the keys the batch's ``ref`` labels relabelled,
+    applied first."""
     duplicate = [False] * len(items)
-    seen: set[str] = set()
+    was: dict[int, Any] = {}
+    subs: list[tuple[Row, Any, float]] = []
+    # key -> (record before the batch, None if absent; record now)
+    state: dict[str, tuple[bytes | None, bytes]] = {
+        key: (before, new) for key, before, new in relabelled}
     for i, (it, lab, w) in enumerate(zip(items, learnt, weights, strict=True)):
         key = it.msg.key
         if lab is None or key is None:
             continue
-        if key in seen or key_state.get(key) is not None:
+        before = state[key][0] if key in state else key_state.get(key)
+        now = state[key][1] if key in state else before
+        if now is None:
+            state[key] = (None, encode_record(lab, w))
+            continue
+        old, old_weight = decode_record(now)
+        if old == lab and type(old) is type(lab):
             duplicate[i] = True
             continue
-        seen.add(key)
-        learn_keys.append((key, encode_record(lab, w)))
-    return learn_keys, duplicate
+        was[i] = old
+        subs.append((it.row, old, old_weight))
+        state[key] = (before, encode_record(lab, w))
+    learn_keys = [(key, now) for key, (before, now) in state.items() if before is None]
+    relabel_keys = [(key, bytes(before), now) for key, (before, now) in state.items()
+                    if before is not None]
+    return _LearnOnce(learn_keys, relabel_keys, duplicate, was, subs)
 
 
 def _forgets(forgets: Sequence[Item], key_state: dict[str, bytes | None],
