@@ -34,8 +34,8 @@ pytestmark = pytest.mark.redis
 MW = {"model": "mail", "worker": "w0"}
 
 
-def _outputs(r, keys=ModelKeys("mail")) -> dict[str, dict]:
-    outs = [decode_output(f[b"data"]) for _, f in r.xrange(keys.out)]
+def _outputs(r) -> dict[str, dict]:
+    outs = [decode_output(f[b"data"]) for _, f in r.xrange(ModelKeys("mail").out)]
     return {o["id"]: o for o in outs}
 
 
