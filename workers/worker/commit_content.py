@@ -143,8 +143,8 @@ def commit_content(batch: PredictedBatch, cached: dict[str, CachedMessage | None
     # an item's own label is learnt with the weight its verdict gave it (error weight)
     weights = [v.weight if lab is not None and lab == it.msg.label else it.msg.weight
                for it, v, lab in zip(items, verdicts, learnt, strict=True)]
-    once = _learn_once(items, learnt, weights, batch.key_state, res.key_relabels) \
-        if batch.learn_once else _LearnOnce([], res.key_relabels, [False] * len(items), {}, [])
+    once = _learn_once(items, learnt, weights, batch.forgets, batch.key_state,
+                       res.key_relabels, batch.learn_once)
     duplicate = once.duplicate
     learnt = [None if dup else lab for lab, dup in zip(learnt, duplicate, strict=True)]
     add_rows = [(it.row, lab, w) for it, lab, w in zip(items, learnt, weights, strict=True)
@@ -157,8 +157,7 @@ def commit_content(batch: PredictedBatch, cached: dict[str, CachedMessage | None
         add = batch.own[1]  # made before the wait for other workers: the same rows
     else:
         add = batch_stats(model, featurizer, add_rows)
-    forget_keys, forget_rows, not_learnt = _forgets(batch.forgets, batch.key_state)
-    sub = batch_stats(model, featurizer, res.subs + once.subs + forget_rows)
+    sub = batch_stats(model, featurizer, res.subs + once.subs)
     outputs = [output_for(it.msg, v.label, v.log_proba, batch.version, worker,
                           learned=lab is not None, score=v.score,
                           reason=ALREADY_LEARNT if dup else RELEARNT if i in once.was else None,
@@ -171,7 +170,7 @@ def commit_content(batch: PredictedBatch, cached: dict[str, CachedMessage | None
                               f"({why})", batch.ref_data[r.entry_id]) for r in res.expired]
     dead += [Dead(f.entry_id, NOT_LEARNT_KEY, f"key {f.msg.key!r} is not learnt (never, "
                   "forgotten already, or dropped beyond learnt_keys_max): nothing to unlearn",
-                  f.data) for f in not_learnt]
+                  f.data) for f in once.not_learnt]
     dead.sort(key=lambda d: parse_id(d.entry_id))
     entries = []
     recorded = {key for key, _ in once.learn_keys} | {key for key, _, _ in once.relabel_keys}
@@ -202,24 +201,29 @@ def commit_content(batch: PredictedBatch, cached: dict[str, CachedMessage | None
     return CommitContent(
         ids=ids, outputs=outputs, dead=dead, cache_entries=entries, add=add, sub=sub,
         n_learnt=n_learnt, learnt_labels=[lab for _, lab, _ in add_rows], resolution=res,
-        scored=scored, learn_keys=once.learn_keys, forget_keys=forget_keys,
+        scored=scored, learn_keys=once.learn_keys, forget_keys=once.forget_keys,
         relabel_keys=once.relabel_keys,
-        n_duplicates=sum(duplicate), forgotten_labels=[lab for _, lab, _ in forget_rows],
+        n_duplicates=sum(duplicate), forgotten_labels=once.forgotten_labels,
         relearnt_was=once.relearnt_was)
 
 
 @dataclass(slots=True)
 class _LearnOnce:
-    """What learn-once keys make of a batch's labelled items: the keys learnt (absent
-    before), the keys relearnt (record read, new record), which items are duplicates, the
-    label recorded before of each item relearnt (by its index), and the rows relearning
-    subtracts (the item's own row, with the label and weight recorded before)."""
+    """What learn-once keys make of a batch's labelled items and forgets: the keys learnt
+    (absent before), relearnt (record read, new record) and forgotten (record read), which
+    items are duplicates, the label recorded before of each item relearnt (by its index),
+    the rows relearning and forgetting subtract (the message's own row, with the label and
+    weight recorded before), the labels of the forgets, and the forgets whose key is not
+    learnt."""
 
-    learn_keys: list[tuple[str, bytes]]
-    relabel_keys: list[tuple[str, bytes, bytes]]
-    duplicate: list[bool]
-    was: dict[int, Any]
-    subs: list[tuple[Row, Any, float]]
+    learn_keys: list[tuple[str, bytes]] = field(default_factory=list)
+    relabel_keys: list[tuple[str, bytes, bytes]] = field(default_factory=list)
+    forget_keys: list[tuple[str, bytes]] = field(default_factory=list)
+    duplicate: list[bool] = field(default_factory=list)
+    was: dict[int, Any] = field(default_factory=dict)
+    subs: list[tuple[Row, Any, float]] = field(default_factory=list)
+    forgotten_labels: list[Any] = field(default_factory=list)
+    not_learnt: list[Item] = field(default_factory=list)
 
     @property
     def relearnt_was(self) -> list[Any]:
@@ -227,59 +231,55 @@ class _LearnOnce:
 
 
 def _learn_once(items: Sequence[Item], learnt: Sequence[Any], weights: Sequence[float],
-                key_state: dict[str, bytes | None],
-                relabelled: Sequence[tuple[str, bytes, bytes]] = ()) -> _LearnOnce:
-    """Learn-once keys applied to the items in order: a labelled item whose key is not
-    learnt (``key_state``, then the items before it) is learnt and its key recorded
-    (label and weight learnt); one whose key is learnt with its label is a duplicate; one
-    whose key is learnt with another label is relearnt: the row with the label and weight
-    recorded is subtracted, its label learnt, the key's record rewritten. ``relabelled``:
-    ``(key, record read, new record)`` of the keys the batch's ``ref`` labels relabelled,
-    applied first."""
-    duplicate = [False] * len(items)
-    was: dict[int, Any] = {}
-    subs: list[tuple[Row, Any, float]] = []
-    # key -> (record before the batch, None if absent; record now)
-    state: dict[str, tuple[bytes | None, bytes]] = {
+                forgets: Sequence[Item], key_state: dict[str, bytes | None],
+                relabelled: Sequence[tuple[str, bytes, bytes]] = (),
+                learn_once: bool = True) -> _LearnOnce:
+    """Learn-once keys applied to the labelled items (with ``learn_once``) and the forgets
+    in stream order, from ``key_state`` and the ``ref`` corrections ``relabelled`` (``(key,
+    record read, new record)``, applied first):
+
+    - an item whose key is not learnt is learnt and its key recorded (label and weight);
+    - one whose key is learnt with its label is a duplicate;
+    - one whose key is learnt with another label is relearnt: its row with the label and
+      weight recorded is subtracted, its label learnt, the key's record rewritten;
+    - a forget subtracts its row with what its key records and deletes the key; a forget
+      whose key is not learnt (never, or forgotten before) unlearns nothing.
+    """
+    out = _LearnOnce(duplicate=[False] * len(items))
+    # key -> (record before the batch, None if absent; record now, None if absent)
+    state: dict[str, tuple[bytes | None, bytes | None]] = {
         key: (before, new) for key, before, new in relabelled}
-    for i, (it, lab, w) in enumerate(zip(items, learnt, weights, strict=True)):
-        key = it.msg.key
-        if lab is None or key is None:
+    events: list[tuple[int, Item]] = [(i, it) for i, (it, lab) in
+                                      enumerate(zip(items, learnt, strict=True))
+                                      if learn_once and lab is not None and it.msg.key]
+    events += [(-1, f) for f in forgets]
+    events.sort(key=lambda e: parse_id(e[1].entry_id))
+    for i, it in events:
+        key: str = it.msg.key  # type: ignore[assignment]
+        before, now = state[key] if key in state else (key_state.get(key),) * 2
+        if i < 0:  # a forget
+            if now is None:
+                out.not_learnt.append(it)
+                continue
+            label, weight = decode_record(now)
+            out.subs.append((it.row, label, weight))
+            out.forgotten_labels.append(label)
+            state[key] = (before, None)
             continue
-        before = state[key][0] if key in state else key_state.get(key)
-        now = state[key][1] if key in state else before
-        if now is None:
-            state[key] = (None, encode_record(lab, w))
-            continue
-        old, old_weight = decode_record(now)
-        if old == lab and type(old) is type(lab):
-            duplicate[i] = True
-            continue
-        was[i] = old
-        subs.append((it.row, old, old_weight))
-        state[key] = (before, encode_record(lab, w))
-    learn_keys = [(key, now) for key, (before, now) in state.items() if before is None]
-    relabel_keys = [(key, bytes(before), now) for key, (before, now) in state.items()
-                    if before is not None]
-    return _LearnOnce(learn_keys, relabel_keys, duplicate, was, subs)
-
-
-def _forgets(forgets: Sequence[Item], key_state: dict[str, bytes | None],
-             ) -> tuple[list[tuple[str, bytes]], list[tuple[Row, Any, float]], list[Item]]:
-    """What the forgets unlearn: ``(key, record)`` of each key forgotten, the rows to
-    subtract (with the label and weight recorded for their key), and the forgets whose key
-    is not learnt (each key is forgotten once)."""
-    keys: list[tuple[str, bytes]] = []
-    rows: list[tuple[Row, Any, float]] = []
-    not_learnt: list[Item] = []
-    done: set[str] = set()
-    for f in forgets:
-        record = key_state.get(f.msg.key)  # type: ignore[arg-type]
-        if record is None or f.msg.key in done:
-            not_learnt.append(f)
-            continue
-        done.add(f.msg.key)  # type: ignore[arg-type]
-        label, weight = decode_record(record)
-        keys.append((f.msg.key, bytes(record)))  # type: ignore[arg-type]
-        rows.append((f.row, label, weight))
-    return keys, rows, not_learnt
+        lab = learnt[i]
+        if now is not None:
+            old, old_weight = decode_record(now)
+            if old == lab and type(old) is type(lab):
+                out.duplicate[i] = True
+                continue
+            out.was[i] = old
+            out.subs.append((it.row, old, old_weight))
+        state[key] = (before, encode_record(lab, weights[i]))
+    for key, (before, now) in state.items():
+        if before is None and now is not None:
+            out.learn_keys.append((key, now))
+        elif before is not None and now is not None:
+            out.relabel_keys.append((key, bytes(before), now))
+        elif before is not None:
+            out.forget_keys.append((key, bytes(before)))
+    return out

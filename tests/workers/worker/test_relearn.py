@@ -216,3 +216,31 @@ def test_relabel_on_a_sharded_model(redis_server):
     assert_same_stats(learnt_model(r, "mail")[0], ref)
     assert sum(s.value for reg in regs for metric in reg.collect() for s in metric.samples
                if s.name == "streamnb_messages_relearnt_total") == 6
+
+
+@pytest.mark.parametrize("forget_first", [False, True])
+def test_a_relabel_and_a_forget_of_one_key_in_one_batch_apply_in_stream_order(redis_server,
+                                                                               forget_first):
+    r = redis_server.client()
+    msgs = token_messages(40, classes=("spam", "ham"), seed=23)
+    m = next(m for m in msgs if m["label"] == "spam")
+    ws, _ = _workers(redis_server.url, n=1, batch=50)
+    produce(r, "mail", msgs)
+    run_in_threads(ws)
+    forget = {"forget": True, "key": m["key"], "tokens": m["tokens"]}
+    relabel = _as(m, "ham", "fix")
+    produce(r, "mail", [forget, relabel] if forget_first else [relabel, forget])
+    run_in_threads(ws)
+    out = _outputs(r)[relabel["id"]]
+    if forget_first:  # forgotten, then learnt anew as ham
+        final = _relabelled(msgs, {m["id"]: "ham"})
+        assert out["learned"] is True and "reason" not in out
+        assert _record(r, m["key"]) == ("ham", 1.0)
+    else:  # relearnt as ham, then forgotten
+        final = [x for x in msgs if x["id"] != m["id"]]
+        assert (out["reason"], out["was"]) == ("relearnt", "spam")
+        assert _record(r, m["key"]) is None
+    ref = offline_model("multinomial", PARAMS, FCFG, final)
+    assert_same_stats(ws[0].models["mail"].replica.model, ref)
+    assert_same_stats(learnt_model(r, "mail")[0], ref)
+    assert r.xlen(ModelKeys("mail").dead) == 0
