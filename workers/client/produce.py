@@ -23,9 +23,11 @@ its learn-once ``key`` (workers/wire/learn_keys.py: the record's own ``key``, th
 Message-ID, else a hash), which the worker learns at most once.
 
 Before each chunk is sent, the keys of its labelled messages are looked up in the model's
-learnt keys: a message already learnt is not sent again (counted in
+learnt keys: a message already learnt with its label is not sent again (counted in
 ``ProduceReport.already_learnt``), so running ``produce`` again after an interruption
-sends only what was not learnt, and the worker's own check makes the rest learnt once.
+sends only what was not learnt, and the worker's own check makes the rest learnt once. A
+message whose key was learnt with another label is sent: the worker relearns it (a
+correction; counted in ``ProduceReport.relearnt`` by the old and the new label).
 
 Mail (every source but JSON lines) must look like mail: a file that is empty, holds NUL
 bytes in its header block or does not start with a header line (or an mbox ``From `` line)
@@ -65,7 +67,7 @@ from streamnb_workers.client.sources import IndexEntry, count_messages, iter_pat
 from streamnb_workers.defaults import DEFAULT_PRODUCE_CHUNK
 from streamnb_workers.store.keys import ModelKeys
 from streamnb_workers.wire.codec import DATA_FIELD, decode_input
-from streamnb_workers.wire.learn_keys import known_keys
+from streamnb_workers.wire.learn_keys import decode_record, known_keys
 from streamnb_workers.wire.outputs import decode_output
 from streamnb_workers.wire.replies import as_str, entry_field
 
@@ -75,7 +77,8 @@ __all__ = ["ProduceInterrupted", "ProduceReport", "produce", "send_and_wait"]
 @dataclass(slots=True)
 class ProduceReport:
     """What ``produce`` did: messages sent (of ``total`` found), labelled among them,
-    skipped as invalid, and labelled messages not sent because their key was learnt."""
+    skipped as invalid, labelled messages not sent because their key was learnt with
+    their label, and those sent to be relearnt (their key learnt with another label)."""
 
     sent: int = 0
     skipped: int = 0
@@ -85,6 +88,20 @@ class ProduceReport:
     total: int = 0
     #: The model's statistics shards (the ``:in`` streams sent to).
     shards: int = 1
+    #: (label learnt before, label sent) -> messages sent to be relearnt so.
+    relearnt: dict[tuple[Any, Any], int] = field(default_factory=dict)
+
+    @property
+    def relearnt_summary(self) -> str:
+        """``N relearnt (spam -> ham)``, or ``N relearnt (2 spam -> ham, 1 ham -> spam)``;
+        "" when none was."""
+        if not self.relearnt:
+            return ""
+        total = sum(self.relearnt.values())
+        pairs = [f"{old} -> {new}" for old, new in self.relearnt]
+        if len(pairs) > 1:
+            pairs = [f"{n} {p}" for p, n in zip(pairs, self.relearnt.values(), strict=True)]
+        return f"{total} relearnt ({', '.join(pairs)})"
 
 
 # ---------------------------------------------------------------------------- sending
@@ -185,8 +202,8 @@ def produce(
         raise SettingsError(f"{missing!r} does not exist")
     report = ProduceReport(shards=k)
     bar = Progress(stderr, None, progress)
-    # (data, key if labelled, labelled, the keys of the shard it goes to)
-    batch: list[tuple[bytes, str | None, bool, ModelKeys]] = []
+    # (data, key if labelled, label, the keys of the shard it goes to)
+    batch: list[tuple[bytes, str | None, Any, ModelKeys]] = []
 
     def flush() -> None:
         if not batch:
@@ -195,10 +212,15 @@ def produce(
                                           if key is not None])
         pipe = client.pipeline(transaction=False)
         n = n_labelled = 0
-        for data, key, labelled, keys in batch:
+        for data, key, msg_label, keys in batch:
+            labelled = msg_label is not None
             if key is not None and (keys.name, key) in known:
-                report.already_learnt += 1
-                continue
+                old = known[keys.name, key]
+                if old == msg_label and type(old) is type(msg_label):
+                    report.already_learnt += 1
+                    continue
+                pair = (old, msg_label)
+                report.relearnt[pair] = report.relearnt.get(pair, 0) + 1
             pipe.xadd(keys.input, {DATA_FIELD: data})
             n += 1
             n_labelled += labelled
@@ -234,7 +256,7 @@ def produce(
                 continue
             labelled = msg.label is not None
             shard = router.keys_for(msg.ref if msg.ref is not None else msg.id)
-            batch.append((data, msg.key if labelled else None, labelled, shard))
+            batch.append((data, msg.key if labelled else None, msg.label, shard))
             if len(batch) >= chunk:
                 flush()
         flush()
@@ -245,16 +267,19 @@ def produce(
     return report
 
 
-def learnt_in_shards(client: Any, wanted: list[tuple[ModelKeys, str]]) -> set[tuple[str, str]]:
+def learnt_in_shards(client: Any, wanted: list[tuple[ModelKeys, str]]
+                     ) -> dict[tuple[str, str], Any]:
     """Which of the learn-once keys ``wanted`` (the shard's keys, the key) the shard has
-    learnt, as ``(shard name, key)``: one look-up per shard, of its keys."""
+    learnt, as ``(shard name, key)`` -> the label learnt: one look-up per shard, of its
+    keys."""
     by_shard: dict[ModelKeys, list[str]] = {}
     for keys, key in wanted:
         by_shard.setdefault(keys, []).append(key)
-    known = set()
+    known: dict[tuple[str, str], Any] = {}
     for keys, learn_keys in by_shard.items():
         found = known_keys(client, keys.learnt_keys, learn_keys)
-        known.update((keys.name, key) for key in learn_keys if found.get(key) is not None)
+        known.update(((keys.name, key), decode_record(record)[0])
+                     for key, record in found.items() if record is not None)
     return known
 
 

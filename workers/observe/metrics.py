@@ -67,6 +67,9 @@ class Metrics:
         self.messages_already_learnt = Counter(
             "messages_already_learnt", "Labelled messages predicted but not learnt: their "
             "learn-once key was learnt before", MW, **r)
+        self.messages_relearnt = Counter(
+            "messages_relearnt", "Labelled messages whose learn-once key was learnt under "
+            "another label: the old contribution subtracted, the new label learnt", MW, **r)
         self.messages_forgotten = Counter(
             "messages_forgotten", "Messages unlearnt by a forget, by the class they were "
             "learnt as", (*MW, "class"), **r)
@@ -227,7 +230,8 @@ class Metrics:
                        self.snapshots_written, self.redis_restores, self.prequential_log_loss,
                        self.prequential_brier, self.delayed_log_loss, self.delayed_brier,
                        self.label_delay, self.corrections, self.oov_share, self.confidence,
-                       self.unsure, self.messages_already_learnt, self.ordered_section_seconds,
+                       self.unsure, self.messages_already_learnt, self.messages_relearnt,
+                       self.ordered_section_seconds,
                        self.ordered_section_cpu, self.order_wait_cpu, self.log_rewinds):
             family.labels(**mw)
         for reason in DEAD_LETTER_REASONS:

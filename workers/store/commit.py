@@ -6,9 +6,10 @@ consumer and that every delayed-label compare-and-set still holds; only then doe
 append the delta to ``:log`` (plus decay events every K learnt messages), the predictions
 to ``:out``, the dead letters to ``:dead``, write the feature cache, XACK the ids and,
 if asked, delete the batch's ``:inflight`` announcement.
-It records the learn-once keys of the messages it learns and deletes those it forgets
-(workers/wire/learn_keys.py), after checking that none of the first is recorded and each of the
-others still holds the record the worker subtracts.
+It records the learn-once keys of the messages it learns, rewrites those it relearns under
+another label and deletes those it forgets (workers/wire/learn_keys.py), after checking
+that none of the first is recorded and each of the others still holds the record the
+worker subtracts.
 Otherwise it writes nothing and says which ids were lost, which cache entries changed or
 which keys are not as the worker took them.
 
@@ -103,9 +104,9 @@ class CommitRequest:
     learn_keys: list[tuple[str, bytes]] = field(default_factory=list)
     #: ``(key, record)`` to delete, each checked to hold that record first.
     forget_keys: list[tuple[str, bytes]] = field(default_factory=list)
-    #: ``(key, record)``: the new record of a learnt key whose message a correction
-    #: relabelled (written only where the key is still recorded).
-    relabel_keys: list[tuple[str, bytes]] = field(default_factory=list)
+    #: ``(key, record, new record)`` of a learnt key relearnt under another label: checked
+    #: to hold ``record`` first, then rewritten.
+    relabel_keys: list[tuple[str, bytes, bytes]] = field(default_factory=list)
     #: Keys kept at most (the oldest learnt are dropped beyond it; 0: no bound).
     keys_max: int = 0
 
@@ -162,9 +163,9 @@ def script_args(keys: ModelKeys, consumer: str, req: CommitRequest, out_maxlen: 
     - ``keys_key_at``, ``keyorder_key_at``: ``{M}:keys`` and ``{M}:keyorder`` (0: no
       learn-once keys); ``learn_at``/``n_learn``: the keys learnt, each key and record
       (none may be recorded yet); ``forget_at``/``n_forget``: the keys forgotten, each key
-      and the record it must still hold; ``relabel_at``/``n_relabel``: keys whose record a
-      correction rewrites (if still recorded), each key and record; ``keys_max``: keys
-      kept at most (0: no bound).
+      and the record it must still hold; ``relabel_at``/``n_relabel``: keys relearnt
+      under another label, each key, the record it must still hold and the record written;
+      ``keys_max``: keys kept at most (0: no bound).
     """
     script_keys = [keys.input, keys.out, keys.dead, keys.log, keys.learnt]
     write_keys_at = len(script_keys) + 1
@@ -201,8 +202,8 @@ def script_args(keys: ModelKeys, consumer: str, req: CommitRequest, out_maxlen: 
     for key, record in req.forget_keys:
         lists += (key, record)
     relabel_at = len(lists)
-    for key, record in req.relabel_keys:
-        lists += (key, record)
+    for key, record, new in req.relabel_keys:
+        lists += (key, record, new)
     named = {
         "group": GROUP, "consumer": consumer,
         "out_maxlen": int(out_maxlen), "dead_maxlen": int(dead_maxlen),

@@ -36,10 +36,12 @@ def encode_output(
     score: float | None = None,
     reason: str | None = None,
     explain: dict | None = None,
+    was: str | int | None = None,
 ) -> bytes:
     """Encode one prediction for ``{M}:out``; ``score`` (two classes: what to rank and
     threshold by) is written where given and finite; ``explain``: the map of
-    :mod:`streamnb_workers.wire.explanations`, with ``--explain K``.
+    :mod:`streamnb_workers.wire.explanations`, with ``--explain K``; ``was``: the label
+    a relearnt message's key was learnt with before (``reason`` ``relearnt``).
 
     >>> out = decode_output(encode_output("m1", "1-0", "spam", {"spam": -0.1, "ham": -2.4},
     ...                                   7, "w1", true_label="spam", learned=True))
@@ -61,6 +63,8 @@ def encode_output(
         obj["learned"] = bool(learned)
     if reason is not None:
         obj["reason"] = reason
+    if was is not None:
+        obj["was"] = was
     if meta is not None:
         obj["meta"] = meta
     if score is not None and math.isfinite(score):
@@ -80,9 +84,11 @@ def output_for(
     score: float | None = None,
     reason: str | None = None,
     explain: dict | None = None,
+    was: str | int | None = None,
 ) -> bytes:
     """:func:`encode_output` for a decoded input (id, entry, true label and meta from
-    ``msg``); ``reason``: why a labelled message was not learnt."""
+    ``msg``); ``reason``: why a labelled message was not learnt (``already_learnt``), or
+    how it was (``relearnt``, its key learnt before with the label ``was``)."""
     return encode_output(
         msg.id,
         msg.entry_id,
@@ -96,6 +102,7 @@ def output_for(
         score=score,
         reason=reason if msg.label is not None else None,
         explain=explain,
+        was=was if msg.label is not None else None,
     )
 
 

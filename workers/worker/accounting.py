@@ -1,5 +1,5 @@
 """What a batch's commit is counted and scored as once it landed: the commit, the
-messages predicted, learnt, already learnt, forgotten, unlearned and corrected, its dead
+messages predicted, learnt, already learnt, relearnt, forgotten, unlearned and corrected, its dead
 letters, and the prequential and delayed scores the observer is given. Called with the
 settled commit's own values (workers/worker/committing.py ``Committed``), where the
 worker commits or settles it.
@@ -30,6 +30,11 @@ def account(rt: ModelRuntime, committed: Committed | None) -> None:
         series(m.messages_learned, **{"class": lab}).inc(n)
     if content.n_duplicates:
         series(m.messages_already_learnt).inc(content.n_duplicates)
+    if content.relearnt_was:  # corrections too: a contribution moved from a class
+        series(m.messages_relearnt).inc(len(content.relearnt_was))
+        series(m.corrections).inc(len(content.relearnt_was))
+        for lab, n in Counter(str(lab) for lab in content.relearnt_was).items():
+            series(m.messages_unlearned, **{"class": lab}).inc(n)
     for lab, n in Counter(str(lab) for lab in content.forgotten_labels).items():
         series(m.messages_forgotten, **{"class": lab}).inc(n)
     res = content.resolution

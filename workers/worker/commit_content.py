@@ -20,11 +20,15 @@ from streamnb_workers.wire.stream_ids import entry_time, parse_id
 from streamnb_workers.worker.batch import Dead, Item, Verdict
 from streamnb_workers.worker.labels import REF_EXPIRED, LabelRef, Resolution, resolve_refs
 
-__all__ = ["ALREADY_LEARNT", "NOT_LEARNT_KEY", "CommitContent", "PredictedBatch", "batch_stats",
-           "commit_content"]
+__all__ = ["ALREADY_LEARNT", "NOT_LEARNT_KEY", "RELEARNT", "CommitContent", "PredictedBatch",
+           "batch_stats", "commit_content"]
 
-#: ``reason`` of a labelled message's output when its key was learnt before.
+#: ``reason`` of a labelled message's output when its key was learnt before, with its label.
 ALREADY_LEARNT = "already_learnt"
+#: ``reason`` of a labelled message's output when its key was learnt before under another
+#: label: what was recorded for the key is subtracted and the new label learnt (the
+#: output's ``was`` is the label recorded before).
+RELEARNT = "relearnt"
 #: Dead-letter reason of a forget whose key is not (or no longer) learnt.
 NOT_LEARNT_KEY = "not_learnt"
 
@@ -101,11 +105,15 @@ class CommitContent:
     #: forgotten (checked to hold that record, then deleted) by the commit.
     learn_keys: list[tuple[str, bytes]] = field(default_factory=list)
     forget_keys: list[tuple[str, bytes]] = field(default_factory=list)
-    #: ``(key, record)`` of learnt keys whose message a correction relabelled.
-    relabel_keys: list[tuple[str, bytes]] = field(default_factory=list)
+    #: ``(key, record read, new record)`` of learnt keys relearnt under another label
+    #: (by a labelled message or a ``ref`` label): checked to hold the record read, then
+    #: rewritten.
+    relabel_keys: list[tuple[str, bytes, bytes]] = field(default_factory=list)
     #: Labelled messages not learnt because their key was; labels of the forgets.
     n_duplicates: int = 0
     forgotten_labels: list[Any] = field(default_factory=list)
+    #: The label recorded before for each labelled message relearnt under a new one.
+    relearnt_was: list[Any] = field(default_factory=list)
 
 
 def batch_stats(model: Any, featurizer: Any, rows: Sequence[tuple[Row, Any, float]]) -> Any:
@@ -130,17 +138,18 @@ def commit_content(batch: PredictedBatch, cached: dict[str, CachedMessage | None
                    for it, v in zip(items, verdicts, strict=True)}
     # a cached row that does not fit this model (tampered, other config): as expired
     cached = {k: c if c is None or featurizer.fits(c.row) else None for k, c in cached.items()}
-    res = resolve_refs(batch.refs, batch_labels, batch_preds, cached)
+    res = resolve_refs(batch.refs, batch_labels, batch_preds, cached, batch.key_state)
     learnt = [res.in_batch.get(it.msg.id, it.msg.label) for it in items]
     # an item's own label is learnt with the weight its verdict gave it (error weight)
     weights = [v.weight if lab is not None and lab == it.msg.label else it.msg.weight
                for it, v, lab in zip(items, verdicts, learnt, strict=True)]
-    learn_keys, duplicate = _learn_once(items, learnt, weights, batch.key_state) \
-        if batch.learn_once else ([], [False] * len(items))
+    once = _learn_once(items, learnt, weights, batch.forgets, batch.key_state,
+                       res.key_relabels, batch.learn_once)
+    duplicate = once.duplicate
     learnt = [None if dup else lab for lab, dup in zip(learnt, duplicate, strict=True)]
     add_rows = [(it.row, lab, w) for it, lab, w in zip(items, learnt, weights, strict=True)
                 if lab is not None]
-    n_learnt = len(add_rows) + res.n_learnt
+    n_learnt = len(add_rows) - len(once.was) + res.n_learnt  # (a relearnt one was counted)
     add_rows += res.adds
     if batch.own is not None and not res.adds and \
             batch.own[0] == [it.entry_id for it, lab in zip(items, learnt, strict=True)
@@ -148,22 +157,23 @@ def commit_content(batch: PredictedBatch, cached: dict[str, CachedMessage | None
         add = batch.own[1]  # made before the wait for other workers: the same rows
     else:
         add = batch_stats(model, featurizer, add_rows)
-    forget_keys, forget_rows, not_learnt = _forgets(batch.forgets, batch.key_state)
-    sub = batch_stats(model, featurizer, res.subs + forget_rows)
+    sub = batch_stats(model, featurizer, res.subs + once.subs)
     outputs = [output_for(it.msg, v.label, v.log_proba, batch.version, worker,
                           learned=lab is not None, score=v.score,
-                          reason=ALREADY_LEARNT if dup else None, explain=v.explanation)
-               for it, v, lab, dup in zip(items, verdicts, learnt, duplicate, strict=True)]
+                          reason=ALREADY_LEARNT if dup else RELEARNT if i in once.was else None,
+                          was=once.was.get(i), explain=v.explanation)
+               for i, (it, v, lab, dup) in enumerate(zip(items, verdicts, learnt, duplicate,
+                                                         strict=True))]
     why = "never seen, or its cache entry expired" + (
         "" if cache_labelled else "; messages learnt on arrival are not cached: --no-cache-labelled")
     dead = batch.dead + [Dead(r.entry_id, REF_EXPIRED, f"no cached message with id {r.ref!r} "
                               f"({why})", batch.ref_data[r.entry_id]) for r in res.expired]
     dead += [Dead(f.entry_id, NOT_LEARNT_KEY, f"key {f.msg.key!r} is not learnt (never, "
                   "forgotten already, or dropped beyond learnt_keys_max): nothing to unlearn",
-                  f.data) for f in not_learnt]
+                  f.data) for f in once.not_learnt]
     dead.sort(key=lambda d: parse_id(d.entry_id))
     entries = []
-    recorded = {key for key, _ in learn_keys}
+    recorded = {key for key, _ in once.learn_keys} | {key for key, _, _ in once.relabel_keys}
     if cache:
         row_bytes = batch.row_bytes or {}
         for it, v, lab, dup, w in zip(items, verdicts, learnt, duplicate, weights,
@@ -191,47 +201,85 @@ def commit_content(batch: PredictedBatch, cached: dict[str, CachedMessage | None
     return CommitContent(
         ids=ids, outputs=outputs, dead=dead, cache_entries=entries, add=add, sub=sub,
         n_learnt=n_learnt, learnt_labels=[lab for _, lab, _ in add_rows], resolution=res,
-        scored=scored, learn_keys=learn_keys, forget_keys=forget_keys,
-        relabel_keys=res.key_relabels,
-        n_duplicates=sum(duplicate), forgotten_labels=[lab for _, lab, _ in forget_rows])
+        scored=scored, learn_keys=once.learn_keys, forget_keys=once.forget_keys,
+        relabel_keys=once.relabel_keys,
+        n_duplicates=sum(duplicate), forgotten_labels=once.forgotten_labels,
+        relearnt_was=once.relearnt_was)
+
+
+@dataclass(slots=True)
+class _LearnOnce:
+    """What learn-once keys make of a batch's labelled items and forgets: the keys learnt
+    (absent before), relearnt (record read, new record) and forgotten (record read), which
+    items are duplicates, the label recorded before of each item relearnt (by its index),
+    the rows relearning and forgetting subtract (the message's own row, with the label and
+    weight recorded before), the labels of the forgets, and the forgets whose key is not
+    learnt."""
+
+    learn_keys: list[tuple[str, bytes]] = field(default_factory=list)
+    relabel_keys: list[tuple[str, bytes, bytes]] = field(default_factory=list)
+    forget_keys: list[tuple[str, bytes]] = field(default_factory=list)
+    duplicate: list[bool] = field(default_factory=list)
+    was: dict[int, Any] = field(default_factory=dict)
+    subs: list[tuple[Row, Any, float]] = field(default_factory=list)
+    forgotten_labels: list[Any] = field(default_factory=list)
+    not_learnt: list[Item] = field(default_factory=list)
+
+    @property
+    def relearnt_was(self) -> list[Any]:
+        return list(self.was.values())
 
 
 def _learn_once(items: Sequence[Item], learnt: Sequence[Any], weights: Sequence[float],
-                key_state: dict[str, bytes | None]) -> tuple[list[tuple[str, bytes]], list[bool]]:
-    """The keys the items learn, with their records (label and the weight learnt), and
-    which items are duplicates: a labelled item whose key was learnt before
-    (``key_state``) or earlier in the batch."""
-    learn_keys: list[tuple[str, bytes]] = []
-    duplicate = [False] * len(items)
-    seen: set[str] = set()
-    for i, (it, lab, w) in enumerate(zip(items, learnt, weights, strict=True)):
-        key = it.msg.key
-        if lab is None or key is None:
-            continue
-        if key in seen or key_state.get(key) is not None:
-            duplicate[i] = True
-            continue
-        seen.add(key)
-        learn_keys.append((key, encode_record(lab, w)))
-    return learn_keys, duplicate
+                forgets: Sequence[Item], key_state: dict[str, bytes | None],
+                relabelled: Sequence[tuple[str, bytes, bytes]] = (),
+                learn_once: bool = True) -> _LearnOnce:
+    """Learn-once keys applied to the labelled items (with ``learn_once``) and the forgets
+    in stream order, from ``key_state`` and the ``ref`` corrections ``relabelled`` (``(key,
+    record read, new record)``, applied first):
 
-
-def _forgets(forgets: Sequence[Item], key_state: dict[str, bytes | None],
-             ) -> tuple[list[tuple[str, bytes]], list[tuple[Row, Any, float]], list[Item]]:
-    """What the forgets unlearn: ``(key, record)`` of each key forgotten, the rows to
-    subtract (with the label and weight recorded for their key), and the forgets whose key
-    is not learnt (each key is forgotten once)."""
-    keys: list[tuple[str, bytes]] = []
-    rows: list[tuple[Row, Any, float]] = []
-    not_learnt: list[Item] = []
-    done: set[str] = set()
-    for f in forgets:
-        record = key_state.get(f.msg.key)  # type: ignore[arg-type]
-        if record is None or f.msg.key in done:
-            not_learnt.append(f)
+    - an item whose key is not learnt is learnt and its key recorded (label and weight);
+    - one whose key is learnt with its label is a duplicate;
+    - one whose key is learnt with another label is relearnt: its row with the label and
+      weight recorded is subtracted, its label learnt, the key's record rewritten;
+    - a forget subtracts its row with what its key records and deletes the key; a forget
+      whose key is not learnt (never, or forgotten before) unlearns nothing.
+    """
+    out = _LearnOnce(duplicate=[False] * len(items))
+    # key -> (record before the batch, None if absent; record now, None if absent)
+    state: dict[str, tuple[bytes | None, bytes | None]] = {
+        key: (before, new) for key, before, new in relabelled}
+    events: list[tuple[int, Item]] = [(i, it) for i, (it, lab) in
+                                      enumerate(zip(items, learnt, strict=True))
+                                      if learn_once and lab is not None and it.msg.key]
+    events += [(-1, f) for f in forgets]
+    events.sort(key=lambda e: parse_id(e[1].entry_id))
+    for i, it in events:
+        key: str = it.msg.key  # type: ignore[assignment]
+        before, now = state[key] if key in state else (key_state.get(key),) * 2
+        if i < 0:  # a forget
+            if now is None:
+                out.not_learnt.append(it)
+                continue
+            label, weight = decode_record(now)
+            out.subs.append((it.row, label, weight))
+            out.forgotten_labels.append(label)
+            state[key] = (before, None)
             continue
-        done.add(f.msg.key)  # type: ignore[arg-type]
-        label, weight = decode_record(record)
-        keys.append((f.msg.key, bytes(record)))  # type: ignore[arg-type]
-        rows.append((f.row, label, weight))
-    return keys, rows, not_learnt
+        lab = learnt[i]
+        if now is not None:
+            old, old_weight = decode_record(now)
+            if old == lab and type(old) is type(lab):
+                out.duplicate[i] = True
+                continue
+            out.was[i] = old
+            out.subs.append((it.row, old, old_weight))
+        state[key] = (before, encode_record(lab, weights[i]))
+    for key, (before, now) in state.items():
+        if before is None and now is not None:
+            out.learn_keys.append((key, now))
+        elif before is not None and now is not None:
+            out.relabel_keys.append((key, bytes(before), now))
+        elif before is not None:
+            out.forget_keys.append((key, bytes(before)))
+    return out

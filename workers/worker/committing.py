@@ -65,9 +65,13 @@ def build(rt: ModelRuntime, batch: PredictedBatch, prepared_s: float = 0.0) -> B
         learn.add(prepared_s)
         cached = fetch_cached(rt.client, rt.keys, batch.outside_refs,
                               int(time.time() * 1000)) if o.cache_ttl_s > 0 else {}
+        # what a forget subtracts, and a correction moves, is what was recorded for its key
         unread = [f.msg.key for f in batch.forgets if f.msg.key not in batch.key_state]
-        if unread:  # what a forget subtracts is what was recorded for its key
-            batch.key_state.update(known_keys(rt.client, rt.keys.learnt_keys, unread))
+        unread += [c.learn_key for c in cached.values() if c is not None and
+                   c.learn_key is not None and c.learn_key not in batch.key_state]
+        if unread:
+            batch.key_state.update(known_keys(rt.client, rt.keys.learnt_keys,
+                                              list(dict.fromkeys(unread))))
         content = commit_content(batch, cached, rt.replica.model, rt.featurizer, rt.consumer,
                                  cache=o.cache_ttl_s > 0, cache_labelled=o.cache_labelled)
         if content is None:

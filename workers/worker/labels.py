@@ -38,7 +38,7 @@ from streamnb_workers.store.label_cache import (
     encode_label,
     label_change,
 )
-from streamnb_workers.wire.learn_keys import encode_record
+from streamnb_workers.wire.learn_keys import decode_record, encode_record
 
 __all__ = ["NOT_LEARNT", "REF_EXPIRED", "LabelRef", "Resolution", "decode_label",
            "delayed_matrix", "encode_label", "resolve_refs"]
@@ -72,21 +72,27 @@ class Resolution:
     n_learnt: int = 0
     corrections: int = 0
     unlearned: list[Any] = field(default_factory=list)
-    #: ``(learn-once key, record)`` of the corrected messages learnt under a key: what the
-    #: key records from now on (the commit rewrites a record still there).
-    key_relabels: list[tuple[str, bytes]] = field(default_factory=list)
+    #: ``(learn-once key, record read, new record)`` of the corrected messages whose key
+    #: is recorded: the commit checks the record read is still there, then rewrites it.
+    key_relabels: list[tuple[str, bytes, bytes]] = field(default_factory=list)
 
 
 def resolve_refs(refs: Sequence[LabelRef],
                  batch_labels: dict[str, Any], batch_preds: dict[str, tuple[dict, float]],
-                 cached: dict[str, CachedMessage | None]) -> Resolution:
+                 cached: dict[str, CachedMessage | None],
+                 key_state: dict[str, bytes | None] | None = None) -> Resolution:
     """Net effect of a batch's label-only messages, applied in order.
 
     ``batch_labels``: id -> own label (or None) of the payload messages of this same batch
     (a label may refer to one of them); ``batch_preds``: id -> (log_proba map, ts) of those;
     ``cached``: the cache entries read for the other refs. Several labels for one message
     in one batch collapse to one net change from the label it had to the last one given.
+    ``key_state``: learn-once key -> its record (workers/wire/learn_keys.py); a cached
+    message learnt under a key that is recorded has the label and weight of the record
+    (a labelled message with the same key may have relearnt it since it was cached), and
+    its correction rewrites the record, compared-and-set.
     """
+    key_state = key_state or {}
     res = Resolution()
     first: dict[str, Any] = {}  # ref -> learnt label before this batch
     final: dict[str, Any] = {}
@@ -103,7 +109,8 @@ def resolve_refs(refs: Sequence[LabelRef],
             res.expired.append(r)
             continue
         if r.ref not in first:
-            first[r.ref] = c.learnt
+            record = key_state.get(c.learn_key) if c.learn_key is not None else None
+            first[r.ref] = c.learnt if record is None else decode_record(record)[0]
         current = final.get(r.ref, first[r.ref])
         if current is None:
             res.delayed.append((c.log_proba, r.label, max(0.0, r.ts - c.ts)))
@@ -114,15 +121,18 @@ def resolve_refs(refs: Sequence[LabelRef],
             continue
         c = cached[ref]
         assert c is not None
+        record = key_state.get(c.learn_key) if c.learn_key is not None else None
+        weight = c.weight if record is None else decode_record(record)[1]
         if old is None:
             res.n_learnt += 1
         else:
-            res.subs.append((c.row, old, c.weight))
+            res.subs.append((c.row, old, weight))
             res.corrections += 1
             res.unlearned.append(old)
-            if c.learn_key is not None:
-                res.key_relabels.append((c.learn_key, encode_record(new, c.weight)))
-        res.adds.append((c.row, new, c.weight))
+            if record is not None:
+                res.key_relabels.append((c.learn_key, bytes(record),
+                                         encode_record(new, weight)))
+        res.adds.append((c.row, new, weight))
         res.cas.append(label_change(c, new))
     return res
 

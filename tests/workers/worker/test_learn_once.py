@@ -77,14 +77,18 @@ def test_keys_from_the_payload_when_the_producer_gives_none(redis_server):
     r = redis_server.client()
     msgs = [{"text": "cheap meds now", "label": "spam"}, {"text": "lunch at noon", "label": "ham"},
             {"text": "cheap meds now", "label": "spam"},
-            {"text": "cheap meds now", "label": "ham"}]  # the same message, labelled again
+            {"text": "cheap meds now", "label": "ham"}]  # the same message, relabelled
     produce(r, "mail", msgs)
     w = url_worker(redis_server.url, [count_spec()], fast_options("w1"))
     w.run_until_idle()
-    assert [o["learned"] for o in _outputs(r)] == [True, True, False, False]
-    assert r.hexists("streamnb:{mail}:keys", message_key("cheap meds now", "text"))
+    outs = _outputs(r)
+    assert [o["learned"] for o in outs] == [True, True, False, True]
+    assert [o.get("reason") for o in outs] == [None, None, "already_learnt", "relearnt"]
+    assert outs[3]["was"] == "spam"
+    record = r.hget("streamnb:{mail}:keys", message_key("cheap meds now", "text"))
+    assert decode_record(record) == ("ham", 1.0)
     counts = learnt_model(r, "mail")[0].stats["classes"].as_dict()
-    assert counts == {"ham": 1.0, "spam": 1.0}
+    assert counts == {"ham": 2.0, "spam": 0.0}
 
 
 def test_two_workers_learn_each_key_once_and_stay_identical(redis_server):

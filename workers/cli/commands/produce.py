@@ -76,7 +76,8 @@ def run(args: argparse.Namespace, env: Mapping[str, str]) -> int:
         return fail(f"produce stopped: {cause}", EXIT_FAILURE)
     labelled = f" ({report.labelled} labelled)" if report.labelled else ""
     skipped = f", skipped {report.skipped}" if report.skipped else ""
+    relearnt = f", {report.relearnt_summary}" if report.relearnt else ""
     print(f"sent {report.sent} of {report.total} messages{labelled} to "
           f"{describe_inputs(model, report.shards)}; {report.already_learnt} already learnt, "
-          f"not sent{skipped}")
+          f"not sent{relearnt}{skipped}")
     return EXIT_FAILURE if report.skipped else 0

@@ -8,7 +8,7 @@
 --
 -- Nothing is written unless every id is still pending for this consumer, every
 -- compare-and-set finds the cache entry the worker read, no learn-once key the batch
--- learns is recorded and each key it forgets holds the record read. Returns {"ok", log
+-- learns is recorded and each key it forgets or relearns holds the record read. Returns {"ok", log
 -- id or "", previous log id, delta id}, {"lost", ids...}, {"conflict", compare-and-set
 -- numbers...} or {"keys", keys not as the worker took them...}.
 -- The log id is the id of the last entry written to :log, the delta id that of the delta
@@ -70,16 +70,22 @@ if #conflicts > 0 then
   return conflicts
 end
 
--- 2b. learn-once keys: none the batch learns is recorded yet, and each it forgets still
--- holds the record whose statistics the delta subtracts
+-- 2b. learn-once keys: none the batch learns is recorded yet, and each it forgets or
+-- relearns under another label still holds the record whose statistics the delta subtracts
 local keys_at, keyorder_at = n('keys_key_at'), n('keyorder_key_at')
 local first_learn, n_learn = n('learn_at'), n('n_learn')
 local first_forget, n_forget = n('forget_at'), n('n_forget')
+local first_relabel, n_relabel = n('relabel_at'), n('n_relabel')
 local changed = {}
 for i = first_learn, first_learn + 2 * (n_learn - 1), 2 do
   if redis.call('HEXISTS', KEYS[keys_at], ARGV[i]) == 1 then changed[#changed + 1] = ARGV[i] end
 end
 for i = first_forget, first_forget + 2 * (n_forget - 1), 2 do
+  if redis.call('HGET', KEYS[keys_at], ARGV[i]) ~= ARGV[i + 1] then
+    changed[#changed + 1] = ARGV[i]
+  end
+end
+for i = first_relabel, first_relabel + 3 * (n_relabel - 1), 3 do
   if redis.call('HGET', KEYS[keys_at], ARGV[i]) ~= ARGV[i + 1] then
     changed[#changed + 1] = ARGV[i]
   end
@@ -153,13 +159,10 @@ for i = first_forget, first_forget + 2 * (n_forget - 1), 2 do
   redis.call('HDEL', KEYS[keys_at], ARGV[i])
   redis.call('ZREM', KEYS[keyorder_at], ARGV[i])
 end
--- a corrected message's key records its new label (the cache entry's compare-and-set
--- above makes the correction itself happen once)
-local first_relabel = n('relabel_at')
-for i = first_relabel, first_relabel + 2 * (n('n_relabel') - 1), 2 do
-  if redis.call('HEXISTS', KEYS[keys_at], ARGV[i]) == 1 then
-    redis.call('HSET', KEYS[keys_at], ARGV[i], ARGV[i + 1])
-  end
+-- a relearnt key records its new label (checked above to hold the record read, so the
+-- relearning happens once)
+for i = first_relabel, first_relabel + 3 * (n_relabel - 1), 3 do
+  redis.call('HSET', KEYS[keys_at], ARGV[i], ARGV[i + 2])
 end
 local keys_max = n('keys_max')
 if keys_at > 0 and keys_max > 0 and n_learn > 0 then
