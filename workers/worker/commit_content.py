@@ -17,7 +17,7 @@ from streamnb_workers.store.label_cache import CachedMessage, encode_entry, enco
 from streamnb_workers.wire.learn_keys import decode_record, encode_record
 from streamnb_workers.wire.outputs import output_for
 from streamnb_workers.wire.stream_ids import entry_time, parse_id
-from streamnb_workers.worker.batch import Dead, Item, Verdict
+from streamnb_workers.worker.batch import Dead, Decoded, Featurized, Item, Predictions, Verdict
 from streamnb_workers.worker.labels import REF_EXPIRED, LabelRef, Resolution, resolve_refs
 
 __all__ = ["ALREADY_LEARNT", "NOT_LEARNT_KEY", "RELEARNT", "CommitContent", "PredictedBatch",
@@ -63,6 +63,20 @@ class PredictedBatch:
     key_state: dict[str, bytes | None] = field(default_factory=dict)
     #: Whether a labelled message is learnt once per key (False: every time it comes).
     learn_once: bool = True
+
+    @classmethod
+    def of(cls, decoded: Decoded, batch: Featurized, predictions: Predictions | None,
+           version: str, own: tuple[list[str], Any] | None, row_bytes: dict[str, bytes] | None,
+           announced: str | None, learn_once: bool) -> PredictedBatch:
+        """A batch decoded (``decoded``), featurized (``batch``) and predicted
+        (``predictions``; None without items), with the model ``version`` it was
+        predicted with and what was made of it before the wait (``own``, ``row_bytes``)."""
+        return cls(order=decoded.order, items=batch.items,
+                   verdicts=predictions.verdicts if predictions else [], refs=batch.refs,
+                   ref_data=batch.ref_data, dead=batch.dead, version=version,
+                   classes=predictions.classes if predictions else [], own=own,
+                   row_bytes=row_bytes, announced=announced, forgets=batch.forgets,
+                   learn_once=learn_once)
 
     def without(self, lost: set[str]) -> PredictedBatch:
         """This batch without the entries ``lost``."""

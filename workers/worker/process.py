@@ -163,15 +163,11 @@ def predict_and_commit(rt: ModelRuntime, received: Received, settled: bool,
         if predictions is not None and rt.config.explain:
             predictions, tokens = explain_items(rt, batch.items, prepared, predictions)
 
-    predicted = PredictedBatch(
-        order=decoded.order, items=batch.items,
-        verdicts=predictions.verdicts if predictions else [], refs=batch.refs,
-        ref_data=batch.ref_data, dead=batch.dead, version=rt.replica.version,
-        classes=predictions.classes if predictions else [],
-        own=prepared.own if prepared and weights_as_given(batch.items, predictions)
-        else None,
+    predicted = PredictedBatch.of(
+        decoded, batch, predictions, rt.replica.version,
+        own=prepared.own if prepared and weights_as_given(batch.items, predictions) else None,
         row_bytes=prepared.row_bytes if prepared else None, announced=announced,
-        forgets=batch.forgets, learn_once=o.learnt_keys_max > 0)
+        learn_once=o.learnt_keys_max > 0)
     built = committing.build(rt, predicted, prepared.commit_s if prepared else 0.0)
     sent = False
     if built is not None:
