@@ -118,7 +118,7 @@ def judge_stdin(args: argparse.Namespace, settings_of: Any, stdin: BinaryIO, std
     try:
         reason = not_mail(message.head)
         if reason is not None:
-            _error(f"{args.file}: not scored: stdin is {reason}", stderr)
+            _error(f"{args.file}: not scored: stdin: {reason}", stderr)
             if args.passthrough:
                 message.write_marked(stdout, not_scored_headers(NOT_MAIL))
             return EXIT_ERROR

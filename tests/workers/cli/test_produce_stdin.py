@@ -174,3 +174,37 @@ def test_a_mail_over_max_bytes_is_cut_and_keyed_as_a_whole(redis_server, model):
     assert sent["key"] == "mid:<3@stdin.test>" or "3@stdin.test" in sent["key"]
     assert len(sent["raw"]) <= 2048 + 100 and sent["label"] == "spam"
     assert sent["id"] == f"stdin:{sent['key']}"
+
+
+# -- predict - on input that is not mail, and quiet commands ------------------------------
+
+@pytest.mark.parametrize("raw", [b"", b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR\n\nmore\n"])
+def test_predict_stdin_refuses_what_is_not_mail(redis_server, model, raw):
+    """As ``predict FILE`` refuses it; in pipe mode the input comes back unchanged after one
+    not-scored line, exit 3 (also with -e); nothing is sent to the workers."""
+    proc = streamnb("predict", "--model", "mail", "-p", "-e", "-", stdin=raw, url=redis_server.url)
+    assert proc.returncode == 3
+    mark = b"X-Streamnb-Verdict: not-scored (not-mail)"
+    assert proc.stdout in (mark + b"\n" + raw, mark + b"\r\n" + raw)  # the input's line end
+    err = proc.stderr.decode()
+    assert err.count("\n") == 1 and "not scored: stdin:" in err and "not mail" in err
+    proc = streamnb("predict", "--model", "mail", "-", stdin=raw, url=redis_server.url)
+    assert (proc.returncode, proc.stdout) == (3, b"")
+    assert model.xlen(KEYS.input) == 0
+
+
+def test_commands_are_quiet_on_stderr_unless_asked(redis_server, model):
+    """status loads the model from its snapshot, which logs an INFO line: only with -v or
+    --log-level INFO (or DEBUG); a warning or an error would still show."""
+    assert learn(redis_server.url, "spam", SPAM).returncode == 0
+    url_worker(redis_server.url, [count_spec("mail")],
+               fast_options("w-snap", snapshot_every=1, snapshot_interval_s=0.0)).run_until_idle()
+    assert model.exists(KEYS.snapshot)
+    proc = streamnb("status", "--model", "mail", url=redis_server.url)
+    assert proc.returncode == 0 and proc.stdout and proc.stderr == b"", proc.stderr
+    for loud in (["-v"], ["--log-level", "INFO"], ["--log-level", "debug"]):
+        proc = streamnb("status", "--model", "mail", *loud, url=redis_server.url)
+        assert proc.returncode == 0
+        assert b"loaded snapshot" in proc.stderr, (loud, proc.stderr)
+    proc = streamnb("status", "--model", "mail", "-v", "--log-level", "ERROR", url=redis_server.url)
+    assert proc.stderr == b""  # --log-level wins over -v

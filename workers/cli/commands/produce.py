@@ -110,7 +110,7 @@ def run_stdin(args: argparse.Namespace, env: Mapping[str, str], stdin: BinaryIO)
     raw = stdin.read()
     reason = not_mail(raw)  # judged before Redis is asked: bad input is not worth a retry
     if reason is not None:
-        return fail(f"produce -: stdin is {reason}", EXIT_USAGE)
+        return fail(f"produce -: stdin: {reason}", EXIT_USAGE)
     try:
         client = redis_from_args(args, env).make_client()
         client.ping()
@@ -118,7 +118,7 @@ def run_stdin(args: argparse.Namespace, env: Mapping[str, str], stdin: BinaryIO)
             require_model(client, model, hint="; --allow-new sends to it before its workers start")
         report = produce_stdin(client, model, raw, label=args.label, max_bytes=args.max_bytes)
     except NotMail as exc:
-        return fail(f"produce -: stdin is {exc}", EXIT_USAGE)
+        return fail(f"produce -: stdin: {exc}", EXIT_USAGE)
     except ProduceInterrupted as exc:
         cause = exc.__cause__
         if isinstance(cause, KeyboardInterrupt):
