@@ -3,7 +3,9 @@ COPY + EXPUNGE as clients do) into Junk are piped to ``streamnb produce --label 
 out of Junk to ``--label ham``, and into Trash or between other folders to nothing.
 
 The private Dovecot (tests/helpers/dovecot.py) runs the shipped configuration, Sieve scripts
-and pipe script, with a recorder in place of streamnb. Needs root and Debian's dovecot-imapd
+and pipe script, with a recorder in place of streamnb; the end-to-end tests then run what
+was recorded through the shipped pipe script and the real ``streamnb produce -`` into a
+model on a real redis-server, and check its statistics. Needs root and Debian's dovecot-imapd
 and dovecot-sieve; those tests are skipped otherwise. The checks of the pipe script alone
 need only ``sh``."""
 
@@ -11,10 +13,15 @@ from __future__ import annotations
 
 import re
 import subprocess
+import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
+import redis
 
+from streamnb_workers.store.keys import ModelKeys
+from streamnb_workers.store.model_config import ensure_config
 from tests.helpers.dovecot import (
     DEPLOY,
     ENV_FILE_LINE,
@@ -26,6 +33,17 @@ from tests.helpers.dovecot import (
     Dovecot,
     rewrite,
     unavailable,
+)
+from tests.helpers.workers import (
+    FCFG,
+    PARAMS,
+    assert_same_stats,
+    count_spec,
+    fast_options,
+    learnt_model,
+    offline_model,
+    per_class,
+    url_worker,
 )
 
 LEARN = DEPLOY / PIPE_SCRIPT
@@ -269,3 +287,103 @@ def test_the_readme_installs_every_file_where_the_files_say():
         assert f"# {SIEVE_DIR}{name}:" in (DEPLOY / name).read_text()
     assert f"sieve_pipe_bin_dir = {PIPE_DIR}" in conf
     assert f"# {PIPE_DIR}/{PIPE_SCRIPT} spam|ham:" in LEARN.read_text()
+
+
+# -- end to end: what the pipe was given, learnt through the shipped streamnb-learn ------
+#
+# Dovecot runs the pipe as the mail user (nobody), who cannot run this checkout's Python:
+# the recorder keeps each call (label, the exact bytes), then the shipped streamnb-learn
+# runs them as root, its STREAMNB= line pointed at this venv's streamnb and its ENV_FILE=
+# at the test's Redis, and a worker learns what it sent.
+
+STREAMNB_BIN = Path(sys.executable).parent / "streamnb"
+
+
+def _learner(tmp_path: Path, url: str) -> Path:
+    """The shipped streamnb-learn with only its two install paths replaced."""
+    (tmp_path / "learn.env").write_text(f"STREAMNB_REDIS_URL={url}\nSTREAMNB_MODEL={MODEL}\n")
+    text = rewrite(LEARN.read_text(), STREAMNB_LINE, f"STREAMNB={STREAMNB_BIN}", 1)
+    text = rewrite(text, ENV_FILE_LINE, f"ENV_FILE={tmp_path}/learn.env", 1)
+    script = tmp_path / "streamnb-learn"
+    script.write_text(text)
+    script.chmod(0o755)
+    return script
+
+
+def replay(dovecot, tmp_path: Path, url: str) -> list[tuple[str, bytes]]:
+    """Run every recorded call through the shipped pipe script, a worker learning after
+    each (as a running worker would); returns the (label, mail) pairs replayed."""
+    script = _learner(tmp_path, url)
+    done_calls = []
+    for call in dovecot.calls():
+        label = call.argv[call.argv.index("--label") + 1]
+        done = subprocess.run([str(script), label], input=call.stdin, capture_output=True,
+                              env={"PATH": "/usr/bin:/bin"}, timeout=60)
+        assert (done.returncode, done.stdout, done.stderr) == (0, b"", b""), done.stderr
+        url_worker(url, [count_spec(MODEL)], fast_options("w-imap")).run_until_idle()
+        done_calls.append((label, call.stdin))
+    dovecot.forget_calls()
+    return done_calls
+
+
+def model_of(url: str):
+    return learnt_model(redis.Redis.from_url(url), MODEL)[0]
+
+
+def offline(pairs: list[tuple[str, bytes]]):
+    return offline_model("multinomial", PARAMS, FCFG,
+                         [{"raw": raw, "label": label} for label, raw in pairs])
+
+
+@pytest.fixture
+def served_model(redis_server):
+    """Model "mail" (the small count model of the worker tests) on a fresh redis-server."""
+    if not STREAMNB_BIN.exists():
+        pytest.skip(f"no streamnb console script beside {sys.executable}")
+    ensure_config(redis_server.client(), count_spec(MODEL))
+    return redis_server.url
+
+
+def test_moves_over_imap_are_learnt_by_the_model(dovecot, imap, served_model, tmp_path):
+    """Into Junk: spam; out of Junk (a mail the server filed there, never learnt): ham;
+    Junk -> Trash and moves elsewhere: nothing. The model's statistics are those of an
+    offline fit of exactly the mails the user moved, with the labels the moves mean."""
+    into_junk, out_of_junk, to_trash, elsewhere = mail(90), mail(91), mail(92), mail(93)
+    uids = {n: put(imap, "INBOX", m) for n, m in ((90, into_junk), (93, elsewhere))}
+    uids.update({n: put(imap, "Junk", m) for n, m in ((91, out_of_junk), (92, to_trash))})
+    dovecot.forget_calls()  # delivered, or filed into Junk at delivery: not a user's verdict
+    imap.select("INBOX")
+    move(imap, uids[90], "Junk")
+    move(imap, uids[93], "Archive")
+    imap.select("Junk")
+    move(imap, uids[91], "INBOX")
+    copy_and_expunge(imap, uids[92], "Trash")
+    learnt = replay(dovecot, tmp_path, served_model)
+    assert learnt == [("spam", into_junk), ("ham", out_of_junk)]
+    assert_same_stats(model_of(served_model), offline(learnt))
+    # a copy of the same mail moved into Junk again: already learnt (exit 0), learnt once
+    uid = put(imap, "INBOX", into_junk)
+    dovecot.forget_calls()
+    move(imap, uid, "Junk")
+    assert replay(dovecot, tmp_path, served_model) == [("spam", into_junk)]
+    assert redis.Redis.from_url(served_model).xlen(ModelKeys(MODEL).input) == 2  # not sent
+    assert_same_stats(model_of(served_model), offline(learnt))
+
+
+def test_a_mail_moved_back_out_of_junk_is_relearnt_as_ham(dovecot, imap, served_model, tmp_path):
+    m = mail(95)
+    uid = put(imap, "INBOX", m)
+    dovecot.forget_calls()
+    move(imap, uid, "Junk")
+    assert replay(dovecot, tmp_path, served_model) == [("spam", m)]
+    assert_same_stats(model_of(served_model), offline([("spam", m)]))
+    imap.select("Junk")
+    typ, data = imap.uid("SEARCH", None, "HEADER", "Message-ID", "<95@streamnb.test>")
+    move(imap, data[0].split()[-1], "INBOX")
+    assert replay(dovecot, tmp_path, served_model) == [("ham", m)]
+    # the spam class may stay, at weight 0
+    got, want = per_class(model_of(served_model)), per_class(offline([("ham", m)]))
+    assert set(got) == set(want)
+    for part, by_label in got.items():
+        np.testing.assert_array_equal(by_label["ham"], want[part]["ham"], err_msg=part)
+        assert not np.any(by_label.get("spam", 0)), part

@@ -41,9 +41,9 @@ from streamnb_workers.cli.commands import (
     tokens,
     worker,
 )
-from streamnb_workers.cli.options import PROG, fail
+from streamnb_workers.cli.options import PROG, fail, log_level, redis_error
 from streamnb_workers.cli.settings import resolve, setup_logging
-from streamnb_workers.exit_codes import EXIT_FAILURE, EXIT_UNREACHABLE, EXIT_USAGE
+from streamnb_workers.exit_codes import EXIT_FAILURE, EXIT_USAGE
 
 __all__ = ["COMMANDS", "OneLineParser", "build_parser", "main", "subparsers"]
 
@@ -77,20 +77,6 @@ def subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentPa
     return {}
 
 
-def _redis_error(exc: redis.RedisError) -> tuple[str, int]:
-    """(one line, exit code) for a Redis error met at start."""
-    text = str(exc)
-    if isinstance(exc, redis.AuthenticationError) or "WRONGPASS" in text or "NOAUTH" in text:
-        return f"Redis refused the credentials: {text}", EXIT_USAGE
-    if isinstance(exc, redis.exceptions.NoPermissionError) or text.startswith("NOPERM"):
-        return f"Redis ACL refused a command: {text}", EXIT_USAGE
-    if "DB index is out of range" in text or "invalid DB index" in text:
-        return f"--redis: that database number does not exist on this Redis server ({text})", EXIT_USAGE
-    if isinstance(exc, (redis.ConnectionError, redis.TimeoutError)):
-        return f"cannot reach Redis: {text}", EXIT_UNREACHABLE
-    return f"Redis error: {text}", EXIT_FAILURE
-
-
 def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None) -> int:
     """Entry point of the ``streamnb`` console script; returns the exit code."""
     parser = build_parser()
@@ -102,7 +88,7 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
     try:
         resolve(parsers[command], args, command, env=os.environ if env is None else env,
                 all_parsers=parsers)
-        setup_logging(args.log_level)
+        setup_logging(log_level(args))
         return runs[command](args, os.environ if env is None else env)
     except (SettingsError, ConfigConflict) as exc:
         return fail(str(exc))
@@ -113,7 +99,7 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
     except OSError as exc:  # a file named on the command line
         return fail(f"{exc.filename or ''}: {exc.strerror or exc}".lstrip(": "), EXIT_FAILURE)
     except redis.RedisError as exc:
-        message, code = _redis_error(exc)
+        message, code = redis_error(exc)
         return fail(message, code)
     except KeyboardInterrupt:
         return 130

@@ -18,21 +18,26 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
+import redis
+
 from streamnb.exceptions import SettingsError
 from streamnb_workers.cli.settings import add_option, redis_settings
 from streamnb_workers.defaults import MAIL_CLASSES
-from streamnb_workers.exit_codes import EXIT_USAGE
+from streamnb_workers.exit_codes import EXIT_FAILURE, EXIT_UNREACHABLE, EXIT_USAGE
 from streamnb_workers.store.connection import RedisSettings
 from streamnb_workers.store.keys import check_model_name
 from streamnb_workers.store.model_config import ModelSpec, require_model
 from streamnb_workers.store.redaction import redact
 
-__all__ = ["DECISION_OPTIONS", "FEATURIZER_OPTIONS", "LOG_LEVELS", "MODEL_OPTIONS", "PROG",
-           "add_common_options", "add_model_name", "fail", "model_client", "model_name",
-           "model_specs", "redis_from_args"]
+__all__ = ["DECISION_OPTIONS", "FEATURIZER_OPTIONS", "LOG_LEVELS", "LOUD_COMMANDS",
+           "MODEL_OPTIONS", "PROG", "add_common_options", "add_model_name", "fail", "log_level",
+           "model_client", "model_name", "model_specs", "redis_error", "redis_from_args"]
 
 PROG = "streamnb"
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+#: The commands that run on (daemons and the demo) and log at INFO by default; every
+#: other command logs only warnings and errors unless ``-v`` or ``--log-level`` says more.
+LOUD_COMMANDS = frozenset({"worker", "milter", "demo"})
 
 
 def fail(message: str, code: int = EXIT_USAGE) -> int:
@@ -40,6 +45,22 @@ def fail(message: str, code: int = EXIT_USAGE) -> int:
     line = " ".join(redact(str(message)).split())
     print(f"{PROG}: error: {line}", file=sys.stderr)
     return code
+
+
+def redis_error(exc: redis.RedisError) -> tuple[str, int]:
+    """(one line, exit code) for a Redis error met at start: refused credentials or ACL and
+    a database the server lacks are :data:`EXIT_USAGE`, an unreachable server
+    :data:`EXIT_UNREACHABLE`, anything else :data:`EXIT_FAILURE`."""
+    text = str(exc)
+    if isinstance(exc, redis.AuthenticationError) or "WRONGPASS" in text or "NOAUTH" in text:
+        return f"Redis refused the credentials: {text}", EXIT_USAGE
+    if isinstance(exc, redis.exceptions.NoPermissionError) or text.startswith("NOPERM"):
+        return f"Redis ACL refused a command: {text}", EXIT_USAGE
+    if "DB index is out of range" in text or "invalid DB index" in text:
+        return f"--redis: that database number does not exist on this Redis server ({text})", EXIT_USAGE
+    if isinstance(exc, (redis.ConnectionError, redis.TimeoutError)):
+        return f"cannot reach Redis: {text}", EXIT_UNREACHABLE
+    return f"Redis error: {text}", EXIT_FAILURE
 
 
 # ---------------------------------------------------------------------- options
@@ -58,8 +79,32 @@ def add_common_options(p: argparse.ArgumentParser, redis_required: bool = True) 
                help="talk to a Redis Cluster (every model's keys share one hash slot)")
     p.add_argument("--config", metavar="FILE", default=None,
                    help="TOML file with defaults for any option (env STREAMNB_CONFIG)")
-    add_option(p, "--log-level", choices=LOG_LEVELS, type=str.upper, default="INFO",
-               help="log verbosity")
+    add_option(p, "--log-level", choices=LOG_LEVELS, type=str.upper,
+               help="log verbosity (default: INFO for worker, milter and demo, else WARNING)")
+    add_option(p, "-v", "--verbose", action="store_true", default=False,
+               help="log at INFO (what --log-level INFO does; --log-level wins)")
+
+
+def log_level(args: argparse.Namespace) -> str:
+    """The log level of a command: ``--log-level`` when set, else INFO for ``-v`` and the
+    commands of :data:`LOUD_COMMANDS`, else WARNING (a command's stderr stays quiet unless
+    something is wrong).
+
+    >>> ns = argparse.Namespace
+    >>> log_level(ns(command="status", log_level=None, verbose=False))
+    'WARNING'
+    >>> log_level(ns(command="status", log_level=None, verbose=True))
+    'INFO'
+    >>> log_level(ns(command="worker", log_level=None, verbose=False))
+    'INFO'
+    >>> log_level(ns(command="worker", log_level="ERROR", verbose=True))
+    'ERROR'
+    """
+    if getattr(args, "log_level", None):
+        return str(args.log_level)
+    if getattr(args, "verbose", False) or args.command in LOUD_COMMANDS:
+        return "INFO"
+    return "WARNING"
 
 
 def add_model_name(p: argparse.ArgumentParser, many: bool = False) -> None:

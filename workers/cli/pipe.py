@@ -14,7 +14,10 @@ failed filter.
 
 Every failure once the command runs (a bad ``--model``, Redis down, no prediction in
 time) is one line on stderr and exit 3, never an exception: bogofilter's convention, and
-what a delivery agent can tell from a verdict.
+what a delivery agent can tell from a verdict. Input that is not mail (empty, binary, no
+header line: what ``predict FILE`` refuses) is not sent: exit 3, and with ``-p`` it is
+written through byte for byte after one ``X-Streamnb-Verdict: not-scored (not-mail)``
+line.
 
 ``streamnb predict DIR|MBOX`` (:mod:`streamnb_workers.cli.predict_many`) judges many.
 """
@@ -35,6 +38,7 @@ from streamnb.exceptions import SettingsError
 from streamnb_workers.cli.options import PROG, model_name
 from streamnb_workers.cli.pipe_message import EXIT_ERROR, PipedMessage, verdict_exit_code
 from streamnb_workers.cli.prediction_text import format_prediction
+from streamnb_workers.client.produce_checks import not_mail
 from streamnb_workers.client.sources import iter_paths
 from streamnb_workers.client.verdicts import (
     ERROR,
@@ -48,10 +52,12 @@ from streamnb_workers.client.verdicts import (
 from streamnb_workers.store.model_config import require_model
 from streamnb_workers.store.redaction import redact
 
-__all__ = ["STDIN", "judge_stdin", "run_on_stdin", "wants_many"]
+__all__ = ["NOT_MAIL", "STDIN", "judge_stdin", "run_on_stdin", "wants_many"]
 
 #: The FILE that means stdin.
 STDIN = "-"
+#: The not-scored reason of input that is not mail (never sent to the workers).
+NOT_MAIL = "not-mail"
 
 
 def wants_many(path: str) -> bool:
@@ -110,6 +116,12 @@ def judge_stdin(args: argparse.Namespace, settings_of: Any, stdin: BinaryIO, std
     settings. Returns the exit code."""
     message = PipedMessage.read(stdin, args.max_bytes)
     try:
+        reason = not_mail(message.head)
+        if reason is not None:
+            _error(f"{args.file}: not scored: stdin: {reason}", stderr)
+            if args.passthrough:
+                message.write_marked(stdout, not_scored_headers(NOT_MAIL))
+            return EXIT_ERROR
         sent: list[str] = []
         headers, prediction, code = None, None, EXIT_ERROR
         try:

@@ -16,6 +16,9 @@ b'From: a@b\\nSubject: s\\n\\nbody\\n'
 >>> out = io.BytesIO(); m.write_with_headers(out, [("X-Streamnb-Verdict", "spam")])
 >>> out.getvalue()
 b'From: a@b\\nSubject: s\\nX-Streamnb-Verdict: spam\\n\\nbody\\n'
+>>> out = io.BytesIO(); PipedMessage.from_bytes(b"\\x89PNG\\n").write_marked(out, [("X-A", "b")])
+>>> out.getvalue()
+b'X-A: b\\n\\x89PNG\\n'
 >>> verdict_exit_code("spam", ["ham", "spam"]), verdict_exit_code("ham", ["ham", "spam"])
 (0, 1)
 >>> verdict_exit_code("unsure", ["ham", "spam"]), verdict_exit_code(None, [])
@@ -164,5 +167,14 @@ class PipedMessage:
         added = b"".join(f"{name}: {value}".encode("ascii") + self.linesep for name, value in headers)
         out.write(kept + added + blank)
         self.spool.seek(rest)
+        shutil.copyfileobj(self.spool, out, _CHUNK)
+        out.flush()
+
+    def write_marked(self, out: BinaryIO, headers: Iterable[tuple[str, str]]) -> None:
+        """Write ``headers`` and then every byte of the input as it came (input that is not
+        mail: no header block to put them in, nothing of it changed)."""
+        out.write(b"".join(f"{name}: {value}".encode("ascii") + self.linesep
+                           for name, value in headers))
+        self.spool.seek(0)
         shutil.copyfileobj(self.spool, out, _CHUNK)
         out.flush()

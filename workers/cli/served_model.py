@@ -6,7 +6,6 @@ its featurizer and decision rule, and the token names the workers publish per ha
 from __future__ import annotations
 
 import argparse
-import logging
 from collections.abc import Mapping
 from typing import Any
 
@@ -26,8 +25,6 @@ def open_served_model(args: argparse.Namespace,
                       env: Mapping[str, str]) -> tuple[Any, Any, Any, Any, str]:
     """(client, model, featurizer, decision rule, version) of the model ``--model`` in Redis."""
     name = model_name(args)
-    if args.log_level == "INFO":  # the default: the output is the answer, not how it was loaded
-        logging.getLogger().setLevel(logging.WARNING)
     client = redis_from_args(args, env).make_client()
     cfg = read_config(client, name)
     if cfg is None:

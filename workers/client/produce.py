@@ -10,7 +10,9 @@ What each PATH is, decided in this order:
   "ham"}``, a ``raw`` mail as a string); each is validated before it is sent;
 - a file that starts with a ``From `` line and has more of them: an **mbox**, one message
   per entry (a single message with a leading ``From `` line is one mail);
-- any other file: one RFC 822 message (``.eml``), sent as ``raw`` bytes.
+- any other file: one RFC 822 message (``.eml``), sent as ``raw`` bytes;
+- ``-`` (alone): one mail read from stdin (:func:`produce_stdin`), for Sieve, procmail and
+  MTA pipes.
 
 Labels: ``--label L`` labels every message (refused at once if the model declares its
 classes and L is not one of them; a record or index label outside them is skipped); ``--index index.tsv`` (columns ``path``,
@@ -46,6 +48,7 @@ stderr only when stderr is a terminal. Reading the PATHs is workers/client/sourc
 
 from __future__ import annotations
 
+import io
 import sys
 import time
 import uuid
@@ -57,13 +60,20 @@ from streamnb.exceptions import MalformedMessage, SettingsError
 from streamnb.features.payload import DEFAULT_MAX_MESSAGE_BYTES
 from streamnb.features.truncate import cut_mail
 from streamnb_workers.client.produce_checks import (
+    NotMail,
     check_class,
     check_not_empty,
     declared_classes,
     not_mail,
 )
 from streamnb_workers.client.shard_streams import router_of
-from streamnb_workers.client.sources import IndexEntry, count_messages, iter_paths, read_index
+from streamnb_workers.client.sources import (
+    IndexEntry,
+    Outgoing,
+    count_messages,
+    iter_paths,
+    read_index,
+)
 from streamnb_workers.defaults import DEFAULT_PRODUCE_CHUNK
 from streamnb_workers.store.keys import ModelKeys
 from streamnb_workers.wire.codec import DATA_FIELD, decode_input
@@ -71,7 +81,8 @@ from streamnb_workers.wire.learn_keys import decode_record, known_keys
 from streamnb_workers.wire.outputs import decode_output
 from streamnb_workers.wire.replies import as_str, entry_field
 
-__all__ = ["ProduceInterrupted", "ProduceReport", "produce", "send_and_wait"]
+__all__ = ["ProduceInterrupted", "ProduceReport", "check_paths", "produce", "produce_stdin",
+           "send_and_wait"]
 
 
 @dataclass(slots=True)
@@ -164,6 +175,7 @@ def produce(
     progress: bool | None = None,
     stderr: TextIO | None = None,
     max_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+    messages: list[Outgoing] | None = None,
 ) -> ProduceReport:
     """Send messages to ``streamnb:{model}:in`` (a sharded model: each to its shard's);
     returns what was sent, skipped and found already learnt.
@@ -171,7 +183,8 @@ def produce(
     A message that fails validation (bad JSON line, bad record) is skipped with a warning
     on stderr; a labelled message whose key the model has learnt is not sent; everything
     else is sent. An error or Ctrl-C part way raises :class:`ProduceInterrupted` (what
-    was sent until then) from it.
+    was sent until then) from it. ``messages`` (instead of ``paths``): the messages
+    themselves, as :func:`produce_stdin` gives the one read from stdin.
     """
     if label is not None and index is not None:
         raise SettingsError("give --label or --index, not both")
@@ -192,14 +205,8 @@ def produce(
         by_path = {Path(e.path).as_posix(): e for e in entries}
         if not paths:
             paths = [str(base / e.path) for e in entries]
-    if not paths:
-        raise SettingsError("nothing to send: give one or more PATHs (or --index index.tsv)")
-    for p in paths:
-        check_not_empty(Path(p))
-
-    missing = next((p for p in paths if not Path(p).exists()), None)
-    if missing is not None:
-        raise SettingsError(f"{missing!r} does not exist")
+    if messages is None:
+        check_paths(paths)
     report = ProduceReport(shards=k)
     bar = Progress(stderr, None, progress)
     # (data, key if labelled, label, the keys of the shard it goes to)
@@ -232,8 +239,9 @@ def produce(
         bar.update(report.sent + report.already_learnt + report.skipped)
 
     try:
-        report.total = bar.total = count_messages(paths, base)
-        for out in iter_paths(paths, base):
+        report.total = bar.total = (count_messages(paths, base) if messages is None
+                                    else len(messages))
+        for out in iter_paths(paths, base) if messages is None else messages:
             entry = by_path.get(out.id)
             msg_label = label if entry is None else entry.label
             try:
@@ -264,6 +272,38 @@ def produce(
         raise ProduceInterrupted(report) from exc
     finally:
         bar.close(report.sent)
+    return report
+
+
+def check_paths(paths: list[str]) -> None:
+    """SettingsError unless there are ``paths``, each exists and no directory is empty
+    (:class:`EmptySource`)."""
+    if not paths:
+        raise SettingsError("nothing to send: give one or more PATHs (or --index index.tsv)")
+    for p in paths:
+        check_not_empty(Path(p))
+    missing = next((p for p in paths if not Path(p).exists()), None)
+    if missing is not None:
+        raise SettingsError(f"{missing!r} does not exist")
+
+
+def produce_stdin(client: Any, model: str, raw: bytes, *, label: str | None = None,
+                  max_bytes: int = DEFAULT_MAX_MESSAGE_BYTES) -> ProduceReport:
+    """Send the one mail ``raw`` read from stdin (``streamnb produce -``), as :func:`produce`
+    sends a mail file: not sent when its key was learnt, cut over ``max_bytes``. Its id is
+    ``stdin:`` and its learn-once key, so that the same mail goes to the same shard each
+    time. :class:`NotMail` when ``raw`` is not mail (or is refused as a record); a Redis
+    error part way raises :class:`ProduceInterrupted` from it."""
+    out = Outgoing(id="-", raw=raw, source="-")
+    reason = not_mail(raw)
+    if reason is not None:
+        raise NotMail(reason)
+    out.id = f"stdin:{out.key()}"
+    quiet = io.StringIO()  # the one reason a mail is skipped is the caller's line
+    report = produce(client, model, [], label=label, stderr=quiet, progress=False,
+                     max_bytes=max_bytes, messages=[out])
+    if report.skipped:
+        raise NotMail(report.problems[0].removeprefix("-: "))
     return report
 
 

@@ -17,7 +17,8 @@ from streamnb_workers.store.keys import ModelKeys
 from streamnb_workers.store.model_config import stored_classes
 from streamnb_workers.wire.replies import as_str
 
-__all__ = ["EmptySource", "check_class", "check_not_empty", "declared_classes", "not_mail"]
+__all__ = ["EmptySource", "NotMail", "check_class", "check_not_empty", "declared_classes",
+           "not_mail"]
 
 #: The first line of a mail: a header field (``Name: value``) or an mbox ``From `` line.
 _FIRST_LINE = re.compile(rb"(From |[!-9;-~]+:)")
@@ -25,6 +26,10 @@ _FIRST_LINE = re.compile(rb"(From |[!-9;-~]+:)")
 
 class EmptySource(StreamnbError):
     """A directory given to ``produce`` holds no file to send."""
+
+
+class NotMail(StreamnbError):
+    """The message read from stdin (``produce -``) is not mail: empty, binary, no header."""
 
 
 def not_mail(raw: bytes) -> str | None:

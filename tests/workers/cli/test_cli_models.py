@@ -59,7 +59,7 @@ def test_an_empty_database_says_so(redis_server):
     assert "this Redis database holds no model" in line
 
 
-@pytest.mark.parametrize("command", [["status"], ["produce", "--allow-new", "-"],
+@pytest.mark.parametrize("command", [["status"], ["produce", "--allow-new", "no-such.eml"],
                                      ["worker", "--kind", "multinomial", "--metrics-port", "0"]])
 def test_a_database_number_the_server_lacks_exits_2(redis_server, command):
     url = f"redis://127.0.0.1:{redis_server.port}/99"

@@ -298,7 +298,8 @@ def _postfix_filter_script(tmp_path, predict: str) -> tuple[Path, Path]:
     out.mkdir()
     sendmail = tmp_path / "fake-sendmail"
     sendmail.write_text(f'#!/bin/sh\necho "$@" > {out}/args\ncat > {out}/mail\n')
-    for needle, value in (("streamnb predict --config /etc/streamnb/filter.toml", predict),
+    for needle, value in (("/opt/streamnb/bin/streamnb predict --config /etc/streamnb/filter.toml",
+                           predict),
                           ("/usr/sbin/sendmail", str(sendmail)),
                           ("/var/spool/streamnb-filter", str(spool))):
         assert needle in script, needle

@@ -41,7 +41,7 @@ def run(args: argparse.Namespace, env: Mapping[str, str]) -> int:
     from streamnb_workers.cli import demo
 
     settings = redis_from_args(args, env) if args.redis else None
-    if args.log_level == "INFO":  # the default: keep the demo's output to its report
+    if args.log_level is None and not args.verbose:  # the default: the output is its report
         logging.getLogger().setLevel(logging.ERROR)
     return demo.run_demo(settings, messages=args.messages, model=args.model,
                          metrics_port=args.metrics_port, metrics_addr=args.metrics_addr,

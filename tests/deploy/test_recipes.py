@@ -1,0 +1,134 @@
+"""docs/operations.md's procmail recipe, run as written by a real procmail against a real
+redis-server and worker: the recipe is copied from the document with only its install paths
+replaced (``/opt/streamnb/bin/streamnb`` by this venv's ``streamnb``, the settings file by
+the test's), and what procmail delivers is checked: spam in ``.Junk`` with the verdict the
+model gave, ham in the inbox, and with no verdict nothing delivered and exit 75 (the MTA
+retries). Needs Debian's ``procmail``; skipped without it."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from email import message_from_bytes
+from pathlib import Path
+
+import pytest
+import redis
+
+from streamnb_workers.cli.launch import blas_env
+from tests.helpers.milter import K, mail, start_worker, stop, train, training_mails
+from tests.helpers.redis_server import REDIS_SERVER, RedisServer, free_port
+from tests.helpers.workers import ROOT
+
+pytestmark = pytest.mark.redis
+
+PROCMAIL = shutil.which("procmail") or ("/usr/bin/procmail"
+                                        if os.path.exists("/usr/bin/procmail") else None)
+#: Where docs/operations.md says streamnb and its filter settings are installed.
+INSTALLED = "/opt/streamnb/bin/streamnb"
+FILTER_TOML = "/etc/streamnb/filter.toml"
+#: The venv's console script: the command an install as documented puts in /opt/streamnb/bin.
+STREAMNB = Path(sys.executable).parent / "streamnb"
+
+
+def doc_block(after: str) -> str:
+    """The first fenced block of docs/operations.md after the line ``after``."""
+    doc = (ROOT / "docs" / "operations.md").read_text()
+    start = doc.index(after + "\n")
+    return re.search(r"```[a-z]*\n(.*?)```", doc[start:], flags=re.S).group(1)
+
+
+def test_every_recipe_names_streamnb_by_its_install_path():
+    """No recipe relies on a PATH that delivery agents do not have."""
+    doc = (ROOT / "docs" / "operations.md").read_text()
+    section = doc[doc.index("## Mail filtering in a pipe"):doc.index("## Runbook")]
+    blocks = re.findall(r"```[a-z]*\n(.*?)```", section, flags=re.S)
+    commands = [line for b in blocks for line in b.splitlines()
+                if re.search(r"(^|[\s|\"=])(\S*/)?streamnb (predict|produce)", line)]
+    assert len(commands) >= 5, commands  # procmail, maildrop, Sieve, Exim, Postfix
+    for line in commands:
+        assert f"{INSTALLED} " in line, line
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    """A redis-server with model "mail" learnt from 60 mails and its worker; yields the URL."""
+    if PROCMAIL is None:
+        pytest.skip("procmail is not installed (Debian package procmail)")
+    if REDIS_SERVER is None:
+        pytest.skip("redis-server is not installed")
+    if not STREAMNB.exists():
+        pytest.skip(f"no streamnb console script beside {sys.executable}")
+    logs = tmp_path_factory.mktemp("recipes")
+    with RedisServer() as server:
+        client = server.client()
+        worker = start_worker(server.url, client, logs / "worker.log")
+        try:
+            train(client, training_mails(60))
+            yield server.url
+        finally:
+            stop(worker)
+
+
+def run_procmail(tmp_path: Path, url: str, raw: bytes, timeout: float = 10) -> tuple[int, Path]:
+    """Deliver ``raw`` with the documented recipe (install paths replaced) as the private
+    rcfile's only rules; returns (procmail's exit code, the home directory)."""
+    home = tmp_path / "home"
+    for box in ("Maildir", "Maildir/.Junk"):  # as a mail user has them
+        for sub in ("cur", "new", "tmp"):
+            (home / box / sub).mkdir(parents=True)
+    settings = tmp_path / "filter.toml"
+    settings.write_text(f'[predict]\nredis = "{url}"\nmodel = "mail"\ntimeout = {timeout}\n')
+    recipe = doc_block("### procmail")
+    for old, new in ((INSTALLED, str(STREAMNB)), (FILTER_TOML, str(settings))):
+        assert recipe.count(old) == 1, old
+        recipe = recipe.replace(old, new)
+    rcfile = tmp_path / "procmailrc"
+    # What a user's ~/.procmailrc gets from procmail itself (which sets HOME from the
+    # user's passwd entry): the home, where the inbox is, a log.
+    rcfile.write_text(f"HOME={home}\nDEFAULT=$HOME/Maildir/\nLOGFILE={tmp_path}/procmail.log\n"
+                      "VERBOSE=on\n\n" + recipe)
+    env = blas_env({"HOME": str(home), "LOGNAME": "root", "USER": "root",
+                    "PATH": "/usr/bin:/bin"})  # no venv on the PATH: the recipe finds streamnb
+    done = subprocess.run([PROCMAIL, "-p", str(rcfile)], input=raw, env=env, cwd=home,
+                          capture_output=True, timeout=120)
+    return done.returncode, home
+
+
+def delivered(folder: Path) -> list[bytes]:
+    return [p.read_bytes() for p in sorted((folder / "new").glob("*"))] if folder.exists() else []
+
+
+@pytest.mark.parametrize(("label", "folder"), [("spam", ".Junk"), ("ham", "")])
+def test_the_procmail_recipe_files_by_the_models_verdict(served, tmp_path, label, folder):
+    raw = mail(label, seed=900).replace(b"\r\n", b"\n")  # as an MTA hands it to procmail
+    code, home = run_procmail(tmp_path, served, raw)
+    assert code == 0, (tmp_path / "procmail.log").read_text()
+    box = home / "Maildir" / folder if folder else home / "Maildir"
+    [got] = delivered(box)
+    if folder == "":
+        assert delivered(home / "Maildir" / ".Junk") == []
+    msg = message_from_bytes(got)
+    assert msg["X-Streamnb-Verdict"] == label
+    assert (float(msg["X-Streamnb-Score"]) > 0) == (label == "spam")
+    # it reached the model: its id is the one a worker answered in :out
+    client = redis.Redis.from_url(served)
+    outs = [f[b"data"] for _, f in client.xrange(K.out)]
+    assert any(msg["X-Streamnb-Id"].encode() in o for o in outs)
+    assert raw.split(b"\n\n", 1)[1] in got  # the body as it came (procmail may add a newline)
+
+
+def test_the_procmail_recipe_defers_a_mail_without_verdict(tmp_path):
+    """Redis down: predict exits 3, the ``e`` recipe sets EXITCODE=75 (temporary failure):
+    the MTA keeps the mail and retries; nothing is delivered."""
+    if PROCMAIL is None:
+        pytest.skip("procmail is not installed (Debian package procmail)")
+    if not STREAMNB.exists():
+        pytest.skip(f"no streamnb console script beside {sys.executable}")
+    code, home = run_procmail(tmp_path, f"redis://127.0.0.1:{free_port()}/0", mail("spam", 901),
+                              timeout=2)
+    assert code == 75, (tmp_path / "procmail.log").read_text()
+    assert delivered(home / "Maildir") == [] and delivered(home / "Maildir" / ".Junk") == []
