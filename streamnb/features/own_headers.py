@@ -66,5 +66,7 @@ def strip_own_headers(raw: bytes) -> bytes:
             if not dropping:
                 kept.append(line)
         pos += len(line)
+    if sum(map(len, kept)) == pos:
+        return raw  # (an X-Streamnb- line past the header block)
     kept.append(raw[pos:])
     return b"".join(kept)
