@@ -27,12 +27,13 @@ __all__ = ["OWN_HEADER_PREFIX", "is_own_header", "strip_own_headers"]
 #: Every header name streamnb writes starts with this (compared case-insensitively).
 OWN_HEADER_PREFIX = "x-streamnb-"
 _PREFIX = OWN_HEADER_PREFIX.encode("ascii")
-#: The end of what can be the header block: a line break followed by an empty line.
-_BLANK_LINE = re.compile(rb"\n\r?\n|\r\r")
-#: One line with its line end (as the feed parser splits them).
-_LINE = re.compile(rb"[^\r\n]*(?:\r\n|\r|\n)?")
-#: A line the feed parser takes as a header line (``email.feedparser.headerRE``).
-_HEADER_LINE = re.compile(rb"From |[\x21-\x39\x3b-\x7e]*:|[\t ]")
+#: The header block as the feed parser reads it: the lines it takes as header lines
+#: (``email.feedparser.headerRE``), each with its line end (``\r\n``, ``\r`` or ``\n``).
+_HEADER_BLOCK = re.compile(rb"(?:(?:From |[\x21-\x39\x3b-\x7e]*:|[\t ])[^\r\n]*(?:\r\n|\r|\n|\Z))*")
+#: One of our fields in a header block: its first line and its continuation lines.
+_OWN_FIELD = re.compile(
+    rb"(?<![^\r\n])(?i:x-streamnb-)[\x21-\x39\x3b-\x7e]*:[^\r\n]*(?:\r\n|\r|\n|\Z)"
+    rb"(?:[\t ][^\r\n]*(?:\r\n|\r|\n|\Z))*")
 
 
 def is_own_header(name: str | bytes) -> bool:
@@ -49,24 +50,11 @@ def is_own_header(name: str | bytes) -> bool:
 def strip_own_headers(raw: bytes) -> bytes:
     """``raw`` without its header fields named ``X-Streamnb-*`` (and their continuation
     lines); ``raw`` itself when it has none."""
-    blank = _BLANK_LINE.search(raw)
-    if _PREFIX not in raw[: blank.end() if blank else len(raw)].lower():
+    end = raw.find(b"\n\n")  # past the header block (bytes.find: a fast look for the
+    crlf = raw.find(b"\n\r\n", 0, len(raw) if end < 0 else end)  # common case, none of ours)
+    end = len(raw) if end < 0 and crlf < 0 else crlf if crlf >= 0 else end
+    if _PREFIX not in raw[:end].lower():
         return raw
-    kept: list[bytes] = []
-    pos, end, dropping = 0, len(raw), False
-    while pos < end:
-        line = _LINE.match(raw, pos).group()
-        if line in (b"\n", b"\r\n", b"\r") or not _HEADER_LINE.match(line):
-            break  # the end of the header block
-        if line[:1] in (b" ", b"\t"):
-            if not dropping:
-                kept.append(line)
-        else:
-            dropping = line[: len(_PREFIX)].lower() == _PREFIX
-            if not dropping:
-                kept.append(line)
-        pos += len(line)
-    if sum(map(len, kept)) == pos:
-        return raw  # (an X-Streamnb- line past the header block)
-    kept.append(raw[pos:])
-    return b"".join(kept)
+    head = _HEADER_BLOCK.match(raw).end()
+    kept = _OWN_FIELD.sub(b"", raw[:head])
+    return raw if len(kept) == head else kept + raw[head:]
