@@ -56,6 +56,7 @@ from streamnb.features.mail_headers import HeaderTokenizer, decode_checked
 from streamnb.features.mail_meta import META_FEATURES, N_META, MailAnalysis, text_meta
 from streamnb.features.markup import strip_html
 from streamnb.features.mime import Part, Unsupported, parse_message
+from streamnb.features.own_headers import strip_own_headers
 from streamnb.features.payload import DEFAULT_FEATURE_LIMITS, FeatureLimits
 from streamnb.features.steps import DEFAULT_STEPS, TokenizerSteps
 from streamnb.features.text import WordRules
@@ -158,14 +159,18 @@ class MailTokenizer:
     # ------------------------------------------------------------------ parsing
     def _prepare(self, raw: bytes, a: MailAnalysis) -> bytes | None:
         """The raw bytes, cut to the size limit (:func:`~streamnb.features.truncate.cut_mail`:
-        headers kept, at a MIME boundary where there is one); None (and a defect) for an
-        empty message."""
+        headers kept, at a MIME boundary where there is one) and without streamnb's own
+        header fields (:func:`~streamnb.features.own_headers.strip_own_headers`); None (and a
+        defect) for an empty message."""
         if not isinstance(raw, (bytes, bytearray, memoryview)):
             raw = str(raw).encode("utf-8", "surrogatepass")
         raw = cut_mail(bytes(raw), self.limits.max_message_bytes)
         original = truncated_size(raw)
+        raw = strip_own_headers(raw)  # the verdicts a delivered copy carries, the cut marker
+        a.size = len(raw)
         if original is not None:  # cut here or by the producer: the same bytes either way
             a.size = original
+            a.cut = True  # boundaries after the cut are not missing: only this defect
             a.defect("truncated")
         if not raw or raw.isspace():
             a.defect("empty")
@@ -175,7 +180,7 @@ class MailTokenizer:
     def _parse(self, raw: bytes, a: MailAnalysis, fast: bool) -> MailAnalysis:
         """The fast reader when it can read the message, else the standard library."""
         if fast:
-            trial = MailAnalysis(size=a.size, tokens=list(a.tokens), defects=a.defects,
+            trial = MailAnalysis(size=a.size, tokens=list(a.tokens), defects=a.defects, cut=a.cut,
                                  word_hashes=None if a.word_hashes is None else bytearray(a.word_hashes))
             try:
                 self._analyse_fast(raw, trial)

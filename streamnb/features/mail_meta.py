@@ -19,7 +19,7 @@ import numpy as np
 
 from streamnb.features.steps import DEFAULT_STEPS, TokenizerSteps
 
-__all__ = ["META_FEATURES", "N_META", "MailAnalysis", "text_meta"]
+__all__ = ["CUT_DEFECTS", "META_FEATURES", "N_META", "MailAnalysis", "text_meta"]
 
 #: Names of the meta-feature columns, in order. Counts are ``log1p``-transformed.
 META_FEATURES = (
@@ -65,6 +65,13 @@ def _python_text_counts(text: str, letters: bool = True) -> tuple[int, int, int,
     return upper, n_letters, high, text.count("!") + text.count("$")
 
 
+#: What the parser reports when a MIME boundary is not found by the end of the mail: in a
+#: cut mail (:attr:`MailAnalysis.cut`) the end is the cut, and the boundary may well come
+#: after it, so these are not its defects (``defect:truncated`` says what happened).
+CUT_DEFECTS = frozenset({"closeboundarynotfounddefect", "startboundarynotfounddefect",
+                         "multipartinvariantviolationdefect"})
+
+
 @dataclass(slots=True)
 class MailAnalysis:
     """What the tokenizer found in one message: tokens, defects and the raw meta counts.
@@ -88,6 +95,8 @@ class MailAnalysis:
     attachments: int = 0
     received: int = 0
     word_hashes: bytearray | None = None
+    #: The message was cut to the size limit: the :data:`CUT_DEFECTS` are not counted.
+    cut: bool = False
 
     @property
     def n_tokens(self) -> int:
@@ -95,6 +104,8 @@ class MailAnalysis:
         return len(self.tokens) + (0 if self.word_hashes is None else len(self.word_hashes) // 8)
 
     def defect(self, name: str) -> None:
+        if self.cut and name in CUT_DEFECTS:
+            return
         self.defects += 1
         self.tokens.append(f"defect:{name}")
 

@@ -6,6 +6,9 @@ The cut is one pure function used wherever mail is cut (``streamnb produce`` and
 ``predict`` before sending, the tokenizer on whatever arrives larger), so a mail cut by the
 producer and the same mail cut by a worker are the same bytes, with the same tokens
 (``defect:truncated``) and the same size meta feature (the original size, from the marker).
+streamnb's own header fields (:mod:`streamnb.features.own_headers`) are taken out before
+the mail is measured and cut, as the tokenizer takes them out: a delivered copy is cut as
+the mail it was.
 
 >>> mail = b"Subject: hi\\n\\n--b\\nfirst part\\n--b\\n" + b"x" * 200 + b"\\n--b--\\n"
 >>> cut = cut_mail(mail, 120)
@@ -18,6 +21,8 @@ b'X-Streamnb-Truncated: 239\\r\\nSubject: hi\\n\\n--b\\nfirst part\\n'
 from __future__ import annotations
 
 import re
+
+from streamnb.features.own_headers import strip_own_headers
 
 __all__ = ["TRUNCATED_HEADER", "cut_mail", "truncated_size"]
 
@@ -42,14 +47,21 @@ def cut_mail(raw: bytes, limit: int, size: int | None = None) -> bytes:
     limit (else to the last line end before it, else to the limit); at most ``limit`` bytes
     in all unless the header block alone is longer, then it is cut at a line end too.
     ``size``: the whole mail's size where ``raw`` is only its start (a reader that kept
-    the first bytes of a larger mail, as the milter does).
+    the first bytes of a larger mail, as the milter does). Sizes and the cut are those of
+    ``raw`` without streamnb's own header fields.
 
     >>> cut_mail(b"Subject: hi\\n\\nline one\\nline two", 60, size=5000)
     b'X-Streamnb-Truncated: 5000\\r\\nSubject: hi\\n\\nline one\\n'
+    >>> cut_mail(b"X-Streamnb-Id: 7\\nSubject: hi\\n\\nline one\\nline two", 60, size=5017)
+    b'X-Streamnb-Truncated: 5000\\r\\nSubject: hi\\n\\nline one\\n'
     """
-    size = len(raw) if size is None else max(size, len(raw))
-    if size <= limit or truncated_size(raw) is not None:
+    if (len(raw) <= limit and (size is None or size <= limit)) or truncated_size(raw) is not None:
         return raw
+    whole = raw
+    raw = strip_own_headers(raw)
+    size = len(raw) if size is None else max(size - (len(whole) - len(raw)), len(raw))
+    if size <= limit:
+        return whole
     marker = TRUNCATED_HEADER + b": " + str(size).encode() + b"\r\n"
     room = max(0, limit - len(marker))
     head = _HEADER_END.search(raw, 0, room + 4)

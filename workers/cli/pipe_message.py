@@ -34,8 +34,8 @@ from collections.abc import Iterable, Sequence
 from typing import Any, BinaryIO
 
 from streamnb.decision import UNSURE, DecisionRule
+from streamnb.features.own_headers import is_own_header
 from streamnb.features.payload import DEFAULT_MAX_MESSAGE_BYTES
-from streamnb_workers.client.verdicts import HEADER_PREFIX
 
 __all__ = [
     "EXIT_ERROR",
@@ -100,7 +100,7 @@ def _fields(header: bytes) -> list[bytes]:
 
 def _is_own(field: bytes) -> bool:
     name, sep, _ = field.partition(b":")
-    return bool(sep) and name.strip().lower().decode("latin-1").startswith(HEADER_PREFIX)
+    return bool(sep) and is_own_header(name)
 
 
 class PipedMessage:

@@ -26,6 +26,13 @@ the natural-log odds of the positive class (:func:`log_odds`).
 [('X-Streamnb-Verdict', 'spam'), ('X-Streamnb-Score', '2.95'), ('X-Streamnb-Id', 'milter-1')]
 >>> not_scored_headers("timeout")
 [('X-Streamnb-Verdict', 'not-scored (timeout)')]
+
+Every header written here is one the tokenizer takes out of a mail before it is learnt or
+scored (:mod:`streamnb.features.own_headers`): a delivered copy is the mail it was.
+
+>>> from streamnb.features.own_headers import is_own_header
+>>> all(map(is_own_header, OWN_HEADERS))
+True
 """
 
 from __future__ import annotations
@@ -57,6 +64,7 @@ from streamnb_workers.wire.replies import as_str, entry_field
 
 __all__ = [
     "ID_HEADER",
+    "OWN_HEADERS",
     "NOT_SCORED",
     "REASONS",
     "SCORE_HEADER",
@@ -81,8 +89,8 @@ ID_HEADER = "X-Streamnb-Id"
 #: The tokens that most favoured the verdict, where the prediction carries them
 #: (``streamnb predict --snapshot`` does; the workers' outputs do not).
 TOKENS_HEADER = "X-Streamnb-Tokens"
-#: Every header name this module writes starts with this (case-insensitively).
-HEADER_PREFIX = "x-streamnb-"
+#: The headers written here.
+OWN_HEADERS = (VERDICT_HEADER, SCORE_HEADER, ID_HEADER, TOKENS_HEADER)
 
 #: The verdict of a mail that was not scored.
 NOT_SCORED = "not-scored"

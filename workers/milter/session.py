@@ -26,8 +26,8 @@ import Milter
 import milter
 
 from streamnb.exceptions import SettingsError
+from streamnb.features.own_headers import is_own_header
 from streamnb.features.truncate import cut_mail
-from streamnb_workers.client.verdicts import HEADER_PREFIX
 from streamnb_workers.milter.policy import ACCEPT, QUARANTINE, REJECT, TEMPFAIL, Outcome
 
 __all__ = ["MailSession", "run"]
@@ -83,7 +83,7 @@ class MailSession(Milter.Base):
     def header(self, name: str | bytes, value: bytes) -> int:
         text = name.decode("latin-1") if isinstance(name, bytes) else name
         key = text.lower()
-        if key.startswith(HEADER_PREFIX):
+        if is_own_header(key):
             seen = self._own.get(key)
             # MTAs match header names case-insensitively when they count occurrences
             self._own[key] = (text, 1) if seen is None else (seen[0], seen[1] + 1)

@@ -3,7 +3,9 @@ Redis bookkeeping of the keys a model has learnt (``{M}:keys``, ``{M}:keyorder``
 
 A message's key (:func:`message_key`) is, in this order: the ``key`` its producer gave;
 for raw mail its Message-ID (``mid:`` + the id between its angle brackets); else a
-BLAKE2b hash of the raw bytes (``raw:``); for every other payload a BLAKE2b hash of the
+BLAKE2b hash of the raw bytes without streamnb's own header fields (``raw:``; a delivered
+copy, with the ``X-Streamnb-*`` verdict fields added, is the mail it was:
+:mod:`streamnb.features.own_headers`); for every other payload a BLAKE2b hash of the
 payload in a canonical form (``text:``, ``tokens:``, ``hashes:``, ``features:``, ``x:``).
 ``streamnb produce`` and ``streamnb forget`` compute the same key as the worker, so a
 file path, a maildir flag or a re-run never makes a learnt message new.
@@ -32,6 +34,8 @@ from typing import Any
 
 import msgpack
 import numpy as np
+
+from streamnb.features.own_headers import strip_own_headers
 
 __all__ = ["MAX_KEY_CHARS", "decode_record", "encode_record", "known_keys", "mail_key",
            "message_key"]
@@ -78,7 +82,12 @@ def _message_id(head: bytes) -> bytes | None:
 
 def mail_key(raw: bytes) -> str:
     """A raw mail's key: its Message-ID (folded lines unfolded, the angle brackets and
-    the white space around them dropped), else a hash of its bytes."""
+    the white space around them dropped), else a hash of its bytes without streamnb's own
+    header fields.
+
+    >>> mail_key(b"Subject: hi\\n\\nbody") == mail_key(b"X-Streamnb-Verdict: ham\\nSubject: hi\\n\\nbody")
+    True
+    """
     value = _message_id(_header_block(raw))
     if value is not None:
         value = b" ".join(value.split())
@@ -88,7 +97,7 @@ def mail_key(raw: bytes) -> str:
         mid = value.decode("utf-8", "replace")
         if mid and len(mid) <= MAX_KEY_CHARS - 4:
             return f"mid:{mid}"
-    return _hash("raw", raw)
+    return _hash("raw", strip_own_headers(raw))
 
 
 def _canonical(kind: str, payload: Any) -> bytes:
