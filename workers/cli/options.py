@@ -29,11 +29,13 @@ from streamnb_workers.store.keys import check_model_name
 from streamnb_workers.store.model_config import ModelSpec, require_model
 from streamnb_workers.store.redaction import redact
 
-__all__ = ["DECISION_OPTIONS", "FEATURIZER_OPTIONS", "LOG_LEVELS", "LOUD_COMMANDS",
+__all__ = ["STDIN", "DECISION_OPTIONS", "FEATURIZER_OPTIONS", "LOG_LEVELS", "LOUD_COMMANDS",
            "MODEL_OPTIONS", "PROG", "add_common_options", "add_model_name", "fail", "log_level",
            "model_client", "model_name", "model_specs", "redis_error", "redis_from_args"]
 
 PROG = "streamnb"
+#: The PATH or FILE that means stdin (``produce -``, ``predict -``, ``explain -``).
+STDIN = "-"
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 #: The commands that run on (daemons and the demo) and log at INFO by default; every
 #: other command logs only warnings and errors unless ``-v`` or ``--log-level`` says more.

@@ -52,10 +52,8 @@ from streamnb_workers.client.verdicts import (
 from streamnb_workers.store.model_config import require_model
 from streamnb_workers.store.redaction import redact
 
-__all__ = ["NOT_MAIL", "STDIN", "judge_stdin", "run_on_stdin", "wants_many"]
+__all__ = ["NOT_MAIL", "judge_stdin", "run_on_stdin", "wants_many"]
 
-#: The FILE that means stdin.
-STDIN = "-"
 #: The not-scored reason of input that is not mail (never sent to the workers).
 NOT_MAIL = "not-mail"
 

@@ -23,6 +23,7 @@ from streamnb.exceptions import SettingsError
 from streamnb.features.payload import DEFAULT_MAX_MESSAGE_BYTES
 from streamnb_workers.cli.arg_types import finite_float, max_bytes
 from streamnb_workers.cli.options import (
+    STDIN,
     add_common_options,
     add_model_name,
     fail,
@@ -78,7 +79,7 @@ def run(args: argparse.Namespace, env: Mapping[str, str]) -> int:
     from streamnb_workers.client.offline_predict import predict_file  # deferred, as above
     from streamnb_workers.client.produce import send_and_wait  # deferred, as above
 
-    if args.file == pipe.STDIN and not args.snapshot:
+    if args.file == STDIN and not args.snapshot:
         return pipe.run_on_stdin(args, lambda: redis_from_args(args, env))
     if args.passthrough or args.exit_zero:
         raise SettingsError("-p and -e judge a mail on stdin: give FILE - (without --snapshot)")

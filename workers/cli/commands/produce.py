@@ -20,6 +20,7 @@ from streamnb.features.payload import DEFAULT_MAX_MESSAGE_BYTES
 from streamnb_workers.cli.arg_types import max_bytes, positive_int
 from streamnb_workers.cli.options import (
     PROG,
+    STDIN,
     add_common_options,
     add_model_name,
     fail,
@@ -34,11 +35,9 @@ from streamnb_workers.defaults import DEFAULT_PRODUCE_CHUNK
 from streamnb_workers.exit_codes import EXIT_FAILURE, EXIT_UNREACHABLE, EXIT_USAGE
 from streamnb_workers.store.model_config import require_model
 
-__all__ = ["NAME", "STDIN", "add_parser", "run", "run_stdin"]
+__all__ = ["NAME", "add_parser", "run", "run_stdin"]
 
 NAME = "produce"
-#: The PATH that means one mail on stdin.
-STDIN = "-"
 
 
 def add_parser(sub: Any) -> argparse.ArgumentParser:
