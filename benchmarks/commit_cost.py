@@ -78,7 +78,7 @@ from streamnb_workers.store import commit as commit_module
 from streamnb_workers.store.commit import CommitRequest, LuaScript, commit_batch
 from streamnb_workers.store.keys import GROUP, ModelKeys
 from streamnb_workers.store.label_cache import batch_writes, encode_entry
-from streamnb_workers.worker import read_ahead
+from streamnb_workers.worker import intake
 
 #: The cache's TTL in these runs: the daemon's default, 2 days.
 TTL_MS = 172_800_000
@@ -454,13 +454,13 @@ def read_cost(client: Any, batches: int = 40, batch: int = 100, entry_bytes: int
         keys = ModelKeys(f"read-{len(out)}")
         prefill(client, keys.name, [os.urandom(entry_bytes) for _ in range(batches * batch)])
         client.xgroup_create(keys.input, GROUP, id="0")
-        read_ahead.READ_SCRIPT.load(client)
+        intake.READ_SCRIPT.load(client)
         client.config_resetstat()
         for _ in range(batches):
             if variant == "XREADGROUP":
                 client.xreadgroup(GROUP, "bench", {keys.input: ">"}, count=batch)
             else:
-                read_ahead.read_now(client, keys, "bench", batch, True)
+                intake.read_now(client, keys, "bench", batch, True)
         # EXEC's time is the transaction's, the script and the read included
         commands = ("xreadgroup",) if variant == "XREADGROUP" else ("multi", "exec")
         out[f"read a batch: {variant}"] = sum(

@@ -277,7 +277,7 @@ class SentCommit:
     same write, ahead of the script; their replies are read and dropped by :meth:`result`
     (Redis sends the replies of one write together, after the script: nothing is sent
     there whose reply is needed sooner). Commands ``after`` go behind the script (e.g.
-    :func:`streamnb_workers.worker.read_ahead.read_commands`); :meth:`result` keeps their replies
+    :func:`streamnb_workers.worker.intake.read_commands`); :meth:`result` keeps their replies
     in :attr:`after` (an exception object for a command that failed).
     """
 

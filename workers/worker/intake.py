@@ -2,10 +2,12 @@
 new ones (``XREADGROUP >``), read for several models at once, or ahead of a commit, or
 behind it (the reply of the read a pipelined commit carries); its own pending ones after
 a (re)start, idle ones of other consumers (``XAUTOCLAIM``), how often each was delivered,
-and whether a model's stream is done.
+and whether a model's stream is done; the read of the next batch sent behind a commit
+(workers/store/scripts/read.lua): its commands, and what their reply holds.
 
 >>> import fakeredis
 >>> from streamnb_workers.store.keys import GROUP, ModelKeys
+from streamnb_workers.store.lua import packaged_script
 >>> r, k = fakeredis.FakeRedis(), ModelKeys("doc")
 >>> r.xgroup_create(k.input, GROUP, id="0", mkstream=True)
 True
@@ -13,6 +15,11 @@ True
 >>> (stream, entries), = read_new(r, "w1", [k.input], count=10, block_ms=0)
 >>> len(entries), delivery_counts(r, k, "w1", entries), all_done(r, k)
 (1, {...: 1}, False)
+>>> eid = r.xadd(k.input, {"data": b"x"}).decode()
+>>> READ_SCRIPT.load(r)
+>>> field, entries = read_reply(read_now(r, k, "w1", 10, announce=True))
+>>> field == f"w1|{eid}", entries == [(eid.encode(), {b"data": b"x"})]
+(True, True)
 """
 
 from __future__ import annotations
@@ -24,18 +31,76 @@ from typing import Any, TypeVar
 import redis
 
 from streamnb.exceptions import StreamnbError
-from streamnb_workers.replication.ordering import InflightBoard
+from streamnb_workers.replication.ordering import InflightBoard, announcement_time
+from streamnb_workers.store.commit import read_replies
 from streamnb_workers.store.keys import GROUP, ModelKeys
+from streamnb_workers.store.lua import packaged_script
 from streamnb_workers.wire.replies import as_str
 from streamnb_workers.wire.stream_ids import first_id, parse_id
-from streamnb_workers.worker.read_ahead import READ_SCRIPT, read_reply
 
-__all__ = ["all_done", "claim_idle", "delivery_counts", "ensure_group", "read_new",
+__all__ = ["READ_SCRIPT", "read_commands", "read_now", "read_reply", "all_done", "claim_idle", "delivery_counts", "ensure_group", "read_new",
            "read_pending", "ReadBatch", "read_batches", "read_behind", "read_next",
            "in_stream_order"]
 
 #: A model, as far as the order of batches goes (it has a ``name``).
 Held = TypeVar("Held")
+
+#: Announces the batch that the read behind it in one MULTI returns (workers/store/scripts/read.lua).
+READ_SCRIPT = packaged_script("read.lua")
+
+
+def read_commands(keys: ModelKeys, consumer: str, count: int, announce: bool,
+                  now: float | None = None) -> list[list[Any]]:
+    """The commands reading this consumer's next batch of at most ``count`` new entries:
+    a plain ``XREADGROUP``, and with ``announce`` the script announcing the batch in
+    ``{M}:inflight`` (workers/store/scripts/read.lua, as
+    :meth:`~streamnb_workers.replication.ordering.InflightBoard.announcement` does) ahead of it, the two in one
+    ``MULTI``. :func:`read_reply` reads the reply of the last command (the ``EXEC``); a
+    script not loaded (NOSCRIPT, e.g. after a restart of Redis) fails alone in it, and the
+    read still runs: the caller then announces the batch itself and loads the script."""
+    xread = ["XREADGROUP", "GROUP", GROUP, consumer, "COUNT", int(count), "STREAMS", keys.input, ">"]
+    if not announce:
+        return [xread]
+    script = ["EVALSHA", READ_SCRIPT.sha, 2, keys.input, keys.inflight, GROUP, consumer,
+              int(count), announcement_time(time.time() if now is None else now)]
+    return [["MULTI"], script, xread, ["EXEC"]]
+
+
+def read_now(client: Any, keys: ModelKeys, consumer: str, count: int, announce: bool,
+             now: float | None = None) -> Any:
+    """:func:`read_commands` sent and answered at once (raw replies, as behind a commit);
+    the reply for :func:`read_reply`."""
+    commands = read_commands(keys, consumer, count, announce, now)
+    pool = client.connection_pool
+    conn = pool.get_connection()
+    try:
+        conn.send_packed_command(conn.pack_commands(commands))
+        return read_replies(conn, len(commands))[-1]
+    except BaseException:
+        conn.disconnect()
+        raise
+    finally:
+        pool.release(conn)
+
+
+def read_reply(reply: Any, announced: bool = True,
+               ) -> tuple[str | None, list[tuple[Any, dict[Any, Any]]]]:
+    """The announcement field (None: not announced) and the entries, ``(id, {field:
+    value})`` as redis-py's XREADGROUP gives them, of the last reply of
+    :func:`read_commands` with ``announce=announced``: the ``EXEC`` (the field, then the
+    read's reply), or the read's reply. Raises the error of a read that failed; a failed
+    announcement gives None."""
+    field = None
+    if announced and not isinstance(reply, Exception):
+        announcement, reply = reply
+        field = None if isinstance(announcement, Exception) else (as_str(announcement) or None)
+    if isinstance(reply, Exception):
+        raise reply
+    # RESP3 (redis-py 8's default) answers a map of stream -> entries, RESP2 a list of pairs
+    streams = reply.items() if isinstance(reply, dict) else reply or ()
+    entries = [(eid, dict(zip(flat[::2], flat[1::2], strict=True)))
+               for _, got in streams for eid, flat in got]
+    return field, entries
 
 
 def read_new(reader: Any, consumer: str, streams: list[str], count: int, block_ms: int,
@@ -163,7 +228,7 @@ def read_next(reader: Any, consumer: str, keys: ModelKeys, count: int,
 
 
 def read_behind(reply: Any, client: Any, board: InflightBoard | None) -> ReadBatch:
-    """The batch read behind a commit (workers/worker/read_ahead.py ``read_commands``,
+    """The batch read behind a commit (workers/worker/intake.py ``read_commands``,
     announced on ``board`` if given) from the reply of the read's last command; raises
     the error of a read that failed. A batch whose announcement failed (the script not
     loaded: e.g. Redis restarted) is announced now, in a round trip of its own, and the

@@ -54,6 +54,7 @@ from streamnb_workers.worker.committing import abandon, settle
 from streamnb_workers.worker.heap import HeapTrimmer
 from streamnb_workers.worker.housekeeping import drop_sampled_gauges, housekeeping
 from streamnb_workers.worker.intake import (
+    READ_SCRIPT,
     ReadBatch,
     all_done,
     ensure_group,
@@ -63,7 +64,6 @@ from streamnb_workers.worker.intake import (
 from streamnb_workers.worker.options import WorkerOptions
 from streamnb_workers.worker.outages import ModelGuard
 from streamnb_workers.worker.process import process_batch
-from streamnb_workers.worker.read_ahead import READ_SCRIPT
 from streamnb_workers.worker.redo import claim_idle_entries, redo_pending
 from streamnb_workers.worker.restore import restore_lost_keys
 from streamnb_workers.worker.runtime import ModelRuntime

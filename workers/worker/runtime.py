@@ -40,10 +40,10 @@ from streamnb_workers.worker.intake import (
     ReadBatch,
     claim_idle,
     read_behind,
+    read_commands,
     read_next,
 )
 from streamnb_workers.worker.options import WorkerOptions
-from streamnb_workers.worker.read_ahead import read_commands
 from streamnb_workers.worker.timers import Timers
 
 __all__ = ["EventSink", "ModelRuntime"]

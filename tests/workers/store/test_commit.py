@@ -15,7 +15,7 @@ from streamnb_workers.store.commit import (
 )
 from streamnb_workers.store.keys import GROUP, ModelKeys
 from streamnb_workers.store.label_cache import encode_label, relabel
-from streamnb_workers.worker import read_ahead
+from streamnb_workers.worker import intake
 
 K = ModelKeys("t")
 
@@ -301,21 +301,21 @@ def test_read_script_reads_and_announces_in_one_step(r):
     for i in range(700):
         r.xadd(K.input, {"data": f"m{i}".encode()})
     r.xgroup_create(K.input, GROUP, id="0", mkstream=True)
-    read_ahead.READ_SCRIPT.load(r)
+    intake.READ_SCRIPT.load(r)
     board = InflightBoard(r, K, "w1")
     seen = 0
     for count in (1, 127, 128, 255, 189):
-        reply = read_ahead.read_now(r, K, "w1", count, True, now=1.7e9 + 0.25)
-        field, entries = read_ahead.read_reply(reply)
+        reply = intake.read_now(r, K, "w1", count, True, now=1.7e9 + 0.25)
+        field, entries = intake.read_reply(reply)
         assert [e[1] for e in entries] == [{b"data": f"m{i}".encode()} for i in range(seen, seen + count)]
         first = entries[0][0].decode()
         name, (_, key, want_field, want_value) = board.announcement(first, count, now=1.7e9 + 0.25)
         assert field == name == want_field and r.hget(key, field) == want_value
         seen += count
     assert r.xpending(K.input, GROUP)["pending"] == seen == 700
-    assert read_ahead.read_reply(read_ahead.read_now(r, K, "w1", 5, True)) == (None, [])
+    assert intake.read_reply(intake.read_now(r, K, "w1", 5, True)) == (None, [])
     r.xadd(K.input, {"data": b"late"})
-    field, entries = read_ahead.read_reply(read_ahead.read_now(r, K, "w2", 5, False),
+    field, entries = intake.read_reply(intake.read_now(r, K, "w2", 5, False),
                                               announced=False)
     assert field is None and entries[0][1] == {b"data": b"late"}  # not announced
     assert len(r.hgetall(K.inflight)) == 5
@@ -324,14 +324,14 @@ def test_read_script_reads_and_announces_in_one_step(r):
 def test_commands_sent_after_a_commit_run_after_it_and_keep_their_replies(r):
     ids = _read(r, "w1", 2)
     r.xadd(K.input, {"data": b"next"})
-    read_ahead.READ_SCRIPT.load(r)
+    intake.READ_SCRIPT.load(r)
     commit_module.COMMIT_SCRIPT.load(r)  # (else: NOSCRIPT, and the commit runs after them)
-    after = [*read_ahead.read_commands(K, "w1", 10, True), ["GET", K.learnt], ["HGET", K.out]]
+    after = [*intake.read_commands(K, "w1", 10, True), ["GET", K.learnt], ["HGET", K.out]]
     sent = send_commit(r, K, "w1", CommitRequest(ids=ids, log_data=b"d", n_learnt=2), after=after)
     assert sent.result().ok
     *read, learnt, error = sent.after
     assert read[:3] == [b"OK", b"QUEUED", b"QUEUED"]
-    field, ((next_id, fields),) = read_ahead.read_reply(read[3])
+    field, ((next_id, fields),) = intake.read_reply(read[3])
     assert field == f"w1|{next_id.decode()}" and r.hexists(K.inflight, field)
     assert fields == {b"data": b"next"}
     assert learnt == b"2"  # behind the script: it saw the commit
@@ -339,10 +339,10 @@ def test_commands_sent_after_a_commit_run_after_it_and_keep_their_replies(r):
     r.script_flush()  # both scripts gone: the commit runs again; the read still reads,
     r.xadd(K.input, {"data": b"later"})  # without its announcement
     sent = send_commit(r, K, "w1", CommitRequest(ids=[next_id.decode()], log_data=b"d2"),
-                       after=read_ahead.read_commands(K, "w1", 10, True))
+                       after=intake.read_commands(K, "w1", 10, True))
     assert sent.result().ok and r.xlen(K.log) == 2
     assert isinstance(sent.after[-1][0], redis.exceptions.NoScriptError)
-    field, ((later_id, fields),) = read_ahead.read_reply(sent.after[-1])
+    field, ((later_id, fields),) = intake.read_reply(sent.after[-1])
     assert field is None and fields == {b"data": b"later"}
     assert r.xpending(K.input, GROUP)["pending"] == 1
 

@@ -19,12 +19,12 @@ import redis
 
 import streamnb_workers.worker.commit_wire as commit_wire
 import streamnb_workers.worker.committing as committing
-import streamnb_workers.worker.read_ahead as read_ahead
 from streamnb_workers.replication.ordering import decode_announcement
 from streamnb_workers.replication.replica import Replica
 from streamnb_workers.store.commit import SentCommit
 from streamnb_workers.store.keys import GROUP, ModelKeys
 from streamnb_workers.wire.outputs import decode_output
+from streamnb_workers.worker import intake
 from streamnb_workers.worker.intake import ReadBatch
 from streamnb_workers.worker.runtime import ModelRuntime
 from tests.helpers.workers import (
@@ -126,7 +126,7 @@ def test_batches_after_the_first_two_are_read_behind_the_commits(redis_server, m
     real_take = ModelRuntime.take_read_behind
 
     def watching(rt, reply):
-        field, entries = read_ahead.read_reply(reply)
+        field, entries = intake.read_reply(reply)
         if entries:  # the announcement is there the moment the entries are read
             announced.append((field, decode_announcement(client.hget(rt.keys.inflight, field))))
         real_take(rt, reply)
@@ -253,8 +253,8 @@ def test_a_batch_read_behind_a_commit_with_one_already_in_hand_is_redone(redis_s
     w.start()
     rt = w.models["twice"]
     rt.pending_phase, rt.read_ahead = False, ReadBatch([], None)
-    reply = read_ahead.read_now(client, rt.keys, "t", 5, True)
-    field, entries = read_ahead.read_reply(reply)
+    reply = intake.read_now(client, rt.keys, "t", 5, True)
+    field, entries = intake.read_reply(reply)
     assert len(entries) == 5 and client.hexists(rt.keys.inflight, field)
     rt.take_read_behind(reply)
     assert rt.read_ahead == ReadBatch([], None) and rt.pending_phase
@@ -275,14 +275,14 @@ def test_a_batch_read_behind_a_commit_without_its_script_is_announced_by_the_wor
     rt = w.models["noscript"]
     rt.pending_phase = False
     client.script_flush()
-    reply = read_ahead.read_now(client, rt.keys, "t", 5, True)
+    reply = intake.read_now(client, rt.keys, "t", 5, True)
     assert isinstance(reply[0], redis.exceptions.NoScriptError)
     rt.take_read_behind(reply)
     entries, field = rt.read_ahead.entries, rt.read_ahead.announced
     assert len(entries) == 5 and field == f"t|{entries[0][0].decode()}"
     assert field in rt.inflight.fields
     assert decode_announcement(client.hget(rt.keys.inflight, field))[0] == entries[0][0].decode()
-    assert client.script_exists(read_ahead.READ_SCRIPT.sha) == [True]
+    assert client.script_exists(intake.READ_SCRIPT.sha) == [True]
     rt.read_ahead = None
     rt.inflight.withdraw(field)
     w.run_until_idle()

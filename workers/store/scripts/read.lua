@@ -5,7 +5,7 @@
 -- (ARGV[3] and ARGV[4] as workers/replication/ordering.py writes them in an announcement)
 --
 -- Sent in one MULTI with `XREADGROUP GROUP group consumer COUNT count STREAMS :in >`
--- right behind it (workers/worker/read_ahead.py, read_commands), so nothing runs between the two:
+-- right behind it (workers/worker/intake.py, read_commands), so nothing runs between the two:
 -- the batch that read returns starts at the first entry after the group's last delivered
 -- id. If there is one, HSET :inflight "<consumer>|<first id>" "<first id> <count> <time>",
 -- the announcement workers/replication/ordering.py writes (count: the read's COUNT; the batch holds at
