@@ -18,7 +18,6 @@ through properties, so a model that learnt from a merge or a decoded delta has t
 
 from __future__ import annotations
 
-import inspect
 from abc import ABC, abstractmethod
 from typing import Any, ClassVar, Self
 
@@ -27,13 +26,14 @@ import numpy as np
 from streamnb.exceptions import NotFittedError
 from streamnb.models.explanation import Explanation, check_k, class_pair, top_terms
 from streamnb.models.logspace import log_normalize
+from streamnb.models.params import HyperParams
 from streamnb.models.prequential import PrequentialPrediction, generic_prequential
 from streamnb.models.validation import check_labels, check_sample_weight, check_X
 from streamnb.stats.base import check_scale_factor
 from streamnb.stats.bundle import StatsBundle
 
 
-class GenerativeClassifier(ABC):
+class GenerativeClassifier(HyperParams, ABC):
     """Abstract online generative classifier (see the module docstring).
 
     Fitted attributes end with an underscore (``classes_``, ``n_features_in_``).
@@ -61,19 +61,6 @@ class GenerativeClassifier(ABC):
         self._params_checked = False
 
     # ------------------------------------------------------------------ params
-    @classmethod
-    def _get_param_names(cls) -> list[str]:
-        """The constructor's arguments, sorted (as scikit-learn's BaseEstimator)."""
-        sig = inspect.signature(cls.__init__)
-        return sorted(p.name for p in sig.parameters.values()
-                      if p.name != "self" and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD))
-
-    def get_params(self, deep: bool = True) -> dict[str, Any]:
-        """Hyper-parameters as given to the constructor (or ``set_params``);
-        ``type(self)(**get_params())`` is an unfitted clone. ``deep`` is accepted for
-        scikit-learn: no parameter is itself an estimator."""
-        return {name: getattr(self, name) for name in self._get_param_names()}
-
     def set_params(self, **params: Any) -> Self:
         """Set hyper-parameters. A model's fitted state is its statistics, so a fitted
         model predicts with the new values from its next prediction on (no refit)."""
@@ -115,20 +102,6 @@ class GenerativeClassifier(ABC):
         scratch model), whatever has happened to the caller's arrays since."""
         self.validate_params()
         return self.get_params()
-
-    def __repr__(self) -> str:
-        """Like scikit-learn's: the parameters that differ from the defaults."""
-        sig = inspect.signature(type(self).__init__).parameters
-        changed = []
-        for k, v in self.get_params().items():
-            default = sig[k].default
-            try:
-                same = bool(v is default or v == default) and type(v) is type(default)
-            except (TypeError, ValueError):
-                same = False
-            if not same:
-                changed.append(f"{k}={v!r}")
-        return f"{type(self).__name__}({', '.join(changed)})"
 
     def __sklearn_tags__(self) -> Any:
         """scikit-learn's tags (called by scikit-learn only, so it is imported here)."""
