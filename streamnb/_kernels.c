@@ -27,7 +27,7 @@
  *    per nonzero and class whose count changed since the column's last log. Reference:
  *    the numpy form in streamnb.models.prequential (sorted nonzeros, prefix sums).
  *
- * tests/test_prequential.py compares it with its reference. Building this module is
+ * tests/streamnb/models/test_prequential.py compares it with its reference. Building this module is
  * optional.
  */
 #define PY_SSIZE_T_CLEAN

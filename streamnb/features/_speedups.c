@@ -36,8 +36,8 @@
  *   - a word with non-ASCII characters also gives "8bit%:<share of them, rounded to 10>",
  *     except a short e-mail address (WordRules._odd_tokens).
  *
- * The module's PUNCT must equal text._PUNCT (tests/test_speedups.py checks it). The Python
- * code stays the path for bigrams and the token limit; tests/test_speedups.py compares
+ * The module's PUNCT must equal text._PUNCT (tests/streamnb/features/test_speedups.py checks it). The Python
+ * code stays the path for bigrams and the token limit; tests/streamnb/features/test_speedups.py compares
  * each function with it on generated input and on the whole corpus, and the hash table
  * with the dict. Building this module is optional: without a C compiler the package
  * installs and runs the Python code alone.
@@ -782,7 +782,7 @@ fail:
  * numpy sorts the whole batch (list number << bits | bucket) at about 30 ns a key; a list
  * is a few hundred buckets, which a radix sort of 8-bit digits (a digit shared by the
  * whole list is skipped) or, for short lists, an insertion sort puts in order in a few
- * ns a key. The numpy code is the reference (tests/test_speedups.py). */
+ * ns a key. The numpy code is the reference (tests/streamnb/features/test_speedups.py). */
 static void
 sort_u32(uint32_t *a, uint32_t *tmp, Py_ssize_t n, int bits)
 {
@@ -1911,7 +1911,7 @@ fail:
  * decode_header, received_tokens, address_defect): what the loop calls back into Python
  * for (a value not yet in `cache`, encoded words, a Received value that is not Latin-1:
  * the others go to the C received_tokens) and its bounds. The Python method is the
- * reference (tests/test_speedups.py). */
+ * reference (tests/streamnb/features/test_speedups.py). */
 static PyObject *S_none_suffix, *S_header_prefix, *S_message_id_prefix, *S_no_domain,
     *S_comma_space, *S_encoded_word, *S_strip_chars, *S_strip, *S_defect_address,
     *S_tokens, *S_recipients, *S_received, *S_defects;
