@@ -11,6 +11,10 @@ Log entries (field ``data``, msgpack):
   merge the encoded StatsBundle ``add``, then subtract ``sub`` (label corrections move a
   message's contribution: +row for the new class in ``add``, -row for the old in ``sub``).
 - ``{"t": "decay", "g": float}``: multiply every learnt weight by ``g`` (forgetting).
+- ``{"t": "drop", "c": label}``: remove class ``c`` and everything learnt under it
+  (``GenerativeClassifier.remove_class``; a class the model does not hold: nothing). A
+  delta's ``sub`` rows of a class the model does not hold (after its ``add``) went with
+  a removed class, and are not subtracted (docs/worker.md, "Removing a class").
 
 The snapshot (hash ``:snapshot``): ``log_id`` (the last log entry it includes), ``data``
 (``streamnb.models.dumps`` of the model), ``ts``, and ``trimmed`` (the MINID the log was
@@ -66,11 +70,25 @@ def encode_decay(g: float) -> bytes:
     return dumps({"t": "decay", "g": float(g)})
 
 
+def encode_class_drop(label: Any) -> bytes:
+    """A class removal log entry: remove class ``label``."""
+    return dumps({"t": "drop", "c": label})
+
+
 def decode_log_entry(data: bytes) -> dict[str, Any]:
     obj = loads(data)
-    if not isinstance(obj, dict) or obj.get("t") not in ("delta", "decay"):
-        raise FormatError("log entry is not a delta or decay map")
+    if not isinstance(obj, dict) or obj.get("t") not in ("delta", "decay", "drop"):
+        raise FormatError("log entry is not a delta, decay or drop map")
     return obj
+
+
+def without_removed(model: Any, sub: StatsBundle) -> StatsBundle:
+    """``sub`` without the rows of classes ``model`` does not hold (removed since the
+    rows were learnt: they went with their class)."""
+    held = model.stats["classes"].labels
+    for label in [lab for lab in sub["classes"].labels if lab not in held]:
+        sub.remove_class(label)
+    return sub
 
 
 def log_complete(client: Any, keys: ModelKeys) -> bool:
@@ -302,6 +320,14 @@ class Replica:
                     raise FormatError(f"decay factor must be a number in (0, 1], got {g!r}")
                 self.model.decay(float(g))
                 self._changed()
+            elif entry["t"] == "drop":
+                label = entry.get("c")
+                if not isinstance(label, (str, int)) or isinstance(label, bool):
+                    raise FormatError(f"a class to remove must be a str or an int, got {label!r}")
+                if self.model.remove_class(label):
+                    log.info("model %s: class %r removed (log entry %s)", self.keys.name,
+                             label, entry_id)
+                self._changed()
             else:
                 n = entry.get("n", 0)
                 if not isinstance(n, int) or isinstance(n, bool) or n < 0:
@@ -314,7 +340,7 @@ class Replica:
                 if add is not None:
                     self.model.merge_stats(add)
                 if sub is not None:
-                    self.model.subtract_stats(sub)
+                    self.model.subtract_stats(without_removed(self.model, sub))
                 self.learnt += n
                 self._changed(add, sub)
         except (FormatError, ValueError, KeyError, TypeError, msgpack.UnpackException) as exc:

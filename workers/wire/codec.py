@@ -47,7 +47,7 @@ DATA_FIELD = "data"
 DEFAULT_MAX_ENTRY_BYTES = 8 << 20
 
 _KNOWN_KEYS = frozenset(PAYLOAD_KINDS) | {"id", "label", "weight", "ts", "ref", "meta", "key",
-                                          "forget"}
+                                          "forget", "forget_class"}
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 
 
@@ -90,7 +90,8 @@ class InputMessage:
     a uint64 ``numpy`` array for hashes (the tokens' 64-bit hashes,
     :func:`streamnb.features.token_hashes`), ``dict[str, float]`` for features and a
     float64 ``numpy`` vector for x; it is None (and ``payload_kind`` is None) for a
-    delayed label carrying ``ref``.
+    delayed label carrying ``ref``, and for a class removal (``forget_class``: the class
+    to remove, docs/worker.md "Removing a class").
     """
 
     entry_id: str
@@ -105,6 +106,7 @@ class InputMessage:
     unknown_keys: int = 0
     key: str | None = None
     forget: bool = False
+    forget_class: str | int | None = None
 
     @property
     def is_labelled(self) -> bool:
@@ -272,6 +274,8 @@ def decode_input(
         raise MalformedMessage("not_a_map", f"expected a msgpack map, got {type(obj).__name__}")
 
     unknown = len(obj.keys() - _KNOWN_KEYS)
+    if obj.get("forget_class") is not None:
+        return _class_removal(obj, entry_id, limits, unknown)
     present = [k for k in PAYLOAD_KINDS if obj.get(k) is not None]
     ref = obj.get("ref")
     if ref is not None and (not isinstance(ref, str) or not ref or len(ref) > limits.max_id_len):
@@ -357,6 +361,36 @@ def decode_input(
         key=key,
         forget=bool(forget),
     )
+
+
+def _class_removal(obj: dict, entry_id: str, limits: Limits, unknown: int) -> InputMessage:
+    """An entry ``{"forget_class": LABEL}`` (and at most ``id``, ``ts``): remove the class.
+
+    >>> decode_input(dumps({"forget_class": "Spam"}), "1-0").forget_class
+    'Spam'
+    >>> decode_input(dumps({"forget_class": "Spam", "text": "x"}), "1-0")
+    Traceback (most recent call last):
+    ...
+    streamnb.exceptions.MalformedMessage: several_payloads: forget_class goes alone, without text
+    """
+    extra = [k for k in (*PAYLOAD_KINDS, "ref", "label", "weight", "key", "forget", "meta")
+             if obj.get(k) is not None]
+    if extra:
+        raise MalformedMessage("several_payloads",
+                               f"forget_class goes alone, without {', '.join(extra)}")
+    try:
+        label = _label(obj["forget_class"], limits)
+    except MalformedMessage as exc:
+        raise MalformedMessage(exc.reason, "forget_class: " + exc.detail) from None
+    msg_id = obj.get("id", entry_id)
+    if not isinstance(msg_id, str) or not msg_id or len(msg_id) > limits.max_id_len:
+        raise MalformedMessage("bad_type", f"id must be a non-empty str of at most {limits.max_id_len} characters")
+    ts = obj.get("ts")
+    if ts is not None and not (_is_number(ts) and math.isfinite(float(ts))):
+        raise MalformedMessage("bad_type", "ts must be a finite number (unix seconds)")
+    return InputMessage(entry_id=entry_id, id=msg_id, payload_kind=None, payload=None,
+                        ts=None if ts is None else float(ts), unknown_keys=unknown,
+                        forget_class=label)
 
 
 # ---------------------------------------------------------------------------- encoding

@@ -23,6 +23,10 @@ True
 'order-17'
 >>> decode_record(encode_record("spam", 2.0))
 ('spam', 2.0)
+>>> encode_record("Spam", 1.0).startswith(record_prefix("Spam"))
+True
+>>> encode_record("Spammer", 1.0).startswith(record_prefix("Spam"))
+False
 """
 
 from __future__ import annotations
@@ -38,7 +42,7 @@ import numpy as np
 from streamnb.features.own_headers import strip_own_headers
 
 __all__ = ["MAX_KEY_CHARS", "decode_record", "encode_record", "known_keys", "mail_key",
-           "message_key"]
+           "message_key", "record_prefix"]
 
 #: Longest key (characters); a longer Message-ID is hashed instead.
 MAX_KEY_CHARS = 512
@@ -129,6 +133,13 @@ def message_key(payload: Any, kind: str, key: str | None = None) -> str:
 def encode_record(label: Any, weight: float) -> bytes:
     """What ``{M}:keys`` holds for a learnt key: the label and the weight learnt."""
     return msgpack.packb([label, float(weight)], use_bin_type=True)
+
+
+def record_prefix(label: Any) -> bytes:
+    """The bytes every record of ``label`` starts with, whatever its weight (the label is
+    packed with its length: no other label's records start so). The commit script
+    releases a removed class's keys by it, reading no msgpack."""
+    return b"\x92" + msgpack.packb(label, use_bin_type=True)
 
 
 def decode_record(data: bytes) -> tuple[Any, float]:

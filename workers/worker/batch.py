@@ -87,20 +87,22 @@ class Decoded:
     def labelled(self) -> bool:
         """Whether any message holds a label or a forget (a batch without one changes no
         statistics)."""
-        return any(msg.label is not None or msg.forget for _, msg, _ in self.messages)
+        return any(msg.label is not None or msg.forget or msg.forget_class is not None
+                   for _, msg, _ in self.messages)
 
 
 @dataclass(frozen=True, slots=True)
 class Featurized:
     """A batch's messages with a payload as items, its label-only messages as refs (with
-    their bytes), its dead letters so far, and its forgets (items that unlearn their key:
-    featurized, never predicted)."""
+    their bytes), its dead letters so far, its forgets (items that unlearn their key:
+    featurized, never predicted) and its class removals ``(entry id, class, bytes)``."""
 
     items: list[Item]
     refs: list[LabelRef]
     ref_data: dict[str, bytes]
     dead: list[Dead]
     forgets: list[Item] = field(default_factory=list)
+    class_drops: list[tuple[str, Any, bytes]] = field(default_factory=list)
 
 
 @dataclass(slots=True)
@@ -174,8 +176,11 @@ def featurize(featurizer: Any, decoded: Decoded) -> Featurized:
     refs: list[LabelRef] = []
     ref_data: dict[str, bytes] = {}
     payload = []
+    drops = []
     for eid, msg, data in decoded.messages:
-        if msg.payload_kind is None:
+        if msg.forget_class is not None:
+            drops.append((eid, msg.forget_class, data))
+        elif msg.payload_kind is None:
             refs.append(LabelRef(eid, msg.ref, msg.label, msg.ts or entry_time(eid)))
             ref_data[eid] = data
         else:
@@ -189,7 +194,7 @@ def featurize(featurizer: Any, decoded: Decoded) -> Featurized:
             dead.append(Dead(eid, row.reason, row.detail, data))
         else:
             (forgets if msg.forget else items).append(Item(eid, msg, row, data))
-    return Featurized(items, refs, ref_data, dead, forgets)
+    return Featurized(items, refs, ref_data, dead, forgets, drops)
 
 
 def drop_foreign_labels(known: Sequence[Any], decoded: Decoded, batch: Featurized,
@@ -212,13 +217,13 @@ def drop_foreign_labels(known: Sequence[Any], decoded: Decoded, batch: Featurize
                          for eid, (label, data) in foreign.items()]
     return Featurized([it for it in batch.items if it.entry_id not in foreign],
                       [r for r in batch.refs if r.entry_id not in foreign], batch.ref_data, dead,
-                      batch.forgets)
+                      batch.forgets, batch.class_drops)
 
 
 def drop_undeclared_labels(classes: Sequence[str] | None, batch: Featurized) -> Featurized:
     """Dead-letter (``bad_label``) every item and delayed label whose label is not one of
     the model's declared ``classes`` (None: any label is a class): a typo must not become
-    a class of its own.
+    a class of its own; and (``declared_class``) every removal of a declared class.
 
     >>> from streamnb_workers.wire.codec import InputMessage
     >>> item = Item("1-0", InputMessage("1-0", "m", "text", "x", label="Spam"), None, b"")
@@ -249,9 +254,16 @@ def drop_undeclared_labels(classes: Sequence[str] | None, batch: Featurized) -> 
                              f"model's classes: {shown}", batch.ref_data[r.entry_id]))
         else:
             refs.append(r)
+    drops = []
+    for eid, label, data in batch.class_drops:
+        if label in declared:
+            dead.append(Dead(eid, "declared_class", f"{label!r} is a declared class of this "
+                             f"model ({shown}): it is not removed", data))
+        else:
+            drops.append((eid, label, data))
     if len(dead) == len(batch.dead):
         return batch
-    return Featurized(items, refs, batch.ref_data, dead, batch.forgets)
+    return Featurized(items, refs, batch.ref_data, dead, batch.forgets, drops)
 
 
 def drop_bad_categories(model: Any, batch: Featurized) -> Featurized:
@@ -278,7 +290,7 @@ def drop_bad_categories(model: Any, batch: Featurized) -> Featurized:
     forgets = [it for it in batch.forgets if takes(it)]
     if len(dead) == len(batch.dead):
         return batch
-    return Featurized(items, batch.refs, batch.ref_data, dead, forgets)
+    return Featurized(items, batch.refs, batch.ref_data, dead, forgets, batch.class_drops)
 
 
 # ---------------------------------------------------------------------- before the wait

@@ -63,6 +63,8 @@ class PredictedBatch:
     key_state: dict[str, bytes | None] = field(default_factory=dict)
     #: Whether a labelled message is learnt once per key (False: every time it comes).
     learn_once: bool = True
+    #: The class removals ``(entry id, class, bytes)``, in stream order.
+    class_drops: list[tuple[str, Any, bytes]] = field(default_factory=list)
 
     @classmethod
     def of(cls, decoded: Decoded, batch: Featurized, predictions: Predictions | None,
@@ -76,7 +78,7 @@ class PredictedBatch:
                    ref_data=batch.ref_data, dead=batch.dead, version=version,
                    classes=predictions.classes if predictions else [], own=own,
                    row_bytes=row_bytes, announced=announced, forgets=batch.forgets,
-                   learn_once=learn_once)
+                   learn_once=learn_once, class_drops=batch.class_drops)
 
     def without(self, lost: set[str]) -> PredictedBatch:
         """This batch without the entries ``lost``."""
@@ -85,7 +87,8 @@ class PredictedBatch:
                        verdicts=[self.verdicts[i] for i in kept],
                        refs=[r for r in self.refs if r.entry_id not in lost],
                        dead=[d for d in self.dead if d.entry_id not in lost],
-                       forgets=[f for f in self.forgets if f.entry_id not in lost])
+                       forgets=[f for f in self.forgets if f.entry_id not in lost],
+                       class_drops=[d for d in self.class_drops if d[0] not in lost])
 
     @property
     def outside_refs(self) -> list[str]:
@@ -128,6 +131,8 @@ class CommitContent:
     forgotten_labels: list[Any] = field(default_factory=list)
     #: The label recorded before for each labelled message relearnt under a new one.
     relearnt_was: list[Any] = field(default_factory=list)
+    #: The classes removed, in stream order (after the batch's delta: docs/worker.md).
+    drop_classes: list[Any] = field(default_factory=list)
 
 
 def batch_stats(model: Any, featurizer: Any, rows: Sequence[tuple[Row, Any, float]]) -> Any:
@@ -201,7 +206,8 @@ def commit_content(batch: PredictedBatch, cached: dict[str, CachedMessage | None
                     v.log_proba, w, batch_preds[it.msg.id][1],
                     it.msg.key if lab is not None and it.msg.key in recorded else None)))
     ids = [it.entry_id for it in items] + [d.entry_id for d in batch.dead] + \
-        [r.entry_id for r in batch.refs] + [f.entry_id for f in batch.forgets]
+        [r.entry_id for r in batch.refs] + [f.entry_id for f in batch.forgets] + \
+        [d[0] for d in batch.class_drops]
     if not ids:
         return None
     in_commit = set(ids)
@@ -218,7 +224,7 @@ def commit_content(batch: PredictedBatch, cached: dict[str, CachedMessage | None
         scored=scored, learn_keys=once.learn_keys, forget_keys=once.forget_keys,
         relabel_keys=once.relabel_keys,
         n_duplicates=sum(duplicate), forgotten_labels=once.forgotten_labels,
-        relearnt_was=once.relearnt_was)
+        relearnt_was=once.relearnt_was, drop_classes=[d[1] for d in batch.class_drops])
 
 
 @dataclass(slots=True)
