@@ -734,3 +734,11 @@ def test_explain_cost_runs_on_a_few_messages(capsys):
                               "--capacity", "50"]) == 0
     out = capsys.readouterr().out
     assert "explain K=3, named" in out and "token names, capacity 50" in out
+
+
+@needs_redis
+def test_class_removal_releases_the_class_keys_alone():
+    from benchmarks import class_removal
+
+    seconds, left = class_removal.removal_seconds(3000, 40)
+    assert left == 3000 - 40 and seconds > 0

@@ -31,10 +31,10 @@ import msgpack
 
 from streamnb.exceptions import MalformedMessage, SettingsError
 from streamnb_workers.client.shard_streams import shard_keys
-from streamnb_workers.replication.shards import load_model
-from streamnb_workers.store.model_config import read_config
 from streamnb_workers.client.sources import Outgoing, is_mbox, iter_paths
+from streamnb_workers.replication.shards import load_model
 from streamnb_workers.store.keys import ModelKeys
+from streamnb_workers.store.model_config import read_config
 from streamnb_workers.wire.codec import DATA_FIELD, decode_input
 from streamnb_workers.wire.learn_keys import known_keys
 

@@ -9,7 +9,8 @@ if asked, delete the batch's ``:inflight`` announcement.
 It records the learn-once keys of the messages it learns, rewrites those it relearns under
 another label and deletes those it forgets (workers/wire/learn_keys.py), after checking
 that none of the first is recorded and each of the others still holds the record the
-worker subtracts.
+worker subtracts. A class removal (``streamnb forget --class``) appends its log entry after
+the delta and releases the keys recorded under the class.
 Otherwise it writes nothing and says which ids were lost, which cache entries changed or
 which keys are not as the worker took them.
 

@@ -383,6 +383,8 @@ def _class_removal(obj: dict, entry_id: str, limits: Limits, unknown: int) -> In
     except MalformedMessage as exc:
         raise MalformedMessage(exc.reason, "forget_class: " + exc.detail) from None
     msg_id = obj.get("id", entry_id)
+    if isinstance(msg_id, int) and not isinstance(msg_id, bool):
+        msg_id = str(msg_id)
     if not isinstance(msg_id, str) or not msg_id or len(msg_id) > limits.max_id_len:
         raise MalformedMessage("bad_type", f"id must be a non-empty str of at most {limits.max_id_len} characters")
     ts = obj.get("ts")

@@ -6,7 +6,6 @@ label learns it afresh, and a removal replayed changes nothing more."""
 
 from __future__ import annotations
 
-import msgpack
 import pytest
 
 from streamnb_workers.cli.main import main
@@ -188,4 +187,3 @@ def test_a_sharded_model_loses_the_class_in_every_shard(redis_server, capsys):
         assert w.models[names[0]].predictor.classes_.tolist() == ["ham", "spam"]
     total, _ = load_model(r, "mail")
     assert_same_stats(total, reference(train))
-    assert msgpack  # (entries above are packed by tests.helpers.workers.produce)

@@ -6,6 +6,9 @@
 -- (`<list>_at`, with `n_<list>` items). KEYS[1] :in, KEYS[2] :out, KEYS[3] :dead,
 -- KEYS[4] :log, KEYS[5] :learnt; the other keys are where A says (`*_key_at`, 0: none).
 --
+-- A class removal (`drops_at`) appends its log entry after the delta and the decay events
+-- and releases the learn-once keys recorded under the class.
+--
 -- Nothing is written unless every id is still pending for this consumer, every
 -- compare-and-set finds the cache entry the worker read, no learn-once key the batch
 -- learns is recorded and each key it forgets or relearns holds the record read. Returns {"ok", log
