@@ -6,12 +6,14 @@ label learns it afresh, and a removal replayed changes nothing more."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from streamnb_workers.cli.main import main
 from streamnb_workers.replication.replica import decode_log_entry
 from streamnb_workers.replication.shards import load_model, shard_names
 from streamnb_workers.store.keys import ModelKeys
+from streamnb_workers.store.model_config import ModelSpec
 from streamnb_workers.wire.outputs import decode_output
 from tests.helpers.workers import (
     FCFG,
@@ -23,6 +25,7 @@ from tests.helpers.workers import (
     run_in_threads,
     token_messages,
     url_worker,
+    vector_messages,
 )
 from tests.workers.worker.test_class_sets import cli_spec, outputs, probes
 
@@ -187,3 +190,29 @@ def test_a_sharded_model_loses_the_class_in_every_shard(redis_server, capsys):
         assert w.models[names[0]].predictor.classes_.tolist() == ["ham", "spam"]
     total, _ = load_model(r, "mail")
     assert_same_stats(total, reference(train))
+
+
+@pytest.mark.filterwarnings("ignore::streamnb.exceptions.SingularCovarianceWarning")
+def test_lda_replicas_lose_the_class_and_pool_the_classes_left(redis_server):
+    # (the warning: the first batches' predictions, with a class of one or two samples)
+    """LDA through two workers: after the removal of ``c`` both replicas are bit-identical
+    and equal (to Chan-merge rounding) the model fitted on ``a`` and ``b`` alone, its
+    shared covariance pooled from those two classes."""
+    r = redis_server.client()
+    msgs = vector_messages(300, d=3, seed=8)
+    fcfg = {"input": "dense", "dim": 3}
+    spec = ModelSpec("vec", kind="lda", featurizer_config=fcfg, classes="any")
+    ws = [url_worker(redis_server.url, [spec], fast_options(f"g{i}", batch=37)) for i in range(2)]
+    produce(r, "vec", msgs)
+    run_in_threads(ws)
+    assert forget_class(redis_server.url, "--class", "c", "--force", model="vec") == 0
+    run_in_threads(ws)
+    a, b = caught_up(ws, "vec")
+    assert_same_stats(a, b)
+    ref = offline_model("lda", {}, fcfg, [m for m in msgs if m["label"] != "c"])
+    assert a.classes_.tolist() == ["a", "b"]
+    assert_same_stats(a, ref, rtol=1e-9, atol=1e-9)
+    np.testing.assert_allclose(a.covariance_, ref.covariance_, rtol=1e-9, atol=1e-6)
+    X = np.array([m["x"] for m in msgs[:50]])
+    np.testing.assert_array_equal(a.predict(X), ref.predict(X))
+    np.testing.assert_allclose(a.predict_log_proba(X), ref.predict_log_proba(X), atol=1e-9)
