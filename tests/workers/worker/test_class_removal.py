@@ -216,3 +216,23 @@ def test_lda_replicas_lose_the_class_and_pool_the_classes_left(redis_server):
     X = np.array([m["x"] for m in msgs[:50]])
     np.testing.assert_array_equal(a.predict(X), ref.predict(X))
     np.testing.assert_allclose(a.predict_log_proba(X), ref.predict_log_proba(X), atol=1e-9)
+
+
+def test_a_class_at_weight_zero_goes_without_force(redis_server, capsys):
+    """A typo learnt, then its mail forgotten: the class is known at weight 0, and removing
+    it needs no --force (nothing learnt goes with it)."""
+    r = redis_server.client()
+    w = url_worker(redis_server.url, [count_spec("mail", classes="any")], fast_options("w1"))
+    train = token_messages(20, classes=("spam", "ham"), seed=7)
+    produce(r, "mail", train + [TYPOS[0]])
+    w.run_until_idle()
+    produce(r, "mail", [{"forget": True, "key": TYPOS[0]["key"], "tokens": TYPOS[0]["tokens"]}])
+    w.run_until_idle()
+    (model,) = caught_up([w])
+    assert "Spam" in model.classes_.tolist()
+    assert forget_class(redis_server.url, "--class", "Spam") == 0
+    assert "removing class 'Spam' (weight 0)" in capsys.readouterr().out
+    w.run_until_idle()
+    (model,) = caught_up([w])
+    assert model.classes_.tolist() == ["ham", "spam"]
+    assert_same_stats(model, reference(train))
