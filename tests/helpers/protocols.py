@@ -35,13 +35,14 @@ class ServerProcess(MilterProcess):
 
 
 @contextlib.contextmanager
-def trained_redis(logs: Path, n: int = 60) -> Iterator[Any]:
-    """A redis-server whose model "mail" has learnt ``n`` mails, a worker serving it."""
+def trained_redis(logs: Path, n: int = 60, **options: Any) -> Iterator[Any]:
+    """A redis-server whose model "mail" has learnt ``n`` mails, a worker serving it
+    (``options``: the worker's, e.g. ``explain=3``)."""
     if REDIS_SERVER is None:
         pytest.skip("redis-server is not installed")
     with RedisServer() as server:
         r = server.client()
-        worker = start_worker(server.url, r, logs / "worker.log")
+        worker = start_worker(server.url, r, logs / "worker.log", **options)
         try:
             train(r, training_mails(n))
             yield server
