@@ -149,3 +149,19 @@ def test_tell_is_refused_without_allow_tell(servers):
     # spamc reads the one error line, then the closed connection: no output, exit not 0
     assert out.stdout == b"" and out.returncode != 0, out
     same_stats(stats(r), before)
+
+
+def test_exims_request_and_exims_parse_of_the_answer(servers):
+    """The request Exim's ``spam =`` sends (src/spam.c: ``REPORT SPAMC/1.2``, ``User:``,
+    ``Content-length``, then a half-close) and the two formats it parses, in order."""
+    _, tell, _ = servers
+    for label, spam in (("spam", True), ("ham", False)):
+        m = mail(label, 950)
+        reply = raw_request(tell, b"REPORT SPAMC/1.2\r\nUser: nobody\r\nContent-length: %d\r\n"
+                            b"\r\n%s" % (len(m), m))
+        assert not re.match(rb"SPAMD/\S{1,7} 0 EX_OK\r\nContent-length: \d+\r\n\r\n", reply)
+        parsed = re.match(rb"SPAMD/\S{1,7} 0 EX_OK\r\nSpam: \S+ ; (\S+) / (\S+)\r\n\r\n", reply)
+        assert parsed, reply
+        points, threshold = float(parsed[1]), float(parsed[2])
+        assert (points >= threshold) is spam  # Exim's own rule
+        assert b"STREAMNB_" + label.upper().encode() in reply[parsed.end():]  # $spam_report
