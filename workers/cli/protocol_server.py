@@ -65,7 +65,7 @@ def add_server_options(p: argparse.ArgumentParser, default_listen: str) -> None:
                help="points per unit of the workers' score: points = required + scale x score")
     add_option(p, "--positive", metavar="LABEL",
                help="the class that is spam (default: the last class in sorted order)")
-    add_option(p, "--max-size", type=whole_number_in(1024, 64 * 2**20, "bytes"),
+    add_option(p, "--max-size", type=whole_number_in(1024, 1_000_000, "bytes"),
                default=512 * 1024, metavar="BYTES",
                help="bytes of a mail kept and scored (headers first; the rest is read and dropped)")
     add_option(p, "--max-connections", type=whole_number_in(1, 10_000, "connections"),
@@ -127,6 +127,8 @@ def serve(make_server: Callable[[tuple[str, int]], Any], listen: str, service: M
         for s, handler in old.items():
             signal.signal(s, handler)
         server.server_close()
+        if not server.wait_idle(service.timeout + 1.0):
+            log.warning("stopping with requests still in progress")
         service.close(drain_s=service.timeout)
     log.info("%s stopped", what)
     return 0

@@ -179,3 +179,18 @@ class BoundedThreads:
     def refuse(self, request: Any) -> None:
         """Tell a connection over the bound that the server is busy (protocol's own)."""
         del request
+
+    def wait_idle(self, timeout: float) -> bool:
+        """Wait (at most ``timeout`` seconds) until no connection is being served: after
+        ``shutdown``, the requests in progress finish before what they use is closed."""
+        deadline = time.monotonic() + timeout
+        slots, taken = self._slot(), 0
+        try:
+            while taken < self.limits.max_connections:
+                if not slots.acquire(timeout=max(0.0, deadline - time.monotonic())):
+                    return False
+                taken += 1
+            return True
+        finally:
+            for _ in range(taken):
+                slots.release()

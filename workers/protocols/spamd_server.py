@@ -190,8 +190,9 @@ class SpamdHandler(socketserver.BaseRequestHandler):
             reply = answer(request, server.service, server.allow_tell)
         except SpamdError as exc:
             reply, status = exc.line(), str(exc.code)
-            if exc.code == EX_PROTOCOL:
-                log.info("bad request from %s: %s", self.client_address[0], exc.message)
+            if exc.code == EX_PROTOCOL:  # a probe that connects and closes: debug only
+                level = logging.DEBUG if "(closed before headers)" in exc.message else logging.INFO
+                log.log(level, "bad request from %s: %s", self.client_address[0], exc.message)
         except SlowClient as exc:
             reply, status = SpamdError(EX_TIMEOUT, f"Timeout: ({exc})").line(), str(EX_TIMEOUT)
         except ClientGone:

@@ -214,3 +214,13 @@ def test_fuzzed_requests_are_answered_or_closed_and_the_server_stays_up(rspamd):
         assert reply == b"" or reply.startswith(b"HTTP/1.0 "), (data[:200], reply[:200])
     assert rspamc(server, "symbols", mail_bytes=mail("spam", 8)).returncode == 0
     assert server.proc.poll() is None
+
+
+def test_a_mail_not_scored_gets_503(rspamd, tmp_path):
+    """No worker serves model "idle": no verdict within the timeout; rspamc exits 1."""
+    redis_server, _ = rspamd
+    with ServerProcess("rspamd", redis_server.url, tmp_path / "idle.log", "--model", "idle",
+                       timeout=0.3) as idle:
+        reply = ask(idle, post("/checkv2", mail("spam", 961)))
+        assert reply.startswith(b"HTTP/1.0 503 ") and reply.endswith(b'{"error": "not scored (timeout)"}')
+        assert rspamc(idle, "symbols", mail_bytes=mail("spam", 962)).returncode == 1

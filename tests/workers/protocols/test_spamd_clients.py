@@ -5,6 +5,7 @@ the statistics a TELL leaves equal to those of one ``streamnb produce``."""
 from __future__ import annotations
 
 import re
+import signal
 import socket
 
 import pytest
@@ -165,3 +166,24 @@ def test_exims_request_and_exims_parse_of_the_answer(servers):
         points, threshold = float(parsed[1]), float(parsed[2])
         assert (points >= threshold) is spam  # Exim's own rule
         assert b"STREAMNB_" + label.upper().encode() in reply[parsed.end():]  # $spam_report
+
+
+def test_sigterm_stops_the_server_with_exit_code_0(servers, tmp_path):
+    redis_server, _, _ = servers
+    with ServerProcess("spamd", redis_server.url, tmp_path / "spamd.log") as server:
+        assert spamc(server, "-K").stdout == b"SPAMD/1.5 0\n"
+        assert server.stop(signal.SIGTERM) == 0, server.log()
+
+
+def test_a_mail_not_scored_gets_69_and_spamc_falls_back(servers, tmp_path):
+    """No worker serves model "idle": no verdict within the timeout."""
+    redis_server, _, _ = servers
+    with ServerProcess("spamd", redis_server.url, tmp_path / "idle.log", "--model", "idle",
+                       timeout=0.3) as idle:
+        m = mail("spam", 960)
+        reply = raw_request(idle, b"CHECK SPAMC/1.5\r\nContent-length: %d\r\n\r\n%s" % (len(m), m))
+        assert reply == b"SPAMD/1.0 69 Service Unavailable: not scored (timeout)\r\n"
+        fallback = spamc(idle, "-c", mail_bytes=m)
+        assert (fallback.returncode, fallback.stdout) == (0, b"0/0\n")
+        passed = spamc(idle, mail_bytes=m)
+        assert passed.returncode == 0 and passed.stdout == m  # the mail unchanged
