@@ -734,3 +734,12 @@ def test_explain_cost_runs_on_a_few_messages(capsys):
                               "--capacity", "50"]) == 0
     out = capsys.readouterr().out
     assert "explain K=3, named" in out and "token names, capacity 50" in out
+
+
+def test_protocols_client_run_counts_answers_right_and_not_scored():
+    from benchmarks.protocols import client_run
+
+    answers = {b"a": "spam", b"b": "ham", b"c": None}
+    mails = [(b"a", "spam"), (b"b", "spam"), (b"c", "ham"), (b"a", "spam")]
+    run = client_run("stub", lambda port, raw: answers[raw], 0, mails, 1, 2)
+    assert (run.mails, run.right, run.not_scored, len(run.whole)) == (4, 2, 1, 4)
