@@ -31,9 +31,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import redis
+
 from streamnb.decision import DecisionRule
+from streamnb.exceptions import SettingsError, StreamnbError
 from streamnb_workers.client.forget import forget
-from streamnb_workers.client.produce import produce_stdin
+from streamnb_workers.client.produce import ProduceInterrupted, produce_stdin
+from streamnb_workers.client.produce_checks import NotMail
 from streamnb_workers.client.shard_streams import shard_keys
 from streamnb_workers.client.sources import Outgoing
 from streamnb_workers.client.verdicts import VerdictClient, score_of
@@ -42,12 +46,17 @@ from streamnb_workers.protocols.users import ModelChooser
 from streamnb_workers.store.connection import RedisSettings
 from streamnb_workers.wire.learn_keys import decode_record, known_keys
 
-__all__ = ["Check", "MailService", "Scale", "positive_label"]
+__all__ = ["Check", "LearnRefused", "MailService", "Scale", "positive_label"]
 
 log = logging.getLogger("streamnb.protocols")
 
 #: Points are kept within +-this (a one-class model's score is infinite).
 POINTS_BOUND = 1000.0
+
+
+class LearnRefused(StreamnbError):
+    """A mail that cannot be learnt as asked: not mail, or a label the model does not
+    declare (the reason is the message)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,11 +155,18 @@ class MailService:
 
     def learn(self, raw: bytes, label: str, user: str | None = None) -> bool:
         """Learn ``raw`` as ``label``: True when sent to be learnt (new, or a correction),
-        False when its key was learnt with that label already. Raises NotMail for what is
-        not mail and redis errors as they come."""
+        False when its key was learnt with that label already. Raises LearnRefused for
+        what is not mail or a label the model does not declare, redis errors as they come."""
         model = self.chooser.model_for(user)
-        report = produce_stdin(self._client, model, raw, label=label, max_bytes=self.max_size,
-                               id_prefix=self.id_prefix)
+        try:
+            report = produce_stdin(self._client, model, raw, label=label,
+                                   max_bytes=self.max_size, id_prefix=self.id_prefix)
+        except (NotMail, SettingsError) as exc:
+            raise LearnRefused(str(exc)) from None
+        except ProduceInterrupted as exc:
+            if isinstance(exc.__cause__, redis.RedisError):
+                raise exc.__cause__ from None
+            raise
         if report.sent:
             self._wait(model, raw, lambda labels: labels == [label], "learnt")
         return report.sent > 0

@@ -37,9 +37,8 @@ import redis
 
 from streamnb.features.own_headers import is_own_header
 from streamnb.features.truncate import cut_mail
-from streamnb_workers.client.produce_checks import NotMail
 from streamnb_workers.protocols.limits import BoundedThreads, Limits
-from streamnb_workers.protocols.mail_service import Check, MailService
+from streamnb_workers.protocols.mail_service import Check, LearnRefused, MailService
 from streamnb_workers.protocols.spamd_server import symbol_of
 from streamnb_workers.protocols.users import first_user
 
@@ -209,8 +208,8 @@ class RspamdHandler(BaseHTTPRequestHandler):
             return
         try:
             learnt = self.server.service.learn(raw, label, user)
-        except NotMail as exc:
-            self._json(400, {"error": f"not mail: {exc}"})
+        except LearnRefused as exc:
+            self._json(400, {"error": str(exc)})
             return
         except redis.RedisError as exc:
             self._json(503, {"error": f"Redis: {type(exc).__name__}"})

@@ -30,7 +30,6 @@ import redis
 
 from streamnb.features.own_headers import strip_own_headers
 from streamnb.features.truncate import cut_mail
-from streamnb_workers.client.produce_checks import NotMail
 from streamnb_workers.protocols.limits import (
     BoundedThreads,
     ClientGone,
@@ -39,7 +38,7 @@ from streamnb_workers.protocols.limits import (
     SlowClient,
     close_after_error,
 )
-from streamnb_workers.protocols.mail_service import Check, MailService
+from streamnb_workers.protocols.mail_service import Check, LearnRefused, MailService
 from streamnb_workers.protocols.spamd_request import (
     EX_DATAERR,
     EX_PROTOCOL,
@@ -167,7 +166,7 @@ def _tell(request: Request, service: MailService, allow_tell: bool) -> bytes:
             did.append("DidSet: local\r\n")
         if h.remove_local and service.forget(request.body, h.user):
             did.append("DidRemove: local\r\n")
-    except NotMail as exc:
+    except LearnRefused as exc:
         raise SpamdError(EX_DATAERR, f"Data error: {exc}") from None
     except redis.RedisError as exc:
         raise SpamdError(EX_UNAVAILABLE, f"Service Unavailable: Redis: "

@@ -47,3 +47,16 @@ def test_each_request_goes_to_the_model_of_its_user(service, redis_server):
     assert [e.get("label") for e in default] == [None]
     assert alice[1]["id"].startswith("spamd:") and alice[0]["id"].startswith("spamd-")
     assert service.forget(m, "alice@example.org") is False  # not learnt: nothing sent
+
+
+def test_a_label_the_model_does_not_declare_or_not_mail_is_refused(service, redis_server):
+    from streamnb_workers.protocols.mail_service import LearnRefused
+    from streamnb_workers.store.model_config import ModelSpec, ensure_config
+
+    r = redis_server.client()
+    ensure_config(r, ModelSpec("mail", kind="multinomial", classes=["junk", "good"]))
+    with pytest.raises(LearnRefused, match="not one of model 'mail'"):
+        service.learn(mail("spam", 2), "spam")
+    with pytest.raises(LearnRefused):
+        service.learn(b"\x00\x01 not mail", "junk")
+    assert r.xlen(ModelKeys("mail").input) == 0
