@@ -22,6 +22,8 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
+import redis
+
 from streamnb.exceptions import SettingsError
 from streamnb_workers.cli.arg_types import number_in, port, whole_number_in
 from streamnb_workers.cli.options import add_common_options, add_model_name, redis_from_args
@@ -31,6 +33,7 @@ from streamnb_workers.milter.policy import Policy
 from streamnb_workers.protocols.limits import Limits
 from streamnb_workers.protocols.mail_service import MailService, Scale
 from streamnb_workers.protocols.users import ModelChooser
+from streamnb_workers.store.connection import is_access_error
 from streamnb_workers.store.keys import check_model_name
 
 __all__ = ["add_server_options", "limits_from_args", "parse_host_port", "serve",
@@ -103,8 +106,17 @@ def service_from_args(args: argparse.Namespace, env: Mapping[str, str], name: st
 
 def serve(make_server: Callable[[tuple[str, int]], Any], listen: str, service: MailService,
           args: argparse.Namespace, what: str) -> int:
-    """Bind, serve until SIGTERM or SIGINT, then let mails in flight get their verdicts."""
+    """Bind, serve until SIGTERM or SIGINT, then let mails in flight get their verdicts.
+    A refused Redis password or ACL stops the server at start (exit 2); an unreachable
+    Redis does not (mail is answered not scored until it is back), as for the milter."""
     address = parse_host_port(listen, "--listen")
+    try:
+        service.ping()
+    except redis.RedisError as exc:
+        if is_access_error(exc):
+            service.close()
+            raise
+        log.warning("Redis not reachable yet (%s); mail is not scored until it is", exc)
     try:
         server = make_server(address)
     except OSError as exc:
