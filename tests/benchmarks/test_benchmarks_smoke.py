@@ -744,3 +744,12 @@ def test_class_removal_releases_the_class_keys_alone():
 
     seconds, left = class_removal.removal_seconds(3000, 40)
     assert left == 3000 - 40 and seconds > 0
+
+
+def test_protocols_client_run_counts_answers_right_and_not_scored():
+    from benchmarks.protocols import client_run
+
+    answers = {b"a": "spam", b"b": "ham", b"c": None}
+    mails = [(b"a", "spam"), (b"b", "spam"), (b"c", "ham"), (b"a", "spam")]
+    run = client_run("stub", lambda port, raw: answers[raw], 0, mails, 1, 2)
+    assert (run.mails, run.right, run.not_scored, len(run.whole)) == (4, 2, 1, 4)

@@ -39,7 +39,7 @@ STDIN = "-"
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 #: The commands that run on (daemons and the demo) and log at INFO by default; every
 #: other command logs only warnings and errors unless ``-v`` or ``--log-level`` says more.
-LOUD_COMMANDS = frozenset({"worker", "milter", "demo"})
+LOUD_COMMANDS = frozenset({"worker", "milter", "spamd", "rspamd", "demo"})
 
 
 def fail(message: str, code: int = EXIT_USAGE) -> int:

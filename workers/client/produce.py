@@ -288,17 +288,18 @@ def check_paths(paths: list[str]) -> None:
 
 
 def produce_stdin(client: Any, model: str, raw: bytes, *, label: str | None = None,
-                  max_bytes: int = DEFAULT_MAX_MESSAGE_BYTES) -> ProduceReport:
+                  max_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+                  id_prefix: str = "stdin") -> ProduceReport:
     """Send the one mail ``raw`` read from stdin (``streamnb produce -``), as :func:`produce`
     sends a mail file: not sent when its key was learnt, cut over ``max_bytes``. Its id is
-    ``stdin:`` and its learn-once key, so that the same mail goes to the same shard each
-    time. :class:`NotMail` when ``raw`` is not mail (or is refused as a record); a Redis
+    ``stdin:`` (``id_prefix:``: ``spamd:`` for a TELL) and its learn-once key, so that the
+    same mail goes to the same shard each time. :class:`NotMail` when ``raw`` is not mail (or is refused as a record); a Redis
     error part way raises :class:`ProduceInterrupted` from it."""
     out = Outgoing(id="-", raw=raw, source="-")
     reason = not_mail(raw)
     if reason is not None:
         raise NotMail(reason)
-    out.id = f"stdin:{out.key()}"
+    out.id = f"{id_prefix}:{out.key()}"
     quiet = io.StringIO()  # the one reason a mail is skipped is the caller's line
     report = produce(client, model, [], label=label, stderr=quiet, progress=False,
                      max_bytes=max_bytes, messages=[out])

@@ -374,6 +374,24 @@ class MilterMetrics:
         self.decision_seconds.labels(model=model).observe(seconds)
 
 
+class ProtocolMetrics:
+    """The metric families of ``streamnb spamd`` and ``streamnb rspamd`` (labels
+    ``protocol``, ``command``, ``status``: ``ok``, ``not-scored`` or the error answered)."""
+
+    def __init__(self, registry: CollectorRegistry = REGISTRY) -> None:
+        r = {"registry": registry, "namespace": NAMESPACE}
+        self.requests = Counter(
+            "protocol_requests", "Requests answered by the spamd and Rspamd protocol servers, "
+            "by command and status", ("protocol", "command", "status"), **r)
+        self.seconds = Histogram(
+            "protocol_request_seconds", "Time from a request's arrival to its answer",
+            ("protocol", "command"), buckets=MILTER_BUCKETS, **r)
+
+    def observe(self, protocol: str, command: str, status: str, seconds: float) -> None:
+        self.requests.labels(protocol=protocol, command=command, status=status).inc()
+        self.seconds.labels(protocol=protocol, command=command).observe(seconds)
+
+
 def observe_many(child: Histogram, values: Sequence[float] | np.ndarray) -> None:
     """``child.observe(v)`` for every value, vectorised (one bucket count per bucket).
 
