@@ -132,3 +132,116 @@ def test_the_procmail_recipe_defers_a_mail_without_verdict(tmp_path):
                               timeout=2)
     assert code == 75, (tmp_path / "procmail.log").read_text()
     assert delivered(home / "Maildir") == [] and delivered(home / "Maildir" / ".Junk") == []
+
+
+# -- the Postfix content filter, in a real Postfix -------------------------------------
+#
+# master.cf's two services and the filter script are taken from docs/operations.md; the
+# private instance (benchmarks/postfix_instance.py) listens on a free port instead of
+# port 25 (the smtpd service's name), and runs the pipe as ``nobody`` (there is no user
+# "filter" here) with the script in a temporary directory. The script's ``sendmail`` is
+# Postfix's own, re-injecting into the private instance (pipe exports MAIL_CONFIG). Its
+# streamnb is tests/helpers/relay.py's stand-in: ``nobody`` cannot run this venv's
+# Python, so the relay has the test run the real ``streamnb predict`` with the
+# arguments, environment and stdin the script gave it.
+
+FILTER_SCRIPT = "/usr/local/bin/streamnb-postfix-filter"
+FILTER_SPOOL = "/var/spool/streamnb-filter"
+
+
+def postfix_recipe() -> tuple[str, str, str]:
+    """docs/operations.md's content filter: (master.cf's smtpd lines, its pipe service,
+    the script)."""
+    master = doc_block("### Postfix content filter (pipe)")
+    smtpd, _, service = master.partition("\nstreamnb ")
+    doc = (ROOT / "docs" / "operations.md").read_text()
+    script = re.search(r"```sh\n(#!/bin/sh\n# " + re.escape(FILTER_SCRIPT) + r".*?)```", doc,
+                       flags=re.S).group(1)
+    return smtpd + "\n", "streamnb " + service, script
+
+
+def replaced(text: str, pairs: tuple[tuple[str, str], ...]) -> str:
+    for old, new in pairs:
+        assert old in text, old
+        text = text.replace(old, new)
+    return text
+
+
+@pytest.fixture(scope="module")
+def content_filter(served, tmp_path_factory):
+    """A private Postfix running the documented content filter; yields (the instance, the
+    settings file the filter reads)."""
+    from benchmarks.postfix_instance import PostfixInstance, unavailable
+    from tests.helpers.relay import Relay
+
+    if unavailable() is not None:
+        pytest.skip(unavailable())
+    import pwd
+
+    nobody = pwd.getpwnam("nobody")
+    with Relay(STREAMNB, user="nobody") as relay:
+        settings = relay.dir / "filter.toml"
+        settings.write_text(f'[predict]\nredis = "{served}"\nmodel = "mail"\ntimeout = 10\n')
+        settings.chmod(0o644)
+        spool = relay.dir / "filter-spool"
+        spool.mkdir(mode=0o700)
+        os.chown(spool, nobody.pw_uid, nobody.pw_gid)
+        smtpd, service, script = postfix_recipe()
+        script_path = relay.dir / "streamnb-postfix-filter"
+        script_path.write_text(replaced(script, (
+            (INSTALLED, str(relay.program)), (FILTER_TOML, str(settings)),
+            (FILTER_SPOOL, str(spool)))))
+        script_path.chmod(0o755)
+        smtpd = replaced(smtpd, (("smtp      inet", "127.0.0.1:{port} inet"),))
+        service = replaced(service, (("user=filter", "user=nobody"),
+                                     (FILTER_SCRIPT, str(script_path))))
+        with PostfixInstance(free_port(), None, smtpd=smtpd, services=service) as postfix:
+            yield postfix, settings, relay
+
+
+def wait_delivered(postfix, n: int, timeout: float = 60) -> list[bytes]:
+    from tests.helpers.milter import wait_for
+
+    wait_for(lambda: len(postfix.delivered()) >= n, timeout,
+             f"{n} mails delivered: {postfix.log()[-3000:]}")
+    return postfix.delivered()
+
+
+def test_the_postfix_content_filter_scores_mail_sent_over_smtp(content_filter, served):
+    postfix, _settings, relay = content_filter
+    before = len(postfix.delivered())
+    sent = {label: mail(label, seed=910 + i) for i, label in enumerate(("spam", "ham"))}
+    for raw in sent.values():
+        postfix.send(raw)
+    got = wait_delivered(postfix, before + 2)[before:]
+    outs = [f[b"data"] for _, f in redis.Redis.from_url(served).xrange(K.out)]
+    for label, raw in sent.items():
+        [copy] = [g for g in got if message_from_bytes(g)["From"] ==
+                  message_from_bytes(raw)["From"]]
+        msg = message_from_bytes(copy)
+        assert msg["X-Streamnb-Verdict"] == label, postfix.log()[-3000:]
+        assert (float(msg["X-Streamnb-Score"]) > 0) == (label == "spam")
+        assert any(msg["X-Streamnb-Id"].encode() in o for o in outs)
+        assert raw.split(b"\r\n\r\n", 1)[1].replace(b"\r\n", b"\n") in copy  # body as sent
+        assert copy.count(b"\nReceived: ") == 2  # smtpd, then pickup after the re-injection
+    assert [code for argv, code in relay.runs[-2:]] == [0, 0]
+    assert relay.runs[-1][0][:4] == ["predict", "--config", str(_settings), "-p"]
+
+
+def test_the_postfix_content_filter_delivers_unscored_mail_marked(content_filter):
+    """No worker answers (a model nobody serves, a short timeout): exit 3, the mail is
+    delivered with its not-scored header (the recipe's default; tempfail is the option)."""
+    from streamnb_workers.store.model_config import ModelSpec, ensure_config
+
+    postfix, settings, _relay = content_filter
+    text = settings.read_text()
+    url = re.search(r'redis = "(.*)"', text).group(1)
+    ensure_config(redis.Redis.from_url(url), ModelSpec("idle", kind="multinomial"))
+    settings.write_text(f'[predict]\nredis = "{url}"\nmodel = "idle"\ntimeout = 0.5\n')
+    try:
+        before = len(postfix.delivered())
+        postfix.send(mail("spam", seed=920))
+        [copy] = wait_delivered(postfix, before + 1)[before:]
+    finally:
+        settings.write_text(text)
+    assert message_from_bytes(copy)["X-Streamnb-Verdict"] == "not-scored (timeout)"
