@@ -224,8 +224,8 @@ def test_the_postfix_content_filter_scores_mail_sent_over_smtp(content_filter, s
         assert any(msg["X-Streamnb-Id"].encode() in o for o in outs)
         assert raw.split(b"\r\n\r\n", 1)[1].replace(b"\r\n", b"\n") in copy  # body as sent
         assert copy.count(b"\nReceived: ") == 2  # smtpd, then pickup after the re-injection
-    assert [code for argv, code in relay.runs[-2:]] == [0, 0]
-    assert relay.runs[-1][0][:4] == ["predict", "--config", str(_settings), "-p"]
+    assert [run.code for run in relay.runs[-2:]] == [0, 0]
+    assert relay.runs[-1].argv == ["predict", "--config", str(_settings), "-p", "-e", "-"]
 
 
 def test_the_postfix_content_filter_delivers_unscored_mail_marked(content_filter):

@@ -18,6 +18,7 @@ import subprocess
 import tempfile
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from streamnb_workers.cli.launch import blas_env
@@ -44,10 +45,20 @@ exit "$code"
 """
 
 
+@dataclass(frozen=True)
+class Run:
+    """One run of the real command: its arguments, the bytes on its stdin, its exit code,
+    what it wrote on stderr."""
+
+    argv: list[str]
+    stdin: bytes
+    code: int
+    stderr: bytes
+
+
 class Relay:
     """The stand-in at ``self.program`` (usable by ``user``) and the thread that answers
-    it by running ``target``. A context manager; :attr:`runs` lists each run's argv and
-    exit code."""
+    it by running ``target``. A context manager; :attr:`runs` lists the runs, oldest first."""
 
     def __init__(self, target: str | Path, user: str = "nobody") -> None:
         self.target = str(target)
@@ -56,7 +67,7 @@ class Relay:
         self.dir.chmod(0o755)
         self.spool = self.dir / "spool"
         self.program = self.dir / "streamnb"
-        self.runs: list[tuple[list[str], int]] = []
+        self.runs: list[Run] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._serve, daemon=True)
 
@@ -83,10 +94,11 @@ class Relay:
         argv = (d / "argv").read_bytes().split(b"\0")[:-1]
         env = dict(item.split("=", 1) for item in
                    (d / "env").read_text(errors="replace").split("\0") if "=" in item)
-        with open(d / "stdin", "rb") as stdin:
-            done = subprocess.run([self.target, *(a.decode() for a in argv)], stdin=stdin,
-                                  capture_output=True, env=blas_env(env), timeout=120)
-        self.runs.append(([a.decode() for a in argv], done.returncode))
+        args = [a.decode() for a in argv]
+        stdin = (d / "stdin").read_bytes()
+        done = subprocess.run([self.target, *args], input=stdin, capture_output=True,
+                              env=blas_env(env), timeout=120)
+        self.runs.append(Run(args, stdin, done.returncode, done.stderr))
         for name, data in (("stdout", done.stdout), ("stderr", done.stderr),
                            ("code", f"{done.returncode}\n".encode())):
             (d / name).write_bytes(data)
