@@ -1,9 +1,12 @@
-"""docs/operations.md's procmail recipe, run as written by a real procmail against a real
-redis-server and worker: the recipe is copied from the document with only its install paths
-replaced (``/opt/streamnb/bin/streamnb`` by this venv's ``streamnb``, the settings file by
-the test's), and what procmail delivers is checked: spam in ``.Junk`` with the verdict the
-model gave, ham in the inbox, and with no verdict nothing delivered and exit 75 (the MTA
-retries). Needs Debian's ``procmail``; skipped without it."""
+"""docs/operations.md's procmail and maildrop recipes and its Postfix content filter, run as
+written by a real procmail, maildrop and Postfix against a real redis-server and worker:
+each recipe is copied from the document with only its install paths replaced
+(``/opt/streamnb/bin/streamnb`` by this venv's ``streamnb``, the settings file by the
+test's), and what is delivered is checked: spam in ``.Junk`` with the verdict the model
+gave, ham in the inbox, and with no verdict nothing delivered and exit 75 (the MTA
+retries); through Postfix, mail sent over SMTP delivered with its verdict headers. Needs
+Debian's ``procmail``, ``maildrop`` and (as root) ``postfix``; each part is skipped
+without its program."""
 
 from __future__ import annotations
 
@@ -245,3 +248,67 @@ def test_the_postfix_content_filter_delivers_unscored_mail_marked(content_filter
     finally:
         settings.write_text(text)
     assert message_from_bytes(copy)["X-Streamnb-Verdict"] == "not-scored (timeout)"
+
+
+# -- maildrop ------------------------------------------------------------------------------
+
+MAILDROP = shutil.which("maildrop") or ("/usr/bin/maildrop"
+                                        if os.path.exists("/usr/bin/maildrop") else None)
+
+
+def run_maildrop(tmp_path: Path, url: str, raw: bytes, timeout: float = 10) -> tuple[int, Path]:
+    """Deliver ``raw`` with the documented ~/.mailfilter (install paths replaced) as the
+    filter file's only rules; returns (maildrop's exit code, the home directory)."""
+    home = tmp_path / "home"
+    for box in ("Maildir", "Maildir/.Junk"):
+        for sub in ("cur", "new", "tmp"):
+            (home / box / sub).mkdir(parents=True)
+    settings = tmp_path / "filter.toml"
+    settings.write_text(f'[predict]\nredis = "{url}"\nmodel = "mail"\ntimeout = {timeout}\n')
+    recipe = doc_block("### maildrop")
+    for old, new in ((INSTALLED, str(STREAMNB)), (FILTER_TOML, str(settings))):
+        assert recipe.count(old) == 1, old
+        recipe = recipe.replace(old, new)
+    rcfile = home / ".mailfilter"
+    # what maildrop takes from the user's account (run as root, it sets HOME from root's
+    # passwd entry): the home, where the inbox is
+    rcfile.write_text(f'HOME="{home}"\nDEFAULT="$HOME/Maildir/"\n'
+                      f'logfile "{tmp_path}/maildrop.log"\n\n' + recipe)
+    rcfile.chmod(0o600)  # maildrop refuses a filter file others can write
+    env = blas_env({"HOME": str(home), "LOGNAME": "root", "USER": "root",
+                    "PATH": "/usr/bin:/bin"})  # no venv on the PATH: the recipe finds streamnb
+    done = subprocess.run([MAILDROP, str(rcfile)], input=raw, env=env, cwd=home,
+                          capture_output=True, timeout=120)
+    return done.returncode, home
+
+
+@pytest.mark.parametrize(("label", "folder"), [("spam", ".Junk"), ("ham", "")])
+def test_the_maildrop_recipe_files_by_the_models_verdict(served, tmp_path, label, folder):
+    if MAILDROP is None:
+        pytest.skip("maildrop is not installed (Debian package maildrop)")
+    raw = mail(label, seed=940).replace(b"\r\n", b"\n")
+    code, home = run_maildrop(tmp_path, served, raw)
+    assert code == 0, code
+    box = home / "Maildir" / folder if folder else home / "Maildir"
+    [got] = delivered(box)
+    if folder == "":
+        assert delivered(home / "Maildir" / ".Junk") == []
+    msg = message_from_bytes(got)
+    assert msg["X-Streamnb-Verdict"] == label
+    assert (float(msg["X-Streamnb-Score"]) > 0) == (label == "spam")
+    outs = [f[b"data"] for _, f in redis.Redis.from_url(served).xrange(K.out)]
+    assert any(msg["X-Streamnb-Id"].encode() in o for o in outs)
+    assert raw.split(b"\n\n", 1)[1] in got
+
+
+def test_the_maildrop_recipe_defers_a_mail_without_verdict(tmp_path):
+    """Redis down: predict exits 3, the xfilter fails, maildrop exits 75 (EX_TEMPFAIL):
+    the MTA keeps the mail and retries; nothing is delivered."""
+    if MAILDROP is None:
+        pytest.skip("maildrop is not installed (Debian package maildrop)")
+    if not STREAMNB.exists():
+        pytest.skip(f"no streamnb console script beside {sys.executable}")
+    code, home = run_maildrop(tmp_path, f"redis://127.0.0.1:{free_port()}/0", mail("spam", 941),
+                              timeout=2)
+    assert code == 75
+    assert delivered(home / "Maildir") == [] and delivered(home / "Maildir" / ".Junk") == []
