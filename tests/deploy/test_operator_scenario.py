@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 import msgpack
+import numpy as np
 import pytest
 
 from streamnb_workers.cli.launch import blas_env
@@ -57,9 +58,10 @@ STREAMNB = Path(sys.executable).parent / "streamnb"
 MODEL = "mail"
 K = ModelKeys(MODEL)
 #: The worker of the README (plus what a test needs: a free metrics port, short blocks,
-#: every message's token names counted).
+#: every message's token names counted, ``:in`` kept whole to be replayed).
 WORKER = ["worker", "--model", MODEL, "--kind", "multinomial", "--classes", "spam,ham",
-          "--error-weight", "1", "--batch", "20", "--block-ms", "50", "--token-names-every", "1"]
+          "--error-weight", "1", "--batch", "20", "--block-ms", "50", "--token-names-every", "1",
+          "--input-trim-s", "0"]
 #: X-Streamnb-* header fields (and their continuation lines), found independently of
 #: streamnb's own code.
 OWN_HEADER = re.compile(rb"^x-streamnb-[^:\r\n]*:.*(?:\r?\n[ \t].*)*\r?\n", re.I | re.M)
@@ -416,3 +418,45 @@ def test_training_from_the_folders_again_changes_nothing(world):
     for line in world.retrained:
         m = re.fullmatch(r"sent 0 of (\d+) messages .*; (\d+) already learnt, not sent", line)
         assert m and m.group(1) == m.group(2) and int(m.group(1)) >= 6, line
+
+
+def test_with_the_mail_default_error_weight_the_verdicts_say_what_was_learnt(world):
+    """The scenario's input, replayed in its order into a model made with the mail defaults
+    (error weight 2, as the README's command without ``--error-weight`` makes it): its
+    statistics are one fit of each mail's last label, weighted 2 where the verdict
+    published with that learn (or relearn) got the label wrong, else 1."""
+    from streamnb_workers.store.model_config import ModelSpec, resolve_spec
+    from streamnb_workers.wire.codec import decode_input
+    from streamnb_workers.worker.learn_weights import is_error
+    from tests.helpers.workers import fast_options, url_worker
+
+    spec = ModelSpec("mail-default", kind="multinomial", classes=["spam", "ham"])
+    cfg = resolve_spec(spec)
+    assert cfg.error_weight == 2.0
+    keys = ModelKeys(spec.name)
+    pipe = world.client.pipeline(transaction=False)
+    for _, f in world.client.xrange(K.input):
+        pipe.xadd(keys.input, {"data": f[b"data"]})
+    pipe.execute()
+    url_worker(world.url, [spec], fast_options("w-default", batch=20)).run_until_idle()
+    payloads = {eid.decode(): msgpack.unpackb(f[b"data"], raw=False)
+                for eid, f in world.client.xrange(keys.input)}
+    rule, final = cfg.make_decision_rule(), {}
+    for _, f in world.client.xrange(keys.out):
+        o = msgpack.unpackb(f[b"data"], raw=False, strict_map_key=False)
+        if o.get("learned"):
+            p = payloads[o["entry"]]
+            wrong = is_error(o["label"], o["true_label"], rule, sorted(o["log_proba"]))
+            final[p.get("key") or key_of(p["raw"])] = (o["true_label"], p["raw"],
+                                                       2.0 if wrong else 1.0)
+    assert {k: label for k, (label, _, _) in final.items()} == \
+        {k: label for k, (label, _) in world.final.items()}
+    weights = [weight for _, _, weight in final.values()]
+    assert 1.0 in weights and 2.0 in weights, weights
+    featurizer = cfg.make_featurizer()
+    rows = [featurizer.featurize(decode_input(msgpack.packb(
+        {"raw": without_own_headers(raw)}, use_bin_type=True), "0-0").as_payload())
+        for _, raw, _ in final.values()]
+    want = cfg.make_model().partial_fit(featurizer.stack(rows), [v[0] for v in final.values()],
+                                        sample_weight=np.array(weights))
+    assert_same_stats(learnt_model(world.client, spec.name)[0], want, rtol=1e-12)
