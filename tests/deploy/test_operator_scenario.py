@@ -44,13 +44,28 @@ import msgpack
 import numpy as np
 import pytest
 
+from benchmarks.postfix_instance import PostfixInstance
+from benchmarks.postfix_instance import unavailable as postfix_unavailable
+from streamnb.features import Featurizer
 from streamnb_workers.cli.launch import blas_env
 from streamnb_workers.store.keys import ModelKeys
-from streamnb_workers.store.model_config import read_config
+from streamnb_workers.store.model_config import ModelSpec, read_config, resolve_spec
+from streamnb_workers.wire.codec import decode_input
+from streamnb_workers.worker.learn_weights import is_error
+from tests.helpers.dovecot import Dovecot
+from tests.helpers.dovecot import unavailable as dovecot_unavailable
 from tests.helpers.http import get, sample
 from tests.helpers.milter import MilterProcess, mail, stop, wait_for
 from tests.helpers.redis_server import REDIS_SERVER, RedisServer, free_port
-from tests.helpers.workers import all_done, assert_same_stats, learnt_model, offline_model
+from tests.helpers.relay import Relay
+from tests.helpers.workers import (
+    all_done,
+    assert_same_stats,
+    fast_options,
+    learnt_model,
+    offline_model,
+    url_worker,
+)
 
 pytestmark = [pytest.mark.redis]
 
@@ -68,9 +83,6 @@ OWN_HEADER = re.compile(rb"^x-streamnb-[^:\r\n]*:.*(?:\r?\n[ \t].*)*\r?\n", re.I
 
 
 def unavailable() -> str | None:
-    from benchmarks.postfix_instance import unavailable as postfix_unavailable
-    from tests.helpers.dovecot import unavailable as dovecot_unavailable
-
     if REDIS_SERVER is None:
         return "redis-server is not installed"
     if not STREAMNB.exists():
@@ -156,10 +168,6 @@ def world(tmp_path_factory):
     why = unavailable()
     if why is not None:
         pytest.skip(why)
-    from benchmarks.postfix_instance import PostfixInstance
-    from tests.helpers.dovecot import Dovecot
-    from tests.helpers.relay import Relay
-
     tmp = tmp_path_factory.mktemp("scenario")
     with RedisServer() as server, Relay(STREAMNB, user="nobody") as relay:
         client = server.client()
@@ -353,8 +361,6 @@ def test_the_statistics_are_one_offline_fit_of_the_final_labels(world):
 def test_no_x_streamnb_token_was_learnt(world):
     """The tokens the delivered copies' own headers would make have no counts, and none is
     among the names ``streamnb tokens`` lists."""
-    from streamnb.features import Featurizer
-
     cfg = read_config(world.client, MODEL)
     featurizer = Featurizer.from_config(cfg.featurizer)
     names: set[str] = set()
@@ -425,11 +431,6 @@ def test_with_the_mail_default_error_weight_the_verdicts_say_what_was_learnt(wor
     (error weight 2, as the README's command without ``--error-weight`` makes it): its
     statistics are one fit of each mail's last label, weighted 2 where the verdict
     published with that learn (or relearn) got the label wrong, else 1."""
-    from streamnb_workers.store.model_config import ModelSpec, resolve_spec
-    from streamnb_workers.wire.codec import decode_input
-    from streamnb_workers.worker.learn_weights import is_error
-    from tests.helpers.workers import fast_options, url_worker
-
     spec = ModelSpec("mail-default", kind="multinomial", classes=["spam", "ham"])
     cfg = resolve_spec(spec)
     assert cfg.error_weight == 2.0

@@ -11,6 +11,7 @@ without its program."""
 from __future__ import annotations
 
 import os
+import pwd
 import re
 import shutil
 import subprocess
@@ -21,9 +22,13 @@ from pathlib import Path
 import pytest
 import redis
 
+from benchmarks.postfix_instance import PostfixInstance
+from benchmarks.postfix_instance import unavailable as postfix_unavailable
 from streamnb_workers.cli.launch import blas_env
-from tests.helpers.milter import K, mail, start_worker, stop, train, training_mails
+from streamnb_workers.store.model_config import ModelSpec, ensure_config
+from tests.helpers.milter import K, mail, start_worker, stop, train, training_mails, wait_for
 from tests.helpers.redis_server import REDIS_SERVER, RedisServer, free_port
+from tests.helpers.relay import Relay
 from tests.helpers.workers import ROOT
 
 pytestmark = pytest.mark.redis
@@ -174,13 +179,8 @@ def replaced(text: str, pairs: tuple[tuple[str, str], ...]) -> str:
 def content_filter(served, tmp_path_factory):
     """A private Postfix running the documented content filter; yields (the instance, the
     settings file the filter reads)."""
-    from benchmarks.postfix_instance import PostfixInstance, unavailable
-    from tests.helpers.relay import Relay
-
-    if unavailable() is not None:
-        pytest.skip(unavailable())
-    import pwd
-
+    if postfix_unavailable() is not None:
+        pytest.skip(postfix_unavailable())
     nobody = pwd.getpwnam("nobody")
     with Relay(STREAMNB, user="nobody") as relay:
         settings = relay.dir / "filter.toml"
@@ -203,8 +203,6 @@ def content_filter(served, tmp_path_factory):
 
 
 def wait_delivered(postfix, n: int, timeout: float = 60) -> list[bytes]:
-    from tests.helpers.milter import wait_for
-
     wait_for(lambda: len(postfix.delivered()) >= n, timeout,
              f"{n} mails delivered: {postfix.log()[-3000:]}")
     return postfix.delivered()
@@ -234,8 +232,6 @@ def test_the_postfix_content_filter_scores_mail_sent_over_smtp(content_filter, s
 def test_the_postfix_content_filter_delivers_unscored_mail_marked(content_filter):
     """No worker answers (a model nobody serves, a short timeout): exit 3, the mail is
     delivered with its not-scored header (the recipe's default; tempfail is the option)."""
-    from streamnb_workers.store.model_config import ModelSpec, ensure_config
-
     postfix, settings, _relay = content_filter
     text = settings.read_text()
     url = re.search(r'redis = "(.*)"', text).group(1)

@@ -26,6 +26,7 @@ import pytest
 from tests.deploy.test_recipes import FILTER_TOML, INSTALLED, replaced
 from tests.helpers.milter import K, mail, start_worker, stop, train, training_mails
 from tests.helpers.redis_server import REDIS_SERVER, RedisServer
+from tests.helpers.relay import Relay
 
 pytestmark = pytest.mark.redis
 
@@ -86,8 +87,6 @@ def lda(tmp_path_factory):
     why = unavailable()
     if why is not None:
         pytest.skip(why)
-    from tests.helpers.relay import Relay
-
     logs = tmp_path_factory.mktemp("sieve-filter")
     uid, gid = pwd.getpwnam(MAIL_USER).pw_uid, grp.getgrnam(MAIL_GROUP).gr_gid
     with RedisServer() as server, Relay(STREAMNB, user=MAIL_USER) as relay:
