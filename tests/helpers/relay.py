@@ -96,11 +96,15 @@ class Relay:
                    (d / "env").read_text(errors="replace").split("\0") if "=" in item)
         args = [a.decode() for a in argv]
         stdin = (d / "stdin").read_bytes()
-        done = subprocess.run([self.target, *args], input=stdin, capture_output=True,
-                              env=blas_env(env), timeout=120)
-        self.runs.append(Run(args, stdin, done.returncode, done.stderr))
-        for name, data in (("stdout", done.stdout), ("stderr", done.stderr),
-                           ("code", f"{done.returncode}\n".encode())):
+        try:
+            done = subprocess.run([self.target, *args], input=stdin, capture_output=True,
+                                  env=blas_env(env), timeout=120)
+            code, stdout, stderr = done.returncode, done.stdout, done.stderr
+        except (OSError, subprocess.SubprocessError) as exc:  # answered, not left waiting
+            code, stdout, stderr = 75, b"", f"relay: {exc}\n".encode()
+        self.runs.append(Run(args, stdin, code, stderr))
+        for name, data in (("stdout", stdout), ("stderr", stderr),
+                           ("code", f"{code}\n".encode())):
             (d / name).write_bytes(data)
         (d / "ready").unlink()
         (d / "done").touch()
