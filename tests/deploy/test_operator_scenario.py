@@ -1,21 +1,17 @@
-"""Issue 49's operator scenario, scripted: streamnb set up as the README and
-docs/operations.md set it up, then used by a mail user, against real servers.
+"""Issue 49's operator scenario, scripted against real servers: streamnb set up as the
+README and docs/operations.md set it up, then used by a mail user.
 
 - a worker started with the README's command (``streamnb worker --kind multinomial
   --classes spam,ham``, and ``--error-weight 1`` so that the statistics can be compared
   with one offline fit), on a private redis-server;
-- the model trained from a user's Maildir folders, as the README does (``streamnb produce
-  --label spam ~/Maildir/.Junk``, ``--label ham ~/Maildir``);
-- a typo label tried (``--label Spam``), by ``produce`` and by a producer writing to
-  ``:in`` itself;
-- new mail delivered through ``streamnb milter`` behind a private Postfix, and through
-  ``streamnb predict -p -``, each filed into the inbox or Junk by its verdict;
-- the user moving mail into and out of Junk over IMAP (imaplib) in a private Dovecot
-  running deploy/dovecot/ as shipped, so that its Sieve scripts pipe each mail to
-  ``streamnb produce --label spam|ham -``: fresh mail learnt, training mail and delivered
-  mail corrected (relearnt), Junk -> Trash and other moves learning nothing;
-- the README's training commands run again (docs/operations.md's catch-up after an
-  outage): nothing sent, every mail already learnt with its folder's label.
+- the model trained from a user's Maildir folders as the README does (``streamnb produce
+  --label spam ~/Maildir/.Junk``, ``--label ham ~/Maildir``); a typo label tried;
+- new mail delivered through ``streamnb milter`` behind a private Postfix and through
+  ``streamnb predict -p -``, filed into the inbox or Junk by its verdict;
+- mail moved into and out of Junk over IMAP (imaplib) in a private Dovecot running
+  deploy/dovecot/ as shipped, whose Sieve scripts pipe it to ``streamnb produce --label
+  spam|ham -``: fresh mail learnt, training and delivered mail corrected (relearnt),
+  Junk -> Trash and other moves learning nothing; then the training commands again.
 
 Dovecot runs the pipe as the mail user (``nobody``), who cannot run this venv's Python:
 its streamnb is tests/helpers/relay.py's stand-in, which has the test run the real
@@ -138,9 +134,8 @@ class World:
     delivered: dict[str, bytes] = field(default_factory=dict)
     #: The :out entry id where the user's part starts (after training).
     after_training: str = "0-0"
-    #: What ``produce --label Spam`` did.
+    #: What ``produce --label Spam`` did; the last lines of the training commands run again.
     typo: subprocess.CompletedProcess | None = None
-    #: The last line of each training command run again at the end.
     retrained: list[str] = field(default_factory=list)
 
     def streamnb(self, *args: str, stdin: bytes | None = None) -> subprocess.CompletedProcess:
@@ -238,8 +233,8 @@ def try_typo(w: World) -> None:
 
 
 def file_by_verdict(w: World, copy: bytes) -> None:
-    verdict = message_from_bytes(copy)["X-Streamnb-Verdict"]
-    w.dovecot.deliver(copy, "Junk" if verdict == "spam" else "INBOX")
+    w.dovecot.deliver(copy, "Junk" if message_from_bytes(copy)["X-Streamnb-Verdict"] == "spam"
+                      else "INBOX")
     w.delivered[key_of(copy)] = copy
 
 
@@ -259,11 +254,9 @@ def deliver(w: World) -> None:
 
 
 def uid_of(imap, mailbox: str, raw: bytes) -> bytes:
-    typ, data = imap.select(f'"{mailbox}"')
-    assert typ == "OK", data
-    mid = message_from_bytes(raw)["Message-ID"]
-    typ, data = imap.uid("SEARCH", None, "HEADER", "Message-ID", mid)
-    [uid] = data[0].split()
+    assert imap.select(f'"{mailbox}"')[0] == "OK"
+    [uid] = imap.uid("SEARCH", None, "HEADER", "Message-ID",
+                     message_from_bytes(raw)["Message-ID"])[1][0].split()
     return uid
 
 
@@ -363,8 +356,7 @@ def test_no_x_streamnb_token_was_learnt(world):
     done = world.streamnb("tokens", "--model", MODEL, "--json", *sorted(names))
     assert done.returncode == 0, done.stderr
     rows = [json.loads(line) for line in done.stdout.decode().splitlines()]
-    assert len(rows) == len(names)
-    assert all(not any(r["counts"].values()) for r in rows), rows
+    assert len(rows) == len(names) and not any(any(r["counts"].values()) for r in rows), rows
     listed = world.streamnb("tokens", "--model", MODEL, "--top", "1000", "--min-count", "1")
     assert listed.returncode == 0, listed.stderr
     lines = listed.stdout.decode().lower().splitlines()[1:]
@@ -378,30 +370,38 @@ def test_verdicts_stay_spam_or_ham(world):
     are spam or ham (the typo made no third class, nothing is unsure)."""
     labels = [o["label"] for o in world.outs(world.after_training) if o.get("id") != "typo"]
     assert labels and set(labels) <= {"spam", "ham"}, labels
-    for label, seed in (("spam", 60), ("ham", 61)):
-        done = world.streamnb("predict", "--model", MODEL, "--json", "-e", "-",
-                              stdin=user_mail(label, seed))
-        assert done.returncode == 0, done.stderr
-        assert json.loads(done.stdout)["label"] == label
+    (folder := world.tmp / "new-mail").mkdir()
+    for label, seed in (("spam", 60), ("ham", 61), ("spam", 62), ("ham", 63)):
+        (folder / f"{label}-{seed}.eml").write_bytes(user_mail(label, seed))
+    done = world.streamnb("predict", "--model", MODEL, str(folder))
+    assert done.returncode == 0, done.stderr
+    for line in done.stdout.decode().splitlines():
+        path, verdict, _score = line.split("\t")
+        assert Path(path).name.startswith(verdict + "-"), line
 
 
 def test_a_delivered_copy_predicts_as_its_original(world):
     """``predict -p``'s output and the mail it was given: the same ``log_proba`` from
     ``predict`` and from a worker reading them from ``:in``."""
+    (folder := world.tmp / "same").mkdir()
+    mails = {f"{kind}-{n}": raw for n, pair in enumerate(world.piped.values())
+             for kind, raw in zip(("original", "copy"), pair, strict=True)}
+    for name, raw in mails.items():
+        (folder / f"{name}.eml").write_bytes(raw)
+        world.client.xadd(K.input, {"data": msgpack.packb({"id": f"same-{name}", "raw": raw},
+                                                          use_bin_type=True)})
+    done = world.streamnb("predict", "--model", MODEL, "--json", str(folder))
+    assert done.returncode == 0, done.stderr
+    by_predict = {Path(o["file"]).stem: o["log_proba"]
+                  for o in map(json.loads, done.stdout.decode().splitlines())}
+    world.idle()
+    by_worker = {o["id"][len("same-"):]: o["log_proba"] for o in world.outs()
+                 if o["id"].startswith("same-")}
+    assert set(by_predict) == set(by_worker) == set(mails)
     for n, (original, copy) in enumerate(world.piped.values()):
         assert copy != original and copy.startswith(original.split(b"\n\n")[0])
-        paths = [world.tmp / f"{name}-{n}.eml" for name in ("original", "copy")]
-        for path, raw in zip(paths, (original, copy), strict=True):
-            path.write_bytes(raw)
-        by_predict = [json.loads(world.streamnb("predict", "--model", MODEL, "--json",
-                                                str(p)).stdout)["log_proba"] for p in paths]
-        ids = [f"same-{n}-original", f"same-{n}-copy"]
-        for msg_id, raw in zip(ids, (original, copy), strict=True):
-            world.client.xadd(K.input, {"data": msgpack.packb({"id": msg_id, "raw": raw},
-                                                              use_bin_type=True)})
-        world.idle()
-        by_worker = {o["id"]: o["log_proba"] for o in world.outs() if o["id"] in ids}
-        assert by_predict[0] == by_predict[1] == by_worker[ids[0]] == by_worker[ids[1]]
+        logs = [by[f"{kind}-{n}"] for by in (by_predict, by_worker) for kind in ("original", "copy")]
+        assert all(lp == logs[0] for lp in logs), logs
 
 
 def test_training_from_the_folders_again_changes_nothing(world):
