@@ -52,7 +52,11 @@ from streamnb_workers.store.model_config import ModelConfig, ModelSpec, ensure_c
 from streamnb_workers.worker.accounting import account
 from streamnb_workers.worker.committing import abandon, settle
 from streamnb_workers.worker.heap import HeapTrimmer
-from streamnb_workers.worker.housekeeping import drop_sampled_gauges, housekeeping
+from streamnb_workers.worker.housekeeping import (
+    drop_sampled_gauges,
+    housekeeping,
+    publish_token_names,
+)
 from streamnb_workers.worker.intake import (
     READ_SCRIPT,
     ReadBatch,
@@ -289,12 +293,14 @@ class Worker:
             rt.timers.cleanup.restart(now)
 
     def shutdown(self) -> None:
-        """Leave cleanly: final snapshot if lease holder, release lease, drop heartbeat,
-        delete this consumer from the group if it has nothing pending."""
+        """Leave cleanly: final snapshot if lease holder, release lease, publish token names
+        counted since the last time, drop heartbeat, delete this consumer from the group if
+        it has nothing pending."""
         for rt in self.models.values():
             rt.series(self.metrics.worker_up).set(0)
             try:
                 rt.replica.catch_up()
+                publish_token_names(rt)
                 if rt.snapshotter.holder:
                     rt.snapshotter.maybe_write(rt.replica, final=True)
                     rt.snapshotter.release()
