@@ -20,8 +20,10 @@ score see only the classes with weight, the posteriors renormalised over them, t
 class at ``-inf``. A spam/ham model that met a mistyped third label decides and scores as
 the spam/ham model it is.
 
-``score`` says what :meth:`DecisionRule.score` gives a two-class prediction to rank and
-threshold by: ``"log_odds"``, ``log P(pos|x) - log P(neg|x)``, or ``"per_feature"``,
+``score`` says what :meth:`DecisionRule.score` gives a prediction to rank and threshold
+by: ``"log_odds"``, ``log P(pos|x) - log P(not pos|x)`` (the positive class against all
+the others together, so that its scale does not change with the number of classes), or
+``"per_feature"``,
 the same divided by the message's number of features (its row's sum of values, at least
 1). A multinomial model's log-odds grow with the number of tokens, so long mail lands at
 the extremes whatever its content; divided by it, mail of every length ranks alike
@@ -332,8 +334,8 @@ class DecisionRule:
     def score_of(self, log_proba: Any, classes: Sequence[Label], n_values: Any,
                  class_weight: Any = None) -> np.ndarray | None:
         """The score of each row of decided ``log_proba`` (see the module docstring;
-        ``n_values``: each row's sum of feature values), None unless two classes (and the
-        ``positive`` class, if given, among them). Given ``class_weight`` (as
+        ``n_values``: each row's sum of feature values), None with fewer than two classes
+        (or a ``positive`` class not among them). Given ``class_weight`` (as
         :meth:`decide`), the classes counted are those with weight: a row that has not
         two of them scores ``nan`` (None if no row scores).
 
@@ -343,6 +345,9 @@ class DecisionRule:
         >>> lp = [[np.log(0.2), -np.inf, np.log(0.8)]]  # "Spam" learnt, then forgotten
         >>> rule.score_of(lp, ["ham", "Spam", "spam"], [2.0], [[3.0, 0.0, 4.0]]).round(4)
         array([0.6931])
+        >>> lp = np.log([[0.2, 0.05, 0.75]])  # three classes: spam against ham and Spam
+        >>> rule.score_of(lp, ["ham", "Spam", "spam"], [2.0]).round(4)
+        array([0.5493])
         """
         lp = np.asarray(log_proba, dtype=np.float64)
         if class_weight is not None:
@@ -357,12 +362,15 @@ class DecisionRule:
                     if s is not None:
                         out[i] = s[0]
                 return None if np.isnan(out).all() else out
-        if len(classes) != 2 or (self.positive is not None and
-                                 _key(self.positive) not in [_key(c) for c in classes]):
+        if len(classes) < 2 or (self.positive is not None and
+                                _key(self.positive) not in [_key(c) for c in classes]):
             return None  # (no score for a positive class the model does not hold)
         pos = self.positive_index(classes)
-        with np.errstate(invalid="ignore"):
-            odds = lp[:, pos] - lp[:, 1 - pos]
+        rest = np.delete(lp, pos, axis=1)
+        top = rest.max(axis=1)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            top = np.where(np.isfinite(top), top, 0.0)
+            odds = lp[:, pos] - (top + np.log(np.exp(rest - top[:, None]).sum(axis=1)))
         if self.score == "per_feature":
             odds = odds / np.maximum(np.asarray(n_values, dtype=np.float64), 1.0)
         return odds

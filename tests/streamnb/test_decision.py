@@ -178,11 +178,15 @@ def test_a_class_with_no_weight_takes_no_part_in_verdicts_nor_scores():
     np.testing.assert_allclose(got_score, ref_score, rtol=1e-12)
     # hand-worked: log(0.7/0.3) / 4 features
     assert got_score[0] == pytest.approx(math.log(0.7 / 0.3) / 4)
-    # with weight, the third class counts: three classes, too little of one -> unsure, no score
+    # with weight, the third class counts: three classes, too little of one -> unsure; the
+    # score is spam against the other two together, on the same per-feature scale
     cold = rule.decide(three, ["ham", "Spam", "spam"], class_weight=[[5.0, 1.0, 6.0]] * 3)
     assert cold.labels == ["unsure"] * 3
-    assert rule.score_of(cold.log_proba, ["ham", "Spam", "spam"], n_values,
-                         [[5.0, 1.0, 6.0]] * 3) is None
+    cold_score = rule.score_of(cold.log_proba, ["ham", "Spam", "spam"], n_values,
+                               [[5.0, 1.0, 6.0]] * 3)
+    p = np.exp(cold.log_proba)
+    np.testing.assert_allclose(cold_score, np.log(p[:, 2] / (p[:, 0] + p[:, 1])) / n_values,
+                               rtol=1e-12)
 
 
 def test_rows_whose_classes_with_weight_differ_are_decided_apart():
