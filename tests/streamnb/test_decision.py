@@ -7,13 +7,8 @@ import math
 import numpy as np
 import pytest
 
-from streamnb.decision import (
-    UNSURE,
-    DecisionRule,
-    parse_class_prior,
-    parse_loss_matrix,
-    parse_unsure_band,
-)
+from streamnb.decision import UNSURE, DecisionRule
+from streamnb.decision_parsing import parse_class_prior, parse_loss_matrix, parse_unsure_band
 
 CLASSES = ["ham", "spam"]
 
