@@ -25,7 +25,12 @@ Measured on the later part of the replay (after ``--tune``, 60%):
   spam share of the labelled messages with a half-life of ``--prior-half-life`` of them,
   replacing the learnt prior in the log-odds, so in the score too).
 
-    python -m benchmarks.operating_point [--tune 0.6] [--limit N] [--plot docs/reliability.png]
+With ``--daemon`` the corpus also goes through 2 worker processes with ``--target-fpr 0.01
+--calibration isotonic``, whose verdicts, thresholds and probabilities are compared with
+this process's.
+
+    python -m benchmarks.operating_point [--tune 0.6] [--limit N] [--score-window N]
+        [--daemon] [--plot docs/figures/reliability.png]
 """
 
 from __future__ import annotations
@@ -70,6 +75,7 @@ class Replay:
     probas: list[float]
     posteriors: list[float]
     supported: list[bool]
+    thresholds: list[float | None]
 
 
 def replay(X: Any, labels: Sequence[str], s: Setting, size: int = DEFAULT_WINDOW) -> Replay:
@@ -83,9 +89,10 @@ def replay(X: Any, labels: Sequence[str], s: Setting, size: int = DEFAULT_WINDOW
     decay = 0.5 ** (1.0 / s.prior_half_life) if s.prior_half_life else None
     recent_spam, recent_all = 0.0, 0.0
     weight: dict[str, float] = {}
-    out = Replay([], [], [], [], [])
+    out = Replay([], [], [], [], [], [])
     for i, label in enumerate(labels):
         verdict, score, proba, post, supported = None, math.nan, math.nan, math.nan, False
+        threshold = None
         if len(weight) == 2:
             lp = model.predict_log_proba(X[i])[0]
             classes = list(model.classes_)
@@ -99,7 +106,7 @@ def replay(X: Any, labels: Sequence[str], s: Setting, size: int = DEFAULT_WINDOW
             post = 1.0 / (1.0 + math.exp(-odds)) if odds > -700 else 0.0
             point = window.point
             verdict = bool(odds > 0 if point.threshold is None else score >= point.threshold)
-            supported = point.supported
+            supported, threshold = point.supported, point.threshold
             if point.calibrator is not None:
                 proba = float(point.calibrator(score))
             if min(weight.values()) < MIN_WEIGHT:
@@ -115,8 +122,9 @@ def replay(X: Any, labels: Sequence[str], s: Setting, size: int = DEFAULT_WINDOW
         if decay is not None:
             recent_spam = decay * recent_spam + (label == SPAM)
             recent_all = decay * recent_all + 1.0
-        for lst, v in zip((out.verdicts, out.scores, out.probas, out.posteriors, out.supported),
-                          (verdict, score, proba, post, supported), strict=True):
+        for lst, v in zip((out.verdicts, out.scores, out.probas, out.posteriors, out.supported,
+                           out.thresholds),
+                          (verdict, score, proba, post, supported, threshold), strict=True):
             lst.append(v)
     return out
 
@@ -196,6 +204,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0, help="the ham thinned in the prior-shift replay")
     ap.add_argument("--prior-half-life", type=float, default=200.0, metavar="N")
     ap.add_argument("--score-window", type=int, default=DEFAULT_WINDOW, metavar="N")
+    ap.add_argument("--daemon", action="store_true",
+                    help="also replay through 2 worker processes with --target-fpr 0.01 "
+                    "--calibration isotonic and compare them with this process's replay")
     ap.add_argument("--plot", default=None, metavar="PNG", help="write the reliability plot here")
     a = ap.parse_args(argv)
     if not 0.0 < a.tune < 1.0:
@@ -254,7 +265,41 @@ def main(argv: list[str] | None = None) -> int:
             name = f"{s.name}, {'learnt' if prior is None else 'followed'} prior"
             table.append([name, *verdict_cells(r, ls, start, s.target_fpr is not None), changed])
     print(format_table(head + ["verdicts changed"], table))
+    if a.daemon:
+        compare_with_daemon(corpus, X, labels, a.score_window)
     return 0
+
+
+def compare_with_daemon(corpus: Any, X: Any, labels: Sequence[str], size: int) -> None:
+    """The corpus through 2 worker processes with ``--target-fpr 0.01 --calibration
+    isotonic``: how many of its verdicts, thresholds and probabilities are this process's."""
+    from benchmarks._replay import replay_through_daemon
+
+    mine = replay(X, labels, Setting("daemon", 0.01, "isotonic"), size)
+    t0 = time.perf_counter()
+    outs = replay_through_daemon(corpus, 2, decision={"target_fpr": 0.01, "calibration": "isotonic",
+                                                      "score_window": size}
+                                 ).in_corpus_order(len(labels))
+    same = {"verdict": 0, "threshold": 0, "proba": 0}
+    for i, o in enumerate(outs):
+        label = o.get("label")
+        verdict = None if label is None else label == SPAM
+        same["verdict"] += verdict == mine.verdicts[i]
+        scored = "score" in o
+        same["threshold"] += (not scored and math.isnan(mine.scores[i])) or \
+            (scored and o.get("threshold") == mine.thresholds[i])
+        same["proba"] += (not scored and math.isnan(mine.probas[i])) or \
+            (scored and o.get("proba") == mine.probas[i])
+    gaps = {}
+    for key, ours in (("score", mine.scores), ("threshold", mine.thresholds), ("proba", mine.probas)):
+        pairs = [(o[key], x) for o, x in zip(outs, ours, strict=True) if key in o and x is not None
+                 and math.isfinite(o[key]) and math.isfinite(x)]
+        gaps[key] = max((abs(d - x) for d, x in pairs), default=0.0)
+    print(f"\ndaemon, 2 workers, --target-fpr 0.01 --calibration isotonic "
+          f"({time.perf_counter() - t0:.0f}s): of {len(labels)} messages, "
+          + ", ".join(f"{v} {k}s" for k, v in same.items()) + " equal to this process's; "
+          "largest differences: " + ", ".join(f"{k} {v:.3g}" for k, v in gaps.items()))
+
 
 
 if __name__ == "__main__":

@@ -72,10 +72,11 @@ def fp_upper_bound(k: int, n: int, confidence: float = CONFIDENCE) -> float:
         return 1.0
     if k <= 0:
         return -math.expm1(math.log1p(-confidence) / n)
-    # defer scipy to the workers that hold a target: the rest of the module needs none
-    from scipy.stats import beta
+    # defer scipy to the windows with a target (ScoreWindow imports it when it is made,
+    # so that no worker pays for the import inside its ordered section)
+    from scipy.special import betaincinv
 
-    return float(beta.ppf(confidence, k + 1, n - k))
+    return float(betaincinv(k + 1, n - k, confidence))  # (the Beta(k+1, n-k) quantile)
 
 
 def max_false_positives(n: int, target: float, confidence: float = CONFIDENCE) -> int:
@@ -139,6 +140,10 @@ class ScoreWindow:
             raise ValueError(f"target_fpr must lie in (0, 1), got {target_fpr!r}")
         if calibration is not None and calibration not in CALIBRATIONS:
             raise ValueError(f"calibration must be one of {list(CALIBRATIONS)}, got {calibration!r}")
+        if target_fpr is not None:
+            # defer scipy to the windows with a target, imported here, when a replica
+            # is made, rather than at the first fit, in the middle of a batch
+            import scipy.special  # noqa: F401
         self.size, self.score, self.target_fpr = size, score, target_fpr
         self.calibration, self.confidence, self.refit_every = calibration, confidence, refit_every
         self.lo, self.hi = SCORE_RANGES[score]
