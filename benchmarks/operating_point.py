@@ -143,6 +143,11 @@ def verdict_cells(r: Replay, labels: Sequence[str], start: int, target: bool = T
             f"{1 - fn / n_spam:.2%}", f"{np.mean(r.supported[start:]):.0%}" if target else "-"]
 
 
+def middle(p: np.ndarray) -> str:
+    """How many probabilities lie strictly between 0.1 and 0.9."""
+    return str(int(np.sum((p > 0.1) & (p < 0.9))))
+
+
 def prior_shift(labels: Sequence[str], seed: int, keep: float = 0.25) -> tuple[list[int], int]:
     """The prior-shift replay (its indices, and where its shifted part starts): the first
     two thirds in order with a random ``keep`` of their spam; then the last third in order
@@ -229,13 +234,13 @@ def main(argv: list[str] | None = None) -> int:
             post = np.array(r.posteriors[cut:])
             rows.append(["model posterior (no calibration)",
                          f"{expected_calibration_error(post, truth):.4f}",
-                         f"{np.mean((post - truth) ** 2):.4f}"])
+                         f"{np.mean((post - truth) ** 2):.4f}", middle(post)])
             curves["model posterior"] = reliability(post, truth)
         rows.append([f"{kind}", f"{expected_calibration_error(p, truth):.4f}",
-                     f"{np.mean((p - truth) ** 2):.4f}"])
+                     f"{np.mean((p - truth) ** 2):.4f}", middle(p)])
         curves[kind] = reliability(p, truth)
     print(f"\nexpected calibration error of P(spam), ten bins, messages {cut + 1}..{len(labels)}:")
-    print(format_table(["P(spam) from", "ECE", "Brier"], rows))
+    print(format_table(["P(spam) from", "ECE", "Brier", "0.1 < P < 0.9"], rows))
     if a.plot:
         plot(a.plot, curves, f"reliability, SpamAssassin 2002 replay, messages {cut + 1}-{len(labels)}")
         print(f"reliability plot written to {a.plot}")
@@ -252,10 +257,13 @@ def main(argv: list[str] | None = None) -> int:
     Xs, ls = X[order], [labels[i] for i in order]
     print(f"\nprior-shift replay: {start} messages ({ls[:start].count(SPAM)} spam), then "
           f"{len(ls) - start} ({ls[start:].count(SPAM)} spam); verdicts on those {len(ls) - start}:")
-    table, learnt = [], {}
+    table, learnt, odds = [], {}, {}
+    n_values = np.maximum(np.asarray(Xs.sum(axis=1)).ravel(), 1.0)[start:]
     for prior in (None, a.prior_half_life):
         for s in settings:
             r = replay(Xs, ls, Setting(s.name, s.target_fpr, None, prior), a.score_window)
+            if s.target_fpr is None:
+                odds[prior] = np.array(r.scores[start:]) * n_values
             changed = "-"
             if prior is None:
                 learnt[s.name] = r.verdicts
@@ -265,6 +273,11 @@ def main(argv: list[str] | None = None) -> int:
             name = f"{s.name}, {'learnt' if prior is None else 'followed'} prior"
             table.append([name, *verdict_cells(r, ls, start, s.target_fpr is not None), changed])
     print(format_table(head + ["verdicts changed"], table))
+    moved = odds[a.prior_half_life] - odds[None]
+    print(f"the followed prior moves the log-odds by {np.median(moved):.2f} nats (median; "
+          f"{moved.min():.2f} to {moved.max():.2f}); the log-odds' median size is "
+          f"{np.median(np.abs(odds[None])):.0f} nats, {int(np.sum(np.abs(odds[None]) < 3))} of "
+          f"{len(moved)} lie within 3 nats of 0")
     if a.daemon:
         compare_with_daemon(corpus, X, labels, a.score_window)
     return 0
