@@ -239,6 +239,18 @@ class DecisionRule:
             return keys.index(_key(self.positive))
         return max(range(len(classes)), key=lambda i: (type(classes[i]).__name__, classes[i]))
 
+    def positive_of(self, classes: Sequence[Label]) -> Label | None:
+        """The positive class of a two-class model; None for another number of classes, or
+        a ``positive`` the model does not hold.
+
+        >>> DecisionRule().positive_of(["ham", "spam"]), DecisionRule(positive=1).positive_of([0, 2])
+        ('spam', None)
+        """
+        if len(classes) != 2 or (self.positive is not None and
+                                 _key(self.positive) not in [_key(c) for c in classes]):
+            return None
+        return classes[self.positive_index(classes)]
+
     def adjust(
         self, log_proba: np.ndarray, classes: Sequence[Label],
         learnt_log_prior: np.ndarray | None = None,

@@ -439,9 +439,9 @@ def _predict_once(model: Any, rule: Any, X: Any, items: Sequence[Item], weights:
 def _operating_point(window: Any, rule: Any, verdicts: list[Verdict], items: Sequence[Item],
                      classes: list[Any]) -> None:
     """Give the verdicts the window's points and codes (:func:`predict`)."""
-    if len(classes) != 2 or rule.positive is not None and rule.positive not in classes:
+    pos = rule.positive_of(classes)
+    if pos is None:
         return
-    pos = classes[rule.positive_index(classes)]
     j = window.judge([v.score for v in verdicts], [v.label for v in verdicts],
                      [it.msg.label for it in items], pos, classes[1 - classes.index(pos)])
     for v, *judged in zip(verdicts, j.labels, j.thresholds, j.probas, j.codes, strict=True):
