@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import msgpack
 import pytest
+from prometheus_client import CollectorRegistry
 
 from streamnb.operating_point import ScoreWindow
+from streamnb_workers.observe.metrics import Metrics
 from streamnb_workers.replication.replica import Replica
 from streamnb_workers.replication.snapshotter import Snapshotter
 from streamnb_workers.store.keys import ModelKeys
@@ -62,15 +64,17 @@ def _run(redis_server):
     pair = [url_worker(redis_server.url, [count_spec("pair", decision=dict(DECISION))],
                        fast_options(name, batch=50)) for name in ("a", "b")]
     run_in_threads(pair)
+    registry = CollectorRegistry()
     solo = url_worker(redis_server.url, [count_spec("solo", decision=dict(DECISION))],
-                      fast_options("c", batch=7))
+                      fast_options("c", batch=7), metrics=Metrics(registry))
     run_in_threads([solo])
+    solo.registry = registry
     return client, {o["id"]: o for o in _outputs(client, "pair")}, \
-        {o["id"]: o for o in _outputs(client, "solo")}, msgs, pair[0]
+        {o["id"]: o for o in _outputs(client, "solo")}, msgs, pair[0], solo
 
 
 def test_two_workers_give_every_entry_the_threshold_of_one(runs):
-    _, pair, solo, msgs, _ = runs
+    _, pair, solo, msgs, *_ = runs
     assert len(pair) == len(solo) == N
     assert {o["worker"] for o in pair.values()} == {"a", "b"}  # both predicted
     with_threshold = [m["id"] for m in msgs if "threshold" in solo[m["id"]]]
@@ -88,7 +92,7 @@ def test_two_workers_give_every_entry_the_threshold_of_one(runs):
 
 
 def test_thresholds_are_those_of_the_window_one_at_a_time(runs):
-    _, _, solo, msgs, _ = runs
+    _, _, solo, msgs, *_ = runs
     window = ScoreWindow(size=DECISION["score_window"], score="per_feature",
                          target_fpr=DECISION["target_fpr"], calibration="isotonic")
     for m in msgs:
@@ -104,7 +108,7 @@ def test_thresholds_are_those_of_the_window_one_at_a_time(runs):
 
 
 def test_a_replica_from_the_log_or_a_snapshot_holds_the_same_window(runs):
-    client, _, _, _, worker = runs
+    client, _, _, _, worker, _ = runs
     keys = ModelKeys("pair")
     cfg = read_config(client, "pair")
     held = worker.models["pair"].replica
@@ -128,3 +132,13 @@ def test_log_entries_carry_the_codes(runs):
     entries = [msgpack.unpackb(f[b"data"], raw=False) for _, f in
                client.xrange("streamnb:{pair}:log")]
     assert sum(len(e.get("h", [])) for e in entries) > 500
+
+
+def test_the_gauges_say_the_point_in_use(runs):
+    _, _, solo, msgs, _, worker = runs
+    point = worker.models["solo"].replica.scores.point
+    labels = {"model": "solo", "worker": "c"}
+    value = worker.registry.get_sample_value
+    assert value("streamnb_operating_threshold", labels) == point.threshold
+    assert value("streamnb_operating_point_supported", labels) == 1.0  # (>= 59 ham at 0.05)
+    assert value("streamnb_operating_point_negatives", labels) == point.n_negative > 59
