@@ -167,8 +167,8 @@ class DecisionRule:
             raise ValueError(f"calibration must be isotonic or platt, got {self.calibration!r}")
         n = self.score_window
         if n is not None and (isinstance(n, bool) or not isinstance(n, int) or not
-                              100 <= n <= 10_000_000):
-            raise ValueError(f"score_window must be a whole number in [100, 10000000], got {n!r}")
+                              100 <= n <= 1_000_000):
+            raise ValueError(f"score_window must be a whole number in [100, 1000000], got {n!r}")
 
     # ------------------------------------------------------------------ persistence
     def to_dict(self) -> dict[str, Any]:

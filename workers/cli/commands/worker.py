@@ -140,7 +140,7 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     add_option(d, "--calibration", choices=("isotonic", "platt"),
                help="two classes: publish a calibrated P(positive) in :out, fitted on the "
                "recent labelled messages' scores")
-    add_option(d, "--score-window", type=whole_number_in(100, 10_000_000, "messages"),
+    add_option(d, "--score-window", type=whole_number_in(100, 1_000_000, "messages"),
                metavar="N", help="labelled messages --target-fpr and --calibration are fitted "
                "on, the latest (default 20000)")
     w = p.add_argument_group("worker options")
