@@ -291,7 +291,7 @@ class ScoreWindow:
         fitted = unpack_array(obj["fitted"], dtype="<i8", ndim=2)
         total = obj.get("total")
         if ring.shape != (self.size,) or fitted.shape != (2, N_BINS) or \
-                not isinstance(total, int) or total < 0 or \
+                not isinstance(total, int) or total < 0 or (fitted < 0).any() or \
                 ((ring < -1) | (ring >= 2 * N_BINS)).any():
             raise FormatError("score window arrays of the wrong shape or values")
         counts = np.zeros((2, N_BINS), dtype=np.int64)

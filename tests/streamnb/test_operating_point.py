@@ -115,6 +115,12 @@ def test_bytes_are_checked():
         ScoreWindow(size=11, target_fpr=0.1).load_bytes(w.to_bytes())
     with pytest.raises(FormatError):
         w.add([2 * N_BINS])
+    from streamnb.encoding import dumps, loads, pack_array
+
+    obj = loads(w.to_bytes())
+    obj["fitted"] = pack_array(np.full((2, N_BINS), -1, dtype=np.int64))
+    with pytest.raises(FormatError):
+        ScoreWindow(size=10, target_fpr=0.1).load_bytes(dumps(obj))
 
 
 # ---------------------------------------------------------------------- calibration
