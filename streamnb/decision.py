@@ -56,9 +56,6 @@ __all__ = [
     "ZERO_WEIGHT",
     "Decision",
     "DecisionRule",
-    "parse_class_prior",
-    "parse_loss_matrix",
-    "parse_unsure_band",
 ]
 
 #: The label given to a two-class prediction inside the unsure band.
@@ -106,6 +103,12 @@ class DecisionRule:
     positive: Label | None = None
     min_class_weight: float | None = None
     score: str = "log_odds"
+    #: Applied by the daemon from its window of recent labelled scores
+    #: (:mod:`streamnb.operating_point`): a score threshold holding the false-positive
+    #: rate under ``target_fpr``, a calibrated P(positive), the window's size.
+    target_fpr: float | None = None
+    calibration: str | None = None
+    score_window: int | None = None
 
     def __post_init__(self) -> None:
         if self.class_prior is not None:
@@ -153,6 +156,21 @@ class DecisionRule:
             object.__setattr__(self, "min_class_weight", mw)
         if self.score not in SCORES:
             raise ValueError(f"score must be one of {list(SCORES)}, got {self.score!r}")
+        self._check_window_options()
+
+    def _check_window_options(self) -> None:
+        t = self.target_fpr
+        if t is not None and (isinstance(t, bool) or not isinstance(t, (int, float))
+                              or not 0.0 < t < 1.0):
+            raise ValueError(f"target_fpr must be a rate in (0, 1), got {t!r}")
+        if t is not None and (self.threshold is not None or self.loss_matrix is not None):
+            raise ValueError("give a target false-positive rate or a threshold/loss matrix, not both")
+        if self.calibration not in (None, "isotonic", "platt"):
+            raise ValueError(f"calibration must be isotonic or platt, got {self.calibration!r}")
+        n = self.score_window
+        if n is not None and (isinstance(n, bool) or not isinstance(n, int) or not
+                              100 <= n <= 1_000_000):
+            raise ValueError(f"score_window must be a whole number in [100, 1000000], got {n!r}")
 
     # ------------------------------------------------------------------ persistence
     def to_dict(self) -> dict[str, Any]:
@@ -172,6 +190,9 @@ class DecisionRule:
             out["min_class_weight"] = self.min_class_weight
         if self.score != "log_odds":
             out["score"] = self.score
+        for name in ("target_fpr", "calibration", "score_window"):
+            if getattr(self, name) is not None:
+                out[name] = getattr(self, name)
         return out
 
     @classmethod
@@ -183,7 +204,7 @@ class DecisionRule:
         """
         d = dict(d or {})
         known = {"class_prior", "loss_matrix", "threshold", "unsure_band", "positive",
-                 "min_class_weight", "score"}
+                 "min_class_weight", "score", "target_fpr", "calibration", "score_window"}
         unknown = sorted(set(d) - known)
         if unknown:
             raise ValueError(f"unknown decision options {unknown}; expected some of {sorted(known)}")
@@ -196,7 +217,14 @@ class DecisionRule:
             positive=d.get("positive"),
             min_class_weight=d.get("min_class_weight"),
             score=d.get("score", "log_odds"),
+            target_fpr=d.get("target_fpr"), calibration=d.get("calibration"),
+            score_window=d.get("score_window"),
         )
+
+    @property
+    def uses_window(self) -> bool:
+        """Whether the daemon keeps a window of labelled scores for this rule."""
+        return self.target_fpr is not None or self.calibration is not None
 
     @property
     def is_default(self) -> bool:
@@ -212,6 +240,18 @@ class DecisionRule:
                 raise ValueError(f"positive class {self.positive!r} is not one of {list(classes)}")
             return keys.index(_key(self.positive))
         return max(range(len(classes)), key=lambda i: (type(classes[i]).__name__, classes[i]))
+
+    def positive_of(self, classes: Sequence[Label]) -> Label | None:
+        """The positive class of a two-class model; None for another number of classes, or
+        a ``positive`` the model does not hold.
+
+        >>> DecisionRule().positive_of(["ham", "spam"]), DecisionRule(positive=1).positive_of([0, 2])
+        ('spam', None)
+        """
+        if len(classes) != 2 or (self.positive is not None and
+                                 _key(self.positive) not in [_key(c) for c in classes]):
+            return None
+        return classes[self.positive_index(classes)]
 
     def adjust(
         self, log_proba: np.ndarray, classes: Sequence[Label],
@@ -392,62 +432,3 @@ class DecisionRule:
             log_loss = np.log(loss)
             log_expected = logsumexp(lp[:, :, None] + log_loss[None, :, :], axis=1)
         return np.argmin(np.nan_to_num(log_expected, nan=np.inf), axis=1)
-
-
-# ---------------------------------------------------------------------- option parsing
-def _pairs(text: str, what: str, example: str) -> list[tuple[str, str]]:
-    out = []
-    for part in filter(None, (p.strip() for p in text.split(","))):
-        name, sep, value = part.partition("=")
-        if not sep or not name.strip() or not value.strip():
-            raise ValueError(f"{what} expects entries like {example!r}, got {part!r}")
-        out.append((name.strip(), value.strip()))
-    if not out:
-        raise ValueError(f"{what} expects entries like {example!r}, got {text!r}")
-    return out
-
-
-def _number(value: str, what: str) -> float:
-    try:
-        return float(value)
-    except ValueError:
-        raise ValueError(f"{what} expects a number, got {value!r}") from None
-
-
-def parse_class_prior(text: str) -> dict[str, float]:
-    """``"spam=0.2,ham=0.8"`` -> ``{"spam": 0.2, "ham": 0.8}``.
-
-    >>> parse_class_prior("spam=0.2, ham=0.8")
-    {'spam': 0.2, 'ham': 0.8}
-    """
-    return {k: _number(v, "--class-prior") for k, v in _pairs(text, "--class-prior", "spam=0.2,ham=0.8")}
-
-
-def parse_loss_matrix(text: str) -> dict[str, dict[str, float]]:
-    """``"ham:spam=10,spam:ham=1"`` (``true:predicted=loss``) -> nested map.
-
-    >>> parse_loss_matrix("ham:spam=10, spam:ham=1")
-    {'ham': {'spam': 10.0}, 'spam': {'ham': 1.0}}
-    """
-    out: dict[str, dict[str, float]] = {}
-    for key, value in _pairs(text, "--loss-matrix", "ham:spam=10,spam:ham=1"):
-        true, sep, pred = key.partition(":")
-        if not sep or not true or not pred:
-            raise ValueError(f"--loss-matrix entries are true:predicted=loss, got {key!r}")
-        out.setdefault(true, {})[pred] = _number(value, "--loss-matrix")
-    return out
-
-
-def parse_unsure_band(text: str) -> tuple[float, float]:
-    """``"0.4,0.6"`` -> ``(0.4, 0.6)``.
-
-    >>> parse_unsure_band("0.4,0.6")
-    (0.4, 0.6)
-    """
-    parts = [p.strip() for p in text.split(",")]
-    if len(parts) != 2:
-        raise ValueError(f"--unsure-band expects two probabilities 'lo,hi', got {text!r}")
-    lo, hi = (_number(p, "--unsure-band") for p in parts)
-    if not 0.0 <= lo <= hi <= 1.0:
-        raise ValueError(f"--unsure-band expects 0 <= lo <= hi <= 1, got {text!r}")
-    return lo, hi

@@ -215,6 +215,16 @@ class Metrics:
             MW, **r)
         self.oov_rate_recent = Gauge(
             "oov_rate_recent", "Recent mean out-of-vocabulary share", MW, **r)
+        # ---- operating point (--target-fpr, --calibration)
+        self.operating_threshold = Gauge(
+            "operating_threshold", "Score threshold in use for --target-fpr (+Inf: none "
+            "positive)", MW, **r)
+        self.operating_supported = Gauge(
+            "operating_point_supported", "1 when the window's negatives support --target-fpr, "
+            "0 when too few", MW, **r)
+        self.operating_negatives = Gauge(
+            "operating_point_negatives", "Labelled negatives (ham) the operating point was "
+            "fitted on", MW, **r)
 
 
     def start_series(self, model: str, worker: str) -> None:

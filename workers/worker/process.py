@@ -265,7 +265,7 @@ def predict_items(rt: ModelRuntime, batch: Featurized, prepared: Prepared | None
         return None
     prep = (prepared.entry_ids, prepared.X, prepared.plan) if prepared is not None else None
     return predict(rt.predictor, rt.rule, rt.featurizer, batch.items,
-                   rt.options.prequential, prep, rt.config.error_weight)
+                   rt.options.prequential, prep, rt.config.error_weight, rt.replica.scores)
 
 
 def weights_as_given(items: list[Item], predictions: Predictions | None) -> bool:
@@ -325,3 +325,9 @@ def observe_predictions(rt: ModelRuntime, p: Predictions, now: float) -> None:
     oov = p.oov_share if p.oov_share is not None else \
         rt.predictor.unseen_share(rt.featurizer.stack([it.row for it in p.observed]))
     rt.observe(rt.observer.observe_predictions, p.classes, p.log_proba, oov, ages, p.unsure)
+    if rt.replica.scores is not None:
+        point = rt.replica.scores.point
+        rt.series(rt.metrics.operating_negatives).set(point.n_negative)
+        if point.threshold is not None:
+            rt.series(rt.metrics.operating_threshold).set(point.threshold)
+            rt.series(rt.metrics.operating_supported).set(1.0 if point.supported else 0.0)

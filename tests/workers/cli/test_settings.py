@@ -190,3 +190,13 @@ def test_learnt_keys_max_reaches_the_worker_options():
     assert worker_options(parsed(["worker", "--learnt-keys-max", "0"])).learnt_keys_max == 0
     env = {"STREAMNB_LEARNT_KEYS_MAX": "1000"}
     assert worker_options(parsed(["worker"], env)).learnt_keys_max == 1000
+
+
+def test_the_operating_point_from_a_file_and_the_environment_reaches_the_model_spec(tmp_path):
+    from streamnb_workers.cli.options import model_specs
+
+    path = tmp_path / "op.toml"
+    path.write_text('model = ["mail"]\n[worker]\ntarget-fpr = 0.001\ncalibration = "platt"\n')
+    a = parsed(["worker", "--config", str(path)], {"STREAMNB_SCORE_WINDOW": "5000"})
+    (spec,) = model_specs(a)
+    assert spec.decision == {"target_fpr": 0.001, "calibration": "platt", "score_window": 5000}

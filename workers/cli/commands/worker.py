@@ -17,7 +17,12 @@ import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from streamnb.decision import parse_class_prior, parse_loss_matrix, parse_unsure_band
+from streamnb.decision_parsing import (
+    parse_class_prior,
+    parse_loss_matrix,
+    parse_rate,
+    parse_unsure_band,
+)
 from streamnb.features.payload import DEFAULT_MAX_MESSAGE_BYTES
 from streamnb.models.io import MODEL_KINDS
 from streamnb_workers.cli import supervisor
@@ -128,6 +133,16 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
                "default 3; 0: off)")
     add_option(d, "--score", choices=("per_feature", "log_odds"),
                help="the two-class score published in :out (hashed mail default per_feature)")
+    add_option(d, "--target-fpr", type=_parsed(parse_rate), metavar="RATE",
+               help="two classes: keep the score threshold where the negatives' false-positive "
+               "rate over the recent labelled messages is at most RATE (95%% Clopper-Pearson "
+               "bound; docs/worker.md, \"Operating point\")")
+    add_option(d, "--calibration", choices=("isotonic", "platt"),
+               help="two classes: publish a calibrated P(positive) in :out, fitted on the "
+               "recent labelled messages' scores")
+    add_option(d, "--score-window", type=whole_number_in(100, 1_000_000, "messages"),
+               metavar="N", help="labelled messages --target-fpr and --calibration are fitted "
+               "on, the latest (default 20000)")
     w = p.add_argument_group("worker options")
     add_option(w, "--batch", type=positive_int, default=DEFAULT_BATCH_SIZE, help="entries read per XREADGROUP")
     add_option(w, "--block-ms", type=non_negative_int, default=DEFAULT_BLOCK_MS, help="XREADGROUP BLOCK time")
