@@ -55,6 +55,7 @@ from streamnb_workers.defaults import (
     DEFAULT_TOKEN_NAMES_EVERY,
 )
 from streamnb_workers.store.keys import MAX_SHARDS
+from streamnb_workers.wire.codec import DEFAULT_MAX_VALUE, DEFAULT_MAX_WEIGHT
 
 __all__ = ["NAME", "add_parser", "run"]
 
@@ -154,6 +155,14 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     add_option(w, "--max-bytes", type=max_bytes, default=DEFAULT_MAX_MESSAGE_BYTES,
                help="raw mail read per message: a larger mail is cut at a MIME boundary "
                "(headers kept), then predicted and learnt")
+    add_option(w, "--max-weight", type=number_in(0.0, math.inf, "a weight", open_low=True),
+               default=DEFAULT_MAX_WEIGHT, metavar="W",
+               help="the largest weight a message may carry; a larger one is a dead letter "
+               "(bad_weight)")
+    add_option(w, "--max-value", type=number_in(0.0, math.inf, "a magnitude", open_low=True),
+               default=DEFAULT_MAX_VALUE, metavar="V",
+               help="the largest magnitude of a features value or x coordinate; a larger one "
+               "is a dead letter (too_large)")
     add_option(w, "--input-trim-s", type=non_negative_float, default=10.0, metavar="SECONDS",
                help="every SECONDS the lease holder trims :in of the entries every consumer "
                "group has acknowledged (0: never)")
