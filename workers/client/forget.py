@@ -9,7 +9,8 @@ key, once); one whose key is not learnt (never, forgotten already, or dropped be
 
 On a model stored with K shards (workers/replication/shards.py) the key is looked up in every shard's
 learnt keys, and the forget goes to the ``:in`` of the shard that learnt it (of each, if
-the same message was learnt by several under different ids).
+the same message was learnt by several under different ids): to its ``:train`` for a
+model stored with ``training: train`` (workers/store/training.py).
 """
 
 from __future__ import annotations
@@ -24,9 +25,11 @@ from typing import Any, BinaryIO, TextIO
 import msgpack
 
 from streamnb.exceptions import MalformedMessage, SettingsError
+from streamnb_workers.client.produce_checks import stored_training
 from streamnb_workers.client.shard_streams import shard_keys
 from streamnb_workers.client.sources import Outgoing, is_mbox, iter_paths
 from streamnb_workers.store.keys import ModelKeys
+from streamnb_workers.store.training import learning_stream
 from streamnb_workers.wire.codec import DATA_FIELD, decode_input
 from streamnb_workers.wire.learn_keys import known_keys
 
@@ -99,6 +102,7 @@ def forget(client: Any, model: str, paths: list[str], *, stdin: BinaryIO | None 
         raise SettingsError("nothing to forget: give one or more FILE, DIR, MBOX or -")
     stderr = stderr if stderr is not None else sys.stderr
     shards = shard_keys(client, model)
+    training = stored_training(client, model)
     report = ForgetReport(shards=len(shards))
     batch: list[tuple[Outgoing, str]] = []
 
@@ -113,7 +117,7 @@ def forget(client: Any, model: str, paths: list[str], *, stdin: BinaryIO | None 
                       "forget", file=stderr)
                 continue
             for keys in learnt_by[key]:
-                pipe.xadd(keys.input, {DATA_FIELD: _forget_data(out, key)})
+                pipe.xadd(learning_stream(keys, training), {DATA_FIELD: _forget_data(out, key)})
             n += 1
         if n:
             pipe.execute()

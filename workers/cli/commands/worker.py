@@ -55,6 +55,7 @@ from streamnb_workers.defaults import (
     DEFAULT_TOKEN_NAMES_EVERY,
 )
 from streamnb_workers.store.keys import MAX_SHARDS
+from streamnb_workers.store.training import TRAINING_MODES
 from streamnb_workers.wire.codec import DEFAULT_MAX_VALUE, DEFAULT_MAX_WEIGHT
 
 __all__ = ["NAME", "add_parser", "run"]
@@ -101,6 +102,10 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     add_option(g, "--shards", type=shard_count, metavar="K",
                help="split the model into K statistics shards, each a hash tag (a cluster "
                "slot) of its own, summed by every worker (default 1; docs/architecture.md)")
+    add_option(g, "--training", choices=TRAINING_MODES,
+               help="where the model learns labels and forgets from: 'train', only its "
+               "training stream :train, which the trainer's Redis user writes (separate "
+               "rights to score and to train); 'in' (default), its :in as sent")
     add_option(g, "--error-weight", type=finite_float,
                help="learn a labelled message whose verdict was wrong with this many times its "
                "weight (default 2; 1: every message alike)")
