@@ -24,6 +24,7 @@ import redis
 from streamnb.models.io import dumps
 from streamnb_workers.replication.shards import shard_names
 from streamnb_workers.store.keys import ModelKeys
+from streamnb_workers.store.training import token_key, train_stream
 from streamnb_workers.wire.outputs import decode_output
 from tests.helpers.acl import (
     SCORER_PASSWORD,
@@ -115,14 +116,14 @@ def test_every_entry_the_scorer_can_write_leaves_the_statistics_unchanged(acl_se
         scorer.xadd(k.input, {"data": data, "auth": ""})
     scorer.xadd(k.input, {"data": msgpack.packb({"id": "plain", "tokens": ["cheap"]})})
     # ... and nowhere else: not :train, the log, the snapshot, the keys, the config, the token
-    for key in [k.train, k.log, k.out, k.dead, k.events]:
+    for key in [train_stream(k), k.log, k.out, k.dead, k.events]:
         with pytest.raises(redis.exceptions.NoPermissionError):
             scorer.xadd(key, {"data": msgpack.packb({"tokens": ["a"], "label": "spam"})})
     for key in [k.snapshot, k.learnt_keys, k.config, k.inflight, k.workers]:
         with pytest.raises(redis.exceptions.NoPermissionError):
             scorer.hset(key, "f", "v")
-    for call in (lambda: scorer.get(k.train_token), lambda: scorer.set(k.learnt, "0"),
-                 lambda: scorer.xrange(k.input), lambda: scorer.xrange(k.train),
+    for call in (lambda: scorer.get(token_key(k)), lambda: scorer.set(k.learnt, "0"),
+                 lambda: scorer.xrange(k.input), lambda: scorer.xrange(train_stream(k)),
                  lambda: scorer.eval("return 1", 1, k.input)):
         with pytest.raises(redis.exceptions.NoPermissionError):
             call()
@@ -158,12 +159,12 @@ def test_the_trainer_trains_and_forgets_and_reads_no_outputs(acl_server, tmp_pat
 
     trainer = _as(acl_server, TRAINER_USER, TRAINER_PASSWORD)
     other = ModelKeys("rights-scorer")
-    for key in (k.out, other.out, k.dead, k.input, k.train, k.log):
+    for key in (k.out, other.out, k.dead, k.input, train_stream(k), k.log):
         with pytest.raises(redis.exceptions.NoPermissionError):
             trainer.xrange(key)
         with pytest.raises(redis.exceptions.NoPermissionError):
             trainer.xread({key: "0"})
-    for call in (lambda: trainer.get(k.train_token), lambda: trainer.hgetall(k.snapshot),
+    for call in (lambda: trainer.get(token_key(k)), lambda: trainer.hgetall(k.snapshot),
                  lambda: trainer.xadd(k.input, {"data": b"x"}),
                  lambda: trainer.xadd(k.out, {"data": b"x"})):
         with pytest.raises(redis.exceptions.NoPermissionError):
@@ -216,7 +217,7 @@ def test_two_workers_and_shards_learn_the_training_stream_once(acl_server, tmp_p
     run_in_threads(workers)
     admin = acl_server.client()
     assert sum(int(admin.get(ModelKeys(s).learnt) or 0) for s in shard_names(name, 2)) == 200
-    assert all(admin.xlen(ModelKeys(s).train) == 0 for s in shard_names(name, 2))
+    assert all(admin.xlen(train_stream(ModelKeys(s))) == 0 for s in shard_names(name, 2))
     model, _ = learnt_model(admin, name)
     assert_same_stats(model, offline_model("multinomial", workers[0].models[
         shard_names(name, 2)[0]].config.model_params, FCFG, msgs))

@@ -9,23 +9,28 @@ from typing import Any
 from streamnb.exceptions import ConfigConflict
 from streamnb_workers.store.training import TRAINING_MODES
 
-__all__ = ["check_classes", "check_error_weight", "check_training", "stored_classes"]
+__all__ = ["MAX_ERROR_WEIGHT", "check_classes", "check_error_weight", "check_training", "stored_classes"]
+
+
+#: The largest error weight: with the wire's largest weight (1e6) a message is learnt with
+#: at most 1e9, which keeps every statistic finite (docs/reliability.md, "Bounds").
+MAX_ERROR_WEIGHT = 1000.0
 
 
 def check_error_weight(value: Any) -> float:
-    """``value`` as an error weight: a finite number >= 1.
+    """``value`` as an error weight: a number from 1 to :data:`MAX_ERROR_WEIGHT`.
 
     >>> check_error_weight(0.5)
     Traceback (most recent call last):
     ...
-    ValueError: error_weight must be a finite number >= 1, got 0.5
+    ValueError: error_weight must be a number from 1 to 1000, got 0.5
     """
     try:
         w = float(value)
     except (TypeError, ValueError):
         w = float("nan")
-    if isinstance(value, bool) or not (w >= 1.0 and w != float("inf")):
-        raise ValueError(f"error_weight must be a finite number >= 1, got {value!r}")
+    if isinstance(value, bool) or not 1.0 <= w <= MAX_ERROR_WEIGHT:
+        raise ValueError(f"error_weight must be a number from 1 to {MAX_ERROR_WEIGHT:g}, got {value!r}")
     return w
 
 

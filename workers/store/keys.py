@@ -65,18 +65,6 @@ class ModelKeys:
         return f"{self.prefix}:in"
 
     @property
-    def train(self) -> str:
-        """Stream of labelled entries, delayed labels and forgets of a model stored with
-        ``training: train``, moved into :attr:`input` by the workers
-        (workers/store/training.py)."""
-        return f"{self.prefix}:train"
-
-    @property
-    def train_token(self) -> str:
-        """String: the token that marks the entries moved from :attr:`train` (workers only)."""
-        return f"{self.prefix}:traintoken"
-
-    @property
     def out(self) -> str:
         """Stream of predictions (MAXLEN ~)."""
         return f"{self.prefix}:out"
@@ -162,6 +150,7 @@ class ModelKeys:
 
     def all_fixed(self) -> list[str]:
         """Every key of the model except the delayed-label cache's buckets and entries."""
-        return [self.input, self.train, self.train_token, self.out, self.dead, self.log, self.events, self.snapshot,
+        return [self.input, f"{self.prefix}:train", f"{self.prefix}:traintoken",  # training.py
+                self.out, self.dead, self.log, self.events, self.snapshot,
                 self.config, self.lease, self.workers, self.learnt, self.inflight,
                 self.cache_buckets, self.learnt_keys, self.key_order, self.tokens]

@@ -14,9 +14,9 @@ before the setting existed) learns labels from ``:in`` as sent.
 >>> import fakeredis
 >>> from streamnb_workers.store.keys import ModelKeys
 >>> r, k = fakeredis.FakeRedis(), ModelKeys("doc")
->>> _ = r.xadd(k.train, {"data": b"x"})
+>>> _ = r.xadd(train_stream(k), {"data": b"x"})
 >>> n, token = forward(r, k, 10)
->>> n, r.xlen(k.train), r.xrange(k.input)[0][1] == {b"data": b"x", b"auth": token.encode()}
+>>> n, r.xlen(train_stream(k)), r.xrange(k.input)[0][1] == {b"data": b"x", b"auth": token.encode()}
 (1, 0, True)
 >>> forward(r, k, 10) == (0, token), holds_token({b"auth": token.encode()}, token)
 (True, True)
@@ -33,7 +33,7 @@ from streamnb_workers.store.lua import packaged_script
 from streamnb_workers.wire.replies import as_str
 
 __all__ = ["AUTH_FIELD", "FORWARD_SCRIPT", "TRAINING_MODES", "forward", "holds_token",
-           "learning_stream"]
+           "learning_stream", "token_key", "train_stream"]
 
 #: ``in``: labels are learnt from ``:in`` as sent; ``train``: only from ``:train``.
 TRAINING_MODES = ("in", "train")
@@ -43,10 +43,22 @@ AUTH_FIELD = "auth"
 FORWARD_SCRIPT = packaged_script("forward.lua")
 
 
+def train_stream(keys: ModelKeys) -> str:
+    """The model's training stream ``{M}:train``: labelled entries, delayed labels and
+    forgets of a model stored with ``training: train``."""
+    return f"{keys.prefix}:train"
+
+
+def token_key(keys: ModelKeys) -> str:
+    """String ``{M}:traintoken``: the token that marks the entries moved from
+    ``:train`` (only workers may read it)."""
+    return f"{keys.prefix}:traintoken"
+
+
 def forward(client: Any, keys: ModelKeys, count: int) -> tuple[int, str]:
-    """Move at most ``count`` entries of ``keys.train`` into ``keys.input`` (atomically,
+    """Move at most ``count`` entries of the model's ``:train`` into its ``:in`` (atomically,
     each once); (entries moved, the model's token)."""
-    n, token = FORWARD_SCRIPT(client, [keys.train, keys.input, keys.train_token],
+    n, token = FORWARD_SCRIPT(client, [train_stream(keys), keys.input, token_key(keys)],
                               [int(count), secrets.token_hex(16)])
     return int(n), as_str(token)
 
@@ -67,4 +79,4 @@ def learning_stream(keys: ModelKeys, training: str | None) -> str:
     >>> learning_stream(ModelKeys("m"), "train"), learning_stream(ModelKeys("m"), "in")
     ('streamnb:{m}:train', 'streamnb:{m}:in')
     """
-    return keys.train if training == "train" else keys.input
+    return train_stream(keys) if training == "train" else keys.input

@@ -35,7 +35,7 @@ from streamnb_workers.replication.ordering import InflightBoard, announcement_ti
 from streamnb_workers.store.commit import read_replies
 from streamnb_workers.store.keys import GROUP, ModelKeys
 from streamnb_workers.store.lua import packaged_script
-from streamnb_workers.store.training import forward
+from streamnb_workers.store.training import forward, train_stream
 from streamnb_workers.wire.replies import as_str
 from streamnb_workers.wire.stream_ids import first_id, parse_id
 
@@ -144,7 +144,7 @@ def move_training(client: Any, keys: ModelKeys, count: int, training: str) -> st
 
 def training_done(client: Any, keys: ModelKeys, training: str) -> bool:
     """Nothing waits in the model's ``:train`` (always, for ``training: in``)."""
-    return training != "train" or not client.xlen(keys.train)
+    return training != "train" or not client.xlen(train_stream(keys))
 
 
 def claim_idle(client: Any, keys: ModelKeys, consumer: str, min_idle_ms: int, cursor: str,
