@@ -160,11 +160,11 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     add_option(w, "--max-bytes", type=max_bytes, default=DEFAULT_MAX_MESSAGE_BYTES,
                help="raw mail read per message: a larger mail is cut at a MIME boundary "
                "(headers kept), then predicted and learnt")
-    add_option(w, "--max-weight", type=number_in(0.0, math.inf, "a weight", open_low=True),
+    add_option(w, "--max-weight", type=number_in(0.0, math.inf, "a weight", open_low=True, open_high=True),
                default=DEFAULT_MAX_WEIGHT, metavar="W",
                help="the largest weight a message may carry; a larger one is a dead letter "
                "(bad_weight)")
-    add_option(w, "--max-value", type=number_in(0.0, math.inf, "a magnitude", open_low=True),
+    add_option(w, "--max-value", type=number_in(0.0, math.inf, "a magnitude", open_low=True, open_high=True),
                default=DEFAULT_MAX_VALUE, metavar="V",
                help="the largest magnitude of a features value or x coordinate; a larger one "
                "is a dead letter (too_large)")
