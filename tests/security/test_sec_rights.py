@@ -91,7 +91,7 @@ def _random_entries(learnt, n, seed=7):
     for _ in range(n):
         m = rng.choice(learnt)
         obj = rng.choice([
-            {"tokens": m["tokens"]}, {"tokens": ["w%d" % rng.randrange(50)]},
+            {"tokens": m["tokens"]}, {"tokens": [f"w{rng.randrange(50)}"]},
             {"text": "cheap meds"}, {"features": {"cheap": 3.0}}, {"ref": m["id"]},
             {"hashes": b"\x01" * 8}])
         for key, values in (("label", ["spam", "ham", "news", 1, "", None]),
