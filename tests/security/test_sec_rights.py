@@ -256,3 +256,37 @@ def test_two_workers_and_shards_learn_the_training_stream_once(acl_server, tmp_p
         shard_names(name, 2)[0]].config.model_params, FCFG, msgs))
     assert dumps(workers[0].models[shard_names(name, 2)[1]].replica.model) == dumps(
         workers[1].models[shard_names(name, 2)[1]].replica.model)
+
+
+def test_a_model_stored_before_training_takes_labels_on_in_until_migrated(acl_server):
+    """docs/operations.md, "Separate rights: migration": a config without ``training``
+    reads as ``in``; a worker given ``train`` refuses it (one ConfigConflict); once the
+    stored setting is ``train``, labels on ``:in`` are dead letters and ``:train`` teaches."""
+    from streamnb.exceptions import ConfigConflict
+
+    name = "rights-old"
+    k = ModelKeys(name)
+    admin = acl_server.client()
+    url = acl_server.url_for(WORKER_USER, WORKER_PASSWORD)
+    old = url_worker(url, [count_spec(name, classes="any")], fast_options("w1"))
+    old.start()
+    admin.hdel(k.config, "training")  # as a model stored before the setting existed
+    producer = [{"tokens": ["cheap", "pills"], "label": "spam", "key": "a"}]
+    for m in producer:
+        admin.xadd(k.input, {"data": msgpack.packb(m)})
+    old.run_until_idle(timeout=30)
+    assert int(admin.get(k.learnt)) == 1
+    with pytest.raises(ConfigConflict, match="training: stored 'in', given 'train'"):
+        _worker(acl_server, name).start()
+
+    admin.hset(k.config, "training", "train")  # step 4 of the migration
+    new = _worker(acl_server, name, "w2")
+    new.start()
+    admin.xadd(k.input, {"data": msgpack.packb({"tokens": ["x"], "label": "ham", "key": "b"})})
+    trainer = _as(acl_server, TRAINER_USER, TRAINER_PASSWORD)
+    trainer.xadd(train_stream(k), {"data": msgpack.packb({"tokens": ["y"], "label": "ham",
+                                                           "key": "c"})})
+    new.run_until_idle(timeout=30)
+    assert int(admin.get(k.learnt)) == 2
+    assert [decode_output(f[b"data"])["reason"] for _, f in admin.xrange(k.dead)] == [
+        "label_not_allowed"]
