@@ -24,6 +24,7 @@ import pytest
 import redis
 
 from streamnb.models.io import dumps
+from streamnb_workers.client.status import collect, format_text
 from streamnb_workers.replication.shards import shard_names
 from streamnb_workers.store.keys import ModelKeys
 from streamnb_workers.store.training import token_key, train_stream
@@ -189,6 +190,13 @@ def test_the_trainer_trains_and_forgets_and_reads_no_outputs(acl_server, tmp_pat
     assert_same_stats(model, offline_model("multinomial", w.models[name].config.model_params,
                                            FCFG, msgs[10:]))
     assert acl_refusals(acl_server.client(), TRAINER_USER) == []
+    trainer = _as(acl_server, TRAINER_USER, TRAINER_PASSWORD)
+    trainer.xadd(train_stream(k), {"data": msgpack.packb({"tokens": ["z"], "label": "ham"})})
+    info = collect(acl_server.client(), name)
+    assert info["config"]["training"] == "train" and info["training_waiting"] == 1
+    assert "training   from :train, 1 waiting" in format_text(info)
+    w.run_until_idle(timeout=60)
+    assert collect(acl_server.client(), name)["training_waiting"] == 0
 
     trainer = _as(acl_server, TRAINER_USER, TRAINER_PASSWORD)
     other = ModelKeys("rights-scorer")
