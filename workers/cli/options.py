@@ -188,7 +188,8 @@ def model_specs(args: argparse.Namespace) -> list[ModelSpec]:
                                    half_life=args.half_life, classes=args.classes,
                                    default_classes=list(MAIL_CLASSES),
                                    error_weight=getattr(args, "error_weight", None),
-                                   shards=getattr(args, "shards", None)))
+                                   shards=getattr(args, "shards", None),
+                                   training=getattr(args, "training", None)))
         except ValueError as exc:
             raise SettingsError(f"--model {name!r}: {exc}") from None
     return specs

@@ -32,6 +32,7 @@ import numpy as np
 
 from streamnb.exceptions import MalformedMessage
 from streamnb.features import Row, rows_to_bytes
+from streamnb_workers.store.training import holds_token
 from streamnb_workers.wire.codec import (
     DATA_FIELD,
     DEFAULT_LIMITS,
@@ -145,9 +146,12 @@ class Predictions:
 # ---------------------------------------------------------------------- decode, featurize
 def decode_entries(entries: Sequence[tuple[Any, Any]], deliveries: dict[str, int] | None,
                    max_deliveries: int, limits: Limits = DEFAULT_LIMITS,
-                   dense_dim: int | None = None) -> Decoded:
+                   dense_dim: int | None = None, train_token: str | None = None) -> Decoded:
     """Decode a batch's stream entries ``(id, fields)``; an entry delivered more than
-    ``max_deliveries`` times (``deliveries``: id -> times, default once) is poison."""
+    ``max_deliveries`` times (``deliveries``: id -> times, default once) is poison.
+    ``train_token`` (a model stored with ``training: train``): a label, delayed label,
+    forget or class removal is taken only from an entry moved from ``:train``, which carries the token
+    (workers/store/training.py); from any other it is a dead letter ``label_not_allowed``."""
     order: list[str] = []
     dead: list[Dead] = []
     messages: list[tuple[str, InputMessage, bytes]] = []
@@ -168,6 +172,12 @@ def decode_entries(entries: Sequence[tuple[Any, Any]], deliveries: dict[str, int
             msg = decode_input(data, eid, limits, expected_dim=dense_dim)
         except MalformedMessage as exc:
             dead.append(Dead(eid, exc.reason, exc.detail, data))
+            continue
+        if train_token is not None and (msg.is_labelled or msg.forget
+                                        or msg.forget_class is not None) \
+                and not holds_token(fields, train_token):
+            dead.append(Dead(eid, "label_not_allowed", "this model learns labels and forgets "
+                             "only from its training stream :train", data))
             continue
         unknown += msg.unknown_keys
         messages.append((eid, msg, data))

@@ -63,7 +63,9 @@ from streamnb_workers.worker.intake import (
     all_done,
     ensure_group,
     in_stream_order,
+    move_training,
     read_batches,
+    training_done,
 )
 from streamnb_workers.worker.options import WorkerOptions
 from streamnb_workers.worker.outages import ModelGuard
@@ -393,6 +395,7 @@ class Worker:
             self.guard.failed.add(rt.name)  # its group is being made again: soon
             return 0
         housekeeping(rt, served)
+        rt.train_token = move_training(rt.client, rt.keys, self.options.batch, rt.config.training)
         n = claim_idle_entries(rt)
         if rt.pending_phase:
             n += redo_pending(rt)
@@ -403,7 +406,8 @@ class Worker:
         deadline = time.monotonic() + timeout
         while True:
             n = self.step(block_ms)
-            if n == 0 and all(all_done(self.client, rt.keys) for rt in self.models.values()):
+            if n == 0 and all(all_done(self.client, rt.keys) and training_done(
+                    self.client, rt.keys, rt.config.training) for rt in self.models.values()):
                 break
             if time.monotonic() > deadline:
                 raise TimeoutError(f"worker {self.consumer} not idle after {timeout}s")

@@ -42,6 +42,7 @@ from streamnb_workers.worker.batch import (
     prediction_plan,
 )
 from streamnb_workers.worker.commit_content import PredictedBatch
+from streamnb_workers.worker.intake import move_training
 from streamnb_workers.worker.runtime import ModelRuntime
 
 __all__ = ["Prepared", "Received", "land_previous", "predict_and_commit", "process_batch",
@@ -201,7 +202,10 @@ def decode(rt: ModelRuntime, entries: list, deliveries: dict[str, int] | None) -
     series(m.batch_size).observe(len(entries))
     with rt.stage("decode"):
         dense_dim = rt.featurizer.dim if rt.featurizer.input == "dense" else None
-        decoded = decode_entries(entries, deliveries, o.max_deliveries, o.limits, dense_dim)
+        if rt.config.training == "train" and rt.train_token is None:
+            rt.train_token = move_training(rt.client, rt.keys, 0, "train")  # (moves none)
+        decoded = decode_entries(entries, deliveries, o.max_deliveries, o.limits, dense_dim,
+                                 rt.train_token)
         if decoded.unknown_keys:
             series(m.unknown_keys).inc(decoded.unknown_keys)
     return decoded

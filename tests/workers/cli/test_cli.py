@@ -29,7 +29,7 @@ TRAIN = [("cheap meds online now", "spam"), ("win money cheap pills", "spam"),
          ("lunch on monday with the team", "ham")]
 STATUS_KEYS = {"model", "exists", "redis", "kind", "config", "classes", "learnt_total", "version",
                "streams", "lag", "lag_exact", "pending", "dead_letters", "snapshot", "workers",
-               "learnt", "received", "predicted", "model_version", "recent", "shards"}
+               "learnt", "received", "predicted", "model_version", "recent", "shards", "training_waiting"}
 
 
 def cli(*args, env=None, timeout=60):
