@@ -97,3 +97,23 @@ def test_config_round_trip_and_bad_windows():
     for bad in (1, 9, -1, True, 2.5, "5"):
         with pytest.raises(ValueError, match="osb"):
             Featurizer(osb=bad)
+
+
+@pytest.mark.corpus
+def test_corpus_rows_and_tokens_with_osb(corpus_dir):
+    import csv
+
+    from streamnb.features.mail import MailTokenizer
+
+    with open(corpus_dir / "index.tsv", newline="") as fh:
+        rows = list(csv.DictReader(fh, delimiter="\t"))[:300]
+    raws = [(corpus_dir / row["path"]).read_bytes() for row in rows]
+    f = Featurizer(bits=20, osb=5)
+    got = f.featurize_batch([Payload("raw", raw) for raw in raws])
+    reference = MailTokenizer(rules=WordRules(osb=5, steps=REFERENCE_STEPS), steps=REFERENCE_STEPS)
+    for raw, row in zip(raws, got, strict=True):
+        tokens = f.tokens(Payload("raw", raw))
+        assert tokens == reference.tokenize(raw)  # the C steps (headers, HTML) change nothing
+        expected = np.unique((token_hashes(tokens) & np.uint64(f.hasher.mask)).astype(np.int32))
+        np.testing.assert_array_equal(row.indices, expected)
+    assert sum(t.startswith("osb4:") for t in f.tokens(Payload("raw", raws[0]))) > 10
