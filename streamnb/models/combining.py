@@ -31,12 +31,14 @@ sums of their logs are kept and the series of ``Q`` is summed by log-sum-exp.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+import scipy.sparse as sp
 
-__all__ = ["ROBINSON_S", "ROBINSON_X", "chi2_indicators", "chi2_q", "fisher_indicator",
-           "robinson_f"]
+__all__ = ["ROBINSON_S", "ROBINSON_X", "chi2_indicators", "chi2_prequential", "chi2_q",
+           "fisher_indicator", "robinson_f"]
 
 #: SpamBayes' defaults (``Options.py``): the strength and value of the prior of a token.
 ROBINSON_S = 0.45
@@ -114,24 +116,61 @@ def chi2_indicators(model: Any, X: Any, positive: Any = "spam",
                     s: float = ROBINSON_S, x: float = ROBINSON_X,
                     min_strength: float = MIN_STRENGTH, max_clues: int = MAX_CLUES) -> np.ndarray:
     """The chi-square indicator of each row of ``X`` (CSR, the model's columns) from a
-    two-class count model's statistics (its per-class feature counts, i.e. for binary
-    token values the learnt weight of the messages that hold each bucket, and its class
-    weights); ``positive`` is the spam class. 0.5 for every row of a model that does not
-    know two classes.
-    """
-    out = np.full(X.shape[0], 0.5)
+    two-class count model's statistics (its per-class feature counts: for binary token
+    values, the learnt weight of the messages that hold each bucket; and its class
+    weights); ``positive`` is the spam class. 0.5 for a row while the spam or the other
+    class has no weight."""
+    return chi2_prequential(model, X, [None] * X.shape[0], None, positive, s, x,
+                            min_strength, max_clues)
+
+
+def chi2_prequential(model: Any, X: Any, labels: Sequence[Any], weights: Any = None,
+                     positive: Any = "spam", s: float = ROBINSON_S, x: float = ROBINSON_X,
+                     min_strength: float = MIN_STRENGTH, max_clues: int = MAX_CLUES) -> np.ndarray:
+    """:func:`chi2_indicators` test-then-train within a batch, as
+    :mod:`streamnb.models.prequential` predicts: row i is judged on the model's statistics
+    plus the labelled rows before it (``labels``, None for unlabelled; ``weights``, 1 if
+    None), and the model is left unchanged. The other class is the model's (or the batch's
+    first) label that is not ``positive``; rows labelled with a third class add nothing."""
+    X = sp.csr_matrix(X, dtype=np.float64)
+    n = X.shape[0]
+    w = np.ones(n) if weights is None else np.asarray(weights, dtype=np.float64)
     classes = model.stats.parts["classes"]
-    labels = list(classes.labels)
-    if len(labels) != 2 or positive not in labels:
-        return out
-    pos = labels.index(positive)
-    totals = np.asarray(classes.counts, dtype=np.float64)
     features = model.stats.parts["features"]
+    known = [c for c in classes.labels if c != positive]
+    other = known[0] if known else next((c for c in labels if c is not None and c != positive), None)
+    totals = classes.as_dict()
     f_labels = list(features.labels)
-    f_pos, f_neg = f_labels.index(positive), f_labels.index(labels[1 - pos])
-    for i in range(X.shape[0]):
-        cols = X.indices[X.indptr[i]:X.indptr[i + 1]]
-        counts = features.column_counts(cols)
-        f = robinson_f(counts[f_pos], counts[f_neg], totals[pos], totals[1 - pos], s, x)
+    rows = np.repeat(np.arange(n), np.diff(X.indptr))
+    cols = X.indices.astype(np.int64)
+    counts, before = [], []
+    for c in (positive, other):
+        own = np.array([lab == c and c is not None for lab in labels], dtype=bool) * w
+        before.append(totals.get(c, 0.0) + np.concatenate([[0.0], np.cumsum(own)[:-1]]))
+        base = features.column_counts(cols)[f_labels.index(c)] if c in f_labels else np.zeros(cols.size)
+        counts.append(base + _earlier_in_column(rows, cols, X.data * own[rows]))
+    out = np.full(n, 0.5)
+    for i in range(n):
+        if not (before[0][i] > 0 and before[1][i] > 0):
+            continue
+        at = slice(X.indptr[i], X.indptr[i + 1])
+        f = robinson_f(counts[0][at], counts[1][at], before[0][i], before[1][i], s, x)
         out[i] = fisher_indicator(f, min_strength, max_clues)
+    return out
+
+
+def _earlier_in_column(rows: np.ndarray, cols: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """For each nonzero (rows[k], cols[k]): the sum of ``values`` of the nonzeros of the same
+    column in earlier rows (an exclusive prefix sum per column, rows in order)."""
+    if not values.size:
+        return np.zeros(0)
+    order = np.lexsort((rows, cols))
+    v = values[order]
+    total = np.cumsum(v)
+    c = cols[order]
+    first = np.flatnonzero(np.concatenate([[True], c[1:] != c[:-1]]))
+    start = np.repeat(first, np.diff(np.append(first, c.size)))
+    earlier = total - v - np.where(start > 0, total[np.maximum(start - 1, 0)], 0.0)
+    out = np.empty_like(earlier)
+    out[order] = earlier
     return out

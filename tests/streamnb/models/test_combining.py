@@ -82,3 +82,26 @@ def test_indicators_from_a_model_match_the_counts_by_hand():
     assert got[0] > 0.9 and got[1] < 0.5
     one_class = make_model("multinomial", n_features=3).partial_fit(X[:2], y[:2])
     assert chi2_indicators(one_class, rows, "spam").tolist() == [0.5, 0.5, 0.5]
+
+
+def test_prequential_equals_one_message_at_a_time():
+    from streamnb.models.combining import chi2_prequential
+
+    rng = np.random.default_rng(7)
+    n, width = 60, 40
+    dense = (rng.random((n, width)) < 0.2) * rng.integers(1, 3, (n, width))
+    X = sp.csr_matrix(dense.astype(float))
+    labels = [("spam", "ham", None)[int(k)] for k in rng.integers(0, 3, n)]
+    weights = rng.choice([1.0, 2.0], n)
+    warm = make_model("multinomial", n_features=width).partial_fit(X[:5], ["ham"] * 5)
+    got = chi2_prequential(warm, X, labels, weights)
+    assert warm.stats.parts["classes"].as_dict() == {"ham": 5.0}  # left unchanged
+    one = make_model("multinomial", n_features=width).partial_fit(X[:5], ["ham"] * 5)
+    expected = []
+    for i in range(n):
+        expected.append(chi2_indicators(one, X[i], "spam")[0])
+        if labels[i] is not None:
+            one.partial_fit(X[i], [labels[i]], sample_weight=[weights[i]])
+    np.testing.assert_array_equal(got, np.array(expected))
+    first_spam = labels.index("spam")
+    assert (got[:first_spam + 1] == 0.5).all() and (got[first_spam + 1:] != 0.5).any()
