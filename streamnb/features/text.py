@@ -154,9 +154,10 @@ class WordRules:
     min_len: int = 3
     max_len: int = 12
     ngrams: bool = False
-    #: The OSB window N (rule 8): 0 off, else 2..:data:`MAX_OSB_WINDOW`.
-    osb: int = 0
     steps: TokenizerSteps = field(default=DEFAULT_STEPS, repr=False)
+    #: The OSB window N (rule 8): 0 off, else 2..:data:`MAX_OSB_WINDOW` (after ``steps``,
+    #: so the fields before it keep their positions).
+    osb: int = 0
 
     def urls(self, text: str, out: list[str]) -> str:
         """Append URL tokens to ``out``; return the text with the URLs blanked out (the C
