@@ -16,7 +16,10 @@ def test_siefkes_et_al_example_window_5():
     # Bigrams for Incremental Spam Filtering", table of OSB features for "Do you feel
     # lucky today?" with window 5: "lucky today?", "feel <skip> today?",
     # "you <skip> <skip> today?", "Do <skip> <skip> <skip> today?" (the distance of the
-    # pair is the number of <skip> + 1; our rules strip the "?").
+    # pair is the number of <skip> + 1; our rules strip the "?"). The paper was not in
+    # the search tool's corpus (quoted from it as published); rspamd's
+    # src/libstat/tokenizers/osb.c, which was, pairs each word with the window_size - 1
+    # before it, the window index in the feature, the same pairs.
     tokens = WordRules(min_len=1, lowercase=False, osb=5).tokens("Do you feel lucky today?")
     assert tokens[-5:] == ["osb1:lucky today", "osb2:feel today", "osb3:you today",
                            "osb4:Do today", "today"]
