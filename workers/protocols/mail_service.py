@@ -142,9 +142,16 @@ class MailService:
         """PING Redis (raises redis errors)."""
         self._client.ping()
 
+    def model_for(self, user: str | None) -> str:
+        """The model that scores ``user``'s mail (the global one while Redis cannot say)."""
+        try:
+            return self.chooser.model_for(user, self._client)
+        except redis.RedisError:
+            return self.chooser.default
+
     def check(self, raw: bytes, user: str | None = None) -> Check:
         """Score ``raw`` for ``user`` within the timeout (never raises for a mail)."""
-        model = self.chooser.model_for(user)
+        model = self.model_for(user)
         outcome = score_mail(self.verdict_client(model), self.policy, raw, self.timeout)
         prediction = outcome.prediction
         if outcome.failure is not None or prediction is None:
@@ -157,7 +164,7 @@ class MailService:
         """Learn ``raw`` as ``label``: True when sent to be learnt (new, or a correction),
         False when its key was learnt with that label already. Raises LearnRefused for
         what is not mail or a label the model does not declare, redis errors as they come."""
-        model = self.chooser.model_for(user)
+        model = self.chooser.learning_model(user, self._client)
         try:
             report = produce_stdin(self._client, model, raw, label=label,
                                    max_bytes=self.max_size, id_prefix=self.id_prefix)
@@ -173,7 +180,7 @@ class MailService:
 
     def forget(self, raw: bytes, user: str | None = None) -> bool:
         """Unlearn ``raw``: True when a forget was sent, False when its key is not learnt."""
-        model = self.chooser.model_for(user)
+        model = self.chooser.model_for(user, self._client)
         report = forget(self._client, model, ["-"], stdin=io.BytesIO(raw), stderr=io.StringIO())
         if report.sent:
             self._wait(model, raw, lambda labels: not labels, "forgotten")
