@@ -8,11 +8,12 @@ registered, else its domain's if that is, else the global model; ``@domain`` nam
 domain's model. A bare name without ``@`` (spamc sends the Unix user running it: ``root``)
 is not an address and always gets the global model.
 
-What a user learns (TELL, ``/learnspam``, ``predict -p --user`` does not learn) goes to
-the user's model, which it creates and registers when it is the first (the domain's
-model for ``@domain``); never to the global model, which the operator trains: one user's
-corrections change only that user's verdicts, as with SpamAssassin's per-user Bayes
-(``sa-learn -u``) and Rspamd's ``per_user`` statistics.
+What a user learns (TELL, ``/learnspam``, ``/learnham``) goes to the user's model (the
+domain's for ``@domain``), which the first learning registers (SADD, a producer's right);
+the workers of the global model that serve per-user models create its config from the
+global model's and serve it. It never goes to the global model, which the operator
+trains: one user's corrections change only that user's verdicts, as with SpamAssassin's
+per-user Bayes (``sa-learn -u``) and Rspamd's ``per_user`` statistics.
 
 >>> chooser = ModelChooser("mail")
 >>> chooser.model_for("alice@example.org"), chooser.model_for("root"), chooser.model_for(None)
@@ -44,8 +45,7 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
-from streamnb_workers.replication.user_sum import create_user_model
-from streamnb_workers.store.user_models import UserNames, registered
+from streamnb_workers.store.user_models import UserNames, register, registered
 
 __all__ = ["ModelChooser", "UserNames", "address_of", "domain_of", "first_user"]
 
@@ -118,11 +118,10 @@ class ModelChooser:
         return models.pop() if len(models) == 1 else self.default
 
     def learning_model(self, user: str | None, client: Any = None) -> str:
-        """The model ``user``'s learning goes to: its own (created and registered if new),
-        the global model for a user without an address."""
+        """The model ``user``'s learning goes to: its own (registered if new), the global
+        model for a user without an address."""
         names = self.candidates(user) if client is not None else []
         if not names:
             return self.default
-        if not registered(client, self.default, names[:1])[0]:
-            create_user_model(client, self.default, names[0])
+        register(client, self.default, names[0])
         return names[0]
