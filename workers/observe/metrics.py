@@ -34,7 +34,8 @@ STAGES = ("read", "decode", "featurize", "predict", "explain", "learn", "send", 
 DEAD_LETTER_REASONS = ("not_msgpack", "not_a_map", "no_data", "too_large", "no_payload",
                        "several_payloads", "bad_type", "non_finite", "bad_label", "bad_weight",
                        "wrong_dimension", "incompatible_payload", "bad_category", "not_learnt",
-                       "poison", "ref_expired", "declared_class")
+                       "poison", "ref_expired", "declared_class",
+                       "label_not_allowed")
 #: The kinds of ``redis_errors`` (workers/worker/loop.py, ``error_kind``).
 REDIS_ERROR_KINDS = ("connection", "timeout", "misconf", "readonly", "nogroup", "other")
 #: What ``corrupt_records`` counts.
@@ -215,6 +216,16 @@ class Metrics:
             MW, **r)
         self.oov_rate_recent = Gauge(
             "oov_rate_recent", "Recent mean out-of-vocabulary share", MW, **r)
+        # ---- operating point (--target-fpr, --calibration)
+        self.operating_threshold = Gauge(
+            "operating_threshold", "Score threshold in use for --target-fpr (+Inf: none "
+            "positive)", MW, **r)
+        self.operating_supported = Gauge(
+            "operating_point_supported", "1 when the window's negatives support --target-fpr, "
+            "0 when too few", MW, **r)
+        self.operating_negatives = Gauge(
+            "operating_point_negatives", "Labelled negatives (ham) the operating point was "
+            "fitted on", MW, **r)
 
 
     def start_series(self, model: str, worker: str) -> None:

@@ -53,14 +53,20 @@ from streamnb_workers.store.model_config import ModelConfig, ModelSpec, ensure_c
 from streamnb_workers.worker.accounting import account, settle_and_tail
 from streamnb_workers.worker.committing import abandon, settle
 from streamnb_workers.worker.heap import HeapTrimmer
-from streamnb_workers.worker.housekeeping import drop_sampled_gauges, housekeeping
+from streamnb_workers.worker.housekeeping import (
+    drop_sampled_gauges,
+    housekeeping,
+    publish_token_names,
+)
 from streamnb_workers.worker.intake import (
     READ_SCRIPT,
     ReadBatch,
     all_done,
     ensure_group,
     in_stream_order,
-    read_batches,
+    move_training,
+    read_models,
+    training_done,
 )
 from streamnb_workers.worker.options import WorkerOptions
 from streamnb_workers.worker.outages import ModelGuard
@@ -303,12 +309,14 @@ class Worker:
             rt.timers.cleanup.restart(now)
 
     def shutdown(self) -> None:
-        """Leave cleanly: final snapshot if lease holder, release lease, drop heartbeat,
-        delete this consumer from the group if it has nothing pending."""
+        """Leave cleanly: final snapshot if lease holder, release lease, publish token names
+        counted since the last time, drop heartbeat, delete this consumer from the group if
+        it has nothing pending."""
         for rt in self.models.values():
             rt.series(self.metrics.worker_up).set(0)
             try:
                 rt.replica.catch_up()
+                publish_token_names(rt)
                 if rt.snapshotter.holder:
                     rt.snapshotter.maybe_write(rt.replica, final=True)
                     rt.snapshotter.release()
@@ -402,6 +410,7 @@ class Worker:
             self.guard.failed.add(rt.name)  # its group is being made again: soon
             return 0
         housekeeping(rt, served)
+        rt.train_token = move_training(rt.client, rt.keys, self.options.batch, rt.config.training)
         n = claim_idle_entries(rt)
         if rt.pending_phase:
             n += redo_pending(rt)
@@ -412,7 +421,8 @@ class Worker:
         deadline = time.monotonic() + timeout
         while True:
             n = self.step(block_ms)
-            if n == 0 and all(all_done(self.client, rt.keys) for rt in self.models.values()):
+            if n == 0 and all(all_done(self.client, rt.keys) and training_done(
+                    self.client, rt.keys, rt.config.training) for rt in self.models.values()):
                 break
             if time.monotonic() > deadline:
                 raise TimeoutError(f"worker {self.consumer} not idle after {timeout}s")
@@ -434,16 +444,3 @@ class Worker:
             return False
         self.check_keys = False
         return True
-
-
-def read_models(reader: Any, consumer: str, rts: list[ModelRuntime], count: int, block_ms: int,
-                cluster: bool, announce: bool) -> list[tuple[ModelRuntime, ReadBatch]]:
-    """New entries of the models ``rts`` (workers/worker/intake.py ``read_batches``), the
-    read's time observed in each model's ``read`` stage that got some."""
-    got, seconds = read_batches(reader, consumer, [(rt.keys, rt.inflight) for rt in rts],
-                                count, block_ms, cluster, announce)
-    for i, _ in got:
-        read = rts[i].stage("read", summed=True)
-        read.add(seconds)
-        read.observe()
-    return [(rts[i], batch) for i, batch in got]
