@@ -131,7 +131,7 @@ MODEL_OPTIONS: Mapping[str, tuple[str, tuple[str, ...]]] = {
 #: Featurizer options: flag dest -> featurizer config key.
 FEATURIZER_OPTIONS: Mapping[str, str] = {
     "bits": "bits", "ngrams": "ngrams", "lowercase": "lowercase", "min_len": "min_len",
-    "max_len": "max_len", "meta": "meta", "counts": "counts",
+    "max_len": "max_len", "meta": "meta", "counts": "counts", "osb": "osb",
 }
 #: Decision options: flag dest -> DecisionRule option.
 DECISION_OPTIONS: Mapping[str, str] = {

@@ -43,7 +43,11 @@ from streamnb_workers.wire.codec import (
 from streamnb_workers.wire.replies import as_str, entry_field
 from streamnb_workers.wire.stream_ids import entry_time
 from streamnb_workers.worker.labels import LabelRef
-from streamnb_workers.worker.learn_weights import class_weight_rows, learn_weights
+from streamnb_workers.worker.learn_weights import (
+    class_weight_rows,
+    judge_at_operating_point,
+    learn_weights,
+)
 
 __all__ = ["Dead", "Decoded", "Featurized", "Item", "Predictions", "Verdict", "cache_rows",
            "decode_entries", "drop_bad_categories", "drop_foreign_labels",
@@ -253,31 +257,22 @@ def drop_undeclared_labels(classes: Sequence[str] | None, batch: Featurized) -> 
         return label is not None and (not isinstance(label, str) or label not in declared)
 
     shown = ", ".join(classes)
-    dead = list(batch.dead)
-    items = []
-    for it in batch.items:
-        if undeclared(it.msg.label):
-            dead.append(Dead(it.entry_id, "bad_label", f"label {it.msg.label!r} is not one of "
-                             f"this model's classes: {shown}", it.data))
-        else:
-            items.append(it)
-    refs = []
-    for r in batch.refs:
-        if undeclared(r.label):
-            dead.append(Dead(r.entry_id, "bad_label", f"label {r.label!r} is not one of this "
-                             f"model's classes: {shown}", batch.ref_data[r.entry_id]))
-        else:
-            refs.append(r)
-    drops = []
-    for eid, label, data in batch.class_drops:
-        if label in declared:
-            dead.append(Dead(eid, "declared_class", f"{label!r} is a declared class of this "
-                             f"model ({shown}): it is not removed", data))
-        else:
-            drops.append((eid, label, data))
+
+    def why(label: Any) -> str:
+        return f"label {label!r} is not one of this model's classes: {shown}"
+
+    dead = batch.dead + [Dead(it.entry_id, "bad_label", why(it.msg.label), it.data)
+                         for it in batch.items if undeclared(it.msg.label)]
+    dead += [Dead(r.entry_id, "bad_label", why(r.label), batch.ref_data[r.entry_id])
+             for r in batch.refs if undeclared(r.label)]
+    dead += [Dead(eid, "declared_class", f"{label!r} is a declared class of this model "
+                  f"({shown}): it is not removed", data)
+             for eid, label, data in batch.class_drops if label in declared]
     if len(dead) == len(batch.dead):
         return batch
-    return Featurized(items, refs, batch.ref_data, dead, batch.forgets, drops)
+    return Featurized([it for it in batch.items if not undeclared(it.msg.label)],
+                      [r for r in batch.refs if not undeclared(r.label)], batch.ref_data, dead,
+                      batch.forgets, [d for d in batch.class_drops if d[1] not in declared])
 
 
 def drop_bad_categories(model: Any, batch: Featurized) -> Featurized:
@@ -391,7 +386,7 @@ def predict(model: Any, rule: Any, featurizer: Any, items: Sequence[Item],
         p = _predict_once(model, rule, X, items, weights, plan if weights is base else None,
                           prequential, n_values)
         if window is not None:
-            _operating_point(window, rule, p.verdicts, items, p.classes)
+            judge_at_operating_point(window, rule, p.verdicts, items, p.classes)
         learnt = learn_weights(p.verdicts, items, rule, error_weight)
         changed = np.flatnonzero(learnt != weights)
         if not prequential or not changed.size:
@@ -457,14 +452,3 @@ def _predict_once(model: Any, rule: Any, X: Any, items: Sequence[Item], weights:
     return Predictions(verdicts, classes, [items[i] for i in done.tolist()], dec_lp[done],
                        unsure[done], None if oov is None else oov[done])
 
-
-def _operating_point(window: Any, rule: Any, verdicts: list[Verdict], items: Sequence[Item],
-                     classes: list[Any]) -> None:
-    """Give the verdicts the window's points and codes (:func:`predict`)."""
-    pos = rule.positive_of(classes)
-    if pos is None:
-        return
-    j = window.judge([v.score for v in verdicts], [v.label for v in verdicts],
-                     [it.msg.label for it in items], pos, classes[1 - classes.index(pos)])
-    for v, *judged in zip(verdicts, j.labels, j.thresholds, j.probas, j.codes, strict=True):
-        v.label, v.threshold, v.proba, v.code = judged

@@ -24,6 +24,7 @@ from streamnb.decision_parsing import (
     parse_unsure_band,
 )
 from streamnb.features.payload import DEFAULT_MAX_MESSAGE_BYTES
+from streamnb.features.text import MAX_OSB_WINDOW
 from streamnb.models.io import MODEL_KINDS
 from streamnb_workers.cli import supervisor
 from streamnb_workers.cli.arg_types import (
@@ -119,6 +120,10 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     add_option(f, "--dimension", type=positive_int,
                help="dense input: length of the x vectors (needed by gaussian, lda, qda)")
     add_option(f, "--ngrams", action="store_true", help="also hash word bigrams")
+    add_option(f, "--osb", type=int, choices=(0, *range(2, MAX_OSB_WINDOW + 1)), metavar="N",
+               help="also hash orthogonal sparse bigrams: each word paired with each of the "
+               "N-1 words before it, the distance in the token (CRM114 and rspamd: 5; "
+               "default 0: off; docs/features.md)")
     add_option(f, "--lowercase", action=argparse.BooleanOptionalAction, help="lower-case words")
     add_option(f, "--min-len", type=positive_int, help="shortest word kept")
     add_option(f, "--max-len", type=positive_int, help="longest word kept as is")
