@@ -31,13 +31,20 @@ def entries(r, model):
 
 
 def test_each_request_goes_to_the_model_of_its_user(service, redis_server):
+    from streamnb_workers.protocols.mail_service import LearnRefused
+    from streamnb_workers.replication.user_sum import create_user_model
     from streamnb_workers.store.model_config import ModelSpec, ensure_config
 
     r = redis_server.client()
     ensure_config(r, ModelSpec("mail", kind="multinomial", featurizer_config={"bits": 8}))
     m = mail("spam", 1)
     assert not service.check(m, "Alice <alice@example.org>").scored  # no worker: timeout
-    service.learn(m, "spam", "alice@example.org")  # creates her model
+    # learning registers her model and waits for a --per-user worker to create it: none here
+    with pytest.raises(LearnRefused, match="--per-user"):
+        service.learn(m, "spam", "alice@example.org")
+    assert entries(r, "mail.u.alice_40example.org") == []
+    create_user_model(r, "mail", "mail.u.alice_40example.org")  # what the worker does
+    service.learn(m, "spam", "alice@example.org")
     assert not service.check(m, "Alice <alice@example.org>").scored
     assert not service.check(m, "root").scored
     alice, default = entries(r, "mail.u.alice_40example.org"), entries(r, "mail")
