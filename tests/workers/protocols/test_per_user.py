@@ -197,6 +197,7 @@ def test_pipe_mode_user_routes_to_the_users_model(servers, tmp_path):
     assert bad.returncode == 2 and b"--user" in bad.stderr
 
 
+@pytest.mark.slow
 def test_the_milter_scores_for_the_recipients_model_behind_postfix(servers, tmp_path):
     pytest.importorskip("Milter", reason="the milter needs pymilter")
     from benchmarks.postfix_instance import PostfixInstance, unavailable
