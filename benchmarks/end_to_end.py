@@ -920,7 +920,7 @@ def main(argv: list[str] | None = None) -> int:
 # ---------------------------------------------------------------------- profiling
 #: Stage -> the functions (qualified name suffixes) whose cumulative time is that stage.
 STAGES = {
-    "read (XREADGROUP)": "loop.py:read_models",
+    "read (XREADGROUP)": "intake.py:read_models",
     "read ahead, announce, send commit": "committing.py:send_ahead",
     "decode (msgpack)": "codec.py:decode_input",
     "featurize": "featurizer.py:featurize_batch",
@@ -1038,7 +1038,7 @@ SPY_STAGES: dict[str, tuple[str, ...]] = {
     "apply other workers' deltas": ("replica.py:Replica.apply",),
     "ordering wait (log polls, :inflight)": ("ordering.py:wait_for_earlier",),
     "log tail (reads)": ("replica.py:Replica.catch_up",),
-    "read a batch (XREADGROUP)": ("core.py:StreamCommands.xreadgroup", "loop.py:read_models"),
+    "read a batch (XREADGROUP)": ("core.py:StreamCommands.xreadgroup", "intake.py:read_models"),
     "commit reply": ("commit.py:SentCommit.result", "commit.py:commit_batch"),
     "send commit": ("commit.py:send_commit", "committing.py:send_ahead"),
     "featurize": ("featurizer.py:Featurizer.featurize_batch",),

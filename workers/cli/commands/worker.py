@@ -204,6 +204,12 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
                "for 'streamnb tokens' (0: none)")
     add_option(w, "--token-names-every", type=positive_int, default=DEFAULT_TOKEN_NAMES_EVERY,
                metavar="S", help="count the token names of one message in S")
+    add_option(w, "--per-user", type=non_negative_float, default=0.0, metavar="SECONDS",
+               help="also serve the per-user and per-domain models registered for each "
+               "--model, looking for new ones every SECONDS (0: none; docs/worker.md)")
+    add_option(w, "--user-min-weight", type=non_negative_float, default=10.0, metavar="W",
+               help="a per-user model's statistics count in its verdicts once they weigh W "
+               "(give every worker of a model the same)")
     add_option(w, "--processes", type=positive_int, default=1,
                help="run N worker processes under a supervisor that restarts one that dies")
     add_option(w, "--metrics-port", type=port, default=DEFAULT_METRICS_PORT,
