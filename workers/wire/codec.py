@@ -28,6 +28,7 @@ import numpy as np
 from streamnb.encoding import dumps
 from streamnb.exceptions import MalformedMessage
 from streamnb.features.payload import PAYLOAD_KINDS, Payload
+from streamnb.features.wire_tokens import WireTokens, split_tokens
 from streamnb_workers.wire.learn_keys import MAX_KEY_CHARS, message_key
 
 __all__ = [
@@ -112,7 +113,10 @@ DEFAULT_LIMITS = Limits()
 class InputMessage:
     """One validated input message.
 
-    ``payload`` is ``bytes`` for raw, ``str`` for text, a ``list`` of ``str`` for tokens,
+    ``payload`` is ``bytes`` for raw, ``str`` for text, a sequence of ``str`` for tokens
+    (a ``list``, or where the C module is built a
+    :class:`~streamnb.features.wire_tokens.WireTokens`: the tokens hashed from the entry's
+    bytes, decoded only on demand),
     a uint64 ``numpy`` array for hashes (the tokens' 64-bit hashes,
     :func:`streamnb.features.token_hashes`), ``dict[str, float]`` for features and a
     float64 ``numpy`` vector for x; it is None (and ``payload_kind`` is None) for a
@@ -215,7 +219,9 @@ def _weight(v: Any, limits: Limits) -> float:
     return w
 
 
-def _tokens(v: Any, limits: Limits) -> list[str]:
+def _tokens(v: Any, limits: Limits) -> list[str] | WireTokens:
+    if type(v) is WireTokens:  # checked as it was hashed (streamnb.features.wire_tokens)
+        return v
     if not isinstance(v, list):
         raise MalformedMessage("bad_type", "tokens must be a list of str")
     if len(v) > limits.max_tokens:
@@ -303,7 +309,16 @@ def decode_input(
         raise MalformedMessage(
             "too_large", f"message has {len(data)} bytes, the limit is {limits.max_message_bytes}"
         )
-    obj = _unpack(bytes(data), limits)
+    data = bytes(data)
+    # A tokens array is hashed from the entry's bytes, the rest of the map decoded by
+    # msgpack; any entry the C step declines is msgpack's as a whole.
+    split = split_tokens(data, max_tokens=min(limits.max_tokens, limits.max_array_len),
+                         max_str_len=limits.max_str_len, max_map_len=limits.max_map_len)
+    if split is None:
+        obj = _unpack(data, limits)
+    else:
+        obj = _unpack(split[0], limits)
+        obj["tokens"] = split[1]
     if not isinstance(obj, dict):
         raise MalformedMessage("not_a_map", f"expected a msgpack map, got {type(obj).__name__}")
 
