@@ -32,6 +32,7 @@ it (docs/cli.md, "streamnb tune").
 from __future__ import annotations
 
 import heapq
+import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -42,6 +43,7 @@ import numpy as np
 from streamnb.exceptions import MalformedMessage
 from streamnb.operating_point import CONFIDENCE, fp_upper_bound, max_false_positives
 from streamnb_workers.client.verdicts import score_of
+from streamnb_workers.store.keys import ModelKeys
 from streamnb_workers.wire.codec import DATA_FIELD
 from streamnb_workers.wire.outputs import decode_output
 from streamnb_workers.wire.replies import as_str, entry_field
@@ -49,7 +51,7 @@ from streamnb_workers.wire.stream_ids import parse_id
 
 __all__ = ["DEFAULT_LAST", "MAX_LAST", "PAGE", "Figures", "History", "Proposal",
            "TooLittleHistory", "best_accuracy_threshold", "figures_at", "format_proposal",
-           "negatives_needed", "parse_goal", "propose", "read_history", "threshold_for_fpr"]
+           "in_use", "negatives_needed", "parse_goal", "propose", "read_history", "threshold_for_fpr"]
 
 #: Entries read by default, and at most (``--last``).
 DEFAULT_LAST = 20_000
@@ -175,6 +177,20 @@ def read_history(client: Any, keys: Sequence[str], last: int,
     return History.of(scores.get(negative, []), scores.get(positive, []), negative, positive, read)
 
 
+def in_use(client: Any, model: str) -> dict[str, Any]:
+    """The model's ``alpha`` and decision ``target_fpr`` as stored (None where absent or
+    unreadable), read with HMGET, which ``streamnb-scorer`` may run on the config."""
+    params, decision = client.hmget(ModelKeys(model).config, ["model_params", "decision"])
+    got: dict[str, Any] = {}
+    for raw, key, name in ((params, "alpha", "alpha"), (decision, "target_fpr", "target_fpr")):
+        try:
+            value = json.loads(as_str(raw)).get(key) if raw is not None else None
+        except (ValueError, AttributeError):
+            value = None
+        got[name] = value if isinstance(value, int | float) and not isinstance(value, bool) else None
+    return got
+
+
 # ------------------------------------------------------------------------- figures
 @dataclass(frozen=True)
 class Figures:
@@ -294,13 +310,15 @@ def _pct(x: float) -> str:
     return f"{100 * x:.2f}%"
 
 
-def format_proposal(p: Proposal, h: History, alpha: Any = None) -> list[str]:
-    """The lines ``streamnb tune`` prints."""
+def format_proposal(p: Proposal, h: History, alpha: Any = None,
+                    target_in_use: Any = None) -> list[str]:
+    """The lines ``streamnb tune`` prints (``alpha``, ``target_in_use``: the model's)."""
     f, a = p.figures, p.argmax
     lines = [
         f"history: {h.read} entries read, {h.n_negative} labelled {h.negative}, "
         f"{h.n_positive} labelled {h.positive} (prequential scores)",
-        f"goal: {p.goal}",
+        f"goal: {p.goal}; in use: "
+        + ("the argmax" if target_in_use is None else f"--target-fpr {target_in_use:g}"),
         f"propose: --target-fpr {p.target_fpr:g}",
         f"  threshold on score: {f.threshold:.4g} ({h.positive} when score >= it)",
     ]

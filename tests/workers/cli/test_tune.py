@@ -92,7 +92,7 @@ def test_a_target_fpr_gives_the_lowest_threshold_whose_bound_holds(server, capsy
 def test_the_accuracy_goal_proposes_the_bound_at_the_most_accurate_threshold(server, capsys):
     code, lines, _ = tune(server, capsys, "--last", "503")
     assert code == 0
-    assert lines[1:4] == ["goal: accuracy", "propose: --target-fpr 0.012",
+    assert lines[1:4] == ["goal: accuracy; in use: the argmax", "propose: --target-fpr 0.012",
                           "  threshold on score: 0.4 (spam when score >= it)"]
     assert "accuracy 99.80%" in lines[4]  # 502 of 503
 

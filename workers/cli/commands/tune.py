@@ -22,12 +22,12 @@ from streamnb_workers.client.tune import (
     MAX_LAST,
     TooLittleHistory,
     format_proposal,
+    in_use,
     parse_goal,
     propose,
     read_history,
 )
 from streamnb_workers.exit_codes import EXIT_FAILURE
-from streamnb_workers.store.model_config import read_config
 
 __all__ = ["NAME", "add_parser", "run"]
 
@@ -74,8 +74,7 @@ def run(args: argparse.Namespace, env: Mapping[str, str]) -> int:
         raise SettingsError(f"--unsure-fpr {args.unsure_fpr:g} must exceed the goal's rate {goal:g}")
     model, client = model_client(args, env)
     streams = [keys.out for keys in shard_keys(client, model)]
-    cfg = read_config(client, model)
-    alpha = cfg.model_params.get("alpha") if cfg is not None else None
+    stored = in_use(client, model)
     try:
         history = read_history(client, streams, args.last, args.positive)
         proposal = propose(history, goal, args.unsure_fpr)
@@ -84,5 +83,5 @@ def run(args: argparse.Namespace, env: Mapping[str, str]) -> int:
         return EXIT_FAILURE
     except ValueError as exc:  # an --unsure-fpr under the accuracy goal's target
         raise SettingsError(str(exc)) from None
-    print("\n".join(format_proposal(proposal, history, alpha)))
+    print("\n".join(format_proposal(proposal, history, stored["alpha"], stored["target_fpr"])))
     return 0
