@@ -67,6 +67,7 @@ from benchmarks._common import (
     print_header,
 )
 from benchmarks._trec import RECALL_AT_HAM_FPR, Measures, measure
+from streamnb.operating_point import fp_upper_bound
 
 #: One external program call may take this long before the replay gives up.
 CALL_TIMEOUT_S = 120.0
@@ -413,8 +414,6 @@ PEERS = {
 def row(replay: Replay, m: Measures) -> list[Any]:
     """A filter's figures at its operating point (its own verdicts): ham FPR with its
     one-sided 95% Clopper-Pearson upper bound, spam recall (1 - FNR), then the ranking's."""
-    from streamnb.operating_point import fp_upper_bound
-
     bound = fp_upper_bound(m.ham_errors, m.n_ham)
     return [replay.name, m.n, f"{m.accuracy:.2%}", f"{m.ham_fpr:.2%} ({m.ham_errors})",
             f"{bound:.2%}", f"{1 - m.spam_fnr:.2%} ({m.n_spam - m.spam_errors})",

@@ -22,11 +22,18 @@ import pytest
 
 from streamnb.operating_point import fp_upper_bound
 from streamnb_workers.cli.main import main
-from streamnb_workers.client.tune import History, propose
+from streamnb_workers.client.tune import History, propose, read_history
 from streamnb_workers.store.keys import ModelKeys
 from streamnb_workers.wire.outputs import encode_output
 from tests.helpers.redis_server import REDIS_SERVER, RedisServer
-from tests.helpers.workers import count_spec, fast_options, produce, run_in_threads, token_messages, url_worker
+from tests.helpers.workers import (
+    count_spec,
+    fast_options,
+    produce,
+    run_in_threads,
+    token_messages,
+    url_worker,
+)
 
 pytestmark = pytest.mark.redis
 
@@ -109,8 +116,6 @@ def test_the_workers_own_history(server, capsys):
     """The worker's predictions, read past the appended ones: the figures are those of
     :func:`propose` on the labelled scores in ``:out``."""
     code, lines, err = tune(server, capsys, "--goal", "fpr=0.05", "--last", str(N_WORKER + 503))
-    from streamnb_workers.client.tune import read_history
-
     h = read_history(server.client(), [K.out], N_WORKER + 503)
     assert h.read == N_WORKER + 503 and h.n_negative + h.n_positive > 503
     if code == 0:
