@@ -167,10 +167,10 @@ def read_history(client: Any, keys: Sequence[str], last: int,
         if got is not None:
             scores.setdefault(got[0], []).append(got[1])
     labels = sorted(scores)
+    if len(labels) > 2:
+        raise TooLittleHistory(f"{len(labels)} labels in the history ({labels}): "
+                               "tune is for two-class models")
     if positive is None:
-        if len(labels) > 2:
-            raise TooLittleHistory(f"{len(labels)} labels in the history ({labels}): "
-                                   "tune is for two-class models")
         positive = labels[-1] if labels else "spam"
     others = [lab for lab in labels if lab != positive]
     negative = others[0] if len(others) == 1 else "ham"
@@ -283,7 +283,8 @@ def propose(h: History, goal: float | None, unsure_fpr: float | None = None) -> 
     """The proposal for ``goal`` (a target ham FPR, or None for the best accuracy): with
     ``goal=None`` the target is the bound at the most accurate threshold, rounded up to
     two digits; the band's lower edge is :func:`threshold_for_fpr` of ``unsure_fpr``
-    (default :data:`UNSURE_FACTOR` times the target). :class:`TooLittleHistory` when the
+    (default :data:`UNSURE_FACTOR` times the target, at most 0.5; no band when that rate is
+    not above the target or gives no lower edge). :class:`TooLittleHistory` when the
     history holds no labelled message of a class or cannot support the target."""
     if h.n_negative == 0 or h.n_positive == 0:
         raise TooLittleHistory(f"the history read ({h.read} entries) holds {h.n_negative} "
@@ -297,12 +298,12 @@ def propose(h: History, goal: float | None, unsure_fpr: float | None = None) -> 
     threshold = threshold_for_fpr(h, target)
     if unsure_fpr is None:
         unsure_fpr = min(_round_up(target * UNSURE_FACTOR), 0.5)
-    if unsure_fpr <= target:
-        raise ValueError(f"--unsure-fpr {unsure_fpr:g} must exceed the target {target:g}")
-    try:
-        low = min(threshold_for_fpr(h, unsure_fpr), threshold)
-    except TooLittleHistory:
-        low = threshold
+    low = threshold  # no band unless a looser rate gives a lower edge
+    if unsure_fpr > target:
+        try:
+            low = min(threshold_for_fpr(h, unsure_fpr), threshold)
+        except TooLittleHistory:
+            pass
     return Proposal(name, target, unsure_fpr, figures_at(h, threshold, low), figures_at(h, 0.0))
 
 
@@ -336,8 +337,8 @@ def format_proposal(p: Proposal, h: History, alpha: Any = None,
                   f"{h.positive} ({_pct(share)} of the labelled messages); {h.positive} "
                   f"recall counting the band: {_pct((f.caught + f.unsure_positive) / h.n_positive)}"]
     else:
-        lines.append(f"propose: no unsure band (the history cannot support {h.negative} FPR "
-                     f"{p.unsure_fpr:g} below the threshold)")
+        lines.append(f"propose: no unsure band ({h.negative} FPR {p.unsure_fpr:g} gives no "
+                     "lower edge below the threshold)")
     kept = "" if alpha is None else f"keep {alpha:g}; "
     lines.append(f"alpha: {kept}not re-evaluated: :out holds each message's score, not its "
                  "tokens; another alpha needs a replay of the labelled mail (docs/cli.md)")

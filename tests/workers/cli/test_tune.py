@@ -139,3 +139,13 @@ def test_bad_arguments_are_one_line_and_exit_2(server, capsys, args):
 def test_history_with_one_class_has_no_proposal():
     with pytest.raises(Exception, match="tune needs both"):
         propose(History.of([-1.0], [], "ham", "spam", 1), 0.01)
+
+
+def test_a_history_where_flagging_everything_is_best_has_no_band():
+    """One ham at 0 amid four spam at -2, -1, 1, 2: flagging all is the one threshold with
+    a single error, whose bound (1 of 1) is 1: the target 0.99, and the default band's
+    rate (10x, at most 0.5) is not above it."""
+    h = History.of([0.0], [-2.0, -1.0, 1.0, 2.0], "ham", "spam", 5)
+    p = propose(h, None)
+    assert p.target_fpr == 0.99 and p.figures.band_low == p.figures.threshold
+

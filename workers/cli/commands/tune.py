@@ -81,7 +81,5 @@ def run(args: argparse.Namespace, env: Mapping[str, str]) -> int:
     except TooLittleHistory as exc:
         print(f"streamnb tune: {exc}; no proposal", file=sys.stderr)
         return EXIT_FAILURE
-    except ValueError as exc:  # an --unsure-fpr under the accuracy goal's target
-        raise SettingsError(str(exc)) from None
     print("\n".join(format_proposal(proposal, history, stored["alpha"], stored["target_fpr"])))
     return 0
