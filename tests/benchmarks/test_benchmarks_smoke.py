@@ -782,3 +782,14 @@ def test_protocols_client_run_counts_answers_right_and_not_scored():
     mails = [(b"a", "spam"), (b"b", "spam"), (b"c", "ham"), (b"a", "spam")]
     run = client_run("stub", lambda port, raw: answers[raw], 0, mails, 1, 2)
     assert (run.mails, run.right, run.not_scored, len(run.whole)) == (4, 2, 1, 4)
+
+
+@needs_redis
+@pytest.mark.redis
+def test_tune_runs_streamnb_tune_on_the_replays_history(capsys):
+    from benchmarks import tune
+
+    assert tune.main(["--limit", "120", "--workers", "1", "--runs", "accuracy;fpr=0.001 100"]) == 0
+    out = capsys.readouterr().out
+    assert "$ streamnb tune --redis URL --model mail --goal accuracy\nhistory: 120 entries read" in out
+    assert "needs at least 2995; no proposal\n(exit 1)" in out

@@ -41,6 +41,7 @@ from streamnb_workers.cli.commands import (
     status,
     tail,
     tokens,
+    tune,
     worker,
 )
 from streamnb_workers.cli.options import PROG, fail, log_level, redis_error
@@ -51,7 +52,7 @@ __all__ = ["COMMANDS", "OneLineParser", "build_parser", "main", "subparsers"]
 
 #: The subcommands, in the order ``streamnb --help`` lists them.
 COMMANDS = (worker, produce, forget, predict, status, export, import_, demo, tail, milter,
-            spamd, rspamd, explain, tokens)
+            spamd, rspamd, explain, tokens, tune)
 
 
 class OneLineParser(argparse.ArgumentParser):
