@@ -73,7 +73,8 @@ def build(rt: ModelRuntime, batch: PredictedBatch, prepared_s: float = 0.0) -> B
             batch.key_state.update(known_keys(rt.client, rt.keys.learnt_keys,
                                               list(dict.fromkeys(unread))))
         content = commit_content(batch, cached, rt.replica.model, rt.featurizer, rt.consumer,
-                                 cache=o.cache_ttl_s > 0, cache_labelled=o.cache_labelled)
+                                 cache=o.cache_ttl_s > 0, cache_labelled=o.cache_labelled,
+                                 challenger=rt.replica.challenger)
         if content is None:
             learn.cancel()
             return None
@@ -86,8 +87,9 @@ def _request(rt: ModelRuntime, content: CommitContent, announced: str | None) ->
     add, sub = content.add, content.sub
     # (an entry with score codes alone too: the window learns every labelled prediction)
     log_data = encode_delta(add, sub, content.n_learnt, rt.consumer, uuid.uuid4().hex[:16],
-                            content.score_codes) \
-        if (add is not None or sub is not None or content.score_codes) else None
+                            content.score_codes, content.challenger_add) \
+        if (add is not None or sub is not None or content.score_codes
+            or content.challenger_add is not None) else None
     writes, registry = [], None
     if content.cache_entries:
         writes, registry = batch_writes(rt.keys, int(rt.options.cache_ttl_s * 1000),

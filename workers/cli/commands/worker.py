@@ -204,6 +204,10 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
                "for 'streamnb tokens' (0: none)")
     add_option(w, "--token-names-every", type=positive_int, default=DEFAULT_TOKEN_NAMES_EVERY,
                metavar="S", help="count the token names of one message in S")
+    add_option(w, "--challenger", metavar="SPEC",
+               help="learn a challenger from the same entries: key=value pairs overriding "
+               "the model's config (alpha=0.5, osb=5, error_weight=1); stored with the model, "
+               "its verdict goes to :out beside the model's (docs/worker.md)")
     add_option(w, "--processes", type=positive_int, default=1,
                help="run N worker processes under a supervisor that restarts one that dies")
     add_option(w, "--metrics-port", type=port, default=DEFAULT_METRICS_PORT,

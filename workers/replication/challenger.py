@@ -1,0 +1,142 @@
+"""A challenger model: a second configuration learnt from the same entries, in the same
+prequential order, as the model (docs/worker.md, "A challenger on the same stream").
+
+SPEC (``streamnb worker --challenger SPEC``) is a comma-separated list of ``key=value``
+pairs, each overriding one field of the model's stored config: a model parameter of its
+kind (``alpha=0.5``, ``fit_prior=false``), a featurizer option (``osb=5``, ``bits=18``) or
+``error_weight=1``. Values are JSON (``true``, ``0.5``, ``"x"``) or a bare word. The spec
+is stored once in ``{M}:challenger`` (SET NX), so every worker of the model holds the same
+challenger; a worker given another spec is refused.
+
+Each worker predicts every item with the challenger too (its own rows when the featurizer
+differs); the committing worker puts the challenger's statistics of the batch's own labels,
+with the challenger's own error weights, in the delta's ``"c"`` field, and every replica
+merges them into its challenger in log order, as it does the model's. Its decays and class
+removals are the model's. The snapshot holds it as ``challenger`` (its dumps).
+
+>>> from streamnb_workers.store.model_config import ModelConfig
+>>> cfg = ModelConfig("m", "multinomial", {"alpha": 0.1, "n_features": 16},
+...                   {"bits": 4, "input": "sparse"}, error_weight=2.0)
+>>> ch = challenger_config(cfg, "alpha=1, error_weight=1")
+>>> ch.model_params["alpha"], ch.error_weight, ch.featurizer == cfg.featurizer
+(1.0, 1.0, True)
+>>> challenger_config(cfg, "beta=2")
+Traceback (most recent call last):
+...
+ValueError: challenger spec key 'beta' is neither a model parameter, a featurizer option nor error_weight
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from typing import Any
+
+from streamnb.exceptions import ConfigConflict
+from streamnb.stats.bundle import StatsBundle
+from streamnb_workers.store.config_checks import check_error_weight
+from streamnb_workers.store.keys import ModelKeys
+from streamnb_workers.store.model_config import ModelConfig
+from streamnb_workers.wire.replies import as_str
+
+__all__ = ["Challenger", "challenger_config", "challenger_key", "parse_spec", "stored_spec"]
+
+#: Featurizer options a challenger may change (what `Featurizer.from_config` takes).
+FEATURIZER_KEYS = ("bits", "osb", "counts", "min_len", "max_len", "meta", "header_names")
+
+
+def challenger_key(keys: ModelKeys) -> str:
+    """String: the model's challenger spec (absent: none)."""
+    return f"{keys.prefix}:challenger"
+
+
+def parse_spec(spec: str) -> dict[str, Any]:
+    """``"a=1,b=x"`` -> ``{"a": 1, "b": "x"}`` (ValueError on a malformed pair).
+
+    >>> parse_spec("alpha=0.5,osb=5,fit_prior=false,counts=binary")
+    {'alpha': 0.5, 'osb': 5, 'fit_prior': False, 'counts': 'binary'}
+    """
+    out: dict[str, Any] = {}
+    for part in spec.split(","):
+        key, eq, text = part.strip().partition("=")
+        key, text = key.strip(), text.strip()
+        if not eq or not key or not text or key in out:
+            raise ValueError(f"challenger spec must be key=value pairs, each key once, got {spec!r}")
+        try:
+            out[key] = json.loads(text)
+        except ValueError:
+            out[key] = text
+    return out
+
+
+def challenger_config(config: ModelConfig, spec: str) -> ModelConfig:
+    """``config`` with the fields ``spec`` names changed (ValueError: an unknown key, or
+    a spec that changes nothing)."""
+    params, feats = dict(config.model_params), dict(config.featurizer)
+    error_weight = config.error_weight
+    for key, value in parse_spec(spec).items():
+        if key == "error_weight":
+            error_weight = check_error_weight(value)
+        elif key in params:
+            params[key] = float(value) if isinstance(params[key], float) and \
+                isinstance(value, int) and not isinstance(value, bool) else value
+        elif key in FEATURIZER_KEYS:
+            feats[key] = value
+        else:
+            raise ValueError(f"challenger spec key {key!r} is neither a model parameter, "
+                             "a featurizer option nor error_weight")
+    if key_bits := feats.get("bits"):
+        if "n_features" in params and feats != config.featurizer:
+            params["n_features"] = 2 ** int(key_bits)
+    ch = replace(config, model_params=params, featurizer=feats, error_weight=error_weight)
+    ch.make_model()  # (a bad parameter value raises here, at start)
+    return ch
+
+
+def stored_spec(client: Any, keys: ModelKeys, spec: str | None) -> str | None:
+    """The model's challenger spec: ``spec`` stored if none is (SET NX), the stored one
+    when ``spec`` is None; ConfigConflict when both are given and differ."""
+    key = challenger_key(keys)
+    if spec is not None:
+        client.set(key, spec, nx=True)
+    stored = client.get(key)
+    stored = None if stored is None else as_str(stored)
+    if spec is not None and stored != spec:
+        raise ConfigConflict(f"model {keys.name!r} has the challenger {stored!r}, given {spec!r}; "
+                             "promote it or delete the key first")
+    return stored
+
+
+class Challenger:
+    """The challenger of one replica: its config, decision rule, featurizer (None: the
+    model's rows serve) and model."""
+
+    def __init__(self, config: ModelConfig, spec: str, max_bytes: int | None = None) -> None:
+        self.spec = spec
+        self.config = challenger_config(config, spec)
+        self.rule = self.config.make_decision_rule()
+        self.featurizer = None if self.config.featurizer == config.featurizer else \
+            self.config.make_featurizer(max_bytes)
+        self.model = self.config.make_model()
+
+    def reset(self, data: bytes | None = None) -> None:
+        """A fresh model, or the one a snapshot holds (``data``: its dumps)."""
+        # deferred: the model classes (streamnb.models, ~0.8 s), loaded with the replica's
+        from streamnb.models import loads as load_model
+
+        self.model = self.config.make_model() if data is None else load_model(data)
+
+    def to_bytes(self) -> bytes:
+        # deferred: the model classes, loaded with the replica's
+        from streamnb.models import dumps as dump_model
+
+        return dump_model(self.model)
+
+    def check(self, entry: dict[str, Any]) -> StatsBundle | None:
+        """The challenger's delta of a log entry (None: none), checked mergeable."""
+        data = entry.get("c")
+        if data is None:
+            return None
+        add = StatsBundle.from_bytes(data)
+        self.model.stats.check_mergeable(add)
+        return add
