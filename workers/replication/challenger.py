@@ -113,7 +113,11 @@ class Challenger:
 
     def __init__(self, config: ModelConfig, spec: str, max_bytes: int | None = None) -> None:
         self.spec = spec
-        self.config = challenger_config(config, spec)
+        try:
+            self.config = challenger_config(config, spec)
+        except (ValueError, TypeError) as exc:
+            raise ConfigConflict(f"model {config.name!r}: the challenger {spec!r} does not fit "
+                                 f"it: {exc}") from None
         self.rule = self.config.make_decision_rule()
         self.featurizer = None if self.config.featurizer == config.featurizer else \
             self.config.make_featurizer(max_bytes)

@@ -144,3 +144,26 @@ def test_a_challenger_without_error_weight_equals_an_offline_fit(redis_server):
     assert_same_stats(ch.model, offline_model("multinomial", PARAMS, {**FCFG, "osb": 3},
                                               labelled))
     r.delete(challenger_key(ModelKeys("plain")))
+
+
+def test_the_command_line_takes_a_spec_and_refuses_a_malformed_one(capsys):
+    from streamnb_workers.cli.main import build_parser
+
+    parser = build_parser()
+    args = parser.parse_args(["worker", "--model", "mail", "--challenger", "alpha=1,osb=5"])
+    assert args.challenger == "alpha=1,osb=5"
+    with pytest.raises(SystemExit) as exc:
+        parser.parse_args(["worker", "--model", "mail", "--challenger", "alpha"])
+    assert exc.value.code == 2
+    assert "expected key=value pairs" in capsys.readouterr().err
+
+
+def test_a_spec_the_model_does_not_take_is_a_config_conflict():
+    from streamnb_workers.replication.challenger import Challenger
+    from streamnb_workers.store.model_config import resolve_spec
+
+    cfg = resolve_spec(_spec("m"))
+    with pytest.raises(ConfigConflict, match="neither a model parameter"):
+        Challenger(cfg, "beta=1")
+    with pytest.raises(ConfigConflict, match="alpha"):
+        Challenger(cfg, "alpha=-1")

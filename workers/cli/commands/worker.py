@@ -28,6 +28,7 @@ from streamnb.features.text import MAX_OSB_WINDOW
 from streamnb.models.io import MODEL_KINDS
 from streamnb_workers.cli import supervisor
 from streamnb_workers.cli.arg_types import (
+    challenger_spec,
     class_list,
     finite_float,
     float_list,
@@ -204,7 +205,7 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
                "for 'streamnb tokens' (0: none)")
     add_option(w, "--token-names-every", type=positive_int, default=DEFAULT_TOKEN_NAMES_EVERY,
                metavar="S", help="count the token names of one message in S")
-    add_option(w, "--challenger", metavar="SPEC",
+    add_option(w, "--challenger", metavar="SPEC", type=challenger_spec,
                help="learn a challenger from the same entries: key=value pairs overriding "
                "the model's config (alpha=0.5, osb=5, error_weight=1); stored with the model, "
                "its verdict goes to :out beside the model's (docs/worker.md)")
