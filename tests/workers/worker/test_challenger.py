@@ -167,3 +167,27 @@ def test_a_spec_the_model_does_not_take_is_a_config_conflict():
         Challenger(cfg, "beta=1")
     with pytest.raises(ConfigConflict, match="alpha"):
         Challenger(cfg, "alpha=-1")
+
+
+@pytest.mark.redis
+def test_the_snapshot_holds_the_challenger(redis_server):
+    """A worker that starts from a snapshot holds the challenger the others hold."""
+    from streamnb_workers.replication.challenger import Challenger
+    from streamnb_workers.replication.replica import Replica
+
+    r = redis_server.client()
+    msgs = _messages(120, seed=11)
+    produce(r, "snap", msgs)
+    w = url_worker(redis_server.url, [_spec("snap", error_weight=2.0)],
+                   fast_options("n0", batch=25, challenger="alpha=0.5,osb=4"))
+    run_in_threads([w])
+    rt = w.models["snap"]
+    assert rt.snapshotter.hold_lease() and rt.snapshotter.write(rt.replica)
+    assert r.hexists(ModelKeys("snap").snapshot, "challenger")
+    late = Replica(r, ModelKeys("snap"), rt.config)
+    late.challenger = Challenger(rt.config, "alpha=0.5,osb=4")
+    late.load()
+    assert late.snapshot_version == rt.replica.version
+    assert_same_stats(late.challenger.model, rt.replica.challenger.model)
+    assert late.challenger.model.stats.parts["features"].totals.sum() > 0
+    r.delete(challenger_key(ModelKeys("snap")))
