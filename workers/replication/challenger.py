@@ -29,9 +29,11 @@ ValueError: challenger spec key 'beta' is neither a model parameter, a featurize
 from __future__ import annotations
 
 import json
-from dataclasses import replace
+import logging
+from dataclasses import dataclass, replace
 from typing import Any
 
+from streamnb.encoding import dumps
 from streamnb.exceptions import ConfigConflict
 from streamnb.stats.bundle import StatsBundle
 from streamnb_workers.store.config_checks import check_error_weight
@@ -39,7 +41,10 @@ from streamnb_workers.store.keys import ModelKeys
 from streamnb_workers.store.model_config import ModelConfig
 from streamnb_workers.wire.replies import as_str
 
-__all__ = ["Challenger", "challenger_config", "challenger_key", "parse_spec", "stored_spec"]
+__all__ = ["Challenger", "Promotion", "challenger_config", "challenger_key", "parse_spec",
+           "promoted", "store_promoted", "stored_spec"]
+
+log = logging.getLogger(__name__)
 
 #: Featurizer options a challenger may change (what `Featurizer.from_config` takes).
 FEATURIZER_KEYS = ("bits", "osb", "counts", "min_len", "max_len", "meta", "header_names")
@@ -144,3 +149,35 @@ class Challenger:
         add = StatsBundle.from_bytes(data)
         self.model.stats.check_mergeable(add)
         return add
+
+
+@dataclass(frozen=True, slots=True)
+class Promotion:
+    """An entry ``{"promote": SPEC}`` of ``:in`` (``streamnb promote``), carried with the
+    class removals to the commit, which appends its log entry ``{"t": "promote", "s":
+    SPEC}`` in stream order. Every replica applying it makes its challenger the model
+    (:func:`promoted`)."""
+
+    spec: str
+
+    def commit_entry(self) -> tuple[bytes, bytes]:
+        """(the log entry, a record prefix no learn-once record has: none is released)."""
+        return dumps({"t": "promote", "s": self.spec}), b"\xc1"
+
+
+def promoted(challenger: Challenger | None, spec: Any, name: str, entry_id: str) -> bool:
+    """Whether a promote log entry of ``spec`` makes ``challenger`` the model: it must be
+    the challenger held (every replica holds the same one, so all decide alike)."""
+    if challenger is not None and challenger.spec == spec:
+        log.info("model %s: challenger %r promoted (log entry %s)", name, spec, entry_id)
+        return True
+    log.error("model %s: promote of %r ignored (log entry %s): the challenger held is %r",
+              name, spec, entry_id, None if challenger is None else challenger.spec)
+    return False
+
+
+def store_promoted(client: Any, keys: ModelKeys, config: ModelConfig) -> None:
+    """The promoted config as the model's stored one, and no challenger any more (every
+    worker that applies the promotion writes the same: the log entry is the record)."""
+    client.hset(keys.config, mapping=config.to_hash())
+    client.delete(challenger_key(keys))

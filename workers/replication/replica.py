@@ -16,6 +16,7 @@ Log entries (field ``data``, msgpack):
   entry is written even when the batch learnt nothing (every key learnt before).
   With a challenger (workers/replication/challenger.py), ``"c"``: the challenger's bundle.
 - ``{"t": "decay", "g": float}``: multiply every learnt weight by ``g`` (forgetting).
+- ``{"t": "promote", "s": SPEC}``: the challenger SPEC becomes the model (its config too).
 - ``{"t": "drop", "c": label}``: remove class ``c`` and everything learnt under it
   (``GenerativeClassifier.remove_class``; a class the model does not hold: nothing). A
   delta's ``sub`` rows of a class the model does not hold (after its ``add``) went with
@@ -53,6 +54,7 @@ from streamnb.encoding import dumps, loads
 from streamnb.exceptions import FormatError
 from streamnb.operating_point import DEFAULT_WINDOW, N_BINS, ScoreWindow
 from streamnb.stats.bundle import StatsBundle
+from streamnb_workers.replication.challenger import promoted
 from streamnb_workers.store.keys import ModelKeys
 from streamnb_workers.store.model_config import ModelConfig
 from streamnb_workers.wire.replies import as_str, entry_field
@@ -110,8 +112,8 @@ def encode_class_drop(label: Any) -> bytes:
 
 def decode_log_entry(data: bytes) -> dict[str, Any]:
     obj = loads(data)
-    if not isinstance(obj, dict) or obj.get("t") not in ("delta", "decay", "drop"):
-        raise FormatError("log entry is not a delta, decay or drop map")
+    if not isinstance(obj, dict) or obj.get("t") not in ("delta", "decay", "drop", "promote"):
+        raise FormatError("log entry is not a delta, decay, drop or promote map")
     return obj
 
 
@@ -378,6 +380,11 @@ class Replica:
                 self.model.decay(float(g))
                 if self.challenger is not None:
                     self.challenger.model.decay(float(g))
+                self._changed()
+            elif entry["t"] == "promote":  # the challenger becomes the model
+                if promoted(self.challenger, entry.get("s"), self.keys.name, entry_id):
+                    self.model, self.config = self.challenger.model, self.challenger.config
+                    self.challenger, self.scores = None, score_window_for(self.config)
                 self._changed()
             elif entry["t"] == "drop":
                 label = entry.get("c")

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 import redis
 
 from streamnb.exceptions import StreamnbError
+from streamnb_workers.replication.challenger import Promotion
 from streamnb_workers.replication.replica import encode_class_drop, encode_decay, encode_delta
 from streamnb_workers.store.commit import (
     CommitRequest,
@@ -108,7 +109,8 @@ def _request(rt: ModelRuntime, content: CommitContent, announced: str | None) ->
         else None,
         learn_keys=content.learn_keys if keys_max else [],
         forget_keys=content.forget_keys, relabel_keys=content.relabel_keys, keys_max=keys_max,
-        class_drops=[(encode_class_drop(c), record_prefix(c)) for c in content.drop_classes])
+        class_drops=[c.commit_entry() if isinstance(c, Promotion) else
+                     (encode_class_drop(c), record_prefix(c)) for c in content.drop_classes])
 
 
 # ---------------------------------------------------------------------- commit, retry

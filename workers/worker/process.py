@@ -22,6 +22,7 @@ from streamnb.exceptions import MalformedMessage
 
 from streamnb_workers.observe.metrics import observe_many
 from streamnb_workers.observe.token_names import message_tokens
+from streamnb_workers.replication.challenger import store_promoted
 from streamnb_workers.replication.ordering import wait_for_earlier
 from streamnb_workers.wire.explanations import add_batch_term, explain_matrix
 from streamnb_workers.wire.stream_ids import entry_time, first_id
@@ -155,6 +156,10 @@ def predict_and_commit(rt: ModelRuntime, received: Received, settled: bool,
         received.announced
     batch = received.batch
     ordered_from = catch_up(rt, received.start, bool(batch.items), settled, own_applied)
+    if rt.replica.config is not rt.config:  # a challenger promoted: its config, its rows
+        adopt_promoted(rt)
+        batch, prepared = drop_bad_categories(rt.predictor, drop_undeclared_labels(
+            rt.config.classes, featurize(rt.featurizer, decoded))), None
     with rt.stage("predict") as predicting:
         predicting.add(prepared.prediction_s if prepared else 0.0)
         # after the log tail: it may have brought the model's first classes
@@ -200,6 +205,8 @@ def predict_and_commit(rt: ModelRuntime, received: Received, settled: bool,
             observe_predictions(rt, predictions, received.now)
             if predicted.challenger is not None:
                 observe_challenger(rt, predicted)
+    if rt.replica.config is not rt.config:  # promoted by this batch's commit
+        adopt_promoted(rt)
     return sent
 
 
@@ -235,6 +242,14 @@ def observe_challenger(rt: ModelRuntime, p: PredictedBatch) -> None:
         for side, verdict in (("champion", v), ("challenger", c[1])):
             rt.series(m.challenger_verdicts, side=side, **{"class": str(label)},
                       predicted=str(verdict.label)).inc()
+
+
+def adopt_promoted(rt: ModelRuntime) -> None:
+    """Serve the config of the challenger the replica promoted (workers/replication/challenger.py)."""
+    rt.config = config = rt.replica.config
+    rt.featurizer, rt.rule = config.make_featurizer(rt.options.max_bytes), \
+        config.make_decision_rule()
+    store_promoted(rt.client, rt.keys, config)
 
 
 def decode(rt: ModelRuntime, entries: list, deliveries: dict[str, int] | None) -> Decoded:

@@ -191,3 +191,66 @@ def test_the_snapshot_holds_the_challenger(redis_server):
     assert_same_stats(late.challenger.model, rt.replica.challenger.model)
     assert late.challenger.model.stats.parts["features"].totals.sum() > 0
     r.delete(challenger_key(ModelKeys("snap")))
+
+
+@pytest.mark.redis
+def test_promote_makes_the_challenger_the_model_on_every_worker(redis_server, capsys):
+    """Two workers learn a model and its challenger (alpha=1, OSB); ``streamnb promote``
+    goes through the log: both replicas then hold the same model, the challenger's, with
+    its config stored, and it goes on learning as a model of that configuration served
+    alone on every entry would."""
+    from streamnb_workers.cli.main import main
+    from streamnb_workers.store.model_config import read_config
+
+    r = redis_server.client()
+    name, solo, spec = "promo", "promosolo", "alpha=1,osb=5"
+    msgs = _messages(240, seed=5)
+    first, second = msgs[:120], msgs[120:]
+    produce(r, name, first)
+    produce(r, solo, msgs)
+    workers = [url_worker(redis_server.url, [_spec(name, error_weight=2.0)],
+                          fast_options(f"q{i}", batch=15, challenger=spec)) for i in range(2)]
+    run_in_threads(workers)
+    assert main(["promote", "--model", name, "--redis", redis_server.url], env={}) == 0
+    assert "promoting the challenger 'alpha=1,osb=5'" in capsys.readouterr().out
+    produce(r, name, second)
+    run_in_threads(workers)
+    alone = url_worker(redis_server.url,
+                       [ModelSpec(solo, kind="multinomial", featurizer_config={**FCFG, "osb": 5},
+                                  model_params={**PARAMS, "alpha": 1.0}, error_weight=2.0,
+                                  decision={"min_class_weight": None})],
+                       fast_options("qs", batch=15))
+    run_in_threads([alone])
+    ref = alone.models[solo].replica.model
+    for w in workers:
+        rt = w.models[name]
+        rt.tail()
+        assert rt.replica.challenger is None
+        assert rt.config.featurizer["osb"] == 5 and rt.featurizer.config["osb"] == 5
+        assert_same_stats(rt.replica.model, ref)
+    a, b = (w.models[name].replica for w in workers)
+    assert a.version == b.version
+    assert_same_stats(a.model, b.model)
+    stored = read_config(r, name)
+    assert stored.featurizer["osb"] == 5 and stored.model_params["alpha"] == 1.0
+    assert r.get(challenger_key(ModelKeys(name))) is None
+    # after the promotion, the verdicts are the promoted model's: those of the solo model
+    # (the messages read in the promotion's batch still have the model's verdict, and the
+    # challenger's in their challenger map)
+    outs, solo_outs = _outputs(r, name), {o["id"]: o for o in _outputs(r, solo)}
+    later = [o for o in outs if o["id"] in {m["id"] for m in second}]
+    assert len(later) == len(second)
+    assert sum("challenger" in o for o in later) <= 15
+    bad = [(o, solo_outs[o["id"]]) for o in later
+           if o.get("challenger", o)["label"] != solo_outs[o["id"]]["label"]]
+    assert not bad, bad[:2]
+
+
+def test_a_promotion_that_names_another_challenger_changes_nothing():
+    from streamnb_workers.replication.challenger import Challenger, promoted
+    from streamnb_workers.store.model_config import resolve_spec
+
+    ch = Challenger(resolve_spec(_spec("m")), "alpha=1")
+    assert promoted(ch, "alpha=1", "m", "1-0")
+    assert not promoted(ch, "alpha=2", "m", "1-0")
+    assert not promoted(None, "alpha=1", "m", "1-0")
