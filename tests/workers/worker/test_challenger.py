@@ -254,3 +254,15 @@ def test_a_promotion_that_names_another_challenger_changes_nothing():
     assert promoted(ch, "alpha=1", "m", "1-0")
     assert not promoted(ch, "alpha=2", "m", "1-0")
     assert not promoted(None, "alpha=1", "m", "1-0")
+
+
+@pytest.mark.redis
+def test_promote_without_a_challenger_is_refused(redis_server, capsys):
+    from streamnb_workers.cli.main import main
+    from streamnb_workers.store.model_config import ensure_config
+
+    r = redis_server.client()
+    ensure_config(r, _spec("nochallenger"))
+    assert main(["promote", "--model", "nochallenger", "--redis", redis_server.url], env={}) == 2
+    assert "has no challenger" in capsys.readouterr().err
+    assert r.xlen(ModelKeys("nochallenger").input) == 0
