@@ -19,7 +19,6 @@ from typing import Any
 import numpy as np
 
 from streamnb.exceptions import MalformedMessage
-
 from streamnb_workers.observe.metrics import observe_many
 from streamnb_workers.observe.token_names import message_tokens
 from streamnb_workers.replication.challenger import store_promoted

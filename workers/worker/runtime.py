@@ -30,8 +30,8 @@ from streamnb.encoding import dumps
 from streamnb_workers.observe.metrics import Metrics, MetricSeries, StageTimer
 from streamnb_workers.observe.observer import ModelObserver
 from streamnb_workers.observe.token_names import TokenNames
-from streamnb_workers.replication.ordering import InflightBoard
 from streamnb_workers.replication.challenger import Challenger, stored_spec
+from streamnb_workers.replication.ordering import InflightBoard
 from streamnb_workers.replication.replica import Replica
 from streamnb_workers.replication.snapshotter import Snapshotter
 from streamnb_workers.store.keys import ModelKeys
