@@ -20,6 +20,8 @@ removals are the model's. The snapshot holds it as ``challenger`` (its dumps).
 >>> ch = challenger_config(cfg, "alpha=1, error_weight=1")
 >>> ch.model_params["alpha"], ch.error_weight, ch.featurizer == cfg.featurizer
 (1.0, 1.0, True)
+>>> challenger_config(cfg, "bits=8").model_params["n_features"]
+256
 >>> challenger_config(cfg, "beta=2")
 Traceback (most recent call last):
 ...
@@ -90,9 +92,8 @@ def challenger_config(config: ModelConfig, spec: str) -> ModelConfig:
         else:
             raise ValueError(f"challenger spec key {key!r} is neither a model parameter, "
                              "a featurizer option nor error_weight")
-    if key_bits := feats.get("bits"):
-        if "n_features" in params and feats != config.featurizer:
-            params["n_features"] = 2 ** int(key_bits)
+    if "n_features" in params and feats.get("bits") != config.featurizer.get("bits"):
+        params["n_features"] = 2 ** int(feats["bits"])  # (hashed input: a column a bucket)
     ch = replace(config, model_params=params, featurizer=feats, error_weight=error_weight)
     ch.make_model()  # (a bad parameter value raises here, at start)
     return ch
