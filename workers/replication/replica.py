@@ -14,7 +14,9 @@ Log entries (field ``data``, msgpack):
   ``"h": [int, ...]``: the score codes of the batch's labelled predictions, in their order
   (``streamnb.operating_point.ScoreWindow.code``), added to the replica's window; such an
   entry is written even when the batch learnt nothing (every key learnt before).
+  With a challenger (workers/replication/challenger.py), ``"c"``: the challenger's bundle.
 - ``{"t": "decay", "g": float}``: multiply every learnt weight by ``g`` (forgetting).
+- ``{"t": "promote", "s": SPEC}``: the challenger SPEC becomes the model (its config too).
 - ``{"t": "drop", "c": label}``: remove class ``c`` and everything learnt under it
   (``GenerativeClassifier.remove_class``; a class the model does not hold: nothing). A
   delta's ``sub`` rows of a class the model does not hold (after its ``add``) went with
@@ -52,6 +54,7 @@ from streamnb.encoding import dumps, loads
 from streamnb.exceptions import FormatError
 from streamnb.operating_point import DEFAULT_WINDOW, N_BINS, ScoreWindow
 from streamnb.stats.bundle import StatsBundle
+from streamnb_workers.replication.challenger import promoted
 from streamnb_workers.store.keys import ModelKeys
 from streamnb_workers.store.model_config import ModelConfig
 from streamnb_workers.wire.replies import as_str, entry_field
@@ -64,13 +67,16 @@ TAIL_CHUNK = 500
 
 
 def encode_delta(add: StatsBundle | None, sub: StatsBundle | None, n_learnt: int,
-                 worker: str, batch: str, score_codes: list[int] | None = None) -> bytes:
+                 worker: str, batch: str, score_codes: list[int] | None = None,
+                 challenger: StatsBundle | None = None) -> bytes:
     """A delta log entry (see the module docstring)."""
     entry = {"t": "delta", "add": add.to_bytes() if add is not None else None,
              "sub": sub.to_bytes() if sub is not None else None,
              "n": int(n_learnt), "w": worker, "b": batch}
     if score_codes:
         entry["h"] = [int(c) for c in score_codes]
+    if challenger is not None:
+        entry["c"] = challenger.to_bytes()
     return dumps(entry)
 
 
@@ -106,8 +112,8 @@ def encode_class_drop(label: Any) -> bytes:
 
 def decode_log_entry(data: bytes) -> dict[str, Any]:
     obj = loads(data)
-    if not isinstance(obj, dict) or obj.get("t") not in ("delta", "decay", "drop"):
-        raise FormatError("log entry is not a delta, decay or drop map")
+    if not isinstance(obj, dict) or obj.get("t") not in ("delta", "decay", "drop", "promote"):
+        raise FormatError("log entry is not a delta, decay, drop or promote map")
     return obj
 
 
@@ -165,6 +171,8 @@ class Replica:
         self.on_change: Callable[..., None] | None = None
         #: The ``trimmed`` mark of a snapshot ignored as corrupt (it must not cause reloads).
         self._ignored_trim: Any = None
+        #: The challenger learnt from the same entries (workers/replication/challenger.py).
+        self.challenger: Any = None
 
     # ------------------------------------------------------------------ loading
     def load(self) -> Replica:
@@ -179,6 +187,8 @@ class Replica:
             self.model = self.config.make_model()
             self.scores = score_window_for(self.config)
             self.version = "0-0"
+            if self.challenger is not None:
+                self.challenger.reset()
             self._changed()
             return
         h = {as_str(k): v for k, v in h.items()}
@@ -188,6 +198,8 @@ class Replica:
             self._snapshot_unreadable(h, exc)
             return
         self.model = model
+        if self.challenger is not None:
+            self.challenger.reset(h.get("challenger"))
         self.scores = self._decode_scores(h.get("scores"))
         self.version = version
         self.snapshot_version = self.version
@@ -366,6 +378,13 @@ class Replica:
                 if not isinstance(g, (int, float)) or isinstance(g, bool) or not 0.0 < g <= 1.0:
                     raise FormatError(f"decay factor must be a number in (0, 1], got {g!r}")
                 self.model.decay(float(g))
+                if self.challenger is not None:
+                    self.challenger.model.decay(float(g))
+                self._changed()
+            elif entry["t"] == "promote":  # the challenger becomes the model
+                if promoted(self.challenger, entry.get("s"), self.keys.name, entry_id):
+                    self.model, self.config = self.challenger.model, self.challenger.config
+                    self.challenger, self.scores = None, score_window_for(self.config)
                 self._changed()
             elif entry["t"] == "drop":
                 label = entry.get("c")
@@ -374,6 +393,8 @@ class Replica:
                 if self.model.remove_class(label):
                     log.info("model %s: class %r removed (log entry %s)", self.keys.name,
                              label, entry_id)
+                if self.challenger is not None:
+                    self.challenger.model.remove_class(label)
                 self._changed()
             else:
                 n = entry.get("n", 0)
@@ -385,8 +406,11 @@ class Replica:
                     if delta is not None:
                         self.model.stats.check_mergeable(delta)
                 codes = _score_codes(entry)
+                ch = self.challenger.check(entry) if self.challenger is not None else None
                 if add is not None:
                     self.model.merge_stats(add)
+                if ch is not None:
+                    self.challenger.model.merge_stats(ch)
                 if sub is not None:
                     self.model.subtract_stats(without_removed(self.model, sub))
                 self.learnt += n

@@ -112,6 +112,9 @@ class WorkerOptions:
     token_names: int = DEFAULT_TOKEN_NAMES
     #: Count the names of one message in this many (each costs a second tokenization).
     token_names_every: int = DEFAULT_TOKEN_NAMES_EVERY
+    #: A challenger learnt from the same entries (workers/replication/challenger.py):
+    #: its SPEC, stored with the model; None: the stored one, if any.
+    challenger: str | None = None
     #: ``/healthz`` on the metrics port fails (503) once Redis has been unreachable for
     #: longer than this (workers/observe/health.py).
     healthz_grace_s: float = DEFAULT_HEALTHZ_GRACE_S
