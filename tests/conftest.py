@@ -3,10 +3,12 @@ corpus location."""
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import pytest
 
+from streamnb_workers.cli.settings import StderrHandler
 from tests.helpers.acl import acl_redis  # noqa: F401 - shared fixtures
 from tests.helpers.cluster import cluster  # noqa: F401
 from tests.helpers.corpus import CORPUS
@@ -61,3 +63,15 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
             for rep in failed:
                 crash = getattr(rep.longrepr, "reprcrash", None)
                 terminalreporter.line(f"{rep.nodeid}: {crash.message if crash else rep.longrepr}")
+
+
+@pytest.fixture(autouse=True)
+def cli_logging_undone():
+    """A command run in-process sets up the root logger (``setup_logging``); the tests after
+    it, in the same process, start without its handler and level."""
+    root = logging.getLogger()
+    level = root.level
+    yield
+    for handler in [h for h in root.handlers if isinstance(h, StderrHandler)]:
+        root.removeHandler(handler)
+    root.setLevel(level)
