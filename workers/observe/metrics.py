@@ -232,7 +232,8 @@ class Metrics:
             "challenger got them right: both, champion, challenger, neither", (*MW, "right"), **r)
         self.challenger_verdicts = Counter(
             "challenger_verdicts", "Labelled messages by side (champion, challenger), true "
-            "class and verdict", (*MW, "side", "class", "predicted"), **r)
+            "class and verdict (summed over the workers: each serves its own)",
+            ("model", "side", "class", "predicted"), **r)
 
 
     def start_series(self, model: str, worker: str) -> None:

@@ -239,8 +239,9 @@ def observe_challenger(rt: ModelRuntime, p: PredictedBatch) -> None:
                                               (False, True): "challenger",
                                               (False, False): "neither"}[right]).inc()
         for side, verdict in (("champion", v), ("challenger", c[1])):
-            rt.series(m.challenger_verdicts, side=side, **{"class": str(label)},
-                      predicted=str(verdict.label)).inc()
+            m.challenger_verdicts.labels(model=rt.series.model, side=side,
+                                         predicted=str(verdict.label),
+                                         **{"class": str(label)}).inc()
 
 
 def adopt_promoted(rt: ModelRuntime) -> None:
