@@ -79,7 +79,8 @@ def worker_options(args: argparse.Namespace) -> Any:
                          explain=args.explain, token_names=args.token_names,
                          token_names_every=args.token_names_every,
                          healthz_grace_s=args.healthz_grace,
-                         learnt_keys_max=args.learnt_keys_max)
+                         learnt_keys_max=args.learnt_keys_max,
+                         replica_memory=args.replica_memory)
 
 
 def _auth_error(exc: BaseException) -> bool:

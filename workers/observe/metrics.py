@@ -130,6 +130,18 @@ class Metrics:
             "model_reachable", "1 while the worker reaches the Redis node of this model (or "
             "shard); 0 while it waits to reach it again: on a cluster it serves its other "
             "models and shards meanwhile", MW, **r)
+        # ---- the replicas held (workers/replication/replica_cache.py)
+        w = ("worker",)
+        self.replicas_held = Gauge("replicas_held", "Model replicas held in memory", w, **r)
+        self.replica_bytes = Gauge("replica_bytes", "Bytes of the arrays of the replicas held", w, **r)
+        self.replica_budget = Gauge("replica_budget_bytes", "The bound on replica_bytes "
+                                    "(--replica-memory; 0: none)", w, **r)
+        self.replica_loads = Counter("replica_loads", "Evicted replicas loaded again from "
+                                     ":snapshot and :log for a batch", w, **r)
+        self.replica_evictions = Counter("replica_evictions", "Replicas evicted, least "
+                                         "recently used first, to fit the bound", w, **r)
+        self.replica_load_seconds = Histogram("replica_load_seconds", "Time to load an "
+                                              "evicted replica", w, buckets=STAGE_BUCKETS, **r)
         self.log_rewinds = Counter(
             "log_rewinds", "Times :log was found behind this worker's replica (Redis lost "
             "writes the replica had applied: a crash, or a failover to a replica that "

@@ -134,13 +134,24 @@ class Replica:
         self.on_change: Callable[..., None] | None = None
         #: The ``trimmed`` mark of a snapshot ignored as corrupt (it must not cause reloads).
         self._ignored_trim: Any = None
+        #: The statistics were dropped to save memory (workers/replication/replica_cache.py):
+        #: :attr:`model` is None, nothing is applied, :meth:`load` brings it back.
+        self.evicted = False
 
     # ------------------------------------------------------------------ loading
     def load(self) -> Replica:
         """Load the snapshot (if any), then apply the log after it."""
+        self.evicted, self.learnt = False, 0
         self._load_snapshot()
         self.catch_up()
         return self
+
+    def evict(self) -> None:
+        """Drop the statistics (:attr:`version` stays, as the last one held); until
+        :meth:`load`, :meth:`catch_up` and :meth:`apply_own` do nothing. Loaded again,
+        the replica is the snapshot plus the log after it, as any replica."""
+        self.model = None
+        self.evicted = True
 
     def _load_snapshot(self) -> None:
         h = self.client.hgetall(self.keys.snapshot)
@@ -217,6 +228,8 @@ class Replica:
         round trip: Redis answers them once the entry is there); 0 if none came, and
         :attr:`waited_s` is how long that round trip took."""
         self.waited_s = 0.0
+        if self.evicted:
+            return 0
         done = 0
         checked = False
         while limit is None or done < limit:
@@ -302,7 +315,7 @@ class Replica:
         >>> rep.apply_own("9999999999999-0", data, prev_id=first), rep.version, rep.learnt
         (True, '9999999999999-0', 2)
         """
-        if not prev_id or prev_id != self.version:
+        if self.evicted or not prev_id or prev_id != self.version:
             return False
         self.apply(entry_id, {"data": data})
         return True

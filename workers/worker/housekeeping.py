@@ -58,6 +58,8 @@ def housekeeping(rt: ModelRuntime, served: list[str], now: float | None = None) 
         token_names.publish(rt.client, rt.keys.tokens, names.table(rt.featurizer.hasher))
     if t.observe.due(now) and rt.observe_model():
         t.observe.restart(now)
+        if rt.replicas is not None:  # (the observer may build the model's tables)
+            rt.replicas.measure(rt.name)
 
 
 def heartbeat(rt: ModelRuntime, served: list[str]) -> None:

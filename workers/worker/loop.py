@@ -35,6 +35,7 @@ from typing import Any
 from streamnb.exceptions import StreamnbError
 from streamnb_workers.observe.health import RedisHealth
 from streamnb_workers.observe.metrics import Metrics, default_metrics
+from streamnb_workers.replication.replica_cache import CacheMetrics, ReplicaCache
 from streamnb_workers.replication.shards import ShardSum, shard_names, shard_spec
 from streamnb_workers.replication.snapshotter import delete_consumer_if_idle
 from streamnb_workers.store.access import check_access
@@ -110,6 +111,9 @@ class Worker:
         #: Check each model's keys before the next step (after a reconnect or NOGROUP):
         #: Redis may have come back without them (workers/worker/restore.py).
         self.check_keys = False
+        #: The replicas held in memory, within ``options.replica_memory``.
+        self.replicas = ReplicaCache(self.options.replica_memory,
+                                     CacheMetrics(self.metrics, self.consumer))
 
     # ------------------------------------------------------------------ lifecycle
     def connect(self) -> None:
@@ -155,8 +159,13 @@ class Worker:
         """Start serving the model (or shard) stored as ``cfg``: its group, its replica
         (``alone``: the only model the worker serves, whose batches are read ahead)."""
         ensure_group(self.client, ModelKeys(cfg.name))
-        rt = ModelRuntime(cfg, self.client, self.options, self.metrics, self.reader, alone)
-        rt.replica.load()
+        cache = None if "|" in cfg.name else self.replicas  # (a shard's: held for good)
+        rt = ModelRuntime(cfg, self.client, self.options, self.metrics, self.reader, alone, cache)
+        if cache is None:
+            rt.replica.load()
+        else:  # loaded if it fits; held while a commit is on the wire or a batch read ahead
+            cache.add(cfg.name, rt.replica,
+                      lambda: rt.wire.in_flight is not None or rt.read_ahead is not None)
         rt.timers.cleanup.restart(time.monotonic())  # (others' heartbeats: as in _recover)
         self.models[cfg.name] = rt
         self.metrics.start_series(cfg.name, self.consumer)

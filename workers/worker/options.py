@@ -20,6 +20,7 @@ from streamnb_workers.defaults import (
     DEFAULT_LABEL_CACHE_TTL_S,
     DEFAULT_LEARNT_KEYS_MAX,
     DEFAULT_ORDER_WAIT_MS,
+    DEFAULT_REPLICA_MEMORY,
     DEFAULT_TOKEN_NAMES,
     DEFAULT_TOKEN_NAMES_EVERY,
 )
@@ -115,6 +116,10 @@ class WorkerOptions:
     #: ``/healthz`` on the metrics port fails (503) once Redis has been unreachable for
     #: longer than this (workers/observe/health.py).
     healthz_grace_s: float = DEFAULT_HEALTHZ_GRACE_S
+    #: Bytes of replica arrays held in memory; beyond it the least recently used replicas
+    #: are evicted and loaded again from their snapshot and log for their next batch
+    #: (workers/replication/replica_cache.py). 0: no bound.
+    replica_memory: int = DEFAULT_REPLICA_MEMORY
 
     def __post_init__(self) -> None:
         if self.batch < 1:
@@ -142,6 +147,8 @@ class WorkerOptions:
             raise ValueError(f"healthz_grace_s must be > 0, got {self.healthz_grace_s}")
         if self.learnt_keys_max < 0:
             raise ValueError(f"learnt_keys_max must be >= 0, got {self.learnt_keys_max}")
+        if self.replica_memory < 0:
+            raise ValueError(f"replica_memory must be >= 0, got {self.replica_memory}")
         if self.max_deliveries < 1:
             raise ValueError(f"max_deliveries must be >= 1, got {self.max_deliveries}")
         if self.consumer is None:

@@ -32,6 +32,7 @@ from streamnb_workers.observe.observer import ModelObserver
 from streamnb_workers.observe.token_names import TokenNames
 from streamnb_workers.replication.ordering import InflightBoard
 from streamnb_workers.replication.replica import Replica
+from streamnb_workers.replication.replica_cache import ReplicaCache
 from streamnb_workers.replication.snapshotter import Snapshotter
 from streamnb_workers.store.keys import ModelKeys
 from streamnb_workers.store.model_config import ModelConfig
@@ -69,7 +70,8 @@ class ModelRuntime:
     """Everything a worker keeps for one model (see the module docstring)."""
 
     def __init__(self, config: ModelConfig, client: Any, options: WorkerOptions,
-                 metrics: Metrics, reader: Any = None, reads_ahead: bool = True) -> None:
+                 metrics: Metrics, reader: Any = None, reads_ahead: bool = True,
+                 replicas: ReplicaCache | None = None) -> None:
         o = options
         self.name = config.name
         self.keys = ModelKeys(config.name)
@@ -116,12 +118,25 @@ class ModelRuntime:
         #: Whether a pipelined commit reads the model's next batch (not when the worker
         #: serves several models: workers/worker/intake.py ``in_stream_order``).
         self.reads_ahead = reads_ahead
+        #: The worker's replicas held in memory, this one's among them (None: held for
+        #: good, as a shard's): :meth:`use_replica`.
+        self.replicas = replicas
 
     @property
     def predictor(self) -> Any:
         """The model predictions are made with: the replica's, or the sum of the model's
         shards when this is one of them."""
         return self.replica.model if self.summed is None else self.summed.model
+
+    def use_replica(self) -> bool:
+        """Before a batch: the replica loaded again if it was evicted (whether it was),
+        the others evicted to fit the worker's bound (workers/replication/replica_cache.py)."""
+        if self.replicas is None:
+            return False
+        loaded = self.replicas.use(self.name)
+        if loaded:
+            self.version_metric()
+        return loaded
 
     def stage(self, name: str, summed: bool = False) -> StageTimer:
         """A timer of the batch stage ``name`` (``with rt.stage("predict"):``; ``summed``:
@@ -153,7 +168,7 @@ class ModelRuntime:
     def observe_model(self) -> bool:
         """Show the observer the model if it changed since it last looked; whether it
         did."""
-        if self.replica.applied == self.observed_applied:
+        if self.replica.applied == self.observed_applied or self.replica.evicted:
             return False
         self.observed_applied = self.replica.applied
         self.observe(self.observer.observe_model, self.replica.model)
@@ -240,6 +255,8 @@ class ModelRuntime:
             apply.add(-self.replica.waited_s)
             if not done:
                 apply.cancel()
+        if self.replicas is not None:  # (its own delta may be applied before: committing.py)
+            self.replicas.measure(self.name, changed=False)
         if self.replica.rewinds > rewinds:
             self.series(self.metrics.log_rewinds).inc(self.replica.rewinds - rewinds)
         if done:

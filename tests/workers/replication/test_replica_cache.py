@@ -1,0 +1,122 @@
+"""A worker holding fewer replicas than it serves models (workers/replication/replica_cache.py),
+on a real redis-server: under a small ``replica_memory`` it evicts the least recently used
+and loads them again for their batches, and its predictions, statistics and learnt counts
+are those of a worker that holds every replica."""
+
+from __future__ import annotations
+
+import msgpack
+import numpy as np
+import pytest
+from prometheus_client import CollectorRegistry
+
+from benchmarks.replay_digest import stats_arrays, stats_digest
+from streamnb_workers.observe.metrics import Metrics
+from streamnb_workers.replication.replica_cache import model_nbytes
+from streamnb_workers.replication.shards import load_model
+from streamnb_workers.store.keys import ModelKeys
+from tests.helpers.redis_server import REDIS_SERVER, RedisServer
+from tests.helpers.workers import count_spec, fast_options, produce, token_messages, url_worker
+
+pytestmark = pytest.mark.redis
+
+MODELS = [f"user{i}" for i in range(6)]
+CHUNKS = 4
+
+
+@pytest.fixture(scope="module")
+def server():
+    if REDIS_SERVER is None:
+        pytest.skip("redis-server is not installed")
+    with RedisServer() as s:
+        yield s
+
+
+def one_replica_bytes(url: str) -> int:
+    """The arrays of one replica of the test's model once it predicted (3 classes)."""
+    w = url_worker(url, [count_spec("probe")], fast_options("probe", replica_memory=0))
+    produce(w.connector.client(), "probe", token_messages(30, seed=99))
+    w.run_until_idle()
+    return model_nbytes(w.models["probe"].replica.model)
+
+
+def held_bytes(worker) -> int:
+    """The arrays of the replicas the worker holds, measured (not the cache's account)."""
+    return sum(model_nbytes(rt.replica.model) for rt in worker.models.values()
+               if not rt.replica.evicted)
+
+
+def outputs(client, name: str) -> list[tuple]:
+    rows = []
+    for _, fields in client.xrange(ModelKeys(name).out):
+        out = msgpack.unpackb(fields[b"data"], raw=False)
+        rows.append((out["id"], out["label"], out.get("log_proba")))
+    return rows
+
+
+def test_bounded_worker_equals_one_holding_every_replica(server):
+    client = server.client()
+    bounded_url, full_url = server.url, server.url[:-2] + "/1"
+    size = one_replica_bytes(full_url)
+    budget = int(2.5 * size)  # two replicas held of six
+    opts = dict(snapshot_every=3)  # some replicas load a snapshot, some the log alone
+    registry = CollectorRegistry()
+    bounded = url_worker(bounded_url, [count_spec(m) for m in MODELS],
+                         fast_options("b", replica_memory=budget, **opts), Metrics(registry))
+    full = url_worker(full_url, [count_spec(m) for m in MODELS],
+                      fast_options("f", replica_memory=0, **opts))
+    full_client = full.connector.client()
+    messages = {m: token_messages(20 * CHUNKS, seed=i) for i, m in enumerate(MODELS)}
+    for chunk in range(CHUNKS):
+        if chunk == CHUNKS - 1:  # a restart: the replicas past the bound start evicted
+            bounded.shutdown()
+            registry = CollectorRegistry()
+            bounded = url_worker(bounded_url, [count_spec(m) for m in MODELS],
+                                 fast_options("b2", replica_memory=budget, **opts),
+                                 Metrics(registry))
+            bounded.start()
+            assert sum(not rt.replica.evicted for rt in bounded.models.values()) <= 3
+        for m in MODELS:
+            part = messages[m][20 * chunk:20 * (chunk + 1)]
+            part += part[:3]  # sent again: learnt once
+            produce(bounded.connector.client(), m, part)
+            produce(full_client, m, part)
+            # one model at a time, so each batch evicts the least recently used
+            while bounded.step(20):
+                assert held_bytes(bounded) <= budget
+            full.run_until_idle()
+    bounded.run_until_idle()
+    assert held_bytes(bounded) <= budget
+
+    cache = bounded.replicas
+    assert cache.evictions >= len(MODELS) and cache.loads >= len(MODELS)
+    assert registry.get_sample_value("streamnb_replica_loads_total", {"worker": "b2"}) > 0
+    assert registry.get_sample_value("streamnb_replicas_held", {"worker": "b2"}) == cache.held
+    assert registry.get_sample_value("streamnb_replica_budget_bytes", {"worker": "b2"}) == budget
+    assert any(client.exists(ModelKeys(m).snapshot) for m in MODELS)  # reloads read them
+    b_db1 = server.client(db=1)
+    for m in MODELS:
+        # predictions in stream order as with every replica held, bit for bit
+        assert outputs(client, m) == outputs(b_db1, m)
+        # each message learnt once
+        assert int(client.get(ModelKeys(m).learnt)) == 20 * CHUNKS
+        rt, ref = bounded.models[m], full.models[m]
+        if rt.replica.evicted:
+            cache.use(m)  # loaded again: bit-identical to the replica never evicted
+        assert stats_digest(stats_arrays(rt.replica.model.stats)) == \
+            stats_digest(stats_arrays(ref.replica.model.stats))
+        assert rt.replica.version == client.xrevrange(ModelKeys(m).log, count=1)[0][0].decode()
+        stored, _ = load_model(client, m)
+        np.testing.assert_array_equal(stored.predict_log_proba(np.ones((1, 1024))),
+                                      ref.replica.model.predict_log_proba(np.ones((1, 1024))))
+    bounded.shutdown()
+    full.shutdown()
+
+
+def test_one_replica_larger_than_the_bound_is_still_served(server):
+    url = server.url[:-2] + "/2"
+    w = url_worker(url, [count_spec("big")], fast_options("w", replica_memory=1))
+    produce(w.connector.client(), "big", token_messages(40, seed=5))
+    w.run_until_idle()
+    assert not w.models["big"].replica.evicted and w.models["big"].replica.learnt == 40
+    assert w.replicas.evictions == 0
