@@ -80,7 +80,8 @@ def worker_options(args: argparse.Namespace) -> Any:
                          token_names_every=args.token_names_every,
                          healthz_grace_s=args.healthz_grace,
                          learnt_keys_max=args.learnt_keys_max,
-                         replica_memory=args.replica_memory)
+                         replica_memory=args.replica_memory,
+                         model_metrics=args.model_metrics)
 
 
 def _auth_error(exc: BaseException) -> bool:

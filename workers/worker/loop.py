@@ -168,7 +168,7 @@ class Worker:
                       lambda: rt.wire.in_flight is not None or rt.read_ahead is not None)
         rt.timers.cleanup.restart(time.monotonic())  # (others' heartbeats: as in _recover)
         self.models[cfg.name] = rt
-        self.metrics.start_series(cfg.name, self.consumer)
+        self.metrics.start_series(rt.label, self.consumer)
         rt.version_metric()
         rt.series(self.metrics.worker_up).set(1)
         rt.series(self.metrics.model_reachable).set(1)
@@ -267,7 +267,7 @@ class Worker:
                 rt.series(self.metrics.model_reachable).set(0)
         self.check_keys = True
         for rt in self.models.values() or [None]:
-            labels = {"model": rt.name if rt else "-", "worker": self.consumer}
+            labels = {"model": rt.label if rt else "-", "worker": self.consumer}
             self.metrics.redis_errors.labels(**labels, kind=kind).inc()
             self.metrics.reconnects.labels(**labels).inc()
         for rt in self.models.values():

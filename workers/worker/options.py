@@ -120,6 +120,10 @@ class WorkerOptions:
     #: are evicted and loaded again from their snapshot and log for their next batch
     #: (workers/replication/replica_cache.py). 0: no bound.
     replica_memory: int = DEFAULT_REPLICA_MEMORY
+    #: Metrics by model (``model="NAME"``); False: pooled over the models under
+    #: ``model="*"`` (a worker serving thousands of per-user models: the series by model
+    #: cost about 110 KiB each; docs/observability.md).
+    model_metrics: bool = True
 
     def __post_init__(self) -> None:
         if self.batch < 1:

@@ -84,7 +84,9 @@ class ModelRuntime:
         self.featurizer = config.make_featurizer(o.max_bytes)
         self.rule = config.make_decision_rule()
         self.metrics = metrics
-        self.series = MetricSeries(metrics, self.name, self.consumer)
+        #: The ``model`` label of its metrics ("*" when they are pooled over models).
+        self.label = self.name if o.model_metrics else "*"
+        self.series = MetricSeries(metrics, self.label, self.consumer)
         self.events = EventSink(client, self.keys, self.consumer, o.events_maxlen)
         self.replica = Replica(client, self.keys, config)
         #: The sum of the model's shards when this is one of them (workers/replication/shards.py).
@@ -93,7 +95,8 @@ class ModelRuntime:
             metrics.corrupt_records, kind=kind).inc()
         self.snapshotter = Snapshotter(client, self.keys, self.consumer, o.lease_ms,
                                        o.snapshot_every, o.snapshot_interval_s, o.trim_margin_ms)
-        self.observer = ModelObserver(metrics, self.name, self.consumer, events=self.events)
+        self.observer = ModelObserver(metrics, self.name, self.consumer, events=self.events,
+                                      label=self.label)
         self.inflight = InflightBoard(client, self.keys, self.consumer)
         self.timers = Timers.for_options(o)
         #: The token names counted for ``{M}:tokens`` (None: off, or dense input).

@@ -113,10 +113,17 @@ def test_bounded_worker_equals_one_holding_every_replica(server):
     full.shutdown()
 
 
-def test_one_replica_larger_than_the_bound_is_still_served(server):
+def test_one_replica_larger_than_the_bound_is_still_served_metrics_pooled(server):
     url = server.url[:-2] + "/2"
-    w = url_worker(url, [count_spec("big")], fast_options("w", replica_memory=1))
+    registry = CollectorRegistry()
+    w = url_worker(url, [count_spec("big"), count_spec("idle")],
+                   fast_options("w", replica_memory=1, model_metrics=False), Metrics(registry))
     produce(w.connector.client(), "big", token_messages(40, seed=5))
     w.run_until_idle()
     assert not w.models["big"].replica.evicted and w.models["big"].replica.learnt == 40
-    assert w.replicas.evictions == 0
+    assert w.models["idle"].replica.evicted
+    # --no-model-metrics: one series for every model, none by model
+    assert registry.get_sample_value("streamnb_messages_read_total",
+                                     {"model": "*", "worker": "w"}) == 40
+    assert registry.get_sample_value("streamnb_messages_read_total",
+                                     {"model": "big", "worker": "w"}) is None

@@ -176,6 +176,9 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
                metavar="SIZE", help="model replicas held in memory (their arrays), e.g. "
                "512MiB (the default); beyond it the least recently used are dropped and "
                "loaded again from their snapshot and log for their next batch (0: no bound)")
+    add_option(w, "--model-metrics", action=argparse.BooleanOptionalAction, default=True,
+               help="metrics by model (--no-model-metrics: pooled under model=\"*\", for a "
+               "worker serving thousands of per-user models)")
     add_option(w, "--processes", type=positive_int, default=1,
                help="run N worker processes under a supervisor that restarts one that dies")
     add_option(w, "--metrics-port", type=port, default=DEFAULT_METRICS_PORT,
