@@ -148,9 +148,10 @@ class ReplicaCache:
             replica.load()
             self.load_s = time.perf_counter() - t0
             self.loads += 1
-        self.sizes[name] = model_nbytes(replica.model)
-        self.trim(keep=name)
-        self._changed()
+        if loaded or name not in self.sizes:  # (else measured after its last change)
+            self.sizes[name] = model_nbytes(replica.model)
+            self.trim(keep=name)
+            self._changed()
         return loaded
 
     def measure(self, name: str, changed: bool = True) -> None:
