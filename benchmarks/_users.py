@@ -11,6 +11,7 @@ models of ``bits`` under ``--replica-memory`` (workers/replication/replica_cache
 3. **Memory**: the worker's RSS (``VmRSS``, and its peak ``VmHWM``) at the end, next to
    the setting, and the RSS of the same worker started with every model before any
    message (what the runtimes cost without replicas: the floor under the setting). The
+   per-model duties run at :data:`MANY_MODELS`' periods. The
    worker pools its metrics over the models (``model_metrics`` False, ``--no-model-metrics``:
    by model they cost about 110 KiB a model, docs/observability.md).
 """
@@ -29,6 +30,11 @@ from benchmarks.end_to_end import RedisServer, id_ms, keys, prefill, wait_until,
 from benchmarks.tenants import deal, run_tenants, spec
 
 MIB = 2**20
+#: The per-model duties' periods for thousands of models (docs/worker.md, "Many models":
+#: at the defaults, 0.8 round trips a second a model, a step of 10,000 models outlasts
+#: the 5 s heartbeat and every step does them all).
+MANY_MODELS = {"heartbeat_s": 120.0, "stale_s": 600.0, "lease_ms": 300_000,
+               "claim_idle_ms": 600_000, "input_trim_s": 300.0}
 
 
 def rss_kib(pid: int) -> dict[str, int]:
@@ -77,7 +83,7 @@ def run_users(messages: Sequence[bytes], unlabelled: bytes, n_users: int, bits: 
     names = [f"u{i}" for i in range(n_users)]
     shares = deal(messages, n_users)
     options = {"replica_memory": replica_memory, "block_ms": 1000, "token_names": 0,
-               "model_metrics": model_metrics}
+               "model_metrics": model_metrics, **MANY_MODELS}
     with RedisServer() as server:
         client = server.client()
         for name, share in zip(names, shares, strict=True):

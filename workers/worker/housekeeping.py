@@ -44,7 +44,7 @@ def housekeeping(rt: ModelRuntime, served: list[str], now: float | None = None) 
             rt.series(rt.metrics.snapshots_written).inc()
         if rt.options.input_trim_s > 0 and t.trim_input.fire(now):
             trim_consumed_input(rt)
-        if t.gauges.fire(now):
+        if rt.options.model_metrics and t.gauges.fire(now):  # (pooled, they would mean nothing)
             sample_gauges(rt)
         if t.cleanup.fire(now):
             removed = remove_dead_consumers(rt.client, rt.keys, rt.options.stale_s, rt.consumer)
