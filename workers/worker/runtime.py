@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import logging
 import time
+import zlib
 from collections.abc import Callable
 from typing import Any
 
@@ -98,7 +99,7 @@ class ModelRuntime:
         self.observer = ModelObserver(metrics, self.name, self.consumer, events=self.events,
                                       label=self.label)
         self.inflight = InflightBoard(client, self.keys, self.consumer)
-        self.timers = Timers.for_options(o)
+        self.timers = Timers.for_options(o, zlib.crc32(self.name.encode()) / 2**32)
         #: The token names counted for ``{M}:tokens`` (None: off, or dense input).
         self.token_names = TokenNames(o.token_names, o.token_names_every) \
             if o.token_names and self.featurizer.input == "sparse" else None
