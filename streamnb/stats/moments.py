@@ -372,6 +372,10 @@ class GaussianMoments(Statistic):
         g = check_scale_factor(g)
         self.n *= g
         self.m2 *= g
+        gone = self.n == 0.0  # weight decayed below the smallest float: the class is empty
+        if gone.any():
+            self.mean[gone] = 0.0
+            self.m2[gone] = 0.0
         return self
 
     def copy(self) -> Self:

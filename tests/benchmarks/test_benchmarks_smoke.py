@@ -62,6 +62,21 @@ def test_quality_slices_measures_both_slices_on_synthetic_mail(capsys):
     assert all(v.name in out for v in quality_slices.VARIANTS)
 
 
+def test_operating_point_reports_calibration_and_both_replays(capsys, tmp_path):
+    import importlib.util
+
+    from benchmarks import operating_point
+
+    png = tmp_path / "reliability.png"
+    plots = importlib.util.find_spec("matplotlib") is not None  # (the bench extra's)
+    assert operating_point.main(["--corpus", "/nonexistent", "--limit", "300"]
+                                + (["--plot", str(png)] if plots else [])) == 0
+    out = capsys.readouterr().out
+    assert "isotonic" in out and "platt" in out and "followed prior" in out
+    if plots:
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
 def test_model_throughput_says_when_a_ratio_has_no_steady_rate(capsys):
     """A library capped before its warm-up ended has no steady rate: the ratio line says
     so instead of printing "nanx"."""

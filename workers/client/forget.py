@@ -9,13 +9,15 @@ key, once); one whose key is not learnt (never, forgotten already, or dropped be
 
 On a model stored with K shards (workers/replication/shards.py) the key is looked up in every shard's
 learnt keys, and the forget goes to the ``:in`` of the shard that learnt it (of each, if
-the same message was learnt by several under different ids).
+the same message was learnt by several under different ids): to its ``:train`` for a
+model stored with ``training: train`` (workers/store/training.py).
 
 A class learnt by mistake is removed whole (:func:`forget_class`, ``streamnb forget
---class LABEL``): one entry ``{"forget_class": LABEL}`` on the ``:in`` of every shard,
-whose commit logs the removal for every replica and releases the class's learn-once keys
-(docs/worker.md, "Removing a class"). Refused (one line, exit 2): a class the model does
-not hold, a declared class (``--classes``), and without ``force`` a class that holds weight.
+--class LABEL``): one entry ``{"forget_class": LABEL}`` on the ``:in`` (or ``:train``) of
+every shard, whose commit logs the removal for every replica and releases the class's
+learn-once keys (docs/worker.md, "Removing a class"). Refused (one line, exit 2): a class
+the model does not hold, a declared class (``--classes``), and without ``force`` a class
+that holds weight.
 """
 
 from __future__ import annotations
@@ -30,11 +32,13 @@ from typing import Any, BinaryIO, TextIO
 import msgpack
 
 from streamnb.exceptions import MalformedMessage, SettingsError
+from streamnb_workers.client.produce_checks import stored_training
 from streamnb_workers.client.shard_streams import shard_keys
 from streamnb_workers.client.sources import Outgoing, is_mbox, iter_paths
 from streamnb_workers.replication.shards import load_model
 from streamnb_workers.store.keys import ModelKeys
 from streamnb_workers.store.model_config import read_config
+from streamnb_workers.store.training import learning_stream
 from streamnb_workers.wire.codec import DATA_FIELD, decode_input
 from streamnb_workers.wire.learn_keys import known_keys
 
@@ -107,6 +111,7 @@ def forget(client: Any, model: str, paths: list[str], *, stdin: BinaryIO | None 
         raise SettingsError("nothing to forget: give one or more FILE, DIR, MBOX or -")
     stderr = stderr if stderr is not None else sys.stderr
     shards = shard_keys(client, model)
+    training = stored_training(client, model)
     report = ForgetReport(shards=len(shards))
     batch: list[tuple[Outgoing, str]] = []
 
@@ -121,7 +126,7 @@ def forget(client: Any, model: str, paths: list[str], *, stdin: BinaryIO | None 
                       "forget", file=stderr)
                 continue
             for keys in learnt_by[key]:
-                pipe.xadd(keys.input, {DATA_FIELD: _forget_data(out, key)})
+                pipe.xadd(learning_stream(keys, training), {DATA_FIELD: _forget_data(out, key)})
             n += 1
         if n:
             pipe.execute()
@@ -182,9 +187,10 @@ def forget_class(client: Any, model: str, label: str, *, force: bool = False) ->
         raise SettingsError(f"class {label!r} of model {model!r} holds weight {weight:g}: add "
                             "--force to remove it with everything learnt under it")
     shards = shard_keys(client, model)
+    training = stored_training(client, model)
     pipe = client.pipeline(transaction=False)
     for keys in shards:
-        pipe.xadd(keys.input, {DATA_FIELD: msgpack.packb({"forget_class": cls},
+        pipe.xadd(learning_stream(keys, training), {DATA_FIELD: msgpack.packb({"forget_class": cls},
                                                          use_bin_type=True)})
     pipe.execute()
     return ClassRemoval(cls, weight, len(shards))

@@ -65,6 +65,7 @@ from streamnb_workers.client.produce_checks import (
     check_not_empty,
     declared_classes,
     not_mail,
+    stored_training,
 )
 from streamnb_workers.client.shard_streams import router_of
 from streamnb_workers.client.sources import (
@@ -76,6 +77,7 @@ from streamnb_workers.client.sources import (
 )
 from streamnb_workers.defaults import DEFAULT_PRODUCE_CHUNK
 from streamnb_workers.store.keys import ModelKeys
+from streamnb_workers.store.training import learning_stream
 from streamnb_workers.wire.codec import DATA_FIELD, decode_input
 from streamnb_workers.wire.learn_keys import decode_record, known_keys
 from streamnb_workers.wire.outputs import decode_output
@@ -177,8 +179,8 @@ def produce(
     max_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
     messages: list[Outgoing] | None = None,
 ) -> ProduceReport:
-    """Send messages to ``streamnb:{model}:in`` (a sharded model: each to its shard's);
-    returns what was sent, skipped and found already learnt.
+    """Send messages to ``streamnb:{model}:in`` (a sharded model: each to its shard's;
+    labelled ones to ``:train`` for a model stored with ``training: train``); returns what was sent, skipped and found already learnt.
 
     A message that fails validation (bad JSON line, bad record) is skipped with a warning
     on stderr; a labelled message whose key the model has learnt is not sent; everything
@@ -194,6 +196,7 @@ def produce(
     router = router_of(client, model)
     k = len(router.keys)
     classes = declared_classes(client, model)
+    training = stored_training(client, model)
     if classes is not None and label is not None and label not in classes:
         raise SettingsError(f"--label {label!r} is not one of model {model!r}'s classes: "
                             f"{', '.join(classes)}")
@@ -228,7 +231,8 @@ def produce(
                     continue
                 pair = (old, msg_label)
                 report.relearnt[pair] = report.relearnt.get(pair, 0) + 1
-            pipe.xadd(keys.input, {DATA_FIELD: data})
+            pipe.xadd(learning_stream(keys, training) if labelled else keys.input,
+                      {DATA_FIELD: data})
             n += 1
             n_labelled += labelled
         if n:

@@ -34,7 +34,8 @@ STAGES = ("read", "decode", "featurize", "predict", "explain", "learn", "send", 
 DEAD_LETTER_REASONS = ("not_msgpack", "not_a_map", "no_data", "too_large", "no_payload",
                        "several_payloads", "bad_type", "non_finite", "bad_label", "bad_weight",
                        "wrong_dimension", "incompatible_payload", "bad_category", "not_learnt",
-                       "poison", "ref_expired", "declared_class")
+                       "poison", "ref_expired", "declared_class",
+                       "label_not_allowed")
 #: The kinds of ``redis_errors`` (workers/worker/loop.py, ``error_kind``).
 REDIS_ERROR_KINDS = ("connection", "timeout", "misconf", "readonly", "nogroup", "other")
 #: What ``corrupt_records`` counts.
@@ -103,8 +104,7 @@ class Metrics:
             "descheduled or blocked on Redis)", MW, **r)
         self.redis_errors = Counter(
             "redis_errors", "Redis errors by kind (connection, timeout, misconf, readonly, nogroup, "
-            "other)",
-            (*MW, "kind"), **r)
+            "other)", (*MW, "kind"), **r)
         self.reconnects = Counter("redis_reconnects", "Reconnection attempts after an error", MW, **r)
         self.worker_errors = Counter(
             "worker_errors", "Unexpected errors in the worker loop (not Redis being away); the "
@@ -119,9 +119,8 @@ class Metrics:
             MW, buckets=AGE_BUCKETS, **r)
         self.deltas_applied = Counter(
             "log_deltas_applied", "Entries of :log merged into the local model", MW, **r)
-        self.model_version = Gauge(
-            "model_version_timestamp_seconds",
-            "Time part of the last :log id applied (the model version)", MW, **r)
+        self.model_version = Gauge("model_version_timestamp_seconds", "Time part of the last "
+                                   ":log id applied (the model version)", MW, **r)
         self.worker_up = Gauge("worker_up", "1 while the worker loop runs", MW, **r)
         self.redis_up = Gauge(
             "redis_up", "1 while the worker reaches Redis; 0 from a failed round trip until "
@@ -130,23 +129,17 @@ class Metrics:
             "model_reachable", "1 while the worker reaches the Redis node of this model (or "
             "shard); 0 while it waits to reach it again: on a cluster it serves its other "
             "models and shards meanwhile", MW, **r)
-        # ---- the replicas held (workers/replication/replica_cache.py)
-        w = ("worker",)
+        w = ("worker",)  # ---- the replicas held (workers/replication/replica_cache.py)
         self.replicas_held = Gauge("replicas_held", "Model replicas held in memory", w, **r)
-        self.replica_bytes = Gauge("replica_bytes", "Bytes of the arrays of the replicas held", w, **r)
-        self.replica_budget = Gauge("replica_budget_bytes", "The bound on replica_bytes "
-                                    "(--replica-memory; 0: none)", w, **r)
-        self.replica_loads = Counter("replica_loads", "Evicted replicas loaded again from "
-                                     ":snapshot and :log for a batch", w, **r)
-        self.replica_evictions = Counter("replica_evictions", "Replicas evicted, least "
-                                         "recently used first, to fit the bound", w, **r)
-        self.replica_load_seconds = Histogram("replica_load_seconds", "Time to load an "
-                                              "evicted replica", w, buckets=STAGE_BUCKETS, **r)
+        self.replica_bytes = Gauge("replica_bytes", "Bytes of the replicas' arrays", w, **r)
+        self.replica_loads = Counter("replica_loads", "Evicted replicas loaded again", w, **r)
+        self.replica_evictions = Counter("replica_evictions", "Replicas evicted (LRU)", w, **r)
+        self.replica_load_seconds = Histogram("replica_load_seconds", "Time to load a replica", w,
+                                              buckets=STAGE_BUCKETS, **r)
         self.log_rewinds = Counter(
             "log_rewinds", "Times :log was found behind this worker's replica (Redis lost "
             "writes the replica had applied: a crash, or a failover to a replica that "
-            "lagged); the replica reloaded and the lost messages are learnt again, once",
-            MW, **r)
+            "lagged); the replica reloaded and the lost messages are learnt again, once", MW, **r)
         self.redis_restores = Counter(
             "redis_restores", "Times this worker wrote a model's config, consumer group or "
             "snapshot back after Redis came back without them (restarted empty)", MW, **r)
@@ -227,6 +220,16 @@ class Metrics:
             MW, **r)
         self.oov_rate_recent = Gauge(
             "oov_rate_recent", "Recent mean out-of-vocabulary share", MW, **r)
+        # ---- operating point (--target-fpr, --calibration)
+        self.operating_threshold = Gauge(
+            "operating_threshold", "Score threshold in use for --target-fpr (+Inf: none "
+            "positive)", MW, **r)
+        self.operating_supported = Gauge(
+            "operating_point_supported", "1 when the window's negatives support --target-fpr, "
+            "0 when too few", MW, **r)
+        self.operating_negatives = Gauge(
+            "operating_point_negatives", "Labelled negatives (ham) the operating point was "
+            "fitted on", MW, **r)
 
 
     def start_series(self, model: str, worker: str) -> None:

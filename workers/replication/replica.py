@@ -10,6 +10,10 @@ Log entries (field ``data``, msgpack):
 - ``{"t": "delta", "add": bytes | None, "sub": bytes | None, "n": int, "w": worker, "b": batch}``:
   merge the encoded StatsBundle ``add``, then subtract ``sub`` (label corrections move a
   message's contribution: +row for the new class in ``add``, -row for the old in ``sub``).
+  With an operating point held from labelled scores (``--target-fpr``, ``--calibration``),
+  ``"h": [int, ...]``: the score codes of the batch's labelled predictions, in their order
+  (``streamnb.operating_point.ScoreWindow.code``), added to the replica's window; such an
+  entry is written even when the batch learnt nothing (every key learnt before).
 - ``{"t": "decay", "g": float}``: multiply every learnt weight by ``g`` (forgetting).
 - ``{"t": "drop", "c": label}``: remove class ``c`` and everything learnt under it
   (``GenerativeClassifier.remove_class``; a class the model does not hold: nothing). A
@@ -17,7 +21,8 @@ Log entries (field ``data``, msgpack):
   a removed class, and are not subtracted (docs/worker.md, "Removing a class").
 
 The snapshot (hash ``:snapshot``): ``log_id`` (the last log entry it includes), ``data``
-(``streamnb.models.dumps`` of the model), ``ts``, and ``trimmed`` (the MINID the log was
+(``streamnb.models.dumps`` of the model), ``scores`` (the score window's bytes, with
+an operating point held), ``ts``, and ``trimmed`` (the MINID the log was
 trimmed to after writing it). A replica whose version is below ``trimmed`` may have missed
 entries, so it reloads the snapshot; a late joiner does exactly that. A replica whose last
 applied entry is gone although nothing trimmed it (Redis restarted without its last writes,
@@ -45,6 +50,7 @@ import msgpack
 
 from streamnb.encoding import dumps, loads
 from streamnb.exceptions import FormatError
+from streamnb.operating_point import DEFAULT_WINDOW, N_BINS, ScoreWindow
 from streamnb.stats.bundle import StatsBundle
 from streamnb_workers.store.keys import ModelKeys
 from streamnb_workers.store.model_config import ModelConfig
@@ -58,11 +64,34 @@ TAIL_CHUNK = 500
 
 
 def encode_delta(add: StatsBundle | None, sub: StatsBundle | None, n_learnt: int,
-                 worker: str, batch: str) -> bytes:
+                 worker: str, batch: str, score_codes: list[int] | None = None) -> bytes:
     """A delta log entry (see the module docstring)."""
-    return dumps({"t": "delta", "add": add.to_bytes() if add is not None else None,
-                  "sub": sub.to_bytes() if sub is not None else None,
-                  "n": int(n_learnt), "w": worker, "b": batch})
+    entry = {"t": "delta", "add": add.to_bytes() if add is not None else None,
+             "sub": sub.to_bytes() if sub is not None else None,
+             "n": int(n_learnt), "w": worker, "b": batch}
+    if score_codes:
+        entry["h"] = [int(c) for c in score_codes]
+    return dumps(entry)
+
+
+def score_window_for(config: ModelConfig) -> ScoreWindow | None:
+    """The window of labelled scores a replica of ``config`` keeps (None: its decision
+    rule needs none, or the model has several shards)."""
+    d = config.decision
+    if config.shards != 1 or (d.get("target_fpr") is None and d.get("calibration") is None):
+        return None
+    return ScoreWindow(size=int(d.get("score_window") or DEFAULT_WINDOW),
+                       score=d.get("score", "log_odds"), target_fpr=d.get("target_fpr"),
+                       calibration=d.get("calibration"))
+
+
+def _score_codes(entry: dict[str, Any]) -> list[int]:
+    """A delta's score codes, checked (FormatError before any change)."""
+    codes = entry.get("h") or []
+    if not isinstance(codes, list) or not all(
+            isinstance(c, int) and not isinstance(c, bool) and 0 <= c < 2 * N_BINS for c in codes):
+        raise FormatError("score codes must be a list of ints in range")
+    return codes
 
 
 def encode_decay(g: float) -> bytes:
@@ -111,6 +140,8 @@ class Replica:
         self.keys = keys
         self.config = config
         self.model: Any = config.make_model()
+        #: The window of labelled scores the operating point is fitted on (None: off).
+        self.scores = score_window_for(config)
         self.version = "0-0"
         #: Log entries applied since this object was created (deltas and decays).
         self.applied = 0
@@ -157,6 +188,7 @@ class Replica:
         h = self.client.hgetall(self.keys.snapshot)
         if not h:
             self.model = self.config.make_model()
+            self.scores = score_window_for(self.config)
             self.version = "0-0"
             self._changed()
             return
@@ -167,6 +199,7 @@ class Replica:
             self._snapshot_unreadable(h, exc)
             return
         self.model = model
+        self.scores = self._decode_scores(h.get("scores"))
         self.version = version
         self.snapshot_version = self.version
         self._ignored_trim = None
@@ -197,6 +230,19 @@ class Replica:
             raise FormatError(f"its statistics do not fit the configured model: {exc}") from None
         return model, version
 
+    def _decode_scores(self, data: bytes | None) -> ScoreWindow | None:
+        """The score window of a snapshot (empty if it holds none, or one that does not
+        fit: every replica that loads this snapshot makes the same choice)."""
+        window = score_window_for(self.config)
+        if window is None or data is None:
+            return window
+        try:
+            return window.load_bytes(data)
+        except (FormatError, ValueError, KeyError, TypeError, msgpack.UnpackException) as exc:
+            log.error("model %s: the snapshot's score window is unreadable (%s); starting an "
+                      "empty one", self.keys.name, exc)
+            return score_window_for(self.config)
+
     def _snapshot_unreadable(self, h: dict[str, Any], exc: FormatError) -> None:
         """Ignore a corrupt snapshot if the whole log is there, else refuse with one line."""
         self.snapshot_errors += 1
@@ -207,6 +253,7 @@ class Replica:
                       "the model from %s, which was never trimmed", self.keys.name,
                       self.keys.snapshot, exc, self.keys.log)
             self.model = self.config.make_model()
+            self.scores = score_window_for(self.config)
             self.version = "0-0"
             self.snapshot_version = "0-0"
             self._ignored_trim = h.get("trimmed")
@@ -350,11 +397,14 @@ class Replica:
                 for delta in (add, sub):
                     if delta is not None:
                         self.model.stats.check_mergeable(delta)
+                codes = _score_codes(entry)
                 if add is not None:
                     self.model.merge_stats(add)
                 if sub is not None:
                     self.model.subtract_stats(without_removed(self.model, sub))
                 self.learnt += n
+                if self.scores is not None and codes:
+                    self.scores.add(codes)
                 self._changed(add, sub)
         except (FormatError, ValueError, KeyError, TypeError, msgpack.UnpackException) as exc:
             # Every replica skips the same entry, so they stay equal; say so loudly.

@@ -205,7 +205,7 @@ class ReplicaCache:
 
 class CacheMetrics:
     """Shows a :class:`ReplicaCache` in a worker's metrics (workers/observe/metrics.py:
-    ``replicas_held``, ``replica_bytes``, ``replica_budget_bytes``, ``replica_loads_total``,
+    ``replicas_held``, ``replica_bytes``, ``replica_loads_total``,
     ``replica_evictions_total``, ``replica_load_seconds``); its ``on_change``."""
 
     def __init__(self, metrics: Any, worker: str) -> None:
@@ -216,7 +216,6 @@ class CacheMetrics:
         m, w = self.metrics, {"worker": self.worker}
         m.replicas_held.labels(**w).set(cache.held)
         m.replica_bytes.labels(**w).set(cache.held_bytes)
-        m.replica_budget.labels(**w).set(cache.budget)
         if cache.loads > self.loads:
             m.replica_loads.labels(**w).inc(cache.loads - self.loads)
             m.replica_load_seconds.labels(**w).observe(cache.load_s)

@@ -198,7 +198,7 @@ def shard_spec(config: ModelConfig, name: str | None = None) -> ModelSpec:
                      featurizer_config=config.featurizer, decision=config.decision,
                      half_life=config.half_life, error_weight=config.error_weight,
                      classes=config.classes, shards=None if name else config.shards,
-                     explain=config.explain)
+                     explain=config.explain, training=config.training)
 
 
 def load_summed(client: Any, model: str) -> tuple[Any, str] | None:

@@ -32,6 +32,8 @@ from streamnb_workers.wire.learn_keys import MAX_KEY_CHARS, message_key
 
 __all__ = [
     "DEFAULT_LIMITS",
+    "DEFAULT_MAX_VALUE",
+    "DEFAULT_MAX_WEIGHT",
     "InputMessage",
     "Limits",
     "decode_input",
@@ -45,6 +47,20 @@ DATA_FIELD = "data"
 #: Default bound of one encoded stream entry (8 MiB): what a worker decodes at all. Mail up
 #: to it arrives whole and is cut to ``--max-bytes``; ``streamnb produce`` cuts before sending.
 DEFAULT_MAX_ENTRY_BYTES = 8 << 20
+
+#: Default bound of a message's ``weight`` (``worker --max-weight``). A message adds at most
+#: weight x error_weight x its count of a token (under 8.4e6 in an 8 MiB entry) to one count:
+#: with 1e6 and an error weight of 2 that is below 1.7e13, still an exact integer in float64
+#: (2**53 is 9.0e15), and the float64 ceiling (1.8e308) lies 1e295 such messages away; it
+#: keeps what weights are for (a message standing for many, class rebalancing) and stops one
+#: entry from standing for more than a million messages.
+DEFAULT_MAX_WEIGHT = 1e6
+
+#: Default bound of the magnitude of a ``features`` value or an ``x`` coordinate. The
+#: Gaussian models keep weighted squares and cross products of the values: 1e100 squared,
+#: times the largest weight, is about 1e206, so no count of such messages a stream can hold
+#: reaches the float64 ceiling (1.8e308), where 1e200 squared already overflows.
+DEFAULT_MAX_VALUE = 1e100
 
 _KNOWN_KEYS = frozenset(PAYLOAD_KINDS) | {"id", "label", "weight", "ts", "ref", "meta", "key",
                                           "forget", "forget_class"}
@@ -77,6 +93,16 @@ class Limits:
     #: Longest label and id (characters).
     max_label_len: int = 256
     max_id_len: int = 512
+    #: Largest ``weight`` (``bad_weight`` beyond it).
+    max_weight: float = DEFAULT_MAX_WEIGHT
+    #: Largest magnitude of a ``features`` value or ``x`` coordinate (``too_large`` beyond).
+    max_value: float = DEFAULT_MAX_VALUE
+
+    def __post_init__(self) -> None:
+        for name in ("max_weight", "max_value"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v < math.inf:
+                raise ValueError(f"{name} must be a finite number > 0, got {v!r}")
 
 
 DEFAULT_LIMITS = Limits()
@@ -176,7 +202,7 @@ def _label(v: Any, limits: Limits) -> str | int | None:
     raise MalformedMessage("bad_label", f"label must be str or int, got {type(v).__name__}")
 
 
-def _weight(v: Any) -> float:
+def _weight(v: Any, limits: Limits) -> float:
     if v is None:
         return 1.0
     if not _is_number(v):
@@ -184,6 +210,8 @@ def _weight(v: Any) -> float:
     w = float(v)
     if not math.isfinite(w) or w <= 0.0:
         raise MalformedMessage("bad_weight", f"weight must be a finite number > 0, got {w}")
+    if w > limits.max_weight:
+        raise MalformedMessage("bad_weight", f"weight {w:g} is above the limit {limits.max_weight:g}")
     return w
 
 
@@ -225,6 +253,9 @@ def _features(v: Any, limits: Limits) -> dict[str, float]:
         f = float(value)
         if not math.isfinite(f):
             raise MalformedMessage("non_finite", f"feature {name[:50]!r} is {f}")
+        if abs(f) > limits.max_value:
+            raise MalformedMessage("too_large", f"feature {name[:50]!r} is {f:g}, beyond the "
+                                   f"limit {limits.max_value:g}")
         out[name] = f
     return out
 
@@ -240,6 +271,9 @@ def _vector(v: Any, limits: Limits, expected_dim: int | None) -> np.ndarray:
         raise MalformedMessage("non_finite", "x holds an integer too large for float64") from None
     if not np.isfinite(x).all():
         raise MalformedMessage("non_finite", "x contains NaN or infinity")
+    if x.size and float(np.abs(x).max()) > limits.max_value:
+        raise MalformedMessage("too_large", f"x holds {float(np.abs(x).max()):g}, beyond the "
+                               f"limit {limits.max_value:g}")
     if x.size == 0:
         raise MalformedMessage("wrong_dimension", "x is empty")
     if expected_dim is not None and x.size != expected_dim:
@@ -293,7 +327,7 @@ def decode_input(
         raise MalformedMessage("bad_type", f"id must be a non-empty str of at most {limits.max_id_len} characters")
 
     label = _label(obj.get("label"), limits)
-    weight = _weight(obj.get("weight"))
+    weight = _weight(obj.get("weight"), limits)
     ts = obj.get("ts")
     if ts is not None:
         if not _is_number(ts):

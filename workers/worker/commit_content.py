@@ -133,6 +133,8 @@ class CommitContent:
     relearnt_was: list[Any] = field(default_factory=list)
     #: The classes removed, in stream order (after the batch's delta: docs/worker.md).
     drop_classes: list[Any] = field(default_factory=list)
+    #: The score codes of the labelled items, in order, for the model's score window.
+    score_codes: list[int] = field(default_factory=list)
 
 
 def batch_stats(model: Any, featurizer: Any, rows: Sequence[tuple[Row, Any, float]]) -> Any:
@@ -178,7 +180,8 @@ def commit_content(batch: PredictedBatch, cached: dict[str, CachedMessage | None
         add = batch_stats(model, featurizer, add_rows)
     sub = batch_stats(model, featurizer, res.subs + once.subs)
     outputs = [output_for(it.msg, v.label, v.log_proba, batch.version, worker,
-                          learned=lab is not None, score=v.score,
+                          learned=lab is not None, score=v.score, threshold=v.threshold,
+                          proba=v.proba,
                           reason=ALREADY_LEARNT if dup else RELEARNT if i in once.was else None,
                           was=once.was.get(i), explain=v.explanation)
                for i, (it, v, lab, dup) in enumerate(zip(items, verdicts, learnt, duplicate,
@@ -224,7 +227,8 @@ def commit_content(batch: PredictedBatch, cached: dict[str, CachedMessage | None
         scored=scored, learn_keys=once.learn_keys, forget_keys=once.forget_keys,
         relabel_keys=once.relabel_keys,
         n_duplicates=sum(duplicate), forgotten_labels=once.forgotten_labels,
-        relearnt_was=once.relearnt_was, drop_classes=[d[1] for d in batch.class_drops])
+        relearnt_was=once.relearnt_was, drop_classes=[d[1] for d in batch.class_drops],
+        score_codes=[v.code for v in verdicts if v.code is not None])
 
 
 @dataclass(slots=True)

@@ -84,8 +84,10 @@ def _request(rt: ModelRuntime, content: CommitContent, announced: str | None) ->
     """The commit script's request for ``content`` (``announced``: the batch's
     ``:inflight`` field, deleted by the commit)."""
     add, sub = content.add, content.sub
-    log_data = encode_delta(add, sub, content.n_learnt, rt.consumer, uuid.uuid4().hex[:16]) \
-        if (add is not None or sub is not None) else None
+    # (an entry with score codes alone too: the window learns every labelled prediction)
+    log_data = encode_delta(add, sub, content.n_learnt, rt.consumer, uuid.uuid4().hex[:16],
+                            content.score_codes) \
+        if (add is not None or sub is not None or content.score_codes) else None
     writes, registry = [], None
     if content.cache_entries:
         writes, registry = batch_writes(rt.keys, int(rt.options.cache_ttl_s * 1000),

@@ -1,5 +1,6 @@
-"""The weights a batch's labels are learnt with, and the class weights its predictions see:
-pure functions of the verdicts (workers/worker/batch.py, ``predict``).
+"""The weights a batch's labels are learnt with, the class weights its predictions see,
+and the verdicts at the model's operating point: pure functions of the verdicts
+(workers/worker/batch.py, ``predict``).
 
 A labelled message whose verdict got its label wrong is learnt with ``error_weight``
 times its weight (the model's stored config; docs/features.md, "Mail defaults of the
@@ -16,7 +17,7 @@ import numpy as np
 
 from streamnb.decision import UNSURE
 
-__all__ = ["class_weight_rows", "is_error", "learn_weights"]
+__all__ = ["class_weight_rows", "is_error", "judge_at_operating_point", "learn_weights"]
 
 
 def is_error(label: Any, true: Any, rule: Any, classes: Sequence[Any]) -> bool:
@@ -73,3 +74,16 @@ def class_weight_rows(model: Any, classes: Sequence[Any], labels: Sequence[Any],
                 contrib[i, index[lab]] = weights[i]
         out += np.cumsum(contrib, axis=0) - contrib
     return out
+
+
+def judge_at_operating_point(window: Any, rule: Any, verdicts: Sequence[Any],
+                             items: Sequence[Any], classes: list[Any]) -> None:
+    """Give the ``verdicts`` of a two-class model the label, threshold, calibrated
+    probability and score code of its score ``window`` (streamnb/operating_point.py)."""
+    pos = rule.positive_of(classes)
+    if pos is None:
+        return
+    j = window.judge([v.score for v in verdicts], [v.label for v in verdicts],
+                     [it.msg.label for it in items], pos, classes[1 - classes.index(pos)])
+    for v, *judged in zip(verdicts, j.labels, j.thresholds, j.probas, j.codes, strict=True):
+        v.label, v.threshold, v.proba, v.code = judged

@@ -50,17 +50,23 @@ from streamnb_workers.store.connection import (
 from streamnb_workers.store.errors import UNREACHABLE_KINDS, error_kind
 from streamnb_workers.store.keys import ModelKeys
 from streamnb_workers.store.model_config import ModelConfig, ModelSpec, ensure_config
-from streamnb_workers.worker.accounting import account
+from streamnb_workers.worker.accounting import account, settle_and_tail
 from streamnb_workers.worker.committing import abandon, settle
 from streamnb_workers.worker.heap import HeapTrimmer
-from streamnb_workers.worker.housekeeping import drop_sampled_gauges, housekeeping
+from streamnb_workers.worker.housekeeping import (
+    drop_sampled_gauges,
+    housekeeping,
+    publish_token_names,
+)
 from streamnb_workers.worker.intake import (
     READ_SCRIPT,
     ReadBatch,
     all_done,
     ensure_group,
     in_stream_order,
+    move_training,
     read_batches,
+    training_done,
 )
 from streamnb_workers.worker.options import WorkerOptions
 from streamnb_workers.worker.outages import ModelGuard
@@ -111,7 +117,6 @@ class Worker:
         #: Check each model's keys before the next step (after a reconnect or NOGROUP):
         #: Redis may have come back without them (workers/worker/restore.py).
         self.check_keys = False
-        #: The replicas held in memory, within ``options.replica_memory``.
         self.replicas = ReplicaCache(self.options.replica_memory,
                                      CacheMetrics(self.metrics, self.consumer))
 
@@ -161,11 +166,8 @@ class Worker:
         ensure_group(self.client, ModelKeys(cfg.name))
         cache = None if "|" in cfg.name else self.replicas  # (a shard's: held for good)
         rt = ModelRuntime(cfg, self.client, self.options, self.metrics, self.reader, alone, cache)
-        if cache is None:
+        if cache is None:  # else loaded if it fits by the cache (workers/worker/runtime.py)
             rt.replica.load()
-        else:  # loaded if it fits; held while a commit is on the wire or a batch read ahead
-            cache.add(cfg.name, rt.replica,
-                      lambda: rt.wire.in_flight is not None or rt.read_ahead is not None)
         rt.timers.cleanup.restart(time.monotonic())  # (others' heartbeats: as in _recover)
         self.models[cfg.name] = rt
         self.metrics.start_series(rt.label, self.consumer)
@@ -298,12 +300,14 @@ class Worker:
             rt.timers.cleanup.restart(now)
 
     def shutdown(self) -> None:
-        """Leave cleanly: final snapshot if lease holder, release lease, drop heartbeat,
-        delete this consumer from the group if it has nothing pending."""
+        """Leave cleanly: final snapshot if lease holder, release lease, publish token names
+        counted since the last time, drop heartbeat, delete this consumer from the group if
+        it has nothing pending."""
         for rt in self.models.values():
             rt.series(self.metrics.worker_up).set(0)
             try:
                 rt.replica.catch_up()
+                publish_token_names(rt)
                 if rt.snapshotter.holder:
                     rt.snapshotter.maybe_write(rt.replica, final=True)
                     rt.snapshotter.release()
@@ -396,6 +400,7 @@ class Worker:
             self.guard.failed.add(rt.name)  # its group is being made again: soon
             return 0
         housekeeping(rt, served)
+        rt.train_token = move_training(rt.client, rt.keys, self.options.batch, rt.config.training)
         n = claim_idle_entries(rt)
         if rt.pending_phase:
             n += redo_pending(rt)
@@ -406,7 +411,8 @@ class Worker:
         deadline = time.monotonic() + timeout
         while True:
             n = self.step(block_ms)
-            if n == 0 and all(all_done(self.client, rt.keys) for rt in self.models.values()):
+            if n == 0 and all(all_done(self.client, rt.keys) and training_done(
+                    self.client, rt.keys, rt.config.training) for rt in self.models.values()):
                 break
             if time.monotonic() > deadline:
                 raise TimeoutError(f"worker {self.consumer} not idle after {timeout}s")
@@ -428,13 +434,6 @@ class Worker:
             return False
         self.check_keys = False
         return True
-
-
-def settle_and_tail(rt: ModelRuntime) -> None:
-    """Read the reply of the model's commit on the wire, account for it, then apply the
-    log."""
-    account(rt, settle(rt)[1])
-    rt.tail()
 
 
 def read_models(reader: Any, consumer: str, rts: list[ModelRuntime], count: int, block_ms: int,

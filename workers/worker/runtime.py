@@ -110,6 +110,9 @@ class ModelRuntime:
         #: a reconnect or an error); ``isolate``: one at a time (after an unexpected error).
         self.pending_phase = True
         self.isolate = False
+        #: The token of the entries moved from ``:train`` (workers/store/training.py), once
+        #: a move ran; None while none has, and for a model stored with ``training: in``.
+        self.train_token: str | None = None
         #: Where the next claim of idle entries starts.
         self.claim_cursor = "0-0"
         #: ``replica.applied`` when the observer last looked at the model.
@@ -125,6 +128,9 @@ class ModelRuntime:
         #: The worker's replicas held in memory, this one's among them (None: held for
         #: good, as a shard's): :meth:`use_replica`.
         self.replicas = replicas
+        if replicas is not None:  # loaded if it fits; held with a commit or batch in hand
+            replicas.add(self.name, self.replica,
+                         lambda: self.wire.in_flight is not None or self.read_ahead is not None)
 
     @property
     def predictor(self) -> Any:

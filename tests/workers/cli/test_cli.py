@@ -29,7 +29,7 @@ TRAIN = [("cheap meds online now", "spam"), ("win money cheap pills", "spam"),
          ("lunch on monday with the team", "ham")]
 STATUS_KEYS = {"model", "exists", "redis", "kind", "config", "classes", "learnt_total", "version",
                "streams", "lag", "lag_exact", "pending", "dead_letters", "snapshot", "workers",
-               "learnt", "received", "predicted", "model_version", "recent", "shards"}
+               "learnt", "received", "predicted", "model_version", "recent", "shards", "training_waiting"}
 
 
 def cli(*args, env=None, timeout=60):
@@ -92,6 +92,13 @@ BAD_ARGUMENTS = [
     (["worker", "--model", "m", "--kind", "gaussian", "--alpha", "1", "--redis", "redis://127.0.0.1:1/0"],
      "--alpha does not apply to a gaussian model"),
     (["worker", "--order-wait-ms", "-5"], "expected a whole number >= 0, got -5"),
+    (["worker", "--target-fpr", "1.5"], "--target-fpr expects a rate between 0 and 1"),
+    (["worker", "--calibration", "beta"], "invalid choice: 'beta'"),
+    (["worker", "--score-window", "10"], "expected 100..1000000 messages, got 10"),
+    (["worker", "--model", "m", "--target-fpr", "0.01", "--threshold", "1",
+      "--redis", "redis://127.0.0.1:1/0"], "give --target-fpr or --threshold/--loss-matrix"),
+    (["worker", "--model", "m", "--calibration", "isotonic", "--shards", "2",
+      "--redis", "redis://127.0.0.1:1/0"], "need a model of one shard"),
 ]
 
 
