@@ -30,8 +30,11 @@ runs about as many instructions per message as bare parsing, yet takes longer: i
 the L2 about ten times as often).
 
 A/B against an older commit: ``git worktree add /tmp/before <rev>``, build its C modules
-there, and run ``PYTHONPATH=/tmp/before python -m benchmarks.instructions`` from
-``/tmp/before``.
+there, and run ``PYTHONPATH=/tmp/before python -m benchmarks.instructions --corpus DIR``
+from ``/tmp/before`` (with an editable install, a ``streamnb_workers`` link to ``workers``
+in it, so that the daemon is that tree's too). Give the corpus: its default is found next
+to the tree (``../shared/corpus``), and where there is none the workload runs on a few
+hundred bytes of synthetic mail a message, whose counts say nothing about real mail.
 """
 
 from __future__ import annotations

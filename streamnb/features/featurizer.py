@@ -32,6 +32,7 @@ from streamnb.features.mail import DEFAULT_HEADERS, N_META, MailTokenizer, text_
 from streamnb.features.payload import DEFAULT_FEATURE_LIMITS, PAYLOAD_KINDS, FeatureLimits, Payload
 from streamnb.features.rows import FEATURIZER_FORMAT_VERSION, Row
 from streamnb.features.text import MAX_OSB_WINDOW, WordRules
+from streamnb.features.wire_tokens import WireTokens
 
 __all__ = ["COUNT_MODES", "EmailFeaturizer", "Featurizer", "TextFeaturizer"]
 
@@ -200,7 +201,9 @@ class Featurizer:
         soon as they are made (:meth:`TokenHasher.hashes_of`, while they are still in the
         CPU's caches; the word tokens of raw mail as the tokenizer finds them,
         :meth:`MailTokenizer.analyse` with ``hash_words``), the token lists of tokens
-        payloads in one pass (:meth:`TokenHasher.hash_unique_many`), and every payload's
+        payloads in one pass (:meth:`TokenHasher.hash_unique_many`; tokens hashed as they
+        came on the wire, :class:`~streamnb.features.wire_tokens.WireTokens`, bring their
+        hashes), and every payload's
         hashes masked and sorted in one (:meth:`TokenHasher.unique_buckets_many`).
 
         >>> f = Featurizer(bits=10)
@@ -217,10 +220,11 @@ class Featurizer:
             try:
                 if self.input == "dense" or kind in ("x", "features") or kind not in PAYLOAD_KINDS:
                     out[i] = self._valued_row(kind, value)
-                elif kind == "hashes":
-                    value = np.asarray(value, dtype=np.uint64)
+                elif kind == "hashes" or type(value) is WireTokens:  # (tokens hashed as they came)
+                    n = len(value)
+                    value = value.hashes if kind == "tokens" else np.asarray(value, dtype=np.uint64)
                     if binary:
-                        hashed.append((i, value, self._no_text_meta(value.size), value.size))
+                        hashed.append((i, value, self._no_text_meta(n), n))
                     else:
                         out[i] = self._hashes_row(value)
                 elif not binary:

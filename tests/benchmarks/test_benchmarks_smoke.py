@@ -161,6 +161,20 @@ def test_end_to_end_counts_every_message(tmp_path):
         assert math.isnan(share) or 0 <= share <= 1
 
 
+def test_every_run_is_also_a_share_of_the_empty_consumer():
+    """9,000 msg/s against the best empty consumer (36,000) is 25%; trial by trial each
+    against the empty consumer of its own trial: 9,000 / 30,000 and 8,000 / 36,000."""
+    from benchmarks._empty_consumer import EmptyConsumer
+
+    one = end_to_end.E2EResult("tokens", 1, 9_750, 9_000.0, 0)
+    report = {"results": [one], "refs": {}, "messages": 9_750, "cores": 2,
+              "trials": {("tokens", 1): [9_000.0, 8_000.0]},
+              "empty": {"tokens": [EmptyConsumer(9_750, 30_000.0, 25.0), EmptyConsumer(9_750, 36_000.0, 22.0)]}}
+    line = next(x for x in end_to_end.summary(report) if "the empty consumer" in x)
+    assert "36,000 msg/s, 22.0 us" in line and ": 25%, trial by trial: 30%, 22%" in line
+    assert end_to_end.empty_share(report, one) == 0.25
+
+
 def test_the_rate_window_leaves_out_a_late_worker_and_the_end_of_the_run():
     """Worked by hand: w0 commits 100 outputs at 0, 100, ..., 1000 ms; w1 starts 400 ms
     late and commits at 400, 500, ..., 1400. Both commit from 400 to 1000: after the
@@ -781,3 +795,14 @@ def test_users_run_serves_every_user_and_times_the_cold_ones():
     assert run.messages == 24 and run.per_second > 0
     assert len(run.cold_first_ms) == len(run.cold_next_ms) == 2
     assert run.rss_mib >= run.idle_rss_mib > 0
+
+
+@needs_redis
+@pytest.mark.redis
+def test_tune_runs_streamnb_tune_on_the_replays_history(capsys):
+    from benchmarks import tune
+
+    assert tune.main(["--limit", "120", "--workers", "1", "--runs", "accuracy;fpr=0.001 100"]) == 0
+    out = capsys.readouterr().out
+    assert "$ streamnb tune --redis URL --model mail --goal accuracy\nhistory: 120 entries read" in out
+    assert "needs at least 2995; no proposal\n(exit 1)" in out

@@ -81,19 +81,27 @@ def served(tmp_path_factory):
             stop(worker)
 
 
-def run_procmail(tmp_path: Path, url: str, raw: bytes, timeout: float = 10) -> tuple[int, Path]:
-    """Deliver ``raw`` with the documented recipe (install paths replaced) as the private
-    rcfile's only rules; returns (procmail's exit code, the home directory)."""
+def mail_home_and_recipe(tmp_path: Path, heading: str, url: str,
+                         timeout: float) -> tuple[Path, str]:
+    """A mail user's home (an inbox and a Junk maildir) and the recipe under ``heading`` in
+    docs/operations.md with its install path and settings file replaced by the test's."""
     home = tmp_path / "home"
     for box in ("Maildir", "Maildir/.Junk"):  # as a mail user has them
         for sub in ("cur", "new", "tmp"):
             (home / box / sub).mkdir(parents=True)
     settings = tmp_path / "filter.toml"
     settings.write_text(f'[predict]\nredis = "{url}"\nmodel = "mail"\ntimeout = {timeout}\n')
-    recipe = doc_block("### procmail")
+    recipe = doc_block(heading)
     for old, new in ((INSTALLED, str(STREAMNB)), (FILTER_TOML, str(settings))):
         assert recipe.count(old) == 1, old
         recipe = recipe.replace(old, new)
+    return home, recipe
+
+
+def run_procmail(tmp_path: Path, url: str, raw: bytes, timeout: float = 10) -> tuple[int, Path]:
+    """Deliver ``raw`` with the documented recipe (install paths replaced) as the private
+    rcfile's only rules; returns (procmail's exit code, the home directory)."""
+    home, recipe = mail_home_and_recipe(tmp_path, "### procmail", url, timeout)
     rcfile = tmp_path / "procmailrc"
     # What a user's ~/.procmailrc gets from procmail itself (which sets HOME from the
     # user's passwd entry): the home, where the inbox is, a log.
@@ -255,16 +263,7 @@ MAILDROP = shutil.which("maildrop") or ("/usr/bin/maildrop"
 def run_maildrop(tmp_path: Path, url: str, raw: bytes, timeout: float = 10) -> tuple[int, Path]:
     """Deliver ``raw`` with the documented ~/.mailfilter (install paths replaced) as the
     filter file's only rules; returns (maildrop's exit code, the home directory)."""
-    home = tmp_path / "home"
-    for box in ("Maildir", "Maildir/.Junk"):
-        for sub in ("cur", "new", "tmp"):
-            (home / box / sub).mkdir(parents=True)
-    settings = tmp_path / "filter.toml"
-    settings.write_text(f'[predict]\nredis = "{url}"\nmodel = "mail"\ntimeout = {timeout}\n')
-    recipe = doc_block("### maildrop")
-    for old, new in ((INSTALLED, str(STREAMNB)), (FILTER_TOML, str(settings))):
-        assert recipe.count(old) == 1, old
-        recipe = recipe.replace(old, new)
+    home, recipe = mail_home_and_recipe(tmp_path, "### maildrop", url, timeout)
     rcfile = home / ".mailfilter"
     # what maildrop takes from the user's account (run as root, it sets HOME from root's
     # passwd entry): the home, where the inbox is

@@ -15,9 +15,10 @@ import argparse
 import math
 from collections.abc import Callable
 
+from streamnb_workers.replication.challenger import parse_spec
 from streamnb_workers.wire.codec import DEFAULT_MAX_ENTRY_BYTES
 
-__all__ = ["finite_float", "float_list", "non_negative_float", "non_negative_int", "number_in",
+__all__ = ["challenger_spec", "finite_float", "float_list", "non_negative_float", "non_negative_int", "number_in",
            "octal_mode", "port", "positive_int", "shrinkage", "whole_number_in"]
 
 
@@ -146,4 +147,23 @@ def octal_mode(text: str) -> str:
         raise argparse.ArgumentTypeError(f"expected an octal mode like 660, got {text!r}") from None
     if not 0 <= mode <= 0o777:
         raise argparse.ArgumentTypeError(f"expected an octal mode 0..777, got {text!r}")
+    return text
+
+
+def challenger_spec(text: str) -> str:
+    """A challenger SPEC (``key=value`` pairs, workers/replication/challenger.py), as given;
+    which keys the model takes is checked when the worker reads its config.
+
+    >>> challenger_spec("alpha=0.5,osb=5")
+    'alpha=0.5,osb=5'
+    >>> challenger_spec("alpha")
+    Traceback (most recent call last):
+    ...
+    argparse.ArgumentTypeError: expected key=value pairs such as alpha=0.5,osb=5, got 'alpha'
+    """
+    try:
+        parse_spec(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected key=value pairs such as alpha=0.5,osb=5, got {text!r}") from None
     return text

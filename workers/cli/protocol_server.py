@@ -32,9 +32,10 @@ from streamnb_workers.cli.supervisor import serve_metrics
 from streamnb_workers.milter.policy import Policy
 from streamnb_workers.protocols.limits import Limits
 from streamnb_workers.protocols.mail_service import MailService, Scale
-from streamnb_workers.protocols.users import ModelChooser
+from streamnb_workers.protocols.users import ModelChooser, UserNames
 from streamnb_workers.store.connection import is_access_error
 from streamnb_workers.store.keys import check_model_name
+from streamnb_workers.store.user_models import DOMAIN_TEMPLATE, USER_TEMPLATE
 
 __all__ = ["add_server_options", "limits_from_args", "parse_host_port", "serve",
            "service_from_args"]
@@ -77,9 +78,31 @@ def add_server_options(p: argparse.ArgumentParser, default_listen: str) -> None:
                default=30.0, metavar="SECONDS",
                help="a client silent this long is cut off (and a request must arrive "
                     "within 4 x this)")
+    add_user_options(p)
     add_option(p, "--metrics-port", type=port, default=0,
                help="Prometheus port of the server's metrics (0: none)")
     add_option(p, "--metrics-addr", default="127.0.0.1", help="address the metrics server binds")
+
+
+def add_user_options(p: argparse.ArgumentParser) -> None:
+    """``--per-user`` and its templates (docs/operations.md, "Per-user models")."""
+    add_option(p, "--per-user", action="store_true",
+               help="score each user's (recipient's) mail with its per-user, else per-domain "
+               "model where one is registered; what a user teaches goes to its own model")
+    add_option(p, "--user-template", default=USER_TEMPLATE, metavar="TEMPLATE",
+               help="a user's model name from {model}, {local} and {domain} (escaped)")
+    add_option(p, "--domain-template", default=DOMAIN_TEMPLATE, metavar="TEMPLATE",
+               help="a domain's model name from {model} and {domain} (escaped)")
+
+
+def user_names_from_args(args: argparse.Namespace, model: str) -> UserNames | None:
+    """The per-user model names of ``model`` the options describe (None: no ``--per-user``)."""
+    if not args.per_user:
+        return None
+    try:
+        return UserNames(model, args.user_template, args.domain_template)
+    except ValueError as exc:
+        raise SettingsError(str(exc)) from None
 
 
 def limits_from_args(args: argparse.Namespace) -> Limits:
@@ -98,7 +121,7 @@ def service_from_args(args: argparse.Namespace, env: Mapping[str, str], name: st
     except ValueError as exc:
         raise SettingsError(str(exc)) from None
     settings = redis_from_args(args, env, client_name=f"streamnb-{name}-{os.getpid()}")
-    return MailService(settings, ModelChooser(model),
+    return MailService(settings, ModelChooser(model, user_names_from_args(args, model)),
                        policy=Policy(positive=args.positive),
                        scale=Scale(args.required_score, args.score_scale),
                        timeout=args.timeout, max_size=args.max_size, id_prefix=name)

@@ -80,10 +80,12 @@ def worker_options(args: argparse.Namespace) -> Any:
                          dead_maxlen=args.dead_maxlen, max_bytes=args.max_bytes,
                          explain=args.explain, token_names=args.token_names,
                          token_names_every=args.token_names_every,
+                         challenger=args.challenger,
                          healthz_grace_s=args.healthz_grace,
                          learnt_keys_max=args.learnt_keys_max,
                          replica_memory=args.replica_memory,
-                         model_metrics=args.model_metrics)
+                         model_metrics=args.model_metrics, per_user_s=args.per_user,
+                         user_min_weight=args.user_min_weight)
 
 
 def _auth_error(exc: BaseException) -> bool:

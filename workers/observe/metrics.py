@@ -230,6 +230,13 @@ class Metrics:
         self.operating_negatives = Gauge(
             "operating_point_negatives", "Labelled negatives (ham) the operating point was "
             "fitted on", MW, **r)
+        # ---- challenger (--challenger SPEC; McNemar's b: right="champion", c: "challenger")
+        self.challenger_paired = Counter(
+            "challenger_paired", "Labelled messages by which of the model (champion) and the "
+            "challenger got them right: both, champion, challenger, neither", (*MW, "right"), **r)
+        self.challenger_verdicts = Counter(
+            "challenger_verdicts", "Labelled messages by side (champion, challenger), true "
+            "class and verdict", (*MW, "side", "class", "predicted"), **r)
 
 
     def start_series(self, model: str, worker: str) -> None:

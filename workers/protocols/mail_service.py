@@ -44,6 +44,7 @@ from streamnb_workers.client.verdicts import VerdictClient, score_of
 from streamnb_workers.milter.policy import Outcome, Policy, score_mail
 from streamnb_workers.protocols.users import ModelChooser
 from streamnb_workers.store.connection import RedisSettings
+from streamnb_workers.store.keys import ModelKeys
 from streamnb_workers.wire.learn_keys import decode_record, known_keys
 
 __all__ = ["Check", "LearnRefused", "MailService", "Scale", "positive_label"]
@@ -142,9 +143,16 @@ class MailService:
         """PING Redis (raises redis errors)."""
         self._client.ping()
 
+    def model_for(self, user: str | None) -> str:
+        """The model that scores ``user``'s mail (the global one while Redis cannot say)."""
+        try:
+            return self.chooser.model_for(user, self._client)
+        except redis.RedisError:
+            return self.chooser.default
+
     def check(self, raw: bytes, user: str | None = None) -> Check:
         """Score ``raw`` for ``user`` within the timeout (never raises for a mail)."""
-        model = self.chooser.model_for(user)
+        model = self.model_for(user)
         outcome = score_mail(self.verdict_client(model), self.policy, raw, self.timeout)
         prediction = outcome.prediction
         if outcome.failure is not None or prediction is None:
@@ -157,7 +165,9 @@ class MailService:
         """Learn ``raw`` as ``label``: True when sent to be learnt (new, or a correction),
         False when its key was learnt with that label already. Raises LearnRefused for
         what is not mail or a label the model does not declare, redis errors as they come."""
-        model = self.chooser.model_for(user)
+        model = self.chooser.learning_model(user, self._client)
+        if model != self.chooser.default:
+            self._await_config(model)
         try:
             report = produce_stdin(self._client, model, raw, label=label,
                                    max_bytes=self.max_size, id_prefix=self.id_prefix)
@@ -173,7 +183,7 @@ class MailService:
 
     def forget(self, raw: bytes, user: str | None = None) -> bool:
         """Unlearn ``raw``: True when a forget was sent, False when its key is not learnt."""
-        model = self.chooser.model_for(user)
+        model = self.chooser.model_for(user, self._client)
         report = forget(self._client, model, ["-"], stdin=io.BytesIO(raw), stderr=io.StringIO())
         if report.sent:
             self._wait(model, raw, lambda labels: not labels, "forgotten")
@@ -188,6 +198,17 @@ class MailService:
         records = [known_keys(self._client, shard.learnt_keys, [key]).get(key)
                    for shard in shard_keys(self._client, model)]
         return [decode_record(r)[0] for r in records if r is not None]
+
+    def _await_config(self, model: str) -> None:
+        """Wait (up to the timeout) until the workers have created the config of the
+        per-user model ``model`` just registered (it says where its labels go)."""
+        deadline = time.monotonic() + self.timeout
+        while not self._client.exists(ModelKeys(model).config):
+            if time.monotonic() > deadline:
+                raise LearnRefused(f"no worker created the per-user model {model!r} within "
+                                   f"{self.timeout:g} s: are the workers of "
+                                   f"{self.chooser.default!r} run with --per-user?")
+            time.sleep(0.005)
 
     def _wait(self, model: str, raw: bytes, done: Any, what: str) -> None:
         deadline = time.monotonic() + self.timeout

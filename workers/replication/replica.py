@@ -14,7 +14,9 @@ Log entries (field ``data``, msgpack):
   ``"h": [int, ...]``: the score codes of the batch's labelled predictions, in their order
   (``streamnb.operating_point.ScoreWindow.code``), added to the replica's window; such an
   entry is written even when the batch learnt nothing (every key learnt before).
+  With a challenger (workers/replication/challenger.py), ``"c"``: the challenger's bundle.
 - ``{"t": "decay", "g": float}``: multiply every learnt weight by ``g`` (forgetting).
+- ``{"t": "promote", "s": SPEC}``: the challenger SPEC becomes the model (its config too).
 - ``{"t": "drop", "c": label}``: remove class ``c`` and everything learnt under it
   (``GenerativeClassifier.remove_class``; a class the model does not hold: nothing). A
   delta's ``sub`` rows of a class the model does not hold (after its ``add``) went with
@@ -48,30 +50,30 @@ from typing import Any
 
 import msgpack
 
-from streamnb.encoding import dumps, loads
 from streamnb.exceptions import FormatError
-from streamnb.operating_point import DEFAULT_WINDOW, N_BINS, ScoreWindow
+from streamnb.operating_point import DEFAULT_WINDOW, ScoreWindow
 from streamnb.stats.bundle import StatsBundle
+from streamnb_workers.replication.challenger import promoted
+from streamnb_workers.replication.log_entries import (
+    decode_log_entry,
+    encode_class_drop,
+    encode_decay,
+    encode_delta,
+    score_codes,
+    without_removed,
+)
 from streamnb_workers.store.keys import ModelKeys
 from streamnb_workers.store.model_config import ModelConfig
 from streamnb_workers.wire.replies import as_str, entry_field
 from streamnb_workers.wire.stream_ids import entry_time, parse_id
 
+__all__ = ["Replica", "decode_log_entry", "encode_class_drop", "encode_decay", "encode_delta",
+           "log_complete", "score_window_for", "snapshot_age"]
+
 log = logging.getLogger(__name__)
 
 #: Log entries fetched per XRANGE while catching up.
 TAIL_CHUNK = 500
-
-
-def encode_delta(add: StatsBundle | None, sub: StatsBundle | None, n_learnt: int,
-                 worker: str, batch: str, score_codes: list[int] | None = None) -> bytes:
-    """A delta log entry (see the module docstring)."""
-    entry = {"t": "delta", "add": add.to_bytes() if add is not None else None,
-             "sub": sub.to_bytes() if sub is not None else None,
-             "n": int(n_learnt), "w": worker, "b": batch}
-    if score_codes:
-        entry["h"] = [int(c) for c in score_codes]
-    return dumps(entry)
 
 
 def score_window_for(config: ModelConfig) -> ScoreWindow | None:
@@ -83,41 +85,6 @@ def score_window_for(config: ModelConfig) -> ScoreWindow | None:
     return ScoreWindow(size=int(d.get("score_window") or DEFAULT_WINDOW),
                        score=d.get("score", "log_odds"), target_fpr=d.get("target_fpr"),
                        calibration=d.get("calibration"))
-
-
-def _score_codes(entry: dict[str, Any]) -> list[int]:
-    """A delta's score codes, checked (FormatError before any change)."""
-    codes = entry.get("h") or []
-    if not isinstance(codes, list) or not all(
-            isinstance(c, int) and not isinstance(c, bool) and 0 <= c < 2 * N_BINS for c in codes):
-        raise FormatError("score codes must be a list of ints in range")
-    return codes
-
-
-def encode_decay(g: float) -> bytes:
-    """A decay log entry: multiply every learnt weight by ``g``."""
-    return dumps({"t": "decay", "g": float(g)})
-
-
-def encode_class_drop(label: Any) -> bytes:
-    """A class removal log entry: remove class ``label``."""
-    return dumps({"t": "drop", "c": label})
-
-
-def decode_log_entry(data: bytes) -> dict[str, Any]:
-    obj = loads(data)
-    if not isinstance(obj, dict) or obj.get("t") not in ("delta", "decay", "drop"):
-        raise FormatError("log entry is not a delta, decay or drop map")
-    return obj
-
-
-def without_removed(model: Any, sub: StatsBundle) -> StatsBundle:
-    """``sub`` without the rows of classes ``model`` does not hold (removed since the
-    rows were learnt: they went with their class)."""
-    held = model.stats["classes"].labels
-    for label in [lab for lab in sub["classes"].labels if lab not in held]:
-        sub.remove_class(label)
-    return sub
 
 
 def log_complete(client: Any, keys: ModelKeys) -> bool:
@@ -168,6 +135,8 @@ class Replica:
         #: The statistics were dropped to save memory (workers/replication/replica_cache.py):
         #: :attr:`model` is None, nothing is applied, :meth:`load` brings it back.
         self.evicted = False
+        #: The challenger learnt from the same entries (workers/replication/challenger.py).
+        self.challenger: Any = None
 
     # ------------------------------------------------------------------ loading
     def load(self) -> Replica:
@@ -182,6 +151,8 @@ class Replica:
         :meth:`load`, :meth:`catch_up` and :meth:`apply_own` do nothing. Loaded again,
         the replica is the snapshot plus the log after it, as any replica."""
         self.model = None
+        if self.challenger is not None:  # (reset from the snapshot at the load)
+            self.challenger.model = None
         self.evicted = True
 
     def _load_snapshot(self) -> None:
@@ -190,6 +161,8 @@ class Replica:
             self.model = self.config.make_model()
             self.scores = score_window_for(self.config)
             self.version = "0-0"
+            if self.challenger is not None:
+                self.challenger.reset()
             self._changed()
             return
         h = {as_str(k): v for k, v in h.items()}
@@ -199,6 +172,8 @@ class Replica:
             self._snapshot_unreadable(h, exc)
             return
         self.model = model
+        if self.challenger is not None:
+            self.challenger.reset(h.get("challenger"))
         self.scores = self._decode_scores(h.get("scores"))
         self.version = version
         self.snapshot_version = self.version
@@ -253,6 +228,8 @@ class Replica:
                       "the model from %s, which was never trimmed", self.keys.name,
                       self.keys.snapshot, exc, self.keys.log)
             self.model = self.config.make_model()
+            if self.challenger is not None:  # rebuilt from the whole log with the model
+                self.challenger.reset()
             self.scores = score_window_for(self.config)
             self.version = "0-0"
             self.snapshot_version = "0-0"
@@ -379,6 +356,13 @@ class Replica:
                 if not isinstance(g, (int, float)) or isinstance(g, bool) or not 0.0 < g <= 1.0:
                     raise FormatError(f"decay factor must be a number in (0, 1], got {g!r}")
                 self.model.decay(float(g))
+                if self.challenger is not None:
+                    self.challenger.model.decay(float(g))
+                self._changed()
+            elif entry["t"] == "promote":  # the challenger becomes the model
+                if promoted(self.challenger, entry.get("s"), self.keys.name, entry_id):
+                    self.model, self.config = self.challenger.model, self.challenger.config
+                    self.challenger, self.scores = None, score_window_for(self.config)
                 self._changed()
             elif entry["t"] == "drop":
                 label = entry.get("c")
@@ -387,6 +371,8 @@ class Replica:
                 if self.model.remove_class(label):
                     log.info("model %s: class %r removed (log entry %s)", self.keys.name,
                              label, entry_id)
+                if self.challenger is not None:
+                    self.challenger.model.remove_class(label)
                 self._changed()
             else:
                 n = entry.get("n", 0)
@@ -397,9 +383,12 @@ class Replica:
                 for delta in (add, sub):
                     if delta is not None:
                         self.model.stats.check_mergeable(delta)
-                codes = _score_codes(entry)
+                codes = score_codes(entry)
+                ch = self.challenger.check(entry) if self.challenger is not None else None
                 if add is not None:
                     self.model.merge_stats(add)
+                if ch is not None:
+                    self.challenger.model.merge_stats(ch)
                 if sub is not None:
                     self.model.subtract_stats(without_removed(self.model, sub))
                 self.learnt += n

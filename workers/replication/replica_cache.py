@@ -16,6 +16,12 @@ entry after it, applied in log order.
   statistics to rebuild it) is not evicted until that is settled.
 - Replicas not registered (the shards of a sharded model, summed by
   workers/replication/shards.py) are held for good and not counted.
+- A *pinned* replica (:meth:`pin`: the global model's, which every per-user
+  :class:`~streamnb_workers.replication.user_sum.UserSum` reads) is never evicted; it is
+  counted.
+- What a replica's model derives and holds beside it (:meth:`attach`: a per-user model's
+  summed user+global model) is counted with it and dropped when it is evicted, as is its
+  challenger's model (workers/replication/challenger.py).
 
 >>> import fakeredis
 >>> import numpy as np
@@ -107,6 +113,10 @@ class ReplicaCache:
         self.load_s = 0.0
         #: Called after each change of what is held (metrics).
         self.on_change = on_change
+        #: Names never evicted (:meth:`pin`).
+        self.pinned: set[str] = set()
+        #: name -> what the replica's model derives (``nbytes()``, ``drop()``): :meth:`attach`.
+        self.derived: dict[str, Any] = {}
 
     @property
     def held(self) -> int:
@@ -128,9 +138,29 @@ class ReplicaCache:
             self._changed()
         else:
             replica.load()
-            self.sizes[name] = model_nbytes(replica.model)
+            self.sizes[name] = self._nbytes(name)
             self.trim(keep=name)
             self._changed()
+
+    def pin(self, name: str) -> None:
+        """Never evict model ``name``'s replica (others read it: a per-user model's sum
+        reads the global model's); it is loaded now if it was evicted."""
+        if name in self.entries:
+            self.use(name)
+            self.pinned.add(name)
+
+    def attach(self, name: str, derived: Any) -> None:
+        """``derived`` (``nbytes()``: bytes it holds, ``drop()``: let them go) is held
+        with model ``name``'s replica: counted in its size, dropped when it is evicted."""
+        self.derived[name] = derived
+        if name in self.sizes:
+            self.measure(name)
+
+    def _nbytes(self, name: str) -> int:
+        derived, replica = self.derived.get(name), self.entries[name][0]
+        return model_nbytes(replica.model) + model_nbytes(
+            getattr(replica.challenger, "model", None)) + (
+            0 if derived is None else derived.nbytes())
 
     def use(self, name: str) -> bool:
         """Model ``name``'s replica, about to predict and learn: loaded from its snapshot
@@ -149,7 +179,7 @@ class ReplicaCache:
             self.load_s = time.perf_counter() - t0
             self.loads += 1
         if loaded or name not in self.sizes:  # (else measured after its last change)
-            self.sizes[name] = model_nbytes(replica.model)
+            self.sizes[name] = self._nbytes(name)
             self.trim(keep=name)
             self._changed()
         return loaded
@@ -165,12 +195,12 @@ class ReplicaCache:
         if not changed and self.applied.get(name) == replica.applied:
             return
         self.applied[name] = replica.applied
-        self.sizes[name] = model_nbytes(replica.model)
+        self.sizes[name] = self._nbytes(name)
         self.trim(keep=name)
         self._changed()
 
     def trim(self, keep: str | None = None) -> int:
-        """Evict the least recently used replicas (not ``keep``, not a busy one) while the
+        """Evict the least recently used replicas (not ``keep``, not a pinned or busy one) while the
         held bytes exceed the budget; returns how many were evicted."""
         if self.budget <= 0:
             return 0
@@ -179,12 +209,14 @@ class ReplicaCache:
         for name in list(self.entries):
             if total <= self.budget:
                 break
-            if name == keep or name not in self.sizes:
+            if name == keep or name not in self.sizes or name in self.pinned:
                 continue
             replica, busy = self.entries[name]
             if busy():
                 continue
             replica.evict()
+            if name in self.derived:
+                self.derived[name].drop()
             total -= self.sizes.pop(name)
             evicted += 1
         self.evictions += evicted
@@ -196,6 +228,8 @@ class ReplicaCache:
         """Forget model ``name`` (no longer served)."""
         self.entries.pop(name, None)
         self.sizes.pop(name, None)
+        self.derived.pop(name, None)
+        self.pinned.discard(name)
         self._changed()
 
     def _changed(self) -> None:

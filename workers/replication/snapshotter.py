@@ -65,6 +65,8 @@ redis.call('HSET', KEYS[2], 'log_id', ARGV[2], 'data', ARGV[3], 'ts', ARGV[4], '
 redis.call('HDEL', KEYS[2], 'restored_at')
 if ARGV[6] ~= '' then redis.call('HSET', KEYS[2], 'scores', ARGV[6])
 else redis.call('HDEL', KEYS[2], 'scores') end
+if ARGV[7] ~= '' then redis.call('HSET', KEYS[2], 'challenger', ARGV[7])
+else redis.call('HDEL', KEYS[2], 'challenger') end
 redis.call('XTRIM', KEYS[3], 'MINID', ARGV[5])
 return 'ok'
 """)
@@ -141,7 +143,8 @@ class Snapshotter:
         minid = trim_point(replica.version, self.margin_ms)
         res = _WRITE(self.client, [self.keys.lease, self.keys.snapshot, self.keys.log],
                      [self.consumer, replica.version, data, repr(time.time()), minid,
-                      replica.scores.to_bytes() if replica.scores is not None else b""])
+                      replica.scores.to_bytes() if replica.scores is not None else b"",
+                      replica.challenger.to_bytes() if replica.challenger is not None else b""])
         res = as_str(res)
         self._last_write = time.monotonic()
         self.applied_at_last = replica.applied

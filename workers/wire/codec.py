@@ -28,10 +28,19 @@ import numpy as np
 from streamnb.encoding import dumps
 from streamnb.exceptions import MalformedMessage
 from streamnb.features.payload import PAYLOAD_KINDS, Payload
+from streamnb.features.wire_tokens import WireTokens, split_tokens
 from streamnb_workers.wire.learn_keys import MAX_KEY_CHARS, message_key
+from streamnb_workers.wire.limits import (
+    DEFAULT_LIMITS,
+    DEFAULT_MAX_ENTRY_BYTES,
+    DEFAULT_MAX_VALUE,
+    DEFAULT_MAX_WEIGHT,
+    Limits,
+)
 
 __all__ = [
     "DEFAULT_LIMITS",
+    "DEFAULT_MAX_ENTRY_BYTES",
     "DEFAULT_MAX_VALUE",
     "DEFAULT_MAX_WEIGHT",
     "InputMessage",
@@ -44,75 +53,21 @@ __all__ = [
 #: The one stream field that holds a message's msgpack map.
 DATA_FIELD = "data"
 
-#: Default bound of one encoded stream entry (8 MiB): what a worker decodes at all. Mail up
-#: to it arrives whole and is cut to ``--max-bytes``; ``streamnb produce`` cuts before sending.
-DEFAULT_MAX_ENTRY_BYTES = 8 << 20
-
-#: Default bound of a message's ``weight`` (``worker --max-weight``). A message adds at most
-#: weight x error_weight x its count of a token (under 8.4e6 in an 8 MiB entry) to one count:
-#: with 1e6 and an error weight of 2 that is below 1.7e13, still an exact integer in float64
-#: (2**53 is 9.0e15), and the float64 ceiling (1.8e308) lies 1e295 such messages away; it
-#: keeps what weights are for (a message standing for many, class rebalancing) and stops one
-#: entry from standing for more than a million messages.
-DEFAULT_MAX_WEIGHT = 1e6
-
-#: Default bound of the magnitude of a ``features`` value or an ``x`` coordinate. The
-#: Gaussian models keep weighted squares and cross products of the values: 1e100 squared,
-#: times the largest weight, is about 1e206, so no count of such messages a stream can hold
-#: reaches the float64 ceiling (1.8e308), where 1e200 squared already overflows.
-DEFAULT_MAX_VALUE = 1e100
-
 _KNOWN_KEYS = frozenset(PAYLOAD_KINDS) | {"id", "label", "weight", "ts", "ref", "meta", "key",
-                                          "forget", "forget_class"}
+                                          "forget", "forget_class", "promote"}
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 
 
-@dataclass(frozen=True, slots=True)
-class Limits:
-    """Bounds on what decoding one entry may cost. Defaults suit mail. (What featurizing
-    it may cost is bounded by :class:`~streamnb.features.FeatureLimits`.)
-
-    >>> Limits().max_message_bytes
-    8388608
-    >>> Limits(max_message_bytes=4096).max_bin_len
-    8388608
-    """
-
-    #: Size of the encoded msgpack map (the ``data`` field). Raw mail under it is decoded
-    #: and then cut to the featurizer's ``max_message_bytes`` (``--max-bytes``), not refused.
-    max_message_bytes: int = DEFAULT_MAX_ENTRY_BYTES
-    #: Longest msgpack string / bytes / array / map (checked by msgpack while decoding).
-    max_str_len: int = DEFAULT_MAX_ENTRY_BYTES
-    max_bin_len: int = DEFAULT_MAX_ENTRY_BYTES
-    max_array_len: int = 100_000
-    max_map_len: int = 100_000
-    #: Items of a ``tokens`` or ``hashes`` payload.
-    max_tokens: int = 50_000
-    #: Entries of a ``features`` map and of an ``x`` vector.
-    max_features: int = 100_000
-    #: Longest label and id (characters).
-    max_label_len: int = 256
-    max_id_len: int = 512
-    #: Largest ``weight`` (``bad_weight`` beyond it).
-    max_weight: float = DEFAULT_MAX_WEIGHT
-    #: Largest magnitude of a ``features`` value or ``x`` coordinate (``too_large`` beyond).
-    max_value: float = DEFAULT_MAX_VALUE
-
-    def __post_init__(self) -> None:
-        for name in ("max_weight", "max_value"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v < math.inf:
-                raise ValueError(f"{name} must be a finite number > 0, got {v!r}")
-
-
-DEFAULT_LIMITS = Limits()
 
 
 @dataclass(slots=True)
 class InputMessage:
     """One validated input message.
 
-    ``payload`` is ``bytes`` for raw, ``str`` for text, a ``list`` of ``str`` for tokens,
+    ``payload`` is ``bytes`` for raw, ``str`` for text, a sequence of ``str`` for tokens
+    (a ``list``, or where the C module is built a
+    :class:`~streamnb.features.wire_tokens.WireTokens`: the tokens hashed from the entry's
+    bytes, decoded only on demand),
     a uint64 ``numpy`` array for hashes (the tokens' 64-bit hashes,
     :func:`streamnb.features.token_hashes`), ``dict[str, float]`` for features and a
     float64 ``numpy`` vector for x; it is None (and ``payload_kind`` is None) for a
@@ -133,6 +88,8 @@ class InputMessage:
     key: str | None = None
     forget: bool = False
     forget_class: str | int | None = None
+    #: ``{"promote": SPEC}``: make the challenger SPEC the model (workers/replication/challenger.py).
+    promote: str | None = None
 
     @property
     def is_labelled(self) -> bool:
@@ -215,7 +172,9 @@ def _weight(v: Any, limits: Limits) -> float:
     return w
 
 
-def _tokens(v: Any, limits: Limits) -> list[str]:
+def _tokens(v: Any, limits: Limits) -> list[str] | WireTokens:
+    if type(v) is WireTokens:  # checked as it was hashed (streamnb.features.wire_tokens)
+        return v
     if not isinstance(v, list):
         raise MalformedMessage("bad_type", "tokens must be a list of str")
     if len(v) > limits.max_tokens:
@@ -303,12 +262,21 @@ def decode_input(
         raise MalformedMessage(
             "too_large", f"message has {len(data)} bytes, the limit is {limits.max_message_bytes}"
         )
-    obj = _unpack(bytes(data), limits)
+    data = bytes(data)
+    # A tokens array is hashed from the entry's bytes, the rest of the map decoded by
+    # msgpack; any entry the C step declines is msgpack's as a whole.
+    split = split_tokens(data, max_tokens=min(limits.max_tokens, limits.max_array_len),
+                         max_str_len=limits.max_str_len, max_map_len=limits.max_map_len)
+    if split is None:
+        obj = _unpack(data, limits)
+    else:
+        obj = _unpack(split[0], limits)
+        obj["tokens"] = split[1]
     if not isinstance(obj, dict):
         raise MalformedMessage("not_a_map", f"expected a msgpack map, got {type(obj).__name__}")
 
     unknown = len(obj.keys() - _KNOWN_KEYS)
-    if obj.get("forget_class") is not None:
+    if obj.get("forget_class") is not None or obj.get("promote") is not None:
         return _class_removal(obj, entry_id, limits, unknown)
     present = [k for k in PAYLOAD_KINDS if obj.get(k) is not None]
     ref = obj.get("ref")
@@ -412,8 +380,11 @@ def _class_removal(obj: dict, entry_id: str, limits: Limits, unknown: int) -> In
     if extra:
         raise MalformedMessage("several_payloads",
                                f"forget_class goes alone, without {', '.join(extra)}")
+    spec = obj.get("promote")
+    if spec is not None and (not isinstance(spec, str) or obj.get("forget_class") is not None):
+        raise MalformedMessage("bad_type", "promote is a challenger's SPEC (str), alone")
     try:
-        label = _label(obj["forget_class"], limits)
+        label = _label(obj["forget_class"], limits) if spec is None else None
     except MalformedMessage as exc:
         raise MalformedMessage(exc.reason, "forget_class: " + exc.detail) from None
     msg_id = obj.get("id", entry_id)
@@ -426,7 +397,7 @@ def _class_removal(obj: dict, entry_id: str, limits: Limits, unknown: int) -> In
         raise MalformedMessage("bad_type", "ts must be a finite number (unix seconds)")
     return InputMessage(entry_id=entry_id, id=msg_id, payload_kind=None, payload=None,
                         ts=None if ts is None else float(ts), unknown_keys=unknown,
-                        forget_class=label)
+                        forget_class=label, promote=spec)
 
 
 # ---------------------------------------------------------------------------- encoding

@@ -38,6 +38,7 @@ from streamnb_workers.observe.metrics import Metrics, default_metrics
 from streamnb_workers.replication.replica_cache import CacheMetrics, ReplicaCache
 from streamnb_workers.replication.shards import ShardSum, shard_names, shard_spec
 from streamnb_workers.replication.snapshotter import delete_consumer_if_idle
+from streamnb_workers.replication.user_sum import UserModelWatch, UserSum
 from streamnb_workers.store.access import check_access
 from streamnb_workers.store.backoff import Backoff
 from streamnb_workers.store.commit import COMMIT_SCRIPT
@@ -65,7 +66,8 @@ from streamnb_workers.worker.intake import (
     ensure_group,
     in_stream_order,
     move_training,
-    read_batches,
+    read_each,
+    read_models,
     training_done,
 )
 from streamnb_workers.worker.options import WorkerOptions
@@ -119,6 +121,7 @@ class Worker:
         self.check_keys = False
         self.replicas = ReplicaCache(self.options.replica_memory,
                                      CacheMetrics(self.metrics, self.consumer))
+        self.users, self.users_due = UserModelWatch(), 0.0  # per-user models: next look
 
     # ------------------------------------------------------------------ lifecycle
     def connect(self) -> None:
@@ -146,7 +149,7 @@ class Worker:
                 spec = replace(spec, explain=self.options.explain)
             cfg = ensure_config(self.client, spec)
             # several models (or shards): no batch held out of turn
-            alone = len(self.specs) == 1 and cfg.shards == 1
+            alone = len(self.specs) == 1 and cfg.shards == 1 and not self.options.per_user_s
             if cfg.shards == 1:
                 self._serve(cfg, alone)
             else:
@@ -157,6 +160,7 @@ class Worker:
                     rt.sum_shards(total)
                 self.sharded[spec.name] = cfg
             self.served.add(spec.name)
+        self._serve_users()
         self.started = True
         self.health.up()
 
@@ -177,6 +181,22 @@ class Worker:
         log.info("worker %s serves model %s (%s) at version %s", self.consumer, cfg.name,
                  cfg.kind, rt.replica.version)
         return rt
+
+    def _serve_users(self) -> None:
+        """Serve the per-user models registered since the last look (user_sum.py)."""
+        if not self.options.per_user_s or time.monotonic() < self.users_due:
+            return
+        self.users_due = time.monotonic() + self.options.per_user_s
+        for model, cfg in self.users.new_models(self.client, list(self.served), self.models):
+            if model in self.sharded:  # (shards are held for good)
+                base = self.models[shard_names(model, self.sharded[model].shards)[0]].summed
+            else:  # the sums read it: never evicted (workers/replication/replica_cache.py)
+                self.models[model].use_replica()
+                self.replicas.pin(model)
+                base = self.models[model].replica
+            rt = self._serve(cfg, False)
+            rt.sum_shards(total := UserSum(cfg, base, rt.replica, self.options.user_min_weight))
+            self.replicas.attach(cfg.name, total)  # counted with the user's, dropped with it
 
     def request_stop(self) -> None:
         """Finish the current batch, commit it, and return from :meth:`run`."""
@@ -327,6 +347,7 @@ class Worker:
         served = list(self.models)
         if self.check_keys and not self._restore_lost_keys():
             return 0
+        self._serve_users()
         guard = self.guard
         guard.active = bool(self.connector.cluster) and len(self.models) > 1
         now = time.monotonic()
@@ -351,7 +372,8 @@ class Worker:
         if not self.stopping and rest:
             wait = 0 if batches or n else block_ms
             if guard.active:  # a read a model, each guarded
-                batches += self._read_each(rest, wait)
+                batches += read_each(guard, self.reader, self.consumer, rest, self.options.batch,
+                                     wait, self._announce_reads)
             else:
                 batches += read_models(self.reader, self.consumer, rest, self.options.batch,
                                        wait, self.connector.cluster, self._announce_reads)
@@ -374,24 +396,6 @@ class Worker:
         """Batches are announced as soon as read when several models are served (one
         model's batch is processed, and announced, right after its read)."""
         return self.options.order_wait_ms > 0 and len(self.models) > 1
-
-    def _read_each(self, rts: list[ModelRuntime], wait_ms: int,
-                   ) -> list[tuple[ModelRuntime, ReadBatch]]:
-        """New entries of each model, a guarded read each (as :func:`read_new` reads a
-        cluster's streams: none waits unless all were empty, then each its share)."""
-        got: list[tuple[ModelRuntime, ReadBatch]] = []
-        for rt in rts:
-            got += self.guard(rt, read_models, self.reader, self.consumer, [rt],
-                              self.options.batch, 0, True, self._announce_reads) or []
-        if got or not wait_ms:
-            return got
-        for rt in self.guard.serving(rts):
-            got = self.guard(rt, read_models, self.reader, self.consumer, [rt],
-                             self.options.batch, max(1, wait_ms // len(rts)), True,
-                             self._announce_reads) or []
-            if got:
-                break
-        return got
 
     def _intake(self, rt: ModelRuntime, served: list[str]) -> int:
         """Model ``rt``'s housekeeping, claims and own pending entries (a model back from
@@ -434,16 +438,3 @@ class Worker:
             return False
         self.check_keys = False
         return True
-
-
-def read_models(reader: Any, consumer: str, rts: list[ModelRuntime], count: int, block_ms: int,
-                cluster: bool, announce: bool) -> list[tuple[ModelRuntime, ReadBatch]]:
-    """New entries of the models ``rts`` (workers/worker/intake.py ``read_batches``), the
-    read's time observed in each model's ``read`` stage that got some."""
-    got, seconds = read_batches(reader, consumer, [(rt.keys, rt.inflight) for rt in rts],
-                                count, block_ms, cluster, announce)
-    for i, _ in got:
-        read = rts[i].stage("read", summed=True)
-        read.add(seconds)
-        read.observe()
-    return [(rts[i], batch) for i, batch in got]

@@ -113,6 +113,9 @@ class WorkerOptions:
     token_names: int = DEFAULT_TOKEN_NAMES
     #: Count the names of one message in this many (each costs a second tokenization).
     token_names_every: int = DEFAULT_TOKEN_NAMES_EVERY
+    #: A challenger learnt from the same entries (workers/replication/challenger.py):
+    #: its SPEC, stored with the model; None: the stored one, if any.
+    challenger: str | None = None
     #: ``/healthz`` on the metrics port fails (503) once Redis has been unreachable for
     #: longer than this (workers/observe/health.py).
     healthz_grace_s: float = DEFAULT_HEALTHZ_GRACE_S
@@ -124,6 +127,13 @@ class WorkerOptions:
     #: ``model="*"`` (a worker serving thousands of per-user models: the series by model
     #: cost about 110 KiB each; docs/observability.md).
     model_metrics: bool = True
+    #: Serve the per-user and per-domain models registered for each model served
+    #: (``streamnb:{M}:users``), looking for new ones this often in seconds; 0: none.
+    #: See docs/worker.md, "Per-user models".
+    per_user_s: float = 0.0
+    #: A per-user model's statistics count in its verdicts once they weigh this much
+    #: (workers/replication/user_sum.py); every worker of a model must be given the same.
+    user_min_weight: float = 10.0
 
     def __post_init__(self) -> None:
         if self.batch < 1:
@@ -149,6 +159,9 @@ class WorkerOptions:
             raise ValueError(f"token_names_every must be >= 1, got {self.token_names_every}")
         if not self.healthz_grace_s > 0:
             raise ValueError(f"healthz_grace_s must be > 0, got {self.healthz_grace_s}")
+        if self.per_user_s < 0 or self.user_min_weight < 0:
+            raise ValueError(f"per_user_s and user_min_weight must be >= 0, got "
+                             f"{self.per_user_s} and {self.user_min_weight}")
         if self.learnt_keys_max < 0:
             raise ValueError(f"learnt_keys_max must be >= 0, got {self.learnt_keys_max}")
         if self.replica_memory < 0:

@@ -31,6 +31,7 @@ from streamnb.encoding import dumps
 from streamnb_workers.observe.metrics import Metrics, MetricSeries, StageTimer
 from streamnb_workers.observe.observer import ModelObserver
 from streamnb_workers.observe.token_names import TokenNames
+from streamnb_workers.replication.challenger import Challenger, stored_spec
 from streamnb_workers.replication.ordering import InflightBoard
 from streamnb_workers.replication.replica import Replica
 from streamnb_workers.replication.replica_cache import ReplicaCache
@@ -90,6 +91,9 @@ class ModelRuntime:
         self.series = MetricSeries(metrics, self.label, self.consumer)
         self.events = EventSink(client, self.keys, self.consumer, o.events_maxlen)
         self.replica = Replica(client, self.keys, config)
+        spec = stored_spec(client, self.keys, o.challenger)
+        self.replica.challenger = None if spec is None or config.shards != 1 else \
+            Challenger(config, spec, o.max_bytes)
         #: The sum of the model's shards when this is one of them (workers/replication/shards.py).
         self.summed: Any = None
         self.replica.on_corrupt = lambda kind, detail: self.series(

@@ -1,6 +1,6 @@
-"""The seam per-user models will use: every request's user goes through one
-``ModelChooser``, and checks, learns and forgets go to the model it names (no worker
-here: what is looked at is where each mail was sent)."""
+"""Every request's user goes through one ``ModelChooser``: learning from an address
+creates and fills its own model, and checks and forgets go to it once it is registered
+(no worker here: what is looked at is where each mail was sent)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 
 from streamnb_workers.milter.policy import Policy
 from streamnb_workers.protocols.mail_service import MailService, Scale
-from streamnb_workers.protocols.users import ModelChooser
+from streamnb_workers.protocols.users import ModelChooser, UserNames
 from streamnb_workers.store.connection import RedisSettings
 from streamnb_workers.store.keys import ModelKeys
 from tests.helpers.milter import mail
@@ -17,16 +17,10 @@ from tests.helpers.milter import mail
 pytestmark = pytest.mark.redis
 
 
-class PerUser(ModelChooser):
-    """A chooser with one user's model: what a per-user template will do."""
-
-    def for_address(self, address: str) -> str:
-        return "alice" if address == "alice@example.org" else self.default
-
-
 @pytest.fixture
 def service(redis_server):
-    svc = MailService(RedisSettings(redis_server.url), PerUser("mail"), policy=Policy(),
+    chooser = ModelChooser("mail", UserNames("mail"))
+    svc = MailService(RedisSettings(redis_server.url), chooser, policy=Policy(),
                       scale=Scale(), timeout=0.2, max_size=65536, id_prefix="spamd")
     yield svc
     svc.close()
@@ -37,15 +31,26 @@ def entries(r, model):
 
 
 def test_each_request_goes_to_the_model_of_its_user(service, redis_server):
+    from streamnb_workers.protocols.mail_service import LearnRefused
+    from streamnb_workers.replication.user_sum import create_user_model
+    from streamnb_workers.store.model_config import ModelSpec, ensure_config
+
     r = redis_server.client()
+    ensure_config(r, ModelSpec("mail", kind="multinomial", featurizer_config={"bits": 8}))
     m = mail("spam", 1)
     assert not service.check(m, "Alice <alice@example.org>").scored  # no worker: timeout
-    assert not service.check(m, "root").scored
+    # learning registers her model and waits for a --per-user worker to create it: none here
+    with pytest.raises(LearnRefused, match="--per-user"):
+        service.learn(m, "spam", "alice@example.org")
+    assert entries(r, "mail.u.alice_40example.org") == []
+    create_user_model(r, "mail", "mail.u.alice_40example.org")  # what the worker does
     service.learn(m, "spam", "alice@example.org")
-    alice, default = entries(r, "alice"), entries(r, "mail")
-    assert [e.get("label") for e in alice] == [None, "spam"]
-    assert [e.get("label") for e in default] == [None]
-    assert alice[1]["id"].startswith("spamd:") and alice[0]["id"].startswith("spamd-")
+    assert not service.check(m, "Alice <alice@example.org>").scored
+    assert not service.check(m, "root").scored
+    alice, default = entries(r, "mail.u.alice_40example.org"), entries(r, "mail")
+    assert [e.get("label") for e in alice] == ["spam", None]
+    assert [e.get("label") for e in default] == [None, None]
+    assert alice[0]["id"].startswith("spamd:") and alice[1]["id"].startswith("spamd-")
     assert service.forget(m, "alice@example.org") is False  # not learnt: nothing sent
 
 

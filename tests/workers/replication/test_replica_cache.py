@@ -14,7 +14,9 @@ from benchmarks.replay_digest import stats_arrays, stats_digest
 from streamnb_workers.observe.metrics import Metrics
 from streamnb_workers.replication.replica_cache import model_nbytes
 from streamnb_workers.replication.shards import load_model
+from streamnb_workers.replication.user_sum import UserSum
 from streamnb_workers.store.keys import ModelKeys
+from streamnb_workers.store.user_models import UserNames, register
 from tests.helpers.redis_server import REDIS_SERVER, RedisServer
 from tests.helpers.workers import count_spec, fast_options, produce, token_messages, url_worker
 
@@ -126,3 +128,64 @@ def test_one_replica_larger_than_the_bound_is_still_served_metrics_pooled(server
                                      {"model": "*", "worker": "w"}) == 40
     assert registry.get_sample_value("streamnb_messages_read_total",
                                      {"model": "big", "worker": "w"}) is None
+
+
+def held_with_sums(worker) -> int:
+    """The arrays of the replicas held and of the summed user+global models held."""
+    total = held_bytes(worker)
+    for rt in worker.models.values():
+        if isinstance(rt.summed, UserSum) and rt.summed._model is not None:
+            total += model_nbytes(rt.summed._model)
+    return total
+
+
+def test_bounded_worker_serving_per_user_models_equals_an_unbounded_one(server):
+    """The global model's replica, which every user's sum reads, is pinned; each user's
+    summed model is counted with the user's replica and dropped when it is evicted."""
+    bounded_url, full_url = server.url[:-2] + "/3", server.url[:-2] + "/4"
+    size = one_replica_bytes(server.url[:-2] + "/5")
+    budget = int(3.5 * size)  # the global, and one user with its sum
+    users = [UserNames("doc").user(f"u{i}@b.org") for i in range(4)]
+    opts = dict(per_user_s=0.001, user_min_weight=3, snapshot_every=4)
+    bounded = url_worker(bounded_url, [count_spec("doc")],
+                         fast_options("b", replica_memory=budget, **opts))
+    full = url_worker(full_url, [count_spec("doc")], fast_options("f", replica_memory=0, **opts))
+    workers = [(bounded, bounded.connector.client()), (full, full.connector.client())]
+    glob = token_messages(50, seed=40)
+    mail = {u: token_messages(30, seed=41 + i, labelled_share=0.7) for i, u in enumerate(users)}
+    for w, c in workers:
+        produce(c, "doc", glob[:20])
+        w.run_until_idle()
+        for u in users:
+            register(c, "doc", u)
+        w.step(0)
+        assert set(users) <= set(w.models)
+    for chunk in range(3):
+        for _, c in workers:  # the global learns between the users' batches
+            produce(c, "doc", glob[20 + 10 * chunk:30 + 10 * chunk])
+        for u in users:
+            part = mail[u][10 * chunk:10 * (chunk + 1)]
+            for _, c in workers:
+                produce(c, u, part)
+            while bounded.step(20):  # one user at a time: each batch evicts another
+                assert not bounded.models["doc"].replica.evicted
+                assert held_with_sums(bounded) <= budget
+            full.run_until_idle()
+    bounded.run_until_idle()
+    assert not bounded.models["doc"].replica.evicted
+    assert held_with_sums(bounded) <= budget
+    cache = bounded.replicas
+    assert cache.evictions >= len(users) and cache.loads >= len(users)
+    summed = [bounded.models[u].summed for u in users]
+    assert all(s.resums > 0 for s in summed)  # the users' parts counted in their verdicts
+    # an evicted user's sum is dropped
+    assert all(s._model is None for u, s in zip(users, summed, strict=True)
+               if bounded.models[u].replica.evicted)
+    assert any(bounded.models[u].replica.evicted for u in users)
+    b_client, f_client = workers[0][1], workers[1][1]
+    for name in ["doc", *users]:
+        got = outputs(b_client, name)
+        assert len(got) == len(mail.get(name, glob))
+        assert got == outputs(f_client, name)  # bit for bit
+    bounded.shutdown()
+    full.shutdown()

@@ -73,7 +73,9 @@ def test_two_workers_featurize_with_the_stored_osb_and_agree(redis_server):
     r = redis_server.client()
     msgs = _text_messages(200, seed=3)
     produce(r, "mail", msgs)
-    # the first worker creates the model with osb; the second gives no featurizer option
+    # the model is made with osb (as the first worker would, before the second starts);
+    # the second worker gives no featurizer option
+    ensure_config(r, _spec(dict(OSB_FCFG)))
     first = url_worker(redis_server.url, [_spec(dict(OSB_FCFG))], fast_options("w0", batch=20))
     second = url_worker(redis_server.url, [ModelSpec("mail")], fast_options("w1", batch=20))
     run_in_threads([first, second])

@@ -28,6 +28,7 @@ from streamnb.features.text import MAX_OSB_WINDOW
 from streamnb.models.io import MODEL_KINDS
 from streamnb_workers.cli import supervisor
 from streamnb_workers.cli.arg_types import (
+    challenger_spec,
     class_list,
     finite_float,
     float_list,
@@ -213,6 +214,16 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     add_option(w, "--model-metrics", action=argparse.BooleanOptionalAction, default=True,
                help="metrics by model (--no-model-metrics: pooled under model=\"*\", for a "
                "worker serving thousands of per-user models)")
+    add_option(w, "--per-user", type=non_negative_float, default=0.0, metavar="SECONDS",
+               help="also serve the per-user and per-domain models registered for each "
+               "--model, looking for new ones every SECONDS (0: none; docs/worker.md)")
+    add_option(w, "--user-min-weight", type=non_negative_float, default=10.0, metavar="W",
+               help="a per-user model's statistics count in its verdicts once they weigh W "
+               "(give every worker of a model the same)")
+    add_option(w, "--challenger", metavar="SPEC", type=challenger_spec,
+               help="learn a challenger from the same entries: key=value pairs overriding "
+               "the model's config (alpha=0.5, osb=5, error_weight=1); stored with the model, "
+               "its verdict goes to :out beside the model's (docs/worker.md)")
     add_option(w, "--processes", type=positive_int, default=1,
                help="run N worker processes under a supervisor that restarts one that dies")
     add_option(w, "--metrics-port", type=port, default=DEFAULT_METRICS_PORT,
