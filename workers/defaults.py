@@ -74,3 +74,8 @@ DEFAULT_LABEL_CACHE_TTL_S = 2 * 86400.0
 
 #: Learn-once keys a model keeps (about 270 bytes of Redis memory each: ~68 MB).
 DEFAULT_LEARNT_KEYS_MAX = 250_000
+
+#: Bytes of model replicas a worker holds in memory (``--replica-memory``): beyond it, the
+#: least recently used are evicted and loaded again on demand (docs/worker.md, "Many
+#: models"). 512 MiB: about 200 replicas of a 2**16-bucket model of two classes.
+DEFAULT_REPLICA_MEMORY = 512 * 2**20

@@ -785,6 +785,19 @@ def test_protocols_client_run_counts_answers_right_and_not_scored():
 
 
 @needs_redis
+def test_users_run_serves_every_user_and_times_the_cold_ones():
+    from benchmarks._users import run_users
+
+    corpus = synthetic_mail(24, seed=3)
+    msgs = end_to_end.repeated_messages(corpus, "tokens", 1)
+    unlabelled = end_to_end.encode_messages(corpus, "tokens", labelled=False)[0]
+    run = run_users(msgs, unlabelled, 6, 8, replica_memory=4096, cold=2, timeout=120)
+    assert run.messages == 24 and run.per_second > 0
+    assert len(run.cold_first_ms) == len(run.cold_next_ms) == 2
+    assert run.rss_mib >= run.idle_rss_mib > 0
+
+
+@needs_redis
 @pytest.mark.redis
 def test_tune_runs_streamnb_tune_on_the_replays_history(capsys):
     from benchmarks import tune

@@ -99,6 +99,30 @@ def max_bytes(text: str) -> int:
     return n
 
 
+#: The units :func:`memory_size` reads.
+SIZE_UNITS = {"": 1, "B": 1, "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40,
+              "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12}
+
+
+def memory_size(text: str) -> int:
+    """A memory size: bytes, or a number with a unit (KiB, MiB, GiB, TiB, KB, MB, GB, TB);
+    0 for none.
+
+    >>> memory_size("512MiB"), memory_size("1.5 GB"), memory_size("0")
+    (536870912, 1500000000, 0)
+    """
+    t = text.strip()
+    number = t.rstrip("KMGTiBb ").strip()
+    unit = t[len(number):].strip().upper()
+    try:
+        n = float(number)
+    except ValueError:
+        n = -1.0
+    if unit not in SIZE_UNITS or not 0 <= n < 2**63 / SIZE_UNITS[unit]:
+        raise argparse.ArgumentTypeError(f"expected a size such as 512MiB or 2GB, got {text!r}")
+    return int(n * SIZE_UNITS[unit])
+
+
 def class_list(text: str) -> list[str] | str:
     """Declared classes, comma separated (``spam,ham``): distinct, non-empty; ``any``:
     any label is a class.

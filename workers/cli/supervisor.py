@@ -82,7 +82,9 @@ def worker_options(args: argparse.Namespace) -> Any:
                          token_names_every=args.token_names_every,
                          challenger=args.challenger,
                          healthz_grace_s=args.healthz_grace,
-                         learnt_keys_max=args.learnt_keys_max, per_user_s=args.per_user,
+                         learnt_keys_max=args.learnt_keys_max,
+                         replica_memory=args.replica_memory,
+                         model_metrics=args.model_metrics, per_user_s=args.per_user,
                          user_min_weight=args.user_min_weight)
 
 

@@ -104,8 +104,7 @@ class Metrics:
             "descheduled or blocked on Redis)", MW, **r)
         self.redis_errors = Counter(
             "redis_errors", "Redis errors by kind (connection, timeout, misconf, readonly, nogroup, "
-            "other)",
-            (*MW, "kind"), **r)
+            "other)", (*MW, "kind"), **r)
         self.reconnects = Counter("redis_reconnects", "Reconnection attempts after an error", MW, **r)
         self.worker_errors = Counter(
             "worker_errors", "Unexpected errors in the worker loop (not Redis being away); the "
@@ -120,9 +119,8 @@ class Metrics:
             MW, buckets=AGE_BUCKETS, **r)
         self.deltas_applied = Counter(
             "log_deltas_applied", "Entries of :log merged into the local model", MW, **r)
-        self.model_version = Gauge(
-            "model_version_timestamp_seconds",
-            "Time part of the last :log id applied (the model version)", MW, **r)
+        self.model_version = Gauge("model_version_timestamp_seconds", "Time part of the last "
+                                   ":log id applied (the model version)", MW, **r)
         self.worker_up = Gauge("worker_up", "1 while the worker loop runs", MW, **r)
         self.redis_up = Gauge(
             "redis_up", "1 while the worker reaches Redis; 0 from a failed round trip until "
@@ -131,11 +129,17 @@ class Metrics:
             "model_reachable", "1 while the worker reaches the Redis node of this model (or "
             "shard); 0 while it waits to reach it again: on a cluster it serves its other "
             "models and shards meanwhile", MW, **r)
+        w = ("worker",)  # ---- the replicas held (workers/replication/replica_cache.py)
+        self.replicas_held = Gauge("replicas_held", "Model replicas held in memory", w, **r)
+        self.replica_bytes = Gauge("replica_bytes", "Bytes of the replicas' arrays", w, **r)
+        self.replica_loads = Counter("replica_loads", "Evicted replicas loaded again", w, **r)
+        self.replica_evictions = Counter("replica_evictions", "Replicas evicted (LRU)", w, **r)
+        self.replica_load_seconds = Histogram("replica_load_seconds", "Time to load a replica", w,
+                                              buckets=STAGE_BUCKETS, **r)
         self.log_rewinds = Counter(
             "log_rewinds", "Times :log was found behind this worker's replica (Redis lost "
             "writes the replica had applied: a crash, or a failover to a replica that "
-            "lagged); the replica reloaded and the lost messages are learnt again, once",
-            MW, **r)
+            "lagged); the replica reloaded and the lost messages are learnt again, once", MW, **r)
         self.redis_restores = Counter(
             "redis_restores", "Times this worker wrote a model's config, consumer group or "
             "snapshot back after Redis came back without them (restarted empty)", MW, **r)

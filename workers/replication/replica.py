@@ -50,34 +50,30 @@ from typing import Any
 
 import msgpack
 
-from streamnb.encoding import dumps, loads
 from streamnb.exceptions import FormatError
-from streamnb.operating_point import DEFAULT_WINDOW, N_BINS, ScoreWindow
+from streamnb.operating_point import DEFAULT_WINDOW, ScoreWindow
 from streamnb.stats.bundle import StatsBundle
 from streamnb_workers.replication.challenger import promoted
+from streamnb_workers.replication.log_entries import (
+    decode_log_entry,
+    encode_class_drop,
+    encode_decay,
+    encode_delta,
+    score_codes,
+    without_removed,
+)
 from streamnb_workers.store.keys import ModelKeys
 from streamnb_workers.store.model_config import ModelConfig
 from streamnb_workers.wire.replies import as_str, entry_field
 from streamnb_workers.wire.stream_ids import entry_time, parse_id
 
+__all__ = ["Replica", "decode_log_entry", "encode_class_drop", "encode_decay", "encode_delta",
+           "log_complete", "score_window_for", "snapshot_age"]
+
 log = logging.getLogger(__name__)
 
 #: Log entries fetched per XRANGE while catching up.
 TAIL_CHUNK = 500
-
-
-def encode_delta(add: StatsBundle | None, sub: StatsBundle | None, n_learnt: int,
-                 worker: str, batch: str, score_codes: list[int] | None = None,
-                 challenger: StatsBundle | None = None) -> bytes:
-    """A delta log entry (see the module docstring)."""
-    entry = {"t": "delta", "add": add.to_bytes() if add is not None else None,
-             "sub": sub.to_bytes() if sub is not None else None,
-             "n": int(n_learnt), "w": worker, "b": batch}
-    if score_codes:
-        entry["h"] = [int(c) for c in score_codes]
-    if challenger is not None:
-        entry["c"] = challenger.to_bytes()
-    return dumps(entry)
 
 
 def score_window_for(config: ModelConfig) -> ScoreWindow | None:
@@ -89,41 +85,6 @@ def score_window_for(config: ModelConfig) -> ScoreWindow | None:
     return ScoreWindow(size=int(d.get("score_window") or DEFAULT_WINDOW),
                        score=d.get("score", "log_odds"), target_fpr=d.get("target_fpr"),
                        calibration=d.get("calibration"))
-
-
-def _score_codes(entry: dict[str, Any]) -> list[int]:
-    """A delta's score codes, checked (FormatError before any change)."""
-    codes = entry.get("h") or []
-    if not isinstance(codes, list) or not all(
-            isinstance(c, int) and not isinstance(c, bool) and 0 <= c < 2 * N_BINS for c in codes):
-        raise FormatError("score codes must be a list of ints in range")
-    return codes
-
-
-def encode_decay(g: float) -> bytes:
-    """A decay log entry: multiply every learnt weight by ``g``."""
-    return dumps({"t": "decay", "g": float(g)})
-
-
-def encode_class_drop(label: Any) -> bytes:
-    """A class removal log entry: remove class ``label``."""
-    return dumps({"t": "drop", "c": label})
-
-
-def decode_log_entry(data: bytes) -> dict[str, Any]:
-    obj = loads(data)
-    if not isinstance(obj, dict) or obj.get("t") not in ("delta", "decay", "drop", "promote"):
-        raise FormatError("log entry is not a delta, decay, drop or promote map")
-    return obj
-
-
-def without_removed(model: Any, sub: StatsBundle) -> StatsBundle:
-    """``sub`` without the rows of classes ``model`` does not hold (removed since the
-    rows were learnt: they went with their class)."""
-    held = model.stats["classes"].labels
-    for label in [lab for lab in sub["classes"].labels if lab not in held]:
-        sub.remove_class(label)
-    return sub
 
 
 def log_complete(client: Any, keys: ModelKeys) -> bool:
@@ -171,15 +132,28 @@ class Replica:
         self.on_change: Callable[..., None] | None = None
         #: The ``trimmed`` mark of a snapshot ignored as corrupt (it must not cause reloads).
         self._ignored_trim: Any = None
+        #: The statistics were dropped to save memory (workers/replication/replica_cache.py):
+        #: :attr:`model` is None, nothing is applied, :meth:`load` brings it back.
+        self.evicted = False
         #: The challenger learnt from the same entries (workers/replication/challenger.py).
         self.challenger: Any = None
 
     # ------------------------------------------------------------------ loading
     def load(self) -> Replica:
         """Load the snapshot (if any), then apply the log after it."""
+        self.evicted, self.learnt = False, 0
         self._load_snapshot()
         self.catch_up()
         return self
+
+    def evict(self) -> None:
+        """Drop the statistics (:attr:`version` stays, as the last one held); until
+        :meth:`load`, :meth:`catch_up` and :meth:`apply_own` do nothing. Loaded again,
+        the replica is the snapshot plus the log after it, as any replica."""
+        self.model = None
+        if self.challenger is not None:  # (reset from the snapshot at the load)
+            self.challenger.model = None
+        self.evicted = True
 
     def _load_snapshot(self) -> None:
         h = self.client.hgetall(self.keys.snapshot)
@@ -254,6 +228,8 @@ class Replica:
                       "the model from %s, which was never trimmed", self.keys.name,
                       self.keys.snapshot, exc, self.keys.log)
             self.model = self.config.make_model()
+            if self.challenger is not None:  # rebuilt from the whole log with the model
+                self.challenger.reset()
             self.scores = score_window_for(self.config)
             self.version = "0-0"
             self.snapshot_version = "0-0"
@@ -276,6 +252,8 @@ class Replica:
         round trip: Redis answers them once the entry is there); 0 if none came, and
         :attr:`waited_s` is how long that round trip took."""
         self.waited_s = 0.0
+        if self.evicted:
+            return 0
         done = 0
         checked = False
         while limit is None or done < limit:
@@ -361,7 +339,7 @@ class Replica:
         >>> rep.apply_own("9999999999999-0", data, prev_id=first), rep.version, rep.learnt
         (True, '9999999999999-0', 2)
         """
-        if not prev_id or prev_id != self.version:
+        if self.evicted or not prev_id or prev_id != self.version:
             return False
         self.apply(entry_id, {"data": data})
         return True
@@ -405,7 +383,7 @@ class Replica:
                 for delta in (add, sub):
                     if delta is not None:
                         self.model.stats.check_mergeable(delta)
-                codes = _score_codes(entry)
+                codes = score_codes(entry)
                 ch = self.challenger.check(entry) if self.challenger is not None else None
                 if add is not None:
                     self.model.merge_stats(add)

@@ -124,13 +124,13 @@ class Snapshotter:
         """A snapshot is due after ``every_n`` new log entries or ``interval_s`` seconds,
         or (``final``, at shutdown) as soon as anything was applied since the last one."""
         new = replica.applied - self.applied_at_last
-        if new <= 0 or replica.version == "0-0":
+        if new <= 0 or replica.version == "0-0" or replica.evicted:
             return False
         return final or new >= self.every_n or time.monotonic() - self._last_write >= self.interval_s
 
     def maybe_write(self, replica: Replica, force: bool = False, final: bool = False) -> bool:
         """Write a snapshot if this worker holds the lease and one is due (or ``force``)."""
-        if not self.holder or not (force or self.due(replica, final)):
+        if not self.holder or replica.evicted or not (force or self.due(replica, final)):
             return False
         return self.write(replica)
 

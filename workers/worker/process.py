@@ -99,6 +99,7 @@ def process_batch(rt: ModelRuntime, entries: list, deliveries: dict[str, int] | 
     ``may_send_ahead``: a full batch's commit may be sent without waiting for its reply
     (:func:`committing.send_ahead`; with ``WorkerOptions.send_ahead``).
     """
+    rt.use_replica()  # loaded again if it was evicted (workers/replication/replica_cache.py)
     received = take_in(rt, entries, deliveries, announced)
     sent = False
     try:
@@ -107,6 +108,8 @@ def process_batch(rt: ModelRuntime, entries: list, deliveries: dict[str, int] | 
     finally:
         if not sent:  # else the settle of the commit on the wire withdraws it
             rt.withdraw(received.announced)
+        if rt.replicas is not None:  # its tables, built by the prediction, counted
+            rt.replicas.measure(rt.name)
     return len(entries)
 
 

@@ -33,6 +33,7 @@ from streamnb_workers.cli.arg_types import (
     finite_float,
     float_list,
     max_bytes,
+    memory_size,
     non_negative_float,
     non_negative_int,
     number_in,
@@ -58,6 +59,7 @@ from streamnb_workers.defaults import (
     DEFAULT_METRICS_ADDR,
     DEFAULT_METRICS_PORT,
     DEFAULT_ORDER_WAIT_MS,
+    DEFAULT_REPLICA_MEMORY,
     DEFAULT_TOKEN_NAMES,
     DEFAULT_TOKEN_NAMES_EVERY,
 )
@@ -205,6 +207,13 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
                "for 'streamnb tokens' (0: none)")
     add_option(w, "--token-names-every", type=positive_int, default=DEFAULT_TOKEN_NAMES_EVERY,
                metavar="S", help="count the token names of one message in S")
+    add_option(w, "--replica-memory", type=memory_size, default=DEFAULT_REPLICA_MEMORY,
+               metavar="SIZE", help="model replicas held in memory (their arrays), e.g. "
+               "512MiB (the default); beyond it the least recently used are dropped and "
+               "loaded again from their snapshot and log for their next batch (0: no bound)")
+    add_option(w, "--model-metrics", action=argparse.BooleanOptionalAction, default=True,
+               help="metrics by model (--no-model-metrics: pooled under model=\"*\", for a "
+               "worker serving thousands of per-user models)")
     add_option(w, "--per-user", type=non_negative_float, default=0.0, metavar="SECONDS",
                help="also serve the per-user and per-domain models registered for each "
                "--model, looking for new ones every SECONDS (0: none; docs/worker.md)")
