@@ -74,3 +74,6 @@ DEFAULT_LABEL_CACHE_TTL_S = 2 * 86400.0
 
 #: Learn-once keys a model keeps (about 270 bytes of Redis memory each: ~68 MB).
 DEFAULT_LEARNT_KEYS_MAX = 250_000
+#: Sources a model keeps apart at most (``worker --max-sources``; docs/worker.md, "Sources"):
+#: each costs one copy of the model's statistics in every worker and in its snapshot.
+DEFAULT_MAX_SOURCES = 16

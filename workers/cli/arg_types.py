@@ -16,9 +16,10 @@ import math
 from collections.abc import Callable
 
 from streamnb_workers.wire.codec import DEFAULT_MAX_ENTRY_BYTES
+from streamnb_workers.wire.learn_sources import check_source
 
 __all__ = ["finite_float", "float_list", "non_negative_float", "non_negative_int", "number_in",
-           "octal_mode", "port", "positive_int", "shrinkage", "whole_number_in"]
+           "octal_mode", "port", "positive_int", "shrinkage", "source_name", "whole_number_in"]
 
 
 def whole_number_in(low: int, high: int | None, what: str = "a whole number",
@@ -123,3 +124,15 @@ def octal_mode(text: str) -> str:
     if not 0 <= mode <= 0o777:
         raise argparse.ArgumentTypeError(f"expected an octal mode 0..777, got {text!r}")
     return text
+
+
+def source_name(text: str) -> str:
+    """A source a producer may name (workers/wire/learn_sources.py).
+
+    >>> source_name("imap")
+    'imap'
+    """
+    try:
+        return check_source(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None

@@ -79,7 +79,7 @@ def worker_options(args: argparse.Namespace) -> Any:
                          explain=args.explain, token_names=args.token_names,
                          token_names_every=args.token_names_every,
                          healthz_grace_s=args.healthz_grace,
-                         learnt_keys_max=args.learnt_keys_max)
+                         learnt_keys_max=args.learnt_keys_max, max_sources=args.max_sources)
 
 
 def _auth_error(exc: BaseException) -> bool:

@@ -10,10 +10,15 @@ Log entries (field ``data``, msgpack):
 - ``{"t": "delta", "add": bytes | None, "sub": bytes | None, "n": int, "w": worker, "b": batch}``:
   merge the encoded StatsBundle ``add``, then subtract ``sub`` (label corrections move a
   message's contribution: +row for the new class in ``add``, -row for the old in ``sub``).
+  With sources (workers/replication/source_parts.py), ``e`` (the default source's epoch)
+  and ``src`` (``[[source, epoch, add, sub], ...]``) say whose contributions they are.
 - ``{"t": "decay", "g": float}``: multiply every learnt weight by ``g`` (forgetting).
+- ``{"t": "forget", "s": source}``: take out everything ``source`` taught
+  (``streamnb forget --source``).
 
 The snapshot (hash ``:snapshot``): ``log_id`` (the last log entry it includes), ``data``
-(``streamnb.models.dumps`` of the model), ``ts``, and ``trimmed`` (the MINID the log was
+(``streamnb.models.dumps`` of the model), ``sources`` (its parts by source, if any),
+``ts``, and ``trimmed`` (the MINID the log was
 trimmed to after writing it). A replica whose version is below ``trimmed`` may have missed
 entries, so it reloads the snapshot; a late joiner does exactly that. A replica whose last
 applied entry is gone although nothing trimmed it (Redis restarted without its last writes,
@@ -34,7 +39,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import msgpack
@@ -43,7 +48,9 @@ from streamnb.encoding import dumps, loads
 from streamnb.exceptions import FormatError
 from streamnb.stats.bundle import StatsBundle
 from streamnb_workers.store.keys import ModelKeys
+from streamnb_workers.replication.source_parts import SourceParts, decode_sources
 from streamnb_workers.store.model_config import ModelConfig
+from streamnb_workers.wire.learn_sources import DEFAULT_SOURCE, Teacher, check_source
 from streamnb_workers.wire.replies import as_str, entry_field
 from streamnb_workers.wire.stream_ids import entry_time, parse_id
 
@@ -54,11 +61,25 @@ TAIL_CHUNK = 500
 
 
 def encode_delta(add: StatsBundle | None, sub: StatsBundle | None, n_learnt: int,
-                 worker: str, batch: str) -> bytes:
-    """A delta log entry (see the module docstring)."""
-    return dumps({"t": "delta", "add": add.to_bytes() if add is not None else None,
-                  "sub": sub.to_bytes() if sub is not None else None,
-                  "n": int(n_learnt), "w": worker, "b": batch})
+                 worker: str, batch: str, epoch: int = 0,
+                 sources: Sequence[tuple[Teacher, Any, Any]] = ()) -> bytes:
+    """A delta log entry (see the module docstring): ``add``/``sub`` of the default
+    source's ``epoch``, ``sources`` the ``((source, epoch), add, sub)`` of the others."""
+    entry = {"t": "delta", "add": add.to_bytes() if add is not None else None,
+             "sub": sub.to_bytes() if sub is not None else None,
+             "n": int(n_learnt), "w": worker, "b": batch}
+    if epoch:
+        entry["e"] = int(epoch)
+    if sources:
+        entry["src"] = [[name, int(e), a.to_bytes() if a is not None else None,
+                         s.to_bytes() if s is not None else None]
+                        for (name, e), a, s in sources]
+    return dumps(entry)
+
+
+def encode_forget_source(source: str) -> bytes:
+    """A log entry that takes out everything ``source`` taught."""
+    return dumps({"t": "forget", "s": check_source(source)})
 
 
 def encode_decay(g: float) -> bytes:
@@ -68,8 +89,8 @@ def encode_decay(g: float) -> bytes:
 
 def decode_log_entry(data: bytes) -> dict[str, Any]:
     obj = loads(data)
-    if not isinstance(obj, dict) or obj.get("t") not in ("delta", "decay"):
-        raise FormatError("log entry is not a delta or decay map")
+    if not isinstance(obj, dict) or obj.get("t") not in ("delta", "decay", "forget"):
+        raise FormatError("log entry is not a delta, decay or forget map")
     return obj
 
 
@@ -93,6 +114,8 @@ class Replica:
         self.keys = keys
         self.config = config
         self.model: Any = config.make_model()
+        #: What each source taught (workers/replication/source_parts.py).
+        self.sources = SourceParts()
         self.version = "0-0"
         #: Log entries applied since this object was created (deltas and decays).
         self.applied = 0
@@ -128,16 +151,18 @@ class Replica:
         h = self.client.hgetall(self.keys.snapshot)
         if not h:
             self.model = self.config.make_model()
+            self.sources = SourceParts()
             self.version = "0-0"
             self._changed()
             return
         h = {as_str(k): v for k, v in h.items()}
         try:
-            model, version = self._decode_snapshot(h)
+            model, version, sources = self._decode_snapshot(h)
         except FormatError as exc:
             self._snapshot_unreadable(h, exc)
             return
         self.model = model
+        self.sources = sources
         self.version = version
         self.snapshot_version = self.version
         self._ignored_trim = None
@@ -145,7 +170,7 @@ class Replica:
         self._changed()
         log.info("model %s: loaded snapshot at log id %s", self.keys.name, self.version)
 
-    def _decode_snapshot(self, h: dict[str, Any]) -> tuple[Any, str]:
+    def _decode_snapshot(self, h: dict[str, Any]) -> tuple[Any, str, SourceParts]:
         # deferred: the model classes (streamnb.models, ~0.8 s) load with the first snapshot
         from streamnb.models import loads as load_model
 
@@ -166,7 +191,14 @@ class Replica:
             fresh.stats.check_mergeable(model.stats)
         except FormatError as exc:
             raise FormatError(f"its statistics do not fit the configured model: {exc}") from None
-        return model, version
+        sources = SourceParts()
+        try:
+            sources.load(h.get("sources"))
+            for part in sources.parts.values():
+                fresh.stats.check_mergeable(part)
+        except (FormatError, ValueError, KeyError, TypeError, msgpack.UnpackException) as exc:
+            raise FormatError(f"its parts by source are unreadable: {exc}") from None
+        return model, version, sources
 
     def _snapshot_unreadable(self, h: dict[str, Any], exc: FormatError) -> None:
         """Ignore a corrupt snapshot if the whole log is there, else refuse with one line."""
@@ -178,6 +210,7 @@ class Replica:
                       "the model from %s, which was never trimmed", self.keys.name,
                       self.keys.snapshot, exc, self.keys.log)
             self.model = self.config.make_model()
+            self.sources = SourceParts()
             self.version = "0-0"
             self.snapshot_version = "0-0"
             self._ignored_trim = h.get("trimmed")
@@ -300,7 +333,10 @@ class Replica:
                 g = entry.get("g")
                 if not isinstance(g, (int, float)) or isinstance(g, bool) or not 0.0 < g <= 1.0:
                     raise FormatError(f"decay factor must be a number in (0, 1], got {g!r}")
-                self.model.decay(float(g))
+                self.model = self.sources.decay(self.config, self.model, float(g))
+                self._changed()
+            elif entry["t"] == "forget":
+                self.model = self.sources.forget(self.config, self.model, check_source(entry.get("s")))
                 self._changed()
             else:
                 n = entry.get("n", 0)
@@ -308,15 +344,15 @@ class Replica:
                     raise FormatError(f"learnt count must be an int >= 0, got {n!r}")
                 add = StatsBundle.from_bytes(entry["add"]) if entry.get("add") is not None else None
                 sub = StatsBundle.from_bytes(entry["sub"]) if entry.get("sub") is not None else None
-                for delta in (add, sub):
-                    if delta is not None:
-                        self.model.stats.check_mergeable(delta)
-                if add is not None:
-                    self.model.merge_stats(add)
-                if sub is not None:
-                    self.model.subtract_stats(sub)
-                self.learnt += n
-                self._changed(add, sub)
+                contributions = decode_sources(entry, add, sub)
+                if contributions is not None:  # with sources: the parts and their sum
+                    self.model = self.sources.apply(self.config, self.model, contributions)
+                    self.learnt += n
+                    self._changed()
+                else:
+                    plain = self._apply_default(add, sub)
+                    self.learnt += n
+                    self._changed(*((add, sub) if plain else ()))
         except (FormatError, ValueError, KeyError, TypeError, msgpack.UnpackException) as exc:
             # Every replica skips the same entry, so they stay equal; say so loudly.
             self.corrupt_entries += 1
@@ -326,6 +362,27 @@ class Replica:
             self._changed()
         self.version = entry_id
         self.applied += 1
+
+    def _apply_default(self, add: StatsBundle | None, sub: StatsBundle | None) -> bool:
+        """A delta of the default source's first epoch; True if applied as merges of the
+        model alone (no sources about: the plain case)."""
+        if self.sources.parts or self.sources.epochs:
+            self.model = self.sources.apply(self.config, self.model,
+                                            [(DEFAULT_SOURCE, 0, add, sub)])
+            return False
+        for delta in (add, sub):
+            if delta is not None:
+                self.model.stats.check_mergeable(delta)
+        if add is not None:
+            self.model.merge_stats(add)
+        if sub is not None:
+            self.model.subtract_stats(sub)
+        return True
+
+    @property
+    def epochs(self) -> dict[str, int]:
+        """The current epoch of each source (workers/wire/learn_sources.py)."""
+        return self.sources.epochs
 
     def _changed(self, add: StatsBundle | None = None, sub: StatsBundle | None = None) -> None:
         if self.on_change is not None:

@@ -46,7 +46,7 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) 
 return 0
 """)
 
-# KEYS: lease, snapshot, log. ARGV: consumer, log id, data, ts, minid.
+# KEYS: lease, snapshot, log. ARGV: consumer, log id, data, ts, minid, sources ("": none).
 _WRITE = LuaScript("""
 local function id(s)
   local ms, seq = string.match(s, '^(%d+)-(%d+)$')
@@ -63,6 +63,8 @@ end
 if #redis.call('XRANGE', KEYS[3], ARGV[2], ARGV[2]) == 0 then return 'missing' end
 redis.call('HSET', KEYS[2], 'log_id', ARGV[2], 'data', ARGV[3], 'ts', ARGV[4], 'trimmed', ARGV[5])
 redis.call('HDEL', KEYS[2], 'restored_at')
+if ARGV[6] == '' then redis.call('HDEL', KEYS[2], 'sources')
+else redis.call('HSET', KEYS[2], 'sources', ARGV[6]) end
 redis.call('XTRIM', KEYS[3], 'MINID', ARGV[5])
 return 'ok'
 """)
@@ -138,7 +140,8 @@ class Snapshotter:
         data = dump_model(replica.model)
         minid = trim_point(replica.version, self.margin_ms)
         res = _WRITE(self.client, [self.keys.lease, self.keys.snapshot, self.keys.log],
-                     [self.consumer, replica.version, data, repr(time.time()), minid])
+                     [self.consumer, replica.version, data, repr(time.time()), minid,
+                      replica.sources.encode()])
         res = as_str(res)
         self._last_write = time.monotonic()
         self.applied_at_last = replica.applied

@@ -29,6 +29,7 @@ from streamnb.encoding import dumps
 from streamnb.exceptions import MalformedMessage
 from streamnb.features.payload import PAYLOAD_KINDS, Payload
 from streamnb_workers.wire.learn_keys import MAX_KEY_CHARS, message_key
+from streamnb_workers.wire.learn_sources import DEFAULT_SOURCE, check_source
 
 __all__ = [
     "DEFAULT_LIMITS",
@@ -47,7 +48,7 @@ DATA_FIELD = "data"
 DEFAULT_MAX_ENTRY_BYTES = 8 << 20
 
 _KNOWN_KEYS = frozenset(PAYLOAD_KINDS) | {"id", "label", "weight", "ts", "ref", "meta", "key",
-                                          "forget"}
+                                          "forget", "source"}
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 
 
@@ -105,6 +106,8 @@ class InputMessage:
     unknown_keys: int = 0
     key: str | None = None
     forget: bool = False
+    #: The source it is learnt under (None: the default source; workers/wire/learn_sources.py).
+    source: str | None = None
 
     @property
     def is_labelled(self) -> bool:
@@ -183,6 +186,16 @@ def _weight(v: Any) -> float:
     if not math.isfinite(w) or w <= 0.0:
         raise MalformedMessage("bad_weight", f"weight must be a finite number > 0, got {w}")
     return w
+
+
+def _source(v: Any) -> str | None:
+    """A producer's ``source``: None for the default one (so no source and
+    ``"default"`` are the same), else the name checked."""
+    try:
+        name = check_source(v, producer=True)
+    except ValueError as exc:
+        raise MalformedMessage("bad_source", str(exc)) from None
+    return None if name == DEFAULT_SOURCE else name
 
 
 def _tokens(v: Any, limits: Limits) -> list[str]:
@@ -304,6 +317,9 @@ def decode_input(
     key = obj.get("key")
     if key is not None and (not isinstance(key, str) or not key or len(key) > MAX_KEY_CHARS):
         raise MalformedMessage("bad_type", f"key must be a non-empty str of at most {MAX_KEY_CHARS} characters")
+    source = obj.get("source")
+    if source is not None:
+        source = _source(source)
     forget = obj.get("forget")
     if forget is not None and not isinstance(forget, bool):
         raise MalformedMessage("bad_type", f"forget must be a boolean, got {type(forget).__name__}")
@@ -356,6 +372,7 @@ def decode_input(
         unknown_keys=unknown,
         key=key,
         forget=bool(forget),
+        source=source,
     )
 
 

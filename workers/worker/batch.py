@@ -176,7 +176,7 @@ def featurize(featurizer: Any, decoded: Decoded) -> Featurized:
     payload = []
     for eid, msg, data in decoded.messages:
         if msg.payload_kind is None:
-            refs.append(LabelRef(eid, msg.ref, msg.label, msg.ts or entry_time(eid)))
+            refs.append(LabelRef(eid, msg.ref, msg.label, msg.ts or entry_time(eid), msg.source))
             ref_data[eid] = data
         else:
             payload.append((eid, msg, data))

@@ -33,6 +33,7 @@ from streamnb_workers.store.commit import (
 )
 from streamnb_workers.store.label_cache import batch_writes, fetch_cached
 from streamnb_workers.wire.learn_keys import known_keys
+from streamnb_workers.wire.learn_sources import DEFAULT_SOURCE
 from streamnb_workers.wire.outputs import encode_dead
 from streamnb_workers.worker.commit_content import CommitContent, PredictedBatch, commit_content
 from streamnb_workers.worker.commit_wire import Built
@@ -73,7 +74,10 @@ def build(rt: ModelRuntime, batch: PredictedBatch, prepared_s: float = 0.0) -> B
             batch.key_state.update(known_keys(rt.client, rt.keys.learnt_keys,
                                               list(dict.fromkeys(unread))))
         content = commit_content(batch, cached, rt.replica.model, rt.featurizer, rt.consumer,
-                                 cache=o.cache_ttl_s > 0, cache_labelled=o.cache_labelled)
+                                 cache=o.cache_ttl_s > 0, cache_labelled=o.cache_labelled,
+                                 epochs=rt.replica.epochs,
+                                 known_sources=set(rt.replica.sources.parts) or {DEFAULT_SOURCE},
+                                 max_sources=o.max_sources)
         if content is None:
             learn.cancel()
             return None
@@ -84,8 +88,9 @@ def _request(rt: ModelRuntime, content: CommitContent, announced: str | None) ->
     """The commit script's request for ``content`` (``announced``: the batch's
     ``:inflight`` field, deleted by the commit)."""
     add, sub = content.add, content.sub
-    log_data = encode_delta(add, sub, content.n_learnt, rt.consumer, uuid.uuid4().hex[:16]) \
-        if (add is not None or sub is not None) else None
+    log_data = encode_delta(add, sub, content.n_learnt, rt.consumer, uuid.uuid4().hex[:16],
+                            content.default_epoch, content.sources) \
+        if (add is not None or sub is not None or content.sources) else None
     writes, registry = [], None
     if content.cache_entries:
         writes, registry = batch_writes(rt.keys, int(rt.options.cache_ttl_s * 1000),

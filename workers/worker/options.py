@@ -19,6 +19,7 @@ from streamnb_workers.defaults import (
     DEFAULT_BATCH_SIZE,
     DEFAULT_LABEL_CACHE_TTL_S,
     DEFAULT_LEARNT_KEYS_MAX,
+    DEFAULT_MAX_SOURCES,
     DEFAULT_ORDER_WAIT_MS,
     DEFAULT_TOKEN_NAMES,
     DEFAULT_TOKEN_NAMES_EVERY,
@@ -68,6 +69,9 @@ class WorkerOptions:
     #: bytes of Redis memory each, docs/worker.md "Learn-once keys"). 0: no keys, every
     #: labelled message is learnt, however often it comes.
     learnt_keys_max: int = DEFAULT_LEARNT_KEYS_MAX
+    #: Sources a model keeps apart at most (docs/worker.md, "Sources"): a label from one
+    #: more is a dead letter ``too_many_sources``.
+    max_sources: int = DEFAULT_MAX_SOURCES
     heartbeat_s: float = 5.0
     #: A heartbeat older than this marks a dead worker.
     stale_s: float = 30.0
@@ -140,6 +144,8 @@ class WorkerOptions:
             raise ValueError(f"token_names_every must be >= 1, got {self.token_names_every}")
         if not self.healthz_grace_s > 0:
             raise ValueError(f"healthz_grace_s must be > 0, got {self.healthz_grace_s}")
+        if self.max_sources < 1:
+            raise ValueError(f"max_sources must be >= 1, got {self.max_sources}")
         if self.learnt_keys_max < 0:
             raise ValueError(f"learnt_keys_max must be >= 0, got {self.learnt_keys_max}")
         if self.max_deliveries < 1:

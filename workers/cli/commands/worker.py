@@ -48,6 +48,7 @@ from streamnb_workers.defaults import (
     DEFAULT_HEALTHZ_GRACE_S,
     DEFAULT_LABEL_CACHE_TTL_S,
     DEFAULT_LEARNT_KEYS_MAX,
+    DEFAULT_MAX_SOURCES,
     DEFAULT_METRICS_ADDR,
     DEFAULT_METRICS_PORT,
     DEFAULT_ORDER_WAIT_MS,
@@ -142,6 +143,10 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     add_option(w, "--learnt-keys-max", type=non_negative_int, default=DEFAULT_LEARNT_KEYS_MAX,
                metavar="N", help="learn-once keys kept per model, the oldest dropped beyond N (about 270 "
                "bytes each in Redis); 0: no keys, a message sent twice is learnt twice")
+    add_option(w, "--max-sources", type=positive_int, default=DEFAULT_MAX_SOURCES,
+               metavar="N", help="sources a model keeps apart at most (each costs one copy of "
+               "the statistics in every worker and snapshot); a label from one more is a dead "
+               "letter too_many_sources")
     add_option(w, "--prequential", action=argparse.BooleanOptionalAction, default=True,
                help="predict each message with the labelled messages before it in its batch "
                "(multinomial, categorical and the Gaussian models)")
