@@ -167,7 +167,11 @@ def commit_content(batch: PredictedBatch, cached: dict[str, CachedMessage | None
     ``known_sources``: the sources it holds parts of; a label from another one, past
     ``max_sources`` of them, is a dead letter."""
     epochs = epochs or {}
-    batch = _within_bound(batch, set(known_sources), max_sources)
+    # (no source named, none forgotten: every row is the default's, as before sources)
+    named = any(it.msg.source is not None for it in batch.items) or \
+        any(r.source is not None for r in batch.refs)
+    if named:
+        batch = _within_bound(batch, set(known_sources), max_sources)
     items, verdicts = batch.items, batch.verdicts
     batch_labels = {it.msg.id: it.msg.label for it in items}
     batch_preds = {it.msg.id: (v.log_proba, it.msg.ts or entry_time(it.entry_id))
@@ -176,8 +180,9 @@ def commit_content(batch: PredictedBatch, cached: dict[str, CachedMessage | None
     cached = {k: c if c is None or featurizer.fits(c.row) else None for k, c in cached.items()}
     res = resolve_refs(batch.refs, batch_labels, batch_preds, cached, batch.key_state, epochs)
     learnt = [res.in_batch.get(it.msg.id, it.msg.label) for it in items]
-    teachers = [teacher_of(res.in_batch_source[it.msg.id] if it.msg.id in res.in_batch_source
-                           else it.msg.source, epochs) for it in items]
+    default = teacher_of(None, epochs)
+    teachers = [teacher_of(res.in_batch_source.get(it.msg.id, it.msg.source), epochs)
+                for it in items] if named else [default] * len(items)
     # an item's own label is learnt with the weight its verdict gave it (error weight)
     weights = [v.weight if lab is not None and lab == it.msg.label else it.msg.weight
                for it, v, lab in zip(items, verdicts, learnt, strict=True)]
@@ -189,8 +194,8 @@ def commit_content(batch: PredictedBatch, cached: dict[str, CachedMessage | None
                 zip(items, learnt, weights, teachers, strict=True) if lab is not None]
     n_learnt = len(add_rows) - len(once.was) + res.n_learnt  # (a relearnt one was counted)
     add_rows += res.adds
-    default = teacher_of(None, epochs)
-    adds, subs = _by_teacher(add_rows), _by_teacher(res.subs + once.subs)
+    adds = _by_teacher(add_rows) if named or epochs else {default: add_rows}
+    subs = _by_teacher(res.subs + once.subs)
     if batch.own is not None and not res.adds and set(adds) <= {default} and \
             batch.own[0] == [it.entry_id for it, lab in zip(items, learnt, strict=True)
                              if lab is not None]:
