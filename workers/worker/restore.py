@@ -50,8 +50,8 @@ __all__ = ["missing_keys", "restore_lost_keys", "restore_model_keys", "settle_ms
 log = logging.getLogger("streamnb.worker")
 
 # KEYS: config, :in, snapshot, :log, lease. ARGV: group, consumer, lease_ms, version
-# ("0-0": no snapshot offered), data, settle_ms, now (unix ms), then the config's
-# field/value pairs. Returns what it wrote (config, snapshot, group), and "settling" while
+# ("0-0": no snapshot offered), data, settle_ms, now (unix ms), the snapshot's parts by
+# source ("": none), then the config's field/value pairs. Returns what it wrote (config, snapshot, group), and "settling" while
 # the group waits for the other workers' replicas.
 _RESTORE = LuaScript("""
 local function id(s)
@@ -61,7 +61,7 @@ end
 local now = tonumber(ARGV[7])
 local wrote = {}
 if redis.call('EXISTS', KEYS[1]) == 0 then
-  redis.call('HSET', KEYS[1], unpack(ARGV, 8))
+  redis.call('HSET', KEYS[1], unpack(ARGV, 9))
   wrote[#wrote + 1] = 'config'
 end
 if ARGV[4] ~= '0-0' and redis.call('XLEN', KEYS[4]) == 0 then
@@ -75,6 +75,8 @@ if ARGV[4] ~= '0-0' and redis.call('XLEN', KEYS[4]) == 0 then
   if redis.call('EXISTS', KEYS[3]) == 0 or newer then
     redis.call('HSET', KEYS[3], 'log_id', ARGV[4], 'data', ARGV[5], 'ts', now / 1000,
                'trimmed', ARGV[4], 'restored_at', snap[2] or now)
+    if ARGV[8] == '' then redis.call('HDEL', KEYS[3], 'sources')
+    else redis.call('HSET', KEYS[3], 'sources', ARGV[8]) end
     redis.call('SET', KEYS[5], ARGV[2], 'PX', ARGV[3])
     wrote[#wrote + 1] = 'snapshot'
   end
@@ -132,7 +134,8 @@ def missing_keys(client: Any, keys: ModelKeys, version: str) -> list[str]:
 
 
 def restore_model_keys(client: Any, config: ModelConfig, consumer: str, version: str,
-                       data: bytes, lease_ms: int, settle_ms: int = 0) -> list[str]:
+                       data: bytes, lease_ms: int, settle_ms: int = 0,
+                       sources: bytes = b"") -> list[str]:
     """Write what of the model is still missing (see the module docstring); returns what
     was written (``config``, ``snapshot``, ``group``), and ``settling`` while the group
     waits ``settle_ms`` after the first snapshot written back for more advanced ones."""
@@ -142,7 +145,7 @@ def restore_model_keys(client: Any, config: ModelConfig, consumer: str, version:
         flat += [k, v]
     wrote = _RESTORE(client, [keys.config, keys.input, keys.snapshot, keys.log, keys.lease],
                      [GROUP, consumer, int(lease_ms), version, data, int(settle_ms),
-                      int(time.time() * 1000), *flat])
+                      int(time.time() * 1000), sources, *flat])
     return [as_str(w) for w in wrote or []]
 
 
@@ -161,7 +164,8 @@ def restore_lost_keys(rt: ModelRuntime) -> list[str]:
     wrote = restore_model_keys(rt.client, rt.config, rt.consumer,
                                replica.version if offer else "0-0",
                                dump_model(replica.model) if offer else b"",
-                               rt.options.lease_ms, settle_ms(rt.options.backoff_cap_s))
+                               rt.options.lease_ms, settle_ms(rt.options.backoff_cap_s),
+                               replica.sources.encode() if offer else b"")
     if "snapshot" in wrote:
         # this worker now holds the lease; its replica is the snapshot
         rt.snapshotter.holder = True

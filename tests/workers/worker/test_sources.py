@@ -192,3 +192,13 @@ def test_the_parts_by_source_survive_a_snapshot():
     r.xadd(keys.log, {"data": msgpack.packb({"t": "forget", "s": "x"})})
     loaded.catch_up()
     assert loaded.model.stats["features"].toarray().tolist() == [[1.0, 0.0, 2.0, 0.0]]
+
+
+def test_a_snapshot_written_back_after_redis_lost_it_keeps_the_parts():
+    from streamnb_workers.worker.restore import restore_model_keys
+
+    r = fakeredis.FakeRedis()
+    cfg = ensure_config(r, ModelSpec("doc", kind="multinomial", featurizer_config={"bits": 2}))
+    r.delete(ModelKeys("doc").config)
+    assert restore_model_keys(r, cfg, "w1", "5-0", b"five", 1000, 0, b"parts")[0] == "config"
+    assert r.hget(ModelKeys("doc").snapshot, "sources") == b"parts"
