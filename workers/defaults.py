@@ -76,4 +76,4 @@ DEFAULT_LABEL_CACHE_TTL_S = 2 * 86400.0
 DEFAULT_LEARNT_KEYS_MAX = 250_000
 #: Sources a model keeps apart at most (``worker --max-sources``; docs/worker.md, "Sources"):
 #: each costs one copy of the model's statistics in every worker and in its snapshot.
-DEFAULT_MAX_SOURCES = 16
+DEFAULT_MAX_SOURCES = 8
