@@ -77,3 +77,9 @@ DEFAULT_LEARNT_KEYS_MAX = 250_000
 #: Sources a model keeps apart at most (``worker --max-sources``; docs/worker.md, "Sources"):
 #: each costs one copy of the model's statistics in every worker and in its snapshot.
 DEFAULT_MAX_SOURCES = 8
+#: Autolearn (``worker --autolearn``; docs/worker.md, "Autolearn"): the least distance of a
+#: verdict's score from 0, the least weight of each class the model must hold, and the most
+#: messages autolearnt per batch.
+DEFAULT_AUTOLEARN_SCORE = 0.5
+DEFAULT_AUTOLEARN_MIN_CLASS_WEIGHT = 50.0
+DEFAULT_AUTOLEARN_PER_BATCH = 50

@@ -79,7 +79,10 @@ def worker_options(args: argparse.Namespace) -> Any:
                          explain=args.explain, token_names=args.token_names,
                          token_names_every=args.token_names_every,
                          healthz_grace_s=args.healthz_grace,
-                         learnt_keys_max=args.learnt_keys_max, max_sources=args.max_sources)
+                         learnt_keys_max=args.learnt_keys_max, max_sources=args.max_sources,
+                         autolearn=args.autolearn, autolearn_score=args.autolearn_score,
+                         autolearn_min_class_weight=args.autolearn_min_class_weight,
+                         autolearn_per_batch=args.autolearn_per_batch)
 
 
 def _auth_error(exc: BaseException) -> bool:

@@ -70,6 +70,9 @@ class Metrics:
         self.messages_relearnt = Counter(
             "messages_relearnt", "Labelled messages whose learn-once key was learnt under "
             "another label: the old contribution subtracted, the new label learnt", MW, **r)
+        self.messages_autolearnt = Counter(
+            "messages_autolearnt", "Unlabelled messages learnt from their own confident "
+            "verdict, under the source autolearn (worker --autolearn)", MW, **r)
         self.messages_forgotten = Counter(
             "messages_forgotten", "Messages unlearnt by a forget, by the class they were "
             "learnt as", (*MW, "class"), **r)
@@ -231,6 +234,7 @@ class Metrics:
                        self.prequential_brier, self.delayed_log_loss, self.delayed_brier,
                        self.label_delay, self.corrections, self.oov_share, self.confidence,
                        self.unsure, self.messages_already_learnt, self.messages_relearnt,
+                       self.messages_autolearnt,
                        self.ordered_section_seconds,
                        self.ordered_section_cpu, self.order_wait_cpu, self.log_rewinds):
             family.labels(**mw)

@@ -16,13 +16,20 @@ from streamnb.features import Row
 from streamnb_workers.defaults import DEFAULT_MAX_SOURCES
 from streamnb_workers.store.label_cache import CachedMessage, encode_entry, encode_label
 from streamnb_workers.wire.learn_keys import decode_record, encode_record, record_teacher
-from streamnb_workers.wire.learn_sources import DEFAULT_SOURCE, Teacher, is_stale, teacher_of
+from streamnb_workers.wire.learn_sources import (
+    AUTOLEARN,
+    DEFAULT_SOURCE,
+    Teacher,
+    is_stale,
+    teacher_of,
+)
 from streamnb_workers.wire.outputs import output_for
 from streamnb_workers.wire.stream_ids import entry_time, parse_id
+from streamnb_workers.worker.learn_weights import AutolearnPolicy, autolearn_choices, autolearn_key
 from streamnb_workers.worker.batch import Dead, Decoded, Featurized, Item, Predictions, Verdict
 from streamnb_workers.worker.labels import REF_EXPIRED, LabelRef, Resolution, replaces, resolve_refs
 
-__all__ = ["ALREADY_LEARNT", "NOT_LEARNT_KEY", "RELEARNT", "TOO_MANY_SOURCES", "CommitContent", "PredictedBatch",
+__all__ = ["ALREADY_LEARNT", "AUTOLEARNT", "NOT_LEARNT_KEY", "RELEARNT", "TOO_MANY_SOURCES", "CommitContent", "PredictedBatch",
            "batch_stats", "commit_content"]
 
 #: ``reason`` of a labelled message's output when its key was learnt before, with its label.
@@ -33,6 +40,8 @@ ALREADY_LEARNT = "already_learnt"
 RELEARNT = "relearnt"
 #: Dead-letter reason of a forget whose key is not (or no longer) learnt.
 NOT_LEARNT_KEY = "not_learnt"
+#: ``reason`` of an unlabelled message's output when it was learnt from its own verdict.
+AUTOLEARNT = "autolearnt"
 #: Dead-letter reason of a label from a new source when the model holds the most sources.
 TOO_MANY_SOURCES = "too_many_sources"
 
@@ -136,6 +145,8 @@ class CommitContent:
     #: sub)`` of every other teacher, by source name.
     default_epoch: int = 0
     sources: list[tuple[Teacher, Any, Any]] = field(default_factory=list)
+    #: Unlabelled messages learnt from their own verdict (``worker --autolearn``).
+    n_autolearnt: int = 0
 
 
 def batch_stats(model: Any, featurizer: Any, rows: Sequence[tuple[Row, Any, float]]) -> Any:
@@ -158,14 +169,16 @@ def commit_content(batch: PredictedBatch, cached: dict[str, CachedMessage | None
                    model: Any, featurizer: Any, worker: str, cache: bool,
                    cache_labelled: bool, epochs: dict[str, int] | None = None,
                    known_sources: Collection[str] = (DEFAULT_SOURCE,),
-                   max_sources: int = DEFAULT_MAX_SOURCES) -> CommitContent | None:
+                   max_sources: int = DEFAULT_MAX_SOURCES,
+                   autolearn: AutolearnPolicy | None = None) -> CommitContent | None:
     """What the commit of ``batch`` writes, given the cache entries read for its labels
     (``cached``; an entry whose row does not fit this model is as good as expired);
     None when nothing is left to commit. ``cache``: whether messages are cached at all;
     ``cache_labelled``: also those learnt in their batch. ``epochs``: the current epoch
     of each source (workers/wire/learn_sources.py), as the worker's replica holds them;
     ``known_sources``: the sources it holds parts of; a label from another one, past
-    ``max_sources`` of them, is a dead letter."""
+    ``max_sources`` of them, is a dead letter. ``autolearn``: learn the confident verdicts
+    of unlabelled messages under the source ``autolearn`` (workers/worker/learn_weights.py)."""
     epochs = epochs or {}
     # (no source named, none forgotten: every row is the default's, as before sources)
     named = any(it.msg.source is not None for it in batch.items) or \
@@ -173,6 +186,8 @@ def commit_content(batch: PredictedBatch, cached: dict[str, CachedMessage | None
     if named:
         batch = _within_bound(batch, set(known_sources), max_sources)
     items, verdicts = batch.items, batch.verdicts
+    auto = _autolearnt(batch, model, autolearn, set(known_sources), max_sources)
+    named = named or bool(auto)
     batch_labels = {it.msg.id: it.msg.label for it in items}
     batch_preds = {it.msg.id: (v.log_proba, it.msg.ts or entry_time(it.entry_id))
                    for it, v in zip(items, verdicts, strict=True)}
@@ -183,12 +198,19 @@ def commit_content(batch: PredictedBatch, cached: dict[str, CachedMessage | None
     default = teacher_of(None, epochs)
     teachers = [teacher_of(res.in_batch_source.get(it.msg.id, it.msg.source), epochs)
                 for it in items] if named else [default] * len(items)
+    auto = {i: lab for i, lab in auto.items() if learnt[i] is None}  # (no label came for it)
+    for i, label in auto.items():
+        learnt[i], teachers[i] = label, teacher_of(AUTOLEARN, epochs)
+        items[i].msg.key = autolearn_key(items[i].msg)
     # an item's own label is learnt with the weight its verdict gave it (error weight)
     weights = [v.weight if lab is not None and lab == it.msg.label else it.msg.weight
                for it, v, lab in zip(items, verdicts, learnt, strict=True)]
     once = _learn_once(items, learnt, weights, teachers, batch.forgets, batch.key_state,
                        res.key_relabels, batch.learn_once, epochs)
     duplicate = once.duplicate
+    for i in [i for i in auto if duplicate[i]]:  # its key is learnt: it stays unlabelled
+        duplicate[i], learnt[i] = False, None
+        del auto[i]
     learnt = [None if dup else lab for lab, dup in zip(learnt, duplicate, strict=True)]
     add_rows = [(it.row, lab, w, t) for it, lab, w, t in
                 zip(items, learnt, weights, teachers, strict=True) if lab is not None]
@@ -208,7 +230,8 @@ def commit_content(batch: PredictedBatch, cached: dict[str, CachedMessage | None
                for t in sorted((set(adds) | set(subs)) - {default})]
     outputs = [output_for(it.msg, v.label, v.log_proba, batch.version, worker,
                           learned=lab is not None, score=v.score,
-                          reason=ALREADY_LEARNT if dup else RELEARNT if i in once.was else None,
+                          reason=ALREADY_LEARNT if dup else RELEARNT if i in once.was else
+                          AUTOLEARNT if i in auto else None,
                           was=once.was.get(i), explain=v.explanation)
                for i, (it, v, lab, dup) in enumerate(zip(items, verdicts, learnt, duplicate,
                                                          strict=True))]
@@ -252,7 +275,19 @@ def commit_content(batch: PredictedBatch, cached: dict[str, CachedMessage | None
         scored=scored, learn_keys=once.learn_keys, forget_keys=once.forget_keys,
         relabel_keys=once.relabel_keys,
         n_duplicates=sum(duplicate), forgotten_labels=once.forgotten_labels,
+        n_autolearnt=len(auto),
         relearnt_was=once.relearnt_was, default_epoch=default[1], sources=sources)
+
+
+def _autolearnt(batch: PredictedBatch, model: Any, policy: AutolearnPolicy | None,
+                known: set[str], max_sources: int) -> dict[int, Any]:
+    """Index -> label of the items to autolearn (workers/worker/learn_weights.py); none when
+    the source ``autolearn`` would be one past ``max_sources``."""
+    if policy is None or not batch.items or (AUTOLEARN not in known and len(known) >= max_sources):
+        return {}
+    counts = model.stats["classes"]
+    return autolearn_choices(batch.items, batch.verdicts,
+                  dict(zip(counts.labels, counts.counts.tolist(), strict=True)), policy)
 
 
 def _within_bound(batch: PredictedBatch, known: set[str], max_sources: int) -> PredictedBatch:
@@ -351,7 +386,8 @@ def _learn_once(items: Sequence[Item], learnt: Sequence[Any], weights: Sequence[
         if now is not None:
             old, old_weight = decode_record(now)
             old_teacher = record_teacher(now)
-            if old == lab and type(old) is type(lab) and not replaces(old_teacher, teachers[i]):
+            if teachers[i][0] == AUTOLEARN or (  # (autolearn never relearns a learnt key)
+                    old == lab and type(old) is type(lab) and not replaces(old_teacher, teachers[i])):
                 out.duplicate[i] = True
                 continue
             out.was[i] = old

@@ -35,6 +35,7 @@ from streamnb_workers.store.label_cache import batch_writes, fetch_cached
 from streamnb_workers.wire.learn_keys import known_keys
 from streamnb_workers.wire.learn_sources import DEFAULT_SOURCE
 from streamnb_workers.wire.outputs import encode_dead
+from streamnb_workers.worker.learn_weights import AutolearnPolicy
 from streamnb_workers.worker.commit_content import CommitContent, PredictedBatch, commit_content
 from streamnb_workers.worker.commit_wire import Built
 from streamnb_workers.worker.runtime import ModelRuntime
@@ -77,7 +78,11 @@ def build(rt: ModelRuntime, batch: PredictedBatch, prepared_s: float = 0.0) -> B
                                  cache=o.cache_ttl_s > 0, cache_labelled=o.cache_labelled,
                                  epochs=rt.replica.epochs,
                                  known_sources=set(rt.replica.sources.parts) or {DEFAULT_SOURCE},
-                                 max_sources=o.max_sources)
+                                 max_sources=o.max_sources,
+                                 autolearn=AutolearnPolicy(o.autolearn_score,
+                                                           o.autolearn_min_class_weight,
+                                                           o.autolearn_per_batch)
+                                 if o.autolearn else None)
         if content is None:
             learn.cancel()
             return None

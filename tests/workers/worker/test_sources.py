@@ -202,3 +202,32 @@ def test_a_snapshot_written_back_after_redis_lost_it_keeps_the_parts():
     r.delete(ModelKeys("doc").config)
     assert restore_model_keys(r, cfg, "w1", "5-0", b"five", 1000, 0, b"parts")[0] == "config"
     assert r.hget(ModelKeys("doc").snapshot, "sources") == b"parts"
+
+
+def test_autolearn_learns_confident_verdicts_and_is_taken_out_exactly(redis_server):
+    r = redis_server.client()
+    msgs = token_messages(160, classes=("spam", "ham"), seed=41)
+    labelled, unlabelled = msgs[:60], [{k: v for k, v in m.items() if k != "label"}
+                                       for m in msgs[60:]]
+    produce(r, "mail", labelled)
+    produce(r, "mail", unlabelled)
+    ws = _workers(redis_server.url, autolearn=True, autolearn_score=0.05,
+                  autolearn_min_class_weight=5, autolearn_per_batch=10)
+    run_in_threads(ws)
+    outs = {o["id"]: o for o in (decode_output(f[b"data"])
+                                 for _, f in r.xrange(ModelKeys("mail").out))}
+    auto = [outs[m["id"]] for m in unlabelled if outs[m["id"]].get("reason") == "autolearnt"]
+    assert auto and all(o["learned"] and "true_label" not in o for o in auto)
+    weights = collect(r, "mail")["sources"]
+    assert sum(weights["autolearn"].values()) == len(auto)
+    assert len(_replica_digests(ws)) == 1                 # replicas identical
+    # a user's label for an autolearnt message replaces it, whatever label autolearn gave
+    first = next(m for m in unlabelled if outs[m["id"]].get("reason") == "autolearnt")
+    produce(r, "mail", [{**first, "id": "user1", "label": "ham"}])
+    run_in_threads(ws)
+    assert sum(collect(r, "mail")["sources"]["autolearn"].values()) == len(auto) - 1
+    # forget it all: the statistics of the run that only learnt the labels
+    forget_source(r, "mail", "autolearn")
+    want = offline_model("multinomial", PARAMS, FCFG, labelled + [{**first, "label": "ham"}])
+    assert _replica_digests(ws) == {_digest(want)}
+    assert _digest(learnt_model(r, "mail")[0]) == _digest(want)
