@@ -231,3 +231,20 @@ def test_autolearn_learns_confident_verdicts_and_is_taken_out_exactly(redis_serv
     want = offline_model("multinomial", PARAMS, FCFG, labelled + [{**first, "label": "ham"}])
     assert _replica_digests(ws) == {_digest(want)}
     assert _digest(learnt_model(r, "mail")[0]) == _digest(want)
+
+
+def test_a_sharded_model_forgets_a_source_in_every_shard():
+    from streamnb_workers.replication.shards import keys_of, load_replicas, shard_spec
+
+    r = fakeredis.FakeRedis()
+    cfg = ensure_config(r, ModelSpec("doc", kind="multinomial", featurizer_config={"bits": 2},
+                                     shards=2))
+    for j, keys in enumerate(keys_of("doc", 2)):
+        shard_cfg = ensure_config(r, shard_spec(cfg, keys.name))
+        stats = shard_cfg.make_model().batch_stats(np.array([[1.0 + j, 0, 0, 1]]), ["ham"])
+        r.xadd(keys.log, {"data": encode_delta(stats, None, 1, "w", "b", 0,
+                                               [(("x", 0), stats.copy(), None)])})
+    assert len(forget_source(r, "doc", "x")) == 2
+    model, _, replicas = load_replicas(r, "doc")
+    assert model.stats["features"].toarray().tolist() == [[3.0, 0.0, 0.0, 2.0]]
+    assert all(rep.epochs == {"x": 1} for rep in replicas)
