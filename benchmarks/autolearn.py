@@ -31,8 +31,14 @@ import sys
 import tempfile
 from typing import Any
 
-from benchmarks._common import DEFAULT_CORPUS, Corpus, RedisServer, corpus_or_synthetic, \
-    format_table, print_header
+from benchmarks._common import (
+    DEFAULT_CORPUS,
+    Corpus,
+    RedisServer,
+    corpus_or_synthetic,
+    format_table,
+    print_header,
+)
 from benchmarks.end_to_end import default_spec, keys, prefill, wait_for, workers
 from benchmarks.peers import BOGOFILTER, bogofilter_judge, run
 from benchmarks.replay_digest import stats_arrays, stats_digest

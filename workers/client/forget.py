@@ -26,9 +26,9 @@ import msgpack
 from streamnb.exceptions import MalformedMessage, SettingsError
 from streamnb_workers.client.shard_streams import shard_keys
 from streamnb_workers.client.sources import Outgoing, is_mbox, iter_paths
+from streamnb_workers.replication.replica import encode_forget_source
 from streamnb_workers.store.keys import ModelKeys, source_epochs_key
 from streamnb_workers.wire.codec import DATA_FIELD, decode_input
-from streamnb_workers.replication.replica import encode_forget_source
 from streamnb_workers.wire.learn_keys import known_keys
 from streamnb_workers.wire.learn_sources import check_source
 from streamnb_workers.wire.replies import as_str

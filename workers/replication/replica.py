@@ -47,8 +47,8 @@ import msgpack
 from streamnb.encoding import dumps, loads
 from streamnb.exceptions import FormatError
 from streamnb.stats.bundle import StatsBundle
-from streamnb_workers.store.keys import ModelKeys
 from streamnb_workers.replication.source_parts import SourceParts, decode_sources
+from streamnb_workers.store.keys import ModelKeys
 from streamnb_workers.store.model_config import ModelConfig
 from streamnb_workers.wire.learn_sources import DEFAULT_SOURCE, Teacher, check_source
 from streamnb_workers.wire.replies import as_str, entry_field

@@ -25,9 +25,9 @@ from streamnb_workers.wire.learn_sources import (
 )
 from streamnb_workers.wire.outputs import output_for
 from streamnb_workers.wire.stream_ids import entry_time, parse_id
-from streamnb_workers.worker.learn_weights import AutolearnPolicy, autolearn_choices, autolearn_key
 from streamnb_workers.worker.batch import Dead, Decoded, Featurized, Item, Predictions, Verdict
 from streamnb_workers.worker.labels import REF_EXPIRED, LabelRef, Resolution, replaces, resolve_refs
+from streamnb_workers.worker.learn_weights import AutolearnPolicy, autolearn_choices, autolearn_key
 
 __all__ = ["ALREADY_LEARNT", "AUTOLEARNT", "NOT_LEARNT_KEY", "RELEARNT", "TOO_MANY_SOURCES", "CommitContent", "PredictedBatch",
            "batch_stats", "commit_content"]

@@ -35,9 +35,9 @@ from streamnb_workers.store.label_cache import batch_writes, fetch_cached
 from streamnb_workers.wire.learn_keys import known_keys
 from streamnb_workers.wire.learn_sources import DEFAULT_SOURCE
 from streamnb_workers.wire.outputs import encode_dead
-from streamnb_workers.worker.learn_weights import AutolearnPolicy
 from streamnb_workers.worker.commit_content import CommitContent, PredictedBatch, commit_content
 from streamnb_workers.worker.commit_wire import Built
+from streamnb_workers.worker.learn_weights import AutolearnPolicy
 from streamnb_workers.worker.runtime import ModelRuntime
 
 __all__ = ["Committed", "abandon", "build", "commit", "send_ahead", "settle"]
