@@ -31,9 +31,11 @@ class DaemonReplay:
 
 def replay_through_daemon(corpus: Corpus, n_workers: int = 2, kind: str = "multinomial",
                           options: dict[str, Any] | None = None, timeout: float = 900.0,
-                          name: str = "replay", load_model: bool = False) -> DaemonReplay:
+                          name: str = "replay", load_model: bool = False,
+                          decision: dict[str, Any] | None = None) -> DaemonReplay:
     """Replay ``corpus`` as labelled raw mail through ``n_workers`` workers of a model
-    made with only ``kind`` (the daemon's defaults for the rest) and worker ``options``."""
+    made with only ``kind`` (the daemon's defaults for the rest; ``decision``: decision
+    options besides) and worker ``options``."""
     from streamnb_workers.replication.shards import load_model as load
     from streamnb_workers.wire.outputs import decode_output
 
@@ -43,7 +45,8 @@ def replay_through_daemon(corpus: Corpus, n_workers: int = 2, kind: str = "multi
         client = server.client()
         prefill(client, name, messages)
         t0 = time.perf_counter()
-        with workers(server.url, default_spec(name, kind), n_workers, options) as procs:
+        spec = default_spec(name, kind) | ({"decision": decision} if decision else {})
+        with workers(server.url, spec, n_workers, options) as procs:
             if not wait_for(client, k["out"], len(messages), timeout, procs, k["dead"]):
                 raise RuntimeError(f"the workers did not process the corpus in {timeout}s")
             seconds = time.perf_counter() - t0

@@ -16,7 +16,10 @@ from the same messages in this process: bare ``email.message_from_bytes``, and t
 worker's pipeline without Redis (decode, featurize, predict, learn in batches of 100),
 and, for as many workers as the most run, that pipeline in as many processes at once
 (started together; printed trial by trial over one alone: the host's own scaling, the
-most the workers could reach with no Redis and no waiting).
+most the workers could reach with no Redis and no waiting). The ceiling is the empty
+consumer (benchmarks/_empty_consumer.py), run in every trial before the workers: the same
+messages read in the worker's batches, decoded by msgpack and acknowledged by a process
+that does nothing else; every run's msg/s is also printed as a share of it.
 Each run also prints redis-server's CPU per message, the bytes of log deltas per message,
 and the CPU the worker processes and redis-server used from the first output on, in cores
 (on a 2-core host, two workers and redis-server near 2 cores are CPU-bound; less is
@@ -82,6 +85,7 @@ from benchmarks._common import (
     redis_cpu_s,
     runqueue_wait_s,
 )
+from benchmarks._empty_consumer import EmptyConsumer, empty_consumer
 from benchmarks._worker_stats import OrderingStats, scrape
 from streamnb_workers.cli.launch import blas_env
 
@@ -726,9 +730,14 @@ def benchmark(corpus: Corpus, repeat: int = 1, worker_counts: Sequence[int] = (1
     best: dict[tuple[str, int], E2EResult] = {}
     by_trial: dict[tuple[str, int], list[float]] = {}
     independent: dict[str, list[E2EResult]] = {}
+    empty: dict[str, list[EmptyConsumer]] = {}
     with RedisServer() as server:
         for t in range(trials):
             # the references in every trial too, best kept: the host's speed moves
+            for p in payloads:  # the ceiling: the same batches read, decoded, acknowledged
+                empty.setdefault(p, []).append(
+                    empty_consumer(server.client(), server.url, f"empty-{p}-{t}", encoded[p]))
+                server.client().flushdb()
             alone = {p: in_process_rate(encoded[p]) for p in payloads}
             bare_by_trial.append(bare_parse_rate(corpus.raws))
             for name, r in [("bare email.message_from_bytes", bare_by_trial[-1])] + [
@@ -752,7 +761,19 @@ def benchmark(corpus: Corpus, repeat: int = 1, worker_counts: Sequence[int] = (1
                     independent.setdefault(p, []).append(r)
     return {"results": list(best.values()), "refs": refs, "messages": len(big),
             "cores": os.cpu_count() or 1, "trials": by_trial, "side_by_side": side_by_side,
-            "most_workers": most, "bare_by_trial": bare_by_trial, "independent": independent}
+            "most_workers": most, "bare_by_trial": bare_by_trial, "independent": independent,
+            "empty": empty}
+
+
+def empty_share(report: dict[str, Any], r: E2EResult) -> float:
+    """A run's msg/s over the best empty consumer's on its payload (nan without one).
+
+    >>> run = E2EResult("tokens", 1, 10, 9_000.0, 0)
+    >>> empty_share({"empty": {"tokens": [EmptyConsumer(10, 30_000.0, 20.0)]}}, run)
+    0.3
+    """
+    runs = report.get("empty", {}).get(r.payload)
+    return r.per_second / max(e.per_second for e in runs) if runs else float("nan")
 
 
 def summary(report: dict[str, Any]) -> list[str]:
@@ -766,6 +787,17 @@ def summary(report: dict[str, Any]) -> list[str]:
     if ("tokens", 1) in by:
         lines.append(f"1 worker, pre-tokenized labelled: {by[('tokens', 1)]:,.0f} msg/s "
                      f"(target >= 5,000)")
+    for p, runs_p in report.get("empty", {}).items():
+        if (p, 1) in by and runs_p:
+            ones = report.get("trials", {}).get((p, 1), [])
+            lines.append(f"{p}: 1 worker / the empty consumer (XREADGROUP, msgpack, XACK; best "
+                         f"{max(e.per_second for e in runs_p):,.0f} msg/s, "
+                         f"{min(e.cpu_us for e in runs_p):.1f} us of CPU a message): "
+                         f"{empty_share(report, runs[(p, 1)]):.0%}"
+                         + (", trial by trial: " + ", ".join(
+                             f"{one / e.per_second:.0%}" for one, e in zip(ones, runs_p, strict=False))
+                            if len(ones) > 1 else "")
+                         + (" (target >= 30%)" if p == "tokens" else ""))
     if ("raw", 1) in by:
         bare = refs["bare email.message_from_bytes"]
         lines.append(f"raw mail, 1 worker / bare email.message_from_bytes: "
@@ -856,18 +888,23 @@ def print_costs(results: Sequence[E2EResult]) -> None:
 def print_report(report: dict[str, Any]) -> None:
     rows = [[r.payload, r.workers, r.messages, r.per_second, r.dead, r.redis_cpu_us, r.log_bytes,
              r.worker_cores, r.worker_cpu_us, r.redis_cores, f"{r.worker_runqueue:.0%}",
-             f"{r.host_idle:.0%}", f"{r.host_steal:.0%}", r.start_skew_ms]
+             f"{r.host_idle:.0%}", f"{r.host_steal:.0%}", r.start_skew_ms,
+             f"{empty_share(report, r):.0%}"]
             for r in report["results"]]
     print(format_table(["payload", "workers", "outputs", "msg/s", "dead",
                         "redis-server CPU us/msg", "log bytes/msg", "worker CPU cores",
                         "worker CPU us/msg", "redis-server cores", "worker run-queue wait",
-                        "host idle", "host steal", "start skew ms"],
+                        "host idle", "host steal", "start skew ms", "share of empty consumer"],
                        rows))
     print()
     print_costs(report["results"])
     print()
     print(format_table(["reference, same messages, this process", "msg/s"],
-                       [[k, v] for k, v in report["refs"].items()]))
+                       [[k, v] for k, v in report["refs"].items()]
+                       + [[f"empty consumer ({p}): XREADGROUP 200, msgpack, XACK; a process of "
+                           f"its own, CPU {min(e.cpu_us for e in runs):.1f} us/msg",
+                           max(e.per_second for e in runs)]
+                          for p, runs in report.get("empty", {}).items() if runs]))
     print()
     for line in summary(report):
         print(line)
@@ -920,7 +957,7 @@ def main(argv: list[str] | None = None) -> int:
 # ---------------------------------------------------------------------- profiling
 #: Stage -> the functions (qualified name suffixes) whose cumulative time is that stage.
 STAGES = {
-    "read (XREADGROUP)": "loop.py:read_models",
+    "read (XREADGROUP)": "intake.py:read_models",
     "read ahead, announce, send commit": "committing.py:send_ahead",
     "decode (msgpack)": "codec.py:decode_input",
     "featurize": "featurizer.py:featurize_batch",
@@ -1038,7 +1075,7 @@ SPY_STAGES: dict[str, tuple[str, ...]] = {
     "apply other workers' deltas": ("replica.py:Replica.apply",),
     "ordering wait (log polls, :inflight)": ("ordering.py:wait_for_earlier",),
     "log tail (reads)": ("replica.py:Replica.catch_up",),
-    "read a batch (XREADGROUP)": ("core.py:StreamCommands.xreadgroup", "loop.py:read_models"),
+    "read a batch (XREADGROUP)": ("core.py:StreamCommands.xreadgroup", "intake.py:read_models"),
     "commit reply": ("commit.py:SentCommit.result", "commit.py:commit_batch"),
     "send commit": ("commit.py:send_commit", "committing.py:send_ahead"),
     "featurize": ("featurizer.py:Featurizer.featurize_batch",),

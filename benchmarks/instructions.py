@@ -12,7 +12,8 @@ instruction), so a change that moves memory rather than work shows only in the t
 benchmarks; for the rest, an A/B of two trees by this script is exact.
 
 Workloads: ``featurize`` (a worker's featurizing, ``Featurizer.featurize_batch`` in
-batches of 100, on raw mail, one process) and ``worker-raw``, ``worker-tokens``,
+batches of 100, on raw mail, one process; ``featurize-osb`` the same with orthogonal
+sparse bigrams, ``osb`` 5, docs/features.md) and ``worker-raw``, ``worker-tokens``,
 ``worker-hashes`` (one in-process worker against its own redis-server, over a backlog of
 that payload; redis-server is another process and is not counted, and the same process
 run without the worker, which only encodes the messages and fills the stream, is counted
@@ -29,8 +30,11 @@ runs about as many instructions per message as bare parsing, yet takes longer: i
 the L2 about ten times as often).
 
 A/B against an older commit: ``git worktree add /tmp/before <rev>``, build its C modules
-there, and run ``PYTHONPATH=/tmp/before python -m benchmarks.instructions`` from
-``/tmp/before``.
+there, and run ``PYTHONPATH=/tmp/before python -m benchmarks.instructions --corpus DIR``
+from ``/tmp/before`` (with an editable install, a ``streamnb_workers`` link to ``workers``
+in it, so that the daemon is that tree's too). Give the corpus: its default is found next
+to the tree (``../shared/corpus``), and where there is none the workload runs on a few
+hundred bytes of synthetic mail a message, whose counts say nothing about real mail.
 """
 
 from __future__ import annotations
@@ -46,7 +50,7 @@ from collections.abc import Sequence
 from benchmarks._common import DEFAULT_CORPUS, corpus_or_synthetic, format_table, print_header
 from streamnb_workers.cli.launch import blas_env
 
-WORKLOADS = ("featurize", "worker-raw", "worker-tokens", "worker-hashes", "bare")
+WORKLOADS = ("featurize", "featurize-osb", "worker-raw", "worker-tokens", "worker-hashes", "bare")
 #: What a ``worker-*`` workload's process does for the producer: encode each message and
 #: fill the stream (``producer-raw`` etc.: the same without the worker). Its count is taken
 #: off the worker's, so the figure is the worker's own.
@@ -77,10 +81,10 @@ def run_workload(what: str, corpus_dir: str, messages: int, reps: int) -> None:
             for raw in corpus.raws:
                 email.message_from_bytes(raw)
         return
-    if what == "featurize":
+    if what in ("featurize", "featurize-osb"):
         from streamnb.features import Featurizer, Payload
 
-        featurizer = Featurizer()
+        featurizer = Featurizer(osb=5 if what == "featurize-osb" else 0)
         msgs = [Payload("raw", raw) for i, raw in enumerate(corpus.raws)]
         for _ in range(reps):
             for i in range(0, len(msgs), 100):

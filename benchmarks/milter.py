@@ -96,7 +96,7 @@ class Run:
                 *eod, *whole, right, self.not_scored]
 
 
-def _sessions(n_sessions: int, mails: Sequence[tuple[bytes, str]], one: Any) -> tuple[float, list]:
+def run_sessions(n_sessions: int, mails: Sequence[tuple[bytes, str]], one: Any) -> tuple[float, list]:
     """Run ``one(session index, mail, label)`` for every mail, ``n_sessions`` threads taking
     mails in turn; (wall seconds, the results in order of completion)."""
     results: list[Any] = []
@@ -207,7 +207,7 @@ def milter_run(port: int, mails: Sequence[tuple[bytes, str]], n_workers: int,
         return (time.perf_counter() - t0, result.end_of_data_seconds,
                 result.header("X-Streamnb-Verdict"), label)
 
-    run.seconds, results = _sessions(n_sessions, mails, one)
+    run.seconds, results = run_sessions(n_sessions, mails, one)
     run.mails = len(results)
     run.whole = [r[0] for r in results]
     run.eod = [r[1] for r in results]
@@ -296,7 +296,7 @@ def smtp_run(pf: Any, mails: Sequence[tuple[bytes, str]], system: str, n_workers
         state["smtp"].sendmail("sender@example.org", [MAILBOX], raw)
         return time.perf_counter() - t0
 
-    run.seconds, results = _sessions(n_sessions, mails, one)
+    run.seconds, results = run_sessions(n_sessions, mails, one)
     run.mails = len(results)
     run.whole = list(results)
     run.right = -1  # not looked at
@@ -349,7 +349,7 @@ def spamc_run(port: int, mails: Sequence[tuple[bytes, str]], children: int,
         verdict = "spam" if b"X-Spam-Flag: YES" in head else "ham"
         return seconds, proc.returncode == 0 and b"X-Spam-Status:" in head, verdict, label
 
-    run.seconds, results = _sessions(n_sessions, mails, one)
+    run.seconds, results = run_sessions(n_sessions, mails, one)
     run.mails = len(results)
     run.whole = [r[0] for r in results]
     run.right = sum(1 for r in results if r[1] and r[2] == r[3])

@@ -28,8 +28,10 @@ LOCK_FILE = Path("/var/tmp/streamnb-postfix-test.lock")
 DOMAIN = "streamnb.test"
 MAILBOX = f"box@{DOMAIN}"
 
+#: The smtpd service of the instance (``{port}``: its SMTP port).
+SMTPD = "127.0.0.1:{port} inet n - n - - smtpd\n"
+#: Postfix's own services, as Debian's master.cf has them (no chroot).
 MASTER_CF = """\
-127.0.0.1:{port} inet n - n - - smtpd
 pickup    unix  n  -  n  60    1  pickup
 cleanup   unix  n  -  n  -     0  cleanup
 qmgr      unix  n  -  n  300   1  qmgr
@@ -83,15 +85,20 @@ def allow(config_dir: Path = CONFIG_DIR) -> None:
 
 class PostfixInstance:
     """Postfix on 127.0.0.1:``smtp_port``, filtering through the milter at ``milter``
-    (a Postfix milter address, ``inet:127.0.0.1:PORT``). A context manager: started on
-    entry, stopped on exit whatever happened."""
+    (a Postfix milter address, ``inet:127.0.0.1:PORT``; None: no milter). ``smtpd``
+    replaces the smtpd service's master.cf lines (``{port}``: the SMTP port) and
+    ``services`` adds master.cf lines of its own (a content filter's ``pipe``). A context
+    manager: started on entry, stopped on exit whatever happened."""
 
-    def __init__(self, smtp_port: int, milter: str, config_dir: Path = CONFIG_DIR,
-                 milter_default_action: str = "accept") -> None:
+    def __init__(self, smtp_port: int, milter: str | None, config_dir: Path = CONFIG_DIR,
+                 milter_default_action: str = "accept", smtpd: str = SMTPD,
+                 services: str = "") -> None:
         self.port = smtp_port
         self.milter = milter
         self.dir = config_dir
         self.default_action = milter_default_action
+        self.smtpd = smtpd
+        self.services = services
         self._lock: int | None = None
 
     @property
@@ -134,11 +141,12 @@ virtual_gid_maps = static:{postfix.pw_gid}
 mynetworks = 127.0.0.0/8
 smtpd_relay_restrictions = permit_mynetworks, reject
 smtp_dns_support_level = disabled
-smtpd_milters = {self.milter}
+smtpd_milters = {self.milter or ""}
 milter_default_action = {self.default_action}
 biff = no
 """)
-        (d / "master.cf").write_text(MASTER_CF.format(port=self.port))
+        (d / "master.cf").write_text(self.smtpd.format(port=self.port) + MASTER_CF
+                                     + self.services)
 
     def start(self, timeout: float = 30.0) -> PostfixInstance:
         LOCK_FILE.touch()

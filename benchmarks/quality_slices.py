@@ -15,9 +15,18 @@ A variant sets:
 - ``min_weight``: the verdict is "unsure" (not spam) while a class has less total weight
   than this (or only one class is known);
 - ``error_weight``: the weight with which a message the model judged wrongly is learnt
-  (1: every message learnt alike).
+  (1: every message learnt alike);
+- ``osb``: the featurizer's orthogonal sparse bigrams window (0: off; CRM114 and rspamd:
+  5), the tokens of the mail;
+- ``combining``: ``nb`` (the multinomial posterior) or ``chi2``: Robinson's token
+  probabilities combined by Fisher's chi-square test, as SpamBayes and bogofilter do
+  (:mod:`streamnb.models.combining`), on the same model's statistics; the score is the
+  indicator in [0, 1] and the verdict is spam above ``cutoff`` (0.5; SpamBayes: 0.9).
 
-    python -m benchmarks.quality_slices [--tune 0.6] [--limit N]
+``--only TEXT[,TEXT...]`` replays only the variants whose name holds one of them (the
+tokens and distinct buckets per message of each featurizer used are printed).
+
+    python -m benchmarks.quality_slices [--tune 0.6] [--limit N] [--only TEXT]
 """
 
 from __future__ import annotations
@@ -49,6 +58,9 @@ class Variant:
     unsure_is_error: bool = False
     #: Whether "wrong" is the model's most probable class (not the published verdict).
     model_error: bool = False
+    osb: int = 0
+    combining: str = "nb"
+    cutoff: float = 0.5
 
 
 #: The variants measured: today's defaults, each change alone, and their combinations.
@@ -76,17 +88,34 @@ VARIANTS = (
             error_weight=2.0),
     Variant("... + error 2, alpha 0.2", alpha=0.2, score="per_feature", min_weight=3.0,
             error_weight=2.0),
+    Variant("defaults + OSB 5", score="per_feature", min_weight=3.0, error_weight=2.0, osb=5),
+    Variant("defaults + OSB 3", score="per_feature", min_weight=3.0, error_weight=2.0, osb=3),
+    Variant("defaults + OSB 5, alpha 0.03", alpha=0.03, score="per_feature", min_weight=3.0,
+            error_weight=2.0, osb=5),
+    Variant("defaults + OSB 5, alpha 0.3", alpha=0.3, score="per_feature", min_weight=3.0,
+            error_weight=2.0, osb=5),
+    Variant("defaults + OSB 5, alpha 1", alpha=1.0, score="per_feature", min_weight=3.0,
+            error_weight=2.0, osb=5),
+    Variant("defaults, chi2 combining", min_weight=3.0, error_weight=2.0, combining="chi2"),
+    Variant("defaults, chi2 combining, spam above 0.9", min_weight=3.0, error_weight=2.0,
+            combining="chi2", cutoff=0.9),
+    Variant("defaults + OSB 5, chi2 combining", min_weight=3.0, error_weight=2.0, osb=5,
+            combining="chi2"),
 )
 
 
-def featurized(corpus: Any) -> tuple[Any, list[str]]:
-    """The corpus's rows with the daemon's default featurizer (CSR) and its labels."""
+def featurized(corpus: Any, osb: int = 0) -> tuple[Any, list[str]]:
+    """The corpus's rows with the daemon's default featurizer (with ``osb``, that option)
+    (CSR) and its labels."""
     from streamnb.features import Payload
     from streamnb_workers.store.model_config import ModelSpec, resolve_spec
 
-    featurizer = resolve_spec(ModelSpec("slices", kind="multinomial")).make_featurizer()
+    featurizer = resolve_spec(ModelSpec("slices", kind="multinomial", featurizer_config={
+        "osb": osb} if osb else None)).make_featurizer()
     rows = featurizer.featurize_batch([Payload("raw", raw) for raw in corpus.raws])
-    return featurizer.stack(rows).tocsr(), list(corpus.labels)
+    X = featurizer.stack(rows).tocsr()
+    X.n_tokens = float(np.mean([r.n_tokens for r in rows]))  # (tokens per message, printed)
+    return X, list(corpus.labels)
 
 
 def replay(X: Any, labels: Sequence[str], v: Variant) -> tuple[list[float], list[bool | None]]:
@@ -94,6 +123,7 @@ def replay(X: Any, labels: Sequence[str], v: Variant) -> tuple[list[float], list
     verdict before the first class; "unsure" counts as not spam and, on a spam, as an
     error; a message judged before any class was known is no error."""
     from streamnb.models import make_model
+    from streamnb.models.combining import chi2_indicators
 
     model = make_model("multinomial", alpha=v.alpha, n_features=X.shape[1], smoothing_m="seen")
     scores: list[float] = []
@@ -109,7 +139,10 @@ def replay(X: Any, labels: Sequence[str], v: Variant) -> tuple[list[float], list
             odds = float(lp[classes.index(SPAM)] - lp[classes.index(HAM)])
             verdict = argmax_spam = odds > 0
             score = odds
-            if v.score == "per_feature":
+            if v.combining == "chi2":
+                score = float(chi2_indicators(model, x, SPAM)[0])
+                verdict = argmax_spam = score > v.cutoff
+            elif v.score == "per_feature":
                 score = odds / max(n_values[i], 1.0)
             elif v.score == "per_sqrt":
                 score = odds / np.sqrt(max(n_values[i], 1.0))
@@ -145,19 +178,26 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--corpus", default=str(DEFAULT_CORPUS))
     ap.add_argument("--limit", type=int, default=None)
     ap.add_argument("--tune", type=float, default=0.6, help="share of the corpus tuned on")
+    ap.add_argument("--only", default="", help="replay only the variants whose name holds one of these (comma separated)")
     a = ap.parse_args(argv)
     if not 0.0 < a.tune < 1.0:
         ap.error(f"--tune must lie between 0 and 1, got {a.tune}")
     print_header("default choices on time slices", "benchmarks.quality_slices", argv)
     corpus = corpus_or_synthetic(a.corpus, a.limit)
-    t0 = time.perf_counter()
-    X, labels = featurized(corpus)
+    wanted = [w for w in a.only.split(",") if w] or [""]
+    variants = [v for v in VARIANTS if any(w in v.name for w in wanted)]
+    matrices = {}
+    for osb in sorted({v.osb for v in variants}):
+        t0 = time.perf_counter()
+        matrices[osb], labels = featurized(corpus, osb)
+        print(f"osb {osb}: {len(labels)} messages, featurized in {time.perf_counter() - t0:.1f}s, "
+              f"{matrices[osb].n_tokens:.1f} tokens and {matrices[osb].nnz / len(labels):.1f} "
+              f"distinct buckets per message")
     cut = int(round(a.tune * len(labels)))
-    print(f"{len(labels)} messages, featurized in {time.perf_counter() - t0:.1f}s; tune on "
-          f"1..{cut}, check on {cut + 1}..{len(labels)}")
+    print(f"tune on 1..{cut}, check on {cut + 1}..{len(labels)}")
     table = []
-    for v in VARIANTS:
-        scores, verdicts = replay(X, labels, v)
+    for v in variants:
+        scores, verdicts = replay(matrices[v.osb], labels, v)
         cells = [v.name]
         for start, stop in ((0, cut), (cut, len(labels)), (0, len(labels))):
             m = slice_measures(scores, verdicts, labels, start, stop)

@@ -20,8 +20,10 @@ score see only the classes with weight, the posteriors renormalised over them, t
 class at ``-inf``. A spam/ham model that met a mistyped third label decides and scores as
 the spam/ham model it is.
 
-``score`` says what :meth:`DecisionRule.score` gives a two-class prediction to rank and
-threshold by: ``"log_odds"``, ``log P(pos|x) - log P(neg|x)``, or ``"per_feature"``,
+``score`` says what :meth:`DecisionRule.score` gives a prediction to rank and threshold
+by: ``"log_odds"``, ``log P(pos|x) - log P(not pos|x)`` (the positive class against all
+the others together, so that its scale does not change with the number of classes), or
+``"per_feature"``,
 the same divided by the message's number of features (its row's sum of values, at least
 1). A multinomial model's log-odds grow with the number of tokens, so long mail lands at
 the extremes whatever its content; divided by it, mail of every length ranks alike
@@ -54,9 +56,6 @@ __all__ = [
     "ZERO_WEIGHT",
     "Decision",
     "DecisionRule",
-    "parse_class_prior",
-    "parse_loss_matrix",
-    "parse_unsure_band",
 ]
 
 #: The label given to a two-class prediction inside the unsure band.
@@ -104,6 +103,12 @@ class DecisionRule:
     positive: Label | None = None
     min_class_weight: float | None = None
     score: str = "log_odds"
+    #: Applied by the daemon from its window of recent labelled scores
+    #: (:mod:`streamnb.operating_point`): a score threshold holding the false-positive
+    #: rate under ``target_fpr``, a calibrated P(positive), the window's size.
+    target_fpr: float | None = None
+    calibration: str | None = None
+    score_window: int | None = None
 
     def __post_init__(self) -> None:
         if self.class_prior is not None:
@@ -151,6 +156,21 @@ class DecisionRule:
             object.__setattr__(self, "min_class_weight", mw)
         if self.score not in SCORES:
             raise ValueError(f"score must be one of {list(SCORES)}, got {self.score!r}")
+        self._check_window_options()
+
+    def _check_window_options(self) -> None:
+        t = self.target_fpr
+        if t is not None and (isinstance(t, bool) or not isinstance(t, (int, float))
+                              or not 0.0 < t < 1.0):
+            raise ValueError(f"target_fpr must be a rate in (0, 1), got {t!r}")
+        if t is not None and (self.threshold is not None or self.loss_matrix is not None):
+            raise ValueError("give a target false-positive rate or a threshold/loss matrix, not both")
+        if self.calibration not in (None, "isotonic", "platt"):
+            raise ValueError(f"calibration must be isotonic or platt, got {self.calibration!r}")
+        n = self.score_window
+        if n is not None and (isinstance(n, bool) or not isinstance(n, int) or not
+                              100 <= n <= 1_000_000):
+            raise ValueError(f"score_window must be a whole number in [100, 1000000], got {n!r}")
 
     # ------------------------------------------------------------------ persistence
     def to_dict(self) -> dict[str, Any]:
@@ -170,6 +190,9 @@ class DecisionRule:
             out["min_class_weight"] = self.min_class_weight
         if self.score != "log_odds":
             out["score"] = self.score
+        for name in ("target_fpr", "calibration", "score_window"):
+            if getattr(self, name) is not None:
+                out[name] = getattr(self, name)
         return out
 
     @classmethod
@@ -181,7 +204,7 @@ class DecisionRule:
         """
         d = dict(d or {})
         known = {"class_prior", "loss_matrix", "threshold", "unsure_band", "positive",
-                 "min_class_weight", "score"}
+                 "min_class_weight", "score", "target_fpr", "calibration", "score_window"}
         unknown = sorted(set(d) - known)
         if unknown:
             raise ValueError(f"unknown decision options {unknown}; expected some of {sorted(known)}")
@@ -194,7 +217,14 @@ class DecisionRule:
             positive=d.get("positive"),
             min_class_weight=d.get("min_class_weight"),
             score=d.get("score", "log_odds"),
+            target_fpr=d.get("target_fpr"), calibration=d.get("calibration"),
+            score_window=d.get("score_window"),
         )
+
+    @property
+    def uses_window(self) -> bool:
+        """Whether the daemon keeps a window of labelled scores for this rule."""
+        return self.target_fpr is not None or self.calibration is not None
 
     @property
     def is_default(self) -> bool:
@@ -210,6 +240,18 @@ class DecisionRule:
                 raise ValueError(f"positive class {self.positive!r} is not one of {list(classes)}")
             return keys.index(_key(self.positive))
         return max(range(len(classes)), key=lambda i: (type(classes[i]).__name__, classes[i]))
+
+    def positive_of(self, classes: Sequence[Label]) -> Label | None:
+        """The positive class of a two-class model; None for another number of classes, or
+        a ``positive`` the model does not hold.
+
+        >>> DecisionRule().positive_of(["ham", "spam"]), DecisionRule(positive=1).positive_of([0, 2])
+        ('spam', None)
+        """
+        if len(classes) != 2 or (self.positive is not None and
+                                 _key(self.positive) not in [_key(c) for c in classes]):
+            return None
+        return classes[self.positive_index(classes)]
 
     def adjust(
         self, log_proba: np.ndarray, classes: Sequence[Label],
@@ -332,8 +374,8 @@ class DecisionRule:
     def score_of(self, log_proba: Any, classes: Sequence[Label], n_values: Any,
                  class_weight: Any = None) -> np.ndarray | None:
         """The score of each row of decided ``log_proba`` (see the module docstring;
-        ``n_values``: each row's sum of feature values), None unless two classes (and the
-        ``positive`` class, if given, among them). Given ``class_weight`` (as
+        ``n_values``: each row's sum of feature values), None with fewer than two classes
+        (or a ``positive`` class not among them). Given ``class_weight`` (as
         :meth:`decide`), the classes counted are those with weight: a row that has not
         two of them scores ``nan`` (None if no row scores).
 
@@ -343,6 +385,9 @@ class DecisionRule:
         >>> lp = [[np.log(0.2), -np.inf, np.log(0.8)]]  # "Spam" learnt, then forgotten
         >>> rule.score_of(lp, ["ham", "Spam", "spam"], [2.0], [[3.0, 0.0, 4.0]]).round(4)
         array([0.6931])
+        >>> lp = np.log([[0.2, 0.05, 0.75]])  # three classes: spam against ham and Spam
+        >>> rule.score_of(lp, ["ham", "Spam", "spam"], [2.0]).round(4)
+        array([0.5493])
         """
         lp = np.asarray(log_proba, dtype=np.float64)
         if class_weight is not None:
@@ -357,12 +402,15 @@ class DecisionRule:
                     if s is not None:
                         out[i] = s[0]
                 return None if np.isnan(out).all() else out
-        if len(classes) != 2 or (self.positive is not None and
-                                 _key(self.positive) not in [_key(c) for c in classes]):
+        if len(classes) < 2 or (self.positive is not None and
+                                _key(self.positive) not in [_key(c) for c in classes]):
             return None  # (no score for a positive class the model does not hold)
         pos = self.positive_index(classes)
-        with np.errstate(invalid="ignore"):
-            odds = lp[:, pos] - lp[:, 1 - pos]
+        rest = np.delete(lp, pos, axis=1)
+        top = rest.max(axis=1)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            top = np.where(np.isfinite(top), top, 0.0)
+            odds = lp[:, pos] - (top + np.log(np.exp(rest - top[:, None]).sum(axis=1)))
         if self.score == "per_feature":
             odds = odds / np.maximum(np.asarray(n_values, dtype=np.float64), 1.0)
         return odds
@@ -384,62 +432,3 @@ class DecisionRule:
             log_loss = np.log(loss)
             log_expected = logsumexp(lp[:, :, None] + log_loss[None, :, :], axis=1)
         return np.argmin(np.nan_to_num(log_expected, nan=np.inf), axis=1)
-
-
-# ---------------------------------------------------------------------- option parsing
-def _pairs(text: str, what: str, example: str) -> list[tuple[str, str]]:
-    out = []
-    for part in filter(None, (p.strip() for p in text.split(","))):
-        name, sep, value = part.partition("=")
-        if not sep or not name.strip() or not value.strip():
-            raise ValueError(f"{what} expects entries like {example!r}, got {part!r}")
-        out.append((name.strip(), value.strip()))
-    if not out:
-        raise ValueError(f"{what} expects entries like {example!r}, got {text!r}")
-    return out
-
-
-def _number(value: str, what: str) -> float:
-    try:
-        return float(value)
-    except ValueError:
-        raise ValueError(f"{what} expects a number, got {value!r}") from None
-
-
-def parse_class_prior(text: str) -> dict[str, float]:
-    """``"spam=0.2,ham=0.8"`` -> ``{"spam": 0.2, "ham": 0.8}``.
-
-    >>> parse_class_prior("spam=0.2, ham=0.8")
-    {'spam': 0.2, 'ham': 0.8}
-    """
-    return {k: _number(v, "--class-prior") for k, v in _pairs(text, "--class-prior", "spam=0.2,ham=0.8")}
-
-
-def parse_loss_matrix(text: str) -> dict[str, dict[str, float]]:
-    """``"ham:spam=10,spam:ham=1"`` (``true:predicted=loss``) -> nested map.
-
-    >>> parse_loss_matrix("ham:spam=10, spam:ham=1")
-    {'ham': {'spam': 10.0}, 'spam': {'ham': 1.0}}
-    """
-    out: dict[str, dict[str, float]] = {}
-    for key, value in _pairs(text, "--loss-matrix", "ham:spam=10,spam:ham=1"):
-        true, sep, pred = key.partition(":")
-        if not sep or not true or not pred:
-            raise ValueError(f"--loss-matrix entries are true:predicted=loss, got {key!r}")
-        out.setdefault(true, {})[pred] = _number(value, "--loss-matrix")
-    return out
-
-
-def parse_unsure_band(text: str) -> tuple[float, float]:
-    """``"0.4,0.6"`` -> ``(0.4, 0.6)``.
-
-    >>> parse_unsure_band("0.4,0.6")
-    (0.4, 0.6)
-    """
-    parts = [p.strip() for p in text.split(",")]
-    if len(parts) != 2:
-        raise ValueError(f"--unsure-band expects two probabilities 'lo,hi', got {text!r}")
-    lo, hi = (_number(p, "--unsure-band") for p in parts)
-    if not 0.0 <= lo <= hi <= 1.0:
-        raise ValueError(f"--unsure-band expects 0 <= lo <= hi <= 1, got {text!r}")
-    return lo, hi

@@ -779,10 +779,11 @@ fail:
  * (int64) of them for list i. Each list's buckets (hash & (2**bits - 1)) are sorted and
  * made distinct, and written one list after the other into `out` (int32, room for all
  * the hashes); `counts[i]` (int64) gets the number of distinct buckets of list i.
- * numpy sorts the whole batch (list number << bits | bucket) at about 30 ns a key; a list
- * is a few hundred buckets, which a radix sort of 8-bit digits (a digit shared by the
- * whole list is skipped) or, for short lists, an insertion sort puts in order in a few
- * ns a key. The numpy code is the reference (tests/streamnb/features/test_speedups.py). */
+ * numpy sorts the whole batch (list number << bits | bucket) at about 30 ns a key; here a
+ * list's distinct buckets are found first (a set of open addressing), and only those,
+ * about a sixth of a mail's tokens, are sorted: a radix sort of 8-bit digits (a digit
+ * shared by the whole list is skipped) or, for short lists, an insertion sort, a few ns a
+ * key. The numpy code is the reference (tests/streamnb/features/test_speedups.py). */
 static void
 sort_u32(uint32_t *a, uint32_t *tmp, Py_ssize_t n, int bits)
 {
@@ -886,25 +887,45 @@ unique_buckets(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
                                           : "unique_buckets: out is too small");
         goto done;
     }
-    work = PyMem_Malloc(2 * (size_t)(longest + 1) * sizeof(uint32_t));
+    /* the distinct buckets of a list first, in a set of open addressing (buckets are bits of
+     * a hash already: the low ones pick the slot), then the sort of those alone: a message's
+     * tokens repeat (a mail of 1,300 tokens has about 200 distinct buckets) */
+    size_t set_size = 16;
+    while (set_size < 2 * (size_t)longest) {
+        set_size <<= 1;
+    }
+    work = PyMem_Malloc((2 * (size_t)(longest + 1) + set_size) * sizeof(uint32_t));
     if (work == NULL) {
         PyErr_NoMemory();
         goto done;
     }
-    uint32_t mask = (uint32_t)((1UL << bits) - 1);
+    uint32_t *set = work + 2 * (longest + 1);
+    memset(set, 0xFF, set_size * sizeof(uint32_t));  /* 0xFFFFFFFF: an empty slot (no bucket) */
+    uint32_t mask = (uint32_t)((1UL << bits) - 1), set_mask = (uint32_t)(set_size - 1);
     Py_ssize_t at = 0, written = 0;
     for (Py_ssize_t i = 0; i < n_lists; i++) {
         Py_ssize_t n = (Py_ssize_t)sizes[i], m = 0;
         for (Py_ssize_t k = 0; k < n; k++) {
-            work[k] = (uint32_t)(hashes[at + k] & mask);
-        }
-        at += n;
-        sort_u32(work, work + longest + 1, n, (int)bits);
-        for (Py_ssize_t k = 0; k < n; k++) {
-            if (m == 0 || work[k] != (uint32_t)out[written + m - 1]) {
-                out[written + m++] = (int32_t)work[k];
+            uint32_t b = (uint32_t)(hashes[at + k] & mask), j = b & set_mask;
+            while (set[j] != b && set[j] != 0xFFFFFFFFu) {
+                j = (j + 1) & set_mask;
+            }
+            if (set[j] != b) {
+                set[j] = b;
+                work[m++] = b;
             }
         }
+        at += n;
+        for (Py_ssize_t k = m - 1; k >= 0; k--) {  /* the set emptied for the next list, the
+            * last inserted first (the slots before each on its probe path are still taken) */
+            uint32_t j = work[k] & set_mask;
+            while (set[j] != work[k]) {
+                j = (j + 1) & set_mask;
+            }
+            set[j] = 0xFFFFFFFFu;
+        }
+        sort_u32(work, work + longest + 1, m, (int)bits);
+        memcpy(out + written, work, (size_t)m * sizeof(uint32_t));
         counts[i] = m;
         written += m;
     }
@@ -2757,6 +2778,401 @@ done:
     return result;
 }
 
+/* ------------------------------------------------------------------ wire_tokens
+ *
+ * The tokens payload of a stream entry (docs/protocol.md), hashed straight from its msgpack
+ * bytes: no str is made per token. streamnb.features.wire_tokens holds the Python code
+ * (its reference: msgpack.unpackb, then the token table) and tests compare both with
+ * msgpack and hashlib.
+ *
+ * wire_tokens(data, max_tokens, max_str_len, max_map_len) -> (rest, hashes, start, end) or
+ * None. `data` is one entry's msgpack map. When it is a well-formed map whose one "tokens"
+ * key (a str) holds an array of at most max_tokens str items, each at most max_str_len
+ * bytes of valid UTF-8, and the map has at most max_map_len pairs: `rest` is the map without
+ * that pair (msgpack bytes, the other pairs as they were), `hashes` the tokens' stable
+ * hashes (bytes of native uint64, from the token table: an ASCII token is looked up by the
+ * str hash of its bytes, which is the str's; a token beyond ASCII is decoded, as msgpack
+ * would, and looked up as a str), and data[start:end] the array. Anything else, including
+ * every malformed entry, is declined (None): msgpack then decodes the entry and the codec
+ * gives its reason. */
+
+#define WIRE_MAX_DEPTH 64
+
+/* The n-byte big-endian unsigned integer at p. */
+static inline uint64_t
+be_uint(const unsigned char *p, int n)
+{
+    uint64_t v = 0;
+    for (int i = 0; i < n; i++) {
+        v = (v << 8) | p[i];
+    }
+    return v;
+}
+
+/* Past the msgpack item at p[*at:len] (and what it holds); 0 if it is malformed, cut short,
+ * nested deeper than WIRE_MAX_DEPTH or an ext type (which the codec refuses anyway). */
+static int
+skip_item(const unsigned char *p, Py_ssize_t len, Py_ssize_t *at, int depth)
+{
+    if (*at >= len || depth > WIRE_MAX_DEPTH) {
+        return 0;
+    }
+    unsigned char c = p[(*at)++];
+    uint64_t n = 0, items = 0;
+    Py_ssize_t left = len - *at;
+    if (c <= 0x7f || c >= 0xe0 || c == 0xc0 || c == 0xc2 || c == 0xc3) {
+        return 1;
+    }
+    if (c >= 0xa0 && c <= 0xbf) {
+        n = c & 0x1f;
+    }
+    else if (c >= 0x80 && c <= 0x8f) {
+        items = 2 * (uint64_t)(c & 0x0f);
+    }
+    else if (c >= 0x90 && c <= 0x9f) {
+        items = c & 0x0f;
+    }
+    else {
+        switch (c) {
+        case 0xca: n = 4; break;
+        case 0xcb: n = 8; break;
+        case 0xcc: case 0xd0: n = 1; break;
+        case 0xcd: case 0xd1: n = 2; break;
+        case 0xce: case 0xd2: n = 4; break;
+        case 0xcf: case 0xd3: n = 8; break;
+        case 0xc4: case 0xd9:
+        case 0xc5: case 0xda:
+        case 0xc6: case 0xdb: {
+            int w = (c == 0xc4 || c == 0xd9) ? 1 : (c == 0xc5 || c == 0xda) ? 2 : 4;
+            if (left < w) {
+                return 0;
+            }
+            n = be_uint(p + *at, w);
+            *at += w;
+            left -= w;
+            break;
+        }
+        case 0xdc: case 0xdd: case 0xde: case 0xdf: {
+            int w = (c == 0xdc || c == 0xde) ? 2 : 4;
+            if (left < w) {
+                return 0;
+            }
+            items = be_uint(p + *at, w) * (c >= 0xde ? 2 : 1);
+            *at += w;
+            break;
+        }
+        default:  /* 0xc1 (never used) and the ext types */
+            return 0;
+        }
+    }
+    if (n > (uint64_t)left) {
+        return 0;
+    }
+    *at += (Py_ssize_t)n;
+    for (uint64_t k = 0; k < items; k++) {  /* each item takes a byte at least: bounded by len */
+        if (!skip_item(p, len, at, depth + 1)) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/* The str item at p[*at:len]: its bytes' offset and length; 0 if it is not a str. */
+static inline int
+str_item(const unsigned char *p, Py_ssize_t len, Py_ssize_t *at, Py_ssize_t *start, Py_ssize_t *n)
+{
+    if (*at >= len) {
+        return 0;
+    }
+    unsigned char c = p[*at];
+    int w;
+    uint64_t size;
+    if (c >= 0xa0 && c <= 0xbf) {
+        w = 0;
+        size = c & 0x1f;
+    }
+    else if (c >= 0xd9 && c <= 0xdb) {
+        w = c == 0xd9 ? 1 : c == 0xda ? 2 : 4;
+        if (len - *at - 1 < w) {
+            return 0;
+        }
+        size = be_uint(p + *at + 1, w);
+    }
+    else {
+        return 0;
+    }
+    Py_ssize_t from = *at + 1 + w;
+    if (size > (uint64_t)(len - from)) {
+        return 0;
+    }
+    *start = from;
+    *n = (Py_ssize_t)size;
+    *at = from + (Py_ssize_t)size;
+    return 1;
+}
+
+/* The array header at p[*at:len]: its number of items; 0 if it is not an array. */
+static inline int
+array_header(const unsigned char *p, Py_ssize_t len, Py_ssize_t *at, uint64_t *items)
+{
+    if (*at >= len) {
+        return 0;
+    }
+    unsigned char c = p[*at];
+    if (c >= 0x90 && c <= 0x9f) {
+        *items = c & 0x0f;
+        *at += 1;
+        return 1;
+    }
+    if (c == 0xdc || c == 0xdd) {
+        int w = c == 0xdc ? 2 : 4;
+        if (len - *at - 1 < w) {
+            return 0;
+        }
+        *items = be_uint(p + *at + 1, w);
+        *at += 1 + w;
+        return 1;
+    }
+    return 0;
+}
+
+/* The map header at p[0:len]: its number of pairs and where the first starts; 0 if not a map. */
+static inline int
+map_header(const unsigned char *p, Py_ssize_t len, uint64_t *pairs, Py_ssize_t *first)
+{
+    if (len < 1) {
+        return 0;
+    }
+    unsigned char c = p[0];
+    if (c >= 0x80 && c <= 0x8f) {
+        *pairs = c & 0x0f;
+        *first = 1;
+        return 1;
+    }
+    if (c == 0xde || c == 0xdf) {
+        int w = c == 0xde ? 2 : 4;
+        if (len - 1 < w) {
+            return 0;
+        }
+        *pairs = be_uint(p + 1, w);
+        *first = 1 + w;
+        return 1;
+    }
+    return 0;
+}
+
+/* The stable hashes of the `items` str items at p[*at:end] into out, *at moved past them;
+ * 0 if one is not a str, too long or not UTF-8 (no exception set), -1 with an exception
+ * set on an error of the miss function. */
+static int
+hash_wire_tokens(const unsigned char *p, Py_ssize_t end, Py_ssize_t *at, Py_ssize_t items,
+                 Py_ssize_t max_str_len, uint64_t *out)
+{
+    Py_ssize_t t_start[HASH_BLOCK], t_len[HASH_BLOCK];
+    Py_hash_t t_hash[HASH_BLOCK];
+    for (Py_ssize_t b = 0; b < items; b += HASH_BLOCK) {
+        Py_ssize_t m = items - b < HASH_BLOCK ? items - b : HASH_BLOCK;
+        for (Py_ssize_t t = 0; t < m; t++) {  /* a block's str hashes, their slots fetched ahead */
+            if (!str_item(p, end, at, &t_start[t], &t_len[t]) || t_len[t] > max_str_len) {
+                return 0;
+            }
+            if (all_ascii(p + t_start[t], t_len[t])) {
+                t_hash[t] = STR_HASH_OF_BYTES(p + t_start[t], t_len[t]);
+                PREFETCH(&slots[(size_t)t_hash[t] & (n_slots - 1)]);
+            }
+            else {
+                t_hash[t] = -1;  /* beyond ASCII (no str hash is -1) */
+            }
+        }
+        for (Py_ssize_t t = 0; t < m; t++) {
+            const unsigned char *s = p + t_start[t];
+            Py_ssize_t n = t_len[t];
+            Py_hash_t h = t_hash[t];
+            if (h != -1) {
+                uint64_t key = slot_key(h, n);
+                size_t k = find_slot(h, key);
+                if (slots[k].key == key) {
+                    out[b + t] = slots[k].value;
+                    continue;
+                }
+            }
+            /* a miss, or a token beyond ASCII: the token as a str */
+            PyObject *token = h != -1 ? ascii_str(s, n) : PyUnicode_DecodeUTF8((const char *)s, n, "strict");
+            if (token == NULL) {
+                if (h == -1 && PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) {
+                    PyErr_Clear();
+                    return 0;
+                }
+                return -1;
+            }
+            int rc = h != -1 ? cached_hash_of(token, h, &out[b + t]) : cached_hash(token, &out[b + t]);
+            Py_DECREF(token);
+            if (rc < 0) {
+                return -1;
+            }
+        }
+    }
+    return 1;
+}
+
+/* A msgpack map header of `pairs` pairs into q; its length. */
+static Py_ssize_t
+put_map_header(unsigned char *q, uint64_t pairs)
+{
+    if (pairs < 16) {
+        q[0] = (unsigned char)(0x80 | pairs);
+        return 1;
+    }
+    int w = pairs < 65536 ? 2 : 4;
+    q[0] = w == 2 ? 0xde : 0xdf;
+    for (int i = 0; i < w; i++) {
+        q[1 + i] = (unsigned char)(pairs >> (8 * (w - 1 - i)));
+    }
+    return 1 + w;
+}
+
+static PyObject *
+wire_tokens(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)module;
+    if (nargs != 4 || !PyBytes_Check(args[0])) {
+        PyErr_SetString(PyExc_TypeError,
+                        "wire_tokens(data, max_tokens, max_str_len, max_map_len): bytes and three ints");
+        return NULL;
+    }
+    if (slots == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "wire_tokens: call hash_cache_init first");
+        return NULL;
+    }
+    Py_ssize_t max_tokens = PyLong_AsSsize_t(args[1]), max_str_len = PyLong_AsSsize_t(args[2]);
+    Py_ssize_t max_map_len = PyLong_AsSsize_t(args[3]);
+    if ((max_tokens == -1 || max_str_len == -1 || max_map_len == -1) && PyErr_Occurred()) {
+        return NULL;
+    }
+    const unsigned char *p = (const unsigned char *)PyBytes_AS_STRING(args[0]);
+    Py_ssize_t len = PyBytes_GET_SIZE(args[0]), at;
+    uint64_t pairs;
+    if (!map_header(p, len, &pairs, &at) || pairs > (uint64_t)max_map_len) {
+        Py_RETURN_NONE;
+    }
+    Py_ssize_t first = at, key_at = -1, arr_at = -1, arr_end = -1;
+    PyObject *hashes = NULL;
+    for (uint64_t k = 0; k < pairs; k++) {
+        Py_ssize_t here = at, s, n;
+        uint64_t items;
+        if (str_item(p, len, &at, &s, &n) && n == 6 && memcmp(p + s, "tokens", 6) == 0) {
+            if (key_at >= 0) {
+                goto decline;  /* a second "tokens": msgpack keeps the last */
+            }
+            key_at = here;
+            arr_at = at;
+            if (!array_header(p, len, &at, &items) || items > (uint64_t)max_tokens) {
+                goto decline;
+            }
+            hashes = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(8 * items));
+            if (hashes == NULL) {
+                return NULL;
+            }
+            int rc = hash_wire_tokens(p, len, &at, (Py_ssize_t)items, max_str_len,
+                                      (uint64_t *)(void *)PyBytes_AS_STRING(hashes));
+            if (rc < 0) {
+                Py_DECREF(hashes);
+                return NULL;
+            }
+            if (rc == 0) {
+                goto decline;
+            }
+            arr_end = at;
+            continue;
+        }
+        at = here;
+        if (!skip_item(p, len, &at, 1) || !skip_item(p, len, &at, 1)) {
+            goto decline;
+        }
+    }
+    if (at != len || key_at < 0) {  /* bytes after the map (msgpack's ExtraData), or no tokens */
+        goto decline;
+    }
+    /* the map without the tokens pair: a header for one pair less, the pairs before it, the
+     * pairs after it */
+    Py_ssize_t before = key_at - first, after = len - arr_end;
+    PyObject *rest = PyBytes_FromStringAndSize(NULL, 5 + before + after);
+    if (rest == NULL) {
+        Py_DECREF(hashes);
+        return NULL;
+    }
+    unsigned char *q = (unsigned char *)PyBytes_AS_STRING(rest);
+    Py_ssize_t h = put_map_header(q, pairs - 1);
+    memcpy(q + h, p + first, (size_t)before);
+    memcpy(q + h + before, p + arr_end, (size_t)after);
+    if (_PyBytes_Resize(&rest, h + before + after) < 0) {
+        Py_DECREF(hashes);
+        return NULL;
+    }
+    return Py_BuildValue("(NNnn)", rest, hashes, arr_at, arr_end);
+decline:
+    Py_XDECREF(hashes);
+    Py_RETURN_NONE;
+}
+
+/* wire_tokens_joined(data, start, end) -> bytes: the UTF-8 bytes of the str items of the
+ * msgpack array data[start:end] joined by NUL bytes: what "\0".join(tokens).encode()
+ * gives for its tokens (learn_keys' canonical form of a tokens payload), without a str
+ * per token. ValueError if data[start:end] is not one array of str. */
+static PyObject *
+wire_tokens_joined(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)module;
+    if (nargs != 3 || !PyBytes_Check(args[0])) {
+        PyErr_SetString(PyExc_TypeError, "wire_tokens_joined(data, start, end): bytes and two ints");
+        return NULL;
+    }
+    Py_ssize_t start = PyLong_AsSsize_t(args[1]), end = PyLong_AsSsize_t(args[2]);
+    if ((start == -1 || end == -1) && PyErr_Occurred()) {
+        return NULL;
+    }
+    if (start < 0 || end < start || end > PyBytes_GET_SIZE(args[0])) {
+        PyErr_SetString(PyExc_ValueError, "wire_tokens_joined: start and end are not in data");
+        return NULL;
+    }
+    const unsigned char *p = (const unsigned char *)PyBytes_AS_STRING(args[0]);
+    Py_ssize_t at = start;
+    uint64_t items;
+    if (!array_header(p, end, &at, &items)) {
+        PyErr_SetString(PyExc_ValueError, "wire_tokens_joined: not a msgpack array");
+        return NULL;
+    }
+    /* each item's header takes a byte at least, which its NUL stands for: end - start bytes */
+    PyObject *out = PyBytes_FromStringAndSize(NULL, end - start);
+    if (out == NULL) {
+        return NULL;
+    }
+    unsigned char *q = (unsigned char *)PyBytes_AS_STRING(out);
+    Py_ssize_t w = 0;
+    for (uint64_t t = 0; t < items; t++) {
+        Py_ssize_t s, n;
+        if (!str_item(p, end, &at, &s, &n)) {
+            Py_DECREF(out);
+            PyErr_SetString(PyExc_ValueError, "wire_tokens_joined: an item is not a str");
+            return NULL;
+        }
+        if (t > 0) {
+            q[w++] = 0;
+        }
+        memcpy(q + w, p + s, (size_t)n);
+        w += n;
+    }
+    if (at != end) {
+        Py_DECREF(out);
+        PyErr_SetString(PyExc_ValueError, "wire_tokens_joined: bytes after the array");
+        return NULL;
+    }
+    if (_PyBytes_Resize(&out, w) < 0) {
+        return NULL;
+    }
+    return out;
+}
+
 static PyMethodDef methods[] = {
     {"word_tokens", (PyCFunction)(void (*)(void))word_tokens, METH_FASTCALL,
      "word_tokens(text, min_len, max_len, out): append the word tokens of text to out "
@@ -2812,6 +3228,13 @@ static PyMethodDef methods[] = {
     {"html_strip", (PyCFunction)(void (*)(void))html_strip, METH_FASTCALL,
      "html_strip(markup, max_tag_tokens): markup.strip_html on Latin-1 markup before "
      "html.unescape: (text, tokens); None for other markup."},
+    {"wire_tokens", (PyCFunction)(void (*)(void))wire_tokens, METH_FASTCALL,
+     "wire_tokens(data, max_tokens, max_str_len, max_map_len): (the map without its tokens, "
+     "their stable hashes as uint64 bytes, start, end of the array) of a msgpack map with a "
+     "tokens array of str, or None."},
+    {"wire_tokens_joined", (PyCFunction)(void (*)(void))wire_tokens_joined, METH_FASTCALL,
+     "wire_tokens_joined(data, start, end): the UTF-8 bytes of the str items of the msgpack "
+     "array data[start:end], joined by NUL bytes."},
     {NULL, NULL, 0, NULL},
 };
 

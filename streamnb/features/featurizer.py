@@ -31,7 +31,8 @@ from streamnb.features.hashing import DEFAULT_HASH_BITS, TokenHasher
 from streamnb.features.mail import DEFAULT_HEADERS, N_META, MailTokenizer, text_meta
 from streamnb.features.payload import DEFAULT_FEATURE_LIMITS, PAYLOAD_KINDS, FeatureLimits, Payload
 from streamnb.features.rows import FEATURIZER_FORMAT_VERSION, Row
-from streamnb.features.text import WordRules
+from streamnb.features.text import MAX_OSB_WINDOW, WordRules
+from streamnb.features.wire_tokens import WireTokens
 
 __all__ = ["COUNT_MODES", "EmailFeaturizer", "Featurizer", "TextFeaturizer"]
 
@@ -44,7 +45,7 @@ def _check_config(cfg: Any) -> dict[str, Any]:
         raise ValueError(f"featurizer config must be a dict, got {type(cfg).__name__}")
     known = {
         "version", "input", "bits", "dim", "lowercase", "ngrams", "headers",
-        "header_names", "min_len", "max_len", "meta", "counts",
+        "header_names", "min_len", "max_len", "meta", "counts", "osb",
     }
     extra = set(cfg) - known
     if extra:
@@ -62,7 +63,10 @@ class Featurizer:
     (dense only), ``lowercase`` (True), ``ngrams`` (False: word bigrams), ``headers``
     (mail headers tokenized), ``header_names`` (True: a token per header present),
     ``min_len``/``max_len`` (3/12: the word length window), ``meta`` (False: append the
-    mail meta vector), ``counts`` ("binary": how token counts become values).
+    mail meta vector), ``counts`` ("binary": how token counts become values), ``osb``
+    (0: off; N in 2..8: orthogonal sparse bigrams over a window of N word tokens,
+    :mod:`streamnb.features.text` rule 8; in :attr:`config` only when on, so the config
+    of a model made without it stays as it was).
     """
 
     def __init__(
@@ -79,6 +83,7 @@ class Featurizer:
         max_len: int = 12,
         meta: bool = False,
         counts: str = "binary",
+        osb: int = 0,
         limits: FeatureLimits = DEFAULT_FEATURE_LIMITS,
     ) -> None:
         if input not in ("sparse", "dense"):
@@ -94,6 +99,9 @@ class Featurizer:
             raise ValueError(f"counts must be one of {COUNT_MODES}, got {counts!r}")
         if not (isinstance(min_len, int) and isinstance(max_len, int) and 1 <= min_len <= max_len):
             raise ValueError(f"need 1 <= min_len <= max_len, got {min_len}, {max_len}")
+        if isinstance(osb, bool) or not isinstance(osb, int) or not (
+                osb == 0 or 2 <= osb <= MAX_OSB_WINDOW):
+            raise ValueError(f"osb must be 0 (off) or a window of 2..{MAX_OSB_WINDOW} words, got {osb!r}")
         if isinstance(headers, str) or not all(isinstance(h, str) for h in headers):
             raise ValueError("headers must be a list of header names")
         self.input = input
@@ -102,7 +110,8 @@ class Featurizer:
         self.counts = counts
         self.limits = limits
         self.hasher = TokenHasher(bits)
-        self.rules = WordRules(lowercase=bool(lowercase), min_len=min_len, max_len=max_len, ngrams=bool(ngrams))
+        self.rules = WordRules(lowercase=bool(lowercase), min_len=min_len, max_len=max_len, ngrams=bool(ngrams),
+                               osb=osb)
         self.mail = MailTokenizer(
             rules=self.rules,
             headers=tuple(h.lower() for h in headers),
@@ -124,7 +133,7 @@ class Featurizer:
     @property
     def config(self) -> dict[str, Any]:
         """The full config (msgpack/JSON friendly); ``from_config(config)`` is a clone."""
-        return {
+        config = {
             "version": FEATURIZER_FORMAT_VERSION,
             "input": self.input,
             "bits": self.hasher.bits,
@@ -138,6 +147,9 @@ class Featurizer:
             "meta": self.meta,
             "counts": self.counts,
         }
+        if self.rules.osb:
+            config["osb"] = self.rules.osb
+        return config
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Featurizer) and other.config == self.config
@@ -189,7 +201,9 @@ class Featurizer:
         soon as they are made (:meth:`TokenHasher.hashes_of`, while they are still in the
         CPU's caches; the word tokens of raw mail as the tokenizer finds them,
         :meth:`MailTokenizer.analyse` with ``hash_words``), the token lists of tokens
-        payloads in one pass (:meth:`TokenHasher.hash_unique_many`), and every payload's
+        payloads in one pass (:meth:`TokenHasher.hash_unique_many`; tokens hashed as they
+        came on the wire, :class:`~streamnb.features.wire_tokens.WireTokens`, bring their
+        hashes), and every payload's
         hashes masked and sorted in one (:meth:`TokenHasher.unique_buckets_many`).
 
         >>> f = Featurizer(bits=10)
@@ -206,10 +220,11 @@ class Featurizer:
             try:
                 if self.input == "dense" or kind in ("x", "features") or kind not in PAYLOAD_KINDS:
                     out[i] = self._valued_row(kind, value)
-                elif kind == "hashes":
-                    value = np.asarray(value, dtype=np.uint64)
+                elif kind == "hashes" or type(value) is WireTokens:  # (tokens hashed as they came)
+                    n = len(value)
+                    value = value.hashes if kind == "tokens" else np.asarray(value, dtype=np.uint64)
                     if binary:
-                        hashed.append((i, value, self._no_text_meta(value.size), value.size))
+                        hashed.append((i, value, self._no_text_meta(n), n))
                     else:
                         out[i] = self._hashes_row(value)
                 elif not binary:

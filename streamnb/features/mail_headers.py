@@ -317,7 +317,7 @@ class HeaderTokenizer:
         prefix = name + ":"
         rules = self.rules
         value_words = self.steps.value_words
-        if value_words is not None and not rules.ngrams and rules.min_len >= 1:
+        if value_words is not None and not rules.ngrams and not rules.osb and rules.min_len >= 1:
             done = value_words(text, prefix, rules.min_len, rules.max_len, rules.lowercase,
                                _SUBJECT_SEPARATORS)
             if done is not None:  # (Latin-1 text: the same in C)

@@ -12,6 +12,11 @@ Rules, in order (after SpamBayes' tokenizer):
    to 10>`` (SpamBayes' trick: long runs say something, their exact text rarely does).
 6. Words with non-ASCII characters add an ``8bit%:<share rounded to 10>`` token.
 7. Optional word bigrams ``bi:<w1> <w2>`` (option ``ngrams``).
+8. Optional orthogonal sparse bigrams (option ``osb``, the window N: 0 is off, CRM114 and
+   rspamd use 5): each word token (a kept word, or its ``skip:``/``email:`` token) paired
+   with each of the N - 1 word tokens before it in the same text, the distance in the
+   token: ``osb<d>:<earlier> <word>``, d = 1 (adjacent) .. N - 1. ``a b c`` with N = 3
+   gives ``osb1:a b``, ``osb1:b c``, ``osb2:a c`` (after ``b`` and ``c`` in turn).
 
 Words go through list comprehensions: ASCII text one token per kept word, other text the
 same rules with a per-word step only for the words that need one (``@``, too long,
@@ -35,6 +40,7 @@ from streamnb.features.steps import DEFAULT_STEPS, TokenizerSteps
 
 __all__ = [
     "ALNUM",
+    "MAX_OSB_WINDOW",
     "URL_RE",
     "WordRules",
     "clear_host_memo",
@@ -57,6 +63,8 @@ ALNUM = "a-zA-Z0-9\u0130\u0131\u017f\u212a"
 _HOST_RE = re.compile(r"^(?:[^/?#@\s]*@)?([a-z0-9][a-z0-9.-]*)", re.I)
 _PUNCT = "\"'.,;:!?()[]{}<>*`~|^_=+-/\\#&"
 _SPLIT = re.compile(r"\s+")
+#: The widest OSB window (rule 8): N - 1 pair tokens per word.
+MAX_OSB_WINDOW = 8
 
 
 
@@ -147,6 +155,9 @@ class WordRules:
     max_len: int = 12
     ngrams: bool = False
     steps: TokenizerSteps = field(default=DEFAULT_STEPS, repr=False)
+    #: The OSB window N (rule 8): 0 off, else 2..:data:`MAX_OSB_WINDOW` (after ``steps``,
+    #: so the fields before it keep their positions).
+    osb: int = 0
 
     def urls(self, text: str, out: list[str]) -> str:
         """Append URL tokens to ``out``; return the text with the URLs blanked out (the C
@@ -183,7 +194,7 @@ class WordRules:
         """
         if self.lowercase:
             text = text.lower()
-        if self.ngrams or self.min_len < 1:
+        if self.ngrams or self.osb or self.min_len < 1:
             self._word_loop(text, out, limit)
             return
         lo, hi = self.min_len, self.max_len
@@ -231,7 +242,7 @@ class WordRules:
         True
         """
         word_hashes = self.steps.word_hashes
-        if word_hashes is not None and not self.ngrams and self.min_len >= 1 and \
+        if word_hashes is not None and not self.ngrams and not self.osb and self.min_len >= 1 and \
                 word_hashes(text, self.min_len, self.max_len, hashes, self.lowercase) is not None:
             return  # (lower-cased word by word in C: str.lower of a whole text costs more)
         self.words(text, out)
@@ -257,15 +268,19 @@ class WordRules:
 
     def _word_loop(self, text: str, out: list[str], limit: int | None) -> None:
         """The word rules one word at a time (:meth:`_odd_tokens`), with bigrams between
-        words kept as they are, stopping once ``out`` holds ``limit`` tokens."""
+        words kept as they are and OSB pairs (:meth:`_osb_pairs`), stopping once ``out``
+        holds ``limit`` tokens."""
         lo = self.min_len
         prev = None
+        window: list[str] = []  # the OSB window: the last osb - 1 word tokens, newest last
         append, extend = out.append, out.extend
         for raw in _SPLIT.split(text):
             w = raw.strip(_PUNCT)
             if len(w) < lo:
                 continue
             tokens = self._odd_tokens(w)
+            if self.osb:
+                self._osb_pairs(window, tokens[0], out)
             if tokens[0] is w:  # kept as it is (then its 8bit% token, if any)
                 append(w)
                 if self.ngrams and prev is not None:
@@ -277,6 +292,22 @@ class WordRules:
                 prev = None
             if limit is not None and len(out) >= limit:
                 return
+
+    def _osb_pairs(self, window: list[str], token: str, out: list[str]) -> None:
+        """Append ``token`` to ``out`` paired with each earlier word token of ``window``
+        (``osb<d>:<earlier> <token>``, d the distance), then slide ``token`` into it.
+
+        >>> out, window = [], []
+        >>> for t in ("a", "b", "c"):
+        ...     WordRules(osb=3)._osb_pairs(window, t, out)
+        >>> out, window
+        (['osb1:a b', 'osb1:b c', 'osb2:a c'], ['b', 'c'])
+        """
+        n = len(window)
+        out.extend([f"osb{n - i}:{window[i]} {token}" for i in range(n - 1, -1, -1)])
+        window.append(token)
+        if n + 1 >= self.osb:
+            del window[0]
 
     def tokens(self, text: str, limit: int | None = None) -> list[str]:
         """URL tokens, then word tokens, of one piece of text."""

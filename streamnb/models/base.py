@@ -219,6 +219,21 @@ class GenerativeClassifier(HyperParams, ABC):
         change nothing."""
         return self.subtract_stats(self.batch_stats(X, y, sample_weight))
 
+    def remove_class(self, label: Any) -> bool:
+        """Drop class ``label`` and everything learnt under it from every statistic (its
+        rows; what is pooled over classes follows the classes left), so that the model is
+        one that never saw the class; False (nothing changed) when it is not a class here.
+
+        >>> from streamnb import GaussianNB
+        >>> g = GaussianNB().partial_fit([[0.0], [1.0], [5.0]], ["ham", "ham", "Spam"])
+        >>> g.remove_class("Spam"), g.classes_.tolist(), g.remove_class("Spam")
+        (True, ['ham'], False)
+        """
+        if not self.stats.remove_class(label):
+            return False
+        self._on_stats_changed(None)
+        return True
+
     def decay(self, g: float) -> Self:
         """Exponential forgetting: multiply every learnt weight by ``g`` in (0, 1]."""
         self.stats.scale(check_scale_factor(g))

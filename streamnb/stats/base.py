@@ -175,6 +175,27 @@ class ClassIndex:
             raise KeyError(labels[found.index(None)])
         return np.array(found, dtype=np.intp)
 
+    def remove(self, label: Any) -> int | None:
+        """Take ``label`` out of the index; return the row it had (the rows after it move
+        up by one), or None when it is not a class here.
+
+        >>> idx = ClassIndex(["ham", "Spam", "spam"])
+        >>> idx.remove("Spam"), idx.labels, idx.row("spam")
+        (0, ['ham', 'spam'], 1)
+        >>> idx.remove("eggs") is None
+        True
+        """
+        try:
+            label = normalize_label(label)
+        except ValueError:
+            return None
+        row = self._row.get(label)
+        if row is None or type(self.labels[row]) is not type(label):
+            return None
+        del self.labels[row]
+        self._row = {lab: i for i, lab in enumerate(self.labels)}
+        return row
+
     def copy(self) -> ClassIndex:
         out = ClassIndex.__new__(ClassIndex)
         out.labels, out._row = list(self.labels), dict(self._row)
@@ -248,6 +269,11 @@ class Statistic(ABC):
         ValueError, and nothing changed, if it holds more than was learnt. ``clip``:
         remove at most what is held instead, unchecked (a correction of data that a
         decay has shrunk since it was learnt)."""
+
+    def remove_class(self, label: Any) -> bool:
+        """Drop class ``label``'s row from this statistic, in place, as if none of its data
+        had ever been learnt; False (nothing changed) when it is not a class here."""
+        raise NotImplementedError(f"{type(self).__name__} has no per-class rows")
 
     @abstractmethod
     def scale(self, g: float) -> Self:

@@ -83,6 +83,20 @@ class StatsBundle(Statistic):
             part.subtract(other.parts[name], clip=True)  # (checked above)
         return self
 
+    def remove_class(self, label: Any) -> bool:
+        """Drop class ``label`` from every part (each a per-class statistic); True if some
+        part held it.
+
+        >>> from streamnb.stats import ClassCounts
+        >>> b = StatsBundle(classes=ClassCounts(["Spam", "ham"], [2.0, 1.0]))
+        >>> b.remove_class("Spam"), b["classes"].as_dict(), b.remove_class("Spam")
+        (True, {'ham': 1.0}, False)
+        """
+        found = False
+        for part in self.parts.values():
+            found = part.remove_class(label) or found
+        return found
+
     def scale(self, g: float) -> Self:
         for part in self.parts.values():
             part.scale(g)

@@ -197,6 +197,20 @@ class CategoryCounts(Statistic):
                 self.counts[j] = c[:, :k_j].copy()
         return self
 
+    def remove_class(self, label: Any) -> bool:
+        """(A feature's categories end, as for data never learnt, at its highest category
+        with a count left in some class: categories seen only in the class go with it.)"""
+        row = self.index.remove(label)
+        if row is None:
+            return False
+        kept = []
+        for c in self.counts:
+            c = np.delete(c, row, axis=0)
+            used = np.flatnonzero(c.any(axis=0))
+            kept.append(np.ascontiguousarray(c[:, : used[-1] + 1 if used.size else 0]))
+        self.counts = kept
+        return True
+
     def scale(self, g: float) -> Self:
         g = check_scale_factor(g)
         for c in self.counts:

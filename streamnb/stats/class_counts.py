@@ -113,6 +113,13 @@ class ClassCounts(Statistic):
         np.maximum(self.counts, 0.0, out=self.counts)
         return self
 
+    def remove_class(self, label: Any) -> bool:
+        row = self.index.remove(label)
+        if row is None:
+            return False
+        self.counts = np.delete(self.counts, row)
+        return True
+
     def scale(self, g: float) -> Self:
         self.counts *= check_scale_factor(g)
         return self

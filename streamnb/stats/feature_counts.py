@@ -266,6 +266,16 @@ class FeatureCounts(Statistic):
             self.check_subtractable(other)
         return self._combine(other, -1.0)
 
+    def remove_class(self, label: Any) -> bool:
+        """(The features seen, ``n_seen``, are counted again over the classes left.)"""
+        row = self.index.remove(label)
+        if row is None:
+            return False
+        self.values = np.delete(self.values, row, axis=0)
+        self.totals = np.delete(self.totals, row)
+        self.n_seen = int(np.count_nonzero(self.values.any(axis=0)))
+        return True
+
     def scale(self, g: float) -> Self:
         g = check_scale_factor(g)
         self.values *= g

@@ -358,10 +358,24 @@ class GaussianMoments(Statistic):
         self.n[rows], self.mean[rows], self.m2[rows] = na, ma, m2
         return self
 
+    def remove_class(self, label: Any) -> bool:
+        """(What is pooled over classes, :meth:`pooled`, is merged from the rows left.)"""
+        row = self.index.remove(label)
+        if row is None:
+            return False
+        self.n = np.delete(self.n, row)
+        self.mean = np.delete(self.mean, row, axis=0)
+        self.m2 = np.delete(self.m2, row, axis=0)
+        return True
+
     def scale(self, g: float) -> Self:
         g = check_scale_factor(g)
         self.n *= g
         self.m2 *= g
+        gone = self.n == 0.0  # weight decayed below the smallest float: the class is empty
+        if gone.any():
+            self.mean[gone] = 0.0
+            self.m2[gone] = 0.0
         return self
 
     def copy(self) -> Self:

@@ -62,6 +62,21 @@ def test_quality_slices_measures_both_slices_on_synthetic_mail(capsys):
     assert all(v.name in out for v in quality_slices.VARIANTS)
 
 
+def test_operating_point_reports_calibration_and_both_replays(capsys, tmp_path):
+    import importlib.util
+
+    from benchmarks import operating_point
+
+    png = tmp_path / "reliability.png"
+    plots = importlib.util.find_spec("matplotlib") is not None  # (the bench extra's)
+    assert operating_point.main(["--corpus", "/nonexistent", "--limit", "300"]
+                                + (["--plot", str(png)] if plots else [])) == 0
+    out = capsys.readouterr().out
+    assert "isotonic" in out and "platt" in out and "followed prior" in out
+    if plots:
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
 def test_model_throughput_says_when_a_ratio_has_no_steady_rate(capsys):
     """A library capped before its warm-up ended has no steady rate: the ratio line says
     so instead of printing "nanx"."""
@@ -144,6 +159,20 @@ def test_end_to_end_counts_every_message(tmp_path):
         assert math.isnan(cores) or 0 <= cores < 4  # (nan: too short a window, or no /proc)
     for share in (res.host_idle, res.host_steal):
         assert math.isnan(share) or 0 <= share <= 1
+
+
+def test_every_run_is_also_a_share_of_the_empty_consumer():
+    """9,000 msg/s against the best empty consumer (36,000) is 25%; trial by trial each
+    against the empty consumer of its own trial: 9,000 / 30,000 and 8,000 / 36,000."""
+    from benchmarks._empty_consumer import EmptyConsumer
+
+    one = end_to_end.E2EResult("tokens", 1, 9_750, 9_000.0, 0)
+    report = {"results": [one], "refs": {}, "messages": 9_750, "cores": 2,
+              "trials": {("tokens", 1): [9_000.0, 8_000.0]},
+              "empty": {"tokens": [EmptyConsumer(9_750, 30_000.0, 25.0), EmptyConsumer(9_750, 36_000.0, 22.0)]}}
+    line = next(x for x in end_to_end.summary(report) if "the empty consumer" in x)
+    assert "36,000 msg/s, 22.0 us" in line and ": 25%, trial by trial: 30%, 22%" in line
+    assert end_to_end.empty_share(report, one) == 0.25
 
 
 def test_the_rate_window_leaves_out_a_late_worker_and_the_end_of_the_run():
@@ -579,7 +608,8 @@ def test_commit_packing_cost_times_each_packer_on_the_same_bytes():
 @pytest.mark.skipif(sys.platform != "linux", reason="process CPU is read from /proc")
 def test_the_cpu_window_reads_a_busy_process_as_about_one_core():
     """The cores columns of the end-to-end table: a process spinning for the whole window
-    is about one core, an idle redis-server about none."""
+    is about one core, running or waiting for one (on a loaded host it waits), an idle
+    redis-server about none."""
     spin = "import time\nt = time.monotonic()\nwhile time.monotonic() - t < 5: pass"
     busy = subprocess.Popen([sys.executable, "-c", spin])
     try:
@@ -591,7 +621,8 @@ def test_the_cpu_window_reads_a_busy_process_as_about_one_core():
     finally:
         busy.kill()
         busy.wait()
-    assert 0.3 < window.worker_cores <= 1.2 and 0 <= window.redis_cores < 0.3
+    assert 0 < window.worker_cores <= 1.2 and 0 <= window.redis_cores < 0.3
+    assert 0.7 < window.worker_cores + window.worker_runqueue < 1.3
 
 
 @needs_redis
@@ -747,3 +778,20 @@ def test_autolearn_labels_every_kth_message_and_scores_flags_by_hand():
     assert labels == ["spam", None, "ham", None]
     # right: 1, 2 (ham not flagged), 4 missed -> 2 of 4; one ham of two flagged
     assert figures([True, False, True, False], corpus) == (0.5, 0.5, 1)
+
+
+@needs_redis
+def test_class_removal_releases_the_class_keys_alone():
+    from benchmarks import class_removal
+
+    seconds, left = class_removal.removal_seconds(3000, 40)
+    assert left == 3000 - 40 and seconds > 0
+
+
+def test_protocols_client_run_counts_answers_right_and_not_scored():
+    from benchmarks.protocols import client_run
+
+    answers = {b"a": "spam", b"b": "ham", b"c": None}
+    mails = [(b"a", "spam"), (b"b", "spam"), (b"c", "ham"), (b"a", "spam")]
+    run = client_run("stub", lambda port, raw: answers[raw], 0, mails, 1, 2)
+    assert (run.mails, run.right, run.not_scored, len(run.whole)) == (4, 2, 1, 4)

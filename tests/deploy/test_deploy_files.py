@@ -442,7 +442,8 @@ def test_systemd_env_example_sets_worker_flags_only() -> None:
 
 # ------------------------------------------------------------------------------ Redis: live
 DEV_PASSWORDS = {u: f"{u}-dev-CHANGE-ME" for u in
-                 ("streamnb-worker", "streamnb-producer", "streamnb-keda", "streamnb-admin")}
+                 ("streamnb-worker", "streamnb-scorer", "streamnb-trainer", "streamnb-producer",
+                  "streamnb-keda", "streamnb-admin")}
 
 
 class ProductionRedis(RedisServer):
@@ -612,7 +613,7 @@ def test_acl_confines_the_worker_to_streamnb_keys_and_commands(prod_redis: Produ
 
 
 @pytest.mark.redis
-def test_acl_producer_and_keda_users_are_narrower(prod_redis: ProductionRedis) -> None:
+def test_acl_producer_scorer_trainer_and_keda_users_are_narrower(prod_redis: ProductionRedis) -> None:
     admin = prod_redis.client(decode_responses=True)
     ok = {
         "streamnb-producer": [("XADD", f"{M}:in", "*", "data", "x"), ("XREAD", "STREAMS", f"{M}:out", "0"),
@@ -621,6 +622,10 @@ def test_acl_producer_and_keda_users_are_narrower(prod_redis: ProductionRedis) -
                               ("HMGET", f"{M}:epochs", "imap")],
         "streamnb-keda": [("XINFO", "GROUPS", f"{M}:in"), ("XPENDING", f"{M}:in", GROUP),
                           ("XLEN", f"{M}:in")],
+        "streamnb-scorer": [("XADD", f"{M}:in", "*", "data", "x"), ("XREAD", "STREAMS", f"{M}:out", "0"),
+                            ("XRANGE", f"{M}:dead", "-", "+"), ("HMGET", f"{M}:config", "shards")],
+        "streamnb-trainer": [("XADD", f"{M}:train", "*", "data", "x"), ("HMGET", f"{M}:keys", "k"),
+                             ("HMGET", f"{M}:config", "training"), ("EXISTS", f"{M}:config")],
     }
     no = {
         "streamnb-producer": [("XADD", f"{M}:out", "*", "data", "x"), ("XADD", f"{M}:log", "*", "d", "x"),
@@ -628,6 +633,12 @@ def test_acl_producer_and_keda_users_are_narrower(prod_redis: ProductionRedis) -
                                                               "STREAMS", f"{M}:in", ">")],
         "streamnb-keda": [("XADD", f"{M}:in", "*", "data", "x"), ("XINFO", "GROUPS", f"{M}:log"),
                           ("XRANGE", f"{M}:in", "-", "+"), ("GET", f"{M}:lease")],
+        "streamnb-scorer": [("XADD", f"{M}:train", "*", "data", "x"), ("XRANGE", f"{M}:in", "-", "+"),
+                            ("GET", f"{M}:traintoken"), ("HMGET", f"{M}:keys", "k"),
+                            ("XADD", f"{M}:log", "*", "d", "x")],
+        "streamnb-trainer": [("XADD", f"{M}:in", "*", "data", "x"), ("XREAD", "STREAMS", f"{M}:out", "0"),
+                             ("XRANGE", f"{M}:dead", "-", "+"), ("XRANGE", f"{M}:train", "-", "+"),
+                             ("GET", f"{M}:traintoken")],
     }
     for user, commands in ok.items():
         for cmd in commands:

@@ -1,13 +1,17 @@
-"""docs/operations.md's procmail recipe, run as written by a real procmail against a real
-redis-server and worker: the recipe is copied from the document with only its install paths
-replaced (``/opt/streamnb/bin/streamnb`` by this venv's ``streamnb``, the settings file by
-the test's), and what procmail delivers is checked: spam in ``.Junk`` with the verdict the
-model gave, ham in the inbox, and with no verdict nothing delivered and exit 75 (the MTA
-retries). Needs Debian's ``procmail``; skipped without it."""
+"""docs/operations.md's procmail and maildrop recipes and its Postfix content filter, run as
+written by a real procmail, maildrop and Postfix against a real redis-server and worker:
+each recipe is copied from the document with only its install paths replaced
+(``/opt/streamnb/bin/streamnb`` by this venv's ``streamnb``, the settings file by the
+test's), and what is delivered is checked: spam in ``.Junk`` with the verdict the model
+gave, ham in the inbox, and with no verdict nothing delivered and exit 75 (the MTA
+retries); through Postfix, mail sent over SMTP delivered with its verdict headers. Needs
+Debian's ``procmail``, ``maildrop`` and (as root) ``postfix``; each part is skipped
+without its program."""
 
 from __future__ import annotations
 
 import os
+import pwd
 import re
 import shutil
 import subprocess
@@ -18,9 +22,13 @@ from pathlib import Path
 import pytest
 import redis
 
+from benchmarks.postfix_instance import PostfixInstance
+from benchmarks.postfix_instance import unavailable as postfix_unavailable
 from streamnb_workers.cli.launch import blas_env
-from tests.helpers.milter import K, mail, start_worker, stop, train, training_mails
+from streamnb_workers.store.model_config import ModelSpec, ensure_config
+from tests.helpers.milter import K, mail, start_worker, stop, train, training_mails, wait_for
 from tests.helpers.redis_server import REDIS_SERVER, RedisServer, free_port
+from tests.helpers.relay import Relay
 from tests.helpers.workers import ROOT
 
 pytestmark = pytest.mark.redis
@@ -73,19 +81,27 @@ def served(tmp_path_factory):
             stop(worker)
 
 
-def run_procmail(tmp_path: Path, url: str, raw: bytes, timeout: float = 10) -> tuple[int, Path]:
-    """Deliver ``raw`` with the documented recipe (install paths replaced) as the private
-    rcfile's only rules; returns (procmail's exit code, the home directory)."""
+def mail_home_and_recipe(tmp_path: Path, heading: str, url: str,
+                         timeout: float) -> tuple[Path, str]:
+    """A mail user's home (an inbox and a Junk maildir) and the recipe under ``heading`` in
+    docs/operations.md with its install path and settings file replaced by the test's."""
     home = tmp_path / "home"
     for box in ("Maildir", "Maildir/.Junk"):  # as a mail user has them
         for sub in ("cur", "new", "tmp"):
             (home / box / sub).mkdir(parents=True)
     settings = tmp_path / "filter.toml"
     settings.write_text(f'[predict]\nredis = "{url}"\nmodel = "mail"\ntimeout = {timeout}\n')
-    recipe = doc_block("### procmail")
+    recipe = doc_block(heading)
     for old, new in ((INSTALLED, str(STREAMNB)), (FILTER_TOML, str(settings))):
         assert recipe.count(old) == 1, old
         recipe = recipe.replace(old, new)
+    return home, recipe
+
+
+def run_procmail(tmp_path: Path, url: str, raw: bytes, timeout: float = 10) -> tuple[int, Path]:
+    """Deliver ``raw`` with the documented recipe (install paths replaced) as the private
+    rcfile's only rules; returns (procmail's exit code, the home directory)."""
+    home, recipe = mail_home_and_recipe(tmp_path, "### procmail", url, timeout)
     rcfile = tmp_path / "procmailrc"
     # What a user's ~/.procmailrc gets from procmail itself (which sets HOME from the
     # user's passwd entry): the home, where the inbox is, a log.
@@ -131,4 +147,163 @@ def test_the_procmail_recipe_defers_a_mail_without_verdict(tmp_path):
     code, home = run_procmail(tmp_path, f"redis://127.0.0.1:{free_port()}/0", mail("spam", 901),
                               timeout=2)
     assert code == 75, (tmp_path / "procmail.log").read_text()
+    assert delivered(home / "Maildir") == [] and delivered(home / "Maildir" / ".Junk") == []
+
+
+# -- the Postfix content filter, in a real Postfix -------------------------------------
+#
+# master.cf's two services and the filter script are taken from docs/operations.md; the
+# private instance (benchmarks/postfix_instance.py) listens on a free port instead of
+# port 25 (the smtpd service's name), and runs the pipe as ``nobody`` (there is no user
+# "filter" here) with the script in a temporary directory. The script's ``sendmail`` is
+# Postfix's own, re-injecting into the private instance (pipe exports MAIL_CONFIG). Its
+# streamnb is tests/helpers/relay.py's stand-in: ``nobody`` cannot run this venv's
+# Python, so the relay has the test run the real ``streamnb predict`` with the
+# arguments, environment and stdin the script gave it.
+
+FILTER_SCRIPT = "/usr/local/bin/streamnb-postfix-filter"
+FILTER_SPOOL = "/var/spool/streamnb-filter"
+
+
+def postfix_recipe() -> tuple[str, str, str]:
+    """docs/operations.md's content filter: (master.cf's smtpd lines, its pipe service,
+    the script)."""
+    master = doc_block("### Postfix content filter (pipe)")
+    smtpd, _, service = master.partition("\nstreamnb ")
+    doc = (ROOT / "docs" / "operations.md").read_text()
+    script = re.search(r"```sh\n(#!/bin/sh\n# " + re.escape(FILTER_SCRIPT) + r".*?)```", doc,
+                       flags=re.S).group(1)
+    return smtpd + "\n", "streamnb " + service, script
+
+
+def replaced(text: str, pairs: tuple[tuple[str, str], ...]) -> str:
+    for old, new in pairs:
+        assert old in text, old
+        text = text.replace(old, new)
+    return text
+
+
+@pytest.fixture(scope="module")
+def content_filter(served, tmp_path_factory):
+    """A private Postfix running the documented content filter; yields (the instance, the
+    settings file the filter reads)."""
+    if postfix_unavailable() is not None:
+        pytest.skip(postfix_unavailable())
+    nobody = pwd.getpwnam("nobody")
+    with Relay(STREAMNB, user="nobody") as relay:
+        settings = relay.dir / "filter.toml"
+        settings.write_text(f'[predict]\nredis = "{served}"\nmodel = "mail"\ntimeout = 10\n')
+        settings.chmod(0o644)
+        spool = relay.dir / "filter-spool"
+        spool.mkdir(mode=0o700)
+        os.chown(spool, nobody.pw_uid, nobody.pw_gid)
+        smtpd, service, script = postfix_recipe()
+        script_path = relay.dir / "streamnb-postfix-filter"
+        script_path.write_text(replaced(script, (
+            (INSTALLED, str(relay.program)), (FILTER_TOML, str(settings)),
+            (FILTER_SPOOL, str(spool)))))
+        script_path.chmod(0o755)
+        smtpd = replaced(smtpd, (("smtp      inet", "127.0.0.1:{port} inet"),))
+        service = replaced(service, (("user=filter", "user=nobody"),
+                                     (FILTER_SCRIPT, str(script_path))))
+        with PostfixInstance(free_port(), None, smtpd=smtpd, services=service) as postfix:
+            yield postfix, settings, relay
+
+
+def wait_delivered(postfix, n: int, timeout: float = 60) -> list[bytes]:
+    wait_for(lambda: len(postfix.delivered()) >= n, timeout,
+             f"{n} mails delivered: {postfix.log()[-3000:]}")
+    return postfix.delivered()
+
+
+def test_the_postfix_content_filter_scores_mail_sent_over_smtp(content_filter, served):
+    postfix, _settings, relay = content_filter
+    before = len(postfix.delivered())
+    sent = {label: mail(label, seed=910 + i) for i, label in enumerate(("spam", "ham"))}
+    for raw in sent.values():
+        postfix.send(raw)
+    got = wait_delivered(postfix, before + 2)[before:]
+    outs = [f[b"data"] for _, f in redis.Redis.from_url(served).xrange(K.out)]
+    for label, raw in sent.items():
+        [copy] = [g for g in got if message_from_bytes(g)["From"] ==
+                  message_from_bytes(raw)["From"]]
+        msg = message_from_bytes(copy)
+        assert msg["X-Streamnb-Verdict"] == label, postfix.log()[-3000:]
+        assert (float(msg["X-Streamnb-Score"]) > 0) == (label == "spam")
+        assert any(msg["X-Streamnb-Id"].encode() in o for o in outs)
+        assert raw.split(b"\r\n\r\n", 1)[1].replace(b"\r\n", b"\n") in copy  # body as sent
+        assert copy.count(b"\nReceived: ") == 2  # smtpd, then pickup after the re-injection
+    assert [run.code for run in relay.runs[-2:]] == [0, 0]
+    assert relay.runs[-1].argv == ["predict", "--config", str(_settings), "-p", "-e", "-"]
+
+
+def test_the_postfix_content_filter_delivers_unscored_mail_marked(content_filter):
+    """No worker answers (a model nobody serves, a short timeout): exit 3, the mail is
+    delivered with its not-scored header (the recipe's default; tempfail is the option)."""
+    postfix, settings, _relay = content_filter
+    text = settings.read_text()
+    url = re.search(r'redis = "(.*)"', text).group(1)
+    ensure_config(redis.Redis.from_url(url), ModelSpec("idle", kind="multinomial"))
+    settings.write_text(f'[predict]\nredis = "{url}"\nmodel = "idle"\ntimeout = 0.5\n')
+    try:
+        before = len(postfix.delivered())
+        postfix.send(mail("spam", seed=920))
+        [copy] = wait_delivered(postfix, before + 1)[before:]
+    finally:
+        settings.write_text(text)
+    assert message_from_bytes(copy)["X-Streamnb-Verdict"] == "not-scored (timeout)"
+
+
+# -- maildrop ------------------------------------------------------------------------------
+
+MAILDROP = shutil.which("maildrop") or ("/usr/bin/maildrop"
+                                        if os.path.exists("/usr/bin/maildrop") else None)
+
+
+def run_maildrop(tmp_path: Path, url: str, raw: bytes, timeout: float = 10) -> tuple[int, Path]:
+    """Deliver ``raw`` with the documented ~/.mailfilter (install paths replaced) as the
+    filter file's only rules; returns (maildrop's exit code, the home directory)."""
+    home, recipe = mail_home_and_recipe(tmp_path, "### maildrop", url, timeout)
+    rcfile = home / ".mailfilter"
+    # what maildrop takes from the user's account (run as root, it sets HOME from root's
+    # passwd entry): the home, where the inbox is
+    rcfile.write_text(f'HOME="{home}"\nDEFAULT="$HOME/Maildir/"\n'
+                      f'logfile "{tmp_path}/maildrop.log"\n\n' + recipe)
+    rcfile.chmod(0o600)  # maildrop refuses a filter file others can write
+    env = blas_env({"HOME": str(home), "LOGNAME": "root", "USER": "root",
+                    "PATH": "/usr/bin:/bin"})  # no venv on the PATH: the recipe finds streamnb
+    done = subprocess.run([MAILDROP, str(rcfile)], input=raw, env=env, cwd=home,
+                          capture_output=True, timeout=120)
+    return done.returncode, home
+
+
+@pytest.mark.parametrize(("label", "folder"), [("spam", ".Junk"), ("ham", "")])
+def test_the_maildrop_recipe_files_by_the_models_verdict(served, tmp_path, label, folder):
+    if MAILDROP is None:
+        pytest.skip("maildrop is not installed (Debian package maildrop)")
+    raw = mail(label, seed=940).replace(b"\r\n", b"\n")
+    code, home = run_maildrop(tmp_path, served, raw)
+    assert code == 0, code
+    box = home / "Maildir" / folder if folder else home / "Maildir"
+    [got] = delivered(box)
+    if folder == "":
+        assert delivered(home / "Maildir" / ".Junk") == []
+    msg = message_from_bytes(got)
+    assert msg["X-Streamnb-Verdict"] == label
+    assert (float(msg["X-Streamnb-Score"]) > 0) == (label == "spam")
+    outs = [f[b"data"] for _, f in redis.Redis.from_url(served).xrange(K.out)]
+    assert any(msg["X-Streamnb-Id"].encode() in o for o in outs)
+    assert raw.split(b"\n\n", 1)[1] in got
+
+
+def test_the_maildrop_recipe_defers_a_mail_without_verdict(tmp_path):
+    """Redis down: predict exits 3, the xfilter fails, maildrop exits 75 (EX_TEMPFAIL):
+    the MTA keeps the mail and retries; nothing is delivered."""
+    if MAILDROP is None:
+        pytest.skip("maildrop is not installed (Debian package maildrop)")
+    if not STREAMNB.exists():
+        pytest.skip(f"no streamnb console script beside {sys.executable}")
+    code, home = run_maildrop(tmp_path, f"redis://127.0.0.1:{free_port()}/0", mail("spam", 941),
+                              timeout=2)
+    assert code == 75
     assert delivered(home / "Maildir") == [] and delivered(home / "Maildir" / ".Junk") == []

@@ -32,6 +32,12 @@ ADMIN_USER, ADMIN_PASSWORD = "streamnb-admin", "streamnb-admin-dev-CHANGE-ME"
 PRODUCER_USER, PRODUCER_PASSWORD = "streamnb-producer", "streamnb-producer-dev-CHANGE-ME"
 
 
+SCORER_USER, SCORER_PASSWORD = "streamnb-scorer", "streamnb-scorer-dev-CHANGE-ME"
+
+
+TRAINER_USER, TRAINER_PASSWORD = "streamnb-trainer", "streamnb-trainer-dev-CHANGE-ME"
+
+
 FEATURIZER = {"bits": 10, "counts": "raw"}
 
 

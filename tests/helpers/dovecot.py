@@ -1,6 +1,7 @@
 """A private Dovecot for tests: IMAP on 127.0.0.1:<free port>, everything in a temporary
 directory, the IMAPSieve retraining of deploy/dovecot/ as shipped, and a recorder in place of
-``streamnb`` that keeps each call of the pipe script (its argv and the mail on its stdin).
+``streamnb`` that keeps each call of the pipe script (its argv and the mail on its stdin), or
+a program of the caller's (tests/helpers/relay.py's, which runs the real ``streamnb``).
 
 Nothing is read from /etc/dovecot. The shipped ``90-streamnb-imapsieve.conf`` is included
 with only its two install paths rewritten (the Sieve scripts' directory and
@@ -171,8 +172,13 @@ class Dovecot:
     """A private Dovecot, as a context manager: started on entry, stopped and its
     temporary directory removed on exit."""
 
-    def __init__(self, port: int | None = None) -> None:
+    def __init__(self, port: int | None = None, streamnb: Path | None = None,
+                 learn_env: str | None = None) -> None:
+        """``streamnb``: the program the pipe script runs (None: the recorder);
+        ``learn_env``: the settings file it reads (None: a Redis nobody listens on)."""
         self.port = port or free_port()
+        self.streamnb = streamnb
+        self.learn_env = learn_env
         self.tmp: Path | None = None
         self.proc: subprocess.Popen | None = None
 
@@ -220,14 +226,15 @@ class Dovecot:
                 raise AssertionError(f"sievec {name} failed: {done.stdout}{done.stderr}")
 
         learn = (DEPLOY / PIPE_SCRIPT).read_text()
-        learn = rewrite(learn, STREAMNB_LINE, f"STREAMNB={tmp}/recorder", 1)
+        learn = rewrite(learn, STREAMNB_LINE, f"STREAMNB={self.streamnb or tmp / 'recorder'}", 1)
         learn = rewrite(learn, ENV_FILE_LINE, f"ENV_FILE={tmp}/learn.env", 1)
         (tmp / "sieve-pipe" / PIPE_SCRIPT).write_text(learn)
         (tmp / "sieve-pipe" / PIPE_SCRIPT).chmod(0o755)
         (tmp / "recorder").write_text(RECORDER.format(record=self.record))
         (tmp / "recorder").chmod(0o755)
-        (tmp / "learn.env").write_text(
-            f"STREAMNB_REDIS_URL=redis://127.0.0.1:1/0\nSTREAMNB_MODEL={MODEL}\n")
+        (tmp / "learn.env").write_text(self.learn_env or
+                                       f"STREAMNB_REDIS_URL=redis://127.0.0.1:1/0\n"
+                                       f"STREAMNB_MODEL={MODEL}\n")
         (tmp / "learn.env").chmod(0o644)
 
     def start(self) -> Dovecot:
@@ -286,6 +293,28 @@ class Dovecot:
         client = imaplib.IMAP4("127.0.0.1", self.port, timeout=30)
         client.login(USER, PASSWORD)
         return client
+
+    def maildir(self, mailbox: str = "INBOX") -> Path:
+        """The Maildir++ folder of ``mailbox`` of the test user (after a first login)."""
+        base = self.tmp / "mail" / USER
+        return base if mailbox == "INBOX" else base / f".{mailbox}"
+
+    def deliver(self, raw: bytes, mailbox: str = "INBOX") -> Path:
+        """Write ``raw`` into ``mailbox``'s ``new/`` as a delivery agent does (not over
+        IMAP: no IMAPSieve script runs), owned by the mail user."""
+        uid, gid = pwd.getpwnam(MAIL_USER).pw_uid, grp.getgrnam(MAIL_GROUP).gr_gid
+        for sub in ("cur", "new", "tmp"):  # Dovecot makes new/ and tmp/ when it needs them
+            if not (self.maildir(mailbox) / sub).is_dir():
+                (self.maildir(mailbox) / sub).mkdir(mode=0o700)
+                os.chown(self.maildir(mailbox) / sub, uid, gid)
+        new = self.maildir(mailbox) / "new"
+        fd, tmp_name = tempfile.mkstemp(dir=self.maildir(mailbox) / "tmp")
+        with os.fdopen(fd, "wb") as f:
+            f.write(raw)
+        os.chown(tmp_name, uid, gid)
+        path = new / f"{time.time_ns()}.{Path(tmp_name).name}.streamnb-test"
+        os.rename(tmp_name, path)
+        return path
 
     def calls(self) -> list[Call]:
         """The pipe script's runs of streamnb so far, oldest first."""

@@ -58,10 +58,13 @@ def train(client: Any, mails: list[tuple[bytes, str]], timeout: float = 60.0) ->
     wait_for(lambda: all_done(client, len(mails)), timeout, "the worker to learn the mails")
 
 
-def start_worker(url: str, client: Any, log_path: Path, consumer: str = "w1") -> subprocess.Popen:
-    """A worker of model "mail" in its own process, once it has registered."""
+def start_worker(url: str, client: Any, log_path: Path, consumer: str = "w1",
+                 **options: Any) -> subprocess.Popen:
+    """A worker of model "mail" in its own process (``options`` over
+    :data:`WORKER_OPTIONS`), once it has registered."""
     before = client.hlen(K.workers)
-    proc = spawn_worker(url, count_spec("mail"), dict(WORKER_OPTIONS, consumer=consumer), log_path)
+    proc = spawn_worker(url, count_spec("mail"), dict(WORKER_OPTIONS, consumer=consumer, **options),
+                        log_path)
     wait_for(lambda: client.hlen(K.workers) > before or proc.poll() is not None, 60, "the worker")
     assert proc.poll() is None, log_path.read_text()
     return proc

@@ -28,7 +28,7 @@ PROMTOOL = shutil.which("promtool")
 ALERTS = ["StreamnbWorkerDown", "StreamnbRedisDown", "StreamnbModelUnreachable", "StreamnbLagGrowing",
           "StreamnbAccuracyLow",
           "StreamnbFalsePositiveRateHigh", "StreamnbDriftDetected", "StreamnbDeadLettersRising",
-          "StreamnbSnapshotStale", "StreamnbWorkerErrors"]
+          "StreamnbSnapshotStale", "StreamnbWorkerErrors", "StreamnbTargetFprUnsupported"]
 
 
 needs_promtool = pytest.mark.skipif(PROMTOOL is None, reason="promtool not installed "

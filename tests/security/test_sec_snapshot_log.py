@@ -213,6 +213,8 @@ def test_corrupt_log_entries_are_skipped_whole(redis_server, caplog):
         msgpack.packb({"t": "decay", "g": "half"}),
         msgpack.packb({"t": "decay", "g": float("nan")}),
         msgpack.packb({"t": "decay"}),
+        msgpack.packb({"t": "drop", "c": [1]}),
+        msgpack.packb({"t": "drop"}),
     ]
     for data in corrupt:
         r.xadd(K.log, {"data": data})

@@ -7,13 +7,8 @@ import math
 import numpy as np
 import pytest
 
-from streamnb.decision import (
-    UNSURE,
-    DecisionRule,
-    parse_class_prior,
-    parse_loss_matrix,
-    parse_unsure_band,
-)
+from streamnb.decision import UNSURE, DecisionRule
+from streamnb.decision_parsing import parse_class_prior, parse_loss_matrix, parse_unsure_band
 
 CLASSES = ["ham", "spam"]
 
@@ -178,11 +173,15 @@ def test_a_class_with_no_weight_takes_no_part_in_verdicts_nor_scores():
     np.testing.assert_allclose(got_score, ref_score, rtol=1e-12)
     # hand-worked: log(0.7/0.3) / 4 features
     assert got_score[0] == pytest.approx(math.log(0.7 / 0.3) / 4)
-    # with weight, the third class counts: three classes, too little of one -> unsure, no score
+    # with weight, the third class counts: three classes, too little of one -> unsure; the
+    # score is spam against the other two together, on the same per-feature scale
     cold = rule.decide(three, ["ham", "Spam", "spam"], class_weight=[[5.0, 1.0, 6.0]] * 3)
     assert cold.labels == ["unsure"] * 3
-    assert rule.score_of(cold.log_proba, ["ham", "Spam", "spam"], n_values,
-                         [[5.0, 1.0, 6.0]] * 3) is None
+    cold_score = rule.score_of(cold.log_proba, ["ham", "Spam", "spam"], n_values,
+                               [[5.0, 1.0, 6.0]] * 3)
+    p = np.exp(cold.log_proba)
+    np.testing.assert_allclose(cold_score, np.log(p[:, 2] / (p[:, 0] + p[:, 1])) / n_values,
+                               rtol=1e-12)
 
 
 def test_rows_whose_classes_with_weight_differ_are_decided_apart():
@@ -193,3 +192,17 @@ def test_rows_whose_classes_with_weight_differ_are_decided_apart():
     np.testing.assert_allclose(np.exp(d.log_proba[0]), [0.4, 0.6, 0.0])
     s = rule.score_of(d.log_proba, ["a", "b", "c"], [1.0, 1.0], [[1.0, 1.0, 0.0], [0.0] * 3])
     assert s[0] == pytest.approx(math.log(0.6 / 0.4)) and math.isnan(s[1])
+
+
+def test_operating_point_options_round_trip_and_are_checked():
+    rule = DecisionRule(score="per_feature", target_fpr=0.001, calibration="isotonic",
+                        score_window=5000)
+    assert rule.uses_window and not rule.is_default
+    assert DecisionRule.from_dict(rule.to_dict()) == rule
+    assert DecisionRule(calibration="platt").uses_window
+    assert not DecisionRule().uses_window
+    for bad in ({"target_fpr": 0.0}, {"target_fpr": 1.0}, {"target_fpr": True},
+                {"calibration": "beta"}, {"score_window": 99}, {"score_window": 1.5},
+                {"target_fpr": 0.01, "threshold": 1.0}):
+        with pytest.raises(ValueError):
+            DecisionRule(**bad)

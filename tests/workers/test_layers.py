@@ -17,7 +17,8 @@ LIBRARY, DAEMON = ROOT / "streamnb", ROOT / "workers"
 
 #: The daemon's layers, lowest first: a module imports only from its own layer and the
 #: ones before it. The package's own modules (defaults, exit codes) are the base.
-LAYERS = ["", "wire", "store", "observe", "replication", "worker", "client", "milter", "cli"]
+LAYERS = ["", "wire", "store", "observe", "replication", "worker", "client", "milter",
+          "protocols", "cli"]
 #: ``python -m streamnb_workers`` runs the command line, the top of every layer.
 TOP = {"streamnb_workers.__main__"}
 #: The word a comment must hold beside an import made inside a function.

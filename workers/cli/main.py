@@ -36,6 +36,8 @@ from streamnb_workers.cli.commands import (
     milter,
     predict,
     produce,
+    rspamd,
+    spamd,
     status,
     tail,
     tokens,
@@ -49,7 +51,7 @@ __all__ = ["COMMANDS", "OneLineParser", "build_parser", "main", "subparsers"]
 
 #: The subcommands, in the order ``streamnb --help`` lists them.
 COMMANDS = (worker, produce, forget, predict, status, export, import_, demo, tail, milter,
-            explain, tokens)
+            spamd, rspamd, explain, tokens)
 
 
 class OneLineParser(argparse.ArgumentParser):

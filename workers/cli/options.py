@@ -39,7 +39,7 @@ STDIN = "-"
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 #: The commands that run on (daemons and the demo) and log at INFO by default; every
 #: other command logs only warnings and errors unless ``-v`` or ``--log-level`` says more.
-LOUD_COMMANDS = frozenset({"worker", "milter", "demo"})
+LOUD_COMMANDS = frozenset({"worker", "milter", "spamd", "rspamd", "demo"})
 
 
 def fail(message: str, code: int = EXIT_USAGE) -> int:
@@ -131,13 +131,14 @@ MODEL_OPTIONS: Mapping[str, tuple[str, tuple[str, ...]]] = {
 #: Featurizer options: flag dest -> featurizer config key.
 FEATURIZER_OPTIONS: Mapping[str, str] = {
     "bits": "bits", "ngrams": "ngrams", "lowercase": "lowercase", "min_len": "min_len",
-    "max_len": "max_len", "meta": "meta", "counts": "counts",
+    "max_len": "max_len", "meta": "meta", "counts": "counts", "osb": "osb",
 }
 #: Decision options: flag dest -> DecisionRule option.
 DECISION_OPTIONS: Mapping[str, str] = {
     "threshold": "threshold", "unsure_band": "unsure_band", "loss_matrix": "loss_matrix",
     "class_prior": "class_prior", "positive": "positive",
-    "min_class_weight": "min_class_weight", "score": "score",
+    "min_class_weight": "min_class_weight", "score": "score", "target_fpr": "target_fpr",
+    "calibration": "calibration", "score_window": "score_window",
 }
 
 
@@ -172,6 +173,12 @@ def model_specs(args: argparse.Namespace) -> list[ModelSpec]:
         decision["unsure_band"] = list(decision["unsure_band"])
     if "threshold" in decision and "loss_matrix" in decision:
         raise SettingsError("give --threshold or --loss-matrix, not both")
+    if "target_fpr" in decision and ("threshold" in decision or "loss_matrix" in decision):
+        raise SettingsError("give --target-fpr or --threshold/--loss-matrix, not both")
+    if ("target_fpr" in decision or "calibration" in decision) and \
+            (getattr(args, "shards", None) or 1) > 1:
+        raise SettingsError("--target-fpr and --calibration need a model of one shard "
+                            "(its scores are learnt in one log's order)")
     specs = []
     for name in names:
         try:
@@ -181,7 +188,8 @@ def model_specs(args: argparse.Namespace) -> list[ModelSpec]:
                                    half_life=args.half_life, classes=args.classes,
                                    default_classes=list(MAIL_CLASSES),
                                    error_weight=getattr(args, "error_weight", None),
-                                   shards=getattr(args, "shards", None)))
+                                   shards=getattr(args, "shards", None),
+                                   training=getattr(args, "training", None)))
         except ValueError as exc:
             raise SettingsError(f"--model {name!r}: {exc}") from None
     return specs

@@ -49,8 +49,10 @@ from streamnb_workers.client.verdicts import (
     score_of,
     verdict_headers,
 )
+from streamnb_workers.protocols.users import ModelChooser, UserNames
 from streamnb_workers.store.model_config import require_model
 from streamnb_workers.store.redaction import redact
+from streamnb_workers.store.user_models import DOMAIN_TEMPLATE, USER_TEMPLATE
 
 __all__ = ["NOT_MAIL", "judge_stdin", "run_on_stdin", "wants_many"]
 
@@ -84,7 +86,9 @@ def _predict(args: argparse.Namespace, settings_of: Any, raw: bytes, sent: list[
     # the one line judge_stdin writes, not the reader's retries as well.
     logging.getLogger("streamnb.verdicts").setLevel(logging.ERROR)
     settings = settings_of()
-    _check_model(settings, model, min(timeout, 5.0))
+    model = _check_model(settings, model, min(timeout, 5.0), getattr(args, "user", None),
+                         getattr(args, "user_template", USER_TEMPLATE),
+                         getattr(args, "domain_template", DOMAIN_TEMPLATE))
     client = VerdictClient(settings, model, send_timeout=min(timeout, 5.0), block_ms=200,
                            id_prefix="pipe-")
     try:
@@ -96,12 +100,23 @@ def _predict(args: argparse.Namespace, settings_of: Any, raw: bytes, sent: list[
         client.close()
 
 
-def _check_model(settings: Any, model: str, timeout: float) -> None:
-    """SettingsError naming the models that exist when ``model`` does not (a mail sent to
-    it would wait out ``--timeout`` for nothing); NotScored when Redis cannot be reached."""
+def _check_model(settings: Any, model: str, timeout: float, user: str | None = None,
+                 user_template: str = USER_TEMPLATE, domain_template: str = DOMAIN_TEMPLATE
+                 ) -> str:
+    """The model to send to: ``user``'s per-user, else per-domain model where one is
+    registered, else ``model`` (workers/protocols/users.py). SettingsError naming the
+    models that exist when ``model`` does not (a mail sent to it would wait out
+    ``--timeout`` for nothing); NotScored when Redis cannot be reached."""
     client = settings.make_client(socket_timeout=timeout)
     try:
         require_model(client, model)
+        if not user:
+            return model
+        try:
+            names = UserNames(model, user_template, domain_template)
+        except ValueError as exc:
+            raise SettingsError(str(exc)) from None
+        return ModelChooser(model, names).model_for(user, client)
     except (redis.ConnectionError, redis.TimeoutError) as exc:
         raise NotScored(UNAVAILABLE, f"{type(exc).__name__}: {exc}") from None
     finally:

@@ -68,9 +68,11 @@ def serve_metrics(port: int, addr: str, registry: Any = None, health: Any = None
 
 def worker_options(args: argparse.Namespace) -> Any:
     """The :class:`~streamnb_workers.worker.WorkerOptions` of ``streamnb worker``'s flags."""
+    from streamnb_workers.wire.codec import DEFAULT_LIMITS  # deferred: with the worker
     from streamnb_workers.worker import WorkerOptions  # deferred: the worker loads only to run
 
-    return WorkerOptions(consumer=args.consumer, batch=args.batch, block_ms=args.block_ms,
+    limits = replace(DEFAULT_LIMITS, max_weight=args.max_weight, max_value=args.max_value)
+    return WorkerOptions(limits=limits, consumer=args.consumer, batch=args.batch, block_ms=args.block_ms,
                          claim_idle_ms=args.claim_idle_ms, cache_ttl_s=args.label_cache_ttl,
                          prequential=args.prequential, order_wait_ms=args.order_wait_ms,
                          send_ahead=args.pipeline, cache_labelled=args.cache_labelled,
@@ -82,7 +84,8 @@ def worker_options(args: argparse.Namespace) -> Any:
                          learnt_keys_max=args.learnt_keys_max, max_sources=args.max_sources,
                          autolearn=args.autolearn, autolearn_score=args.autolearn_score,
                          autolearn_min_class_weight=args.autolearn_min_class_weight,
-                         autolearn_per_batch=args.autolearn_per_batch)
+                         autolearn_per_batch=args.autolearn_per_batch, per_user_s=args.per_user,
+                         user_min_weight=args.user_min_weight)
 
 
 def _auth_error(exc: BaseException) -> bool:

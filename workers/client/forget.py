@@ -9,7 +9,21 @@ key, once); one whose key is not learnt (never, forgotten already, or dropped be
 
 On a model stored with K shards (workers/replication/shards.py) the key is looked up in every shard's
 learnt keys, and the forget goes to the ``:in`` of the shard that learnt it (of each, if
-the same message was learnt by several under different ids).
+the same message was learnt by several under different ids): to its ``:train`` for a
+model stored with ``training: train`` (workers/store/training.py).
+
+A class learnt by mistake is removed whole (:func:`forget_class`, ``streamnb forget
+--class LABEL``): one entry ``{"forget_class": LABEL}`` on the ``:in`` (or ``:train``) of
+every shard, whose commit logs the removal for every replica and releases the class's
+learn-once keys (docs/worker.md, "Removing a class"). Refused (one line, exit 2): a class
+the model does not hold, a declared class (``--classes``), and without ``force`` a class
+that holds weight.
+
+What a source taught is taken out whole (:func:`forget_source`, ``streamnb forget
+--source NAME``): a ``forget`` entry written straight to every shard's ``:log`` and the
+source's next epoch in ``{M}:epochs``. It is an admin's operation: it writes the model's
+log, which only the workers (and the admin user) may (deploy/redis/users.acl); neither the
+producer, the scorer nor the trainer user can.
 """
 
 from __future__ import annotations
@@ -24,16 +38,21 @@ from typing import Any, BinaryIO, TextIO
 import msgpack
 
 from streamnb.exceptions import MalformedMessage, SettingsError
+from streamnb_workers.client.produce_checks import stored_training
 from streamnb_workers.client.shard_streams import shard_keys
 from streamnb_workers.client.sources import Outgoing, is_mbox, iter_paths
-from streamnb_workers.replication.replica import encode_forget_source
+from streamnb_workers.replication.log_entries import encode_forget_source
+from streamnb_workers.replication.shards import load_model
 from streamnb_workers.store.keys import ModelKeys, source_epochs_key
+from streamnb_workers.store.model_config import read_config
+from streamnb_workers.store.training import learning_stream
 from streamnb_workers.wire.codec import DATA_FIELD, decode_input
 from streamnb_workers.wire.learn_keys import known_keys
 from streamnb_workers.wire.learn_sources import check_source
 from streamnb_workers.wire.replies import as_str
 
-__all__ = ["ForgetReport", "forget", "forget_source", "iter_sources", "source_epochs"]
+__all__ = ["ClassRemoval", "ForgetReport", "forget", "forget_class", "forget_source", "iter_sources",
+           "source_epochs"]
 
 
 @dataclass(slots=True)
@@ -102,6 +121,7 @@ def forget(client: Any, model: str, paths: list[str], *, stdin: BinaryIO | None 
         raise SettingsError("nothing to forget: give one or more FILE, DIR, MBOX or -")
     stderr = stderr if stderr is not None else sys.stderr
     shards = shard_keys(client, model)
+    training = stored_training(client, model)
     report = ForgetReport(shards=len(shards))
     batch: list[tuple[Outgoing, str]] = []
 
@@ -116,7 +136,7 @@ def forget(client: Any, model: str, paths: list[str], *, stdin: BinaryIO | None 
                       "forget", file=stderr)
                 continue
             for keys in learnt_by[key]:
-                pipe.xadd(keys.input, {DATA_FIELD: _forget_data(out, key)})
+                pipe.xadd(learning_stream(keys, training), {DATA_FIELD: _forget_data(out, key)})
             n += 1
         if n:
             pipe.execute()
@@ -165,3 +185,45 @@ def source_epochs(client: Any, keys: ModelKeys, sources: list[str]) -> dict[str,
         return {}
     values = client.hmget(source_epochs_key(keys), sources)
     return {s: int(as_str(v)) for s, v in zip(sources, values, strict=True) if v is not None}
+
+
+@dataclass(slots=True)
+class ClassRemoval:
+    """A class removal sent: the class (as the model holds it), the weight it held, and
+    the model's statistics shards (the ``:in`` streams sent to)."""
+
+    label: Any
+    weight: float
+    shards: int = 1
+
+
+def forget_class(client: Any, model: str, label: str, *, force: bool = False) -> ClassRemoval:
+    """Send the removal of class ``label`` (matched by its text, so ``3`` names an int
+    class 3) to every shard of ``model``; SettingsError (one line) if the class is not
+    the model's, is declared, or holds weight without ``force``."""
+    config = read_config(client, model)
+    if config is None:
+        raise SettingsError(f"model {model!r} has no config in Redis (no worker has served it)")
+    if config.classes is not None and label in config.classes:
+        raise SettingsError(
+            f"{label!r} is a declared class of model {model!r} ({', '.join(config.classes)}): "
+            "it is not removed; forget the messages learnt under it instead")
+    current, _ = load_model(client, model)
+    labels = current.stats["classes"].labels
+    found = [c for c in labels if str(c) == label]
+    if not found:
+        shown = ", ".join(map(str, labels)) or "none yet"
+        raise SettingsError(f"{label!r} is not a class of model {model!r} (classes: {shown})")
+    cls = found[0]
+    weight = float(current.stats["classes"].counts[labels.index(cls)])
+    if weight > 0 and not force:
+        raise SettingsError(f"class {label!r} of model {model!r} holds weight {weight:g}: add "
+                            "--force to remove it with everything learnt under it")
+    shards = shard_keys(client, model)
+    training = stored_training(client, model)
+    pipe = client.pipeline(transaction=False)
+    for keys in shards:
+        pipe.xadd(learning_stream(keys, training), {DATA_FIELD: msgpack.packb({"forget_class": cls},
+                                                         use_bin_type=True)})
+    pipe.execute()
+    return ClassRemoval(cls, weight, len(shards))

@@ -65,6 +65,7 @@ from streamnb_workers.client.produce_checks import (
     check_not_empty,
     declared_classes,
     not_mail,
+    stored_training,
 )
 from streamnb_workers.client.shard_streams import router_of
 from streamnb_workers.client.sources import (
@@ -76,6 +77,7 @@ from streamnb_workers.client.sources import (
 )
 from streamnb_workers.defaults import DEFAULT_PRODUCE_CHUNK
 from streamnb_workers.store.keys import ModelKeys, source_epochs_key
+from streamnb_workers.store.training import learning_stream
 from streamnb_workers.wire.codec import DATA_FIELD, decode_input
 from streamnb_workers.wire.learn_keys import decode_record, known_keys, record_teacher
 from streamnb_workers.wire.learn_sources import AUTOLEARN, is_stale
@@ -179,8 +181,8 @@ def produce(
     messages: list[Outgoing] | None = None,
     source: str | None = None,
 ) -> ProduceReport:
-    """Send messages to ``streamnb:{model}:in`` (a sharded model: each to its shard's);
-    returns what was sent, skipped and found already learnt.
+    """Send messages to ``streamnb:{model}:in`` (a sharded model: each to its shard's;
+    labelled ones to ``:train`` for a model stored with ``training: train``); returns what was sent, skipped and found already learnt.
 
     A message that fails validation (bad JSON line, bad record) is skipped with a warning
     on stderr; a labelled message whose key the model has learnt is not sent; everything
@@ -197,6 +199,7 @@ def produce(
     router = router_of(client, model)
     k = len(router.keys)
     classes = declared_classes(client, model)
+    training = stored_training(client, model)
     if classes is not None and label is not None and label not in classes:
         raise SettingsError(f"--label {label!r} is not one of model {model!r}'s classes: "
                             f"{', '.join(classes)}")
@@ -231,7 +234,8 @@ def produce(
                     continue
                 pair = (old, msg_label)
                 report.relearnt[pair] = report.relearnt.get(pair, 0) + 1
-            pipe.xadd(keys.input, {DATA_FIELD: data})
+            pipe.xadd(learning_stream(keys, training) if labelled else keys.input,
+                      {DATA_FIELD: data})
             n += 1
             n_labelled += labelled
         if n:
@@ -294,17 +298,17 @@ def check_paths(paths: list[str]) -> None:
 
 def produce_stdin(client: Any, model: str, raw: bytes, *, label: str | None = None,
                   max_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
-                  source: str | None = None) -> ProduceReport:
+                  source: str | None = None, id_prefix: str = "stdin") -> ProduceReport:
     """Send the one mail ``raw`` read from stdin (``streamnb produce -``), as :func:`produce`
     sends a mail file: not sent when its key was learnt, cut over ``max_bytes``. Its id is
-    ``stdin:`` and its learn-once key, so that the same mail goes to the same shard each
-    time. :class:`NotMail` when ``raw`` is not mail (or is refused as a record); a Redis
+    ``stdin:`` (``id_prefix:``: ``spamd:`` for a TELL) and its learn-once key, so that the
+    same mail goes to the same shard each time. :class:`NotMail` when ``raw`` is not mail (or is refused as a record); a Redis
     error part way raises :class:`ProduceInterrupted` from it."""
     out = Outgoing(id="-", raw=raw, source="-")
     reason = not_mail(raw)
     if reason is not None:
         raise NotMail(reason)
-    out.id = f"stdin:{out.key()}"
+    out.id = f"{id_prefix}:{out.key()}"
     quiet = io.StringIO()  # the one reason a mail is skipped is the caller's line
     report = produce(client, model, [], label=label, stderr=quiet, progress=False,
                      max_bytes=max_bytes, messages=[out], source=source)

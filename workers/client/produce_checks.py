@@ -76,6 +76,21 @@ def declared_classes(client: Any, model: str) -> list[str] | None:
     return None if text is None else stored_classes(model, as_str(text))
 
 
+def stored_training(client: Any, model: str) -> str:
+    """Where model ``model`` learns labels from (``in`` or ``train``, workers/store/training.py;
+    ``in`` when it has no config yet), read with HMGET as :func:`declared_classes` reads.
+
+    >>> import fakeredis
+    >>> from streamnb_workers.store.model_config import ModelSpec, ensure_config
+    >>> r = fakeredis.FakeRedis()
+    >>> _ = ensure_config(r, ModelSpec("mail", kind="multinomial", training="train"))
+    >>> stored_training(r, "mail"), stored_training(r, "other")
+    ('train', 'in')
+    """
+    text = client.hmget(ModelKeys(model).config, ["training"])[0]
+    return "in" if text is None else as_str(text)
+
+
 def check_class(label: Any, classes: list[str] | None) -> None:
     """ValueError if ``label`` is not one of the declared ``classes`` (None: any label)."""
     if classes is not None and label is not None and label not in classes:

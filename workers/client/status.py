@@ -6,7 +6,8 @@ docs/cli.md):
 - ``model`` (str), ``exists`` (bool: the model has a stored config), ``redis`` (URL,
   password redacted);
 - ``kind`` (str | null), ``config`` (``model_params``, ``featurizer``, ``decision``,
-  ``half_life``, ``error_weight``; null when absent);
+  ``half_life``, ``error_weight``, ``training``; null when absent), ``training_waiting``
+  (entries in ``:train`` not yet moved into ``:in``: workers/store/training.py);
 - ``classes`` (label -> learnt weight; labels as strings), ``learnt_total`` (float),
   ``sources`` (source -> {label -> weight it taught}; docs/worker.md, "Sources"),
   ``version`` (last ``:log`` id applied, ``"0-0"`` before any);
@@ -55,6 +56,7 @@ from streamnb_workers.replication.snapshotter import live_workers, stream_gauges
 from streamnb_workers.store.keys import GROUP, ModelKeys
 from streamnb_workers.store.model_config import read_config
 from streamnb_workers.store.redaction import redact_url
+from streamnb_workers.store.training import train_stream
 from streamnb_workers.wire.outputs import decode_output
 from streamnb_workers.wire.replies import as_str
 from streamnb_workers.wire.stream_ids import entry_time
@@ -212,11 +214,13 @@ def collect(client: Any, name: str, redis_url: str | None = None,
         "recent": recent_outputs(client, shard_keys[0] if len(shard_keys) == 1 else shard_keys,
                                  last),
         "shards": shards,
+        "training_waiting": sum(int(client.xlen(train_stream(keys))) for keys in shard_keys)
+        if cfg is not None and cfg.training == "train" else 0,
     }
     if cfg is not None:
         info["config"] = {"model_params": cfg.model_params, "featurizer": cfg.featurizer,
                           "decision": cfg.decision, "half_life": cfg.half_life,
-                          "error_weight": cfg.error_weight}
+                          "error_weight": cfg.error_weight, "training": cfg.training}
         model, version, replicas = load_replicas(client, name)
         info["sources"] = source_weights(replicas)
         counts = model.stats["classes"]
@@ -270,6 +274,8 @@ def format_text(info: dict[str, Any]) -> str:
     lines.append(f"streams    in {s['in']}  out {s['out']}  dead {s['dead']}  log {s['log']}")
     lines.append(f"group      lag {lag}  pending {info['pending']}")
     lines.append(f"dead       {info['dead_letters']}")
+    if (info.get("config") or {}).get("training") == "train":
+        lines.append(f"training   from :train, {info['training_waiting']} waiting")
     if len(info.get("shards") or []) > 1:
         lines.append(f"shards     {len(info['shards'])} (figures above: their sums)")
         for sh in info["shards"]:

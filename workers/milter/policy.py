@@ -158,6 +158,9 @@ class Outcome:
     reply: Reply | None = None
     verdict: str | None = None
     failure: str | None = None
+    #: The prediction the verdict came from (the decoded ``:out`` map), for the protocols
+    #: that answer with more than headers (workers/protocols/).
+    prediction: Mapping[str, Any] | None = None
 
     @property
     def reason(self) -> str:
@@ -179,7 +182,8 @@ def decide(policy: Policy, prediction: Mapping[str, Any] | None, msg_id: str | N
             verdict = str(prediction["label"])
             action = policy.action_for(verdict)
             return Outcome(action, tuple(headers),
-                           policy.reject_reply if action == REJECT else None, verdict=verdict)
+                           policy.reject_reply if action == REJECT else None, verdict=verdict,
+                           prediction=prediction)
     if failure is None:
         failure = NotScored(ERROR, "no prediction")
     if policy.on_failure == TEMPFAIL:

@@ -9,7 +9,9 @@ and at the end of the message the mail is scored and the outcome applied: the ma
 ``X-Streamnb-*`` headers are removed (a sender cannot forge a verdict), the verdict
 headers added, and the mail accepted, quarantined, rejected or tempfailed. Connection,
 HELO, envelope and unknown commands are negotiated away, so the MTA does not send them;
-DATA is answered (:meth:`MailSession.data` says why).
+DATA is answered (:meth:`MailSession.data` says why). With per-user models
+(``--per-user``) the sessions are :class:`RecipientSession`, which also take each mail's
+envelope recipients (RCPT TO, without a reply to each) and score the mail for them.
 """
 
 from __future__ import annotations
@@ -30,9 +32,12 @@ from streamnb.features.own_headers import is_own_header
 from streamnb.features.truncate import cut_mail
 from streamnb_workers.milter.policy import ACCEPT, QUARANTINE, REJECT, TEMPFAIL, Outcome
 
-__all__ = ["MailSession", "run"]
+__all__ = ["MailSession", "RecipientSession", "run"]
 
 log = logging.getLogger("streamnb.milter")
+
+#: The envelope recipients kept per mail (the rest are not looked at).
+MAX_RECIPIENTS = 100
 
 _RETURN = {ACCEPT: Milter.CONTINUE, QUARANTINE: Milter.CONTINUE, REJECT: Milter.REJECT,
            TEMPFAIL: Milter.TEMPFAIL}
@@ -41,12 +46,13 @@ _RETURN = {ACCEPT: Milter.CONTINUE, QUARANTINE: Milter.CONTINUE, REJECT: Milter.
 class MailSession(Milter.Base):
     """One MTA connection (one or more mails, one after the other).
 
-    ``score`` (raw mail bytes, MTA queue id) -> :class:`Outcome` and ``max_size`` are set on
+    ``score`` (raw mail bytes, MTA queue id, envelope recipients) -> :class:`Outcome` and
+    ``max_size`` are set on
     the subclass :func:`run` makes; ``observe`` (outcome, seconds) is told each mail's
     outcome and the time scoring it took.
     """
 
-    score: Callable[[bytes, str], Outcome]
+    score: Callable[[bytes, str, tuple[str, ...]], Outcome]
     observe: Callable[[Outcome, float], None] | None = None
     max_size: int = 512 * 1024
 
@@ -60,6 +66,8 @@ class MailSession(Milter.Base):
         self._total = 0
         #: Headers of ours the mail arrived with: lower-case name -> (name, occurrences).
         self._own: dict[str, tuple[str, int]] = {}
+        #: The mail's envelope recipients (:class:`RecipientSession` only).
+        self._recipients: list[str] = []
 
     def _keep(self, data: bytes) -> None:
         self._total += len(data)
@@ -112,7 +120,7 @@ class MailSession(Milter.Base):
             # a mail over max_size is cut as produce and the workers cut it (headers kept,
             # at a MIME boundary, the X-Streamnb-Truncated marker with its whole size)
             outcome = self.score(cut_mail(b"".join(self._parts), self.max_size, self._total),
-                                 queue_id)
+                                 queue_id, tuple(self._recipients))
             # Last occurrence first: deleting one renumbers those after it.
             for name, count in self._own.values():
                 for index in range(count, 0, -1):
@@ -141,14 +149,25 @@ class MailSession(Milter.Base):
         return Milter.CONTINUE
 
 
-def run(listen: str, score: Callable[[bytes, str], Outcome], *, max_size: int,
-        on_error: str, observe: Callable[[Outcome, float], None] | None = None,
-        socket_mode: int = 0o660, name: str = "streamnb") -> None:
+class RecipientSession(MailSession):
+    """A session that is also told each mail's envelope recipients (``RCPT TO``)."""
+
+    @Milter.noreply
+    def envrcpt(self, to: str, *params: str) -> int:
+        if len(self._recipients) < MAX_RECIPIENTS:
+            self._recipients.append(to)
+        return Milter.CONTINUE
+
+
+def run(listen: str, score: Callable[[bytes, str, tuple[str, ...]], Outcome], *,
+        max_size: int, on_error: str, observe: Callable[[Outcome, float], None] | None = None,
+        socket_mode: int = 0o660, name: str = "streamnb", recipients: bool = False) -> None:
     """Serve the milter on ``listen`` (libmilter's ``inet:PORT@HOST`` / ``unix:PATH``) until
     SIGTERM, SIGINT or SIGHUP (libmilter's own signal thread stops it). ``on_error``
     (accept or tempfail): the reply when a callback fails unexpectedly; ``socket_mode``:
-    the permissions of a ``unix:`` socket."""
-    session = type("ConfiguredSession", (MailSession,), {
+    the permissions of a ``unix:`` socket; ``recipients``: score each mail for its
+    envelope recipients (:class:`RecipientSession`)."""
+    session = type("ConfiguredSession", (RecipientSession if recipients else MailSession,), {
         "score": staticmethod(score), "observe": staticmethod(observe) if observe else None,
         "max_size": max_size})
     Milter.factory = session

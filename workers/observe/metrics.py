@@ -34,7 +34,8 @@ STAGES = ("read", "decode", "featurize", "predict", "explain", "learn", "send", 
 DEAD_LETTER_REASONS = ("not_msgpack", "not_a_map", "no_data", "too_large", "no_payload",
                        "several_payloads", "bad_type", "non_finite", "bad_label", "bad_weight",
                        "wrong_dimension", "incompatible_payload", "bad_category", "not_learnt",
-                       "poison", "ref_expired", "bad_source", "too_many_sources")
+                       "poison", "ref_expired", "bad_source", "too_many_sources",
+                       "declared_class", "label_not_allowed")
 #: The kinds of ``redis_errors`` (workers/worker/loop.py, ``error_kind``).
 REDIS_ERROR_KINDS = ("connection", "timeout", "misconf", "readonly", "nogroup", "other")
 #: What ``corrupt_records`` counts.
@@ -218,6 +219,16 @@ class Metrics:
             MW, **r)
         self.oov_rate_recent = Gauge(
             "oov_rate_recent", "Recent mean out-of-vocabulary share", MW, **r)
+        # ---- operating point (--target-fpr, --calibration)
+        self.operating_threshold = Gauge(
+            "operating_threshold", "Score threshold in use for --target-fpr (+Inf: none "
+            "positive)", MW, **r)
+        self.operating_supported = Gauge(
+            "operating_point_supported", "1 when the window's negatives support --target-fpr, "
+            "0 when too few", MW, **r)
+        self.operating_negatives = Gauge(
+            "operating_point_negatives", "Labelled negatives (ham) the operating point was "
+            "fitted on", MW, **r)
 
 
     def start_series(self, model: str, worker: str) -> None:
@@ -376,6 +387,24 @@ class MilterMetrics:
         if outcome.failure is not None:
             self.not_scored.labels(model=model, reason=outcome.failure).inc()
         self.decision_seconds.labels(model=model).observe(seconds)
+
+
+class ProtocolMetrics:
+    """The metric families of ``streamnb spamd`` and ``streamnb rspamd`` (labels
+    ``protocol``, ``command``, ``status``: ``ok``, ``not-scored`` or the error answered)."""
+
+    def __init__(self, registry: CollectorRegistry = REGISTRY) -> None:
+        r = {"registry": registry, "namespace": NAMESPACE}
+        self.requests = Counter(
+            "protocol_requests", "Requests answered by the spamd and Rspamd protocol servers, "
+            "by command and status", ("protocol", "command", "status"), **r)
+        self.seconds = Histogram(
+            "protocol_request_seconds", "Time from a request's arrival to its answer",
+            ("protocol", "command"), buckets=MILTER_BUCKETS, **r)
+
+    def observe(self, protocol: str, command: str, status: str, seconds: float) -> None:
+        self.requests.labels(protocol=protocol, command=command, status=status).inc()
+        self.seconds.labels(protocol=protocol, command=command).observe(seconds)
 
 
 def observe_many(child: Histogram, values: Sequence[float] | np.ndarray) -> None:

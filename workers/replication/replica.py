@@ -5,20 +5,13 @@ does not merge its delta at commit time; it tails the log right after committing
 all workers have bit-identical statistics at the same version. The version is the id of
 the last log entry applied ("0-0" before any).
 
-Log entries (field ``data``, msgpack):
-
-- ``{"t": "delta", "add": bytes | None, "sub": bytes | None, "n": int, "w": worker, "b": batch}``:
-  merge the encoded StatsBundle ``add``, then subtract ``sub`` (label corrections move a
-  message's contribution: +row for the new class in ``add``, -row for the old in ``sub``).
-  With sources (workers/replication/source_parts.py), ``e`` (the default source's epoch)
-  and ``src`` (``[[source, epoch, add, sub], ...]``) say whose contributions they are.
-- ``{"t": "decay", "g": float}``: multiply every learnt weight by ``g`` (forgetting).
-- ``{"t": "forget", "s": source}``: take out everything ``source`` taught
-  (``streamnb forget --source``).
+Log entries: workers/replication/log_entries.py (deltas, decays, a source forgotten, a
+class removed).
 
 The snapshot (hash ``:snapshot``): ``log_id`` (the last log entry it includes), ``data``
 (``streamnb.models.dumps`` of the model), ``sources`` (its parts by source, if any),
-``ts``, and ``trimmed`` (the MINID the log was
+``scores`` (the score window's bytes, with an operating point held), ``ts``, and
+``trimmed`` (the MINID the log was
 trimmed to after writing it). A replica whose version is below ``trimmed`` may have missed
 entries, so it reloads the snapshot; a late joiner does exactly that. A replica whose last
 applied entry is gone although nothing trimmed it (Redis restarted without its last writes,
@@ -39,59 +32,39 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 import msgpack
 
-from streamnb.encoding import dumps, loads
 from streamnb.exceptions import FormatError
+from streamnb.operating_point import ScoreWindow
 from streamnb.stats.bundle import StatsBundle
+from streamnb_workers.replication.log_entries import (
+    decode_log_entry,
+    encode_class_drop,
+    encode_decay,
+    encode_delta,
+    encode_forget_source,
+    score_codes_of,
+    score_window_for,
+    without_removed,
+)
 from streamnb_workers.replication.source_parts import SourceParts, decode_sources
 from streamnb_workers.store.keys import ModelKeys
 from streamnb_workers.store.model_config import ModelConfig
-from streamnb_workers.wire.learn_sources import DEFAULT_SOURCE, Teacher, check_source
+from streamnb_workers.wire.learn_sources import DEFAULT_SOURCE, check_source
 from streamnb_workers.wire.replies import as_str, entry_field
 from streamnb_workers.wire.stream_ids import entry_time, parse_id
+
+# (the log entries' encoders, kept importable from here)
+__all__ = ["TAIL_CHUNK", "Replica", "decode_log_entry", "encode_class_drop", "encode_decay",
+           "encode_delta", "encode_forget_source", "log_complete", "snapshot_age"]
 
 log = logging.getLogger(__name__)
 
 #: Log entries fetched per XRANGE while catching up.
 TAIL_CHUNK = 500
-
-
-def encode_delta(add: StatsBundle | None, sub: StatsBundle | None, n_learnt: int,
-                 worker: str, batch: str, epoch: int = 0,
-                 sources: Sequence[tuple[Teacher, Any, Any]] = ()) -> bytes:
-    """A delta log entry (see the module docstring): ``add``/``sub`` of the default
-    source's ``epoch``, ``sources`` the ``((source, epoch), add, sub)`` of the others."""
-    entry = {"t": "delta", "add": add.to_bytes() if add is not None else None,
-             "sub": sub.to_bytes() if sub is not None else None,
-             "n": int(n_learnt), "w": worker, "b": batch}
-    if epoch:
-        entry["e"] = int(epoch)
-    if sources:
-        entry["src"] = [[name, int(e), a.to_bytes() if a is not None else None,
-                         s.to_bytes() if s is not None else None]
-                        for (name, e), a, s in sources]
-    return dumps(entry)
-
-
-def encode_forget_source(source: str) -> bytes:
-    """A log entry that takes out everything ``source`` taught."""
-    return dumps({"t": "forget", "s": check_source(source)})
-
-
-def encode_decay(g: float) -> bytes:
-    """A decay log entry: multiply every learnt weight by ``g``."""
-    return dumps({"t": "decay", "g": float(g)})
-
-
-def decode_log_entry(data: bytes) -> dict[str, Any]:
-    obj = loads(data)
-    if not isinstance(obj, dict) or obj.get("t") not in ("delta", "decay", "forget"):
-        raise FormatError("log entry is not a delta, decay or forget map")
-    return obj
 
 
 def log_complete(client: Any, keys: ModelKeys) -> bool:
@@ -116,6 +89,8 @@ class Replica:
         self.model: Any = config.make_model()
         #: What each source taught (workers/replication/source_parts.py).
         self.sources = SourceParts()
+        #: The window of labelled scores the operating point is fitted on (None: off).
+        self.scores = score_window_for(config)
         self.version = "0-0"
         #: Log entries applied since this object was created (deltas and decays).
         self.applied = 0
@@ -152,6 +127,7 @@ class Replica:
         if not h:
             self.model = self.config.make_model()
             self.sources = SourceParts()
+            self.scores = score_window_for(self.config)
             self.version = "0-0"
             self._changed()
             return
@@ -163,6 +139,7 @@ class Replica:
             return
         self.model = model
         self.sources = sources
+        self.scores = self._decode_scores(h.get("scores"))
         self.version = version
         self.snapshot_version = self.version
         self._ignored_trim = None
@@ -200,6 +177,19 @@ class Replica:
             raise FormatError(f"its parts by source are unreadable: {exc}") from None
         return model, version, sources
 
+    def _decode_scores(self, data: bytes | None) -> ScoreWindow | None:
+        """The score window of a snapshot (empty if it holds none, or one that does not
+        fit: every replica that loads this snapshot makes the same choice)."""
+        window = score_window_for(self.config)
+        if window is None or data is None:
+            return window
+        try:
+            return window.load_bytes(data)
+        except (FormatError, ValueError, KeyError, TypeError, msgpack.UnpackException) as exc:
+            log.error("model %s: the snapshot's score window is unreadable (%s); starting an "
+                      "empty one", self.keys.name, exc)
+            return score_window_for(self.config)
+
     def _snapshot_unreadable(self, h: dict[str, Any], exc: FormatError) -> None:
         """Ignore a corrupt snapshot if the whole log is there, else refuse with one line."""
         self.snapshot_errors += 1
@@ -211,6 +201,7 @@ class Replica:
                       self.keys.snapshot, exc, self.keys.log)
             self.model = self.config.make_model()
             self.sources = SourceParts()
+            self.scores = score_window_for(self.config)
             self.version = "0-0"
             self.snapshot_version = "0-0"
             self._ignored_trim = h.get("trimmed")
@@ -338,21 +329,31 @@ class Replica:
             elif entry["t"] == "forget":
                 self.model = self.sources.forget(self.config, self.model, check_source(entry.get("s")))
                 self._changed()
+            elif entry["t"] == "drop":
+                label = entry.get("c")
+                if not isinstance(label, (str, int)) or isinstance(label, bool):
+                    raise FormatError(f"a class to remove must be a str or an int, got {label!r}")
+                if self.sources.drop(self.model, label):
+                    log.info("model %s: class %r removed (log entry %s)", self.keys.name,
+                             label, entry_id)
+                self._changed()
             else:
                 n = entry.get("n", 0)
                 if not isinstance(n, int) or isinstance(n, bool) or n < 0:
                     raise FormatError(f"learnt count must be an int >= 0, got {n!r}")
                 add = StatsBundle.from_bytes(entry["add"]) if entry.get("add") is not None else None
                 sub = StatsBundle.from_bytes(entry["sub"]) if entry.get("sub") is not None else None
+                codes = score_codes_of(entry)
                 contributions = decode_sources(entry, add, sub)
                 if contributions is not None:  # with sources: the parts and their sum
                     self.model = self.sources.apply(self.config, self.model, contributions)
-                    self.learnt += n
-                    self._changed()
+                    plain = False
                 else:
                     plain = self._apply_default(add, sub)
-                    self.learnt += n
-                    self._changed(*((add, sub) if plain else ()))
+                self.learnt += n
+                if self.scores is not None and codes:
+                    self.scores.add(codes)
+                self._changed(*((add, sub) if plain else ()))
         except (FormatError, ValueError, KeyError, TypeError, msgpack.UnpackException) as exc:
             # Every replica skips the same entry, so they stay equal; say so loudly.
             self.corrupt_entries += 1
@@ -376,7 +377,7 @@ class Replica:
         if add is not None:
             self.model.merge_stats(add)
         if sub is not None:
-            self.model.subtract_stats(sub)
+            self.model.subtract_stats(without_removed(self.model, sub))
         return True
 
     @property

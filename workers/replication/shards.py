@@ -39,7 +39,8 @@ from streamnb_workers.store.keys import MAX_SHARDS, ModelKeys
 from streamnb_workers.store.model_config import ModelConfig, ModelSpec, read_config
 from streamnb_workers.wire.replies import as_str
 
-__all__ = ["ShardSum", "Router", "keys_of", "load_model", "load_replicas", "load_summed", "route_id", "shard_names", "shard_of", "source_weights", "stored_shards"]
+__all__ = ["ShardSum", "Router", "keys_of", "load_model", "load_replicas", "load_summed", "route_id", "shard_names", "shard_of", "source_weights", "stored_shards",
+           "sum_models"]
 
 #: Kinds whose statistics are counts: their sum follows each delta in place (exact while
 #: the weights are, e.g. integers); other kinds' is summed anew in shard order.
@@ -181,12 +182,22 @@ class ShardSum:
     def model(self) -> Any:
         """The summed model (taken anew if a shard's change asked for it)."""
         if self._model is None:
-            total = self.config.make_model()
-            for rep in self.replicas:
-                total.merge_stats(rep.model.stats.copy())
-            self._model = total
+            self._model = sum_models(self.config, [rep.model for rep in self.replicas])
             self.resums += 1
         return self._model
+
+    @property
+    def version(self) -> str:
+        """The shards' versions joined by ``,``."""
+        return ",".join(rep.version for rep in self.replicas)
+
+
+def sum_models(config: ModelConfig, models: Sequence[Any]) -> Any:
+    """A new model of ``config`` holding the sum of ``models``' statistics, added in order."""
+    total = config.make_model()
+    for model in models:
+        total.merge_stats(model.stats.copy())
+    return total
 
 
 def shard_spec(config: ModelConfig, name: str | None = None) -> ModelSpec:
@@ -198,7 +209,7 @@ def shard_spec(config: ModelConfig, name: str | None = None) -> ModelSpec:
                      featurizer_config=config.featurizer, decision=config.decision,
                      half_life=config.half_life, error_weight=config.error_weight,
                      classes=config.classes, shards=None if name else config.shards,
-                     explain=config.explain)
+                     explain=config.explain, training=config.training)
 
 
 def load_summed(client: Any, model: str) -> tuple[Any, str] | None:

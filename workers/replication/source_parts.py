@@ -44,6 +44,7 @@ from typing import Any
 from streamnb.encoding import dumps, loads
 from streamnb.exceptions import FormatError
 from streamnb.stats.bundle import StatsBundle
+from streamnb_workers.replication.log_entries import without_removed
 from streamnb_workers.wire.learn_sources import DEFAULT_SOURCE, check_source
 
 __all__ = ["Contribution", "SourceParts", "decode_sources"]
@@ -96,6 +97,13 @@ class SourceParts:
         """Apply a delta's contributions to the parts and to ``model`` (the sum); return
         the model. Raises FormatError/ValueError before any change if one does not fit."""
         live = self.live(contributions)
+        # (a sub row of a class neither held nor added went with a removed class)
+        held = set(model.stats["classes"].labels)
+        for _, _, add, _ in live:
+            if add is not None:
+                held.update(add["classes"].labels)
+        live = [(name, e, add, sub if sub is None else without_removed(held, sub))
+                for name, e, add, sub in live]
         for _, _, add, sub in live:
             for delta in (add, sub):
                 if delta is not None:
@@ -128,6 +136,14 @@ class SourceParts:
         if self.parts.pop(source, None) is None:
             return model
         return self.total(config)
+
+    def drop(self, model: Any, label: Any) -> bool:
+        """Remove class ``label`` from ``model`` and from every part; whether the model
+        held it (log entry ``drop``: workers/replication/log_entries.py)."""
+        for part in self.parts.values():
+            if label in part["classes"].labels:
+                part.remove_class(label)
+        return bool(model.remove_class(label))
 
     def decay(self, config: Any, model: Any, g: float) -> Any:
         """Multiply every learnt weight by ``g``; return the model."""

@@ -53,6 +53,7 @@ def _probe_steps(prefix: str) -> list[tuple[str, Callable[[Any], Any]]]:
         ("XACK", lambda r: r.xack(s, g, ids.get("id") or "0-1")),
         ("XGROUP DELCONSUMER", lambda r: r.xgroup_delconsumer(s, g, c)),
         ("XTRIM", lambda r: r.xtrim(s, minid="0-1")),
+        ("XDEL", lambda r: r.xdel(s, ids.get("id") or "0-1")),
         ("HSET", lambda r: r.hset(h, "f", "v")),
         ("HGET", lambda r: r.hget(h, "f")),
         ("HMGET", lambda r: r.hmget(h, ["f"])),

@@ -9,7 +9,8 @@ if asked, delete the batch's ``:inflight`` announcement.
 It records the learn-once keys of the messages it learns, rewrites those it relearns under
 another label and deletes those it forgets (workers/wire/learn_keys.py), after checking
 that none of the first is recorded and each of the others still holds the record the
-worker subtracts.
+worker subtracts. A class removal (``streamnb forget --class``) appends its log entry after
+the delta and releases the keys recorded under the class.
 Otherwise it writes nothing and says which ids were lost, which cache entries changed or
 which keys are not as the worker took them.
 
@@ -109,6 +110,10 @@ class CommitRequest:
     relabel_keys: list[tuple[str, bytes, bytes]] = field(default_factory=list)
     #: Keys kept at most (the oldest learnt are dropped beyond it; 0: no bound).
     keys_max: int = 0
+    #: ``(log entry, record prefix)`` of each class removed: the entry is logged after the
+    #: delta, and every learnt key whose record holds the prefix after its first byte is released
+    #: (workers/wire/learn_keys.py, ``record_prefix``; needs ``key_store``).
+    class_drops: list[tuple[bytes, bytes]] = field(default_factory=list)
 
 
 @dataclass(slots=True)
@@ -165,7 +170,10 @@ def script_args(keys: ModelKeys, consumer: str, req: CommitRequest, out_maxlen: 
       (none may be recorded yet); ``forget_at``/``n_forget``: the keys forgotten, each key
       and the record it must still hold; ``relabel_at``/``n_relabel``: keys relearnt
       under another label, each key, the record it must still hold and the record written;
-      ``keys_max``: keys kept at most (0: no bound).
+      ``keys_max``: keys kept at most (0: no bound);
+    - ``drops_at``/``n_drops``: the classes removed, each its log entry (appended after
+      the delta and the decay events) and the prefix of the records of the keys it
+      releases (deleted from ``{M}:keys`` and ``{M}:keyorder``).
     """
     script_keys = [keys.input, keys.out, keys.dead, keys.log, keys.learnt]
     write_keys_at = len(script_keys) + 1
@@ -204,6 +212,9 @@ def script_args(keys: ModelKeys, consumer: str, req: CommitRequest, out_maxlen: 
     relabel_at = len(lists)
     for key, record, new in req.relabel_keys:
         lists += (key, record, new)
+    drops_at = len(lists)
+    for entry, prefix in req.class_drops:
+        lists += (entry, prefix)
     named = {
         "group": GROUP, "consumer": consumer,
         "out_maxlen": int(out_maxlen), "dead_maxlen": int(dead_maxlen),
@@ -222,10 +233,11 @@ def script_args(keys: ModelKeys, consumer: str, req: CommitRequest, out_maxlen: 
         "forget_at": forget_at, "n_forget": len(req.forget_keys),
         "relabel_at": relabel_at, "n_relabel": len(req.relabel_keys),
         "keys_max": int(req.keys_max),
+        "drops_at": drops_at, "n_drops": len(req.class_drops),
     }
     first = 2 + 2 * len(named)  # where the lists start (Lua counts from 1)
     for name in ("ids_at", "outputs_at", "dead_at", "writes_at", "cas_at", "learn_at",
-                 "forget_at", "relabel_at"):
+                 "forget_at", "relabel_at", "drops_at"):
         named[name] += first
     args: list[Any] = [len(named)]
     for name, value in named.items():

@@ -150,7 +150,8 @@ class ModelKeys:
 
     def all_fixed(self) -> list[str]:
         """Every key of the model except the delayed-label cache's buckets and entries."""
-        return [self.input, self.out, self.dead, self.log, self.events, self.snapshot,
+        return [self.input, f"{self.prefix}:train", f"{self.prefix}:traintoken",  # training.py
+                self.out, self.dead, self.log, self.events, self.snapshot,
                 self.config, self.lease, self.workers, self.learnt, self.inflight,
                 self.cache_buckets, self.learnt_keys, self.key_order, self.tokens]
 

@@ -13,8 +13,9 @@ format version), ``kind``, ``model_params`` (normalised by the model's ``get_par
 labelled message whose verdict was wrong is learnt with this many times its weight; 1:
 every message alike; a config stored without it means 1), ``classes`` (the declared
 classes, a list of str, or null: any label is a class), ``explain`` (K: the outputs carry
-the K tokens that moved each prediction, docs/worker.md; 0: none), ``created`` (unix time).
-A config stored without ``classes`` reads as null, without ``explain`` as 0.
+the K tokens that moved each prediction, docs/worker.md; 0: none), ``training`` (``in`` or
+``train``: where labels are learnt from, workers/store/training.py), ``created`` (unix
+time). A config stored without ``classes`` reads as null, ``explain`` 0, ``training`` in.
 
 Defaults filled in at creation for hashed (sparse) input: ``n_features`` = the number of
 featurizer columns and ``smoothing_m = "seen"`` when the model has such parameters; for
@@ -50,6 +51,12 @@ from streamnb_workers.defaults import (
     DEFAULT_ERROR_WEIGHT,
     DEFAULT_MAIL_ALPHA,
     MAIL_DECISION_DEFAULTS,
+)
+from streamnb_workers.store.config_checks import (
+    check_classes,
+    check_error_weight,
+    check_training,
+    stored_classes,
 )
 from streamnb_workers.store.keys import MAX_SHARDS, ModelKeys, check_model_name
 from streamnb_workers.store.lua import LuaScript
@@ -104,8 +111,11 @@ class ModelSpec:
     shards: int | None = None
     default_classes: list[str] | None = None
     explain: int | None = None
+    training: str | None = None
 
     def __post_init__(self) -> None:
+        if self.training is not None:
+            check_training(self.training)
         check_model_name(self.name, shard=True)
         if self.shards is not None and (isinstance(self.shards, bool) or not isinstance(
                 self.shards, int) or not 1 <= self.shards <= MAX_SHARDS):
@@ -122,23 +132,6 @@ class ModelSpec:
             check_error_weight(self.error_weight)
 
 
-def check_error_weight(value: Any) -> float:
-    """``value`` as an error weight: a finite number >= 1.
-
-    >>> check_error_weight(0.5)
-    Traceback (most recent call last):
-    ...
-    ValueError: error_weight must be a finite number >= 1, got 0.5
-    """
-    try:
-        w = float(value)
-    except (TypeError, ValueError):
-        w = float("nan")
-    if isinstance(value, bool) or not (w >= 1.0 and w != float("inf")):
-        raise ValueError(f"error_weight must be a finite number >= 1, got {value!r}")
-    return w
-
-
 @dataclass
 class ModelConfig:
     """The resolved, stored configuration of one model."""
@@ -153,6 +146,7 @@ class ModelConfig:
     classes: list[str] | None = None
     shards: int = 1
     explain: int = 0
+    training: str = "in"
     format: int = CONFIG_FORMAT_VERSION
     created: float = 0.0
 
@@ -168,6 +162,7 @@ class ModelConfig:
             "classes": _canon(self.classes),
             "shards": str(self.shards),
             "explain": str(self.explain),
+            "training": self.training,
             "created": repr(float(self.created)),
         }
 
@@ -187,6 +182,7 @@ class ModelConfig:
                        error_weight=check_error_weight(json.loads(h.get("error_weight", "1"))),
                        classes=stored_classes(name, h.get("classes", "null")),
                        shards=int(h.get("shards", "1")), explain=int(h.get("explain", "0")), format=fmt,
+                       training=check_training(h.get("training", "in")),
                        created=float(h.get("created", 0.0)))
         except (KeyError, ValueError) as exc:
             if isinstance(exc, ConfigConflict):
@@ -226,29 +222,6 @@ class ModelConfig:
     def decay_factor(self) -> float:
         """g = 0.5 ** (K / H), so the weight halves every H learnt messages."""
         return 0.5 ** (self.decay_every / float(self.half_life)) if self.half_life else 1.0
-
-
-def check_classes(classes: Any) -> list[str]:
-    """Declared classes: distinct non-empty str labels of at most 256 characters (the
-    wire's label limit), at least one; ValueError otherwise."""
-    ok = (isinstance(classes, (list, tuple)) and classes
-          and all(isinstance(c, str) and 0 < len(c) <= 256 for c in classes)
-          and len(set(classes)) == len(classes))
-    if not ok:
-        raise ValueError(f"classes must be distinct, non-empty labels of at most 256 "
-                         f"characters, got {classes!r}")
-    return list(classes)
-
-
-def stored_classes(name: str, text: str) -> list[str] | None:
-    """The classes of model ``name`` as its config stores them (JSON; None: any label)."""
-    classes = json.loads(text)
-    if classes is None:
-        return None
-    try:
-        return check_classes(classes)
-    except ValueError as exc:
-        raise ConfigConflict(f"model {name!r} has unreadable stored classes: {exc}") from None
 
 
 def _canon(v: Any) -> str:
@@ -312,7 +285,8 @@ def resolve_spec(spec: ModelSpec) -> ModelConfig:
                                      if spec.error_weight is not None
                                      else DEFAULT_ERROR_WEIGHT if hashed_counts else 1.0),
                        classes=_new_classes(spec, hashed_counts), shards=spec.shards or 1,
-                       explain=spec.explain or 0, created=time.time())
+                       explain=spec.explain or 0, training=spec.training or "in",
+                       created=time.time())
 
 
 def _new_classes(spec: ModelSpec, hashed_counts: bool) -> list[str] | None:
@@ -358,8 +332,9 @@ def differences(stored: ModelConfig, spec: ModelSpec) -> list[tuple[str, Any, An
         diffs.append(("classes", stored.classes, given_classes))
     if spec.shards is not None and spec.shards != stored.shards:
         diffs.append(("shards", stored.shards, spec.shards))
-    if spec.explain is not None and spec.explain != stored.explain:
-        diffs.append(("explain", stored.explain, spec.explain))
+    for name in ("explain", "training"):
+        if getattr(spec, name) is not None and getattr(spec, name) != getattr(stored, name):
+            diffs.append((name, getattr(stored, name), getattr(spec, name)))
     return diffs
 
 

@@ -28,11 +28,22 @@ import numpy as np
 from streamnb.encoding import dumps
 from streamnb.exceptions import MalformedMessage
 from streamnb.features.payload import PAYLOAD_KINDS, Payload
+from streamnb.features.wire_tokens import WireTokens, split_tokens
 from streamnb_workers.wire.learn_keys import MAX_KEY_CHARS, message_key
 from streamnb_workers.wire.learn_sources import DEFAULT_SOURCE, check_source
+from streamnb_workers.wire.limits import (
+    DEFAULT_LIMITS,
+    DEFAULT_MAX_ENTRY_BYTES,
+    DEFAULT_MAX_VALUE,
+    DEFAULT_MAX_WEIGHT,
+    Limits,
+)
 
 __all__ = [
     "DEFAULT_LIMITS",
+    "DEFAULT_MAX_ENTRY_BYTES",
+    "DEFAULT_MAX_VALUE",
+    "DEFAULT_MAX_WEIGHT",
     "InputMessage",
     "Limits",
     "decode_input",
@@ -43,55 +54,26 @@ __all__ = [
 #: The one stream field that holds a message's msgpack map.
 DATA_FIELD = "data"
 
-#: Default bound of one encoded stream entry (8 MiB): what a worker decodes at all. Mail up
-#: to it arrives whole and is cut to ``--max-bytes``; ``streamnb produce`` cuts before sending.
-DEFAULT_MAX_ENTRY_BYTES = 8 << 20
-
 _KNOWN_KEYS = frozenset(PAYLOAD_KINDS) | {"id", "label", "weight", "ts", "ref", "meta", "key",
-                                          "forget", "source"}
+                                          "forget", "forget_class", "source"}
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 
 
-@dataclass(frozen=True, slots=True)
-class Limits:
-    """Bounds on what decoding one entry may cost. Defaults suit mail. (What featurizing
-    it may cost is bounded by :class:`~streamnb.features.FeatureLimits`.)
-
-    >>> Limits().max_message_bytes
-    8388608
-    >>> Limits(max_message_bytes=4096).max_bin_len
-    8388608
-    """
-
-    #: Size of the encoded msgpack map (the ``data`` field). Raw mail under it is decoded
-    #: and then cut to the featurizer's ``max_message_bytes`` (``--max-bytes``), not refused.
-    max_message_bytes: int = DEFAULT_MAX_ENTRY_BYTES
-    #: Longest msgpack string / bytes / array / map (checked by msgpack while decoding).
-    max_str_len: int = DEFAULT_MAX_ENTRY_BYTES
-    max_bin_len: int = DEFAULT_MAX_ENTRY_BYTES
-    max_array_len: int = 100_000
-    max_map_len: int = 100_000
-    #: Items of a ``tokens`` or ``hashes`` payload.
-    max_tokens: int = 50_000
-    #: Entries of a ``features`` map and of an ``x`` vector.
-    max_features: int = 100_000
-    #: Longest label and id (characters).
-    max_label_len: int = 256
-    max_id_len: int = 512
-
-
-DEFAULT_LIMITS = Limits()
 
 
 @dataclass(slots=True)
 class InputMessage:
     """One validated input message.
 
-    ``payload`` is ``bytes`` for raw, ``str`` for text, a ``list`` of ``str`` for tokens,
+    ``payload`` is ``bytes`` for raw, ``str`` for text, a sequence of ``str`` for tokens
+    (a ``list``, or where the C module is built a
+    :class:`~streamnb.features.wire_tokens.WireTokens`: the tokens hashed from the entry's
+    bytes, decoded only on demand),
     a uint64 ``numpy`` array for hashes (the tokens' 64-bit hashes,
     :func:`streamnb.features.token_hashes`), ``dict[str, float]`` for features and a
     float64 ``numpy`` vector for x; it is None (and ``payload_kind`` is None) for a
-    delayed label carrying ``ref``.
+    delayed label carrying ``ref``, and for a class removal (``forget_class``: the class
+    to remove, docs/worker.md "Removing a class").
     """
 
     entry_id: str
@@ -108,6 +90,7 @@ class InputMessage:
     forget: bool = False
     #: The source it is learnt under (None: the default source; workers/wire/learn_sources.py).
     source: str | None = None
+    forget_class: str | int | None = None
 
     @property
     def is_labelled(self) -> bool:
@@ -177,7 +160,7 @@ def _label(v: Any, limits: Limits) -> str | int | None:
     raise MalformedMessage("bad_label", f"label must be str or int, got {type(v).__name__}")
 
 
-def _weight(v: Any) -> float:
+def _weight(v: Any, limits: Limits) -> float:
     if v is None:
         return 1.0
     if not _is_number(v):
@@ -185,6 +168,8 @@ def _weight(v: Any) -> float:
     w = float(v)
     if not math.isfinite(w) or w <= 0.0:
         raise MalformedMessage("bad_weight", f"weight must be a finite number > 0, got {w}")
+    if w > limits.max_weight:
+        raise MalformedMessage("bad_weight", f"weight {w:g} is above the limit {limits.max_weight:g}")
     return w
 
 
@@ -198,7 +183,9 @@ def _source(v: Any) -> str | None:
     return None if name == DEFAULT_SOURCE else name
 
 
-def _tokens(v: Any, limits: Limits) -> list[str]:
+def _tokens(v: Any, limits: Limits) -> list[str] | WireTokens:
+    if type(v) is WireTokens:  # checked as it was hashed (streamnb.features.wire_tokens)
+        return v
     if not isinstance(v, list):
         raise MalformedMessage("bad_type", "tokens must be a list of str")
     if len(v) > limits.max_tokens:
@@ -236,6 +223,9 @@ def _features(v: Any, limits: Limits) -> dict[str, float]:
         f = float(value)
         if not math.isfinite(f):
             raise MalformedMessage("non_finite", f"feature {name[:50]!r} is {f}")
+        if abs(f) > limits.max_value:
+            raise MalformedMessage("too_large", f"feature {name[:50]!r} is {f:g}, beyond the "
+                                   f"limit {limits.max_value:g}")
         out[name] = f
     return out
 
@@ -251,6 +241,9 @@ def _vector(v: Any, limits: Limits, expected_dim: int | None) -> np.ndarray:
         raise MalformedMessage("non_finite", "x holds an integer too large for float64") from None
     if not np.isfinite(x).all():
         raise MalformedMessage("non_finite", "x contains NaN or infinity")
+    if x.size and float(np.abs(x).max()) > limits.max_value:
+        raise MalformedMessage("too_large", f"x holds {float(np.abs(x).max()):g}, beyond the "
+                               f"limit {limits.max_value:g}")
     if x.size == 0:
         raise MalformedMessage("wrong_dimension", "x is empty")
     if expected_dim is not None and x.size != expected_dim:
@@ -280,11 +273,22 @@ def decode_input(
         raise MalformedMessage(
             "too_large", f"message has {len(data)} bytes, the limit is {limits.max_message_bytes}"
         )
-    obj = _unpack(bytes(data), limits)
+    data = bytes(data)
+    # A tokens array is hashed from the entry's bytes, the rest of the map decoded by
+    # msgpack; any entry the C step declines is msgpack's as a whole.
+    split = split_tokens(data, max_tokens=min(limits.max_tokens, limits.max_array_len),
+                         max_str_len=limits.max_str_len, max_map_len=limits.max_map_len)
+    if split is None:
+        obj = _unpack(data, limits)
+    else:
+        obj = _unpack(split[0], limits)
+        obj["tokens"] = split[1]
     if not isinstance(obj, dict):
         raise MalformedMessage("not_a_map", f"expected a msgpack map, got {type(obj).__name__}")
 
     unknown = len(obj.keys() - _KNOWN_KEYS)
+    if obj.get("forget_class") is not None:
+        return _class_removal(obj, entry_id, limits, unknown)
     present = [k for k in PAYLOAD_KINDS if obj.get(k) is not None]
     ref = obj.get("ref")
     if ref is not None and (not isinstance(ref, str) or not ref or len(ref) > limits.max_id_len):
@@ -302,7 +306,7 @@ def decode_input(
         raise MalformedMessage("bad_type", f"id must be a non-empty str of at most {limits.max_id_len} characters")
 
     label = _label(obj.get("label"), limits)
-    weight = _weight(obj.get("weight"))
+    weight = _weight(obj.get("weight"), limits)
     ts = obj.get("ts")
     if ts is not None:
         if not _is_number(ts):
@@ -374,6 +378,39 @@ def decode_input(
         forget=bool(forget),
         source=source,
     )
+
+
+def _class_removal(obj: dict, entry_id: str, limits: Limits, unknown: int) -> InputMessage:
+    """An entry ``{"forget_class": LABEL}`` (and at most ``id``, ``ts``): remove the class.
+
+    >>> decode_input(dumps({"forget_class": "Spam"}), "1-0").forget_class
+    'Spam'
+    >>> decode_input(dumps({"forget_class": "Spam", "text": "x"}), "1-0")
+    Traceback (most recent call last):
+    ...
+    streamnb.exceptions.MalformedMessage: several_payloads: forget_class goes alone, without text
+    """
+    extra = [k for k in (*PAYLOAD_KINDS, "ref", "label", "weight", "key", "forget", "meta",
+                         "source")
+             if obj.get(k) is not None]
+    if extra:
+        raise MalformedMessage("several_payloads",
+                               f"forget_class goes alone, without {', '.join(extra)}")
+    try:
+        label = _label(obj["forget_class"], limits)
+    except MalformedMessage as exc:
+        raise MalformedMessage(exc.reason, "forget_class: " + exc.detail) from None
+    msg_id = obj.get("id", entry_id)
+    if isinstance(msg_id, int) and not isinstance(msg_id, bool):
+        msg_id = str(msg_id)
+    if not isinstance(msg_id, str) or not msg_id or len(msg_id) > limits.max_id_len:
+        raise MalformedMessage("bad_type", f"id must be a non-empty str of at most {limits.max_id_len} characters")
+    ts = obj.get("ts")
+    if ts is not None and not (_is_number(ts) and math.isfinite(float(ts))):
+        raise MalformedMessage("bad_type", "ts must be a finite number (unix seconds)")
+    return InputMessage(entry_id=entry_id, id=msg_id, payload_kind=None, payload=None,
+                        ts=None if ts is None else float(ts), unknown_keys=unknown,
+                        forget_class=label)
 
 
 # ---------------------------------------------------------------------------- encoding

@@ -23,6 +23,12 @@ True
 'order-17'
 >>> decode_record(encode_record("spam", 2.0))
 ('spam', 2.0)
+>>> encode_record("Spam", 1.0)[1:].startswith(record_prefix("Spam"))
+True
+>>> encode_record("Spam", 1.0, ("imap", 2))[1:].startswith(record_prefix("Spam"))
+True
+>>> encode_record("Spammer", 1.0)[1:].startswith(record_prefix("Spam"))
+False
 """
 
 from __future__ import annotations
@@ -39,13 +45,16 @@ from streamnb.features.own_headers import strip_own_headers
 from streamnb_workers.wire.learn_sources import DEFAULT, Teacher
 
 __all__ = ["MAX_KEY_CHARS", "decode_record", "encode_record", "known_keys", "mail_key",
-           "message_key", "record_teacher"]
+           "message_key", "record_prefix", "record_teacher"]
 
 #: Longest key (characters); a longer Message-ID is hashed instead.
 MAX_KEY_CHARS = 512
 #: The part of a mail searched for its Message-ID header: headers are at its start.
 _HEADER_SCAN_BYTES = 256 * 1024
-_FIELD = b"message-id"
+#: The Message-ID field's name and colon (white space between, as far as the first 64
+#: bytes after the name), at the mail's start and after a line break.
+_FIELD_FIRST = re.compile(rb"message-id[ \t]{0,63}:", re.IGNORECASE)
+_FIELD_AFTER_BREAK = re.compile(rb"\nmessage-id[ \t]{0,63}:", re.IGNORECASE)
 _BRACKETED = re.compile(rb"<([^<>]*)>")
 
 
@@ -53,32 +62,39 @@ def _hash(kind: str, data: bytes) -> str:
     return f"{kind}:{hashlib.blake2b(data, digest_size=16).hexdigest()}"
 
 
-def _header_block(raw: bytes) -> bytes:
-    """The mail's header lines (up to the first empty line, within the scan limit), with
-    a line break in front so that every field starts after one."""
-    end = raw.find(b"\n\n", 0, _HEADER_SCAN_BYTES)
-    end_crlf = raw.find(b"\n\r\n", 0, end if end >= 0 else _HEADER_SCAN_BYTES)
-    end = end_crlf if end_crlf >= 0 else end
-    return b"\n" + raw[:end + 1 if end >= 0 else _HEADER_SCAN_BYTES]
+def _blank_line(raw: bytes, stop: int) -> int:
+    """Where the first empty line of ``raw[:stop]`` starts (the line break before it), or -1."""
+    end = raw.find(b"\n\n", 0, stop)
+    end_crlf = raw.find(b"\n\r\n", 0, end if end >= 0 else stop)
+    return end_crlf if end_crlf >= 0 else end
 
 
-def _message_id(head: bytes) -> bytes | None:
-    """The raw value of the first Message-ID field of a header block, folded lines joined."""
-    low = head.lower()
-    at = low.find(b"\n" + _FIELD)
-    while at >= 0:
-        rest = low[at + 1 + len(_FIELD):at + 1 + len(_FIELD) + 64].lstrip(b" \t")
-        if rest.startswith(b":"):
-            start = low.index(b":", at + 1) + 1
-            end = start
-            while True:  # the field goes on over lines that start with white space
-                end = head.find(b"\n", end)
-                if end < 0 or head[end + 1:end + 2] not in (b" ", b"\t"):
-                    break
-                end += 1
-            return head[start:end if end >= 0 else len(head)]
-        at = low.find(b"\n" + _FIELD, at + 1)
-    return None
+def _message_id(raw: bytes) -> bytes | None:
+    """The raw value of the first Message-ID field of a mail's header lines (up to its first
+    empty line, within the scan limit), folded lines joined: the field found where it
+    starts the mail or follows a line break, the text before it then checked for an empty
+    line, nothing copied but the value.
+
+    >>> _message_id(b"Subject: x\\r\\nMESSAGE-id :<a@b>\\r\\n\\tc\\r\\n\\r\\nMessage-ID: <body>")
+    b'<a@b>\\r\\n\\tc\\r'
+    """
+    scan = min(len(raw), _HEADER_SCAN_BYTES)
+    found = _FIELD_FIRST.match(raw, 0, scan) or _FIELD_AFTER_BREAK.search(raw, 0, scan)
+    if found is None:
+        return None
+    blank = _blank_line(raw, found.start() + 1)  # (a field after it is in the body)
+    if blank >= 0 and blank < found.start():
+        return None
+    start = end = found.end()
+    while True:  # the field goes on over lines that start with white space
+        end = raw.find(b"\n", end, scan)
+        if end < 0 or end + 1 >= scan or raw[end + 1] not in (32, 9):
+            break
+        end += 1
+    if end < 0:  # no line break before the scan limit: the header lines end there
+        stop = _blank_line(raw, scan)
+        end = stop + 1 if stop >= 0 else scan
+    return raw[start:end]
 
 
 def mail_key(raw: bytes) -> str:
@@ -89,7 +105,7 @@ def mail_key(raw: bytes) -> str:
     >>> mail_key(b"Subject: hi\\n\\nbody") == mail_key(b"X-Streamnb-Verdict: ham\\nSubject: hi\\n\\nbody")
     True
     """
-    value = _message_id(_header_block(raw))
+    value = _message_id(raw)
     if value is not None:
         value = b" ".join(value.split())
         bracketed = _BRACKETED.search(value)
@@ -134,6 +150,14 @@ def encode_record(label: Any, weight: float, teacher: Teacher = DEFAULT) -> byte
     if teacher == DEFAULT:
         return msgpack.packb([label, float(weight)], use_bin_type=True)
     return msgpack.packb([label, float(weight), teacher[0], int(teacher[1])], use_bin_type=True)
+
+
+def record_prefix(label: Any) -> bytes:
+    """The bytes every record of ``label`` holds after its first byte (the array's
+    header: 2 fields, or 4 with a teacher), whatever its weight and source (the label is
+    packed with its length: no other label's records hold them there). The commit script
+    releases a removed class's keys by it, reading no msgpack."""
+    return msgpack.packb(label, use_bin_type=True)
 
 
 def decode_record(data: bytes) -> tuple[Any, float]:

@@ -37,8 +37,12 @@ def encode_output(
     reason: str | None = None,
     explain: dict | None = None,
     was: str | int | None = None,
+    threshold: float | None = None,
+    proba: float | None = None,
 ) -> bytes:
-    """Encode one prediction for ``{M}:out``; ``score`` (two classes: what to rank and
+    """Encode one prediction for ``{M}:out``; ``threshold`` and ``proba`` (with an
+    operating point held: the score threshold in use, the calibrated P(positive)) where
+    given and not NaN; ``score`` (two classes: what to rank and
     threshold by) is written where given and finite; ``explain``: the map of
     :mod:`streamnb_workers.wire.explanations`, with ``--explain K``; ``was``: the label
     a relearnt message's key was learnt with before (``reason`` ``relearnt``).
@@ -71,6 +75,10 @@ def encode_output(
         obj["score"] = float(score)
     if explain is not None:
         obj["explain"] = explain
+    if threshold is not None and threshold == threshold:
+        obj["threshold"] = float(threshold)
+    if proba is not None and proba == proba:
+        obj["proba"] = float(proba)
     return dumps(obj)
 
 
@@ -85,6 +93,8 @@ def output_for(
     reason: str | None = None,
     explain: dict | None = None,
     was: str | int | None = None,
+    threshold: float | None = None,
+    proba: float | None = None,
 ) -> bytes:
     """:func:`encode_output` for a decoded input (id, entry, true label and meta from
     ``msg``); ``reason``: why a labelled message was not learnt (``already_learnt``), or
@@ -105,6 +115,8 @@ def output_for(
         reason=reason if msg.label is not None or auto else None,
         explain=explain,
         was=was if msg.label is not None else None,
+        threshold=threshold,
+        proba=proba,
     )
 
 

@@ -11,11 +11,11 @@ from collections import Counter
 
 import numpy as np
 
-from streamnb_workers.worker.committing import Committed
+from streamnb_workers.worker.committing import Committed, settle
 from streamnb_workers.worker.labels import delayed_matrix
 from streamnb_workers.worker.runtime import ModelRuntime
 
-__all__ = ["account"]
+__all__ = ["account", "settle_and_tail"]
 
 
 def account(rt: ModelRuntime, committed: Committed | None) -> None:
@@ -55,3 +55,10 @@ def account(rt: ModelRuntime, committed: Committed | None) -> None:
             classes, mat, truth, delays = delayed_matrix(res.delayed)
             if truth:
                 rt.observe(rt.observer.score_delayed, classes, mat, truth, delays)
+
+
+def settle_and_tail(rt: ModelRuntime) -> None:
+    """Read the reply of the model's commit on the wire, account for it, then apply the
+    log."""
+    account(rt, settle(rt)[1])
+    rt.tail()

@@ -32,6 +32,7 @@ import numpy as np
 
 from streamnb.exceptions import MalformedMessage
 from streamnb.features import Row, rows_to_bytes
+from streamnb_workers.store.training import holds_token
 from streamnb_workers.wire.codec import (
     DATA_FIELD,
     DEFAULT_LIMITS,
@@ -42,7 +43,11 @@ from streamnb_workers.wire.codec import (
 from streamnb_workers.wire.replies import as_str, entry_field
 from streamnb_workers.wire.stream_ids import entry_time
 from streamnb_workers.worker.labels import LabelRef
-from streamnb_workers.worker.learn_weights import class_weight_rows, learn_weights
+from streamnb_workers.worker.learn_weights import (
+    class_weight_rows,
+    judge_at_operating_point,
+    learn_weights,
+)
 
 __all__ = ["Dead", "Decoded", "Featurized", "Item", "Predictions", "Verdict", "cache_rows",
            "decode_entries", "drop_bad_categories", "drop_foreign_labels",
@@ -87,20 +92,22 @@ class Decoded:
     def labelled(self) -> bool:
         """Whether any message holds a label or a forget (a batch without one changes no
         statistics)."""
-        return any(msg.label is not None or msg.forget for _, msg, _ in self.messages)
+        return any(msg.label is not None or msg.forget or msg.forget_class is not None
+                   for _, msg, _ in self.messages)
 
 
 @dataclass(frozen=True, slots=True)
 class Featurized:
     """A batch's messages with a payload as items, its label-only messages as refs (with
-    their bytes), its dead letters so far, and its forgets (items that unlearn their key:
-    featurized, never predicted)."""
+    their bytes), its dead letters so far, its forgets (items that unlearn their key:
+    featurized, never predicted) and its class removals ``(entry id, class, bytes)``."""
 
     items: list[Item]
     refs: list[LabelRef]
     ref_data: dict[str, bytes]
     dead: list[Dead]
     forgets: list[Item] = field(default_factory=list)
+    class_drops: list[tuple[str, Any, bytes]] = field(default_factory=list)
 
 
 @dataclass(slots=True)
@@ -119,6 +126,10 @@ class Verdict:
     weight: float = 1.0
     #: The output's ``explain`` map (workers/wire/explanations.py), with ``--explain K``.
     explanation: dict[str, Any] | None = None
+    #: With a score window: the score threshold in use and the calibrated P(positive).
+    threshold: float | None = None
+    proba: float | None = None
+    code: int | None = None  # (its score's code in the window, when it is added to it)
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,9 +150,12 @@ class Predictions:
 # ---------------------------------------------------------------------- decode, featurize
 def decode_entries(entries: Sequence[tuple[Any, Any]], deliveries: dict[str, int] | None,
                    max_deliveries: int, limits: Limits = DEFAULT_LIMITS,
-                   dense_dim: int | None = None) -> Decoded:
+                   dense_dim: int | None = None, train_token: str | None = None) -> Decoded:
     """Decode a batch's stream entries ``(id, fields)``; an entry delivered more than
-    ``max_deliveries`` times (``deliveries``: id -> times, default once) is poison."""
+    ``max_deliveries`` times (``deliveries``: id -> times, default once) is poison.
+    ``train_token`` (a model stored with ``training: train``): a label, delayed label,
+    forget or class removal is taken only from an entry moved from ``:train``, which carries the token
+    (workers/store/training.py); from any other it is a dead letter ``label_not_allowed``."""
     order: list[str] = []
     dead: list[Dead] = []
     messages: list[tuple[str, InputMessage, bytes]] = []
@@ -163,6 +177,12 @@ def decode_entries(entries: Sequence[tuple[Any, Any]], deliveries: dict[str, int
         except MalformedMessage as exc:
             dead.append(Dead(eid, exc.reason, exc.detail, data))
             continue
+        if train_token is not None and (msg.is_labelled or msg.forget
+                                        or msg.forget_class is not None) \
+                and not holds_token(fields, train_token):
+            dead.append(Dead(eid, "label_not_allowed", "this model learns labels and forgets "
+                             "only from its training stream :train", data))
+            continue
         unknown += msg.unknown_keys
         messages.append((eid, msg, data))
     return Decoded(order, messages, dead, unknown)
@@ -174,8 +194,11 @@ def featurize(featurizer: Any, decoded: Decoded) -> Featurized:
     refs: list[LabelRef] = []
     ref_data: dict[str, bytes] = {}
     payload = []
+    drops = []
     for eid, msg, data in decoded.messages:
-        if msg.payload_kind is None:
+        if msg.forget_class is not None:
+            drops.append((eid, msg.forget_class, data))
+        elif msg.payload_kind is None:
             refs.append(LabelRef(eid, msg.ref, msg.label, msg.ts or entry_time(eid), msg.source))
             ref_data[eid] = data
         else:
@@ -189,7 +212,7 @@ def featurize(featurizer: Any, decoded: Decoded) -> Featurized:
             dead.append(Dead(eid, row.reason, row.detail, data))
         else:
             (forgets if msg.forget else items).append(Item(eid, msg, row, data))
-    return Featurized(items, refs, ref_data, dead, forgets)
+    return Featurized(items, refs, ref_data, dead, forgets, drops)
 
 
 def drop_foreign_labels(known: Sequence[Any], decoded: Decoded, batch: Featurized,
@@ -212,13 +235,13 @@ def drop_foreign_labels(known: Sequence[Any], decoded: Decoded, batch: Featurize
                          for eid, (label, data) in foreign.items()]
     return Featurized([it for it in batch.items if it.entry_id not in foreign],
                       [r for r in batch.refs if r.entry_id not in foreign], batch.ref_data, dead,
-                      batch.forgets)
+                      batch.forgets, batch.class_drops)
 
 
 def drop_undeclared_labels(classes: Sequence[str] | None, batch: Featurized) -> Featurized:
     """Dead-letter (``bad_label``) every item and delayed label whose label is not one of
     the model's declared ``classes`` (None: any label is a class): a typo must not become
-    a class of its own.
+    a class of its own; and (``declared_class``) every removal of a declared class.
 
     >>> from streamnb_workers.wire.codec import InputMessage
     >>> item = Item("1-0", InputMessage("1-0", "m", "text", "x", label="Spam"), None, b"")
@@ -234,24 +257,22 @@ def drop_undeclared_labels(classes: Sequence[str] | None, batch: Featurized) -> 
         return label is not None and (not isinstance(label, str) or label not in declared)
 
     shown = ", ".join(classes)
-    dead = list(batch.dead)
-    items = []
-    for it in batch.items:
-        if undeclared(it.msg.label):
-            dead.append(Dead(it.entry_id, "bad_label", f"label {it.msg.label!r} is not one of "
-                             f"this model's classes: {shown}", it.data))
-        else:
-            items.append(it)
-    refs = []
-    for r in batch.refs:
-        if undeclared(r.label):
-            dead.append(Dead(r.entry_id, "bad_label", f"label {r.label!r} is not one of this "
-                             f"model's classes: {shown}", batch.ref_data[r.entry_id]))
-        else:
-            refs.append(r)
+
+    def why(label: Any) -> str:
+        return f"label {label!r} is not one of this model's classes: {shown}"
+
+    dead = batch.dead + [Dead(it.entry_id, "bad_label", why(it.msg.label), it.data)
+                         for it in batch.items if undeclared(it.msg.label)]
+    dead += [Dead(r.entry_id, "bad_label", why(r.label), batch.ref_data[r.entry_id])
+             for r in batch.refs if undeclared(r.label)]
+    dead += [Dead(eid, "declared_class", f"{label!r} is a declared class of this model "
+                  f"({shown}): it is not removed", data)
+             for eid, label, data in batch.class_drops if label in declared]
     if len(dead) == len(batch.dead):
         return batch
-    return Featurized(items, refs, batch.ref_data, dead, batch.forgets)
+    return Featurized([it for it in batch.items if not undeclared(it.msg.label)],
+                      [r for r in batch.refs if not undeclared(r.label)], batch.ref_data, dead,
+                      batch.forgets, [d for d in batch.class_drops if d[1] not in declared])
 
 
 def drop_bad_categories(model: Any, batch: Featurized) -> Featurized:
@@ -278,7 +299,7 @@ def drop_bad_categories(model: Any, batch: Featurized) -> Featurized:
     forgets = [it for it in batch.forgets if takes(it)]
     if len(dead) == len(batch.dead):
         return batch
-    return Featurized(items, batch.refs, batch.ref_data, dead, forgets)
+    return Featurized(items, batch.refs, batch.ref_data, dead, forgets, batch.class_drops)
 
 
 # ---------------------------------------------------------------------- before the wait
@@ -339,7 +360,7 @@ def learnt_log_prior(model: Any, n_classes: int) -> np.ndarray:
 # ---------------------------------------------------------------------- predict and decide
 def predict(model: Any, rule: Any, featurizer: Any, items: Sequence[Item],
             prequential: bool = True, prepared: tuple[list[str], Any, Any] | None = None,
-            error_weight: float = 1.0) -> Predictions:
+            error_weight: float = 1.0, window: Any = None) -> Predictions:
     """Predict and decide every item. Prequential (the default, where the model does it
     cheaply): item i is predicted by the model plus the labelled items before it in the
     batch, as one-at-a-time processing would; the model itself is not touched. Else the
@@ -351,7 +372,8 @@ def predict(model: Any, rule: Any, featurizer: Any, items: Sequence[Item],
     many times its weight (:attr:`Verdict.weight`), and the items after it in the batch
     are predicted with that weight, as one at a time: the predictions are made again
     from the first item whose weight changed, until no weight changes (each pass fixes
-    at least one more item, so at most one pass per wrong verdict, plus one)."""
+    at least one more item, so at most one pass per wrong verdict, plus one). ``window``:
+    the replica's ``ScoreWindow`` (None: off), which judges the two-class verdicts."""
     prequential = prequential and model.cheap_prequential
     if prepared is not None and prepared[0] == [it.entry_id for it in items]:
         X, plan = prepared[1], prepared[2]
@@ -363,6 +385,8 @@ def predict(model: Any, rule: Any, featurizer: Any, items: Sequence[Item],
     while True:
         p = _predict_once(model, rule, X, items, weights, plan if weights is base else None,
                           prequential, n_values)
+        if window is not None:
+            judge_at_operating_point(window, rule, p.verdicts, items, p.classes)
         learnt = learn_weights(p.verdicts, items, rule, error_weight)
         changed = np.flatnonzero(learnt != weights)
         if not prequential or not changed.size:
@@ -427,3 +451,4 @@ def _predict_once(model: Any, rule: Any, X: Any, items: Sequence[Item], weights:
         verdicts = [v if v is not None else Verdict(None, {}, None) for v in verdicts]
     return Predictions(verdicts, classes, [items[i] for i in done.tolist()], dec_lp[done],
                        unsure[done], None if oov is None else oov[done])
+

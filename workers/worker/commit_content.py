@@ -76,6 +76,8 @@ class PredictedBatch:
     key_state: dict[str, bytes | None] = field(default_factory=dict)
     #: Whether a labelled message is learnt once per key (False: every time it comes).
     learn_once: bool = True
+    #: The class removals ``(entry id, class, bytes)``, in stream order.
+    class_drops: list[tuple[str, Any, bytes]] = field(default_factory=list)
 
     @classmethod
     def of(cls, decoded: Decoded, batch: Featurized, predictions: Predictions | None,
@@ -89,7 +91,7 @@ class PredictedBatch:
                    ref_data=batch.ref_data, dead=batch.dead, version=version,
                    classes=predictions.classes if predictions else [], own=own,
                    row_bytes=row_bytes, announced=announced, forgets=batch.forgets,
-                   learn_once=learn_once)
+                   learn_once=learn_once, class_drops=batch.class_drops)
 
     def without(self, lost: set[str]) -> PredictedBatch:
         """This batch without the entries ``lost``."""
@@ -98,7 +100,8 @@ class PredictedBatch:
                        verdicts=[self.verdicts[i] for i in kept],
                        refs=[r for r in self.refs if r.entry_id not in lost],
                        dead=[d for d in self.dead if d.entry_id not in lost],
-                       forgets=[f for f in self.forgets if f.entry_id not in lost])
+                       forgets=[f for f in self.forgets if f.entry_id not in lost],
+                       class_drops=[d for d in self.class_drops if d[0] not in lost])
 
     @property
     def outside_refs(self) -> list[str]:
@@ -147,6 +150,10 @@ class CommitContent:
     sources: list[tuple[Teacher, Any, Any]] = field(default_factory=list)
     #: Unlabelled messages learnt from their own verdict (``worker --autolearn``).
     n_autolearnt: int = 0
+    #: The classes removed, in stream order (after the batch's delta: docs/worker.md).
+    drop_classes: list[Any] = field(default_factory=list)
+    #: The score codes of the labelled items, in order, for the model's score window.
+    score_codes: list[int] = field(default_factory=list)
 
 
 def batch_stats(model: Any, featurizer: Any, rows: Sequence[tuple[Row, Any, float]]) -> Any:
@@ -229,7 +236,8 @@ def commit_content(batch: PredictedBatch, cached: dict[str, CachedMessage | None
                 batch_stats(model, featurizer, subs.get(t, [])))
                for t in sorted((set(adds) | set(subs)) - {default})]
     outputs = [output_for(it.msg, v.label, v.log_proba, batch.version, worker,
-                          learned=lab is not None, score=v.score,
+                          learned=lab is not None, score=v.score, threshold=v.threshold,
+                          proba=v.proba,
                           reason=ALREADY_LEARNT if dup else RELEARNT if i in once.was else
                           AUTOLEARNT if i in auto else None,
                           was=once.was.get(i), explain=v.explanation)
@@ -258,7 +266,8 @@ def commit_content(batch: PredictedBatch, cached: dict[str, CachedMessage | None
                     v.log_proba, w, batch_preds[it.msg.id][1],
                     it.msg.key if lab is not None and it.msg.key in recorded else None)))
     ids = [it.entry_id for it in items] + [d.entry_id for d in batch.dead] + \
-        [r.entry_id for r in batch.refs] + [f.entry_id for f in batch.forgets]
+        [r.entry_id for r in batch.refs] + [f.entry_id for f in batch.forgets] + \
+        [d[0] for d in batch.class_drops]
     if not ids:
         return None
     in_commit = set(ids)
@@ -276,7 +285,9 @@ def commit_content(batch: PredictedBatch, cached: dict[str, CachedMessage | None
         relabel_keys=once.relabel_keys,
         n_duplicates=sum(duplicate), forgotten_labels=once.forgotten_labels,
         n_autolearnt=len(auto),
-        relearnt_was=once.relearnt_was, default_epoch=default[1], sources=sources)
+        relearnt_was=once.relearnt_was, default_epoch=default[1], sources=sources,
+        drop_classes=[d[1] for d in batch.class_drops],
+        score_codes=[v.code for v in verdicts if v.code is not None])
 
 
 def _autolearnt(batch: PredictedBatch, model: Any, policy: AutolearnPolicy | None,

@@ -25,14 +25,14 @@ from dataclasses import dataclass
 import redis
 
 from streamnb.exceptions import StreamnbError
-from streamnb_workers.replication.replica import encode_decay, encode_delta
+from streamnb_workers.replication.replica import encode_class_drop, encode_decay, encode_delta
 from streamnb_workers.store.commit import (
     CommitRequest,
     CommitResult,
     commit_batch,
 )
 from streamnb_workers.store.label_cache import batch_writes, fetch_cached
-from streamnb_workers.wire.learn_keys import known_keys
+from streamnb_workers.wire.learn_keys import known_keys, record_prefix
 from streamnb_workers.wire.learn_sources import DEFAULT_SOURCE
 from streamnb_workers.wire.outputs import encode_dead
 from streamnb_workers.worker.commit_content import CommitContent, PredictedBatch, commit_content
@@ -93,9 +93,12 @@ def _request(rt: ModelRuntime, content: CommitContent, announced: str | None) ->
     """The commit script's request for ``content`` (``announced``: the batch's
     ``:inflight`` field, deleted by the commit)."""
     add, sub = content.add, content.sub
+    # (an entry with score codes alone too: the window learns every labelled prediction)
     log_data = encode_delta(add, sub, content.n_learnt, rt.consumer, uuid.uuid4().hex[:16],
-                            content.default_epoch, content.sources) \
-        if (add is not None or sub is not None or content.sources) else None
+                            content.default_epoch, content.sources,
+                            score_codes=content.score_codes) \
+        if (add is not None or sub is not None or content.sources or content.score_codes) \
+        else None
     writes, registry = [], None
     if content.cache_entries:
         writes, registry = batch_writes(rt.keys, int(rt.options.cache_ttl_s * 1000),
@@ -110,9 +113,11 @@ def _request(rt: ModelRuntime, content: CommitContent, announced: str | None) ->
         decay_data=encode_decay(rt.config.decay_factor) if decay_every else b"",
         inflight_key=rt.keys.inflight if announced else None, inflight_field=announced,
         key_store=(rt.keys.learnt_keys, rt.keys.key_order)
-        if keys_max or content.forget_keys or content.relabel_keys else None,
+        if keys_max or content.forget_keys or content.relabel_keys or content.drop_classes
+        else None,
         learn_keys=content.learn_keys if keys_max else [],
-        forget_keys=content.forget_keys, relabel_keys=content.relabel_keys, keys_max=keys_max)
+        forget_keys=content.forget_keys, relabel_keys=content.relabel_keys, keys_max=keys_max,
+        class_drops=[(encode_class_drop(c), record_prefix(c)) for c in content.drop_classes])
 
 
 # ---------------------------------------------------------------------- commit, retry

@@ -52,12 +52,19 @@ def housekeeping(rt: ModelRuntime, served: list[str], now: float | None = None) 
                 log.info("model %s: removed dead consumers %s", rt.name, removed)
     if was_holder and not rt.snapshotter.holder:
         drop_sampled_gauges(rt)  # the lease moved: the new holder samples them, ours go stale
-    names = rt.token_names
-    if names is not None and names.changed and t.names.fire(now):
-        names.changed = False
-        token_names.publish(rt.client, rt.keys.tokens, names.table(rt.featurizer.hasher))
+    if rt.token_names is not None and rt.token_names.changed and t.names.fire(now):
+        publish_token_names(rt)
     if t.observe.due(now) and rt.observe_model():
         t.observe.restart(now)
+
+
+def publish_token_names(rt: ModelRuntime) -> None:
+    """Replace ``{M}:tokens`` with the names this worker counted, if they changed since it
+    last did (on the timer, and at a clean shutdown)."""
+    names = rt.token_names
+    if names is not None and names.changed:
+        names.changed = False
+        token_names.publish(rt.client, rt.keys.tokens, names.table(rt.featurizer.hasher))
 
 
 def heartbeat(rt: ModelRuntime, served: list[str]) -> None:

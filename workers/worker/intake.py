@@ -35,12 +35,13 @@ from streamnb_workers.replication.ordering import InflightBoard, announcement_ti
 from streamnb_workers.store.commit import read_replies
 from streamnb_workers.store.keys import GROUP, ModelKeys
 from streamnb_workers.store.lua import packaged_script
+from streamnb_workers.store.training import forward, train_stream
 from streamnb_workers.wire.replies import as_str
 from streamnb_workers.wire.stream_ids import first_id, parse_id
 
 __all__ = ["READ_SCRIPT", "read_commands", "read_now", "read_reply", "all_done", "claim_idle", "delivery_counts", "ensure_group", "read_new",
-           "read_pending", "ReadBatch", "read_batches", "read_behind", "read_next",
-           "in_stream_order"]
+           "read_pending", "ReadBatch", "read_batches", "read_behind", "read_models", "read_next",
+           "in_stream_order", "move_training", "training_done"]
 
 #: A model, as far as the order of batches goes (it has a ``name``).
 Held = TypeVar("Held")
@@ -132,6 +133,18 @@ def read_pending(client: Any, keys: ModelKeys, consumer: str, count: int) -> lis
     """Up to ``count`` of this consumer's pending entries, oldest first."""
     reply = client.xreadgroup(GROUP, consumer, {keys.input: "0"}, count=count)
     return reply[0][1] if reply else []
+
+
+def move_training(client: Any, keys: ModelKeys, count: int, training: str) -> str | None:
+    """For a model stored with ``training: train``, at most ``count`` entries of its
+    ``:train`` moved into ``:in`` (workers/store/training.py); the model's token (None for
+    ``training: in``, which has no training stream)."""
+    return forward(client, keys, count)[1] if training == "train" else None
+
+
+def training_done(client: Any, keys: ModelKeys, training: str) -> bool:
+    """Nothing waits in the model's ``:train`` (always, for ``training: in``)."""
+    return training != "train" or not client.xlen(train_stream(keys))
 
 
 def claim_idle(client: Any, keys: ModelKeys, consumer: str, min_idle_ms: int, cursor: str,
@@ -257,3 +270,16 @@ def in_stream_order(batches: list[tuple[Held, ReadBatch]]) -> list[tuple[Held, R
     ['c', 'a', 'b']
     """
     return sorted(batches, key=lambda b: (parse_id(first_id(b[1].entries)), b[0].name))
+
+
+def read_models(reader: Any, consumer: str, rts: list[Any], count: int, block_ms: int,
+                cluster: bool, announce: bool) -> list[tuple[Any, ReadBatch]]:
+    """New entries of the models ``rts`` (:func:`read_batches`; each a ``ModelRuntime``), the
+    read's time observed in each model's ``read`` stage that got some."""
+    got, seconds = read_batches(reader, consumer, [(rt.keys, rt.inflight) for rt in rts],
+                                count, block_ms, cluster, announce)
+    for i, _ in got:
+        read = rts[i].stage("read", summed=True)
+        read.add(seconds)
+        read.observe()
+    return [(rts[i], batch) for i, batch in got]

@@ -1,5 +1,6 @@
-"""The weights a batch's labels are learnt with, and the class weights its predictions see:
-pure functions of the verdicts (workers/worker/batch.py, ``predict``).
+"""The weights a batch's labels are learnt with, the class weights its predictions see,
+and the verdicts at the model's operating point: pure functions of the verdicts
+(workers/worker/batch.py, ``predict``).
 
 A labelled message whose verdict got its label wrong is learnt with ``error_weight``
 times its weight (the model's stored config; docs/features.md, "Mail defaults of the
@@ -41,7 +42,7 @@ from streamnb.decision import UNSURE
 from streamnb_workers.wire.learn_keys import message_key
 
 __all__ = ["AutolearnPolicy", "autolearn_choices", "autolearn_key", "class_weight_rows",
-           "is_error", "learn_weights"]
+           "is_error", "judge_at_operating_point", "learn_weights"]
 
 
 def is_error(label: Any, true: Any, rule: Any, classes: Sequence[Any]) -> bool:
@@ -133,3 +134,16 @@ def autolearn_key(msg: Any) -> str:
     """The learn-once key an unlabelled message is autolearnt under (the producer's, else
     the one a label would have given it)."""
     return msg.key if msg.key is not None else message_key(msg.payload, msg.payload_kind)
+
+
+def judge_at_operating_point(window: Any, rule: Any, verdicts: Sequence[Any],
+                             items: Sequence[Any], classes: list[Any]) -> None:
+    """Give the ``verdicts`` of a two-class model the label, threshold, calibrated
+    probability and score code of its score ``window`` (streamnb/operating_point.py)."""
+    pos = rule.positive_of(classes)
+    if pos is None:
+        return
+    j = window.judge([v.score for v in verdicts], [v.label for v in verdicts],
+                     [it.msg.label for it in items], pos, classes[1 - classes.index(pos)])
+    for v, *judged in zip(verdicts, j.labels, j.thresholds, j.probas, j.codes, strict=True):
+        v.label, v.threshold, v.proba, v.code = judged

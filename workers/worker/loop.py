@@ -37,6 +37,7 @@ from streamnb_workers.observe.health import RedisHealth
 from streamnb_workers.observe.metrics import Metrics, default_metrics
 from streamnb_workers.replication.shards import ShardSum, shard_names, shard_spec
 from streamnb_workers.replication.snapshotter import delete_consumer_if_idle
+from streamnb_workers.replication.user_sum import UserModelWatch, UserSum
 from streamnb_workers.store.access import check_access
 from streamnb_workers.store.backoff import Backoff
 from streamnb_workers.store.commit import COMMIT_SCRIPT
@@ -49,17 +50,23 @@ from streamnb_workers.store.connection import (
 from streamnb_workers.store.errors import UNREACHABLE_KINDS, error_kind
 from streamnb_workers.store.keys import ModelKeys
 from streamnb_workers.store.model_config import ModelConfig, ModelSpec, ensure_config
-from streamnb_workers.worker.accounting import account
+from streamnb_workers.worker.accounting import account, settle_and_tail
 from streamnb_workers.worker.committing import abandon, settle
 from streamnb_workers.worker.heap import HeapTrimmer
-from streamnb_workers.worker.housekeeping import drop_sampled_gauges, housekeeping
+from streamnb_workers.worker.housekeeping import (
+    drop_sampled_gauges,
+    housekeeping,
+    publish_token_names,
+)
 from streamnb_workers.worker.intake import (
     READ_SCRIPT,
     ReadBatch,
     all_done,
     ensure_group,
     in_stream_order,
-    read_batches,
+    move_training,
+    read_models,
+    training_done,
 )
 from streamnb_workers.worker.options import WorkerOptions
 from streamnb_workers.worker.outages import ModelGuard
@@ -110,6 +117,7 @@ class Worker:
         #: Check each model's keys before the next step (after a reconnect or NOGROUP):
         #: Redis may have come back without them (workers/worker/restore.py).
         self.check_keys = False
+        self.users, self.users_due = UserModelWatch(), 0.0  # per-user models: next look
 
     # ------------------------------------------------------------------ lifecycle
     def connect(self) -> None:
@@ -137,7 +145,7 @@ class Worker:
                 spec = replace(spec, explain=self.options.explain)
             cfg = ensure_config(self.client, spec)
             # several models (or shards): no batch held out of turn
-            alone = len(self.specs) == 1 and cfg.shards == 1
+            alone = len(self.specs) == 1 and cfg.shards == 1 and not self.options.per_user_s
             if cfg.shards == 1:
                 self._serve(cfg, alone)
             else:
@@ -148,6 +156,7 @@ class Worker:
                     rt.sum_shards(total)
                 self.sharded[spec.name] = cfg
             self.served.add(spec.name)
+        self._serve_users()
         self.started = True
         self.health.up()
 
@@ -166,6 +175,17 @@ class Worker:
         log.info("worker %s serves model %s (%s) at version %s", self.consumer, cfg.name,
                  cfg.kind, rt.replica.version)
         return rt
+
+    def _serve_users(self) -> None:
+        """Serve the per-user models registered since the last look (user_sum.py)."""
+        if not self.options.per_user_s or time.monotonic() < self.users_due:
+            return
+        self.users_due = time.monotonic() + self.options.per_user_s
+        for model, cfg in self.users.new_models(self.client, list(self.served), self.models):
+            base = self.models[shard_names(model, self.sharded[model].shards)[0]].summed \
+                if model in self.sharded else self.models[model].replica
+            rt = self._serve(cfg, False)
+            rt.sum_shards(UserSum(cfg, base, rt.replica, self.options.user_min_weight))
 
     def request_stop(self) -> None:
         """Finish the current batch, commit it, and return from :meth:`run`."""
@@ -289,12 +309,14 @@ class Worker:
             rt.timers.cleanup.restart(now)
 
     def shutdown(self) -> None:
-        """Leave cleanly: final snapshot if lease holder, release lease, drop heartbeat,
-        delete this consumer from the group if it has nothing pending."""
+        """Leave cleanly: final snapshot if lease holder, release lease, publish token names
+        counted since the last time, drop heartbeat, delete this consumer from the group if
+        it has nothing pending."""
         for rt in self.models.values():
             rt.series(self.metrics.worker_up).set(0)
             try:
                 rt.replica.catch_up()
+                publish_token_names(rt)
                 if rt.snapshotter.holder:
                     rt.snapshotter.maybe_write(rt.replica, final=True)
                     rt.snapshotter.release()
@@ -314,6 +336,7 @@ class Worker:
         served = list(self.models)
         if self.check_keys and not self._restore_lost_keys():
             return 0
+        self._serve_users()
         guard = self.guard
         guard.active = bool(self.connector.cluster) and len(self.models) > 1
         now = time.monotonic()
@@ -387,6 +410,7 @@ class Worker:
             self.guard.failed.add(rt.name)  # its group is being made again: soon
             return 0
         housekeeping(rt, served)
+        rt.train_token = move_training(rt.client, rt.keys, self.options.batch, rt.config.training)
         n = claim_idle_entries(rt)
         if rt.pending_phase:
             n += redo_pending(rt)
@@ -397,7 +421,8 @@ class Worker:
         deadline = time.monotonic() + timeout
         while True:
             n = self.step(block_ms)
-            if n == 0 and all(all_done(self.client, rt.keys) for rt in self.models.values()):
+            if n == 0 and all(all_done(self.client, rt.keys) and training_done(
+                    self.client, rt.keys, rt.config.training) for rt in self.models.values()):
                 break
             if time.monotonic() > deadline:
                 raise TimeoutError(f"worker {self.consumer} not idle after {timeout}s")
@@ -419,23 +444,3 @@ class Worker:
             return False
         self.check_keys = False
         return True
-
-
-def settle_and_tail(rt: ModelRuntime) -> None:
-    """Read the reply of the model's commit on the wire, account for it, then apply the
-    log."""
-    account(rt, settle(rt)[1])
-    rt.tail()
-
-
-def read_models(reader: Any, consumer: str, rts: list[ModelRuntime], count: int, block_ms: int,
-                cluster: bool, announce: bool) -> list[tuple[ModelRuntime, ReadBatch]]:
-    """New entries of the models ``rts`` (workers/worker/intake.py ``read_batches``), the
-    read's time observed in each model's ``read`` stage that got some."""
-    got, seconds = read_batches(reader, consumer, [(rt.keys, rt.inflight) for rt in rts],
-                                count, block_ms, cluster, announce)
-    for i, _ in got:
-        read = rts[i].stage("read", summed=True)
-        read.add(seconds)
-        read.observe()
-    return [(rts[i], batch) for i, batch in got]

@@ -131,6 +131,13 @@ class WorkerOptions:
     #: ``/healthz`` on the metrics port fails (503) once Redis has been unreachable for
     #: longer than this (workers/observe/health.py).
     healthz_grace_s: float = DEFAULT_HEALTHZ_GRACE_S
+    #: Serve the per-user and per-domain models registered for each model served
+    #: (``streamnb:{M}:users``), looking for new ones this often in seconds; 0: none.
+    #: See docs/worker.md, "Per-user models".
+    per_user_s: float = 0.0
+    #: A per-user model's statistics count in its verdicts once they weigh this much
+    #: (workers/replication/user_sum.py); every worker of a model must be given the same.
+    user_min_weight: float = 10.0
 
     def __post_init__(self) -> None:
         if self.batch < 1:
@@ -165,6 +172,9 @@ class WorkerOptions:
                              "autolearn_per_batch >= 1")
         if self.max_sources < 1:
             raise ValueError(f"max_sources must be >= 1, got {self.max_sources}")
+        if self.per_user_s < 0 or self.user_min_weight < 0:
+            raise ValueError(f"per_user_s and user_min_weight must be >= 0, got "
+                             f"{self.per_user_s} and {self.user_min_weight}")
         if self.learnt_keys_max < 0:
             raise ValueError(f"learnt_keys_max must be >= 0, got {self.learnt_keys_max}")
         if self.max_deliveries < 1:

@@ -42,6 +42,7 @@ from streamnb_workers.worker.batch import (
     prediction_plan,
 )
 from streamnb_workers.worker.commit_content import PredictedBatch
+from streamnb_workers.worker.intake import move_training
 from streamnb_workers.worker.runtime import ModelRuntime
 
 __all__ = ["Prepared", "Received", "land_previous", "predict_and_commit", "process_batch",
@@ -201,7 +202,10 @@ def decode(rt: ModelRuntime, entries: list, deliveries: dict[str, int] | None) -
     series(m.batch_size).observe(len(entries))
     with rt.stage("decode"):
         dense_dim = rt.featurizer.dim if rt.featurizer.input == "dense" else None
-        decoded = decode_entries(entries, deliveries, o.max_deliveries, o.limits, dense_dim)
+        if rt.config.training == "train" and rt.train_token is None:
+            rt.train_token = move_training(rt.client, rt.keys, 0, "train")  # (moves none)
+        decoded = decode_entries(entries, deliveries, o.max_deliveries, o.limits, dense_dim,
+                                 rt.train_token)
         if decoded.unknown_keys:
             series(m.unknown_keys).inc(decoded.unknown_keys)
     return decoded
@@ -265,7 +269,7 @@ def predict_items(rt: ModelRuntime, batch: Featurized, prepared: Prepared | None
         return None
     prep = (prepared.entry_ids, prepared.X, prepared.plan) if prepared is not None else None
     return predict(rt.predictor, rt.rule, rt.featurizer, batch.items,
-                   rt.options.prequential, prep, rt.config.error_weight)
+                   rt.options.prequential, prep, rt.config.error_weight, rt.replica.scores)
 
 
 def weights_as_given(items: list[Item], predictions: Predictions | None) -> bool:
@@ -325,3 +329,9 @@ def observe_predictions(rt: ModelRuntime, p: Predictions, now: float) -> None:
     oov = p.oov_share if p.oov_share is not None else \
         rt.predictor.unseen_share(rt.featurizer.stack([it.row for it in p.observed]))
     rt.observe(rt.observer.observe_predictions, p.classes, p.log_proba, oov, ages, p.unsure)
+    if rt.replica.scores is not None:
+        point = rt.replica.scores.point
+        rt.series(rt.metrics.operating_negatives).set(point.n_negative)
+        if point.threshold is not None:
+            rt.series(rt.metrics.operating_threshold).set(point.threshold)
+            rt.series(rt.metrics.operating_supported).set(1.0 if point.supported else 0.0)

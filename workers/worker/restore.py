@@ -51,7 +51,8 @@ log = logging.getLogger("streamnb.worker")
 
 # KEYS: config, :in, snapshot, :log, lease. ARGV: group, consumer, lease_ms, version
 # ("0-0": no snapshot offered), data, settle_ms, now (unix ms), the snapshot's parts by
-# source ("": none), then the config's field/value pairs. Returns what it wrote (config, snapshot, group), and "settling" while
+# source ('': none), its score window ('': none), then the config's
+# field/value pairs. Returns what it wrote (config, snapshot, group), and "settling" while
 # the group waits for the other workers' replicas.
 _RESTORE = LuaScript("""
 local function id(s)
@@ -61,7 +62,7 @@ end
 local now = tonumber(ARGV[7])
 local wrote = {}
 if redis.call('EXISTS', KEYS[1]) == 0 then
-  redis.call('HSET', KEYS[1], unpack(ARGV, 9))
+  redis.call('HSET', KEYS[1], unpack(ARGV, 10))
   wrote[#wrote + 1] = 'config'
 end
 if ARGV[4] ~= '0-0' and redis.call('XLEN', KEYS[4]) == 0 then
@@ -77,6 +78,8 @@ if ARGV[4] ~= '0-0' and redis.call('XLEN', KEYS[4]) == 0 then
                'trimmed', ARGV[4], 'restored_at', snap[2] or now)
     if ARGV[8] == '' then redis.call('HDEL', KEYS[3], 'sources')
     else redis.call('HSET', KEYS[3], 'sources', ARGV[8]) end
+    if ARGV[9] ~= '' then redis.call('HSET', KEYS[3], 'scores', ARGV[9])
+    else redis.call('HDEL', KEYS[3], 'scores') end
     redis.call('SET', KEYS[5], ARGV[2], 'PX', ARGV[3])
     wrote[#wrote + 1] = 'snapshot'
   end
@@ -135,17 +138,18 @@ def missing_keys(client: Any, keys: ModelKeys, version: str) -> list[str]:
 
 def restore_model_keys(client: Any, config: ModelConfig, consumer: str, version: str,
                        data: bytes, lease_ms: int, settle_ms: int = 0,
-                       sources: bytes = b"") -> list[str]:
+                       sources: bytes = b"", scores: bytes = b"") -> list[str]:
     """Write what of the model is still missing (see the module docstring); returns what
     was written (``config``, ``snapshot``, ``group``), and ``settling`` while the group
-    waits ``settle_ms`` after the first snapshot written back for more advanced ones."""
+    waits ``settle_ms`` after the first snapshot written back for more advanced ones.
+    ``scores``: the replica's score window, written with the snapshot (b"": none)."""
     keys = ModelKeys(config.name)
     flat: list[str] = []
     for k, v in config.to_hash().items():
         flat += [k, v]
     wrote = _RESTORE(client, [keys.config, keys.input, keys.snapshot, keys.log, keys.lease],
                      [GROUP, consumer, int(lease_ms), version, data, int(settle_ms),
-                      int(time.time() * 1000), sources, *flat])
+                      int(time.time() * 1000), sources, scores, *flat])
     return [as_str(w) for w in wrote or []]
 
 
@@ -165,7 +169,9 @@ def restore_lost_keys(rt: ModelRuntime) -> list[str]:
                                replica.version if offer else "0-0",
                                dump_model(replica.model) if offer else b"",
                                rt.options.lease_ms, settle_ms(rt.options.backoff_cap_s),
-                               replica.sources.encode() if offer else b"")
+                               replica.sources.encode() if offer else b"",
+                               replica.scores.to_bytes()
+                               if offer and replica.scores is not None else b"")
     if "snapshot" in wrote:
         # this worker now holds the lease; its replica is the snapshot
         rt.snapshotter.holder = True

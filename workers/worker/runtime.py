@@ -104,6 +104,9 @@ class ModelRuntime:
         #: a reconnect or an error); ``isolate``: one at a time (after an unexpected error).
         self.pending_phase = True
         self.isolate = False
+        #: The token of the entries moved from ``:train`` (workers/store/training.py), once
+        #: a move ran; None while none has, and for a model stored with ``training: in``.
+        self.train_token: str | None = None
         #: Where the next claim of idle entries starts.
         self.claim_cursor = "0-0"
         #: ``replica.applied`` when the observer last looked at the model.

@@ -914,6 +914,26 @@ def test_c_unique_buckets_hand_worked():
 
 
 @needs_speedups
+@pytest.mark.parametrize("bits", [4, 11, 20])
+def test_c_unique_buckets_of_mail_sized_lists_with_runs_of_neighbours(bits):
+    """Lists like a mail's (thousands of hashes, a few hundred distinct, repeated in any
+    order), their buckets in runs of neighbours that collide in the C set of distinct
+    buckets and wrap around its end, one list after another through the same set."""
+    rng = np.random.default_rng(bits)
+    hasher = hashing.TokenHasher(bits)
+    lists = []
+    for n, distinct in [(2_000, 300), (1, 1), (0, 0), (5_000, 900), (64, 64)]:
+        start = int(rng.integers(1 << 40))
+        values = (start + np.arange(distinct, dtype=np.uint64)) if distinct else np.empty(0, np.uint64)
+        lists.append(rng.choice(values, size=n) if n else values)
+    hashes = np.concatenate(lists).astype(np.uint64)
+    sizes = np.array([v.size for v in lists], dtype=np.int64)
+    got = hasher.unique_buckets_many(hashes.copy(), sizes)
+    want = hasher._unique_buckets_numpy(hashes.copy(), sizes)
+    assert [g.tolist() for g in got] == [w.tolist() for w in want]
+
+
+@needs_speedups
 def test_c_unique_buckets_rejects_inconsistent_buffers():
     hashes = np.arange(4, dtype=np.uint64)
     out, counts = np.empty(4, dtype=np.int32), np.empty(2, dtype=np.int64)

@@ -29,7 +29,8 @@ TRAIN = [("cheap meds online now", "spam"), ("win money cheap pills", "spam"),
          ("lunch on monday with the team", "ham")]
 STATUS_KEYS = {"model", "exists", "redis", "kind", "config", "classes", "learnt_total", "version",
                "streams", "lag", "lag_exact", "pending", "dead_letters", "snapshot", "workers",
-               "learnt", "received", "predicted", "model_version", "recent", "shards", "sources"}
+               "learnt", "received", "predicted", "model_version", "recent", "shards", "sources",
+               "training_waiting"}
 
 
 def cli(*args, env=None, timeout=60):
@@ -94,8 +95,16 @@ BAD_ARGUMENTS = [
     (["worker", "--order-wait-ms", "-5"], "expected a whole number >= 0, got -5"),
     (["produce", "--model", "m", "--source", "bad name", "x"], "source must be 1..100 characters"),
     (["forget", "--model", "m", "--source", "x y"], "source must be 1..100 characters"),
-    (["forget", "--model", "m", "--redis", "redis://127.0.0.1:1/0"], "give PATHs to unlearn, or --source"),
+    (["forget", "--model", "m", "--redis", "redis://127.0.0.1:1/0"],
+     "forget takes PATH... or --class LABEL or --source NAME"),
     (["worker", "--max-sources", "0"], "expected a whole number >= 1, got 0"),
+    (["worker", "--target-fpr", "1.5"], "--target-fpr expects a rate between 0 and 1"),
+    (["worker", "--calibration", "beta"], "invalid choice: 'beta'"),
+    (["worker", "--score-window", "10"], "expected 100..1000000 messages, got 10"),
+    (["worker", "--model", "m", "--target-fpr", "0.01", "--threshold", "1",
+      "--redis", "redis://127.0.0.1:1/0"], "give --target-fpr or --threshold/--loss-matrix"),
+    (["worker", "--model", "m", "--calibration", "isotonic", "--shards", "2",
+      "--redis", "redis://127.0.0.1:1/0"], "need a model of one shard"),
 ]
 
 

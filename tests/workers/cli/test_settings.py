@@ -190,3 +190,33 @@ def test_learnt_keys_max_reaches_the_worker_options():
     assert worker_options(parsed(["worker", "--learnt-keys-max", "0"])).learnt_keys_max == 0
     env = {"STREAMNB_LEARNT_KEYS_MAX": "1000"}
     assert worker_options(parsed(["worker"], env)).learnt_keys_max == 1000
+
+
+def test_the_operating_point_from_a_file_and_the_environment_reaches_the_model_spec(tmp_path):
+    from streamnb_workers.cli.options import model_specs
+
+    path = tmp_path / "op.toml"
+    path.write_text('model = ["mail"]\n[worker]\ntarget-fpr = 0.001\ncalibration = "platt"\n')
+    a = parsed(["worker", "--config", str(path)], {"STREAMNB_SCORE_WINDOW": "5000"})
+    (spec,) = model_specs(a)
+    assert spec.decision == {"target_fpr": 0.001, "calibration": "platt", "score_window": 5000}
+
+def test_the_bounds_reach_the_worker_options_and_training_the_spec(capsys):
+    from streamnb_workers.cli.options import model_specs
+    from streamnb_workers.cli.supervisor import worker_options
+
+    limits = worker_options(parsed(["worker"])).limits
+    assert (limits.max_weight, limits.max_value) == (1e6, 1e100)
+    limits = worker_options(parsed(["worker", "--max-weight", "50"],
+                                   {"STREAMNB_MAX_VALUE": "1e9"})).limits
+    assert (limits.max_weight, limits.max_value) == (50.0, 1e9)
+    for bad in ("0", "-1", "inf"):
+        with pytest.raises(SystemExit):
+            parsed(["worker", "--max-weight", bad])
+        assert "argument --max-weight: expected a " in capsys.readouterr().err
+    args = parsed(["worker", "--model", "m", "--training", "train"])
+    assert model_specs(args)[0].training == "train"
+    assert model_specs(parsed(["worker", "--model", "m"]))[0].training is None
+    with pytest.raises(SystemExit):
+        parsed(["worker", "--training", "both"])
+    assert "argument --training: invalid choice: 'both'" in capsys.readouterr().err

@@ -68,6 +68,13 @@ def test_a_prediction_with_an_explanation_shows_its_tokens():
     assert line.endswith('worker=w1 tokens="viagra=+2.25 meeting=-1.00"')
 
 
+def test_a_prediction_with_an_operating_point_shows_threshold_and_proba():
+    obj = {"id": "m1", "label": "ham", "log_proba": {"ham": -0.2, "spam": -1.7}, "score": -0.05,
+           "threshold": -0.035, "proba": 0.18253, "model_version": "4-0", "worker": "w1"}
+    line = tail.format_entry("1700000000000-0", obj, dead=False)
+    assert "label=ham score=-0.05 threshold=-0.035 proba=0.1825 version=4-0" in line
+
+
 def test_dead_letters_readable_and_as_json(redis_server, capsys):
     fill(redis_server.client())
     code, lines = run(capsys, "--redis", redis_server.url, "--model", "mail", "--dead")

@@ -241,14 +241,14 @@ def test_the_benchmark_runs_on_a_few_mails():
         assert row[4] > 0 and row[5] <= row[6]  # mails/s; p50 <= p99
 
 
-def test_the_producer_acl_user_is_all_the_milter_needs(tmp_path):
-    """Under deploy/redis/users.acl the milter logs in as streamnb-producer: mail is scored
+def test_the_scorer_acl_user_is_all_the_milter_needs(tmp_path):
+    """Under deploy/redis/users.acl the milter logs in as streamnb-scorer: mail is scored
     and Redis refuses it nothing; a wrong password stops it at start, one line, exit 2."""
     if REDIS_SERVER is None:
         pytest.skip("redis-server is not installed")
     from tests.helpers.acl import (
-        PRODUCER_PASSWORD,
-        PRODUCER_USER,
+        SCORER_PASSWORD,
+        SCORER_USER,
         WORKER_PASSWORD,
         WORKER_USER,
         AclRedis,
@@ -266,11 +266,11 @@ def test_the_producer_acl_user_is_all_the_milter_needs(tmp_path):
         try:
             wait_for(lambda: admin.hlen(K.workers) == 1, 60, "the worker")
             train(admin, training_mails(40))
-            url = server.url_for(PRODUCER_USER, PRODUCER_PASSWORD)
+            url = server.url_for(SCORER_USER, SCORER_PASSWORD)
             with MilterProcess(url, tmp_path / "milter.log") as m, MilterClient(m.address) as mta:
                 assert mta.send_mail(mail("spam", 800)).header(VERDICT) == "spam"
-            assert acl_refusals(admin, PRODUCER_USER) == []
-            line = one_line_failure(cli("milter", "--redis", server.url_for(PRODUCER_USER, "wrong"),
+            assert acl_refusals(admin, SCORER_USER) == []
+            line = one_line_failure(cli("milter", "--redis", server.url_for(SCORER_USER, "wrong"),
                                         "--model", "mail", "--listen",
                                         f"inet:{m.port}@127.0.0.1"))
             assert line.startswith("streamnb: error: Redis refused the credentials")

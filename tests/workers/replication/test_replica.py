@@ -172,3 +172,21 @@ def test_a_dead_consumer_is_removed_only_with_nothing_pending(r):
     assert remove_dead_consumers(view, K, 30.0, "holder") == []
     assert [p["consumer"] for p in r.xpending_range(K.input, GROUP, "-", "+", 10)] == \
         [b"busy", b"late"]
+
+
+def test_score_codes_enter_the_window_and_bad_ones_skip_the_entry(r):
+    spec = ModelSpec("win", kind="multinomial", model_params={"n_features": 6},
+                     featurizer_config={"input": "dense", "dim": 6},
+                     decision={"target_fpr": 0.1, "score_window": 100})
+    cfg = ensure_config(r, spec)
+    keys = ModelKeys("win")
+    scratch = make_model("multinomial", n_features=6)
+    X = np.ones((2, 6))
+    r.xadd(keys.log, {"data": encode_delta(scratch.batch_stats(X, ["a", "b"]), None, 2, "w", "1",
+                                           score_codes=[5, 3000])})
+    r.xadd(keys.log, {"data": encode_delta(None, None, 0, "w", "2", score_codes=[7])})  # codes alone
+    bad = encode_delta(scratch.batch_stats(X, ["a", "b"]), None, 2, "w", "3", score_codes=[1])
+    r.xadd(keys.log, {"data": bad.replace(b"\xa1h\x91\x01", b"\xa1h\x91\xff")})  # code -1
+    rep = Replica(r, keys, cfg).load()
+    assert rep.scores.total == 3 and rep.scores.ring[:3].tolist() == [5, 3000, 7]
+    assert rep.corrupt_entries == 1 and rep.model.class_count_.sum() == 2  # (not merged)

@@ -292,7 +292,8 @@ def test_workers_serving_several_shards_never_wait_on_each_other_in_a_cycle(corp
     """Each worker holds a batch of each shard it reads; were they processed in any
     order, a worker could wait (ordered predictions) for another's earlier batch of one
     shard while that one waits for its own of another, until ``order_wait_ms`` (seen
-    here: 3 to 6 waits of 1 s given up in each run). Processed in one order every worker
+    here: 3 to 6 waits of 1 s given up in each run; the test waits 20 s, which only a
+    cycle outlasts). Processed in one order every worker
     agrees on (workers/worker/intake.py ``in_stream_order``), announced as soon as read and
     none read ahead, no wait gives up. Three worker processes started together on the
     corpus (the synthetic mail is too light to make the cycle)."""
@@ -319,7 +320,10 @@ def test_workers_serving_several_shards_never_wait_on_each_other_in_a_cycle(corp
             prefill(client, name, share)
             client.xgroup_create(keys(name)["in"], GROUP, id="$")
         spec = {"name": "mail", "kind": "multinomial", "shards": 3}
-        with workers(server.url, [[spec]], 3, metrics=True) as procs:
+        # a wait long enough that a loaded host's slow batch is not taken for a cycle (a
+        # cycle waits it out whatever its length, and is counted)
+        with workers(server.url, [[spec]], 3, {"order_wait_ms": 20_000},
+                     metrics=True) as procs:
             assert wait_blocked(client, 3, 60, procs)
             gate = client.pipeline(transaction=True)  # all three start at once
             for name in names:

@@ -353,3 +353,34 @@ def test_a_sent_commit_needs_a_connection_pool():
 
     with pytest.raises(TypeError, match="connection pool"):
         send_commit(NoPool(), K, "w1", CommitRequest(ids=["1-0"]))
+
+
+def test_a_class_removal_is_logged_after_the_delta_and_releases_its_keys(r):
+    """The drop entry follows the delta; every key whose record holds the class is deleted
+    (with its order), over more records than one HSCAN page; no other key, not even one of
+    a label the class's label starts."""
+    from streamnb_workers.wire.learn_keys import encode_record, record_prefix
+
+    ids = _read(r, "w1", 2)
+    records = {f"k{i}": encode_record(["Spam", "Spammer", "spam"][i % 3], 1.0 + i % 2)
+               for i in range(3000)}
+    r.hset(K.learnt_keys, mapping=records)
+    r.zadd(K.key_order, {k: i for i, k in enumerate(records)})
+    req = CommitRequest(ids=[ids[0]], log_data=b"delta", n_learnt=1,
+                        key_store=(K.learnt_keys, K.key_order),
+                        learn_keys=[("new-spam", encode_record("Spam", 1.0))],
+                        class_drops=[(b"drop", record_prefix("Spam"))])
+    res = commit_batch(r, K, "w1", req)
+    assert res.ok
+    log = [(eid.decode(), f[b"data"]) for eid, f in r.xrange(K.log)]
+    assert [data for _, data in log] == [b"delta", b"drop"]
+    assert (res.delta_id, res.log_id) == (log[0][0], log[1][0])
+    left = {k.decode() for k in r.hkeys(K.learnt_keys)}
+    assert left == {k for i, k in enumerate(records) if i % 3}  # the batch's own Spam key too
+    assert {k.decode() for k in r.zrange(K.key_order, 0, -1)} == left
+    # a removal alone (no delta): its entry, nothing else
+    alone = commit_batch(r, K, "w1", CommitRequest(
+        ids=[ids[1]], key_store=(K.learnt_keys, K.key_order),
+        class_drops=[(b"drop2", record_prefix("Spam"))]))
+    assert alone.ok and alone.delta_id == "" and alone.prev_id == log[1][0]
+    assert r.xrange(K.log)[-1][1][b"data"] == b"drop2" and r.hlen(K.learnt_keys) == len(left)

@@ -261,3 +261,18 @@ def test_fuzz_bytes_only_raise_malformed(data):
         decode_input(data, "1-0")
     except MalformedMessage:
         pass
+
+
+def test_a_class_removal_goes_alone():
+    msg = decode_input(pack({"forget_class": "Spam", "id": "fix-1", "ts": 5}), "1-0")
+    assert (msg.forget_class, msg.id, msg.ts, msg.payload_kind, msg.label) == \
+        ("Spam", "fix-1", 5.0, None, None)
+    assert decode_input(pack({"forget_class": 3}), "1-0").forget_class == 3
+    for extra in ({"text": "x"}, {"ref": "m1"}, {"label": "spam"}, {"forget": True},
+                  {"weight": 2.0}, {"key": "k"}):
+        assert reason_of(pack({"forget_class": "Spam", **extra})) == "several_payloads"
+    assert reason_of(pack({"forget_class": ""})) == "bad_label"
+    assert reason_of(pack({"forget_class": True})) == "bad_label"
+    assert decode_input(pack({"forget_class": "Spam", "id": 7}), "1-0").id == "7"
+    assert reason_of(pack({"forget_class": "Spam", "id": 1.5})) == "bad_type"
+    assert reason_of(pack({"forget_class": "Spam", "ts": "now"})) == "bad_type"

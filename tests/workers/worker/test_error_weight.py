@@ -47,8 +47,9 @@ def test_mail_defaults_of_a_new_count_model_and_how_to_turn_them_off():
     dense = resolve_spec(ModelSpec("g", kind="gaussian",
                                    featurizer_config={"input": "dense", "dim": 2}))
     assert dense.error_weight == 1.0 and dense.decision == {}
-    with pytest.raises(ValueError, match="error_weight must be a finite number >= 1"):
-        ModelSpec("m", error_weight=0.5)
+    for bad in (0.5, 1000.5, float("inf")):
+        with pytest.raises(ValueError, match="error_weight must be a number from 1 to 1000"):
+            ModelSpec("m", error_weight=bad)
 
 
 def test_a_batch_predicts_and_weighs_as_one_message_at_a_time():
@@ -198,7 +199,7 @@ def test_the_command_line_turns_each_default_off():
                             "--score", "log_odds"))
     assert off.error_weight == 1.0 and off.decision == {"min_class_weight": 0.0}
     assert resolve_spec(spec()).decision == CFG.decision
-    with pytest.raises(SettingsError, match="error_weight must be a finite number >= 1"):
+    with pytest.raises(SettingsError, match="error_weight must be a number from 1 to 1000"):
         spec("--error-weight", "0.5")
 
 

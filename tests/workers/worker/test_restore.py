@@ -62,3 +62,13 @@ def test_a_regular_snapshot_is_never_replaced(r):
     r.hset(K.snapshot, mapping={"log_id": "5-0", "data": b"real", "trimmed": "5-0"})
     assert restore_model_keys(r, cfg, "w2", "9-0", b"nine", 1000, 0) == ["group"]
     assert r.hget(K.snapshot, "data") == b"real"
+
+
+def test_the_score_window_goes_back_with_the_snapshot_it_belongs_to(r):
+    cfg = _config(r)
+    wait = 60_000
+    restore_model_keys(r, cfg, "w1", "5-0", b"five", 1000, wait, scores=b"window at 5")
+    assert r.hget(K.snapshot, "scores") == b"window at 5"
+    # a more advanced replica without a window replaces both
+    restore_model_keys(r, cfg, "w2", "7-0", b"seven", 1000, wait)
+    assert r.hget(K.snapshot, "data") == b"seven" and r.hget(K.snapshot, "scores") is None

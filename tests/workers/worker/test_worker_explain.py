@@ -125,6 +125,26 @@ def test_workers_publish_the_most_frequent_token_names(redis_server):
     assert len(table) <= 50
 
 
+def test_a_worker_publishes_its_token_names_when_it_stops(redis_server):
+    """A worker stopped before its first minute still leaves the names it counted; one
+    that counted nothing new since it published leaves the table as it is."""
+    r = redis_server.client()
+    msgs = token_messages(40, classes=("spam", "ham"), seed=7)
+    produce(r, "mail", msgs)
+    spec = ModelSpec("mail", kind="multinomial", featurizer_config={"bits": 16})
+    w = url_worker(redis_server.url, [spec], fast_options("w1", token_names=50, token_names_every=1))
+    w.run_until_idle()
+    assert not r.exists(K.tokens)
+    w.shutdown()
+    named = {name for v in r.hgetall(K.tokens).values() for name, _ in json.loads(v)}
+    assert named == {t for m in msgs for t in m["tokens"]}
+    r.hset(K.tokens, "1", "[]")
+    w2 = url_worker(redis_server.url, [spec], fast_options("w2", token_names=50))
+    w2.run_until_idle()
+    w2.shutdown()
+    assert r.hget(K.tokens, "1") == b"[]"  # nothing counted: not published
+
+
 def test_token_names_stay_bounded():
     from streamnb_workers.observe.token_names import TokenNames
 

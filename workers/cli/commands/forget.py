@@ -7,8 +7,9 @@ import argparse
 from collections.abc import Mapping
 from typing import Any
 
+from streamnb.exceptions import SettingsError
 from streamnb_workers.cli.arg_types import source_name
-from streamnb_workers.cli.options import add_common_options, add_model_name, fail, model_client
+from streamnb_workers.cli.options import add_common_options, add_model_name, model_client
 from streamnb_workers.client.shard_streams import describe_inputs
 from streamnb_workers.exit_codes import EXIT_FAILURE
 
@@ -19,33 +20,49 @@ NAME = "forget"
 
 def add_parser(sub: Any) -> argparse.ArgumentParser:
     """Declare ``streamnb forget`` on the subparsers ``sub``."""
-    p = sub.add_parser("forget", help="unlearn mail files, maildirs, mbox files or JSON lines",
+    p = sub.add_parser("forget", help="unlearn mail files, maildirs, mbox files or JSON lines, "
+                                      "or a class learnt by mistake",
                        description="Unlearn each message the model learnt (by the key produce "
                                    "gives it); prints what was sent and what was not learnt. "
-                                   "With --source NAME (and no PATH): unlearn everything the "
-                                   "source NAME taught.")
+                                   "With --class LABEL instead: remove that class and everything "
+                                   "learnt under it, on every worker. With --source NAME "
+                                   "instead: unlearn everything the source NAME taught (an "
+                                   "admin's operation: it writes the model's log).")
     add_common_options(p)
     add_model_name(p)
     p.add_argument("--source", type=source_name, default=None, metavar="NAME",
                    help="take out everything the source NAME taught the model, on every "
-                   "worker, at one place of its log")
+                   "worker, at one place of its log (writes :log and :epochs: the admin user)")
     p.add_argument("paths", nargs="*", metavar="PATH",
                    help=".eml file, maildir, mbox, directory, .jsonl file, or - (stdin)")
+    p.add_argument("--class", dest="forget_class", metavar="LABEL", default=None,
+                   help="remove class LABEL (not a declared one) and what was learnt under it; "
+                        "its learn-once keys are released")
+    p.add_argument("--force", action="store_true",
+                   help="with --class: remove the class even though it holds weight")
     return p
 
 
 def run(args: argparse.Namespace, env: Mapping[str, str]) -> int:
-    """Forget the messages of ``args.paths``; exit 1 when some were skipped."""
+    """Forget the messages of ``args.paths`` (exit 1 when some were skipped), or the class
+    ``--class``, or what the source ``--source`` taught."""
     # deferred: the message sources (mailbox, email) load only for forget
-    from streamnb_workers.client.forget import forget, forget_source
+    from streamnb_workers.client.forget import forget, forget_class, forget_source
 
-    if (args.source is None) == (not args.paths):
-        return fail("forget: give PATHs to unlearn, or --source NAME (not both)")
+    if sum((bool(args.paths), args.forget_class is not None, args.source is not None)) != 1:
+        raise SettingsError("forget takes PATH... or --class LABEL or --source NAME (one of them)")
+    if args.force and args.forget_class is None:
+        raise SettingsError("--force goes with --class LABEL")
     model, client = model_client(args, env)
     if args.source is not None:
         entries = forget_source(client, model, args.source)
         print(f"forgetting everything source {args.source!r} taught model {model!r} (log entry "
               f"{', '.join(entries)})")
+        return 0
+    if args.forget_class is not None:
+        removal = forget_class(client, model, args.forget_class, force=args.force)
+        print(f"removing class {removal.label!r} (weight {removal.weight:g}) from model "
+              f"{model!r} (sent to {describe_inputs(model, removal.shards)})")
         return 0
     report = forget(client, model, list(args.paths))
     skipped = f", skipped {len(report.skipped)}" if report.skipped else ""

@@ -5,7 +5,10 @@ The MTA hands each mail to the milter on ``--listen`` (``inet:PORT@HOST`` or
 to ``streamnb:{M}:in``, the prediction from ``streamnb:{M}:out`` within ``--timeout``),
 adds ``X-Streamnb-Verdict``, ``X-Streamnb-Score`` and ``X-Streamnb-Id`` and applies the
 policy (:mod:`streamnb_workers.milter.policy`). It never loads the model: all its SMTP
-sessions share the workers, through one :class:`~streamnb_workers.client.verdicts.VerdictClient`.
+sessions share the workers, through one :class:`~streamnb_workers.client.verdicts.VerdictClient`
+per model. With ``--per-user`` a mail goes to the model its envelope recipients share
+(workers/protocols/users.py ``model_for_all``: one recipient's per-user, else per-domain
+model; several recipients on different models get the global one).
 
 The protocol side is libmilter through pymilter, an optional extra
 (``pip install 'streamnb[milter]'``; building it needs Debian's ``libmilter-dev``); this
@@ -29,6 +32,7 @@ import logging
 import os
 import re
 import signal
+import threading
 from collections.abc import Mapping
 from typing import Any
 
@@ -37,6 +41,7 @@ import redis
 from streamnb.exceptions import SettingsError
 from streamnb_workers.cli.arg_types import number_in, octal_mode, port, whole_number_in
 from streamnb_workers.cli.options import add_common_options, add_model_name, redis_from_args
+from streamnb_workers.cli.protocol_server import add_user_options, user_names_from_args
 from streamnb_workers.cli.settings import add_option
 from streamnb_workers.cli.supervisor import serve_metrics
 from streamnb_workers.client.verdicts import VerdictClient
@@ -47,6 +52,7 @@ from streamnb_workers.milter.policy import (
     parse_verdict_actions,
     score_mail,
 )
+from streamnb_workers.protocols.users import ModelChooser
 from streamnb_workers.store.connection import is_access_error
 from streamnb_workers.store.keys import check_model_name
 
@@ -112,6 +118,7 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
                help="bytes of a mail that are scored (headers first; the rest is not sent)")
     add_option(p, "--socket-mode", type=octal_mode, default="660", metavar="OCTAL",
                help="permissions of a unix: socket (the MTA's user must be able to write it)")
+    add_user_options(p)
     add_option(p, "--metrics-port", type=port, default=0,
                help="Prometheus port of the milter's metrics (0: none)")
     add_option(p, "--metrics-addr", default="127.0.0.1", help="address the metrics server binds")
@@ -159,6 +166,7 @@ def run(args: argparse.Namespace, env: Mapping[str, str]) -> int:
     except ValueError as exc:
         raise SettingsError(str(exc)) from None
     policy = policy_from_args(args)
+    chooser = ModelChooser(model, user_names_from_args(args, model))
     settings = redis_from_args(args, env, client_name=f"streamnb-milter-{os.getpid()}")
     try:
         # deferred: pymilter is an optional extra, loaded only when the milter runs
@@ -178,24 +186,66 @@ def run(args: argparse.Namespace, env: Mapping[str, str]) -> int:
     try:
         serve_metrics(args.metrics_port, args.metrics_addr)
         client = VerdictClient(settings, model, send_timeout=timeout, id_prefix="milter-")
+        clients = PerUserClients(chooser, client, timeout)
         try:
             _check_redis(client)  # before the reader starts: a refused login is one line
             client.start()
 
-            def score(raw: bytes, queue_id: str) -> Any:
-                return score_mail(client, policy, raw, timeout, queue_id)
+            def score(raw: bytes, queue_id: str, recipients: tuple[str, ...] = ()) -> Any:
+                return score_mail(clients.client_for(recipients), policy, raw, timeout, queue_id)
 
             log.info("milter for model %r on %s (Redis %s, timeout %g s, not scored: %s)",
                      model, listen, settings.describe(), timeout, policy.on_failure)
             milter_session.run(listen, score, max_size=args.max_size, on_error=policy.on_failure,
                                observe=lambda outcome, s: metrics.observe(model, outcome, s),
-                               socket_mode=int(args.socket_mode, 8))
+                               socket_mode=int(args.socket_mode, 8),
+                               recipients=chooser.names is not None)
             # Stopped: no new connection. Mails at their end of data get their verdicts.
-            if not client.drain(timeout):
-                log.warning("stopping with %d mails still waiting for a verdict", client.in_flight)
+            clients.drain(timeout)
         finally:
-            client.close()
+            clients.close()
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, mask)
     log.info("milter stopped")
     return 0
+
+
+class PerUserClients:
+    """The verdict client of each model mail is sent to (``chooser``: the model of a
+    mail's recipients; ``client``: the global model's, started by the caller)."""
+
+    def __init__(self, chooser: ModelChooser, client: VerdictClient, timeout: float) -> None:
+        self.chooser = chooser
+        self.timeout = timeout
+        self.clients = {chooser.default: client}
+        self.settings = client.settings
+        self.lookup = client.settings.make_client() if chooser.names is not None else None
+        self.lock = threading.Lock()
+
+    def client_for(self, recipients: tuple[str, ...]) -> VerdictClient:
+        default = self.clients[self.chooser.default]
+        if self.lookup is None or not recipients:
+            return default
+        try:
+            model = self.chooser.model_for_all(recipients, self.lookup)
+        except redis.RedisError:  # the global model's client says what Redis does
+            return default
+        with self.lock:
+            client = self.clients.get(model)
+            if client is None:
+                client = self.clients[model] = VerdictClient(
+                    self.settings, model, send_timeout=self.timeout,
+                    id_prefix="milter-").start()
+            return client
+
+    def drain(self, timeout: float) -> None:
+        for client in list(self.clients.values()):
+            if not client.drain(timeout):
+                log.warning("stopping with %d mails still waiting for a verdict",
+                            client.in_flight)
+
+    def close(self) -> None:
+        for client in list(self.clients.values()):
+            client.close()
+        if self.lookup is not None:
+            self.lookup.close()

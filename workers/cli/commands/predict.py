@@ -34,6 +34,7 @@ from streamnb_workers.cli.prediction_text import format_prediction
 from streamnb_workers.cli.settings import add_option
 from streamnb_workers.defaults import DEFAULT_PREDICT_TIMEOUT_S
 from streamnb_workers.exit_codes import EXIT_FAILURE
+from streamnb_workers.store.user_models import DOMAIN_TEMPLATE, USER_TEMPLATE
 
 __all__ = ["NAME", "add_parser", "run"]
 
@@ -66,6 +67,13 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     add_option(p, "--positive", metavar="LABEL",
                help="with FILE - or DIR|MBOX: the class that exits 0 and whose log-odds is the "
                     "score (default: the last class in sorted order, spam of ham/spam)")
+    add_option(p, "--user", metavar="ADDRESS",
+               help="with FILE -: the recipient (Dovecot's and procmail's $RECIPIENT): its "
+                    "per-user, else per-domain model scores the mail where one is registered")
+    add_option(p, "--user-template", default=USER_TEMPLATE, metavar="TEMPLATE",
+               help="with --user: a user's model name from {model}, {local} and {domain}")
+    add_option(p, "--domain-template", default=DOMAIN_TEMPLATE, metavar="TEMPLATE",
+               help="with --user: a domain's model name from {model} and {domain}")
     p.add_argument("file", metavar="FILE",
                    help="an .eml file (or a .json record); - for a mail on stdin; a directory, "
                         "maildir or mbox to judge every message in it")
@@ -81,6 +89,8 @@ def run(args: argparse.Namespace, env: Mapping[str, str]) -> int:
 
     if args.file == STDIN and not args.snapshot:
         return pipe.run_on_stdin(args, lambda: redis_from_args(args, env))
+    if args.user and (args.file != STDIN or args.snapshot):
+        raise SettingsError("--user chooses the model of a mail on stdin: give FILE -")
     if args.passthrough or args.exit_zero:
         raise SettingsError("-p and -e judge a mail on stdin: give FILE - (without --snapshot)")
     if not args.snapshot and pipe.wants_many(args.file):

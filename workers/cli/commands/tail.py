@@ -7,7 +7,8 @@ forwards in pages of :data:`PAGE`, so any N costs bounded memory.
 
 A prediction's line: the entry's time (from its stream id, UTC), the stream id, then
 ``key=value`` fields: the message ``id``, the ``label``, the ``score`` (natural-log odds of
-the positive class, as in ``X-Streamnb-Score``), the ``true`` label and whether it was
+the positive class, as in ``X-Streamnb-Score``), with an operating point the
+``threshold`` and the calibrated ``proba`` (docs/worker.md), the ``true`` label and whether it was
 ``learnt`` for a labelled message, the ``version`` that predicted, the ``worker`` and, from
 a worker run with ``--explain K``, the top ``tokens`` with their weights. A
 dead letter's: ``reason``, the input ``entry``, the message ``id`` when its payload is a
@@ -144,6 +145,9 @@ def format_entry(stream_id: str, obj: Mapping[str, Any], dead: bool, positive: A
     else:
         fields += [("id", obj.get("id")), ("label", obj.get("label")),
                    ("score", _score(obj, positive))]
+        # with an operating point (--target-fpr, --calibration)
+        fields += [(k, f"{obj[k]:.4g}") for k in ("threshold", "proba")
+                   if isinstance(obj.get(k), int | float)]
         if obj.get("true_label") is not None:
             fields += [("true", obj["true_label"]), ("learnt", "yes" if obj.get("learned") else "no")]
         fields += [("version", obj.get("model_version")), ("worker", obj.get("worker"))]

@@ -17,8 +17,14 @@ import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from streamnb.decision import parse_class_prior, parse_loss_matrix, parse_unsure_band
+from streamnb.decision_parsing import (
+    parse_class_prior,
+    parse_loss_matrix,
+    parse_rate,
+    parse_unsure_band,
+)
 from streamnb.features.payload import DEFAULT_MAX_MESSAGE_BYTES
+from streamnb.features.text import MAX_OSB_WINDOW
 from streamnb.models.io import MODEL_KINDS
 from streamnb_workers.cli import supervisor
 from streamnb_workers.cli.arg_types import (
@@ -59,6 +65,8 @@ from streamnb_workers.defaults import (
     DEFAULT_TOKEN_NAMES_EVERY,
 )
 from streamnb_workers.store.keys import MAX_SHARDS
+from streamnb_workers.store.training import TRAINING_MODES
+from streamnb_workers.wire.codec import DEFAULT_MAX_VALUE, DEFAULT_MAX_WEIGHT
 
 __all__ = ["NAME", "add_parser", "run"]
 
@@ -104,6 +112,10 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     add_option(g, "--shards", type=shard_count, metavar="K",
                help="split the model into K statistics shards, each a hash tag (a cluster "
                "slot) of its own, summed by every worker (default 1; docs/architecture.md)")
+    add_option(g, "--training", choices=TRAINING_MODES,
+               help="where the model learns labels and forgets from: 'train', only its "
+               "training stream :train, which the trainer's Redis user writes (separate "
+               "rights to score and to train); 'in' (default), its :in as sent")
     add_option(g, "--error-weight", type=finite_float,
                help="learn a labelled message whose verdict was wrong with this many times its "
                "weight (default 2; 1: every message alike)")
@@ -112,6 +124,10 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     add_option(f, "--dimension", type=positive_int,
                help="dense input: length of the x vectors (needed by gaussian, lda, qda)")
     add_option(f, "--ngrams", action="store_true", help="also hash word bigrams")
+    add_option(f, "--osb", type=int, choices=(0, *range(2, MAX_OSB_WINDOW + 1)), metavar="N",
+               help="also hash orthogonal sparse bigrams: each word paired with each of the "
+               "N-1 words before it, the distance in the token (CRM114 and rspamd: 5; "
+               "default 0: off; docs/features.md)")
     add_option(f, "--lowercase", action=argparse.BooleanOptionalAction, help="lower-case words")
     add_option(f, "--min-len", type=positive_int, help="shortest word kept")
     add_option(f, "--max-len", type=positive_int, help="longest word kept as is")
@@ -132,6 +148,16 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
                "default 3; 0: off)")
     add_option(d, "--score", choices=("per_feature", "log_odds"),
                help="the two-class score published in :out (hashed mail default per_feature)")
+    add_option(d, "--target-fpr", type=_parsed(parse_rate), metavar="RATE",
+               help="two classes: keep the score threshold where the negatives' false-positive "
+               "rate over the recent labelled messages is at most RATE (95%% Clopper-Pearson "
+               "bound; docs/worker.md, \"Operating point\")")
+    add_option(d, "--calibration", choices=("isotonic", "platt"),
+               help="two classes: publish a calibrated P(positive) in :out, fitted on the "
+               "recent labelled messages' scores")
+    add_option(d, "--score-window", type=whole_number_in(100, 1_000_000, "messages"),
+               metavar="N", help="labelled messages --target-fpr and --calibration are fitted "
+               "on, the latest (default 20000)")
     w = p.add_argument_group("worker options")
     add_option(w, "--batch", type=positive_int, default=DEFAULT_BATCH_SIZE, help="entries read per XREADGROUP")
     add_option(w, "--block-ms", type=non_negative_int, default=DEFAULT_BLOCK_MS, help="XREADGROUP BLOCK time")
@@ -172,6 +198,14 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     add_option(w, "--max-bytes", type=max_bytes, default=DEFAULT_MAX_MESSAGE_BYTES,
                help="raw mail read per message: a larger mail is cut at a MIME boundary "
                "(headers kept), then predicted and learnt")
+    add_option(w, "--max-weight", type=number_in(0.0, math.inf, "a weight", open_low=True, open_high=True),
+               default=DEFAULT_MAX_WEIGHT, metavar="W",
+               help="the largest weight a message may carry; a larger one is a dead letter "
+               "(bad_weight)")
+    add_option(w, "--max-value", type=number_in(0.0, math.inf, "a magnitude", open_low=True, open_high=True),
+               default=DEFAULT_MAX_VALUE, metavar="V",
+               help="the largest magnitude of a features value or x coordinate; a larger one "
+               "is a dead letter (too_large)")
     add_option(w, "--input-trim-s", type=non_negative_float, default=10.0, metavar="SECONDS",
                help="every SECONDS the lease holder trims :in of the entries every consumer "
                "group has acknowledged (0: never)")
@@ -188,6 +222,12 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
                "for 'streamnb tokens' (0: none)")
     add_option(w, "--token-names-every", type=positive_int, default=DEFAULT_TOKEN_NAMES_EVERY,
                metavar="S", help="count the token names of one message in S")
+    add_option(w, "--per-user", type=non_negative_float, default=0.0, metavar="SECONDS",
+               help="also serve the per-user and per-domain models registered for each "
+               "--model, looking for new ones every SECONDS (0: none; docs/worker.md)")
+    add_option(w, "--user-min-weight", type=non_negative_float, default=10.0, metavar="W",
+               help="a per-user model's statistics count in its verdicts once they weigh W "
+               "(give every worker of a model the same)")
     add_option(w, "--processes", type=positive_int, default=1,
                help="run N worker processes under a supervisor that restarts one that dies")
     add_option(w, "--metrics-port", type=port, default=DEFAULT_METRICS_PORT,

@@ -6,6 +6,9 @@
 -- (`<list>_at`, with `n_<list>` items). KEYS[1] :in, KEYS[2] :out, KEYS[3] :dead,
 -- KEYS[4] :log, KEYS[5] :learnt; the other keys are where A says (`*_key_at`, 0: none).
 --
+-- A class removal (`drops_at`) appends its log entry after the delta and the decay events
+-- and releases the learn-once keys recorded under the class.
+--
 -- Nothing is written unless every id is still pending for this consumer, every
 -- compare-and-set finds the cache entry the worker read, no learn-once key the batch
 -- learns is recorded and each key it forgets or relearns holds the record read. Returns {"ok", log
@@ -31,6 +34,7 @@ local first_cas, n_cas, cas_keys = n('cas_at'), n('n_cas'), n('cas_keys_at')
 local log_data, n_learnt = A.log_data, n('n_learnt')
 local decay_every, decay_data = n('decay_every'), A.decay_data
 local inflight_field = A.inflight_field
+local first_drop, n_drops = n('drops_at'), n('n_drops')
 
 -- 1. ownership: every id still pending for this consumer. One XPENDING lists the
 -- consumer's pending entries between the first id and the last (the worker sends a
@@ -97,7 +101,7 @@ end
 
 -- 3. writes
 local log_id, prev_id, delta_id = '', '', ''
-if log_data ~= '' or (n_learnt > 0 and decay_every > 0) then
+if log_data ~= '' or (n_learnt > 0 and decay_every > 0) or n_drops > 0 then
   local last = redis.call('XREVRANGE', KEYS[4], '+', '-', 'COUNT', 1)
   if #last > 0 then prev_id = last[1][1] end
 end
@@ -120,6 +124,10 @@ if n_learnt > 0 then
       log_id = redis.call('XADD', KEYS[4], '*', 'data', decay_data)
     end
   end
+end
+-- the classes removed, after the batch's delta (docs/worker.md, "Removing a class")
+for i = first_drop, first_drop + 2 * (n_drops - 1), 2 do
+  log_id = redis.call('XADD', KEYS[4], '*', 'data', ARGV[i])
 end
 -- XADD ARGV[first .. first + count - 1] to key, then trim it once with MAXLEN ~ maxlen
 -- (0: untrimmed): the same stream as trimming at each XADD, in less of Redis' time
@@ -170,6 +178,26 @@ if keys_at > 0 and keys_max > 0 and n_learn > 0 then
   if excess > 0 then
     local dropped = redis.call('ZPOPMIN', KEYS[keyorder_at], excess)
     for i = 1, #dropped, 2 do redis.call('HDEL', KEYS[keys_at], dropped[i]) end
+  end
+end
+-- a class removed releases the keys learnt under it: each record that holds the class's
+-- prefix after its array header byte (its label packed: workers/wire/learn_keys.py,
+-- record_prefix; the header is 2 or 4 fields, with a source), found by HSCAN over
+-- {M}:keys (at most learnt_keys_max records), the key then learnt afresh
+if keys_at > 0 then
+  for i = first_drop + 1, first_drop + 2 * n_drops - 1, 2 do
+    local prefix, cursor = ARGV[i], '0'
+    repeat
+      local page = redis.call('HSCAN', KEYS[keys_at], cursor, 'COUNT', 1000)
+      cursor = page[1]
+      local kv = page[2]
+      for j = 1, #kv, 2 do
+        if string.sub(kv[j + 1], 2, #prefix + 1) == prefix then
+          redis.call('HDEL', KEYS[keys_at], kv[j])
+          redis.call('ZREM', KEYS[keyorder_at], kv[j])
+        end
+      end
+    until cursor == '0'
   end
 end
 if n('registry_key_at') > 0 then

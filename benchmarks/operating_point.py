@@ -1,0 +1,319 @@
+"""Operating points on the corpus replay: a target false-positive rate, calibrated
+probabilities, and a class prior that follows the traffic.
+
+The corpus is replayed in ``index.tsv`` (chronological) order, in this process, one message
+at a time, as the daemon does with ordered predictions and its defaults for hashed mail
+(multinomial, alpha 0.1, the per-feature score, "unsure" while a class has learnt less
+than weight 3, error weight 2): each message is judged, then learnt with its label. The
+window of labelled scores is the daemon's (``streamnb.operating_point.ScoreWindow``, fitted
+every 100 labelled messages, size ``--score-window``, 20,000): tests/workers/worker/test_operating_point.py
+checks that the daemon's thresholds and probabilities are those of this window, one
+message at a time.
+
+Measured on the later part of the replay (after ``--tune``, 60%):
+
+- calibration: the expected calibration error (ten equal-width bins) of P(spam) from the
+  isotonic and the Platt map, and of the model's own posterior, with a reliability plot
+  (``--plot``, PNG);
+- verdicts at the argmax and at ``--target-fpr`` 0.001 and 0.01: accuracy, ham FPR (with
+  its 95% Clopper-Pearson upper bound), spam recall, and the share of messages judged while
+  the window supported the target;
+- the same on a prior-shift replay (``--seed``): the corpus's first two thirds with a
+  quarter of their spam (7% spam), then its last third (3% spam in 2002) with the
+  spam held back mixed in and its ham thinned to as many as the spam (50% spam); with the
+  learnt class prior ("learnt") and with a prior that follows the traffic ("followed": the
+  spam share of the labelled messages with a half-life of ``--prior-half-life`` of them,
+  replacing the learnt prior in the log-odds, so in the score too).
+
+With ``--daemon`` the corpus also goes through 2 worker processes with ``--target-fpr 0.01
+--calibration isotonic``, whose verdicts, thresholds and probabilities are compared with
+this process's.
+
+    python -m benchmarks.operating_point [--tune 0.6] [--limit N] [--score-window N]
+        [--daemon] [--plot docs/figures/reliability.png]
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from benchmarks._common import DEFAULT_CORPUS, corpus_or_synthetic, format_table, print_header
+from benchmarks.quality_slices import featurized
+from streamnb.calibration import expected_calibration_error, reliability
+from streamnb.operating_point import DEFAULT_WINDOW, ScoreWindow, fp_upper_bound
+
+SPAM, HAM = "spam", "ham"
+MIN_WEIGHT, ERROR_WEIGHT, ALPHA = 3.0, 2.0, 0.1
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One way of deciding (see the module docstring)."""
+
+    name: str
+    target_fpr: float | None = None
+    calibration: str | None = None
+    prior_half_life: float | None = None
+
+
+@dataclass
+class Replay:
+    """Per message: the verdict (True spam, False not, None no verdict), the score, the
+    calibrated P(spam) and the model's own (NaN: none), whether the window supported the
+    target."""
+
+    verdicts: list[bool | None]
+    scores: list[float]
+    probas: list[float]
+    posteriors: list[float]
+    supported: list[bool]
+    thresholds: list[float | None]
+
+
+def replay(X: Any, labels: Sequence[str], s: Setting, size: int = DEFAULT_WINDOW) -> Replay:
+    """Judge then learn every message in order (see the module docstring); ``size``: the
+    score window's."""
+    from streamnb.models import make_model
+
+    model = make_model("multinomial", alpha=ALPHA, n_features=X.shape[1], smoothing_m="seen")
+    window = ScoreWindow(size, "per_feature", s.target_fpr, s.calibration)
+    n_values = np.maximum(np.asarray(X.sum(axis=1)).ravel(), 1.0)
+    decay = 0.5 ** (1.0 / s.prior_half_life) if s.prior_half_life else None
+    recent_spam, recent_all = 0.0, 0.0
+    weight: dict[str, float] = {}
+    out = Replay([], [], [], [], [], [])
+    for i, label in enumerate(labels):
+        verdict, score, proba, post, supported = None, math.nan, math.nan, math.nan, False
+        threshold = None
+        if len(weight) == 2:
+            lp = model.predict_log_proba(X[i])[0]
+            classes = list(model.classes_)
+            odds = float(lp[classes.index(SPAM)] - lp[classes.index(HAM)])
+            if decay is not None:  # the recent spam share replaces the learnt prior
+                pi = (recent_spam + 1.0) / (recent_all + 2.0)
+                prior = model.class_log_prior_
+                odds += math.log(pi / (1 - pi)) - float(prior[classes.index(SPAM)]
+                                                        - prior[classes.index(HAM)])
+            score = odds / n_values[i]
+            post = 1.0 / (1.0 + math.exp(-odds)) if odds > -700 else 0.0
+            point = window.point
+            verdict = bool(odds > 0 if point.threshold is None else score >= point.threshold)
+            supported, threshold = point.supported, point.threshold
+            if point.calibrator is not None:
+                proba = float(point.calibrator(score))
+            if min(weight.values()) < MIN_WEIGHT:
+                verdict = False  # unsure: not spam
+            window.add([window.code(score, label == SPAM)])
+        elif weight:
+            verdict = False if MIN_WEIGHT > 0 else SPAM in weight
+        # the daemon's error weight: a wrong verdict; unsure is wrong on a spam only
+        wrong = verdict is not None and verdict != (label == SPAM) and len(weight | {label: 0}) == 2
+        w = ERROR_WEIGHT if wrong else 1.0
+        model.partial_fit(X[i], np.array([label]), sample_weight=np.array([w]))
+        weight[label] = weight.get(label, 0.0) + w
+        if decay is not None:
+            recent_spam = decay * recent_spam + (label == SPAM)
+            recent_all = decay * recent_all + 1.0
+        for lst, v in zip((out.verdicts, out.scores, out.probas, out.posteriors, out.supported,
+                           out.thresholds),
+                          (verdict, score, proba, post, supported, threshold), strict=True):
+            lst.append(v)
+    return out
+
+
+def verdict_cells(r: Replay, labels: Sequence[str], start: int, target: bool = True,
+                  ) -> list[str]:
+    """accuracy, ham FPR (its 95% bound), spam recall, supported share from ``start`` on."""
+    truth = [lab == SPAM for lab in labels[start:]]
+    v = r.verdicts[start:]
+    n_ham = sum(not t for t in truth)
+    n_spam = len(truth) - n_ham
+    fp = sum(1 for x, t in zip(v, truth, strict=True) if not t and x is not False)
+    fn = sum(1 for x, t in zip(v, truth, strict=True) if t and x is not True)
+    return [f"{1 - (fp + fn) / len(truth):.2%}",
+            f"{fp / n_ham:.3%} ({fp}/{n_ham}) <= {fp_upper_bound(fp, n_ham):.3%}",
+            f"{1 - fn / n_spam:.2%}", f"{np.mean(r.supported[start:]):.0%}" if target else "-"]
+
+
+def middle(p: np.ndarray) -> str:
+    """How many probabilities lie strictly between 0.1 and 0.9."""
+    return str(int(np.sum((p > 0.1) & (p < 0.9))))
+
+
+def prior_shift(labels: Sequence[str], seed: int, keep: float = 0.25) -> tuple[list[int], int]:
+    """The prior-shift replay (its indices, and where its shifted part starts): the first
+    two thirds in order with a random ``keep`` of their spam; then the last third in order
+    with the spam held back mixed in at random places (each in its own order) and the
+    ham thinned at random to as many as the spam (50% spam)."""
+    cut = 2 * len(labels) // 3
+    rng = np.random.default_rng(seed)
+    early_spam = [i for i in range(cut) if labels[i] == SPAM]
+    kept = set(rng.choice(early_spam, size=int(round(keep * len(early_spam))),
+                          replace=False).tolist())
+    early = [i for i in range(cut) if labels[i] != SPAM or i in kept]
+    held = [i for i in early_spam if i not in kept]
+    tail_spam = [i for i in range(cut, len(labels)) if labels[i] == SPAM]
+    tail_ham = [i for i in range(cut, len(labels)) if labels[i] != SPAM]
+    n_spam = len(held) + len(tail_spam)
+    ham = set(rng.choice(tail_ham, size=min(n_spam, len(tail_ham)), replace=False).tolist())
+    tail = [i for i in range(cut, len(labels)) if labels[i] == SPAM or i in ham]
+    slots = set(rng.choice(len(tail) + len(held), size=len(held), replace=False).tolist())
+    it_tail, it_held = iter(tail), iter(held)
+    late = [next(it_held) if j in slots else next(it_tail) for j in range(len(tail) + len(held))]
+    return early + late, len(early)
+
+
+def plot(path: str, curves: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]],
+         title: str) -> None:
+    import matplotlib  # deferred: only --plot draws
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt  # deferred: with matplotlib
+
+    fig, (ax, bars) = plt.subplots(2, 1, figsize=(5.5, 6.5), dpi=100, sharex=True,
+                                   gridspec_kw={"height_ratios": [3, 1]})
+    ax.plot([0, 1], [0, 1], color="grey", linestyle=":", linewidth=1, label="perfectly calibrated")
+    width = 0.1 / (len(curves) + 1)
+    for k, ((name, (mean_p, share, n)), marker) in enumerate(zip(curves.items(), "osx^",
+                                                                 strict=False)):
+        held = n > 0
+        line, = ax.plot(mean_p[held], share[held], marker=marker, label=name)
+        bars.bar(np.arange(len(n)) / len(n) + (k + 1) * width, n, width=width,
+                 color=line.get_color(), log=True)
+    ax.set_ylabel("share of spam")
+    ax.set_xlim(0, 1)
+    ax.set_ylim(0, 1)
+    ax.set_title(title, fontsize=9)
+    ax.legend(fontsize=8, loc="upper left")
+    bars.set_xlabel("predicted P(spam): mean of each tenth above, its messages below")
+    bars.set_ylabel("messages")
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--corpus", default=str(DEFAULT_CORPUS))
+    ap.add_argument("--limit", type=int, default=None)
+    ap.add_argument("--tune", type=float, default=0.6, help="share of the replay before the later part")
+    ap.add_argument("--seed", type=int, default=0, help="the ham thinned in the prior-shift replay")
+    ap.add_argument("--prior-half-life", type=float, default=200.0, metavar="N")
+    ap.add_argument("--score-window", type=int, default=DEFAULT_WINDOW, metavar="N")
+    ap.add_argument("--daemon", action="store_true",
+                    help="also replay through 2 worker processes with --target-fpr 0.01 "
+                    "--calibration isotonic and compare them with this process's replay")
+    ap.add_argument("--plot", default=None, metavar="PNG", help="write the reliability plot here")
+    a = ap.parse_args(argv)
+    if not 0.0 < a.tune < 1.0:
+        ap.error(f"--tune must lie between 0 and 1, got {a.tune}")
+    print_header("operating points", "benchmarks.operating_point", argv)
+    corpus = corpus_or_synthetic(a.corpus, a.limit)
+    t0 = time.perf_counter()
+    X, labels = featurized(corpus)
+    cut = int(round(a.tune * len(labels)))
+    print(f"{len(labels)} messages ({labels.count(SPAM)} spam), featurized in "
+          f"{time.perf_counter() - t0:.1f}s; the later part: {cut + 1}..{len(labels)}")
+
+    # ---- calibration
+    truth = np.array([lab == SPAM for lab in labels[cut:]], dtype=float)
+    curves, rows = {}, []
+    for kind in ("isotonic", "platt"):
+        r = replay(X, labels, Setting(kind, calibration=kind), a.score_window)
+        p = np.array(r.probas[cut:])
+        if kind == "isotonic":
+            post = np.array(r.posteriors[cut:])
+            rows.append(["model posterior (no calibration)",
+                         f"{expected_calibration_error(post, truth):.4f}",
+                         f"{np.mean((post - truth) ** 2):.4f}", middle(post)])
+            curves["model posterior"] = reliability(post, truth)
+        rows.append([f"{kind}", f"{expected_calibration_error(p, truth):.4f}",
+                     f"{np.mean((p - truth) ** 2):.4f}", middle(p)])
+        curves[kind] = reliability(p, truth)
+    print(f"\nexpected calibration error of P(spam), ten bins, messages {cut + 1}..{len(labels)}:")
+    print(format_table(["P(spam) from", "ECE", "Brier", "0.1 < P < 0.9"], rows))
+    if a.plot:
+        plot(a.plot, curves, f"reliability, SpamAssassin 2002 replay, messages {cut + 1}-{len(labels)}")
+        print(f"reliability plot written to {a.plot}")
+
+    # ---- verdicts on the replay and on the prior-shift replay
+    head = ["decision", "accuracy", "ham FPR (n) <= 95% bound", "spam recall", "supported"]
+    settings = [Setting("argmax"), Setting("--target-fpr 0.01", target_fpr=0.01),
+                Setting("--target-fpr 0.001", target_fpr=0.001)]
+    table = [[s.name, *verdict_cells(replay(X, labels, s, a.score_window), labels, cut,
+                                     s.target_fpr is not None)] for s in settings]
+    print(f"\nverdicts, messages {cut + 1}..{len(labels)} of the replay:")
+    print(format_table(head, table))
+    order, start = prior_shift(labels, a.seed)
+    Xs, ls = X[order], [labels[i] for i in order]
+    print(f"\nprior-shift replay: {start} messages ({ls[:start].count(SPAM)} spam), then "
+          f"{len(ls) - start} ({ls[start:].count(SPAM)} spam); verdicts on those {len(ls) - start}:")
+    table, learnt, odds = [], {}, {}
+    n_values = np.maximum(np.asarray(Xs.sum(axis=1)).ravel(), 1.0)[start:]
+    for prior in (None, a.prior_half_life):
+        for s in settings:
+            r = replay(Xs, ls, Setting(s.name, s.target_fpr, None, prior), a.score_window)
+            if s.target_fpr is None:
+                odds[prior] = np.array(r.scores[start:]) * n_values
+            changed = "-"
+            if prior is None:
+                learnt[s.name] = r.verdicts
+            else:
+                changed = str(sum(1 for x, y in zip(r.verdicts[start:], learnt[s.name][start:],
+                                                    strict=True) if x != y))
+            name = f"{s.name}, {'learnt' if prior is None else 'followed'} prior"
+            table.append([name, *verdict_cells(r, ls, start, s.target_fpr is not None), changed])
+    print(format_table(head + ["verdicts changed"], table))
+    moved = odds[a.prior_half_life] - odds[None]
+    print(f"the followed prior moves the log-odds by {np.median(moved):.2f} nats (median; "
+          f"{moved.min():.2f} to {moved.max():.2f}); the log-odds' median size is "
+          f"{np.median(np.abs(odds[None])):.0f} nats, {int(np.sum(np.abs(odds[None]) < 3))} of "
+          f"{len(moved)} lie within 3 nats of 0")
+    if a.daemon:
+        compare_with_daemon(corpus, X, labels, a.score_window)
+    return 0
+
+
+def compare_with_daemon(corpus: Any, X: Any, labels: Sequence[str], size: int) -> None:
+    """The corpus through 2 worker processes with ``--target-fpr 0.01 --calibration
+    isotonic``: how many of its verdicts, thresholds and probabilities are this process's."""
+    from benchmarks._replay import replay_through_daemon
+
+    mine = replay(X, labels, Setting("daemon", 0.01, "isotonic"), size)
+    t0 = time.perf_counter()
+    outs = replay_through_daemon(corpus, 2, decision={"target_fpr": 0.01, "calibration": "isotonic",
+                                                      "score_window": size}
+                                 ).in_corpus_order(len(labels))
+    same = {"verdict": 0, "threshold": 0, "proba": 0}
+    for i, o in enumerate(outs):
+        label = o.get("label")
+        verdict = None if label is None else label == SPAM
+        same["verdict"] += verdict == mine.verdicts[i]
+        scored = "score" in o
+        same["threshold"] += (not scored and math.isnan(mine.scores[i])) or \
+            (scored and o.get("threshold") == mine.thresholds[i])
+        same["proba"] += (not scored and math.isnan(mine.probas[i])) or \
+            (scored and o.get("proba") == mine.probas[i])
+    gaps = {}
+    for key, ours in (("score", mine.scores), ("threshold", mine.thresholds), ("proba", mine.probas)):
+        pairs = [(o[key], x) for o, x in zip(outs, ours, strict=True) if key in o and x is not None
+                 and math.isfinite(o[key]) and math.isfinite(x)]
+        gaps[key] = max((abs(d - x) for d, x in pairs), default=0.0)
+    print(f"\ndaemon, 2 workers, --target-fpr 0.01 --calibration isotonic "
+          f"({time.perf_counter() - t0:.0f}s): of {len(labels)} messages, "
+          + ", ".join(f"{v} {k}s" for k, v in same.items()) + " equal to this process's; "
+          "largest differences: " + ", ".join(f"{k} {v:.3g}" for k, v in gaps.items()))
+
+
+
+if __name__ == "__main__":
+    sys.exit(main())

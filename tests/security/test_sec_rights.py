@@ -1,0 +1,300 @@
+"""Separate rights to score and to train, under the shipped deploy/redis/users.acl on a
+real ``redis-server``.
+
+A model stored with ``training: train`` learns labels, delayed labels and forgets only
+from its training stream ``:train`` (workers/store/training.py). The scorer user
+(``streamnb-scorer``: milter, ``predict``, ``predict -p``) may write ``:in`` and nothing
+else: every entry it can write leaves the statistics unchanged. The trainer user
+(``streamnb-trainer``: ``produce``, ``forget``, Dovecot) may write ``:train`` and read no
+model's ``:out``. Workers move ``:train`` into ``:in`` exactly once, so two workers and a
+sharded model learn what one offline fit does.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import secrets
+import subprocess
+import sys
+import threading
+
+import msgpack
+import pytest
+import redis
+
+from streamnb.models.io import dumps
+from streamnb_workers.client.status import collect, format_text
+from streamnb_workers.replication.shards import shard_names
+from streamnb_workers.store.keys import ModelKeys
+from streamnb_workers.store.training import token_key, train_stream
+from streamnb_workers.wire.outputs import decode_output
+from tests.helpers.acl import (
+    SCORER_PASSWORD,
+    SCORER_USER,
+    TRAINER_PASSWORD,
+    TRAINER_USER,
+    WORKER_PASSWORD,
+    WORKER_USER,
+    AclRedis,
+    acl_refusals,
+    cli,
+    cli_env,
+    write_acl,
+)
+from tests.helpers.redis_server import REDIS_SERVER
+from tests.helpers.workers import (
+    ROOT,
+    assert_same_stats,
+    count_spec,
+    fast_options,
+    learnt_model,
+    offline_model,
+    run_in_threads,
+    token_messages,
+    url_worker,
+)
+
+pytestmark = pytest.mark.redis
+
+FCFG = {"bits": 10, "counts": "raw"}
+
+
+@pytest.fixture(scope="module")
+def acl_server(tmp_path_factory):
+    if REDIS_SERVER is None:
+        pytest.skip("redis-server is not installed")
+    with AclRedis(write_acl(tmp_path_factory.mktemp("acl"))) as server:
+        yield server
+
+
+def _as(server, user, password):
+    return server.client(username=user, password=password)
+
+
+def _worker(server, name, consumer="w1", **spec_kw):
+    spec = count_spec(name, training="train", classes="any", **spec_kw)
+    return url_worker(server.url_for(WORKER_USER, WORKER_PASSWORD), [spec],
+                      fast_options(consumer, batch=20))
+
+
+def _jsonl(path, messages):
+    path.write_text("".join(json.dumps(m) + "\n" for m in messages))
+    return str(path)
+
+
+def _random_entries(learnt, n, seed=7):
+    """``n`` entries of every shape a writer of ``:in`` may send: labels, delayed labels
+    (to learnt ids too), forgets of learnt keys, corrections, extreme weights, guessed
+    tokens, extra fields, entries that are no msgpack or have no data."""
+    rng = random.Random(seed)
+    out = []
+    for _ in range(n):
+        m = rng.choice(learnt)
+        obj = rng.choice([
+            {"tokens": m["tokens"]}, {"tokens": [f"w{rng.randrange(50)}"]},
+            {"text": "cheap meds"}, {"features": {"cheap": 3.0}}, {"ref": m["id"]},
+            {"hashes": b"\x01" * 8}])
+        for key, values in (("label", ["spam", "ham", "news", 1, "", None]),
+                            ("forget", [True, False, None]), ("key", [m["key"], None]),
+                            ("weight", [1.0, 1e6, 1e-300, None]), ("id", [m["id"], None])):
+            value = rng.choice(values)
+            if value is not None:
+                obj[key] = value
+        fields = {"data": msgpack.packb(obj, use_bin_type=True)}
+        if rng.random() < 0.5:
+            fields["auth"] = rng.choice(["", "0" * 32, "auth", secrets.token_hex(16)])
+        if rng.random() < 0.05:
+            fields = rng.choice([{"data": b"\xc1"}, {"other": b"x"}, {"data": b"", "x": b"y"}])
+        out.append(fields)
+    return out
+
+
+def _stats(server, name):
+    admin = server.client()
+    model, _version = learnt_model(admin, name)
+    return dumps(model), int(admin.get(ModelKeys(name).learnt) or 0)
+
+
+def test_every_entry_the_scorer_can_write_leaves_the_statistics_unchanged(acl_server, tmp_path):
+    name = "rights-scorer"
+    k = ModelKeys(name)
+    w = _worker(acl_server, name)
+    w.start()
+    msgs = token_messages(40, seed=3)
+    trained = cli("produce", "--redis", acl_server.url_for(TRAINER_USER, TRAINER_PASSWORD),
+                  "--model", name, _jsonl(tmp_path / "train.jsonl", msgs))
+    assert trained.returncode == 0, trained.stderr
+    w.run_until_idle(timeout=60)
+    before = _stats(acl_server, name)
+    assert before[1] == 40
+
+    scorer = _as(acl_server, SCORER_USER, SCORER_PASSWORD)
+    learnt = msgs[0]
+    hostile = [  # by hand, then drawn: every entry a writer of :in may send
+        {"tokens": ["cheap", "pills"], "label": "spam"},                   # a label
+        {"tokens": ["cheap", "pills"], "label": "ham", "weight": 1e6},
+        {**learnt, "label": "ham" if learnt["label"] != "ham" else "spam"},  # a correction
+        {"ref": msgs[1]["id"], "label": "spam"},                            # a delayed label
+        {"tokens": learnt["tokens"], "key": learnt["key"], "forget": True},  # a forget
+        {"tokens": ["x"], "label": "news", "forget": False},
+    ]
+    for m in hostile:
+        data = msgpack.packb(m, use_bin_type=True)
+        scorer.xadd(k.input, {"data": data})
+        scorer.xadd(k.input, {"data": data, "auth": "0" * 32})  # a guessed token
+        scorer.xadd(k.input, {"data": data, "auth": ""})
+    drawn = _random_entries(msgs, 300)
+    for fields in drawn:
+        scorer.xadd(k.input, fields)
+    scorer.xadd(k.input, {"data": msgpack.packb({"id": "plain", "tokens": ["cheap"]})})
+    # ... and nowhere else: not :train, the log, the snapshot, the keys, the config, the token
+    for key in [train_stream(k), k.log, k.out, k.dead, k.events]:
+        with pytest.raises(redis.exceptions.NoPermissionError):
+            scorer.xadd(key, {"data": msgpack.packb({"tokens": ["a"], "label": "spam"})})
+    for key in [k.snapshot, k.learnt_keys, k.config, k.inflight, k.workers]:
+        with pytest.raises(redis.exceptions.NoPermissionError):
+            scorer.hset(key, "f", "v")
+    for call in (lambda: scorer.get(token_key(k)), lambda: scorer.set(k.learnt, "0"),
+                 lambda: scorer.xrange(k.input), lambda: scorer.xrange(train_stream(k)),
+                 lambda: scorer.eval("return 1", 1, k.input)):
+        with pytest.raises(redis.exceptions.NoPermissionError):
+            call()
+    w.run_until_idle(timeout=60)
+
+    assert _stats(acl_server, name) == before
+    admin = acl_server.client()
+    reasons = [decode_output(f[b"data"])["reason"] for _, f in admin.xrange(k.dead)]
+    assert reasons[:3 * len(hostile)] == ["label_not_allowed"] * (3 * len(hostile))
+    assert reasons.count("label_not_allowed") > 3 * len(hostile) + 100  # most drawn ones
+    outs = [decode_output(f[b"data"]) for _, f in admin.xrange(k.out)]
+    assert outs[-1]["id"] == "plain" and "true_label" not in outs[-1]
+    assert acl_refusals(admin, TRAINER_USER) == []
+
+
+def test_the_trainer_trains_and_forgets_and_reads_no_outputs(acl_server, tmp_path):
+    name = "rights-trainer"
+    k = ModelKeys(name)
+    w = _worker(acl_server, name)
+    w.start()
+    url = acl_server.url_for(TRAINER_USER, TRAINER_PASSWORD)
+    msgs = token_messages(30, seed=4)
+    assert cli("produce", "--redis", url, "--model", name,
+               _jsonl(tmp_path / "t.jsonl", msgs)).returncode == 0
+    w.run_until_idle(timeout=60)
+    assert int(acl_server.client().get(k.learnt)) == 30
+    gone = cli("forget", "--redis", url, "--model", name, _jsonl(tmp_path / "f.jsonl", msgs[:10]))
+    assert gone.returncode == 0, gone.stderr
+    w.run_until_idle(timeout=60)
+    model, _ = learnt_model(acl_server.client(), name)
+    assert_same_stats(model, offline_model("multinomial", w.models[name].config.model_params,
+                                           FCFG, msgs[10:]))
+    assert acl_refusals(acl_server.client(), TRAINER_USER) == []
+    trainer = _as(acl_server, TRAINER_USER, TRAINER_PASSWORD)
+    trainer.xadd(train_stream(k), {"data": msgpack.packb({"tokens": ["z"], "label": "ham"})})
+    info = collect(acl_server.client(), name)
+    assert info["config"]["training"] == "train" and info["training_waiting"] == 1
+    assert "training   from :train, 1 waiting" in format_text(info)
+    w.run_until_idle(timeout=60)
+    assert collect(acl_server.client(), name)["training_waiting"] == 0
+
+    trainer = _as(acl_server, TRAINER_USER, TRAINER_PASSWORD)
+    other = ModelKeys("rights-scorer")
+    for key in (k.out, other.out, k.dead, k.input, train_stream(k), k.log):
+        with pytest.raises(redis.exceptions.NoPermissionError):
+            trainer.xrange(key)
+        with pytest.raises(redis.exceptions.NoPermissionError):
+            trainer.xread({key: "0"})
+    for call in (lambda: trainer.get(token_key(k)), lambda: trainer.hgetall(k.snapshot),
+                 lambda: trainer.xadd(k.input, {"data": b"x"}),
+                 lambda: trainer.xadd(k.out, {"data": b"x"})):
+        with pytest.raises(redis.exceptions.NoPermissionError):
+            call()
+
+
+def test_the_scorer_predicts_and_the_pipe_filters(acl_server, tmp_path):
+    name = "rights-predict"
+    w = _worker(acl_server, name)
+    w.start()
+    assert cli("produce", "--redis", acl_server.url_for(TRAINER_USER, TRAINER_PASSWORD),
+               "--model", name, _jsonl(tmp_path / "t.jsonl", token_messages(60, seed=5))
+               ).returncode == 0
+    w.run_until_idle(timeout=60)
+    acl_server.client().execute_command("ACL", "LOG", "RESET")
+    stop = threading.Event()
+    serving = threading.Thread(target=lambda: [w.step(50) for _ in iter(stop.is_set, True)])
+    serving.start()
+    try:
+        url = acl_server.url_for(SCORER_USER, SCORER_PASSWORD)
+        mail = tmp_path / "m.eml"
+        mail.write_bytes(b"From: a@b\r\nSubject: cheap pills\r\n\r\ncheap pills now\r\n")
+        got = cli("predict", "--redis", url, "--model", name, "--json", str(mail))
+        assert got.returncode == 0, got.stderr
+        assert "label" in json.loads(got.stdout)
+        piped = subprocess.run([sys.executable, "-m", "streamnb_workers", "predict", "--redis",
+                                url, "--model", name, "-p", "-e", "-"], input=mail.read_bytes(),
+                               capture_output=True, timeout=60, env=cli_env(), cwd=ROOT)
+        assert piped.returncode == 0, piped.stderr
+        assert b"X-Streamnb-" in piped.stdout
+        assert acl_refusals(acl_server.client(), SCORER_USER) == []  # all the scorer needs
+        # a scorer producing labels for a model that trains from :train is refused by Redis
+        refused = cli("produce", "--redis", url, "--model", name, "--label", "spam", str(mail))
+        assert refused.returncode == 1 and "no permissions" in refused.stderr
+        assert "sent 0 of 1" in refused.stderr
+    finally:
+        stop.set()
+        serving.join()
+
+
+def test_two_workers_and_shards_learn_the_training_stream_once(acl_server, tmp_path):
+    name = "rights-shards"
+    msgs = token_messages(200, seed=6)
+    workers = [_worker(acl_server, name, f"w{i}", shards=2) for i in range(2)]
+    for w in workers:
+        w.start()
+    url = acl_server.url_for(TRAINER_USER, TRAINER_PASSWORD)
+    assert cli("produce", "--redis", url, "--model", name,
+               _jsonl(tmp_path / "t.jsonl", msgs)).returncode == 0
+    run_in_threads(workers)
+    admin = acl_server.client()
+    assert sum(int(admin.get(ModelKeys(s).learnt) or 0) for s in shard_names(name, 2)) == 200
+    assert all(admin.xlen(train_stream(ModelKeys(s))) == 0 for s in shard_names(name, 2))
+    model, _ = learnt_model(admin, name)
+    assert_same_stats(model, offline_model("multinomial", workers[0].models[
+        shard_names(name, 2)[0]].config.model_params, FCFG, msgs))
+    assert dumps(workers[0].models[shard_names(name, 2)[1]].replica.model) == dumps(
+        workers[1].models[shard_names(name, 2)[1]].replica.model)
+
+
+def test_a_model_stored_before_training_takes_labels_on_in_until_migrated(acl_server):
+    """docs/operations.md, "Separate rights: migration": a config without ``training``
+    reads as ``in``; a worker given ``train`` refuses it (one ConfigConflict); once the
+    stored setting is ``train``, labels on ``:in`` are dead letters and ``:train`` teaches."""
+    from streamnb.exceptions import ConfigConflict
+
+    name = "rights-old"
+    k = ModelKeys(name)
+    admin = acl_server.client()
+    url = acl_server.url_for(WORKER_USER, WORKER_PASSWORD)
+    old = url_worker(url, [count_spec(name, classes="any")], fast_options("w1"))
+    old.start()
+    admin.hdel(k.config, "training")  # as a model stored before the setting existed
+    producer = [{"tokens": ["cheap", "pills"], "label": "spam", "key": "a"}]
+    for m in producer:
+        admin.xadd(k.input, {"data": msgpack.packb(m)})
+    old.run_until_idle(timeout=30)
+    assert int(admin.get(k.learnt)) == 1
+    with pytest.raises(ConfigConflict, match="training: stored 'in', given 'train'"):
+        _worker(acl_server, name).start()
+
+    admin.hset(k.config, "training", "train")  # step 4 of the migration
+    new = _worker(acl_server, name, "w2")
+    new.start()
+    admin.xadd(k.input, {"data": msgpack.packb({"tokens": ["x"], "label": "ham", "key": "b"})})
+    trainer = _as(acl_server, TRAINER_USER, TRAINER_PASSWORD)
+    trainer.xadd(train_stream(k), {"data": msgpack.packb({"tokens": ["y"], "label": "ham",
+                                                           "key": "c"})})
+    new.run_until_idle(timeout=30)
+    assert int(admin.get(k.learnt)) == 2
+    assert [decode_output(f[b"data"])["reason"] for _, f in admin.xrange(k.dead)] == [
+        "label_not_allowed"]

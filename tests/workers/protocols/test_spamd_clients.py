@@ -1,0 +1,189 @@
+"""``streamnb spamd`` against the real ``spamc`` (Debian's spamc 4.0.1), a real
+redis-server and a real worker: checks, reports, symbols, learning and forgetting, with
+the statistics a TELL leaves equal to those of one ``streamnb produce``."""
+
+from __future__ import annotations
+
+import re
+import signal
+import socket
+
+import pytest
+
+from streamnb_workers.client.verdicts import score_of
+from streamnb_workers.protocols.mail_service import Scale
+from streamnb_workers.replication.shards import load_model
+from streamnb_workers.wire.outputs import decode_output
+from tests.helpers.milter import K, mail, wait_for
+from tests.helpers.protocols import SPAMC, ServerProcess, run_client, trained_redis
+from tests.helpers.workers import PYTHON, per_class
+
+pytestmark = [pytest.mark.redis, pytest.mark.skipif(SPAMC is None, reason="spamc is not installed")]
+
+
+@pytest.fixture(scope="module")
+def servers(tmp_path_factory):
+    """A trained model, ``streamnb spamd --allow-tell`` and one without TELL."""
+    logs = tmp_path_factory.mktemp("spamd")
+    with trained_redis(logs) as redis_server, \
+            ServerProcess("spamd", redis_server.url, logs / "spamd.log", "--allow-tell",
+                          "--read-timeout", "1") as tell, \
+            ServerProcess("spamd", redis_server.url, logs / "spamd-no-tell.log") as no_tell:
+        yield redis_server, tell, no_tell
+
+
+def spamc(server, *args, mail_bytes=b""):
+    return run_client([SPAMC, "-d", "127.0.0.1", "-p", str(server.port), *args], mail_bytes)
+
+
+def raw_request(server, data: bytes, half_close: bool = True, timeout: float = 10.0) -> bytes:
+    with socket.create_connection(("127.0.0.1", server.port), timeout=timeout) as s:
+        s.sendall(data)
+        if half_close:
+            s.shutdown(socket.SHUT_WR)
+        chunks = []
+        while chunk := s.recv(65536):
+            chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def stats(r):
+    return per_class(load_model(r, "mail")[0])
+
+
+def same_stats(a, b):
+    assert a.keys() == b.keys()
+    for part in a:
+        assert a[part].keys() == b[part].keys()
+        for label in a[part]:
+            assert (a[part][label] == b[part][label]).all(), (part, label)
+
+
+def test_check_exits_1_for_spam_and_0_for_ham_with_points_over_the_threshold(servers):
+    _, tell, _ = servers
+    spam = spamc(tell, "-c", mail_bytes=mail("spam", 901))
+    ham = spamc(tell, "-c", mail_bytes=mail("ham", 902))
+    assert spam.returncode == 1 and ham.returncode == 0, (spam, ham)
+    s_points, s_req = map(float, spam.stdout.decode().strip().split("/"))
+    h_points, h_req = map(float, ham.stdout.decode().strip().split("/"))
+    assert s_req == h_req == 5.0
+    assert s_points > 5.0 > h_points
+
+
+def test_the_points_are_the_workers_score_on_the_documented_scale(servers):
+    redis_server, tell, _ = servers
+    r = redis_server.client()
+    reply = raw_request(tell, b"PROCESS SPAMC/1.5\r\nContent-length: %d\r\n\r\n%s"
+                        % (len(m := mail("spam", 903)), m))
+    head, _, message = reply.partition(b"\r\n\r\n")
+    assert head.startswith(b"SPAMD/1.1 0 EX_OK\r\n")
+    spam_line = re.search(rb"Spam: (True|False) ; (\S+) / (\S+)", head)
+    msg_id = re.search(rb"X-Streamnb-Id: (\S+)", message)[1].decode()
+    prediction = next(o for o in (decode_output(f[b"data"]) for _, f in r.xrange(K.out))
+                      if o.get("id") == msg_id)
+    assert spam_line[1] == (b"True" if prediction["label"] == "spam" else b"False")
+    assert float(spam_line[2]) == pytest.approx(Scale().points(score_of(prediction)), abs=0.051)
+    assert b"X-Streamnb-Verdict: %s" % prediction["label"].encode() in message
+    assert message.endswith(m[m.index(b"\r\n\r\n") + 4:])  # the body unchanged
+
+
+def test_report_symbols_headers_and_ping(servers):
+    _, tell, _ = servers
+    report = spamc(tell, "-R", mail_bytes=mail("spam", 904))
+    assert report.returncode == 0
+    first, rest = report.stdout.decode().split("\n", 1)
+    assert re.fullmatch(r"-?\d+\.\d/5\.0", first) and "STREAMNB_SPAM" in rest
+    assert spamc(tell, "-r", mail_bytes=mail("ham", 905)).stdout == b""  # REPORT_IFSPAM, ham
+    assert spamc(tell, "-y", mail_bytes=mail("ham", 906)).stdout == b"STREAMNB_HAM"
+    headers = spamc(tell, "--headers", mail_bytes=mail("ham", 907)).stdout
+    assert b"X-Streamnb-Verdict: ham" in headers
+    assert spamc(tell, "-K").stdout == b"SPAMD/1.5 0\n"
+
+
+def test_a_user_header_picks_the_global_model_for_names_and_addresses(servers):
+    _, tell, _ = servers
+    for user in ("alice@example.org", "root", "Bob <bob@example.org>"):
+        assert spamc(tell, "-c", "-u", user, mail_bytes=mail("spam", 908)).returncode == 1
+
+
+def test_tell_learns_forgets_and_corrects_as_produce_does(servers, tmp_path):
+    redis_server, tell, _ = servers
+    r = redis_server.client()
+    m = mail("ham", 12_345)
+    before = stats(r)
+    learn = spamc(tell, "-L", "spam", mail_bytes=m)
+    assert learn.stdout == b"Message successfully un/learned\n", learn
+    after_tell = stats(r)
+    assert spamc(tell, "-L", "spam", mail_bytes=m).stdout == b"Message was already un/learned\n"
+    forget = spamc(tell, "-L", "forget", mail_bytes=m)
+    assert forget.stdout == b"Message successfully un/learned\n"
+    same_stats(stats(r), before)
+    assert spamc(tell, "-L", "forget", mail_bytes=m).stdout == b"Message was already un/learned\n"
+    # the same mail through one `streamnb produce - --label spam`
+    path = tmp_path / "m.eml"
+    path.write_bytes(m)
+    version = load_model(r, "mail")[1]
+    run_client([PYTHON, "-m", "streamnb_workers", "produce", "--redis", redis_server.url,
+                "--model", "mail", "--label", "spam", str(path)])
+    wait_for(lambda: load_model(r, "mail")[1] != version, 30, "the produced mail")
+    same_stats(stats(r), after_tell)
+    assert spamc(tell, "-L", "spam", mail_bytes=m).stdout == b"Message was already un/learned\n"
+    # a correction: the ham label moves the mail's counts from spam to ham
+    assert spamc(tell, "-L", "ham", mail_bytes=m).stdout == b"Message successfully un/learned\n"
+    corrected = stats(r)
+    assert (corrected["features"]["spam"] == before["features"]["spam"]).all()
+    assert (corrected["features"]["ham"] != before["features"]["ham"]).any()
+    # report (Set: local,remote): learnt locally; there is no remote network to report to
+    reported = spamc(tell, "-C", "report", mail_bytes=mail("spam", 12_346))
+    assert reported.stdout == b"Unable to report/revoke message\n"
+
+
+def test_tell_is_refused_without_allow_tell(servers):
+    redis_server, _, no_tell = servers
+    r = redis_server.client()
+    before = stats(r)
+    m = mail("spam", 12_400)
+    refused = raw_request(no_tell, b"TELL SPAMC/1.5\r\nMessage-class: spam\r\nSet: local\r\n"
+                          b"Content-length: %d\r\n\r\n%s" % (len(m), m))
+    assert refused.startswith(b"SPAMD/1.0 69 Service Unavailable: TELL commands are not enabled")
+    out = spamc(no_tell, "-L", "spam", mail_bytes=m)
+    # spamc reads the one error line, then the closed connection: no output, exit not 0
+    assert out.stdout == b"" and out.returncode != 0, out
+    same_stats(stats(r), before)
+
+
+def test_exims_request_and_exims_parse_of_the_answer(servers):
+    """The request Exim's ``spam =`` sends (src/spam.c: ``REPORT SPAMC/1.2``, ``User:``,
+    ``Content-length``, then a half-close) and the two formats it parses, in order."""
+    _, tell, _ = servers
+    for label, spam in (("spam", True), ("ham", False)):
+        m = mail(label, 950)
+        reply = raw_request(tell, b"REPORT SPAMC/1.2\r\nUser: nobody\r\nContent-length: %d\r\n"
+                            b"\r\n%s" % (len(m), m))
+        assert not re.match(rb"SPAMD/\S{1,7} 0 EX_OK\r\nContent-length: \d+\r\n\r\n", reply)
+        parsed = re.match(rb"SPAMD/\S{1,7} 0 EX_OK\r\nSpam: \S+ ; (\S+) / (\S+)\r\n\r\n", reply)
+        assert parsed, reply
+        points, threshold = float(parsed[1]), float(parsed[2])
+        assert (points >= threshold) is spam  # Exim's own rule
+        assert b"STREAMNB_" + label.upper().encode() in reply[parsed.end():]  # $spam_report
+
+
+def test_sigterm_stops_the_server_with_exit_code_0(servers, tmp_path):
+    redis_server, _, _ = servers
+    with ServerProcess("spamd", redis_server.url, tmp_path / "spamd.log") as server:
+        assert spamc(server, "-K").stdout == b"SPAMD/1.5 0\n"
+        assert server.stop(signal.SIGTERM) == 0, server.log()
+
+
+def test_a_mail_not_scored_gets_69_and_spamc_falls_back(servers, tmp_path):
+    """No worker serves model "idle": no verdict within the timeout."""
+    redis_server, _, _ = servers
+    with ServerProcess("spamd", redis_server.url, tmp_path / "idle.log", "--model", "idle",
+                       timeout=0.3) as idle:
+        m = mail("spam", 960)
+        reply = raw_request(idle, b"CHECK SPAMC/1.5\r\nContent-length: %d\r\n\r\n%s" % (len(m), m))
+        assert reply == b"SPAMD/1.0 69 Service Unavailable: not scored (timeout)\r\n"
+        fallback = spamc(idle, "-c", mail_bytes=m)
+        assert (fallback.returncode, fallback.stdout) == (0, b"0/0\n")
+        passed = spamc(idle, mail_bytes=m)
+        assert passed.returncode == 0 and passed.stdout == m  # the mail unchanged
