@@ -3,6 +3,7 @@ corpus location."""
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,23 @@ from tests.helpers.cluster import cluster  # noqa: F401
 from tests.helpers.corpus import CORPUS
 from tests.helpers.prometheus import stack  # noqa: F401
 from tests.helpers.redis_server import REDIS_SERVER, RedisServer
+
+
+@pytest.fixture(autouse=True)
+def root_logging_restored():
+    """The root logger's handlers and level as they were before the test: ``streamnb``'s
+    main() installs a handler on the stderr of its moment (a test's captured one, closed
+    after it), which would else print "Logging error" into a later test's stderr."""
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    yield
+    for h in list(root.handlers):
+        if h not in handlers:
+            root.removeHandler(h)
+    for h in handlers:
+        if h not in root.handlers:
+            root.addHandler(h)
+    root.setLevel(level)
 
 
 @pytest.fixture

@@ -248,3 +248,25 @@ def test_a_sharded_model_forgets_a_source_in_every_shard():
     model, _, replicas = load_replicas(r, "doc")
     assert model.stats["features"].toarray().tolist() == [[3.0, 0.0, 0.0, 2.0]]
     assert all(rep.epochs == {"x": 1} for rep in replicas)
+
+
+def test_a_class_removed_leaves_every_part_and_a_later_sub_of_it_is_skipped():
+    from streamnb_workers.replication.replica import encode_class_drop
+
+    r = fakeredis.FakeRedis()
+    cfg = ensure_config(r, ModelSpec("doc", kind="multinomial", featurizer_config={"bits": 2}))
+    keys = ModelKeys("doc")
+    rep = Replica(r, keys, cfg).load()
+    ham = rep.model.batch_stats(np.array([[1.0, 0, 2, 0]]), ["ham"])
+    typo = rep.model.batch_stats(np.array([[0, 3.0, 0, 1]]), ["Spam"])
+    r.xadd(keys.log, {"data": encode_delta(ham, None, 2, "w", "1", 0, [(("x", 0), typo, None)])})
+    r.xadd(keys.log, {"data": encode_class_drop("Spam")})
+    # a batch built before the removal takes a Spam row off x: it went with the class
+    r.xadd(keys.log, {"data": encode_delta(None, None, 0, "w", "2", 0, [(("x", 0), None, typo)])})
+    rep.catch_up()
+    assert rep.corrupt_entries == 0
+    assert rep.sources.weights(rep.model) == {"default": {"ham": 1.0}, "x": {}}
+    assert rep.model.stats["classes"].labels == ["ham"]
+    r.xadd(keys.log, {"data": msgpack.packb({"t": "forget", "s": "x"})})
+    rep.catch_up()
+    assert rep.model.stats["features"].toarray().tolist() == [[1.0, 0.0, 2.0, 0.0]]
