@@ -180,10 +180,13 @@ def spawn_worker(url: str, spec: dict[str, Any] | Sequence[dict[str, Any]],
     served = ["--metrics-port", str(metrics_port)] if metrics_port else []
     served += ["--cluster"] if cluster else []
     specs = [spec] if isinstance(spec, dict) else list(spec)
+    spec_args = [arg for s in specs for arg in ("--spec", json.dumps(s))]
+    if len(specs) > 100:  # (a command line holds a few thousand at most)
+        spec_args = ["--specs-file", str(log.with_suffix(".specs.json"))]
+        log.with_suffix(".specs.json").write_text(json.dumps(specs))
     with open(log, "ab") as fh:
         return subprocess.Popen(
-            [sys.executable, "-m", "streamnb_workers.worker", "--redis", url,
-             *(arg for s in specs for arg in ("--spec", json.dumps(s))),
+            [sys.executable, "-m", "streamnb_workers.worker", "--redis", url, *spec_args,
              "--options", json.dumps(options), *served],
             cwd=ROOT, env=env, stdout=fh, stderr=subprocess.STDOUT)
 

@@ -3,7 +3,8 @@
 Every filter starts empty and sees the corpus in ``index.tsv`` order: each message is
 judged (a verdict at the filter's own threshold and a spamminess score), then learnt
 with its true label (the TREC spam track's immediate-feedback filtering task). Per
-filter: accuracy, ham FPR and spam FNR at its own threshold, (1-ROCA)%, lam% and spam
+filter, at its operating point (its own verdicts): accuracy, ham FPR with its one-sided
+95% Clopper-Pearson upper bound, spam recall; then the ranking's (1-ROCA)%, lam% and spam
 recall at ham FPR <= 0.1% (definitions in :mod:`benchmarks._trec`), and seconds taken.
 
 The filters, each skipped when its program is not installed:
@@ -13,6 +14,8 @@ The filters, each skipped when its program is not installed:
   with only ``kind=multinomial``). Verdict: the ``label`` in ``:out``; score: the spam
   log-odds ``log_proba["spam"] - log_proba["ham"]`` of the same output (0 while the
   model knows fewer than two classes), or the output's ``score`` field where it has one.
+  Run at the argmax and again at each ``--target-fpr`` (default 0.01 and 0.001: the
+  worker's ``--target-fpr``, its decision's ``target_fpr``).
 - ``streamnb``: the same model in this process, one message at a time (featurizer,
   model, decision rule and error weight from the config the daemon would store; the
   worker's predict step), scored by the same ``score``.
@@ -33,7 +36,7 @@ SpamAssassin 2002 replay takes 12 to 30 minutes on 2 cores (with the host's load
 all of it SpamAssassin's; bogofilter and CRM114 take a minute or two each, streamnb seconds.
 
     python -m benchmarks.peers [--limit N] [--peers bogofilter,crm114,spamassassin,
-        streamnb-daemon,streamnb] [--workers 2] [--sa-children 2]
+        streamnb-daemon,streamnb] [--workers 2] [--sa-children 2] [--target-fpr 0.01,0.001]
 """
 
 from __future__ import annotations
@@ -64,6 +67,7 @@ from benchmarks._common import (
     print_header,
 )
 from benchmarks._trec import RECALL_AT_HAM_FPR, Measures, measure
+from streamnb.operating_point import fp_upper_bound
 
 #: One external program call may take this long before the replay gives up.
 CALL_TIMEOUT_S = 120.0
@@ -323,17 +327,25 @@ def _verdict(label: Any) -> bool | None:
     return None if label is None else label == SPAM
 
 
-def replay_daemon(corpus: Corpus, n_workers: int = 2, timeout: float = 900.0) -> Replay:
-    """The corpus as labelled raw mail through ``n_workers`` workers (daemon defaults)."""
+def replay_daemon(corpus: Corpus, n_workers: int = 2, timeout: float = 900.0,
+                  target_fpr: float | None = None) -> Replay:
+    """The corpus as labelled raw mail through ``n_workers`` workers (daemon defaults; with
+    ``target_fpr``, the model's decision holds that target: ``worker --target-fpr``)."""
     from benchmarks._replay import replay_through_daemon
 
-    run = replay_through_daemon(corpus, n_workers, timeout=timeout, name=f"peers-{n_workers}w")
+    decision = None if target_fpr is None else {"target_fpr": target_fpr}
+    suffix = "" if target_fpr is None else "-fpr" + f"{target_fpr:g}".replace(".", "p")
+    run = replay_through_daemon(corpus, n_workers, timeout=timeout, decision=decision,
+                                name=f"peers-{n_workers}w{suffix}")
     seconds = run.seconds
     got = run.in_corpus_order(len(corpus))
-    return Replay(f"streamnb daemon, {n_workers} workers", [output_score(o) for o in got],
+    point = "argmax" if target_fpr is None else f"--target-fpr {target_fpr:g}"
+    return Replay(f"streamnb daemon, {n_workers} workers, {point}", [output_score(o) for o in got],
                   [_verdict(o.get("label")) for o in got], seconds,
                   f"{n_workers} x python -m streamnb_workers.worker --spec "
-                  "'{\"kind\": \"multinomial\"}' (label; score, else log_proba spam - ham)")
+                  "'{\"kind\": \"multinomial\"}'"
+                  + ("" if target_fpr is None else f" with decision target_fpr={target_fpr:g}")
+                  + " (label; score, else log_proba spam - ham)")
 
 
 def replay_streamnb(corpus: Corpus) -> Replay:
@@ -400,13 +412,17 @@ PEERS = {
 
 
 def row(replay: Replay, m: Measures) -> list[Any]:
+    """A filter's figures at its operating point (its own verdicts): ham FPR with its
+    one-sided 95% Clopper-Pearson upper bound, spam recall (1 - FNR), then the ranking's."""
+    bound = fp_upper_bound(m.ham_errors, m.n_ham)
     return [replay.name, m.n, f"{m.accuracy:.2%}", f"{m.ham_fpr:.2%} ({m.ham_errors})",
-            f"{m.spam_fnr:.2%} ({m.spam_errors})", m.no_verdict, f"{m.roca_pct:.3f}",
-            f"{m.lam_pct:.2f}", f"{m.recall_at_fpr:.1%}", f"{replay.seconds:.1f}"]
+            f"{bound:.2%}", f"{1 - m.spam_fnr:.2%} ({m.n_spam - m.spam_errors})",
+            m.no_verdict, f"{m.roca_pct:.3f}", f"{m.lam_pct:.2f}",
+            f"{m.recall_at_fpr:.1%}", f"{replay.seconds:.1f}"]
 
 
-HEADERS = ["filter", "messages", "accuracy", "ham FPR", "spam FNR", "no verdict",
-           "(1-ROCA)%", "lam%", f"recall@FPR<={RECALL_AT_HAM_FPR:.1%}", "seconds"]
+HEADERS = ["filter", "messages", "accuracy", "ham FPR", "FPR bound 95%", "spam recall",
+           "no verdict", "(1-ROCA)%", "lam%", f"recall@FPR<={RECALL_AT_HAM_FPR:.1%}", "seconds"]
 
 
 def print_replays(replays: Sequence[Replay], labels: Sequence[str]) -> list[Measures]:
@@ -437,7 +453,16 @@ def main(argv: list[str] | None = None) -> int:
                     help=f"comma-separated filters to run, of {','.join(PEERS)}")
     ap.add_argument("--workers", type=int, default=2, help="daemon worker processes")
     ap.add_argument("--sa-children", type=int, default=2, help="spamd children")
+    ap.add_argument("--target-fpr", default="0.01,0.001", metavar="F[,F...]",
+                    help="also run streamnb-daemon at these worker --target-fpr values "
+                         "('' for the argmax only)")
     args = ap.parse_args(argv)
+    try:
+        targets = [float(t) for t in args.target_fpr.split(",") if t.strip()]
+    except ValueError:
+        ap.error(f"--target-fpr: not numbers: {args.target_fpr!r}")
+    if any(not 0.0 < t < 1.0 for t in targets):
+        ap.error(f"--target-fpr: each must lie in (0, 1), got {args.target_fpr!r}")
     names = [n.strip() for n in args.peers.split(",") if n.strip()]
     unknown = [n for n in names if n not in PEERS]
     if unknown:
@@ -459,11 +484,14 @@ def main(argv: list[str] | None = None) -> int:
             kwargs["n_workers"] = args.workers
         elif name == "spamassassin":
             kwargs["children"] = args.sa_children
-        replay = peer.replay(corpus, **kwargs)
-        m = replay.measures(corpus.labels)
-        print(f"{replay.name}: {replay.seconds:.1f} s, (1-ROCA)% {m.roca_pct:.3f}, "
-              f"lam% {m.lam_pct:.2f}", flush=True)
-        replays.append(replay)
+        for target in [None, *targets] if name == "streamnb-daemon" else [None]:
+            if target is not None:
+                kwargs["target_fpr"] = target
+            replay = peer.replay(corpus, **kwargs)
+            m = replay.measures(corpus.labels)
+            print(f"{replay.name}: {replay.seconds:.1f} s, (1-ROCA)% {m.roca_pct:.3f}, "
+                  f"lam% {m.lam_pct:.2f}", flush=True)
+            replays.append(replay)
     print()
     print_replays(replays, corpus.labels)
     return 0

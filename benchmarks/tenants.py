@@ -18,8 +18,14 @@ snapshots after every few log entries, the log trimmed behind them and no label 
 shard holds 16e9 / that many such models (less what the label cache, the streams and an
 AOF rewrite's copy-on-write need).
 
+Per-user models (``--users 10000``): one worker serving that many models under
+``--replica-memory``, against one global model: throughput, the latency of a cold user's
+first and second messages, the worker's RSS (benchmarks/_users.py).
+
     python -m benchmarks.tenants [--models 1,4,16,64] [--workers 2] [--bits 16]
         [--memory-bits 16,18,20] [--repeat 1] [--cluster]
+    python -m benchmarks.tenants --users 10000 --replica-memory 256 [--cold 20]
+        --models '' --memory-bits ''
 """
 
 from __future__ import annotations
@@ -43,6 +49,7 @@ from benchmarks._common import (
 )
 from benchmarks.end_to_end import (
     RedisServer,
+    encode_messages,
     id_ms,
     keys,
     prefill,
@@ -214,6 +221,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeat", type=int, default=1, help="passes over the corpus")
     ap.add_argument("--cluster", action="store_true",
                     help="the throughput runs on a private 3-master Redis Cluster")
+    ap.add_argument("--users", default="", help="per-user runs: numbers of users (e.g. 10000)")
+    ap.add_argument("--replica-memory", type=int, default=256, help="MiB, the users' worker")
+    ap.add_argument("--cold", type=int, default=20, help="cold users whose latency is taken")
     args = ap.parse_args(argv)
     print_header("per-tenant models: throughput against models, Redis memory per model",
                  "benchmarks.tenants", argv)
@@ -227,6 +237,13 @@ def main(argv: list[str] | None = None) -> int:
         print_runs(runs, len(msgs), args)
     if args.memory_bits:
         print_memory(msgs, args)
+    if args.users:
+        from benchmarks._users import print_users  # deferred: it imports this module
+
+        one = Corpus(corpus.raws[:1], corpus.labels[:1])
+        unlabelled = encode_messages(one, "tokens", labelled=False)[0]
+        print_users(msgs, unlabelled, [int(u) for u in args.users.split(",")], args.bits,
+                    args.replica_memory * 2**20, args.cold)
     return 0
 
 

@@ -8,28 +8,12 @@ from pathlib import Path
 
 import pytest
 
+from streamnb_workers.cli.settings import StderrHandler
 from tests.helpers.acl import acl_redis  # noqa: F401 - shared fixtures
 from tests.helpers.cluster import cluster  # noqa: F401
 from tests.helpers.corpus import CORPUS
 from tests.helpers.prometheus import stack  # noqa: F401
 from tests.helpers.redis_server import REDIS_SERVER, RedisServer
-
-
-@pytest.fixture(autouse=True)
-def root_logging_restored():
-    """The root logger's handlers and level as they were before the test: ``streamnb``'s
-    main() installs a handler on the stderr of its moment (a test's captured one, closed
-    after it), which would else print "Logging error" into a later test's stderr."""
-    root = logging.getLogger()
-    handlers, level = list(root.handlers), root.level
-    yield
-    for h in list(root.handlers):
-        if h not in handlers:
-            root.removeHandler(h)
-    for h in handlers:
-        if h not in root.handlers:
-            root.addHandler(h)
-    root.setLevel(level)
 
 
 @pytest.fixture
@@ -79,3 +63,16 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
             for rep in failed:
                 crash = getattr(rep.longrepr, "reprcrash", None)
                 terminalreporter.line(f"{rep.nodeid}: {crash.message if crash else rep.longrepr}")
+
+
+@pytest.fixture(autouse=True)
+def cli_logging_undone():
+    """A command run in-process sets up the root logger (``setup_logging``); the tests after
+    it, in the same process, start without its handler and level. (The handler writes to
+    the sys.stderr of each record's moment, never a closed capture of an earlier test.)"""
+    root = logging.getLogger()
+    level = root.level
+    yield
+    for handler in [h for h in root.handlers if isinstance(h, StderrHandler)]:
+        root.removeHandler(handler)
+    root.setLevel(level)

@@ -83,3 +83,8 @@ DEFAULT_MAX_SOURCES = 8
 DEFAULT_AUTOLEARN_SCORE = 0.5
 DEFAULT_AUTOLEARN_MIN_CLASS_WEIGHT = 50.0
 DEFAULT_AUTOLEARN_PER_BATCH = 50
+
+#: Bytes of model replicas a worker holds in memory (``--replica-memory``): beyond it, the
+#: least recently used are evicted and loaded again on demand (docs/worker.md, "Many
+#: models"). 512 MiB: about 200 replicas of a 2**16-bucket model of two classes.
+DEFAULT_REPLICA_MEMORY = 512 * 2**20

@@ -795,3 +795,27 @@ def test_protocols_client_run_counts_answers_right_and_not_scored():
     mails = [(b"a", "spam"), (b"b", "spam"), (b"c", "ham"), (b"a", "spam")]
     run = client_run("stub", lambda port, raw: answers[raw], 0, mails, 1, 2)
     assert (run.mails, run.right, run.not_scored, len(run.whole)) == (4, 2, 1, 4)
+
+
+@needs_redis
+def test_users_run_serves_every_user_and_times_the_cold_ones():
+    from benchmarks._users import run_users
+
+    corpus = synthetic_mail(24, seed=3)
+    msgs = end_to_end.repeated_messages(corpus, "tokens", 1)
+    unlabelled = end_to_end.encode_messages(corpus, "tokens", labelled=False)[0]
+    run = run_users(msgs, unlabelled, 6, 8, replica_memory=4096, cold=2, timeout=120)
+    assert run.messages == 24 and run.per_second > 0
+    assert len(run.cold_first_ms) == len(run.cold_next_ms) == 2
+    assert run.rss_mib >= run.idle_rss_mib > 0
+
+
+@needs_redis
+@pytest.mark.redis
+def test_tune_runs_streamnb_tune_on_the_replays_history(capsys):
+    from benchmarks import tune
+
+    assert tune.main(["--limit", "120", "--workers", "1", "--runs", "accuracy;fpr=0.001 100"]) == 0
+    out = capsys.readouterr().out
+    assert "$ streamnb tune --redis URL --model mail --goal accuracy\nhistory: 120 entries read" in out
+    assert "needs at least 2995; no proposal\n(exit 1)" in out

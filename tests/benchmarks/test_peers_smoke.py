@@ -89,3 +89,33 @@ def test_daemon_with_one_worker_scores_as_the_in_process_replay():
     check(daemon, corpus)
     assert daemon.verdicts == local.verdicts
     assert daemon.scores == pytest.approx(local.scores, rel=1e-9, abs=1e-9)
+
+
+def test_the_row_gives_the_operating_points_fpr_bound_and_recall():
+    """2 of 100 ham flagged, 8 of 10 spam caught: FPR 2.00%, bound 6.16% (the Beta(3, 98)
+    quantile at 0.95), recall 80.00%."""
+    scores = [0.0] * 110
+    verdicts = [i < 2 for i in range(100)] + [i < 8 for i in range(10)]
+    labels = ["ham"] * 100 + ["spam"] * 10
+    replay = peers.Replay("x", scores, verdicts, 1.0, "")
+    cells = peers.row(replay, replay.measures(labels))
+    got = dict(zip(peers.HEADERS, cells, strict=True))
+    assert got["ham FPR"] == "2.00% (2)" and got["FPR bound 95%"] == "6.16%"
+    assert got["spam recall"] == "80.00% (8)"
+
+
+def test_a_bad_target_fpr_is_a_clear_error(capsys):
+    with pytest.raises(SystemExit):
+        peers.main(["--peers", "streamnb", "--target-fpr", "0.01,1.5"])
+    assert "each must lie in (0, 1)" in capsys.readouterr().err
+
+
+@pytest.mark.redis
+@pytest.mark.skipif(REDIS_SERVER is None, reason="redis-server is not installed")
+def test_the_daemon_also_runs_at_each_target_fpr(capsys):
+    assert peers.main(["--limit", "30", "--peers", "streamnb-daemon", "--workers", "1",
+                       "--target-fpr", "0.01"]) == 0
+    out = capsys.readouterr().out
+    assert "streamnb daemon, 1 workers, argmax" in out
+    assert "streamnb daemon, 1 workers, --target-fpr 0.01" in out
+    assert "FPR bound 95%" in out and "spam recall" in out

@@ -103,7 +103,7 @@ def test_dashboard_is_provisionable():
             for t in p["targets"]:
                 assert t["datasource"]["uid"] == "${datasource}"
     rows = [p["title"] for p in dash["panels"] if p["type"] == "row"]
-    assert rows == ["Overview", "Quality", "Drift", "Internals"]
+    assert rows == ["Overview", "Quality", "Drift", "Internals", "Challenger"]
 
 
 def test_dashboard_rows_cover_the_required_panels():
@@ -122,6 +122,7 @@ def test_dashboard_rows_cover_the_required_panels():
         "Drift": ["drift_events", "oov", "prior_shift", "feature_drift"],
         "Internals": ["stage_duration", "batch_size", "commit_conflicts", "reconnects",
                       "dead_letters"],
+        "Challenger": ["challenger_paired", "McNemar", "challenger_verdicts", "recall"],
     }
     for row, words in need.items():
         text = "\n".join(by_row[row])

@@ -15,11 +15,13 @@ import argparse
 import math
 from collections.abc import Callable
 
+from streamnb_workers.replication.challenger import parse_spec
 from streamnb_workers.wire.codec import DEFAULT_MAX_ENTRY_BYTES
 from streamnb_workers.wire.learn_sources import check_source
 
-__all__ = ["finite_float", "float_list", "non_negative_float", "non_negative_int", "number_in",
-           "octal_mode", "port", "positive_int", "shrinkage", "source_name", "whole_number_in"]
+__all__ = ["challenger_spec", "finite_float", "float_list", "non_negative_float", "non_negative_int",
+           "number_in", "octal_mode", "port", "positive_int", "shrinkage", "source_name",
+           "whole_number_in"]
 
 
 def whole_number_in(low: int, high: int | None, what: str = "a whole number",
@@ -99,6 +101,30 @@ def max_bytes(text: str) -> int:
     return n
 
 
+#: The units :func:`memory_size` reads.
+SIZE_UNITS = {"": 1, "B": 1, "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40,
+              "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12}
+
+
+def memory_size(text: str) -> int:
+    """A memory size: bytes, or a number with a unit (KiB, MiB, GiB, TiB, KB, MB, GB, TB);
+    0 for none.
+
+    >>> memory_size("512MiB"), memory_size("1.5 GB"), memory_size("0")
+    (536870912, 1500000000, 0)
+    """
+    t = text.strip()
+    number = t.rstrip("KMGTiBb ").strip()
+    unit = t[len(number):].strip().upper()
+    try:
+        n = float(number)
+    except ValueError:
+        n = -1.0
+    if unit not in SIZE_UNITS or not 0 <= n < 2**63 / SIZE_UNITS[unit]:
+        raise argparse.ArgumentTypeError(f"expected a size such as 512MiB or 2GB, got {text!r}")
+    return int(n * SIZE_UNITS[unit])
+
+
 def class_list(text: str) -> list[str] | str:
     """Declared classes, comma separated (``spam,ham``): distinct, non-empty; ``any``:
     any label is a class.
@@ -123,6 +149,25 @@ def octal_mode(text: str) -> str:
         raise argparse.ArgumentTypeError(f"expected an octal mode like 660, got {text!r}") from None
     if not 0 <= mode <= 0o777:
         raise argparse.ArgumentTypeError(f"expected an octal mode 0..777, got {text!r}")
+    return text
+
+
+def challenger_spec(text: str) -> str:
+    """A challenger SPEC (``key=value`` pairs, workers/replication/challenger.py), as given;
+    which keys the model takes is checked when the worker reads its config.
+
+    >>> challenger_spec("alpha=0.5,osb=5")
+    'alpha=0.5,osb=5'
+    >>> challenger_spec("alpha")
+    Traceback (most recent call last):
+    ...
+    argparse.ArgumentTypeError: expected key=value pairs such as alpha=0.5,osb=5, got 'alpha'
+    """
+    try:
+        parse_spec(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected key=value pairs such as alpha=0.5,osb=5, got {text!r}") from None
     return text
 
 

@@ -36,11 +36,13 @@ from streamnb_workers.cli.commands import (
     milter,
     predict,
     produce,
+    promote,
     rspamd,
     spamd,
     status,
     tail,
     tokens,
+    tune,
     worker,
 )
 from streamnb_workers.cli.options import PROG, fail, log_level, redis_error
@@ -51,7 +53,7 @@ __all__ = ["COMMANDS", "OneLineParser", "build_parser", "main", "subparsers"]
 
 #: The subcommands, in the order ``streamnb --help`` lists them.
 COMMANDS = (worker, produce, forget, predict, status, export, import_, demo, tail, milter,
-            spamd, rspamd, explain, tokens)
+            spamd, rspamd, explain, tokens, tune, promote)
 
 
 class OneLineParser(argparse.ArgumentParser):

@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import sys
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
@@ -302,9 +303,22 @@ def redis_settings(
         raise SettingsError(str(exc)) from None
 
 
+class StderrHandler(logging.StreamHandler):
+    """A handler on ``sys.stderr`` as it is when a line is written, not as it was when the
+    handler was made (what replaced it since, a test's capture, may be closed by now)."""
+
+    @property  # type: ignore[override]
+    def stream(self) -> Any:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value: Any) -> None:
+        pass
+
+
 def setup_logging(level: str = "INFO") -> None:
     """Log lines ``time level name message`` to stderr, every one redacted."""
-    handler = logging.StreamHandler()
+    handler = StderrHandler()
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     handler.addFilter(RedactingFilter())
     root = logging.getLogger()

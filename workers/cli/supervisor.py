@@ -80,11 +80,14 @@ def worker_options(args: argparse.Namespace) -> Any:
                          dead_maxlen=args.dead_maxlen, max_bytes=args.max_bytes,
                          explain=args.explain, token_names=args.token_names,
                          token_names_every=args.token_names_every,
+                         challenger=args.challenger,
                          healthz_grace_s=args.healthz_grace,
                          learnt_keys_max=args.learnt_keys_max, max_sources=args.max_sources,
                          autolearn=args.autolearn, autolearn_score=args.autolearn_score,
                          autolearn_min_class_weight=args.autolearn_min_class_weight,
-                         autolearn_per_batch=args.autolearn_per_batch, per_user_s=args.per_user,
+                         autolearn_per_batch=args.autolearn_per_batch,
+                         replica_memory=args.replica_memory,
+                         model_metrics=args.model_metrics, per_user_s=args.per_user,
                          user_min_weight=args.user_min_weight)
 
 

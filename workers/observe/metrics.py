@@ -107,8 +107,7 @@ class Metrics:
             "descheduled or blocked on Redis)", MW, **r)
         self.redis_errors = Counter(
             "redis_errors", "Redis errors by kind (connection, timeout, misconf, readonly, nogroup, "
-            "other)",
-            (*MW, "kind"), **r)
+            "other)", (*MW, "kind"), **r)
         self.reconnects = Counter("redis_reconnects", "Reconnection attempts after an error", MW, **r)
         self.worker_errors = Counter(
             "worker_errors", "Unexpected errors in the worker loop (not Redis being away); the "
@@ -123,9 +122,8 @@ class Metrics:
             MW, buckets=AGE_BUCKETS, **r)
         self.deltas_applied = Counter(
             "log_deltas_applied", "Entries of :log merged into the local model", MW, **r)
-        self.model_version = Gauge(
-            "model_version_timestamp_seconds",
-            "Time part of the last :log id applied (the model version)", MW, **r)
+        self.model_version = Gauge("model_version_timestamp_seconds", "Time part of the last "
+                                   ":log id applied (the model version)", MW, **r)
         self.worker_up = Gauge("worker_up", "1 while the worker loop runs", MW, **r)
         self.redis_up = Gauge(
             "redis_up", "1 while the worker reaches Redis; 0 from a failed round trip until "
@@ -134,11 +132,17 @@ class Metrics:
             "model_reachable", "1 while the worker reaches the Redis node of this model (or "
             "shard); 0 while it waits to reach it again: on a cluster it serves its other "
             "models and shards meanwhile", MW, **r)
+        w = ("worker",)  # ---- the replicas held (workers/replication/replica_cache.py)
+        self.replicas_held = Gauge("replicas_held", "Model replicas held in memory", w, **r)
+        self.replica_bytes = Gauge("replica_bytes", "Bytes of the replicas' arrays", w, **r)
+        self.replica_loads = Counter("replica_loads", "Evicted replicas loaded again", w, **r)
+        self.replica_evictions = Counter("replica_evictions", "Replicas evicted (LRU)", w, **r)
+        self.replica_load_seconds = Histogram("replica_load_seconds", "Time to load a replica", w,
+                                              buckets=STAGE_BUCKETS, **r)
         self.log_rewinds = Counter(
             "log_rewinds", "Times :log was found behind this worker's replica (Redis lost "
             "writes the replica had applied: a crash, or a failover to a replica that "
-            "lagged); the replica reloaded and the lost messages are learnt again, once",
-            MW, **r)
+            "lagged); the replica reloaded and the lost messages are learnt again, once", MW, **r)
         self.redis_restores = Counter(
             "redis_restores", "Times this worker wrote a model's config, consumer group or "
             "snapshot back after Redis came back without them (restarted empty)", MW, **r)
@@ -229,7 +233,14 @@ class Metrics:
         self.operating_negatives = Gauge(
             "operating_point_negatives", "Labelled negatives (ham) the operating point was "
             "fitted on", MW, **r)
-
+        # ---- challenger (--challenger SPEC; McNemar's b: right="champion", c: "challenger")
+        self.challenger_paired = Counter(
+            "challenger_paired", "Labelled messages by which of the model (champion) and the "
+            "challenger got them right: both, champion, challenger, neither", (*MW, "right"), **r)
+        self.challenger_verdicts = Counter(
+            "challenger_verdicts", "Labelled messages by side (champion, challenger), true "
+            "class and verdict (summed over the workers: each serves its own)",
+            ("model", "side", "class", "predicted"), **r)
 
     def start_series(self, model: str, worker: str) -> None:
         """Create at 0 every series of ``model`` served by ``worker`` whose labels are
@@ -245,8 +256,7 @@ class Metrics:
                        self.prequential_brier, self.delayed_log_loss, self.delayed_brier,
                        self.label_delay, self.corrections, self.oov_share, self.confidence,
                        self.unsure, self.messages_already_learnt, self.messages_relearnt,
-                       self.messages_autolearnt,
-                       self.ordered_section_seconds,
+                       self.messages_autolearnt, self.ordered_section_seconds,
                        self.ordered_section_cpu, self.order_wait_cpu, self.log_rewinds):
             family.labels(**mw)
         for reason in DEAD_LETTER_REASONS:

@@ -118,12 +118,14 @@ class ModelObserver:
 
     def __init__(self, metrics: Metrics, model: str, worker: str, events: Any = None, *,
                  event_cooldown_s: float = DRIFT_EVENT_COOLDOWN_S,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, label: str | None = None) -> None:
         """``events``: callable ``events(kind: str, fields: dict)`` that appends a drift event to
-        ``streamnb:{NAME}:events`` (given by the worker; None in unit tests)."""
+        ``streamnb:{NAME}:events`` (given by the worker; None in unit tests); ``label``:
+        the ``model`` label of its metrics (default ``model``; "*": pooled over models)."""
         self.metrics = metrics
         self.model = model
         self.worker = worker
+        self.label = model if label is None else label
         #: Classes whose series by class exist (Metrics.start_class_series).
         self._class_series: set[str] = set()
         self.events = events
@@ -138,7 +140,7 @@ class ModelObserver:
         self.token_detector = TokenDrift()
         self._last_event: dict[str, float] = {}
         self._feature_reference: dict[Any, Moments] = {}
-        mw = {"model": model, "worker": worker}
+        mw = {"model": self.label, "worker": worker}
         self._mw = mw
         m = metrics
         self._confidence = m.confidence.labels(**mw)
@@ -259,15 +261,15 @@ class ModelObserver:
         classes = parts.get("classes")
         if classes is not None:
             for label, weight in classes.as_dict().items():
-                self.metrics.class_weight.labels(model=self.model, **{"class": str(label)}).set(
+                self.metrics.class_weight.labels(model=self.label, **{"class": str(label)}).set(
                     weight)
             names = {str(label) for label in classes.as_dict()}
             if not names <= self._class_series:  # a new class: its series from 0
                 self._class_series |= names
-                self.metrics.start_class_series(self.model, self.worker, sorted(self._class_series))
+                self.metrics.start_class_series(self.label, self.worker, sorted(self._class_series))
         features = parts.get("features")
         if features is not None and hasattr(features, "n_seen"):
-            self.metrics.features_seen.labels(model=self.model).set(features.n_seen)
+            self.metrics.features_seen.labels(model=self.label).set(features.n_seen)
         moments = parts.get("moments")
         if moments is not None and getattr(moments, "n", None) is not None and len(moments.n):
             self._bhattacharyya(moments, classes)
@@ -299,7 +301,7 @@ class ModelObserver:
                                                 cb + ridge, priors=(wa / (wa + wb), wb / (wa + wb)))
                 except (ValueError, np.linalg.LinAlgError, ZeroDivisionError):
                     continue
-                lab = {"model": self.model, "class": str(a), "other": str(b)}
+                lab = {"model": self.label, "class": str(a), "other": str(b)}
                 self.metrics.bhattacharyya_distance.labels(**lab).set(dist)
                 self.metrics.bhattacharyya_bound.labels(**lab).set(bound)
 

@@ -9,9 +9,12 @@
   ``"h": [int, ...]``: the score codes of the batch's labelled predictions, in their order
   (``streamnb.operating_point.ScoreWindow.code``), added to the replica's window; such an
   entry is written even when the batch learnt nothing (every key learnt before).
+  With a challenger (workers/replication/challenger.py), ``"c"``: the challenger's bundle
+  (all sources' rows together: the challenger is not split by source).
 - ``{"t": "decay", "g": float}``: multiply every learnt weight by ``g`` (forgetting).
 - ``{"t": "forget", "s": source}``: take out everything ``source`` taught
   (``streamnb forget --source``).
+- ``{"t": "promote", "s": SPEC}``: the challenger SPEC becomes the model (its config too).
 - ``{"t": "drop", "c": label}``: remove class ``c`` and everything learnt under it
   (``GenerativeClassifier.remove_class``; a class the model does not hold: nothing), from
   every source's part too. A delta's ``sub`` rows of a class the model does not hold
@@ -41,10 +44,12 @@ __all__ = ["decode_log_entry", "encode_class_drop", "encode_decay", "encode_delt
 def encode_delta(add: StatsBundle | None, sub: StatsBundle | None, n_learnt: int,
                  worker: str, batch: str, epoch: int = 0,
                  sources: Sequence[tuple[Teacher, Any, Any]] = (), *,
-                 score_codes: list[int] | None = None) -> bytes:
+                 score_codes: list[int] | None = None,
+                 challenger: StatsBundle | None = None) -> bytes:
     """A delta log entry (see the module docstring): ``add``/``sub`` of the default
     source's ``epoch``, ``sources`` the ``((source, epoch), add, sub)`` of the others,
-    ``score_codes`` those of the batch's labelled predictions."""
+    ``score_codes`` those of the batch's labelled predictions, ``challenger`` the
+    challenger's bundle of the batch."""
     entry = {"t": "delta", "add": add.to_bytes() if add is not None else None,
              "sub": sub.to_bytes() if sub is not None else None,
              "n": int(n_learnt), "w": worker, "b": batch}
@@ -56,6 +61,8 @@ def encode_delta(add: StatsBundle | None, sub: StatsBundle | None, n_learnt: int
                         for (name, e), a, s in sources]
     if score_codes:
         entry["h"] = [int(c) for c in score_codes]
+    if challenger is not None:
+        entry["c"] = challenger.to_bytes()
     return dumps(entry)
 
 
@@ -76,8 +83,9 @@ def encode_class_drop(label: Any) -> bytes:
 
 def decode_log_entry(data: bytes) -> dict[str, Any]:
     obj = loads(data)
-    if not isinstance(obj, dict) or obj.get("t") not in ("delta", "decay", "forget", "drop"):
-        raise FormatError("log entry is not a delta, decay, forget or drop map")
+    if not isinstance(obj, dict) or \
+            obj.get("t") not in ("delta", "decay", "forget", "drop", "promote"):
+        raise FormatError("log entry is not a delta, decay, forget, drop or promote map")
     return obj
 
 

@@ -6,12 +6,12 @@ all workers have bit-identical statistics at the same version. The version is th
 the last log entry applied ("0-0" before any).
 
 Log entries: workers/replication/log_entries.py (deltas, decays, a source forgotten, a
-class removed).
+class removed, a challenger promoted).
 
 The snapshot (hash ``:snapshot``): ``log_id`` (the last log entry it includes), ``data``
 (``streamnb.models.dumps`` of the model), ``sources`` (its parts by source, if any),
-``scores`` (the score window's bytes, with an operating point held), ``ts``, and
-``trimmed`` (the MINID the log was
+``scores`` (the score window's bytes, with an operating point held), ``challenger`` (its
+model's dumps, with a challenger), ``ts``, and ``trimmed`` (the MINID the log was
 trimmed to after writing it). A replica whose version is below ``trimmed`` may have missed
 entries, so it reloads the snapshot; a late joiner does exactly that. A replica whose last
 applied entry is gone although nothing trimmed it (Redis restarted without its last writes,
@@ -40,6 +40,7 @@ import msgpack
 from streamnb.exceptions import FormatError
 from streamnb.operating_point import ScoreWindow
 from streamnb.stats.bundle import StatsBundle
+from streamnb_workers.replication.challenger import promoted
 from streamnb_workers.replication.log_entries import (
     decode_log_entry,
     encode_class_drop,
@@ -114,13 +115,28 @@ class Replica:
         self.on_change: Callable[..., None] | None = None
         #: The ``trimmed`` mark of a snapshot ignored as corrupt (it must not cause reloads).
         self._ignored_trim: Any = None
+        #: The statistics were dropped to save memory (workers/replication/replica_cache.py):
+        #: :attr:`model` is None, nothing is applied, :meth:`load` brings it back.
+        self.evicted = False
+        #: The challenger learnt from the same entries (workers/replication/challenger.py).
+        self.challenger: Any = None
 
     # ------------------------------------------------------------------ loading
     def load(self) -> Replica:
         """Load the snapshot (if any), then apply the log after it."""
+        self.evicted, self.learnt = False, 0
         self._load_snapshot()
         self.catch_up()
         return self
+
+    def evict(self) -> None:
+        """Drop the statistics (:attr:`version` stays, as the last one held); until
+        :meth:`load`, :meth:`catch_up` and :meth:`apply_own` do nothing. Loaded again,
+        the replica is the snapshot plus the log after it, as any replica."""
+        self.model, self.sources = None, SourceParts()
+        if self.challenger is not None:  # (reset from the snapshot at the load)
+            self.challenger.model = None
+        self.evicted = True
 
     def _load_snapshot(self) -> None:
         h = self.client.hgetall(self.keys.snapshot)
@@ -129,6 +145,8 @@ class Replica:
             self.sources = SourceParts()
             self.scores = score_window_for(self.config)
             self.version = "0-0"
+            if self.challenger is not None:
+                self.challenger.reset()
             self._changed()
             return
         h = {as_str(k): v for k, v in h.items()}
@@ -139,6 +157,8 @@ class Replica:
             return
         self.model = model
         self.sources = sources
+        if self.challenger is not None:
+            self.challenger.reset(h.get("challenger"))
         self.scores = self._decode_scores(h.get("scores"))
         self.version = version
         self.snapshot_version = self.version
@@ -201,6 +221,8 @@ class Replica:
                       self.keys.snapshot, exc, self.keys.log)
             self.model = self.config.make_model()
             self.sources = SourceParts()
+            if self.challenger is not None:  # rebuilt from the whole log with the model
+                self.challenger.reset()
             self.scores = score_window_for(self.config)
             self.version = "0-0"
             self.snapshot_version = "0-0"
@@ -223,6 +245,8 @@ class Replica:
         round trip: Redis answers them once the entry is there); 0 if none came, and
         :attr:`waited_s` is how long that round trip took."""
         self.waited_s = 0.0
+        if self.evicted:
+            return 0
         done = 0
         checked = False
         while limit is None or done < limit:
@@ -308,7 +332,7 @@ class Replica:
         >>> rep.apply_own("9999999999999-0", data, prev_id=first), rep.version, rep.learnt
         (True, '9999999999999-0', 2)
         """
-        if not prev_id or prev_id != self.version:
+        if self.evicted or not prev_id or prev_id != self.version:
             return False
         self.apply(entry_id, {"data": data})
         return True
@@ -325,9 +349,17 @@ class Replica:
                 if not isinstance(g, (int, float)) or isinstance(g, bool) or not 0.0 < g <= 1.0:
                     raise FormatError(f"decay factor must be a number in (0, 1], got {g!r}")
                 self.model = self.sources.decay(self.config, self.model, float(g))
+                if self.challenger is not None:
+                    self.challenger.model.decay(float(g))
                 self._changed()
-            elif entry["t"] == "forget":
+            elif entry["t"] == "forget":  # (the challenger is not split by source)
                 self.model = self.sources.forget(self.config, self.model, check_source(entry.get("s")))
+                self._changed()
+            elif entry["t"] == "promote":  # the challenger becomes the model
+                if promoted(self.challenger, entry.get("s"), self.keys.name, entry_id):
+                    self.model, self.config = self.challenger.model, self.challenger.config
+                    self.challenger, self.scores = None, score_window_for(self.config)
+                    self.sources.promoted()
                 self._changed()
             elif entry["t"] == "drop":
                 label = entry.get("c")
@@ -336,6 +368,8 @@ class Replica:
                 if self.sources.drop(self.model, label):
                     log.info("model %s: class %r removed (log entry %s)", self.keys.name,
                              label, entry_id)
+                if self.challenger is not None:
+                    self.challenger.model.remove_class(label)
                 self._changed()
             else:
                 n = entry.get("n", 0)
@@ -345,11 +379,14 @@ class Replica:
                 sub = StatsBundle.from_bytes(entry["sub"]) if entry.get("sub") is not None else None
                 codes = score_codes_of(entry)
                 contributions = decode_sources(entry, add, sub)
+                ch = self.challenger.check(entry) if self.challenger is not None else None
                 if contributions is not None:  # with sources: the parts and their sum
                     self.model = self.sources.apply(self.config, self.model, contributions)
                     plain = False
                 else:
                     plain = self._apply_default(add, sub)
+                if ch is not None:
+                    self.challenger.model.merge_stats(ch)
                 self.learnt += n
                 if self.scores is not None and codes:
                     self.scores.add(codes)

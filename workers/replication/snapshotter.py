@@ -47,7 +47,7 @@ return 0
 """)
 
 # KEYS: lease, snapshot, log. ARGV: consumer, log id, data, ts, minid, sources ('': none),
-# score window ('': none).
+# score window ('': none), challenger ('': none).
 _WRITE = LuaScript("""
 local function id(s)
   local ms, seq = string.match(s, '^(%d+)-(%d+)$')
@@ -68,6 +68,8 @@ if ARGV[6] == '' then redis.call('HDEL', KEYS[2], 'sources')
 else redis.call('HSET', KEYS[2], 'sources', ARGV[6]) end
 if ARGV[7] ~= '' then redis.call('HSET', KEYS[2], 'scores', ARGV[7])
 else redis.call('HDEL', KEYS[2], 'scores') end
+if ARGV[8] ~= '' then redis.call('HSET', KEYS[2], 'challenger', ARGV[8])
+else redis.call('HDEL', KEYS[2], 'challenger') end
 redis.call('XTRIM', KEYS[3], 'MINID', ARGV[5])
 return 'ok'
 """)
@@ -125,13 +127,13 @@ class Snapshotter:
         """A snapshot is due after ``every_n`` new log entries or ``interval_s`` seconds,
         or (``final``, at shutdown) as soon as anything was applied since the last one."""
         new = replica.applied - self.applied_at_last
-        if new <= 0 or replica.version == "0-0":
+        if new <= 0 or replica.version == "0-0" or replica.evicted:
             return False
         return final or new >= self.every_n or time.monotonic() - self._last_write >= self.interval_s
 
     def maybe_write(self, replica: Replica, force: bool = False, final: bool = False) -> bool:
         """Write a snapshot if this worker holds the lease and one is due (or ``force``)."""
-        if not self.holder or not (force or self.due(replica, final)):
+        if not self.holder or replica.evicted or not (force or self.due(replica, final)):
             return False
         return self.write(replica)
 
@@ -145,7 +147,8 @@ class Snapshotter:
         res = _WRITE(self.client, [self.keys.lease, self.keys.snapshot, self.keys.log],
                      [self.consumer, replica.version, data, repr(time.time()), minid,
                       replica.sources.encode(),
-                      replica.scores.to_bytes() if replica.scores is not None else b""])
+                      replica.scores.to_bytes() if replica.scores is not None else b"",
+                      replica.challenger.to_bytes() if replica.challenger is not None else b""])
         res = as_str(res)
         self._last_write = time.monotonic()
         self.applied_at_last = replica.applied

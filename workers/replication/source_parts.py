@@ -145,6 +145,13 @@ class SourceParts:
                 part.remove_class(label)
         return bool(model.remove_class(label))
 
+    def promoted(self) -> None:
+        """The challenger became the model (log entry ``promote``): its statistics are not
+        split by source, so the parts go; the epochs stay (a contribution of a source
+        forgotten before stays out). The next contribution of another source splits the
+        promoted model anew, all it holds as the default source's part."""
+        self.parts = {}
+
     def decay(self, config: Any, model: Any, g: float) -> Any:
         """Multiply every learnt weight by ``g``; return the model."""
         if not self.parts:

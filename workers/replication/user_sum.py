@@ -13,6 +13,9 @@ its learnt weight), ``U``'s part is left out and ``U``'s mail gets ``G``'s verdi
 The sum is taken anew when either model changed since it was last taken (a version, an
 applied entry, or a reload of either), when it is next used: a global model that learns
 costs each user model one sum per batch of that user's mail, not one per global delta.
+A worker's memory bound (workers/replication/replica_cache.py) counts the sum with the
+user's replica (:meth:`UserSum.nbytes`) and drops it with that replica
+(:meth:`UserSum.drop`); the global model's replica is pinned while users are served.
 
 >>> import fakeredis, numpy as np
 >>> from streamnb_workers.replication.replica import Replica, encode_delta
@@ -38,6 +41,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from streamnb_workers.replication.replica_cache import model_nbytes
 from streamnb_workers.replication.shards import shard_spec, sum_models
 from streamnb_workers.store.model_config import ModelConfig, ensure_config, read_config
 from streamnb_workers.store.user_models import register, registry_key, user_models
@@ -93,6 +97,15 @@ class UserSum:
             self._key = key
             self.resums += 1
         return self._model
+
+    def nbytes(self) -> int:
+        """Bytes of the sum's arrays (0 while none is held): counted with the user's
+        replica by workers/replication/replica_cache.py."""
+        return 0 if self._model is None else model_nbytes(self._model)
+
+    def drop(self) -> None:
+        """Let the sum go (the user's replica was evicted); taken anew when next used."""
+        self._model, self._key = None, None
 
 
 class UserModelWatch:

@@ -55,7 +55,7 @@ __all__ = [
 DATA_FIELD = "data"
 
 _KNOWN_KEYS = frozenset(PAYLOAD_KINDS) | {"id", "label", "weight", "ts", "ref", "meta", "key",
-                                          "forget", "forget_class", "source"}
+                                          "forget", "forget_class", "promote", "source"}
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 
 
@@ -91,6 +91,8 @@ class InputMessage:
     #: The source it is learnt under (None: the default source; workers/wire/learn_sources.py).
     source: str | None = None
     forget_class: str | int | None = None
+    #: ``{"promote": SPEC}``: make the challenger SPEC the model (workers/replication/challenger.py).
+    promote: str | None = None
 
     @property
     def is_labelled(self) -> bool:
@@ -287,7 +289,7 @@ def decode_input(
         raise MalformedMessage("not_a_map", f"expected a msgpack map, got {type(obj).__name__}")
 
     unknown = len(obj.keys() - _KNOWN_KEYS)
-    if obj.get("forget_class") is not None:
+    if obj.get("forget_class") is not None or obj.get("promote") is not None:
         return _class_removal(obj, entry_id, limits, unknown)
     present = [k for k in PAYLOAD_KINDS if obj.get(k) is not None]
     ref = obj.get("ref")
@@ -396,8 +398,11 @@ def _class_removal(obj: dict, entry_id: str, limits: Limits, unknown: int) -> In
     if extra:
         raise MalformedMessage("several_payloads",
                                f"forget_class goes alone, without {', '.join(extra)}")
+    spec = obj.get("promote")
+    if spec is not None and (not isinstance(spec, str) or obj.get("forget_class") is not None):
+        raise MalformedMessage("bad_type", "promote is a challenger's SPEC (str), alone")
     try:
-        label = _label(obj["forget_class"], limits)
+        label = _label(obj["forget_class"], limits) if spec is None else None
     except MalformedMessage as exc:
         raise MalformedMessage(exc.reason, "forget_class: " + exc.detail) from None
     msg_id = obj.get("id", entry_id)
@@ -410,7 +415,7 @@ def _class_removal(obj: dict, entry_id: str, limits: Limits, unknown: int) -> In
         raise MalformedMessage("bad_type", "ts must be a finite number (unix seconds)")
     return InputMessage(entry_id=entry_id, id=msg_id, payload_kind=None, payload=None,
                         ts=None if ts is None else float(ts), unknown_keys=unknown,
-                        forget_class=label)
+                        forget_class=label, promote=spec)
 
 
 # ---------------------------------------------------------------------------- encoding

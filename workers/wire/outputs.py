@@ -39,6 +39,7 @@ def encode_output(
     was: str | int | None = None,
     threshold: float | None = None,
     proba: float | None = None,
+    challenger: dict | None = None,
 ) -> bytes:
     """Encode one prediction for ``{M}:out``; ``threshold`` and ``proba`` (with an
     operating point held: the score threshold in use, the calibrated P(positive)) where
@@ -79,6 +80,8 @@ def encode_output(
         obj["threshold"] = float(threshold)
     if proba is not None and proba == proba:
         obj["proba"] = float(proba)
+    if challenger is not None:  # (workers/replication/challenger.py)
+        obj["challenger"] = challenger
     return dumps(obj)
 
 
@@ -95,6 +98,7 @@ def output_for(
     was: str | int | None = None,
     threshold: float | None = None,
     proba: float | None = None,
+    challenger: dict | None = None,
 ) -> bytes:
     """:func:`encode_output` for a decoded input (id, entry, true label and meta from
     ``msg``); ``reason``: why a labelled message was not learnt (``already_learnt``), or
@@ -117,6 +121,7 @@ def output_for(
         was=was if msg.label is not None else None,
         threshold=threshold,
         proba=proba,
+        challenger=challenger,
     )
 
 

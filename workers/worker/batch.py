@@ -32,6 +32,7 @@ import numpy as np
 
 from streamnb.exceptions import MalformedMessage
 from streamnb.features import Row, rows_to_bytes
+from streamnb_workers.replication.challenger import Promotion
 from streamnb_workers.store.training import holds_token
 from streamnb_workers.wire.codec import (
     DATA_FIELD,
@@ -177,7 +178,7 @@ def decode_entries(entries: Sequence[tuple[Any, Any]], deliveries: dict[str, int
         except MalformedMessage as exc:
             dead.append(Dead(eid, exc.reason, exc.detail, data))
             continue
-        if train_token is not None and (msg.is_labelled or msg.forget
+        if train_token is not None and (msg.is_labelled or msg.forget or msg.promote
                                         or msg.forget_class is not None) \
                 and not holds_token(fields, train_token):
             dead.append(Dead(eid, "label_not_allowed", "this model learns labels and forgets "
@@ -196,8 +197,9 @@ def featurize(featurizer: Any, decoded: Decoded) -> Featurized:
     payload = []
     drops = []
     for eid, msg, data in decoded.messages:
-        if msg.forget_class is not None:
-            drops.append((eid, msg.forget_class, data))
+        if msg.forget_class is not None or msg.promote is not None:
+            drops.append((eid, msg.forget_class if msg.promote is None else
+                          Promotion(msg.promote), data))
         elif msg.payload_kind is None:
             refs.append(LabelRef(eid, msg.ref, msg.label, msg.ts or entry_time(eid), msg.source))
             ref_data[eid] = data

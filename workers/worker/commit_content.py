@@ -78,6 +78,8 @@ class PredictedBatch:
     learn_once: bool = True
     #: The class removals ``(entry id, class, bytes)``, in stream order.
     class_drops: list[tuple[str, Any, bytes]] = field(default_factory=list)
+    #: With a challenger: its item (its row) and verdict per item (None: not predicted).
+    challenger: list[tuple[Item, Verdict] | None] | None = None
 
     @classmethod
     def of(cls, decoded: Decoded, batch: Featurized, predictions: Predictions | None,
@@ -101,7 +103,9 @@ class PredictedBatch:
                        refs=[r for r in self.refs if r.entry_id not in lost],
                        dead=[d for d in self.dead if d.entry_id not in lost],
                        forgets=[f for f in self.forgets if f.entry_id not in lost],
-                       class_drops=[d for d in self.class_drops if d[0] not in lost])
+                       class_drops=[d for d in self.class_drops if d[0] not in lost],
+                       challenger=None if self.challenger is None else
+                       [self.challenger[i] for i in kept])
 
     @property
     def outside_refs(self) -> list[str]:
@@ -154,6 +158,8 @@ class CommitContent:
     drop_classes: list[Any] = field(default_factory=list)
     #: The score codes of the labelled items, in order, for the model's score window.
     score_codes: list[int] = field(default_factory=list)
+    #: The challenger's statistics of the labels learnt in the batch (None: none).
+    challenger_add: Any = None
 
 
 def batch_stats(model: Any, featurizer: Any, rows: Sequence[tuple[Row, Any, float]]) -> Any:
@@ -177,7 +183,8 @@ def commit_content(batch: PredictedBatch, cached: dict[str, CachedMessage | None
                    cache_labelled: bool, epochs: dict[str, int] | None = None,
                    known_sources: Collection[str] = (DEFAULT_SOURCE,),
                    max_sources: int = DEFAULT_MAX_SOURCES,
-                   autolearn: AutolearnPolicy | None = None) -> CommitContent | None:
+                   autolearn: AutolearnPolicy | None = None,
+                   challenger: Any = None) -> CommitContent | None:
     """What the commit of ``batch`` writes, given the cache entries read for its labels
     (``cached``; an entry whose row does not fit this model is as good as expired);
     None when nothing is left to commit. ``cache``: whether messages are cached at all;
@@ -235,14 +242,15 @@ def commit_content(batch: PredictedBatch, cached: dict[str, CachedMessage | None
     sources = [(t, batch_stats(model, featurizer, adds.get(t, [])),
                 batch_stats(model, featurizer, subs.get(t, [])))
                for t in sorted((set(adds) | set(subs)) - {default})]
+    ch = batch.challenger or [None] * len(items)
     outputs = [output_for(it.msg, v.label, v.log_proba, batch.version, worker,
                           learned=lab is not None, score=v.score, threshold=v.threshold,
-                          proba=v.proba,
+                          proba=v.proba, challenger=challenger_output(c),
                           reason=ALREADY_LEARNT if dup else RELEARNT if i in once.was else
                           AUTOLEARNT if i in auto else None,
                           was=once.was.get(i), explain=v.explanation)
-               for i, (it, v, lab, dup) in enumerate(zip(items, verdicts, learnt, duplicate,
-                                                         strict=True))]
+               for i, (it, v, lab, dup, c) in enumerate(zip(items, verdicts, learnt, duplicate,
+                                                            ch, strict=True))]
     why = "never seen, or its cache entry expired" + (
         "" if cache_labelled else "; messages learnt on arrival are not cached: --no-cache-labelled")
     dead = batch.dead + [Dead(r.entry_id, REF_EXPIRED, f"no cached message with id {r.ref!r} "
@@ -287,7 +295,31 @@ def commit_content(batch: PredictedBatch, cached: dict[str, CachedMessage | None
         n_autolearnt=len(auto),
         relearnt_was=once.relearnt_was, default_epoch=default[1], sources=sources,
         drop_classes=[d[1] for d in batch.class_drops],
-        score_codes=[v.code for v in verdicts if v.code is not None])
+        score_codes=[v.code for v in verdicts if v.code is not None],
+        challenger_add=None if batch.challenger is None or challenger is None else
+        challenger_stats(challenger, featurizer, items, learnt, ch))
+
+
+def challenger_stats(challenger: Any, featurizer: Any, items: Sequence[Item],
+                     learnt: Sequence[Any], ch: Sequence[tuple[Item, Verdict] | None]) -> Any:
+    """The challenger's statistics of the items learnt with their own label (not a
+    delayed label nor a correction: those stay the model's), each with the weight the
+    challenger's verdict gave it (workers/replication/challenger.py)."""
+    rows = [(c[0].row, lab, c[1].weight) for it, lab, c in zip(items, learnt, ch, strict=True)
+            if c is not None and lab is not None and lab == it.msg.label]
+    return batch_stats(challenger.model, challenger.featurizer or featurizer, rows)
+
+
+def challenger_output(c: tuple[Item, Verdict] | None) -> dict[str, Any] | None:
+    """An output's ``challenger`` map: the challenger's label, score and log posteriors."""
+    if c is None or c[1].label is None:
+        return None
+    v = c[1]
+    out: dict[str, Any] = {"label": v.label,
+                           "log_proba": {k: float(x) for k, x in v.log_proba.items()}}
+    if v.score is not None and v.score == v.score and abs(v.score) != float("inf"):
+        out["score"] = float(v.score)
+    return out
 
 
 def _autolearnt(batch: PredictedBatch, model: Any, policy: AutolearnPolicy | None,

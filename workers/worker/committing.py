@@ -25,6 +25,7 @@ from dataclasses import dataclass
 import redis
 
 from streamnb.exceptions import StreamnbError
+from streamnb_workers.replication.challenger import Promotion
 from streamnb_workers.replication.replica import encode_class_drop, encode_decay, encode_delta
 from streamnb_workers.store.commit import (
     CommitRequest,
@@ -82,7 +83,8 @@ def build(rt: ModelRuntime, batch: PredictedBatch, prepared_s: float = 0.0) -> B
                                  autolearn=AutolearnPolicy(o.autolearn_score,
                                                            o.autolearn_min_class_weight,
                                                            o.autolearn_per_batch)
-                                 if o.autolearn else None)
+                                 if o.autolearn else None,
+                                 challenger=rt.replica.challenger)
         if content is None:
             learn.cancel()
             return None
@@ -96,9 +98,9 @@ def _request(rt: ModelRuntime, content: CommitContent, announced: str | None) ->
     # (an entry with score codes alone too: the window learns every labelled prediction)
     log_data = encode_delta(add, sub, content.n_learnt, rt.consumer, uuid.uuid4().hex[:16],
                             content.default_epoch, content.sources,
-                            score_codes=content.score_codes) \
-        if (add is not None or sub is not None or content.sources or content.score_codes) \
-        else None
+                            score_codes=content.score_codes, challenger=content.challenger_add) \
+        if (add is not None or sub is not None or content.sources or content.score_codes
+            or content.challenger_add is not None) else None
     writes, registry = [], None
     if content.cache_entries:
         writes, registry = batch_writes(rt.keys, int(rt.options.cache_ttl_s * 1000),
@@ -117,7 +119,8 @@ def _request(rt: ModelRuntime, content: CommitContent, announced: str | None) ->
         else None,
         learn_keys=content.learn_keys if keys_max else [],
         forget_keys=content.forget_keys, relabel_keys=content.relabel_keys, keys_max=keys_max,
-        class_drops=[(encode_class_drop(c), record_prefix(c)) for c in content.drop_classes])
+        class_drops=[c.commit_entry() if isinstance(c, Promotion) else
+                     (encode_class_drop(c), record_prefix(c)) for c in content.drop_classes])
 
 
 # ---------------------------------------------------------------------- commit, retry

@@ -44,7 +44,7 @@ def housekeeping(rt: ModelRuntime, served: list[str], now: float | None = None) 
             rt.series(rt.metrics.snapshots_written).inc()
         if rt.options.input_trim_s > 0 and t.trim_input.fire(now):
             trim_consumed_input(rt)
-        if t.gauges.fire(now):
+        if rt.options.model_metrics and t.gauges.fire(now):  # (pooled, they would mean nothing)
             sample_gauges(rt)
         if t.cleanup.fire(now):
             removed = remove_dead_consumers(rt.client, rt.keys, rt.options.stale_s, rt.consumer)
@@ -56,6 +56,8 @@ def housekeeping(rt: ModelRuntime, served: list[str], now: float | None = None) 
         publish_token_names(rt)
     if t.observe.due(now) and rt.observe_model():
         t.observe.restart(now)
+        if rt.replicas is not None:  # (the observer may build the model's tables)
+            rt.replicas.measure(rt.name)
 
 
 def publish_token_names(rt: ModelRuntime) -> None:
@@ -92,15 +94,15 @@ def sample_gauges(rt: ModelRuntime) -> None:
     g = stream_gauges(rt.client, rt.keys)
     m = rt.metrics
     for stream in ("in", "out", "dead", "log"):
-        m.stream_length.labels(model=rt.name, stream=stream).set(g[stream])
-    m.group_lag.labels(model=rt.name).set(g["lag"])
-    m.group_pending.labels(model=rt.name).set(g["pending"])
+        m.stream_length.labels(model=rt.label, stream=stream).set(g[stream])
+    m.group_lag.labels(model=rt.label).set(g["lag"])
+    m.group_pending.labels(model=rt.label).set(g["pending"])
     age = snapshot_age(rt.client, rt.keys)
     if age is None:  # no snapshot yet: the age of what only the log holds (0: nothing)
         first = rt.client.xrange(rt.keys.log, count=1)
         age = max(0.0, time.time() - entry_time(as_str(first[0][0]))) if first else 0.0
-    m.snapshot_age.labels(model=rt.name).set(age)
-    m.live_workers.labels(model=rt.name).set(len(live_workers(rt.client, rt.keys, rt.options.stale_s)))
+    m.snapshot_age.labels(model=rt.label).set(age)
+    m.live_workers.labels(model=rt.label).set(len(live_workers(rt.client, rt.keys, rt.options.stale_s)))
 
 
 def drop_sampled_gauges(rt: ModelRuntime) -> None:
@@ -110,6 +112,6 @@ def drop_sampled_gauges(rt: ModelRuntime) -> None:
     holder samples them again once Redis answers."""
     m = rt.metrics
     for stream in ("in", "out", "dead", "log"):
-        m.stream_length.remove(rt.name, stream)
+        m.stream_length.remove(rt.label, stream)
     for gauge in (m.group_lag, m.group_pending, m.snapshot_age, m.live_workers):
-        gauge.remove(rt.name)
+        gauge.remove(rt.label)

@@ -40,7 +40,7 @@ from streamnb_workers.wire.replies import as_str
 from streamnb_workers.wire.stream_ids import first_id, parse_id
 
 __all__ = ["READ_SCRIPT", "read_commands", "read_now", "read_reply", "all_done", "claim_idle", "delivery_counts", "ensure_group", "read_new",
-           "read_pending", "ReadBatch", "read_batches", "read_behind", "read_models", "read_next",
+           "read_pending", "ReadBatch", "read_batches", "read_behind", "read_models", "read_each", "read_next",
            "in_stream_order", "move_training", "training_done"]
 
 #: A model, as far as the order of batches goes (it has a ``name``).
@@ -283,3 +283,21 @@ def read_models(reader: Any, consumer: str, rts: list[Any], count: int, block_ms
         read.add(seconds)
         read.observe()
     return [(rts[i], batch) for i, batch in got]
+
+
+def read_each(guard: Any, reader: Any, consumer: str, rts: list[Any], count: int, wait_ms: int,
+              announce: bool) -> list[tuple[Any, ReadBatch]]:
+    """New entries of each model of ``rts`` on a cluster, a read each run by ``guard``
+    (workers/worker/outages.py ``ModelGuard``): none waits unless all were empty, then each
+    its share of ``wait_ms``."""
+    got: list[tuple[Any, ReadBatch]] = []
+    for rt in rts:
+        got += guard(rt, read_models, reader, consumer, [rt], count, 0, True, announce) or []
+    if got or not wait_ms:
+        return got
+    for rt in guard.serving(rts):
+        got = guard(rt, read_models, reader, consumer, [rt], count,
+                    max(1, wait_ms // len(rts)), True, announce) or []
+        if got:
+            break
+    return got

@@ -35,6 +35,7 @@ from typing import Any
 from streamnb.exceptions import StreamnbError
 from streamnb_workers.observe.health import RedisHealth
 from streamnb_workers.observe.metrics import Metrics, default_metrics
+from streamnb_workers.replication.replica_cache import CacheMetrics, ReplicaCache
 from streamnb_workers.replication.shards import ShardSum, shard_names, shard_spec
 from streamnb_workers.replication.snapshotter import delete_consumer_if_idle
 from streamnb_workers.replication.user_sum import UserModelWatch, UserSum
@@ -65,6 +66,7 @@ from streamnb_workers.worker.intake import (
     ensure_group,
     in_stream_order,
     move_training,
+    read_each,
     read_models,
     training_done,
 )
@@ -117,6 +119,8 @@ class Worker:
         #: Check each model's keys before the next step (after a reconnect or NOGROUP):
         #: Redis may have come back without them (workers/worker/restore.py).
         self.check_keys = False
+        self.replicas = ReplicaCache(self.options.replica_memory,
+                                     CacheMetrics(self.metrics, self.consumer))
         self.users, self.users_due = UserModelWatch(), 0.0  # per-user models: next look
 
     # ------------------------------------------------------------------ lifecycle
@@ -164,11 +168,13 @@ class Worker:
         """Start serving the model (or shard) stored as ``cfg``: its group, its replica
         (``alone``: the only model the worker serves, whose batches are read ahead)."""
         ensure_group(self.client, ModelKeys(cfg.name))
-        rt = ModelRuntime(cfg, self.client, self.options, self.metrics, self.reader, alone)
-        rt.replica.load()
+        cache = None if "|" in cfg.name else self.replicas  # (a shard's: held for good)
+        rt = ModelRuntime(cfg, self.client, self.options, self.metrics, self.reader, alone, cache)
+        if cache is None:  # else loaded if it fits by the cache (workers/worker/runtime.py)
+            rt.replica.load()
         rt.timers.cleanup.restart(time.monotonic())  # (others' heartbeats: as in _recover)
         self.models[cfg.name] = rt
-        self.metrics.start_series(cfg.name, self.consumer)
+        self.metrics.start_series(rt.label, self.consumer)
         rt.version_metric()
         rt.series(self.metrics.worker_up).set(1)
         rt.series(self.metrics.model_reachable).set(1)
@@ -182,10 +188,15 @@ class Worker:
             return
         self.users_due = time.monotonic() + self.options.per_user_s
         for model, cfg in self.users.new_models(self.client, list(self.served), self.models):
-            base = self.models[shard_names(model, self.sharded[model].shards)[0]].summed \
-                if model in self.sharded else self.models[model].replica
+            if model in self.sharded:  # (shards are held for good)
+                base = self.models[shard_names(model, self.sharded[model].shards)[0]].summed
+            else:  # the sums read it: never evicted (workers/replication/replica_cache.py)
+                self.models[model].use_replica()
+                self.replicas.pin(model)
+                base = self.models[model].replica
             rt = self._serve(cfg, False)
-            rt.sum_shards(UserSum(cfg, base, rt.replica, self.options.user_min_weight))
+            rt.sum_shards(total := UserSum(cfg, base, rt.replica, self.options.user_min_weight))
+            self.replicas.attach(cfg.name, total)  # counted with the user's, dropped with it
 
     def request_stop(self) -> None:
         """Finish the current batch, commit it, and return from :meth:`run`."""
@@ -278,7 +289,7 @@ class Worker:
                 rt.series(self.metrics.model_reachable).set(0)
         self.check_keys = True
         for rt in self.models.values() or [None]:
-            labels = {"model": rt.name if rt else "-", "worker": self.consumer}
+            labels = {"model": rt.label if rt else "-", "worker": self.consumer}
             self.metrics.redis_errors.labels(**labels, kind=kind).inc()
             self.metrics.reconnects.labels(**labels).inc()
         for rt in self.models.values():
@@ -361,7 +372,8 @@ class Worker:
         if not self.stopping and rest:
             wait = 0 if batches or n else block_ms
             if guard.active:  # a read a model, each guarded
-                batches += self._read_each(rest, wait)
+                batches += read_each(guard, self.reader, self.consumer, rest, self.options.batch,
+                                     wait, self._announce_reads)
             else:
                 batches += read_models(self.reader, self.consumer, rest, self.options.batch,
                                        wait, self.connector.cluster, self._announce_reads)
@@ -384,24 +396,6 @@ class Worker:
         """Batches are announced as soon as read when several models are served (one
         model's batch is processed, and announced, right after its read)."""
         return self.options.order_wait_ms > 0 and len(self.models) > 1
-
-    def _read_each(self, rts: list[ModelRuntime], wait_ms: int,
-                   ) -> list[tuple[ModelRuntime, ReadBatch]]:
-        """New entries of each model, a guarded read each (as :func:`read_new` reads a
-        cluster's streams: none waits unless all were empty, then each its share)."""
-        got: list[tuple[ModelRuntime, ReadBatch]] = []
-        for rt in rts:
-            got += self.guard(rt, read_models, self.reader, self.consumer, [rt],
-                              self.options.batch, 0, True, self._announce_reads) or []
-        if got or not wait_ms:
-            return got
-        for rt in self.guard.serving(rts):
-            got = self.guard(rt, read_models, self.reader, self.consumer, [rt],
-                             self.options.batch, max(1, wait_ms // len(rts)), True,
-                             self._announce_reads) or []
-            if got:
-                break
-        return got
 
     def _intake(self, rt: ModelRuntime, served: list[str]) -> int:
         """Model ``rt``'s housekeeping, claims and own pending entries (a model back from

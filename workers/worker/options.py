@@ -24,6 +24,7 @@ from streamnb_workers.defaults import (
     DEFAULT_LEARNT_KEYS_MAX,
     DEFAULT_MAX_SOURCES,
     DEFAULT_ORDER_WAIT_MS,
+    DEFAULT_REPLICA_MEMORY,
     DEFAULT_TOKEN_NAMES,
     DEFAULT_TOKEN_NAMES_EVERY,
 )
@@ -128,9 +129,20 @@ class WorkerOptions:
     token_names: int = DEFAULT_TOKEN_NAMES
     #: Count the names of one message in this many (each costs a second tokenization).
     token_names_every: int = DEFAULT_TOKEN_NAMES_EVERY
+    #: A challenger learnt from the same entries (workers/replication/challenger.py):
+    #: its SPEC, stored with the model; None: the stored one, if any.
+    challenger: str | None = None
     #: ``/healthz`` on the metrics port fails (503) once Redis has been unreachable for
     #: longer than this (workers/observe/health.py).
     healthz_grace_s: float = DEFAULT_HEALTHZ_GRACE_S
+    #: Bytes of replica arrays held in memory; beyond it the least recently used replicas
+    #: are evicted and loaded again from their snapshot and log for their next batch
+    #: (workers/replication/replica_cache.py). 0: no bound.
+    replica_memory: int = DEFAULT_REPLICA_MEMORY
+    #: Metrics by model (``model="NAME"``); False: pooled over the models under
+    #: ``model="*"`` (a worker serving thousands of per-user models: the series by model
+    #: cost about 110 KiB each; docs/observability.md).
+    model_metrics: bool = True
     #: Serve the per-user and per-domain models registered for each model served
     #: (``streamnb:{M}:users``), looking for new ones this often in seconds; 0: none.
     #: See docs/worker.md, "Per-user models".
@@ -177,6 +189,8 @@ class WorkerOptions:
                              f"{self.per_user_s} and {self.user_min_weight}")
         if self.learnt_keys_max < 0:
             raise ValueError(f"learnt_keys_max must be >= 0, got {self.learnt_keys_max}")
+        if self.replica_memory < 0:
+            raise ValueError(f"replica_memory must be >= 0, got {self.replica_memory}")
         if self.max_deliveries < 1:
             raise ValueError(f"max_deliveries must be >= 1, got {self.max_deliveries}")
         if self.consumer is None:

@@ -18,8 +18,10 @@ from typing import Any
 
 import numpy as np
 
+from streamnb.exceptions import MalformedMessage
 from streamnb_workers.observe.metrics import observe_many
 from streamnb_workers.observe.token_names import message_tokens
+from streamnb_workers.replication.challenger import store_promoted
 from streamnb_workers.replication.ordering import wait_for_earlier
 from streamnb_workers.wire.explanations import add_batch_term, explain_matrix
 from streamnb_workers.wire.stream_ids import entry_time, first_id
@@ -30,6 +32,7 @@ from streamnb_workers.worker.batch import (
     Featurized,
     Item,
     Predictions,
+    Verdict,
     cache_rows,
     decode_entries,
     drop_bad_categories,
@@ -96,6 +99,7 @@ def process_batch(rt: ModelRuntime, entries: list, deliveries: dict[str, int] | 
     ``may_send_ahead``: a full batch's commit may be sent without waiting for its reply
     (:func:`committing.send_ahead`; with ``WorkerOptions.send_ahead``).
     """
+    rt.use_replica()  # loaded again if it was evicted (workers/replication/replica_cache.py)
     received = take_in(rt, entries, deliveries, announced)
     sent = False
     try:
@@ -104,6 +108,8 @@ def process_batch(rt: ModelRuntime, entries: list, deliveries: dict[str, int] | 
     finally:
         if not sent:  # else the settle of the commit on the wire withdraws it
             rt.withdraw(received.announced)
+        if rt.replicas is not None:  # its tables, built by the prediction, counted
+            rt.replicas.measure(rt.name)
     return len(entries)
 
 
@@ -152,6 +158,10 @@ def predict_and_commit(rt: ModelRuntime, received: Received, settled: bool,
         received.announced
     batch = received.batch
     ordered_from = catch_up(rt, received.start, bool(batch.items), settled, own_applied)
+    if rt.replica.config is not rt.config:  # a challenger promoted: its config, its rows
+        adopt_promoted(rt)
+        batch, prepared = drop_bad_categories(rt.predictor, drop_undeclared_labels(
+            rt.config.classes, featurize(rt.featurizer, decoded))), None
     with rt.stage("predict") as predicting:
         predicting.add(prepared.prediction_s if prepared else 0.0)
         # after the log tail: it may have brought the model's first classes
@@ -169,6 +179,9 @@ def predict_and_commit(rt: ModelRuntime, received: Received, settled: bool,
         own=prepared.own if prepared and weights_as_given(batch.items, predictions) else None,
         row_bytes=prepared.row_bytes if prepared else None, announced=announced,
         learn_once=o.learnt_keys_max > 0)
+    if rt.replica.challenger is not None and batch.items:
+        with rt.stage("predict"):
+            predicted = replace(predicted, challenger=challenge(rt, batch.items))
     built = committing.build(rt, predicted, prepared.commit_s if prepared else 0.0)
     sent = False
     if built is not None:
@@ -192,7 +205,54 @@ def predict_and_commit(rt: ModelRuntime, received: Received, settled: bool,
     if predictions is not None and predictions.observed:
         with rt.stage("observe"):
             observe_predictions(rt, predictions, received.now)
+            if predicted.challenger is not None:
+                observe_challenger(rt, predicted)
+    if rt.replica.config is not rt.config:  # promoted by this batch's commit
+        adopt_promoted(rt)
     return sent
+
+
+def challenge(rt: ModelRuntime, items: list[Item]) -> list[tuple[Item, Verdict] | None]:
+    """The challenger's item and verdict for each item (None: its featurizer refused
+    the message), predicted as the model's are: prequential, with its own error weight
+    (workers/replication/challenger.py)."""
+    ch = rt.replica.challenger
+    if ch.featurizer is None:
+        mine: list[Item | None] = list(items)
+    else:
+        rows = ch.featurizer.featurize_batch([it.msg.as_payload() for it in items])
+        mine = [None if isinstance(r, MalformedMessage) else replace(it, row=r)
+                for it, r in zip(items, rows, strict=True)]
+    kept = [it for it in mine if it is not None]
+    p = predict(ch.model, ch.rule, ch.featurizer or rt.featurizer, kept,
+                rt.options.prequential, None, ch.config.error_weight, None)
+    verdicts = iter(p.verdicts)
+    return [None if it is None else (it, next(verdicts)) for it in mine]
+
+
+def observe_challenger(rt: ModelRuntime, p: PredictedBatch) -> None:
+    """Count the labelled items' verdicts of the model and its challenger, paired."""
+    m = rt.metrics
+    for it, v, c in zip(p.items, p.verdicts, p.challenger, strict=True):
+        label = it.msg.label
+        if label is None or c is None or v.label is None or c[1].label is None:
+            continue
+        right = (v.label == label, c[1].label == label)
+        rt.series(m.challenger_paired, right={(True, True): "both", (True, False): "champion",
+                                              (False, True): "challenger",
+                                              (False, False): "neither"}[right]).inc()
+        for side, verdict in (("champion", v), ("challenger", c[1])):
+            m.challenger_verdicts.labels(model=rt.series.model, side=side,
+                                         predicted=str(verdict.label),
+                                         **{"class": str(label)}).inc()
+
+
+def adopt_promoted(rt: ModelRuntime) -> None:
+    """Serve the config of the challenger the replica promoted (workers/replication/challenger.py)."""
+    rt.config = config = rt.replica.config
+    rt.featurizer, rt.rule = config.make_featurizer(rt.options.max_bytes), \
+        config.make_decision_rule()
+    store_promoted(rt.client, rt.keys, config)
 
 
 def decode(rt: ModelRuntime, entries: list, deliveries: dict[str, int] | None) -> Decoded:

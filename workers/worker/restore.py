@@ -164,7 +164,8 @@ def restore_lost_keys(rt: ModelRuntime) -> list[str]:
     missing = missing_keys(rt.client, rt.keys, replica.version)
     if not missing:
         return []
-    offer = "snapshot" in missing  # else the model is not sent (megabytes, every 0.25 s)
+    # else the model is not sent (megabytes, every 0.25 s); an evicted replica has none
+    offer = "snapshot" in missing and not replica.evicted
     wrote = restore_model_keys(rt.client, rt.config, rt.consumer,
                                replica.version if offer else "0-0",
                                dump_model(replica.model) if offer else b"",

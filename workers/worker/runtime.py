@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import logging
 import time
+import zlib
 from collections.abc import Callable
 from typing import Any
 
@@ -30,8 +31,10 @@ from streamnb.encoding import dumps
 from streamnb_workers.observe.metrics import Metrics, MetricSeries, StageTimer
 from streamnb_workers.observe.observer import ModelObserver
 from streamnb_workers.observe.token_names import TokenNames
+from streamnb_workers.replication.challenger import Challenger, stored_spec
 from streamnb_workers.replication.ordering import InflightBoard
 from streamnb_workers.replication.replica import Replica
+from streamnb_workers.replication.replica_cache import ReplicaCache
 from streamnb_workers.replication.snapshotter import Snapshotter
 from streamnb_workers.store.keys import ModelKeys
 from streamnb_workers.store.model_config import ModelConfig
@@ -69,7 +72,8 @@ class ModelRuntime:
     """Everything a worker keeps for one model (see the module docstring)."""
 
     def __init__(self, config: ModelConfig, client: Any, options: WorkerOptions,
-                 metrics: Metrics, reader: Any = None, reads_ahead: bool = True) -> None:
+                 metrics: Metrics, reader: Any = None, reads_ahead: bool = True,
+                 replicas: ReplicaCache | None = None) -> None:
         o = options
         self.name = config.name
         self.keys = ModelKeys(config.name)
@@ -82,18 +86,24 @@ class ModelRuntime:
         self.featurizer = config.make_featurizer(o.max_bytes)
         self.rule = config.make_decision_rule()
         self.metrics = metrics
-        self.series = MetricSeries(metrics, self.name, self.consumer)
+        #: The ``model`` label of its metrics ("*" when they are pooled over models).
+        self.label = self.name if o.model_metrics else "*"
+        self.series = MetricSeries(metrics, self.label, self.consumer)
         self.events = EventSink(client, self.keys, self.consumer, o.events_maxlen)
         self.replica = Replica(client, self.keys, config)
+        spec = stored_spec(client, self.keys, o.challenger)
+        self.replica.challenger = None if spec is None or config.shards != 1 else \
+            Challenger(config, spec, o.max_bytes)
         #: The sum of the model's shards when this is one of them (workers/replication/shards.py).
         self.summed: Any = None
         self.replica.on_corrupt = lambda kind, detail: self.series(
             metrics.corrupt_records, kind=kind).inc()
         self.snapshotter = Snapshotter(client, self.keys, self.consumer, o.lease_ms,
                                        o.snapshot_every, o.snapshot_interval_s, o.trim_margin_ms)
-        self.observer = ModelObserver(metrics, self.name, self.consumer, events=self.events)
+        self.observer = ModelObserver(metrics, self.name, self.consumer, events=self.events,
+                                      label=self.label)
         self.inflight = InflightBoard(client, self.keys, self.consumer)
-        self.timers = Timers.for_options(o)
+        self.timers = Timers.for_options(o, zlib.crc32(self.name.encode()) / 2**32)
         #: The token names counted for ``{M}:tokens`` (None: off, or dense input).
         self.token_names = TokenNames(o.token_names, o.token_names_every) \
             if o.token_names and self.featurizer.input == "sparse" else None
@@ -119,12 +129,28 @@ class ModelRuntime:
         #: Whether a pipelined commit reads the model's next batch (not when the worker
         #: serves several models: workers/worker/intake.py ``in_stream_order``).
         self.reads_ahead = reads_ahead
+        #: The worker's replicas held in memory, this one's among them (None: held for
+        #: good, as a shard's): :meth:`use_replica`.
+        self.replicas = replicas
+        if replicas is not None:  # loaded if it fits; held with a commit or batch in hand
+            replicas.add(self.name, self.replica,
+                         lambda: self.wire.in_flight is not None or self.read_ahead is not None)
 
     @property
     def predictor(self) -> Any:
         """The model predictions are made with: the replica's, or the sum of the model's
         shards when this is one of them."""
         return self.replica.model if self.summed is None else self.summed.model
+
+    def use_replica(self) -> bool:
+        """Before a batch: the replica loaded again if it was evicted (whether it was),
+        the others evicted to fit the worker's bound (workers/replication/replica_cache.py)."""
+        if self.replicas is None:
+            return False
+        loaded = self.replicas.use(self.name)
+        if loaded:
+            self.version_metric()
+        return loaded
 
     def stage(self, name: str, summed: bool = False) -> StageTimer:
         """A timer of the batch stage ``name`` (``with rt.stage("predict"):``; ``summed``:
@@ -156,7 +182,7 @@ class ModelRuntime:
     def observe_model(self) -> bool:
         """Show the observer the model if it changed since it last looked; whether it
         did."""
-        if self.replica.applied == self.observed_applied:
+        if self.replica.applied == self.observed_applied or self.replica.evicted:
             return False
         self.observed_applied = self.replica.applied
         self.observe(self.observer.observe_model, self.replica.model)
@@ -243,6 +269,8 @@ class ModelRuntime:
             apply.add(-self.replica.waited_s)
             if not done:
                 apply.cancel()
+        if self.replicas is not None:  # (its own delta may be applied before: committing.py)
+            self.replicas.measure(self.name, changed=False)
         if self.replica.rewinds > rewinds:
             self.series(self.metrics.log_rewinds).inc(self.replica.rewinds - rewinds)
         if done:

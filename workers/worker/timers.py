@@ -25,18 +25,22 @@ class Timer:
     """Due every ``period_s`` seconds (``time.monotonic()``), and at once at first (or
     at ``first_at``)."""
 
-    __slots__ = ("period_s", "next_at")
+    __slots__ = ("period_s", "next_at", "stagger")
 
-    def __init__(self, period_s: float, first_at: float = 0.0) -> None:
+    def __init__(self, period_s: float, first_at: float = 0.0, stagger: float = 0.0) -> None:
         self.period_s = period_s
         self.next_at = first_at
+        #: The first period is shorter by this share of it (then none): the timers of a
+        #: worker's many models, all due at its start, come due apart afterwards.
+        self.stagger = stagger
 
     def due(self, now: float) -> bool:
         return now >= self.next_at
 
     def restart(self, now: float) -> None:
-        """Due again ``period_s`` after ``now``."""
-        self.next_at = now + self.period_s
+        """Due again ``period_s`` after ``now`` (the first time, less ``stagger`` of it)."""
+        self.next_at = now + self.period_s * (1.0 - self.stagger)
+        self.stagger = 0.0
 
     def fire(self, now: float) -> bool:
         """If due: True, and due again ``period_s`` from now."""
@@ -64,11 +68,17 @@ class Timers:
     names: Timer
 
     @classmethod
-    def for_options(cls, o: WorkerOptions) -> Timers:
-        return cls(heartbeat=Timer(o.heartbeat_s), lease=Timer(o.lease_ms / 3000.0),
-                   gauges=Timer(GAUGES_S), cleanup=Timer(o.stale_s),
-                   observe=Timer(o.observe_model_s),
-                   claim=Timer(max(0.05, o.claim_idle_ms / 2000.0)),
+    def for_options(cls, o: WorkerOptions, stagger: float = 0.0) -> Timers:
+        """``stagger`` (0 to 1, a model's own: from its name): the periodic duties' first
+        periods are shorter by half that share, so those of thousands of models started
+        together are not all due in the same step ever after (not the removal of dead
+        consumers: others get their whole ``stale_s`` to write a heartbeat)."""
+        s = 0.5 * stagger
+        return cls(heartbeat=Timer(o.heartbeat_s, stagger=s),
+                   lease=Timer(o.lease_ms / 3000.0, stagger=s),
+                   gauges=Timer(GAUGES_S, stagger=s), cleanup=Timer(o.stale_s),
+                   observe=Timer(o.observe_model_s, stagger=s),
+                   claim=Timer(max(0.05, o.claim_idle_ms / 2000.0), stagger=s),
                    names=Timer(TOKEN_NAMES_S),
                    # not at start: a worker just started has acknowledged nothing, and a
                    # group just set to start after old entries may yet be set back

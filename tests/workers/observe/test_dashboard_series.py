@@ -33,6 +33,8 @@ GAUSSIAN_ONLY = {"streamnb_bhattacharyya_distance", "streamnb_bhattacharyya_boun
 #: Series of a model run with --target-fpr (a window of labelled scores) only.
 OPERATING_POINT_ONLY = {"streamnb_operating_threshold", "streamnb_operating_point_supported",
                         "streamnb_operating_point_negatives"}
+#: Series of a model run with --challenger only (workers/replication/challenger.py).
+CHALLENGER_ONLY = {"streamnb_challenger_paired_total", "streamnb_challenger_verdicts_total"}
 #: Series by class: they exist once the model knows a class.
 #: Series of the worker, not of a model.
 PER_WORKER = {"streamnb_redis_up"}
@@ -98,7 +100,7 @@ def present(body: str, name: str, **labels: str) -> bool:
 def test_a_restarted_worker_serves_every_dashboard_series(redis_server, tmp_path):
     learn = [{"text": "cheap meds now", "label": "spam"}, {"text": "meeting notes", "label": "ham"}]
     body = fresh_worker_scrape(redis_server, "dash", tmp_path, learn)
-    missing = [n for n in sorted(dashboard_series() - GAUSSIAN_ONLY - OPERATING_POINT_ONLY)
+    missing = [n for n in sorted(dashboard_series() - GAUSSIAN_ONLY - OPERATING_POINT_ONLY - CHALLENGER_ONLY)
                if not present(body, n, model="dash")]
     assert not missing, f"series the dashboard reads, absent on a fresh worker: {missing}"
     mw = {"model": "dash", "worker": "fresh"}
@@ -119,6 +121,6 @@ def test_a_restarted_worker_serves_every_dashboard_series(redis_server, tmp_path
 
 def test_a_new_model_lacks_only_the_series_by_class(redis_server, tmp_path):
     body = fresh_worker_scrape(redis_server, "newdash", tmp_path, None)
-    missing = {n for n in dashboard_series() - GAUSSIAN_ONLY - OPERATING_POINT_ONLY if not present(body, n, model="newdash")}
+    missing = {n for n in dashboard_series() - GAUSSIAN_ONLY - OPERATING_POINT_ONLY - CHALLENGER_ONLY if not present(body, n, model="newdash")}
     assert missing <= BY_CLASS, sorted(missing - BY_CLASS)
     assert sample(body, "streamnb_snapshot_age_seconds", model="newdash") == 0.0

@@ -9,7 +9,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from streamnb_workers.observe.metrics import AGE_BUCKETS, Metrics, default_metrics, observe_many
 
 ALLOWED_LABELS = {"model", "worker", "class", "predicted", "reason", "stage", "detector", "kind",
-                  "stream", "other"}
+                  "stream", "other", "side", "right"}
 
 
 def families():

@@ -48,7 +48,7 @@ def _outputs(client, name: str) -> list[dict]:
 
 @pytest.fixture(scope="module")
 def runs():
-    """The same messages through two workers (batches of 50) and through one (batches of
+    """The same messages through two workers (batches of 20) and through one (batches of
     7); the outputs of each, by message id."""
     if REDIS_SERVER is None:
         pytest.skip("redis-server is not installed")
@@ -62,7 +62,7 @@ def _run(redis_server):
     produce(client, "pair", msgs)
     produce(client, "solo", msgs)
     pair = [url_worker(redis_server.url, [count_spec("pair", decision=dict(DECISION))],
-                       fast_options(name, batch=50)) for name in ("a", "b")]
+                       fast_options(name, batch=20)) for name in ("a", "b")]
     run_in_threads(pair)
     registry = CollectorRegistry()
     solo = url_worker(redis_server.url, [count_spec("solo", decision=dict(DECISION))],

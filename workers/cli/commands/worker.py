@@ -28,10 +28,12 @@ from streamnb.features.text import MAX_OSB_WINDOW
 from streamnb.models.io import MODEL_KINDS
 from streamnb_workers.cli import supervisor
 from streamnb_workers.cli.arg_types import (
+    challenger_spec,
     class_list,
     finite_float,
     float_list,
     max_bytes,
+    memory_size,
     non_negative_float,
     non_negative_int,
     number_in,
@@ -61,6 +63,7 @@ from streamnb_workers.defaults import (
     DEFAULT_METRICS_ADDR,
     DEFAULT_METRICS_PORT,
     DEFAULT_ORDER_WAIT_MS,
+    DEFAULT_REPLICA_MEMORY,
     DEFAULT_TOKEN_NAMES,
     DEFAULT_TOKEN_NAMES_EVERY,
 )
@@ -222,12 +225,23 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
                "for 'streamnb tokens' (0: none)")
     add_option(w, "--token-names-every", type=positive_int, default=DEFAULT_TOKEN_NAMES_EVERY,
                metavar="S", help="count the token names of one message in S")
+    add_option(w, "--replica-memory", type=memory_size, default=DEFAULT_REPLICA_MEMORY,
+               metavar="SIZE", help="model replicas held in memory (their arrays), e.g. "
+               "512MiB (the default); beyond it the least recently used are dropped and "
+               "loaded again from their snapshot and log for their next batch (0: no bound)")
+    add_option(w, "--model-metrics", action=argparse.BooleanOptionalAction, default=True,
+               help="metrics by model (--no-model-metrics: pooled under model=\"*\", for a "
+               "worker serving thousands of per-user models)")
     add_option(w, "--per-user", type=non_negative_float, default=0.0, metavar="SECONDS",
                help="also serve the per-user and per-domain models registered for each "
                "--model, looking for new ones every SECONDS (0: none; docs/worker.md)")
     add_option(w, "--user-min-weight", type=non_negative_float, default=10.0, metavar="W",
                help="a per-user model's statistics count in its verdicts once they weigh W "
                "(give every worker of a model the same)")
+    add_option(w, "--challenger", metavar="SPEC", type=challenger_spec,
+               help="learn a challenger from the same entries: key=value pairs overriding "
+               "the model's config (alpha=0.5, osb=5, error_weight=1); stored with the model, "
+               "its verdict goes to :out beside the model's (docs/worker.md)")
     add_option(w, "--processes", type=positive_int, default=1,
                help="run N worker processes under a supervisor that restarts one that dies")
     add_option(w, "--metrics-port", type=port, default=DEFAULT_METRICS_PORT,

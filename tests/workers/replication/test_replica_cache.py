@@ -1,0 +1,191 @@
+"""A worker holding fewer replicas than it serves models (workers/replication/replica_cache.py),
+on a real redis-server: under a small ``replica_memory`` it evicts the least recently used
+and loads them again for their batches, and its predictions, statistics and learnt counts
+are those of a worker that holds every replica."""
+
+from __future__ import annotations
+
+import msgpack
+import numpy as np
+import pytest
+from prometheus_client import CollectorRegistry
+
+from benchmarks.replay_digest import stats_arrays, stats_digest
+from streamnb_workers.observe.metrics import Metrics
+from streamnb_workers.replication.replica_cache import model_nbytes
+from streamnb_workers.replication.shards import load_model
+from streamnb_workers.replication.user_sum import UserSum
+from streamnb_workers.store.keys import ModelKeys
+from streamnb_workers.store.user_models import UserNames, register
+from tests.helpers.redis_server import REDIS_SERVER, RedisServer
+from tests.helpers.workers import count_spec, fast_options, produce, token_messages, url_worker
+
+pytestmark = pytest.mark.redis
+
+MODELS = [f"user{i}" for i in range(6)]
+CHUNKS = 4
+
+
+@pytest.fixture(scope="module")
+def server():
+    if REDIS_SERVER is None:
+        pytest.skip("redis-server is not installed")
+    with RedisServer() as s:
+        yield s
+
+
+def one_replica_bytes(url: str) -> int:
+    """The arrays of one replica of the test's model once it predicted (3 classes)."""
+    w = url_worker(url, [count_spec("probe")], fast_options("probe", replica_memory=0))
+    produce(w.connector.client(), "probe", token_messages(30, seed=99))
+    w.run_until_idle()
+    return model_nbytes(w.models["probe"].replica.model)
+
+
+def held_bytes(worker) -> int:
+    """The arrays of the replicas the worker holds, measured (not the cache's account)."""
+    return sum(model_nbytes(rt.replica.model) for rt in worker.models.values()
+               if not rt.replica.evicted)
+
+
+def outputs(client, name: str) -> list[tuple]:
+    rows = []
+    for _, fields in client.xrange(ModelKeys(name).out):
+        out = msgpack.unpackb(fields[b"data"], raw=False)
+        rows.append((out["id"], out["label"], out.get("log_proba")))
+    return rows
+
+
+def test_bounded_worker_equals_one_holding_every_replica(server):
+    client = server.client()
+    bounded_url, full_url = server.url, server.url[:-2] + "/1"
+    size = one_replica_bytes(full_url)
+    budget = int(2.5 * size)  # two replicas held of six
+    opts = dict(snapshot_every=3)  # some replicas load a snapshot, some the log alone
+    registry = CollectorRegistry()
+    bounded = url_worker(bounded_url, [count_spec(m) for m in MODELS],
+                         fast_options("b", replica_memory=budget, **opts), Metrics(registry))
+    full = url_worker(full_url, [count_spec(m) for m in MODELS],
+                      fast_options("f", replica_memory=0, **opts))
+    full_client = full.connector.client()
+    messages = {m: token_messages(20 * CHUNKS, seed=i) for i, m in enumerate(MODELS)}
+    for chunk in range(CHUNKS):
+        if chunk == CHUNKS - 1:  # a restart: the replicas past the bound start evicted
+            bounded.shutdown()
+            registry = CollectorRegistry()
+            bounded = url_worker(bounded_url, [count_spec(m) for m in MODELS],
+                                 fast_options("b2", replica_memory=budget, **opts),
+                                 Metrics(registry))
+            bounded.start()
+            assert sum(not rt.replica.evicted for rt in bounded.models.values()) <= 3
+        for m in MODELS:
+            part = messages[m][20 * chunk:20 * (chunk + 1)]
+            part += part[:3]  # sent again: learnt once
+            produce(bounded.connector.client(), m, part)
+            produce(full_client, m, part)
+            # one model at a time, so each batch evicts the least recently used
+            while bounded.step(20):
+                assert held_bytes(bounded) <= budget
+            full.run_until_idle()
+    bounded.run_until_idle()
+    assert held_bytes(bounded) <= budget
+
+    cache = bounded.replicas
+    assert cache.evictions >= len(MODELS) and cache.loads >= len(MODELS)
+    assert registry.get_sample_value("streamnb_replica_loads_total", {"worker": "b2"}) > 0
+    assert registry.get_sample_value("streamnb_replicas_held", {"worker": "b2"}) == cache.held
+    assert any(client.exists(ModelKeys(m).snapshot) for m in MODELS)  # reloads read them
+    b_db1 = server.client(db=1)
+    for m in MODELS:
+        # predictions in stream order as with every replica held, bit for bit
+        assert outputs(client, m) == outputs(b_db1, m)
+        # each message learnt once
+        assert int(client.get(ModelKeys(m).learnt)) == 20 * CHUNKS
+        rt, ref = bounded.models[m], full.models[m]
+        if rt.replica.evicted:
+            cache.use(m)  # loaded again: bit-identical to the replica never evicted
+        assert stats_digest(stats_arrays(rt.replica.model.stats)) == \
+            stats_digest(stats_arrays(ref.replica.model.stats))
+        assert rt.replica.version == client.xrevrange(ModelKeys(m).log, count=1)[0][0].decode()
+        stored, _ = load_model(client, m)
+        np.testing.assert_array_equal(stored.predict_log_proba(np.ones((1, 1024))),
+                                      ref.replica.model.predict_log_proba(np.ones((1, 1024))))
+    bounded.shutdown()
+    full.shutdown()
+
+
+def test_one_replica_larger_than_the_bound_is_still_served_metrics_pooled(server):
+    url = server.url[:-2] + "/2"
+    registry = CollectorRegistry()
+    w = url_worker(url, [count_spec("big"), count_spec("idle")],
+                   fast_options("w", replica_memory=1, model_metrics=False), Metrics(registry))
+    produce(w.connector.client(), "big", token_messages(40, seed=5))
+    w.run_until_idle()
+    assert not w.models["big"].replica.evicted and w.models["big"].replica.learnt == 40
+    assert w.models["idle"].replica.evicted
+    # --no-model-metrics: one series for every model, none by model
+    assert registry.get_sample_value("streamnb_messages_read_total",
+                                     {"model": "*", "worker": "w"}) == 40
+    assert registry.get_sample_value("streamnb_messages_read_total",
+                                     {"model": "big", "worker": "w"}) is None
+
+
+def held_with_sums(worker) -> int:
+    """The arrays of the replicas held and of the summed user+global models held."""
+    total = held_bytes(worker)
+    for rt in worker.models.values():
+        if isinstance(rt.summed, UserSum) and rt.summed._model is not None:
+            total += model_nbytes(rt.summed._model)
+    return total
+
+
+def test_bounded_worker_serving_per_user_models_equals_an_unbounded_one(server):
+    """The global model's replica, which every user's sum reads, is pinned; each user's
+    summed model is counted with the user's replica and dropped when it is evicted."""
+    bounded_url, full_url = server.url[:-2] + "/3", server.url[:-2] + "/4"
+    size = one_replica_bytes(server.url[:-2] + "/5")
+    budget = int(3.5 * size)  # the global, and one user with its sum
+    users = [UserNames("doc").user(f"u{i}@b.org") for i in range(4)]
+    opts = dict(per_user_s=0.001, user_min_weight=3, snapshot_every=4)
+    bounded = url_worker(bounded_url, [count_spec("doc")],
+                         fast_options("b", replica_memory=budget, **opts))
+    full = url_worker(full_url, [count_spec("doc")], fast_options("f", replica_memory=0, **opts))
+    workers = [(bounded, bounded.connector.client()), (full, full.connector.client())]
+    glob = token_messages(50, seed=40)
+    mail = {u: token_messages(30, seed=41 + i, labelled_share=0.7) for i, u in enumerate(users)}
+    for w, c in workers:
+        produce(c, "doc", glob[:20])
+        w.run_until_idle()
+        for u in users:
+            register(c, "doc", u)
+        w.step(0)
+        assert set(users) <= set(w.models)
+    for chunk in range(3):
+        for _, c in workers:  # the global learns between the users' batches
+            produce(c, "doc", glob[20 + 10 * chunk:30 + 10 * chunk])
+        for u in users:
+            part = mail[u][10 * chunk:10 * (chunk + 1)]
+            for _, c in workers:
+                produce(c, u, part)
+            while bounded.step(20):  # one user at a time: each batch evicts another
+                assert not bounded.models["doc"].replica.evicted
+                assert held_with_sums(bounded) <= budget
+            full.run_until_idle()
+    bounded.run_until_idle()
+    assert not bounded.models["doc"].replica.evicted
+    assert held_with_sums(bounded) <= budget
+    cache = bounded.replicas
+    assert cache.evictions >= len(users) and cache.loads >= len(users)
+    summed = [bounded.models[u].summed for u in users]
+    assert all(s.resums > 0 for s in summed)  # the users' parts counted in their verdicts
+    # an evicted user's sum is dropped
+    assert all(s._model is None for u, s in zip(users, summed, strict=True)
+               if bounded.models[u].replica.evicted)
+    assert any(bounded.models[u].replica.evicted for u in users)
+    b_client, f_client = workers[0][1], workers[1][1]
+    for name in ["doc", *users]:
+        got = outputs(b_client, name)
+        assert len(got) == len(mail.get(name, glob))
+        assert got == outputs(f_client, name)  # bit for bit
+    bounded.shutdown()
+    full.shutdown()

@@ -1,0 +1,258 @@
+"""The replicas a worker holds in memory, bounded in bytes, least recently used evicted.
+
+A worker serving many models (per-user models: docs/worker.md, "Many models") need not
+hold all their statistics. :class:`ReplicaCache` keeps the replicas of the models it
+served most recently while their arrays (:func:`model_nbytes`) fit ``budget`` bytes;
+the others are *evicted* (:meth:`Replica.evict`: the statistics dropped, the version
+kept for the heartbeat). A batch of an evicted model first loads it again from
+``:snapshot`` and ``:log`` (:meth:`use`), exactly as a worker joining late does, so the
+replica is bit-identical to one never evicted: both are the snapshot plus every log
+entry after it, applied in log order.
+
+- The replica being used is never evicted, so one model larger than the budget is still
+  served; the bound holds between batches, and at a load it is exceeded by at most that
+  one replica.
+- A replica with work in flight (``busy``: a commit on the wire whose reply may need the
+  statistics to rebuild it) is not evicted until that is settled.
+- Replicas not registered (the shards of a sharded model, summed by
+  workers/replication/shards.py) are held for good and not counted.
+- A *pinned* replica (:meth:`pin`: the global model's, which every per-user
+  :class:`~streamnb_workers.replication.user_sum.UserSum` reads) is never evicted; it is
+  counted.
+- What a replica's model derives and holds beside it (:meth:`attach`: a per-user model's
+  summed user+global model) is counted with it and dropped when it is evicted, as is its
+  challenger's model (workers/replication/challenger.py).
+
+>>> import fakeredis
+>>> import numpy as np
+>>> from streamnb_workers.replication.replica import encode_delta
+>>> from streamnb_workers.store.keys import ModelKeys
+>>> from streamnb_workers.store.model_config import ModelSpec, ensure_config
+>>> r = fakeredis.FakeRedis()
+>>> cache, reps = ReplicaCache(budget=3000), {}
+>>> for name in ("a", "b"):
+...     cfg = ensure_config(r, ModelSpec(name, kind="multinomial", featurizer_config={"bits": 8}))
+...     reps[name] = Replica(r, ModelKeys(name), cfg)
+...     delta = cfg.make_model().batch_stats(np.ones((1, 256)), ["ham"])
+...     _ = r.xadd(ModelKeys(name).log, {"data": encode_delta(delta, None, 1, "w", "b")})
+...     cache.add(name, reps[name])      # loaded: 2 KiB each, so "a" is evicted
+>>> reps["a"].evicted, reps["b"].evicted, cache.held, cache.evictions
+(True, False, 1, 1)
+>>> cache.use("a"), reps["a"].learnt, reps["b"].evicted, cache.loads, cache.held_bytes
+(True, 1, True, 1, 2064)
+>>> cache.use("a")                       # held: nothing to load
+False
+"""
+
+from __future__ import annotations
+
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from streamnb_workers.replication.replica import Replica
+
+__all__ = ["CacheMetrics", "ReplicaCache", "model_nbytes"]
+
+#: How deep :func:`model_nbytes` walks a model's attributes for arrays.
+_DEPTH = 6
+
+
+def model_nbytes(model: Any) -> int:
+    """Bytes of the numpy arrays a model holds (its statistics and the tables derived
+    from them), each array counted once; what the cache's budget bounds. The Python
+    objects around them (a few KiB per model) are not counted."""
+    seen: set[int] = set()
+    total = 0
+    stack: list[tuple[Any, int]] = [(model, 0)]
+    while stack:
+        obj, depth = stack.pop()
+        if id(obj) in seen or depth > _DEPTH:
+            continue
+        seen.add(id(obj))
+        if isinstance(obj, np.ndarray):
+            base = obj if obj.base is None or not isinstance(obj.base, np.ndarray) else obj.base
+            if id(base) not in seen or base is obj:
+                seen.add(id(base))
+                total += base.nbytes
+            continue
+        if isinstance(obj, (str, bytes, int, float, bool, type(None))):
+            continue
+        if isinstance(obj, dict):
+            children = list(obj.values())
+        elif isinstance(obj, (list, tuple, set, frozenset)):
+            children = list(obj)
+        else:
+            children = list(getattr(obj, "__dict__", {}).values())
+            for slot in getattr(type(obj), "__slots__", ()):
+                if hasattr(obj, slot):
+                    children.append(getattr(obj, slot))
+        stack += [(c, depth + 1) for c in children]
+    return total
+
+
+class ReplicaCache:
+    """Registered replicas, most recently used last; see the module docstring.
+    ``budget``: bytes (0: no bound, nothing is evicted)."""
+
+    def __init__(self, budget: int = 0, on_change: Callable[[ReplicaCache], None] | None = None,
+                 ) -> None:
+        self.budget = int(budget)
+        #: name -> (replica, busy); order: least recently used first.
+        self.entries: OrderedDict[str, tuple[Replica, Callable[[], bool]]] = OrderedDict()
+        #: Bytes of each held replica, measured when it was last used.
+        self.sizes: dict[str, int] = {}
+        #: ``replica.applied`` of each held replica when it was last measured.
+        self.applied: dict[str, int] = {}
+        self.loads = 0
+        self.evictions = 0
+        #: Seconds the last :meth:`use` spent loading (0.0 if the replica was held).
+        self.load_s = 0.0
+        #: Called after each change of what is held (metrics).
+        self.on_change = on_change
+        #: Names never evicted (:meth:`pin`).
+        self.pinned: set[str] = set()
+        #: name -> what the replica's model derives (``nbytes()``, ``drop()``): :meth:`attach`.
+        self.derived: dict[str, Any] = {}
+
+    @property
+    def held(self) -> int:
+        """Replicas held in memory."""
+        return len(self.sizes)
+
+    @property
+    def held_bytes(self) -> int:
+        return sum(self.sizes.values())
+
+    def add(self, name: str, replica: Replica, busy: Callable[[], bool] = lambda: False) -> None:
+        """Register ``replica`` as model ``name``'s (``busy``: it must stay held now), and
+        load it if the budget is not full yet; else it is loaded for its first batch (a
+        worker starting with many models does not read every snapshot)."""
+        self.entries[name] = (replica, busy)
+        self.entries.move_to_end(name)
+        if 0 < self.budget <= self.held_bytes:
+            replica.evict()
+            self._changed()
+        else:
+            replica.load()
+            self.sizes[name] = self._nbytes(name)
+            self.trim(keep=name)
+            self._changed()
+
+    def pin(self, name: str) -> None:
+        """Never evict model ``name``'s replica (others read it: a per-user model's sum
+        reads the global model's); it is loaded now if it was evicted."""
+        if name in self.entries:
+            self.use(name)
+            self.pinned.add(name)
+
+    def attach(self, name: str, derived: Any) -> None:
+        """``derived`` (``nbytes()``: bytes it holds, ``drop()``: let them go) is held
+        with model ``name``'s replica: counted in its size, dropped when it is evicted."""
+        self.derived[name] = derived
+        if name in self.sizes:
+            self.measure(name)
+
+    def _nbytes(self, name: str) -> int:
+        derived, replica = self.derived.get(name), self.entries[name][0]
+        return model_nbytes(replica.model) + model_nbytes(
+            getattr(replica.challenger, "model", None)) + (
+            0 if derived is None else derived.nbytes())
+
+    def use(self, name: str) -> bool:
+        """Model ``name``'s replica, about to predict and learn: loaded from its snapshot
+        and log if it was evicted, marked most recently used, and others evicted to fit
+        the budget. Returns whether it was loaded; False for a name not registered."""
+        entry = self.entries.get(name)
+        self.load_s = 0.0
+        if entry is None:
+            return False
+        replica = entry[0]
+        self.entries.move_to_end(name)
+        loaded = replica.evicted
+        if loaded:
+            t0 = time.perf_counter()
+            replica.load()
+            self.load_s = time.perf_counter() - t0
+            self.loads += 1
+        if loaded or name not in self.sizes:  # (else measured after its last change)
+            self.sizes[name] = self._nbytes(name)
+            self.trim(keep=name)
+            self._changed()
+        return loaded
+
+    def measure(self, name: str, changed: bool = True) -> None:
+        """Model ``name``'s replica measured again, and others evicted to fit: after a
+        batch or a look of the observer (``changed``: a prediction builds the tables
+        derived from the statistics), or after the log is applied (``changed`` False:
+        measured only if it applied entries since it was last measured)."""
+        if name not in self.sizes:
+            return
+        replica = self.entries[name][0]
+        if not changed and self.applied.get(name) == replica.applied:
+            return
+        self.applied[name] = replica.applied
+        self.sizes[name] = self._nbytes(name)
+        self.trim(keep=name)
+        self._changed()
+
+    def trim(self, keep: str | None = None) -> int:
+        """Evict the least recently used replicas (not ``keep``, not a pinned or busy one) while the
+        held bytes exceed the budget; returns how many were evicted."""
+        if self.budget <= 0:
+            return 0
+        evicted = 0
+        total = self.held_bytes
+        for name in list(self.entries):
+            if total <= self.budget:
+                break
+            if name == keep or name not in self.sizes or name in self.pinned:
+                continue
+            replica, busy = self.entries[name]
+            if busy():
+                continue
+            replica.evict()
+            if name in self.derived:
+                self.derived[name].drop()
+            total -= self.sizes.pop(name)
+            evicted += 1
+        self.evictions += evicted
+        if evicted:
+            self._changed()
+        return evicted
+
+    def remove(self, name: str) -> None:
+        """Forget model ``name`` (no longer served)."""
+        self.entries.pop(name, None)
+        self.sizes.pop(name, None)
+        self.derived.pop(name, None)
+        self.pinned.discard(name)
+        self._changed()
+
+    def _changed(self) -> None:
+        if self.on_change is not None:
+            self.on_change(self)
+
+
+class CacheMetrics:
+    """Shows a :class:`ReplicaCache` in a worker's metrics (workers/observe/metrics.py:
+    ``replicas_held``, ``replica_bytes``, ``replica_loads_total``,
+    ``replica_evictions_total``, ``replica_load_seconds``); its ``on_change``."""
+
+    def __init__(self, metrics: Any, worker: str) -> None:
+        self.metrics, self.worker = metrics, worker
+        self.loads = self.evictions = 0
+
+    def __call__(self, cache: ReplicaCache) -> None:
+        m, w = self.metrics, {"worker": self.worker}
+        m.replicas_held.labels(**w).set(cache.held)
+        m.replica_bytes.labels(**w).set(cache.held_bytes)
+        if cache.loads > self.loads:
+            m.replica_loads.labels(**w).inc(cache.loads - self.loads)
+            m.replica_load_seconds.labels(**w).observe(cache.load_s)
+        if cache.evictions > self.evictions:
+            m.replica_evictions.labels(**w).inc(cache.evictions - self.evictions)
+        self.loads, self.evictions = cache.loads, cache.evictions
