@@ -68,7 +68,8 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
 @pytest.fixture(autouse=True)
 def cli_logging_undone():
     """A command run in-process sets up the root logger (``setup_logging``); the tests after
-    it, in the same process, start without its handler and level."""
+    it, in the same process, start without its handler and level. (The handler writes to
+    the sys.stderr of each record's moment, never a closed capture of an earlier test.)"""
     root = logging.getLogger()
     level = root.level
     yield

@@ -74,6 +74,15 @@ DEFAULT_LABEL_CACHE_TTL_S = 2 * 86400.0
 
 #: Learn-once keys a model keeps (about 270 bytes of Redis memory each: ~68 MB).
 DEFAULT_LEARNT_KEYS_MAX = 250_000
+#: Sources a model keeps apart at most (``worker --max-sources``; docs/worker.md, "Sources"):
+#: each costs one copy of the model's statistics in every worker and in its snapshot.
+DEFAULT_MAX_SOURCES = 8
+#: Autolearn (``worker --autolearn``; docs/worker.md, "Autolearn"): the least distance of a
+#: verdict's score from 0, the least weight of each class the model must hold, and the most
+#: messages autolearnt per batch.
+DEFAULT_AUTOLEARN_SCORE = 0.5
+DEFAULT_AUTOLEARN_MIN_CLASS_WEIGHT = 50.0
+DEFAULT_AUTOLEARN_PER_BATCH = 50
 
 #: Bytes of model replicas a worker holds in memory (``--replica-memory``): beyond it, the
 #: least recently used are evicted and loaded again on demand (docs/worker.md, "Many

@@ -767,6 +767,19 @@ def test_explain_cost_runs_on_a_few_messages(capsys):
     assert "explain K=3, named" in out and "token names, capacity 50" in out
 
 
+def test_autolearn_labels_every_kth_message_and_scores_flags_by_hand():
+    import msgpack
+
+    from benchmarks._common import Corpus
+    from benchmarks.autolearn import figures, messages
+
+    corpus = Corpus([b"Subject: a\n\nx"] * 4, ["spam", "ham", "ham", "spam"])
+    labels = [msgpack.unpackb(m).get("label") for m in messages(corpus, 2)]
+    assert labels == ["spam", None, "ham", None]
+    # right: 1, 2 (ham not flagged), 4 missed -> 2 of 4; one ham of two flagged
+    assert figures([True, False, True, False], corpus) == (0.5, 0.5, 1)
+
+
 @needs_redis
 def test_class_removal_releases_the_class_keys_alone():
     from benchmarks import class_removal

@@ -618,7 +618,8 @@ def test_acl_producer_scorer_trainer_and_keda_users_are_narrower(prod_redis: Pro
     ok = {
         "streamnb-producer": [("XADD", f"{M}:in", "*", "data", "x"), ("XREAD", "STREAMS", f"{M}:out", "0"),
                               ("XRANGE", f"{M}:dead", "-", "+"), ("EXISTS", f"{M}:config"),
-                              ("SCAN", "0", "MATCH", "streamnb:{*}:config")],
+                              ("SCAN", "0", "MATCH", "streamnb:{*}:config"),
+                              ("HMGET", f"{M}:epochs", "imap")],
         "streamnb-keda": [("XINFO", "GROUPS", f"{M}:in"), ("XPENDING", f"{M}:in", GROUP),
                           ("XLEN", f"{M}:in")],
         "streamnb-scorer": [("XADD", f"{M}:in", "*", "data", "x"), ("XREAD", "STREAMS", f"{M}:out", "0"),

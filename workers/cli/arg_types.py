@@ -17,9 +17,11 @@ from collections.abc import Callable
 
 from streamnb_workers.replication.challenger import parse_spec
 from streamnb_workers.wire.codec import DEFAULT_MAX_ENTRY_BYTES
+from streamnb_workers.wire.learn_sources import check_source
 
-__all__ = ["challenger_spec", "finite_float", "float_list", "non_negative_float", "non_negative_int", "number_in",
-           "octal_mode", "port", "positive_int", "shrinkage", "whole_number_in"]
+__all__ = ["challenger_spec", "finite_float", "float_list", "non_negative_float", "non_negative_int",
+           "number_in", "octal_mode", "port", "positive_int", "shrinkage", "source_name",
+           "whole_number_in"]
 
 
 def whole_number_in(low: int, high: int | None, what: str = "a whole number",
@@ -167,3 +169,15 @@ def challenger_spec(text: str) -> str:
         raise argparse.ArgumentTypeError(
             f"expected key=value pairs such as alpha=0.5,osb=5, got {text!r}") from None
     return text
+
+
+def source_name(text: str) -> str:
+    """A source a producer may name (workers/wire/learn_sources.py).
+
+    >>> source_name("imap")
+    'imap'
+    """
+    try:
+        return check_source(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None

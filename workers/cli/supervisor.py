@@ -82,7 +82,10 @@ def worker_options(args: argparse.Namespace) -> Any:
                          token_names_every=args.token_names_every,
                          challenger=args.challenger,
                          healthz_grace_s=args.healthz_grace,
-                         learnt_keys_max=args.learnt_keys_max,
+                         learnt_keys_max=args.learnt_keys_max, max_sources=args.max_sources,
+                         autolearn=args.autolearn, autolearn_score=args.autolearn_score,
+                         autolearn_min_class_weight=args.autolearn_min_class_weight,
+                         autolearn_per_batch=args.autolearn_per_batch,
                          replica_memory=args.replica_memory,
                          model_metrics=args.model_metrics, per_user_s=args.per_user,
                          user_min_weight=args.user_min_weight)

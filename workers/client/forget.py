@@ -18,6 +18,12 @@ every shard, whose commit logs the removal for every replica and releases the cl
 learn-once keys (docs/worker.md, "Removing a class"). Refused (one line, exit 2): a class
 the model does not hold, a declared class (``--classes``), and without ``force`` a class
 that holds weight.
+
+What a source taught is taken out whole (:func:`forget_source`, ``streamnb forget
+--source NAME``): a ``forget`` entry written straight to every shard's ``:log`` and the
+source's next epoch in ``{M}:epochs``. It is an admin's operation: it writes the model's
+log, which only the workers (and the admin user) may (deploy/redis/users.acl); neither the
+producer, the scorer nor the trainer user can.
 """
 
 from __future__ import annotations
@@ -35,14 +41,18 @@ from streamnb.exceptions import MalformedMessage, SettingsError
 from streamnb_workers.client.produce_checks import stored_training
 from streamnb_workers.client.shard_streams import shard_keys
 from streamnb_workers.client.sources import Outgoing, is_mbox, iter_paths
+from streamnb_workers.replication.log_entries import encode_forget_source
 from streamnb_workers.replication.shards import load_model
-from streamnb_workers.store.keys import ModelKeys
+from streamnb_workers.store.keys import ModelKeys, source_epochs_key
 from streamnb_workers.store.model_config import read_config
 from streamnb_workers.store.training import learning_stream
 from streamnb_workers.wire.codec import DATA_FIELD, decode_input
 from streamnb_workers.wire.learn_keys import known_keys
+from streamnb_workers.wire.learn_sources import check_source
+from streamnb_workers.wire.replies import as_str
 
-__all__ = ["ClassRemoval", "ForgetReport", "forget", "forget_class", "iter_sources"]
+__all__ = ["ClassRemoval", "ForgetReport", "forget", "forget_class", "forget_source", "iter_sources",
+           "source_epochs"]
 
 
 @dataclass(slots=True)
@@ -152,6 +162,29 @@ def forget(client: Any, model: str, paths: list[str], *, stdin: BinaryIO | None 
     if batch:
         flush()
     return report
+
+
+def forget_source(client: Any, model: str, source: str) -> list[str]:
+    """Take out everything ``source`` taught ``model`` (each of its shards): a ``forget``
+    entry in each shard's ``:log``, which every worker applies in log order, and the
+    source's next epoch in ``{M}:epochs``, in one transaction per shard. Returns the log
+    entry ids. What the source taught after this is kept."""
+    check_source(source)
+    entries = []
+    for keys in shard_keys(client, model):
+        with client.pipeline(transaction=True) as pipe:
+            pipe.hincrby(source_epochs_key(keys), source, 1)
+            pipe.xadd(keys.log, {DATA_FIELD: encode_forget_source(source)})
+            entries.append(as_str(pipe.execute()[1]))
+    return entries
+
+
+def source_epochs(client: Any, keys: ModelKeys, sources: list[str]) -> dict[str, int]:
+    """The current epoch of each of ``sources`` in the shard ``keys`` (0: never forgotten)."""
+    if not sources:
+        return {}
+    values = client.hmget(source_epochs_key(keys), sources)
+    return {s: int(as_str(v)) for s, v in zip(sources, values, strict=True) if v is not None}
 
 
 @dataclass(slots=True)

@@ -76,10 +76,11 @@ from streamnb_workers.client.sources import (
     read_index,
 )
 from streamnb_workers.defaults import DEFAULT_PRODUCE_CHUNK
-from streamnb_workers.store.keys import ModelKeys
+from streamnb_workers.store.keys import ModelKeys, source_epochs_key
 from streamnb_workers.store.training import learning_stream
 from streamnb_workers.wire.codec import DATA_FIELD, decode_input
-from streamnb_workers.wire.learn_keys import decode_record, known_keys
+from streamnb_workers.wire.learn_keys import decode_record, known_keys, record_teacher
+from streamnb_workers.wire.learn_sources import AUTOLEARN, is_stale
 from streamnb_workers.wire.outputs import decode_output
 from streamnb_workers.wire.replies import as_str, entry_field
 
@@ -178,6 +179,7 @@ def produce(
     stderr: TextIO | None = None,
     max_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
     messages: list[Outgoing] | None = None,
+    source: str | None = None,
 ) -> ProduceReport:
     """Send messages to ``streamnb:{model}:in`` (a sharded model: each to its shard's;
     labelled ones to ``:train`` for a model stored with ``training: train``); returns what was sent, skipped and found already learnt.
@@ -186,7 +188,8 @@ def produce(
     on stderr; a labelled message whose key the model has learnt is not sent; everything
     else is sent. An error or Ctrl-C part way raises :class:`ProduceInterrupted` (what
     was sent until then) from it. ``messages`` (instead of ``paths``): the messages
-    themselves, as :func:`produce_stdin` gives the one read from stdin.
+    themselves, as :func:`produce_stdin` gives the one read from stdin. ``source``: the
+    source the labels teach under, for the messages that do not name their own.
     """
     if label is not None and index is not None:
         raise SettingsError("give --label or --index, not both")
@@ -225,8 +228,8 @@ def produce(
         for data, key, msg_label, keys in batch:
             labelled = msg_label is not None
             if key is not None and (keys.name, key) in known:
-                old = known[keys.name, key]
-                if old == msg_label and type(old) is type(msg_label):
+                old, taught_by = known[keys.name, key]
+                if old == msg_label and type(old) is type(msg_label) and taught_by != AUTOLEARN:
                     report.already_learnt += 1
                     continue
                 pair = (old, msg_label)
@@ -258,6 +261,8 @@ def produce(
                     if len(out.raw) > max_bytes:  # keyed as the whole mail, then cut
                         out.fields.setdefault("key", out.key())
                         out.raw = cut_mail(out.raw, max_bytes)
+                if source is not None:
+                    out.fields.setdefault("source", source)
                 data = out.encode(label=msg_label, ts=entry.ts if entry else None)
                 msg = decode_input(data, out.id)
                 check_class(msg.label, classes)
@@ -293,7 +298,7 @@ def check_paths(paths: list[str]) -> None:
 
 def produce_stdin(client: Any, model: str, raw: bytes, *, label: str | None = None,
                   max_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
-                  id_prefix: str = "stdin") -> ProduceReport:
+                  source: str | None = None, id_prefix: str = "stdin") -> ProduceReport:
     """Send the one mail ``raw`` read from stdin (``streamnb produce -``), as :func:`produce`
     sends a mail file: not sent when its key was learnt, cut over ``max_bytes``. Its id is
     ``stdin:`` (``id_prefix:``: ``spamd:`` for a TELL) and its learn-once key, so that the
@@ -306,7 +311,7 @@ def produce_stdin(client: Any, model: str, raw: bytes, *, label: str | None = No
     out.id = f"{id_prefix}:{out.key()}"
     quiet = io.StringIO()  # the one reason a mail is skipped is the caller's line
     report = produce(client, model, [], label=label, stderr=quiet, progress=False,
-                     max_bytes=max_bytes, messages=[out])
+                     max_bytes=max_bytes, messages=[out], source=source)
     if report.skipped:
         raise NotMail(report.problems[0].removeprefix("-: "))
     return report
@@ -315,16 +320,23 @@ def produce_stdin(client: Any, model: str, raw: bytes, *, label: str | None = No
 def learnt_in_shards(client: Any, wanted: list[tuple[ModelKeys, str]]
                      ) -> dict[tuple[str, str], Any]:
     """Which of the learn-once keys ``wanted`` (the shard's keys, the key) the shard has
-    learnt, as ``(shard name, key)`` -> the label learnt: one look-up per shard, of its
-    keys."""
+    learnt, as ``(shard name, key)`` -> (the label learnt, the source that taught it): one
+    look-up per shard of its keys (and of the epochs of their sources: a key a forgotten source
+    taught is not learnt any more)."""
     by_shard: dict[ModelKeys, list[str]] = {}
     for keys, key in wanted:
         by_shard.setdefault(keys, []).append(key)
     known: dict[tuple[str, str], Any] = {}
     for keys, learn_keys in by_shard.items():
-        found = known_keys(client, keys.learnt_keys, learn_keys)
-        known.update(((keys.name, key), decode_record(record)[0])
-                     for key, record in found.items() if record is not None)
+        found = {k: r for k, r in known_keys(client, keys.learnt_keys, learn_keys).items()
+                 if r is not None}
+        teachers = {k: record_teacher(r) for k, r in found.items()}
+        named = sorted({t[0] for t in teachers.values()})
+        epochs = dict(zip(named, client.hmget(source_epochs_key(keys), named), strict=True)) \
+            if named else {}
+        epochs = {s: int(as_str(v)) for s, v in epochs.items() if v is not None}
+        known.update(((keys.name, key), (decode_record(record)[0], teachers[key][0]))
+                     for key, record in found.items() if not is_stale(teachers[key], epochs))
     return known
 
 

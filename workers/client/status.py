@@ -9,6 +9,7 @@ docs/cli.md):
   ``half_life``, ``error_weight``, ``training``; null when absent), ``training_waiting``
   (entries in ``:train`` not yet moved into ``:in``: workers/store/training.py);
 - ``classes`` (label -> learnt weight; labels as strings), ``learnt_total`` (float),
+  ``sources`` (source -> {label -> weight it taught}; docs/worker.md, "Sources"),
   ``version`` (last ``:log`` id applied, ``"0-0"`` before any);
 - ``streams``: ``in``, ``out``, ``dead``, ``log`` (XLEN of each);
 - ``lag`` (entries not yet delivered to the group), ``lag_exact`` (false when Redis reports
@@ -50,7 +51,7 @@ from typing import Any
 from streamnb_workers.client.shard_streams import last_merged
 from streamnb_workers.defaults import DEFAULT_STATUS_LAST
 from streamnb_workers.replication.replica import snapshot_age
-from streamnb_workers.replication.shards import keys_of, load_model
+from streamnb_workers.replication.shards import keys_of, load_replicas, source_weights
 from streamnb_workers.replication.snapshotter import live_workers, stream_gauges
 from streamnb_workers.store.keys import GROUP, ModelKeys
 from streamnb_workers.store.model_config import read_config
@@ -195,6 +196,7 @@ def collect(client: Any, name: str, redis_url: str | None = None,
         "kind": cfg.kind if cfg else None,
         "config": None,
         "classes": {},
+        "sources": {},
         "learnt_total": 0.0,
         "version": "0-0",
         "streams": {k: sum(sh["streams"][k] for sh in shards)
@@ -219,7 +221,8 @@ def collect(client: Any, name: str, redis_url: str | None = None,
         info["config"] = {"model_params": cfg.model_params, "featurizer": cfg.featurizer,
                           "decision": cfg.decision, "half_life": cfg.half_life,
                           "error_weight": cfg.error_weight, "training": cfg.training}
-        model, version = load_model(client, name)
+        model, version, replicas = load_replicas(client, name)
+        info["sources"] = source_weights(replicas)
         counts = model.stats["classes"]
         info["classes"] = {str(k): float(v) for k, v in counts.as_dict().items()}
         info["learnt_total"] = float(counts.total)
@@ -255,6 +258,10 @@ def format_text(info: dict[str, Any]) -> str:
         lines.append(f"classes    weight {info['learnt_total']:g}")
         for label, n in sorted(info["classes"].items(), key=lambda kv: -kv[1]):
             lines.append(f"  {label:<16} {n:g}")
+        lines.append(f"sources    {len(info.get('sources') or {})}")
+        for source, weights in (info.get("sources") or {}).items():
+            by_class = "  ".join(f"{k} {v:g}" for k, v in sorted(weights.items()))
+            lines.append(f"  {source:<16} weight {sum(weights.values()):g}  ({by_class})")
         rec = info.get("recent") or {}
         acc = (f"{100 * rec['accuracy']:.1f}% of {rec['labelled']} labelled"
                if rec.get("accuracy") is not None else "no labelled message")

@@ -34,8 +34,8 @@ STAGES = ("read", "decode", "featurize", "predict", "explain", "learn", "send", 
 DEAD_LETTER_REASONS = ("not_msgpack", "not_a_map", "no_data", "too_large", "no_payload",
                        "several_payloads", "bad_type", "non_finite", "bad_label", "bad_weight",
                        "wrong_dimension", "incompatible_payload", "bad_category", "not_learnt",
-                       "poison", "ref_expired", "declared_class",
-                       "label_not_allowed")
+                       "poison", "ref_expired", "bad_source", "too_many_sources",
+                       "declared_class", "label_not_allowed")
 #: The kinds of ``redis_errors`` (workers/worker/loop.py, ``error_kind``).
 REDIS_ERROR_KINDS = ("connection", "timeout", "misconf", "readonly", "nogroup", "other")
 #: What ``corrupt_records`` counts.
@@ -71,6 +71,9 @@ class Metrics:
         self.messages_relearnt = Counter(
             "messages_relearnt", "Labelled messages whose learn-once key was learnt under "
             "another label: the old contribution subtracted, the new label learnt", MW, **r)
+        self.messages_autolearnt = Counter(
+            "messages_autolearnt", "Unlabelled messages learnt from their own confident "
+            "verdict, under the source autolearn (worker --autolearn)", MW, **r)
         self.messages_forgotten = Counter(
             "messages_forgotten", "Messages unlearnt by a forget, by the class they were "
             "learnt as", (*MW, "class"), **r)
@@ -239,7 +242,6 @@ class Metrics:
             "class and verdict (summed over the workers: each serves its own)",
             ("model", "side", "class", "predicted"), **r)
 
-
     def start_series(self, model: str, worker: str) -> None:
         """Create at 0 every series of ``model`` served by ``worker`` whose labels are
         known before the first message: a dashboard or alert then reads 0, not "no data",
@@ -254,7 +256,7 @@ class Metrics:
                        self.prequential_brier, self.delayed_log_loss, self.delayed_brier,
                        self.label_delay, self.corrections, self.oov_share, self.confidence,
                        self.unsure, self.messages_already_learnt, self.messages_relearnt,
-                       self.ordered_section_seconds,
+                       self.messages_autolearnt, self.ordered_section_seconds,
                        self.ordered_section_cpu, self.order_wait_cpu, self.log_rewinds):
             family.labels(**mw)
         for reason in DEAD_LETTER_REASONS:

@@ -1,32 +1,64 @@
-"""The entries of a model's ``:log`` (their fields: workers/replication/replica.py's module
-docstring): encoded by the committing worker, decoded and checked by every replica.
+"""The entries of a model's ``:log`` (field ``data``, msgpack), made and checked.
 
->>> decode_log_entry(encode_decay(0.5))
-{'t': 'decay', 'g': 0.5}
->>> score_codes({"h": [1, 2]}), score_codes({})
-([1, 2], [])
+- ``{"t": "delta", "add": bytes | None, "sub": bytes | None, "n": int, "w": worker, "b": batch}``:
+  merge the encoded StatsBundle ``add``, then subtract ``sub`` (label corrections move a
+  message's contribution: +row for the new class in ``add``, -row for the old in ``sub``).
+  With sources (workers/replication/source_parts.py), ``e`` (the default source's epoch)
+  and ``src`` (``[[source, epoch, add, sub], ...]``) say whose contributions they are.
+  With an operating point held from labelled scores (``--target-fpr``, ``--calibration``),
+  ``"h": [int, ...]``: the score codes of the batch's labelled predictions, in their order
+  (``streamnb.operating_point.ScoreWindow.code``), added to the replica's window; such an
+  entry is written even when the batch learnt nothing (every key learnt before).
+  With a challenger (workers/replication/challenger.py), ``"c"``: the challenger's bundle
+  (all sources' rows together: the challenger is not split by source).
+- ``{"t": "decay", "g": float}``: multiply every learnt weight by ``g`` (forgetting).
+- ``{"t": "forget", "s": source}``: take out everything ``source`` taught
+  (``streamnb forget --source``).
+- ``{"t": "promote", "s": SPEC}``: the challenger SPEC becomes the model (its config too).
+- ``{"t": "drop", "c": label}``: remove class ``c`` and everything learnt under it
+  (``GenerativeClassifier.remove_class``; a class the model does not hold: nothing), from
+  every source's part too. A delta's ``sub`` rows of a class the model does not hold
+  (after its ``add``) went with a removed class, and are not subtracted (docs/worker.md,
+  "Removing a class").
+
+>>> decode_log_entry(encode_class_drop("Spam"))
+{'t': 'drop', 'c': 'Spam'}
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from streamnb.encoding import dumps, loads
 from streamnb.exceptions import FormatError
-from streamnb.operating_point import N_BINS
+from streamnb.operating_point import DEFAULT_WINDOW, N_BINS, ScoreWindow
 from streamnb.stats.bundle import StatsBundle
+from streamnb_workers.store.model_config import ModelConfig
+from streamnb_workers.wire.learn_sources import Teacher, check_source
 
 __all__ = ["decode_log_entry", "encode_class_drop", "encode_decay", "encode_delta",
-           "score_codes", "without_removed"]
+           "encode_forget_source", "score_codes_of", "score_window_for", "without_removed"]
 
 
 def encode_delta(add: StatsBundle | None, sub: StatsBundle | None, n_learnt: int,
-                 worker: str, batch: str, score_codes: list[int] | None = None,
+                 worker: str, batch: str, epoch: int = 0,
+                 sources: Sequence[tuple[Teacher, Any, Any]] = (), *,
+                 score_codes: list[int] | None = None,
                  challenger: StatsBundle | None = None) -> bytes:
-    """A delta log entry (fields: workers/replication/replica.py's module docstring)."""
+    """A delta log entry (see the module docstring): ``add``/``sub`` of the default
+    source's ``epoch``, ``sources`` the ``((source, epoch), add, sub)`` of the others,
+    ``score_codes`` those of the batch's labelled predictions, ``challenger`` the
+    challenger's bundle of the batch."""
     entry = {"t": "delta", "add": add.to_bytes() if add is not None else None,
              "sub": sub.to_bytes() if sub is not None else None,
              "n": int(n_learnt), "w": worker, "b": batch}
+    if epoch:
+        entry["e"] = int(epoch)
+    if sources:
+        entry["src"] = [[name, int(e), a.to_bytes() if a is not None else None,
+                         s.to_bytes() if s is not None else None]
+                        for (name, e), a, s in sources]
     if score_codes:
         entry["h"] = [int(c) for c in score_codes]
     if challenger is not None:
@@ -34,13 +66,9 @@ def encode_delta(add: StatsBundle | None, sub: StatsBundle | None, n_learnt: int
     return dumps(entry)
 
 
-def score_codes(entry: dict[str, Any]) -> list[int]:
-    """A delta's score codes, checked (FormatError before any change)."""
-    codes = entry.get("h") or []
-    if not isinstance(codes, list) or not all(
-            isinstance(c, int) and not isinstance(c, bool) and 0 <= c < 2 * N_BINS for c in codes):
-        raise FormatError("score codes must be a list of ints in range")
-    return codes
+def encode_forget_source(source: str) -> bytes:
+    """A log entry that takes out everything ``source`` taught."""
+    return dumps({"t": "forget", "s": check_source(source)})
 
 
 def encode_decay(g: float) -> bytes:
@@ -55,15 +83,38 @@ def encode_class_drop(label: Any) -> bytes:
 
 def decode_log_entry(data: bytes) -> dict[str, Any]:
     obj = loads(data)
-    if not isinstance(obj, dict) or obj.get("t") not in ("delta", "decay", "drop", "promote"):
-        raise FormatError("log entry is not a delta, decay, drop or promote map")
+    if not isinstance(obj, dict) or \
+            obj.get("t") not in ("delta", "decay", "forget", "drop", "promote"):
+        raise FormatError("log entry is not a delta, decay, forget, drop or promote map")
     return obj
 
 
-def without_removed(model: Any, sub: StatsBundle) -> StatsBundle:
-    """``sub`` without the rows of classes ``model`` does not hold (removed since the
-    rows were learnt: they went with their class)."""
-    held = model.stats["classes"].labels
+def score_window_for(config: ModelConfig) -> ScoreWindow | None:
+    """The window of labelled scores a replica of ``config`` keeps (None: its decision
+    rule needs none, or the model has several shards)."""
+    d = config.decision
+    if config.shards != 1 or (d.get("target_fpr") is None and d.get("calibration") is None):
+        return None
+    return ScoreWindow(size=int(d.get("score_window") or DEFAULT_WINDOW),
+                       score=d.get("score", "log_odds"), target_fpr=d.get("target_fpr"),
+                       calibration=d.get("calibration"))
+
+
+def score_codes_of(entry: dict[str, Any]) -> list[int]:
+    """A delta's score codes, checked (FormatError before any change)."""
+    codes = entry.get("h") or []
+    if not isinstance(codes, list) or not all(
+            isinstance(c, int) and not isinstance(c, bool) and 0 <= c < 2 * N_BINS for c in codes):
+        raise FormatError("score codes must be a list of ints in range")
+    return codes
+
+
+def without_removed(held: Iterable[Any] | Any, sub: StatsBundle) -> StatsBundle:
+    """``sub`` without the rows of classes not ``held`` (a model: those it holds; removed
+    since the rows were learnt, they went with their class)."""
+    if hasattr(held, "stats"):
+        held = held.stats["classes"].labels
+    held = set(held)
     for label in [lab for lab in sub["classes"].labels if lab not in held]:
         sub.remove_class(label)
     return sub

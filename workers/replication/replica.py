@@ -5,26 +5,13 @@ does not merge its delta at commit time; it tails the log right after committing
 all workers have bit-identical statistics at the same version. The version is the id of
 the last log entry applied ("0-0" before any).
 
-Log entries (field ``data``, msgpack):
-
-- ``{"t": "delta", "add": bytes | None, "sub": bytes | None, "n": int, "w": worker, "b": batch}``:
-  merge the encoded StatsBundle ``add``, then subtract ``sub`` (label corrections move a
-  message's contribution: +row for the new class in ``add``, -row for the old in ``sub``).
-  With an operating point held from labelled scores (``--target-fpr``, ``--calibration``),
-  ``"h": [int, ...]``: the score codes of the batch's labelled predictions, in their order
-  (``streamnb.operating_point.ScoreWindow.code``), added to the replica's window; such an
-  entry is written even when the batch learnt nothing (every key learnt before).
-  With a challenger (workers/replication/challenger.py), ``"c"``: the challenger's bundle.
-- ``{"t": "decay", "g": float}``: multiply every learnt weight by ``g`` (forgetting).
-- ``{"t": "promote", "s": SPEC}``: the challenger SPEC becomes the model (its config too).
-- ``{"t": "drop", "c": label}``: remove class ``c`` and everything learnt under it
-  (``GenerativeClassifier.remove_class``; a class the model does not hold: nothing). A
-  delta's ``sub`` rows of a class the model does not hold (after its ``add``) went with
-  a removed class, and are not subtracted (docs/worker.md, "Removing a class").
+Log entries: workers/replication/log_entries.py (deltas, decays, a source forgotten, a
+class removed, a challenger promoted).
 
 The snapshot (hash ``:snapshot``): ``log_id`` (the last log entry it includes), ``data``
-(``streamnb.models.dumps`` of the model), ``scores`` (the score window's bytes, with
-an operating point held), ``ts``, and ``trimmed`` (the MINID the log was
+(``streamnb.models.dumps`` of the model), ``sources`` (its parts by source, if any),
+``scores`` (the score window's bytes, with an operating point held), ``challenger`` (its
+model's dumps, with a challenger), ``ts``, and ``trimmed`` (the MINID the log was
 trimmed to after writing it). A replica whose version is below ``trimmed`` may have missed
 entries, so it reloads the snapshot; a late joiner does exactly that. A replica whose last
 applied entry is gone although nothing trimmed it (Redis restarted without its last writes,
@@ -51,7 +38,7 @@ from typing import Any
 import msgpack
 
 from streamnb.exceptions import FormatError
-from streamnb.operating_point import DEFAULT_WINDOW, ScoreWindow
+from streamnb.operating_point import ScoreWindow
 from streamnb.stats.bundle import StatsBundle
 from streamnb_workers.replication.challenger import promoted
 from streamnb_workers.replication.log_entries import (
@@ -59,32 +46,26 @@ from streamnb_workers.replication.log_entries import (
     encode_class_drop,
     encode_decay,
     encode_delta,
-    score_codes,
+    encode_forget_source,
+    score_codes_of,
+    score_window_for,
     without_removed,
 )
+from streamnb_workers.replication.source_parts import SourceParts, decode_sources
 from streamnb_workers.store.keys import ModelKeys
 from streamnb_workers.store.model_config import ModelConfig
+from streamnb_workers.wire.learn_sources import DEFAULT_SOURCE, check_source
 from streamnb_workers.wire.replies import as_str, entry_field
 from streamnb_workers.wire.stream_ids import entry_time, parse_id
 
-__all__ = ["Replica", "decode_log_entry", "encode_class_drop", "encode_decay", "encode_delta",
-           "log_complete", "score_window_for", "snapshot_age"]
+# (the log entries' encoders, kept importable from here)
+__all__ = ["TAIL_CHUNK", "Replica", "decode_log_entry", "encode_class_drop", "encode_decay",
+           "encode_delta", "encode_forget_source", "log_complete", "snapshot_age"]
 
 log = logging.getLogger(__name__)
 
 #: Log entries fetched per XRANGE while catching up.
 TAIL_CHUNK = 500
-
-
-def score_window_for(config: ModelConfig) -> ScoreWindow | None:
-    """The window of labelled scores a replica of ``config`` keeps (None: its decision
-    rule needs none, or the model has several shards)."""
-    d = config.decision
-    if config.shards != 1 or (d.get("target_fpr") is None and d.get("calibration") is None):
-        return None
-    return ScoreWindow(size=int(d.get("score_window") or DEFAULT_WINDOW),
-                       score=d.get("score", "log_odds"), target_fpr=d.get("target_fpr"),
-                       calibration=d.get("calibration"))
 
 
 def log_complete(client: Any, keys: ModelKeys) -> bool:
@@ -107,6 +88,8 @@ class Replica:
         self.keys = keys
         self.config = config
         self.model: Any = config.make_model()
+        #: What each source taught (workers/replication/source_parts.py).
+        self.sources = SourceParts()
         #: The window of labelled scores the operating point is fitted on (None: off).
         self.scores = score_window_for(config)
         self.version = "0-0"
@@ -150,7 +133,7 @@ class Replica:
         """Drop the statistics (:attr:`version` stays, as the last one held); until
         :meth:`load`, :meth:`catch_up` and :meth:`apply_own` do nothing. Loaded again,
         the replica is the snapshot plus the log after it, as any replica."""
-        self.model = None
+        self.model, self.sources = None, SourceParts()
         if self.challenger is not None:  # (reset from the snapshot at the load)
             self.challenger.model = None
         self.evicted = True
@@ -159,6 +142,7 @@ class Replica:
         h = self.client.hgetall(self.keys.snapshot)
         if not h:
             self.model = self.config.make_model()
+            self.sources = SourceParts()
             self.scores = score_window_for(self.config)
             self.version = "0-0"
             if self.challenger is not None:
@@ -167,11 +151,12 @@ class Replica:
             return
         h = {as_str(k): v for k, v in h.items()}
         try:
-            model, version = self._decode_snapshot(h)
+            model, version, sources = self._decode_snapshot(h)
         except FormatError as exc:
             self._snapshot_unreadable(h, exc)
             return
         self.model = model
+        self.sources = sources
         if self.challenger is not None:
             self.challenger.reset(h.get("challenger"))
         self.scores = self._decode_scores(h.get("scores"))
@@ -182,7 +167,7 @@ class Replica:
         self._changed()
         log.info("model %s: loaded snapshot at log id %s", self.keys.name, self.version)
 
-    def _decode_snapshot(self, h: dict[str, Any]) -> tuple[Any, str]:
+    def _decode_snapshot(self, h: dict[str, Any]) -> tuple[Any, str, SourceParts]:
         # deferred: the model classes (streamnb.models, ~0.8 s) load with the first snapshot
         from streamnb.models import loads as load_model
 
@@ -203,7 +188,14 @@ class Replica:
             fresh.stats.check_mergeable(model.stats)
         except FormatError as exc:
             raise FormatError(f"its statistics do not fit the configured model: {exc}") from None
-        return model, version
+        sources = SourceParts()
+        try:
+            sources.load(h.get("sources"))
+            for part in sources.parts.values():
+                fresh.stats.check_mergeable(part)
+        except (FormatError, ValueError, KeyError, TypeError, msgpack.UnpackException) as exc:
+            raise FormatError(f"its parts by source are unreadable: {exc}") from None
+        return model, version, sources
 
     def _decode_scores(self, data: bytes | None) -> ScoreWindow | None:
         """The score window of a snapshot (empty if it holds none, or one that does not
@@ -228,6 +220,7 @@ class Replica:
                       "the model from %s, which was never trimmed", self.keys.name,
                       self.keys.snapshot, exc, self.keys.log)
             self.model = self.config.make_model()
+            self.sources = SourceParts()
             if self.challenger is not None:  # rebuilt from the whole log with the model
                 self.challenger.reset()
             self.scores = score_window_for(self.config)
@@ -355,20 +348,24 @@ class Replica:
                 g = entry.get("g")
                 if not isinstance(g, (int, float)) or isinstance(g, bool) or not 0.0 < g <= 1.0:
                     raise FormatError(f"decay factor must be a number in (0, 1], got {g!r}")
-                self.model.decay(float(g))
+                self.model = self.sources.decay(self.config, self.model, float(g))
                 if self.challenger is not None:
                     self.challenger.model.decay(float(g))
+                self._changed()
+            elif entry["t"] == "forget":  # (the challenger is not split by source)
+                self.model = self.sources.forget(self.config, self.model, check_source(entry.get("s")))
                 self._changed()
             elif entry["t"] == "promote":  # the challenger becomes the model
                 if promoted(self.challenger, entry.get("s"), self.keys.name, entry_id):
                     self.model, self.config = self.challenger.model, self.challenger.config
                     self.challenger, self.scores = None, score_window_for(self.config)
+                    self.sources.promoted()
                 self._changed()
             elif entry["t"] == "drop":
                 label = entry.get("c")
                 if not isinstance(label, (str, int)) or isinstance(label, bool):
                     raise FormatError(f"a class to remove must be a str or an int, got {label!r}")
-                if self.model.remove_class(label):
+                if self.sources.drop(self.model, label):
                     log.info("model %s: class %r removed (log entry %s)", self.keys.name,
                              label, entry_id)
                 if self.challenger is not None:
@@ -380,21 +377,20 @@ class Replica:
                     raise FormatError(f"learnt count must be an int >= 0, got {n!r}")
                 add = StatsBundle.from_bytes(entry["add"]) if entry.get("add") is not None else None
                 sub = StatsBundle.from_bytes(entry["sub"]) if entry.get("sub") is not None else None
-                for delta in (add, sub):
-                    if delta is not None:
-                        self.model.stats.check_mergeable(delta)
-                codes = score_codes(entry)
+                codes = score_codes_of(entry)
+                contributions = decode_sources(entry, add, sub)
                 ch = self.challenger.check(entry) if self.challenger is not None else None
-                if add is not None:
-                    self.model.merge_stats(add)
+                if contributions is not None:  # with sources: the parts and their sum
+                    self.model = self.sources.apply(self.config, self.model, contributions)
+                    plain = False
+                else:
+                    plain = self._apply_default(add, sub)
                 if ch is not None:
                     self.challenger.model.merge_stats(ch)
-                if sub is not None:
-                    self.model.subtract_stats(without_removed(self.model, sub))
                 self.learnt += n
                 if self.scores is not None and codes:
                     self.scores.add(codes)
-                self._changed(add, sub)
+                self._changed(*((add, sub) if plain else ()))
         except (FormatError, ValueError, KeyError, TypeError, msgpack.UnpackException) as exc:
             # Every replica skips the same entry, so they stay equal; say so loudly.
             self.corrupt_entries += 1
@@ -404,6 +400,27 @@ class Replica:
             self._changed()
         self.version = entry_id
         self.applied += 1
+
+    def _apply_default(self, add: StatsBundle | None, sub: StatsBundle | None) -> bool:
+        """A delta of the default source's first epoch; True if applied as merges of the
+        model alone (no sources about: the plain case)."""
+        if self.sources.parts or self.sources.epochs:
+            self.model = self.sources.apply(self.config, self.model,
+                                            [(DEFAULT_SOURCE, 0, add, sub)])
+            return False
+        for delta in (add, sub):
+            if delta is not None:
+                self.model.stats.check_mergeable(delta)
+        if add is not None:
+            self.model.merge_stats(add)
+        if sub is not None:
+            self.model.subtract_stats(without_removed(self.model, sub))
+        return True
+
+    @property
+    def epochs(self) -> dict[str, int]:
+        """The current epoch of each source (workers/wire/learn_sources.py)."""
+        return self.sources.epochs
 
     def _changed(self, add: StatsBundle | None = None, sub: StatsBundle | None = None) -> None:
         if self.on_change is not None:

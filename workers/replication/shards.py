@@ -39,7 +39,7 @@ from streamnb_workers.store.keys import MAX_SHARDS, ModelKeys
 from streamnb_workers.store.model_config import ModelConfig, ModelSpec, read_config
 from streamnb_workers.wire.replies import as_str
 
-__all__ = ["ShardSum", "Router", "keys_of", "load_model", "load_summed", "route_id", "shard_names", "shard_of", "stored_shards",
+__all__ = ["ShardSum", "Router", "keys_of", "load_model", "load_replicas", "load_summed", "route_id", "shard_names", "shard_of", "source_weights", "stored_shards",
            "sum_models"]
 
 #: Kinds whose statistics are counts: their sum follows each delta in place (exact while
@@ -218,11 +218,26 @@ def load_summed(client: Any, model: str) -> tuple[Any, str] | None:
     cfg = read_config(client, model)
     if cfg is None or cfg.shards == 1:
         return None
+    return load_replicas(client, model)[:2]
+
+
+def load_replicas(client: Any, name: str) -> tuple[Any, str, list[Replica]]:
+    """The current model of ``name`` (snapshot + log; a sharded model's K shards summed),
+    its version (the shards' versions joined by ``,``) and the replicas it was read from.
+
+    Raises LookupError if the model has no stored config.
+    """
+    cfg = read_config(client, name)
+    if cfg is None:
+        raise LookupError(f"model {name!r} has no config in Redis (no worker has served it)")
+    if cfg.shards == 1:
+        rep = Replica(client, ModelKeys(name), cfg).load()
+        return rep.model, rep.version, [rep]
     replicas = []
-    for name in shard_names(model, cfg.shards):
-        shard_cfg = read_config(client, name)
-        replicas.append(Replica(client, ModelKeys(name), shard_cfg or cfg).load())
-    return ShardSum(cfg, replicas).model, ",".join(rep.version for rep in replicas)
+    for shard in shard_names(name, cfg.shards):
+        shard_cfg = read_config(client, shard)
+        replicas.append(Replica(client, ModelKeys(shard), shard_cfg or cfg).load())
+    return ShardSum(cfg, replicas).model, ",".join(rep.version for rep in replicas), replicas
 
 
 def load_model(client: Any, name: str) -> tuple[Any, str]:
@@ -230,10 +245,15 @@ def load_model(client: Any, name: str) -> tuple[Any, str]:
 
     Raises LookupError if the model has no stored config.
     """
-    cfg = read_config(client, name)
-    if cfg is None:
-        raise LookupError(f"model {name!r} has no config in Redis (no worker has served it)")
-    if cfg.shards > 1:
-        return load_summed(client, name)  # type: ignore[return-value]
-    rep = Replica(client, ModelKeys(name), cfg).load()
-    return rep.model, rep.version
+    return load_replicas(client, name)[:2]
+
+
+def source_weights(replicas: Sequence[Replica]) -> dict[str, dict[str, float]]:
+    """source -> {class (as str): weight it taught}, summed over ``replicas`` (shards)."""
+    out: dict[str, dict[str, float]] = {}
+    for rep in replicas:
+        for source, weights in rep.sources.weights(rep.model).items():
+            mine = out.setdefault(source, {})
+            for label, w in weights.items():
+                mine[str(label)] = mine.get(str(label), 0.0) + w
+    return dict(sorted(out.items()))

@@ -46,7 +46,8 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) 
 return 0
 """)
 
-# KEYS: lease, snapshot, log. ARGV: consumer, log id, data, ts, minid, score window ('': none).
+# KEYS: lease, snapshot, log. ARGV: consumer, log id, data, ts, minid, sources ('': none),
+# score window ('': none), challenger ('': none).
 _WRITE = LuaScript("""
 local function id(s)
   local ms, seq = string.match(s, '^(%d+)-(%d+)$')
@@ -63,9 +64,11 @@ end
 if #redis.call('XRANGE', KEYS[3], ARGV[2], ARGV[2]) == 0 then return 'missing' end
 redis.call('HSET', KEYS[2], 'log_id', ARGV[2], 'data', ARGV[3], 'ts', ARGV[4], 'trimmed', ARGV[5])
 redis.call('HDEL', KEYS[2], 'restored_at')
-if ARGV[6] ~= '' then redis.call('HSET', KEYS[2], 'scores', ARGV[6])
+if ARGV[6] == '' then redis.call('HDEL', KEYS[2], 'sources')
+else redis.call('HSET', KEYS[2], 'sources', ARGV[6]) end
+if ARGV[7] ~= '' then redis.call('HSET', KEYS[2], 'scores', ARGV[7])
 else redis.call('HDEL', KEYS[2], 'scores') end
-if ARGV[7] ~= '' then redis.call('HSET', KEYS[2], 'challenger', ARGV[7])
+if ARGV[8] ~= '' then redis.call('HSET', KEYS[2], 'challenger', ARGV[8])
 else redis.call('HDEL', KEYS[2], 'challenger') end
 redis.call('XTRIM', KEYS[3], 'MINID', ARGV[5])
 return 'ok'
@@ -143,6 +146,7 @@ class Snapshotter:
         minid = trim_point(replica.version, self.margin_ms)
         res = _WRITE(self.client, [self.keys.lease, self.keys.snapshot, self.keys.log],
                      [self.consumer, replica.version, data, repr(time.time()), minid,
+                      replica.sources.encode(),
                       replica.scores.to_bytes() if replica.scores is not None else b"",
                       replica.challenger.to_bytes() if replica.challenger is not None else b""])
         res = as_str(res)

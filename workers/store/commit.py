@@ -111,7 +111,7 @@ class CommitRequest:
     #: Keys kept at most (the oldest learnt are dropped beyond it; 0: no bound).
     keys_max: int = 0
     #: ``(log entry, record prefix)`` of each class removed: the entry is logged after the
-    #: delta, and every learnt key whose record starts with the prefix is released
+    #: delta, and every learnt key whose record holds the prefix after its first byte is released
     #: (workers/wire/learn_keys.py, ``record_prefix``; needs ``key_store``).
     class_drops: list[tuple[bytes, bytes]] = field(default_factory=list)
 

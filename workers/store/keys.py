@@ -154,3 +154,14 @@ class ModelKeys:
                 self.out, self.dead, self.log, self.events, self.snapshot,
                 self.config, self.lease, self.workers, self.learnt, self.inflight,
                 self.cache_buckets, self.learnt_keys, self.key_order, self.tokens]
+
+
+def source_epochs_key(keys: ModelKeys) -> str:
+    """The hash source -> its epoch of a model: the times ``streamnb forget --source``
+    took that source out (workers/wire/learn_sources.py), written with the log entry
+    that does it.
+
+    >>> source_epochs_key(ModelKeys("mail"))
+    'streamnb:{mail}:epochs'
+    """
+    return f"{keys.prefix}:epochs"

@@ -50,10 +50,11 @@ from streamnb.features import Row
 from streamnb_workers.store.commit import CacheCas, CacheWrite
 from streamnb_workers.store.keys import ModelKeys
 from streamnb_workers.store.lua import packaged_script
+from streamnb_workers.wire.learn_sources import DEFAULT, Teacher
 from streamnb_workers.wire.replies import as_str
 
 __all__ = ["CachedMessage", "NOT_LEARNT", "batch_writes", "bucket_width_ms", "decode_entry",
-           "decode_label", "encode_entry", "encode_label", "entry_field", "fetch_cached",
+           "decode_label", "decode_teacher", "encode_entry", "encode_label", "entry_field", "fetch_cached",
            "label_change", "relabel", "shard_of"]
 
 #: The delayed-label cache writes its entries into time buckets of TTL / this width
@@ -75,14 +76,43 @@ _LENGTH = struct.Struct(">H")
 GET_SCRIPT = packaged_script("cache_get.lua")
 
 
-def encode_label(label: Any) -> bytes:
-    return NOT_LEARNT if label is None else dumps(label)
+def encode_label(label: Any, teacher: Teacher = DEFAULT) -> bytes:
+    """A learnt label as an entry holds it: its msgpack, followed by the msgpack of the
+    teacher ``[source, epoch]`` it was learnt under unless that is the default's first
+    epoch (workers/wire/learn_sources.py)."""
+    if label is None:
+        return NOT_LEARNT
+    data = dumps(label)
+    return data if teacher == DEFAULT else data + dumps([teacher[0], int(teacher[1])])
+
+
+def _label_and_teacher(data: bytes) -> tuple[Any, Teacher]:
+    unpacker = msgpack.Unpacker(raw=False)
+    unpacker.feed(data)
+    label = next(unpacker)
+    try:
+        source, epoch = next(unpacker)
+    except StopIteration:
+        return label, DEFAULT
+    return label, (str(source), int(epoch))
 
 
 def decode_label(data: bytes | None) -> Any:
+    """The label of :func:`encode_label`'s bytes (None: not learnt).
+
+    >>> decode_label(encode_label("spam", ("imap", 1))), decode_teacher(encode_label("spam", ("imap", 1)))
+    ('spam', ('imap', 1))
+    """
     if not data:
         return None
-    return msgpack.unpackb(data, raw=False)
+    return _label_and_teacher(data)[0]
+
+
+def decode_teacher(data: bytes | None) -> Teacher:
+    """The teacher of :func:`encode_label`'s bytes (the default for none)."""
+    if not data:
+        return DEFAULT
+    return _label_and_teacher(data)[1]
 
 
 def bucket_width_ms(ttl_ms: int) -> int:
@@ -138,12 +168,18 @@ class CachedMessage:
     def learnt(self) -> Any:
         return decode_label(self.learnt_raw)
 
+    @property
+    def teacher(self) -> Teacher:
+        """Who taught it its learnt label (workers/wire/learn_sources.py)."""
+        return decode_teacher(self.learnt_raw)
 
-def label_change(cached: CachedMessage, label: Any) -> CacheCas:
-    """The commit's compare-and-set that makes ``label`` the learnt label of ``cached``:
-    the entry as read, replaced by the same entry with the new label."""
+
+def label_change(cached: CachedMessage, label: Any, teacher: Teacher = DEFAULT) -> CacheCas:
+    """The commit's compare-and-set that makes ``label`` (taught by ``teacher``) the
+    learnt label of ``cached``: the entry as read, replaced by the same entry with the
+    new label."""
     return CacheCas(key=cached.key, field=cached.field, expected=cached.entry,
-                    new=relabel(cached.entry, encode_label(label)))
+                    new=relabel(cached.entry, encode_label(label, teacher)))
 
 
 def decode_entry(key: str, field: str, entry: bytes) -> CachedMessage | None:

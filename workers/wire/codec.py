@@ -30,6 +30,7 @@ from streamnb.exceptions import MalformedMessage
 from streamnb.features.payload import PAYLOAD_KINDS, Payload
 from streamnb.features.wire_tokens import WireTokens, split_tokens
 from streamnb_workers.wire.learn_keys import MAX_KEY_CHARS, message_key
+from streamnb_workers.wire.learn_sources import DEFAULT_SOURCE, check_source
 from streamnb_workers.wire.limits import (
     DEFAULT_LIMITS,
     DEFAULT_MAX_ENTRY_BYTES,
@@ -54,7 +55,7 @@ __all__ = [
 DATA_FIELD = "data"
 
 _KNOWN_KEYS = frozenset(PAYLOAD_KINDS) | {"id", "label", "weight", "ts", "ref", "meta", "key",
-                                          "forget", "forget_class", "promote"}
+                                          "forget", "forget_class", "promote", "source"}
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 
 
@@ -87,6 +88,8 @@ class InputMessage:
     unknown_keys: int = 0
     key: str | None = None
     forget: bool = False
+    #: The source it is learnt under (None: the default source; workers/wire/learn_sources.py).
+    source: str | None = None
     forget_class: str | int | None = None
     #: ``{"promote": SPEC}``: make the challenger SPEC the model (workers/replication/challenger.py).
     promote: str | None = None
@@ -170,6 +173,16 @@ def _weight(v: Any, limits: Limits) -> float:
     if w > limits.max_weight:
         raise MalformedMessage("bad_weight", f"weight {w:g} is above the limit {limits.max_weight:g}")
     return w
+
+
+def _source(v: Any) -> str | None:
+    """A producer's ``source``: None for the default one (so no source and
+    ``"default"`` are the same), else the name checked."""
+    try:
+        name = check_source(v, producer=True)
+    except ValueError as exc:
+        raise MalformedMessage("bad_source", str(exc)) from None
+    return None if name == DEFAULT_SOURCE else name
 
 
 def _tokens(v: Any, limits: Limits) -> list[str] | WireTokens:
@@ -310,6 +323,9 @@ def decode_input(
     key = obj.get("key")
     if key is not None and (not isinstance(key, str) or not key or len(key) > MAX_KEY_CHARS):
         raise MalformedMessage("bad_type", f"key must be a non-empty str of at most {MAX_KEY_CHARS} characters")
+    source = obj.get("source")
+    if source is not None:
+        source = _source(source)
     forget = obj.get("forget")
     if forget is not None and not isinstance(forget, bool):
         raise MalformedMessage("bad_type", f"forget must be a boolean, got {type(forget).__name__}")
@@ -362,6 +378,7 @@ def decode_input(
         unknown_keys=unknown,
         key=key,
         forget=bool(forget),
+        source=source,
     )
 
 
@@ -375,7 +392,8 @@ def _class_removal(obj: dict, entry_id: str, limits: Limits, unknown: int) -> In
     ...
     streamnb.exceptions.MalformedMessage: several_payloads: forget_class goes alone, without text
     """
-    extra = [k for k in (*PAYLOAD_KINDS, "ref", "label", "weight", "key", "forget", "meta")
+    extra = [k for k in (*PAYLOAD_KINDS, "ref", "label", "weight", "key", "forget", "meta",
+                         "source")
              if obj.get(k) is not None]
     if extra:
         raise MalformedMessage("several_payloads",

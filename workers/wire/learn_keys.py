@@ -23,9 +23,11 @@ True
 'order-17'
 >>> decode_record(encode_record("spam", 2.0))
 ('spam', 2.0)
->>> encode_record("Spam", 1.0).startswith(record_prefix("Spam"))
+>>> encode_record("Spam", 1.0)[1:].startswith(record_prefix("Spam"))
 True
->>> encode_record("Spammer", 1.0).startswith(record_prefix("Spam"))
+>>> encode_record("Spam", 1.0, ("imap", 2))[1:].startswith(record_prefix("Spam"))
+True
+>>> encode_record("Spammer", 1.0)[1:].startswith(record_prefix("Spam"))
 False
 """
 
@@ -40,9 +42,10 @@ import msgpack
 import numpy as np
 
 from streamnb.features.own_headers import strip_own_headers
+from streamnb_workers.wire.learn_sources import DEFAULT, Teacher
 
 __all__ = ["MAX_KEY_CHARS", "decode_record", "encode_record", "known_keys", "mail_key",
-           "message_key", "record_prefix"]
+           "message_key", "record_prefix", "record_teacher"]
 
 #: Longest key (characters); a longer Message-ID is hashed instead.
 MAX_KEY_CHARS = 512
@@ -140,22 +143,37 @@ def message_key(payload: Any, kind: str, key: str | None = None) -> str:
     return _hash(kind, _canonical(kind, payload))
 
 
-def encode_record(label: Any, weight: float) -> bytes:
-    """What ``{M}:keys`` holds for a learnt key: the label and the weight learnt."""
-    return msgpack.packb([label, float(weight)], use_bin_type=True)
+def encode_record(label: Any, weight: float, teacher: Teacher = DEFAULT) -> bytes:
+    """What ``{M}:keys`` holds for a learnt key: the label and the weight learnt, and
+    the teacher (source, epoch) it was learnt under unless that is the default's first
+    epoch (workers/wire/learn_sources.py)."""
+    if teacher == DEFAULT:
+        return msgpack.packb([label, float(weight)], use_bin_type=True)
+    return msgpack.packb([label, float(weight), teacher[0], int(teacher[1])], use_bin_type=True)
 
 
 def record_prefix(label: Any) -> bytes:
-    """The bytes every record of ``label`` starts with, whatever its weight (the label is
-    packed with its length: no other label's records start so). The commit script
+    """The bytes every record of ``label`` holds after its first byte (the array's
+    header: 2 fields, or 4 with a teacher), whatever its weight and source (the label is
+    packed with its length: no other label's records hold them there). The commit script
     releases a removed class's keys by it, reading no msgpack."""
-    return b"\x92" + msgpack.packb(label, use_bin_type=True)
+    return msgpack.packb(label, use_bin_type=True)
 
 
 def decode_record(data: bytes) -> tuple[Any, float]:
     """The label and weight of a record written by :func:`encode_record`."""
-    label, weight = msgpack.unpackb(bytes(data), raw=False, strict_map_key=False)
+    label, weight = msgpack.unpackb(bytes(data), raw=False, strict_map_key=False)[:2]
     return label, float(weight)
+
+
+def record_teacher(data: bytes) -> Teacher:
+    """The teacher of a record written by :func:`encode_record`.
+
+    >>> record_teacher(encode_record("spam", 1.0)), record_teacher(encode_record("ham", 1.0, ("imap", 2)))
+    (('default', 0), ('imap', 2))
+    """
+    fields = msgpack.unpackb(bytes(data), raw=False, strict_map_key=False)
+    return DEFAULT if len(fields) < 4 else (str(fields[2]), int(fields[3]))
 
 
 def known_keys(client: Any, keys_key: str, names: Sequence[str],

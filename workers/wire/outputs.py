@@ -102,7 +102,9 @@ def output_for(
 ) -> bytes:
     """:func:`encode_output` for a decoded input (id, entry, true label and meta from
     ``msg``); ``reason``: why a labelled message was not learnt (``already_learnt``), or
-    how it was (``relearnt``, its key learnt before with the label ``was``)."""
+    how it was (``relearnt``, its key learnt before with the label ``was``); for an
+    unlabelled message, ``autolearnt`` (learnt with its verdict: ``learned`` true)."""
+    auto = msg.label is None and reason == "autolearnt"
     return encode_output(
         msg.id,
         msg.entry_id,
@@ -111,10 +113,10 @@ def output_for(
         model_version,
         worker,
         true_label=msg.label,
-        learned=learned if msg.label is not None else None,
+        learned=learned if msg.label is not None or auto else None,
         meta=msg.meta,
         score=score,
-        reason=reason if msg.label is not None else None,
+        reason=reason if msg.label is not None or auto else None,
         explain=explain,
         was=was if msg.label is not None else None,
         threshold=threshold,

@@ -28,6 +28,8 @@ def account(rt: ModelRuntime, committed: Committed | None) -> None:
     # one inc per class and batch (not per message): the same totals
     for lab, n in Counter(str(lab) for lab in content.learnt_labels).items():
         series(m.messages_learned, **{"class": lab}).inc(n)
+    if content.n_autolearnt:
+        series(m.messages_autolearnt).inc(content.n_autolearnt)
     if content.n_duplicates:
         series(m.messages_already_learnt).inc(content.n_duplicates)
     if content.relearnt_was:  # corrections too: a contribution moved from a class

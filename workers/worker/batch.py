@@ -201,7 +201,7 @@ def featurize(featurizer: Any, decoded: Decoded) -> Featurized:
             drops.append((eid, msg.forget_class if msg.promote is None else
                           Promotion(msg.promote), data))
         elif msg.payload_kind is None:
-            refs.append(LabelRef(eid, msg.ref, msg.label, msg.ts or entry_time(eid)))
+            refs.append(LabelRef(eid, msg.ref, msg.label, msg.ts or entry_time(eid), msg.source))
             ref_data[eid] = data
         else:
             payload.append((eid, msg, data))

@@ -6,21 +6,30 @@ sends the result).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 
 from streamnb.features import Row
+from streamnb_workers.defaults import DEFAULT_MAX_SOURCES
 from streamnb_workers.store.label_cache import CachedMessage, encode_entry, encode_label
-from streamnb_workers.wire.learn_keys import decode_record, encode_record
+from streamnb_workers.wire.learn_keys import decode_record, encode_record, record_teacher
+from streamnb_workers.wire.learn_sources import (
+    AUTOLEARN,
+    DEFAULT_SOURCE,
+    Teacher,
+    is_stale,
+    teacher_of,
+)
 from streamnb_workers.wire.outputs import output_for
 from streamnb_workers.wire.stream_ids import entry_time, parse_id
 from streamnb_workers.worker.batch import Dead, Decoded, Featurized, Item, Predictions, Verdict
-from streamnb_workers.worker.labels import REF_EXPIRED, LabelRef, Resolution, resolve_refs
+from streamnb_workers.worker.labels import REF_EXPIRED, LabelRef, Resolution, replaces, resolve_refs
+from streamnb_workers.worker.learn_weights import AutolearnPolicy, autolearn_choices, autolearn_key
 
-__all__ = ["ALREADY_LEARNT", "NOT_LEARNT_KEY", "RELEARNT", "CommitContent", "PredictedBatch",
+__all__ = ["ALREADY_LEARNT", "AUTOLEARNT", "NOT_LEARNT_KEY", "RELEARNT", "TOO_MANY_SOURCES", "CommitContent", "PredictedBatch",
            "batch_stats", "commit_content"]
 
 #: ``reason`` of a labelled message's output when its key was learnt before, with its label.
@@ -31,6 +40,10 @@ ALREADY_LEARNT = "already_learnt"
 RELEARNT = "relearnt"
 #: Dead-letter reason of a forget whose key is not (or no longer) learnt.
 NOT_LEARNT_KEY = "not_learnt"
+#: ``reason`` of an unlabelled message's output when it was learnt from its own verdict.
+AUTOLEARNT = "autolearnt"
+#: Dead-letter reason of a label from a new source when the model holds the most sources.
+TOO_MANY_SOURCES = "too_many_sources"
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,8 +120,8 @@ class PredictedBatch:
 class CommitContent:
     """What one commit writes, as values: the entry ids it acknowledges (in stream order
     when it can), the outputs, the dead letters (in stream order), the cache entries
-    ``(message id, entry)``, the statistics added and subtracted and the number of
-    messages learnt; and for the worker's metrics and scores: the labels learnt, the
+    ``(message id, entry)``, the statistics added and subtracted (of the default source's
+    current epoch; the other sources' in ``sources``) and the number of messages learnt; and for the worker's metrics and scores: the labels learnt, the
     resolution of the label-only messages, and the items scored against their own label
     (their model log posteriors and their labels)."""
 
@@ -135,6 +148,12 @@ class CommitContent:
     forgotten_labels: list[Any] = field(default_factory=list)
     #: The label recorded before for each labelled message relearnt under a new one.
     relearnt_was: list[Any] = field(default_factory=list)
+    #: The default source's epoch (what ``add`` and ``sub`` are of), and ``(teacher, add,
+    #: sub)`` of every other teacher, by source name.
+    default_epoch: int = 0
+    sources: list[tuple[Teacher, Any, Any]] = field(default_factory=list)
+    #: Unlabelled messages learnt from their own verdict (``worker --autolearn``).
+    n_autolearnt: int = 0
     #: The classes removed, in stream order (after the batch's delta: docs/worker.md).
     drop_classes: list[Any] = field(default_factory=list)
     #: The score codes of the labelled items, in order, for the model's score window.
@@ -147,49 +166,88 @@ def batch_stats(model: Any, featurizer: Any, rows: Sequence[tuple[Row, Any, floa
     """The statistics of ``(row, label, weight)`` rows (None for none)."""
     if not rows:
         return None
-    X = featurizer.stack([r for r, _, _ in rows])
-    return model.batch_stats(X, [lab for _, lab, _ in rows],
-                             np.array([w for _, _, w in rows], dtype=np.float64))
+    X = featurizer.stack([r[0] for r in rows])
+    return model.batch_stats(X, [r[1] for r in rows],
+                             np.array([r[2] for r in rows], dtype=np.float64))
+
+
+def _by_teacher(rows: Sequence[tuple[Row, Any, float, Teacher]]) -> dict[Teacher, list]:
+    out: dict[Teacher, list] = {}
+    for row in rows:
+        out.setdefault(row[3], []).append(row)
+    return out
 
 
 def commit_content(batch: PredictedBatch, cached: dict[str, CachedMessage | None],
                    model: Any, featurizer: Any, worker: str, cache: bool,
-                   cache_labelled: bool, challenger: Any = None) -> CommitContent | None:
+                   cache_labelled: bool, epochs: dict[str, int] | None = None,
+                   known_sources: Collection[str] = (DEFAULT_SOURCE,),
+                   max_sources: int = DEFAULT_MAX_SOURCES,
+                   autolearn: AutolearnPolicy | None = None,
+                   challenger: Any = None) -> CommitContent | None:
     """What the commit of ``batch`` writes, given the cache entries read for its labels
     (``cached``; an entry whose row does not fit this model is as good as expired);
     None when nothing is left to commit. ``cache``: whether messages are cached at all;
-    ``cache_labelled``: also those learnt in their batch."""
+    ``cache_labelled``: also those learnt in their batch. ``epochs``: the current epoch
+    of each source (workers/wire/learn_sources.py), as the worker's replica holds them;
+    ``known_sources``: the sources it holds parts of; a label from another one, past
+    ``max_sources`` of them, is a dead letter. ``autolearn``: learn the confident verdicts
+    of unlabelled messages under the source ``autolearn`` (workers/worker/learn_weights.py)."""
+    epochs = epochs or {}
+    # (no source named, none forgotten: every row is the default's, as before sources)
+    named = any(it.msg.source is not None for it in batch.items) or \
+        any(r.source is not None for r in batch.refs)
+    if named:
+        batch = _within_bound(batch, set(known_sources), max_sources)
     items, verdicts = batch.items, batch.verdicts
+    auto = _autolearnt(batch, model, autolearn, set(known_sources), max_sources)
+    named = named or bool(auto)
     batch_labels = {it.msg.id: it.msg.label for it in items}
     batch_preds = {it.msg.id: (v.log_proba, it.msg.ts or entry_time(it.entry_id))
                    for it, v in zip(items, verdicts, strict=True)}
     # a cached row that does not fit this model (tampered, other config): as expired
     cached = {k: c if c is None or featurizer.fits(c.row) else None for k, c in cached.items()}
-    res = resolve_refs(batch.refs, batch_labels, batch_preds, cached, batch.key_state)
+    res = resolve_refs(batch.refs, batch_labels, batch_preds, cached, batch.key_state, epochs)
     learnt = [res.in_batch.get(it.msg.id, it.msg.label) for it in items]
+    default = teacher_of(None, epochs)
+    teachers = [teacher_of(res.in_batch_source.get(it.msg.id, it.msg.source), epochs)
+                for it in items] if named else [default] * len(items)
+    auto = {i: lab for i, lab in auto.items() if learnt[i] is None}  # (no label came for it)
+    for i, label in auto.items():
+        learnt[i], teachers[i] = label, teacher_of(AUTOLEARN, epochs)
+        items[i].msg.key = autolearn_key(items[i].msg)
     # an item's own label is learnt with the weight its verdict gave it (error weight)
     weights = [v.weight if lab is not None and lab == it.msg.label else it.msg.weight
                for it, v, lab in zip(items, verdicts, learnt, strict=True)]
-    once = _learn_once(items, learnt, weights, batch.forgets, batch.key_state,
-                       res.key_relabels, batch.learn_once)
+    once = _learn_once(items, learnt, weights, teachers, batch.forgets, batch.key_state,
+                       res.key_relabels, batch.learn_once, epochs)
     duplicate = once.duplicate
+    for i in [i for i in auto if duplicate[i]]:  # its key is learnt: it stays unlabelled
+        duplicate[i], learnt[i] = False, None
+        del auto[i]
     learnt = [None if dup else lab for lab, dup in zip(learnt, duplicate, strict=True)]
-    add_rows = [(it.row, lab, w) for it, lab, w in zip(items, learnt, weights, strict=True)
-                if lab is not None]
+    add_rows = [(it.row, lab, w, t) for it, lab, w, t in
+                zip(items, learnt, weights, teachers, strict=True) if lab is not None]
     n_learnt = len(add_rows) - len(once.was) + res.n_learnt  # (a relearnt one was counted)
     add_rows += res.adds
-    if batch.own is not None and not res.adds and \
+    adds = _by_teacher(add_rows) if named or epochs else {default: add_rows}
+    subs = _by_teacher(res.subs + once.subs)
+    if batch.own is not None and not res.adds and set(adds) <= {default} and \
             batch.own[0] == [it.entry_id for it, lab in zip(items, learnt, strict=True)
                              if lab is not None]:
         add = batch.own[1]  # made before the wait for other workers: the same rows
     else:
-        add = batch_stats(model, featurizer, add_rows)
-    sub = batch_stats(model, featurizer, res.subs + once.subs)
+        add = batch_stats(model, featurizer, adds.get(default, []))
+    sub = batch_stats(model, featurizer, subs.get(default, []))
+    sources = [(t, batch_stats(model, featurizer, adds.get(t, [])),
+                batch_stats(model, featurizer, subs.get(t, [])))
+               for t in sorted((set(adds) | set(subs)) - {default})]
     ch = batch.challenger or [None] * len(items)
     outputs = [output_for(it.msg, v.label, v.log_proba, batch.version, worker,
                           learned=lab is not None, score=v.score, threshold=v.threshold,
                           proba=v.proba, challenger=challenger_output(c),
-                          reason=ALREADY_LEARNT if dup else RELEARNT if i in once.was else None,
+                          reason=ALREADY_LEARNT if dup else RELEARNT if i in once.was else
+                          AUTOLEARNT if i in auto else None,
                           was=once.was.get(i), explain=v.explanation)
                for i, (it, v, lab, dup, c) in enumerate(zip(items, verdicts, learnt, duplicate,
                                                             ch, strict=True))]
@@ -205,14 +263,14 @@ def commit_content(batch: PredictedBatch, cached: dict[str, CachedMessage | None
     recorded = {key for key, _ in once.learn_keys} | {key for key, _, _ in once.relabel_keys}
     if cache:
         row_bytes = batch.row_bytes or {}
-        for it, v, lab, dup, w in zip(items, verdicts, learnt, duplicate, weights,
-                                      strict=True):
+        for it, v, lab, dup, w, t in zip(items, verdicts, learnt, duplicate, weights,
+                                         teachers, strict=True):
             # (a duplicate is not cached: its entry would say it is unlearnt, and a later
             # label for it would learn it after all)
             if not dup and (lab is None or cache_labelled):
                 row = row_bytes.get(it.entry_id)
                 entries.append((it.msg.id, encode_entry(
-                    encode_label(lab), it.row.to_bytes() if row is None else row, v.label,
+                    encode_label(lab, t), it.row.to_bytes() if row is None else row, v.label,
                     v.log_proba, w, batch_preds[it.msg.id][1],
                     it.msg.key if lab is not None and it.msg.key in recorded else None)))
     ids = [it.entry_id for it in items] + [d.entry_id for d in batch.dead] + \
@@ -230,11 +288,13 @@ def commit_content(batch: PredictedBatch, cached: dict[str, CachedMessage | None
               if it.msg.label is not None and v.model_log_proba is not None and not dup]
     return CommitContent(
         ids=ids, outputs=outputs, dead=dead, cache_entries=entries, add=add, sub=sub,
-        n_learnt=n_learnt, learnt_labels=[lab for _, lab, _ in add_rows], resolution=res,
+        n_learnt=n_learnt, learnt_labels=[r[1] for r in add_rows], resolution=res,
         scored=scored, learn_keys=once.learn_keys, forget_keys=once.forget_keys,
         relabel_keys=once.relabel_keys,
         n_duplicates=sum(duplicate), forgotten_labels=once.forgotten_labels,
-        relearnt_was=once.relearnt_was, drop_classes=[d[1] for d in batch.class_drops],
+        n_autolearnt=len(auto),
+        relearnt_was=once.relearnt_was, default_epoch=default[1], sources=sources,
+        drop_classes=[d[1] for d in batch.class_drops],
         score_codes=[v.code for v in verdicts if v.code is not None],
         challenger_add=None if batch.challenger is None or challenger is None else
         challenger_stats(challenger, featurizer, items, learnt, ch))
@@ -262,6 +322,44 @@ def challenger_output(c: tuple[Item, Verdict] | None) -> dict[str, Any] | None:
     return out
 
 
+def _autolearnt(batch: PredictedBatch, model: Any, policy: AutolearnPolicy | None,
+                known: set[str], max_sources: int) -> dict[int, Any]:
+    """Index -> label of the items to autolearn (workers/worker/learn_weights.py); none when
+    the source ``autolearn`` would be one past ``max_sources``."""
+    if policy is None or not batch.items or (AUTOLEARN not in known and len(known) >= max_sources):
+        return {}
+    counts = model.stats["classes"]
+    return autolearn_choices(batch.items, batch.verdicts,
+                  dict(zip(counts.labels, counts.counts.tolist(), strict=True)), policy)
+
+
+def _within_bound(batch: PredictedBatch, known: set[str], max_sources: int) -> PredictedBatch:
+    """``batch`` with the labels of sources beyond the ``max_sources`` first (in stream
+    order, after those ``known``) as dead letters ``too_many_sources``."""
+    wanted = [(it.entry_id, it.msg.source) for it in batch.items if it.msg.label is not None]
+    wanted += [(r.entry_id, r.source) for r in batch.refs]
+    if all(src is None or src in known for _, src in wanted):
+        return batch
+    over: set[str] = set()
+    for eid, src in sorted(wanted, key=lambda w: parse_id(w[0])):
+        if src is None or src in known:
+            continue
+        if len(known) < max_sources:
+            known.add(src)
+        else:
+            over.add(eid)
+    if not over:
+        return batch
+    detail = (f"the model holds {max_sources} sources, the most --max-sources allows; "
+              "forget one (streamnb forget --source) or raise the bound")
+    dead = [Dead(it.entry_id, TOO_MANY_SOURCES, f"source {it.msg.source!r}: {detail}", it.data)
+            for it in batch.items if it.entry_id in over]
+    dead += [Dead(r.entry_id, TOO_MANY_SOURCES, f"source {r.source!r}: {detail}",
+                  batch.ref_data[r.entry_id]) for r in batch.refs if r.entry_id in over]
+    kept = batch.without(over)
+    return replace(kept, dead=kept.dead + dead)
+
+
 @dataclass(slots=True)
 class _LearnOnce:
     """What learn-once keys make of a batch's labelled items and forgets: the keys learnt
@@ -276,7 +374,7 @@ class _LearnOnce:
     forget_keys: list[tuple[str, bytes]] = field(default_factory=list)
     duplicate: list[bool] = field(default_factory=list)
     was: dict[int, Any] = field(default_factory=dict)
-    subs: list[tuple[Row, Any, float]] = field(default_factory=list)
+    subs: list[tuple[Row, Any, float, Teacher]] = field(default_factory=list)
     forgotten_labels: list[Any] = field(default_factory=list)
     not_learnt: list[Item] = field(default_factory=list)
 
@@ -286,9 +384,10 @@ class _LearnOnce:
 
 
 def _learn_once(items: Sequence[Item], learnt: Sequence[Any], weights: Sequence[float],
-                forgets: Sequence[Item], key_state: dict[str, bytes | None],
+                teachers: Sequence[Teacher], forgets: Sequence[Item],
+                key_state: dict[str, bytes | None],
                 relabelled: Sequence[tuple[str, bytes, bytes]] = (),
-                learn_once: bool = True) -> _LearnOnce:
+                learn_once: bool = True, epochs: dict[str, int] | None = None) -> _LearnOnce:
     """Learn-once keys applied to the labelled items (with ``learn_once``) and the forgets
     in stream order, from ``key_state`` and the ``ref`` corrections ``relabelled`` (``(key,
     record read, new record)``, applied first):
@@ -298,8 +397,11 @@ def _learn_once(items: Sequence[Item], learnt: Sequence[Any], weights: Sequence[
     - one whose key is learnt with another label is relearnt: its row with the label and
       weight recorded is subtracted, its label learnt, the key's record rewritten;
     - a forget subtracts its row with what its key records and deletes the key; a forget
-      whose key is not learnt (never, or forgotten before) unlearns nothing.
+      whose key is not learnt (never, or forgotten before) unlearns nothing;
+    - a key recorded under a teacher whose source was forgotten since is not learnt;
+    - one learnt by autolearn with an item's label is moved to the item's source.
     """
+    epochs = epochs or {}
     out = _LearnOnce(duplicate=[False] * len(items))
     # key -> (record before the batch, None if absent; record now, None if absent)
     state: dict[str, tuple[bytes | None, bytes | None]] = {
@@ -312,24 +414,28 @@ def _learn_once(items: Sequence[Item], learnt: Sequence[Any], weights: Sequence[
     for i, it in events:
         key: str = it.msg.key  # type: ignore[assignment]
         before, now = state[key] if key in state else (key_state.get(key),) * 2
+        if now is not None and is_stale(record_teacher(now), epochs):
+            now = None  # taught by a source forgotten since: its contribution is gone
         if i < 0:  # a forget
             if now is None:
                 out.not_learnt.append(it)
                 continue
             label, weight = decode_record(now)
-            out.subs.append((it.row, label, weight))
+            out.subs.append((it.row, label, weight, record_teacher(now)))
             out.forgotten_labels.append(label)
             state[key] = (before, None)
             continue
         lab = learnt[i]
         if now is not None:
             old, old_weight = decode_record(now)
-            if old == lab and type(old) is type(lab):
+            old_teacher = record_teacher(now)
+            if teachers[i][0] == AUTOLEARN or (  # (autolearn never relearns a learnt key)
+                    old == lab and type(old) is type(lab) and not replaces(old_teacher, teachers[i])):
                 out.duplicate[i] = True
                 continue
             out.was[i] = old
-            out.subs.append((it.row, old, old_weight))
-        state[key] = (before, encode_record(lab, weights[i]))
+            out.subs.append((it.row, old, old_weight, old_teacher))
+        state[key] = (before, encode_record(lab, weights[i], teachers[i]))
     for key, (before, now) in state.items():
         if before is None and now is not None:
             out.learn_keys.append((key, now))

@@ -34,9 +34,11 @@ from streamnb_workers.store.commit import (
 )
 from streamnb_workers.store.label_cache import batch_writes, fetch_cached
 from streamnb_workers.wire.learn_keys import known_keys, record_prefix
+from streamnb_workers.wire.learn_sources import DEFAULT_SOURCE
 from streamnb_workers.wire.outputs import encode_dead
 from streamnb_workers.worker.commit_content import CommitContent, PredictedBatch, commit_content
 from streamnb_workers.worker.commit_wire import Built
+from streamnb_workers.worker.learn_weights import AutolearnPolicy
 from streamnb_workers.worker.runtime import ModelRuntime
 
 __all__ = ["Committed", "abandon", "build", "commit", "send_ahead", "settle"]
@@ -75,6 +77,13 @@ def build(rt: ModelRuntime, batch: PredictedBatch, prepared_s: float = 0.0) -> B
                                               list(dict.fromkeys(unread))))
         content = commit_content(batch, cached, rt.replica.model, rt.featurizer, rt.consumer,
                                  cache=o.cache_ttl_s > 0, cache_labelled=o.cache_labelled,
+                                 epochs=rt.replica.epochs,
+                                 known_sources=set(rt.replica.sources.parts) or {DEFAULT_SOURCE},
+                                 max_sources=o.max_sources,
+                                 autolearn=AutolearnPolicy(o.autolearn_score,
+                                                           o.autolearn_min_class_weight,
+                                                           o.autolearn_per_batch)
+                                 if o.autolearn else None,
                                  challenger=rt.replica.challenger)
         if content is None:
             learn.cancel()
@@ -88,8 +97,9 @@ def _request(rt: ModelRuntime, content: CommitContent, announced: str | None) ->
     add, sub = content.add, content.sub
     # (an entry with score codes alone too: the window learns every labelled prediction)
     log_data = encode_delta(add, sub, content.n_learnt, rt.consumer, uuid.uuid4().hex[:16],
-                            content.score_codes, content.challenger_add) \
-        if (add is not None or sub is not None or content.score_codes
+                            content.default_epoch, content.sources,
+                            score_codes=content.score_codes, challenger=content.challenger_add) \
+        if (add is not None or sub is not None or content.sources or content.score_codes
             or content.challenger_add is not None) else None
     writes, registry = [], None
     if content.cache_entries:

@@ -38,10 +38,11 @@ from streamnb_workers.store.label_cache import (
     encode_label,
     label_change,
 )
-from streamnb_workers.wire.learn_keys import decode_record, encode_record
+from streamnb_workers.wire.learn_keys import decode_record, encode_record, record_teacher
+from streamnb_workers.wire.learn_sources import AUTOLEARN, Teacher, is_stale, teacher_of
 
 __all__ = ["NOT_LEARNT", "REF_EXPIRED", "LabelRef", "Resolution", "decode_label",
-           "delayed_matrix", "encode_label", "resolve_refs"]
+           "delayed_matrix", "encode_label", "replaces", "resolve_refs"]
 
 #: Dead-letter reason of a label whose message is not (or no longer) cached.
 REF_EXPIRED = "ref_expired"
@@ -55,18 +56,21 @@ class LabelRef:
     ref: str
     label: Any
     ts: float
+    #: The source it teaches under (None: the default one).
+    source: str | None = None
 
 
 @dataclass
 class Resolution:
     """What a batch's label-only messages do (see :func:`resolve_refs`)."""
 
-    adds: list[tuple[Row, Any, float]] = field(default_factory=list)
-    subs: list[tuple[Row, Any, float]] = field(default_factory=list)
+    adds: list[tuple[Row, Any, float, Teacher]] = field(default_factory=list)
+    subs: list[tuple[Row, Any, float, Teacher]] = field(default_factory=list)
     cas: list[CacheCas] = field(default_factory=list)
     expired: list[LabelRef] = field(default_factory=list)
-    #: in-batch message id -> the label it is finally learnt with
+    #: in-batch message id -> the label it is finally learnt with, and by whom
     in_batch: dict[str, Any] = field(default_factory=dict)
+    in_batch_source: dict[str, str | None] = field(default_factory=dict)
     #: (prediction at arrival, label, delay in seconds) of first labels
     delayed: list[tuple[dict[Any, float], Any, float]] = field(default_factory=list)
     n_learnt: int = 0
@@ -80,7 +84,8 @@ class Resolution:
 def resolve_refs(refs: Sequence[LabelRef],
                  batch_labels: dict[str, Any], batch_preds: dict[str, tuple[dict, float]],
                  cached: dict[str, CachedMessage | None],
-                 key_state: dict[str, bytes | None] | None = None) -> Resolution:
+                 key_state: dict[str, bytes | None] | None = None,
+                 epochs: dict[str, int] | None = None) -> Resolution:
     """Net effect of a batch's label-only messages, applied in order.
 
     ``batch_labels``: id -> own label (or None) of the payload messages of this same batch
@@ -90,12 +95,16 @@ def resolve_refs(refs: Sequence[LabelRef],
     ``key_state``: learn-once key -> its record (workers/wire/learn_keys.py); a cached
     message learnt under a key that is recorded has the label and weight of the record
     (a labelled message with the same key may have relearnt it since it was cached), and
-    its correction rewrites the record, compared-and-set.
+    its correction rewrites the record, compared-and-set. ``epochs``: the current epoch
+    of each source (workers/wire/learn_sources.py): what a source forgotten since taught
+    counts as not learnt. A label is learnt under its own source; a correction takes the
+    old label's contribution off the source that taught it.
     """
     key_state = key_state or {}
+    epochs = epochs or {}
     res = Resolution()
-    first: dict[str, Any] = {}  # ref -> learnt label before this batch
-    final: dict[str, Any] = {}
+    first: dict[str, tuple[Any, float, Teacher]] = {}  # ref -> learnt before this batch
+    final: dict[str, tuple[Any, Teacher]] = {}
     for r in refs:
         if r.ref in batch_labels:
             before = res.in_batch.get(r.ref, batch_labels[r.ref])
@@ -103,38 +112,61 @@ def resolve_refs(refs: Sequence[LabelRef],
                 lp, ts = batch_preds[r.ref]
                 res.delayed.append((lp, r.label, max(0.0, r.ts - ts)))
             res.in_batch[r.ref] = r.label
+            res.in_batch_source[r.ref] = r.source
             continue
         c = cached.get(r.ref)
         if c is None:
             res.expired.append(r)
             continue
         if r.ref not in first:
-            record = key_state.get(c.learn_key) if c.learn_key is not None else None
-            first[r.ref] = c.learnt if record is None else decode_record(record)[0]
-        current = final.get(r.ref, first[r.ref])
+            first[r.ref] = _learnt_before(c, key_state, epochs)
+        current = final[r.ref][0] if r.ref in final else first[r.ref][0]
         if current is None:
             res.delayed.append((c.log_proba, r.label, max(0.0, r.ts - c.ts)))
-        final[r.ref] = r.label
-    for ref, new in final.items():
-        old = first[ref]
-        if new == old and type(new) is type(old):
+        final[r.ref] = (r.label, teacher_of(r.source, epochs))
+    for ref, (new, teacher) in final.items():
+        old, weight, old_teacher = first[ref]
+        if new == old and type(new) is type(old) and not replaces(old_teacher, teacher):
             continue
         c = cached[ref]
         assert c is not None
         record = key_state.get(c.learn_key) if c.learn_key is not None else None
-        weight = c.weight if record is None else decode_record(record)[1]
         if old is None:
             res.n_learnt += 1
         else:
-            res.subs.append((c.row, old, weight))
-            res.corrections += 1
-            res.unlearned.append(old)
-            if record is not None:
-                res.key_relabels.append((c.learn_key, bytes(record),
-                                         encode_record(new, weight)))
-        res.adds.append((c.row, new, weight))
-        res.cas.append(label_change(c, new))
+            res.subs.append((c.row, old, weight, old_teacher))
+            if new != old or type(new) is not type(old):
+                res.corrections += 1
+                res.unlearned.append(old)
+        if record is not None:
+            res.key_relabels.append((c.learn_key, bytes(record),
+                                     encode_record(new, weight, teacher)))
+        res.adds.append((c.row, new, weight, teacher))
+        res.cas.append(label_change(c, new, teacher))
     return res
+
+
+def replaces(old: Teacher, new: Teacher) -> bool:
+    """True if a label from ``new`` replaces the same label learnt from ``old``: a
+    user's label wins over what autolearn learnt (its contribution is moved, not added
+    to)."""
+    return old[0] == AUTOLEARN and new[0] != AUTOLEARN
+
+
+def _learnt_before(c: CachedMessage, key_state: dict[str, bytes | None],
+                   epochs: dict[str, int]) -> tuple[Any, float, Teacher]:
+    """The label, weight and teacher a cached message is learnt with (label None: not
+    learnt, or learnt from a source forgotten since). The record of its learn-once key,
+    if any, wins over its cache entry (a labelled message with the same key may have
+    relearnt it since it was cached)."""
+    record = key_state.get(c.learn_key) if c.learn_key is not None else None
+    if record is None:
+        label, weight, teacher = c.learnt, c.weight, c.teacher
+    else:
+        (label, weight), teacher = decode_record(record), record_teacher(record)
+    if label is not None and is_stale(teacher, epochs):
+        label = None
+    return label, weight, teacher
 
 
 def delayed_matrix(delayed: Sequence[tuple[dict[Any, float], Any, float]]

@@ -6,18 +6,43 @@ A labelled message whose verdict got its label wrong is learnt with ``error_weig
 times its weight (the model's stored config; docs/features.md, "Mail defaults of the
 daemon"). The weight is decided here from the ordered prediction and carried in the
 delta, so every replica applies the same counts (docs/architecture.md).
+
+Autolearn (``worker --autolearn``): which unlabelled messages of a batch a worker
+learns from its own verdicts, under the source ``autolearn`` (docs/worker.md,
+"Autolearn").
+
+A message is autolearnt when it came without a label, its verdict is one of the model's
+two classes (not ``unsure``) with a score at least ``score`` away from 0 (the score to
+threshold and rank by, docs/protocol.md), the model has learnt at
+least ``min_class_weight`` of each class (a cold model learns nothing from itself), and
+fewer than ``per_batch`` messages of its batch were autolearnt before it (the rate
+limit). It is learnt with its message's weight (no error weight) under its learn-once key, which a user's label for
+the same key then replaces (workers/worker/labels.py, ``replaces``); a key learnt
+already, from any source, is not autolearnt.
+
+>>> from types import SimpleNamespace as NS
+>>> policy = AutolearnPolicy(score=0.5, min_class_weight=2, per_batch=1)
+>>> verdicts = [NS(label="spam", score=0.9), NS(label="ham", score=-0.7)]
+>>> items = [NS(msg=NS(label=None, forget=False))] * 2
+>>> autolearn_choices(items, verdicts, {"ham": 5.0, "spam": 3.0}, policy)
+{0: 'spam'}
+>>> autolearn_choices(items, verdicts, {"ham": 5.0, "spam": 1.0}, policy)  # cold: too little spam
+{}
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from streamnb.decision import UNSURE
+from streamnb_workers.wire.learn_keys import message_key
 
-__all__ = ["class_weight_rows", "is_error", "judge_at_operating_point", "learn_weights"]
+__all__ = ["AutolearnPolicy", "autolearn_choices", "autolearn_key", "class_weight_rows",
+           "is_error", "judge_at_operating_point", "learn_weights"]
 
 
 def is_error(label: Any, true: Any, rule: Any, classes: Sequence[Any]) -> bool:
@@ -74,6 +99,41 @@ def class_weight_rows(model: Any, classes: Sequence[Any], labels: Sequence[Any],
                 contrib[i, index[lab]] = weights[i]
         out += np.cumsum(contrib, axis=0) - contrib
     return out
+
+
+@dataclass(frozen=True, slots=True)
+class AutolearnPolicy:
+    """The thresholds of autolearn (module docstring)."""
+
+    #: The least distance of the verdict's score from 0 (per-feature log-odds for mail).
+    score: float
+    #: The least weight the model must hold of each of its two classes.
+    min_class_weight: float
+    #: The most messages autolearnt per batch.
+    per_batch: int
+
+
+def autolearn_choices(items: Sequence[Any], verdicts: Sequence[Any], class_weights: dict[Any, float],
+           policy: AutolearnPolicy) -> dict[int, Any]:
+    """Index -> label of the items of a batch to autolearn (module docstring);
+    ``class_weights``: what the model predicting them holds of each class."""
+    if len(class_weights) != 2 or min(class_weights.values()) < policy.min_class_weight:
+        return {}
+    chosen: dict[int, Any] = {}
+    for i, (it, v) in enumerate(zip(items, verdicts, strict=True)):
+        if len(chosen) >= policy.per_batch:
+            break
+        if it.msg.label is not None or v.score is None or v.label not in class_weights:
+            continue
+        if abs(v.score) >= policy.score:
+            chosen[i] = v.label
+    return chosen
+
+
+def autolearn_key(msg: Any) -> str:
+    """The learn-once key an unlabelled message is autolearnt under (the producer's, else
+    the one a label would have given it)."""
+    return msg.key if msg.key is not None else message_key(msg.payload, msg.payload_kind)
 
 
 def judge_at_operating_point(window: Any, rule: Any, verdicts: Sequence[Any],

@@ -16,9 +16,13 @@ from dataclasses import dataclass
 
 from streamnb.features.payload import DEFAULT_MAX_MESSAGE_BYTES
 from streamnb_workers.defaults import (
+    DEFAULT_AUTOLEARN_MIN_CLASS_WEIGHT,
+    DEFAULT_AUTOLEARN_PER_BATCH,
+    DEFAULT_AUTOLEARN_SCORE,
     DEFAULT_BATCH_SIZE,
     DEFAULT_LABEL_CACHE_TTL_S,
     DEFAULT_LEARNT_KEYS_MAX,
+    DEFAULT_MAX_SOURCES,
     DEFAULT_ORDER_WAIT_MS,
     DEFAULT_REPLICA_MEMORY,
     DEFAULT_TOKEN_NAMES,
@@ -69,6 +73,18 @@ class WorkerOptions:
     #: bytes of Redis memory each, docs/worker.md "Learn-once keys"). 0: no keys, every
     #: labelled message is learnt, however often it comes.
     learnt_keys_max: int = DEFAULT_LEARNT_KEYS_MAX
+    #: Sources a model keeps apart at most (docs/worker.md, "Sources"): a label from one
+    #: more is a dead letter ``too_many_sources``.
+    max_sources: int = DEFAULT_MAX_SOURCES
+    #: Learn unlabelled messages from their own confident verdicts, under the source
+    #: ``autolearn`` (docs/worker.md, "Autolearn"; workers/worker/learn_weights.py): a score
+    #: at least ``autolearn_score`` from 0, a model holding at least
+    #: ``autolearn_min_class_weight`` of each of its two classes, at most
+    #: ``autolearn_per_batch`` messages a batch.
+    autolearn: bool = False
+    autolearn_score: float = DEFAULT_AUTOLEARN_SCORE
+    autolearn_min_class_weight: float = DEFAULT_AUTOLEARN_MIN_CLASS_WEIGHT
+    autolearn_per_batch: int = DEFAULT_AUTOLEARN_PER_BATCH
     heartbeat_s: float = 5.0
     #: A heartbeat older than this marks a dead worker.
     stale_s: float = 30.0
@@ -159,6 +175,15 @@ class WorkerOptions:
             raise ValueError(f"token_names_every must be >= 1, got {self.token_names_every}")
         if not self.healthz_grace_s > 0:
             raise ValueError(f"healthz_grace_s must be > 0, got {self.healthz_grace_s}")
+        if self.autolearn and self.learnt_keys_max == 0:
+            raise ValueError("autolearn needs learn-once keys (learnt_keys_max > 0): a user's "
+                             "label replaces what autolearn learnt by its key")
+        if not self.autolearn_score >= 0 or not self.autolearn_min_class_weight >= 0 or \
+                self.autolearn_per_batch < 1:
+            raise ValueError("autolearn_score and autolearn_min_class_weight must be >= 0, "
+                             "autolearn_per_batch >= 1")
+        if self.max_sources < 1:
+            raise ValueError(f"max_sources must be >= 1, got {self.max_sources}")
         if self.per_user_s < 0 or self.user_min_weight < 0:
             raise ValueError(f"per_user_s and user_min_weight must be >= 0, got "
                              f"{self.per_user_s} and {self.user_min_weight}")

@@ -50,8 +50,8 @@ __all__ = ["missing_keys", "restore_lost_keys", "restore_model_keys", "settle_ms
 log = logging.getLogger("streamnb.worker")
 
 # KEYS: config, :in, snapshot, :log, lease. ARGV: group, consumer, lease_ms, version
-# ("0-0": no snapshot offered), data, settle_ms, now (unix ms), score window ('': none),
-# then the config's
+# ("0-0": no snapshot offered), data, settle_ms, now (unix ms), the snapshot's parts by
+# source ('': none), its score window ('': none), then the config's
 # field/value pairs. Returns what it wrote (config, snapshot, group), and "settling" while
 # the group waits for the other workers' replicas.
 _RESTORE = LuaScript("""
@@ -62,7 +62,7 @@ end
 local now = tonumber(ARGV[7])
 local wrote = {}
 if redis.call('EXISTS', KEYS[1]) == 0 then
-  redis.call('HSET', KEYS[1], unpack(ARGV, 9))
+  redis.call('HSET', KEYS[1], unpack(ARGV, 10))
   wrote[#wrote + 1] = 'config'
 end
 if ARGV[4] ~= '0-0' and redis.call('XLEN', KEYS[4]) == 0 then
@@ -76,7 +76,9 @@ if ARGV[4] ~= '0-0' and redis.call('XLEN', KEYS[4]) == 0 then
   if redis.call('EXISTS', KEYS[3]) == 0 or newer then
     redis.call('HSET', KEYS[3], 'log_id', ARGV[4], 'data', ARGV[5], 'ts', now / 1000,
                'trimmed', ARGV[4], 'restored_at', snap[2] or now)
-    if ARGV[8] ~= '' then redis.call('HSET', KEYS[3], 'scores', ARGV[8])
+    if ARGV[8] == '' then redis.call('HDEL', KEYS[3], 'sources')
+    else redis.call('HSET', KEYS[3], 'sources', ARGV[8]) end
+    if ARGV[9] ~= '' then redis.call('HSET', KEYS[3], 'scores', ARGV[9])
     else redis.call('HDEL', KEYS[3], 'scores') end
     redis.call('SET', KEYS[5], ARGV[2], 'PX', ARGV[3])
     wrote[#wrote + 1] = 'snapshot'
@@ -136,7 +138,7 @@ def missing_keys(client: Any, keys: ModelKeys, version: str) -> list[str]:
 
 def restore_model_keys(client: Any, config: ModelConfig, consumer: str, version: str,
                        data: bytes, lease_ms: int, settle_ms: int = 0,
-                       scores: bytes = b"") -> list[str]:
+                       sources: bytes = b"", scores: bytes = b"") -> list[str]:
     """Write what of the model is still missing (see the module docstring); returns what
     was written (``config``, ``snapshot``, ``group``), and ``settling`` while the group
     waits ``settle_ms`` after the first snapshot written back for more advanced ones.
@@ -147,7 +149,7 @@ def restore_model_keys(client: Any, config: ModelConfig, consumer: str, version:
         flat += [k, v]
     wrote = _RESTORE(client, [keys.config, keys.input, keys.snapshot, keys.log, keys.lease],
                      [GROUP, consumer, int(lease_ms), version, data, int(settle_ms),
-                      int(time.time() * 1000), scores, *flat])
+                      int(time.time() * 1000), sources, scores, *flat])
     return [as_str(w) for w in wrote or []]
 
 
@@ -168,6 +170,7 @@ def restore_lost_keys(rt: ModelRuntime) -> list[str]:
                                replica.version if offer else "0-0",
                                dump_model(replica.model) if offer else b"",
                                rt.options.lease_ms, settle_ms(rt.options.backoff_cap_s),
+                               replica.sources.encode() if offer else b"",
                                replica.scores.to_bytes()
                                if offer and replica.scores is not None else b"")
     if "snapshot" in wrote:

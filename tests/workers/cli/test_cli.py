@@ -29,7 +29,8 @@ TRAIN = [("cheap meds online now", "spam"), ("win money cheap pills", "spam"),
          ("lunch on monday with the team", "ham")]
 STATUS_KEYS = {"model", "exists", "redis", "kind", "config", "classes", "learnt_total", "version",
                "streams", "lag", "lag_exact", "pending", "dead_letters", "snapshot", "workers",
-               "learnt", "received", "predicted", "model_version", "recent", "shards", "training_waiting"}
+               "learnt", "received", "predicted", "model_version", "recent", "shards", "sources",
+               "training_waiting"}
 
 
 def cli(*args, env=None, timeout=60):
@@ -92,6 +93,11 @@ BAD_ARGUMENTS = [
     (["worker", "--model", "m", "--kind", "gaussian", "--alpha", "1", "--redis", "redis://127.0.0.1:1/0"],
      "--alpha does not apply to a gaussian model"),
     (["worker", "--order-wait-ms", "-5"], "expected a whole number >= 0, got -5"),
+    (["produce", "--model", "m", "--source", "bad name", "x"], "source must be 1..100 characters"),
+    (["forget", "--model", "m", "--source", "x y"], "source must be 1..100 characters"),
+    (["forget", "--model", "m", "--redis", "redis://127.0.0.1:1/0"],
+     "forget takes PATH... or --class LABEL or --source NAME"),
+    (["worker", "--max-sources", "0"], "expected a whole number >= 1, got 0"),
     (["worker", "--target-fpr", "1.5"], "--target-fpr expects a rate between 0 and 1"),
     (["worker", "--calibration", "beta"], "invalid choice: 'beta'"),
     (["worker", "--score-window", "10"], "expected 100..1000000 messages, got 10"),
@@ -184,6 +190,7 @@ def test_status_json_keys_and_counts(redis_server):
     assert set(info) == STATUS_KEYS
     assert info["exists"] and info["kind"] == "multinomial"
     assert info["classes"] == {"spam": 3.0, "ham": 2.0} and info["learnt_total"] == 5.0
+    assert info["sources"] == {"default": {"spam": 3.0, "ham": 2.0}}
     assert info["streams"] == {"in": 6, "out": 5, "dead": 0, "log": r.xlen(ModelKeys("m").log)}
     assert info["lag"] == 1 and info["pending"] == 0 and info["dead_letters"] == 0
     last_log = r.xrevrange(ModelKeys("m").log, count=1)[0][0].decode()
@@ -195,6 +202,25 @@ def test_status_json_keys_and_counts(redis_server):
 
 
 @pytest.mark.redis
+def test_produce_and_forget_by_source(redis_server, tmp_path):
+    learn(redis_server.url)
+    box = tmp_path / "imap.jsonl"
+    box.write_text('{"text": "cheap pills imap", "label": "spam"}\n'
+                   '{"text": "lunch notes imap", "label": "ham"}\n')
+    p = cli("produce", "--redis", redis_server.url, "--model", "m", "--source", "imap", str(box))
+    assert p.returncode == 0, p.stderr
+    learn(redis_server.url, messages=[])
+    status = lambda: json.loads(cli("status", "--redis", redis_server.url, "--model", "m",  # noqa: E731
+                                    "--json").stdout)
+    assert status()["sources"] == {"default": {"spam": 3.0, "ham": 2.0},
+                                   "imap": {"spam": 1.0, "ham": 1.0}}
+    p = cli("forget", "--redis", redis_server.url, "--model", "m", "--source", "imap")
+    assert p.returncode == 0 and "forgetting everything source 'imap'" in p.stdout, p.stderr
+    info = status()
+    assert info["sources"] == {"default": {"spam": 3.0, "ham": 2.0}}
+    assert info["classes"] == {"spam": 3.0, "ham": 2.0}
+
+
 def test_export_import_round_trip_and_offline_predict(redis_server, tmp_path):
     r = learn(redis_server.url)
     f = tmp_path / "m.snb"

@@ -183,9 +183,9 @@ def test_score_codes_enter_the_window_and_bad_ones_skip_the_entry(r):
     scratch = make_model("multinomial", n_features=6)
     X = np.ones((2, 6))
     r.xadd(keys.log, {"data": encode_delta(scratch.batch_stats(X, ["a", "b"]), None, 2, "w", "1",
-                                           [5, 3000])})
-    r.xadd(keys.log, {"data": encode_delta(None, None, 0, "w", "2", [7])})  # codes alone
-    bad = encode_delta(scratch.batch_stats(X, ["a", "b"]), None, 2, "w", "3", [1])
+                                           score_codes=[5, 3000])})
+    r.xadd(keys.log, {"data": encode_delta(None, None, 0, "w", "2", score_codes=[7])})  # codes alone
+    bad = encode_delta(scratch.batch_stats(X, ["a", "b"]), None, 2, "w", "3", score_codes=[1])
     r.xadd(keys.log, {"data": bad.replace(b"\xa1h\x91\x01", b"\xa1h\x91\xff")})  # code -1
     rep = Replica(r, keys, cfg).load()
     assert rep.scores.total == 3 and rep.scores.ring[:3].tolist() == [5, 3000, 7]

@@ -357,12 +357,15 @@ def test_a_sent_commit_needs_a_connection_pool():
 
 def test_a_class_removal_is_logged_after_the_delta_and_releases_its_keys(r):
     """The drop entry follows the delta; every key whose record holds the class is deleted
-    (with its order), over more records than one HSCAN page; no other key, not even one of
-    a label the class's label starts."""
+    (with its order), over more records than one HSCAN page, whichever source taught it
+    (a record with a teacher holds 4 fields); no other key, not even one of a label the
+    class's label starts."""
     from streamnb_workers.wire.learn_keys import encode_record, record_prefix
+    from streamnb_workers.wire.learn_sources import DEFAULT
 
     ids = _read(r, "w1", 2)
-    records = {f"k{i}": encode_record(["Spam", "Spammer", "spam"][i % 3], 1.0 + i % 2)
+    records = {f"k{i}": encode_record(["Spam", "Spammer", "spam"][i % 3], 1.0 + i % 2,
+                                      ("imap", i % 7) if i % 5 == 0 else DEFAULT)
                for i in range(3000)}
     r.hset(K.learnt_keys, mapping=records)
     r.zadd(K.key_order, {k: i for i, k in enumerate(records)})

@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from streamnb.exceptions import SettingsError
+from streamnb_workers.cli.arg_types import source_name
 from streamnb_workers.cli.options import add_common_options, add_model_name, model_client
 from streamnb_workers.client.shard_streams import describe_inputs
 from streamnb_workers.exit_codes import EXIT_FAILURE
@@ -24,9 +25,14 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
                        description="Unlearn each message the model learnt (by the key produce "
                                    "gives it); prints what was sent and what was not learnt. "
                                    "With --class LABEL instead: remove that class and everything "
-                                   "learnt under it, on every worker.")
+                                   "learnt under it, on every worker. With --source NAME "
+                                   "instead: unlearn everything the source NAME taught (an "
+                                   "admin's operation: it writes the model's log).")
     add_common_options(p)
     add_model_name(p)
+    p.add_argument("--source", type=source_name, default=None, metavar="NAME",
+                   help="take out everything the source NAME taught the model, on every "
+                   "worker, at one place of its log (writes :log and :epochs: the admin user)")
     p.add_argument("paths", nargs="*", metavar="PATH",
                    help=".eml file, maildir, mbox, directory, .jsonl file, or - (stdin)")
     p.add_argument("--class", dest="forget_class", metavar="LABEL", default=None,
@@ -39,15 +45,20 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace, env: Mapping[str, str]) -> int:
     """Forget the messages of ``args.paths`` (exit 1 when some were skipped), or the class
-    ``--class``."""
+    ``--class``, or what the source ``--source`` taught."""
     # deferred: the message sources (mailbox, email) load only for forget
-    from streamnb_workers.client.forget import forget, forget_class
+    from streamnb_workers.client.forget import forget, forget_class, forget_source
 
-    if (args.forget_class is None) == (not args.paths):
-        raise SettingsError("forget takes PATH... or --class LABEL (one of the two)")
+    if sum((bool(args.paths), args.forget_class is not None, args.source is not None)) != 1:
+        raise SettingsError("forget takes PATH... or --class LABEL or --source NAME (one of them)")
     if args.force and args.forget_class is None:
         raise SettingsError("--force goes with --class LABEL")
     model, client = model_client(args, env)
+    if args.source is not None:
+        entries = forget_source(client, model, args.source)
+        print(f"forgetting everything source {args.source!r} taught model {model!r} (log entry "
+              f"{', '.join(entries)})")
+        return 0
     if args.forget_class is not None:
         removal = forget_class(client, model, args.forget_class, force=args.force)
         print(f"removing class {removal.label!r} (weight {removal.weight:g}) from model "

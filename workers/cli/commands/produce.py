@@ -17,7 +17,7 @@ from typing import Any, BinaryIO
 import redis
 
 from streamnb.features.payload import DEFAULT_MAX_MESSAGE_BYTES
-from streamnb_workers.cli.arg_types import max_bytes, positive_int
+from streamnb_workers.cli.arg_types import max_bytes, positive_int, source_name
 from streamnb_workers.cli.options import (
     PROG,
     STDIN,
@@ -50,6 +50,9 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     add_option(label, "--label", help="label every message sent with L")
     add_option(label, "--index", metavar="TSV",
                help="labels (and times) from an index.tsv: path, label, unix_time")
+    add_option(p, "--source", type=source_name, default=None, metavar="NAME",
+               help="the source the labels sent teach under (default: the source 'default'); "
+               "streamnb forget --source NAME takes out all it taught")
     add_option(p, "--chunk", type=positive_int, default=DEFAULT_PRODUCE_CHUNK, help="XADDs per round trip")
     add_option(p, "--max-bytes", type=max_bytes, default=DEFAULT_MAX_MESSAGE_BYTES,
                help="a mail over this size is cut (headers kept, at a MIME boundary) before "
@@ -77,7 +80,7 @@ def run(args: argparse.Namespace, env: Mapping[str, str]) -> int:
         require_model(client, model, hint="; --allow-new sends to it before its workers start")
     try:
         report = produce(client, model, list(args.paths), label=args.label, index=args.index,
-                         chunk=args.chunk, max_bytes=args.max_bytes)
+                         chunk=args.chunk, max_bytes=args.max_bytes, source=args.source)
     except EmptySource as exc:
         return fail(str(exc), EXIT_FAILURE)
     except ProduceInterrupted as exc:
@@ -116,7 +119,8 @@ def run_stdin(args: argparse.Namespace, env: Mapping[str, str], stdin: BinaryIO)
         client.ping()
         if not args.allow_new:
             require_model(client, model, hint="; --allow-new sends to it before its workers start")
-        report = produce_stdin(client, model, raw, label=args.label, max_bytes=args.max_bytes)
+        report = produce_stdin(client, model, raw, label=args.label, max_bytes=args.max_bytes,
+                               source=args.source)
     except NotMail as exc:
         return fail(f"produce -: stdin: {exc}", EXIT_USAGE)
     except ProduceInterrupted as exc:

@@ -50,12 +50,16 @@ from streamnb_workers.cli.options import (
 )
 from streamnb_workers.cli.settings import add_option
 from streamnb_workers.defaults import (
+    DEFAULT_AUTOLEARN_MIN_CLASS_WEIGHT,
+    DEFAULT_AUTOLEARN_PER_BATCH,
+    DEFAULT_AUTOLEARN_SCORE,
     DEFAULT_BATCH_SIZE,
     DEFAULT_BLOCK_MS,
     DEFAULT_CLAIM_IDLE_MS,
     DEFAULT_HEALTHZ_GRACE_S,
     DEFAULT_LABEL_CACHE_TTL_S,
     DEFAULT_LEARNT_KEYS_MAX,
+    DEFAULT_MAX_SOURCES,
     DEFAULT_METRICS_ADDR,
     DEFAULT_METRICS_PORT,
     DEFAULT_ORDER_WAIT_MS,
@@ -171,6 +175,20 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     add_option(w, "--learnt-keys-max", type=non_negative_int, default=DEFAULT_LEARNT_KEYS_MAX,
                metavar="N", help="learn-once keys kept per model, the oldest dropped beyond N (about 270 "
                "bytes each in Redis); 0: no keys, a message sent twice is learnt twice")
+    add_option(w, "--max-sources", type=positive_int, default=DEFAULT_MAX_SOURCES,
+               metavar="N", help="sources a model keeps apart at most (each costs one copy of "
+               "the statistics in every worker and snapshot); a label from one more is a dead "
+               "letter too_many_sources")
+    add_option(w, "--autolearn", action="store_true", default=False,
+               help="learn unlabelled messages whose verdict is confident, under the source "
+               "autolearn (a user's label for the same key replaces it)")
+    add_option(w, "--autolearn-score", type=non_negative_float, default=DEFAULT_AUTOLEARN_SCORE,
+               metavar="S", help="autolearn a verdict whose score is at least S from 0")
+    add_option(w, "--autolearn-min-class-weight", type=non_negative_float,
+               default=DEFAULT_AUTOLEARN_MIN_CLASS_WEIGHT, metavar="W",
+               help="autolearn only once the model holds at least W of each of its two classes")
+    add_option(w, "--autolearn-per-batch", type=positive_int, default=DEFAULT_AUTOLEARN_PER_BATCH,
+               metavar="N", help="autolearn at most N messages a batch")
     add_option(w, "--prequential", action=argparse.BooleanOptionalAction, default=True,
                help="predict each message with the labelled messages before it in its batch "
                "(multinomial, categorical and the Gaussian models)")

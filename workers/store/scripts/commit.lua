@@ -180,9 +180,10 @@ if keys_at > 0 and keys_max > 0 and n_learn > 0 then
     for i = 1, #dropped, 2 do redis.call('HDEL', KEYS[keys_at], dropped[i]) end
   end
 end
--- a class removed releases the keys learnt under it: each record that starts with the
--- class's prefix (its label packed: workers/wire/learn_keys.py, record_prefix), found by
--- HSCAN over {M}:keys (at most learnt_keys_max records), the key then learnt afresh
+-- a class removed releases the keys learnt under it: each record that holds the class's
+-- prefix after its array header byte (its label packed: workers/wire/learn_keys.py,
+-- record_prefix; the header is 2 or 4 fields, with a source), found by HSCAN over
+-- {M}:keys (at most learnt_keys_max records), the key then learnt afresh
 if keys_at > 0 then
   for i = first_drop + 1, first_drop + 2 * n_drops - 1, 2 do
     local prefix, cursor = ARGV[i], '0'
@@ -191,7 +192,7 @@ if keys_at > 0 then
       cursor = page[1]
       local kv = page[2]
       for j = 1, #kv, 2 do
-        if string.sub(kv[j + 1], 1, #prefix) == prefix then
+        if string.sub(kv[j + 1], 2, #prefix + 1) == prefix then
           redis.call('HDEL', KEYS[keys_at], kv[j])
           redis.call('ZREM', KEYS[keyorder_at], kv[j])
         end
