@@ -28,8 +28,9 @@ from typing import Any
 import redis
 
 from streamnb.encoding import dumps
-from streamnb_workers.observe.metrics import Metrics, MetricSeries, StageTimer
+from streamnb_workers.observe.metrics import Metrics
 from streamnb_workers.observe.observer import ModelObserver
+from streamnb_workers.observe.series import MetricSeries, StageTimer
 from streamnb_workers.observe.token_names import TokenNames
 from streamnb_workers.replication.challenger import Challenger, stored_spec
 from streamnb_workers.replication.ordering import InflightBoard
