@@ -107,9 +107,9 @@ def replay_alphas(config: ModelConfig, messages: Sequence[tuple[IndexEntry, byte
     # deferred: the worker, its metrics and the embedded Redis load only for a replay
     from prometheus_client import CollectorRegistry
 
-    from streamnb_workers.observe.metrics import Metrics
-    from streamnb_workers.store.embedded import start_embedded
-    from streamnb_workers.worker import Worker, WorkerOptions
+    from streamnb_workers.observe.metrics import Metrics  # deferred, as above
+    from streamnb_workers.store.embedded import start_embedded  # deferred, as above
+    from streamnb_workers.worker import Worker, WorkerOptions  # deferred, as above
 
     if "alpha" not in config.model_params:
         raise SettingsError(f"model {config.name!r} ({config.kind}) has no alpha to tune")

@@ -94,7 +94,7 @@ class InflightBoard:
     """One consumer's view of the ``{M}:inflight`` hash (``<consumer>|<first id>`` ->
     announcement)."""
 
-    __slots__ = ("client", "consumer", "horizon_s", "key", "fields", "others_seen")
+    __slots__ = ("client", "consumer", "horizon_s", "key", "fields", "others_seen", "delivered")
 
     def __init__(self, client: Any, keys: ModelKeys, consumer: str,
                  horizon_s: float = DEFAULT_HORIZON_S) -> None:
@@ -106,6 +106,9 @@ class InflightBoard:
         self.fields: set[str] = set()
         #: When :meth:`earlier` last found another consumer's batch in flight (time.time()).
         self.others_seen = float("-inf")
+        #: The group's last delivered entry id as this consumer's last announced read left
+        #: it: a wait for new entries starts there (workers/worker/intake.py).
+        self.delivered = "0-0"
 
     def field(self, first_id: str) -> str:
         """The hash field of this consumer's batch starting at ``first_id``."""

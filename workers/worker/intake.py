@@ -39,7 +39,7 @@ from streamnb_workers.store.training import forward, train_stream
 from streamnb_workers.wire.replies import as_str
 from streamnb_workers.wire.stream_ids import first_id, parse_id
 
-__all__ = ["READ_SCRIPT", "ReadBatch", "ReadReply", "all_done", "claim_idle", "delivery_counts",
+__all__ = ["ANNOUNCED_AT_ONCE", "READ_SCRIPT", "ReadBatch", "ReadReply", "all_done", "claim_idle", "delivery_counts",
            "ensure_group", "in_stream_order", "move_training", "node_pool", "parse_read",
            "read_announced", "read_batches", "read_behind", "read_commands", "read_each",
            "read_models", "read_new", "read_next", "read_now", "read_pending", "read_reply",
@@ -141,6 +141,13 @@ def read_reply(reply: Any, announced: bool = True,
     return r.announced[0], [e for got in r.entries.values() for e in got]
 
 
+#: At most this many models are read in one announced read without a look first: the
+#: script costs redis-server about 10 us a model (``python -m benchmarks.read_cost``), so
+#: a worker serving more looks for new entries first (``XREAD``, which reads nothing) and
+#: reads the models that have some.
+ANNOUNCED_AT_ONCE = 8
+
+
 def read_announced(reader: Any, client: Any, consumer: str,
                    models: Sequence[tuple[ModelKeys, InflightBoard]], count: int,
                    block_ms: int) -> list[tuple[int, ReadBatch]]:
@@ -148,21 +155,31 @@ def read_announced(reader: Any, client: Any, consumer: str,
     node), each batch announced in the same step as its read (:func:`read_commands`), so
     a worker that looks at ``:inflight`` after its own read sees every batch delivered
     before (workers/replication/ordering.py). ``(index in models, batch)`` of those that
-    had some. With nothing to read, it waits at most ``block_ms`` for an entry after the
-    group's last delivered id (``XREAD BLOCK``, which reads nothing), then reads once
-    more. ``client``: loads the script where Redis had lost it."""
-    got, last = _read_announced_once(reader, client, consumer, models, count)
-    if got or block_ms <= 0:
-        return got
-    after = {keys.input: seen or "$" for (keys, _), seen in zip(models, last, strict=True)}
-    if reader.xread(after, count=1, block=block_ms):
-        got, _ = _read_announced_once(reader, client, consumer, models, count)
-    return got
+    had some.
+
+    Up to :data:`ANNOUNCED_AT_ONCE` models are read at once; with nothing to read (or more
+    models), the worker first looks for entries after each group's last delivered id as
+    its last read left it (``XREAD``, waiting at most ``block_ms``; it reads nothing),
+    then reads the models that have some. ``client``: loads the script where Redis had
+    lost it."""
+    if len(models) <= ANNOUNCED_AT_ONCE:
+        got = _read_announced_once(reader, client, consumer, models, count)
+        if got or block_ms <= 0:
+            return got
+    after = {keys.input: board.delivered for keys, board in models}
+    found = reader.xread(after, count=1, block=block_ms if block_ms > 0 else None) or []
+    streams = {as_str(stream) for stream, entries in
+               (found.items() if isinstance(found, dict) else found) if entries}
+    which = [i for i, (keys, _) in enumerate(models) if keys.input in streams]
+    got = _read_announced_once(reader, client, consumer, [models[i] for i in which], count)
+    return [(which[j], batch) for j, batch in got]
 
 
 def _read_announced_once(reader: Any, client: Any, consumer: str,
                          models: Sequence[tuple[ModelKeys, InflightBoard]], count: int,
-                         ) -> tuple[list[tuple[int, ReadBatch]], list[str]]:
+                         ) -> list[tuple[int, ReadBatch]]:
+    if not models:
+        return []
     reply = parse_read(read_now(reader, [keys for keys, _ in models], consumer, count, True),
                        len(models))
     out = []
@@ -170,11 +187,13 @@ def _read_announced_once(reader: Any, client: Any, consumer: str,
         entries = reply.entries.get(keys.input)
         field = reply.announced[i]
         if not entries:
+            board.delivered = reply.last[i] or board.delivered
             if field is not None:  # (its entries were deleted meanwhile)
                 board.withdraw(_announced(board, client, field, entries))
             continue
+        board.delivered = as_str(entries[-1][0])
         out.append((i, ReadBatch(entries, _announced(board, client, field, entries))))
-    return out, reply.last
+    return out
 
 
 def read_new(reader: Any, consumer: str, streams: list[str], count: int, block_ms: int,
