@@ -97,7 +97,8 @@ def score_window_for(config: ModelConfig) -> ScoreWindow | None:
         return None
     return ScoreWindow(size=int(d.get("score_window") or DEFAULT_WINDOW),
                        score=d.get("score", "log_odds"), target_fpr=d.get("target_fpr"),
-                       calibration=d.get("calibration"))
+                       calibration=d.get("calibration"),
+                       prior_half_life=d.get("prior_half_life"))
 
 
 def score_codes_of(entry: dict[str, Any]) -> list[int]:

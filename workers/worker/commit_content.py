@@ -245,7 +245,7 @@ def commit_content(batch: PredictedBatch, cached: dict[str, CachedMessage | None
     ch = batch.challenger or [None] * len(items)
     outputs = [output_for(it.msg, v.label, v.log_proba, batch.version, worker,
                           learned=lab is not None, score=v.score, threshold=v.threshold,
-                          proba=v.proba, challenger=challenger_output(c),
+                          proba=v.proba, prior=v.prior, challenger=challenger_output(c),
                           reason=ALREADY_LEARNT if dup else RELEARNT if i in once.was else
                           AUTOLEARNT if i in auto else None,
                           was=once.was.get(i), explain=v.explanation)
