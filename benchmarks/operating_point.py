@@ -19,18 +19,25 @@ Measured on the later part of the replay (after ``--tune``, 60%):
   its 95% Clopper-Pearson upper bound), spam recall, and the share of messages judged while
   the window supported the target;
 - the same on a prior-shift replay (``--seed``): the corpus's first two thirds with a
-  quarter of their spam (7% spam), then its last third (3% spam in 2002) with the
-  spam held back mixed in and its ham thinned to as many as the spam (50% spam); with the
-  learnt class prior ("learnt") and with a prior that follows the traffic ("followed": the
-  spam share of the labelled messages with a half-life of ``--prior-half-life`` of them,
-  replacing the learnt prior in the log-odds, so in the score too).
+  quarter of their spam (6% spam), then its last third (3% spam in 2002) with the
+  spam held back mixed in and its ham thinned to as many as the spam (50% spam);
+- on both, each decision again with the window's isotonic P(spam) moved to a prior that
+  follows the traffic (Saerens et al., 2002; the daemon's ``--prior-half-life``): the spam
+  share of the labelled messages with each half-life of ``--prior-half-life`` (default
+  200), with half-life 1e12 (the mix of every label: the calibrated argmax, no prior
+  followed) as a control, and with Saerens et al.'s EM prior over the calibrated P(spam)
+  of the last ``--prior-em`` messages, their labels unused (this replay only); without a
+  target the verdict is spam when the moved P(spam) is above 1/2. Per decision: the
+  verdicts it changes from the same target's with the learnt prior, the ECE of its
+  P(spam) and the median prior in use.
 
 With ``--daemon`` the corpus also goes through 2 worker processes with ``--target-fpr 0.01
 --calibration isotonic``, whose verdicts, thresholds and probabilities are compared with
 this process's.
 
     python -m benchmarks.operating_point [--tune 0.6] [--limit N] [--score-window N]
-        [--daemon] [--plot docs/figures/reliability.png]
+        [--prior-half-life N ...] [--prior-em N] [--seed S] [--daemon]
+        [--plot docs/figures/reliability.png]
 """
 
 from __future__ import annotations
