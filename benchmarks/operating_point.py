@@ -192,15 +192,16 @@ def decisions(half_lives: Sequence[float], em: int) -> list[Setting]:
 
 
 def verdict_table(X: Any, labels: Sequence[str], start: int, settings: Sequence[Setting],
-                  size: int) -> str:
+                  size: int) -> tuple[str, Replay]:
     """Each decision's figures from message ``start`` on, the verdicts it changes from the
-    same target with the learnt prior, and the ECE of its P(spam)."""
+    same target with the learnt prior, and the ECE of its P(spam); and the argmax's replay."""
     head = ["decision", "accuracy", "ham FPR (n) <= 95% bound", "spam recall", "supported",
             "changed", "ECE", "prior (median)"]
-    rows, base = [], {}
+    rows, base, argmax = [], {}, None
     truth = np.array([lab == SPAM for lab in labels[start:]], dtype=float)
     for s in settings:
         r = replay(X, labels, s, size)
+        argmax = argmax or r
         if s.calibration is None:
             base[s.target_fpr] = r.verdicts
             changed = "-"
@@ -213,7 +214,8 @@ def verdict_table(X: Any, labels: Sequence[str], start: int, settings: Sequence[
         prior = f"{np.nanmedian(prior):.3f}" if np.isfinite(prior).any() else "-"
         rows.append([s.name, *verdict_cells(r, labels, start, s.target_fpr is not None),
                      changed, ece, prior])
-    return format_table(head, rows)
+    assert argmax is not None
+    return format_table(head, rows), argmax
 
 
 def middle(p: np.ndarray) -> str:
@@ -324,12 +326,17 @@ def main(argv: list[str] | None = None) -> int:
     # ---- verdicts on the replay and on the prior-shift replay, the prior kept and followed
     settings = decisions(a.prior_half_life, a.prior_em)
     print(f"\nverdicts, messages {cut + 1}..{len(labels)} of the replay:")
-    print(verdict_table(X, labels, cut, settings, a.score_window))
+    print(verdict_table(X, labels, cut, settings, a.score_window)[0])
     order, start = prior_shift(labels, a.seed)
     Xs, ls = X[order], [labels[i] for i in order]
     print(f"\nprior-shift replay: {start} messages ({ls[:start].count(SPAM)} spam), then "
           f"{len(ls) - start} ({ls[start:].count(SPAM)} spam); verdicts on those {len(ls) - start}:")
-    print(verdict_table(Xs, ls, start, settings, a.score_window))
+    table, r = verdict_table(Xs, ls, start, settings, a.score_window)
+    print(table)
+    odds = np.abs(np.array(r.scores[start:]) * np.maximum(np.asarray(Xs.sum(axis=1)).ravel(),
+                                                         1.0)[start:])
+    print(f"the model's log-odds on those: median size {np.median(odds):.0f} nats, "
+          f"{int(np.sum(odds < 3))} of {len(odds)} within 3 nats of 0")
     if a.daemon:
         compare_with_daemon(corpus, X, labels, a.score_window)
     return 0
