@@ -55,8 +55,7 @@ import numpy as np
 
 from benchmarks._common import DEFAULT_CORPUS, corpus_or_synthetic, format_table, print_header
 from benchmarks.quality_slices import featurized
-from streamnb.calibration import (adjust_to_prior, em_prior, expected_calibration_error,
-                                  reliability)
+from streamnb.calibration import adjust_to_prior, em_prior, expected_calibration_error, reliability
 from streamnb.decision import UNSURE
 from streamnb.operating_point import DEFAULT_WINDOW, ScoreWindow, fp_upper_bound
 
