@@ -9,10 +9,19 @@ is stored once in ``{M}:challenger`` (SET NX), so every worker of the model hold
 challenger; a worker given another spec is refused.
 
 Each worker predicts every item with the challenger too (its own rows when the featurizer
-differs); the committing worker puts the challenger's statistics of the batch's own labels,
-with the challenger's own error weights, in the delta's ``"c"`` field, and every replica
-merges them into its challenger in log order, as it does the model's. Its decays and class
-removals are the model's. The snapshot holds it as ``challenger`` (its dumps).
+differs). The challenger learns what a model of its config served alone learns: the
+batch's own labels with the challenger's own error weights, labels for messages of the same
+batch, delayed labels and corrections (``ref``) and forgets and relearnt keys, each with
+the weight it learnt the message with. For that a message's cache entry holds the
+challenger's row (where its featurizer differs) and weight, and a learn-once key's record
+its weight (workers/store/label_cache.py, workers/wire/learn_keys.py); a message cached or
+learnt before the challenger was started has neither, and teaches it nothing. The
+committing worker puts the challenger's statistics added and subtracted in the delta's
+``"c"`` and ``"cs"`` fields, and every replica applies them to its challenger in log order,
+as it does the model's. Its decays and class removals are the model's. It does not follow
+what autolearn learns (a challenger served alone would choose its own messages) nor
+``forget --source`` (it is not split by source). The snapshot holds it as ``challenger``
+(its dumps).
 
 >>> from streamnb_workers.store.model_config import ModelConfig
 >>> cfg = ModelConfig("m", "multinomial", {"alpha": 0.1, "n_features": 16},
@@ -32,19 +41,24 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+import numpy as np
+
 from streamnb.encoding import dumps
-from streamnb.exceptions import ConfigConflict
+from streamnb.exceptions import ConfigConflict, MalformedMessage
 from streamnb.stats.bundle import StatsBundle
 from streamnb_workers.store.config_checks import check_error_weight
 from streamnb_workers.store.keys import ModelKeys
 from streamnb_workers.store.model_config import ModelConfig
+from streamnb_workers.wire.learn_keys import record_challenger_weight
 from streamnb_workers.wire.replies import as_str
 
-__all__ = ["Challenger", "Promotion", "challenger_config", "challenger_key", "parse_spec",
-           "promoted", "store_promoted", "stored_spec"]
+__all__ = ["Challenger", "Promotion", "cache_part", "challenger_config", "challenger_delta",
+           "challenger_key", "challenger_output", "challenger_weights", "parse_spec",
+           "promoted", "recorded_sub", "store_promoted", "stored_spec"]
 
 log = logging.getLogger(__name__)
 
@@ -142,14 +156,107 @@ class Challenger:
 
         return dump_model(self.model)
 
-    def check(self, entry: dict[str, Any]) -> StatsBundle | None:
-        """The challenger's delta of a log entry (None: none), checked mergeable."""
-        data = entry.get("c")
-        if data is None:
-            return None
-        add = StatsBundle.from_bytes(data)
-        self.model.stats.check_mergeable(add)
-        return add
+    def check(self, entry: dict[str, Any]) -> tuple[StatsBundle | None, StatsBundle | None]:
+        """The challenger's delta of a log entry, added and subtracted (None: none),
+        checked mergeable."""
+        out = []
+        for field in ("c", "cs"):
+            data = entry.get(field)
+            bundle = None if data is None else StatsBundle.from_bytes(data)
+            if bundle is not None:
+                self.model.stats.check_mergeable(bundle)
+            out.append(bundle)
+        return out[0], out[1]
+
+
+    def apply(self, add: StatsBundle | None, sub: StatsBundle | None) -> None:
+        """Merge a delta's ``add`` into the challenger, then subtract its ``sub`` (rows of
+        a class it no longer holds left out, as the model's)."""
+        if add is not None:
+            self.model.merge_stats(add)
+        if sub is not None:
+            held = set(self.model.stats["classes"].labels)
+            for label in [lab for lab in sub["classes"].labels if lab not in held]:
+                sub.remove_class(label)
+            self.model.subtract_stats(sub)
+
+
+# ---------------------------------------------------------------------- what it learns
+def challenger_weights(items: Sequence[Any], learnt: Sequence[Any], ch: Sequence[Any],
+                       auto: Collection[int]) -> list[float | None]:
+    """The weight the challenger learns each item with, as the model's rule gives its
+    own: its verdict's (error weight) for the item's own label, else the message's; None
+    where it has no row or the item is autolearnt (the model's verdict, not its own)."""
+    return [None if c is None or i in auto else
+            c[1].weight if lab is not None and lab == it.msg.label else it.msg.weight
+            for i, (it, lab, c) in enumerate(zip(items, learnt, ch, strict=True))]
+
+
+def cache_part(challenger: Challenger | None, c: Any, weight: float | None,
+               ) -> tuple[bytes | None, float] | None:
+    """What a message's cache entry holds for the challenger: its row's bytes (None: the
+    model's row serves) and weight; None without a challenger or a weight."""
+    if challenger is None or c is None or weight is None:
+        return None
+    return (None if challenger.featurizer is None else c[0].row.to_bytes()), weight
+
+
+def recorded_sub(subs: list[tuple[Any, Any, float]], item: Any, label: Any,
+                 record: bytes) -> None:
+    """Add the challenger's part of taking out ``record`` (learnt ``label``) with
+    ``item``'s row to ``subs``, if the record holds its weight."""
+    weight = record_challenger_weight(record)
+    if weight is not None:
+        subs.append((item, label, weight))
+
+
+def challenger_delta(challenger: Challenger | None, featurizer: Any, items: Sequence[Any],
+                     learnt: Sequence[Any], ch: Sequence[Any],
+                     weights: Sequence[float | None], ref_adds: Sequence[tuple],
+                     ref_subs: Sequence[tuple], key_subs: Sequence[tuple[Any, Any, float]],
+                     ) -> dict[str, StatsBundle | None]:
+    """The challenger's statistics a batch adds and subtracts, in the model's order: its
+    items learnt (``learnt``, with ``weights``), then the ``ref`` labels' rows
+    (``ref_adds``); subtracted, the ``ref`` corrections' (``ref_subs``), then those of
+    relearnt and forgotten keys (``key_subs``: the item whose row, its label and weight);
+    nothing without a challenger."""
+    if challenger is None:
+        return {}
+    rows = {it.entry_id: c[0].row for it, c in zip(items, ch, strict=True) if c is not None}
+    forgets = [it for it, _, _ in key_subs if it.entry_id not in rows]
+    if forgets and challenger.featurizer is not None:
+        made = challenger.featurizer.featurize_batch([it.msg.as_payload() for it in forgets])
+        rows.update((it.entry_id, r) for it, r in zip(forgets, made, strict=True)
+                    if not isinstance(r, MalformedMessage))
+    elif forgets:
+        rows.update((it.entry_id, it.row) for it in forgets)
+    adds = [(c[0].row, lab, w) for lab, c, w in zip(learnt, ch, weights, strict=True)
+            if lab is not None and w is not None] + list(ref_adds)
+    subs = list(ref_subs) + [(rows[it.entry_id], lab, w) for it, lab, w in key_subs
+                             if it.entry_id in rows]
+    fz = challenger.featurizer or featurizer
+    return {"challenger_add": _stats(challenger.model, fz, adds),
+            "challenger_sub": _stats(challenger.model, fz, subs)}
+
+
+def _stats(model: Any, featurizer: Any, rows: Sequence[tuple[Any, Any, float]]) -> Any:
+    """The statistics of ``(row, label, weight)`` rows (None for none)."""
+    if not rows:
+        return None
+    return model.batch_stats(featurizer.stack([r[0] for r in rows]), [r[1] for r in rows],
+                             np.array([r[2] for r in rows], dtype=np.float64))
+
+
+def challenger_output(v: Any) -> dict[str, Any] | None:
+    """An output's ``challenger`` map: the challenger's label, score and log posteriors
+    (None: no verdict)."""
+    if v.label is None:
+        return None
+    out: dict[str, Any] = {"label": v.label,
+                           "log_proba": {k: float(x) for k, x in v.log_proba.items()}}
+    if v.score is not None and v.score == v.score and abs(v.score) != float("inf"):
+        out["score"] = float(v.score)
+    return out
 
 
 @dataclass(frozen=True, slots=True)

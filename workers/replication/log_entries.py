@@ -9,8 +9,9 @@
   ``"h": [int, ...]``: the score codes of the batch's labelled predictions, in their order
   (``streamnb.operating_point.ScoreWindow.code``), added to the replica's window; such an
   entry is written even when the batch learnt nothing (every key learnt before).
-  With a challenger (workers/replication/challenger.py), ``"c"``: the challenger's bundle
-  (all sources' rows together: the challenger is not split by source).
+  With a challenger (workers/replication/challenger.py), ``"c"`` and ``"cs"``: the
+  challenger's bundles added and subtracted (all sources' rows together: the challenger
+  is not split by source).
 - ``{"t": "decay", "g": float}``: multiply every learnt weight by ``g`` (forgetting).
 - ``{"t": "forget", "s": source}``: take out everything ``source`` taught
   (``streamnb forget --source``).
@@ -45,11 +46,12 @@ def encode_delta(add: StatsBundle | None, sub: StatsBundle | None, n_learnt: int
                  worker: str, batch: str, epoch: int = 0,
                  sources: Sequence[tuple[Teacher, Any, Any]] = (), *,
                  score_codes: list[int] | None = None,
-                 challenger: StatsBundle | None = None) -> bytes:
+                 challenger: StatsBundle | None = None,
+                 challenger_sub: StatsBundle | None = None) -> bytes:
     """A delta log entry (see the module docstring): ``add``/``sub`` of the default
     source's ``epoch``, ``sources`` the ``((source, epoch), add, sub)`` of the others,
-    ``score_codes`` those of the batch's labelled predictions, ``challenger`` the
-    challenger's bundle of the batch."""
+    ``score_codes`` those of the batch's labelled predictions, ``challenger`` and
+    ``challenger_sub`` the challenger's bundles of the batch, added and subtracted."""
     entry = {"t": "delta", "add": add.to_bytes() if add is not None else None,
              "sub": sub.to_bytes() if sub is not None else None,
              "n": int(n_learnt), "w": worker, "b": batch}
@@ -63,6 +65,8 @@ def encode_delta(add: StatsBundle | None, sub: StatsBundle | None, n_learnt: int
         entry["h"] = [int(c) for c in score_codes]
     if challenger is not None:
         entry["c"] = challenger.to_bytes()
+    if challenger_sub is not None:
+        entry["cs"] = challenger_sub.to_bytes()
     return dumps(entry)
 
 

@@ -386,7 +386,7 @@ class Replica:
                 else:
                     plain = self._apply_default(add, sub)
                 if ch is not None:
-                    self.challenger.model.merge_stats(ch)
+                    self.challenger.apply(*ch)
                 self.learnt += n
                 if self.scores is not None and codes:
                     self.scores.add(codes)

@@ -273,3 +273,67 @@ def test_promote_without_a_challenger_is_refused(redis_server, capsys):
     assert main(["promote", "--model", "nochallenger", "--redis", redis_server.url], env={}) == 2
     assert "has no challenger" in capsys.readouterr().err
     assert r.xlen(ModelKeys("nochallenger").input) == 0
+
+
+def _everything(seed: int) -> list[dict]:
+    """Messages, then what else a model learns: delayed labels (in another batch and in
+    the same one), corrections, forgets and keys relearnt under another label."""
+    msgs = _messages(260, seed=seed)
+    early, late = msgs[:100], msgs[100:200]
+    truth = {m["id"]: ("spam" if "spam" in m["text"] else "ham") for m in msgs}
+    flip = {"spam": "ham", "ham": "spam"}
+    stream = list(early)
+    stream += [{"ref": m["id"], "label": truth[m["id"]]} for m in early if m["label"] is None]
+    for m in late:  # a delayed label right behind its message
+        stream.append(m)
+        if m["label"] is None:
+            stream.append({"ref": m["id"], "label": flip[truth[m["id"]]]})
+    labelled = [m for m in early if m["label"] is not None]
+    stream += [{"ref": m["id"], "label": flip[m["label"]]} for m in labelled[:10]]  # corrected
+    stream += [{"forget": True, "key": m["key"], "text": m["text"]} for m in labelled[10:15]]
+    stream += [{"id": f"re{m['id']}", "key": m["key"], "text": m["text"],
+                "label": flip[m["label"]]} for m in labelled[15:20]]  # relearnt
+    stream += [{"ref": m["id"], "label": flip[m["label"]]} for m in labelled[20:23]
+               ] + msgs[200:]  # corrected again below, after more traffic
+    stream += [{"ref": m["id"], "label": m["label"]} for m in labelled[20:23]]
+    return [{k: v for k, v in m.items() if v is not None} for m in stream]
+
+
+@pytest.mark.redis
+@pytest.mark.parametrize("spec, fcfg, error_weight", [
+    ("alpha=1,osb=5", {**FCFG, "osb": 5}, 2.0), ("alpha=1,error_weight=1", FCFG, 1.0)])
+def test_the_challenger_learns_what_a_model_of_its_config_learns_alone(
+        redis_server, spec, fcfg, error_weight):
+    """Delayed labels, corrections, forgets and relearnt keys teach the challenger what
+    they teach a model of its configuration served alone, with the weights it learnt
+    each message with (one worker: the equality is exact)."""
+    r = redis_server.client()
+    name, solo = f"all{len(spec)}", f"allsolo{len(spec)}"
+    stream = _everything(seed=len(spec))
+    produce(r, name, stream)
+    produce(r, solo, stream)
+    w = url_worker(redis_server.url, [_spec(name, error_weight=2.0)],
+                   fast_options("e0", batch=15, challenger=spec))
+    run_in_threads([w])
+    alone = url_worker(redis_server.url,
+                       [ModelSpec(solo, kind="multinomial", featurizer_config=dict(fcfg),
+                                  model_params={**PARAMS, "alpha": 1.0},
+                                  error_weight=error_weight,
+                                  decision={"min_class_weight": None})],
+                       fast_options("e1", batch=15))
+    run_in_threads([alone])
+    assert r.xlen(ModelKeys(name).dead) == r.xlen(ModelKeys(solo).dead) == 0
+    ref = alone.models[solo].replica
+    rt = w.models[name]
+    rt.tail()
+    assert rt.replica.learnt == ref.learnt
+    assert_same_stats(rt.replica.challenger.model, ref.model)
+    # and the same again from the log alone
+    from streamnb_workers.replication.challenger import Challenger
+    from streamnb_workers.replication.replica import Replica
+
+    again = Replica(r, ModelKeys(name), rt.config)
+    again.challenger = Challenger(rt.config, spec)
+    again.load()
+    assert_same_stats(again.challenger.model, ref.model)
+    r.delete(challenger_key(ModelKeys(name)))
