@@ -10,8 +10,8 @@
   (``streamnb.operating_point.ScoreWindow.code``), added to the replica's window; such an
   entry is written even when the batch learnt nothing (every key learnt before).
   With a challenger (workers/replication/challenger.py), ``"c"`` and ``"cs"``: the
-  challenger's bundles added and subtracted (all sources' rows together: the challenger
-  is not split by source).
+  challenger's bundles added and subtracted of the default source (epoch ``e``), and
+  ``"csrc"`` the others' as ``src``.
 - ``{"t": "decay", "g": float}``: multiply every learnt weight by ``g`` (forgetting).
 - ``{"t": "forget", "s": source}``: take out everything ``source`` taught
   (``streamnb forget --source``).
@@ -47,11 +47,13 @@ def encode_delta(add: StatsBundle | None, sub: StatsBundle | None, n_learnt: int
                  sources: Sequence[tuple[Teacher, Any, Any]] = (), *,
                  score_codes: list[int] | None = None,
                  challenger: StatsBundle | None = None,
-                 challenger_sub: StatsBundle | None = None) -> bytes:
+                 challenger_sub: StatsBundle | None = None,
+                 challenger_sources: Sequence[tuple[Teacher, Any, Any]] = ()) -> bytes:
     """A delta log entry (see the module docstring): ``add``/``sub`` of the default
     source's ``epoch``, ``sources`` the ``((source, epoch), add, sub)`` of the others,
     ``score_codes`` those of the batch's labelled predictions, ``challenger`` and
-    ``challenger_sub`` the challenger's bundles of the batch, added and subtracted."""
+    ``challenger_sub`` the challenger's bundles of the batch, added and subtracted, of the
+    default source, ``challenger_sources`` the others' as ``sources``."""
     entry = {"t": "delta", "add": add.to_bytes() if add is not None else None,
              "sub": sub.to_bytes() if sub is not None else None,
              "n": int(n_learnt), "w": worker, "b": batch}
@@ -67,6 +69,10 @@ def encode_delta(add: StatsBundle | None, sub: StatsBundle | None, n_learnt: int
         entry["c"] = challenger.to_bytes()
     if challenger_sub is not None:
         entry["cs"] = challenger_sub.to_bytes()
+    if challenger_sources:
+        entry["csrc"] = [[name, int(e), a.to_bytes() if a is not None else None,
+                          s.to_bytes() if s is not None else None]
+                         for (name, e), a, s in challenger_sources]
     return dumps(entry)
 
 

@@ -168,6 +168,7 @@ class CommitContent:
     #: The challenger's statistics learnt and unlearnt in the batch (None: none).
     challenger_add: Any = None
     challenger_sub: Any = None
+    challenger_sources: list[tuple[Teacher, Any, Any]] = field(default_factory=list)
 
 
 def batch_stats(model: Any, featurizer: Any, rows: Sequence[tuple[Row, Any, float]]) -> Any:
@@ -308,8 +309,9 @@ def commit_content(batch: PredictedBatch, cached: dict[str, CachedMessage | None
         relearnt_was=once.relearnt_was, default_epoch=default[1], sources=sources,
         drop_classes=[d[1] for d in batch.class_drops],
         score_codes=[v.code for v in verdicts if v.code is not None],
-        **challenger_delta(challenger, featurizer, items, learnt, ch, ch_weights,
-                           res.challenger_adds, res.challenger_subs, once.challenger_subs))
+        **challenger_delta(challenger, featurizer, items, learnt, ch, ch_weights, teachers,
+                           res.challenger_adds, res.challenger_subs, once.challenger_subs,
+                           default))
 
 
 def _autolearnt(batch: PredictedBatch, model: Any, policy: AutolearnPolicy | None,
@@ -366,7 +368,7 @@ class _LearnOnce:
     was: dict[int, Any] = field(default_factory=dict)
     subs: list[tuple[Row, Any, float, Teacher]] = field(default_factory=list)
     #: The challenger's of ``subs``: the item, the label and its weight recorded.
-    challenger_subs: list[tuple[Any, Any, float]] = field(default_factory=list)
+    challenger_subs: list[tuple[Any, Any, float, Teacher]] = field(default_factory=list)
     forgotten_labels: list[Any] = field(default_factory=list)
     not_learnt: list[Item] = field(default_factory=list)
 

@@ -84,10 +84,10 @@ class Resolution:
     #: ``(learn-once key, record read, new record)`` of the corrected messages whose key
     #: is recorded: the commit checks the record read is still there, then rewrites it.
     key_relabels: list[tuple[str, bytes, bytes]] = field(default_factory=list)
-    #: With a challenger: its ``(row, label, weight)`` of ``adds`` and ``subs``, for the
-    #: cached messages that hold its row and weight (workers/replication/challenger.py).
-    challenger_adds: list[tuple[Row, Any, float]] = field(default_factory=list)
-    challenger_subs: list[tuple[Row, Any, float]] = field(default_factory=list)
+    #: With a challenger: its ``(row, label, weight, teacher)`` of ``adds`` and ``subs``,
+    #: for the cached messages that hold its row and weight (workers/replication/challenger.py).
+    challenger_adds: list[tuple[Row, Any, float, Teacher]] = field(default_factory=list)
+    challenger_subs: list[tuple[Row, Any, float, Teacher]] = field(default_factory=list)
 
 
 def resolve_refs(refs: Sequence[LabelRef],
@@ -146,7 +146,7 @@ def resolve_refs(refs: Sequence[LabelRef],
         else:
             res.subs.append((c.row, old, weight, old_teacher))
             if ch is not None:
-                res.challenger_subs.append((ch[0], old, ch[1]))
+                res.challenger_subs.append((ch[0], old, ch[1], old_teacher))
             if new != old or type(new) is not type(old):
                 res.corrections += 1
                 res.unlearned.append(old)
@@ -155,7 +155,7 @@ def resolve_refs(refs: Sequence[LabelRef],
                 new, weight, teacher, None if ch is None else ch[1])))
         res.adds.append((c.row, new, weight, teacher))
         if ch is not None:
-            res.challenger_adds.append((ch[0], new, ch[1]))
+            res.challenger_adds.append((ch[0], new, ch[1], teacher))
         res.cas.append(label_change(c, new, teacher))
     return res
 

@@ -337,3 +337,62 @@ def test_the_challenger_learns_what_a_model_of_its_config_learns_alone(
     again.load()
     assert_same_stats(again.challenger.model, ref.model)
     r.delete(challenger_key(ModelKeys(name)))
+
+
+@pytest.mark.redis
+@pytest.mark.parametrize("spec, fcfg, error_weight", [
+    ("alpha=1,osb=5", {**FCFG, "osb": 5}, 2.0), ("alpha=1,error_weight=1", FCFG, 1.0)])
+def test_the_challenger_forgets_a_source_as_a_model_of_its_config_does(
+        redis_server, spec, fcfg, error_weight):
+    """Two sources teach the model and its challenger (labels, delayed labels,
+    corrections); ``forget --source`` takes one out of both: the challenger is then what a
+    model of its configuration served alone holds after the same forget, and so is the
+    model it becomes when promoted, after the same forget again."""
+    from streamnb_workers.cli.main import main
+    from streamnb_workers.client.forget import forget_source
+
+    r = redis_server.client()
+    name, solo = f"src{len(spec)}", f"srcsolo{len(spec)}"
+    msgs = _everything(seed=3 + len(spec))
+    taught = [{**m, "source": ("imap", "bulk")[i % 2]} if "label" in m else m
+              for i, m in enumerate(msgs)]
+    first, second = taught[:250], taught[250:]
+    solo_spec = ModelSpec(solo, kind="multinomial", featurizer_config=dict(fcfg),
+                          model_params={**PARAMS, "alpha": 1.0}, error_weight=error_weight,
+                          decision={"min_class_weight": None})
+    w = url_worker(redis_server.url, [_spec(name, error_weight=2.0)],
+                   fast_options("f0", batch=15, challenger=spec))
+    alone = url_worker(redis_server.url, [solo_spec], fast_options("f1", batch=15))
+    for part in (first, second):
+        produce(r, name, part)
+        produce(r, solo, part)
+        run_in_threads([w])
+        run_in_threads([alone])
+        forget_source(r, name, "imap")
+        forget_source(r, solo, "imap")
+        w.models[name].tail()
+        alone.models[solo].tail()
+        ch, ref = w.models[name].replica.challenger, alone.models[solo].replica
+        assert ch.sources.epochs == ref.sources.epochs == w.models[name].replica.sources.epochs
+        assert set(ch.sources.parts) == set(ref.sources.parts) >= {"bulk"}
+        assert_same_stats(ch.model, ref.model)
+    # from a snapshot: the challenger's parts come back with it
+    rt = w.models[name]
+    from streamnb_workers.replication.challenger import Challenger
+    from streamnb_workers.replication.replica import Replica
+
+    assert rt.snapshotter.hold_lease() and rt.snapshotter.write(rt.replica)
+    late = Replica(r, ModelKeys(name), rt.config)
+    late.challenger = Challenger(rt.config, spec)
+    late.load()
+    assert set(late.challenger.sources.parts) == set(ref.sources.parts)
+    assert_same_stats(late.challenger.model, ref.model)
+    # promoted, it keeps its parts: a forget of bulk leaves what the solo model keeps
+    assert main(["promote", "--model", name, "--redis", redis_server.url], env={}) == 0
+    run_in_threads([w])
+    forget_source(r, name, "bulk")
+    forget_source(r, solo, "bulk")
+    w.models[name].tail()
+    alone.models[solo].tail()
+    assert w.models[name].replica.challenger is None
+    assert_same_stats(w.models[name].replica.model, alone.models[solo].replica.model)
