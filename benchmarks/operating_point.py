@@ -32,8 +32,8 @@ Measured on the later part of the replay (after ``--tune``, 60%):
   P(spam) and the median prior in use.
 
 With ``--daemon`` the corpus also goes through 2 worker processes with ``--target-fpr 0.01
---calibration isotonic``, whose verdicts, thresholds and probabilities are compared with
-this process's.
+--calibration isotonic``, and again with ``--calibration isotonic --prior-half-life 200``,
+whose verdicts, thresholds, probabilities and priors are compared with this process's.
 
     python -m benchmarks.operating_point [--tune 0.6] [--limit N] [--score-window N]
         [--prior-half-life N ...] [--prior-em N] [--seed S] [--daemon]
@@ -288,7 +288,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--score-window", type=int, default=DEFAULT_WINDOW, metavar="N")
     ap.add_argument("--daemon", action="store_true",
                     help="also replay through 2 worker processes with --target-fpr 0.01 "
-                    "--calibration isotonic and compare them with this process's replay")
+                    "--calibration isotonic, and with --calibration isotonic "
+                    "--prior-half-life 200, and compare them with this process's replay")
     ap.add_argument("--plot", default=None, metavar="PNG", help="write the reliability plot here")
     a = ap.parse_args(argv)
     if not 0.0 < a.tune < 1.0:
@@ -337,21 +338,27 @@ def main(argv: list[str] | None = None) -> int:
     print(f"the model's log-odds on those: median size {np.median(odds):.0f} nats, "
           f"{int(np.sum(odds < 3))} of {len(odds)} within 3 nats of 0")
     if a.daemon:
-        compare_with_daemon(corpus, X, labels, a.score_window)
+        for s in (Setting("--target-fpr 0.01 --calibration isotonic", 0.01, "isotonic"),
+                  Setting("--calibration isotonic --prior-half-life 200", None, "isotonic",
+                          200.0)):
+            compare_with_daemon(corpus, X, labels, a.score_window, s)
     return 0
 
 
-def compare_with_daemon(corpus: Any, X: Any, labels: Sequence[str], size: int) -> None:
-    """The corpus through 2 worker processes with ``--target-fpr 0.01 --calibration
-    isotonic``: how many of its verdicts, thresholds and probabilities are this process's."""
+def compare_with_daemon(corpus: Any, X: Any, labels: Sequence[str], size: int,
+                        setting: Setting) -> None:
+    """The corpus through 2 worker processes deciding as ``setting``: how many of their
+    verdicts, thresholds, probabilities and priors are this process's."""
     from benchmarks._replay import replay_through_daemon
 
-    mine = replay(X, labels, Setting("daemon", 0.01, "isotonic"), size)
+    mine = replay(X, labels, setting, size)
+    decision = {k: v for k, v in (("target_fpr", setting.target_fpr),
+                                  ("calibration", setting.calibration),
+                                  ("prior_half_life", setting.prior_half_life)) if v is not None}
     t0 = time.perf_counter()
-    outs = replay_through_daemon(corpus, 2, decision={"target_fpr": 0.01, "calibration": "isotonic",
-                                                      "score_window": size}
+    outs = replay_through_daemon(corpus, 2, decision={**decision, "score_window": size}
                                  ).in_corpus_order(len(labels))
-    same = {"verdict": 0, "threshold": 0, "proba": 0}
+    same = {"verdict": 0, "threshold": 0, "proba": 0, "prior": 0}
     for i, o in enumerate(outs):
         label = o.get("label")
         verdict = None if label is None else label == SPAM
@@ -361,16 +368,17 @@ def compare_with_daemon(corpus: Any, X: Any, labels: Sequence[str], size: int) -
             (scored and o.get("threshold") == mine.thresholds[i])
         same["proba"] += (not scored and math.isnan(mine.probas[i])) or \
             (scored and o.get("proba") == mine.probas[i])
+        same["prior"] += ("prior" not in o and math.isnan(mine.priors[i])) or \
+            o.get("prior") == mine.priors[i]
     gaps = {}
     for key, ours in (("score", mine.scores), ("threshold", mine.thresholds), ("proba", mine.probas)):
         pairs = [(o[key], x) for o, x in zip(outs, ours, strict=True) if key in o and x is not None
                  and math.isfinite(o[key]) and math.isfinite(x)]
         gaps[key] = max((abs(d - x) for d, x in pairs), default=0.0)
-    print(f"\ndaemon, 2 workers, --target-fpr 0.01 --calibration isotonic "
-          f"({time.perf_counter() - t0:.0f}s): of {len(labels)} messages, "
-          + ", ".join(f"{v} {k}s" for k, v in same.items()) + " equal to this process's; "
-          "largest differences: " + ", ".join(f"{k} {v:.3g}" for k, v in gaps.items()))
-
+    print(f"\ndaemon, 2 workers, {setting.name} ({time.perf_counter() - t0:.0f}s): of "
+          f"{len(labels)} messages, " + ", ".join(f"{v} {k}s" for k, v in same.items()) +
+          " equal to this process's; largest differences: "
+          + ", ".join(f"{k} {v:.3g}" for k, v in gaps.items()))
 
 
 if __name__ == "__main__":
