@@ -9,8 +9,9 @@
   ``"h": [int, ...]``: the score codes of the batch's labelled predictions, in their order
   (``streamnb.operating_point.ScoreWindow.code``), added to the replica's window; such an
   entry is written even when the batch learnt nothing (every key learnt before).
-  With a challenger (workers/replication/challenger.py), ``"c"``: the challenger's bundle
-  (all sources' rows together: the challenger is not split by source).
+  With a challenger (workers/replication/challenger.py), ``"c"`` and ``"cs"``: the
+  challenger's bundles added and subtracted of the default source (epoch ``e``), and
+  ``"csrc"`` the others' as ``src``.
 - ``{"t": "decay", "g": float}``: multiply every learnt weight by ``g`` (forgetting).
 - ``{"t": "forget", "s": source}``: take out everything ``source`` taught
   (``streamnb forget --source``).
@@ -45,11 +46,14 @@ def encode_delta(add: StatsBundle | None, sub: StatsBundle | None, n_learnt: int
                  worker: str, batch: str, epoch: int = 0,
                  sources: Sequence[tuple[Teacher, Any, Any]] = (), *,
                  score_codes: list[int] | None = None,
-                 challenger: StatsBundle | None = None) -> bytes:
+                 challenger: StatsBundle | None = None,
+                 challenger_sub: StatsBundle | None = None,
+                 challenger_sources: Sequence[tuple[Teacher, Any, Any]] = ()) -> bytes:
     """A delta log entry (see the module docstring): ``add``/``sub`` of the default
     source's ``epoch``, ``sources`` the ``((source, epoch), add, sub)`` of the others,
-    ``score_codes`` those of the batch's labelled predictions, ``challenger`` the
-    challenger's bundle of the batch."""
+    ``score_codes`` those of the batch's labelled predictions, ``challenger`` and
+    ``challenger_sub`` the challenger's bundles of the batch, added and subtracted, of the
+    default source, ``challenger_sources`` the others' as ``sources``."""
     entry = {"t": "delta", "add": add.to_bytes() if add is not None else None,
              "sub": sub.to_bytes() if sub is not None else None,
              "n": int(n_learnt), "w": worker, "b": batch}
@@ -63,6 +67,12 @@ def encode_delta(add: StatsBundle | None, sub: StatsBundle | None, n_learnt: int
         entry["h"] = [int(c) for c in score_codes]
     if challenger is not None:
         entry["c"] = challenger.to_bytes()
+    if challenger_sub is not None:
+        entry["cs"] = challenger_sub.to_bytes()
+    if challenger_sources:
+        entry["csrc"] = [[name, int(e), a.to_bytes() if a is not None else None,
+                          s.to_bytes() if s is not None else None]
+                         for (name, e), a, s in challenger_sources]
     return dumps(entry)
 
 
@@ -97,7 +107,8 @@ def score_window_for(config: ModelConfig) -> ScoreWindow | None:
         return None
     return ScoreWindow(size=int(d.get("score_window") or DEFAULT_WINDOW),
                        score=d.get("score", "log_odds"), target_fpr=d.get("target_fpr"),
-                       calibration=d.get("calibration"))
+                       calibration=d.get("calibration"),
+                       prior_half_life=d.get("prior_half_life"))
 
 
 def score_codes_of(entry: dict[str, Any]) -> list[int]:

@@ -145,12 +145,10 @@ class SourceParts:
                 part.remove_class(label)
         return bool(model.remove_class(label))
 
-    def promoted(self) -> None:
-        """The challenger became the model (log entry ``promote``): its statistics are not
-        split by source, so the parts go; the epochs stay (a contribution of a source
-        forgotten before stays out). The next contribution of another source splits the
-        promoted model anew, all it holds as the default source's part."""
-        self.parts = {}
+    def promoted(self, parts: dict[str, StatsBundle]) -> None:
+        """The challenger became the model (log entry ``promote``): its ``parts`` by
+        source are the model's; the epochs, which the challenger's follow, stay."""
+        self.parts = parts
 
     def decay(self, config: Any, model: Any, g: float) -> Any:
         """Multiply every learnt weight by ``g``; return the model."""

@@ -127,10 +127,12 @@ class Verdict:
     weight: float = 1.0
     #: The output's ``explain`` map (workers/wire/explanations.py), with ``--explain K``.
     explanation: dict[str, Any] | None = None
-    #: With a score window: the score threshold in use and the calibrated P(positive).
+    #: With a score window: the score threshold in use, the calibrated P(positive) and
+    #: the followed prior it was moved to (``--prior-half-life``).
     threshold: float | None = None
     proba: float | None = None
     code: int | None = None  # (its score's code in the window, when it is added to it)
+    prior: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -395,3 +395,5 @@ def observe_predictions(rt: ModelRuntime, p: Predictions, now: float) -> None:
         if point.threshold is not None:
             rt.series(rt.metrics.operating_threshold).set(point.threshold)
             rt.series(rt.metrics.operating_supported).set(1.0 if point.supported else 0.0)
+        if rt.replica.scores.prior is not None:
+            rt.series(rt.metrics.operating_prior).set(rt.replica.scores.prior)
