@@ -16,6 +16,7 @@ from streamnb_workers.replication.challenger import challenger_key, parse_spec, 
 from streamnb_workers.store.keys import ModelKeys
 from streamnb_workers.store.model_config import ModelSpec
 from tests.helpers.workers import (
+    IN_ORDER,
     VOCAB,
     assert_same_stats,
     fast_options,
@@ -86,7 +87,7 @@ def test_two_workers_learn_a_challenger_equal_to_an_independent_model(redis_serv
     produce(r, name, msgs)
     produce(r, solo, msgs)
     regs = [Metrics(CollectorRegistry()) for _ in range(2)]
-    opts = dict(batch=20, challenger=spec)
+    opts = dict(batch=20, challenger=spec, **IN_ORDER)
     workers = [url_worker(redis_server.url, [_spec(name, error_weight=2.0)],
                           fast_options(f"w{i}", **opts), metrics=regs[i]) for i in range(2)]
     run_in_threads(workers)
@@ -211,7 +212,7 @@ def test_promote_makes_the_challenger_the_model_on_every_worker(redis_server, ca
     produce(r, name, first)
     produce(r, solo, msgs)
     workers = [url_worker(redis_server.url, [_spec(name, error_weight=2.0)],
-                          fast_options(f"q{i}", batch=15, challenger=spec))
+                          fast_options(f"q{i}", batch=15, challenger=spec, **IN_ORDER))
                for i in range(n_workers)]
     run_in_threads(workers)
     assert main(["promote", "--model", name, "--redis", redis_server.url], env={}) == 0
@@ -392,3 +393,29 @@ def test_the_challenger_forgets_a_source_as_a_model_of_its_config_does(
     alone.models[solo].tail()
     assert w.models[name].replica.challenger is None
     assert_same_stats(w.models[name].replica.model, alone.models[solo].replica.model)
+
+
+@pytest.mark.redis
+@pytest.mark.parametrize("seed", [13, 16])
+def test_two_workers_learn_delayed_labels_and_forgets_as_one_does(redis_server, seed):
+    """A batch of delayed labels or forgets alone (no message to predict) waits for the
+    earlier labelled batches of other workers too: what it resolves against (their cache
+    entries, learn-once records) is there, so two workers learn what one does, the
+    challenger's statistics included."""
+    r = redis_server.client()
+    stream = _everything(seed=seed)
+    runs = {}
+    for n in (1, 2):
+        name = f"both{seed}x{n}"
+        produce(r, name, stream)
+        ws = [url_worker(redis_server.url, [_spec(name, error_weight=2.0)],
+                         fast_options(f"{name}w{i}", batch=15, challenger="alpha=1,osb=5",
+                                      **IN_ORDER)) for i in range(n)]
+        run_in_threads(ws)
+        rt = ws[-1].models[name]
+        rt.tail()
+        runs[n] = rt.replica
+        r.delete(challenger_key(ModelKeys(name)))
+    assert runs[1].learnt == runs[2].learnt
+    assert_same_stats(runs[2].model, runs[1].model)
+    assert_same_stats(runs[2].challenger.model, runs[1].challenger.model)

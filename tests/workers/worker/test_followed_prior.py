@@ -19,6 +19,7 @@ from streamnb_workers.store.model_config import read_config
 from streamnb_workers.wire.outputs import decode_output
 from tests.helpers.redis_server import REDIS_SERVER, RedisServer
 from tests.helpers.workers import (
+    IN_ORDER,
     count_spec,
     fast_options,
     produce,
@@ -73,7 +74,7 @@ def runs():
         produce(client, "solo", msgs)
         # (a wait for the other's earlier batch that a loaded host never gives up)
         pair = [url_worker(server.url, [count_spec("pair", decision=dict(DECISION))],
-                           fast_options(name, batch=50, order_wait_ms=60_000))
+                           fast_options(name, batch=50, **IN_ORDER))
                 for name in ("a", "b")]
         run_in_threads(pair)
         registry = CollectorRegistry()
