@@ -31,7 +31,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from scipy.stats import rankdata
 
 from streamnb.exceptions import SettingsError
 from streamnb_workers.client.sources import IndexEntry, Outgoing, read_index
@@ -76,8 +75,9 @@ def one_minus_roca(h: History) -> float:
     n_neg, n_pos = h.n_negative, h.n_positive
     if not n_neg or not n_pos:
         return float("nan")
-    ranks = rankdata(np.concatenate([h.negative_scores, h.positive_scores]))
-    auc = (ranks[n_neg:].sum() - n_pos * (n_pos + 1) / 2) / (n_neg * n_pos)
+    below = np.searchsorted(h.negative_scores, h.positive_scores, side="left")
+    tied = np.searchsorted(h.negative_scores, h.positive_scores, side="right") - below
+    auc = (below.sum() + 0.5 * tied.sum()) / (n_neg * n_pos)
     return float(100.0 * (1.0 - auc))
 
 
