@@ -298,3 +298,58 @@ def test_a_model_stored_before_training_takes_labels_on_in_until_migrated(acl_se
     assert int(admin.get(k.learnt)) == 2
     assert [decode_output(f[b"data"])["reason"] for _, f in admin.xrange(k.dead)] == [
         "label_not_allowed"]
+
+
+def _taught_by_ref(server, name, attack):
+    """A model taught by the trainer: labelled messages, unlabelled ones (ids ``t*``) and,
+    later, a delayed label for each; the scorer meanwhile scores mail of its own (ids
+    ``s*``). With ``attack``, the scorer reads every id from ``:out`` and sends a payload
+    of its own under it, before the delayed labels and beside one of them in its batch.
+    (the model's bytes, ``:learnt``, the dead letters' reasons by entry)."""
+    k = ModelKeys(name)
+    w = _worker(server, name)
+    w.start()
+    trainer = _as(server, TRAINER_USER, TRAINER_PASSWORD)
+    scorer = _as(server, SCORER_USER, SCORER_PASSWORD)
+
+    def train(obj):
+        trainer.xadd(train_stream(k), {"data": msgpack.packb(obj)})
+
+    for m in token_messages(30, seed=8):
+        train(m)
+    for i in range(4):
+        train({"id": f"t{i}", "tokens": ["meeting", "notes", f"w{i}"]})
+        scorer.xadd(k.input, {"data": msgpack.packb({"id": f"s{i}", "tokens": ["lunch", f"v{i}"]})})
+    w.run_until_idle(timeout=60)
+    evil = {"tokens": ["unsubscribe", "invoice", "evil"] * 5}
+    if attack:
+        seen = [decode_output(f[b"data"])["id"] for _, f in scorer.xrange(k.out)]
+        assert {"t0", "t3", "s0"} <= set(seen)  # the scorer reads every id it needs
+        for msg_id in ("t0", "t1", "t2", "s0", "s1"):
+            scorer.xadd(k.input, {"data": msgpack.packb({**evil, "id": msg_id})})
+        w.run_until_idle(timeout=60)
+        # ... and beside the delayed label in one batch
+        scorer.xadd(k.input, {"data": msgpack.packb({**evil, "id": "t3"})})
+        scorer.xadd(k.input, {"data": msgpack.packb({**evil, "id": "s2"})})
+    for i in range(4):
+        train({"ref": f"t{i}", "label": "spam"})
+        train({"ref": f"s{i}", "label": "ham"})
+    w.run_until_idle(timeout=60)
+    admin = server.client()
+    dead = [decode_output(f[b"data"]) for _, f in admin.xrange(k.dead)]
+    model, _ = learnt_model(admin, name)
+    return dumps(model), int(admin.get(k.learnt)), sorted(
+        (d["reason"], d.get("detail", "")[:40]) for d in dead)
+
+
+def test_the_scorer_cannot_choose_what_a_delayed_label_teaches(acl_server):
+    """The scorer reads the ids of ``:out`` and sends its own payload under them; the
+    trainer's later delayed labels (``ref``) still teach the rows the trainer's own
+    messages were cached with, and the scorer's own messages are never taught by one: the
+    statistics are byte for byte those of the run without the scorer's entries."""
+    honest = _taught_by_ref(acl_server, "rights-ref-honest", attack=False)
+    attacked = _taught_by_ref(acl_server, "rights-ref-attacked", attack=True)
+    assert honest[1] == attacked[1] == 34  # 30 labelled, 4 delayed labels of t*
+    assert attacked[0] == honest[0]
+    assert attacked[2] == honest[2]  # the refs to s* expire in both: never cached
+    assert [r for r, _ in honest[2]] == ["ref_expired"] * 4

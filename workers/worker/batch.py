@@ -81,13 +81,14 @@ class Item:
 @dataclass(frozen=True, slots=True)
 class Decoded:
     """A batch's entries decoded: every entry id in the order read, the messages
-    ``(entry id, message, bytes)``, the entries that go to ``:dead``, and the count of
-    unknown keys the messages held."""
+    ``(entry id, message, bytes)``, the entries that go to ``:dead``, the count of
+    unknown keys the messages held, and the ``untaught`` entries (:func:`decode_entries`)."""
 
     order: list[str]
     messages: list[tuple[str, InputMessage, bytes]]
     dead: list[Dead]
     unknown_keys: int
+    untaught: frozenset[str] = frozenset()
 
     @property
     def labelled(self) -> bool:
@@ -156,8 +157,10 @@ def decode_entries(entries: Sequence[tuple[Any, Any]], deliveries: dict[str, int
     ``max_deliveries`` times (``deliveries``: id -> times, default once) is poison.
     ``train_token`` (a model stored with ``training: train``): a label, delayed label,
     forget or class removal is taken only from an entry moved from ``:train``, which carries the token
-    (workers/store/training.py); from any other it is a dead letter ``label_not_allowed``."""
+    (workers/store/training.py); from any other it is a dead letter ``label_not_allowed``,
+    and a payload ``untaught``: never cached, so no delayed label teaches what ``:in`` chose."""
     order: list[str] = []
+    untaught: set[str] = set()
     dead: list[Dead] = []
     messages: list[tuple[str, InputMessage, bytes]] = []
     unknown = 0
@@ -178,15 +181,15 @@ def decode_entries(entries: Sequence[tuple[Any, Any]], deliveries: dict[str, int
         except MalformedMessage as exc:
             dead.append(Dead(eid, exc.reason, exc.detail, data))
             continue
-        if train_token is not None and (msg.is_labelled or msg.forget or msg.promote
-                                        or msg.forget_class is not None) \
-                and not holds_token(fields, train_token):
-            dead.append(Dead(eid, "label_not_allowed", "this model learns labels and forgets "
-                             "only from its training stream :train", data))
-            continue
+        if train_token is not None and not holds_token(fields, train_token):
+            if msg.is_labelled or msg.forget or msg.promote or msg.forget_class is not None:
+                dead.append(Dead(eid, "label_not_allowed", "this model learns labels and "
+                                 "forgets only from its training stream :train", data))
+                continue
+            untaught.add(eid)
         unknown += msg.unknown_keys
         messages.append((eid, msg, data))
-    return Decoded(order, messages, dead, unknown)
+    return Decoded(order, messages, dead, unknown, frozenset(untaught))
 
 
 def featurize(featurizer: Any, decoded: Decoded) -> Featurized:

@@ -84,7 +84,8 @@ def build(rt: ModelRuntime, batch: PredictedBatch, prepared_s: float = 0.0) -> B
                                                            o.autolearn_min_class_weight,
                                                            o.autolearn_per_batch)
                                  if o.autolearn else None,
-                                 challenger=rt.replica.challenger)
+                                 challenger=rt.replica.challenger,
+                                 train_only=rt.config.training == "train")
         if content is None:
             learn.cancel()
             return None
