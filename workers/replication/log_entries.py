@@ -13,7 +13,10 @@
   (all sources' rows together: the challenger is not split by source).
 - ``{"t": "decay", "g": float}``: multiply every learnt weight by ``g`` (forgetting).
 - ``{"t": "forget", "s": source}``: take out everything ``source`` taught
-  (``streamnb forget --source``).
+  (``streamnb forget --source``). With ``"since": ms`` and ``"a": bytes``: take out what it
+  taught since that time, the encoded StatsBundle ``a`` (the sum of its contributions in
+  the log since then, workers/client/forget_since.py), and start its next epoch, what it
+  taught before kept in it (``streamnb forget --source NAME --since TIME``).
 - ``{"t": "promote", "s": SPEC}``: the challenger SPEC becomes the model (its config too).
 - ``{"t": "drop", "c": label}``: remove class ``c`` and everything learnt under it
   (``GenerativeClassifier.remove_class``; a class the model does not hold: nothing), from
@@ -38,7 +41,7 @@ from streamnb_workers.store.model_config import ModelConfig
 from streamnb_workers.wire.learn_sources import Teacher, check_source
 
 __all__ = ["decode_log_entry", "encode_class_drop", "encode_decay", "encode_delta",
-           "encode_forget_source", "score_codes_of", "score_window_for", "without_removed"]
+           "encode_forget_source", "forgotten_since", "score_codes_of", "score_window_for", "without_removed"]
 
 
 def encode_delta(add: StatsBundle | None, sub: StatsBundle | None, n_learnt: int,
@@ -66,9 +69,27 @@ def encode_delta(add: StatsBundle | None, sub: StatsBundle | None, n_learnt: int
     return dumps(entry)
 
 
-def encode_forget_source(source: str) -> bytes:
-    """A log entry that takes out everything ``source`` taught."""
-    return dumps({"t": "forget", "s": check_source(source)})
+def encode_forget_source(source: str, since_ms: int | None = None,
+                         taught: StatsBundle | None = None) -> bytes:
+    """A log entry that takes out everything ``source`` taught (since ``since_ms``: what
+    it taught since then, ``taught``)."""
+    if since_ms is None:
+        return dumps({"t": "forget", "s": check_source(source)})
+    if taught is None:
+        raise ValueError("a forget since a time carries what the source taught since then")
+    return dumps({"t": "forget", "s": check_source(source), "since": int(since_ms),
+                  "a": taught.to_bytes()})
+
+
+def forgotten_since(entry: dict[str, Any]) -> StatsBundle | None:
+    """What a ``forget`` entry with ``since`` takes out (None: a whole source), checked."""
+    if entry.get("since") is None:
+        return None
+    since, data = entry.get("since"), entry.get("a")
+    if not isinstance(since, int) or isinstance(since, bool) or since < 0 or \
+            not isinstance(data, bytes):
+        raise FormatError("a forget since a time needs 'since' (ms) and 'a' (a bundle)")
+    return StatsBundle.from_bytes(data)
 
 
 def encode_decay(g: float) -> bytes:

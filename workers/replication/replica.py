@@ -47,6 +47,7 @@ from streamnb_workers.replication.log_entries import (
     encode_decay,
     encode_delta,
     encode_forget_source,
+    forgotten_since,
     score_codes_of,
     score_window_for,
     without_removed,
@@ -353,7 +354,8 @@ class Replica:
                     self.challenger.model.decay(float(g))
                 self._changed()
             elif entry["t"] == "forget":  # (the challenger is not split by source)
-                self.model = self.sources.forget(self.config, self.model, check_source(entry.get("s")))
+                self.model = self.sources.forget(self.config, self.model, check_source(
+                    entry.get("s")), forgotten_since(entry))
                 self._changed()
             elif entry["t"] == "promote":  # the challenger becomes the model
                 if promoted(self.challenger, entry.get("s"), self.keys.name, entry_id):

@@ -128,12 +128,28 @@ class SourceParts:
                 model.subtract_stats(sub)
         return model
 
-    def forget(self, config: Any, model: Any, source: str) -> Any:
-        """Take out all ``source`` taught, start its next epoch; return the model."""
+    def forget(self, config: Any, model: Any, source: str, taught: Any = None) -> Any:
+        """Take out all ``source`` taught, start its next epoch; return the model.
+        ``taught``: take out only these statistics (what it taught since a time; the
+        rest stays its part, in the new epoch). Raises before any change if they do not
+        fit."""
+        if taught is not None:
+            part = self.parts.get(source) if self.parts else \
+                model.stats if source == DEFAULT_SOURCE else None
+            if part is not None:
+                taught = without_removed(part["classes"].labels, taught)
+                part.check_subtractable(taught)
         self.epochs[source] = self.epochs.get(source, 0) + 1
         if not self.parts:  # the default source alone taught
-            return config.make_model() if source == DEFAULT_SOURCE else model
-        if self.parts.pop(source, None) is None:
+            if source != DEFAULT_SOURCE:
+                return model
+            if taught is None:
+                return config.make_model()
+            model.subtract_stats(taught)
+            return model
+        if taught is not None and source in self.parts:
+            self.parts[source].subtract(taught)
+        elif self.parts.pop(source, None) is None:
             return model
         return self.total(config)
 

@@ -4,11 +4,12 @@ print what was sent and what was not learnt."""
 from __future__ import annotations
 
 import argparse
+from datetime import UTC, datetime
 from collections.abc import Mapping
 from typing import Any
 
 from streamnb.exceptions import SettingsError
-from streamnb_workers.cli.arg_types import source_name
+from streamnb_workers.cli.arg_types import since_time, source_name
 from streamnb_workers.cli.options import add_common_options, add_model_name, model_client
 from streamnb_workers.client.shard_streams import describe_inputs
 from streamnb_workers.exit_codes import EXIT_FAILURE
@@ -33,6 +34,10 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     p.add_argument("--source", type=source_name, default=None, metavar="NAME",
                    help="take out everything the source NAME taught the model, on every "
                    "worker, at one place of its log (writes :log and :epochs: the admin user)")
+    p.add_argument("--since", type=since_time, default=None, metavar="TIME",
+                   help="with --source: take out only what it taught since TIME (ISO 8601, "
+                   "UTC unless an offset is given, or seconds since the epoch), as far back "
+                   "as the model's log reaches")
     p.add_argument("paths", nargs="*", metavar="PATH",
                    help=".eml file, maildir, mbox, directory, .jsonl file, or - (stdin)")
     p.add_argument("--class", dest="forget_class", metavar="LABEL", default=None,
@@ -49,11 +54,15 @@ def run(args: argparse.Namespace, env: Mapping[str, str]) -> int:
     # deferred: the message sources (mailbox, email) load only for forget
     from streamnb_workers.client.forget import forget, forget_class, forget_source
 
+    if args.since is not None and args.source is None:
+        raise SettingsError("--since goes with --source NAME")
     if sum((bool(args.paths), args.forget_class is not None, args.source is not None)) != 1:
         raise SettingsError("forget takes PATH... or --class LABEL or --source NAME (one of them)")
     if args.force and args.forget_class is None:
         raise SettingsError("--force goes with --class LABEL")
     model, client = model_client(args, env)
+    if args.since is not None:
+        return _forget_since(client, model, args.source, args.since)
     if args.source is not None:
         entries = forget_source(client, model, args.source)
         print(f"forgetting everything source {args.source!r} taught model {model!r} (log entry "
@@ -70,3 +79,20 @@ def run(args: argparse.Namespace, env: Mapping[str, str]) -> int:
           f"{describe_inputs(model, report.shards)}); {len(report.not_learnt)} not learnt, "
           f"nothing to forget{skipped}")
     return EXIT_FAILURE if report.skipped else 0
+
+
+def _forget_since(client: Any, model: str, source: str, since: int) -> int:
+    """``forget --source NAME --since TIME``: print what each shard took out."""
+    # deferred: as in run
+    from streamnb_workers.client.forget_since import forget_source_since
+
+    when = datetime.fromtimestamp(since / 1000, UTC).isoformat(timespec="seconds")
+    for done in forget_source_since(client, model, source, since):
+        if done.entry is None:
+            print(f"source {source!r} taught {done.shard!r} nothing since {when}")
+            continue
+        weight = ", ".join(f"{k}: {v:g}" for k, v in sorted(done.weight.items(), key=str))
+        print(f"forgetting what source {source!r} taught {done.shard!r} since {when} "
+              f"(weight {weight}; {done.released} learn-once keys released, {done.kept} "
+              f"kept; log entry {done.entry})")
+    return 0
