@@ -157,3 +157,33 @@ def test_the_command_line(redis_server, taught_across):
     assert got.returncode == 0, got.stderr
     assert "forgetting what source 'imap' taught 'mail' since" in got.stdout
     assert "learn-once keys released" in got.stdout
+
+
+def test_a_sharded_model_forgets_the_default_source_since_a_time_in_every_shard(redis_server):
+    """Plain deltas (the default source's first epoch, no parts) at times 1 s and 5 s in
+    each of two shards; forgetting the default source since 3 s leaves the first ones."""
+    import numpy as np
+
+    from streamnb_workers.replication.replica import encode_delta
+    from streamnb_workers.replication.shards import keys_of, load_replicas, shard_spec
+    from streamnb_workers.store.model_config import ModelSpec, ensure_config
+    from streamnb_workers.wire.learn_keys import encode_record
+
+    r = redis_server.client()
+    cfg = ensure_config(r, ModelSpec("doc", kind="multinomial", featurizer_config={"bits": 2},
+                                     shards=2))
+    for j, keys in enumerate(keys_of("doc", 2)):
+        shard = ensure_config(r, shard_spec(cfg, keys.name)).make_model()
+        for at, row, key in ((1000, [1.0 + j, 0, 0, 1], "old"), (5000, [0, 2.0, 0, 0], "new")):
+            stats = shard.batch_stats(np.array([row]), ["ham"])
+            r.xadd(keys.log, {"data": encode_delta(stats, None, 1, "w", "b")}, id=f"{at}-0")
+            r.hset(keys.learnt_keys, key, encode_record("ham", 1.0))
+            r.zadd(keys.key_order, {key: at})
+    done = forget_source_since(r, "doc", "default", 3000)
+    assert [(d.released, d.kept, d.weight) for d in done] == [(1, 1, {"ham": 1.0})] * 2
+    model, _, replicas = load_replicas(r, "doc")
+    assert model.stats["features"].toarray().tolist() == [[3.0, 0.0, 0.0, 2.0]]
+    assert all(rep.epochs == {"default": 1} for rep in replicas)
+    for keys in keys_of("doc", 2):
+        assert r.hget(keys.learnt_keys, "new") is None
+        assert record_teacher(r.hget(keys.learnt_keys, "old")) == ("default", 1)
