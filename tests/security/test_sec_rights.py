@@ -26,7 +26,7 @@ import redis
 from streamnb.models.io import dumps
 from streamnb_workers.client.status import collect, format_text
 from streamnb_workers.replication.shards import shard_names
-from streamnb_workers.store.keys import ModelKeys
+from streamnb_workers.store.keys import ModelKeys, source_epochs_key
 from streamnb_workers.store.training import token_key, train_stream
 from streamnb_workers.wire.outputs import decode_output
 from tests.helpers.acl import (
@@ -138,6 +138,8 @@ def test_every_entry_the_scorer_can_write_leaves_the_statistics_unchanged(acl_se
         {"ref": msgs[1]["id"], "label": "spam"},                            # a delayed label
         {"tokens": learnt["tokens"], "key": learnt["key"], "forget": True},  # a forget
         {"tokens": ["x"], "label": "news", "forget": False},
+        {"forget_source": "default"},                                      # a source's forget
+        {"forget_class": "spam"},                                          # a class removal
     ]
     for m in hostile:
         data = msgpack.packb(m, use_bin_type=True)
@@ -353,3 +355,35 @@ def test_the_scorer_cannot_choose_what_a_delayed_label_teaches(acl_server):
     assert attacked[0] == honest[0]
     assert attacked[2] == honest[2]  # the refs to s* expire in both: never cached
     assert [r for r, _ in honest[2]] == ["ref_expired"] * 4
+
+
+def test_the_trainer_forgets_a_source_through_the_workers(acl_server, tmp_path):
+    """``forget --source NAME`` as the trainer: sent through ``:train`` as an entry
+    ``{"forget_source": NAME}``, logged by the workers' commit with the source's next
+    epoch; the statistics are those of the messages of the other sources. ``--since``
+    reads the log: the admin's, refused in one line to the trainer."""
+    name = "rights-source"
+    w = _worker(acl_server, name)
+    w.start()
+    url = acl_server.url_for(TRAINER_USER, TRAINER_PASSWORD)
+    msgs = token_messages(40, seed=9)
+    for path, part, more in (("imap.jsonl", msgs[:20], ["--source", "imap"]),
+                             ("rest.jsonl", msgs[20:], [])):
+        assert cli("produce", "--redis", url, "--model", name, *more,
+                   _jsonl(tmp_path / path, part)).returncode == 0
+    w.run_until_idle(timeout=60)
+    admin = acl_server.client()
+    admin.execute_command("ACL", "LOG", "RESET")
+    got = cli("forget", "--redis", url, "--model", name, "--source", "imap")
+    assert got.returncode == 0, got.stderr
+    assert "the workers log it" in got.stdout
+    w.run_until_idle(timeout=60)
+    model, _ = learnt_model(admin, name)
+    assert_same_stats(model, offline_model("multinomial", w.models[name].config.model_params,
+                                           FCFG, msgs[20:]))
+    assert int(admin.hget(source_epochs_key(ModelKeys(name)), "imap")) == 1
+    assert acl_refusals(admin, TRAINER_USER) == []
+    since = cli("forget", "--redis", url, "--model", name, "--source", "imap", "--since",
+                "2026-01-01")
+    assert since.returncode == 2 and "streamnb-admin" in since.stderr
+    assert len(since.stderr.strip().splitlines()) == 1

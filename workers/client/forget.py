@@ -21,9 +21,10 @@ that holds weight.
 
 What a source taught is taken out whole (:func:`forget_source`, ``streamnb forget
 --source NAME``): a ``forget`` entry written straight to every shard's ``:log`` and the
-source's next epoch in ``{M}:epochs``. It is an admin's operation: it writes the model's
-log, which only the workers (and the admin user) may (deploy/redis/users.acl); neither the
-producer, the scorer nor the trainer user can.
+source's next epoch in ``{M}:epochs``, by a user that may write the log (the admin); a
+user that may not (the trainer, the producer: deploy/redis/users.acl) sends it instead as
+an entry ``{"forget_source": NAME}`` where it sends labels (:func:`send_forget_source`),
+and the workers' commit writes both.
 """
 
 from __future__ import annotations
@@ -52,7 +53,7 @@ from streamnb_workers.wire.learn_sources import check_source
 from streamnb_workers.wire.replies import as_str
 
 __all__ = ["ClassRemoval", "ForgetReport", "forget", "forget_class", "forget_source", "iter_sources",
-           "source_epochs"]
+           "send_forget_source", "source_epochs"]
 
 
 @dataclass(slots=True)
@@ -177,6 +178,21 @@ def forget_source(client: Any, model: str, source: str) -> list[str]:
             pipe.xadd(keys.log, {DATA_FIELD: encode_forget_source(source)})
             entries.append(as_str(pipe.execute()[1]))
     return entries
+
+
+def send_forget_source(client: Any, model: str, source: str) -> list[str]:
+    """Send the forget of ``source`` as an entry ``{"forget_source": NAME}`` to every
+    shard's ``:in`` (``:train`` for a model stored with ``training: train``): what a user
+    that may not write the log (the trainer) does. The workers' commit of that entry
+    logs the forget and counts the epoch up, in stream order. Returns the entry ids."""
+    check_source(source)
+    shards = shard_keys(client, model)
+    training = stored_training(client, model)
+    pipe = client.pipeline(transaction=False)
+    for keys in shards:
+        pipe.xadd(learning_stream(keys, training),
+                  {DATA_FIELD: msgpack.packb({"forget_source": source}, use_bin_type=True)})
+    return [as_str(i) for i in pipe.execute()]
 
 
 def source_epochs(client: Any, keys: ModelKeys, sources: list[str]) -> dict[str, int]:

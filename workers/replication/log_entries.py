@@ -31,6 +31,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from streamnb.encoding import dumps, loads
@@ -40,7 +41,7 @@ from streamnb.stats.bundle import StatsBundle
 from streamnb_workers.store.model_config import ModelConfig
 from streamnb_workers.wire.learn_sources import Teacher, check_source
 
-__all__ = ["decode_log_entry", "encode_class_drop", "encode_decay", "encode_delta",
+__all__ = ["SourceForget", "decode_log_entry", "encode_class_drop", "encode_decay", "encode_delta",
            "encode_forget_source", "forgotten_since", "score_codes_of", "score_window_for", "without_removed"]
 
 
@@ -79,6 +80,19 @@ def encode_forget_source(source: str, since_ms: int | None = None,
         raise ValueError("a forget since a time carries what the source taught since then")
     return dumps({"t": "forget", "s": check_source(source), "since": int(since_ms),
                   "a": taught.to_bytes()})
+
+
+@dataclass(frozen=True, slots=True)
+class SourceForget:
+    """An entry ``{"forget_source": NAME}`` of ``:in`` (``streamnb forget --source`` as a
+    user that may not write the log), carried with the class removals to the commit,
+    which appends its log entry in stream order and counts NAME's epoch up."""
+
+    source: str
+
+    def commit_entry(self) -> tuple[bytes, bytes]:
+        """(the log entry, a record prefix no learn-once record has: none is released)."""
+        return encode_forget_source(self.source), b"\xc1"
 
 
 def forgotten_since(entry: dict[str, Any]) -> StatsBundle | None:

@@ -33,6 +33,7 @@ import numpy as np
 from streamnb.exceptions import MalformedMessage
 from streamnb.features import Row, rows_to_bytes
 from streamnb_workers.replication.challenger import Promotion
+from streamnb_workers.replication.log_entries import SourceForget
 from streamnb_workers.store.training import holds_token
 from streamnb_workers.wire.codec import (
     DATA_FIELD,
@@ -95,7 +96,7 @@ class Decoded:
         """Whether any message holds a label or a forget (a batch without one changes no
         statistics)."""
         return any(msg.label is not None or msg.forget or msg.forget_class is not None
-                   for _, msg, _ in self.messages)
+                   or msg.forget_source is not None for _, msg, _ in self.messages)
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,7 +183,7 @@ def decode_entries(entries: Sequence[tuple[Any, Any]], deliveries: dict[str, int
             dead.append(Dead(eid, exc.reason, exc.detail, data))
             continue
         if train_token is not None and not holds_token(fields, train_token):
-            if msg.is_labelled or msg.forget or msg.promote or msg.forget_class is not None:
+            if msg.is_labelled or msg.forget or msg.payload_kind is None:
                 dead.append(Dead(eid, "label_not_allowed", "this model learns labels and "
                                  "forgets only from its training stream :train", data))
                 continue
@@ -200,9 +201,9 @@ def featurize(featurizer: Any, decoded: Decoded) -> Featurized:
     payload = []
     drops = []
     for eid, msg, data in decoded.messages:
-        if msg.forget_class is not None or msg.promote is not None:
-            drops.append((eid, msg.forget_class if msg.promote is None else
-                          Promotion(msg.promote), data))
+        if msg.forget_class is not None or msg.promote is not None or msg.forget_source:
+            drops.append((eid, SourceForget(msg.forget_source) if msg.forget_source else
+                          msg.forget_class if msg.promote is None else Promotion(msg.promote), data))
         elif msg.payload_kind is None:
             refs.append(LabelRef(eid, msg.ref, msg.label, msg.ts or entry_time(eid), msg.source))
             ref_data[eid] = data

@@ -26,12 +26,14 @@ import redis
 
 from streamnb.exceptions import StreamnbError
 from streamnb_workers.replication.challenger import Promotion
+from streamnb_workers.replication.log_entries import SourceForget
 from streamnb_workers.replication.replica import encode_class_drop, encode_decay, encode_delta
 from streamnb_workers.store.commit import (
     CommitRequest,
     CommitResult,
     commit_batch,
 )
+from streamnb_workers.store.keys import source_epochs_key
 from streamnb_workers.store.label_cache import batch_writes, fetch_cached
 from streamnb_workers.wire.learn_keys import known_keys, record_prefix
 from streamnb_workers.wire.learn_sources import DEFAULT_SOURCE
@@ -120,8 +122,10 @@ def _request(rt: ModelRuntime, content: CommitContent, announced: str | None) ->
         else None,
         learn_keys=content.learn_keys if keys_max else [],
         forget_keys=content.forget_keys, relabel_keys=content.relabel_keys, keys_max=keys_max,
-        class_drops=[c.commit_entry() if isinstance(c, Promotion) else
-                     (encode_class_drop(c), record_prefix(c)) for c in content.drop_classes])
+        class_drops=[c.commit_entry() if isinstance(c, (Promotion, SourceForget)) else
+                     (encode_class_drop(c), record_prefix(c)) for c in content.drop_classes],
+        source_bumps=(source_epochs_key(rt.keys), [c.source for c in content.drop_classes
+                                                   if isinstance(c, SourceForget)]))
 
 
 # ---------------------------------------------------------------------- commit, retry

@@ -4,13 +4,16 @@ print what was sent and what was not learnt."""
 from __future__ import annotations
 
 import argparse
-from datetime import UTC, datetime
 from collections.abc import Mapping
+from datetime import UTC, datetime
 from typing import Any
+
+import redis
 
 from streamnb.exceptions import SettingsError
 from streamnb_workers.cli.arg_types import since_time, source_name
 from streamnb_workers.cli.options import add_common_options, add_model_name, model_client
+from streamnb_workers.client.produce_checks import stored_training
 from streamnb_workers.client.shard_streams import describe_inputs
 from streamnb_workers.exit_codes import EXIT_FAILURE
 
@@ -52,7 +55,12 @@ def run(args: argparse.Namespace, env: Mapping[str, str]) -> int:
     """Forget the messages of ``args.paths`` (exit 1 when some were skipped), or the class
     ``--class``, or what the source ``--source`` taught."""
     # deferred: the message sources (mailbox, email) load only for forget
-    from streamnb_workers.client.forget import forget, forget_class, forget_source
+    from streamnb_workers.client.forget import (
+        forget,
+        forget_class,
+        forget_source,
+        send_forget_source,
+    )
 
     if args.since is not None and args.source is None:
         raise SettingsError("--since goes with --source NAME")
@@ -64,10 +72,7 @@ def run(args: argparse.Namespace, env: Mapping[str, str]) -> int:
     if args.since is not None:
         return _forget_since(client, model, args.source, args.since)
     if args.source is not None:
-        entries = forget_source(client, model, args.source)
-        print(f"forgetting everything source {args.source!r} taught model {model!r} (log entry "
-              f"{', '.join(entries)})")
-        return 0
+        return _forget_source(client, model, args.source, forget_source, send_forget_source)
     if args.forget_class is not None:
         removal = forget_class(client, model, args.forget_class, force=args.force)
         print(f"removing class {removal.label!r} (weight {removal.weight:g}) from model "
@@ -81,13 +86,37 @@ def run(args: argparse.Namespace, env: Mapping[str, str]) -> int:
     return EXIT_FAILURE if report.skipped else 0
 
 
+def _forget_source(client: Any, model: str, source: str, direct: Any, send: Any) -> int:
+    """``forget --source NAME``: straight into the log (``direct``), or through the workers
+    (``send``) for a model that learns from ``:train`` and for a user that may not write
+    the log (the trainer; the producer)."""
+    if stored_training(client, model) != "train":
+        try:
+            entries = direct(client, model, source)
+        except (redis.exceptions.NoPermissionError, redis.exceptions.ExecAbortError):
+            entries = None  # (a user that may not write the log)
+        if entries is not None:
+            print(f"forgetting everything source {source!r} taught model {model!r} (log "
+                  f"entry {', '.join(entries)})")
+            return 0
+    sent = send(client, model, source)
+    print(f"forgetting everything source {source!r} taught model {model!r} (sent to "
+          f"{describe_inputs(model, len(sent))}; the workers log it)")
+    return 0
+
+
 def _forget_since(client: Any, model: str, source: str, since: int) -> int:
     """``forget --source NAME --since TIME``: print what each shard took out."""
     # deferred: as in run
     from streamnb_workers.client.forget_since import forget_source_since
 
     when = datetime.fromtimestamp(since / 1000, UTC).isoformat(timespec="seconds")
-    for done in forget_source_since(client, model, source, since):
+    try:
+        done_all = forget_source_since(client, model, source, since)
+    except redis.exceptions.NoPermissionError:
+        raise SettingsError("forget --source NAME --since TIME reads and writes the model's "
+                            "log: run it as a user that may (streamnb-admin)") from None
+    for done in done_all:
         if done.entry is None:
             print(f"source {source!r} taught {done.shard!r} nothing since {when}")
             continue

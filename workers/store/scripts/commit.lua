@@ -201,6 +201,10 @@ if keys_at > 0 then
     until cursor == '0'
   end
 end
+-- a source forgotten among them (`streamnb forget --source` through :in) counts its epoch up
+for i = n('bumps_at'), n('bumps_at') + n('n_bumps') - 1 do
+  redis.call('HINCRBY', KEYS[n('epochs_key_at')], ARGV[i], 1)
+end
 if n('registry_key_at') > 0 then
   redis.call('HSET', KEYS[n('registry_key_at')], A.registry_field, A.registry_value)
 end
