@@ -387,3 +387,36 @@ def test_the_trainer_forgets_a_source_through_the_workers(acl_server, tmp_path):
                 "2026-01-01")
     assert since.returncode == 2 and "streamnb-admin" in since.stderr
     assert len(since.stderr.strip().splitlines()) == 1
+
+
+def test_the_trainer_removes_a_class_checked_by_the_workers(acl_server, tmp_path):
+    """``forget --class LABEL`` as the trainer, which cannot read the model: sent with
+    ``force`` as given; without ``--force`` the workers refuse a class that holds weight
+    (a dead letter ``class_holds_weight``, the statistics unchanged), with it they remove
+    the class (the statistics of the other classes' messages)."""
+    name = "rights-class"
+    w = _worker(acl_server, name)
+    w.start()
+    url = acl_server.url_for(TRAINER_USER, TRAINER_PASSWORD)
+    msgs = token_messages(45, seed=10)
+    assert cli("produce", "--redis", url, "--model", name,
+               _jsonl(tmp_path / "t.jsonl", msgs)).returncode == 0
+    w.run_until_idle(timeout=60)
+    before = _stats(acl_server, name)
+    admin = acl_server.client()
+    admin.execute_command("ACL", "LOG", "RESET")
+    got = cli("forget", "--redis", url, "--model", name, "--class", "news")
+    assert got.returncode == 0, got.stderr
+    assert "not read: the workers remove it if the model holds it, without weight" in got.stdout
+    w.run_until_idle(timeout=60)
+    assert _stats(acl_server, name) == before
+    dead = [decode_output(f[b"data"]) for _, f in admin.xrange(ModelKeys(name).dead)]
+    assert [d["reason"] for d in dead] == ["class_holds_weight"]
+    # the one refusal: its read of the model, which leaves the check to the workers
+    assert [e["object"] for e in acl_refusals(admin, TRAINER_USER)] == ["hgetall"]
+    got = cli("forget", "--redis", url, "--model", name, "--class", "news", "--force")
+    assert got.returncode == 0, got.stderr
+    w.run_until_idle(timeout=60)
+    model, _ = learnt_model(admin, name)
+    assert_same_stats(model, offline_model("multinomial", w.models[name].config.model_params,
+                                           FCFG, [m for m in msgs if m["label"] != "news"]))

@@ -56,7 +56,7 @@ DATA_FIELD = "data"
 
 _KNOWN_KEYS = frozenset(PAYLOAD_KINDS) | {"id", "label", "weight", "ts", "ref", "meta", "key",
                                           "forget", "forget_class", "promote", "source",
-                                          "forget_source"}
+                                          "forget_source", "force"}
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 
 
@@ -404,6 +404,8 @@ def _class_removal(obj: dict, entry_id: str, limits: Limits, unknown: int) -> In
         raise MalformedMessage("several_payloads",
                                f"forget_class goes alone, without {', '.join(extra)}")
     spec, gone = obj.get("promote"), obj.get("forget_source")
+    if not isinstance(obj.get("force", False), bool):
+        raise MalformedMessage("bad_type", "force must be a bool")
     if spec is not None and (not isinstance(spec, str) or obj.get("forget_class") is not None):
         raise MalformedMessage("bad_type", "promote is a challenger's SPEC (str), alone")
     if gone is not None:  # {"forget_source": NAME}, alone

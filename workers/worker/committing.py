@@ -20,8 +20,10 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Any
 
+import msgpack
 import redis
 
 from streamnb.exceptions import StreamnbError
@@ -38,12 +40,17 @@ from streamnb_workers.store.label_cache import batch_writes, fetch_cached
 from streamnb_workers.wire.learn_keys import known_keys, record_prefix
 from streamnb_workers.wire.learn_sources import DEFAULT_SOURCE
 from streamnb_workers.wire.outputs import encode_dead
+from streamnb_workers.worker.batch import Dead
 from streamnb_workers.worker.commit_content import CommitContent, PredictedBatch, commit_content
 from streamnb_workers.worker.commit_wire import Built
 from streamnb_workers.worker.learn_weights import AutolearnPolicy
 from streamnb_workers.worker.runtime import ModelRuntime
 
-__all__ = ["Committed", "abandon", "build", "commit", "send_ahead", "settle"]
+__all__ = ["CLASS_HOLDS_WEIGHT", "Committed", "abandon", "build", "commit",
+           "refuse_unforced_removals", "send_ahead", "settle"]
+
+#: Dead-letter reason of a class removal sent with ``force: false`` for a class with weight.
+CLASS_HOLDS_WEIGHT = "class_holds_weight"
 
 log = logging.getLogger("streamnb.worker")
 
@@ -77,6 +84,7 @@ def build(rt: ModelRuntime, batch: PredictedBatch, prepared_s: float = 0.0) -> B
         if unread:
             batch.key_state.update(known_keys(rt.client, rt.keys.learnt_keys,
                                               list(dict.fromkeys(unread))))
+        batch = refuse_unforced_removals(batch, rt.replica.model)
         content = commit_content(batch, cached, rt.replica.model, rt.featurizer, rt.consumer,
                                  cache=o.cache_ttl_s > 0, cache_labelled=o.cache_labelled,
                                  epochs=rt.replica.epochs,
@@ -92,6 +100,26 @@ def build(rt: ModelRuntime, batch: PredictedBatch, prepared_s: float = 0.0) -> B
             learn.cancel()
             return None
         return Built(content, _request(rt, content, batch.announced))
+
+
+def refuse_unforced_removals(batch: PredictedBatch, model: Any) -> PredictedBatch:
+    """``batch`` with each class removal sent with ``force: false`` whose class ``model``
+    holds with weight made a dead letter ``class_holds_weight`` (``streamnb forget
+    --class`` as a user that cannot read the model leaves that check to the workers)."""
+    unforced = [d for d in batch.class_drops if not isinstance(d[1], (Promotion, SourceForget))
+                and msgpack.unpackb(d[2], raw=False).get("force", True) is False]
+    if not unforced:
+        return batch
+    classes = model.stats["classes"]
+    weights = {lab: float(w) for lab, w in zip(classes.labels, classes.counts, strict=True)}
+    refused = {eid: (label, data) for eid, label, data in unforced if weights.get(label, 0.0) > 0}
+    if not refused:
+        return batch
+    return replace(batch, class_drops=[d for d in batch.class_drops if d[0] not in refused],
+                   dead=batch.dead + [Dead(eid, CLASS_HOLDS_WEIGHT, f"class {label!r} holds "
+                                           f"weight {weights[label]:g}: send force true to "
+                                           "remove it with what was learnt under it", data)
+                                      for eid, (label, data) in refused.items()])
 
 
 def _request(rt: ModelRuntime, content: CommitContent, announced: str | None) -> CommitRequest:

@@ -75,8 +75,11 @@ def run(args: argparse.Namespace, env: Mapping[str, str]) -> int:
         return _forget_source(client, model, args.source, forget_source, send_forget_source)
     if args.forget_class is not None:
         removal = forget_class(client, model, args.forget_class, force=args.force)
-        print(f"removing class {removal.label!r} (weight {removal.weight:g}) from model "
-              f"{model!r} (sent to {describe_inputs(model, removal.shards)})")
+        held = f"weight {removal.weight:g}" if removal.weight is not None else (
+            "not read: the workers remove it if the model holds it"
+            + ("" if args.force else ", without weight"))
+        print(f"removing class {removal.label!r} ({held}) from model {model!r} (sent to "
+              f"{describe_inputs(model, removal.shards)})")
         return 0
     report = forget(client, model, list(args.paths))
     skipped = f", skipped {len(report.skipped)}" if report.skipped else ""
