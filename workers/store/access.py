@@ -65,7 +65,7 @@ def _probe_steps(prefix: str) -> list[tuple[str, Callable[[Any], Any]]]:
         ("ZCARD", lambda r: r.zcard(z)),
         ("ZPOPMIN", lambda r: r.zpopmin(z, 1)),
         ("ZREM", lambda r: r.zrem(z, "f")),
-        ("ZSCORE", lambda r: r.zscore(z, "f")),
+        ("ZRANGE", lambda r: r.zrange(z, 0, "+inf", byscore=True)),
         ("SET", lambda r: r.set(k, "0", px=60_000)),
         ("GET", lambda r: r.get(k)),
         ("INCRBY", lambda r: r.incrby(k, 1)),

@@ -34,38 +34,46 @@ local current = tonumber(redis.call('HGET', KEYS[2], source) or '0')
 if current ~= epoch then return {'epoch', tostring(current)} end
 
 local old_tail, new_tail, two_fields = ARGV[6], ARGV[7], ARGV[8] == '1'
-local records, cursor = {}, '0'
+-- the keys learnt (or relearnt) since the time, by :keyorder's scores
+local recent = {}
+for _, key in ipairs(redis.call('ZRANGE', KEYS[4], since, '+inf', 'BYSCORE')) do
+  recent[key] = true
+end
+-- A record is msgpack [label, weight] (the default source's first epoch: header byte
+-- 0x92) or [label, weight, source, epoch] (0x94), the source and epoch last: a 4-field
+-- record is the source's epoch's if it ends with their bytes (a source name is ASCII,
+-- so the bytes of a packed name's header or of a wider int fall inside no other name).
+-- Each page of HSCAN is changed as it comes (a record seen twice is no longer the old
+-- epoch's the second time).
+local four, two = string.char(0x94), string.char(0x92)
+local n_released, n_kept, cursor = 0, 0, '0'
 repeat
   local page = redis.call('HSCAN', KEYS[3], cursor, 'COUNT', 1000)
   cursor = page[1]
-  for j = 1, #page[2], 2 do records[#records + 1] = {page[2][j], page[2][j + 1]} end
-until cursor == '0'
-local released, kept = 0, 0
-for _, kv in ipairs(records) do
-  local key, record = kv[1], kv[2]
-  local ok, fields = pcall(cmsgpack.unpack, record)
-  if ok and type(fields) == 'table' then
-    local n = #fields
-    local mine = (n == 4 and fields[3] == source and fields[4] == epoch and
-                  string.sub(record, -#old_tail) == old_tail) or (n == 2 and two_fields)
-    if mine then
-      local score = tonumber(redis.call('ZSCORE', KEYS[4], key))
-      if score and score >= since then
-        redis.call('HDEL', KEYS[3], key)
-        redis.call('ZREM', KEYS[4], key)
-        released = released + 1
-      else
-        if n == 2 then  -- [label, weight] -> [label, weight, source, next epoch]
-          record = string.char(0x94) .. string.sub(record, 2) .. new_tail
-        else
-          record = string.sub(record, 1, #record - #old_tail) .. new_tail
-        end
-        redis.call('HSET', KEYS[3], key, record)
-        kept = kept + 1
-      end
+  local kv, released, rewritten = page[2], {}, {}
+  for j = 1, #kv, 2 do
+    local key, record = kv[j], kv[j + 1]
+    local head = string.sub(record, 1, 1)
+    local n = 0
+    if head == four and string.sub(record, -#old_tail) == old_tail then n = 4
+    elseif head == two and two_fields then n = 2 end
+    if n > 0 and recent[key] then
+      released[#released + 1] = key
+    elseif n == 2 then  -- [label, weight] -> [label, weight, source, next epoch]
+      rewritten[#rewritten + 1] = key
+      rewritten[#rewritten + 1] = four .. string.sub(record, 2) .. new_tail
+    elseif n == 4 then
+      rewritten[#rewritten + 1] = key
+      rewritten[#rewritten + 1] = string.sub(record, 1, #record - #old_tail) .. new_tail
     end
   end
-end
+  if #released > 0 then
+    redis.call('HDEL', KEYS[3], unpack(released))
+    redis.call('ZREM', KEYS[4], unpack(released))
+  end
+  if #rewritten > 0 then redis.call('HSET', KEYS[3], unpack(rewritten)) end
+  n_released, n_kept = n_released + #released, n_kept + #rewritten / 2
+until cursor == '0'
 redis.call('HINCRBY', KEYS[2], source, 1)
 local id = redis.call('XADD', KEYS[1], '*', 'data', ARGV[5])
-return {'ok', id, released, kept}
+return {'ok', id, n_released, n_kept}
