@@ -27,7 +27,7 @@ from streamnb.models.io import dumps
 from streamnb_workers.client.status import collect, format_text
 from streamnb_workers.replication.shards import shard_names
 from streamnb_workers.store.keys import ModelKeys, source_epochs_key
-from streamnb_workers.store.training import token_key, train_stream
+from streamnb_workers.store.training import forward, token_key, train_stream
 from streamnb_workers.wire.outputs import decode_output
 from tests.helpers.acl import (
     SCORER_PASSWORD,
@@ -337,7 +337,16 @@ def _taught_by_ref(server, name, attack):
         train({"ref": f"t{i}", "label": "spam"})
         train({"ref": f"s{i}", "label": "ham"})
     w.run_until_idle(timeout=60)
+    # the trainer's message, the scorer's under its id and the trainer's label for it, in
+    # that order in one batch (moved from :train by hand, as a worker does)
     admin = server.client()
+    train({"id": "t9", "tokens": ["meeting", "agenda", "w9"]})
+    forward(admin, k, 10)
+    if attack:
+        scorer.xadd(k.input, {"data": msgpack.packb({**evil, "id": "t9"})})
+    train({"ref": "t9", "label": "ham"})
+    forward(admin, k, 10)
+    w.run_until_idle(timeout=60)
     dead = [decode_output(f[b"data"]) for _, f in admin.xrange(k.dead)]
     model, _ = learnt_model(admin, name)
     return dumps(model), int(admin.get(k.learnt)), sorted(
@@ -351,7 +360,7 @@ def test_the_scorer_cannot_choose_what_a_delayed_label_teaches(acl_server):
     statistics are byte for byte those of the run without the scorer's entries."""
     honest = _taught_by_ref(acl_server, "rights-ref-honest", attack=False)
     attacked = _taught_by_ref(acl_server, "rights-ref-attacked", attack=True)
-    assert honest[1] == attacked[1] == 34  # 30 labelled, 4 delayed labels of t*
+    assert honest[1] == attacked[1] == 35  # 30 labelled, 5 delayed labels of t*
     assert attacked[0] == honest[0]
     assert attacked[2] == honest[2]  # the refs to s* expire in both: never cached
     assert [r for r, _ in honest[2]] == ["ref_expired"] * 4

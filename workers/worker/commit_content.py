@@ -216,7 +216,8 @@ def commit_content(batch: PredictedBatch, cached: dict[str, CachedMessage | None
     # a cached row that does not fit this model (tampered, other config): as expired
     cached = {k: c if c is None or featurizer.fits(c.row) else None for k, c in cached.items()}
     res = resolve_refs(batch.refs, batch_labels, batch_preds, cached, batch.key_state, epochs)
-    learnt = [res.in_batch.get(it.msg.id, it.msg.label) for it in items]
+    learnt = [it.msg.label if it.entry_id in batch.untaught else
+              res.in_batch.get(it.msg.id, it.msg.label) for it in items]
     default = teacher_of(None, epochs)
     teachers = [teacher_of(res.in_batch_source.get(it.msg.id, it.msg.source), epochs)
                 for it in items] if named else [default] * len(items)
