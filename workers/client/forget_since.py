@@ -151,50 +151,72 @@ def _read_range(client: Any, keys: ModelKeys, start: str, end: str) -> list[tupl
         start = "(" + as_str(got[-1][0])
 
 
-def _forget_shard(client: Any, model: str, keys: ModelKeys, source: str, since: int) -> SinceForget:
-    epoch = int(as_str(client.hget(source_epochs_key(keys), source) or b"0"))
-    total = _Sum(model, source, epoch, since)
-    summed = None  # the last entry summed
-    end = ""
-    for _ in range(ATTEMPTS):
-        newest = client.xrevrange(keys.log, "+", "-", count=1)
-        end = as_str(newest[0][0]) if newest else ""
-        if end and parse_id(end) >= (since, 0) and end != summed:
-            total.add_entries(_read_range(client, keys, f"({summed}" if summed else
-                                          f"{since}-0", end))
-            summed = end
-        if total.subtractions:
+class _Shard:
+    """One shard's forget: what is summed so far (up to the log entry ``summed``)."""
+
+    def __init__(self, client: Any, model: str, keys: ModelKeys, source: str, since: int) -> None:
+        self.client, self.keys, self.source, self.since = client, keys, source, since
+        self.epoch = int(as_str(client.hget(source_epochs_key(keys), source) or b"0"))
+        self.total = _Sum(model, source, self.epoch, since)
+        self.summed: str | None = None
+        self.end = ""
+
+    def read_on(self) -> None:
+        """Sum the log entries since the last read; SettingsError where not exact."""
+        trimmed = self.client.hget(self.keys.snapshot, "trimmed")
+        if trimmed is not None and parse_id(as_str(trimmed)) > (self.since, 0):
             raise SettingsError(
-                f"model {keys.name!r}: {total.subtractions} log entries since the time take "
-                f"off rows {source!r} taught (forgets or corrections): --since would leave "
-                "their keys' records wrong; forget the whole source, or give a later --since")
-        if total.taught is None:
-            return SinceForget(keys.name)
-        reply = SCRIPT(client, [keys.log, source_epochs_key(keys), keys.learnt_keys,
-                                keys.key_order, keys.snapshot],
-                       [source, epoch, since, end,
-                        encode_forget_source(source, since, total.taught.copy()),
-                        _packed(source, epoch), _packed(source, epoch + 1),
-                        "1" if (source, epoch) == (DEFAULT_SOURCE, 0) else "0"])
-        status = as_str(reply[0])
-        if status == "ok":
-            return SinceForget(keys.name, as_str(reply[1]), total.taught["classes"].as_dict(),
-                               int(reply[2]), int(reply[3]))
-        if status == "trimmed":
+                f"model {self.keys.name!r}: its log reaches back to {as_str(trimmed)} only "
+                "(kept --log-keep behind the snapshots): give a later --since")
+        newest = self.client.xrevrange(self.keys.log, "+", "-", count=1)
+        self.end = as_str(newest[0][0]) if newest else ""
+        if self.end and parse_id(self.end) >= (self.since, 0) and self.end != self.summed:
+            self.total.add_entries(_read_range(self.client, self.keys, f"({self.summed}"
+                                               if self.summed else f"{self.since}-0", self.end))
+            self.summed = self.end
+        if self.total.subtractions:
             raise SettingsError(
-                f"model {keys.name!r}: its log reaches back to {as_str(reply[1])} only "
-                "(trimmed behind the snapshots, trim_margin_ms): give a later --since")
-        if status == "epoch":
-            raise SettingsError(f"source {source!r} of model {keys.name!r} was forgotten "
-                                "meanwhile: run the command again")
-    raise SettingsError(f"model {keys.name!r}: the log kept growing past {end or 'its start'} "
-                        f"over {ATTEMPTS} tries; run the command again")
+                f"model {self.keys.name!r}: {self.total.subtractions} log entries since the "
+                f"time take off rows {self.source!r} taught (forgets or corrections): --since "
+                "would leave their keys' records wrong; forget the whole source, or give a "
+                "later --since")
+
+    def apply(self) -> SinceForget:
+        """Send the script until the log holds nothing newer than what was summed."""
+        keys, source, epoch, total = self.keys, self.source, self.epoch, self.total
+        for attempt in range(ATTEMPTS):
+            if attempt:
+                self.read_on()
+            if total.taught is None:
+                return SinceForget(keys.name)
+            reply = SCRIPT(self.client, [keys.log, source_epochs_key(keys), keys.learnt_keys,
+                                         keys.key_order, keys.snapshot],
+                           [source, epoch, self.since, self.end,
+                            encode_forget_source(source, self.since, total.taught.copy()),
+                            _packed(source, epoch), _packed(source, epoch + 1),
+                            "1" if (source, epoch) == (DEFAULT_SOURCE, 0) else "0"])
+            status = as_str(reply[0])
+            if status == "ok":
+                return SinceForget(keys.name, as_str(reply[1]), total.taught["classes"].as_dict(),
+                                   int(reply[2]), int(reply[3]))
+            if status == "trimmed":
+                raise SettingsError(
+                    f"model {keys.name!r}: its log reaches back to {as_str(reply[1])} only "
+                    "(kept --log-keep behind the snapshots): give a later --since")
+            if status == "epoch":
+                raise SettingsError(f"source {source!r} of model {keys.name!r} was forgotten "
+                                    "meanwhile: run the command again")
+        raise SettingsError(f"model {keys.name!r}: the log kept growing past "
+                            f"{self.end or 'its start'} over {ATTEMPTS} tries; run the command "
+                            "again")
 
 
 def forget_source_since(client: Any, model: str, source: str, since: int) -> list[SinceForget]:
     """Take out what ``source`` taught ``model`` (each of its shards) since ``since`` (ms
-    since the epoch); SettingsError (one line, that shard unchanged) where that cannot be
-    done exactly (module docstring)."""
+    since the epoch); SettingsError (one line) where that cannot be done exactly (module
+    docstring): every shard's log is read and checked before any is written."""
     check_source(source)
-    return [_forget_shard(client, model, keys, source, int(since))
-            for keys in shard_keys(client, model)]
+    shards = [_Shard(client, model, keys, source, int(since)) for keys in shard_keys(client, model)]
+    for shard in shards:
+        shard.read_on()
+    return [shard.apply() for shard in shards]
