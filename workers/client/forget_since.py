@@ -6,8 +6,8 @@ holds every contribution with its time: a delta entry's id is the time of its co
 it names each source's rows (workers/replication/source_parts.py). So, per shard:
 
 1. sum the contributions of the source's current epoch in every delta since the time
-   (the log must still hold them all: ``:log`` is trimmed behind the snapshots, by
-   ``trim_margin_ms``; a trim point after the time is refused);
+   (the log must still hold them all: ``:log`` is trimmed ``--log-keep`` behind the
+   snapshots, ``trim_margin_ms``; a trim point after the time is refused);
 2. in one script (workers/store/scripts/forget_since.lua), if the log holds nothing newer
    than what was summed (else the new entries are summed and the script sent again):
    start the source's next epoch, release its learn-once keys learnt since the time
@@ -16,12 +16,12 @@ it names each source's rows (workers/replication/source_parts.py). So, per shard
    "since": ms, "a": <the sum>}``, which every replica applies at the same place: the
    source's part less the sum, in the new epoch (workers/replication/replica.py).
 
-A commit in flight that teaches under the old epoch lands applied nowhere, as for a
-whole source forgotten. Refused, as not exact (one line, nothing written): a decay, a
-class removal, a promotion, or a forget of the same source since a later time, in the log
-since the time, and
-a contribution of the source since then that subtracts (a forget or a correction of what
-it taught: its key's record would then disagree with the statistics).
+Step 1 runs for every shard before step 2 runs for any. A commit in flight that teaches
+under the old epoch lands applied nowhere, as for a whole source forgotten. Refused, as
+not exact (one line, nothing written): a decay, a class removal, a promotion, or a forget
+of the same source since a later time, in the log since the time, and a contribution of
+the source since then that subtracts (a forget or a correction of what it taught: its
+key's record would then disagree with the statistics).
 
 >>> since_ms("2026-12-07T10:00:00Z"), since_ms("2026-12-07"), since_ms("1796637600")
 (1796637600000, 1796601600000, 1796637600000)
