@@ -26,7 +26,15 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks._common import cpu_seconds, format_table
-from benchmarks.end_to_end import RedisServer, id_ms, keys, prefill, wait_until, workers
+from benchmarks.end_to_end import (
+    RedisServer,
+    id_ms,
+    keys,
+    prefill,
+    wait_blocked,
+    wait_until,
+    workers,
+)
 from benchmarks.tenants import deal, run_tenants, spec
 
 MIB = 2**20
@@ -92,12 +100,7 @@ def run_users(messages: Sequence[bytes], unlabelled: bytes, n_users: int, bits: 
         t0 = time.monotonic()
         with workers(server.url, [[spec(n, bits) for n in names]], 1, options) as procs:
             pid = procs[0].pid
-
-            def blocked() -> bool:
-                return any(c.get("cmd") == "xreadgroup" and "b" in c.get("flags", "")
-                           for c in client.client_list())
-
-            if not wait_until(blocked, timeout, procs, every_s=0.05):
+            if not wait_blocked(client, 1, timeout, procs):
                 raise RuntimeError(f"the worker did not start in {timeout}s")
             start_s = time.monotonic() - t0
             idle = rss_kib(pid)["VmRSS"] / 1024

@@ -243,11 +243,14 @@ def wait_for(client: Any, key: str, n: int, timeout: float, procs: Sequence[subp
 
 def wait_blocked(client: Any, n: int, timeout: float,
                  procs: Sequence[subprocess.Popen] = ()) -> bool:
-    """Until ``n`` clients of redis-server are blocked in ``XREADGROUP`` (``CLIENT LIST``:
-    every worker started and waiting for entries); False on timeout or a dead worker."""
+    """Until ``n`` clients of redis-server are blocked in ``XREADGROUP``, or in ``XREAD``
+    (a worker with ordered predictions waits for entries so: workers/worker/intake.py
+    ``read_announced``) (``CLIENT LIST``: every worker started and waiting for entries);
+    False on timeout or a dead worker."""
     return wait_until(
         lambda: sum(1 for c in client.client_list()
-                    if c.get("cmd") == "xreadgroup" and "b" in c.get("flags", "")) >= n,
+                    if c.get("cmd") in ("xreadgroup", "xread") and "b" in c.get("flags", ""))
+        >= n,
         timeout, procs, every_s=0.01)
 
 

@@ -821,3 +821,13 @@ def test_tune_runs_streamnb_tune_on_the_replays_history(capsys):
     out = capsys.readouterr().out
     assert "$ streamnb tune --redis URL --model mail --goal accuracy\nhistory: 120 entries read" in out
     assert "needs at least 2995; no proposal\n(exit 1)" in out
+
+
+@pytest.mark.skipif(REDIS_SERVER is None, reason="redis-server is not installed")
+def test_read_cost_measures_both_reads_for_each_number_of_models():
+    from benchmarks.read_cost import measure
+
+    for n in (2, 10):  # below and above intake.ANNOUNCED_AT_ONCE
+        row = measure(n, reads=3)
+        assert row["models"] == n
+        assert all(row[k] >= 0 for k in row if k.endswith("us") or k.endswith("ms"))

@@ -18,6 +18,7 @@ import subprocess
 import sys
 from email import message_from_bytes
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
@@ -116,38 +117,6 @@ def run_procmail(tmp_path: Path, url: str, raw: bytes, timeout: float = 10) -> t
 
 def delivered(folder: Path) -> list[bytes]:
     return [p.read_bytes() for p in sorted((folder / "new").glob("*"))] if folder.exists() else []
-
-
-@pytest.mark.parametrize(("label", "folder"), [("spam", ".Junk"), ("ham", "")])
-def test_the_procmail_recipe_files_by_the_models_verdict(served, tmp_path, label, folder):
-    raw = mail(label, seed=900).replace(b"\r\n", b"\n")  # as an MTA hands it to procmail
-    code, home = run_procmail(tmp_path, served, raw)
-    assert code == 0, (tmp_path / "procmail.log").read_text()
-    box = home / "Maildir" / folder if folder else home / "Maildir"
-    [got] = delivered(box)
-    if folder == "":
-        assert delivered(home / "Maildir" / ".Junk") == []
-    msg = message_from_bytes(got)
-    assert msg["X-Streamnb-Verdict"] == label
-    assert (float(msg["X-Streamnb-Score"]) > 0) == (label == "spam")
-    # it reached the model: its id is the one a worker answered in :out
-    client = redis.Redis.from_url(served)
-    outs = [f[b"data"] for _, f in client.xrange(K.out)]
-    assert any(msg["X-Streamnb-Id"].encode() in o for o in outs)
-    assert raw.split(b"\n\n", 1)[1] in got  # the body as it came (procmail may add a newline)
-
-
-def test_the_procmail_recipe_defers_a_mail_without_verdict(tmp_path):
-    """Redis down: predict exits 3, the ``e`` recipe sets EXITCODE=75 (temporary failure):
-    the MTA keeps the mail and retries; nothing is delivered."""
-    if PROCMAIL is None:
-        pytest.skip("procmail is not installed (Debian package procmail)")
-    if not STREAMNB.exists():
-        pytest.skip(f"no streamnb console script beside {sys.executable}")
-    code, home = run_procmail(tmp_path, f"redis://127.0.0.1:{free_port()}/0", mail("spam", 901),
-                              timeout=2)
-    assert code == 75, (tmp_path / "procmail.log").read_text()
-    assert delivered(home / "Maildir") == [] and delivered(home / "Maildir" / ".Junk") == []
 
 
 # -- the Postfix content filter, in a real Postfix -------------------------------------
@@ -277,13 +246,27 @@ def run_maildrop(tmp_path: Path, url: str, raw: bytes, timeout: float = 10) -> t
     return done.returncode, home
 
 
+# -- procmail and maildrop: the same checks --------------------------------------------
+
+#: A delivery agent: its binary (None: not installed), its runner, the seeds of its mail.
+AGENTS = {"procmail": (PROCMAIL, run_procmail, 900), "maildrop": (MAILDROP, run_maildrop, 940)}
+
+
+def agent(name: str) -> tuple[Any, int]:
+    """The agent's runner and first seed; skipped when it is not installed."""
+    binary, run, seed = AGENTS[name]
+    if binary is None:
+        pytest.skip(f"{name} is not installed (Debian package {name})")
+    return run, seed
+
+
+@pytest.mark.parametrize("name", sorted(AGENTS))
 @pytest.mark.parametrize(("label", "folder"), [("spam", ".Junk"), ("ham", "")])
-def test_the_maildrop_recipe_files_by_the_models_verdict(served, tmp_path, label, folder):
-    if MAILDROP is None:
-        pytest.skip("maildrop is not installed (Debian package maildrop)")
-    raw = mail(label, seed=940).replace(b"\r\n", b"\n")
-    code, home = run_maildrop(tmp_path, served, raw)
-    assert code == 0, code
+def test_the_recipe_files_by_the_models_verdict(served, tmp_path, name, label, folder):
+    run, seed = agent(name)
+    raw = mail(label, seed=seed).replace(b"\r\n", b"\n")  # as an MTA hands it over
+    code, home = run(tmp_path, served, raw)
+    assert code == 0, [p.read_text() for p in tmp_path.glob("*.log")]
     box = home / "Maildir" / folder if folder else home / "Maildir"
     [got] = delivered(box)
     if folder == "":
@@ -291,19 +274,21 @@ def test_the_maildrop_recipe_files_by_the_models_verdict(served, tmp_path, label
     msg = message_from_bytes(got)
     assert msg["X-Streamnb-Verdict"] == label
     assert (float(msg["X-Streamnb-Score"]) > 0) == (label == "spam")
+    # it reached the model: its id is the one a worker answered in :out
     outs = [f[b"data"] for _, f in redis.Redis.from_url(served).xrange(K.out)]
     assert any(msg["X-Streamnb-Id"].encode() in o for o in outs)
-    assert raw.split(b"\n\n", 1)[1] in got
+    assert raw.split(b"\n\n", 1)[1] in got  # the body as it came (procmail may add a newline)
 
 
-def test_the_maildrop_recipe_defers_a_mail_without_verdict(tmp_path):
-    """Redis down: predict exits 3, the xfilter fails, maildrop exits 75 (EX_TEMPFAIL):
-    the MTA keeps the mail and retries; nothing is delivered."""
-    if MAILDROP is None:
-        pytest.skip("maildrop is not installed (Debian package maildrop)")
+@pytest.mark.parametrize("name", sorted(AGENTS))
+def test_the_recipe_defers_a_mail_without_verdict(tmp_path, name):
+    """Redis down: predict exits 3; procmail's ``e`` recipe sets EXITCODE=75, maildrop's
+    xfilter fails and it exits 75 (EX_TEMPFAIL): the MTA keeps the mail and retries;
+    nothing is delivered."""
+    run, seed = agent(name)
     if not STREAMNB.exists():
         pytest.skip(f"no streamnb console script beside {sys.executable}")
-    code, home = run_maildrop(tmp_path, f"redis://127.0.0.1:{free_port()}/0", mail("spam", 941),
-                              timeout=2)
-    assert code == 75
+    code, home = run(tmp_path, f"redis://127.0.0.1:{free_port()}/0", mail("spam", seed + 1),
+                     timeout=2)
+    assert code == 75, [p.read_text() for p in tmp_path.glob("*.log")]
     assert delivered(home / "Maildir") == [] and delivered(home / "Maildir" / ".Junk") == []

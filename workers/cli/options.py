@@ -215,11 +215,13 @@ def redis_from_args(args: argparse.Namespace, env: Mapping[str, str],
                           client_name=client_name, env=env)
 
 
-def model_client(args: argparse.Namespace, env: Mapping[str, str]) -> tuple[str, Any]:
+def model_client(args: argparse.Namespace, env: Mapping[str, str],
+                 client_name: str | None = None) -> tuple[str, Any]:
     """(model name, Redis client) of a command that works on a model its workers serve:
-    Redis answers and holds the model, else one line says which models exist."""
+    Redis answers and holds the model, else one line says which models exist.
+    ``client_name``: the connections' name in ``CLIENT LIST``."""
     model = model_name(args)
-    client = redis_from_args(args, env).make_client()
+    client = redis_from_args(args, env, client_name=client_name).make_client()
     client.ping()
     require_model(client, model)
     return model, client

@@ -88,33 +88,34 @@ class IndexEntry:
 
 
 # ---------------------------------------------------------------------------- index
-def read_index(path: str | os.PathLike[str]) -> list[IndexEntry]:
-    """Read an index TSV (header ``path label unix_time``; unix_time may be missing)."""
+def read_index(path: str | os.PathLike[str], flag: str = "--index") -> list[IndexEntry]:
+    """Read an index TSV (header ``path label unix_time``; unix_time may be missing);
+    ``flag``: the option that gave it, named in errors."""
     p = Path(path)
     try:
         with p.open(newline="", encoding="utf-8") as f:
             rows = list(csv.reader(f, delimiter="\t"))
     except OSError as exc:
-        raise SettingsError(f"--index {str(p)!r} cannot be read: {exc.strerror}") from None
+        raise SettingsError(f"{flag} {str(p)!r} cannot be read: {exc.strerror}") from None
     except UnicodeDecodeError:
-        raise SettingsError(f"--index {str(p)!r} is not UTF-8 text") from None
+        raise SettingsError(f"{flag} {str(p)!r} is not UTF-8 text") from None
     if not rows or [c.strip().lower() for c in rows[0][:2]] != ["path", "label"]:
         raise SettingsError(
-            f"--index {str(p)!r} must start with a header 'path<TAB>label[<TAB>unix_time]'")
+            f"{flag} {str(p)!r} must start with a header 'path<TAB>label[<TAB>unix_time]'")
     has_ts = len(rows[0]) > 2 and rows[0][2].strip().lower() == "unix_time"
     out = []
     for n, row in enumerate(rows[1:], start=2):
         if not row or not any(row):
             continue
         if len(row) < 2 or not row[0] or not row[1]:
-            raise SettingsError(f"--index {str(p)!r} line {n}: expected path<TAB>label, got {row!r}")
+            raise SettingsError(f"{flag} {str(p)!r} line {n}: expected path<TAB>label, got {row!r}")
         ts = None
         if has_ts and len(row) > 2 and row[2].strip():
             try:
                 ts = float(row[2])
             except ValueError:
                 raise SettingsError(
-                    f"--index {str(p)!r} line {n}: unix_time must be a number, got {row[2]!r}"
+                    f"{flag} {str(p)!r} line {n}: unix_time must be a number, got {row[2]!r}"
                 ) from None
         out.append(IndexEntry(row[0], row[1], ts))
     return out

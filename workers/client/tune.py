@@ -18,9 +18,10 @@ reads, the last ``last`` entries of the model's ``:out`` streams at most, paged.
   and for an unsure band [lo, t) what falls in it.
 
 :func:`propose` turns a goal (``fpr=RATE`` or ``accuracy``) into a ``--target-fpr``, its
-threshold and an unsure band, with those figures. Alpha is not proposed: ``:out`` holds
-each message's score, not its tokens, so another alpha's scores cannot be computed from
-it (docs/cli.md, "streamnb tune").
+threshold and an unsure band, with those figures. Alpha is not proposed from ``:out``: it
+holds each message's score, not its tokens, so another alpha's scores cannot be computed
+from it; ``tune --replay INDEX`` replays the labelled mail instead
+(workers/cli/alpha_replay.py).
 
 >>> h = History.of([-1.0, -0.5, 0.2], [0.1, 0.9], "ham", "spam", 5)
 >>> figures_at(h, 0.15).false_positives, figures_at(h, 0.15).caught
@@ -312,8 +313,9 @@ def _pct(x: float) -> str:
 
 
 def format_proposal(p: Proposal, h: History, alpha: Any = None,
-                    target_in_use: Any = None) -> list[str]:
-    """The lines ``streamnb tune`` prints (``alpha``, ``target_in_use``: the model's)."""
+                    target_in_use: Any = None, replayed: bool = False) -> list[str]:
+    """The lines ``streamnb tune`` prints (``alpha``, ``target_in_use``: the model's;
+    ``replayed``: alpha is re-evaluated by a replay, whose lines follow)."""
     f, a = p.figures, p.argmax
     lines = [
         f"history: {h.read} entries read, {h.n_negative} labelled {h.negative}, "
@@ -339,7 +341,8 @@ def format_proposal(p: Proposal, h: History, alpha: Any = None,
     else:
         lines.append(f"propose: no unsure band ({h.negative} FPR {p.unsure_fpr:g} gives no "
                      "lower edge below the threshold)")
-    kept = "" if alpha is None else f"keep {alpha:g}; "
-    lines.append(f"alpha: {kept}not re-evaluated: :out holds each message's score, not its "
-                 "tokens; another alpha needs a replay of the labelled mail (docs/cli.md)")
+    if not replayed:
+        kept = "" if alpha is None else f"keep {alpha:g}; "
+        lines.append(f"alpha: {kept}not re-evaluated: :out holds each message's score, not its "
+                     "tokens; give the labelled mail with --replay INDEX (docs/cli.md)")
     return lines

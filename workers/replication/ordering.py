@@ -9,9 +9,12 @@ with 1 worker; 98.15-98.58% over 5 runs with 2; docs/performance.md, benchmark 6
 
 So a worker *announces* each batch it reads (the first entry id and the number of
 entries) in the hash ``{M}:inflight``, in a field of its own per batch
-(``<consumer>|<first id>``), as soon as the read returns (a batch read behind a
-pipelined commit is announced by workers/store/scripts/read.lua in the same ``MULTI`` as its read, in
-one step); it withdraws it once decoded if
+(``<consumer>|<first id>``), in the same step as the read: a script
+(workers/store/scripts/read.lua) and the ``XREADGROUP`` in one ``MULTI``, whether the
+worker reads its next batch, reads one ahead of a pipelined commit, or has the commit
+carry the read behind its script (workers/worker/intake.py). So once an entry is
+delivered to one worker, its batch is announced, and a worker that looks after its own
+read (which delivered later entries) sees it. It withdraws it once decoded if
 no message in it has a label, and otherwise in its commit (the commit script deletes the
 field, so a worker woken by the new log entry never still sees it). One field per batch,
 not per consumer: a worker that reads its next batch while the commit of the previous
@@ -23,9 +26,9 @@ what arrives), at most ``max_wait_s``. The commit's log entry names the announce
 withdraws, so the wait usually ends on applying that entry, with no further look at the
 hash: this wait is on the path from one worker's commit to the next worker's, which
 bounds how well workers scale. Then its predictions see the same labels a single
-worker's would. Announcing right after the read (not after decoding) closes the race in
-which the worker holding the earlier batch has not announced it yet when the other one
-looks.
+worker's would. (A read and its announcement as two round trips would leave a window,
+reached on a loaded host, in which the worker holding the earlier batch has not
+announced it yet when the other one looks.)
 
 Unlabelled batches are withdrawn after decoding, so unlabelled traffic waits at most for
 a decode; the wait only covers predictions, never what is learnt (exactly-once learning
@@ -91,7 +94,7 @@ class InflightBoard:
     """One consumer's view of the ``{M}:inflight`` hash (``<consumer>|<first id>`` ->
     announcement)."""
 
-    __slots__ = ("client", "consumer", "horizon_s", "key", "fields", "others_seen")
+    __slots__ = ("client", "consumer", "horizon_s", "key", "fields", "others_seen", "delivered")
 
     def __init__(self, client: Any, keys: ModelKeys, consumer: str,
                  horizon_s: float = DEFAULT_HORIZON_S) -> None:
@@ -103,6 +106,9 @@ class InflightBoard:
         self.fields: set[str] = set()
         #: When :meth:`earlier` last found another consumer's batch in flight (time.time()).
         self.others_seen = float("-inf")
+        #: The group's last delivered entry id as this consumer's last announced read left
+        #: it: a wait for new entries starts there (workers/worker/intake.py).
+        self.delivered = "0-0"
 
     def field(self, first_id: str) -> str:
         """The hash field of this consumer's batch starting at ``first_id``."""

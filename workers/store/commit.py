@@ -297,23 +297,20 @@ class SentCommit:
     The call has a connection of the client's pool to itself until then, so the client
     stays usable meanwhile (its commands run in Redis after the script). :meth:`abandon`
     drops the connection without reading: the script ran whole or not at all, and the
-    batch's ids say which (acknowledged, or still pending). Commands ``before`` go in the
-    same write, ahead of the script; their replies are read and dropped by :meth:`result`
-    (Redis sends the replies of one write together, after the script: nothing is sent
-    there whose reply is needed sooner). Commands ``after`` go behind the script (e.g.
+    batch's ids say which (acknowledged, or still pending). Commands ``after`` go in the
+    same write, behind the script (e.g.
     :func:`streamnb_workers.worker.intake.read_commands`); :meth:`result` keeps their replies
     in :attr:`after` (an exception object for a command that failed).
     """
 
-    __slots__ = ("client", "conn", "script_keys", "args", "done", "n_before", "n_after", "after")
+    __slots__ = ("client", "conn", "script_keys", "args", "done", "n_after", "after")
 
     def __init__(self, client: Any, script_keys: list[str], args: list[Any],
-                 before: list[list[Any]] | None = None,
                  after: list[list[Any]] | None = None) -> None:
         self.client, self.script_keys, self.args = client, script_keys, args
         self.done: CommitResult | None = None
         self.conn: Any = None
-        self.n_before, self.n_after = len(before or ()), len(after or ())
+        self.n_after = len(after or ())
         self.after: list[Any] = []
         pool = getattr(client, "connection_pool", None)
         if pool is None or not hasattr(pool, "get_connection"):
@@ -323,7 +320,7 @@ class SentCommit:
         commit = ["EVALSHA", COMMIT_SCRIPT.sha, len(script_keys), *script_keys, *args]
         try:
             conn.send_packed_command([hiredis.pack_command(tuple(command))
-                                      for command in (*(before or ()), commit, *(after or ()))])
+                                      for command in (commit, *(after or ()))])
         except BaseException:
             conn.disconnect()
             pool.release(conn)
@@ -340,8 +337,6 @@ class SentCommit:
         pool = self.client.connection_pool
         rerun = False
         try:
-            # (a failed command ahead is not the commit's business: an announcement goes stale)
-            read_replies(conn, self.n_before)
             try:
                 reply = conn.read_response()
             except redis.exceptions.NoScriptError:
@@ -369,10 +364,9 @@ class SentCommit:
 
 def send_commit(client: Any, keys: ModelKeys, consumer: str, req: CommitRequest,
                 out_maxlen: int = 0, dead_maxlen: int = 0,
-                before: list[list[Any]] | None = None,
                 after: list[list[Any]] | None = None) -> SentCommit:
-    """Send the commit script for one batch (between the commands ``before`` and
-    ``after``, in the same write); read its result later with :meth:`SentCommit.result`.
+    """Send the commit script for one batch (the commands ``after`` behind it, in the
+    same write); read its result later with :meth:`SentCommit.result`.
     The client needs a connection pool (not Redis Cluster: :func:`commit_batch` there)."""
     script_keys, args = script_args(keys, consumer, req, out_maxlen, dead_maxlen)
-    return SentCommit(client, script_keys, args, before, after)
+    return SentCommit(client, script_keys, args, after)

@@ -298,9 +298,16 @@ def _new_classes(spec: ModelSpec, hashed_counts: bool) -> list[str] | None:
     return spec.classes  # type: ignore[return-value]
 
 
+#: The fields of a stored config (:meth:`ModelConfig.to_hash`), read with HMGET, which
+#: ``streamnb-scorer`` may run on a config (deploy/redis/users.acl).
+CONFIG_FIELDS = ("format", "kind", "model_params", "featurizer", "decision", "half_life",
+                 "error_weight", "classes", "shards", "explain", "training", "created")
+
+
 def read_config(client: Any, name: str) -> ModelConfig | None:
     """The stored config of model ``name``, or None if it has none."""
-    h = client.hgetall(ModelKeys(name).config)
+    values = client.hmget(ModelKeys(name).config, CONFIG_FIELDS)
+    h = {k: v for k, v in zip(CONFIG_FIELDS, values, strict=True) if v is not None}
     return ModelConfig.from_hash(name, h) if h else None
 
 

@@ -1,6 +1,5 @@
 """A model's commit on the wire (pipelined commits): a batch's commit as built
-(:class:`Built`), sent without waiting with the commands it carries before and after its
-script, and held (:class:`InFlight`) until its reply is read.
+(:class:`Built`), sent without waiting with the commands it carries behind its script, and held (:class:`InFlight`) until its reply is read.
 
 >>> wire = CommitWire(None, None, "w1", out_maxlen=100, dead_maxlen=100)
 >>> wire.take() is None
@@ -49,12 +48,11 @@ class CommitWire:
         self.out_maxlen, self.dead_maxlen = out_maxlen, dead_maxlen
         self.in_flight: InFlight | None = None
 
-    def send(self, batch: PredictedBatch, built: Built, before: list[list[Any]],
-             after: list[list[Any]]) -> None:
+    def send(self, batch: PredictedBatch, built: Built, after: list[list[Any]]) -> None:
         """Send ``built`` (the commit of ``batch``) in one write with the commands
-        ``before`` and ``after`` its script, without waiting for the reply."""
+        ``after`` its script, without waiting for the reply."""
         sent = send_commit(self.client, self.keys, self.consumer, built.request,
-                           self.out_maxlen, self.dead_maxlen, before, after)
+                           self.out_maxlen, self.dead_maxlen, after)
         self.in_flight = InFlight(batch, built, sent)
 
     def take(self) -> InFlight | None:

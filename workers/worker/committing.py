@@ -213,8 +213,7 @@ def send_ahead(rt: ModelRuntime, batch: PredictedBatch, built: Built) -> None:
     """Send this batch's commit without waiting, with the next batch in hand and the
     reads it carries (:meth:`ModelRuntime.reads_for_commit`): Redis runs the script while
     the next batch is decoded and featurized."""
-    before, after = rt.reads_for_commit()
-    rt.wire.send(batch, built, before, after)
+    rt.wire.send(batch, built, rt.reads_for_commit())
 
 
 def settle(rt: ModelRuntime) -> tuple[bool, Committed | None]:

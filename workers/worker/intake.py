@@ -7,7 +7,6 @@ and whether a model's stream is done; the read of the next batch sent behind a c
 
 >>> import fakeredis
 >>> from streamnb_workers.store.keys import GROUP, ModelKeys
-from streamnb_workers.store.lua import packaged_script
 >>> r, k = fakeredis.FakeRedis(), ModelKeys("doc")
 >>> r.xgroup_create(k.input, GROUP, id="0", mkstream=True)
 True
@@ -25,6 +24,7 @@ True
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -39,9 +39,11 @@ from streamnb_workers.store.training import forward, train_stream
 from streamnb_workers.wire.replies import as_str
 from streamnb_workers.wire.stream_ids import first_id, parse_id
 
-__all__ = ["READ_SCRIPT", "read_commands", "read_now", "read_reply", "all_done", "claim_idle", "delivery_counts", "ensure_group", "read_new",
-           "read_pending", "ReadBatch", "read_batches", "read_behind", "read_models", "read_each", "read_next",
-           "in_stream_order", "move_training", "training_done"]
+__all__ = ["ANNOUNCED_AT_ONCE", "READ_SCRIPT", "ReadBatch", "ReadReply", "all_done", "claim_idle", "delivery_counts",
+           "ensure_group", "in_stream_order", "move_training", "node_pool", "parse_read",
+           "read_announced", "read_batches", "read_behind", "read_commands", "read_each",
+           "read_models", "read_new", "read_next", "read_now", "read_pending", "read_reply",
+           "training_done"]
 
 #: A model, as far as the order of batches goes (it has a ``name``).
 Held = TypeVar("Held")
@@ -50,29 +52,34 @@ Held = TypeVar("Held")
 READ_SCRIPT = packaged_script("read.lua")
 
 
-def read_commands(keys: ModelKeys, consumer: str, count: int, announce: bool,
-                  now: float | None = None) -> list[list[Any]]:
-    """The commands reading this consumer's next batch of at most ``count`` new entries:
-    a plain ``XREADGROUP``, and with ``announce`` the script announcing the batch in
+def read_commands(keys: ModelKeys | Sequence[ModelKeys], consumer: str, count: int,
+                  announce: bool, now: float | None = None) -> list[list[Any]]:
+    """The commands reading this consumer's next batch of at most ``count`` new entries
+    of each model (``keys``: one model's or several, on one node): one ``XREADGROUP``, and
+    with ``announce`` ahead of it the script announcing each model's batch in
     ``{M}:inflight`` (workers/store/scripts/read.lua, as
-    :meth:`~streamnb_workers.replication.ordering.InflightBoard.announcement` does) ahead of it, the two in one
-    ``MULTI``. :func:`read_reply` reads the reply of the last command (the ``EXEC``); a
-    script not loaded (NOSCRIPT, e.g. after a restart of Redis) fails alone in it, and the
-    read still runs: the caller then announces the batch itself and loads the script."""
-    xread = ["XREADGROUP", "GROUP", GROUP, consumer, "COUNT", int(count), "STREAMS", keys.input, ">"]
+    :meth:`~streamnb_workers.replication.ordering.InflightBoard.announcement` does), all in
+    one ``MULTI``. :func:`parse_read` reads the reply of the last command (the ``EXEC``);
+    a script not loaded (NOSCRIPT, e.g. after a restart of Redis) fails alone in it, and
+    the read still runs: the caller then announces the batch itself and loads the script."""
+    models = [keys] if isinstance(keys, ModelKeys) else list(keys)
+    xread = ["XREADGROUP", "GROUP", GROUP, consumer, "COUNT", int(count), "STREAMS",
+             *(k.input for k in models), *(">" for _ in models)]
     if not announce:
         return [xread]
-    script = ["EVALSHA", READ_SCRIPT.sha, 2, keys.input, keys.inflight, GROUP, consumer,
-              int(count), announcement_time(time.time() if now is None else now)]
-    return [["MULTI"], script, xread, ["EXEC"]]
+    ts = announcement_time(time.time() if now is None else now)
+    scripts = [["EVALSHA", READ_SCRIPT.sha, 2, k.input, k.inflight, GROUP, consumer, int(count), ts]
+               for k in models]
+    return [["MULTI"], *scripts, xread, ["EXEC"]]
 
 
-def read_now(client: Any, keys: ModelKeys, consumer: str, count: int, announce: bool,
-             now: float | None = None) -> Any:
+def read_now(client: Any, keys: ModelKeys | Sequence[ModelKeys], consumer: str, count: int,
+             announce: bool, now: float | None = None) -> Any:
     """:func:`read_commands` sent and answered at once (raw replies, as behind a commit);
-    the reply for :func:`read_reply`."""
+    the reply for :func:`parse_read`. On Redis Cluster, on the node of the models' slot."""
     commands = read_commands(keys, consumer, count, announce, now)
-    pool = client.connection_pool
+    first = keys if isinstance(keys, ModelKeys) else keys[0]
+    pool = node_pool(client, first.input)
     conn = pool.get_connection()
     try:
         conn.send_packed_command(conn.pack_commands(commands))
@@ -84,24 +91,109 @@ def read_now(client: Any, keys: ModelKeys, consumer: str, count: int, announce: 
         pool.release(conn)
 
 
-def read_reply(reply: Any, announced: bool = True,
-               ) -> tuple[str | None, list[tuple[Any, dict[Any, Any]]]]:
-    """The announcement field (None: not announced) and the entries, ``(id, {field:
-    value})`` as redis-py's XREADGROUP gives them, of the last reply of
-    :func:`read_commands` with ``announce=announced``: the ``EXEC`` (the field, then the
-    read's reply), or the read's reply. Raises the error of a read that failed; a failed
-    announcement gives None."""
-    field = None
+def node_pool(client: Any, key: str) -> Any:
+    """The connection pool of the node serving ``key``: the client's own, or on Redis
+    Cluster that of the key's node (a ``MULTI`` of one slot's keys runs there)."""
+    pool = getattr(client, "connection_pool", None)
+    if pool is not None:
+        return pool
+    return client.get_node_from_key(key).redis_connection.connection_pool
+
+
+@dataclass(frozen=True, slots=True)
+class ReadReply:
+    """What a read of :func:`read_commands` gave: per model, the announcement field (None:
+    not announced) and the group's last delivered id the script saw ("": unknown); the
+    entries by stream name, ``(id, {field: value})`` as redis-py's XREADGROUP gives them."""
+
+    announced: list[str | None]
+    last: list[str]
+    entries: dict[str, list[tuple[Any, dict[Any, Any]]]]
+
+
+def parse_read(reply: Any, n_models: int = 1, announced: bool = True) -> ReadReply:
+    """The last reply of :func:`read_commands` for ``n_models`` models, with
+    ``announce=announced``: the ``EXEC`` (each script's reply, then the read's), or the
+    read's reply. Raises the error of a read that failed; a failed announcement gives None.
+    """
+    fields: list[str | None] = [None] * n_models
+    last = [""] * n_models
     if announced and not isinstance(reply, Exception):
-        announcement, reply = reply
-        field = None if isinstance(announcement, Exception) else (as_str(announcement) or None)
+        *scripts, reply = reply
+        for i, answer in enumerate(scripts):
+            if not isinstance(answer, Exception):
+                fields[i] = as_str(answer[0]) or None
+                last[i] = as_str(answer[1])
     if isinstance(reply, Exception):
         raise reply
     # RESP3 (redis-py 8's default) answers a map of stream -> entries, RESP2 a list of pairs
     streams = reply.items() if isinstance(reply, dict) else reply or ()
-    entries = [(eid, dict(zip(flat[::2], flat[1::2], strict=True)))
-               for _, got in streams for eid, flat in got]
-    return field, entries
+    entries = {as_str(stream): [(eid, dict(zip(flat[::2], flat[1::2], strict=True)))
+                                for eid, flat in got]
+               for stream, got in streams}
+    return ReadReply(fields, last, entries)
+
+
+def read_reply(reply: Any, announced: bool = True,
+               ) -> tuple[str | None, list[tuple[Any, dict[Any, Any]]]]:
+    """One model's :func:`parse_read`: its announcement field and its entries."""
+    r = parse_read(reply, 1, announced)
+    return r.announced[0], [e for got in r.entries.values() for e in got]
+
+
+#: At most this many models are read in one announced read without a look first: the
+#: script costs redis-server about 10 us a model (``python -m benchmarks.read_cost``), so
+#: a worker serving more looks for new entries first (``XREAD``, which reads nothing) and
+#: reads the models that have some.
+ANNOUNCED_AT_ONCE = 8
+
+
+def read_announced(reader: Any, client: Any, consumer: str,
+                   models: Sequence[tuple[ModelKeys, InflightBoard]], count: int,
+                   block_ms: int) -> list[tuple[int, ReadBatch]]:
+    """New entries of ``models`` (each model's keys and ``{M}:inflight`` board, on one
+    node), each batch announced in the same step as its read (:func:`read_commands`), so
+    a worker that looks at ``:inflight`` after its own read sees every batch delivered
+    before (workers/replication/ordering.py). ``(index in models, batch)`` of those that
+    had some.
+
+    Up to :data:`ANNOUNCED_AT_ONCE` models are read at once; with nothing to read (or more
+    models), the worker first looks for entries after each group's last delivered id as
+    its last read left it (``XREAD``, waiting at most ``block_ms``; it reads nothing),
+    then reads the models that have some. ``client``: loads the script where Redis had
+    lost it."""
+    if len(models) <= ANNOUNCED_AT_ONCE:
+        got = _read_announced_once(reader, client, consumer, models, count)
+        if got or block_ms <= 0:
+            return got
+    after = {keys.input: board.delivered for keys, board in models}
+    found = reader.xread(after, count=1, block=block_ms if block_ms > 0 else None) or []
+    streams = {as_str(stream) for stream, entries in
+               (found.items() if isinstance(found, dict) else found) if entries}
+    which = [i for i, (keys, _) in enumerate(models) if keys.input in streams]
+    got = _read_announced_once(reader, client, consumer, [models[i] for i in which], count)
+    return [(which[j], batch) for j, batch in got]
+
+
+def _read_announced_once(reader: Any, client: Any, consumer: str,
+                         models: Sequence[tuple[ModelKeys, InflightBoard]], count: int,
+                         ) -> list[tuple[int, ReadBatch]]:
+    if not models:
+        return []
+    reply = parse_read(read_now(reader, [keys for keys, _ in models], consumer, count, True),
+                       len(models))
+    out = []
+    for i, (keys, board) in enumerate(models):
+        entries = reply.entries.get(keys.input)
+        field = reply.announced[i]
+        if not entries:
+            board.delivered = reply.last[i] or board.delivered
+            if field is not None:  # (its entries were deleted meanwhile)
+                board.withdraw(_announced(board, client, field, entries))
+            continue
+        board.delivered = as_str(entries[-1][0])
+        out.append((i, ReadBatch(entries, _announced(board, client, field, entries))))
+    return out
 
 
 def read_new(reader: Any, consumer: str, streams: list[str], count: int, block_ms: int,
@@ -201,43 +293,38 @@ class ReadBatch:
     announced: str | None
 
 
-def read_batches(reader: Any, consumer: str, models: list[tuple[ModelKeys, InflightBoard]],
-                 count: int, block_ms: int, cluster: bool, announce: bool = False,
+def read_batches(reader: Any, client: Any, consumer: str,
+                 models: list[tuple[ModelKeys, InflightBoard]], count: int, block_ms: int,
+                 cluster: bool, announce: bool = False,
                  ) -> tuple[list[tuple[int, ReadBatch]], float]:
     """New entries of ``models`` (each model's keys and ``{M}:inflight`` board), in one
     read (one per model on a cluster): ``(index in models, batch)`` of those that had
-    some, and the seconds the read took. ``announce``: each batch announced on its
-    board right after the read (workers/replication/ordering.py; a worker serving several
-    models holds their batches until it processes them in turn, and must not hold them
-    unannounced)."""
+    some, and the seconds the read took. ``announce`` (ordered predictions): each batch
+    announced on its board in the same step as its read (:func:`read_announced`; on a
+    cluster the caller reads one model at a time)."""
     t0 = time.perf_counter()
-    got = read_new(reader, consumer, [keys.input for keys, _ in models], count, block_ms,
-                   cluster)
-    seconds = time.perf_counter() - t0
-    index = {keys.input: i for i, (keys, _) in enumerate(models)}
-    out = []
-    for stream, entries in got:
-        i = index[stream]
-        field = models[i][1].announce(first_id(entries), len(entries)) if announce else None
-        out.append((i, ReadBatch(entries, field)))
-    return out, seconds
+    if announce:
+        out = read_announced(reader, client, consumer, models, count, block_ms)
+    else:
+        got = read_new(reader, consumer, [keys.input for keys, _ in models], count, block_ms,
+                       cluster)
+        index = {keys.input: i for i, (keys, _) in enumerate(models)}
+        out = [(index[stream], ReadBatch(entries, None)) for stream, entries in got]
+    return out, time.perf_counter() - t0
 
 
-def read_next(reader: Any, consumer: str, keys: ModelKeys, count: int,
-              board: InflightBoard | None) -> tuple[ReadBatch | None, list[list[Any]]]:
+def read_next(reader: Any, client: Any, consumer: str, keys: ModelKeys, count: int,
+              board: InflightBoard | None) -> ReadBatch | None:
     """This consumer's next batch of the model (``keys``), read at once without waiting,
-    ahead of a commit: behind the commit's script the read would wait for it (Redis
-    answers the commands of one write together). With ``board``, the batch's
-    announcement is the command returned, which the commit's write carries ahead of its
-    script. ``(None, [])`` when nothing is new."""
+    ahead of a commit (behind the commit's script the read would wait for it: Redis
+    answers the commands of one write together); with ``board``, announced in the same
+    step. None when nothing is new."""
+    if board is not None:
+        got = read_announced(reader, client, consumer, [(keys, board)], count, block_ms=0)
+        return got[0][1] if got else None
     got = read_new(reader, consumer, [keys.input], count, block_ms=0)
     entries = [e for _, es in got for e in es]
-    if not entries:
-        return None, []
-    if board is None:
-        return ReadBatch(entries, None), []
-    announced, command = board.announcement(first_id(entries), len(entries))
-    return ReadBatch(entries, announced), [command]
+    return ReadBatch(entries, None) if entries else None
 
 
 def read_behind(reply: Any, client: Any, board: InflightBoard | None) -> ReadBatch:
@@ -247,13 +334,21 @@ def read_behind(reply: Any, client: Any, board: InflightBoard | None) -> ReadBat
     loaded: e.g. Redis restarted) is announced now, in a round trip of its own, and the
     script loaded for the next time."""
     field, entries = read_reply(reply, announced=board is not None)
-    if board is not None:
-        if field is None and entries:
-            field = board.announce(first_id(entries), len(entries))
-            READ_SCRIPT.load(client)
-        if field is not None:
-            board.fields.add(field)
+    if board is not None and (entries or field is not None):
+        field = _announced(board, client, field, entries)
     return ReadBatch(entries, field)
+
+
+def _announced(board: InflightBoard, client: Any, field: str | None, entries: list) -> str:
+    """A batch's announcement: ``field`` as the read's script made it, now tracked on
+    ``board``; or, where Redis had lost the script (NOSCRIPT: it restarted), made now in a
+    round trip of its own, and the script loaded again for the next read."""
+    if field is None:
+        field = board.announce(first_id(entries), len(entries))
+        READ_SCRIPT.load(client)
+    else:
+        board.fields.add(field)
+    return field
 
 
 def in_stream_order(batches: list[tuple[Held, ReadBatch]]) -> list[tuple[Held, ReadBatch]]:
@@ -276,8 +371,9 @@ def read_models(reader: Any, consumer: str, rts: list[Any], count: int, block_ms
                 cluster: bool, announce: bool) -> list[tuple[Any, ReadBatch]]:
     """New entries of the models ``rts`` (:func:`read_batches`; each a ``ModelRuntime``), the
     read's time observed in each model's ``read`` stage that got some."""
-    got, seconds = read_batches(reader, consumer, [(rt.keys, rt.inflight) for rt in rts],
-                                count, block_ms, cluster, announce)
+    got, seconds = read_batches(reader, rts[0].client, consumer,
+                                [(rt.keys, rt.inflight) for rt in rts], count, block_ms,
+                                cluster, announce)
     for i, _ in got:
         read = rts[i].stage("read", summed=True)
         read.add(seconds)

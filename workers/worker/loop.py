@@ -393,9 +393,9 @@ class Worker:
 
     @property
     def _announce_reads(self) -> bool:
-        """Batches are announced as soon as read when several models are served (one
-        model's batch is processed, and announced, right after its read)."""
-        return self.options.order_wait_ms > 0 and len(self.models) > 1
+        """With ordered predictions, each batch is announced in the same step as its read
+        (workers/worker/intake.py ``read_announced``)."""
+        return self.options.order_wait_ms > 0
 
     def _intake(self, rt: ModelRuntime, served: list[str]) -> int:
         """Model ``rt``'s housekeeping, claims and own pending entries (a model back from

@@ -120,8 +120,8 @@ def take_in(rt: ModelRuntime, entries: list, deliveries: dict[str, int] | None,
     o = rt.options
     start = first_id(entries)
     if announced is None and o.order_wait_ms > 0 and entries:
-        # announced at once (it may hold labels), so a worker that read the next batch
-        # can never look before this one is announced; see workers/replication/ordering.py
+        # entries redelivered (pending or claimed): new ones were announced with their
+        # read, in the same step (workers/worker/intake.py read_announced)
         announced = rt.inflight.announce(start, len(entries))
     try:
         now = time.time()

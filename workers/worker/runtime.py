@@ -203,31 +203,29 @@ class ModelRuntime:
         batch, self.read_ahead = self.read_ahead, None
         return batch
 
-    def reads_for_commit(self) -> tuple[list[list[Any]], list[list[Any]]]:
-        """The commands a pipelined commit carries before and after its script.
+    def reads_for_commit(self) -> list[list[Any]]:
+        """The commands a pipelined commit carries behind its script.
 
         The next batch usually came with the previous commit's reply. Otherwise it is
-        read now, in a round trip of its own (workers/worker/intake.py ``read_next``); its
-        announcement goes before the script. When the batch in hand is full, the one
-        after it is read behind the script, in the same write (a ``MULTI`` of
+        read now, in a round trip of its own (workers/worker/intake.py ``read_next``,
+        announced in the same step). When the batch in hand is full, the one after it is
+        read behind the script, in the same write (a ``MULTI`` of
         workers/store/scripts/read.lua, which announces it, and the read): its entries come
         with the commit's reply (:meth:`take_read_behind`), and no read waits on the way.
         Not with ordered predictions when other workers serve the model (:meth:`alone`):
         a batch read that early is committed later, and they would wait for it."""
         o = self.options
-        before: list[list[Any]] = []
         if self.read_ahead is None and self.reads_ahead:
             with self.stage("read") as read:
-                batch, before = read_next(self.reader, self.consumer, self.keys, o.batch,
-                                          self.inflight if o.order_wait_ms > 0 else None)
+                batch = read_next(self.reader, self.client, self.consumer, self.keys, o.batch,
+                                  self.inflight if o.order_wait_ms > 0 else None)
                 if batch is None:
                     read.cancel()
             self.read_ahead = batch
-        after: list[list[Any]] = []
         if self.reads_ahead and self.read_ahead is not None and \
                 len(self.read_ahead.entries) >= o.batch and (o.order_wait_ms == 0 or self.alone()):
-            after = read_commands(self.keys, self.consumer, o.batch, o.order_wait_ms > 0)
-        return before, after
+            return read_commands(self.keys, self.consumer, o.batch, o.order_wait_ms > 0)
+        return []
 
     def take_read_behind(self, reply: Any) -> None:
         """Hold the batch read behind a commit (``reply``: the reply of the read's last

@@ -265,8 +265,8 @@ def test_tail_follow_prints_new_outputs_of_every_shard(served):
     server, r = served
     with follow_tail(server.url, "mail", 0) as lines:
         # tail has taken each stream's newest entry once it blocks in XREAD
-        wait_for(lambda: any(c.get("cmd") == "xread" for c in r.client_list()), 30,
-                 "tail to follow")
+        wait_for(lambda: any(c.get("cmd") == "xread" and c.get("name", "").startswith(
+            "streamnb-tail-") for c in r.client_list()), 30, "tail to follow")
         for i in range(6):  # in different milliseconds: ids of different streams order them
             r.xadd(SHARDS[i % K].out, {"data": encode_output(
                 f"new{i}", "1-0", "ham", {"ham": -0.1, "spam": -2.4}, "9-0", "host-2")})

@@ -245,3 +245,95 @@ def test_a_batch_withdrawn_without_a_log_entry_ends_the_wait_at_the_next_look(re
                             poll_ms=20)
     assert res.waited_for == 1 and not res.caught_up and not res.timed_out
     assert 0.04 < res.seconds < 4 and b.looks_after >= 1
+
+
+def _read_announced(r, consumer, models, count=5, block_ms=0):
+    from streamnb_workers.worker import intake
+
+    boards = [(keys, InflightBoard(r, keys, consumer)) for keys in models]
+    return boards, intake.read_announced(r, r, consumer, boards, count, block_ms)
+
+
+def test_every_delivered_batch_is_announced_before_a_later_read_returns(redis_server):
+    """A read and its announcement are one step (read.lua and XREADGROUP in one MULTI):
+    once worker A's read has returned, a worker B that read the next entries after it
+    finds A's batch in flight, however long A takes to get to it."""
+    from streamnb_workers.worker import intake
+
+    r = redis_server.client()
+    keys = ModelKeys("atomic")
+    r.xgroup_create(keys.input, GROUP, id="0", mkstream=True)
+    intake.READ_SCRIPT.load(r)
+    for i in range(10):
+        r.xadd(keys.input, {"data": f"m{i}".encode()})
+    ((_, board_a),), ((_, batch_a),) = _read_announced(r, "a", [keys])
+    ((_, board_b),), ((_, batch_b),) = _read_announced(r, "b", [keys])
+    start_a, start_b = (batch.entries[0][0].decode() for batch in (batch_a, batch_b))
+    assert batch_a.announced == f"a|{start_a}" and batch_b.announced == f"b|{start_b}"
+    assert board_b.earlier(start_b) == [batch_a.announced] and board_a.earlier(start_a) == []
+    # with nothing to read it waits on XREAD (which reads nothing) and reads once more
+    t = threading.Timer(0.2, lambda: r.xadd(keys.input, {"data": b"late"}))
+    t.start()
+    t0 = time.monotonic()
+    _, ((_, late),) = _read_announced(r, "a", [keys], block_ms=5000)
+    assert time.monotonic() - t0 < 4 and late.entries[0][1] == {b"data": b"late"}
+    assert r.hexists(keys.inflight, late.announced)
+    assert _read_announced(r, "b", [keys], block_ms=50)[1] == []
+    r.delete(keys.input, keys.inflight)
+
+
+def test_several_models_are_read_and_announced_in_one_step(redis_server):
+    from streamnb_workers.worker import intake
+
+    r = redis_server.client()
+    models = [ModelKeys("multi1"), ModelKeys("multi2"), ModelKeys("multi3")]
+    for keys in models:
+        r.xgroup_create(keys.input, GROUP, id="0", mkstream=True)
+    intake.READ_SCRIPT.load(r)
+    for keys in models[:2]:
+        r.xadd(keys.input, {"data": b"x"})
+    _, got = _read_announced(r, "a", models)
+    assert [i for i, _ in got] == [0, 1]
+    for i, batch in got:
+        assert r.hget(models[i].inflight, batch.announced) is not None
+    assert not r.exists(models[2].inflight)
+    r.script_flush()  # as after a restart of Redis: announced in a round trip of its own
+    r.xadd(models[2].input, {"data": b"y"})
+    ((_, board),), ((_, batch),) = _read_announced(r, "a", models[2:])
+    assert r.hexists(models[2].inflight, batch.announced) and batch.announced in board.fields
+    assert r.script_exists(intake.READ_SCRIPT.sha) == [True]
+    r.delete(*(k for m in models for k in (m.input, m.inflight)))
+
+
+def test_a_worker_of_many_models_looks_first_and_announces_what_it_reads(redis_server):
+    """More models than intake.ANNOUNCED_AT_ONCE: an XREAD (which reads nothing) finds the
+    streams with new entries, and only those are read and announced, in one step."""
+    from streamnb_workers.worker import intake
+
+    r = redis_server.client()
+    models = [ModelKeys(f"many{i}") for i in range(intake.ANNOUNCED_AT_ONCE + 4)]
+    for keys in models:
+        r.xgroup_create(keys.input, GROUP, id="0", mkstream=True)
+    intake.READ_SCRIPT.load(r)
+    for i in (2, 9):
+        r.xadd(models[i].input, {"data": b"x"})
+    boards, got = _read_announced(r, "a", models)
+    assert [i for i, _ in got] == [2, 9]
+    for i, batch in got:
+        assert r.hget(models[i].inflight, batch.announced) is not None
+        assert boards[i][1].delivered == batch.entries[-1][0].decode()
+    assert sum(r.exists(m.inflight) for m in models) == 2
+    # a stream whose new entry another consumer took: looked at, read, nothing announced
+    r.xadd(models[5].input, {"data": b"y"})
+    r.xreadgroup(GROUP, "b", {models[5].input: ">"})
+    assert intake.read_announced(r, r, "a", boards, 5, 0) == []
+    assert not r.exists(models[5].inflight)
+    assert boards[5][1].delivered == r.xrevrange(models[5].input, count=1)[0][0].decode()
+    r.delete(*(k for m in models for k in (m.input, m.inflight)))
+
+
+def test_a_worker_announces_its_batches_at_the_read_whenever_ordered(redis_server):
+    one = url_worker(redis_server.url, [count_spec("one")], fast_options("a"))
+    unordered = url_worker(redis_server.url, [count_spec("one")],
+                           fast_options("b", order_wait_ms=0))
+    assert one._announce_reads and not unordered._announce_reads

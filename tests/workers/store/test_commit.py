@@ -245,18 +245,6 @@ def test_the_log_entry_names_the_announcement_its_commit_withdraws(r):
     assert announced == {b"data": b"d1", b"inflight": b"w1|1-0"} and plain == {b"data": b"d2"}
 
 
-def test_commands_sent_before_a_commit_run_first_and_their_replies_are_read_with_it(r):
-    """The next batch's announcement goes in the commit's write (pipelined commits)."""
-    ids = _read(r, "w1", 1)
-    sent = send_commit(r, K, "w1", CommitRequest(ids=ids, log_data=b"d",
-                                                 inflight_key=K.inflight,
-                                                 inflight_field="w1|" + ids[0]),
-                       before=[["HSET", K.inflight, "w1|9-0", b"next"], ["INCR", K.inflight]])
-    res = sent.result()  # the INCR's error (a hash) is not the commit's: it succeeded
-    assert res.ok and r.hgetall(K.inflight) == {b"w1|9-0": b"next"}
-    assert r.ping() and r.xpending(K.input, GROUP)["pending"] == 0  # in step with the replies
-
-
 def test_a_sent_commit_gives_what_the_direct_call_gives_and_the_client_stays_usable(r):
     ids = _read(r, "w1", 3)
     sent = send_commit(r, K, "w1", CommitRequest(ids=ids[:2], outputs=[b"o1", b"o2"],

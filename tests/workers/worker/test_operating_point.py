@@ -81,9 +81,6 @@ def test_two_workers_give_every_entry_the_threshold_of_one(runs):
     check_pair_is_solo(pair, solo, msgs)
 
 
-@pytest.mark.xfail(strict=False, reason=(
-    "in batches of 20 a pair worker's output has been seen without the threshold the "
-    "single worker gave the same entry (once, in CI); the cause is not found yet"))
 def test_two_workers_in_batches_of_20_give_every_entry_the_threshold_of_one():
     if REDIS_SERVER is None:
         pytest.skip("redis-server is not installed")

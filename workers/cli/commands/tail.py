@@ -319,7 +319,7 @@ def tail(client: Any, keys: Sequence[str], *, dead: bool, count: int, follow: bo
 def run(args: argparse.Namespace, env: Mapping[str, str]) -> int:
     """Print the model's entries (module docstring): exit 0, also on Ctrl-C and when the
     reader goes away (``| head``)."""
-    model, client = model_client(args, env)
+    model, client = model_client(args, env, client_name=f"streamnb-tail-{os.getpid()}")
     streams = [keys.dead if args.dead else keys.out for keys in shard_keys(client, model)]
     try:
         tail(client, streams, dead=args.dead, count=args.count,
