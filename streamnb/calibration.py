@@ -15,6 +15,12 @@ scored in bin b, whose centre is ``centres[b]``):
 :func:`expected_calibration_error` and :func:`reliability` measure a calibrator on later
 outcomes (ten equal-width bins of the probability).
 
+Under label shift (the class mix moves, each class's scores do not), a probability fitted
+where P(positive) was ``fitted`` is moved to a new prior by Saerens, Latinne & Decaestecker
+(2002, "Adjusting the outputs of a classifier to new a priori probabilities"):
+p'(y|x) is proportional to p(y|x) prior'(y) / prior(y) (:func:`adjust_to_prior`); their EM
+estimates the new prior from unlabelled probabilities alone (:func:`em_prior`).
+
 >>> import numpy as np
 >>> centres = np.array([-1.0, 0.0, 1.0])
 >>> cal = fit_calibrator("isotonic", centres, positive=[1, 5, 9], negative=[9, 5, 1])
@@ -30,8 +36,8 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["CALIBRATIONS", "Calibrator", "expected_calibration_error", "fit_calibrator",
-           "pav", "reliability"]
+__all__ = ["CALIBRATIONS", "Calibrator", "adjust_to_prior", "em_prior",
+           "expected_calibration_error", "fit_calibrator", "pav", "reliability"]
 
 #: The calibrations :func:`fit_calibrator` makes.
 CALIBRATIONS = ("isotonic", "platt")
@@ -184,3 +190,43 @@ def expected_calibration_error(probas: Any, outcomes: Any, bins: int = 10) -> fl
         return 0.0
     held = n > 0
     return float(np.sum(np.abs(mean_p[held] - share[held]) * n[held]) / total)
+
+
+def adjust_to_prior(p: Any, fitted: float, prior: float) -> Any:
+    """P(positive) ``p``, made where the positive share was ``fitted``, moved to a positive
+    share of ``prior`` (both in (0, 1)): p' = p r1 / (p r1 + (1 - p) r0) with r1 = prior /
+    fitted and r0 = (1 - prior) / (1 - fitted). A float for a float, else an array.
+
+    >>> round(adjust_to_prior(0.8, 0.2, 0.5), 6)  # odds 4 x (1 / (0.2 / 0.8)) = 16: 16/17
+    0.941176
+    >>> adjust_to_prior(np.array([0.0, 0.5, 1.0]), 0.5, 0.1).tolist()
+    [0.0, 0.1, 1.0]
+    """
+    r1, r0 = prior / fitted, (1.0 - prior) / (1.0 - fitted)
+    if isinstance(p, float):
+        return p * r1 / (p * r1 + (1.0 - p) * r0)
+    p = np.asarray(p, dtype=np.float64)
+    return p * r1 / (p * r1 + (1.0 - p) * r0)
+
+
+def em_prior(p: Any, fitted: float, tol: float = 1e-9, max_iter: int = 1000) -> float:
+    """The positive share of unlabelled messages whose P(positive), made where the share
+    was ``fitted``, is ``p``: Saerens et al.'s EM, from ``fitted``: move every p to the
+    current share (:func:`adjust_to_prior`), take their mean as the next share, until it
+    moves by at most ``tol``.
+
+    >>> round(em_prior([0.9, 0.9, 0.1, 0.1], 0.5), 6)  # symmetric: the share stays
+    0.5
+    >>> round(em_prior([0.8, 0.8, 0.8, 0.2], 0.5), 6)  # 11/12: 3/4 x 44/45 + 1/4 x 11/15
+    0.916667
+    """
+    p = np.asarray(p, dtype=np.float64)
+    share = float(fitted)
+    if p.size == 0:
+        return share
+    for _ in range(max_iter):
+        new = float(np.mean(adjust_to_prior(p, fitted, share)))
+        if abs(new - share) <= tol:
+            return new
+        share = new
+    return share

@@ -105,10 +105,13 @@ class DecisionRule:
     score: str = "log_odds"
     #: Applied by the daemon from its window of recent labelled scores
     #: (:mod:`streamnb.operating_point`): a score threshold holding the false-positive
-    #: rate under ``target_fpr``, a calibrated P(positive), the window's size.
+    #: rate under ``target_fpr``, a calibrated P(positive), the window's size, and the
+    #: half-life (in labelled messages) of the class mix the calibrated P(positive) is
+    #: moved to, which decides the label without a target.
     target_fpr: float | None = None
     calibration: str | None = None
     score_window: int | None = None
+    prior_half_life: float | None = None
 
     def __post_init__(self) -> None:
         if self.class_prior is not None:
@@ -171,6 +174,14 @@ class DecisionRule:
         if n is not None and (isinstance(n, bool) or not isinstance(n, int) or not
                               100 <= n <= 1_000_000):
             raise ValueError(f"score_window must be a whole number in [100, 1000000], got {n!r}")
+        h = self.prior_half_life
+        if h is not None and (isinstance(h, bool) or not isinstance(h, (int, float))
+                              or not 1.0 <= h <= 1e12):
+            raise ValueError(f"prior_half_life must be a number of messages in [1, 1e12], got {h!r}")
+        if h is not None and self.calibration is None:
+            raise ValueError("prior_half_life moves the calibrated probability: give a calibration")
+        if h is not None and self.class_prior is not None:
+            raise ValueError("give a class prior or a prior half-life, not both")
 
     # ------------------------------------------------------------------ persistence
     def to_dict(self) -> dict[str, Any]:
@@ -190,7 +201,7 @@ class DecisionRule:
             out["min_class_weight"] = self.min_class_weight
         if self.score != "log_odds":
             out["score"] = self.score
-        for name in ("target_fpr", "calibration", "score_window"):
+        for name in ("target_fpr", "calibration", "score_window", "prior_half_life"):
             if getattr(self, name) is not None:
                 out[name] = getattr(self, name)
         return out
@@ -204,7 +215,8 @@ class DecisionRule:
         """
         d = dict(d or {})
         known = {"class_prior", "loss_matrix", "threshold", "unsure_band", "positive",
-                 "min_class_weight", "score", "target_fpr", "calibration", "score_window"}
+                 "min_class_weight", "score", "target_fpr", "calibration", "score_window",
+                 "prior_half_life"}
         unknown = sorted(set(d) - known)
         if unknown:
             raise ValueError(f"unknown decision options {unknown}; expected some of {sorted(known)}")
@@ -218,7 +230,7 @@ class DecisionRule:
             min_class_weight=d.get("min_class_weight"),
             score=d.get("score", "log_odds"),
             target_fpr=d.get("target_fpr"), calibration=d.get("calibration"),
-            score_window=d.get("score_window"),
+            score_window=d.get("score_window"), prior_half_life=d.get("prior_half_life"),
         )
 
     @property

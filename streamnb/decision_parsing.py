@@ -4,7 +4,8 @@ was expected."""
 
 from __future__ import annotations
 
-__all__ = ["parse_class_prior", "parse_loss_matrix", "parse_rate", "parse_unsure_band"]
+__all__ = ["parse_class_prior", "parse_half_life", "parse_loss_matrix", "parse_rate",
+           "parse_unsure_band"]
 
 
 def _pairs(text: str, what: str, example: str) -> list[tuple[str, str]]:
@@ -75,3 +76,16 @@ def parse_rate(text: str) -> float:
     if not 0.0 < rate < 1.0:
         raise ValueError(f"--target-fpr expects a rate between 0 and 1 (exclusive), got {text!r}")
     return rate
+
+
+def parse_half_life(text: str) -> float:
+    """``"200"`` -> ``200.0``: a number of labelled messages in [1, 1e12]
+    (``--prior-half-life``).
+
+    >>> parse_half_life("200")
+    200.0
+    """
+    value = _number(text, "--prior-half-life")
+    if not 1.0 <= value <= 1e12:
+        raise ValueError(f"--prior-half-life expects a number of messages in [1, 1e12], got {text!r}")
+    return value

@@ -17,6 +17,15 @@ fits its :class:`OperatingPoint` from those counts:
 - with ``calibration`` (``isotonic`` or ``platt``, :mod:`streamnb.calibration`): the map
   score -> P(positive).
 
+With ``prior_half_life`` h (and a calibration) it also follows the class mix of the labelled
+predictions: each one added multiplies the weights of those before it by 2^(-1/h), and the
+prior in use is P(positive) = (positive weight + 1) / (all weight + 2), updated at every
+label (:attr:`ScoreWindow.prior`). A calibrated probability p, fitted on the window's mix
+pi = (positives + 1) / (all + 2), is moved to that prior by Saerens, Latinne &
+Decaestecker's (2002) rule (:func:`streamnb.calibration.adjust_to_prior`), and without a
+target the label is the positive class when the moved probability is above 1/2 (while the
+calibrator has seen both classes; before, the label is left as decided).
+
 It changes only by :meth:`ScoreWindow.add`, in the order the labelled predictions were
 made, so two holders that added the same codes hold the same window and point, bit for
 bit. :meth:`ScoreWindow.walk` gives, for a run of predictions, the point each one sees
@@ -28,6 +37,11 @@ bit. :meth:`ScoreWindow.walk` gives, for a run of predictions, the point each on
 (True, 402, 2.5)
 >>> round(fp_upper_bound(2, 402), 5)
 0.01558
+>>> w = ScoreWindow(size=100, score="log_odds", calibration="isotonic", refit_every=4,
+...                 prior_half_life=1.0)
+>>> w.add([w.code(-3.0, False), w.code(3.0, True), w.code(-3.0, False), w.code(3.0, False)])
+>>> w.recent, w.prior  # (weights 1/8, 1/4, 1/2 and 1; prior (0.25 + 1) / (1.875 + 2))
+((1.625, 0.25), 0.3225806451612903)
 """
 
 from __future__ import annotations
@@ -39,7 +53,7 @@ from typing import Any
 
 import numpy as np
 
-from streamnb.calibration import CALIBRATIONS, Calibrator, fit_calibrator
+from streamnb.calibration import CALIBRATIONS, Calibrator, adjust_to_prior, fit_calibrator
 from streamnb.decision import UNSURE
 from streamnb.encoding import dumps, loads, pack_array, unpack_array
 from streamnb.exceptions import FormatError
@@ -103,13 +117,15 @@ def max_false_positives(n: int, target: float, confidence: float = CONFIDENCE) -
 @dataclass(frozen=True)
 class Judged:
     """:meth:`ScoreWindow.judge`'s answer: per prediction its label, the threshold and the
-    calibrated P(positive) it was judged with (None: no score, or none held) and its code
-    (None: not added to the window)."""
+    calibrated P(positive) it was judged with (None: no score, or none held), its code
+    (None: not added to the window) and the followed prior P(positive) its probability was
+    moved to (None: not moved)."""
 
     labels: list[Any]
     thresholds: list[float | None]
     probas: list[float | None]
     codes: list[int | None]
+    priors: list[float | None]
 
 
 @dataclass(frozen=True)
@@ -131,7 +147,8 @@ class ScoreWindow:
 
     def __init__(self, size: int = DEFAULT_WINDOW, score: str = "per_feature",
                  target_fpr: float | None = None, calibration: str | None = None,
-                 confidence: float = CONFIDENCE, refit_every: int = REFIT_EVERY) -> None:
+                 confidence: float = CONFIDENCE, refit_every: int = REFIT_EVERY,
+                 prior_half_life: float | None = None) -> None:
         if score not in SCORE_RANGES:
             raise ValueError(f"score must be one of {sorted(SCORE_RANGES)}, got {score!r}")
         if not (isinstance(size, int) and size >= 1):
@@ -140,12 +157,20 @@ class ScoreWindow:
             raise ValueError(f"target_fpr must lie in (0, 1), got {target_fpr!r}")
         if calibration is not None and calibration not in CALIBRATIONS:
             raise ValueError(f"calibration must be one of {list(CALIBRATIONS)}, got {calibration!r}")
+        if prior_half_life is not None and not (math.isfinite(prior_half_life)
+                                                and prior_half_life > 0):
+            raise ValueError(f"prior_half_life must be a number > 0, got {prior_half_life!r}")
         if target_fpr is not None:
             # defer scipy to the windows with a target, imported here, when a replica
             # is made, rather than at the first fit, in the middle of a batch
             import scipy.special  # noqa: F401
         self.size, self.score, self.target_fpr = size, score, target_fpr
         self.calibration, self.confidence, self.refit_every = calibration, confidence, refit_every
+        self.prior_half_life = prior_half_life
+        self.decay = 0.5 ** (1.0 / prior_half_life) if prior_half_life is not None else 1.0
+        #: The labelled predictions' weights (negative, positive), each multiplied by
+        #: ``decay`` at every later one (with ``prior_half_life``).
+        self.recent = (0.0, 0.0)
         self.lo, self.hi = SCORE_RANGES[score]
         self.width = (self.hi - self.lo) / N_BINS
         self.centres = self.lo + (np.arange(N_BINS) + 0.5) * self.width
@@ -181,20 +206,35 @@ class ScoreWindow:
         self.ring[at] = c
         self.counts[c & 1, c >> 1] += 1
         self.total += 1
+        if self.prior_half_life is not None:
+            neg, pos = self.recent
+            self.recent = (self.decay * neg + (1 - (c & 1)), self.decay * pos + (c & 1))
         if self.total % self.refit_every == 0:
             self.fitted = self.counts.copy()
             self.point = self._fit(self.fitted)
 
-    def walk(self, scores: Any, truth: Any) -> tuple[list[OperatingPoint], list[int | None]]:
+    @property
+    def prior(self) -> float | None:
+        """The followed prior P(positive) (None without ``prior_half_life``)."""
+        if self.prior_half_life is None:
+            return None
+        neg, pos = self.recent
+        return (pos + 1.0) / (neg + pos + 2.0)
+
+    def walk(self, scores: Any, truth: Any, priors: list[float | None] | None = None,
+             ) -> tuple[list[OperatingPoint], list[int | None]]:
         """For predictions in order (``scores``, NaN for none; ``truth``: 1 positive, 0
         negative, -1 unlabelled): the point each one sees, and the code of each that is
-        added (labelled, with a score; else None): what :meth:`add` is given for them.
-        The window is unchanged."""
+        added (labelled, with a score; else None): what :meth:`add` is given for them;
+        ``priors``, if given, gets the followed prior each one sees. The window is
+        unchanged."""
         points: list[OperatingPoint] = []
         codes: list[int | None] = []
         w: ScoreWindow | None = None
         for s, t in zip(np.asarray(scores, dtype=np.float64).tolist(), list(truth), strict=True):
             points.append((w or self).point)
+            if priors is not None:
+                priors.append((w or self).prior)
             c = None
             if t >= 0 and s == s:
                 if w is None:
@@ -209,7 +249,8 @@ class ScoreWindow:
         """Judge predictions in order: ``scores`` (None: no score), the ``labels`` decided
         without the window (None and ``"unsure"`` are kept), the ``true_labels`` (None:
         unlabelled; neither class: not added). With a target, a scored label becomes
-        ``positive`` when the score is >= the threshold its point holds, else ``negative``.
+        ``positive`` when the score is >= the threshold its point holds, else ``negative``;
+        with a followed prior and no target, when its moved probability is above 1/2.
 
         >>> w = ScoreWindow(size=1000, score="log_odds", target_fpr=0.5, refit_every=1)
         >>> j = w.judge([1.0, 3.0, None, 1.2], ["spam", "spam", None, "spam"],
@@ -219,17 +260,32 @@ class ScoreWindow:
         """
         truth = [-1 if t is None else 1 if t == positive else 0 if t == negative else -1
                  for t in true_labels]
-        points, codes = self.walk([math.nan if s is None else s for s in scores], truth)
-        out = Judged(list(labels), [None] * len(points), [None] * len(points), codes)
+        priors: list[float | None] = []
+        points, codes = self.walk([math.nan if s is None else s for s in scores], truth, priors)
+        n = len(points)
+        out = Judged(list(labels), [None] * n, [None] * n, codes, [None] * n)
         for i, (s, pt) in enumerate(zip(scores, points, strict=True)):
             if s is None:
                 continue
             out.thresholds[i] = pt.threshold
             if pt.calibrator is not None:
                 out.probas[i] = float(pt.calibrator(s))
+                if priors[i] is not None and pt.n_negative and pt.n_positive:
+                    self._follow_prior(out, i, pt, priors[i], positive, negative)
             if pt.threshold is not None and out.labels[i] not in (None, UNSURE):
                 out.labels[i] = positive if s >= pt.threshold else negative
         return out
+
+    @staticmethod
+    def _follow_prior(out: Judged, i: int, pt: OperatingPoint, prior: float,
+                      positive: Any, negative: Any) -> None:
+        """Move prediction ``i``'s probability from the mix ``pt`` was fitted on to
+        ``prior``, and (no target) decide its label by it."""
+        fitted = (pt.n_positive + 1.0) / (pt.n_positive + pt.n_negative + 2.0)
+        p = adjust_to_prior(out.probas[i], fitted, prior)
+        out.probas[i], out.priors[i] = p, prior
+        if pt.threshold is None and out.labels[i] not in (None, UNSURE):
+            out.labels[i] = positive if p > 0.5 else negative
 
     def copy(self) -> ScoreWindow:
         out = object.__new__(ScoreWindow)
@@ -268,9 +324,12 @@ class ScoreWindow:
     # ------------------------------------------------------------------ bytes
     def to_bytes(self) -> bytes:
         """The window's state (its settings are the model's: given again to load it)."""
-        return dumps({"format": _FORMAT, "version": 1, "size": self.size, "score": self.score,
-                      "total": self.total, "ring": pack_array(self.ring),
-                      "fitted": pack_array(self.fitted)})
+        state = {"format": _FORMAT, "version": 1, "size": self.size, "score": self.score,
+                 "total": self.total, "ring": pack_array(self.ring),
+                 "fitted": pack_array(self.fitted)}
+        if self.prior_half_life is not None:
+            state["recent"] = list(self.recent)
+        return dumps(state)
 
     def load_bytes(self, data: bytes) -> ScoreWindow:
         """Take the state of :meth:`to_bytes` (FormatError if it does not fit the settings).
@@ -298,6 +357,17 @@ class ScoreWindow:
         held = ring[ring >= 0].astype(np.int64)
         np.add.at(counts, (held & 1, held >> 1), 1)
         self.ring, self.total, self.counts = ring.copy(), total, counts
+        if self.prior_half_life is not None:
+            self.recent = self._recent_of(obj.get("recent"))
         self.fitted = fitted.copy()
         self.point = self._fit(self.fitted)
         return self
+
+    @staticmethod
+    def _recent_of(value: Any) -> tuple[float, float]:
+        """The followed prior's weights as :meth:`to_bytes` wrote them (FormatError if
+        missing: a window kept without a followed prior)."""
+        if not (isinstance(value, list) and len(value) == 2 and
+                all(isinstance(v, float) and math.isfinite(v) and v >= 0 for v in value)):
+            raise FormatError("a score window without the followed prior's weights")
+        return float(value[0]), float(value[1])

@@ -72,7 +72,8 @@ def test_operating_point_reports_calibration_and_both_replays(capsys, tmp_path):
     assert operating_point.main(["--corpus", "/nonexistent", "--limit", "300"]
                                 + (["--plot", str(png)] if plots else [])) == 0
     out = capsys.readouterr().out
-    assert "isotonic" in out and "platt" in out and "followed prior" in out
+    assert "isotonic" in out and "platt" in out and "--prior-half-life 200" in out
+    assert "EM prior" in out
     if plots:
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 

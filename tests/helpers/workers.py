@@ -127,6 +127,12 @@ def count_spec(name: str = "mail", **kw: Any) -> ModelSpec:
     return ModelSpec(name, kind="multinomial", featurizer_config=dict(FCFG), **kw)
 
 
+#: For workers whose predictions a test compares with one worker's: a wait for another
+#: worker's earlier batch that a loaded host never gives up, and no claim of a live
+#: worker's batch (either, by design, predicts a batch out of order).
+IN_ORDER = {"order_wait_ms": 60_000, "claim_idle_ms": 60_000}
+
+
 def fast_options(consumer: str, **kw: Any) -> WorkerOptions:
     base = dict(consumer=consumer, batch=50, block_ms=50, claim_idle_ms=1000, heartbeat_s=0.5,
                 lease_ms=2000, snapshot_every=10**9, snapshot_interval_s=10**6,

@@ -139,6 +139,7 @@ DECISION_OPTIONS: Mapping[str, str] = {
     "class_prior": "class_prior", "positive": "positive",
     "min_class_weight": "min_class_weight", "score": "score", "target_fpr": "target_fpr",
     "calibration": "calibration", "score_window": "score_window",
+    "prior_half_life": "prior_half_life",
 }
 
 
@@ -175,6 +176,11 @@ def model_specs(args: argparse.Namespace) -> list[ModelSpec]:
         raise SettingsError("give --threshold or --loss-matrix, not both")
     if "target_fpr" in decision and ("threshold" in decision or "loss_matrix" in decision):
         raise SettingsError("give --target-fpr or --threshold/--loss-matrix, not both")
+    if "prior_half_life" in decision and "calibration" not in decision:
+        raise SettingsError("--prior-half-life moves the calibrated probability: give "
+                            "--calibration too")
+    if "prior_half_life" in decision and "class_prior" in decision:
+        raise SettingsError("give --class-prior or --prior-half-life, not both")
     if ("target_fpr" in decision or "calibration" in decision) and \
             (getattr(args, "shards", None) or 1) > 1:
         raise SettingsError("--target-fpr and --calibration need a model of one shard "

@@ -114,6 +114,8 @@ class _Sum:
     def __init__(self, model: str, source: str, epoch: int, since: int) -> None:
         self.model, self.source, self.epoch, self.since = model, source, epoch, since
         self.taught: Any = None
+        #: What the source taught the challenger (workers/replication/challenger.py).
+        self.challenger: Any = None
         self.subtractions = 0
 
     def add_entries(self, entries: list[tuple[Any, Any]]) -> None:
@@ -125,15 +127,24 @@ class _Sum:
                 if why is not None:
                     raise SettingsError(why)
                 continue
-            add = _bundle(entry.get("add"))
-            sub = _bundle(entry.get("sub"))
-            for name, e, a, s in decode_sources(entry, add, sub) or [(DEFAULT_SOURCE, 0, add, sub)]:
-                if name != self.source or e != self.epoch:
-                    continue
-                if s is not None and not s.is_empty():
-                    self.subtractions += 1
-                if a is not None:
-                    self.taught = a if self.taught is None else self.taught.merge(a)
+            self.taught = self._add(self.taught, entry, entry.get("add"), entry.get("sub"),
+                                    entry.get("src"))
+            if any(entry.get(f) is not None for f in ("c", "cs", "csrc")):
+                self.challenger = self._add(self.challenger, entry, entry.get("c"),
+                                            entry.get("cs"), entry.get("csrc"))
+
+    def _add(self, total: Any, entry: dict[str, Any], add: Any, sub: Any, src: Any) -> Any:
+        """``total`` plus the source's rows of one delta's ``add``/``sub``/``src``."""
+        add, sub = _bundle(add), _bundle(sub)
+        for name, e, a, s in decode_sources({"e": entry.get("e", 0), "src": src}, add, sub) \
+                or [(DEFAULT_SOURCE, 0, add, sub)]:
+            if name != self.source or e != self.epoch:
+                continue
+            if s is not None and not s.is_empty():
+                self.subtractions += 1
+            if a is not None:
+                total = a if total is None else total.merge(a)
+        return total
 
 
 def _bundle(data: bytes | None) -> Any:
@@ -192,7 +203,8 @@ class _Shard:
             reply = SCRIPT(self.client, [keys.log, source_epochs_key(keys), keys.learnt_keys,
                                          keys.key_order, keys.snapshot],
                            [source, epoch, self.since, self.end,
-                            encode_forget_source(source, self.since, total.taught.copy()),
+                            encode_forget_source(source, self.since, total.taught,
+                                                 total.challenger),
                             _packed(source, epoch), _packed(source, epoch + 1),
                             "1" if (source, epoch) == (DEFAULT_SOURCE, 0) else "0"])
             status = as_str(reply[0])

@@ -232,6 +232,9 @@ class Metrics:
         self.operating_negatives = Gauge(
             "operating_point_negatives", "Labelled negatives (ham) the operating point was "
             "fitted on", MW, **r)
+        self.operating_prior = Gauge(
+            "operating_prior", "The followed prior P(positive) the calibrated probability "
+            "is moved to (--prior-half-life)", MW, **r)
         # ---- challenger (--challenger SPEC; McNemar's b: right="champion", c: "challenger")
         self.challenger_paired = Counter(
             "challenger_paired", "Labelled messages by which of the model (champion) and the "

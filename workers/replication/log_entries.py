@@ -9,8 +9,9 @@
   ``"h": [int, ...]``: the score codes of the batch's labelled predictions, in their order
   (``streamnb.operating_point.ScoreWindow.code``), added to the replica's window; such an
   entry is written even when the batch learnt nothing (every key learnt before).
-  With a challenger (workers/replication/challenger.py), ``"c"``: the challenger's bundle
-  (all sources' rows together: the challenger is not split by source).
+  With a challenger (workers/replication/challenger.py), ``"c"`` and ``"cs"``: the
+  challenger's bundles added and subtracted of the default source (epoch ``e``), and
+  ``"csrc"`` the others' as ``src``.
 - ``{"t": "decay", "g": float}``: multiply every learnt weight by ``g`` (forgetting).
 - ``{"t": "forget", "s": source}``: take out everything ``source`` taught
   (``streamnb forget --source``). With ``"since": ms`` and ``"a": bytes``: take out what it
@@ -49,11 +50,14 @@ def encode_delta(add: StatsBundle | None, sub: StatsBundle | None, n_learnt: int
                  worker: str, batch: str, epoch: int = 0,
                  sources: Sequence[tuple[Teacher, Any, Any]] = (), *,
                  score_codes: list[int] | None = None,
-                 challenger: StatsBundle | None = None) -> bytes:
+                 challenger: StatsBundle | None = None,
+                 challenger_sub: StatsBundle | None = None,
+                 challenger_sources: Sequence[tuple[Teacher, Any, Any]] = ()) -> bytes:
     """A delta log entry (see the module docstring): ``add``/``sub`` of the default
     source's ``epoch``, ``sources`` the ``((source, epoch), add, sub)`` of the others,
-    ``score_codes`` those of the batch's labelled predictions, ``challenger`` the
-    challenger's bundle of the batch."""
+    ``score_codes`` those of the batch's labelled predictions, ``challenger`` and
+    ``challenger_sub`` the challenger's bundles of the batch, added and subtracted, of the
+    default source, ``challenger_sources`` the others' as ``sources``."""
     entry = {"t": "delta", "add": add.to_bytes() if add is not None else None,
              "sub": sub.to_bytes() if sub is not None else None,
              "n": int(n_learnt), "w": worker, "b": batch}
@@ -67,19 +71,28 @@ def encode_delta(add: StatsBundle | None, sub: StatsBundle | None, n_learnt: int
         entry["h"] = [int(c) for c in score_codes]
     if challenger is not None:
         entry["c"] = challenger.to_bytes()
+    if challenger_sub is not None:
+        entry["cs"] = challenger_sub.to_bytes()
+    if challenger_sources:
+        entry["csrc"] = [[name, int(e), a.to_bytes() if a is not None else None,
+                          s.to_bytes() if s is not None else None]
+                         for (name, e), a, s in challenger_sources]
     return dumps(entry)
 
 
 def encode_forget_source(source: str, since_ms: int | None = None,
-                         taught: StatsBundle | None = None) -> bytes:
+                         taught: StatsBundle | None = None,
+                         challenger: StatsBundle | None = None) -> bytes:
     """A log entry that takes out everything ``source`` taught (since ``since_ms``: what
-    it taught since then, ``taught``)."""
+    it taught the model since then, ``taught``, and the challenger, ``challenger``)."""
     if since_ms is None:
         return dumps({"t": "forget", "s": check_source(source)})
-    if taught is None:
-        raise ValueError("a forget since a time carries what the source taught since then")
-    return dumps({"t": "forget", "s": check_source(source), "since": int(since_ms),
-                  "a": taught.to_bytes()})
+    entry = {"t": "forget", "s": check_source(source), "since": int(since_ms)}
+    if taught is not None:
+        entry["a"] = taught.to_bytes()
+    if challenger is not None:
+        entry["ca"] = challenger.to_bytes()
+    return dumps(entry)
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,15 +108,18 @@ class SourceForget:
         return encode_forget_source(self.source), b"\xc1"
 
 
-def forgotten_since(entry: dict[str, Any]) -> StatsBundle | None:
-    """What a ``forget`` entry with ``since`` takes out (None: a whole source), checked."""
+def forgotten_since(entry: dict[str, Any]) -> tuple[bool, StatsBundle | None,
+                                                    StatsBundle | None]:
+    """Whether a ``forget`` entry takes out only what its source taught since a time, and
+    then what it takes out of the model and of the challenger (None: nothing), checked."""
     if entry.get("since") is None:
-        return None
-    since, data = entry.get("since"), entry.get("a")
+        return False, None, None
+    since = entry["since"]
     if not isinstance(since, int) or isinstance(since, bool) or since < 0 or \
-            not isinstance(data, bytes):
-        raise FormatError("a forget since a time needs 'since' (ms) and 'a' (a bundle)")
-    return StatsBundle.from_bytes(data)
+            any(not isinstance(entry.get(f), (bytes, type(None))) for f in ("a", "ca")):
+        raise FormatError("a forget since a time needs 'since' (ms), and bundles 'a', 'ca'")
+    return True, *(None if entry.get(f) is None else StatsBundle.from_bytes(entry[f])
+                   for f in ("a", "ca"))
 
 
 def encode_decay(g: float) -> bytes:
@@ -132,7 +148,8 @@ def score_window_for(config: ModelConfig) -> ScoreWindow | None:
         return None
     return ScoreWindow(size=int(d.get("score_window") or DEFAULT_WINDOW),
                        score=d.get("score", "log_odds"), target_fpr=d.get("target_fpr"),
-                       calibration=d.get("calibration"))
+                       calibration=d.get("calibration"),
+                       prior_half_life=d.get("prior_half_life"))
 
 
 def score_codes_of(entry: dict[str, Any]) -> list[int]:

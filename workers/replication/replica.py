@@ -159,7 +159,7 @@ class Replica:
         self.model = model
         self.sources = sources
         if self.challenger is not None:
-            self.challenger.reset(h.get("challenger"))
+            self.challenger.reset(h.get("challenger"), sources.epochs)
         self.scores = self._decode_scores(h.get("scores"))
         self.version = version
         self.snapshot_version = self.version
@@ -351,17 +351,23 @@ class Replica:
                     raise FormatError(f"decay factor must be a number in (0, 1], got {g!r}")
                 self.model = self.sources.decay(self.config, self.model, float(g))
                 if self.challenger is not None:
-                    self.challenger.model.decay(float(g))
+                    self.challenger.decay(float(g))
                 self._changed()
-            elif entry["t"] == "forget":  # (the challenger is not split by source)
-                self.model = self.sources.forget(self.config, self.model, check_source(
-                    entry.get("s")), forgotten_since(entry))
+            elif entry["t"] == "forget":  # (since a time: checked whole before any change)
+                name, (since, taught, ch_taught) = check_source(entry.get("s")), \
+                    forgotten_since(entry)
+                taught = self.sources.since_part(self.model, name, taught)
+                ch = self.challenger
+                ch_taught = ch.sources.since_part(ch.model, name, ch_taught) if ch else None
+                self.model = self.sources.forget(self.config, self.model, name, taught, since)
+                if ch is not None:
+                    ch.forget(name, ch_taught, since)
                 self._changed()
             elif entry["t"] == "promote":  # the challenger becomes the model
                 if promoted(self.challenger, entry.get("s"), self.keys.name, entry_id):
                     self.model, self.config = self.challenger.model, self.challenger.config
+                    self.sources.promoted(self.challenger.sources.parts)
                     self.challenger, self.scores = None, score_window_for(self.config)
-                    self.sources.promoted()
                 self._changed()
             elif entry["t"] == "drop":
                 label = entry.get("c")
@@ -371,7 +377,7 @@ class Replica:
                     log.info("model %s: class %r removed (log entry %s)", self.keys.name,
                              label, entry_id)
                 if self.challenger is not None:
-                    self.challenger.model.remove_class(label)
+                    self.challenger.drop(label)
                 self._changed()
             else:
                 n = entry.get("n", 0)
@@ -388,7 +394,7 @@ class Replica:
                 else:
                     plain = self._apply_default(add, sub)
                 if ch is not None:
-                    self.challenger.model.merge_stats(ch)
+                    self.challenger.apply(ch)
                 self.learnt += n
                 if self.scores is not None and codes:
                     self.scores.add(codes)

@@ -128,26 +128,34 @@ class SourceParts:
                 model.subtract_stats(sub)
         return model
 
-    def forget(self, config: Any, model: Any, source: str, taught: Any = None) -> Any:
+    def since_part(self, model: Any, source: str, taught: Any) -> Any:
+        """``taught`` as :meth:`forget` takes it out of ``source``'s part (its classes
+        removed since left out); ValueError if that part does not hold it."""
+        part = self.parts.get(source) if self.parts else \
+            model.stats if source == DEFAULT_SOURCE else None
+        if taught is None or part is None:
+            return taught
+        taught = without_removed(part["classes"].labels, taught)
+        part.check_subtractable(taught)
+        return taught
+
+    def forget(self, config: Any, model: Any, source: str, taught: Any = None,
+               since: bool = False) -> Any:
         """Take out all ``source`` taught, start its next epoch; return the model.
-        ``taught``: take out only these statistics (what it taught since a time; the
-        rest stays its part, in the new epoch). Raises before any change if they do not
-        fit."""
-        if taught is not None:
-            part = self.parts.get(source) if self.parts else \
-                model.stats if source == DEFAULT_SOURCE else None
-            if part is not None:
-                taught = without_removed(part["classes"].labels, taught)
-                part.check_subtractable(taught)
+        ``since``: take out only ``taught`` (what it taught since a time, checked by
+        :meth:`since_part`; None: nothing), the rest staying its part, in the new epoch."""
         self.epochs[source] = self.epochs.get(source, 0) + 1
         if not self.parts:  # the default source alone taught
             if source != DEFAULT_SOURCE:
                 return model
-            if taught is None:
+            if not since:
                 return config.make_model()
-            model.subtract_stats(taught)
+            if taught is not None:
+                model.subtract_stats(taught)
             return model
-        if taught is not None and source in self.parts:
+        if since:
+            if taught is None or source not in self.parts:
+                return model
             self.parts[source].subtract(taught)
         elif self.parts.pop(source, None) is None:
             return model
@@ -161,12 +169,10 @@ class SourceParts:
                 part.remove_class(label)
         return bool(model.remove_class(label))
 
-    def promoted(self) -> None:
-        """The challenger became the model (log entry ``promote``): its statistics are not
-        split by source, so the parts go; the epochs stay (a contribution of a source
-        forgotten before stays out). The next contribution of another source splits the
-        promoted model anew, all it holds as the default source's part."""
-        self.parts = {}
+    def promoted(self, parts: dict[str, StatsBundle]) -> None:
+        """The challenger became the model (log entry ``promote``): its ``parts`` by
+        source are the model's; the epochs, which the challenger's follow, stay."""
+        self.parts = parts
 
     def decay(self, config: Any, model: Any, g: float) -> Any:
         """Multiply every learnt weight by ``g``; return the model."""

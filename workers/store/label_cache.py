@@ -17,7 +17,10 @@ T / W + 3 = 11 hashes, newest first.
 An entry is 2 bytes (big-endian) n, the learnt label (n bytes of msgpack; n = 0: not
 learnt), then msgpack ``[1, row, predicted label, {label: log posterior}, weight, time]``,
 with the message's learn-once key (workers/wire/learn_keys.py) appended when it was learnt
-under one, so that a correction also changes what the key records.
+under one, so that a correction also changes what the key records, and, with a challenger
+(workers/replication/challenger.py), the key (or nil) and ``[challenger's row, weight]``: the
+row its own featurizer made (nil: the model's row serves) and the weight it learnt the
+message with, so that a delayed label or a correction teaches it what it teaches the model.
 This module alone reads and writes that layout: a delayed label changes an entry by a
 compare-and-set of the whole entry, the bytes read against those stored, the entry
 :func:`relabel` makes written in their place (:func:`label_change`).
@@ -131,12 +134,26 @@ def entry_field(msg_id: str) -> str:
 
 
 def encode_entry(learnt: bytes, row: bytes, pred_label: Any, log_proba: dict[Any, float],
-                 weight: float, ts: float, learn_key: str | None = None) -> bytes:
+                 weight: float, ts: float, learn_key: str | None = None,
+                 challenger: tuple[bytes | None, float] | None = None) -> bytes:
     """A cache entry: the learnt label first (see the module docstring), then the rest
-    (``learn_key``: the key the message was learnt under, if any)."""
+    (``learn_key``: the key the message was learnt under, if any; ``challenger``: its
+    row, None where the model's serves, and weight).
+
+    >>> import numpy as np
+    >>> row = Row(indices=np.array([3], dtype=np.int32), values=np.ones(1), n_tokens=1)
+    >>> e = encode_entry(b"", row.to_bytes(), "ham", {}, 2.0, 5.0, challenger=(None, 1.0))
+    >>> c = decode_entry("key", "rm1", e)
+    >>> c.weight, c.learn_key, c.challenger
+    (2.0, None, (None, 1.0))
+    """
     fields = [ENTRY_FORMAT, row, pred_label, {k: float(v) for k, v in log_proba.items()},
               float(weight), float(ts)]
-    body = dumps(fields + [learn_key] if learn_key is not None else fields)
+    if learn_key is not None or challenger is not None:
+        fields.append(learn_key)
+    if challenger is not None:
+        fields.append([challenger[0], float(challenger[1])])
+    body = dumps(fields)
     return _LENGTH.pack(len(learnt)) + learnt + body
 
 
@@ -163,6 +180,8 @@ class CachedMessage:
     ts: float
     #: The learn-once key it was learnt under (None: none).
     learn_key: str | None = None
+    #: With a challenger: its row (None: the model's serves) and the weight it learnt.
+    challenger: tuple[Row | None, float] | None = None
 
     @property
     def learnt(self) -> Any:
@@ -188,15 +207,19 @@ def decode_entry(key: str, field: str, entry: bytes) -> CachedMessage | None:
         (n,) = _LENGTH.unpack_from(entry)
         learnt, body = bytes(entry[2:2 + n]), msgpack.unpackb(entry[2 + n:], raw=False,
                                                                  strict_map_key=False)
-        if len(learnt) != n or not isinstance(body, list) or len(body) not in (6, 7) \
+        if len(learnt) != n or not isinstance(body, list) or len(body) not in (6, 7, 8) \
                 or body[0] != ENTRY_FORMAT:
             return None
         _, row, pred_label, lp, weight, ts = body[:6]
-        learn_key = body[6] if len(body) == 7 and isinstance(body[6], str) else None
+        learn_key = body[6] if len(body) >= 7 and isinstance(body[6], str) else None
+        ch = None
+        if len(body) == 8:
+            ch_row, ch_weight = body[7]
+            ch = (None if ch_row is None else Row.from_bytes(ch_row), float(ch_weight))
         return CachedMessage(key=key, field=field, entry=bytes(entry), row=Row.from_bytes(row),
                              pred_label=pred_label,
                              log_proba=dict(lp or {}), learnt_raw=learnt, weight=float(weight),
-                             ts=float(ts), learn_key=learn_key)
+                             ts=float(ts), learn_key=learn_key, challenger=ch)
     except Exception:  # noqa: BLE001 - a corrupt entry is as good as expired
         return None
 

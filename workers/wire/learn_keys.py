@@ -46,7 +46,7 @@ from streamnb.features.own_headers import strip_own_headers
 from streamnb_workers.wire.learn_sources import DEFAULT, Teacher
 
 __all__ = ["MAX_KEY_CHARS", "decode_record", "encode_record", "known_keys", "mail_key",
-           "message_key", "record_prefix", "record_teacher"]
+           "message_key", "record_challenger_weight", "record_prefix", "record_teacher"]
 
 #: Longest key (characters); a longer Message-ID is hashed instead.
 MAX_KEY_CHARS = 512
@@ -144,18 +144,33 @@ def message_key(payload: Any, kind: str, key: str | None = None) -> str:
     return _hash(kind, _canonical(kind, payload))
 
 
-def encode_record(label: Any, weight: float, teacher: Teacher = DEFAULT) -> bytes:
+def encode_record(label: Any, weight: float, teacher: Teacher = DEFAULT,
+                  challenger_weight: float | None = None) -> bytes:
     """What ``{M}:keys`` holds for a learnt key: the label and the weight learnt, and
     the teacher (source, epoch) it was learnt under unless that is the default's first
-    epoch (workers/wire/learn_sources.py)."""
+    epoch (workers/wire/learn_sources.py), then, with a challenger
+    (workers/replication/challenger.py), the weight the challenger learnt it with.
+
+    >>> record_challenger_weight(encode_record("spam", 2.0, challenger_weight=1.0))
+    1.0
+    """
+    if challenger_weight is not None:
+        return msgpack.packb([label, float(weight), teacher[0], int(teacher[1]),
+                              float(challenger_weight)], use_bin_type=True)
     if teacher == DEFAULT:
         return msgpack.packb([label, float(weight)], use_bin_type=True)
     return msgpack.packb([label, float(weight), teacher[0], int(teacher[1])], use_bin_type=True)
 
 
+def record_challenger_weight(data: bytes) -> float | None:
+    """The challenger's weight of a record (None: written without a challenger)."""
+    fields = msgpack.unpackb(bytes(data), raw=False, strict_map_key=False)
+    return float(fields[4]) if len(fields) >= 5 else None
+
+
 def record_prefix(label: Any) -> bytes:
     """The bytes every record of ``label`` holds after its first byte (the array's
-    header: 2 fields, or 4 with a teacher), whatever its weight and source (the label is
+    header: 2 fields, 4 with a teacher, 5 with a challenger's weight), whatever its weight and source (the label is
     packed with its length: no other label's records hold them there). The commit script
     releases a removed class's keys by it, reading no msgpack."""
     return msgpack.packb(label, use_bin_type=True)

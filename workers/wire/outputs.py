@@ -40,10 +40,11 @@ def encode_output(
     threshold: float | None = None,
     proba: float | None = None,
     challenger: dict | None = None,
+    prior: float | None = None,
 ) -> bytes:
-    """Encode one prediction for ``{M}:out``; ``threshold`` and ``proba`` (with an
-    operating point held: the score threshold in use, the calibrated P(positive)) where
-    given and not NaN; ``score`` (two classes: what to rank and
+    """Encode one prediction for ``{M}:out``; ``threshold``, ``proba`` and ``prior`` (with
+    an operating point held: the score threshold in use, the calibrated P(positive), and
+    the followed prior P(positive) that probability was moved to) where given and not NaN; ``score`` (two classes: what to rank and
     threshold by) is written where given and finite; ``explain``: the map of
     :mod:`streamnb_workers.wire.explanations`, with ``--explain K``; ``was``: the label
     a relearnt message's key was learnt with before (``reason`` ``relearnt``).
@@ -80,6 +81,8 @@ def encode_output(
         obj["threshold"] = float(threshold)
     if proba is not None and proba == proba:
         obj["proba"] = float(proba)
+    if prior is not None and prior == prior:
+        obj["prior"] = float(prior)
     if challenger is not None:  # (workers/replication/challenger.py)
         obj["challenger"] = challenger
     return dumps(obj)
@@ -99,6 +102,7 @@ def output_for(
     threshold: float | None = None,
     proba: float | None = None,
     challenger: dict | None = None,
+    prior: float | None = None,
 ) -> bytes:
     """:func:`encode_output` for a decoded input (id, entry, true label and meta from
     ``msg``); ``reason``: why a labelled message was not learnt (``already_learnt``), or
@@ -122,6 +126,7 @@ def output_for(
         threshold=threshold,
         proba=proba,
         challenger=challenger,
+        prior=prior,
     )
 
 

@@ -81,9 +81,9 @@ class Item:
 
 @dataclass(frozen=True, slots=True)
 class Decoded:
-    """A batch's entries decoded: every entry id in the order read, the messages
-    ``(entry id, message, bytes)``, the entries that go to ``:dead``, the count of
-    unknown keys the messages held, and the ``untaught`` entries (:func:`decode_entries`)."""
+    """A batch's entries decoded: every entry id in the order read, the messages ``(entry
+    id, message, bytes)``, the entries for ``:dead``, the count of unknown keys the
+    messages held, and the ``untaught`` entries (:func:`decode_entries`)."""
 
     order: list[str]
     messages: list[tuple[str, InputMessage, bytes]]
@@ -93,8 +93,7 @@ class Decoded:
 
     @property
     def labelled(self) -> bool:
-        """Whether any message holds a label or a forget (a batch without one changes no
-        statistics)."""
+        """Whether any message holds a label or a forget (else it changes no statistics)."""
         return any(msg.label is not None or msg.forget or msg.forget_class is not None
                    or msg.forget_source is not None for _, msg, _ in self.messages)
 
@@ -129,10 +128,12 @@ class Verdict:
     weight: float = 1.0
     #: The output's ``explain`` map (workers/wire/explanations.py), with ``--explain K``.
     explanation: dict[str, Any] | None = None
-    #: With a score window: the score threshold in use and the calibrated P(positive).
+    #: With a score window: the score threshold in use, the calibrated P(positive) and
+    #: the followed prior it was moved to (``--prior-half-life``).
     threshold: float | None = None
     proba: float | None = None
     code: int | None = None  # (its score's code in the window, when it is added to it)
+    prior: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,10 +157,9 @@ def decode_entries(entries: Sequence[tuple[Any, Any]], deliveries: dict[str, int
                    dense_dim: int | None = None, train_token: str | None = None) -> Decoded:
     """Decode a batch's stream entries ``(id, fields)``; an entry delivered more than
     ``max_deliveries`` times (``deliveries``: id -> times, default once) is poison.
-    ``train_token`` (a model stored with ``training: train``): a label, delayed label,
-    forget or class removal is taken only from an entry moved from ``:train``, which carries the token
-    (workers/store/training.py); from any other it is a dead letter ``label_not_allowed``,
-    and a payload ``untaught``: never cached, so no delayed label teaches what ``:in`` chose."""
+    ``train_token`` (``training: train``): a label, delayed label or forget is taken only
+    from an entry moved from ``:train``, with the token (workers/store/training.py), else
+    is ``label_not_allowed``; a payload without it is ``untaught`` (never cached)."""
     order: list[str] = []
     untaught: set[str] = set()
     dead: list[Dead] = []

@@ -14,6 +14,13 @@ import numpy as np
 
 from streamnb.features import Row
 from streamnb_workers.defaults import DEFAULT_MAX_SOURCES
+from streamnb_workers.replication.challenger import (
+    cache_part,
+    challenger_delta,
+    challenger_output,
+    challenger_weights,
+    recorded_sub,
+)
 from streamnb_workers.store.label_cache import CachedMessage, encode_entry, encode_label
 from streamnb_workers.wire.learn_keys import decode_record, encode_record, record_teacher
 from streamnb_workers.wire.learn_sources import (
@@ -162,8 +169,10 @@ class CommitContent:
     drop_classes: list[Any] = field(default_factory=list)
     #: The score codes of the labelled items, in order, for the model's score window.
     score_codes: list[int] = field(default_factory=list)
-    #: The challenger's statistics of the labels learnt in the batch (None: none).
+    #: The challenger's statistics learnt and unlearnt in the batch (None: none).
     challenger_add: Any = None
+    challenger_sub: Any = None
+    challenger_sources: list[tuple[Teacher, Any, Any]] = field(default_factory=list)
 
 
 def batch_stats(model: Any, featurizer: Any, rows: Sequence[tuple[Row, Any, float]]) -> Any:
@@ -228,8 +237,11 @@ def commit_content(batch: PredictedBatch, cached: dict[str, CachedMessage | None
     # an item's own label is learnt with the weight its verdict gave it (error weight)
     weights = [v.weight if lab is not None and lab == it.msg.label else it.msg.weight
                for it, v, lab in zip(items, verdicts, learnt, strict=True)]
+    ch = batch.challenger or [None] * len(items)
+    ch_weights = challenger_weights(items, learnt, ch, auto) if challenger is not None \
+        else [None] * len(items)
     once = _learn_once(items, learnt, weights, teachers, batch.forgets, batch.key_state,
-                       res.key_relabels, batch.learn_once, epochs)
+                       res.key_relabels, batch.learn_once, epochs, ch_weights)
     duplicate = once.duplicate
     for i in [i for i in auto if duplicate[i]]:  # its key is learnt: it stays unlabelled
         duplicate[i], learnt[i] = False, None
@@ -251,10 +263,10 @@ def commit_content(batch: PredictedBatch, cached: dict[str, CachedMessage | None
     sources = [(t, batch_stats(model, featurizer, adds.get(t, [])),
                 batch_stats(model, featurizer, subs.get(t, [])))
                for t in sorted((set(adds) | set(subs)) - {default})]
-    ch = batch.challenger or [None] * len(items)
     outputs = [output_for(it.msg, v.label, v.log_proba, batch.version, worker,
                           learned=lab is not None, score=v.score, threshold=v.threshold,
-                          proba=v.proba, challenger=challenger_output(c),
+                          proba=v.proba, prior=v.prior,
+                          challenger=None if c is None else challenger_output(c[1]),
                           reason=ALREADY_LEARNT if dup else RELEARNT if i in once.was else
                           AUTOLEARNT if i in auto else None,
                           was=once.was.get(i), explain=v.explanation)
@@ -273,8 +285,8 @@ def commit_content(batch: PredictedBatch, cached: dict[str, CachedMessage | None
     recorded = {key for key, _ in once.learn_keys} | {key for key, _, _ in once.relabel_keys}
     if cache:
         row_bytes = batch.row_bytes or {}
-        for it, v, lab, dup, w, t in zip(items, verdicts, learnt, duplicate, weights,
-                                         teachers, strict=True):
+        for it, v, lab, dup, w, t, c, cw in zip(items, verdicts, learnt, duplicate, weights,
+                                                teachers, ch, ch_weights, strict=True):
             # (a duplicate is not cached: its entry would say it is unlearnt, and a later
             # label for it would learn it after all; nor is an untaught message: a later
             # label would teach what a writer of :in chose)
@@ -284,7 +296,8 @@ def commit_content(batch: PredictedBatch, cached: dict[str, CachedMessage | None
                 entries.append((it.msg.id, encode_entry(
                     encode_label(lab, t), it.row.to_bytes() if row is None else row, v.label,
                     v.log_proba, w, batch_preds[it.msg.id][1],
-                    it.msg.key if lab is not None and it.msg.key in recorded else None)))
+                    it.msg.key if lab is not None and it.msg.key in recorded else None,
+                    cache_part(challenger, c, cw))))
     ids = [it.entry_id for it in items] + [d.entry_id for d in batch.dead] + \
         [r.entry_id for r in batch.refs] + [f.entry_id for f in batch.forgets] + \
         [d[0] for d in batch.class_drops]
@@ -308,30 +321,9 @@ def commit_content(batch: PredictedBatch, cached: dict[str, CachedMessage | None
         relearnt_was=once.relearnt_was, default_epoch=default[1], sources=sources,
         drop_classes=[d[1] for d in batch.class_drops],
         score_codes=[v.code for v in verdicts if v.code is not None],
-        challenger_add=None if batch.challenger is None or challenger is None else
-        challenger_stats(challenger, featurizer, items, learnt, ch))
-
-
-def challenger_stats(challenger: Any, featurizer: Any, items: Sequence[Item],
-                     learnt: Sequence[Any], ch: Sequence[tuple[Item, Verdict] | None]) -> Any:
-    """The challenger's statistics of the items learnt with their own label (not a
-    delayed label nor a correction: those stay the model's), each with the weight the
-    challenger's verdict gave it (workers/replication/challenger.py)."""
-    rows = [(c[0].row, lab, c[1].weight) for it, lab, c in zip(items, learnt, ch, strict=True)
-            if c is not None and lab is not None and lab == it.msg.label]
-    return batch_stats(challenger.model, challenger.featurizer or featurizer, rows)
-
-
-def challenger_output(c: tuple[Item, Verdict] | None) -> dict[str, Any] | None:
-    """An output's ``challenger`` map: the challenger's label, score and log posteriors."""
-    if c is None or c[1].label is None:
-        return None
-    v = c[1]
-    out: dict[str, Any] = {"label": v.label,
-                           "log_proba": {k: float(x) for k, x in v.log_proba.items()}}
-    if v.score is not None and v.score == v.score and abs(v.score) != float("inf"):
-        out["score"] = float(v.score)
-    return out
+        **challenger_delta(challenger, featurizer, items, learnt, ch, ch_weights, teachers,
+                           res.challenger_adds, res.challenger_subs, once.challenger_subs,
+                           default))
 
 
 def _autolearnt(batch: PredictedBatch, model: Any, policy: AutolearnPolicy | None,
@@ -387,6 +379,8 @@ class _LearnOnce:
     duplicate: list[bool] = field(default_factory=list)
     was: dict[int, Any] = field(default_factory=dict)
     subs: list[tuple[Row, Any, float, Teacher]] = field(default_factory=list)
+    #: The challenger's of ``subs``: the item, the label and its weight recorded.
+    challenger_subs: list[tuple[Any, Any, float, Teacher]] = field(default_factory=list)
     forgotten_labels: list[Any] = field(default_factory=list)
     not_learnt: list[Item] = field(default_factory=list)
 
@@ -399,7 +393,8 @@ def _learn_once(items: Sequence[Item], learnt: Sequence[Any], weights: Sequence[
                 teachers: Sequence[Teacher], forgets: Sequence[Item],
                 key_state: dict[str, bytes | None],
                 relabelled: Sequence[tuple[str, bytes, bytes]] = (),
-                learn_once: bool = True, epochs: dict[str, int] | None = None) -> _LearnOnce:
+                learn_once: bool = True, epochs: dict[str, int] | None = None,
+                ch_weights: Sequence[float | None] | None = None) -> _LearnOnce:
     """Learn-once keys applied to the labelled items (with ``learn_once``) and the forgets
     in stream order, from ``key_state`` and the ``ref`` corrections ``relabelled`` (``(key,
     record read, new record)``, applied first):
@@ -411,7 +406,8 @@ def _learn_once(items: Sequence[Item], learnt: Sequence[Any], weights: Sequence[
     - a forget subtracts its row with what its key records and deletes the key; a forget
       whose key is not learnt (never, or forgotten before) unlearns nothing;
     - a key recorded under a teacher whose source was forgotten since is not learnt;
-    - one learnt by autolearn with an item's label is moved to the item's source.
+    - one learnt by autolearn with an item's label is moved to the item's source;
+    - with a challenger, a record holds its weight (``ch_weights``) too.
     """
     epochs = epochs or {}
     out = _LearnOnce(duplicate=[False] * len(items))
@@ -434,6 +430,7 @@ def _learn_once(items: Sequence[Item], learnt: Sequence[Any], weights: Sequence[
                 continue
             label, weight = decode_record(now)
             out.subs.append((it.row, label, weight, record_teacher(now)))
+            recorded_sub(out.challenger_subs, it, label, now)
             out.forgotten_labels.append(label)
             state[key] = (before, None)
             continue
@@ -447,7 +444,9 @@ def _learn_once(items: Sequence[Item], learnt: Sequence[Any], weights: Sequence[
                 continue
             out.was[i] = old
             out.subs.append((it.row, old, old_weight, old_teacher))
-        state[key] = (before, encode_record(lab, weights[i], teachers[i]))
+            recorded_sub(out.challenger_subs, it, old, now)
+        state[key] = (before, encode_record(lab, weights[i], teachers[i],
+                                            None if ch_weights is None else ch_weights[i]))
     for key, (before, now) in state.items():
         if before is None and now is not None:
             out.learn_keys.append((key, now))
@@ -456,3 +455,4 @@ def _learn_once(items: Sequence[Item], learnt: Sequence[Any], weights: Sequence[
         elif before is not None:
             out.forget_keys.append((key, bytes(before)))
     return out
+

@@ -129,9 +129,12 @@ def _request(rt: ModelRuntime, content: CommitContent, announced: str | None) ->
     # (an entry with score codes alone too: the window learns every labelled prediction)
     log_data = encode_delta(add, sub, content.n_learnt, rt.consumer, uuid.uuid4().hex[:16],
                             content.default_epoch, content.sources,
-                            score_codes=content.score_codes, challenger=content.challenger_add) \
+                            score_codes=content.score_codes, challenger=content.challenger_add,
+                            challenger_sub=content.challenger_sub,
+                            challenger_sources=content.challenger_sources) \
         if (add is not None or sub is not None or content.sources or content.score_codes
-            or content.challenger_add is not None) else None
+            or content.challenger_add is not None or content.challenger_sub is not None
+            or content.challenger_sources) else None
     writes, registry = [], None
     if content.cache_entries:
         writes, registry = batch_writes(rt.keys, int(rt.options.cache_ttl_s * 1000),

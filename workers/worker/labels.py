@@ -38,7 +38,12 @@ from streamnb_workers.store.label_cache import (
     encode_label,
     label_change,
 )
-from streamnb_workers.wire.learn_keys import decode_record, encode_record, record_teacher
+from streamnb_workers.wire.learn_keys import (
+    decode_record,
+    encode_record,
+    record_challenger_weight,
+    record_teacher,
+)
 from streamnb_workers.wire.learn_sources import AUTOLEARN, Teacher, is_stale, teacher_of
 
 __all__ = ["NOT_LEARNT", "REF_EXPIRED", "LabelRef", "Resolution", "decode_label",
@@ -79,6 +84,10 @@ class Resolution:
     #: ``(learn-once key, record read, new record)`` of the corrected messages whose key
     #: is recorded: the commit checks the record read is still there, then rewrites it.
     key_relabels: list[tuple[str, bytes, bytes]] = field(default_factory=list)
+    #: With a challenger: its ``(row, label, weight, teacher)`` of ``adds`` and ``subs``,
+    #: for the cached messages that hold its row and weight (workers/replication/challenger.py).
+    challenger_adds: list[tuple[Row, Any, float, Teacher]] = field(default_factory=list)
+    challenger_subs: list[tuple[Row, Any, float, Teacher]] = field(default_factory=list)
 
 
 def resolve_refs(refs: Sequence[LabelRef],
@@ -131,19 +140,35 @@ def resolve_refs(refs: Sequence[LabelRef],
         c = cached[ref]
         assert c is not None
         record = key_state.get(c.learn_key) if c.learn_key is not None else None
+        ch = _challenger_part(c, record)
         if old is None:
             res.n_learnt += 1
         else:
             res.subs.append((c.row, old, weight, old_teacher))
+            if ch is not None:
+                res.challenger_subs.append((ch[0], old, ch[1], old_teacher))
             if new != old or type(new) is not type(old):
                 res.corrections += 1
                 res.unlearned.append(old)
         if record is not None:
-            res.key_relabels.append((c.learn_key, bytes(record),
-                                     encode_record(new, weight, teacher)))
+            res.key_relabels.append((c.learn_key, bytes(record), encode_record(
+                new, weight, teacher, None if ch is None else ch[1])))
         res.adds.append((c.row, new, weight, teacher))
+        if ch is not None:
+            res.challenger_adds.append((ch[0], new, ch[1], teacher))
         res.cas.append(label_change(c, new, teacher))
     return res
+
+
+def _challenger_part(c: CachedMessage, record: bytes | None) -> tuple[Row, float] | None:
+    """The challenger's row and weight of a cached message (None: it was cached without
+    them). Its key's record, if any, says the weight (as for the model's)."""
+    if c.challenger is None:
+        return None
+    weight = c.challenger[1] if record is None else record_challenger_weight(record)
+    if weight is None:
+        return None
+    return (c.row if c.challenger[0] is None else c.challenger[0]), weight
 
 
 def replaces(old: Teacher, new: Teacher) -> bool:

@@ -139,11 +139,13 @@ def autolearn_key(msg: Any) -> str:
 def judge_at_operating_point(window: Any, rule: Any, verdicts: Sequence[Any],
                              items: Sequence[Any], classes: list[Any]) -> None:
     """Give the ``verdicts`` of a two-class model the label, threshold, calibrated
-    probability and score code of its score ``window`` (streamnb/operating_point.py)."""
+    probability, score code and followed prior of its score ``window``
+    (streamnb/operating_point.py)."""
     pos = rule.positive_of(classes)
     if pos is None:
         return
     j = window.judge([v.score for v in verdicts], [v.label for v in verdicts],
                      [it.msg.label for it in items], pos, classes[1 - classes.index(pos)])
-    for v, *judged in zip(verdicts, j.labels, j.thresholds, j.probas, j.codes, strict=True):
-        v.label, v.threshold, v.proba, v.code = judged
+    for v, *judged in zip(verdicts, j.labels, j.thresholds, j.probas, j.codes, j.priors,
+                          strict=True):
+        v.label, v.threshold, v.proba, v.code, v.prior = judged

@@ -157,7 +157,10 @@ def predict_and_commit(rt: ModelRuntime, received: Received, settled: bool,
     o, decoded, prepared, announced = rt.options, received.decoded, received.prepared, \
         received.announced
     batch = received.batch
-    ordered_from = catch_up(rt, received.start, bool(batch.items), settled, own_applied)
+    # a batch that learns waits for earlier labelled batches too: its delayed labels and
+    # forgets resolve against what they leave (cache entries, learn-once records)
+    ordered_from = catch_up(rt, received.start, bool(batch.items) or decoded.labelled,
+                            settled, own_applied)
     if rt.replica.config is not rt.config:  # a challenger promoted: its config, its rows
         adopt_promoted(rt)
         batch, prepared = drop_bad_categories(rt.predictor, drop_undeclared_labels(
@@ -287,19 +290,19 @@ def prepare(rt: ModelRuntime, batch: Featurized) -> Prepared:
                     time.perf_counter() - t1)
 
 
-def catch_up(rt: ModelRuntime, start: str, has_items: bool, settled: bool,
+def catch_up(rt: ModelRuntime, start: str, ordered: bool, settled: bool,
              own_applied: bool = False) -> tuple[float, float]:
     """Bring the model up to date before predicting: other workers' earlier labelled
-    batches first (ordered predictions), then the log (batches committed while this one
-    was read and featurized). A worker alone that applied its own delta at the commit
+    batches first (ordered predictions; ``ordered``: the batch predicts or learns), then
+    the log (batches committed while this one was read and featurized). A worker alone that applied its own delta at the commit
     just settled (``own_applied``: nothing came between) has nothing to catch up with.
     Returns when the wait ended (``time.perf_counter()``, ``time.thread_time()``): the
     start of the batch's ordered section."""
     o = rt.options
-    current = has_items and o.order_wait_ms > 0 and await_earlier(rt, start)
+    current = ordered and o.order_wait_ms > 0 and await_earlier(rt, start)
     waited = time.perf_counter(), time.thread_time()
     current = current or (own_applied and rt.alone())
-    if not current and (settled or (has_items and (o.order_wait_ms > 0 or o.prequential))):
+    if not current and (settled or (ordered and (o.order_wait_ms > 0 or o.prequential))):
         rt.tail()
     return waited
 
@@ -395,3 +398,5 @@ def observe_predictions(rt: ModelRuntime, p: Predictions, now: float) -> None:
         if point.threshold is not None:
             rt.series(rt.metrics.operating_threshold).set(point.threshold)
             rt.series(rt.metrics.operating_supported).set(1.0 if point.supported else 0.0)
+        if rt.replica.scores.prior is not None:
+            rt.series(rt.metrics.operating_prior).set(rt.replica.scores.prior)

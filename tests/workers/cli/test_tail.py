@@ -73,6 +73,9 @@ def test_a_prediction_with_an_operating_point_shows_threshold_and_proba():
            "threshold": -0.035, "proba": 0.18253, "model_version": "4-0", "worker": "w1"}
     line = tail.format_entry("1700000000000-0", obj, dead=False)
     assert "label=ham score=-0.05 threshold=-0.035 proba=0.1825 version=4-0" in line
+    obj.update(prior=0.37512)  # with --prior-half-life
+    line = tail.format_entry("1700000000000-0", obj, dead=False)
+    assert "threshold=-0.035 proba=0.1825 prior=0.3751 version=4-0" in line
 
 
 def test_dead_letters_readable_and_as_json(redis_server, capsys):

@@ -33,8 +33,8 @@ from tests.helpers.workers import (
 pytestmark = pytest.mark.redis
 
 
-def _workers(url, name, n=2):
-    return [url_worker(url, [count_spec(name)], fast_options(f"w{i}", batch=13))
+def _workers(url, name, n=2, **kw):
+    return [url_worker(url, [count_spec(name)], fast_options(f"w{i}", batch=13, **kw))
             for i in range(n)]
 
 
@@ -187,3 +187,29 @@ def test_a_sharded_model_forgets_the_default_source_since_a_time_in_every_shard(
     for keys in keys_of("doc", 2):
         assert r.hget(keys.learnt_keys, "new") is None
         assert record_teacher(r.hget(keys.learnt_keys, "old")) == ("default", 1)
+
+
+def test_the_challenger_forgets_what_the_source_taught_it_since_the_time(redis_server):
+    """A challenger (workers/replication/challenger.py) keeps its parts by source as the
+    model does: after the forget it holds what it would have learnt without imap's later
+    messages, as the model does."""
+    r = redis_server.client()
+    msgs = token_messages(160, classes=("spam", "ham"), seed=47)
+    before, after = _mixed(msgs[0:60:2], msgs[1:60:2]), _mixed(msgs[60::2], msgs[61::2])
+    ws = _workers(redis_server.url, "mail", 1, challenger="alpha=1.0")
+    produce(r, "mail", before)
+    run_in_threads(ws)
+    time.sleep(0.01)
+    since = int(time.time() * 1000)
+    time.sleep(0.01)
+    produce(r, "mail", after)
+    run_in_threads(ws)
+    only = _workers(redis_server.url, "only", 1, challenger="alpha=1.0")
+    produce(r, "only", before + [m for m in after if m["source"] == "bulk"])
+    run_in_threads(only)
+    (done,) = forget_source_since(r, "mail", "imap", since)
+    assert done.entry is not None
+    ws[0].models["mail"].tail()
+    got, want = ws[0].models["mail"].replica, only[0].models["only"].replica
+    assert _digest(got.model) == _digest(want.model)
+    assert _digest(got.challenger.model) == _digest(want.challenger.model)

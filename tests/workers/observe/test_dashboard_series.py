@@ -32,7 +32,7 @@ GAUSSIAN_ONLY = {"streamnb_bhattacharyya_distance", "streamnb_bhattacharyya_boun
                  "streamnb_feature_drift_divergence"}
 #: Series of a model run with --target-fpr (a window of labelled scores) only.
 OPERATING_POINT_ONLY = {"streamnb_operating_threshold", "streamnb_operating_point_supported",
-                        "streamnb_operating_point_negatives"}
+                        "streamnb_operating_point_negatives", "streamnb_operating_prior"}
 #: Series of a model run with --challenger only (workers/replication/challenger.py).
 CHALLENGER_ONLY = {"streamnb_challenger_paired_total", "streamnb_challenger_verdicts_total"}
 #: Series by class: they exist once the model knows a class.

@@ -16,6 +16,7 @@ from streamnb_workers.replication.challenger import challenger_key, parse_spec, 
 from streamnb_workers.store.keys import ModelKeys
 from streamnb_workers.store.model_config import ModelSpec
 from tests.helpers.workers import (
+    IN_ORDER,
     VOCAB,
     assert_same_stats,
     fast_options,
@@ -86,7 +87,7 @@ def test_two_workers_learn_a_challenger_equal_to_an_independent_model(redis_serv
     produce(r, name, msgs)
     produce(r, solo, msgs)
     regs = [Metrics(CollectorRegistry()) for _ in range(2)]
-    opts = dict(batch=20, challenger=spec)
+    opts = dict(batch=20, challenger=spec, **IN_ORDER)
     workers = [url_worker(redis_server.url, [_spec(name, error_weight=2.0)],
                           fast_options(f"w{i}", **opts), metrics=regs[i]) for i in range(2)]
     run_in_threads(workers)
@@ -211,7 +212,7 @@ def test_promote_makes_the_challenger_the_model_on_every_worker(redis_server, ca
     produce(r, name, first)
     produce(r, solo, msgs)
     workers = [url_worker(redis_server.url, [_spec(name, error_weight=2.0)],
-                          fast_options(f"q{i}", batch=15, challenger=spec))
+                          fast_options(f"q{i}", batch=15, challenger=spec, **IN_ORDER))
                for i in range(n_workers)]
     run_in_threads(workers)
     assert main(["promote", "--model", name, "--redis", redis_server.url], env={}) == 0
@@ -269,3 +270,152 @@ def test_promote_without_a_challenger_is_refused(redis_server, capsys):
     assert main(["promote", "--model", "nochallenger", "--redis", redis_server.url], env={}) == 2
     assert "has no challenger" in capsys.readouterr().err
     assert r.xlen(ModelKeys("nochallenger").input) == 0
+
+
+def _everything(seed: int) -> list[dict]:
+    """Messages, then what else a model learns: delayed labels (in another batch and in
+    the same one), corrections, forgets and keys relearnt under another label."""
+    msgs = _messages(260, seed=seed)
+    early, late = msgs[:100], msgs[100:200]
+    truth = {m["id"]: ("spam" if "spam" in m["text"] else "ham") for m in msgs}
+    flip = {"spam": "ham", "ham": "spam"}
+    stream = list(early)
+    stream += [{"ref": m["id"], "label": truth[m["id"]]} for m in early if m["label"] is None]
+    for m in late:  # a delayed label right behind its message
+        stream.append(m)
+        if m["label"] is None:
+            stream.append({"ref": m["id"], "label": flip[truth[m["id"]]]})
+    labelled = [m for m in early if m["label"] is not None]
+    stream += [{"ref": m["id"], "label": flip[m["label"]]} for m in labelled[:10]]  # corrected
+    stream += [{"forget": True, "key": m["key"], "text": m["text"]} for m in labelled[10:15]]
+    stream += [{"id": f"re{m['id']}", "key": m["key"], "text": m["text"],
+                "label": flip[m["label"]]} for m in labelled[15:20]]  # relearnt
+    stream += [{"ref": m["id"], "label": flip[m["label"]]} for m in labelled[20:23]
+               ] + msgs[200:]  # corrected again below, after more traffic
+    stream += [{"ref": m["id"], "label": m["label"]} for m in labelled[20:23]]
+    return [{k: v for k, v in m.items() if v is not None} for m in stream]
+
+
+@pytest.mark.redis
+@pytest.mark.parametrize("spec, fcfg, error_weight", [
+    ("alpha=1,osb=5", {**FCFG, "osb": 5}, 2.0), ("alpha=1,error_weight=1", FCFG, 1.0)])
+def test_the_challenger_learns_what_a_model_of_its_config_learns_alone(
+        redis_server, spec, fcfg, error_weight):
+    """Delayed labels, corrections, forgets and relearnt keys teach the challenger what
+    they teach a model of its configuration served alone, with the weights it learnt
+    each message with (one worker: the equality is exact)."""
+    r = redis_server.client()
+    name, solo = f"all{len(spec)}", f"allsolo{len(spec)}"
+    stream = _everything(seed=len(spec))
+    produce(r, name, stream)
+    produce(r, solo, stream)
+    w = url_worker(redis_server.url, [_spec(name, error_weight=2.0)],
+                   fast_options("e0", batch=15, challenger=spec))
+    run_in_threads([w])
+    alone = url_worker(redis_server.url,
+                       [ModelSpec(solo, kind="multinomial", featurizer_config=dict(fcfg),
+                                  model_params={**PARAMS, "alpha": 1.0},
+                                  error_weight=error_weight,
+                                  decision={"min_class_weight": None})],
+                       fast_options("e1", batch=15))
+    run_in_threads([alone])
+    assert r.xlen(ModelKeys(name).dead) == r.xlen(ModelKeys(solo).dead) == 0
+    ref = alone.models[solo].replica
+    rt = w.models[name]
+    rt.tail()
+    assert rt.replica.learnt == ref.learnt
+    assert_same_stats(rt.replica.challenger.model, ref.model)
+    # and the same again from the log alone
+    from streamnb_workers.replication.challenger import Challenger
+    from streamnb_workers.replication.replica import Replica
+
+    again = Replica(r, ModelKeys(name), rt.config)
+    again.challenger = Challenger(rt.config, spec)
+    again.load()
+    assert_same_stats(again.challenger.model, ref.model)
+    r.delete(challenger_key(ModelKeys(name)))
+
+
+@pytest.mark.redis
+@pytest.mark.parametrize("spec, fcfg, error_weight", [
+    ("alpha=1,osb=5", {**FCFG, "osb": 5}, 2.0), ("alpha=1,error_weight=1", FCFG, 1.0)])
+def test_the_challenger_forgets_a_source_as_a_model_of_its_config_does(
+        redis_server, spec, fcfg, error_weight):
+    """Two sources teach the model and its challenger (labels, delayed labels,
+    corrections); ``forget --source`` takes one out of both: the challenger is then what a
+    model of its configuration served alone holds after the same forget, and so is the
+    model it becomes when promoted, after the same forget again."""
+    from streamnb_workers.cli.main import main
+    from streamnb_workers.client.forget import forget_source
+
+    r = redis_server.client()
+    name, solo = f"src{len(spec)}", f"srcsolo{len(spec)}"
+    msgs = _everything(seed=3 + len(spec))
+    taught = [{**m, "source": ("imap", "bulk")[i % 2]} if "label" in m else m
+              for i, m in enumerate(msgs)]
+    first, second = taught[:250], taught[250:]
+    solo_spec = ModelSpec(solo, kind="multinomial", featurizer_config=dict(fcfg),
+                          model_params={**PARAMS, "alpha": 1.0}, error_weight=error_weight,
+                          decision={"min_class_weight": None})
+    w = url_worker(redis_server.url, [_spec(name, error_weight=2.0)],
+                   fast_options("f0", batch=15, challenger=spec))
+    alone = url_worker(redis_server.url, [solo_spec], fast_options("f1", batch=15))
+    for part in (first, second):
+        produce(r, name, part)
+        produce(r, solo, part)
+        run_in_threads([w])
+        run_in_threads([alone])
+        forget_source(r, name, "imap")
+        forget_source(r, solo, "imap")
+        w.models[name].tail()
+        alone.models[solo].tail()
+        ch, ref = w.models[name].replica.challenger, alone.models[solo].replica
+        assert ch.sources.epochs == ref.sources.epochs == w.models[name].replica.sources.epochs
+        assert set(ch.sources.parts) == set(ref.sources.parts) >= {"bulk"}
+        assert_same_stats(ch.model, ref.model)
+    # from a snapshot: the challenger's parts come back with it
+    rt = w.models[name]
+    from streamnb_workers.replication.challenger import Challenger
+    from streamnb_workers.replication.replica import Replica
+
+    assert rt.snapshotter.hold_lease() and rt.snapshotter.write(rt.replica)
+    late = Replica(r, ModelKeys(name), rt.config)
+    late.challenger = Challenger(rt.config, spec)
+    late.load()
+    assert set(late.challenger.sources.parts) == set(ref.sources.parts)
+    assert_same_stats(late.challenger.model, ref.model)
+    # promoted, it keeps its parts: a forget of bulk leaves what the solo model keeps
+    assert main(["promote", "--model", name, "--redis", redis_server.url], env={}) == 0
+    run_in_threads([w])
+    forget_source(r, name, "bulk")
+    forget_source(r, solo, "bulk")
+    w.models[name].tail()
+    alone.models[solo].tail()
+    assert w.models[name].replica.challenger is None
+    assert_same_stats(w.models[name].replica.model, alone.models[solo].replica.model)
+
+
+@pytest.mark.redis
+@pytest.mark.parametrize("seed", [13, 16])
+def test_two_workers_learn_delayed_labels_and_forgets_as_one_does(redis_server, seed):
+    """A batch of delayed labels or forgets alone (no message to predict) waits for the
+    earlier labelled batches of other workers too: what it resolves against (their cache
+    entries, learn-once records) is there, so two workers learn what one does, the
+    challenger's statistics included."""
+    r = redis_server.client()
+    stream = _everything(seed=seed)
+    runs = {}
+    for n in (1, 2):
+        name = f"both{seed}x{n}"
+        produce(r, name, stream)
+        ws = [url_worker(redis_server.url, [_spec(name, error_weight=2.0)],
+                         fast_options(f"{name}w{i}", batch=15, challenger="alpha=1,osb=5",
+                                      **IN_ORDER)) for i in range(n)]
+        run_in_threads(ws)
+        rt = ws[-1].models[name]
+        rt.tail()
+        runs[n] = rt.replica
+        r.delete(challenger_key(ModelKeys(name)))
+    assert runs[1].learnt == runs[2].learnt
+    assert_same_stats(runs[2].model, runs[1].model)
+    assert_same_stats(runs[2].challenger.model, runs[1].challenger.model)

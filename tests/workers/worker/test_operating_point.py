@@ -19,6 +19,7 @@ from streamnb_workers.store.model_config import read_config
 from streamnb_workers.wire.outputs import decode_output
 from tests.helpers.redis_server import REDIS_SERVER, RedisServer
 from tests.helpers.workers import (
+    IN_ORDER,
     count_spec,
     fast_options,
     produce,
@@ -61,10 +62,8 @@ def _run(redis_server, pair_batch=50):
     msgs = _messages()
     produce(client, "pair", msgs)
     produce(client, "solo", msgs)
-    # (a wait for the other worker's earlier batch long enough that a loaded host never
-    # gives it up: given up, a batch is predicted out of order, by design, and differs)
     pair = [url_worker(redis_server.url, [count_spec("pair", decision=dict(DECISION))],
-                       fast_options(name, batch=pair_batch, order_wait_ms=60_000))
+                       fast_options(name, batch=pair_batch, **IN_ORDER))
             for name in ("a", "b")]
     run_in_threads(pair)
     registry = CollectorRegistry()

@@ -145,8 +145,8 @@ def format_entry(stream_id: str, obj: Mapping[str, Any], dead: bool, positive: A
     else:
         fields += [("id", obj.get("id")), ("label", obj.get("label")),
                    ("score", _score(obj, positive))]
-        # with an operating point (--target-fpr, --calibration)
-        fields += [(k, f"{obj[k]:.4g}") for k in ("threshold", "proba")
+        # with an operating point (--target-fpr, --calibration, --prior-half-life)
+        fields += [(k, f"{obj[k]:.4g}") for k in ("threshold", "proba", "prior")
                    if isinstance(obj.get(k), int | float)]
         if obj.get("true_label") is not None:
             fields += [("true", obj["true_label"]), ("learnt", "yes" if obj.get("learned") else "no")]

@@ -19,6 +19,7 @@ from typing import Any
 
 from streamnb.decision_parsing import (
     parse_class_prior,
+    parse_half_life,
     parse_loss_matrix,
     parse_rate,
     parse_unsure_band,
@@ -162,6 +163,11 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     add_option(d, "--score-window", type=whole_number_in(100, 1_000_000, "messages"),
                metavar="N", help="labelled messages --target-fpr and --calibration are fitted "
                "on, the latest (default 20000)")
+    add_option(d, "--prior-half-life", type=_parsed(parse_half_life), metavar="N",
+               help="two classes, with --calibration: move the calibrated P(positive) to "
+               "the class mix of the labelled messages, each weighing half as much N "
+               "messages later, and label by it without --target-fpr (default off; "
+               "docs/worker.md, \"Operating point\")")
     w = p.add_argument_group("worker options")
     add_option(w, "--batch", type=positive_int, default=DEFAULT_BATCH_SIZE, help="entries read per XREADGROUP")
     add_option(w, "--block-ms", type=non_negative_int, default=DEFAULT_BLOCK_MS, help="XREADGROUP BLOCK time")

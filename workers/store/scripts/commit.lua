@@ -183,7 +183,7 @@ if keys_at > 0 and keys_max > 0 and n_learn > 0 then
 end
 -- a class removed releases the keys learnt under it: each record that holds the class's
 -- prefix after its array header byte (its label packed: workers/wire/learn_keys.py,
--- record_prefix; the header is 2 or 4 fields, with a source), found by HSCAN over
+-- record_prefix; the header is 2, 4 or 5 fields), found by HSCAN over
 -- {M}:keys (at most learnt_keys_max records), the key then learnt afresh
 if keys_at > 0 then
   for i = first_drop + 1, first_drop + 2 * n_drops - 1, 2 do
