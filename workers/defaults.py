@@ -77,6 +77,9 @@ DEFAULT_LEARNT_KEYS_MAX = 250_000
 #: Sources a model keeps apart at most (``worker --max-sources``; docs/worker.md, "Sources"):
 #: each costs one copy of the model's statistics in every worker and in its snapshot.
 DEFAULT_MAX_SOURCES = 8
+#: Seconds of ``:log`` kept behind each snapshot (``worker --log-keep``): how far back
+#: ``forget --source NAME --since TIME`` reaches (workers/client/forget_since.py).
+DEFAULT_LOG_KEEP_S = 60.0
 #: Autolearn (``worker --autolearn``; docs/worker.md, "Autolearn"): the least distance of a
 #: verdict's score from 0, the least weight of each class the model must hold, and the most
 #: messages autolearnt per batch.

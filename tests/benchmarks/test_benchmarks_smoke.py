@@ -787,6 +787,8 @@ def test_class_removal_releases_the_class_keys_alone():
 
     seconds, left = class_removal.removal_seconds(3000, 40)
     assert left == 3000 - 40 and seconds > 0
+    seconds, released = class_removal.since_seconds(3000)
+    assert released == 3000 // 4 and seconds > 0
 
 
 def test_protocols_client_run_counts_answers_right_and_not_scored():

@@ -26,8 +26,8 @@ import redis
 from streamnb.models.io import dumps
 from streamnb_workers.client.status import collect, format_text
 from streamnb_workers.replication.shards import shard_names
-from streamnb_workers.store.keys import ModelKeys
-from streamnb_workers.store.training import token_key, train_stream
+from streamnb_workers.store.keys import ModelKeys, source_epochs_key
+from streamnb_workers.store.training import forward, token_key, train_stream
 from streamnb_workers.wire.outputs import decode_output
 from tests.helpers.acl import (
     SCORER_PASSWORD,
@@ -138,6 +138,8 @@ def test_every_entry_the_scorer_can_write_leaves_the_statistics_unchanged(acl_se
         {"ref": msgs[1]["id"], "label": "spam"},                            # a delayed label
         {"tokens": learnt["tokens"], "key": learnt["key"], "forget": True},  # a forget
         {"tokens": ["x"], "label": "news", "forget": False},
+        {"forget_source": "default"},                                      # a source's forget
+        {"forget_class": "spam"},                                          # a class removal
     ]
     for m in hostile:
         data = msgpack.packb(m, use_bin_type=True)
@@ -298,3 +300,132 @@ def test_a_model_stored_before_training_takes_labels_on_in_until_migrated(acl_se
     assert int(admin.get(k.learnt)) == 2
     assert [decode_output(f[b"data"])["reason"] for _, f in admin.xrange(k.dead)] == [
         "label_not_allowed"]
+
+
+def _taught_by_ref(server, name, attack):
+    """A model taught by the trainer: labelled messages, unlabelled ones (ids ``t*``) and,
+    later, a delayed label for each; the scorer meanwhile scores mail of its own (ids
+    ``s*``). With ``attack``, the scorer reads every id from ``:out`` and sends a payload
+    of its own under it, before the delayed labels and beside one of them in its batch.
+    (the model's bytes, ``:learnt``, the dead letters' reasons by entry)."""
+    k = ModelKeys(name)
+    w = _worker(server, name)
+    w.start()
+    trainer = _as(server, TRAINER_USER, TRAINER_PASSWORD)
+    scorer = _as(server, SCORER_USER, SCORER_PASSWORD)
+
+    def train(obj):
+        trainer.xadd(train_stream(k), {"data": msgpack.packb(obj)})
+
+    for m in token_messages(30, seed=8):
+        train(m)
+    for i in range(4):
+        train({"id": f"t{i}", "tokens": ["meeting", "notes", f"w{i}"]})
+        scorer.xadd(k.input, {"data": msgpack.packb({"id": f"s{i}", "tokens": ["lunch", f"v{i}"]})})
+    w.run_until_idle(timeout=60)
+    evil = {"tokens": ["unsubscribe", "invoice", "evil"] * 5}
+    if attack:
+        seen = [decode_output(f[b"data"])["id"] for _, f in scorer.xrange(k.out)]
+        assert {"t0", "t3", "s0"} <= set(seen)  # the scorer reads every id it needs
+        for msg_id in ("t0", "t1", "t2", "s0", "s1"):
+            scorer.xadd(k.input, {"data": msgpack.packb({**evil, "id": msg_id})})
+        w.run_until_idle(timeout=60)
+        # ... and beside the delayed label in one batch
+        scorer.xadd(k.input, {"data": msgpack.packb({**evil, "id": "t3"})})
+        scorer.xadd(k.input, {"data": msgpack.packb({**evil, "id": "s2"})})
+    for i in range(4):
+        train({"ref": f"t{i}", "label": "spam"})
+        train({"ref": f"s{i}", "label": "ham"})
+    w.run_until_idle(timeout=60)
+    # the trainer's message, the scorer's under its id and the trainer's label for it, in
+    # that order in one batch (moved from :train by hand, as a worker does)
+    admin = server.client()
+    train({"id": "t9", "tokens": ["meeting", "agenda", "w9"]})
+    forward(admin, k, 10)
+    if attack:
+        scorer.xadd(k.input, {"data": msgpack.packb({**evil, "id": "t9"})})
+    train({"ref": "t9", "label": "ham"})
+    forward(admin, k, 10)
+    w.run_until_idle(timeout=60)
+    dead = [decode_output(f[b"data"]) for _, f in admin.xrange(k.dead)]
+    model, _ = learnt_model(admin, name)
+    return dumps(model), int(admin.get(k.learnt)), sorted(
+        (d["reason"], d.get("detail", "")[:40]) for d in dead)
+
+
+def test_the_scorer_cannot_choose_what_a_delayed_label_teaches(acl_server):
+    """The scorer reads the ids of ``:out`` and sends its own payload under them; the
+    trainer's later delayed labels (``ref``) still teach the rows the trainer's own
+    messages were cached with, and the scorer's own messages are never taught by one: the
+    statistics are byte for byte those of the run without the scorer's entries."""
+    honest = _taught_by_ref(acl_server, "rights-ref-honest", attack=False)
+    attacked = _taught_by_ref(acl_server, "rights-ref-attacked", attack=True)
+    assert honest[1] == attacked[1] == 35  # 30 labelled, 5 delayed labels of t*
+    assert attacked[0] == honest[0]
+    assert attacked[2] == honest[2]  # the refs to s* expire in both: never cached
+    assert [r for r, _ in honest[2]] == ["ref_expired"] * 4
+
+
+def test_the_trainer_forgets_a_source_through_the_workers(acl_server, tmp_path):
+    """``forget --source NAME`` as the trainer: sent through ``:train`` as an entry
+    ``{"forget_source": NAME}``, logged by the workers' commit with the source's next
+    epoch; the statistics are those of the messages of the other sources. ``--since``
+    reads the log: the admin's, refused in one line to the trainer."""
+    name = "rights-source"
+    w = _worker(acl_server, name)
+    w.start()
+    url = acl_server.url_for(TRAINER_USER, TRAINER_PASSWORD)
+    msgs = token_messages(40, seed=9)
+    for path, part, more in (("imap.jsonl", msgs[:20], ["--source", "imap"]),
+                             ("rest.jsonl", msgs[20:], [])):
+        assert cli("produce", "--redis", url, "--model", name, *more,
+                   _jsonl(tmp_path / path, part)).returncode == 0
+    w.run_until_idle(timeout=60)
+    admin = acl_server.client()
+    admin.execute_command("ACL", "LOG", "RESET")
+    got = cli("forget", "--redis", url, "--model", name, "--source", "imap")
+    assert got.returncode == 0, got.stderr
+    assert "the workers log it" in got.stdout
+    w.run_until_idle(timeout=60)
+    model, _ = learnt_model(admin, name)
+    assert_same_stats(model, offline_model("multinomial", w.models[name].config.model_params,
+                                           FCFG, msgs[20:]))
+    assert int(admin.hget(source_epochs_key(ModelKeys(name)), "imap")) == 1
+    assert acl_refusals(admin, TRAINER_USER) == []
+    since = cli("forget", "--redis", url, "--model", name, "--source", "imap", "--since",
+                "2026-01-01")
+    assert since.returncode == 2 and "streamnb-admin" in since.stderr
+    assert len(since.stderr.strip().splitlines()) == 1
+
+
+def test_the_trainer_removes_a_class_checked_by_the_workers(acl_server, tmp_path):
+    """``forget --class LABEL`` as the trainer, which cannot read the model: sent with
+    ``force`` as given; without ``--force`` the workers refuse a class that holds weight
+    (a dead letter ``class_holds_weight``, the statistics unchanged), with it they remove
+    the class (the statistics of the other classes' messages)."""
+    name = "rights-class"
+    w = _worker(acl_server, name)
+    w.start()
+    url = acl_server.url_for(TRAINER_USER, TRAINER_PASSWORD)
+    msgs = token_messages(45, seed=10)
+    assert cli("produce", "--redis", url, "--model", name,
+               _jsonl(tmp_path / "t.jsonl", msgs)).returncode == 0
+    w.run_until_idle(timeout=60)
+    before = _stats(acl_server, name)
+    admin = acl_server.client()
+    admin.execute_command("ACL", "LOG", "RESET")
+    got = cli("forget", "--redis", url, "--model", name, "--class", "news")
+    assert got.returncode == 0, got.stderr
+    assert "not read: the workers remove it if the model holds it, without weight" in got.stdout
+    w.run_until_idle(timeout=60)
+    assert _stats(acl_server, name) == before
+    dead = [decode_output(f[b"data"]) for _, f in admin.xrange(ModelKeys(name).dead)]
+    assert [d["reason"] for d in dead] == ["class_holds_weight"]
+    # the one refusal: its read of the model, which leaves the check to the workers
+    assert [e["object"] for e in acl_refusals(admin, TRAINER_USER)] == ["hgetall"]
+    got = cli("forget", "--redis", url, "--model", name, "--class", "news", "--force")
+    assert got.returncode == 0, got.stderr
+    w.run_until_idle(timeout=60)
+    model, _ = learnt_model(admin, name)
+    assert_same_stats(model, offline_model("multinomial", w.models[name].config.model_params,
+                                           FCFG, [m for m in msgs if m["label"] != "news"]))

@@ -13,15 +13,17 @@ from __future__ import annotations
 
 import argparse
 import math
+import time
 from collections.abc import Callable
 
+from streamnb_workers.client.forget_since import since_ms
 from streamnb_workers.replication.challenger import parse_spec
 from streamnb_workers.wire.codec import DEFAULT_MAX_ENTRY_BYTES
 from streamnb_workers.wire.learn_sources import check_source
 
 __all__ = ["challenger_spec", "finite_float", "float_list", "non_negative_float", "non_negative_int",
-           "number_in", "octal_mode", "port", "positive_int", "shrinkage", "source_name",
-           "whole_number_in"]
+           "number_in", "octal_mode", "port", "positive_int", "shrinkage", "since_time",
+           "source_name", "whole_number_in"]
 
 
 def whole_number_in(low: int, high: int | None, what: str = "a whole number",
@@ -181,3 +183,18 @@ def source_name(text: str) -> str:
         return check_source(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def since_time(text: str) -> int:
+    """The type of ``forget --since TIME``: ms since the epoch, not in the future.
+
+    >>> since_time("2026-12-07T10:00:00+01:00")
+    1796634000000
+    """
+    try:
+        value = since_ms(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    if value > time.time() * 1000:
+        raise argparse.ArgumentTypeError(f"expected a time not in the future, got {text!r}")
+    return value

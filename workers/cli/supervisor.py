@@ -83,6 +83,7 @@ def worker_options(args: argparse.Namespace) -> Any:
                          challenger=args.challenger,
                          healthz_grace_s=args.healthz_grace,
                          learnt_keys_max=args.learnt_keys_max, max_sources=args.max_sources,
+                         trim_margin_ms=int(args.log_keep * 1000),
                          autolearn=args.autolearn, autolearn_score=args.autolearn_score,
                          autolearn_min_class_weight=args.autolearn_min_class_weight,
                          autolearn_per_batch=args.autolearn_per_batch,

@@ -21,9 +21,10 @@ that holds weight.
 
 What a source taught is taken out whole (:func:`forget_source`, ``streamnb forget
 --source NAME``): a ``forget`` entry written straight to every shard's ``:log`` and the
-source's next epoch in ``{M}:epochs``. It is an admin's operation: it writes the model's
-log, which only the workers (and the admin user) may (deploy/redis/users.acl); neither the
-producer, the scorer nor the trainer user can.
+source's next epoch in ``{M}:epochs``, by a user that may write the log (the admin); a
+user that may not (the trainer, the producer: deploy/redis/users.acl) sends it instead as
+an entry ``{"forget_source": NAME}`` where it sends labels (:func:`send_forget_source`),
+and the workers' commit writes both.
 """
 
 from __future__ import annotations
@@ -36,15 +37,15 @@ from dataclasses import dataclass, field
 from typing import Any, BinaryIO, TextIO
 
 import msgpack
+import redis
 
 from streamnb.exceptions import MalformedMessage, SettingsError
-from streamnb_workers.client.produce_checks import stored_training
+from streamnb_workers.client.produce_checks import declared_classes, stored_training
 from streamnb_workers.client.shard_streams import shard_keys
 from streamnb_workers.client.sources import Outgoing, is_mbox, iter_paths
 from streamnb_workers.replication.log_entries import encode_forget_source
 from streamnb_workers.replication.shards import load_model
 from streamnb_workers.store.keys import ModelKeys, source_epochs_key
-from streamnb_workers.store.model_config import read_config
 from streamnb_workers.store.training import learning_stream
 from streamnb_workers.wire.codec import DATA_FIELD, decode_input
 from streamnb_workers.wire.learn_keys import known_keys
@@ -52,7 +53,7 @@ from streamnb_workers.wire.learn_sources import check_source
 from streamnb_workers.wire.replies import as_str
 
 __all__ = ["ClassRemoval", "ForgetReport", "forget", "forget_class", "forget_source", "iter_sources",
-           "source_epochs"]
+           "send_forget_source", "source_epochs"]
 
 
 @dataclass(slots=True)
@@ -179,6 +180,21 @@ def forget_source(client: Any, model: str, source: str) -> list[str]:
     return entries
 
 
+def send_forget_source(client: Any, model: str, source: str) -> list[str]:
+    """Send the forget of ``source`` as an entry ``{"forget_source": NAME}`` to every
+    shard's ``:in`` (``:train`` for a model stored with ``training: train``): what a user
+    that may not write the log (the trainer) does. The workers' commit of that entry
+    logs the forget and counts the epoch up, in stream order. Returns the entry ids."""
+    check_source(source)
+    shards = shard_keys(client, model)
+    training = stored_training(client, model)
+    pipe = client.pipeline(transaction=False)
+    for keys in shards:
+        pipe.xadd(learning_stream(keys, training),
+                  {DATA_FIELD: msgpack.packb({"forget_source": source}, use_bin_type=True)})
+    return [as_str(i) for i in pipe.execute()]
+
+
 def source_epochs(client: Any, keys: ModelKeys, sources: list[str]) -> dict[str, int]:
     """The current epoch of each of ``sources`` in the shard ``keys`` (0: never forgotten)."""
     if not sources:
@@ -189,41 +205,51 @@ def source_epochs(client: Any, keys: ModelKeys, sources: list[str]) -> dict[str,
 
 @dataclass(slots=True)
 class ClassRemoval:
-    """A class removal sent: the class (as the model holds it), the weight it held, and
-    the model's statistics shards (the ``:in`` streams sent to)."""
+    """A class removal sent: the class (as the model holds it), the weight it held (None:
+    not read, left to the workers), and the model's statistics shards (the ``:in``
+    streams sent to)."""
 
     label: Any
-    weight: float
+    weight: float | None
     shards: int = 1
 
 
 def forget_class(client: Any, model: str, label: str, *, force: bool = False) -> ClassRemoval:
     """Send the removal of class ``label`` (matched by its text, so ``3`` names an int
     class 3) to every shard of ``model``; SettingsError (one line) if the class is not
-    the model's, is declared, or holds weight without ``force``."""
-    config = read_config(client, model)
-    if config is None:
+    the model's, is declared, or holds weight without ``force``. A user that may not read
+    the model (the trainer) sends it unchecked but for the declared classes: the workers
+    then refuse a class that holds weight without ``force`` (a dead letter
+    ``class_holds_weight``) and remove nothing for a class the model does not hold."""
+    if client.hmget(ModelKeys(model).config, ["kind"])[0] is None:
         raise SettingsError(f"model {model!r} has no config in Redis (no worker has served it)")
-    if config.classes is not None and label in config.classes:
+    declared = declared_classes(client, model)
+    if declared is not None and label in declared:
         raise SettingsError(
-            f"{label!r} is a declared class of model {model!r} ({', '.join(config.classes)}): "
+            f"{label!r} is a declared class of model {model!r} ({', '.join(declared)}): "
             "it is not removed; forget the messages learnt under it instead")
-    current, _ = load_model(client, model)
-    labels = current.stats["classes"].labels
-    found = [c for c in labels if str(c) == label]
-    if not found:
-        shown = ", ".join(map(str, labels)) or "none yet"
-        raise SettingsError(f"{label!r} is not a class of model {model!r} (classes: {shown})")
-    cls = found[0]
-    weight = float(current.stats["classes"].counts[labels.index(cls)])
-    if weight > 0 and not force:
-        raise SettingsError(f"class {label!r} of model {model!r} holds weight {weight:g}: add "
-                            "--force to remove it with everything learnt under it")
+    try:
+        current, _ = load_model(client, model)
+    except redis.exceptions.NoPermissionError:
+        current = None  # (checked by the workers)
+    cls: Any = label
+    weight = None
+    if current is not None:
+        labels = current.stats["classes"].labels
+        found = [c for c in labels if str(c) == label]
+        if not found:
+            shown = ", ".join(map(str, labels)) or "none yet"
+            raise SettingsError(f"{label!r} is not a class of model {model!r} (classes: {shown})")
+        cls = found[0]
+        weight = float(current.stats["classes"].counts[labels.index(cls)])
+        if weight > 0 and not force:
+            raise SettingsError(f"class {label!r} of model {model!r} holds weight {weight:g}: "
+                                "add --force to remove it with everything learnt under it")
     shards = shard_keys(client, model)
     training = stored_training(client, model)
+    entry = msgpack.packb({"forget_class": cls, "force": bool(force)}, use_bin_type=True)
     pipe = client.pipeline(transaction=False)
     for keys in shards:
-        pipe.xadd(learning_stream(keys, training), {DATA_FIELD: msgpack.packb({"forget_class": cls},
-                                                         use_bin_type=True)})
+        pipe.xadd(learning_stream(keys, training), {DATA_FIELD: entry})
     pipe.execute()
     return ClassRemoval(cls, weight, len(shards))

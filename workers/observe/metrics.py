@@ -34,7 +34,7 @@ DEAD_LETTER_REASONS = ("not_msgpack", "not_a_map", "no_data", "too_large", "no_p
                        "several_payloads", "bad_type", "non_finite", "bad_label", "bad_weight",
                        "wrong_dimension", "incompatible_payload", "bad_category", "not_learnt",
                        "poison", "ref_expired", "bad_source", "too_many_sources",
-                       "declared_class", "label_not_allowed")
+                       "declared_class", "label_not_allowed", "class_holds_weight")
 #: The kinds of ``redis_errors`` (workers/worker/loop.py, ``error_kind``).
 REDIS_ERROR_KINDS = ("connection", "timeout", "misconf", "readonly", "nogroup", "other")
 #: What ``corrupt_records`` counts.

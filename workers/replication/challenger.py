@@ -205,9 +205,10 @@ class Challenger:
         if sub is not None:
             self.model.subtract_stats(without_removed(self.model, sub))
 
-    def forget(self, source: str) -> None:
-        """Take out all ``source`` taught (log entry ``forget``)."""
-        self.model = self.sources.forget(self.config, self.model, source)
+    def forget(self, source: str, taught: Any = None, since: bool = False) -> None:
+        """Take out all ``source`` taught (log entry ``forget``; ``since``: only
+        ``taught``, as :meth:`SourceParts.forget`)."""
+        self.model = self.sources.forget(self.config, self.model, source, taught, since)
 
     def decay(self, g: float) -> None:
         """Multiply every learnt weight by ``g`` (log entry ``decay``)."""

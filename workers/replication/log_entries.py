@@ -14,7 +14,10 @@
   ``"csrc"`` the others' as ``src``.
 - ``{"t": "decay", "g": float}``: multiply every learnt weight by ``g`` (forgetting).
 - ``{"t": "forget", "s": source}``: take out everything ``source`` taught
-  (``streamnb forget --source``).
+  (``streamnb forget --source``). With ``"since": ms`` and ``"a": bytes``: take out what it
+  taught since that time, the encoded StatsBundle ``a`` (the sum of its contributions in
+  the log since then, workers/client/forget_since.py), and start its next epoch, what it
+  taught before kept in it (``streamnb forget --source NAME --since TIME``).
 - ``{"t": "promote", "s": SPEC}``: the challenger SPEC becomes the model (its config too).
 - ``{"t": "drop", "c": label}``: remove class ``c`` and everything learnt under it
   (``GenerativeClassifier.remove_class``; a class the model does not hold: nothing), from
@@ -29,6 +32,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from streamnb.encoding import dumps, loads
@@ -38,8 +42,8 @@ from streamnb.stats.bundle import StatsBundle
 from streamnb_workers.store.model_config import ModelConfig
 from streamnb_workers.wire.learn_sources import Teacher, check_source
 
-__all__ = ["decode_log_entry", "encode_class_drop", "encode_decay", "encode_delta",
-           "encode_forget_source", "score_codes_of", "score_window_for", "without_removed"]
+__all__ = ["SourceForget", "decode_log_entry", "encode_class_drop", "encode_decay", "encode_delta",
+           "encode_forget_source", "forgotten_since", "score_codes_of", "score_window_for", "without_removed"]
 
 
 def encode_delta(add: StatsBundle | None, sub: StatsBundle | None, n_learnt: int,
@@ -76,9 +80,46 @@ def encode_delta(add: StatsBundle | None, sub: StatsBundle | None, n_learnt: int
     return dumps(entry)
 
 
-def encode_forget_source(source: str) -> bytes:
-    """A log entry that takes out everything ``source`` taught."""
-    return dumps({"t": "forget", "s": check_source(source)})
+def encode_forget_source(source: str, since_ms: int | None = None,
+                         taught: StatsBundle | None = None,
+                         challenger: StatsBundle | None = None) -> bytes:
+    """A log entry that takes out everything ``source`` taught (since ``since_ms``: what
+    it taught the model since then, ``taught``, and the challenger, ``challenger``)."""
+    if since_ms is None:
+        return dumps({"t": "forget", "s": check_source(source)})
+    entry = {"t": "forget", "s": check_source(source), "since": int(since_ms)}
+    if taught is not None:
+        entry["a"] = taught.to_bytes()
+    if challenger is not None:
+        entry["ca"] = challenger.to_bytes()
+    return dumps(entry)
+
+
+@dataclass(frozen=True, slots=True)
+class SourceForget:
+    """An entry ``{"forget_source": NAME}`` of ``:in`` (``streamnb forget --source`` as a
+    user that may not write the log), carried with the class removals to the commit,
+    which appends its log entry in stream order and counts NAME's epoch up."""
+
+    source: str
+
+    def commit_entry(self) -> tuple[bytes, bytes]:
+        """(the log entry, a record prefix no learn-once record has: none is released)."""
+        return encode_forget_source(self.source), b"\xc1"
+
+
+def forgotten_since(entry: dict[str, Any]) -> tuple[bool, StatsBundle | None,
+                                                    StatsBundle | None]:
+    """Whether a ``forget`` entry takes out only what its source taught since a time, and
+    then what it takes out of the model and of the challenger (None: nothing), checked."""
+    if entry.get("since") is None:
+        return False, None, None
+    since = entry["since"]
+    if not isinstance(since, int) or isinstance(since, bool) or since < 0 or \
+            any(not isinstance(entry.get(f), (bytes, type(None))) for f in ("a", "ca")):
+        raise FormatError("a forget since a time needs 'since' (ms), and bundles 'a', 'ca'")
+    return True, *(None if entry.get(f) is None else StatsBundle.from_bytes(entry[f])
+                   for f in ("a", "ca"))
 
 
 def encode_decay(g: float) -> bytes:

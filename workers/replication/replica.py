@@ -47,6 +47,7 @@ from streamnb_workers.replication.log_entries import (
     encode_decay,
     encode_delta,
     encode_forget_source,
+    forgotten_since,
     score_codes_of,
     score_window_for,
     without_removed,
@@ -352,10 +353,15 @@ class Replica:
                 if self.challenger is not None:
                     self.challenger.decay(float(g))
                 self._changed()
-            elif entry["t"] == "forget":
-                self.model = self.sources.forget(self.config, self.model, check_source(entry.get("s")))
-                if self.challenger is not None:
-                    self.challenger.forget(entry["s"])
+            elif entry["t"] == "forget":  # (since a time: checked whole before any change)
+                name, (since, taught, ch_taught) = check_source(entry.get("s")), \
+                    forgotten_since(entry)
+                taught = self.sources.since_part(self.model, name, taught)
+                ch = self.challenger
+                ch_taught = ch.sources.since_part(ch.model, name, ch_taught) if ch else None
+                self.model = self.sources.forget(self.config, self.model, name, taught, since)
+                if ch is not None:
+                    ch.forget(name, ch_taught, since)
                 self._changed()
             elif entry["t"] == "promote":  # the challenger becomes the model
                 if promoted(self.challenger, entry.get("s"), self.keys.name, entry_id):

@@ -128,12 +128,36 @@ class SourceParts:
                 model.subtract_stats(sub)
         return model
 
-    def forget(self, config: Any, model: Any, source: str) -> Any:
-        """Take out all ``source`` taught, start its next epoch; return the model."""
+    def since_part(self, model: Any, source: str, taught: Any) -> Any:
+        """``taught`` as :meth:`forget` takes it out of ``source``'s part (its classes
+        removed since left out); ValueError if that part does not hold it."""
+        part = self.parts.get(source) if self.parts else \
+            model.stats if source == DEFAULT_SOURCE else None
+        if taught is None or part is None:
+            return taught
+        taught = without_removed(part["classes"].labels, taught)
+        part.check_subtractable(taught)
+        return taught
+
+    def forget(self, config: Any, model: Any, source: str, taught: Any = None,
+               since: bool = False) -> Any:
+        """Take out all ``source`` taught, start its next epoch; return the model.
+        ``since``: take out only ``taught`` (what it taught since a time, checked by
+        :meth:`since_part`; None: nothing), the rest staying its part, in the new epoch."""
         self.epochs[source] = self.epochs.get(source, 0) + 1
         if not self.parts:  # the default source alone taught
-            return config.make_model() if source == DEFAULT_SOURCE else model
-        if self.parts.pop(source, None) is None:
+            if source != DEFAULT_SOURCE:
+                return model
+            if not since:
+                return config.make_model()
+            if taught is not None:
+                model.subtract_stats(taught)
+            return model
+        if since:
+            if taught is None or source not in self.parts:
+                return model
+            self.parts[source].subtract(taught)
+        elif self.parts.pop(source, None) is None:
             return model
         return self.total(config)
 

@@ -114,6 +114,9 @@ class CommitRequest:
     #: delta, and every learnt key whose record holds the prefix after its first byte is released
     #: (workers/wire/learn_keys.py, ``record_prefix``; needs ``key_store``).
     class_drops: list[tuple[bytes, bytes]] = field(default_factory=list)
+    #: ``({M}:epochs, sources)``: a source forgotten by one of ``class_drops``' entries
+    #: (``{"t": "forget"}``) counts its epoch up there, once per name listed.
+    source_bumps: tuple[str, list[str]] | None = None
 
 
 @dataclass(slots=True)
@@ -173,7 +176,9 @@ def script_args(keys: ModelKeys, consumer: str, req: CommitRequest, out_maxlen: 
       ``keys_max``: keys kept at most (0: no bound);
     - ``drops_at``/``n_drops``: the classes removed, each its log entry (appended after
       the delta and the decay events) and the prefix of the records of the keys it
-      releases (deleted from ``{M}:keys`` and ``{M}:keyorder``).
+      releases (deleted from ``{M}:keys`` and ``{M}:keyorder``);
+    - ``epochs_key_at``, ``bumps_at``/``n_bumps``: ``{M}:epochs`` and the sources whose
+      epoch a forget among the drops counts up (0: none).
     """
     script_keys = [keys.input, keys.out, keys.dead, keys.log, keys.learnt]
     write_keys_at = len(script_keys) + 1
@@ -195,6 +200,10 @@ def script_args(keys: ModelKeys, consumer: str, req: CommitRequest, out_maxlen: 
     if req.key_store is not None:
         script_keys += req.key_store
         keys_key_at = len(script_keys) - 1
+    epochs_key_at, bumps = 0, []
+    if req.source_bumps is not None and req.source_bumps[1]:
+        script_keys.append(req.source_bumps[0])
+        epochs_key_at, bumps = len(script_keys), req.source_bumps[1]
 
     lists: list[Any] = [*req.ids, *req.outputs, *req.dead]
     writes_at = len(lists)
@@ -215,6 +224,8 @@ def script_args(keys: ModelKeys, consumer: str, req: CommitRequest, out_maxlen: 
     drops_at = len(lists)
     for entry, prefix in req.class_drops:
         lists += (entry, prefix)
+    bumps_at = len(lists)
+    lists += bumps
     named = {
         "group": GROUP, "consumer": consumer,
         "out_maxlen": int(out_maxlen), "dead_maxlen": int(dead_maxlen),
@@ -234,10 +245,11 @@ def script_args(keys: ModelKeys, consumer: str, req: CommitRequest, out_maxlen: 
         "relabel_at": relabel_at, "n_relabel": len(req.relabel_keys),
         "keys_max": int(req.keys_max),
         "drops_at": drops_at, "n_drops": len(req.class_drops),
+        "epochs_key_at": epochs_key_at, "bumps_at": bumps_at, "n_bumps": len(bumps),
     }
     first = 2 + 2 * len(named)  # where the lists start (Lua counts from 1)
     for name in ("ids_at", "outputs_at", "dead_at", "writes_at", "cas_at", "learn_at",
-                 "forget_at", "relabel_at", "drops_at"):
+                 "forget_at", "relabel_at", "drops_at", "bumps_at"):
         named[name] += first
     args: list[Any] = [len(named)]
     for name, value in named.items():

@@ -55,7 +55,8 @@ __all__ = [
 DATA_FIELD = "data"
 
 _KNOWN_KEYS = frozenset(PAYLOAD_KINDS) | {"id", "label", "weight", "ts", "ref", "meta", "key",
-                                          "forget", "forget_class", "promote", "source"}
+                                          "forget", "forget_class", "promote", "source",
+                                          "forget_source", "force"}
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 
 
@@ -93,6 +94,8 @@ class InputMessage:
     forget_class: str | int | None = None
     #: ``{"promote": SPEC}``: make the challenger SPEC the model (workers/replication/challenger.py).
     promote: str | None = None
+    #: ``{"forget_source": NAME}``: take out all NAME taught (``streamnb forget --source``).
+    forget_source: str | None = None
 
     @property
     def is_labelled(self) -> bool:
@@ -289,7 +292,8 @@ def decode_input(
         raise MalformedMessage("not_a_map", f"expected a msgpack map, got {type(obj).__name__}")
 
     unknown = len(obj.keys() - _KNOWN_KEYS)
-    if obj.get("forget_class") is not None or obj.get("promote") is not None:
+    if obj.get("forget_class") is not None or obj.get("promote") is not None or \
+            obj.get("forget_source") is not None:
         return _class_removal(obj, entry_id, limits, unknown)
     present = [k for k in PAYLOAD_KINDS if obj.get(k) is not None]
     ref = obj.get("ref")
@@ -383,7 +387,8 @@ def decode_input(
 
 
 def _class_removal(obj: dict, entry_id: str, limits: Limits, unknown: int) -> InputMessage:
-    """An entry ``{"forget_class": LABEL}`` (and at most ``id``, ``ts``): remove the class.
+    """An entry ``{"forget_class": LABEL}`` (and at most ``id``, ``ts``): remove the class;
+    likewise ``{"promote": SPEC}`` and ``{"forget_source": NAME}``.
 
     >>> decode_input(dumps({"forget_class": "Spam"}), "1-0").forget_class
     'Spam'
@@ -398,11 +403,20 @@ def _class_removal(obj: dict, entry_id: str, limits: Limits, unknown: int) -> In
     if extra:
         raise MalformedMessage("several_payloads",
                                f"forget_class goes alone, without {', '.join(extra)}")
-    spec = obj.get("promote")
+    spec, gone = obj.get("promote"), obj.get("forget_source")
+    if not isinstance(obj.get("force", False), bool):
+        raise MalformedMessage("bad_type", "force must be a bool")
     if spec is not None and (not isinstance(spec, str) or obj.get("forget_class") is not None):
         raise MalformedMessage("bad_type", "promote is a challenger's SPEC (str), alone")
+    if gone is not None:  # {"forget_source": NAME}, alone
+        if spec is not None or obj.get("forget_class") is not None:
+            raise MalformedMessage("bad_type", "forget_source goes alone")
+        try:
+            gone = check_source(gone)
+        except ValueError as exc:
+            raise MalformedMessage("bad_source", f"forget_source: {exc}") from None
     try:
-        label = _label(obj["forget_class"], limits) if spec is None else None
+        label = _label(obj["forget_class"], limits) if spec is None and gone is None else None
     except MalformedMessage as exc:
         raise MalformedMessage(exc.reason, "forget_class: " + exc.detail) from None
     msg_id = obj.get("id", entry_id)
@@ -415,7 +429,7 @@ def _class_removal(obj: dict, entry_id: str, limits: Limits, unknown: int) -> In
         raise MalformedMessage("bad_type", "ts must be a finite number (unix seconds)")
     return InputMessage(entry_id=entry_id, id=msg_id, payload_kind=None, payload=None,
                         ts=None if ts is None else float(ts), unknown_keys=unknown,
-                        forget_class=label, promote=spec)
+                        forget_class=label, promote=spec, forget_source=gone)
 
 
 # ---------------------------------------------------------------------------- encoding

@@ -12,8 +12,9 @@ file path, a maildir flag or a re-run never makes a learnt message new.
 
 ``{M}:keys`` maps each learnt key to its record (:func:`encode_record`: the label and
 the weight learnt), which is what ``forget`` subtracts; ``{M}:keyorder`` orders the keys
-by the value of ``{M}:learnt`` when they were learnt, so the commit script drops the
-oldest beyond ``learnt_keys_max``. Both are written only by workers/store/scripts/commit.lua.
+by the time (ms) of the log entry that learnt or last relearnt them, so the commit script
+drops the oldest beyond ``learnt_keys_max`` (and ``forget --source --since`` finds what
+was learnt since a time). Both are written only by workers/store/scripts/commit.lua.
 
 >>> message_key(b"Subject: hi\\r\\nMessage-ID:  <A1@x.org>\\r\\n\\r\\nbody", "raw")
 'mid:A1@x.org'

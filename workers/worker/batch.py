@@ -33,6 +33,7 @@ import numpy as np
 from streamnb.exceptions import MalformedMessage
 from streamnb.features import Row, rows_to_bytes
 from streamnb_workers.replication.challenger import Promotion
+from streamnb_workers.replication.log_entries import SourceForget
 from streamnb_workers.store.training import holds_token
 from streamnb_workers.wire.codec import (
     DATA_FIELD,
@@ -80,21 +81,21 @@ class Item:
 
 @dataclass(frozen=True, slots=True)
 class Decoded:
-    """A batch's entries decoded: every entry id in the order read, the messages
-    ``(entry id, message, bytes)``, the entries that go to ``:dead``, and the count of
-    unknown keys the messages held."""
+    """A batch's entries decoded: every entry id in the order read, the messages ``(entry
+    id, message, bytes)``, the entries for ``:dead``, the count of unknown keys the
+    messages held, and the ``untaught`` entries (:func:`decode_entries`)."""
 
     order: list[str]
     messages: list[tuple[str, InputMessage, bytes]]
     dead: list[Dead]
     unknown_keys: int
+    untaught: frozenset[str] = frozenset()
 
     @property
     def labelled(self) -> bool:
-        """Whether any message holds a label or a forget (a batch without one changes no
-        statistics)."""
+        """Whether any message holds a label or a forget (else it changes no statistics)."""
         return any(msg.label is not None or msg.forget or msg.forget_class is not None
-                   for _, msg, _ in self.messages)
+                   or msg.forget_source is not None for _, msg, _ in self.messages)
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,10 +157,11 @@ def decode_entries(entries: Sequence[tuple[Any, Any]], deliveries: dict[str, int
                    dense_dim: int | None = None, train_token: str | None = None) -> Decoded:
     """Decode a batch's stream entries ``(id, fields)``; an entry delivered more than
     ``max_deliveries`` times (``deliveries``: id -> times, default once) is poison.
-    ``train_token`` (a model stored with ``training: train``): a label, delayed label,
-    forget or class removal is taken only from an entry moved from ``:train``, which carries the token
-    (workers/store/training.py); from any other it is a dead letter ``label_not_allowed``."""
+    ``train_token`` (``training: train``): a label, delayed label or forget is taken only
+    from an entry moved from ``:train``, with the token (workers/store/training.py), else
+    is ``label_not_allowed``; a payload without it is ``untaught`` (never cached)."""
     order: list[str] = []
+    untaught: set[str] = set()
     dead: list[Dead] = []
     messages: list[tuple[str, InputMessage, bytes]] = []
     unknown = 0
@@ -180,15 +182,15 @@ def decode_entries(entries: Sequence[tuple[Any, Any]], deliveries: dict[str, int
         except MalformedMessage as exc:
             dead.append(Dead(eid, exc.reason, exc.detail, data))
             continue
-        if train_token is not None and (msg.is_labelled or msg.forget or msg.promote
-                                        or msg.forget_class is not None) \
-                and not holds_token(fields, train_token):
-            dead.append(Dead(eid, "label_not_allowed", "this model learns labels and forgets "
-                             "only from its training stream :train", data))
-            continue
+        if train_token is not None and not holds_token(fields, train_token):
+            if msg.is_labelled or msg.forget or msg.payload_kind is None:
+                dead.append(Dead(eid, "label_not_allowed", "this model learns labels and "
+                                 "forgets only from its training stream :train", data))
+                continue
+            untaught.add(eid)
         unknown += msg.unknown_keys
         messages.append((eid, msg, data))
-    return Decoded(order, messages, dead, unknown)
+    return Decoded(order, messages, dead, unknown, frozenset(untaught))
 
 
 def featurize(featurizer: Any, decoded: Decoded) -> Featurized:
@@ -199,9 +201,9 @@ def featurize(featurizer: Any, decoded: Decoded) -> Featurized:
     payload = []
     drops = []
     for eid, msg, data in decoded.messages:
-        if msg.forget_class is not None or msg.promote is not None:
-            drops.append((eid, msg.forget_class if msg.promote is None else
-                          Promotion(msg.promote), data))
+        if msg.forget_class is not None or msg.promote is not None or msg.forget_source:
+            drops.append((eid, SourceForget(msg.forget_source) if msg.forget_source else
+                          msg.forget_class if msg.promote is None else Promotion(msg.promote), data))
         elif msg.payload_kind is None:
             refs.append(LabelRef(eid, msg.ref, msg.label, msg.ts or entry_time(eid), msg.source))
             ref_data[eid] = data

@@ -87,6 +87,9 @@ class PredictedBatch:
     class_drops: list[tuple[str, Any, bytes]] = field(default_factory=list)
     #: With a challenger: its item (its row) and verdict per item (None: not predicted).
     challenger: list[tuple[Item, Verdict] | None] | None = None
+    #: The entry ids of the items no delayed label may teach (a model stored with
+    #: ``training: train``: they did not come from ``:train``); they are not cached.
+    untaught: frozenset[str] = frozenset()
 
     @classmethod
     def of(cls, decoded: Decoded, batch: Featurized, predictions: Predictions | None,
@@ -100,7 +103,8 @@ class PredictedBatch:
                    ref_data=batch.ref_data, dead=batch.dead, version=version,
                    classes=predictions.classes if predictions else [], own=own,
                    row_bytes=row_bytes, announced=announced, forgets=batch.forgets,
-                   learn_once=learn_once, class_drops=batch.class_drops)
+                   learn_once=learn_once, class_drops=batch.class_drops,
+                   untaught=decoded.untaught)
 
     def without(self, lost: set[str]) -> PredictedBatch:
         """This batch without the entries ``lost``."""
@@ -119,7 +123,7 @@ class PredictedBatch:
         """The message ids the labels refer to that are not in the batch (in the cache)."""
         if not self.refs:
             return []
-        here = {it.msg.id for it in self.items}
+        here = {it.msg.id for it in self.items if it.entry_id not in self.untaught}
         return [r.ref for r in self.refs if r.ref not in here]
 
 
@@ -193,7 +197,7 @@ def commit_content(batch: PredictedBatch, cached: dict[str, CachedMessage | None
                    known_sources: Collection[str] = (DEFAULT_SOURCE,),
                    max_sources: int = DEFAULT_MAX_SOURCES,
                    autolearn: AutolearnPolicy | None = None,
-                   challenger: Any = None) -> CommitContent | None:
+                   challenger: Any = None, train_only: bool = False) -> CommitContent | None:
     """What the commit of ``batch`` writes, given the cache entries read for its labels
     (``cached``; an entry whose row does not fit this model is as good as expired);
     None when nothing is left to commit. ``cache``: whether messages are cached at all;
@@ -201,7 +205,8 @@ def commit_content(batch: PredictedBatch, cached: dict[str, CachedMessage | None
     of each source (workers/wire/learn_sources.py), as the worker's replica holds them;
     ``known_sources``: the sources it holds parts of; a label from another one, past
     ``max_sources`` of them, is a dead letter. ``autolearn``: learn the confident verdicts
-    of unlabelled messages under the source ``autolearn`` (workers/worker/learn_weights.py)."""
+    of unlabelled messages under the source ``autolearn`` (workers/worker/learn_weights.py).
+    ``train_only``: the model is stored with ``training: train`` (said in ``ref_expired``)."""
     epochs = epochs or {}
     # (no source named, none forgotten: every row is the default's, as before sources)
     named = any(it.msg.source is not None for it in batch.items) or \
@@ -211,13 +216,17 @@ def commit_content(batch: PredictedBatch, cached: dict[str, CachedMessage | None
     items, verdicts = batch.items, batch.verdicts
     auto = _autolearnt(batch, model, autolearn, set(known_sources), max_sources)
     named = named or bool(auto)
-    batch_labels = {it.msg.id: it.msg.label for it in items}
+    # (a label refers to a message of its batch only if it may teach it: never one that
+    # a writer of :in sent to a model stored with training: train)
+    batch_labels = {it.msg.id: it.msg.label for it in items if it.entry_id not in batch.untaught}
     batch_preds = {it.msg.id: (v.log_proba, it.msg.ts or entry_time(it.entry_id))
-                   for it, v in zip(items, verdicts, strict=True)}
+                   for it, v in zip(items, verdicts, strict=True)
+                   if it.entry_id not in batch.untaught}
     # a cached row that does not fit this model (tampered, other config): as expired
     cached = {k: c if c is None or featurizer.fits(c.row) else None for k, c in cached.items()}
     res = resolve_refs(batch.refs, batch_labels, batch_preds, cached, batch.key_state, epochs)
-    learnt = [res.in_batch.get(it.msg.id, it.msg.label) for it in items]
+    learnt = [it.msg.label if it.entry_id in batch.untaught else
+              res.in_batch.get(it.msg.id, it.msg.label) for it in items]
     default = teacher_of(None, epochs)
     teachers = [teacher_of(res.in_batch_source.get(it.msg.id, it.msg.source), epochs)
                 for it in items] if named else [default] * len(items)
@@ -264,7 +273,8 @@ def commit_content(batch: PredictedBatch, cached: dict[str, CachedMessage | None
                for i, (it, v, lab, dup, c) in enumerate(zip(items, verdicts, learnt, duplicate,
                                                             ch, strict=True))]
     why = "never seen, or its cache entry expired" + (
-        "" if cache_labelled else "; messages learnt on arrival are not cached: --no-cache-labelled")
+        "" if cache_labelled else "; messages learnt on arrival are not cached: --no-cache-labelled"
+    ) + ("; training: train caches only messages moved from :train" if train_only else "")
     dead = batch.dead + [Dead(r.entry_id, REF_EXPIRED, f"no cached message with id {r.ref!r} "
                               f"({why})", batch.ref_data[r.entry_id]) for r in res.expired]
     dead += [Dead(f.entry_id, NOT_LEARNT_KEY, f"key {f.msg.key!r} is not learnt (never, "
@@ -278,8 +288,10 @@ def commit_content(batch: PredictedBatch, cached: dict[str, CachedMessage | None
         for it, v, lab, dup, w, t, c, cw in zip(items, verdicts, learnt, duplicate, weights,
                                                 teachers, ch, ch_weights, strict=True):
             # (a duplicate is not cached: its entry would say it is unlearnt, and a later
-            # label for it would learn it after all)
-            if not dup and (lab is None or cache_labelled):
+            # label for it would learn it after all; nor is an untaught message: a later
+            # label would teach what a writer of :in chose)
+            if not dup and (lab is None or cache_labelled) and \
+                    it.entry_id not in batch.untaught:
                 row = row_bytes.get(it.entry_id)
                 entries.append((it.msg.id, encode_entry(
                     encode_label(lab, t), it.row.to_bytes() if row is None else row, v.label,

@@ -20,28 +20,37 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Any
 
+import msgpack
 import redis
 
 from streamnb.exceptions import StreamnbError
 from streamnb_workers.replication.challenger import Promotion
+from streamnb_workers.replication.log_entries import SourceForget
 from streamnb_workers.replication.replica import encode_class_drop, encode_decay, encode_delta
 from streamnb_workers.store.commit import (
     CommitRequest,
     CommitResult,
     commit_batch,
 )
+from streamnb_workers.store.keys import source_epochs_key
 from streamnb_workers.store.label_cache import batch_writes, fetch_cached
 from streamnb_workers.wire.learn_keys import known_keys, record_prefix
 from streamnb_workers.wire.learn_sources import DEFAULT_SOURCE
 from streamnb_workers.wire.outputs import encode_dead
+from streamnb_workers.worker.batch import Dead
 from streamnb_workers.worker.commit_content import CommitContent, PredictedBatch, commit_content
 from streamnb_workers.worker.commit_wire import Built
 from streamnb_workers.worker.learn_weights import AutolearnPolicy
 from streamnb_workers.worker.runtime import ModelRuntime
 
-__all__ = ["Committed", "abandon", "build", "commit", "send_ahead", "settle"]
+__all__ = ["CLASS_HOLDS_WEIGHT", "Committed", "abandon", "build", "commit",
+           "refuse_unforced_removals", "send_ahead", "settle"]
+
+#: Dead-letter reason of a class removal sent with ``force: false`` for a class with weight.
+CLASS_HOLDS_WEIGHT = "class_holds_weight"
 
 log = logging.getLogger("streamnb.worker")
 
@@ -75,6 +84,7 @@ def build(rt: ModelRuntime, batch: PredictedBatch, prepared_s: float = 0.0) -> B
         if unread:
             batch.key_state.update(known_keys(rt.client, rt.keys.learnt_keys,
                                               list(dict.fromkeys(unread))))
+        batch = refuse_unforced_removals(batch, rt.replica.model)
         content = commit_content(batch, cached, rt.replica.model, rt.featurizer, rt.consumer,
                                  cache=o.cache_ttl_s > 0, cache_labelled=o.cache_labelled,
                                  epochs=rt.replica.epochs,
@@ -84,11 +94,32 @@ def build(rt: ModelRuntime, batch: PredictedBatch, prepared_s: float = 0.0) -> B
                                                            o.autolearn_min_class_weight,
                                                            o.autolearn_per_batch)
                                  if o.autolearn else None,
-                                 challenger=rt.replica.challenger)
+                                 challenger=rt.replica.challenger,
+                                 train_only=rt.config.training == "train")
         if content is None:
             learn.cancel()
             return None
         return Built(content, _request(rt, content, batch.announced))
+
+
+def refuse_unforced_removals(batch: PredictedBatch, model: Any) -> PredictedBatch:
+    """``batch`` with each class removal sent with ``force: false`` whose class ``model``
+    holds with weight made a dead letter ``class_holds_weight`` (``streamnb forget
+    --class`` as a user that cannot read the model leaves that check to the workers)."""
+    unforced = [d for d in batch.class_drops if not isinstance(d[1], (Promotion, SourceForget))
+                and msgpack.unpackb(d[2], raw=False).get("force", True) is False]
+    if not unforced:
+        return batch
+    classes = model.stats["classes"]
+    weights = {lab: float(w) for lab, w in zip(classes.labels, classes.counts, strict=True)}
+    refused = {eid: (label, data) for eid, label, data in unforced if weights.get(label, 0.0) > 0}
+    if not refused:
+        return batch
+    return replace(batch, class_drops=[d for d in batch.class_drops if d[0] not in refused],
+                   dead=batch.dead + [Dead(eid, CLASS_HOLDS_WEIGHT, f"class {label!r} holds "
+                                           f"weight {weights[label]:g}: send force true to "
+                                           "remove it with what was learnt under it", data)
+                                      for eid, (label, data) in refused.items()])
 
 
 def _request(rt: ModelRuntime, content: CommitContent, announced: str | None) -> CommitRequest:
@@ -122,8 +153,10 @@ def _request(rt: ModelRuntime, content: CommitContent, announced: str | None) ->
         else None,
         learn_keys=content.learn_keys if keys_max else [],
         forget_keys=content.forget_keys, relabel_keys=content.relabel_keys, keys_max=keys_max,
-        class_drops=[c.commit_entry() if isinstance(c, Promotion) else
-                     (encode_class_drop(c), record_prefix(c)) for c in content.drop_classes])
+        class_drops=[c.commit_entry() if isinstance(c, (Promotion, SourceForget)) else
+                     (encode_class_drop(c), record_prefix(c)) for c in content.drop_classes],
+        source_bumps=(source_epochs_key(rt.keys), [c.source for c in content.drop_classes
+                                                   if isinstance(c, SourceForget)]))
 
 
 # ---------------------------------------------------------------------- commit, retry

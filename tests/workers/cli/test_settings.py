@@ -192,6 +192,15 @@ def test_learnt_keys_max_reaches_the_worker_options():
     assert worker_options(parsed(["worker"], env)).learnt_keys_max == 1000
 
 
+def test_log_keep_reaches_the_worker_options_as_the_trim_margin():
+    from streamnb_workers.cli.supervisor import worker_options
+
+    assert worker_options(parsed(["worker"])).trim_margin_ms == 60_000
+    assert worker_options(parsed(["worker", "--log-keep", "86400"])).trim_margin_ms == 86_400_000
+    env = {"STREAMNB_LOG_KEEP": "0.5"}
+    assert worker_options(parsed(["worker"], env)).trim_margin_ms == 500
+
+
 def test_the_operating_point_from_a_file_and_the_environment_reaches_the_model_spec(tmp_path):
     from streamnb_workers.cli.options import model_specs
 

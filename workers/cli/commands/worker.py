@@ -60,6 +60,7 @@ from streamnb_workers.defaults import (
     DEFAULT_HEALTHZ_GRACE_S,
     DEFAULT_LABEL_CACHE_TTL_S,
     DEFAULT_LEARNT_KEYS_MAX,
+    DEFAULT_LOG_KEEP_S,
     DEFAULT_MAX_SOURCES,
     DEFAULT_METRICS_ADDR,
     DEFAULT_METRICS_PORT,
@@ -181,6 +182,10 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     add_option(w, "--learnt-keys-max", type=non_negative_int, default=DEFAULT_LEARNT_KEYS_MAX,
                metavar="N", help="learn-once keys kept per model, the oldest dropped beyond N (about 270 "
                "bytes each in Redis); 0: no keys, a message sent twice is learnt twice")
+    add_option(w, "--log-keep", type=non_negative_float, default=DEFAULT_LOG_KEEP_S,
+               metavar="SECONDS", help="keep this much of the log behind each snapshot: "
+               "forget --source NAME --since TIME reaches back as far (each kept delta "
+               "costs Redis memory)")
     add_option(w, "--max-sources", type=positive_int, default=DEFAULT_MAX_SOURCES,
                metavar="N", help="sources a model keeps apart at most (each costs one copy of "
                "the statistics in every worker and snapshot); a label from one more is a dead "

@@ -113,10 +113,8 @@ if log_data ~= '' then
   end
   delta_id = log_id
 end
-local learnt_after = 0
 if n_learnt > 0 then
   local after = redis.call('INCRBY', KEYS[5], n_learnt)
-  learnt_after = after
   if decay_every > 0 then
     local before = after - n_learnt
     local events = math.floor(after / decay_every) - math.floor(before / decay_every)
@@ -157,20 +155,23 @@ for c = 0, n_cas - 1 do
   local b = first_cas + 3 * c
   redis.call('HSET', KEYS[cas_keys + c], ARGV[b], ARGV[b + 2])
 end
--- the keys learnt, ordered by :learnt when learnt (the oldest dropped beyond keys_max),
--- and the keys forgotten
+-- the keys learnt, ordered by the time (ms) of the delta that learnt them (the oldest
+-- dropped beyond keys_max; `forget --source --since` tells by it what was learnt since a
+-- time, workers/client/forget_since.py), and the keys forgotten
+local learnt_ms = tonumber(string.match(delta_id, '^(%d+)-')) or 0
 for i = first_learn, first_learn + 2 * (n_learn - 1), 2 do
   redis.call('HSET', KEYS[keys_at], ARGV[i], ARGV[i + 1])
-  redis.call('ZADD', KEYS[keyorder_at], learnt_after, ARGV[i])
+  redis.call('ZADD', KEYS[keyorder_at], learnt_ms, ARGV[i])
 end
 for i = first_forget, first_forget + 2 * (n_forget - 1), 2 do
   redis.call('HDEL', KEYS[keys_at], ARGV[i])
   redis.call('ZREM', KEYS[keyorder_at], ARGV[i])
 end
 -- a relearnt key records its new label (checked above to hold the record read, so the
--- relearning happens once)
+-- relearning happens once), and the time of the delta that relearnt it
 for i = first_relabel, first_relabel + 3 * (n_relabel - 1), 3 do
   redis.call('HSET', KEYS[keys_at], ARGV[i], ARGV[i + 2])
+  if keyorder_at > 0 then redis.call('ZADD', KEYS[keyorder_at], learnt_ms, ARGV[i]) end
 end
 local keys_max = n('keys_max')
 if keys_at > 0 and keys_max > 0 and n_learn > 0 then
@@ -199,6 +200,10 @@ if keys_at > 0 then
       end
     until cursor == '0'
   end
+end
+-- a source forgotten among them (`streamnb forget --source` through :in) counts its epoch up
+for i = n('bumps_at'), n('bumps_at') + n('n_bumps') - 1 do
+  redis.call('HINCRBY', KEYS[n('epochs_key_at')], ARGV[i], 1)
 end
 if n('registry_key_at') > 0 then
   redis.call('HSET', KEYS[n('registry_key_at')], A.registry_field, A.registry_value)
