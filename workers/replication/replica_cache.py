@@ -46,6 +46,7 @@ False
 
 from __future__ import annotations
 
+import os
 import time
 from collections import OrderedDict
 from collections.abc import Callable
@@ -55,7 +56,10 @@ import numpy as np
 
 from streamnb_workers.replication.replica import Replica
 
-__all__ = ["CacheMetrics", "ReplicaCache", "model_nbytes"]
+__all__ = ["CacheMetrics", "ReplicaCache", "model_nbytes", "resident_bytes"]
+
+#: Bytes of a memory page (``/proc/self/statm`` counts pages).
+_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
 #: How deep :func:`model_nbytes` walks a model's attributes for arrays.
 _DEPTH = 6
@@ -94,13 +98,36 @@ def model_nbytes(model: Any) -> int:
     return total
 
 
+def resident_bytes() -> int | None:
+    """The process's resident memory (RSS) in bytes, from ``/proc/self/statm``; None
+    where there is no such file (not Linux).
+
+    >>> n = resident_bytes()
+    >>> n is None or n > 2**20
+    True
+    """
+    try:
+        with open("/proc/self/statm", "rb") as f:
+            return int(f.read().split()[1]) * _PAGE
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 class ReplicaCache:
     """Registered replicas, most recently used last; see the module docstring.
     ``budget``: bytes (0: no bound, nothing is evicted)."""
 
     def __init__(self, budget: int = 0, on_change: Callable[[ReplicaCache], None] | None = None,
-                 ) -> None:
+                 resident: Callable[[], int | None] | None = None,
+                 release: Callable[[], Any] | None = None) -> None:
         self.budget = int(budget)
+        #: The process's resident bytes (:func:`resident_bytes`), or None: the budget
+        #: bounds the replicas' arrays alone. ``release``: hands freed heap memory back to
+        #: the system (glibc's ``malloc_trim``), called after evictions.
+        self.resident, self.release = resident, release
+        #: Resident bytes besides the held replicas' arrays (the interpreter, every model's
+        #: runtime, the allocator's slack), as last measured (:meth:`hold`).
+        self.rest = 0
         #: name -> (replica, busy); order: least recently used first.
         self.entries: OrderedDict[str, tuple[Replica, Callable[[], bool]]] = OrderedDict()
         #: Bytes of each held replica, measured when it was last used.
@@ -117,6 +144,16 @@ class ReplicaCache:
         self.pinned: set[str] = set()
         #: name -> what the replica's model derives (``nbytes()``, ``drop()``): :meth:`attach`.
         self.derived: dict[str, Any] = {}
+        #: name -> called when its replica is evicted (:meth:`add`'s ``on_evict``).
+        self.on_evict: dict[str, Callable[[], Any]] = {}
+
+    @property
+    def limit(self) -> int:
+        """Bytes the held replicas' arrays may take: the budget, less the rest of the
+        process's resident memory when that is bounded (never below 0)."""
+        if self.resident is None:
+            return self.budget
+        return max(0, self.budget - self.rest)
 
     @property
     def held(self) -> int:
@@ -127,13 +164,18 @@ class ReplicaCache:
     def held_bytes(self) -> int:
         return sum(self.sizes.values())
 
-    def add(self, name: str, replica: Replica, busy: Callable[[], bool] = lambda: False) -> None:
-        """Register ``replica`` as model ``name``'s (``busy``: it must stay held now), and
-        load it if the budget is not full yet; else it is loaded for its first batch (a
-        worker starting with many models does not read every snapshot)."""
+    def add(self, name: str, replica: Replica, busy: Callable[[], bool] = lambda: False,
+            on_evict: Callable[[], Any] | None = None) -> None:
+        """Register ``replica`` as model ``name``'s (``busy``: it must stay held now;
+        ``on_evict``: called when it is evicted), and load it if the budget is not full
+        yet; else it is loaded for its first batch (a worker starting with many models
+        does not read every snapshot)."""
         self.entries[name] = (replica, busy)
         self.entries.move_to_end(name)
-        if 0 < self.budget <= self.held_bytes:
+        if on_evict is not None:
+            self.on_evict[name] = on_evict
+        self._measure_rest()
+        if 0 < self.budget and self.limit <= self.held_bytes:
             replica.evict()
             self._changed()
         else:
@@ -205,9 +247,9 @@ class ReplicaCache:
         if self.budget <= 0:
             return 0
         evicted = 0
-        total = self.held_bytes
+        total, limit = self.held_bytes, self.limit
         for name in list(self.entries):
-            if total <= self.budget:
+            if total <= limit:
                 break
             if name == keep or name not in self.sizes or name in self.pinned:
                 continue
@@ -217,18 +259,47 @@ class ReplicaCache:
             replica.evict()
             if name in self.derived:
                 self.derived[name].drop()
+            if name in self.on_evict:
+                self.on_evict[name]()
             total -= self.sizes.pop(name)
             evicted += 1
         self.evictions += evicted
         if evicted:
+            if self.release is not None:  # what was freed, back to the system
+                self.release()
+            self._measure_rest()
             self._changed()
         return evicted
+
+    def hold(self) -> int:
+        """Between steps: keep the process's resident memory under the budget. When it is
+        over, freed heap memory goes back to the system first, then the least recently
+        used replicas are evicted (:meth:`trim`) until the measured rest and the held
+        arrays fit. Returns how many were evicted (nothing to do without ``resident``)."""
+        if self.resident is None or self.budget <= 0:
+            return 0
+        rss = self.resident()
+        if rss is None:
+            return 0
+        if rss > self.budget and self.release is not None:
+            self.release()
+            rss = self.resident() or rss
+        self.rest = max(0, rss - self.held_bytes)
+        # the last used stays: a worker whose rest is over the budget still holds one
+        return self.trim(keep=next(reversed(self.entries), None))
+
+    def _measure_rest(self) -> None:
+        """The resident bytes besides the held arrays, measured now."""
+        rss = None if self.resident is None else self.resident()
+        if rss is not None:
+            self.rest = max(0, rss - self.held_bytes)
 
     def remove(self, name: str) -> None:
         """Forget model ``name`` (no longer served)."""
         self.entries.pop(name, None)
         self.sizes.pop(name, None)
         self.derived.pop(name, None)
+        self.on_evict.pop(name, None)
         self.pinned.discard(name)
         self._changed()
 

@@ -19,6 +19,7 @@ it: the worker gives it what it needs.
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 import zlib
@@ -50,7 +51,7 @@ from streamnb_workers.worker.intake import (
 from streamnb_workers.worker.options import WorkerOptions
 from streamnb_workers.worker.timers import Timers
 
-__all__ = ["EventSink", "ModelRuntime"]
+__all__ = ["EventSink", "ModelRuntime", "shared_featurizer"]
 
 log = logging.getLogger("streamnb.worker")
 
@@ -69,12 +70,34 @@ class EventSink:
         self.client.xadd(self.key, {"data": data}, maxlen=self.maxlen, approximate=True)
 
 
+def shared_featurizer(config: ModelConfig, max_bytes: int | None,
+                      featurizers: dict[tuple[str, Any], Any] | None) -> Any:
+    """The featurizer of ``config``, one for every model of the same featurizer config
+    in ``featurizers`` (a worker's: thousands of per-user models share their global
+    model's; a featurizer holds no state of its model); a new one if None.
+
+    >>> from streamnb_workers.store.model_config import ModelConfig
+    >>> shared: dict = {}
+    >>> a, b = (shared_featurizer(ModelConfig(n, "multinomial", {}, {"bits": 4}), None, shared)
+    ...         for n in ("a", "b"))
+    >>> a is b, len(shared)
+    (True, 1)
+    """
+    if featurizers is None:
+        return config.make_featurizer(max_bytes)
+    key = (json.dumps(config.featurizer, sort_keys=True, default=str), max_bytes)
+    if key not in featurizers:
+        featurizers[key] = config.make_featurizer(max_bytes)
+    return featurizers[key]
+
+
 class ModelRuntime:
     """Everything a worker keeps for one model (see the module docstring)."""
 
     def __init__(self, config: ModelConfig, client: Any, options: WorkerOptions,
                  metrics: Metrics, reader: Any = None, reads_ahead: bool = True,
-                 replicas: ReplicaCache | None = None) -> None:
+                 replicas: ReplicaCache | None = None,
+                 featurizers: dict[tuple[str, Any], Any] | None = None) -> None:
         o = options
         self.name = config.name
         self.keys = ModelKeys(config.name)
@@ -84,7 +107,7 @@ class ModelRuntime:
         #: The command client, and the client of blocking reads.
         self.client = client
         self.reader = client if reader is None else reader
-        self.featurizer = config.make_featurizer(o.max_bytes)
+        self.featurizer = shared_featurizer(config, o.max_bytes, featurizers)
         self.rule = config.make_decision_rule()
         self.metrics = metrics
         #: The ``model`` label of its metrics ("*" when they are pooled over models).
@@ -101,8 +124,9 @@ class ModelRuntime:
             metrics.corrupt_records, kind=kind).inc()
         self.snapshotter = Snapshotter(client, self.keys, self.consumer, o.lease_ms,
                                        o.snapshot_every, o.snapshot_interval_s, o.trim_margin_ms)
-        self.observer = ModelObserver(metrics, self.name, self.consumer, events=self.events,
-                                      label=self.label)
+        #: The quality and drift observer, made at its first use (:attr:`observer`) and
+        #: dropped with the replica when it is evicted (:meth:`cool`).
+        self._observer: ModelObserver | None = None
         self.inflight = InflightBoard(client, self.keys, self.consumer)
         self.timers = Timers.for_options(o, zlib.crc32(self.name.encode()) / 2**32)
         #: The token names counted for ``{M}:tokens`` (None: off, or dense input).
@@ -135,7 +159,22 @@ class ModelRuntime:
         self.replicas = replicas
         if replicas is not None:  # loaded if it fits; held with a commit or batch in hand
             replicas.add(self.name, self.replica,
-                         lambda: self.wire.in_flight is not None or self.read_ahead is not None)
+                         lambda: self.wire.in_flight is not None or self.read_ahead is not None,
+                         on_evict=self.cool)
+
+    @property
+    def observer(self) -> ModelObserver:
+        """The model's quality and drift observer (made now if it was not held)."""
+        if self._observer is None:
+            self._observer = ModelObserver(self.metrics, self.name, self.consumer,
+                                           events=self.events, label=self.label)
+        return self._observer
+
+    def cool(self) -> None:
+        """The replica was evicted: let go of what only a model in use needs, its
+        observer (its drift detectors start again at the model's next batch)."""
+        self._observer = None
+        self.observed_applied = -1
 
     @property
     def predictor(self) -> Any:
@@ -175,6 +214,15 @@ class ModelRuntime:
     def sum_shards(self, total: Any) -> None:
         """Predict with ``total``, the sum of the model's shards (this is one of them)."""
         self.summed = total
+
+    def serve_user(self, total: Any) -> None:
+        """Predict with ``total``, the global model's statistics plus this per-user
+        model's (workers/replication/user_sum.py). A per-user model counts no token names:
+        its featurizer is the global model's, whose ``{M}:tokens`` names the same buckets,
+        and thousands of users' counts (up to 2 x ``token_names`` each) would outweigh
+        their replicas."""
+        self.summed = total
+        self.token_names = None
 
     def saw_peers(self, present: bool) -> None:
         """Whether the last heartbeat found another worker's fresh one."""
