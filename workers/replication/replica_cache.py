@@ -29,7 +29,7 @@ entry after it, applied in log order.
 >>> from streamnb_workers.store.keys import ModelKeys
 >>> from streamnb_workers.store.model_config import ModelSpec, ensure_config
 >>> r = fakeredis.FakeRedis()
->>> cache, reps = ReplicaCache(budget=3000), {}
+>>> cache, reps = ReplicaCache(budget=3000 + REPLICA_OBJECTS), {}
 >>> for name in ("a", "b"):
 ...     cfg = ensure_config(r, ModelSpec(name, kind="multinomial", featurizer_config={"bits": 8}))
 ...     reps[name] = Replica(r, ModelKeys(name), cfg)
@@ -39,7 +39,7 @@ entry after it, applied in log order.
 >>> reps["a"].evicted, reps["b"].evicted, cache.held, cache.evictions
 (True, False, 1, 1)
 >>> cache.use("a"), reps["a"].learnt, reps["b"].evicted, cache.loads, cache.held_bytes
-(True, 1, True, 1, 2064)
+(True, 1, True, 1, 10256)
 >>> cache.use("a")                       # held: nothing to load
 False
 """
@@ -60,6 +60,11 @@ __all__ = ["CacheMetrics", "ReplicaCache", "model_nbytes", "resident_bytes"]
 
 #: Bytes of a memory page (``/proc/self/statm`` counts pages).
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+
+#: Bytes a held replica costs besides its arrays (its model's Python objects and what
+#: loading it leaves in the heap: 3-8 KiB measured), counted with each so that held
+#: replicas of empty models are evicted too.
+REPLICA_OBJECTS = 8192
 
 #: How deep :func:`model_nbytes` walks a model's attributes for arrays.
 _DEPTH = 6
@@ -200,7 +205,7 @@ class ReplicaCache:
 
     def _nbytes(self, name: str) -> int:
         derived, replica = self.derived.get(name), self.entries[name][0]
-        return model_nbytes(replica.model) + model_nbytes(
+        return REPLICA_OBJECTS + model_nbytes(replica.model) + model_nbytes(
             getattr(replica.challenger, "model", None)) + (
             0 if derived is None else derived.nbytes())
 

@@ -12,7 +12,7 @@ from prometheus_client import CollectorRegistry
 
 from benchmarks.replay_digest import stats_arrays, stats_digest
 from streamnb_workers.observe.metrics import Metrics
-from streamnb_workers.replication.replica_cache import model_nbytes
+from streamnb_workers.replication.replica_cache import REPLICA_OBJECTS, model_nbytes
 from streamnb_workers.replication.shards import load_model
 from streamnb_workers.replication.user_sum import UserSum
 from streamnb_workers.store.keys import ModelKeys
@@ -42,11 +42,12 @@ def arrays_bound(worker):
 
 
 def one_replica_bytes(url: str) -> int:
-    """The arrays of one replica of the test's model once it predicted (3 classes)."""
+    """What one replica of the test's model counts once it predicted (3 classes): its
+    arrays and the fixed cost of its objects."""
     w = url_worker(url, [count_spec("probe")], fast_options("probe", replica_memory=0))
     produce(w.connector.client(), "probe", token_messages(30, seed=99))
     w.run_until_idle()
-    return model_nbytes(w.models["probe"].replica.model)
+    return model_nbytes(w.models["probe"].replica.model) + REPLICA_OBJECTS
 
 
 def held_bytes(worker) -> int:
@@ -200,7 +201,7 @@ def test_bounded_worker_serving_per_user_models_equals_an_unbounded_one(server):
 
 def test_the_bound_counts_the_process_memory_besides_the_replicas(server):
     """The worker's bound is its resident memory: the replicas held fit what the rest of
-    the process leaves (here a stand-in RSS: a floor plus the held arrays, measured), the
+    the process leaves (here a stand-in RSS: a floor plus the held replicas), the
     freed memory is released after evictions, and a rest above the bound leaves the last
     used replica alone held."""
     url = server.url[:-2] + "/6"
@@ -209,7 +210,8 @@ def test_the_bound_counts_the_process_memory_besides_the_replicas(server):
     budget = floor[0] + int(2.5 * size)
     w = url_worker(url, [count_spec(m) for m in MODELS], fast_options("p", replica_memory=budget))
     releases = []
-    w.replicas.resident = lambda: floor[0] + held_bytes(w)
+    w.replicas.resident = lambda: floor[0] + held_bytes(w) + REPLICA_OBJECTS * sum(
+        not rt.replica.evicted for rt in w.models.values())
     w.replicas.release = lambda: releases.append(1)
     client = w.connector.client()
     for i, m in enumerate(MODELS):
