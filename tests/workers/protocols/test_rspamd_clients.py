@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 import socket
 import time
 
@@ -192,3 +193,46 @@ def test_a_mail_not_scored_gets_503(rspamd, tmp_path):
         reply = ask(idle, post("/checkv2", mail("spam", 961)))
         assert reply.startswith(b"HTTP/1.0 503 ") and reply.endswith(b'{"error": "not scored (timeout)"}')
         assert rspamc(idle, "symbols", mail_bytes=mail("spam", 962)).returncode == 1
+
+
+def amavis_rspamd_request(port: int, raw: bytes, recipients: list[str]) -> bytes:
+    """What amavis's ``Amavis::SpamControl::RspamdClient`` (amavisd-new 2.13.0, Debian
+    bookworm) sends through LWP: ``POST /checkv2 HTTP/1.1``, the mail as an octet stream,
+    the SMTP session's facts as headers, one ``Rcpt`` per recipient."""
+    headers = [("TE", "deflate,gzip;q=0.3"), ("Connection", "TE, close"),
+               ("Host", f"127.0.0.1:{port}"), ("User-Agent", "amavis/2.412"),
+               ("Content-Length", str(len(raw))), ("Content-Type", "application/octet-stream"),
+               ("Helo", "mx.example.net"), ("Hostname", "mx.example.net"), ("IP", "192.0.2.7"),
+               ("MTA-Name", "mail.example.org"), ("From", "<sender@example.net>"),
+               ("Queue-Id", "4XyZ1"), *(("Rcpt", r) for r in recipients)]
+    return ("POST /checkv2 HTTP/1.1\r\n" + "".join(f"{k}: {v}\r\n" for k, v in headers)
+            + "\r\n").encode() + raw
+
+
+def amavis_rspamd_parse(reply: bytes) -> tuple[float, str, str]:
+    """The score, verdict and tests amavis's RspamdClient takes from a reply: a 2xx
+    status, JSON with ``score``, ``action`` (its verdict by action) and each symbol's
+    ``name`` and ``score``."""
+    head, _, body = reply.partition(b"\r\n\r\n")
+    assert re.match(rb"HTTP/1\.[01] 2\d\d ", head), head
+    answer = json.loads(body)
+    verdict = {"add header": "Spam", "no action": "Ham", "reject": "Spam",
+               "rewrite subject": "Spam", "discard": "Spam", "quarantine": "Spam",
+               }.get(answer["action"], "Unknown")
+    tests = ",".join(f"{s['name'].replace('=', '_').replace(',', '_')}={s['score']}"
+                     for s in answer["symbols"].values())
+    return float(answer["score"]), verdict, tests
+
+
+def test_amavis_rspamdclient_request_and_its_parse_of_the_answer(rspamd):
+    """amavis's Rspamd client, replayed byte for byte (no amavis binary): its verdict is
+    the workers', its score the points, its tests the symbol."""
+    _, server = rspamd
+    for label, seed in (("spam", 980), ("ham", 981)):
+        m = mail(label, seed)
+        reply = ask(server, amavis_rspamd_request(server.port, m, ["<a@example.org>",
+                                                                   "<b@example.org>"]))
+        score, verdict, tests = amavis_rspamd_parse(reply)
+        assert verdict == label.capitalize()
+        assert (score > 5.0) is (label == "spam")
+        assert tests == f"STREAMNB_{label.upper()}={score}"

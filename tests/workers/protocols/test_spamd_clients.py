@@ -166,3 +166,47 @@ def test_a_mail_not_scored_gets_69_and_spamc_falls_back(servers, tmp_path):
         assert (fallback.returncode, fallback.stdout) == (0, b"0/0\n")
         passed = spamc(idle, mail_bytes=m)
         assert passed.returncode == 0 and passed.stdout == m  # the mail unchanged
+
+
+def amavis_spamd_request(raw: bytes, sender: str, recipients: list[str], size: int) -> bytes:
+    """What amavis's ``Amavis::SpamControl::SpamdClient`` (amavisd-new 2.13.0, Debian
+    bookworm) sends: ``SYMBOLS SPAMC/1.3``, no ``User:``, its pseudo header lines in front
+    of the mail (``raw``, CRLF line ends), the Content-length counting both."""
+    prefix = (f"Return-Path: {sender}\r\nX-Envelope-To: " + ",\r\n ".join(recipients)
+              + f"\r\nX-Amavis-PolicyBank: \r\nX-Amavis-MessageSize: {size}\r\n").encode()
+    return b"SYMBOLS SPAMC/1.3\r\nContent-length: %d\r\n\r\n%s%s" % (
+        len(prefix) + len(raw), prefix, raw)
+
+
+def amavis_spamd_parse(reply: bytes) -> tuple[str | None, str, str | None]:
+    """The score, verdict and tests amavis's SpamdClient takes from a reply (its parse:
+    the status line's code must be 0, ``name: value`` header lines up to a blank line,
+    the body's size equal to the Content-length, the score from ``Spam:``)."""
+    lines = reply.split(b"\r\n")
+    version, code, _ = lines[0].decode().split(None, 2)
+    attrs, i = {}, 1
+    while lines[i] != b"":
+        name, value = re.match(rb"^([^:]*?)[ \t]*:[ \t]*(.*)$", lines[i]).groups()
+        attrs[name.decode().lower()] = value.decode()
+        i += 1
+    assert version.startswith("SPAMD/") and code == "0", lines[0]
+    body = b"\r\n".join(lines[i + 1:])
+    assert len(body) == int(attrs["content-length"])  # else amavis logs a size mismatch
+    spam = re.search(r"(\S+) ; (\S+) / (\S+)", attrs["spam"])
+    verdict = "Spam" if attrs["spam"].startswith("True") else (
+        "Ham" if attrs["spam"].startswith("False") else "Unknown")
+    return (spam[2] if spam else None), verdict, body.decode().splitlines()[-1]
+
+
+def test_amavis_spamdclient_request_and_its_parse_of_the_answer(servers):
+    """amavis's spamd client, replayed byte for byte (no amavis binary): its verdict is
+    the workers', its score the points, its tests the symbol."""
+    _, tell, _ = servers
+    for label, seed in (("spam", 970), ("ham", 971)):
+        m = mail(label, seed)
+        request = amavis_spamd_request(m, "<sender@example.net>",
+                                       ["<a@example.org>", "<b@example.org>"], len(m))
+        score, verdict, tests = amavis_spamd_parse(ask(tell, request, half_close=False))
+        assert verdict == label.capitalize()
+        assert (float(score) > 5.0) is (label == "spam")
+        assert tests == "STREAMNB_" + label.upper()
