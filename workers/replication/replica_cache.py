@@ -280,18 +280,25 @@ class ReplicaCache:
         """Between steps: keep the process's resident memory under the budget. When it is
         over, freed heap memory goes back to the system first, then the least recently
         used replicas are evicted (:meth:`trim`) until the measured rest and the held
-        arrays fit. Returns how many were evicted (nothing to do without ``resident``)."""
-        if self.resident is None or self.budget <= 0:
-            return 0
-        rss = self.resident()
-        if rss is None:
-            return 0
-        if rss > self.budget and self.release is not None:
-            self.release()
-            rss = self.resident() or rss
-        self.rest = max(0, rss - self.held_bytes)
-        # the last used stays: a worker whose rest is over the budget still holds one
-        return self.trim(keep=next(reversed(self.entries), None))
+        replicas fit, and again while the RSS stays over. Returns how many were evicted
+        (nothing to do without ``resident``)."""
+        evicted = 0
+        while self.resident is not None and self.budget > 0:
+            rss = self.resident()
+            if rss is None:
+                break
+            if rss > self.budget and self.release is not None:
+                self.release()
+                rss = self.resident() or rss
+            self.rest = max(0, rss - self.held_bytes)
+            # the last used stays: a worker whose rest is over the budget still holds one
+            n = self.trim(keep=next(reversed(self.entries), None))
+            evicted += n
+            # an array's pages never written (np.zeros) were not resident: evicting it
+            # gave back less than it counted, so look again
+            if not n or (self.resident() or 0) <= self.budget:
+                break
+        return evicted
 
     def _measure_rest(self) -> None:
         """The resident bytes besides the held arrays, measured now."""
