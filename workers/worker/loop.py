@@ -204,8 +204,8 @@ class Worker:
                 self.replicas.pin(model)
                 base = self.models[model].replica
             rt = self._serve(cfg, False)
-            rt.serve_user(total := UserSum(cfg, base, rt.replica, self.options.user_min_weight))
-            self.replicas.attach(cfg.name, total)  # counted with the user's, dropped with it
+            rt.sum_shards(UserSum(cfg, base, rt.replica, self.options.user_min_weight), user=True)
+            self.replicas.attach(cfg.name, rt.summed)  # counted with the user's, dropped with it
 
     def request_stop(self) -> None:
         """Finish the current batch, commit it, and return from :meth:`run`."""

@@ -51,7 +51,7 @@ from streamnb_workers.worker.intake import (
 from streamnb_workers.worker.options import WorkerOptions
 from streamnb_workers.worker.timers import Timers
 
-__all__ = ["EventSink", "ModelRuntime", "shared_featurizer"]
+__all__ = ["EventSink", "Lazy", "ModelRuntime", "shared_featurizer"]
 
 log = logging.getLogger("streamnb.worker")
 
@@ -91,6 +91,30 @@ def shared_featurizer(config: ModelConfig, max_bytes: int | None,
     return featurizers[key]
 
 
+class Lazy:
+    """A value made by ``make()`` at its first use (:meth:`get`) and let go of on demand
+    (:meth:`drop`), made again at the next use.
+
+    >>> made = []
+    >>> v = Lazy(lambda: made.append(1) or len(made))
+    >>> v.get(), v.get(), v.drop(), v.get()
+    (1, 1, None, 2)
+    """
+
+    __slots__ = ("make", "value")
+
+    def __init__(self, make: Callable[[], Any]) -> None:
+        self.make, self.value = make, None
+
+    def get(self) -> Any:
+        if self.value is None:
+            self.value = self.make()
+        return self.value
+
+    def drop(self) -> None:
+        self.value = None
+
+
 class ModelRuntime:
     """Everything a worker keeps for one model (see the module docstring)."""
 
@@ -124,9 +148,11 @@ class ModelRuntime:
             metrics.corrupt_records, kind=kind).inc()
         self.snapshotter = Snapshotter(client, self.keys, self.consumer, o.lease_ms,
                                        o.snapshot_every, o.snapshot_interval_s, o.trim_margin_ms)
-        #: The quality and drift observer, made at its first use (:attr:`observer`) and
-        #: dropped with the replica when it is evicted (:meth:`cool`).
-        self._observer: ModelObserver | None = None
+        #: The quality and drift observer (:attr:`observer`), made at its first use and let
+        #: go of when the replica is evicted: its drift detectors start again at the
+        #: model's next batch.
+        self._observer = Lazy(lambda: ModelObserver(metrics, self.name, self.consumer,
+                                                    events=self.events, label=self.label))
         self.inflight = InflightBoard(client, self.keys, self.consumer)
         self.timers = Timers.for_options(o, zlib.crc32(self.name.encode()) / 2**32)
         #: The token names counted for ``{M}:tokens`` (None: off, or dense input).
@@ -160,21 +186,10 @@ class ModelRuntime:
         if replicas is not None:  # loaded if it fits; held with a commit or batch in hand
             replicas.add(self.name, self.replica,
                          lambda: self.wire.in_flight is not None or self.read_ahead is not None,
-                         on_evict=self.cool)
+                         on_evict=self._observer.drop)
 
-    @property
-    def observer(self) -> ModelObserver:
-        """The model's quality and drift observer (made now if it was not held)."""
-        if self._observer is None:
-            self._observer = ModelObserver(self.metrics, self.name, self.consumer,
-                                           events=self.events, label=self.label)
-        return self._observer
-
-    def cool(self) -> None:
-        """The replica was evicted: let go of what only a model in use needs, its
-        observer (its drift detectors start again at the model's next batch)."""
-        self._observer = None
-        self.observed_applied = -1
+    #: The model's quality and drift observer (made now if it was not held).
+    observer = property(lambda self: self._observer.get())
 
     @property
     def predictor(self) -> Any:
@@ -211,18 +226,16 @@ class ModelRuntime:
         """No pending entry is left to redo."""
         self.pending_phase = self.isolate = False
 
-    def sum_shards(self, total: Any) -> None:
-        """Predict with ``total``, the sum of the model's shards (this is one of them)."""
+    def sum_shards(self, total: Any, user: bool = False) -> None:
+        """Predict with ``total``: the sum of the model's shards (this is one of them), or
+        with ``user`` the global model's statistics plus this per-user model's
+        (workers/replication/user_sum.py). A per-user model counts no token names: its
+        featurizer is the global model's, whose ``{M}:tokens`` names the same buckets, and
+        thousands of users' counts (up to 2 x ``token_names`` each) would outweigh their
+        replicas."""
         self.summed = total
-
-    def serve_user(self, total: Any) -> None:
-        """Predict with ``total``, the global model's statistics plus this per-user
-        model's (workers/replication/user_sum.py). A per-user model counts no token names:
-        its featurizer is the global model's, whose ``{M}:tokens`` names the same buckets,
-        and thousands of users' counts (up to 2 x ``token_names`` each) would outweigh
-        their replicas."""
-        self.summed = total
-        self.token_names = None
+        if user:
+            self.token_names = None
 
     def saw_peers(self, present: bool) -> None:
         """Whether the last heartbeat found another worker's fresh one."""

@@ -223,7 +223,7 @@ def test_the_bound_counts_the_process_memory_besides_the_replicas(server):
     assert sum(not rt.replica.evicted for rt in w.models.values()) == 2
     assert releases and w.replicas.evictions >= len(MODELS) - 2
     evicted = [rt for rt in w.models.values() if rt.replica.evicted]
-    assert all(rt._observer is None for rt in evicted)  # let go with the replica
+    assert all(rt._observer.value is None for rt in evicted)  # let go with the replica
     # one featurizer for every model of the same featurizer config
     assert len({id(rt.featurizer) for rt in w.models.values()}) == 1
     floor[0] += size  # the rest grew (more runtimes): one replica fits now
