@@ -127,8 +127,8 @@ class Worker:
         self.replicas = ReplicaCache(self.options.replica_memory,
                                      CacheMetrics(self.metrics, self.consumer),
                                      resident_bytes, self.heap.trim)
-        #: One featurizer for every model of the same featurizer config (runtime.py).
-        self.featurizers: dict = {}
+        #: What the models share: a featurizer a featurizer config, pooled series (runtime.py).
+        self.shared: dict = {}
         self.users, self.users_due = UserModelWatch(), 0.0  # per-user models: next look
 
     # ------------------------------------------------------------------ lifecycle
@@ -178,7 +178,7 @@ class Worker:
         ensure_group(self.client, ModelKeys(cfg.name))
         cache = None if "|" in cfg.name else self.replicas  # (a shard's: held for good)
         rt = ModelRuntime(cfg, self.client, self.options, self.metrics, self.reader, alone, cache,
-                          self.featurizers)
+                          self.shared)
         if cache is None:  # else loaded if it fits by the cache (workers/worker/runtime.py)
             rt.replica.load()
         rt.timers.cleanup.restart(time.monotonic())  # (others' heartbeats: as in _recover)

@@ -121,7 +121,7 @@ class ModelRuntime:
     def __init__(self, config: ModelConfig, client: Any, options: WorkerOptions,
                  metrics: Metrics, reader: Any = None, reads_ahead: bool = True,
                  replicas: ReplicaCache | None = None,
-                 featurizers: dict[tuple[str, Any], Any] | None = None) -> None:
+                 shared: dict[tuple[str, Any], Any] | None = None) -> None:
         o = options
         self.name = config.name
         self.keys = ModelKeys(config.name)
@@ -131,12 +131,18 @@ class ModelRuntime:
         #: The command client, and the client of blocking reads.
         self.client = client
         self.reader = client if reader is None else reader
-        self.featurizer = shared_featurizer(config, o.max_bytes, featurizers)
+        #: ``shared``: what the worker's models share (a featurizer a featurizer config,
+        #: the metric series pooled under ``model="*"``); None: nothing.
+        self.featurizer = shared_featurizer(config, o.max_bytes, shared)
         self.rule = config.make_decision_rule()
         self.metrics = metrics
         #: The ``model`` label of its metrics ("*" when they are pooled over models).
         self.label = self.name if o.model_metrics else "*"
-        self.series = MetricSeries(metrics, self.label, self.consumer)
+        if shared is None or o.model_metrics:
+            self.series = MetricSeries(metrics, self.label, self.consumer)
+        else:  # one for every model: the same children, thousands of models
+            self.series = shared.setdefault(("series", "*"),
+                                            MetricSeries(metrics, "*", self.consumer))
         self.events = EventSink(client, self.keys, self.consumer, o.events_maxlen)
         self.replica = Replica(client, self.keys, config)
         spec = stored_spec(client, self.keys, o.challenger)
