@@ -128,11 +128,14 @@ class ReplicaCache:
         self.budget = int(budget)
         #: The process's resident bytes (:func:`resident_bytes`), or None: the budget
         #: bounds the replicas' arrays alone. ``release``: hands freed heap memory back to
-        #: the system (glibc's ``malloc_trim``), called after evictions.
+        #: the system (glibc's ``malloc_trim``), called by :meth:`hold` after evictions
+        #: (once a step: it walks the heap).
         self.resident, self.release = resident, release
         #: Resident bytes besides the held replicas' arrays (the interpreter, every model's
         #: runtime, the allocator's slack), as last measured (:meth:`hold`).
         self.rest = 0
+        #: Replicas were evicted since the last release.
+        self.freed = False
         #: name -> (replica, busy); order: least recently used first.
         self.entries: OrderedDict[str, tuple[Replica, Callable[[], bool]]] = OrderedDict()
         #: Bytes of each held replica, measured when it was last used.
@@ -270,9 +273,7 @@ class ReplicaCache:
             evicted += 1
         self.evictions += evicted
         if evicted:
-            if self.release is not None:  # what was freed, back to the system
-                self.release()
-            self._measure_rest()
+            self.freed = True  # given back to the system by the next hold()
             self._changed()
         return evicted
 
@@ -287,9 +288,10 @@ class ReplicaCache:
             rss = self.resident()
             if rss is None:
                 break
-            if rss > self.budget and self.release is not None:
-                self.release()
+            if (rss > self.budget or self.freed) and self.release is not None:
+                self.release()  # what evictions freed, back to the system: once a step
                 rss = self.resident() or rss
+            self.freed = False
             self.rest = max(0, rss - self.held_bytes)
             # the last used stays: a worker whose rest is over the budget still holds one
             n = self.trim(keep=next(reversed(self.entries), None))
