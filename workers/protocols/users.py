@@ -11,9 +11,10 @@ is not an address and always gets the global model.
 What a user learns (TELL, ``/learnspam``, ``/learnham``) goes to the user's model (the
 domain's for ``@domain``), which the first learning registers (SADD, a producer's right);
 the workers of the global model that serve per-user models create its config from the
-global model's and serve it. It never goes to the global model, which the operator
-trains: one user's corrections change only that user's verdicts, as with SpamAssassin's
-per-user Bayes (``sa-learn -u``) and Rspamd's ``per_user`` statistics.
+global model's and serve it. It goes to the global model, which the operator trains,
+only once ``max_users`` models are registered and neither the user's nor its domain's
+is: otherwise one user's corrections change only that user's verdicts, as with
+SpamAssassin's per-user Bayes (``sa-learn -u``) and Rspamd's ``per_user`` statistics.
 
 >>> chooser = ModelChooser("mail")
 >>> chooser.model_for("alice@example.org"), chooser.model_for("root"), chooser.model_for(None)

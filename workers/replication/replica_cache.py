@@ -9,6 +9,11 @@ kept for the heartbeat). A batch of an evicted model first loads it again from
 replica is bit-identical to one never evicted: both are the snapshot plus every log
 entry after it, applied in log order.
 
+- Given ``resident`` (the worker's: :func:`resident_bytes`), the budget bounds the
+  process's resident memory: the replicas take what the rest of the process leaves, the
+  rest measured as the RSS less the held replicas between steps (:meth:`hold`), where
+  freed memory goes back to the system (``release``) and replicas are evicted until the
+  RSS fits. A held replica counts its arrays and :data:`REPLICA_OBJECTS`.
 - The replica being used is never evicted, so one model larger than the budget is still
   served; the bound holds between batches, and at a load it is exceeded by at most that
   one replica.
