@@ -71,6 +71,11 @@ _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 #: replicas of empty models are evicted too.
 REPLICA_OBJECTS = 8192
 
+#: Bytes evicted within a step after which the freed memory goes back to the system at
+#: once (``malloc_trim`` walks the heap: not after every eviction of a backlog spread over
+#: thousands of users, but not only at the step's end either).
+RELEASE_BYTES = 32 * 2**20
+
 #: How deep :func:`model_nbytes` walks a model's attributes for arrays.
 _DEPTH = 6
 
@@ -133,14 +138,14 @@ class ReplicaCache:
         self.budget = int(budget)
         #: The process's resident bytes (:func:`resident_bytes`), or None: the budget
         #: bounds the replicas' arrays alone. ``release``: hands freed heap memory back to
-        #: the system (glibc's ``malloc_trim``), called by :meth:`hold` after evictions
-        #: (once a step: it walks the heap).
+        #: the system (glibc's ``malloc_trim``), called after evictions: by :meth:`hold`,
+        #: and within a step every :data:`RELEASE_BYTES` evicted.
         self.resident, self.release = resident, release
         #: Resident bytes besides the held replicas' arrays (the interpreter, every model's
         #: runtime, the allocator's slack), as last measured (:meth:`hold`).
         self.rest = 0
-        #: Replicas were evicted since the last release.
-        self.freed = False
+        #: Bytes evicted since the last release.
+        self.freed = 0
         #: name -> (replica, busy); order: least recently used first.
         self.entries: OrderedDict[str, tuple[Replica, Callable[[], bool]]] = OrderedDict()
         #: Bytes of each held replica, measured when it was last used.
@@ -274,11 +279,15 @@ class ReplicaCache:
                 self.derived[name].drop()
             if name in self.on_evict:
                 self.on_evict[name]()
-            total -= self.sizes.pop(name)
+            size = self.sizes.pop(name)
+            total -= size
+            self.freed += size
             evicted += 1
         self.evictions += evicted
         if evicted:
-            self.freed = True  # given back to the system by the next hold()
+            if self.freed >= RELEASE_BYTES and self.release is not None:
+                self.release()  # (else by the next hold(): a step may evict a replica a batch)
+                self.freed = 0
             self._changed()
         return evicted
 
@@ -294,9 +303,9 @@ class ReplicaCache:
             if rss is None:
                 break
             if (rss > self.budget or self.freed) and self.release is not None:
-                self.release()  # what evictions freed, back to the system: once a step
+                self.release()  # what evictions freed, back to the system
                 rss = self.resident() or rss
-            self.freed = False
+            self.freed = 0
             self.rest = max(0, rss - self.held_bytes)
             # the last used stays: a worker whose rest is over the budget still holds one
             n = self.trim(keep=next(reversed(self.entries), None))
