@@ -8,9 +8,10 @@ models of ``bits`` under ``--replica-memory`` (workers/replication/replica_cache
 2. **Cold users**: for ``cold`` users not used for longest (evicted), one unlabelled
    message each, then a second one right after its output: each message's latency from
    its ``XADD`` to its output (both ids: the Redis clock). The first includes the load.
-3. **Memory**: the worker's RSS (``VmRSS``, and its peak ``VmHWM``) at the end, next to
-   the setting, and the RSS of the same worker started with every model before any
-   message (what the runtimes cost without replicas: the floor under the setting). The
+3. **Memory**: the worker's RSS (``VmRSS``) at the end, once it is blocked on its next
+   read (between steps, where the bound holds), and its peak (``VmHWM``, within a step),
+   next to the setting; and the RSS of the same worker started with every model before
+   any message (the runtimes and the replicas of the empty models it loaded at start). The
    per-model duties run at :data:`MANY_MODELS`' periods. The
    worker pools its metrics over the models (``model_metrics`` False, ``--no-model-metrics``:
    by model they cost about 110 KiB a model, docs/observability.md).
@@ -123,8 +124,11 @@ def run_users(messages: Sequence[bytes], unlabelled: bytes, n_users: int, bits: 
             stamps = sorted(id_ms(i) for n in names for i, _ in client.xrange(keys(n)["out"]))
             firsts, nexts = [], []
             for name in names[:cold]:  # served first in the round-robin: evicted since
-                firsts.append(latency_ms(client, name, unlabelled, 60.0, procs))
+                firsts.append(latency_ms(client, name, unlabelled, 300.0, procs))
                 nexts.append(latency_ms(client, name, unlabelled, 60.0, procs))
+            # between steps, where the bound holds: the worker blocked on its next read
+            time.sleep(0.2)
+            wait_until(blocked, timeout, procs, every_s=0.05)
             mem = rss_kib(pid)
     span_s = max(1e-3, (stamps[-1] - stamps[0]) / 1000.0)
     return UsersRun(n_users, replica_memory, total, start_s, (total - 1) / span_s,

@@ -87,7 +87,13 @@ DEFAULT_AUTOLEARN_SCORE = 0.5
 DEFAULT_AUTOLEARN_MIN_CLASS_WEIGHT = 50.0
 DEFAULT_AUTOLEARN_PER_BATCH = 50
 
-#: Bytes of model replicas a worker holds in memory (``--replica-memory``): beyond it, the
-#: least recently used are evicted and loaded again on demand (docs/worker.md, "Many
-#: models"). 512 MiB: about 200 replicas of a 2**16-bucket model of two classes.
+#: A worker's resident memory (``--replica-memory``): beyond it, the least recently used
+#: replicas are evicted and loaded again on demand (docs/worker.md, "Many models"). 512
+#: MiB: about 150 replicas of a 2**16-bucket model of two classes next to a worker's
+#: 100-150 MiB of its own.
 DEFAULT_REPLICA_MEMORY = 512 * 2**20
+
+#: Per-user and per-domain models a global model registers at most (``--max-users``):
+#: every worker of the global model serves every one (docs/operations.md, "Per-user
+#: models"); past it a new user's learning goes to its domain's model or the global one.
+DEFAULT_MAX_USERS = 10_000

@@ -810,7 +810,7 @@ def test_users_run_serves_every_user_and_times_the_cold_ones():
     run = run_users(msgs, unlabelled, 6, 8, replica_memory=4096, cold=2, timeout=120)
     assert run.messages == 24 and run.per_second > 0
     assert len(run.cold_first_ms) == len(run.cold_next_ms) == 2
-    assert run.rss_mib >= run.idle_rss_mib > 0
+    assert run.rss_mib > 0 and run.idle_rss_mib > 0  # (the worker trims its heap: either way)
 
 
 @needs_redis

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import shutil
+import socket
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,9 +17,10 @@ from typing import Any
 import pytest
 
 from streamnb_workers.cli.launch import blas_env
+from streamnb_workers.replication.shards import load_model
 from tests.helpers.milter import MilterProcess, start_worker, stop, train, training_mails
 from tests.helpers.redis_server import REDIS_SERVER, RedisServer, free_port
-from tests.helpers.workers import PYTHON
+from tests.helpers.workers import PYTHON, per_class
 
 SPAMC = shutil.which("spamc")
 RSPAMC = shutil.which("rspamc")
@@ -55,3 +58,71 @@ def run_client(argv: list[str], mail: bytes = b"", timeout: float = 30.0
     """A real client, the mail on its stdin (stdout and stderr kept as text)."""
     env = blas_env({k: v for k, v in os.environ.items() if not k.startswith("STREAMNB_")})
     return subprocess.run(argv, input=mail, capture_output=True, timeout=timeout, env=env)
+
+
+@contextlib.contextmanager
+def protocol_servers(logs: Path, servers: list[tuple[str, str, tuple[str, ...]]],
+                     **options: Any) -> Iterator[tuple[Any, list[ServerProcess]]]:
+    """A trained redis-server and worker (``options``: the worker's), and one server
+    process per ``(command, log name, args)``: the protocol tests' module fixtures."""
+    with trained_redis(logs, **options) as redis_server, contextlib.ExitStack() as stack:
+        yield redis_server, [stack.enter_context(ServerProcess(command, redis_server.url,
+                                                               logs / log, *args))
+                             for command, log, args in servers]
+
+
+def spamc(server: ServerProcess, *args: str, mail_bytes: bytes = b"") -> subprocess.CompletedProcess:
+    """The real ``spamc`` against ``server``."""
+    return run_client([SPAMC, "-d", "127.0.0.1", "-p", str(server.port), *args], mail_bytes)
+
+
+def rspamc(server: ServerProcess, *args: str, mail_bytes: bytes = b"") -> subprocess.CompletedProcess:
+    """The real ``rspamc`` against ``server``."""
+    return run_client([RSPAMC, "-h", f"127.0.0.1:{server.port}", *args], mail_bytes)
+
+
+def ask(server: ServerProcess, data: bytes, half_close: bool = True, timeout: float = 10.0,
+        ) -> bytes:
+    """``data`` sent as it is (half-closed after it), and every byte answered until the
+    server closes; a connection the server cut short gives what it answered."""
+    with socket.create_connection(("127.0.0.1", server.port), timeout=timeout) as s:
+        try:
+            s.sendall(data)
+            if half_close:
+                s.shutdown(socket.SHUT_WR)
+        except OSError:
+            pass
+        chunks = []
+        try:
+            while chunk := s.recv(65536):
+                chunks.append(chunk)
+        except ConnectionResetError:
+            pass
+    return b"".join(chunks)
+
+
+def mangled(rng: random.Random, data: bytes) -> bytes:
+    """``data`` with up to three bytes flipped, cuts or inserted separators (the fuzz)."""
+    for _ in range(rng.randrange(4)):
+        i = rng.randrange(len(data))
+        kind = rng.randrange(3)
+        if kind == 0:
+            data = data[:i] + bytes([rng.randrange(256)]) + data[i + 1:]
+        elif kind == 1:
+            data = data[:i]
+        else:
+            data = data[:i] + rng.choice([b"\r\n", b"\n", b":", b"\x00", b"\r\n\r\n"]) + data[i:]
+    return data
+
+
+def model_stats(r: Any, model: str = "mail") -> dict:
+    """The statistics of ``model`` as stored, by part and class."""
+    return per_class(load_model(r, model)[0])
+
+
+def same_stats(a: dict, b: dict) -> None:
+    assert a.keys() == b.keys()
+    for part in a:
+        assert a[part].keys() == b[part].keys()
+        for label in a[part]:
+            assert (a[part][label] == b[part][label]).all(), (part, label)

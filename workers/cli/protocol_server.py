@@ -29,6 +29,7 @@ from streamnb_workers.cli.arg_types import number_in, port, whole_number_in
 from streamnb_workers.cli.options import add_common_options, add_model_name, redis_from_args
 from streamnb_workers.cli.settings import add_option
 from streamnb_workers.cli.supervisor import serve_metrics
+from streamnb_workers.defaults import DEFAULT_MAX_USERS
 from streamnb_workers.milter.policy import Policy
 from streamnb_workers.protocols.limits import Limits
 from streamnb_workers.protocols.mail_service import MailService, Scale
@@ -79,6 +80,10 @@ def add_server_options(p: argparse.ArgumentParser, default_listen: str) -> None:
                help="a client silent this long is cut off (and a request must arrive "
                     "within 4 x this)")
     add_user_options(p)
+    add_option(p, "--max-users", type=whole_number_in(0, None), default=DEFAULT_MAX_USERS,
+               metavar="N", help="per-user and per-domain models a user's learning registers "
+               "at most; past it the learning goes to the user's domain model if registered, "
+               "else the global one (0: no bound)")
     add_option(p, "--metrics-port", type=port, default=0,
                help="Prometheus port of the server's metrics (0: none)")
     add_option(p, "--metrics-addr", default="127.0.0.1", help="address the metrics server binds")
@@ -111,9 +116,10 @@ def limits_from_args(args: argparse.Namespace) -> Limits:
                   max_connections=args.max_connections, queue_s=min(5.0, args.read_timeout))
 
 
-def service_from_args(args: argparse.Namespace, env: Mapping[str, str], name: str
-                      ) -> MailService:
-    """The mail service the options describe (``name``: the command, for ids and logs)."""
+def service_from_args(args: argparse.Namespace, env: Mapping[str, str], name: str,
+                      metrics: Any = None) -> MailService:
+    """The mail service the options describe (``name``: the command, for ids and logs;
+    ``metrics``: its ProtocolMetrics, which count the learning past ``--max-users``)."""
     if not args.model:
         raise SettingsError("--model NAME is required (or set STREAMNB_MODEL)")
     try:
@@ -121,7 +127,9 @@ def service_from_args(args: argparse.Namespace, env: Mapping[str, str], name: st
     except ValueError as exc:
         raise SettingsError(str(exc)) from None
     settings = redis_from_args(args, env, client_name=f"streamnb-{name}-{os.getpid()}")
-    return MailService(settings, ModelChooser(model, user_names_from_args(args, model)),
+    chooser = ModelChooser(model, user_names_from_args(args, model), args.max_users,
+                           None if metrics is None else metrics.users_full.inc)
+    return MailService(settings, chooser,
                        policy=Policy(positive=args.positive),
                        scale=Scale(args.required_score, args.score_scale),
                        timeout=args.timeout, max_size=args.max_size, id_prefix=name)

@@ -325,6 +325,9 @@ class ProtocolMetrics:
         self.seconds = Histogram(
             "protocol_request_seconds", "Time from a request's arrival to its answer",
             ("protocol", "command"), buckets=MILTER_BUCKETS, **r)
+        self.users_full = Counter(
+            "user_models_full", "Learning for a user that went to the user's domain model or "
+            "the global model: the per-user models registered had reached --max-users", **r)
 
     def observe(self, protocol: str, command: str, status: str, seconds: float) -> None:
         self.requests.labels(protocol=protocol, command=command, status=status).inc()

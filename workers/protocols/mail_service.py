@@ -150,9 +150,19 @@ class MailService:
         except redis.RedisError:
             return self.chooser.default
 
-    def check(self, raw: bytes, user: str | None = None) -> Check:
-        """Score ``raw`` for ``user`` within the timeout (never raises for a mail)."""
-        model = self.model_for(user)
+    def model_for_all(self, users: list[str]) -> str:
+        """The model that scores a mail for all of ``users`` (the model they share, else
+        the global one; the global one while Redis cannot say)."""
+        try:
+            return self.chooser.model_for_all(users, self._client)
+        except redis.RedisError:
+            return self.chooser.default
+
+    def check(self, raw: bytes, user: str | None = None,
+              recipients: list[str] | None = None) -> Check:
+        """Score ``raw`` for ``user``, or for all of ``recipients`` when given, within the
+        timeout (never raises for a mail)."""
+        model = self.model_for(user) if not recipients else self.model_for_all(recipients)
         outcome = score_mail(self.verdict_client(model), self.policy, raw, self.timeout)
         prediction = outcome.prediction
         if outcome.failure is not None or prediction is None:

@@ -12,7 +12,9 @@ learn the mail: 200 ``{"success": true}``, or 208 when its learn-once key was le
 that class already; they need the ``Password`` header to match ``--password-file`` (or
 ``--allow-learn``), else 403, as Rspamd's controller asks its ``enable_password``.
 ``GET /ping`` answers ``pong``. The user is the first of ``Deliver-To``, ``Rcpt`` and
-``User`` (:class:`~streamnb_workers.protocols.users.ModelChooser`).
+``User`` (:class:`~streamnb_workers.protocols.users.ModelChooser`); a check with several
+``Rcpt`` headers and no ``Deliver-To`` (amavis's Rspamd client sends one a recipient) is
+scored with the model the recipients share, else the global one, as the milter does.
 
 The HTTP side is :mod:`http.server`'s ThreadingHTTPServer (request line and headers
 parsed by the standard library: at most 100 header lines of 64 KiB), under this layer's
@@ -189,14 +191,16 @@ class RspamdHandler(BaseHTTPRequestHandler):
             return
         raw, size = got
         user = first_user(self.headers.get(h) for h in ("Deliver-To", "Rcpt", "User"))
+        rcpts = self.headers.get_all("Rcpt") or []
         if self.path == "/checkv2":
-            self._check(raw if size <= len(raw) else cut_mail(raw, len(raw), size), user)
+            self._check(raw if size <= len(raw) else cut_mail(raw, len(raw), size), user,
+                        rcpts if len(rcpts) > 1 and not self.headers.get("Deliver-To") else None)
         else:
             self._learn(raw, size, "spam" if self.path == "/learnspam" else "ham", user)
 
-    def _check(self, raw: bytes, user: str | None) -> None:
+    def _check(self, raw: bytes, user: str | None, recipients: list[str] | None) -> None:
         service = self.server.service
-        check = service.check(raw, user)
+        check = service.check(raw, user, recipients)
         if not check.scored:
             self._json(503, {"error": f"not scored ({check.outcome.failure})"})
             return

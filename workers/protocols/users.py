@@ -11,9 +11,10 @@ is not an address and always gets the global model.
 What a user learns (TELL, ``/learnspam``, ``/learnham``) goes to the user's model (the
 domain's for ``@domain``), which the first learning registers (SADD, a producer's right);
 the workers of the global model that serve per-user models create its config from the
-global model's and serve it. It never goes to the global model, which the operator
-trains: one user's corrections change only that user's verdicts, as with SpamAssassin's
-per-user Bayes (``sa-learn -u``) and Rspamd's ``per_user`` statistics.
+global model's and serve it. It goes to the global model, which the operator trains,
+only once ``max_users`` models are registered and neither the user's nor its domain's
+is: otherwise one user's corrections change only that user's verdicts, as with
+SpamAssassin's per-user Bayes (``sa-learn -u``) and Rspamd's ``per_user`` statistics.
 
 >>> chooser = ModelChooser("mail")
 >>> chooser.model_for("alice@example.org"), chooser.model_for("root"), chooser.model_for(None)
@@ -37,12 +38,22 @@ per-user Bayes (``sa-learn -u``) and Rspamd's ``per_user`` statistics.
 'mail'
 >>> chooser.model_for_all(["<carol@example.org>", "bob@example.org"], r)
 'mail.d.example.org'
+
+Past ``max_users`` registered models, a new user learns into its domain's model, else the
+global one:
+
+>>> full = []
+>>> chooser = ModelChooser("mail", UserNames("mail"), max_users=2, on_full=lambda: full.append(1))
+>>> chooser.learning_model("carol@example.org", r), chooser.learning_model("dan@other.org", r)
+('mail.d.example.org', 'mail')
+>>> chooser.learning_model("alice@example.org", r), len(full)
+('mail.u.alice_40example.org', 2)
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from streamnb_workers.store.user_models import UserNames, register, registered
@@ -86,9 +97,14 @@ class ModelChooser:
     model); only ``default`` without ``names``. The look-ups take a Redis client (none:
     the global model)."""
 
-    def __init__(self, default: str, names: UserNames | None = None) -> None:
+    def __init__(self, default: str, names: UserNames | None = None, max_users: int = 0,
+                 on_full: Callable[[], Any] | None = None) -> None:
         self.default = default
         self.names = names
+        #: The most per-user and per-domain models registered (0: no bound), and what is
+        #: called when a user's learning is refused a model of its own for it.
+        self.max_users = max_users
+        self.on_full = on_full
 
     def candidates(self, user: str | None) -> list[str]:
         """The per-user then per-domain model names ``user`` could have, best first."""
@@ -119,9 +135,16 @@ class ModelChooser:
 
     def learning_model(self, user: str | None, client: Any = None) -> str:
         """The model ``user``'s learning goes to: its own (registered if new), the global
-        model for a user without an address."""
+        model for a user without an address. With ``max_users`` models registered, a new
+        one is not: the learning goes to the user's domain model if that is registered,
+        else to the global model, and ``on_full`` is called."""
         names = self.candidates(user) if client is not None else []
         if not names:
             return self.default
-        register(client, self.default, names[0])
-        return names[0]
+        if register(client, self.default, names[0], self.max_users) is not None:
+            return names[0]
+        if self.on_full is not None:
+            self.on_full()
+        rest = names[1:]
+        found = registered(client, self.default, rest)
+        return next((n for n, ok in zip(rest, found, strict=True) if ok), self.default)

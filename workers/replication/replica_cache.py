@@ -9,6 +9,11 @@ kept for the heartbeat). A batch of an evicted model first loads it again from
 replica is bit-identical to one never evicted: both are the snapshot plus every log
 entry after it, applied in log order.
 
+- Given ``resident`` (the worker's: :func:`resident_bytes`), the budget bounds the
+  process's resident memory: the replicas take what the rest of the process leaves, the
+  rest measured as the RSS less the held replicas between steps (:meth:`hold`), where
+  freed memory goes back to the system (``release``) and replicas are evicted until the
+  RSS fits. A held replica counts its arrays and :data:`REPLICA_OBJECTS`.
 - The replica being used is never evicted, so one model larger than the budget is still
   served; the bound holds between batches, and at a load it is exceeded by at most that
   one replica.
@@ -29,7 +34,7 @@ entry after it, applied in log order.
 >>> from streamnb_workers.store.keys import ModelKeys
 >>> from streamnb_workers.store.model_config import ModelSpec, ensure_config
 >>> r = fakeredis.FakeRedis()
->>> cache, reps = ReplicaCache(budget=3000), {}
+>>> cache, reps = ReplicaCache(budget=3000 + REPLICA_OBJECTS), {}
 >>> for name in ("a", "b"):
 ...     cfg = ensure_config(r, ModelSpec(name, kind="multinomial", featurizer_config={"bits": 8}))
 ...     reps[name] = Replica(r, ModelKeys(name), cfg)
@@ -39,13 +44,14 @@ entry after it, applied in log order.
 >>> reps["a"].evicted, reps["b"].evicted, cache.held, cache.evictions
 (True, False, 1, 1)
 >>> cache.use("a"), reps["a"].learnt, reps["b"].evicted, cache.loads, cache.held_bytes
-(True, 1, True, 1, 2064)
+(True, 1, True, 1, 10256)
 >>> cache.use("a")                       # held: nothing to load
 False
 """
 
 from __future__ import annotations
 
+import os
 import time
 from collections import OrderedDict
 from collections.abc import Callable
@@ -55,7 +61,25 @@ import numpy as np
 
 from streamnb_workers.replication.replica import Replica
 
-__all__ = ["CacheMetrics", "ReplicaCache", "model_nbytes"]
+__all__ = ["CacheMetrics", "ReplicaCache", "model_nbytes", "resident_bytes"]
+
+#: Bytes of a memory page (``/proc/self/statm`` counts pages).
+_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+
+#: Bytes a held replica costs besides its arrays (its model's Python objects and what
+#: loading it leaves in the heap: 3-8 KiB measured), counted with each so that held
+#: replicas of empty models are evicted too.
+REPLICA_OBJECTS = 8192
+
+#: Bytes evicted within a step after which the freed memory goes back to the system at
+#: once (``malloc_trim`` walks the heap: not after every eviction of a backlog spread over
+#: thousands of users, but not only at the step's end either).
+RELEASE_BYTES = 32 * 2**20
+
+#: Bytes a model served adds to the worker's next read, made after :meth:`ReplicaCache.hold`
+#: and alive while it blocks (the command naming every stream, its reply): kept free
+#: under the budget (about 400 bytes a model measured at 10,000 models).
+READ_BYTES = 512
 
 #: How deep :func:`model_nbytes` walks a model's attributes for arrays.
 _DEPTH = 6
@@ -94,13 +118,39 @@ def model_nbytes(model: Any) -> int:
     return total
 
 
+def resident_bytes() -> int | None:
+    """The process's resident memory (RSS) in bytes, from ``/proc/self/statm``; None
+    where there is no such file (not Linux).
+
+    >>> n = resident_bytes()
+    >>> n is None or n > 2**20
+    True
+    """
+    try:
+        with open("/proc/self/statm", "rb") as f:
+            return int(f.read().split()[1]) * _PAGE
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 class ReplicaCache:
     """Registered replicas, most recently used last; see the module docstring.
     ``budget``: bytes (0: no bound, nothing is evicted)."""
 
     def __init__(self, budget: int = 0, on_change: Callable[[ReplicaCache], None] | None = None,
-                 ) -> None:
+                 resident: Callable[[], int | None] | None = None,
+                 release: Callable[[], Any] | None = None) -> None:
         self.budget = int(budget)
+        #: The process's resident bytes (:func:`resident_bytes`), or None: the budget
+        #: bounds the replicas' arrays alone. ``release``: hands freed heap memory back to
+        #: the system (glibc's ``malloc_trim``), called after evictions: by :meth:`hold`,
+        #: and within a step every :data:`RELEASE_BYTES` evicted.
+        self.resident, self.release = resident, release
+        #: Resident bytes besides the held replicas' arrays (the interpreter, every model's
+        #: runtime, the allocator's slack), as last measured (:meth:`hold`).
+        self.rest = 0
+        #: Bytes evicted since the last release.
+        self.freed = 0
         #: name -> (replica, busy); order: least recently used first.
         self.entries: OrderedDict[str, tuple[Replica, Callable[[], bool]]] = OrderedDict()
         #: Bytes of each held replica, measured when it was last used.
@@ -117,6 +167,17 @@ class ReplicaCache:
         self.pinned: set[str] = set()
         #: name -> what the replica's model derives (``nbytes()``, ``drop()``): :meth:`attach`.
         self.derived: dict[str, Any] = {}
+        #: name -> called when its replica is evicted (:meth:`add`'s ``on_evict``).
+        self.on_evict: dict[str, Callable[[], Any]] = {}
+
+    @property
+    def limit(self) -> int:
+        """Bytes the held replicas may take: the budget, less the rest of the process's
+        resident memory and room for the next read (:data:`READ_BYTES` a model) when that
+        is bounded (never below 0)."""
+        if self.resident is None:
+            return self.budget
+        return max(0, self.budget - self.rest - READ_BYTES * len(self.entries))
 
     @property
     def held(self) -> int:
@@ -127,13 +188,18 @@ class ReplicaCache:
     def held_bytes(self) -> int:
         return sum(self.sizes.values())
 
-    def add(self, name: str, replica: Replica, busy: Callable[[], bool] = lambda: False) -> None:
-        """Register ``replica`` as model ``name``'s (``busy``: it must stay held now), and
-        load it if the budget is not full yet; else it is loaded for its first batch (a
-        worker starting with many models does not read every snapshot)."""
+    def add(self, name: str, replica: Replica, busy: Callable[[], bool] = lambda: False,
+            on_evict: Callable[[], Any] | None = None) -> None:
+        """Register ``replica`` as model ``name``'s (``busy``: it must stay held now;
+        ``on_evict``: called when it is evicted), and load it if the budget is not full
+        yet; else it is loaded for its first batch (a worker starting with many models
+        does not read every snapshot)."""
         self.entries[name] = (replica, busy)
         self.entries.move_to_end(name)
-        if 0 < self.budget <= self.held_bytes:
+        if on_evict is not None:
+            self.on_evict[name] = on_evict
+        self._measure_rest()
+        if 0 < self.budget and self.limit <= self.held_bytes:
             replica.evict()
             self._changed()
         else:
@@ -158,7 +224,7 @@ class ReplicaCache:
 
     def _nbytes(self, name: str) -> int:
         derived, replica = self.derived.get(name), self.entries[name][0]
-        return model_nbytes(replica.model) + model_nbytes(
+        return REPLICA_OBJECTS + model_nbytes(replica.model) + model_nbytes(
             getattr(replica.challenger, "model", None)) + (
             0 if derived is None else derived.nbytes())
 
@@ -205,9 +271,9 @@ class ReplicaCache:
         if self.budget <= 0:
             return 0
         evicted = 0
-        total = self.held_bytes
+        total, limit = self.held_bytes, self.limit
         for name in list(self.entries):
-            if total <= self.budget:
+            if total <= limit:
                 break
             if name == keep or name not in self.sizes or name in self.pinned:
                 continue
@@ -217,18 +283,57 @@ class ReplicaCache:
             replica.evict()
             if name in self.derived:
                 self.derived[name].drop()
-            total -= self.sizes.pop(name)
+            if name in self.on_evict:
+                self.on_evict[name]()
+            size = self.sizes.pop(name)
+            total -= size
+            self.freed += size
             evicted += 1
         self.evictions += evicted
         if evicted:
+            if self.freed >= RELEASE_BYTES and self.release is not None:
+                self.release()  # (else by the next hold(): a step may evict a replica a batch)
+                self.freed = 0
             self._changed()
         return evicted
+
+    def hold(self) -> int:
+        """Between steps: keep the process's resident memory under the budget. When it is
+        over, freed heap memory goes back to the system first, then the least recently
+        used replicas are evicted (:meth:`trim`) until the measured rest and the held
+        replicas fit, and again while the RSS stays over. Returns how many were evicted
+        (nothing to do without ``resident``)."""
+        evicted = 0
+        while self.resident is not None and self.budget > 0:
+            rss = self.resident()
+            if rss is None:
+                break
+            if (rss > self.budget or self.freed) and self.release is not None:
+                self.release()  # what evictions freed, back to the system
+                rss = self.resident() or rss
+            self.freed = 0
+            self.rest = max(0, rss - self.held_bytes)
+            # the last used stays: a worker whose rest is over the budget still holds one
+            n = self.trim(keep=next(reversed(self.entries), None))
+            evicted += n
+            # an array's pages never written (np.zeros) were not resident: evicting it
+            # gave back less than it counted, so look again
+            if not n or (self.resident() or 0) <= self.budget - READ_BYTES * len(self.entries):
+                break
+        return evicted
+
+    def _measure_rest(self) -> None:
+        """The resident bytes besides the held arrays, measured now."""
+        rss = None if self.resident is None else self.resident()
+        if rss is not None:
+            self.rest = max(0, rss - self.held_bytes)
 
     def remove(self, name: str) -> None:
         """Forget model ``name`` (no longer served)."""
         self.entries.pop(name, None)
         self.sizes.pop(name, None)
         self.derived.pop(name, None)
+        self.on_evict.pop(name, None)
         self.pinned.discard(name)
         self._changed()
 

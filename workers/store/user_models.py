@@ -6,7 +6,9 @@ part and domain; the workers predict a user's mail with the global model's stati
 plus the user's own (workers/replication/user_sum.py). ``streamnb:{G}:users``, a set in
 the global model ``G``'s slot, lists the per-user and per-domain models of ``G``: a model
 is chosen for a mail only once it is registered there, and the workers of ``G`` started
-with ``--per-user`` serve every model registered there.
+with ``--per-user`` serve every model registered there. The set is bounded
+(``max_users``: :func:`register` refuses a name past it), since every worker of ``G``
+serves every model registered there.
 
 **Names.** The templates' fields are ``{model}`` (the global model), ``{local}`` and
 ``{domain}``; the defaults are :data:`USER_TEMPLATE` and :data:`DOMAIN_TEMPLATE`. The
@@ -35,6 +37,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from streamnb_workers.store.keys import ModelKeys, check_model_name
+from streamnb_workers.store.lua import LuaScript
 from streamnb_workers.wire.replies import as_str
 
 __all__ = ["DOMAIN_TEMPLATE", "USER_TEMPLATE", "UserNames", "escape_part", "register",
@@ -106,9 +109,34 @@ def registered(client: Any, model: str, names: Sequence[str]) -> list[bool]:
     return [bool(v) for v in client.smismember(registry_key(model), list(names))]
 
 
-def register(client: Any, model: str, name: str) -> bool:
-    """Register ``name`` as a per-user or per-domain model of ``model``; whether it is new."""
-    return bool(client.sadd(registry_key(model), name))
+#: SADD of ARGV[1] unless the set holds ARGV[2] (> 0) members already: 1 added, 0 a
+#: member already, -1 refused (full). One script: two clients registering at once cannot
+#: both take the last place.
+_REGISTER = LuaScript("""
+if redis.call('SISMEMBER', KEYS[1], ARGV[1]) == 1 then return 0 end
+local limit = tonumber(ARGV[2])
+if limit > 0 and redis.call('SCARD', KEYS[1]) >= limit then return -1 end
+redis.call('SADD', KEYS[1], ARGV[1])
+return 1
+""")
+
+
+def register(client: Any, model: str, name: str, limit: int = 0) -> bool | None:
+    """Register ``name`` as a per-user or per-domain model of ``model``: True if it is
+    new, False if it was registered, None if refused because ``limit`` models (> 0; 0:
+    no bound) are registered already.
+
+    >>> import fakeredis
+    >>> r = fakeredis.FakeRedis()
+    >>> [register(r, "m", n, limit=2) for n in ("m.u.a", "m.u.a", "m.u.b", "m.u.c")]
+    [True, False, True, None]
+    >>> register(r, "m", "m.u.c")
+    True
+    """
+    if limit <= 0:
+        return bool(client.sadd(registry_key(model), name))
+    added = int(_REGISTER(client, [registry_key(model)], [name, int(limit)]))
+    return None if added < 0 else bool(added)
 
 
 def user_models(client: Any, model: str) -> list[str]:

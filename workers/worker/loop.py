@@ -35,7 +35,11 @@ from typing import Any
 from streamnb.exceptions import StreamnbError
 from streamnb_workers.observe.health import RedisHealth
 from streamnb_workers.observe.metrics import Metrics, default_metrics
-from streamnb_workers.replication.replica_cache import CacheMetrics, ReplicaCache
+from streamnb_workers.replication.replica_cache import (
+    CacheMetrics,
+    ReplicaCache,
+    resident_bytes,
+)
 from streamnb_workers.replication.shards import ShardSum, shard_names, shard_spec
 from streamnb_workers.replication.snapshotter import delete_consumer_if_idle
 from streamnb_workers.replication.user_sum import UserModelWatch, UserSum
@@ -119,8 +123,12 @@ class Worker:
         #: Check each model's keys before the next step (after a reconnect or NOGROUP):
         #: Redis may have come back without them (workers/worker/restore.py).
         self.check_keys = False
+        # the bound is the process's resident memory: replicas, runtimes and heap slack
         self.replicas = ReplicaCache(self.options.replica_memory,
-                                     CacheMetrics(self.metrics, self.consumer))
+                                     CacheMetrics(self.metrics, self.consumer),
+                                     resident_bytes, self.heap.trim)
+        #: What the models share: a featurizer a featurizer config, pooled series (runtime.py).
+        self.shared: dict = {}
         self.users, self.users_due = UserModelWatch(), 0.0  # per-user models: next look
 
     # ------------------------------------------------------------------ lifecycle
@@ -169,7 +177,8 @@ class Worker:
         (``alone``: the only model the worker serves, whose batches are read ahead)."""
         ensure_group(self.client, ModelKeys(cfg.name))
         cache = None if "|" in cfg.name else self.replicas  # (a shard's: held for good)
-        rt = ModelRuntime(cfg, self.client, self.options, self.metrics, self.reader, alone, cache)
+        rt = ModelRuntime(cfg, self.client, self.options, self.metrics, self.reader, alone, cache,
+                          self.shared)
         if cache is None:  # else loaded if it fits by the cache (workers/worker/runtime.py)
             rt.replica.load()
         rt.timers.cleanup.restart(time.monotonic())  # (others' heartbeats: as in _recover)
@@ -195,8 +204,8 @@ class Worker:
                 self.replicas.pin(model)
                 base = self.models[model].replica
             rt = self._serve(cfg, False)
-            rt.sum_shards(total := UserSum(cfg, base, rt.replica, self.options.user_min_weight))
-            self.replicas.attach(cfg.name, total)  # counted with the user's, dropped with it
+            rt.sum_shards(UserSum(cfg, base, rt.replica, self.options.user_min_weight), user=True)
+            self.replicas.attach(cfg.name, rt.summed)  # counted with the user's, dropped with it
 
     def request_stop(self) -> None:
         """Finish the current batch, commit it, and return from :meth:`run`."""
@@ -389,6 +398,7 @@ class Worker:
                 guard(rt, settle_and_tail, rt)
         guard.came_back(live)
         self.heap.after_step(n)
+        self.replicas.hold()  # the process's resident memory within the bound
         return n
 
     @property

@@ -19,6 +19,7 @@ it: the worker gives it what it needs.
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 import zlib
@@ -50,7 +51,7 @@ from streamnb_workers.worker.intake import (
 from streamnb_workers.worker.options import WorkerOptions
 from streamnb_workers.worker.timers import Timers
 
-__all__ = ["EventSink", "ModelRuntime"]
+__all__ = ["EventSink", "Lazy", "ModelRuntime", "shared_featurizer"]
 
 log = logging.getLogger("streamnb.worker")
 
@@ -69,12 +70,58 @@ class EventSink:
         self.client.xadd(self.key, {"data": data}, maxlen=self.maxlen, approximate=True)
 
 
+def shared_featurizer(config: ModelConfig, max_bytes: int | None,
+                      featurizers: dict[tuple[str, Any], Any] | None) -> Any:
+    """The featurizer of ``config``, one for every model of the same featurizer config
+    in ``featurizers`` (a worker's: thousands of per-user models share their global
+    model's; a featurizer holds no state of its model); a new one if None.
+
+    >>> from streamnb_workers.store.model_config import ModelConfig
+    >>> shared: dict = {}
+    >>> a, b = (shared_featurizer(ModelConfig(n, "multinomial", {}, {"bits": 4}), None, shared)
+    ...         for n in ("a", "b"))
+    >>> a is b, len(shared)
+    (True, 1)
+    """
+    if featurizers is None:
+        return config.make_featurizer(max_bytes)
+    key = (json.dumps(config.featurizer, sort_keys=True, default=str), max_bytes)
+    if key not in featurizers:
+        featurizers[key] = config.make_featurizer(max_bytes)
+    return featurizers[key]
+
+
+class Lazy:
+    """A value made by ``make()`` at its first use (:meth:`get`) and let go of on demand
+    (:meth:`drop`), made again at the next use.
+
+    >>> made = []
+    >>> v = Lazy(lambda: made.append(1) or len(made))
+    >>> v.get(), v.get(), v.drop(), v.get()
+    (1, 1, None, 2)
+    """
+
+    __slots__ = ("make", "value")
+
+    def __init__(self, make: Callable[[], Any]) -> None:
+        self.make, self.value = make, None
+
+    def get(self) -> Any:
+        if self.value is None:
+            self.value = self.make()
+        return self.value
+
+    def drop(self) -> None:
+        self.value = None
+
+
 class ModelRuntime:
     """Everything a worker keeps for one model (see the module docstring)."""
 
     def __init__(self, config: ModelConfig, client: Any, options: WorkerOptions,
                  metrics: Metrics, reader: Any = None, reads_ahead: bool = True,
-                 replicas: ReplicaCache | None = None) -> None:
+                 replicas: ReplicaCache | None = None,
+                 shared: dict[tuple[str, Any], Any] | None = None) -> None:
         o = options
         self.name = config.name
         self.keys = ModelKeys(config.name)
@@ -84,12 +131,18 @@ class ModelRuntime:
         #: The command client, and the client of blocking reads.
         self.client = client
         self.reader = client if reader is None else reader
-        self.featurizer = config.make_featurizer(o.max_bytes)
+        #: ``shared``: what the worker's models share (a featurizer a featurizer config,
+        #: the metric series pooled under ``model="*"``); None: nothing.
+        self.featurizer = shared_featurizer(config, o.max_bytes, shared)
         self.rule = config.make_decision_rule()
         self.metrics = metrics
         #: The ``model`` label of its metrics ("*" when they are pooled over models).
         self.label = self.name if o.model_metrics else "*"
-        self.series = MetricSeries(metrics, self.label, self.consumer)
+        if shared is None or o.model_metrics:
+            self.series = MetricSeries(metrics, self.label, self.consumer)
+        else:  # one for every model: the same children, thousands of models
+            self.series = shared.setdefault(("series", "*"),
+                                            MetricSeries(metrics, "*", self.consumer))
         self.events = EventSink(client, self.keys, self.consumer, o.events_maxlen)
         self.replica = Replica(client, self.keys, config)
         spec = stored_spec(client, self.keys, o.challenger)
@@ -101,8 +154,11 @@ class ModelRuntime:
             metrics.corrupt_records, kind=kind).inc()
         self.snapshotter = Snapshotter(client, self.keys, self.consumer, o.lease_ms,
                                        o.snapshot_every, o.snapshot_interval_s, o.trim_margin_ms)
-        self.observer = ModelObserver(metrics, self.name, self.consumer, events=self.events,
-                                      label=self.label)
+        #: The quality and drift observer (:attr:`observer`), made at its first use and let
+        #: go of when the replica is evicted: its drift detectors start again at the
+        #: model's next batch.
+        self._observer = Lazy(lambda: ModelObserver(metrics, self.name, self.consumer,
+                                                    events=self.events, label=self.label))
         self.inflight = InflightBoard(client, self.keys, self.consumer)
         self.timers = Timers.for_options(o, zlib.crc32(self.name.encode()) / 2**32)
         #: The token names counted for ``{M}:tokens`` (None: off, or dense input).
@@ -135,7 +191,11 @@ class ModelRuntime:
         self.replicas = replicas
         if replicas is not None:  # loaded if it fits; held with a commit or batch in hand
             replicas.add(self.name, self.replica,
-                         lambda: self.wire.in_flight is not None or self.read_ahead is not None)
+                         lambda: self.wire.in_flight is not None or self.read_ahead is not None,
+                         on_evict=self._observer.drop)
+
+    #: The model's quality and drift observer (made now if it was not held).
+    observer = property(lambda self: self._observer.get())
 
     @property
     def predictor(self) -> Any:
@@ -172,9 +232,16 @@ class ModelRuntime:
         """No pending entry is left to redo."""
         self.pending_phase = self.isolate = False
 
-    def sum_shards(self, total: Any) -> None:
-        """Predict with ``total``, the sum of the model's shards (this is one of them)."""
+    def sum_shards(self, total: Any, user: bool = False) -> None:
+        """Predict with ``total``: the sum of the model's shards (this is one of them), or
+        with ``user`` the global model's statistics plus this per-user model's
+        (workers/replication/user_sum.py). A per-user model counts no token names: its
+        featurizer is the global model's, whose ``{M}:tokens`` names the same buckets, and
+        thousands of users' counts (up to 2 x ``token_names`` each) would outweigh their
+        replicas."""
         self.summed = total
+        if user:
+            self.token_names = None
 
     def saw_peers(self, present: bool) -> None:
         """Whether the last heartbeat found another worker's fresh one."""

@@ -47,9 +47,12 @@ def test_each_request_goes_to_the_model_of_its_user(service, redis_server):
     service.learn(m, "spam", "alice@example.org")
     assert not service.check(m, "Alice <alice@example.org>").scored
     assert not service.check(m, "root").scored
+    # several recipients (Rspamd's Rcpt headers): the model they share, else the global one
+    assert not service.check(m, None, ["alice@example.org", "<alice@example.org>"]).scored
+    assert not service.check(m, "alice@example.org", ["alice@example.org", "b@example.org"]).scored
     alice, default = entries(r, "mail.u.alice_40example.org"), entries(r, "mail")
-    assert [e.get("label") for e in alice] == ["spam", None]
-    assert [e.get("label") for e in default] == [None, None]
+    assert [e.get("label") for e in alice] == ["spam", None, None]
+    assert [e.get("label") for e in default] == [None, None, None]
     assert alice[0]["id"].startswith("spamd:") and alice[1]["id"].startswith("spamd-")
     assert service.forget(m, "alice@example.org") is False  # not learnt: nothing sent
 

@@ -11,18 +11,28 @@ import email
 import re
 import signal
 import socket
+import urllib.request
 
 import numpy as np
 import pytest
 
-from streamnb_workers.replication.shards import load_model
 from streamnb_workers.store.keys import ModelKeys
 from streamnb_workers.store.model_config import read_config
 from streamnb_workers.store.user_models import UserNames, user_models
 from streamnb_workers.wire.codec import decode_input, encode_input
 from streamnb_workers.wire.outputs import decode_output
 from tests.helpers.milter import K, MilterProcess, mail, training_mails, wait_for
-from tests.helpers.protocols import RSPAMC, SPAMC, ServerProcess, run_client, trained_redis
+from tests.helpers.protocols import (
+    RSPAMC,
+    SPAMC,
+    ServerProcess,
+    model_stats,
+    protocol_servers,
+    rspamc,
+    run_client,
+    same_stats,
+    spamc,
+)
 from tests.helpers.redis_server import free_port
 from tests.helpers.workers import PYTHON, per_class
 
@@ -41,20 +51,11 @@ def servers(tmp_path_factory):
     weight 3), spamd with TELL and rspamd with a learning password, both ``--per-user``."""
     logs = tmp_path_factory.mktemp("per-user")
     (logs / "password").write_text(PASSWORD + "\n")
-    with trained_redis(logs, per_user_s=0.05, user_min_weight=MIN_WEIGHT) as redis_server, \
-            ServerProcess("spamd", redis_server.url, logs / "spamd.log", "--allow-tell",
-                          "--per-user") as spamd, \
-            ServerProcess("rspamd", redis_server.url, logs / "rspamd.log", "--per-user",
-                          "--password-file", str(logs / "password")) as rspamd:
+    with protocol_servers(logs, [
+            ("spamd", "spamd.log", ("--allow-tell", "--per-user")),
+            ("rspamd", "rspamd.log", ("--per-user", "--password-file", str(logs / "password")))],
+            per_user_s=0.05, user_min_weight=MIN_WEIGHT) as (redis_server, (spamd, rspamd)):
         yield redis_server, spamd, rspamd
-
-
-def spamc(server, *args, mail_bytes=b""):
-    return run_client([SPAMC, "-d", "127.0.0.1", "-p", str(server.port), *args], mail_bytes)
-
-
-def rspamc(server, *args, mail_bytes=b""):
-    return run_client([RSPAMC, "-h", f"127.0.0.1:{server.port}", *args], mail_bytes)
 
 
 def checked(server, r, user: str, raw: bytes) -> tuple[str, dict]:
@@ -79,18 +80,6 @@ def prediction_of(r, msg_id: str) -> tuple[str, dict]:
     raise AssertionError(f"no prediction with id {msg_id}")
 
 
-def stats(r, model="mail"):
-    return per_class(load_model(r, model)[0])
-
-
-def same_stats(a, b):
-    assert a.keys() == b.keys()
-    for part in a:
-        assert a[part].keys() == b[part].keys()
-        for label in a[part]:
-            assert (a[part][label] == b[part][label]).all(), (part, label)
-
-
 def fitted_offline(r, mails):
     """One model of "mail"'s config fitted on ``mails`` (raw, label), and its featurizer."""
     cfg = read_config(r, "mail")
@@ -110,14 +99,14 @@ def offline_log_proba(model, featurizer, raw) -> dict:
 def test_spamc_u_learns_into_the_users_model_and_scores_with_it(servers):
     redis_server, spamd, _ = servers
     r = redis_server.client()
-    before = stats(r)
+    before = model_stats(r)
     alice = NAMES.user("alice@example.org")
     assert alice == "mail.u.alice_40example.org"
     learn = spamc(spamd, "-u", "Alice@Example.org", "-L", "spam", mail_bytes=mail("ham", 5000))
     assert learn.stdout == b"Message successfully un/learned\n", learn
     assert alice in user_models(r, "mail")
-    assert stats(r, alice)["classes"] == {"spam": np.array([1.0])}
-    same_stats(stats(r), before)  # the global model learnt nothing
+    assert model_stats(r, alice)["classes"] == {"spam": np.array([1.0])}
+    same_stats(model_stats(r), before)  # the global model learnt nothing
     wait_for(lambda: r.hexists(ModelKeys(alice).workers, "w1"), 30, "the worker to serve alice")
     # alice's mail goes to her model; bob (no model), root (a name) and no user to the global
     assert checked(spamd, r, "alice@example.org", mail("spam", 5001))[0] == alice
@@ -135,7 +124,7 @@ def test_below_the_minimum_weight_the_users_part_is_left_out(servers):
     for seed in (5100, 5101):  # weight 2 < 3: ham mail learnt as spam, twice
         assert spamc(spamd, "-u", "carol@example.org", "-L", "spam",
                      mail_bytes=mail("ham", seed)).returncode == 0
-    assert float(stats(r, carol)["classes"]["spam"][0]) == 2.0 < MIN_WEIGHT
+    assert float(model_stats(r, carol)["classes"]["spam"][0]) == 2.0 < MIN_WEIGHT
     wait_for(lambda: r.hexists(ModelKeys(carol).workers, "w1"), 30, "the worker to serve carol")
     raw = mail("ham", 5102)
     model, hers = checked(spamd, r, "carol@example.org", raw)
@@ -154,12 +143,12 @@ def test_rspamc_d_learns_and_a_users_verdict_is_one_models_fitted_on_the_union(s
         got = rspamc(rspamd, "-P", PASSWORD, "-d", "dave@example.org", f"learn_{label}",
                      mail_bytes=raw)
         assert got.returncode == 0, got
-    assert stats(r, dave)["classes"] == {"ham": np.array([1.0]), "spam": np.array([3.0])}
+    assert model_stats(r, dave)["classes"] == {"ham": np.array([1.0]), "spam": np.array([3.0])}
     wait_for(lambda: r.hexists(ModelKeys(dave).workers, "w1"), 30, "the worker to serve dave")
     # the global model is what the worker learnt of the training mails
     union, featurizer = fitted_offline(r, training_mails(60) + taught)
     global_only, _ = fitted_offline(r, training_mails(60))
-    same_stats(stats(r), per_class(global_only))
+    same_stats(model_stats(r), per_class(global_only))
     # rspamc -d scores with dave's model: his prediction is the union's
     symbols = rspamc(rspamd, "-d", "dave@example.org", "symbols", mail_bytes=mail("ham", 5220))
     assert symbols.returncode == 0, symbols
@@ -226,3 +215,33 @@ def test_the_milter_scores_for_the_recipients_model_behind_postfix(servers, tmp_
             got = email.message_from_bytes(postfix.delivered()[-1])
             assert prediction_of(r, got["X-Streamnb-Id"])[0] == model, (recipients, milter.log())
         milter.stop(signal.SIGTERM)
+
+
+def test_past_max_users_learning_goes_to_the_domain_then_the_global_model(servers, tmp_path):
+    """A spamd whose registry bound leaves one place: ``@full.test`` takes it, then a new
+    user of that domain learns into the domain's model and one of another domain into
+    the global model; the registry does not grow and the metric counts both."""
+    redis_server, _, _ = servers
+    r = redis_server.client()
+    registered = set(user_models(r, "mail"))
+    metrics_port = free_port()
+    with ServerProcess("spamd", redis_server.url, tmp_path / "full.log", "--allow-tell",
+                       "--per-user", "--max-users", str(len(registered) + 1),
+                       "--metrics-port", str(metrics_port)) as spamd:
+        domain = NAMES.domain("full.test")
+        assert spamc(spamd, "-u", "@full.test", "-L", "spam",
+                     mail_bytes=mail("ham", 5400)).returncode == 0
+        assert set(user_models(r, "mail")) == registered | {domain}
+        learnt = spamc(spamd, "-u", "zed@full.test", "-L", "spam", mail_bytes=mail("ham", 5401))
+        assert learnt.stdout == b"Message successfully un/learned\n", learnt
+        assert float(model_stats(r, domain)["classes"]["spam"][0]) == 2.0
+        before = model_stats(r)
+        assert spamc(spamd, "-u", "zed@else.test", "-L", "spam",
+                     mail_bytes=mail("ham", 5402)).returncode == 0
+        after = model_stats(r)
+        assert float(after["classes"]["spam"][0]) == float(before["classes"]["spam"][0]) + 1
+        assert set(user_models(r, "mail")) == registered | {domain}
+        assert not r.exists(ModelKeys(NAMES.user("zed@full.test")).config)
+        with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10) as f:
+            text = f.read().decode()
+        assert re.search(r"^streamnb_user_models_full_total 2\.0$", text, re.M), text

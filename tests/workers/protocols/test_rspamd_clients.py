@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 import socket
 import time
 
@@ -14,8 +15,18 @@ import pytest
 
 from streamnb_workers.replication.shards import load_model
 from tests.helpers.milter import mail, wait_for
-from tests.helpers.protocols import RSPAMC, ServerProcess, run_client, trained_redis
-from tests.helpers.workers import PYTHON, per_class
+from tests.helpers.protocols import (
+    RSPAMC,
+    ServerProcess,
+    ask,
+    mangled,
+    model_stats,
+    protocol_servers,
+    rspamc,
+    run_client,
+    same_stats,
+)
+from tests.helpers.workers import PYTHON
 
 pytestmark = [pytest.mark.redis, pytest.mark.skipif(RSPAMC is None, reason="rspamc is not installed")]
 
@@ -29,48 +40,15 @@ def rspamd(tmp_path_factory):
     learning password, 64 KiB mails and 0.5 s between reads."""
     logs = tmp_path_factory.mktemp("rspamd")
     (logs / "password").write_text(PASSWORD + "\n")
-    with trained_redis(logs, explain=3) as redis_server, \
-            ServerProcess("rspamd", redis_server.url, logs / "rspamd.log", "--password-file",
-                          str(logs / "password"), "--max-size", str(MAX_SIZE),
-                          "--read-timeout", "0.5") as server:
+    with protocol_servers(logs, [("rspamd", "rspamd.log", (
+            "--password-file", str(logs / "password"), "--max-size", str(MAX_SIZE),
+            "--read-timeout", "0.5"))], explain=3) as (redis_server, (server,)):
         yield redis_server, server
-
-
-def rspamc(server, *args, mail_bytes=b""):
-    return run_client([RSPAMC, "-h", f"127.0.0.1:{server.port}", *args], mail_bytes)
-
-
-def ask(server, data: bytes, timeout: float = 10.0) -> bytes:
-    with socket.create_connection(("127.0.0.1", server.port), timeout=timeout) as s:
-        try:
-            s.sendall(data)
-            s.shutdown(socket.SHUT_WR)
-        except OSError:
-            pass
-        chunks = []
-        try:
-            while chunk := s.recv(65536):
-                chunks.append(chunk)
-        except ConnectionResetError:
-            pass
-    return b"".join(chunks)
 
 
 def post(path: str, body: bytes, *headers: str) -> bytes:
     head = "".join(h + "\r\n" for h in headers)
     return (f"POST {path} HTTP/1.0\r\nContent-Length: {len(body)}\r\n{head}\r\n").encode() + body
-
-
-def stats(r):
-    return per_class(load_model(r, "mail")[0])
-
-
-def same_stats(a, b):
-    assert a.keys() == b.keys()
-    for part in a:
-        assert a[part].keys() == b[part].keys()
-        for label in a[part]:
-            assert (a[part][label] == b[part][label]).all(), (part, label)
 
 
 def test_symbols_give_action_score_and_the_explained_tokens(rspamd):
@@ -102,13 +80,13 @@ def test_learning_needs_the_password_and_leaves_the_statistics_of_produce(rspamd
     redis_server, server = rspamd
     r = redis_server.client()
     m = mail("ham", 23_456)
-    before = stats(r)
+    before = model_stats(r)
     assert b"HTTP error: 403" in rspamc(server, "learn_spam", mail_bytes=m).stdout
     assert rspamc(server, "-P", "wrong", "learn_spam", mail_bytes=m).returncode == 1
-    same_stats(stats(r), before)
+    same_stats(model_stats(r), before)
     learnt = rspamc(server, "-P", PASSWORD, "learn_spam", mail_bytes=m)
     assert learnt.returncode == 0 and b"success = true;" in learnt.stdout, learnt
-    after_learn = stats(r)
+    after_learn = model_stats(r)
     again = rspamc(server, "-P", PASSWORD, "learn_spam", mail_bytes=m)
     assert again.returncode == 0 and b"already learned as spam" in again.stdout  # 208
     # forgotten, then sent once by `streamnb produce`: the same statistics
@@ -119,14 +97,14 @@ def test_learning_needs_the_password_and_leaves_the_statistics_of_produce(rspamd
     version = load_model(r, "mail")[1]
     assert run_client(cli + ["forget", *common, str(path)]).returncode == 0
     wait_for(lambda: load_model(r, "mail")[1] != version, 30, "the forget")
-    same_stats(stats(r), before)
+    same_stats(model_stats(r), before)
     version = load_model(r, "mail")[1]
     assert run_client(cli + ["produce", *common, "--label", "spam", str(path)]).returncode == 0
     wait_for(lambda: load_model(r, "mail")[1] != version, 30, "the produced mail")
-    same_stats(stats(r), after_learn)
+    same_stats(model_stats(r), after_learn)
     corrected = rspamc(server, "-P", PASSWORD, "learn_ham", mail_bytes=m)
     assert b"success = true;" in corrected.stdout
-    assert (stats(r)["features"]["spam"] == before["features"]["spam"]).all()
+    assert (model_stats(r)["features"]["spam"] == before["features"]["spam"]).all()
 
 
 @pytest.mark.parametrize("request_bytes, status", [
@@ -193,16 +171,7 @@ def _mutated(rng: random.Random) -> bytes:
             f"{rng.choice(['HTTP/1.0', 'HTTP/1.1', 'HTTP/2', 'HTTP/x'])}\r\n"
             + "".join(h + "\r\n" for h in headers) + "\r\n").encode("utf-8", "surrogateescape")
     data += body
-    for _ in range(rng.randrange(4)):
-        i = rng.randrange(len(data))
-        kind = rng.randrange(3)
-        if kind == 0:
-            data = data[:i] + bytes([rng.randrange(256)]) + data[i + 1:]
-        elif kind == 1:
-            data = data[:i]
-        else:
-            data = data[:i] + rng.choice([b"\r\n", b"\n", b":", b"\x00", b"\r\n\r\n"]) + data[i:]
-    return data
+    return mangled(rng, data)
 
 
 def test_fuzzed_requests_are_answered_or_closed_and_the_server_stays_up(rspamd):
@@ -224,3 +193,46 @@ def test_a_mail_not_scored_gets_503(rspamd, tmp_path):
         reply = ask(idle, post("/checkv2", mail("spam", 961)))
         assert reply.startswith(b"HTTP/1.0 503 ") and reply.endswith(b'{"error": "not scored (timeout)"}')
         assert rspamc(idle, "symbols", mail_bytes=mail("spam", 962)).returncode == 1
+
+
+def amavis_rspamd_request(port: int, raw: bytes, recipients: list[str]) -> bytes:
+    """What amavis's ``Amavis::SpamControl::RspamdClient`` (amavisd-new 2.13.0, Debian
+    bookworm) sends through LWP: ``POST /checkv2 HTTP/1.1``, the mail as an octet stream,
+    the SMTP session's facts as headers, one ``Rcpt`` per recipient."""
+    headers = [("TE", "deflate,gzip;q=0.3"), ("Connection", "TE, close"),
+               ("Host", f"127.0.0.1:{port}"), ("User-Agent", "amavis/2.412"),
+               ("Content-Length", str(len(raw))), ("Content-Type", "application/octet-stream"),
+               ("Helo", "mx.example.net"), ("Hostname", "mx.example.net"), ("IP", "192.0.2.7"),
+               ("MTA-Name", "mail.example.org"), ("From", "<sender@example.net>"),
+               ("Queue-Id", "4XyZ1"), *(("Rcpt", r) for r in recipients)]
+    return ("POST /checkv2 HTTP/1.1\r\n" + "".join(f"{k}: {v}\r\n" for k, v in headers)
+            + "\r\n").encode() + raw
+
+
+def amavis_rspamd_parse(reply: bytes) -> tuple[float, str, str]:
+    """The score, verdict and tests amavis's RspamdClient takes from a reply: a 2xx
+    status, JSON with ``score``, ``action`` (its verdict by action) and each symbol's
+    ``name`` and ``score``."""
+    head, _, body = reply.partition(b"\r\n\r\n")
+    assert re.match(rb"HTTP/1\.[01] 2\d\d ", head), head
+    answer = json.loads(body)
+    verdict = {"add header": "Spam", "no action": "Ham", "reject": "Spam",
+               "rewrite subject": "Spam", "discard": "Spam", "quarantine": "Spam",
+               }.get(answer["action"], "Unknown")
+    tests = ",".join(f"{s['name'].replace('=', '_').replace(',', '_')}={s['score']}"
+                     for s in answer["symbols"].values())
+    return float(answer["score"]), verdict, tests
+
+
+def test_amavis_rspamdclient_request_and_its_parse_of_the_answer(rspamd):
+    """amavis's Rspamd client, replayed byte for byte (no amavis binary): its verdict is
+    the workers', its score the points, its tests the symbol."""
+    _, server = rspamd
+    for label, seed in (("spam", 980), ("ham", 981)):
+        m = mail(label, seed)
+        reply = ask(server, amavis_rspamd_request(server.port, m, ["<a@example.org>",
+                                                                   "<b@example.org>"]))
+        score, verdict, tests = amavis_rspamd_parse(reply)
+        assert verdict == label.capitalize()
+        assert (score > 5.0) is (label == "spam")
+        assert tests == f"STREAMNB_{label.upper()}={score}"

@@ -13,7 +13,13 @@ import zlib
 import pytest
 
 from tests.helpers.milter import mail
-from tests.helpers.protocols import SPAMC, ServerProcess, run_client, trained_redis
+from tests.helpers.protocols import (
+    SPAMC,
+    ask,
+    mangled,
+    protocol_servers,
+    run_client,
+)
 
 pytestmark = [pytest.mark.redis, pytest.mark.skipif(SPAMC is None, reason="spamc is not installed")]
 
@@ -24,29 +30,10 @@ MAX_SIZE = 65536
 def spamd(tmp_path_factory):
     """A trained model and ``streamnb spamd`` with small limits: 64 KiB mails, 0.5 s
     between reads (2 s a request), two connections at once."""
-    logs = tmp_path_factory.mktemp("spamd-bad")
-    with trained_redis(logs) as redis_server, \
-            ServerProcess("spamd", redis_server.url, logs / "spamd.log", "--allow-tell",
-                          "--max-size", str(MAX_SIZE), "--read-timeout", "0.5",
-                          "--max-connections", "2") as server:
+    with protocol_servers(tmp_path_factory.mktemp("spamd-bad"), [("spamd", "spamd.log", (
+            "--allow-tell", "--max-size", str(MAX_SIZE), "--read-timeout", "0.5",
+            "--max-connections", "2"))]) as (_, (server,)):
         yield server
-
-
-def ask(server, data: bytes, half_close: bool = True, timeout: float = 10.0) -> bytes:
-    with socket.create_connection(("127.0.0.1", server.port), timeout=timeout) as s:
-        try:
-            s.sendall(data)
-            if half_close:
-                s.shutdown(socket.SHUT_WR)
-        except OSError:
-            pass
-        chunks = []
-        try:
-            while chunk := s.recv(65536):
-                chunks.append(chunk)
-        except ConnectionResetError:
-            pass
-    return b"".join(chunks)
 
 
 def still_up(server) -> None:
@@ -176,16 +163,7 @@ def _mutated(rng: random.Random) -> bytes:
                           rng.randrange(4))
     data = f"{command} SPAMC/{rng.choice(['1.5', '1.2', '1.0', '9', '-1'])}\r\n".encode() + \
         b"".join(h + b"\r\n" for h in headers) + b"\r\n" + body
-    for _ in range(rng.randrange(4)):  # flip, cut or insert bytes
-        i = rng.randrange(len(data))
-        kind = rng.randrange(3)
-        if kind == 0:
-            data = data[:i] + bytes([rng.randrange(256)]) + data[i + 1:]
-        elif kind == 1:
-            data = data[:i]
-        else:
-            data = data[:i] + rng.choice([b"\r\n", b"\n", b":", b"\x00", b"\r\n\r\n"]) + data[i:]
-    return data
+    return mangled(rng, data)
 
 
 def test_fuzzed_requests_are_answered_or_closed_and_the_server_stays_up(spamd):

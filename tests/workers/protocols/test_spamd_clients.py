@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import re
 import signal
-import socket
 
 import pytest
 
@@ -15,8 +14,17 @@ from streamnb_workers.protocols.mail_service import Scale
 from streamnb_workers.replication.shards import load_model
 from streamnb_workers.wire.outputs import decode_output
 from tests.helpers.milter import K, mail, wait_for
-from tests.helpers.protocols import SPAMC, ServerProcess, run_client, trained_redis
-from tests.helpers.workers import PYTHON, per_class
+from tests.helpers.protocols import (
+    SPAMC,
+    ServerProcess,
+    ask,
+    model_stats,
+    protocol_servers,
+    run_client,
+    same_stats,
+    spamc,
+)
+from tests.helpers.workers import PYTHON
 
 pytestmark = [pytest.mark.redis, pytest.mark.skipif(SPAMC is None, reason="spamc is not installed")]
 
@@ -24,39 +32,10 @@ pytestmark = [pytest.mark.redis, pytest.mark.skipif(SPAMC is None, reason="spamc
 @pytest.fixture(scope="module")
 def servers(tmp_path_factory):
     """A trained model, ``streamnb spamd --allow-tell`` and one without TELL."""
-    logs = tmp_path_factory.mktemp("spamd")
-    with trained_redis(logs) as redis_server, \
-            ServerProcess("spamd", redis_server.url, logs / "spamd.log", "--allow-tell",
-                          "--read-timeout", "1") as tell, \
-            ServerProcess("spamd", redis_server.url, logs / "spamd-no-tell.log") as no_tell:
+    with protocol_servers(tmp_path_factory.mktemp("spamd"), [
+            ("spamd", "spamd.log", ("--allow-tell", "--read-timeout", "1")),
+            ("spamd", "spamd-no-tell.log", ())]) as (redis_server, (tell, no_tell)):
         yield redis_server, tell, no_tell
-
-
-def spamc(server, *args, mail_bytes=b""):
-    return run_client([SPAMC, "-d", "127.0.0.1", "-p", str(server.port), *args], mail_bytes)
-
-
-def raw_request(server, data: bytes, half_close: bool = True, timeout: float = 10.0) -> bytes:
-    with socket.create_connection(("127.0.0.1", server.port), timeout=timeout) as s:
-        s.sendall(data)
-        if half_close:
-            s.shutdown(socket.SHUT_WR)
-        chunks = []
-        while chunk := s.recv(65536):
-            chunks.append(chunk)
-    return b"".join(chunks)
-
-
-def stats(r):
-    return per_class(load_model(r, "mail")[0])
-
-
-def same_stats(a, b):
-    assert a.keys() == b.keys()
-    for part in a:
-        assert a[part].keys() == b[part].keys()
-        for label in a[part]:
-            assert (a[part][label] == b[part][label]).all(), (part, label)
 
 
 def test_check_exits_1_for_spam_and_0_for_ham_with_points_over_the_threshold(servers):
@@ -73,7 +52,7 @@ def test_check_exits_1_for_spam_and_0_for_ham_with_points_over_the_threshold(ser
 def test_the_points_are_the_workers_score_on_the_documented_scale(servers):
     redis_server, tell, _ = servers
     r = redis_server.client()
-    reply = raw_request(tell, b"PROCESS SPAMC/1.5\r\nContent-length: %d\r\n\r\n%s"
+    reply = ask(tell, b"PROCESS SPAMC/1.5\r\nContent-length: %d\r\n\r\n%s"
                         % (len(m := mail("spam", 903)), m))
     head, _, message = reply.partition(b"\r\n\r\n")
     assert head.startswith(b"SPAMD/1.1 0 EX_OK\r\n")
@@ -110,14 +89,14 @@ def test_tell_learns_forgets_and_corrects_as_produce_does(servers, tmp_path):
     redis_server, tell, _ = servers
     r = redis_server.client()
     m = mail("ham", 12_345)
-    before = stats(r)
+    before = model_stats(r)
     learn = spamc(tell, "-L", "spam", mail_bytes=m)
     assert learn.stdout == b"Message successfully un/learned\n", learn
-    after_tell = stats(r)
+    after_tell = model_stats(r)
     assert spamc(tell, "-L", "spam", mail_bytes=m).stdout == b"Message was already un/learned\n"
     forget = spamc(tell, "-L", "forget", mail_bytes=m)
     assert forget.stdout == b"Message successfully un/learned\n"
-    same_stats(stats(r), before)
+    same_stats(model_stats(r), before)
     assert spamc(tell, "-L", "forget", mail_bytes=m).stdout == b"Message was already un/learned\n"
     # the same mail through one `streamnb produce - --label spam`
     path = tmp_path / "m.eml"
@@ -126,11 +105,11 @@ def test_tell_learns_forgets_and_corrects_as_produce_does(servers, tmp_path):
     run_client([PYTHON, "-m", "streamnb_workers", "produce", "--redis", redis_server.url,
                 "--model", "mail", "--label", "spam", str(path)])
     wait_for(lambda: load_model(r, "mail")[1] != version, 30, "the produced mail")
-    same_stats(stats(r), after_tell)
+    same_stats(model_stats(r), after_tell)
     assert spamc(tell, "-L", "spam", mail_bytes=m).stdout == b"Message was already un/learned\n"
     # a correction: the ham label moves the mail's counts from spam to ham
     assert spamc(tell, "-L", "ham", mail_bytes=m).stdout == b"Message successfully un/learned\n"
-    corrected = stats(r)
+    corrected = model_stats(r)
     assert (corrected["features"]["spam"] == before["features"]["spam"]).all()
     assert (corrected["features"]["ham"] != before["features"]["ham"]).any()
     # report (Set: local,remote): learnt locally; there is no remote network to report to
@@ -141,15 +120,15 @@ def test_tell_learns_forgets_and_corrects_as_produce_does(servers, tmp_path):
 def test_tell_is_refused_without_allow_tell(servers):
     redis_server, _, no_tell = servers
     r = redis_server.client()
-    before = stats(r)
+    before = model_stats(r)
     m = mail("spam", 12_400)
-    refused = raw_request(no_tell, b"TELL SPAMC/1.5\r\nMessage-class: spam\r\nSet: local\r\n"
+    refused = ask(no_tell, b"TELL SPAMC/1.5\r\nMessage-class: spam\r\nSet: local\r\n"
                           b"Content-length: %d\r\n\r\n%s" % (len(m), m))
     assert refused.startswith(b"SPAMD/1.0 69 Service Unavailable: TELL commands are not enabled")
     out = spamc(no_tell, "-L", "spam", mail_bytes=m)
     # spamc reads the one error line, then the closed connection: no output, exit not 0
     assert out.stdout == b"" and out.returncode != 0, out
-    same_stats(stats(r), before)
+    same_stats(model_stats(r), before)
 
 
 def test_exims_request_and_exims_parse_of_the_answer(servers):
@@ -158,7 +137,7 @@ def test_exims_request_and_exims_parse_of_the_answer(servers):
     _, tell, _ = servers
     for label, spam in (("spam", True), ("ham", False)):
         m = mail(label, 950)
-        reply = raw_request(tell, b"REPORT SPAMC/1.2\r\nUser: nobody\r\nContent-length: %d\r\n"
+        reply = ask(tell, b"REPORT SPAMC/1.2\r\nUser: nobody\r\nContent-length: %d\r\n"
                             b"\r\n%s" % (len(m), m))
         assert not re.match(rb"SPAMD/\S{1,7} 0 EX_OK\r\nContent-length: \d+\r\n\r\n", reply)
         parsed = re.match(rb"SPAMD/\S{1,7} 0 EX_OK\r\nSpam: \S+ ; (\S+) / (\S+)\r\n\r\n", reply)
@@ -181,9 +160,53 @@ def test_a_mail_not_scored_gets_69_and_spamc_falls_back(servers, tmp_path):
     with ServerProcess("spamd", redis_server.url, tmp_path / "idle.log", "--model", "idle",
                        timeout=0.3) as idle:
         m = mail("spam", 960)
-        reply = raw_request(idle, b"CHECK SPAMC/1.5\r\nContent-length: %d\r\n\r\n%s" % (len(m), m))
+        reply = ask(idle, b"CHECK SPAMC/1.5\r\nContent-length: %d\r\n\r\n%s" % (len(m), m))
         assert reply == b"SPAMD/1.0 69 Service Unavailable: not scored (timeout)\r\n"
         fallback = spamc(idle, "-c", mail_bytes=m)
         assert (fallback.returncode, fallback.stdout) == (0, b"0/0\n")
         passed = spamc(idle, mail_bytes=m)
         assert passed.returncode == 0 and passed.stdout == m  # the mail unchanged
+
+
+def amavis_spamd_request(raw: bytes, sender: str, recipients: list[str], size: int) -> bytes:
+    """What amavis's ``Amavis::SpamControl::SpamdClient`` (amavisd-new 2.13.0, Debian
+    bookworm) sends: ``SYMBOLS SPAMC/1.3``, no ``User:``, its pseudo header lines in front
+    of the mail (``raw``, CRLF line ends), the Content-length counting both."""
+    prefix = (f"Return-Path: {sender}\r\nX-Envelope-To: " + ",\r\n ".join(recipients)
+              + f"\r\nX-Amavis-PolicyBank: \r\nX-Amavis-MessageSize: {size}\r\n").encode()
+    return b"SYMBOLS SPAMC/1.3\r\nContent-length: %d\r\n\r\n%s%s" % (
+        len(prefix) + len(raw), prefix, raw)
+
+
+def amavis_spamd_parse(reply: bytes) -> tuple[str | None, str, str | None]:
+    """The score, verdict and tests amavis's SpamdClient takes from a reply (its parse:
+    the status line's code must be 0, ``name: value`` header lines up to a blank line,
+    the body's size equal to the Content-length, the score from ``Spam:``)."""
+    lines = reply.split(b"\r\n")
+    version, code, _ = lines[0].decode().split(None, 2)
+    attrs, i = {}, 1
+    while lines[i] != b"":
+        name, value = re.match(rb"^([^:]*?)[ \t]*:[ \t]*(.*)$", lines[i]).groups()
+        attrs[name.decode().lower()] = value.decode()
+        i += 1
+    assert version.startswith("SPAMD/") and code == "0", lines[0]
+    body = b"\r\n".join(lines[i + 1:])
+    assert len(body) == int(attrs["content-length"])  # else amavis logs a size mismatch
+    spam = re.search(r"(\S+) ; (\S+) / (\S+)", attrs["spam"])
+    verdict = "Spam" if attrs["spam"].startswith("True") else (
+        "Ham" if attrs["spam"].startswith("False") else "Unknown")
+    return (spam[2] if spam else None), verdict, body.decode().splitlines()[-1]
+
+
+def test_amavis_spamdclient_request_and_its_parse_of_the_answer(servers):
+    """amavis's spamd client, replayed byte for byte (no amavis binary): its verdict is
+    the workers', its score the points, its tests the symbol."""
+    _, tell, _ = servers
+    for label, seed in (("spam", 970), ("ham", 971)):
+        m = mail(label, seed)
+        request = amavis_spamd_request(m, "<sender@example.net>",
+                                       ["<a@example.org>", "<b@example.org>"], len(m))
+        score, verdict, tests = amavis_spamd_parse(ask(tell, request, half_close=False))
+        assert verdict == label.capitalize()
+        assert (float(score) > 5.0) is (label == "spam")
+        assert tests == "STREAMNB_" + label.upper()

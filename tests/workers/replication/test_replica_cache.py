@@ -12,7 +12,7 @@ from prometheus_client import CollectorRegistry
 
 from benchmarks.replay_digest import stats_arrays, stats_digest
 from streamnb_workers.observe.metrics import Metrics
-from streamnb_workers.replication.replica_cache import model_nbytes
+from streamnb_workers.replication.replica_cache import REPLICA_OBJECTS, model_nbytes
 from streamnb_workers.replication.shards import load_model
 from streamnb_workers.replication.user_sum import UserSum
 from streamnb_workers.store.keys import ModelKeys
@@ -34,12 +34,20 @@ def server():
         yield s
 
 
+def arrays_bound(worker):
+    """The worker's bound taken as the replicas' arrays alone (no resident memory
+    measured): held replicas that do not depend on the test process's RSS."""
+    worker.replicas.resident = None
+    return worker
+
+
 def one_replica_bytes(url: str) -> int:
-    """The arrays of one replica of the test's model once it predicted (3 classes)."""
+    """What one replica of the test's model counts once it predicted (3 classes): its
+    arrays and the fixed cost of its objects."""
     w = url_worker(url, [count_spec("probe")], fast_options("probe", replica_memory=0))
     produce(w.connector.client(), "probe", token_messages(30, seed=99))
     w.run_until_idle()
-    return model_nbytes(w.models["probe"].replica.model)
+    return model_nbytes(w.models["probe"].replica.model) + REPLICA_OBJECTS
 
 
 def held_bytes(worker) -> int:
@@ -63,8 +71,8 @@ def test_bounded_worker_equals_one_holding_every_replica(server):
     budget = int(2.5 * size)  # two replicas held of six
     opts = dict(snapshot_every=3)  # some replicas load a snapshot, some the log alone
     registry = CollectorRegistry()
-    bounded = url_worker(bounded_url, [count_spec(m) for m in MODELS],
-                         fast_options("b", replica_memory=budget, **opts), Metrics(registry))
+    bounded = arrays_bound(url_worker(bounded_url, [count_spec(m) for m in MODELS],
+                           fast_options("b", replica_memory=budget, **opts), Metrics(registry)))
     full = url_worker(full_url, [count_spec(m) for m in MODELS],
                       fast_options("f", replica_memory=0, **opts))
     full_client = full.connector.client()
@@ -73,9 +81,9 @@ def test_bounded_worker_equals_one_holding_every_replica(server):
         if chunk == CHUNKS - 1:  # a restart: the replicas past the bound start evicted
             bounded.shutdown()
             registry = CollectorRegistry()
-            bounded = url_worker(bounded_url, [count_spec(m) for m in MODELS],
-                                 fast_options("b2", replica_memory=budget, **opts),
-                                 Metrics(registry))
+            bounded = arrays_bound(url_worker(bounded_url, [count_spec(m) for m in MODELS],
+                                              fast_options("b2", replica_memory=budget, **opts),
+                                              Metrics(registry)))
             bounded.start()
             assert sum(not rt.replica.evicted for rt in bounded.models.values()) <= 3
         for m in MODELS:
@@ -147,8 +155,8 @@ def test_bounded_worker_serving_per_user_models_equals_an_unbounded_one(server):
     budget = int(3.5 * size)  # the global, and one user with its sum
     users = [UserNames("doc").user(f"u{i}@b.org") for i in range(4)]
     opts = dict(per_user_s=0.001, user_min_weight=3, snapshot_every=4)
-    bounded = url_worker(bounded_url, [count_spec("doc")],
-                         fast_options("b", replica_memory=budget, **opts))
+    bounded = arrays_bound(url_worker(bounded_url, [count_spec("doc")],
+                                      fast_options("b", replica_memory=budget, **opts)))
     full = url_worker(full_url, [count_spec("doc")], fast_options("f", replica_memory=0, **opts))
     workers = [(bounded, bounded.connector.client()), (full, full.connector.client())]
     glob = token_messages(50, seed=40)
@@ -189,3 +197,45 @@ def test_bounded_worker_serving_per_user_models_equals_an_unbounded_one(server):
         assert got == outputs(f_client, name)  # bit for bit
     bounded.shutdown()
     full.shutdown()
+
+
+def test_the_bound_counts_the_process_memory_besides_the_replicas(server):
+    """The worker's bound is its resident memory: the replicas held fit what the rest of
+    the process leaves (here a stand-in RSS: a floor plus the held replicas), the
+    freed memory is released after evictions, and a rest above the bound leaves the last
+    used replica alone held."""
+    url = server.url[:-2] + "/6"
+    size = one_replica_bytes(server.url[:-2] + "/7")
+    floor = [50 * 2**20]
+    budget = floor[0] + int(2.5 * size)
+    w = url_worker(url, [count_spec(m) for m in MODELS], fast_options("p", replica_memory=budget))
+    releases = []
+    w.replicas.resident = lambda: floor[0] + held_bytes(w) + REPLICA_OBJECTS * sum(
+        not rt.replica.evicted for rt in w.models.values())
+    w.replicas.release = lambda: releases.append(1)
+    client = w.connector.client()
+    for i, m in enumerate(MODELS):
+        produce(client, m, token_messages(20, seed=60 + i))
+        while w.step(20):
+            assert w.replicas.resident() <= budget
+    w.run_until_idle()
+    assert w.replicas.resident() <= budget and w.replicas.rest == floor[0]
+    assert sum(not rt.replica.evicted for rt in w.models.values()) == 2
+    assert releases and w.replicas.evictions >= len(MODELS) - 2
+    evicted = [rt for rt in w.models.values() if rt.replica.evicted]
+    assert all(rt._observer.value is None for rt in evicted)  # let go with the replica
+    # one featurizer for every model of the same featurizer config
+    assert len({id(rt.featurizer) for rt in w.models.values()}) == 1
+    floor[0] += size  # the rest grew (more runtimes): one replica fits now
+    w.step(0)
+    assert sum(not rt.replica.evicted for rt in w.models.values()) == 1
+    assert w.replicas.resident() <= budget
+    floor[0] = budget + 1  # over the bound without replicas: the last used alone held
+    w.step(0)
+    held = [m for m, rt in w.models.items() if not rt.replica.evicted]
+    assert held == [MODELS[-1]]
+    produce(client, MODELS[0], token_messages(5, seed=70))
+    w.run_until_idle()
+    assert [m for m, rt in w.models.items() if not rt.replica.evicted] == [MODELS[0]]
+    assert int(client.get(ModelKeys(MODELS[0]).learnt)) == 25
+    w.shutdown()

@@ -48,3 +48,32 @@ def test_a_template_or_a_model_that_cannot_name_models_is_refused():
         UserNames("mail", domain_template="{model}.{nope}")
     with pytest.raises(ValueError, match="too long"):
         UserNames("m" * 70)
+
+
+@pytest.mark.redis
+def test_the_registry_bound_lets_racing_registrations_take_the_last_places_once(redis_server):
+    """Eight threads register 50 names each against a bound of 100 on a real redis-server:
+    exactly 100 are taken, each answered new once, every other refused; a registered name
+    is known, not refused, past the bound."""
+    import threading
+
+    from streamnb_workers.store.user_models import register, registry_key, user_models
+
+    answers: list[list] = [[] for _ in range(8)]
+
+    def go(i: int) -> None:
+        client = redis_server.client()
+        answers[i] = [register(client, "mail", f"mail.u.t{i}_{j}", limit=100) for j in range(50)]
+
+    threads = [threading.Thread(target=go, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    flat = [a for part in answers for a in part]
+    r = redis_server.client()
+    assert flat.count(True) == 100 and flat.count(None) == 300 and r.scard(registry_key("mail")) == 100
+    taken = user_models(r, "mail")
+    assert register(r, "mail", taken[0], limit=100) is False
+    assert register(r, "mail", "mail.u.late", limit=100) is None
+    assert register(r, "mail", "mail.u.late") is True  # no bound

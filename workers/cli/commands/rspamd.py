@@ -57,9 +57,9 @@ def run(args: argparse.Namespace, env: Mapping[str, str]) -> int:
     from streamnb_workers.observe.metrics import ProtocolMetrics  # deferred: prometheus_client
 
     password = read_password(args.password_file)
-    service = service_from_args(args, env, NAME)
-    limits = limits_from_args(args)
     metrics = ProtocolMetrics()
+    service = service_from_args(args, env, NAME, metrics)
+    limits = limits_from_args(args)
     return serve(lambda address: RspamdServer(address, service, limits, password=password,
                                               allow_learn=args.allow_learn,
                                               spam_action=args.spam_action, metrics=metrics),

@@ -35,9 +35,9 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
 def run(args: argparse.Namespace, env: Mapping[str, str]) -> int:
     from streamnb_workers.observe.metrics import ProtocolMetrics  # deferred: prometheus_client
 
-    service = service_from_args(args, env, NAME)
-    limits = limits_from_args(args)
     metrics = ProtocolMetrics()
+    service = service_from_args(args, env, NAME, metrics)
+    limits = limits_from_args(args)
     return serve(lambda address: SpamdServer(address, service, limits,
                                              allow_tell=args.allow_tell, metrics=metrics),
                  args.listen, service, args, "spamd")

@@ -237,9 +237,10 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     add_option(w, "--token-names-every", type=positive_int, default=DEFAULT_TOKEN_NAMES_EVERY,
                metavar="S", help="count the token names of one message in S")
     add_option(w, "--replica-memory", type=memory_size, default=DEFAULT_REPLICA_MEMORY,
-               metavar="SIZE", help="model replicas held in memory (their arrays), e.g. "
-               "512MiB (the default); beyond it the least recently used are dropped and "
-               "loaded again from their snapshot and log for their next batch (0: no bound)")
+               metavar="SIZE", help="the worker process's resident memory (RSS), e.g. "
+               "512MiB (the default); the model replicas held take what the rest leaves, the "
+               "least recently used dropped and loaded again from their snapshot and log for "
+               "their next batch (0: no bound)")
     add_option(w, "--model-metrics", action=argparse.BooleanOptionalAction, default=True,
                help="metrics by model (--no-model-metrics: pooled under model=\"*\", for a "
                "worker serving thousands of per-user models)")
