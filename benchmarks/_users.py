@@ -128,7 +128,7 @@ def run_users(messages: Sequence[bytes], unlabelled: bytes, n_users: int, bits: 
                 nexts.append(latency_ms(client, name, unlabelled, 60.0, procs))
             # between steps, where the bound holds: the worker blocked on its next read
             time.sleep(0.2)
-            wait_until(blocked, timeout, procs, every_s=0.05)
+            wait_blocked(client, 1, timeout, procs)
             mem = rss_kib(pid)
     span_s = max(1e-3, (stamps[-1] - stamps[0]) / 1000.0)
     return UsersRun(n_users, replica_memory, total, start_s, (total - 1) / span_s,
