@@ -21,7 +21,10 @@ A variant sets:
 - ``combining``: ``nb`` (the multinomial posterior) or ``chi2``: Robinson's token
   probabilities combined by Fisher's chi-square test, as SpamBayes and bogofilter do
   (:mod:`streamnb.models.combining`), on the same model's statistics; the score is the
-  indicator in [0, 1] and the verdict is spam above ``cutoff`` (0.5; SpamBayes: 0.9).
+  indicator in [0, 1] and the verdict is spam above ``cutoff`` (0.5; SpamBayes: 0.9);
+- ``learn``: ``all`` (every labelled message), ``errors`` (DSPAM's train-on-error: only
+  the messages judged wrongly, unsure or not judged) or ``mature:N`` (DSPAM's
+  train-until-mature: every message until N are learnt, then only errors).
 
 ``--only TEXT[,TEXT...]`` replays only the variants whose name holds one of them (the
 tokens and distinct buckets per message of each featurizer used are printed).
@@ -61,6 +64,7 @@ class Variant:
     osb: int = 0
     combining: str = "nb"
     cutoff: float = 0.5
+    learn: str = "all"
 
 
 #: The variants measured: today's defaults, each change alone, and their combinations.
@@ -97,6 +101,12 @@ VARIANTS = (
     Variant("defaults + OSB 5, alpha 1", alpha=1.0, score="per_feature", min_weight=3.0,
             error_weight=2.0, osb=5),
     Variant("defaults, chi2 combining", min_weight=3.0, error_weight=2.0, combining="chi2"),
+    Variant("defaults, train on error", score="per_feature", min_weight=3.0, error_weight=2.0,
+            learn="errors"),
+    Variant("defaults, train until mature (500)", score="per_feature", min_weight=3.0,
+            error_weight=2.0, learn="mature:500"),
+    Variant("defaults, train until mature (1000)", score="per_feature", min_weight=3.0,
+            error_weight=2.0, learn="mature:1000"),
     Variant("defaults, chi2 combining, spam above 0.9", min_weight=3.0, error_weight=2.0,
             combining="chi2", cutoff=0.9),
     Variant("defaults + OSB 5, chi2 combining", min_weight=3.0, error_weight=2.0, osb=5,
@@ -161,6 +171,10 @@ def replay(X: Any, labels: Sequence[str], v: Variant) -> tuple[list[float], list
         else:
             wrong = verdict is not None and verdict != (label == SPAM)
         w = v.error_weight if wrong else 1.0
+        judged = verdict is not None and not unsure
+        if judged and not wrong and v.learn != "all" and (
+                v.learn == "errors" or i >= int(v.learn.partition(":")[2])):
+            continue  # train-on-error, or a mature model: only what it misjudged
         model.partial_fit(x, np.array([label]), sample_weight=np.array([w]))
         weight[label] = weight.get(label, 0.0) + w
     return scores, verdicts
