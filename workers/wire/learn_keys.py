@@ -41,6 +41,7 @@ from typing import Any
 import msgpack
 import numpy as np
 
+from streamnb.encoding import dumps
 from streamnb.features.own_headers import strip_own_headers
 from streamnb_workers.wire.learn_sources import DEFAULT, Teacher
 
@@ -147,9 +148,9 @@ def encode_record(label: Any, weight: float, teacher: Teacher = DEFAULT) -> byte
     """What ``{M}:keys`` holds for a learnt key: the label and the weight learnt, and
     the teacher (source, epoch) it was learnt under unless that is the default's first
     epoch (workers/wire/learn_sources.py)."""
-    if teacher == DEFAULT:
-        return msgpack.packb([label, float(weight)], use_bin_type=True)
-    return msgpack.packb([label, float(weight), teacher[0], int(teacher[1])], use_bin_type=True)
+    if teacher == DEFAULT:  # (the thread's Packer: msgpack.packb makes one a call)
+        return dumps([label, float(weight)])
+    return dumps([label, float(weight), teacher[0], int(teacher[1])])
 
 
 def record_prefix(label: Any) -> bytes:
