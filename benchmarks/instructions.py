@@ -22,7 +22,11 @@ too and taken off: the figure is the worker's own), and ``bare`` (bare
 target). With ``bare`` and ``worker-raw`` both counted, the script prints their ratio: the
 target's "raw mail end to end >= 60% of bare parsing" in instructions, not in time.
 
-    python -m benchmarks.instructions [--corpus DIR] [--messages 1000] [--what featurize,worker-raw] [--cache]
+    python -m benchmarks.instructions [--corpus DIR] [--messages 1000] [--what featurize,worker-raw] [--cache] [--steps]
+
+``--steps`` also prints, for each ``worker-*`` workload, the instructions a message of each
+step of a batch (decode, featurize, predict, the commit's content, ...; benchmarks/_steps.py),
+counted the same way from callgrind's dumps at each step's start and end.
 
 ``--cache`` runs cachegrind instead, which also simulates this VM's L1d and L2 caches and
 prints their data misses per message: what instructions do not show (a worker on raw mail
@@ -46,6 +50,7 @@ import shutil
 import subprocess
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 from benchmarks._common import DEFAULT_CORPUS, corpus_or_synthetic, format_table, print_header
 from streamnb_workers.cli.launch import blas_env
@@ -165,6 +170,44 @@ def ll_label(ll_bytes: int) -> str:
     return "L2 misses" if ll_bytes == DEFAULT_LL_BYTES else f"last level ({ll_bytes / 2**20:g} MiB) misses"
 
 
+def count_steps(what: str, corpus_dir: str, messages: int, reps: int, marker: str,
+                directory: str) -> dict[str, int]:
+    """Instructions by step of one run of a worker workload under callgrind, its counts
+    dumped at each step's start and end (benchmarks/_steps.py)."""
+    from benchmarks._steps import step_totals
+
+    prefix = os.path.join(directory, f"steps.{what}.{reps}")
+    cmd = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={prefix}", sys.executable,
+           "-m", "benchmarks.instructions", "--inner", what, "--reps", str(reps),
+           "--messages", str(messages), "--corpus", corpus_dir, "--inner-steps", marker]
+    done = subprocess.run(cmd, capture_output=True, text=True, env=blas_env(os.environ), check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed ({done.returncode}):\n{done.stderr[-2000:]}")
+    return dict(step_totals(prefix))
+
+
+def print_steps(what: str, corpus_dir: str, messages: int, low: int, high: int,
+                worker_total: float) -> None:
+    """The per-step table of ``--steps`` for one worker workload (``worker_total``: its
+    instructions a message, whose part outside the steps is printed as the rest)."""
+    import tempfile
+
+    from benchmarks._steps import STEPS, WHAT, build_marker
+
+    with tempfile.TemporaryDirectory(prefix="streamnb-steps-") as directory:
+        marker = str(build_marker(Path(directory)))
+        runs = [count_steps(what, corpus_dir, messages, r, marker, directory) for r in (low, high)]
+    names = [n for _, group in STEPS for n in group]
+    per = {n: (runs[1].get(n, 0) - runs[0].get(n, 0)) / ((high - low) * messages) for n in names}
+    rows = [[n, WHAT[n], f"{v:,.0f}", f"{v / worker_total:.0%}"]
+            for n, v in sorted(per.items(), key=lambda kv: -kv[1])]
+    rest = worker_total - sum(per.values())
+    rows.append(["(the rest)", "reading entries, the loop, the commit on the wire", f"{rest:,.0f}",
+                 f"{rest / worker_total:.0%}"])
+    print(f"\n{what}, by step (instructions a message; the dumps add a few per batch):")
+    print(format_table(["step", "what", "instructions per message", "share"], rows))
+
+
 def count(what: str, corpus_dir: str, messages: int, reps: int, cache: bool = False,
           ll_bytes: int = DEFAULT_LL_BYTES) -> dict[str, int]:
     """Instructions of one run of the workload under callgrind (with ``cache``: under
@@ -198,11 +241,22 @@ def main(argv: Sequence[str] | None = None) -> int:
                     help="with --cache: the simulated last level's size, a power of two >= 65536 "
                          "(default: the 1 MiB L2 of one core; 33554432 for this host's L3, "
                          "16777216 for half of it, as a worker beside another has)")
+    ap.add_argument("--steps", action="store_true",
+                    help="also each worker workload's instructions a message by step of a batch "
+                         "(needs a C compiler and valgrind/callgrind.h; benchmarks/_steps.py)")
     ap.add_argument("--inner", choices=WORKLOADS + PRODUCERS, help=argparse.SUPPRESS)  # the counted process
+    ap.add_argument("--inner-steps", help=argparse.SUPPRESS)  # its marker library, with --steps
     ap.add_argument("--reps", type=int, default=1, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.inner:
+        marker = None
+        if args.inner_steps:
+            from benchmarks._steps import instrument
+
+            marker = instrument(args.inner_steps)
         run_workload(args.inner, args.corpus, args.messages, args.reps)
+        if marker is not None:
+            marker.streamnb_dump(b"end")
         return 0
     what = [w for w in args.what.split(",") if w]
     unknown = sorted(set(what) - set(WORKLOADS))
@@ -213,6 +267,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         ap.error(f"--ll-bytes must be a power of two >= 65536, got {ll}")
     if ll != DEFAULT_LL_BYTES and not args.cache:
         ap.error("--ll-bytes needs --cache (callgrind simulates no cache)")
+    if args.steps and (args.cache or args.first_pass):
+        ap.error("--steps counts later passes with callgrind: without --cache and --first-pass")
     if shutil.which("valgrind") is None:
         print("python -m benchmarks.instructions: valgrind is not installed (apt-get install valgrind)",
               file=sys.stderr)
@@ -238,6 +294,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(format_table(["workload", "passes", "messages per pass",
                         *[f"{ll_label(ll) if k == 'L2 misses' else k} per message"
                           for k in per[what[0]]]], rows))
+    for w in what:
+        if args.steps and w.startswith("worker-"):
+            try:
+                print_steps(w, args.corpus, args.messages, low, high, per[w]["instructions"])
+            except RuntimeError as exc:
+                print(f"python -m benchmarks.instructions: {exc}", file=sys.stderr)
+                return 2
     if "bare" in per and "worker-raw" in per:
         print(f"\nbare parsing / one worker on raw mail, in instructions: "
               f"{per['bare']['instructions'] / per['worker-raw']['instructions']:.1%} "

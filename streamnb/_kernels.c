@@ -27,8 +27,17 @@
  *    per nonzero and class whose count changed since the column's last log. Reference:
  *    the numpy form in streamnb.models.prequential (sorted nonzeros, prefix sums).
  *
- * tests/streamnb/models/test_prequential.py compares it with its reference. Building this module is
- * optional.
+ * 2. class_sums(indptr, indices, data, codes, weights, n_classes, cols, sums)
+ *
+ *    the batch's distinct columns, ascending, into `cols` (int64, nnz items or more) and
+ *    into `sums` (float64, n_classes x nnz items or more, C order, its first n_classes x m
+ *    used) the weighted sums sums[k, t] = sum of weights[r] x_rj over the nonzeros of
+ *    column j = cols[t] in rows r of class k (codes[r] == k), added in row order from 0.0,
+ *    as numpy's bincount adds them; returns m, the number of distinct columns. Reference:
+ *    the numpy form in streamnb.stats.feature_counts (a sort of the nonzeros, a bincount).
+ *
+ * tests/streamnb/models/test_prequential.py and tests/streamnb/stats/test_class_sums.py
+ * compare them with their references. Building this module is optional.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -328,18 +337,141 @@ done:
     return result;
 }
 
+/* The m distinct columns col_of[0..m) (slot order) ranked ascending: rank[s] is slot s's
+ * position in sorted order, cols[rank[s]] = col_of[s]. An LSD radix sort of (column, slot)
+ * pairs, a byte per pass, as many passes as the largest column has bytes. -1: no memory. */
+static int
+rank_columns(const uint32_t *col_of, Py_ssize_t m, int32_t *rank, int64_t *cols)
+{
+    uint64_t *a = PyMem_Malloc(((size_t)m + 1) * sizeof(uint64_t));
+    uint64_t *b = PyMem_Malloc(((size_t)m + 1) * sizeof(uint64_t));
+    if (a == NULL || b == NULL) {
+        PyMem_Free(a);
+        PyMem_Free(b);
+        return -1;
+    }
+    uint32_t top = 0;
+    for (Py_ssize_t s = 0; s < m; s++) {
+        a[s] = ((uint64_t)col_of[s] << 32) | (uint32_t)s;
+        top |= col_of[s];
+    }
+    for (int shift = 32; shift < 64 && (top >> (shift - 32)) != 0; shift += 8) {
+        size_t count[257] = {0};
+        for (Py_ssize_t s = 0; s < m; s++) {
+            count[((a[s] >> shift) & 0xFF) + 1]++;
+        }
+        for (int d = 0; d < 256; d++) {
+            count[d + 1] += count[d];
+        }
+        for (Py_ssize_t s = 0; s < m; s++) {
+            b[count[(a[s] >> shift) & 0xFF]++] = a[s];
+        }
+        uint64_t *t = a;
+        a = b;
+        b = t;
+    }
+    for (Py_ssize_t t = 0; t < m; t++) {
+        cols[t] = (int64_t)(a[t] >> 32);
+        rank[(uint32_t)a[t]] = (int32_t)t;
+    }
+    PyMem_Free(a);
+    PyMem_Free(b);
+    return 0;
+}
+
+static PyObject *
+class_sums(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    static const char fn[] = "class_sums";
+    if (nargs != 8) {
+        PyErr_SetString(PyExc_TypeError,
+                        "class_sums(indptr, indices, data, codes, weights, n_classes, cols, sums) takes 8 arguments");
+        return NULL;
+    }
+    Py_ssize_t K = PyLong_AsSsize_t(args[5]);
+    if (K == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    if (K < 1) {
+        PyErr_SetString(PyExc_ValueError, "class_sums: n_classes must be >= 1");
+        return NULL;
+    }
+    static const int which[2] = {6, 7}, writable[2] = {1, 1};
+    Py_buffer v[2];
+    if (get_buffers(args, 2, which, writable, v) < 0) {
+        return NULL;
+    }
+    PyObject *result = NULL;
+    batch_t bt = {.got = 0};
+    int32_t *slot_of = NULL, *rank = NULL;
+    uint32_t *col_of = NULL;
+    if (v[0].itemsize != 8 || v[1].itemsize != 8) {
+        PyErr_SetString(PyExc_TypeError, "class_sums: cols and sums take 8-byte items");
+        goto done;
+    }
+    if (batch_get(args, fn, 0, K, &bt) < 0) {
+        goto done;
+    }
+    Py_ssize_t n = bt.n, nnz = bt.nnz;
+    if (v[0].len / 8 < nnz || v[1].len / 8 < K * nnz) {
+        PyErr_SetString(PyExc_ValueError, "class_sums: cols needs nnz items, sums n_classes x nnz");
+        goto done;
+    }
+    slot_of = PyMem_Malloc(((size_t)nnz + 1) * sizeof(int32_t));
+    col_of = PyMem_Malloc(((size_t)nnz + 1) * sizeof(uint32_t));
+    rank = PyMem_Malloc(((size_t)nnz + 1) * sizeof(int32_t));
+    if (!slot_of || !col_of || !rank) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    Py_ssize_t m = column_slots(&bt, fn, slot_of, col_of);
+    if (m < 0) {
+        goto done;
+    }
+    if (rank_columns(col_of, m, rank, v[0].buf) < 0) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    double *sums = v[1].buf;
+    memset(sums, 0, (size_t)(K * m) * sizeof(double));
+    const double *data = bt.views[DATA].buf, *weights = bt.views[WEIGHTS].buf;
+    const int64_t *codes = bt.views[CODES].buf;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        Py_ssize_t lo = (Py_ssize_t)index_at(&bt.views[INDPTR], i);
+        Py_ssize_t hi = (Py_ssize_t)index_at(&bt.views[INDPTR], i + 1);
+        double w = weights[i];
+        double *row = sums + codes[i] * m;
+        for (Py_ssize_t p = lo; p < hi; p++) {
+            double a = w * data[p];
+            row[rank[slot_of[p]]] += a;
+        }
+    }
+    result = PyLong_FromSsize_t(m);
+done:
+    PyMem_Free(slot_of);
+    PyMem_Free(col_of);
+    PyMem_Free(rank);
+    batch_release(&bt);
+    release_buffers(2, v);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"multinomial_jll", (PyCFunction)(void (*)(void))multinomial_jll, METH_FASTCALL,
      "multinomial_jll(indptr, indices, data, codes, weights, counts, k0, n_features, totals, alpha, "
      "seen_mode, n_seen, m_fixed, out, unseen): the prequential joint log-likelihoods of a CSR "
      "batch without the class prior into out, each row's nonzeros new to the model into unseen "
      "(see streamnb.models.prequential)."},
+    {"class_sums", (PyCFunction)(void (*)(void))class_sums, METH_FASTCALL,
+     "class_sums(indptr, indices, data, codes, weights, n_classes, cols, sums): a CSR batch's "
+     "distinct columns (ascending) into cols and the per-class weighted sums over them into sums "
+     "(n_classes x m, C order); returns m (see streamnb.stats.feature_counts)."},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, "_kernels",
-    "MultinomialNB's prequential scores over a batch's nonzeros, in C (optional).", -1,
+    "The count models' loops over a batch's nonzeros (prequential scores, class sums), in C (optional).", -1,
     methods,
 };
 

@@ -30,7 +30,7 @@ from streamnb.exceptions import MalformedMessage
 from streamnb.features.hashing import DEFAULT_HASH_BITS, TokenHasher
 from streamnb.features.mail import DEFAULT_HEADERS, N_META, MailTokenizer, text_meta
 from streamnb.features.payload import DEFAULT_FEATURE_LIMITS, PAYLOAD_KINDS, FeatureLimits, Payload
-from streamnb.features.rows import FEATURIZER_FORMAT_VERSION, Row
+from streamnb.features.rows import FEATURIZER_FORMAT_VERSION, Row, ones_like
 from streamnb.features.text import MAX_OSB_WINDOW, WordRules
 from streamnb.features.wire_tokens import WireTokens
 
@@ -239,13 +239,13 @@ class Featurizer:
                 out[i] = exc
         if listed:
             unique = self.hasher.hash_unique_many([tokens for _, tokens, _ in listed])
-            for (i, tokens, meta), idx in zip(listed, unique, strict=True):
-                out[i] = self._counted_row(idx, None, meta, len(tokens))
+            for (i, tokens, meta), idx, ones in zip(listed, unique, ones_like(unique), strict=True):
+                out[i] = Row(indices=idx, values=ones, meta=meta, n_tokens=len(tokens), binary=True)
         if hashed:
             sizes = np.array([h.size for _, h, _, _ in hashed], dtype=np.int64)
             unique = self.hasher.unique_buckets_many(np.concatenate([h for _, h, _, _ in hashed]), sizes)
-            for (i, _, meta, n), idx in zip(hashed, unique, strict=True):
-                out[i] = self._counted_row(idx, None, meta, n)
+            for (i, _, meta, n), idx, ones in zip(hashed, unique, ones_like(unique), strict=True):
+                out[i] = Row(indices=idx, values=ones, meta=meta, n_tokens=n, binary=True)
         return out  # type: ignore[return-value]
 
     def transform_payloads(self, payloads: Sequence[Payload]) -> Any:
@@ -376,6 +376,8 @@ class Featurizer:
             indices = np.concatenate(idx_rows)
             if indices.size and int(indices.max()) >= base:
                 raise ValueError(f"row bucket {int(indices.max())} is out of range for bits={self.bits}")
+            if all(r.binary for r in rows):  # (values all 1, as made: no zeros to drop)
+                return sp.csr_matrix((np.ones(indices.size), indices, indptr), shape=(n, base))
             X = sp.csr_matrix((np.concatenate(val_rows), indices, indptr), shape=(n, base))
             X.eliminate_zeros()
             return X

@@ -13,7 +13,7 @@ import numpy as np
 from streamnb.encoding import dumps, loads, pack_array, unpack_array
 from streamnb.exceptions import FormatError
 
-__all__ = ["FEATURIZER_FORMAT_VERSION", "Row", "rows_to_bytes"]
+__all__ = ["FEATURIZER_FORMAT_VERSION", "Row", "ones_like", "rows_to_bytes"]
 
 #: Version of the featurizer config and of encoded feature rows.
 FEATURIZER_FORMAT_VERSION = 1
@@ -188,3 +188,20 @@ def rows_to_bytes(rows: Sequence[Row]) -> list[bytes]:
             else:
                 out[i] = rows[i]._map_bytes(ones=True)
     return [r._map_bytes() if b is None else b for r, b in zip(rows, out, strict=True)]
+
+
+def ones_like(rows: Sequence[np.ndarray]) -> list[np.ndarray]:
+    """The binary values of rows of buckets: read-only views of one array of ones, a view
+    the size of each row (one allocation for a batch, not one a row).
+
+    >>> [v.tolist() for v in ones_like([np.arange(2), np.arange(0), np.arange(1)])]
+    [[1.0, 1.0], [], [1.0]]
+    """
+    sizes = [r.size for r in rows]
+    ones = np.ones(sum(sizes))
+    ones.flags.writeable = False
+    views, end = [], 0
+    for size in sizes:
+        views.append(ones[end:end + size])
+        end += size
+    return views

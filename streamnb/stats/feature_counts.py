@@ -20,6 +20,7 @@ from typing import Any, Self
 import numpy as np
 import scipy.sparse as sp
 
+from streamnb._cmodules import optional_c_module
 from streamnb.arrays import sorted_unique, unique_inverse
 from streamnb.encoding import pack_counts, pack_index, unpack_counts, unpack_index
 from streamnb.exceptions import FormatError
@@ -33,6 +34,11 @@ from streamnb.stats.base import (
     normalize_labels,
     spread_rows,
 )
+
+#: ``streamnb._kernels.class_sums`` (the C form of :func:`_class_sums` for a CSR batch of
+#: float64 values), or None: not built, or ``STREAMNB_PURE_PYTHON`` set; then numpy does
+#: the same (tests/streamnb/stats/test_class_sums.py compares both with a dense product).
+CLASS_SUMS = getattr(optional_c_module("streamnb._kernels"), "class_sums", None)
 
 
 class FeatureCounts(Statistic):
@@ -361,6 +367,14 @@ def _class_sums(
     n = X.shape[0]
     if sp.issparse(X):
         X = sp.csr_matrix(X)
+        if CLASS_SUMS is not None and X.data.dtype == np.float64 and n_classes > 0:
+            # a hash table of the columns and a sort of the distinct ones only
+            cols = np.empty(X.indices.size, dtype=np.int64)
+            sums = np.empty(n_classes * X.indices.size)
+            t = CLASS_SUMS(X.indptr, X.indices, X.data,
+                           np.ascontiguousarray(rows, dtype=np.int64),
+                           np.ascontiguousarray(w, dtype=np.float64), n_classes, cols, sums)
+            return cols[:t].copy(), sums[:n_classes * t].reshape(n_classes, t).copy()
         # one sort of the nonzeros and one bincount over (class row, column position)
         cols, pos = unique_inverse(X.indices, X.shape[1])
         per_row = np.diff(X.indptr)

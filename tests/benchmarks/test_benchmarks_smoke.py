@@ -686,6 +686,33 @@ def test_instructions_per_message_is_the_difference_of_two_counted_runs(monkeypa
     assert "in instructions: 50.0%" in capsys.readouterr().out  # 1,000 / 2,000 per message
 
 
+def test_instructions_by_step(monkeypatch, capsys, tmp_path):
+    """``--steps``: each step's instructions a message from callgrind's dumps (named after
+    the step), the difference of two runs as for the totals; the rest is the worker's
+    figure less the steps'."""
+    from benchmarks import _steps, instructions
+
+    for i, (name, total) in enumerate([(b"decode", b"summary: 1200"), (b"decode", b"summary: 800"),
+                                       (b"between", b"totals: 5")]):
+        (tmp_path / f"run.{i}").write_bytes(b"version: 1\ndesc: Trigger: Client Request: " + name
+                                             + b"\n" + total + b"\n")
+    assert _steps.step_totals(str(tmp_path / "run")) == {"decode": 2000, "between": 5}
+    runs = {1: {"decode": 1_000_000, "predict_items": 500_000, "between": 9},
+            3: {"decode": 1_400_000, "predict_items": 900_000, "between": 99}}
+    monkeypatch.setattr(_steps, "build_marker", lambda directory: directory / "libmarker.so")
+    monkeypatch.setattr(instructions, "count_steps",
+                        lambda what, corpus, messages, reps, marker, directory: runs[reps])
+    instructions.print_steps("worker-hashes", "corpus", 100, 1, 3, 5000.0)
+    rows = {line.split()[0]: line.split()[-2:] for line in capsys.readouterr().out.splitlines()
+            if line.startswith(("decode", "predict_items", "featurize", "(the rest)"))}
+    assert rows["decode"] == ["2,000", "40%"] and rows["predict_items"] == ["2,000", "40%"]
+    assert rows["featurize"] == ["0", "0%"] and rows["(the"] == ["1,000", "20%"]
+    monkeypatch.setattr(instructions.shutil, "which", lambda name: "/usr/bin/" + name)
+    with pytest.raises(SystemExit) as exc:
+        instructions.main(["--what", "worker-hashes", "--steps", "--first-pass"])
+    assert exc.value.code == 2
+
+
 def test_instructions_with_cache_misses(monkeypatch, capsys):
     """``--cache``: cachegrind's instructions and simulated misses, per message, each the
     difference of two runs."""

@@ -42,6 +42,7 @@ from typing import Any
 import msgpack
 import numpy as np
 
+from streamnb.encoding import dumps
 from streamnb.features.own_headers import strip_own_headers
 from streamnb_workers.wire.learn_sources import DEFAULT, Teacher
 
@@ -154,12 +155,12 @@ def encode_record(label: Any, weight: float, teacher: Teacher = DEFAULT,
     >>> record_challenger_weight(encode_record("spam", 2.0, challenger_weight=1.0))
     1.0
     """
+    # (the thread's Packer: msgpack.packb makes one a call)
     if challenger_weight is not None:
-        return msgpack.packb([label, float(weight), teacher[0], int(teacher[1]),
-                              float(challenger_weight)], use_bin_type=True)
+        return dumps([label, float(weight), teacher[0], int(teacher[1]), float(challenger_weight)])
     if teacher == DEFAULT:
-        return msgpack.packb([label, float(weight)], use_bin_type=True)
-    return msgpack.packb([label, float(weight), teacher[0], int(teacher[1])], use_bin_type=True)
+        return dumps([label, float(weight)])
+    return dumps([label, float(weight), teacher[0], int(teacher[1])])
 
 
 def record_challenger_weight(data: bytes) -> float | None:

@@ -1,0 +1,98 @@
+"""Where a worker's instructions go, step by step: ``python -m benchmarks.instructions
+--steps`` (worker workloads).
+
+The counted process loads a small marker library (compiled here from valgrind's
+``callgrind.h``) and wraps the steps of a batch (workers/worker/process.py and
+committing.py, named below) so that callgrind writes its counts out when each step
+starts and ends (``CALLGRIND_DUMP_STATS_AT``): a dump named after a step holds that
+step's instructions. As for the totals, the figure a message is the difference of a run
+with 3 passes and one with 1, over the messages of 2 passes; what no step holds (reading
+the entries, the loop, settling the commit on the wire) is the worker's figure less the
+steps'.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import glob
+import importlib
+import re
+import shutil
+import subprocess
+from collections import Counter
+from pathlib import Path
+
+#: The steps of a batch, by module: none calls another, so each dump is one step's own.
+STEPS = (
+    ("streamnb_workers.worker.process",
+     ("decode", "featurize", "prepare", "catch_up", "predict_items", "account",
+      "observe_predictions")),
+    ("streamnb_workers.worker.committing", ("commit_content", "_request", "apply_own_delta")),
+)
+#: What each step is, for the printed table.
+WHAT = {
+    "decode": "entries -> messages (codec, wire_tokens)",
+    "featurize": "messages -> rows (buckets)",
+    "prepare": "rows stacked, plan, cache rows, own statistics",
+    "catch_up": "the log tail",
+    "predict_items": "prequential scores, decisions, error weights",
+    "commit_content": "outputs, learn-once keys, cache entries, delta",
+    "_request": "the commit's request (delta encoded, cache writes)",
+    "apply_own_delta": "the worker's own delta applied",
+    "account": "counts and scores of the commit landed",
+    "observe_predictions": "the observer: ages, confidence, drift",
+}
+_MARKER_C = ("#include <valgrind/callgrind.h>\n"
+             "void streamnb_dump(const char *name) { CALLGRIND_DUMP_STATS_AT(name); }\n")
+_DESC = re.compile(rb"^desc: Trigger: Client Request: (\S+)", re.M)
+_TOTAL = re.compile(rb"^(?:summary|totals): (\d+)", re.M)
+
+
+def build_marker(directory: Path) -> Path:
+    """Compile the marker library into ``directory``; RuntimeError (one line) if no C
+    compiler or no ``valgrind/callgrind.h`` (Debian: valgrind's own package has it)."""
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        raise RuntimeError("--steps needs a C compiler (cc) to build its marker library")
+    src, lib = directory / "marker.c", directory / "libmarker.so"
+    src.write_text(_MARKER_C)
+    done = subprocess.run([cc, "-O2", "-shared", "-fPIC", "-o", str(lib), str(src)],
+                          capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise RuntimeError("--steps could not build its marker library (is valgrind/callgrind.h "
+                           "installed?): " + done.stderr.strip().splitlines()[-1])
+    return lib
+
+
+def instrument(marker: str) -> ctypes.CDLL:
+    """In the counted process: wrap every step of :data:`STEPS` with a dump at its start
+    (named ``between``: what came since the last dump) and one at its end (its name)."""
+    lib = ctypes.CDLL(marker)
+    for module_name, names in STEPS:
+        module = importlib.import_module(module_name)
+        for name in names:
+            setattr(module, name, _wrapped(lib, getattr(module, name), name.encode()))
+    return lib
+
+
+def _wrapped(lib: ctypes.CDLL, step, label: bytes):
+    @functools.wraps(step)
+    def counted(*args, **kwargs):
+        lib.streamnb_dump(b"between")
+        try:
+            return step(*args, **kwargs)
+        finally:
+            lib.streamnb_dump(label)
+    return counted
+
+
+def step_totals(prefix: str) -> Counter:
+    """Instructions by step name over the dumps ``prefix.*`` of one callgrind run."""
+    totals: Counter = Counter()
+    for name in glob.glob(glob.escape(prefix) + ".*"):
+        head = Path(name).read_bytes()[:100_000]
+        desc, total = _DESC.search(head), _TOTAL.search(head)
+        if desc is not None and total is not None:
+            totals[desc.group(1).decode()] += int(total.group(1))
+    return totals
