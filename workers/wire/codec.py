@@ -28,9 +28,19 @@ import numpy as np
 from streamnb.encoding import dumps
 from streamnb.exceptions import MalformedMessage
 from streamnb.features.payload import PAYLOAD_KINDS, Payload
-from streamnb.features.wire_tokens import WireTokens, split_tokens
+from streamnb.features.wire_tokens import split_tokens
+from streamnb_workers.wire.fields import (
+    features_field,
+    hashes_field,
+    is_number,
+    label_field,
+    source_field,
+    tokens_field,
+    vector_field,
+    weight_field,
+)
 from streamnb_workers.wire.learn_keys import MAX_KEY_CHARS, message_key
-from streamnb_workers.wire.learn_sources import DEFAULT_SOURCE, check_source
+from streamnb_workers.wire.learn_sources import check_source
 from streamnb_workers.wire.limits import (
     DEFAULT_LIMITS,
     DEFAULT_MAX_ENTRY_BYTES,
@@ -57,7 +67,6 @@ DATA_FIELD = "data"
 _KNOWN_KEYS = frozenset(PAYLOAD_KINDS) | {"id", "label", "weight", "ts", "ref", "meta", "key",
                                           "forget", "forget_class", "promote", "source",
                                           "forget_source", "force"}
-_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 
 
 
@@ -145,119 +154,6 @@ def _unpack(data: bytes, limits: Limits) -> Any:
         ) from None
 
 
-def _is_number(v: Any) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool)
-
-
-def _label(v: Any, limits: Limits) -> str | int | None:
-    if v is None:
-        return None
-    if isinstance(v, str):
-        if not v or len(v) > limits.max_label_len:
-            raise MalformedMessage(
-                "bad_label", f"label must be 1..{limits.max_label_len} characters, got {len(v)}"
-            )
-        return v
-    if isinstance(v, int) and not isinstance(v, bool):
-        if not _INT64_MIN <= v <= _INT64_MAX:
-            raise MalformedMessage("bad_label", f"integer label {v} does not fit in int64")
-        return v
-    raise MalformedMessage("bad_label", f"label must be str or int, got {type(v).__name__}")
-
-
-def _weight(v: Any, limits: Limits) -> float:
-    if v is None:
-        return 1.0
-    if not _is_number(v):
-        raise MalformedMessage("bad_weight", f"weight must be a number > 0, got {type(v).__name__}")
-    w = float(v)
-    if not math.isfinite(w) or w <= 0.0:
-        raise MalformedMessage("bad_weight", f"weight must be a finite number > 0, got {w}")
-    if w > limits.max_weight:
-        raise MalformedMessage("bad_weight", f"weight {w:g} is above the limit {limits.max_weight:g}")
-    return w
-
-
-def _source(v: Any) -> str | None:
-    """A producer's ``source``: None for the default one (so no source and
-    ``"default"`` are the same), else the name checked."""
-    try:
-        name = check_source(v, producer=True)
-    except ValueError as exc:
-        raise MalformedMessage("bad_source", str(exc)) from None
-    return None if name == DEFAULT_SOURCE else name
-
-
-def _tokens(v: Any, limits: Limits) -> list[str] | WireTokens:
-    if type(v) is WireTokens:  # checked as it was hashed (streamnb.features.wire_tokens)
-        return v
-    if not isinstance(v, list):
-        raise MalformedMessage("bad_type", "tokens must be a list of str")
-    if len(v) > limits.max_tokens:
-        raise MalformedMessage(
-            "too_large", f"tokens has {len(v)} items, the limit is {limits.max_tokens}"
-        )
-    try:  # one C-level pass that refuses any item but a str (msgpack makes no subclasses)
-        "".join(v)
-    except TypeError:
-        raise MalformedMessage("bad_type", "tokens must be a list of str") from None
-    return v
-
-
-def _hashes(v: Any, limits: Limits) -> np.ndarray:
-    if not isinstance(v, bytes) or len(v) % 8:
-        raise MalformedMessage(
-            "bad_type", "hashes must be bin: the tokens' 64-bit hashes, little-endian, 8 bytes each")
-    if len(v) // 8 > limits.max_tokens:
-        raise MalformedMessage(
-            "too_large", f"hashes has {len(v) // 8} tokens, the limit is {limits.max_tokens}")
-    return np.frombuffer(v, dtype="<u8")
-
-
-def _features(v: Any, limits: Limits) -> dict[str, float]:
-    if not isinstance(v, dict):
-        raise MalformedMessage("bad_type", "features must be a map of str -> number")
-    if len(v) > limits.max_features:
-        raise MalformedMessage(
-            "too_large", f"features has {len(v)} entries, the limit is {limits.max_features}"
-        )
-    out: dict[str, float] = {}
-    for name, value in v.items():
-        if not isinstance(name, str) or not _is_number(value):
-            raise MalformedMessage("bad_type", "features must be a map of str -> number")
-        f = float(value)
-        if not math.isfinite(f):
-            raise MalformedMessage("non_finite", f"feature {name[:50]!r} is {f}")
-        if abs(f) > limits.max_value:
-            raise MalformedMessage("too_large", f"feature {name[:50]!r} is {f:g}, beyond the "
-                                   f"limit {limits.max_value:g}")
-        out[name] = f
-    return out
-
-
-def _vector(v: Any, limits: Limits, expected_dim: int | None) -> np.ndarray:
-    if not isinstance(v, list) or not all(_is_number(t) for t in v):
-        raise MalformedMessage("bad_type", "x must be a list of numbers")
-    if len(v) > limits.max_features:
-        raise MalformedMessage("too_large", f"x has {len(v)} values, the limit is {limits.max_features}")
-    try:
-        x = np.array(v, dtype=np.float64)
-    except OverflowError:  # an int beyond float64
-        raise MalformedMessage("non_finite", "x holds an integer too large for float64") from None
-    if not np.isfinite(x).all():
-        raise MalformedMessage("non_finite", "x contains NaN or infinity")
-    if x.size and float(np.abs(x).max()) > limits.max_value:
-        raise MalformedMessage("too_large", f"x holds {float(np.abs(x).max()):g}, beyond the "
-                               f"limit {limits.max_value:g}")
-    if x.size == 0:
-        raise MalformedMessage("wrong_dimension", "x is empty")
-    if expected_dim is not None and x.size != expected_dim:
-        raise MalformedMessage(
-            "wrong_dimension", f"x has {x.size} values, but this model expects {expected_dim}"
-        )
-    return x
-
-
 def decode_input(
     data: bytes,
     entry_id: str,
@@ -311,11 +207,11 @@ def decode_input(
     elif not isinstance(msg_id, str) or not msg_id or len(msg_id) > limits.max_id_len:
         raise MalformedMessage("bad_type", f"id must be a non-empty str of at most {limits.max_id_len} characters")
 
-    label = _label(obj.get("label"), limits)
-    weight = _weight(obj.get("weight"), limits)
+    label = label_field(obj.get("label"), limits)
+    weight = weight_field(obj.get("weight"), limits)
     ts = obj.get("ts")
     if ts is not None:
-        if not _is_number(ts):
+        if not is_number(ts):
             raise MalformedMessage("bad_type", f"ts must be a number (unix seconds), got {type(ts).__name__}")
         ts = float(ts)
         if not math.isfinite(ts):
@@ -329,7 +225,7 @@ def decode_input(
         raise MalformedMessage("bad_type", f"key must be a non-empty str of at most {MAX_KEY_CHARS} characters")
     source = obj.get("source")
     if source is not None:
-        source = _source(source)
+        source = source_field(source)
     forget = obj.get("forget")
     if forget is not None and not isinstance(forget, bool):
         raise MalformedMessage("bad_type", f"forget must be a boolean, got {type(forget).__name__}")
@@ -359,13 +255,13 @@ def decode_input(
                 raise MalformedMessage("bad_type", f"text must be str, got {type(value).__name__}")
             payload = value
         elif kind == "tokens":
-            payload = _tokens(value, limits)
+            payload = tokens_field(value, limits)
         elif kind == "hashes":
-            payload = _hashes(value, limits)
+            payload = hashes_field(value, limits)
         elif kind == "features":
-            payload = _features(value, limits)
+            payload = features_field(value, limits)
         else:
-            payload = _vector(value, limits, expected_dim)
+            payload = vector_field(value, limits, expected_dim)
 
     if kind is not None and (label is not None or forget):
         key = message_key(payload, kind, key)
@@ -416,7 +312,7 @@ def _class_removal(obj: dict, entry_id: str, limits: Limits, unknown: int) -> In
         except ValueError as exc:
             raise MalformedMessage("bad_source", f"forget_source: {exc}") from None
     try:
-        label = _label(obj["forget_class"], limits) if spec is None and gone is None else None
+        label = label_field(obj["forget_class"], limits) if spec is None and gone is None else None
     except MalformedMessage as exc:
         raise MalformedMessage(exc.reason, "forget_class: " + exc.detail) from None
     msg_id = obj.get("id", entry_id)
@@ -425,7 +321,7 @@ def _class_removal(obj: dict, entry_id: str, limits: Limits, unknown: int) -> In
     if not isinstance(msg_id, str) or not msg_id or len(msg_id) > limits.max_id_len:
         raise MalformedMessage("bad_type", f"id must be a non-empty str of at most {limits.max_id_len} characters")
     ts = obj.get("ts")
-    if ts is not None and not (_is_number(ts) and math.isfinite(float(ts))):
+    if ts is not None and not (is_number(ts) and math.isfinite(float(ts))):
         raise MalformedMessage("bad_type", "ts must be a finite number (unix seconds)")
     return InputMessage(entry_id=entry_id, id=msg_id, payload_kind=None, payload=None,
                         ts=None if ts is None else float(ts), unknown_keys=unknown,
