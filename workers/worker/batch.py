@@ -49,6 +49,7 @@ from streamnb_workers.worker.learn_weights import (
     class_weight_rows,
     judge_at_operating_point,
     learn_weights,
+    learnt_log_prior,
 )
 
 __all__ = ["Dead", "Decoded", "Featurized", "Item", "Predictions", "Verdict", "cache_rows",
@@ -347,20 +348,6 @@ def cache_rows(items: Sequence[Item], cache_labelled: bool) -> dict[str, bytes]:
     cached = [it for it in items if cache_labelled or it.msg.label is None]
     return {it.entry_id: data
             for it, data in zip(cached, rows_to_bytes([it.row for it in cached]), strict=True)}
-
-
-def known_classes(model: Any) -> list[Any]:
-    """The classes the model has learnt, in its order (none before the first label),
-    asked without raising: a ``NotFittedError`` raised may import scikit-learn."""
-    return list(model.classes_) if model.__sklearn_is_fitted__() else []
-
-
-def learnt_log_prior(model: Any, n_classes: int) -> np.ndarray:
-    """The model's class log priors (``class_log_prior_``); NaN for each of the
-    ``n_classes`` while no class has weight (the decision rule then has no learnt prior)."""
-    if model.__sklearn_is_fitted__() and model.class_count_.sum() > 0:
-        return model.class_log_prior_
-    return np.full(n_classes, np.nan)
 
 
 # ---------------------------------------------------------------------- predict and decide

@@ -34,7 +34,7 @@ from streamnb_workers.wire.outputs import output_for
 from streamnb_workers.wire.stream_ids import entry_time, parse_id
 from streamnb_workers.worker.batch import Dead, Decoded, Featurized, Item, Predictions, Verdict
 from streamnb_workers.worker.labels import REF_EXPIRED, LabelRef, Resolution, replaces, resolve_refs
-from streamnb_workers.worker.learn_weights import AutolearnPolicy, autolearn_choices, autolearn_key
+from streamnb_workers.worker.learn_weights import AutolearnPolicy, autolearn_key, autolearnt
 
 __all__ = ["ALREADY_LEARNT", "AUTOLEARNT", "NOT_LEARNT_KEY", "RELEARNT", "TOO_MANY_SOURCES", "CommitContent", "PredictedBatch",
            "batch_stats", "commit_content"]
@@ -214,7 +214,8 @@ def commit_content(batch: PredictedBatch, cached: dict[str, CachedMessage | None
     if named:
         batch = _within_bound(batch, set(known_sources), max_sources)
     items, verdicts = batch.items, batch.verdicts
-    auto = _autolearnt(batch, model, autolearn, set(known_sources), max_sources)
+    auto = autolearnt(batch.items, batch.verdicts, model, autolearn, set(known_sources),
+                      max_sources)
     named = named or bool(auto)
     # (a label refers to a message of its batch only if it may teach it: never one that
     # a writer of :in sent to a model stored with training: train)
@@ -324,17 +325,6 @@ def commit_content(batch: PredictedBatch, cached: dict[str, CachedMessage | None
         **challenger_delta(challenger, featurizer, items, learnt, ch, ch_weights, teachers,
                            res.challenger_adds, res.challenger_subs, once.challenger_subs,
                            default))
-
-
-def _autolearnt(batch: PredictedBatch, model: Any, policy: AutolearnPolicy | None,
-                known: set[str], max_sources: int) -> dict[int, Any]:
-    """Index -> label of the items to autolearn (workers/worker/learn_weights.py); none when
-    the source ``autolearn`` would be one past ``max_sources``."""
-    if policy is None or not batch.items or (AUTOLEARN not in known and len(known) >= max_sources):
-        return {}
-    counts = model.stats["classes"]
-    return autolearn_choices(batch.items, batch.verdicts,
-                  dict(zip(counts.labels, counts.counts.tolist(), strict=True)), policy)
 
 
 def _within_bound(batch: PredictedBatch, known: set[str], max_sources: int) -> PredictedBatch:

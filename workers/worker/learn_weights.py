@@ -1,6 +1,6 @@
-"""The weights a batch's labels are learnt with, the class weights its predictions see,
-and the verdicts at the model's operating point: pure functions of the verdicts
-(workers/worker/batch.py, ``predict``).
+"""The weights a batch's labels are learnt with, the classes, learnt prior and class
+weights its predictions see, and the verdicts at the model's operating point: pure
+functions of the verdicts and the model (workers/worker/batch.py, ``predict``).
 
 A labelled message whose verdict got its label wrong is learnt with ``error_weight``
 times its weight (the model's stored config; docs/features.md, "Mail defaults of the
@@ -40,9 +40,11 @@ import numpy as np
 
 from streamnb.decision import UNSURE
 from streamnb_workers.wire.learn_keys import message_key
+from streamnb_workers.wire.learn_sources import AUTOLEARN
 
-__all__ = ["AutolearnPolicy", "autolearn_choices", "autolearn_key", "class_weight_rows",
-           "is_error", "judge_at_operating_point", "learn_weights"]
+__all__ = ["AutolearnPolicy", "autolearn_choices", "autolearn_key", "autolearnt",
+           "class_weight_rows", "is_error", "judge_at_operating_point", "known_classes",
+           "learn_weights", "learnt_log_prior"]
 
 
 def is_error(label: Any, true: Any, rule: Any, classes: Sequence[Any]) -> bool:
@@ -149,3 +151,31 @@ def judge_at_operating_point(window: Any, rule: Any, verdicts: Sequence[Any],
     for v, *judged in zip(verdicts, j.labels, j.thresholds, j.probas, j.codes, j.priors,
                           strict=True):
         v.label, v.threshold, v.proba, v.code, v.prior = judged
+
+
+def known_classes(model: Any) -> list[Any]:
+    """The classes the model has learnt, in its order (none before the first label),
+    asked without raising: a ``NotFittedError`` raised may import scikit-learn."""
+    return list(model.classes_) if model.__sklearn_is_fitted__() else []
+
+
+def learnt_log_prior(model: Any, n_classes: int) -> np.ndarray:
+    """The model's class log priors (``class_log_prior_``); NaN for each of the
+    ``n_classes`` while no class has weight (the decision rule then has no learnt prior)."""
+    if model.__sklearn_is_fitted__() and model.class_count_.sum() > 0:
+        return model.class_log_prior_
+    return np.full(n_classes, np.nan)
+
+
+def autolearnt(items: Sequence[Any], verdicts: Sequence[Any], model: Any,
+               policy: AutolearnPolicy | None, known: set[str], max_sources: int,
+               ) -> dict[int, Any]:
+    """Index -> label of the items to autolearn (:func:`autolearn_choices` on the model's
+    class weights); none without a policy, or when the source ``autolearn`` would be one
+    past ``max_sources`` (the sources ``known``)."""
+    if policy is None or not items or (AUTOLEARN not in known and len(known) >= max_sources):
+        return {}
+    counts = model.stats["classes"]
+    return autolearn_choices(items, verdicts,
+                             dict(zip(counts.labels, counts.counts.tolist(), strict=True)),
+                             policy)

@@ -39,13 +39,13 @@ from streamnb_workers.worker.batch import (
     drop_foreign_labels,
     drop_undeclared_labels,
     featurize,
-    known_classes,
     own_stats,
     predict,
     prediction_plan,
 )
 from streamnb_workers.worker.commit_content import PredictedBatch
 from streamnb_workers.worker.intake import move_training
+from streamnb_workers.worker.learn_weights import known_classes
 from streamnb_workers.worker.runtime import ModelRuntime
 
 __all__ = ["Prepared", "Received", "land_previous", "predict_and_commit", "process_batch",
