@@ -2,7 +2,7 @@
 serves (their streams empty: an idle worker's read): a plain ``XREADGROUP`` over every
 stream, and the announced read ordered predictions use (workers/worker/intake.py
 ``read_announced``: read.lua and the ``XREADGROUP`` in one ``MULTI`` for up to
-``ANNOUNCED_AT_ONCE`` models, an ``XREAD`` look first beyond), from ``INFO
+``ANNOUNCED_AT_ONCE`` models, a plain read announced after it beyond), from ``INFO
 cpu`` (microseconds of redis-server's main thread per read) and the client's wall time.
 
     python -m benchmarks.read_cost [--models 1,8,9,100,1000] [--reads 50]

@@ -141,10 +141,10 @@ def read_reply(reply: Any, announced: bool = True,
     return r.announced[0], [e for got in r.entries.values() for e in got]
 
 
-#: At most this many models are read in one announced read without a look first: the
-#: script costs redis-server about 10 us a model (``python -m benchmarks.read_cost``), so
-#: a worker serving more looks for new entries first (``XREAD``, which reads nothing) and
-#: reads the models that have some.
+#: At most this many models are read in one announced read: the script costs redis-server
+#: about 10 us a model (``python -m benchmarks.read_cost``). A worker serving more reads
+#: with a plain ``XREADGROUP`` and announces each batch right after, in a round trip of
+#: its own (docs/worker.md, "Ordered predictions across workers", says what that leaves).
 ANNOUNCED_AT_ONCE = 8
 
 
@@ -155,31 +155,27 @@ def read_announced(reader: Any, client: Any, consumer: str,
     node), each batch announced in the same step as its read (:func:`read_commands`), so
     a worker that looks at ``:inflight`` after its own read sees every batch delivered
     before (workers/replication/ordering.py). ``(index in models, batch)`` of those that
-    had some.
-
-    Up to :data:`ANNOUNCED_AT_ONCE` models are read at once; with nothing to read (or more
-    models), the worker first looks for entries after each group's last delivered id as
-    its last read left it (``XREAD``, waiting at most ``block_ms``; it reads nothing),
-    then reads the models that have some. ``client``: loads the script where Redis had
-    lost it."""
-    if len(models) <= ANNOUNCED_AT_ONCE:
-        got = _read_announced_once(reader, client, consumer, models, count)
-        if got or block_ms <= 0:
-            return got
+    had some. With nothing to read, it waits at most ``block_ms`` for an entry after the
+    group's last delivered id (``XREAD BLOCK``, which reads nothing), then reads once
+    more. More than :data:`ANNOUNCED_AT_ONCE` models: a plain read, each batch announced
+    right after it. ``client``: loads the script where Redis had lost it."""
+    if len(models) > ANNOUNCED_AT_ONCE:
+        got = read_new(reader, consumer, [keys.input for keys, _ in models], count, block_ms)
+        index = {keys.input: i for i, (keys, _) in enumerate(models)}
+        return [(index[stream], ReadBatch(entries, models[index[stream]][1].announce(
+            first_id(entries), len(entries)))) for stream, entries in got]
+    got = _read_announced_once(reader, client, consumer, models, count)
+    if got or block_ms <= 0:
+        return got
     after = {keys.input: board.delivered for keys, board in models}
-    found = reader.xread(after, count=1, block=block_ms if block_ms > 0 else None) or []
-    streams = {as_str(stream) for stream, entries in
-               (found.items() if isinstance(found, dict) else found) if entries}
-    which = [i for i, (keys, _) in enumerate(models) if keys.input in streams]
-    got = _read_announced_once(reader, client, consumer, [models[i] for i in which], count)
-    return [(which[j], batch) for j, batch in got]
+    if reader.xread(after, count=1, block=block_ms):
+        got = _read_announced_once(reader, client, consumer, models, count)
+    return got
 
 
 def _read_announced_once(reader: Any, client: Any, consumer: str,
                          models: Sequence[tuple[ModelKeys, InflightBoard]], count: int,
                          ) -> list[tuple[int, ReadBatch]]:
-    if not models:
-        return []
     reply = parse_read(read_now(reader, [keys for keys, _ in models], consumer, count, True),
                        len(models))
     out = []
