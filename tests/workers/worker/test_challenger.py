@@ -36,6 +36,13 @@ def _spec(name, error_weight=1.0, **params):
                      decision={"min_class_weight": None})
 
 
+def _solo_spec(name, fcfg, error_weight):
+    """A model of the challenger's configuration (alpha 1, featurizer ``fcfg``) served alone."""
+    return ModelSpec(name, kind="multinomial", featurizer_config=dict(fcfg),
+                     model_params={**PARAMS, "alpha": 1.0}, error_weight=error_weight,
+                     decision={"min_class_weight": None})
+
+
 def _messages(n, seed=0):
     rng = np.random.default_rng(seed)
     out = []
@@ -91,10 +98,7 @@ def test_two_workers_learn_a_challenger_equal_to_an_independent_model(redis_serv
     workers = [url_worker(redis_server.url, [_spec(name, error_weight=2.0)],
                           fast_options(f"w{i}", **opts), metrics=regs[i]) for i in range(2)]
     run_in_threads(workers)
-    alone = url_worker(redis_server.url,
-                       [ModelSpec(solo, kind="multinomial", featurizer_config=dict(fcfg),
-                                  model_params={**PARAMS, "alpha": 1.0}, error_weight=2.0,
-                                  decision={"min_class_weight": None})],
+    alone = url_worker(redis_server.url, [_solo_spec(solo, fcfg, 2.0)],
                        fast_options("s0", batch=20))
     run_in_threads([alone])
     ref = alone.models[solo].replica.model
@@ -219,10 +223,7 @@ def test_promote_makes_the_challenger_the_model_on_every_worker(redis_server, ca
     assert "promoting the challenger 'alpha=1,osb=5'" in capsys.readouterr().out
     produce(r, name, second)
     run_in_threads(workers)
-    alone = url_worker(redis_server.url,
-                       [ModelSpec(solo, kind="multinomial", featurizer_config={**FCFG, "osb": 5},
-                                  model_params={**PARAMS, "alpha": 1.0}, error_weight=2.0,
-                                  decision={"min_class_weight": None})],
+    alone = url_worker(redis_server.url, [_solo_spec(solo, {**FCFG, "osb": 5}, 2.0)],
                        fast_options("qs", batch=15))
     run_in_threads([alone])
     ref = alone.models[solo].replica.model
@@ -312,11 +313,7 @@ def test_the_challenger_learns_what_a_model_of_its_config_learns_alone(
     w = url_worker(redis_server.url, [_spec(name, error_weight=2.0)],
                    fast_options("e0", batch=15, challenger=spec))
     run_in_threads([w])
-    alone = url_worker(redis_server.url,
-                       [ModelSpec(solo, kind="multinomial", featurizer_config=dict(fcfg),
-                                  model_params={**PARAMS, "alpha": 1.0},
-                                  error_weight=error_weight,
-                                  decision={"min_class_weight": None})],
+    alone = url_worker(redis_server.url, [_solo_spec(solo, fcfg, error_weight)],
                        fast_options("e1", batch=15))
     run_in_threads([alone])
     assert r.xlen(ModelKeys(name).dead) == r.xlen(ModelKeys(solo).dead) == 0
@@ -354,9 +351,7 @@ def test_the_challenger_forgets_a_source_as_a_model_of_its_config_does(
     taught = [{**m, "source": ("imap", "bulk")[i % 2]} if "label" in m else m
               for i, m in enumerate(msgs)]
     first, second = taught[:250], taught[250:]
-    solo_spec = ModelSpec(solo, kind="multinomial", featurizer_config=dict(fcfg),
-                          model_params={**PARAMS, "alpha": 1.0}, error_weight=error_weight,
-                          decision={"min_class_weight": None})
+    solo_spec = _solo_spec(solo, fcfg, error_weight)
     w = url_worker(redis_server.url, [_spec(name, error_weight=2.0)],
                    fast_options("f0", batch=15, challenger=spec))
     alone = url_worker(redis_server.url, [solo_spec], fast_options("f1", batch=15))
