@@ -135,6 +135,14 @@ typedef struct {
     int32_t slot;
 } entry_t;
 
+/* The column table, kept from call to call (every caller holds the GIL throughout): zeroed
+ * once when it grows, and each call clears the entries it took, so no call pays to zero a
+ * table the size of its batch. A call that needs more than TABLE_KEPT entries uses a table
+ * of its own. */
+#define TABLE_KEPT ((size_t)1 << 20)
+static entry_t *kept_table = NULL;
+static size_t kept_cap = 0;
+
 /* The batch's distinct columns: slot_of[p] (nnz items) the slot of nonzero p, col_of[s]
  * (nnz items) the column of slot s, slots numbered in order of first appearance. Returns
  * the number of slots, -1 with an exception set on a column out of range or no memory. */
@@ -149,18 +157,38 @@ column_slots(const batch_t *bt, const char *fn, int32_t *slot_of, uint32_t *col_
     while (((size_t)1 << bits) < cap) {
         bits++;
     }
-    entry_t *table = PyMem_Calloc(cap, sizeof(entry_t));
-    if (table == NULL) {
+    entry_t *table;
+    if (cap > TABLE_KEPT) {
+        table = PyMem_Calloc(cap, sizeof(entry_t));
+    } else {
+        if (kept_cap < cap) {
+            PyMem_Free(kept_table);
+            kept_cap = 0;
+            kept_table = PyMem_Calloc(cap, sizeof(entry_t));
+            if (kept_table != NULL) {
+                kept_cap = cap;
+            }
+        }
+        table = kept_table;  /* (its first cap entries: the rest stay empty) */
+    }
+    /* where each slot's entry is, to clear it */
+    uint32_t *at = PyMem_Malloc(((size_t)bt->nnz + 1) * sizeof(uint32_t));
+    if (table == NULL || at == NULL) {
+        if (cap > TABLE_KEPT) {
+            PyMem_Free(table);
+        }
+        PyMem_Free(at);
         PyErr_NoMemory();
         return -1;
     }
+    const Py_buffer *iv = &bt->views[INDICES];
     Py_ssize_t n_slots = 0;
     for (Py_ssize_t p = 0; p < bt->nnz; p++) {
-        int64_t j = index_at(&bt->views[INDICES], p);
+        int64_t j = index_at(iv, p);
         if (j < 0 || j >= (int64_t)UINT32_MAX) {
             PyErr_Format(PyExc_ValueError, "%s: column %lld is not in [0, 2**32 - 1)", fn, (long long)j);
-            PyMem_Free(table);
-            return -1;
+            n_slots = -1 - n_slots;  /* (the slots taken, cleared below) */
+            break;
         }
         uint32_t key = (uint32_t)j + 1;
         size_t h = (size_t)(((uint64_t)key * 0x9E3779B97F4A7C15ULL) >> (64 - bits));
@@ -170,12 +198,48 @@ column_slots(const batch_t *bt, const char *fn, int32_t *slot_of, uint32_t *col_
         if (table[h].key == 0) {
             table[h].key = key;
             table[h].slot = (int32_t)n_slots;
+            at[n_slots] = (uint32_t)h;
             col_of[n_slots++] = (uint32_t)j;
         }
         slot_of[p] = table[h].slot;
     }
-    PyMem_Free(table);
-    return n_slots;
+    Py_ssize_t taken = n_slots < 0 ? -1 - n_slots : n_slots;
+    if (cap > TABLE_KEPT) {
+        PyMem_Free(table);
+    } else {
+        for (Py_ssize_t s = 0; s < taken; s++) {
+            table[at[s]].key = 0;
+        }
+    }
+    PyMem_Free(at);
+    return n_slots < 0 ? -1 : n_slots;
+}
+
+/* log(v + alpha) of a count v. Whole counts below LOG_KEPT (unit weights make them, and a
+ * batch takes the logs of the same counts again and again) come from a table kept from
+ * call to call, each entry with the alpha it was taken for: the log of the same double,
+ * v + alpha, so the same bits. */
+#define LOG_KEPT 8192
+typedef struct {
+    double alpha, value;
+} kept_log_t;
+static kept_log_t kept_logs[LOG_KEPT]; /* (alpha 0: not taken; alpha is > 0) */
+
+static inline double
+log_count(double v, double alpha)
+{
+    if (v >= 0.0 && v < (double)LOG_KEPT) {
+        int i = (int)v;
+        if ((double)i == v) {
+            kept_log_t *e = &kept_logs[i];
+            if (e->alpha != alpha) {
+                e->value = log(v + alpha);
+                e->alpha = alpha;
+            }
+            return e->value;
+        }
+    }
+    return log(v + alpha);
 }
 
 static PyObject *
@@ -281,21 +345,47 @@ multinomial_jll(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         for (Py_ssize_t k = 0; k < K; k++) {
             S1[k] = 0.0;
         }
-        for (Py_ssize_t p = lo; p < hi; p++) {
-            Py_ssize_t s = slot_of[p];
-            double x = data[p];
-            row_sum += x;
-            new_to_model += !(flags[s] & MODEL_SEEN);
-            if (seen_mode && !flags[s]) {
-                continue; /* neither the model nor an earlier row has the column */
-            }
-            S0 += x;
-            double *base = per_slot + 3 * K * s, *added = base + K, *logs = added + K;
-            for (Py_ssize_t k = 0; k < K; k++) {
-                if (isnan(logs[k])) {
-                    logs[k] = log(base[k] + added[k] + alpha);
+        if (K == 2) { /* (two classes, the common case: the same sums, in registers) */
+            double s1_0 = 0.0, s1_1 = 0.0;
+            for (Py_ssize_t p = lo; p < hi; p++) {
+                Py_ssize_t s = slot_of[p];
+                double x = data[p];
+                unsigned char f = flags[s];
+                row_sum += x;
+                new_to_model += !(f & MODEL_SEEN);
+                if (seen_mode && !f) {
+                    continue;
                 }
-                S1[k] += x * logs[k];
+                S0 += x;
+                double *e = per_slot + 6 * s; /* base 0, 1, added 0, 1, logs 0, 1 */
+                if (isnan(e[4])) {
+                    e[4] = log_count(e[0] + e[2], alpha);
+                }
+                if (isnan(e[5])) {
+                    e[5] = log_count(e[1] + e[3], alpha);
+                }
+                s1_0 += x * e[4];
+                s1_1 += x * e[5];
+            }
+            S1[0] = s1_0;
+            S1[1] = s1_1;
+        } else {
+            for (Py_ssize_t p = lo; p < hi; p++) {
+                Py_ssize_t s = slot_of[p];
+                double x = data[p];
+                row_sum += x;
+                new_to_model += !(flags[s] & MODEL_SEEN);
+                if (seen_mode && !flags[s]) {
+                    continue; /* neither the model nor an earlier row has the column */
+                }
+                S0 += x;
+                double *base = per_slot + 3 * K * s, *added = base + K, *logs = added + K;
+                for (Py_ssize_t k = 0; k < K; k++) {
+                    if (isnan(logs[k])) {
+                        logs[k] = log_count(base[k] + added[k], alpha);
+                    }
+                    S1[k] += x * logs[k];
+                }
             }
         }
         unseen[i] = new_to_model;
