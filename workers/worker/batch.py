@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from streamnb.exceptions import MalformedMessage
-from streamnb.features import Row, rows_to_bytes
+from streamnb.features import Payload, Row, rows_to_bytes
 from streamnb_workers.replication.challenger import Promotion
 from streamnb_workers.replication.log_entries import SourceForget
 from streamnb_workers.store.training import holds_token
@@ -213,7 +213,7 @@ def featurize(featurizer: Any, decoded: Decoded) -> Featurized:
     dead = list(decoded.dead)
     items: list[Item] = []
     forgets: list[Item] = []
-    rows = featurizer.featurize_batch([msg.as_payload() for _, msg, _ in payload])
+    rows = featurizer.featurize_batch([Payload(msg.payload_kind, msg.payload) for _, msg, _ in payload])
     for (eid, msg, data), row in zip(payload, rows, strict=True):
         if isinstance(row, MalformedMessage):
             dead.append(Dead(eid, row.reason, row.detail, data))

@@ -31,7 +31,7 @@ from streamnb_workers.wire.learn_sources import (
     teacher_of,
 )
 from streamnb_workers.wire.outputs import output_for
-from streamnb_workers.wire.stream_ids import entry_time, parse_id
+from streamnb_workers.wire.stream_ids import entry_time, parse_id, stream_ranks
 from streamnb_workers.worker.batch import Dead, Decoded, Featurized, Item, Predictions, Verdict
 from streamnb_workers.worker.labels import REF_EXPIRED, LabelRef, Resolution, replaces, resolve_refs
 from streamnb_workers.worker.learn_weights import AutolearnPolicy, autolearn_key, autolearnt
@@ -404,11 +404,11 @@ def _learn_once(items: Sequence[Item], learnt: Sequence[Any], weights: Sequence[
     # key -> (record before the batch, None if absent; record now, None if absent)
     state: dict[str, tuple[bytes | None, bytes | None]] = {
         key: (before, new) for key, before, new in relabelled}
-    events: list[tuple[int, Item]] = [(i, it) for i, (it, lab) in
-                                      enumerate(zip(items, learnt, strict=True))
-                                      if learn_once and lab is not None and it.msg.key]
-    events += [(-1, f) for f in forgets]
-    events.sort(key=lambda e: parse_id(e[1].entry_id))
+    by_id: dict[str, tuple[int, Item]] = {it.entry_id: (i, it) for i, (it, lab) in
+                                          enumerate(zip(items, learnt, strict=True))
+                                          if learn_once and lab is not None and it.msg.key}
+    by_id.update((f.entry_id, (-1, f)) for f in forgets)
+    events = [by_id[eid] for eid in stream_ranks(list(by_id))]  # (in stream order)
     for i, it in events:
         key: str = it.msg.key  # type: ignore[assignment]
         before, now = state[key] if key in state else (key_state.get(key),) * 2

@@ -74,8 +74,11 @@ def learn_weights(verdicts: Sequence[Any], items: Sequence[Any], rule: Any,
     """The weight each item's own label is learnt with: its message's weight, times
     ``error_weight`` where the verdict got the label wrong (:func:`is_error`, with the
     classes the verdict knew)."""
-    return np.array([it.msg.weight * (error_weight if error_weight != 1.0 and
-                                      is_error(v.label, it.msg.label, rule, list(v.log_proba))
+    if error_weight == 1.0:
+        return np.array([it.msg.weight for it in items], dtype=np.float64)
+    # (a verdict equal to its label is no error: is_error is asked of the others only)
+    return np.array([it.msg.weight * (error_weight if v.label != it.msg.label and
+                                      is_error(v.label, it.msg.label, rule, v.log_proba)
                                       else 1.0)
                      for v, it in zip(verdicts, items, strict=True)], dtype=np.float64)
 
