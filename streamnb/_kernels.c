@@ -36,8 +36,16 @@
  *    as numpy's bincount adds them; returns m, the number of distinct columns. Reference:
  *    the numpy form in streamnb.stats.feature_counts (a sort of the nonzeros, a bincount).
  *
- * tests/streamnb/models/test_prequential.py and tests/streamnb/stats/test_class_sums.py
- * compare them with their references. Building this module is optional.
+ * 3. gap_rows(indices, sizes, n_tokens)
+ *
+ *    the cache form of rows of sorted buckets (int32, end to end, sizes[i] of row i): a
+ *    list, for each row, of the msgpack of [2, n_tokens[i], its first bucket, its gaps as
+ *    2-byte little-endian ints], None where the row has no bucket or a gap is not in
+ *    1..65535. Reference: streamnb.features.rows.rows_to_bytes without it.
+ *
+ * tests/streamnb/models/test_prequential.py, tests/streamnb/stats/test_class_sums.py and
+ * tests/streamnb/features/test_gap_rows.py compare them with their references and with
+ * independent oracles. Building this module is optional.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -546,6 +554,115 @@ done:
     return result;
 }
 
+/* msgpack of an unsigned int v at out (fixint, uint 8, 16, 32 or 64, big-endian, as
+ * msgpack-python packs a Python int >= 0); returns the bytes written (out NULL: counts). */
+static Py_ssize_t
+pack_uint(unsigned char *out, uint64_t v)
+{
+    int n = v < 128 ? 0 : v < 256 ? 1 : v < 65536 ? 2 : v <= UINT32_MAX ? 4 : 8;
+    if (out != NULL) {
+        if (n == 0) {
+            out[0] = (unsigned char)v;
+        } else {
+            out[0] = n == 1 ? 0xcc : n == 2 ? 0xcd : n == 4 ? 0xce : 0xcf;
+            for (int b = 0; b < n; b++) {
+                out[1 + b] = (unsigned char)(v >> (8 * (n - 1 - b)));
+            }
+        }
+    }
+    return 1 + n;
+}
+
+static PyObject *
+gap_rows(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "gap_rows(indices, sizes, n_tokens) takes 3 arguments");
+        return NULL;
+    }
+    static const int which[3] = {0, 1, 2}, writable[3] = {0, 0, 0};
+    Py_buffer v[3];
+    if (get_buffers(args, 3, which, writable, v) < 0) {
+        return NULL;
+    }
+    PyObject *result = NULL;
+    if (v[0].itemsize != 4 || v[1].itemsize != 8 || v[2].itemsize != 8 || v[1].len != v[2].len) {
+        PyErr_SetString(PyExc_TypeError,
+                        "gap_rows: indices take 4-byte items, sizes and n_tokens 8-byte ones, one a row");
+        goto done;
+    }
+    const int32_t *idx = v[0].buf;
+    const int64_t *sizes = v[1].buf, *n_tokens = v[2].buf;
+    Py_ssize_t n_rows = v[1].len / 8, total = v[0].len / 4, at = 0;
+    for (Py_ssize_t r = 0; r < n_rows; r++) {
+        if (sizes[r] < 0 || sizes[r] > total - at) {
+            PyErr_SetString(PyExc_ValueError, "gap_rows: sizes do not add up to the indices");
+            goto done;
+        }
+        at += sizes[r];
+    }
+    if (at != total) {
+        PyErr_SetString(PyExc_ValueError, "gap_rows: sizes do not add up to the indices");
+        goto done;
+    }
+    result = PyList_New(n_rows);
+    if (result == NULL) {
+        goto done;
+    }
+    at = 0;
+    for (Py_ssize_t r = 0; r < n_rows; r++) {
+        Py_ssize_t lo = at, hi = at + sizes[r];
+        at = hi;
+        PyObject *item = NULL;
+        if (hi > lo && idx[lo] >= 0 && n_tokens[r] >= 0) {
+            Py_ssize_t n_gaps = 2 * (hi - lo - 1);
+            Py_ssize_t head = 2 + pack_uint(NULL, (uint64_t)n_tokens[r]) + pack_uint(NULL, (uint64_t)idx[lo]) +
+                              (n_gaps < 256 ? 2 : n_gaps < 65536 ? 3 : 5);
+            item = PyBytes_FromStringAndSize(NULL, head + n_gaps);
+            if (item == NULL) {
+                Py_CLEAR(result);
+                goto done;
+            }
+            unsigned char *out = (unsigned char *)PyBytes_AS_STRING(item);
+            *out++ = 0x94; /* [2, n_tokens, first, gaps] */
+            *out++ = 0x02;
+            out += pack_uint(out, (uint64_t)n_tokens[r]);
+            out += pack_uint(out, (uint64_t)idx[lo]);
+            if (n_gaps < 256) {
+                *out++ = 0xc4;
+                *out++ = (unsigned char)n_gaps;
+            } else if (n_gaps < 65536) {
+                *out++ = 0xc5;
+                *out++ = (unsigned char)(n_gaps >> 8);
+                *out++ = (unsigned char)n_gaps;
+            } else {
+                *out++ = 0xc6;
+                for (int b = 3; b >= 0; b--) {
+                    *out++ = (unsigned char)(n_gaps >> (8 * b));
+                }
+            }
+            int bad = 0; /* (a gap out of 1..65535) */
+            for (Py_ssize_t p = lo + 1; p < hi; p++) {
+                int64_t gap = (int64_t)idx[p] - idx[p - 1];
+                bad |= (gap <= 0) | (gap >= 65536);
+                *out++ = (unsigned char)gap; /* little-endian 2 bytes */
+                *out++ = (unsigned char)(gap >> 8);
+            }
+            if (bad) {
+                Py_CLEAR(item);
+            }
+        }
+        if (item == NULL) {
+            item = Py_None;
+            Py_INCREF(item);
+        }
+        PyList_SET_ITEM(result, r, item);
+    }
+done:
+    release_buffers(3, v);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"multinomial_jll", (PyCFunction)(void (*)(void))multinomial_jll, METH_FASTCALL,
      "multinomial_jll(indptr, indices, data, codes, weights, counts, k0, n_features, totals, alpha, "
@@ -556,6 +673,10 @@ static PyMethodDef methods[] = {
      "class_sums(indptr, indices, data, codes, weights, n_classes, cols, sums): a CSR batch's "
      "distinct columns (ascending) into cols and the per-class weighted sums over them into sums "
      "(n_classes x m, C order); returns m (see streamnb.stats.feature_counts)."},
+    {"gap_rows", (PyCFunction)(void (*)(void))gap_rows, METH_FASTCALL,
+     "gap_rows(indices, sizes, n_tokens): each row's msgpack [2, n_tokens, first bucket, gaps as "
+     "2 bytes little-endian], None where it has no bucket or a gap is not in 1..65535 (see "
+     "streamnb.features.rows)."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -48,8 +48,9 @@ def account(rt: ModelRuntime, committed: Committed | None) -> None:
         series(m.dead_letters, reason=d.reason).inc()
     with rt.stage("score"):
         if content.scored:  # test-then-train, counted once: only what this commit learnt
+            # (rows of one batch's matrix, of one length: np.array stacks them in C)
             rt.observe(rt.observer.score_labelled, committed.batch.classes,
-                       np.vstack([lp for lp, _ in content.scored]),
+                       np.array([lp for lp, _ in content.scored], dtype=np.float64),
                        [y for _, y in content.scored])
         if res.delayed:
             classes, mat, truth, delays = delayed_matrix(res.delayed)
