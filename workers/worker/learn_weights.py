@@ -99,9 +99,9 @@ def class_weight_rows(model: Any, classes: Sequence[Any], labels: Sequence[Any],
             out[:, index[c]] = w
     if prequential:
         contrib = np.zeros((n, k))
-        for i, lab in enumerate(labels):
-            if lab is not None and lab in index:
-                contrib[i, index[lab]] = weights[i]
+        col = np.array([-1 if lab is None else index.get(lab, -1) for lab in labels], dtype=np.int64)
+        rows = np.flatnonzero(col >= 0)
+        contrib[rows, col[rows]] = np.asarray(weights, dtype=np.float64)[rows]
         out += np.cumsum(contrib, axis=0) - contrib
     return out
 
