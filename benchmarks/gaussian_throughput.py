@@ -63,14 +63,16 @@ def run_streamnb(kind: str, X: np.ndarray, y: list[str], batch: int, cap: float)
     """Test-then-train: (vectors done, seconds, accuracy)."""
     model = make(kind)
     correct = scored = done = 0
+    seen: set[str] = set()  # (the classes learnt: kept as it grows, not made again a batch)
     t0 = time.perf_counter()
     for i in range(0, len(y), batch):
         Xb, yb = X[i : i + batch], y[i : i + batch]
-        if len(set(y[:i])) >= 2:  # LDA/QDA need two classes to predict
+        if len(seen) >= 2:  # LDA/QDA need two classes to predict
             pred = model.predict(Xb)
             correct += int(sum(p == t for p, t in zip(pred.tolist(), yb, strict=True)))
             scored += len(yb)
         model.partial_fit(Xb, yb)
+        seen.update(yb)
         done += len(yb)
         if time.perf_counter() - t0 > cap:
             break

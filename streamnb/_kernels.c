@@ -36,8 +36,16 @@
  *    as numpy's bincount adds them; returns m, the number of distinct columns. Reference:
  *    the numpy form in streamnb.stats.feature_counts (a sort of the nonzeros, a bincount).
  *
- * tests/streamnb/models/test_prequential.py and tests/streamnb/stats/test_class_sums.py
- * compare them with their references. Building this module is optional.
+ * 3. gap_rows(indices, sizes, n_tokens)
+ *
+ *    the cache form of rows of sorted buckets (int32, end to end, sizes[i] of row i): a
+ *    list, for each row, of the msgpack of [2, n_tokens[i], its first bucket, its gaps as
+ *    2-byte little-endian ints], None where the row has no bucket or a gap is not in
+ *    1..65535. Reference: streamnb.features.rows.rows_to_bytes without it.
+ *
+ * tests/streamnb/models/test_prequential.py, tests/streamnb/stats/test_class_sums.py and
+ * tests/streamnb/features/test_gap_rows.py compare them with their references and with
+ * independent oracles. Building this module is optional.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -135,6 +143,14 @@ typedef struct {
     int32_t slot;
 } entry_t;
 
+/* The column table, kept from call to call (every caller holds the GIL throughout): zeroed
+ * once when it grows, and each call clears the entries it took, so no call pays to zero a
+ * table the size of its batch. A call that needs more than TABLE_KEPT entries uses a table
+ * of its own. */
+#define TABLE_KEPT ((size_t)1 << 20)
+static entry_t *kept_table = NULL;
+static size_t kept_cap = 0;
+
 /* The batch's distinct columns: slot_of[p] (nnz items) the slot of nonzero p, col_of[s]
  * (nnz items) the column of slot s, slots numbered in order of first appearance. Returns
  * the number of slots, -1 with an exception set on a column out of range or no memory. */
@@ -149,18 +165,38 @@ column_slots(const batch_t *bt, const char *fn, int32_t *slot_of, uint32_t *col_
     while (((size_t)1 << bits) < cap) {
         bits++;
     }
-    entry_t *table = PyMem_Calloc(cap, sizeof(entry_t));
-    if (table == NULL) {
+    entry_t *table;
+    if (cap > TABLE_KEPT) {
+        table = PyMem_Calloc(cap, sizeof(entry_t));
+    } else {
+        if (kept_cap < cap) {
+            PyMem_Free(kept_table);
+            kept_cap = 0;
+            kept_table = PyMem_Calloc(cap, sizeof(entry_t));
+            if (kept_table != NULL) {
+                kept_cap = cap;
+            }
+        }
+        table = kept_table;  /* (its first cap entries: the rest stay empty) */
+    }
+    /* where each slot's entry is, to clear it */
+    uint32_t *at = PyMem_Malloc(((size_t)bt->nnz + 1) * sizeof(uint32_t));
+    if (table == NULL || at == NULL) {
+        if (cap > TABLE_KEPT) {
+            PyMem_Free(table);
+        }
+        PyMem_Free(at);
         PyErr_NoMemory();
         return -1;
     }
+    const Py_buffer *iv = &bt->views[INDICES];
     Py_ssize_t n_slots = 0;
     for (Py_ssize_t p = 0; p < bt->nnz; p++) {
-        int64_t j = index_at(&bt->views[INDICES], p);
+        int64_t j = index_at(iv, p);
         if (j < 0 || j >= (int64_t)UINT32_MAX) {
             PyErr_Format(PyExc_ValueError, "%s: column %lld is not in [0, 2**32 - 1)", fn, (long long)j);
-            PyMem_Free(table);
-            return -1;
+            n_slots = -1 - n_slots;  /* (the slots taken, cleared below) */
+            break;
         }
         uint32_t key = (uint32_t)j + 1;
         size_t h = (size_t)(((uint64_t)key * 0x9E3779B97F4A7C15ULL) >> (64 - bits));
@@ -170,12 +206,48 @@ column_slots(const batch_t *bt, const char *fn, int32_t *slot_of, uint32_t *col_
         if (table[h].key == 0) {
             table[h].key = key;
             table[h].slot = (int32_t)n_slots;
+            at[n_slots] = (uint32_t)h;
             col_of[n_slots++] = (uint32_t)j;
         }
         slot_of[p] = table[h].slot;
     }
-    PyMem_Free(table);
-    return n_slots;
+    Py_ssize_t taken = n_slots < 0 ? -1 - n_slots : n_slots;
+    if (cap > TABLE_KEPT) {
+        PyMem_Free(table);
+    } else {
+        for (Py_ssize_t s = 0; s < taken; s++) {
+            table[at[s]].key = 0;
+        }
+    }
+    PyMem_Free(at);
+    return n_slots < 0 ? -1 : n_slots;
+}
+
+/* log(v + alpha) of a count v. Whole counts below LOG_KEPT (unit weights make them, and a
+ * batch takes the logs of the same counts again and again) come from a table kept from
+ * call to call, each entry with the alpha it was taken for: the log of the same double,
+ * v + alpha, so the same bits. */
+#define LOG_KEPT 8192
+typedef struct {
+    double alpha, value;
+} kept_log_t;
+static kept_log_t kept_logs[LOG_KEPT]; /* (alpha 0: not taken; alpha is > 0) */
+
+static inline double
+log_count(double v, double alpha)
+{
+    if (v >= 0.0 && v < (double)LOG_KEPT) {
+        int i = (int)v;
+        if ((double)i == v) {
+            kept_log_t *e = &kept_logs[i];
+            if (e->alpha != alpha) {
+                e->value = log(v + alpha);
+                e->alpha = alpha;
+            }
+            return e->value;
+        }
+    }
+    return log(v + alpha);
 }
 
 static PyObject *
@@ -281,21 +353,47 @@ multinomial_jll(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         for (Py_ssize_t k = 0; k < K; k++) {
             S1[k] = 0.0;
         }
-        for (Py_ssize_t p = lo; p < hi; p++) {
-            Py_ssize_t s = slot_of[p];
-            double x = data[p];
-            row_sum += x;
-            new_to_model += !(flags[s] & MODEL_SEEN);
-            if (seen_mode && !flags[s]) {
-                continue; /* neither the model nor an earlier row has the column */
-            }
-            S0 += x;
-            double *base = per_slot + 3 * K * s, *added = base + K, *logs = added + K;
-            for (Py_ssize_t k = 0; k < K; k++) {
-                if (isnan(logs[k])) {
-                    logs[k] = log(base[k] + added[k] + alpha);
+        if (K == 2) { /* (two classes, the common case: the same sums, in registers) */
+            double s1_0 = 0.0, s1_1 = 0.0;
+            for (Py_ssize_t p = lo; p < hi; p++) {
+                Py_ssize_t s = slot_of[p];
+                double x = data[p];
+                unsigned char f = flags[s];
+                row_sum += x;
+                new_to_model += !(f & MODEL_SEEN);
+                if (seen_mode && !f) {
+                    continue;
                 }
-                S1[k] += x * logs[k];
+                S0 += x;
+                double *e = per_slot + 6 * s; /* base 0, 1, added 0, 1, logs 0, 1 */
+                if (isnan(e[4])) {
+                    e[4] = log_count(e[0] + e[2], alpha);
+                }
+                if (isnan(e[5])) {
+                    e[5] = log_count(e[1] + e[3], alpha);
+                }
+                s1_0 += x * e[4];
+                s1_1 += x * e[5];
+            }
+            S1[0] = s1_0;
+            S1[1] = s1_1;
+        } else {
+            for (Py_ssize_t p = lo; p < hi; p++) {
+                Py_ssize_t s = slot_of[p];
+                double x = data[p];
+                row_sum += x;
+                new_to_model += !(flags[s] & MODEL_SEEN);
+                if (seen_mode && !flags[s]) {
+                    continue; /* neither the model nor an earlier row has the column */
+                }
+                S0 += x;
+                double *base = per_slot + 3 * K * s, *added = base + K, *logs = added + K;
+                for (Py_ssize_t k = 0; k < K; k++) {
+                    if (isnan(logs[k])) {
+                        logs[k] = log_count(base[k] + added[k], alpha);
+                    }
+                    S1[k] += x * logs[k];
+                }
             }
         }
         unseen[i] = new_to_model;
@@ -456,6 +554,115 @@ done:
     return result;
 }
 
+/* msgpack of an unsigned int v at out (fixint, uint 8, 16, 32 or 64, big-endian, as
+ * msgpack-python packs a Python int >= 0); returns the bytes written (out NULL: counts). */
+static Py_ssize_t
+pack_uint(unsigned char *out, uint64_t v)
+{
+    int n = v < 128 ? 0 : v < 256 ? 1 : v < 65536 ? 2 : v <= UINT32_MAX ? 4 : 8;
+    if (out != NULL) {
+        if (n == 0) {
+            out[0] = (unsigned char)v;
+        } else {
+            out[0] = n == 1 ? 0xcc : n == 2 ? 0xcd : n == 4 ? 0xce : 0xcf;
+            for (int b = 0; b < n; b++) {
+                out[1 + b] = (unsigned char)(v >> (8 * (n - 1 - b)));
+            }
+        }
+    }
+    return 1 + n;
+}
+
+static PyObject *
+gap_rows(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "gap_rows(indices, sizes, n_tokens) takes 3 arguments");
+        return NULL;
+    }
+    static const int which[3] = {0, 1, 2}, writable[3] = {0, 0, 0};
+    Py_buffer v[3];
+    if (get_buffers(args, 3, which, writable, v) < 0) {
+        return NULL;
+    }
+    PyObject *result = NULL;
+    if (v[0].itemsize != 4 || v[1].itemsize != 8 || v[2].itemsize != 8 || v[1].len != v[2].len) {
+        PyErr_SetString(PyExc_TypeError,
+                        "gap_rows: indices take 4-byte items, sizes and n_tokens 8-byte ones, one a row");
+        goto done;
+    }
+    const int32_t *idx = v[0].buf;
+    const int64_t *sizes = v[1].buf, *n_tokens = v[2].buf;
+    Py_ssize_t n_rows = v[1].len / 8, total = v[0].len / 4, at = 0;
+    for (Py_ssize_t r = 0; r < n_rows; r++) {
+        if (sizes[r] < 0 || sizes[r] > total - at) {
+            PyErr_SetString(PyExc_ValueError, "gap_rows: sizes do not add up to the indices");
+            goto done;
+        }
+        at += sizes[r];
+    }
+    if (at != total) {
+        PyErr_SetString(PyExc_ValueError, "gap_rows: sizes do not add up to the indices");
+        goto done;
+    }
+    result = PyList_New(n_rows);
+    if (result == NULL) {
+        goto done;
+    }
+    at = 0;
+    for (Py_ssize_t r = 0; r < n_rows; r++) {
+        Py_ssize_t lo = at, hi = at + sizes[r];
+        at = hi;
+        PyObject *item = NULL;
+        if (hi > lo && idx[lo] >= 0 && n_tokens[r] >= 0) {
+            Py_ssize_t n_gaps = 2 * (hi - lo - 1);
+            Py_ssize_t head = 2 + pack_uint(NULL, (uint64_t)n_tokens[r]) + pack_uint(NULL, (uint64_t)idx[lo]) +
+                              (n_gaps < 256 ? 2 : n_gaps < 65536 ? 3 : 5);
+            item = PyBytes_FromStringAndSize(NULL, head + n_gaps);
+            if (item == NULL) {
+                Py_CLEAR(result);
+                goto done;
+            }
+            unsigned char *out = (unsigned char *)PyBytes_AS_STRING(item);
+            *out++ = 0x94; /* [2, n_tokens, first, gaps] */
+            *out++ = 0x02;
+            out += pack_uint(out, (uint64_t)n_tokens[r]);
+            out += pack_uint(out, (uint64_t)idx[lo]);
+            if (n_gaps < 256) {
+                *out++ = 0xc4;
+                *out++ = (unsigned char)n_gaps;
+            } else if (n_gaps < 65536) {
+                *out++ = 0xc5;
+                *out++ = (unsigned char)(n_gaps >> 8);
+                *out++ = (unsigned char)n_gaps;
+            } else {
+                *out++ = 0xc6;
+                for (int b = 3; b >= 0; b--) {
+                    *out++ = (unsigned char)(n_gaps >> (8 * b));
+                }
+            }
+            int bad = 0; /* (a gap out of 1..65535) */
+            for (Py_ssize_t p = lo + 1; p < hi; p++) {
+                int64_t gap = (int64_t)idx[p] - idx[p - 1];
+                bad |= (gap <= 0) | (gap >= 65536);
+                *out++ = (unsigned char)gap; /* little-endian 2 bytes */
+                *out++ = (unsigned char)(gap >> 8);
+            }
+            if (bad) {
+                Py_CLEAR(item);
+            }
+        }
+        if (item == NULL) {
+            item = Py_None;
+            Py_INCREF(item);
+        }
+        PyList_SET_ITEM(result, r, item);
+    }
+done:
+    release_buffers(3, v);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"multinomial_jll", (PyCFunction)(void (*)(void))multinomial_jll, METH_FASTCALL,
      "multinomial_jll(indptr, indices, data, codes, weights, counts, k0, n_features, totals, alpha, "
@@ -466,6 +673,10 @@ static PyMethodDef methods[] = {
      "class_sums(indptr, indices, data, codes, weights, n_classes, cols, sums): a CSR batch's "
      "distinct columns (ascending) into cols and the per-class weighted sums over them into sums "
      "(n_classes x m, C order); returns m (see streamnb.stats.feature_counts)."},
+    {"gap_rows", (PyCFunction)(void (*)(void))gap_rows, METH_FASTCALL,
+     "gap_rows(indices, sizes, n_tokens): each row's msgpack [2, n_tokens, first bucket, gaps as "
+     "2 bytes little-endian], None where it has no bucket or a gap is not in 1..65535 (see "
+     "streamnb.features.rows)."},
     {NULL, NULL, 0, NULL},
 };
 

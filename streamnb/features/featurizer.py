@@ -224,7 +224,7 @@ class Featurizer:
                     n = len(value)
                     value = value.hashes if kind == "tokens" else np.asarray(value, dtype=np.uint64)
                     if binary:
-                        hashed.append((i, value, self._no_text_meta(n), n))
+                        hashed.append((i, value, text_meta("", n) if self.meta else None, n))
                     else:
                         out[i] = self._hashes_row(value)
                 elif not binary:

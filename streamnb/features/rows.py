@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from streamnb._cmodules import optional_c_module
 from streamnb.encoding import dumps, loads, pack_array, unpack_array
 from streamnb.exceptions import FormatError
 
@@ -22,6 +23,9 @@ FEATURIZER_FORMAT_VERSION = 1
 _GAPS_FORM = 2
 _MAX_GAP = 1 << 16
 _INT32 = np.dtype("<i4")
+#: ``streamnb._kernels.gap_rows`` (the gaps form of :func:`rows_to_bytes` in C), or None:
+#: then numpy and msgpack do the same (tests/streamnb/features/test_gap_rows.py).
+GAP_ROWS = getattr(optional_c_module("streamnb._kernels"), "gap_rows", None)
 
 
 @dataclass(slots=True)
@@ -169,18 +173,26 @@ def rows_to_bytes(rows: Sequence[Row]) -> list[bytes]:
     """
     out: list[bytes | None] = [None] * len(rows)
     fast = [i for i, r in enumerate(rows) if r._gap_encodable()]
-    if fast:
+    if fast and GAP_ROWS is not None:  # (the C form of what follows)
+        indices = [rows[i].indices for i in fast]
+        n_tokens = np.fromiter((rows[i].n_tokens for i in fast), dtype=np.int64, count=len(fast))
+        for i, data in zip(fast, GAP_ROWS(np.concatenate(indices), np.fromiter(
+                map(len, indices), dtype=np.int64, count=len(fast)), n_tokens), strict=True):
+            out[i] = rows[i]._map_bytes(ones=True) if data is None else data
+    elif fast:
         indices = [rows[i].indices for i in fast]
         sizes = np.fromiter(map(len, indices), dtype=np.int64, count=len(fast))
-        cat = np.concatenate(indices)
+        cat = np.concatenate(indices).astype(np.int64)  # (int32 gaps would wrap)
         gaps = np.diff(cat)
         ends = np.cumsum(sizes) - 1  # each row's last position; its gaps end there
         starts = ends - sizes + 1
         too_far = (gaps >= _MAX_GAP) | (gaps <= 0)  # (<= 0: not sorted: as to_bytes does)
         too_far[ends[:-1]] = False  # (from one row's last bucket to the next row's first)
         packed = gaps.astype("<u2").tobytes()
-        far_rows = set(np.searchsorted(ends, np.flatnonzero(too_far)).tolist()) if too_far.any() else ()
+        far_rows = set(np.searchsorted(ends, np.flatnonzero(too_far)).tolist()) if too_far.any() else set()
         firsts = cat[starts].tolist()
+        far_rows.update(j for j, (i, first) in enumerate(zip(fast, firsts, strict=True))
+                        if first < 0 or rows[i].n_tokens < 0)  # (gaps form: from_bytes refuses)
         for j, (i, a, b, first) in enumerate(zip(fast, starts.tolist(), ends.tolist(), firsts,
                                                  strict=True)):
             if j not in far_rows:

@@ -26,7 +26,7 @@ def account(rt: ModelRuntime, committed: Committed | None) -> None:
     series(m.commits).inc()
     series(m.messages_predicted).inc(len(content.outputs))
     # one inc per class and batch (not per message): the same totals
-    for lab, n in Counter(str(lab) for lab in content.learnt_labels).items():
+    for lab, n in Counter(map(str, content.learnt_labels)).items():
         series(m.messages_learned, **{"class": lab}).inc(n)
     if content.n_autolearnt:
         series(m.messages_autolearnt).inc(content.n_autolearnt)
@@ -35,12 +35,12 @@ def account(rt: ModelRuntime, committed: Committed | None) -> None:
     if content.relearnt_was:  # corrections too: a contribution moved from a class
         series(m.messages_relearnt).inc(len(content.relearnt_was))
         series(m.corrections).inc(len(content.relearnt_was))
-        for lab, n in Counter(str(lab) for lab in content.relearnt_was).items():
+        for lab, n in Counter(map(str, content.relearnt_was)).items():
             series(m.messages_unlearned, **{"class": lab}).inc(n)
-    for lab, n in Counter(str(lab) for lab in content.forgotten_labels).items():
+    for lab, n in Counter(map(str, content.forgotten_labels)).items():
         series(m.messages_forgotten, **{"class": lab}).inc(n)
     res = content.resolution
-    for lab, n in Counter(str(lab) for lab in res.unlearned).items():
+    for lab, n in Counter(map(str, res.unlearned)).items():
         series(m.messages_unlearned, **{"class": lab}).inc(n)
     if res.corrections:
         series(m.corrections).inc(res.corrections)
@@ -48,8 +48,9 @@ def account(rt: ModelRuntime, committed: Committed | None) -> None:
         series(m.dead_letters, reason=d.reason).inc()
     with rt.stage("score"):
         if content.scored:  # test-then-train, counted once: only what this commit learnt
+            # (rows of one batch's matrix, of one length: np.array stacks them in C)
             rt.observe(rt.observer.score_labelled, committed.batch.classes,
-                       np.vstack([lp for lp, _ in content.scored]),
+                       np.array([lp for lp, _ in content.scored], dtype=np.float64),
                        [y for _, y in content.scored])
         if res.delayed:
             classes, mat, truth, delays = delayed_matrix(res.delayed)

@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from streamnb.exceptions import MalformedMessage
-from streamnb.features import Row, rows_to_bytes
+from streamnb.features import Payload, Row, rows_to_bytes
 from streamnb_workers.replication.challenger import Promotion
 from streamnb_workers.replication.log_entries import SourceForget
 from streamnb_workers.store.training import holds_token
@@ -167,10 +167,11 @@ def decode_entries(entries: Sequence[tuple[Any, Any]], deliveries: dict[str, int
     messages: list[tuple[str, InputMessage, bytes]] = []
     unknown = 0
     for entry_id, fields in entries:
-        eid = as_str(entry_id)
+        eid = entry_id.decode() if type(entry_id) is bytes else as_str(entry_id)
         order.append(eid)
-        data = entry_field(fields, DATA_FIELD)
-        n_deliv = (deliveries or {}).get(eid, 1)
+        data = fields.get(b"data") if type(fields) is dict else None  # (a worker's own reply)
+        data = entry_field(fields, DATA_FIELD) if data is None else data
+        n_deliv = deliveries.get(eid, 1) if deliveries else 1
         if n_deliv > max_deliveries:
             dead.append(Dead(eid, "poison", f"delivered {n_deliv} times, the limit is "
                              f"{max_deliveries}", data or b""))
@@ -213,7 +214,7 @@ def featurize(featurizer: Any, decoded: Decoded) -> Featurized:
     dead = list(decoded.dead)
     items: list[Item] = []
     forgets: list[Item] = []
-    rows = featurizer.featurize_batch([msg.as_payload() for _, msg, _ in payload])
+    rows = featurizer.featurize_batch([Payload(msg.payload_kind, msg.payload) for _, msg, _ in payload])
     for (eid, msg, data), row in zip(payload, rows, strict=True):
         if isinstance(row, MalformedMessage):
             dead.append(Dead(eid, row.reason, row.detail, data))

@@ -31,7 +31,7 @@ from streamnb_workers.wire.learn_sources import (
     teacher_of,
 )
 from streamnb_workers.wire.outputs import output_for
-from streamnb_workers.wire.stream_ids import entry_time, parse_id
+from streamnb_workers.wire.stream_ids import entry_times, parse_id, stream_ranks
 from streamnb_workers.worker.batch import Dead, Decoded, Featurized, Item, Predictions, Verdict
 from streamnb_workers.worker.labels import REF_EXPIRED, LabelRef, Resolution, replaces, resolve_refs
 from streamnb_workers.worker.learn_weights import AutolearnPolicy, autolearn_key, autolearnt
@@ -220,8 +220,8 @@ def commit_content(batch: PredictedBatch, cached: dict[str, CachedMessage | None
     # (a label refers to a message of its batch only if it may teach it: never one that
     # a writer of :in sent to a model stored with training: train)
     batch_labels = {it.msg.id: it.msg.label for it in items if it.entry_id not in batch.untaught}
-    batch_preds = {it.msg.id: (v.log_proba, it.msg.ts or entry_time(it.entry_id))
-                   for it, v in zip(items, verdicts, strict=True)
+    batch_preds = {it.msg.id: (v.log_proba, it.msg.ts or t) for it, v, t in zip(
+        items, verdicts, entry_times([it.entry_id for it in items]).tolist(), strict=True)
                    if it.entry_id not in batch.untaught}
     # a cached row that does not fit this model (tampered, other config): as expired
     cached = {k: c if c is None or featurizer.fits(c.row) else None for k, c in cached.items()}
@@ -285,7 +285,7 @@ def commit_content(batch: PredictedBatch, cached: dict[str, CachedMessage | None
     entries = []
     recorded = {key for key, _ in once.learn_keys} | {key for key, _, _ in once.relabel_keys}
     if cache:
-        row_bytes = batch.row_bytes or {}
+        row_bytes, labels = batch.row_bytes or {}, {}
         for it, v, lab, dup, w, t, c, cw in zip(items, verdicts, learnt, duplicate, weights,
                                                 teachers, ch, ch_weights, strict=True):
             # (a duplicate is not cached: its entry would say it is unlearnt, and a later
@@ -293,12 +293,14 @@ def commit_content(batch: PredictedBatch, cached: dict[str, CachedMessage | None
             # label would teach what a writer of :in chose)
             if not dup and (lab is None or cache_labelled) and \
                     it.entry_id not in batch.untaught:
-                row = row_bytes.get(it.entry_id)
+                row, learnt_as = row_bytes.get(it.entry_id), labels.get((type(lab), lab, t))
+                if learnt_as is None:  # (one encoding a label and teacher in a batch)
+                    learnt_as = labels[type(lab), lab, t] = encode_label(lab, t)
                 entries.append((it.msg.id, encode_entry(
-                    encode_label(lab, t), it.row.to_bytes() if row is None else row, v.label,
+                    learnt_as, it.row.to_bytes() if row is None else row, v.label,
                     v.log_proba, w, batch_preds[it.msg.id][1],
                     it.msg.key if lab is not None and it.msg.key in recorded else None,
-                    cache_part(challenger, c, cw))))
+                    None if challenger is None else cache_part(challenger, c, cw))))
     ids = [it.entry_id for it in items] + [d.entry_id for d in batch.dead] + \
         [r.entry_id for r in batch.refs] + [f.entry_id for f in batch.forgets] + \
         [d[0] for d in batch.class_drops]
@@ -404,11 +406,11 @@ def _learn_once(items: Sequence[Item], learnt: Sequence[Any], weights: Sequence[
     # key -> (record before the batch, None if absent; record now, None if absent)
     state: dict[str, tuple[bytes | None, bytes | None]] = {
         key: (before, new) for key, before, new in relabelled}
-    events: list[tuple[int, Item]] = [(i, it) for i, (it, lab) in
-                                      enumerate(zip(items, learnt, strict=True))
-                                      if learn_once and lab is not None and it.msg.key]
-    events += [(-1, f) for f in forgets]
-    events.sort(key=lambda e: parse_id(e[1].entry_id))
+    by_id: dict[str, tuple[int, Item]] = {it.entry_id: (i, it) for i, (it, lab) in
+                                          enumerate(zip(items, learnt, strict=True))
+                                          if learn_once and lab is not None and it.msg.key}
+    by_id.update((f.entry_id, (-1, f)) for f in forgets)
+    events = [by_id[eid] for eid in stream_ranks(list(by_id))]  # (in stream order)
     for i, it in events:
         key: str = it.msg.key  # type: ignore[assignment]
         before, now = state[key] if key in state else (key_state.get(key),) * 2

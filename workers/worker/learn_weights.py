@@ -74,8 +74,11 @@ def learn_weights(verdicts: Sequence[Any], items: Sequence[Any], rule: Any,
     """The weight each item's own label is learnt with: its message's weight, times
     ``error_weight`` where the verdict got the label wrong (:func:`is_error`, with the
     classes the verdict knew)."""
-    return np.array([it.msg.weight * (error_weight if error_weight != 1.0 and
-                                      is_error(v.label, it.msg.label, rule, list(v.log_proba))
+    if error_weight == 1.0:
+        return np.array([it.msg.weight for it in items], dtype=np.float64)
+    # (a verdict equal to its label is no error: is_error is asked of the others only)
+    return np.array([it.msg.weight * (error_weight if v.label != it.msg.label and
+                                      is_error(v.label, it.msg.label, rule, v.log_proba)
                                       else 1.0)
                      for v, it in zip(verdicts, items, strict=True)], dtype=np.float64)
 
@@ -96,9 +99,9 @@ def class_weight_rows(model: Any, classes: Sequence[Any], labels: Sequence[Any],
             out[:, index[c]] = w
     if prequential:
         contrib = np.zeros((n, k))
-        for i, lab in enumerate(labels):
-            if lab is not None and lab in index:
-                contrib[i, index[lab]] = weights[i]
+        col = np.array([-1 if lab is None else index.get(lab, -1) for lab in labels], dtype=np.int64)
+        rows = np.flatnonzero(col >= 0)
+        contrib[rows, col[rows]] = np.asarray(weights, dtype=np.float64)[rows]
         out += np.cumsum(contrib, axis=0) - contrib
     return out
 

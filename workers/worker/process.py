@@ -24,7 +24,7 @@ from streamnb_workers.observe.token_names import message_tokens
 from streamnb_workers.replication.challenger import store_promoted
 from streamnb_workers.replication.ordering import wait_for_earlier
 from streamnb_workers.wire.explanations import add_batch_term, explain_matrix
-from streamnb_workers.wire.stream_ids import entry_time, first_id
+from streamnb_workers.wire.stream_ids import entry_times, first_id
 from streamnb_workers.worker import committing
 from streamnb_workers.worker.accounting import account
 from streamnb_workers.worker.batch import (
@@ -387,7 +387,7 @@ def observe_predictions(rt: ModelRuntime, p: Predictions, now: float) -> None:
     """Message ages and the observer's view of one batch's predictions: run once the
     commit is on its way (off the path from one worker's commit to the next's), with the
     model the batch was predicted with (the log is applied only after)."""
-    ages = np.array([max(0.0, now - entry_time(it.entry_id)) for it in p.observed])
+    ages = np.maximum(0.0, now - entry_times([it.entry_id for it in p.observed]))
     observe_many(rt.series(rt.metrics.message_age), ages)
     oov = p.oov_share if p.oov_share is not None else \
         rt.predictor.unseen_share(rt.featurizer.stack([it.row for it in p.observed]))
