@@ -159,6 +159,10 @@ class ReplicaCache:
         self.applied: dict[str, int] = {}
         self.loads = 0
         self.evictions = 0
+        #: Bytes of each replica when it was last measured, evicted ones too: the room made
+        #: before it is loaded again (a model not measured yet: the last measured).
+        self.known: dict[str, int] = {}
+        self.last_size = REPLICA_OBJECTS
         #: Seconds the last :meth:`use` spent loading (0.0 if the replica was held).
         self.load_s = 0.0
         #: Called after each change of what is held (metrics).
@@ -204,7 +208,7 @@ class ReplicaCache:
             self._changed()
         else:
             replica.load()
-            self.sizes[name] = self._nbytes(name)
+            self._size(name)
             self.trim(keep=name)
             self._changed()
 
@@ -221,6 +225,12 @@ class ReplicaCache:
         self.derived[name] = derived
         if name in self.sizes:
             self.measure(name)
+
+    def _size(self, name: str) -> None:
+        """Model ``name``'s replica measured (:attr:`sizes`, :attr:`known`)."""
+        self.sizes[name] = self.known[name] = self._nbytes(name)
+        if name not in self.pinned:
+            self.last_size = self.sizes[name]
 
     def _nbytes(self, name: str) -> int:
         derived, replica = self.derived.get(name), self.entries[name][0]
@@ -240,12 +250,15 @@ class ReplicaCache:
         self.entries.move_to_end(name)
         loaded = replica.evicted
         if loaded:
+            # room first (the rest measured now: what the step read and made counts)
+            self._measure_rest()
+            self.trim(room=self.known.get(name, self.last_size))
             t0 = time.perf_counter()
             replica.load()
             self.load_s = time.perf_counter() - t0
             self.loads += 1
         if loaded or name not in self.sizes:  # (else measured after its last change)
-            self.sizes[name] = self._nbytes(name)
+            self._size(name)
             self.trim(keep=name)
             self._changed()
         return loaded
@@ -261,17 +274,20 @@ class ReplicaCache:
         if not changed and self.applied.get(name) == replica.applied:
             return
         self.applied[name] = replica.applied
-        self.sizes[name] = self._nbytes(name)
+        self._size(name)
+        if changed:  # after a batch: the rest measured now, temporaries and all
+            self._measure_rest()
         self.trim(keep=name)
         self._changed()
 
-    def trim(self, keep: str | None = None) -> int:
+    def trim(self, keep: str | None = None, room: int = 0) -> int:
         """Evict the least recently used replicas (not ``keep``, not a pinned or busy one) while the
-        held bytes exceed the budget; returns how many were evicted."""
+        held bytes (and ``room``: a replica about to be loaded) exceed the budget; returns how
+        many were evicted."""
         if self.budget <= 0:
             return 0
         evicted = 0
-        total, limit = self.held_bytes, self.limit
+        total, limit = self.held_bytes + room, self.limit
         for name in list(self.entries):
             if total <= limit:
                 break
@@ -332,6 +348,7 @@ class ReplicaCache:
         """Forget model ``name`` (no longer served)."""
         self.entries.pop(name, None)
         self.sizes.pop(name, None)
+        self.known.pop(name, None)
         self.derived.pop(name, None)
         self.on_evict.pop(name, None)
         self.pinned.discard(name)

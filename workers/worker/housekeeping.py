@@ -2,6 +2,13 @@
 heartbeat, the snapshot lease, and for the lease holder snapshots, the trim of ``:in``,
 stream gauges and the removal of dead consumers; the observer's look at the model; the claims of idle entries
 (workers/worker/intake.py); each on its timer (workers/worker/timers.py).
+
+A worker serving many models (more than :data:`FEW_MODELS`) runs them in slices
+(:class:`DutyRound`): a step runs the duties of the models in turn for at most
+:data:`DUTY_SLICE_S`, and the next step goes on from there without blocking on its read,
+so duties come due together (after a long step) never hold up a batch for long; and a
+step settles and tails the models it had a batch of or a commit on the wire, the other
+held replicas every ``IDLE_TAIL_S`` (workers/worker/timers.py).
 """
 
 from __future__ import annotations
@@ -10,6 +17,8 @@ import logging
 import os
 import socket
 import time
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
 
 from streamnb.encoding import dumps
 from streamnb_workers.observe import token_names
@@ -24,10 +33,65 @@ from streamnb_workers.wire.replies import as_str
 from streamnb_workers.wire.stream_ids import entry_time
 from streamnb_workers.worker.runtime import ModelRuntime
 
-__all__ = ["drop_sampled_gauges", "heartbeat", "housekeeping", "sample_gauges",
-           "trim_consumed_input"]
+__all__ = ["DUTY_SLICE_S", "FEW_MODELS", "DutyRound", "drop_sampled_gauges", "heartbeat",
+           "housekeeping", "sample_gauges", "trim_consumed_input"]
 
 log = logging.getLogger("streamnb.worker")
+
+#: Up to this many models a worker runs every model's duties, and settles and tails every
+#: model, each step (as the announced read of workers/worker/intake.py, 8).
+FEW_MODELS = 8
+#: Seconds of a step spent on the duties of many models at most (then the next step).
+DUTY_SLICE_S = 0.05
+
+
+class DutyRound:
+    """Which models' duties a step runs (see the module docstring).
+
+    >>> class M:
+    ...     def __init__(self, name): self.name = name
+    >>> models, ticks = [M(str(i)) for i in range(10)], iter(range(100))
+    >>> d = DutyRound(slice_s=2.5, clock=lambda: next(ticks))
+    >>> [(rt.name, due) for rt, due in d.walk(models)][:5], d.overdue
+    ([('0', True), ('1', True), ('2', True), ('3', False), ('4', False)], True)
+    >>> [rt.name for rt, due in d.walk(models) if due]
+    ['3', '4', '5']
+    """
+
+    def __init__(self, slice_s: float = DUTY_SLICE_S,
+                 clock: Callable[[], float] = time.perf_counter) -> None:
+        self.slice_s, self.clock = slice_s, clock
+        #: Where the next step's duties start, and whether some were left for it.
+        self.cursor, self.overdue = 0, False
+
+    def walk(self, models: Sequence[Any]) -> Iterator[tuple[Any, bool]]:
+        """Every model of ``models``, the next step's first first, and whether its duties
+        run this step: all of them for :data:`FEW_MODELS` or fewer, else while the slice
+        lasts."""
+        n = len(models)
+        if n <= FEW_MODELS:
+            self.overdue = False
+            yield from ((rt, True) for rt in models)
+            return
+        start, t0, ran = self.cursor % n, self.clock(), 0
+        self.overdue = False
+        for i in range(n):
+            rt = models[(start + i) % n]
+            due = not self.overdue
+            yield rt, due
+            if due:
+                ran += 1
+                self.overdue = ran < n and self.clock() - t0 > self.slice_s
+        self.cursor = start + ran
+
+    @staticmethod
+    def settles(rt: Any, touched: set[str], n_models: int, now: float) -> bool:
+        """Whether a step settles and tails ``rt``: always with few models; else when it
+        had a batch (``touched``) or has a commit on the wire, and every ``idle_tail`` a
+        held replica."""
+        if n_models <= FEW_MODELS or rt.name in touched or rt.wire.in_flight is not None:
+            return True
+        return not rt.replica.evicted and rt.timers.idle_tail.fire(now)
 
 def housekeeping(rt: ModelRuntime, served: list[str], now: float | None = None) -> None:
     """Whatever of the model's duties is due (``served``: every model the worker serves,
