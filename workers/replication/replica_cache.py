@@ -159,8 +159,8 @@ class ReplicaCache:
         self.applied: dict[str, int] = {}
         self.loads = 0
         self.evictions = 0
-        #: Bytes of each replica when it was last measured, evicted ones too: the room made
-        #: before it is loaded again (a model not measured yet: the last measured).
+        #: Bytes of each replica when it was last measured, evicted ones too, and of the
+        #: last one measured (not pinned): the room made before a load is the larger.
         self.known: dict[str, int] = {}
         self.last_size = REPLICA_OBJECTS
         #: Seconds the last :meth:`use` spent loading (0.0 if the replica was held).
@@ -252,7 +252,7 @@ class ReplicaCache:
         if loaded:
             # room first (the rest measured now: what the step read and made counts)
             self._measure_rest()
-            self.trim(room=self.known.get(name, self.last_size))
+            self.trim(room=max(self.known.get(name, 0), self.last_size))
             t0 = time.perf_counter()
             replica.load()
             self.load_s = time.perf_counter() - t0
