@@ -4,9 +4,11 @@ stream gauges and the removal of dead consumers; the observer's look at the mode
 (workers/worker/intake.py); each on its timer (workers/worker/timers.py).
 
 A worker serving many models (more than :data:`FEW_MODELS`) runs them in slices
-(:class:`DutyRound`): a step runs the duties of the models in turn for at most
-:data:`DUTY_SLICE_S`, and the next step goes on from there without blocking on its read,
-so duties come due together (after a long step) never hold up a batch for long; and a
+(:class:`DutyRound`): a step runs the duties of the models in turn for as long as the rest
+of the previous step took (at least :data:`DUTY_SLICE_S`, at most :data:`DUTY_SLICE_MAX_S`),
+and the next step goes on from there without blocking on its read, so duties come due
+together (after a long step) never hold up a batch for long, and take at most about half
+the worker's time while they are overdue; and a
 step settles and tails the models it had a batch of or a commit on the wire, the other
 held replicas every ``IDLE_TAIL_S`` (workers/worker/timers.py).
 """
@@ -33,7 +35,7 @@ from streamnb_workers.wire.replies import as_str
 from streamnb_workers.wire.stream_ids import entry_time
 from streamnb_workers.worker.runtime import ModelRuntime
 
-__all__ = ["DUTY_SLICE_S", "FEW_MODELS", "DutyRound", "drop_sampled_gauges", "heartbeat",
+__all__ = ["DUTY_SLICE_MAX_S", "DUTY_SLICE_S", "FEW_MODELS", "DutyRound", "drop_sampled_gauges", "heartbeat",
            "housekeeping", "sample_gauges", "trim_consumed_input"]
 
 log = logging.getLogger("streamnb.worker")
@@ -41,8 +43,10 @@ log = logging.getLogger("streamnb.worker")
 #: Up to this many models a worker runs every model's duties, and settles and tails every
 #: model, each step (as the announced read of workers/worker/intake.py, 8).
 FEW_MODELS = 8
-#: Seconds of a step spent on the duties of many models at most (then the next step).
+#: Seconds of a step the duties of many models may take at least, and at most (then the
+#: next step goes on): between them, as long as the rest of the previous step.
 DUTY_SLICE_S = 0.05
+DUTY_SLICE_MAX_S = 0.5
 
 
 class DutyRound:
@@ -51,18 +55,20 @@ class DutyRound:
     >>> class M:
     ...     def __init__(self, name): self.name = name
     >>> models, ticks = [M(str(i)) for i in range(10)], iter(range(100))
-    >>> d = DutyRound(slice_s=2.5, clock=lambda: next(ticks))
+    >>> d = DutyRound(slice_s=2.5, max_s=2.5, clock=lambda: next(ticks))
     >>> [(rt.name, due) for rt, due in d.walk(models)][:5], d.overdue
     ([('0', True), ('1', True), ('2', True), ('3', False), ('4', False)], True)
     >>> [rt.name for rt, due in d.walk(models) if due]
     ['3', '4', '5']
     """
 
-    def __init__(self, slice_s: float = DUTY_SLICE_S,
+    def __init__(self, slice_s: float = DUTY_SLICE_S, max_s: float = DUTY_SLICE_MAX_S,
                  clock: Callable[[], float] = time.perf_counter) -> None:
-        self.slice_s, self.clock = slice_s, clock
+        self.slice_s, self.max_s, self.clock = slice_s, max_s, clock
         #: Where the next step's duties start, and whether some were left for it.
         self.cursor, self.overdue = 0, False
+        #: When the last walk's duties ended (the rest of the step runs from there).
+        self.ended: float | None = None
 
     def walk(self, models: Sequence[Any]) -> Iterator[tuple[Any, bool]]:
         """Every model of ``models``, the next step's first first, and whether its duties
@@ -74,6 +80,8 @@ class DutyRound:
             yield from ((rt, True) for rt in models)
             return
         start, t0, ran = self.cursor % n, self.clock(), 0
+        rest = self.slice_s if self.ended is None or not self.overdue else t0 - self.ended
+        budget = min(self.max_s, max(self.slice_s, rest))
         self.overdue = False
         for i in range(n):
             rt = models[(start + i) % n]
@@ -81,8 +89,8 @@ class DutyRound:
             yield rt, due
             if due:
                 ran += 1
-                self.overdue = ran < n and self.clock() - t0 > self.slice_s
-        self.cursor = start + ran
+                self.overdue = ran < n and self.clock() - t0 > budget
+        self.cursor, self.ended = start + ran, self.clock()
 
     @staticmethod
     def settles(rt: Any, touched: set[str], n_models: int, now: float) -> bool:

@@ -21,7 +21,7 @@ GAUGES_S = 5.0
 TOKEN_NAMES_S = 60.0
 #: Seconds between two tails of the log of a held replica that had no batch (a worker
 #: serving many models: workers/worker/housekeeping.py ``DutyRound``).
-IDLE_TAIL_S = 5.0
+IDLE_TAIL_S = 30.0
 
 
 class Timer:
