@@ -153,8 +153,9 @@ class ReplicaCache:
         self.freed = 0
         #: name -> (replica, busy); order: least recently used first.
         self.entries: OrderedDict[str, tuple[Replica, Callable[[], bool]]] = OrderedDict()
-        #: Bytes of each held replica, measured when it was last used.
-        self.sizes: dict[str, int] = {}
+        #: Bytes of each held replica, measured when it was last used; least recently used
+        #: first (what :meth:`trim` walks: the held replicas, not every model served).
+        self.sizes: OrderedDict[str, int] = OrderedDict()
         #: ``replica.applied`` of each held replica when it was last measured.
         self.applied: dict[str, int] = {}
         self.loads = 0
@@ -248,6 +249,8 @@ class ReplicaCache:
             return False
         replica = entry[0]
         self.entries.move_to_end(name)
+        if name in self.sizes:
+            self.sizes.move_to_end(name)
         loaded = replica.evicted
         if loaded:
             # room first (the rest measured now: what the step read and made counts)
@@ -288,10 +291,12 @@ class ReplicaCache:
             return 0
         evicted = 0
         total, limit = self.held_bytes + room, self.limit
-        for name in list(self.entries):
+        if total <= limit:  # (no walk of thousands of entries)
+            return 0
+        for name in list(self.sizes):
             if total <= limit:
                 break
-            if name == keep or name not in self.sizes or name in self.pinned:
+            if name == keep or name in self.pinned:
                 continue
             replica, busy = self.entries[name]
             if busy():

@@ -52,12 +52,14 @@ DUTY_SLICE_MAX_S = 0.5
 class DutyRound:
     """Which models' duties a step runs (see the module docstring).
 
-    >>> class M:
-    ...     def __init__(self, name): self.name = name
-    >>> models, ticks = [M(str(i)) for i in range(10)], iter(range(100))
+    >>> from types import SimpleNamespace
+    >>> models = [SimpleNamespace(name=str(i), pending_phase=False,
+    ...                           config=SimpleNamespace(training="in")) for i in range(10)]
+    >>> ticks = iter(range(100))
     >>> d = DutyRound(slice_s=2.5, max_s=2.5, clock=lambda: next(ticks))
-    >>> [(rt.name, due) for rt, due in d.walk(models)][:5], d.overdue
-    ([('0', True), ('1', True), ('2', True), ('3', False), ('4', False)], True)
+    >>> models[5].pending_phase = True  # its pending entries are redone all the same
+    >>> [(rt.name, due) for rt, due in d.walk(models)], d.overdue
+    ([('0', True), ('1', True), ('2', True), ('5', False)], True)
     >>> [rt.name for rt, due in d.walk(models) if due]
     ['3', '4', '5']
     """
@@ -70,10 +72,11 @@ class DutyRound:
         #: When the last walk's duties ended (the rest of the step runs from there).
         self.ended: float | None = None
 
-    def walk(self, models: Sequence[Any]) -> Iterator[tuple[Any, bool]]:
-        """Every model of ``models``, the next step's first first, and whether its duties
-        run this step: all of them for :data:`FEW_MODELS` or fewer, else while the slice
-        lasts."""
+    def walk(self, models: Sequence[Any], away: Any = ()) -> Iterator[tuple[Any, bool]]:
+        """The models of ``models`` whose intake runs this step, the next step's first
+        first, and whether their duties run: all of them for :data:`FEW_MODELS` or fewer,
+        else those whose duties run while the slice lasts and the others that have pending
+        entries to redo, a ``:train`` stream to move, or are ``away`` (in an outage)."""
         n = len(models)
         if n <= FEW_MODELS:
             self.overdue = False
@@ -86,7 +89,8 @@ class DutyRound:
         for i in range(n):
             rt = models[(start + i) % n]
             due = not self.overdue
-            yield rt, due
+            if due or rt.pending_phase or rt.config.training == "train" or rt.name in away:
+                yield rt, due
             if due:
                 ran += 1
                 self.overdue = ran < n and self.clock() - t0 > budget

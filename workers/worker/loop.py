@@ -366,7 +366,7 @@ class Worker:
             self._stop.wait(min(block_ms / 1000.0,
                                 max(0.0, guard.outages.next_retry() - now)))
             return 0
-        for rt, duties in self.duties.walk(live):
+        for rt, duties in self.duties.walk(live, guard.outages):
             got = guard(rt, self._intake, rt, served, duties) or 0
             n += got
             touched.update([rt.name] if got else [])
