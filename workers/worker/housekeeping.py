@@ -5,7 +5,8 @@ stream gauges and the removal of dead consumers; the observer's look at the mode
 
 A worker serving many models (more than :data:`FEW_MODELS`) runs them in slices
 (:class:`DutyRound`): a step runs the duties of the models in turn for as long as the rest
-of the previous step took (at least :data:`DUTY_SLICE_S`, at most :data:`DUTY_SLICE_MAX_S`),
+of the previous step took (at least :data:`DUTY_SLICE_S`, at most :data:`DUTY_SLICE_MAX_S`,
+which is the slice after a step that handled no entry),
 and the next step goes on from there without blocking on its read, so duties come due
 together (after a long step) never hold up a batch for long, and take at most about half
 the worker's time while they are overdue; and a
@@ -69,8 +70,10 @@ class DutyRound:
         self.slice_s, self.max_s, self.clock = slice_s, max_s, clock
         #: Where the next step's duties start, and whether some were left for it.
         self.cursor, self.overdue = 0, False
-        #: When the last walk's duties ended (the rest of the step runs from there).
+        #: When the last walk's duties ended (the rest of the step runs from there), and
+        #: whether the step after it handled no entry (:meth:`after_step`).
         self.ended: float | None = None
+        self.idle = False
 
     def walk(self, models: Sequence[Any], away: Any = ()) -> Iterator[tuple[Any, bool]]:
         """The models of ``models`` whose intake runs this step, the next step's first
@@ -84,7 +87,7 @@ class DutyRound:
             return
         start, t0, ran = self.cursor % n, self.clock(), 0
         rest = self.slice_s if self.ended is None or not self.overdue else t0 - self.ended
-        budget = min(self.max_s, max(self.slice_s, rest))
+        budget = self.max_s if self.idle else min(self.max_s, max(self.slice_s, rest))
         self.overdue = False
         for i in range(n):
             rt = models[(start + i) % n]
@@ -96,14 +99,19 @@ class DutyRound:
                 self.overdue = ran < n and self.clock() - t0 > budget
         self.cursor, self.ended = start + ran, self.clock()
 
+    def after_step(self, handled: int) -> None:
+        """The step handled ``handled`` entries: after one that handled none, the next
+        slice is the longest (nobody waits for a batch)."""
+        self.idle = not handled
+
     @staticmethod
-    def settles(rt: Any, touched: set[str], n_models: int, now: float) -> bool:
+    def settles(rt: Any, touched: set[str], n_models: int) -> bool:
         """Whether a step settles and tails ``rt``: always with few models; else when it
         had a batch (``touched``) or has a commit on the wire, and every ``idle_tail`` a
         held replica."""
         if n_models <= FEW_MODELS or rt.name in touched or rt.wire.in_flight is not None:
             return True
-        return not rt.replica.evicted and rt.timers.idle_tail.fire(now)
+        return not rt.replica.evicted and rt.timers.idle_tail.fire(time.monotonic())
 
 def housekeeping(rt: ModelRuntime, served: list[str], now: float | None = None) -> None:
     """Whatever of the model's duties is due (``served``: every model the worker serves,

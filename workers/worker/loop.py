@@ -391,11 +391,11 @@ class Worker:
                 n += guard(rt, process_batch, rt, batch.entries, None, batch.announced,
                            ahead_ok) or 0
         touched.update(rt.name for rt, _ in batches)
-        now = time.monotonic()
         for rt in guard.serving(live):  # (with a batch read ahead, the commit runs on)
-            if rt.read_ahead is None and DutyRound.settles(rt, touched, len(live), now):
+            if rt.read_ahead is None and DutyRound.settles(rt, touched, len(live)):
                 guard(rt, settle_and_tail, rt)
         guard.came_back(live)
+        self.duties.after_step(n)
         self.heap.after_step(n)
         self.replicas.hold()  # the process's resident memory within the bound
         return n
