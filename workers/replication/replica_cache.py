@@ -11,12 +11,15 @@ entry after it, applied in log order.
 
 - Given ``resident`` (the worker's: :func:`resident_bytes`), the budget bounds the
   process's resident memory: the replicas take what the rest of the process leaves, the
-  rest measured as the RSS less the held replicas between steps (:meth:`hold`), where
-  freed memory goes back to the system (``release``) and replicas are evicted until the
-  RSS fits. A held replica counts its arrays and :data:`REPLICA_OBJECTS`.
+  rest measured as the RSS less the held replicas before each load (:meth:`use`), after
+  each batch (:meth:`measure`) and between steps (:meth:`hold`, where freed memory goes
+  back to the system, ``release``, and replicas are evicted until the RSS fits). A load
+  first makes room for the replica (its size when last held, or the last replica's if
+  larger). A held replica counts its arrays and :data:`REPLICA_OBJECTS`.
 - The replica being used is never evicted, so one model larger than the budget is still
-  served; the bound holds between batches, and at a load it is exceeded by at most that
-  one replica.
+  served. Within a step the bound is passed only by what grows between two
+  measurements: a step's read before its first batch, a batch's and a load's
+  temporaries (docs/worker.md, "Many models").
 - A replica with work in flight (``busy``: a commit on the wire whose reply may need the
   statistics to rebuild it) is not evicted until that is settled.
 - Replicas not registered (the shards of a sharded model, summed by
