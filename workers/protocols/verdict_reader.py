@@ -9,8 +9,9 @@ stream's entries to its model's :class:`VerdictClient` (``deliver``).
 
 A model added while the read blocks is read from at once: a new reader (a thread and a
 connection) starts over every model, and the one before it stops after its read
-returns (at most ``block_ms``); two readers may read the same entries meanwhile, which
-are handed over once (each stream's entries after its position only). No key is
+returns (at most ``block_ms``; models added before the new reader has taken the list
+start no other); two readers may read the same entries meanwhile, which are handed
+over once (each stream's entries after its position only). No key is
 written: the protocol servers' Redis user (``streamnb-scorer``) reads ``:out`` only.
 
 On Redis Cluster the streams are in different slots, which one ``XREAD`` cannot read:
@@ -51,6 +52,8 @@ class SharedVerdictReader:
         self.generation = 0
         self._threads: list[threading.Thread] = []
         self._stop = threading.Event()
+        #: The newest reader has not taken the models yet: it will read one added now.
+        self._fresh = False
 
     @property
     def readers(self) -> int:
@@ -62,6 +65,9 @@ class SharedVerdictReader:
         started); returns ``client``."""
         with self._lock:
             self._models[client.model] = client
+            if self._fresh:  # (a burst of new models: one new reader)
+                return client
+            self._fresh = True
             self.generation += 1
             thread = threading.Thread(target=self._read, args=(self.generation,), daemon=True,
                                       name=f"streamnb-verdicts-{self.generation}")
@@ -80,6 +86,8 @@ class SharedVerdictReader:
                             socket_timeout=self.settings.reader_timeout(self.block_ms))
                     with self._lock:
                         models = list(self._models.values())
+                        if generation == self.generation:
+                            self._fresh = False
                     streams: dict[str, str] = {}
                     owners: dict[str, VerdictClient] = {}
                     for vc in models:
