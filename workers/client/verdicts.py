@@ -351,6 +351,20 @@ class VerdictClient:
             self._waiters.pop(msg_id, None)
 
     # ------------------------------------------------------------------ reading
+    def positions(self, client: Any) -> dict[str, str]:
+        """Each of the model's ``:out`` streams and the last entry read of it (the starting
+        point taken first, through ``client``): for a reader shared by several models
+        (workers/protocols/verdict_reader.py), used instead of :meth:`start`."""
+        self._ensure_start(client)
+        with self._lock:
+            assert self._last is not None
+            return dict(self._last)
+
+    def deliver(self, stream: str, entries: Sequence[Any]) -> None:
+        """Hand over what a shared reader read of ``stream`` (one of :meth:`positions`),
+        entries after its position only."""
+        self._deliver(stream, entries)
+
     def _ensure_start(self, client: Any) -> Router:
         """Read the model's shards and take the readers' starting point, the last entry of
         each ``:out``, once: before the first XADD, so every prediction of a mail sent

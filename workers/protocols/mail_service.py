@@ -1,7 +1,8 @@
 """What both protocols ask of streamnb: score a mail, learn it as a class, forget it.
 
 A mail is scored by the milter's path (:func:`streamnb_workers.milter.policy.score_mail`
-over one :class:`~streamnb_workers.client.verdicts.VerdictClient` per model): XADD to the
+over one :class:`~streamnb_workers.client.verdicts.VerdictClient` per model, every model's
+``:out`` read by one reader: workers/protocols/verdict_reader.py): XADD to the
 model's ``:in``, the workers' prediction from ``:out``, the same verdict and the same
 score as the milter's ``X-Streamnb-Score``. Learning goes the way of ``streamnb produce -``
 (:func:`~streamnb_workers.client.produce.produce_stdin`: the mail's learn-once key looked
@@ -43,6 +44,7 @@ from streamnb_workers.client.sources import Outgoing
 from streamnb_workers.client.verdicts import VerdictClient, score_of
 from streamnb_workers.milter.policy import Outcome, Policy, score_mail
 from streamnb_workers.protocols.users import ModelChooser
+from streamnb_workers.protocols.verdict_reader import SharedVerdictReader
 from streamnb_workers.store.connection import RedisSettings
 from streamnb_workers.store.keys import ModelKeys
 from streamnb_workers.wire.learn_keys import decode_record, known_keys
@@ -127,16 +129,20 @@ class MailService:
         self.id_prefix = id_prefix
         self._client = settings.make_client()
         self._verdicts: dict[str, VerdictClient] = {}
+        #: One reader of every model's verdicts (verdict_reader.py); a reader a model on a
+        #: cluster.
+        self._reader = None if settings.cluster else SharedVerdictReader(settings)
         self._lock = threading.Lock()
 
     def verdict_client(self, model: str) -> VerdictClient:
-        """The model's verdict client, started on first use."""
+        """The model's verdict client, read from on first use."""
         with self._lock:
             client = self._verdicts.get(model)
             if client is None:
                 client = VerdictClient(self.settings, model, send_timeout=self.timeout,
                                        id_prefix=f"{self.id_prefix}-")
-                self._verdicts[model] = client.start()
+                self._verdicts[model] = client.start() if self._reader is None \
+                    else self._reader.add(client)
             return client
 
     def ping(self) -> None:
@@ -234,5 +240,8 @@ class MailService:
             clients, self._verdicts = list(self._verdicts.values()), {}
         for client in clients:
             client.drain(drain_s)
+        if self._reader is not None:
+            self._reader.close()
+        for client in clients:
             client.close()
         self._client.close()

@@ -11,12 +11,15 @@ entry after it, applied in log order.
 
 - Given ``resident`` (the worker's: :func:`resident_bytes`), the budget bounds the
   process's resident memory: the replicas take what the rest of the process leaves, the
-  rest measured as the RSS less the held replicas between steps (:meth:`hold`), where
-  freed memory goes back to the system (``release``) and replicas are evicted until the
-  RSS fits. A held replica counts its arrays and :data:`REPLICA_OBJECTS`.
+  rest measured as the RSS less the held replicas before each load (:meth:`use`), after
+  each batch (:meth:`measure`) and between steps (:meth:`hold`, where freed memory goes
+  back to the system, ``release``, and replicas are evicted until the RSS fits). A load
+  first makes room for the replica (its size when last held, or the last replica's if
+  larger). A held replica counts its arrays and :data:`REPLICA_OBJECTS`.
 - The replica being used is never evicted, so one model larger than the budget is still
-  served; the bound holds between batches, and at a load it is exceeded by at most that
-  one replica.
+  served. Within a step the bound is passed only by what grows between two
+  measurements: a step's read before its first batch, a batch's and a load's
+  temporaries (docs/worker.md, "Many models").
 - A replica with work in flight (``busy``: a commit on the wire whose reply may need the
   statistics to rebuild it) is not evicted until that is settled.
 - Replicas not registered (the shards of a sharded model, summed by
@@ -153,12 +156,17 @@ class ReplicaCache:
         self.freed = 0
         #: name -> (replica, busy); order: least recently used first.
         self.entries: OrderedDict[str, tuple[Replica, Callable[[], bool]]] = OrderedDict()
-        #: Bytes of each held replica, measured when it was last used.
-        self.sizes: dict[str, int] = {}
+        #: Bytes of each held replica, measured when it was last used; least recently used
+        #: first (what :meth:`trim` walks: the held replicas, not every model served).
+        self.sizes: OrderedDict[str, int] = OrderedDict()
         #: ``replica.applied`` of each held replica when it was last measured.
         self.applied: dict[str, int] = {}
         self.loads = 0
         self.evictions = 0
+        #: Bytes of each replica when it was last measured, evicted ones too, and of the
+        #: last one measured (not pinned): the room made before a load is the larger.
+        self.known: dict[str, int] = {}
+        self.last_size = REPLICA_OBJECTS
         #: Seconds the last :meth:`use` spent loading (0.0 if the replica was held).
         self.load_s = 0.0
         #: Called after each change of what is held (metrics).
@@ -204,7 +212,7 @@ class ReplicaCache:
             self._changed()
         else:
             replica.load()
-            self.sizes[name] = self._nbytes(name)
+            self._size(name)
             self.trim(keep=name)
             self._changed()
 
@@ -222,6 +230,12 @@ class ReplicaCache:
         if name in self.sizes:
             self.measure(name)
 
+    def _size(self, name: str) -> None:
+        """Model ``name``'s replica measured (:attr:`sizes`, :attr:`known`)."""
+        self.sizes[name] = self.known[name] = self._nbytes(name)
+        if name not in self.pinned:
+            self.last_size = self.sizes[name]
+
     def _nbytes(self, name: str) -> int:
         derived, replica = self.derived.get(name), self.entries[name][0]
         return REPLICA_OBJECTS + model_nbytes(replica.model) + model_nbytes(
@@ -238,14 +252,19 @@ class ReplicaCache:
             return False
         replica = entry[0]
         self.entries.move_to_end(name)
+        if name in self.sizes:
+            self.sizes.move_to_end(name)
         loaded = replica.evicted
         if loaded:
+            # room first (the rest measured now: what the step read and made counts)
+            self._measure_rest()
+            self.trim(room=max(self.known.get(name, 0), self.last_size))
             t0 = time.perf_counter()
             replica.load()
             self.load_s = time.perf_counter() - t0
             self.loads += 1
         if loaded or name not in self.sizes:  # (else measured after its last change)
-            self.sizes[name] = self._nbytes(name)
+            self._size(name)
             self.trim(keep=name)
             self._changed()
         return loaded
@@ -261,21 +280,26 @@ class ReplicaCache:
         if not changed and self.applied.get(name) == replica.applied:
             return
         self.applied[name] = replica.applied
-        self.sizes[name] = self._nbytes(name)
+        self._size(name)
+        if changed:  # after a batch: the rest measured now, temporaries and all
+            self._measure_rest()
         self.trim(keep=name)
         self._changed()
 
-    def trim(self, keep: str | None = None) -> int:
+    def trim(self, keep: str | None = None, room: int = 0) -> int:
         """Evict the least recently used replicas (not ``keep``, not a pinned or busy one) while the
-        held bytes exceed the budget; returns how many were evicted."""
+        held bytes (and ``room``: a replica about to be loaded) exceed the budget; returns how
+        many were evicted."""
         if self.budget <= 0:
             return 0
         evicted = 0
-        total, limit = self.held_bytes, self.limit
-        for name in list(self.entries):
+        total, limit = self.held_bytes + room, self.limit
+        if total <= limit:  # (no walk of thousands of entries)
+            return 0
+        for name in list(self.sizes):
             if total <= limit:
                 break
-            if name == keep or name not in self.sizes or name in self.pinned:
+            if name == keep or name in self.pinned:
                 continue
             replica, busy = self.entries[name]
             if busy():
@@ -332,6 +356,7 @@ class ReplicaCache:
         """Forget model ``name`` (no longer served)."""
         self.entries.pop(name, None)
         self.sizes.pop(name, None)
+        self.known.pop(name, None)
         self.derived.pop(name, None)
         self.on_evict.pop(name, None)
         self.pinned.discard(name)

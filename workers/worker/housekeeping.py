@@ -2,6 +2,16 @@
 heartbeat, the snapshot lease, and for the lease holder snapshots, the trim of ``:in``,
 stream gauges and the removal of dead consumers; the observer's look at the model; the claims of idle entries
 (workers/worker/intake.py); each on its timer (workers/worker/timers.py).
+
+A worker serving many models (more than :data:`FEW_MODELS`) runs them in slices
+(:class:`DutyRound`): a step runs the duties of the models in turn for as long as the rest
+of the previous step took (at least :data:`DUTY_SLICE_S`, at most :data:`DUTY_SLICE_MAX_S`,
+which is the slice after a step that handled no entry),
+and the next step goes on from there without blocking on its read, so duties come due
+together (after a long step) never hold up a batch for long, and take at most about half
+the worker's time while they are overdue; and a
+step settles and tails the models it had a batch of or a commit on the wire, the other
+held replicas every ``IDLE_TAIL_S`` (workers/worker/timers.py).
 """
 
 from __future__ import annotations
@@ -10,6 +20,8 @@ import logging
 import os
 import socket
 import time
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
 
 from streamnb.encoding import dumps
 from streamnb_workers.observe import token_names
@@ -24,10 +36,82 @@ from streamnb_workers.wire.replies import as_str
 from streamnb_workers.wire.stream_ids import entry_time
 from streamnb_workers.worker.runtime import ModelRuntime
 
-__all__ = ["drop_sampled_gauges", "heartbeat", "housekeeping", "sample_gauges",
-           "trim_consumed_input"]
+__all__ = ["DUTY_SLICE_MAX_S", "DUTY_SLICE_S", "FEW_MODELS", "DutyRound", "drop_sampled_gauges", "heartbeat",
+           "housekeeping", "sample_gauges", "trim_consumed_input"]
 
 log = logging.getLogger("streamnb.worker")
+
+#: Up to this many models a worker runs every model's duties, and settles and tails every
+#: model, each step (as the announced read of workers/worker/intake.py, 8).
+FEW_MODELS = 8
+#: Seconds of a step the duties of many models may take at least, and at most (then the
+#: next step goes on): between them, as long as the rest of the previous step.
+DUTY_SLICE_S = 0.05
+DUTY_SLICE_MAX_S = 0.5
+
+
+class DutyRound:
+    """Which models' duties a step runs (see the module docstring).
+
+    >>> from types import SimpleNamespace
+    >>> models = [SimpleNamespace(name=str(i), pending_phase=False,
+    ...                           config=SimpleNamespace(training="in")) for i in range(10)]
+    >>> ticks = iter(range(100))
+    >>> d = DutyRound(slice_s=2.5, max_s=2.5, clock=lambda: next(ticks))
+    >>> models[5].pending_phase = True  # its pending entries are redone all the same
+    >>> [(rt.name, due) for rt, due in d.walk(models)], d.overdue
+    ([('0', True), ('1', True), ('2', True), ('5', False)], True)
+    >>> [rt.name for rt, due in d.walk(models) if due]
+    ['3', '4', '5']
+    """
+
+    def __init__(self, slice_s: float = DUTY_SLICE_S, max_s: float = DUTY_SLICE_MAX_S,
+                 clock: Callable[[], float] = time.perf_counter) -> None:
+        self.slice_s, self.max_s, self.clock = slice_s, max_s, clock
+        #: Where the next step's duties start, and whether some were left for it.
+        self.cursor, self.overdue = 0, False
+        #: When the last walk's duties ended (the rest of the step runs from there), and
+        #: whether the step after it handled no entry (:meth:`after_step`).
+        self.ended: float | None = None
+        self.idle = False
+
+    def walk(self, models: Sequence[Any], away: Any = ()) -> Iterator[tuple[Any, bool]]:
+        """The models of ``models`` whose intake runs this step, the next step's first
+        first, and whether their duties run: all of them for :data:`FEW_MODELS` or fewer,
+        else those whose duties run while the slice lasts and the others that have pending
+        entries to redo, a ``:train`` stream to move, or are ``away`` (in an outage)."""
+        n = len(models)
+        if n <= FEW_MODELS:
+            self.overdue = False
+            yield from ((rt, True) for rt in models)
+            return
+        start, t0, ran = self.cursor % n, self.clock(), 0
+        rest = self.slice_s if self.ended is None or not self.overdue else t0 - self.ended
+        budget = self.max_s if self.idle else min(self.max_s, max(self.slice_s, rest))
+        self.overdue = False
+        for i in range(n):
+            rt = models[(start + i) % n]
+            due = not self.overdue
+            if due or rt.pending_phase or rt.config.training == "train" or rt.name in away:
+                yield rt, due
+            if due:
+                ran += 1
+                self.overdue = ran < n and self.clock() - t0 > budget
+        self.cursor, self.ended = start + ran, self.clock()
+
+    def after_step(self, handled: int) -> None:
+        """The step handled ``handled`` entries: after one that handled none, the next
+        slice is the longest (nobody waits for a batch)."""
+        self.idle = not handled
+
+    @staticmethod
+    def settles(rt: Any, touched: set[str], n_models: int) -> bool:
+        """Whether a step settles and tails ``rt``: always with few models; else when it
+        had a batch (``touched``) or has a commit on the wire, and every ``idle_tail`` a
+        held replica."""
+        if n_models <= FEW_MODELS or rt.name in touched or rt.wire.in_flight is not None:
+            return True
+        return not rt.replica.evicted and rt.timers.idle_tail.fire(time.monotonic())
 
 def housekeeping(rt: ModelRuntime, served: list[str], now: float | None = None) -> None:
     """Whatever of the model's duties is due (``served``: every model the worker serves,

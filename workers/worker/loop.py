@@ -59,6 +59,7 @@ from streamnb_workers.worker.accounting import account, settle_and_tail
 from streamnb_workers.worker.committing import abandon, settle
 from streamnb_workers.worker.heap import HeapTrimmer
 from streamnb_workers.worker.housekeeping import (
+    DutyRound,
     drop_sampled_gauges,
     housekeeping,
     publish_token_names,
@@ -130,6 +131,7 @@ class Worker:
         #: What the models share: a featurizer a featurizer config, pooled series (runtime.py).
         self.shared: dict = {}
         self.users, self.users_due = UserModelWatch(), 0.0  # per-user models: next look
+        self.duties = DutyRound()  # many models: their duties in slices (housekeeping.py)
 
     # ------------------------------------------------------------------ lifecycle
     def connect(self) -> None:
@@ -346,14 +348,12 @@ class Worker:
                 log.warning("model %s: clean shutdown incomplete: %s", rt.name, exc)
         log.info("worker %s stopped", self.consumer)
 
-    # ------------------------------------------------------------------ iteration
     def step(self, block_ms: int | None = None) -> int:
         """One iteration of the loop; returns the number of entries handled."""
         if not self.started:
             self.start()
         block_ms = self.options.block_ms if block_ms is None else block_ms
-        n = 0
-        served = list(self.models)
+        n, served, touched = 0, list(self.models), set()  # touched: models with a batch
         if self.check_keys and not self._restore_lost_keys():
             return 0
         self._serve_users()
@@ -366,20 +366,17 @@ class Worker:
             self._stop.wait(min(block_ms / 1000.0,
                                 max(0.0, guard.outages.next_retry() - now)))
             return 0
-        for rt in live:
-            n += guard(rt, self._intake, rt, served) or 0
+        for rt, duties in self.duties.walk(live, guard.outages):
+            got = guard(rt, self._intake, rt, served, duties) or 0
+            n += got
+            touched.update([rt.name] if got else [])
         live = guard.serving(live)
         # batches read while the previous commit ran (pipelined), then the other models'
-        batches: list[tuple[ModelRuntime, ReadBatch]] = []
-        rest = []
-        for rt in live:
-            ahead = rt.take_read_ahead()
-            if ahead is None:
-                rest.append(rt)
-            else:
-                batches.append((rt, ahead))
+        aheads = [(rt, rt.take_read_ahead()) for rt in live]
+        batches: list[tuple[ModelRuntime, ReadBatch]] = [(t, a) for t, a in aheads if a]
+        rest = [rt for rt, a in aheads if a is None]
         if not self.stopping and rest:
-            wait = 0 if batches or n else block_ms
+            wait = 0 if batches or n or self.duties.overdue else block_ms
             if guard.active:  # a read a model, each guarded
                 batches += read_each(guard, self.reader, self.consumer, rest, self.options.batch,
                                      wait, self._announce_reads)
@@ -393,10 +390,12 @@ class Worker:
             if rt.name not in guard.failed:
                 n += guard(rt, process_batch, rt, batch.entries, None, batch.announced,
                            ahead_ok) or 0
-        for rt in guard.serving(live):
-            if rt.read_ahead is None:  # else the commit runs on while the next batch decodes
+        touched.update(rt.name for rt, _ in batches)
+        for rt in guard.serving(live):  # (with a batch read ahead, the commit runs on)
+            if rt.read_ahead is None and DutyRound.settles(rt, touched, len(live)):
                 guard(rt, settle_and_tail, rt)
         guard.came_back(live)
+        self.duties.after_step(n)
         self.heap.after_step(n)
         self.replicas.hold()  # the process's resident memory within the bound
         return n
@@ -407,15 +406,16 @@ class Worker:
         (workers/worker/intake.py ``read_announced``)."""
         return self.options.order_wait_ms > 0
 
-    def _intake(self, rt: ModelRuntime, served: list[str]) -> int:
-        """Model ``rt``'s housekeeping, claims and own pending entries (a model back from
-        away first gets back what Redis lost: workers/worker/restore.py)."""
+    def _intake(self, rt: ModelRuntime, served: list[str], duties: bool = True) -> int:
+        """Model ``rt``'s housekeeping and claims (``duties``), and own pending entries (a
+        model back from away first gets back what Redis lost: workers/worker/restore.py)."""
         if rt.name in self.guard.outages and "settling" in restore_lost_keys(rt):
             self.guard.failed.add(rt.name)  # its group is being made again: soon
             return 0
-        housekeeping(rt, served)
+        if duties:
+            housekeeping(rt, served)
         rt.train_token = move_training(rt.client, rt.keys, self.options.batch, rt.config.training)
-        n = claim_idle_entries(rt)
+        n = claim_idle_entries(rt) if duties else 0
         if rt.pending_phase:
             n += redo_pending(rt)
         return n

@@ -13,12 +13,15 @@ from dataclasses import dataclass
 
 from streamnb_workers.worker.options import WorkerOptions
 
-__all__ = ["GAUGES_S", "TOKEN_NAMES_S", "Timer", "Timers"]
+__all__ = ["GAUGES_S", "IDLE_TAIL_S", "TOKEN_NAMES_S", "Timer", "Timers"]
 
 #: Seconds between two samples of the stream gauges (by the lease holder).
 GAUGES_S = 5.0
 #: Seconds between two publications of a worker's token names (when they changed).
 TOKEN_NAMES_S = 60.0
+#: Seconds between two tails of the log of a held replica that had no batch (a worker
+#: serving many models: workers/worker/housekeeping.py ``DutyRound``).
+IDLE_TAIL_S = 30.0
 
 
 class Timer:
@@ -66,6 +69,7 @@ class Timers:
     claim: Timer
     trim_input: Timer
     names: Timer
+    idle_tail: Timer
 
     @classmethod
     def for_options(cls, o: WorkerOptions, stagger: float = 0.0) -> Timers:
@@ -79,7 +83,7 @@ class Timers:
                    gauges=Timer(GAUGES_S, stagger=s), cleanup=Timer(o.stale_s),
                    observe=Timer(o.observe_model_s, stagger=s),
                    claim=Timer(max(0.05, o.claim_idle_ms / 2000.0), stagger=s),
-                   names=Timer(TOKEN_NAMES_S),
+                   names=Timer(TOKEN_NAMES_S), idle_tail=Timer(IDLE_TAIL_S, stagger=s),
                    # not at start: a worker just started has acknowledged nothing, and a
                    # group just set to start after old entries may yet be set back
                    trim_input=Timer(o.input_trim_s, time.monotonic() + o.input_trim_s))

@@ -239,3 +239,71 @@ def test_the_bound_counts_the_process_memory_besides_the_replicas(server):
     assert [m for m, rt in w.models.items() if not rt.replica.evicted] == [MODELS[0]]
     assert int(client.get(ModelKeys(MODELS[0]).learnt)) == 25
     w.shutdown()
+
+
+MANY = [f"many{i}" for i in range(12)]  # more than FEW_MODELS: duties in slices
+
+
+def test_the_bound_holds_at_every_load_when_a_step_grows_the_rest(server, monkeypatch):
+    """Within a step the rest of the process grows (here a stand-in: the step's read adds
+    a replica's size until the step ends): the worker measures it before each load and
+    after each batch, and makes room before it loads, so the stand-in RSS is within the
+    bound whenever a replica has been loaded, and after every batch; a worker serving
+    more models than FEW_MODELS (duties in slices, settles by batch) predicts and learns
+    bit for bit as one holding every replica."""
+    from streamnb_workers.replication.replica import Replica
+    from streamnb_workers.worker import loop
+
+    url, full_url = server.url[:-2] + "/8", server.url[:-2] + "/9"
+    size = one_replica_bytes(server.url[:-2] + "/10")
+    floor, extra = 50 * 2**20, [0]
+    budget = floor + int(3.5 * size)
+    w = url_worker(url, [count_spec(m) for m in MANY], fast_options("g", replica_memory=budget))
+    full = url_worker(full_url, [count_spec(m) for m in MANY], fast_options("h", replica_memory=0))
+
+    def resident():
+        held = sum(model_nbytes(rt.replica.model) + REPLICA_OBJECTS
+                   for rt in w.models.values() if not rt.replica.evicted)
+        return floor + extra[0] + held
+
+    w.replicas.resident, w.replicas.release = resident, lambda: None
+    seen = []
+    load = Replica.load
+
+    def checked_load(self, *a, **k):
+        out = load(self, *a, **k)
+        if self.keys.name in w.models:
+            seen.append(resident())
+        return out
+
+    read = loop.read_models
+
+    def read_grows(*a, **k):  # what a read brings stays until the step's end
+        got = read(*a, **k)
+        extra[0] = size if got else 0
+        return got
+
+    monkeypatch.setattr(Replica, "load", checked_load)
+    monkeypatch.setattr(loop, "read_models", read_grows)
+    messages = {m: token_messages(24, seed=80 + i) for i, m in enumerate(MANY)}
+    for chunk in range(3):
+        for m in MANY:  # every model has entries in each step: a load a batch
+            part = messages[m][8 * chunk:8 * (chunk + 1)]
+            produce(w.connector.client(), m, part)
+            produce(full.connector.client(), m, part)
+        while w.step(20):
+            assert resident() <= budget
+        full.run_until_idle()
+    w.run_until_idle()
+    assert seen and max(seen) <= budget, (max(seen), budget)
+    assert w.replicas.loads >= len(MANY)
+    client, f_client = w.connector.client(), full.connector.client()
+    for m in MANY:
+        assert outputs(client, m) == outputs(f_client, m)
+        assert int(client.get(ModelKeys(m).learnt)) == 24
+        if w.models[m].replica.evicted:
+            w.replicas.use(m)
+        assert stats_digest(stats_arrays(w.models[m].replica.model.stats)) == \
+            stats_digest(stats_arrays(full.models[m].replica.model.stats))
+    w.shutdown()
+    full.shutdown()
