@@ -2778,6 +2778,198 @@ done:
     return result;
 }
 
+/* ------------------------------------------------------------------ html_unescape
+ *
+ * html_unescape(text, html5, invalid_charrefs, invalid_codepoints, legacy_max) -> str:
+ * html.unescape(text) of any str, the standard library's tables passed in (html.entities.
+ * html5, html._invalid_charrefs, html._invalid_codepoints; legacy_max the longest name of
+ * html5 without a ';'). The same matches as html._charref,
+ *
+ *   &(#[0-9]+;?|#[xX][0-9a-fA-F]+;?|[^\t\n\f <&#;]{1,32};?)
+ *
+ * each replaced as html._replace_charref does: a numeric reference by its character (the
+ * invalid ones as the tables say, surrogates and numbers past U+10FFFF as U+FFFD), a
+ * name by html5[name], else by the longest prefix that is a name (only names without a
+ * ';' can be one: up to legacy_max characters) and the rest, else left as it is. Tests
+ * compare it with html.unescape, its reference. */
+
+static inline int
+is_hex_digit(Py_UCS4 c)
+{
+    return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
+}
+
+static inline int
+hex_value(Py_UCS4 c)
+{
+    return c <= '9' ? (int)(c - '0') : (int)((c | 0x20) - 'a' + 10);
+}
+
+static inline int
+is_name_char(Py_UCS4 c)
+{
+    return c != '\t' && c != '\n' && c != '\f' && c != ' ' && c != '<' && c != '&' && c != '#' && c != ';';
+}
+
+/* The replacement of the numeric reference num (saturated past U+10FFFF) into w. */
+static int
+write_charref(_PyUnicodeWriter *w, long num, PyObject *invalid_charrefs, PyObject *invalid_codepoints)
+{
+    PyObject *key = PyLong_FromLong(num);
+    if (key == NULL) {
+        return -1;
+    }
+    PyObject *sub = PyDict_GetItemWithError(invalid_charrefs, key); /* borrowed */
+    if (sub != NULL) {
+        Py_DECREF(key);
+        return PyUnicode_Check(sub) ? _PyUnicodeWriter_WriteStr(w, sub) : -1;
+    }
+    if (PyErr_Occurred()) {
+        Py_DECREF(key);
+        return -1;
+    }
+    if ((num >= 0xD800 && num <= 0xDFFF) || num > 0x10FFFF) {
+        Py_DECREF(key);
+        return _PyUnicodeWriter_WriteChar(w, 0xFFFD);
+    }
+    int invalid = PySet_Contains(invalid_codepoints, key);
+    Py_DECREF(key);
+    if (invalid < 0) {
+        return -1;
+    }
+    return invalid ? 0 : _PyUnicodeWriter_WriteChar(w, (Py_UCS4)num);
+}
+
+/* The replacement of the named reference text[from:to] (to - from >= 1) into w. */
+static int
+write_named(_PyUnicodeWriter *w, PyObject *text, Py_ssize_t from, Py_ssize_t to, PyObject *html5,
+            Py_ssize_t legacy_max)
+{
+    PyObject *name = PyUnicode_Substring(text, from, to);
+    if (name == NULL) {
+        return -1;
+    }
+    PyObject *sub = PyDict_GetItemWithError(html5, name); /* borrowed */
+    Py_DECREF(name);
+    if (sub != NULL) {
+        return PyUnicode_Check(sub) ? _PyUnicodeWriter_WriteStr(w, sub) : -1;
+    }
+    if (PyErr_Occurred()) {
+        return -1;
+    }
+    Py_ssize_t x = to - from - 1;
+    if (x > legacy_max) {
+        x = legacy_max;
+    }
+    for (; x > 1; x--) {
+        PyObject *prefix = PyUnicode_Substring(text, from, from + x);
+        if (prefix == NULL) {
+            return -1;
+        }
+        sub = PyDict_GetItemWithError(html5, prefix);
+        Py_DECREF(prefix);
+        if (sub != NULL) {
+            if (!PyUnicode_Check(sub) || _PyUnicodeWriter_WriteStr(w, sub) < 0) {
+                return -1;
+            }
+            return _PyUnicodeWriter_WriteSubstring(w, text, from + x, to);
+        }
+        if (PyErr_Occurred()) {
+            return -1;
+        }
+    }
+    return _PyUnicodeWriter_WriteSubstring(w, text, from - 1, to); /* '&' and the name */
+}
+
+static PyObject *
+html_unescape(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 5 || !PyUnicode_Check(args[0]) || !PyDict_Check(args[1]) || !PyDict_Check(args[2])
+        || !PyAnySet_Check(args[3]) || !PyLong_Check(args[4])) {
+        PyErr_SetString(PyExc_TypeError, "html_unescape(text, html5, invalid_charrefs, "
+                        "invalid_codepoints, legacy_max): a str, two dicts, a set and an int");
+        return NULL;
+    }
+    PyObject *text = args[0], *html5 = args[1], *charrefs = args[2], *codepoints = args[3];
+    Py_ssize_t legacy_max = PyLong_AsSsize_t(args[4]);
+    if (legacy_max == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    int kind = PyUnicode_KIND(text);
+    const void *data = PyUnicode_DATA(text);
+    Py_ssize_t n = PyUnicode_GET_LENGTH(text);
+    Py_ssize_t amp = PyUnicode_FindChar(text, '&', 0, n, 1);
+    if (amp == -2) {
+        return NULL;
+    }
+    if (amp < 0) {
+        return Py_NewRef(text);
+    }
+    _PyUnicodeWriter w;
+    _PyUnicodeWriter_Init(&w);
+    w.min_length = n;
+    Py_ssize_t done = 0; /* text[:done] is written */
+    while (amp >= 0) {
+        Py_ssize_t i = amp + 1, end = -1;
+        if (i < n && PyUnicode_READ(kind, data, i) == '#') {
+            Py_UCS4 c = i + 1 < n ? PyUnicode_READ(kind, data, i + 1) : 0;
+            int hex = (c == 'x' || c == 'X') && i + 2 < n && is_hex_digit(PyUnicode_READ(kind, data, i + 2));
+            Py_ssize_t j = hex ? i + 2 : i + 1;
+            long num = 0;
+            while (j < n) {
+                Py_UCS4 d = PyUnicode_READ(kind, data, j);
+                if (hex ? !is_hex_digit(d) : !(d >= '0' && d <= '9')) {
+                    break;
+                }
+                num = num * (hex ? 16 : 10) + (hex ? hex_value(d) : (int)(d - '0'));
+                if (num > 0x110000) {
+                    num = 0x110000; /* past U+10FFFF: U+FFFD whatever follows */
+                }
+                j++;
+            }
+            if (j > (hex ? i + 2 : i + 1)) { /* at least one digit */
+                end = j < n && PyUnicode_READ(kind, data, j) == ';' ? j + 1 : j;
+                if (_PyUnicodeWriter_WriteSubstring(&w, text, done, amp) < 0
+                    || write_charref(&w, num, charrefs, codepoints) < 0) {
+                    goto fail;
+                }
+            }
+        }
+        else {
+            Py_ssize_t j = i;
+            while (j < n && j - i < 32 && is_name_char(PyUnicode_READ(kind, data, j))) {
+                j++;
+            }
+            if (j > i) {
+                end = j < n && PyUnicode_READ(kind, data, j) == ';' ? j + 1 : j;
+                if (_PyUnicodeWriter_WriteSubstring(&w, text, done, amp) < 0
+                    || write_named(&w, text, i, end, html5, legacy_max) < 0) {
+                    goto fail;
+                }
+            }
+        }
+        Py_ssize_t from = end >= 0 ? end : amp + 1;
+        if (end >= 0) {
+            done = end;
+        }
+        amp = from < n ? PyUnicode_FindChar(text, '&', from, n, 1) : -1;
+        if (amp == -2) {
+            goto fail;
+        }
+    }
+    if (done == 0) {
+        _PyUnicodeWriter_Dealloc(&w);
+        return Py_NewRef(text);
+    }
+    if (_PyUnicodeWriter_WriteSubstring(&w, text, done, n) < 0) {
+        goto fail;
+    }
+    return _PyUnicodeWriter_Finish(&w);
+fail:
+    _PyUnicodeWriter_Dealloc(&w);
+    return NULL;
+}
+
 /* ------------------------------------------------------------------ wire_tokens
  *
  * The tokens payload of a stream entry (docs/protocol.md), hashed straight from its msgpack
@@ -3228,6 +3420,9 @@ static PyMethodDef methods[] = {
     {"html_strip", (PyCFunction)(void (*)(void))html_strip, METH_FASTCALL,
      "html_strip(markup, max_tag_tokens): markup.strip_html on Latin-1 markup before "
      "html.unescape: (text, tokens); None for other markup."},
+    {"html_unescape", (PyCFunction)(void (*)(void))html_unescape, METH_FASTCALL,
+     "html_unescape(text, html5, invalid_charrefs, invalid_codepoints, legacy_max): "
+     "html.unescape(text), the standard library's tables passed in."},
     {"wire_tokens", (PyCFunction)(void (*)(void))wire_tokens, METH_FASTCALL,
      "wire_tokens(data, max_tokens, max_str_len, max_map_len): (the map without its tokens, "
      "their stable hashes as uint64 bytes, start, end of the array) of a msgpack map with a "
