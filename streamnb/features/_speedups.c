@@ -1037,6 +1037,41 @@ append_new(PyObject *out, PyObject *token)
     return rc;
 }
 
+/* A direct-mapped memo of the recent short ASCII tokens the steps below make (html:<tag>,
+ * url:<host>): a repeated token is the same str, whose str hash (what the token table is
+ * looked up by) is then computed once. Which str holds a token's characters changes no
+ * token. */
+#define TOKEN_MEMO_SLOTS 1024
+#define TOKEN_MEMO_MAX 64
+static PyObject *token_memo[TOKEN_MEMO_SLOTS];
+
+/* The str of the ASCII characters s[0:n]: the memo's, or a new one (a new reference). */
+static PyObject *
+ascii_token(const Py_UCS1 *s, Py_ssize_t n)
+{
+    PyObject **slot = NULL, *t;
+    if (n <= TOKEN_MEMO_MAX) {
+        uint32_t h = 2166136261u; /* FNV-1a */
+        for (Py_ssize_t i = 0; i < n; i++) {
+            h = (h ^ s[i]) * 16777619u;
+        }
+        slot = &token_memo[(h ^ (h >> 16)) & (TOKEN_MEMO_SLOTS - 1)];
+        t = *slot;
+        if (t != NULL && PyUnicode_GET_LENGTH(t) == n && memcmp(PyUnicode_1BYTE_DATA(t), s, (size_t)n) == 0) {
+            return Py_NewRef(t);
+        }
+    }
+    t = PyUnicode_New(n, 127);
+    if (t == NULL) {
+        return NULL;
+    }
+    memcpy(PyUnicode_1BYTE_DATA(t), s, (size_t)n);
+    if (slot != NULL) {
+        Py_XSETREF(*slot, Py_NewRef(t));
+    }
+    return t;
+}
+
 /* Append text.host_tokens(prefix, host) for the host u[0:n] (ASCII letters, digits, '.'
  * and '-', starting with a letter or digit): "<prefix>:<host>" lower-cased, its trailing
  * dots stripped, and "<prefix>:<last two labels>" when it has more than two. */
@@ -1047,11 +1082,11 @@ append_host(const char *prefix, const Py_UCS1 *u, Py_ssize_t n, PyObject *out)
     while (n > 1 && u[n - 1] == '.') { /* host.strip("."): it starts with a letter or digit */
         n--;
     }
-    PyObject *whole = PyUnicode_New(pre + n, 127);
-    if (whole == NULL) {
+    Py_UCS1 stack[TOKEN_MEMO_MAX], *w = stack;
+    if (pre + n > TOKEN_MEMO_MAX && (w = PyMem_Malloc((size_t)(pre + n))) == NULL) {
+        PyErr_NoMemory();
         return -1;
     }
-    Py_UCS1 *w = PyUnicode_1BYTE_DATA(whole);
     memcpy(w, prefix, (size_t)pre);
     for (Py_ssize_t i = 0; i < n; i++) {
         Py_UCS1 c = lower1(u[i]);
@@ -1062,23 +1097,16 @@ append_host(const char *prefix, const Py_UCS1 *u, Py_ssize_t n, PyObject *out)
             last = i;
         }
     }
-    if (append_new(out, whole) < 0) {
-        return -1;
+    int rc = append_new(out, ascii_token(w, pre + n));
+    if (rc == 0 && dots >= 2) { /* more than two labels: the last two too */
+        Py_ssize_t from = second + 1;
+        memmove(w + pre, w + pre + from, (size_t)(n - from));
+        rc = append_new(out, ascii_token(w, pre + n - from));
     }
-    if (dots >= 2) { /* more than two labels: the last two too */
-        Py_ssize_t from = second + 1, m = n - from;
-        PyObject *tail = PyUnicode_New(pre + m, 127);
-        if (tail == NULL) {
-            return -1;
-        }
-        Py_UCS1 *t = PyUnicode_1BYTE_DATA(tail);
-        memcpy(t, prefix, (size_t)pre);
-        memcpy(t + pre, w + pre + from, (size_t)m);
-        if (append_new(out, tail) < 0) {
-            return -1;
-        }
+    if (w != stack) {
+        PyMem_Free(w);
     }
-    return 0;
+    return rc;
 }
 
 /* The host at the start of u[0:len], after an optional user part (a run of characters
@@ -1288,10 +1316,10 @@ next_tag(const Py_UCS1 *p, Py_ssize_t n, Py_ssize_t i, tag_t *tag, Py_ssize_t *e
         while (name_end < n && name_end - j < 16 && is_alnum_ascii(p[name_end])) {
             name_end++;
         }
-        attr_end = name_end;
-        while (attr_end < n && attr_end - name_end < 2000 && p[attr_end] != '>') {
-            attr_end++;
-        }
+        /* the attributes: up to the first '>' within 2000 characters */
+        Py_ssize_t limit = n - name_end < 2000 ? n : name_end + 2000;
+        const Py_UCS1 *gt = memchr(p + name_end, '>', (size_t)(limit - name_end));
+        attr_end = gt == NULL ? limit : gt - p;
         tag->name = p + j;
         tag->name_len = name_end - j;
         tag->attr = p + name_end;
@@ -1520,17 +1548,13 @@ tokens_of_tags(const tag_t *tags, Py_ssize_t n, Py_ssize_t limit)
             break;
         }
         if (opening) {
-            Py_ssize_t m = tags[i].name_len;
-            PyObject *tok = PyUnicode_New(5 + m, 127);
-            if (tok == NULL) {
-                goto fail;
-            }
-            Py_UCS1 *t = PyUnicode_1BYTE_DATA(tok);
+            Py_ssize_t m = tags[i].name_len; /* (at most 16) */
+            Py_UCS1 t[5 + 16];
             memcpy(t, "html:", 5);
             for (Py_ssize_t k = 0; k < m; k++) {
                 t[5 + k] = lower1(tags[i].name[k]);
             }
-            if (append_new(tokens, tok) < 0) {
+            if (append_new(tokens, ascii_token(t, 5 + m)) < 0) {
                 goto fail;
             }
         }
@@ -1602,9 +1626,10 @@ tag_tokens(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
             PyErr_SetString(PyExc_TypeError, "tag_tokens: the lists must hold str");
             return NULL;
         }
-        if (PyUnicode_KIND(a) != PyUnicode_1BYTE_KIND || !PyUnicode_IS_ASCII(name)) {
+        if (PyUnicode_KIND(a) != PyUnicode_1BYTE_KIND || !PyUnicode_IS_ASCII(name)
+            || PyUnicode_GET_LENGTH(name) > 16) {
             PyMem_Free(tags);
-            Py_RETURN_NONE; /* (tag names are ASCII: the html: tokens are made as ASCII) */
+            Py_RETURN_NONE; /* (tag names are ASCII, at most 16 characters: markup._TAG) */
         }
         tags[i].slash = NULL; /* (only its length is read) */
         tags[i].slash_len = PyUnicode_GET_LENGTH(slash);
