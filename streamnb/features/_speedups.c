@@ -545,17 +545,139 @@ all_ascii(const Py_UCS1 *s, Py_ssize_t n)
     return 1;
 }
 
+/* word_hashes of a str beyond Latin-1 (two or four bytes a character): the same tokens,
+ * hashed, as WordRules.words gives (text.lower() then word_tokens) and hash_lists hashes.
+ * Words are split at white space and stripped as word_tokens does; an ASCII word is
+ * lower-cased and hashed on its bytes (its str's hash), any other word goes through
+ * str.lower alone and append_word_tokens, its length (min_len) taken after lower-casing
+ * (one character may lower-case to two). str.lower of the whole text is that of each word:
+ * white space neither is nor becomes another character, and the final sigma's context
+ * ends at white space. One word at a time (these texts are rare: no block prefetching). */
+static PyObject *
+wide_word_hashes(PyObject *text, Py_ssize_t min_len, Py_ssize_t max_len, PyObject *out, int lower)
+{
+    int kind = PyUnicode_KIND(text);
+    const void *data = PyUnicode_DATA(text);
+    Py_ssize_t len = PyUnicode_GET_LENGTH(text), i = 0, count = 0;
+    Py_ssize_t before = PyByteArray_GET_SIZE(out);
+    Py_ssize_t most = len / 2 + 1; /* as in word_hashes */
+    if (most > (PY_SSIZE_T_MAX - before) / 16 || PyByteArray_Resize(out, before + 16 * most) < 0) {
+        return PyErr_Occurred() ? NULL : PyErr_NoMemory();
+    }
+    PyObject *odd = PyList_New(0);
+    if (odd == NULL) {
+        goto fail;
+    }
+    Py_UCS1 lowered[64];
+#define WIDE_SPACE(c) ((c) < 128 ? is_space[(c)] : Py_UNICODE_ISSPACE(c))
+#define WIDE_PUNCT(j) (PyUnicode_READ(kind, data, (j)) < 128 && is_punct[PyUnicode_READ(kind, data, (j))])
+    while (i < len) {
+        while (i < len && WIDE_SPACE(PyUnicode_READ(kind, data, i))) {
+            i++;
+        }
+        Py_ssize_t start = i;
+        while (i < len && !WIDE_SPACE(PyUnicode_READ(kind, data, i))) {
+            i++;
+        }
+        Py_ssize_t end = i;
+        while (start < end && WIDE_PUNCT(start)) {
+            start++;
+        }
+        while (end > start && WIDE_PUNCT(end - 1)) {
+            end--;
+        }
+        Py_ssize_t n = end - start;
+        if (n == 0) {
+            continue;
+        }
+        int plain = n <= max_len && n <= (Py_ssize_t)sizeof lowered;
+        for (Py_ssize_t k = 0; plain && k < n; k++) {
+            Py_UCS4 c = PyUnicode_READ(kind, data, start + k);
+            if (c >= 128 || c == '@') {
+                plain = 0;
+            }
+            else {
+                lowered[k] = lower ? lower1((Py_UCS1)c) : (Py_UCS1)c;
+            }
+        }
+        if (plain) { /* ASCII, no '@', not too long: the word itself, hashed on its bytes */
+            if (n < min_len) {
+                continue;
+            }
+            Py_hash_t h = STR_HASH_OF_BYTES(lowered, n);
+            uint64_t key = slot_key(h, n), value;
+            size_t k = find_slot(h, key);
+            if (slots[k].key == key) {
+                value = slots[k].value;
+            }
+            else {
+                PyObject *token = ascii_str(lowered, n);
+                int rc = token == NULL ? -1 : cached_hash_of(token, h, &value);
+                Py_XDECREF(token);
+                if (rc < 0) {
+                    goto fail;
+                }
+            }
+            ((uint64_t *)(void *)(PyByteArray_AS_STRING(out) + before))[count++] = value;
+            continue;
+        }
+        PyObject *word = PyUnicode_Substring(text, start, end);
+        PyObject *low = word == NULL || !lower ? word : PyObject_CallMethodNoArgs(word, S_lower);
+        if (low != word) {
+            Py_XDECREF(word);
+        }
+        if (low == NULL) {
+            goto fail;
+        }
+        int rc = PyUnicode_GET_LENGTH(low) < min_len ? 0
+            : append_word_tokens(low, PyUnicode_KIND(low), PyUnicode_DATA(low), 0, PyUnicode_GET_LENGTH(low),
+                                 max_len, odd);
+        Py_DECREF(low);
+        if (rc < 0) {
+            goto fail;
+        }
+        for (Py_ssize_t t = 0; t < PyList_GET_SIZE(odd); t++) {
+            uint64_t value;
+            if (cached_hash(PyList_GET_ITEM(odd, t), &value) < 0) {
+                goto fail;
+            }
+            ((uint64_t *)(void *)(PyByteArray_AS_STRING(out) + before))[count++] = value;
+        }
+        if (PyList_SetSlice(odd, 0, PyList_GET_SIZE(odd), NULL) < 0) {
+            goto fail;
+        }
+    }
+#undef WIDE_SPACE
+#undef WIDE_PUNCT
+    Py_DECREF(odd);
+    if (PyByteArray_Resize(out, before + 8 * count) < 0) {
+        return NULL;
+    }
+    return PyLong_FromSsize_t(count);
+fail:
+    Py_XDECREF(odd);
+    if (PyByteArray_GET_SIZE(out) >= before) { /* nothing appended */
+        PyObject *type, *value, *traceback;
+        PyErr_Fetch(&type, &value, &traceback);
+        if (PyByteArray_Resize(out, before) < 0) {
+            PyErr_Clear();
+        }
+        PyErr_Restore(type, value, traceback);
+    }
+    return NULL;
+}
+
 /* ------------------------------------------------------------------ word_hashes
  *
- * word_hashes(text, min_len, max_len, out) -> int, or None: the stable hashes of the
- * tokens word_tokens gives for a Latin-1 str (one byte per character), in order, appended
+ * word_hashes(text, min_len, max_len, out[, lower]) -> int: the stable hashes of the
+ * tokens word_tokens gives for a str (of text.lower() with `lower`), in order, appended
  * to the bytearray `out` as native uint64; returns how many. The same values as
  * hash_lists over those tokens, without making a str of the common word (one kept as it
  * is, all ASCII): its str hash is computed on its bytes (the function str.__hash__ runs
  * on a one-byte str's bytes) and looked up in the table, a block of words at a time with
  * their slots fetched ahead as hash_lists does; a str is made only on a miss, and for
- * the odd words (long, with an '@' or with characters beyond ASCII). None for other
- * text (the caller makes its tokens). With `lower`, the tokens of the text lower-cased
+ * the odd words (long, with an '@' or with characters beyond ASCII). Text beyond Latin-1
+ * takes wide_word_hashes (above), the same tokens. With `lower`, the tokens of the text lower-cased
  * (str.lower, which keeps Latin-1 text Latin-1, one character for one): the common word
  * lower-cased as it is hashed, the odd ones by str.lower. */
 static PyObject *
@@ -585,7 +707,7 @@ word_hashes(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     }
     if (PyUnicode_KIND(text) != PyUnicode_1BYTE_KIND) {
-        Py_RETURN_NONE;
+        return wide_word_hashes(text, min_len, max_len, out, lower);
     }
     const Py_UCS1 *s = PyUnicode_1BYTE_DATA(text);
     int ascii = PyUnicode_IS_ASCII(text);

@@ -13,10 +13,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from streamnb.features import mail, mail_headers
+from streamnb.features import hashing, mail, mail_headers
 from streamnb.features import markup as markup_module
 from streamnb.features.hashing import token_hashes
 from streamnb.features.steps import C_STEPS, REFERENCE_STEPS
+from streamnb.features.text import WordRules
 
 needs_speedups = pytest.mark.skipif(C_STEPS is None, reason="streamnb.features._speedups is not built")
 STEPS = [pytest.param(C_STEPS, id="C", marks=needs_speedups), pytest.param(REFERENCE_STEPS, id="reference")]
@@ -55,6 +56,30 @@ def test_unescape_hand_worked(steps, text):
 def test_unescape_declines_nothing_and_keeps_a_text_without_references():
     text = "plain text, no ampersand"
     assert C_STEPS.html_unescape(text, *markup_module._UNESCAPE_TABLES) is text
+
+
+# ------------------------------------------------------------------ word hashes beyond Latin-1
+
+WIDE_PIECES = ["\u0130", "\u0131", "\u03a3", "\u03c3", "\u212a", "\u2019", "\u201c", "\u00e9", "\u00c9",
+               "\u1e9e", "\ufb03", "\U0001f600", "\u2003", "\u3000", "\xa0", " ", "\n", "A", "b", "Cd",
+               "word", "WORD", "@", ".", "!", "x@y.org", "-", "supercalifragilistic"]
+wide_text = st.lists(st.sampled_from(WIDE_PIECES), max_size=40).map("".join)
+
+
+@needs_speedups
+@settings(max_examples=1500, deadline=None)
+@given(text=st.one_of(wide_text, st.text(max_size=40)), lo=st.integers(1, 4), hi=st.integers(1, 14),
+       lower=st.booleans())
+def test_word_hashes_equal_the_python_word_rules(text, lo, hi, lower):
+    """The C word_hashes on any text (Latin-1 or beyond) against the Python word rules,
+    their tokens hashed by hashing._blake64 (keyed BLAKE2b), not read from the table."""
+    hi = max(lo, hi)
+    rules = WordRules(min_len=lo, max_len=hi, lowercase=lower, steps=REFERENCE_STEPS)
+    tokens: list[str] = []
+    rules.words(text, tokens)
+    out = bytearray()
+    assert C_STEPS.word_hashes(text, lo, hi, out, lower) == len(tokens)
+    assert np.frombuffer(bytes(out), dtype=np.uint64).tolist() == [hashing._blake64(t) for t in tokens]
 
 
 # ------------------------------------------------------------------ the corpus
