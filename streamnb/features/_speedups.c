@@ -2843,11 +2843,46 @@ drop_scripts(const Py_UCS1 *p, Py_ssize_t n, Py_UCS1 *out)
 /* The three passes on p[0:n], the result in a (its length returned); a and b have room
  * for n + 3 characters. */
 static Py_ssize_t
-clean_passes(const Py_UCS1 *p, Py_ssize_t n, Py_UCS1 *a, Py_UCS1 *b)
+clean_passes(const Py_UCS1 *p, Py_ssize_t n, Py_UCS1 *a, Py_UCS1 *b, const Py_UCS1 **result)
 {
-    Py_ssize_t m = drop_comments(p, n, a);
-    m = blank_declarations(a, m, b);
-    return drop_scripts(b, m, a);
+    /* What the passes act on, looked for first: a pass with nothing to act on leaves its
+     * input as it is, and is skipped. Without a comment the input's declarations are
+     * those pass 2 sees, and its scripts those pass 3 sees (pass 2 makes a declaration, which
+     * holds no '<', a space: it neither makes nor takes a "<script" or "<style"). */
+    int comment = 0, declaration = 0, script = 0;
+    const Py_UCS1 *lt = p, *end = p + n;
+    while (!comment && (lt = memchr(lt, '<', (size_t)(end - lt))) != NULL) {
+        Py_ssize_t k = lt - p;
+        Py_UCS1 c = k + 1 < n ? p[k + 1] : 0;
+        if (c == '!' || c == '?') {
+            declaration = 1;
+            comment = c == '!' && k + 3 < n && p[k + 2] == '-' && p[k + 3] == '-';
+        }
+        else if (!script && (c | 0x20) == 's') {
+            script = ci_at(p, n, k + 1, "script") || ci_at(p, n, k + 1, "style");
+        }
+        lt++;
+    }
+    Py_ssize_t m;
+    if (comment) {
+        m = drop_comments(p, n, a);
+        m = blank_declarations(a, m, b);
+        *result = a;
+        return drop_scripts(b, m, a);
+    }
+    const Py_UCS1 *src = p;
+    m = n;
+    if (declaration) {
+        m = blank_declarations(p, n, a);
+        src = a;
+    }
+    if (script) {
+        Py_UCS1 *out = src == a ? b : a;
+        m = drop_scripts(src, m, out);
+        src = out;
+    }
+    *result = src;
+    return m;
 }
 
 /* ------------------------------------------------------------------ html_strip
@@ -2890,14 +2925,17 @@ html_strip(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         PyErr_NoMemory();
         goto done;
     }
-    Py_ssize_t m = clean_passes(p, n, a, b);
-    /* the text into b (one space for each tag: never longer than a), the tags listed */
+    const Py_UCS1 *clean;
+    Py_ssize_t m = clean_passes(p, n, a, b, &clean);
+    /* the text into the other buffer (one space for each tag: never longer than the
+     * markup), the tags listed */
+    Py_UCS1 *text = clean == b ? a : b;
     Py_ssize_t used = 0, text_from = 0, i, end;
     tag_t tag;
-    while ((i = next_tag(a, m, text_from, &tag, &end)) >= 0) {
-        memcpy(b + used, a + text_from, (size_t)(i - text_from));
+    while ((i = next_tag(clean, m, text_from, &tag, &end)) >= 0) {
+        memcpy(text + used, clean + text_from, (size_t)(i - text_from));
         used += i - text_from;
-        b[used++] = ' ';
+        text[used++] = ' ';
         if (n_tags == room) {
             room *= 2;
             tag_t *more = PyMem_Realloc(tags, (size_t)room * sizeof(tag_t));
@@ -2910,11 +2948,11 @@ html_strip(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         tags[n_tags++] = tag;
         text_from = end;
     }
-    memcpy(b + used, a + text_from, (size_t)(m - text_from));
+    memcpy(text + used, clean + text_from, (size_t)(m - text_from));
     used += m - text_from;
     tokens = tokens_of_tags(tags, n_tags, limit);
     if (tokens != NULL) {
-        result = Py_BuildValue("(NN)", latin1_str(b, used), tokens);
+        result = Py_BuildValue("(NN)", latin1_str(text, used), tokens);
         tokens = NULL; /* (stolen, or freed with the tuple on failure) */
     }
 done:

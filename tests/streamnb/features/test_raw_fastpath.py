@@ -58,6 +58,22 @@ def test_unescape_declines_nothing_and_keeps_a_text_without_references():
     assert C_STEPS.html_unescape(text, *markup_module._UNESCAPE_TABLES) is text
 
 
+# ------------------------------------------------------------------ strip_html's passes, skipped
+
+
+@pytest.mark.parametrize("markup", [
+    "<p>plain</p>", "<!DOCTYPE html><p>x</p>", "<?xml v?><b>y</b>", "<script>a<b></script>z",
+    "<STYLE x=1>p{}</style >t", "<!DOCTYPE x><script>s</script><i>i</i>", "<<!x>script>no</script>",
+    "<!-- c --><script>s</script>t", "<<!-- -->!x>y", "<<!-- -->script>q</script>r", "<sCrIpT>open",
+    "<span>s</span><strong>t</strong><style", "<!x", "<?", "<!-", "<!--", "a<", "<s", "<styles>no</styles>",
+])
+def test_strip_html_equals_the_regex_passes(markup):
+    """The C html_strip, which skips a pass that has nothing to act on, against the
+    regexes of markup.strip_html run one after the other (the Python path)."""
+    expected = markup_module.strip_html(markup, 2000, REFERENCE_STEPS)
+    assert markup_module.strip_html(markup, 2000, C_STEPS or REFERENCE_STEPS) == expected
+
+
 # ------------------------------------------------------------------ word hashes beyond Latin-1
 
 WIDE_PIECES = ["\u0130", "\u0131", "\u03a3", "\u03c3", "\u212a", "\u2019", "\u201c", "\u00e9", "\u00c9",
