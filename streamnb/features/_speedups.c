@@ -1129,6 +1129,8 @@ static unsigned char is_word1[256];  /* \w among the Latin-1 characters */
 static unsigned char url_stop[256];  /* what ends a URL: \s and "'<>()[]{} */
 static unsigned char url_user_stop[256];  /* what ends a URL's user part: \s and /?#@ */
 static unsigned char link_user_stop[256]; /* what ends a link's user part: \s, /?#@ and "'> */
+static unsigned char url_first[256];  /* where url_scan's URL can start: h f m w, either case */
+static unsigned char link_first[256]; /* where a link's attribute name can start: h s a, either case */
 
 static inline int
 is_alnum_ascii(Py_UCS1 c)
@@ -1173,11 +1175,19 @@ ascii_token(const Py_UCS1 *s, Py_ssize_t n)
 {
     PyObject **slot = NULL, *t;
     if (n <= TOKEN_MEMO_MAX) {
-        uint32_t h = 2166136261u; /* FNV-1a */
-        for (Py_ssize_t i = 0; i < n; i++) {
-            h = (h ^ s[i]) * 16777619u;
+        uint64_t h = (uint64_t)n * 0x9E3779B97F4A7C15ULL, chunk; /* 8 bytes a step */
+        Py_ssize_t i = 0;
+        for (; i + 8 <= n; i += 8) {
+            memcpy(&chunk, s + i, 8);
+            h = (h ^ chunk) * 0xff51afd7ed558ccdULL;
         }
-        slot = &token_memo[(h ^ (h >> 16)) & (TOKEN_MEMO_SLOTS - 1)];
+        if (i < n) {
+            chunk = 0;
+            memcpy(&chunk, s + i, (size_t)(n - i));
+            h = (h ^ chunk) * 0xff51afd7ed558ccdULL;
+        }
+        h ^= h >> 29;
+        slot = &token_memo[(h ^ (h >> 32)) & (TOKEN_MEMO_SLOTS - 1)];
         t = *slot;
         if (t != NULL && PyUnicode_GET_LENGTH(t) == n && memcmp(PyUnicode_1BYTE_DATA(t), s, (size_t)n) == 0) {
             return Py_NewRef(t);
@@ -1321,10 +1331,10 @@ url_scan(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     Py_UCS1 *buf = NULL; /* the text with its URLs replaced by spaces, once one is found */
     Py_ssize_t used = 0;
     for (Py_ssize_t i = 0; i < n; i++) {
-        Py_UCS1 c = lower1(p[i]);
-        if (c != 'h' && c != 'f' && c != 'm' && c != 'w') {
+        if (!url_first[p[i]]) {
             continue;
         }
+        Py_UCS1 c = lower1(p[i]);
         if (i > 0 && is_word1[p[i - 1]]) { /* (?<!\w.): a word character before */
             continue;
         }
@@ -1582,6 +1592,9 @@ static int
 append_link_hosts(const Py_UCS1 *p, Py_ssize_t n, PyObject *out)
 {
     for (Py_ssize_t i = 0; i < n; i++) {
+        if (!link_first[p[i]]) {
+            continue;
+        }
         Py_UCS1 c = lower1(p[i]);
         Py_ssize_t j;
         if (c == 'h' && ci_at(p, n, i + 1, "ref")) {
@@ -3640,6 +3653,8 @@ PyInit__speedups(void)
         url_stop[c] = is_space1[c] || (c != 0 && strchr("\"'<>()[]{}", (int)c) != NULL);
         url_user_stop[c] = is_space1[c] || (c != 0 && strchr("/?#@", (int)c) != NULL);
         link_user_stop[c] = url_user_stop[c] || (c != 0 && strchr("\"'>", (int)c) != NULL);
+        url_first[c] = c != 0 && strchr("hfmwHFMW", (int)c) != NULL;
+        link_first[c] = c != 0 && strchr("hsaHSA", (int)c) != NULL;
     }
     for (const char *p = PUNCT; *p; p++) {
         is_punct[(unsigned char)*p] = 1;
