@@ -34,9 +34,9 @@ __all__ = ["PIECES", "optional_c_module"]
 #: each measured as a whole: the tokenizer's steps (streamnb.features.steps) and the token
 #: hash table (streamnb.features.hashing; ``word_hashes`` writes to it from the word rules).
 PIECES = {
-    "tokenizer": ("word_tokens", "word_hashes", "value_words", "url_scan", "html_strip", "tag_tokens", "html_unescape",
-                  "received_tokens", "text_counts", "addresses", "header_tokens", "header_fields",
-                  "header_block_end", "plain_headers", "header_index"),
+    "tokenizer": ("word_tokens", "word_hashes", "value_words", "url_scan", "html_strip", "tag_tokens",
+                  "html_unescape", "message_id_value", "received_tokens", "text_counts", "addresses",
+                  "header_tokens", "header_fields", "header_block_end", "plain_headers", "header_index"),
     "hash_table": ("hash_cache_init", "hash_cache_clear", "hash_cache_len", "hash_one", "hash_lists",
                    "word_hashes"),
 }

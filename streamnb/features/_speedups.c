@@ -1953,6 +1953,94 @@ header_block_end(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     return PyLong_FromSsize_t(block_end);
 }
 
+/* ------------------------------------------------------------------ message_id_value
+ *
+ * message_id_value(raw, scan) -> bytes or None: learn_keys._message_id (workers/wire) on
+ * the bytes raw[:scan]: the raw value of the first Message-ID field (its name in any
+ * case, up to 63 blanks, a colon) at the start or after a line break, None when there is
+ * none or an empty line ("\n\n" or "\n\r\n") comes before it; the value runs to the line
+ * break of the last of its lines (a line starting with a blank goes on), or without one
+ * before scan to the first empty line or scan. One pass over the lines, nothing copied
+ * but the value. The Python code is its reference; tests compare both with a line-by-line
+ * reading of the header. */
+
+/* After "message-id", blanks and ':' at s[i:scan]: the index past the colon, or -1. */
+static Py_ssize_t
+message_id_field_end(const unsigned char *s, Py_ssize_t scan, Py_ssize_t i)
+{
+    if (scan - i < 11 || !ci_at(s, scan, i, "message-id")) {
+        return -1;
+    }
+    Py_ssize_t j = i + 10;
+    while (j < scan && j - (i + 10) < 63 && (s[j] == ' ' || s[j] == '\t')) {
+        j++;
+    }
+    return j < scan && s[j] == ':' ? j + 1 : -1;
+}
+
+static PyObject *
+message_id_value(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2 || !PyBytes_Check(args[0]) || !PyLong_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "message_id_value(raw, scan): bytes and an int");
+        return NULL;
+    }
+    const unsigned char *s = (const unsigned char *)PyBytes_AS_STRING(args[0]);
+    Py_ssize_t len = PyBytes_GET_SIZE(args[0]), scan = PyLong_AsSsize_t(args[1]);
+    if (scan == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    if (scan < 0 || scan > len) {
+        PyErr_SetString(PyExc_ValueError, "message_id_value: scan must be in 0..len(raw)");
+        return NULL;
+    }
+    Py_ssize_t start = message_id_field_end(s, scan, 0), q = 0;
+    while (start < 0) { /* the lines after the first, up to an empty one */
+        const unsigned char *nl = q < scan ? memchr(s + q, '\n', (size_t)(scan - q)) : NULL;
+        if (nl == NULL) {
+            Py_RETURN_NONE;
+        }
+        q = nl - s;
+        if ((q + 1 < len && s[q + 1] == '\n') || (q + 2 < len && s[q + 1] == '\r' && s[q + 2] == '\n')) {
+            Py_RETURN_NONE; /* an empty line: a field after it is in the body */
+        }
+        start = message_id_field_end(s, scan, q + 1);
+        q++;
+    }
+    Py_ssize_t end = start;
+    for (;;) { /* the field goes on over lines that start with a blank */
+        const unsigned char *nl = end < scan ? memchr(s + end, '\n', (size_t)(scan - end)) : NULL;
+        if (nl == NULL) {
+            end = -1;
+            break;
+        }
+        end = nl - s;
+        if (end + 1 >= scan || (s[end + 1] != ' ' && s[end + 1] != '\t')) {
+            break;
+        }
+        end++;
+    }
+    if (end < 0) { /* no line break before scan: the header lines end at an empty line or there */
+        Py_ssize_t lf = -1, crlf = -1;
+        for (Py_ssize_t k = 0; k + 1 < scan; k++) {
+            if (s[k] == '\n' && s[k + 1] == '\n') {
+                lf = k;
+                break;
+            }
+        }
+        Py_ssize_t until = lf >= 0 ? lf : scan;
+        for (Py_ssize_t k = 0; k + 2 < until; k++) {
+            if (s[k] == '\n' && s[k + 1] == '\r' && s[k + 2] == '\n') {
+                crlf = k;
+                break;
+            }
+        }
+        Py_ssize_t stop = crlf >= 0 ? crlf : lf;
+        end = stop >= 0 ? stop + 1 : scan;
+    }
+    return PyBytes_FromStringAndSize((const char *)s + start, end > start ? end - start : 0);
+}
+
 static PyObject *
 plain_headers(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -3618,6 +3706,9 @@ static PyMethodDef methods[] = {
     {"html_strip", (PyCFunction)(void (*)(void))html_strip, METH_FASTCALL,
      "html_strip(markup, max_tag_tokens): markup.strip_html on Latin-1 markup before "
      "html.unescape: (text, tokens); None for other markup."},
+    {"message_id_value", (PyCFunction)(void (*)(void))message_id_value, METH_FASTCALL,
+     "message_id_value(raw, scan): the raw value of a mail's first Message-ID field in raw[:scan] "
+     "(learn_keys._message_id), or None."},
     {"html_unescape", (PyCFunction)(void (*)(void))html_unescape, METH_FASTCALL,
      "html_unescape(text, html5, invalid_charrefs, invalid_codepoints, legacy_max): "
      "html.unescape(text), the standard library's tables passed in."},
