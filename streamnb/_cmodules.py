@@ -35,8 +35,8 @@ __all__ = ["PIECES", "optional_c_module"]
 #: hash table (streamnb.features.hashing; ``word_hashes`` writes to it from the word rules).
 PIECES = {
     "tokenizer": ("word_tokens", "word_hashes", "value_words", "url_scan", "html_strip", "tag_tokens",
-                  "received_tokens", "text_counts", "addresses", "header_tokens", "header_fields",
-                  "header_block_end", "plain_headers", "header_index"),
+                  "html_unescape", "message_id_value", "received_tokens", "text_counts", "addresses",
+                  "header_tokens", "header_fields", "header_block_end", "plain_headers", "header_index"),
     "hash_table": ("hash_cache_init", "hash_cache_clear", "hash_cache_len", "hash_one", "hash_lists",
                    "word_hashes"),
 }

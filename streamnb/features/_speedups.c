@@ -545,17 +545,139 @@ all_ascii(const Py_UCS1 *s, Py_ssize_t n)
     return 1;
 }
 
+/* word_hashes of a str beyond Latin-1 (two or four bytes a character): the same tokens,
+ * hashed, as WordRules.words gives (text.lower() then word_tokens) and hash_lists hashes.
+ * Words are split at white space and stripped as word_tokens does; an ASCII word is
+ * lower-cased and hashed on its bytes (its str's hash), any other word goes through
+ * str.lower alone and append_word_tokens, its length (min_len) taken after lower-casing
+ * (one character may lower-case to two). str.lower of the whole text is that of each word:
+ * white space neither is nor becomes another character, and the final sigma's context
+ * ends at white space. One word at a time (these texts are rare: no block prefetching). */
+static PyObject *
+wide_word_hashes(PyObject *text, Py_ssize_t min_len, Py_ssize_t max_len, PyObject *out, int lower)
+{
+    int kind = PyUnicode_KIND(text);
+    const void *data = PyUnicode_DATA(text);
+    Py_ssize_t len = PyUnicode_GET_LENGTH(text), i = 0, count = 0;
+    Py_ssize_t before = PyByteArray_GET_SIZE(out);
+    Py_ssize_t most = len / 2 + 1; /* as in word_hashes */
+    if (most > (PY_SSIZE_T_MAX - before) / 16 || PyByteArray_Resize(out, before + 16 * most) < 0) {
+        return PyErr_Occurred() ? NULL : PyErr_NoMemory();
+    }
+    PyObject *odd = PyList_New(0);
+    if (odd == NULL) {
+        goto fail;
+    }
+    Py_UCS1 lowered[64];
+#define WIDE_SPACE(c) ((c) < 128 ? is_space[(c)] : Py_UNICODE_ISSPACE(c))
+#define WIDE_PUNCT(j) (PyUnicode_READ(kind, data, (j)) < 128 && is_punct[PyUnicode_READ(kind, data, (j))])
+    while (i < len) {
+        while (i < len && WIDE_SPACE(PyUnicode_READ(kind, data, i))) {
+            i++;
+        }
+        Py_ssize_t start = i;
+        while (i < len && !WIDE_SPACE(PyUnicode_READ(kind, data, i))) {
+            i++;
+        }
+        Py_ssize_t end = i;
+        while (start < end && WIDE_PUNCT(start)) {
+            start++;
+        }
+        while (end > start && WIDE_PUNCT(end - 1)) {
+            end--;
+        }
+        Py_ssize_t n = end - start;
+        if (n == 0) {
+            continue;
+        }
+        int plain = n <= max_len && n <= (Py_ssize_t)sizeof lowered;
+        for (Py_ssize_t k = 0; plain && k < n; k++) {
+            Py_UCS4 c = PyUnicode_READ(kind, data, start + k);
+            if (c >= 128 || c == '@') {
+                plain = 0;
+            }
+            else {
+                lowered[k] = lower ? lower1((Py_UCS1)c) : (Py_UCS1)c;
+            }
+        }
+        if (plain) { /* ASCII, no '@', not too long: the word itself, hashed on its bytes */
+            if (n < min_len) {
+                continue;
+            }
+            Py_hash_t h = STR_HASH_OF_BYTES(lowered, n);
+            uint64_t key = slot_key(h, n), value;
+            size_t k = find_slot(h, key);
+            if (slots[k].key == key) {
+                value = slots[k].value;
+            }
+            else {
+                PyObject *token = ascii_str(lowered, n);
+                int rc = token == NULL ? -1 : cached_hash_of(token, h, &value);
+                Py_XDECREF(token);
+                if (rc < 0) {
+                    goto fail;
+                }
+            }
+            ((uint64_t *)(void *)(PyByteArray_AS_STRING(out) + before))[count++] = value;
+            continue;
+        }
+        PyObject *word = PyUnicode_Substring(text, start, end);
+        PyObject *low = word == NULL || !lower ? word : PyObject_CallMethodNoArgs(word, S_lower);
+        if (low != word) {
+            Py_XDECREF(word);
+        }
+        if (low == NULL) {
+            goto fail;
+        }
+        int rc = PyUnicode_GET_LENGTH(low) < min_len ? 0
+            : append_word_tokens(low, PyUnicode_KIND(low), PyUnicode_DATA(low), 0, PyUnicode_GET_LENGTH(low),
+                                 max_len, odd);
+        Py_DECREF(low);
+        if (rc < 0) {
+            goto fail;
+        }
+        for (Py_ssize_t t = 0; t < PyList_GET_SIZE(odd); t++) {
+            uint64_t value;
+            if (cached_hash(PyList_GET_ITEM(odd, t), &value) < 0) {
+                goto fail;
+            }
+            ((uint64_t *)(void *)(PyByteArray_AS_STRING(out) + before))[count++] = value;
+        }
+        if (PyList_SetSlice(odd, 0, PyList_GET_SIZE(odd), NULL) < 0) {
+            goto fail;
+        }
+    }
+#undef WIDE_SPACE
+#undef WIDE_PUNCT
+    Py_DECREF(odd);
+    if (PyByteArray_Resize(out, before + 8 * count) < 0) {
+        return NULL;
+    }
+    return PyLong_FromSsize_t(count);
+fail:
+    Py_XDECREF(odd);
+    if (PyByteArray_GET_SIZE(out) >= before) { /* nothing appended */
+        PyObject *type, *value, *traceback;
+        PyErr_Fetch(&type, &value, &traceback);
+        if (PyByteArray_Resize(out, before) < 0) {
+            PyErr_Clear();
+        }
+        PyErr_Restore(type, value, traceback);
+    }
+    return NULL;
+}
+
 /* ------------------------------------------------------------------ word_hashes
  *
- * word_hashes(text, min_len, max_len, out) -> int, or None: the stable hashes of the
- * tokens word_tokens gives for a Latin-1 str (one byte per character), in order, appended
+ * word_hashes(text, min_len, max_len, out[, lower]) -> int: the stable hashes of the
+ * tokens word_tokens gives for a str (of text.lower() with `lower`), in order, appended
  * to the bytearray `out` as native uint64; returns how many. The same values as
  * hash_lists over those tokens, without making a str of the common word (one kept as it
  * is, all ASCII): its str hash is computed on its bytes (the function str.__hash__ runs
  * on a one-byte str's bytes) and looked up in the table, a block of words at a time with
  * their slots fetched ahead as hash_lists does; a str is made only on a miss, and for
- * the odd words (long, with an '@' or with characters beyond ASCII). None for other
- * text (the caller makes its tokens). With `lower`, the tokens of the text lower-cased
+ * the odd words (long, with an '@' or with characters beyond ASCII). Text beyond Latin-1
+ * takes wide_word_hashes (above), the same tokens. With `lower`, the tokens of the text lower-cased
  * (str.lower, which keeps Latin-1 text Latin-1, one character for one): the common word
  * lower-cased as it is hashed, the odd ones by str.lower. */
 static PyObject *
@@ -585,7 +707,7 @@ word_hashes(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     }
     if (PyUnicode_KIND(text) != PyUnicode_1BYTE_KIND) {
-        Py_RETURN_NONE;
+        return wide_word_hashes(text, min_len, max_len, out, lower);
     }
     const Py_UCS1 *s = PyUnicode_1BYTE_DATA(text);
     int ascii = PyUnicode_IS_ASCII(text);
@@ -1007,6 +1129,8 @@ static unsigned char is_word1[256];  /* \w among the Latin-1 characters */
 static unsigned char url_stop[256];  /* what ends a URL: \s and "'<>()[]{} */
 static unsigned char url_user_stop[256];  /* what ends a URL's user part: \s and /?#@ */
 static unsigned char link_user_stop[256]; /* what ends a link's user part: \s, /?#@ and "'> */
+static unsigned char url_first[256];  /* where url_scan's URL can start: h f m w, either case */
+static unsigned char link_first[256]; /* where a link's attribute name can start: h s a, either case */
 
 static inline int
 is_alnum_ascii(Py_UCS1 c)
@@ -1037,6 +1161,49 @@ append_new(PyObject *out, PyObject *token)
     return rc;
 }
 
+/* A direct-mapped memo of the recent short ASCII tokens the steps below make (html:<tag>,
+ * url:<host>): a repeated token is the same str, whose str hash (what the token table is
+ * looked up by) is then computed once. Which str holds a token's characters changes no
+ * token. */
+#define TOKEN_MEMO_SLOTS 1024
+#define TOKEN_MEMO_MAX 64
+static PyObject *token_memo[TOKEN_MEMO_SLOTS];
+
+/* The str of the ASCII characters s[0:n]: the memo's, or a new one (a new reference). */
+static PyObject *
+ascii_token(const Py_UCS1 *s, Py_ssize_t n)
+{
+    PyObject **slot = NULL, *t;
+    if (n <= TOKEN_MEMO_MAX) {
+        uint64_t h = (uint64_t)n * 0x9E3779B97F4A7C15ULL, chunk; /* 8 bytes a step */
+        Py_ssize_t i = 0;
+        for (; i + 8 <= n; i += 8) {
+            memcpy(&chunk, s + i, 8);
+            h = (h ^ chunk) * 0xff51afd7ed558ccdULL;
+        }
+        if (i < n) {
+            chunk = 0;
+            memcpy(&chunk, s + i, (size_t)(n - i));
+            h = (h ^ chunk) * 0xff51afd7ed558ccdULL;
+        }
+        h ^= h >> 29;
+        slot = &token_memo[(h ^ (h >> 32)) & (TOKEN_MEMO_SLOTS - 1)];
+        t = *slot;
+        if (t != NULL && PyUnicode_GET_LENGTH(t) == n && memcmp(PyUnicode_1BYTE_DATA(t), s, (size_t)n) == 0) {
+            return Py_NewRef(t);
+        }
+    }
+    t = PyUnicode_New(n, 127);
+    if (t == NULL) {
+        return NULL;
+    }
+    memcpy(PyUnicode_1BYTE_DATA(t), s, (size_t)n);
+    if (slot != NULL) {
+        Py_XSETREF(*slot, Py_NewRef(t));
+    }
+    return t;
+}
+
 /* Append text.host_tokens(prefix, host) for the host u[0:n] (ASCII letters, digits, '.'
  * and '-', starting with a letter or digit): "<prefix>:<host>" lower-cased, its trailing
  * dots stripped, and "<prefix>:<last two labels>" when it has more than two. */
@@ -1047,11 +1214,11 @@ append_host(const char *prefix, const Py_UCS1 *u, Py_ssize_t n, PyObject *out)
     while (n > 1 && u[n - 1] == '.') { /* host.strip("."): it starts with a letter or digit */
         n--;
     }
-    PyObject *whole = PyUnicode_New(pre + n, 127);
-    if (whole == NULL) {
+    Py_UCS1 stack[TOKEN_MEMO_MAX], *w = stack;
+    if (pre + n > TOKEN_MEMO_MAX && (w = PyMem_Malloc((size_t)(pre + n))) == NULL) {
+        PyErr_NoMemory();
         return -1;
     }
-    Py_UCS1 *w = PyUnicode_1BYTE_DATA(whole);
     memcpy(w, prefix, (size_t)pre);
     for (Py_ssize_t i = 0; i < n; i++) {
         Py_UCS1 c = lower1(u[i]);
@@ -1062,23 +1229,16 @@ append_host(const char *prefix, const Py_UCS1 *u, Py_ssize_t n, PyObject *out)
             last = i;
         }
     }
-    if (append_new(out, whole) < 0) {
-        return -1;
+    int rc = append_new(out, ascii_token(w, pre + n));
+    if (rc == 0 && dots >= 2) { /* more than two labels: the last two too */
+        Py_ssize_t from = second + 1;
+        memmove(w + pre, w + pre + from, (size_t)(n - from));
+        rc = append_new(out, ascii_token(w, pre + n - from));
     }
-    if (dots >= 2) { /* more than two labels: the last two too */
-        Py_ssize_t from = second + 1, m = n - from;
-        PyObject *tail = PyUnicode_New(pre + m, 127);
-        if (tail == NULL) {
-            return -1;
-        }
-        Py_UCS1 *t = PyUnicode_1BYTE_DATA(tail);
-        memcpy(t, prefix, (size_t)pre);
-        memcpy(t + pre, w + pre + from, (size_t)m);
-        if (append_new(out, tail) < 0) {
-            return -1;
-        }
+    if (w != stack) {
+        PyMem_Free(w);
     }
-    return 0;
+    return rc;
 }
 
 /* The host at the start of u[0:len], after an optional user part (a run of characters
@@ -1171,10 +1331,10 @@ url_scan(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     Py_UCS1 *buf = NULL; /* the text with its URLs replaced by spaces, once one is found */
     Py_ssize_t used = 0;
     for (Py_ssize_t i = 0; i < n; i++) {
-        Py_UCS1 c = lower1(p[i]);
-        if (c != 'h' && c != 'f' && c != 'm' && c != 'w') {
+        if (!url_first[p[i]]) {
             continue;
         }
+        Py_UCS1 c = lower1(p[i]);
         if (i > 0 && is_word1[p[i - 1]]) { /* (?<!\w.): a word character before */
             continue;
         }
@@ -1288,10 +1448,10 @@ next_tag(const Py_UCS1 *p, Py_ssize_t n, Py_ssize_t i, tag_t *tag, Py_ssize_t *e
         while (name_end < n && name_end - j < 16 && is_alnum_ascii(p[name_end])) {
             name_end++;
         }
-        attr_end = name_end;
-        while (attr_end < n && attr_end - name_end < 2000 && p[attr_end] != '>') {
-            attr_end++;
-        }
+        /* the attributes: up to the first '>' within 2000 characters */
+        Py_ssize_t limit = n - name_end < 2000 ? n : name_end + 2000;
+        const Py_UCS1 *gt = memchr(p + name_end, '>', (size_t)(limit - name_end));
+        attr_end = gt == NULL ? limit : gt - p;
         tag->name = p + j;
         tag->name_len = name_end - j;
         tag->attr = p + name_end;
@@ -1432,6 +1592,9 @@ static int
 append_link_hosts(const Py_UCS1 *p, Py_ssize_t n, PyObject *out)
 {
     for (Py_ssize_t i = 0; i < n; i++) {
+        if (!link_first[p[i]]) {
+            continue;
+        }
         Py_UCS1 c = lower1(p[i]);
         Py_ssize_t j;
         if (c == 'h' && ci_at(p, n, i + 1, "ref")) {
@@ -1520,17 +1683,13 @@ tokens_of_tags(const tag_t *tags, Py_ssize_t n, Py_ssize_t limit)
             break;
         }
         if (opening) {
-            Py_ssize_t m = tags[i].name_len;
-            PyObject *tok = PyUnicode_New(5 + m, 127);
-            if (tok == NULL) {
-                goto fail;
-            }
-            Py_UCS1 *t = PyUnicode_1BYTE_DATA(tok);
+            Py_ssize_t m = tags[i].name_len; /* (at most 16) */
+            Py_UCS1 t[5 + 16];
             memcpy(t, "html:", 5);
             for (Py_ssize_t k = 0; k < m; k++) {
                 t[5 + k] = lower1(tags[i].name[k]);
             }
-            if (append_new(tokens, tok) < 0) {
+            if (append_new(tokens, ascii_token(t, 5 + m)) < 0) {
                 goto fail;
             }
         }
@@ -1602,9 +1761,10 @@ tag_tokens(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
             PyErr_SetString(PyExc_TypeError, "tag_tokens: the lists must hold str");
             return NULL;
         }
-        if (PyUnicode_KIND(a) != PyUnicode_1BYTE_KIND || !PyUnicode_IS_ASCII(name)) {
+        if (PyUnicode_KIND(a) != PyUnicode_1BYTE_KIND || !PyUnicode_IS_ASCII(name)
+            || PyUnicode_GET_LENGTH(name) > 16) {
             PyMem_Free(tags);
-            Py_RETURN_NONE; /* (tag names are ASCII: the html: tokens are made as ASCII) */
+            Py_RETURN_NONE; /* (tag names are ASCII, at most 16 characters: markup._TAG) */
         }
         tags[i].slash = NULL; /* (only its length is read) */
         tags[i].slash_len = PyUnicode_GET_LENGTH(slash);
@@ -1791,6 +1951,94 @@ header_block_end(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         }
     }
     return PyLong_FromSsize_t(block_end);
+}
+
+/* ------------------------------------------------------------------ message_id_value
+ *
+ * message_id_value(raw, scan) -> bytes or None: learn_keys._message_id (workers/wire) on
+ * the bytes raw[:scan]: the raw value of the first Message-ID field (its name in any
+ * case, up to 63 blanks, a colon) at the start or after a line break, None when there is
+ * none or an empty line ("\n\n" or "\n\r\n") comes before it; the value runs to the line
+ * break of the last of its lines (a line starting with a blank goes on), or without one
+ * before scan to the first empty line or scan. One pass over the lines, nothing copied
+ * but the value. The Python code is its reference; tests compare both with a line-by-line
+ * reading of the header. */
+
+/* After "message-id", blanks and ':' at s[i:scan]: the index past the colon, or -1. */
+static Py_ssize_t
+message_id_field_end(const unsigned char *s, Py_ssize_t scan, Py_ssize_t i)
+{
+    if (scan - i < 11 || !ci_at(s, scan, i, "message-id")) {
+        return -1;
+    }
+    Py_ssize_t j = i + 10;
+    while (j < scan && j - (i + 10) < 63 && (s[j] == ' ' || s[j] == '\t')) {
+        j++;
+    }
+    return j < scan && s[j] == ':' ? j + 1 : -1;
+}
+
+static PyObject *
+message_id_value(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2 || !PyBytes_Check(args[0]) || !PyLong_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "message_id_value(raw, scan): bytes and an int");
+        return NULL;
+    }
+    const unsigned char *s = (const unsigned char *)PyBytes_AS_STRING(args[0]);
+    Py_ssize_t len = PyBytes_GET_SIZE(args[0]), scan = PyLong_AsSsize_t(args[1]);
+    if (scan == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    if (scan < 0 || scan > len) {
+        PyErr_SetString(PyExc_ValueError, "message_id_value: scan must be in 0..len(raw)");
+        return NULL;
+    }
+    Py_ssize_t start = message_id_field_end(s, scan, 0), q = 0;
+    while (start < 0) { /* the lines after the first, up to an empty one */
+        const unsigned char *nl = q < scan ? memchr(s + q, '\n', (size_t)(scan - q)) : NULL;
+        if (nl == NULL) {
+            Py_RETURN_NONE;
+        }
+        q = nl - s;
+        if ((q + 1 < len && s[q + 1] == '\n') || (q + 2 < len && s[q + 1] == '\r' && s[q + 2] == '\n')) {
+            Py_RETURN_NONE; /* an empty line: a field after it is in the body */
+        }
+        start = message_id_field_end(s, scan, q + 1);
+        q++;
+    }
+    Py_ssize_t end = start;
+    for (;;) { /* the field goes on over lines that start with a blank */
+        const unsigned char *nl = end < scan ? memchr(s + end, '\n', (size_t)(scan - end)) : NULL;
+        if (nl == NULL) {
+            end = -1;
+            break;
+        }
+        end = nl - s;
+        if (end + 1 >= scan || (s[end + 1] != ' ' && s[end + 1] != '\t')) {
+            break;
+        }
+        end++;
+    }
+    if (end < 0) { /* no line break before scan: the header lines end at an empty line or there */
+        Py_ssize_t lf = -1, crlf = -1;
+        for (Py_ssize_t k = 0; k + 1 < scan; k++) {
+            if (s[k] == '\n' && s[k + 1] == '\n') {
+                lf = k;
+                break;
+            }
+        }
+        Py_ssize_t until = lf >= 0 ? lf : scan;
+        for (Py_ssize_t k = 0; k + 2 < until; k++) {
+            if (s[k] == '\n' && s[k + 1] == '\r' && s[k + 2] == '\n') {
+                crlf = k;
+                break;
+            }
+        }
+        Py_ssize_t stop = crlf >= 0 ? crlf : lf;
+        end = stop >= 0 ? stop + 1 : scan;
+    }
+    return PyBytes_FromStringAndSize((const char *)s + start, end > start ? end - start : 0);
 }
 
 static PyObject *
@@ -2696,11 +2944,46 @@ drop_scripts(const Py_UCS1 *p, Py_ssize_t n, Py_UCS1 *out)
 /* The three passes on p[0:n], the result in a (its length returned); a and b have room
  * for n + 3 characters. */
 static Py_ssize_t
-clean_passes(const Py_UCS1 *p, Py_ssize_t n, Py_UCS1 *a, Py_UCS1 *b)
+clean_passes(const Py_UCS1 *p, Py_ssize_t n, Py_UCS1 *a, Py_UCS1 *b, const Py_UCS1 **result)
 {
-    Py_ssize_t m = drop_comments(p, n, a);
-    m = blank_declarations(a, m, b);
-    return drop_scripts(b, m, a);
+    /* What the passes act on, looked for first: a pass with nothing to act on leaves its
+     * input as it is, and is skipped. Without a comment the input's declarations are
+     * those pass 2 sees, and its scripts those pass 3 sees (pass 2 makes a declaration, which
+     * holds no '<', a space: it neither makes nor takes a "<script" or "<style"). */
+    int comment = 0, declaration = 0, script = 0;
+    const Py_UCS1 *lt = p, *end = p + n;
+    while (!comment && (lt = memchr(lt, '<', (size_t)(end - lt))) != NULL) {
+        Py_ssize_t k = lt - p;
+        Py_UCS1 c = k + 1 < n ? p[k + 1] : 0;
+        if (c == '!' || c == '?') {
+            declaration = 1;
+            comment = c == '!' && k + 3 < n && p[k + 2] == '-' && p[k + 3] == '-';
+        }
+        else if (!script && (c | 0x20) == 's') {
+            script = ci_at(p, n, k + 1, "script") || ci_at(p, n, k + 1, "style");
+        }
+        lt++;
+    }
+    Py_ssize_t m;
+    if (comment) {
+        m = drop_comments(p, n, a);
+        m = blank_declarations(a, m, b);
+        *result = a;
+        return drop_scripts(b, m, a);
+    }
+    const Py_UCS1 *src = p;
+    m = n;
+    if (declaration) {
+        m = blank_declarations(p, n, a);
+        src = a;
+    }
+    if (script) {
+        Py_UCS1 *out = src == a ? b : a;
+        m = drop_scripts(src, m, out);
+        src = out;
+    }
+    *result = src;
+    return m;
 }
 
 /* ------------------------------------------------------------------ html_strip
@@ -2743,14 +3026,17 @@ html_strip(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         PyErr_NoMemory();
         goto done;
     }
-    Py_ssize_t m = clean_passes(p, n, a, b);
-    /* the text into b (one space for each tag: never longer than a), the tags listed */
+    const Py_UCS1 *clean;
+    Py_ssize_t m = clean_passes(p, n, a, b, &clean);
+    /* the text into the other buffer (one space for each tag: never longer than the
+     * markup), the tags listed */
+    Py_UCS1 *text = clean == b ? a : b;
     Py_ssize_t used = 0, text_from = 0, i, end;
     tag_t tag;
-    while ((i = next_tag(a, m, text_from, &tag, &end)) >= 0) {
-        memcpy(b + used, a + text_from, (size_t)(i - text_from));
+    while ((i = next_tag(clean, m, text_from, &tag, &end)) >= 0) {
+        memcpy(text + used, clean + text_from, (size_t)(i - text_from));
         used += i - text_from;
-        b[used++] = ' ';
+        text[used++] = ' ';
         if (n_tags == room) {
             room *= 2;
             tag_t *more = PyMem_Realloc(tags, (size_t)room * sizeof(tag_t));
@@ -2763,11 +3049,11 @@ html_strip(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         tags[n_tags++] = tag;
         text_from = end;
     }
-    memcpy(b + used, a + text_from, (size_t)(m - text_from));
+    memcpy(text + used, clean + text_from, (size_t)(m - text_from));
     used += m - text_from;
     tokens = tokens_of_tags(tags, n_tags, limit);
     if (tokens != NULL) {
-        result = Py_BuildValue("(NN)", latin1_str(b, used), tokens);
+        result = Py_BuildValue("(NN)", latin1_str(text, used), tokens);
         tokens = NULL; /* (stolen, or freed with the tuple on failure) */
     }
 done:
@@ -2776,6 +3062,198 @@ done:
     PyMem_Free(b);
     PyMem_Free(tags);
     return result;
+}
+
+/* ------------------------------------------------------------------ html_unescape
+ *
+ * html_unescape(text, html5, invalid_charrefs, invalid_codepoints, legacy_max) -> str:
+ * html.unescape(text) of any str, the standard library's tables passed in (html.entities.
+ * html5, html._invalid_charrefs, html._invalid_codepoints; legacy_max the longest name of
+ * html5 without a ';'). The same matches as html._charref,
+ *
+ *   &(#[0-9]+;?|#[xX][0-9a-fA-F]+;?|[^\t\n\f <&#;]{1,32};?)
+ *
+ * each replaced as html._replace_charref does: a numeric reference by its character (the
+ * invalid ones as the tables say, surrogates and numbers past U+10FFFF as U+FFFD), a
+ * name by html5[name], else by the longest prefix that is a name (only names without a
+ * ';' can be one: up to legacy_max characters) and the rest, else left as it is. Tests
+ * compare it with html.unescape, its reference. */
+
+static inline int
+is_hex_digit(Py_UCS4 c)
+{
+    return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
+}
+
+static inline int
+hex_value(Py_UCS4 c)
+{
+    return c <= '9' ? (int)(c - '0') : (int)((c | 0x20) - 'a' + 10);
+}
+
+static inline int
+is_name_char(Py_UCS4 c)
+{
+    return c != '\t' && c != '\n' && c != '\f' && c != ' ' && c != '<' && c != '&' && c != '#' && c != ';';
+}
+
+/* The replacement of the numeric reference num (saturated past U+10FFFF) into w. */
+static int
+write_charref(_PyUnicodeWriter *w, long num, PyObject *invalid_charrefs, PyObject *invalid_codepoints)
+{
+    PyObject *key = PyLong_FromLong(num);
+    if (key == NULL) {
+        return -1;
+    }
+    PyObject *sub = PyDict_GetItemWithError(invalid_charrefs, key); /* borrowed */
+    if (sub != NULL) {
+        Py_DECREF(key);
+        return PyUnicode_Check(sub) ? _PyUnicodeWriter_WriteStr(w, sub) : -1;
+    }
+    if (PyErr_Occurred()) {
+        Py_DECREF(key);
+        return -1;
+    }
+    if ((num >= 0xD800 && num <= 0xDFFF) || num > 0x10FFFF) {
+        Py_DECREF(key);
+        return _PyUnicodeWriter_WriteChar(w, 0xFFFD);
+    }
+    int invalid = PySet_Contains(invalid_codepoints, key);
+    Py_DECREF(key);
+    if (invalid < 0) {
+        return -1;
+    }
+    return invalid ? 0 : _PyUnicodeWriter_WriteChar(w, (Py_UCS4)num);
+}
+
+/* The replacement of the named reference text[from:to] (to - from >= 1) into w. */
+static int
+write_named(_PyUnicodeWriter *w, PyObject *text, Py_ssize_t from, Py_ssize_t to, PyObject *html5,
+            Py_ssize_t legacy_max)
+{
+    PyObject *name = PyUnicode_Substring(text, from, to);
+    if (name == NULL) {
+        return -1;
+    }
+    PyObject *sub = PyDict_GetItemWithError(html5, name); /* borrowed */
+    Py_DECREF(name);
+    if (sub != NULL) {
+        return PyUnicode_Check(sub) ? _PyUnicodeWriter_WriteStr(w, sub) : -1;
+    }
+    if (PyErr_Occurred()) {
+        return -1;
+    }
+    Py_ssize_t x = to - from - 1;
+    if (x > legacy_max) {
+        x = legacy_max;
+    }
+    for (; x > 1; x--) {
+        PyObject *prefix = PyUnicode_Substring(text, from, from + x);
+        if (prefix == NULL) {
+            return -1;
+        }
+        sub = PyDict_GetItemWithError(html5, prefix);
+        Py_DECREF(prefix);
+        if (sub != NULL) {
+            if (!PyUnicode_Check(sub) || _PyUnicodeWriter_WriteStr(w, sub) < 0) {
+                return -1;
+            }
+            return _PyUnicodeWriter_WriteSubstring(w, text, from + x, to);
+        }
+        if (PyErr_Occurred()) {
+            return -1;
+        }
+    }
+    return _PyUnicodeWriter_WriteSubstring(w, text, from - 1, to); /* '&' and the name */
+}
+
+static PyObject *
+html_unescape(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 5 || !PyUnicode_Check(args[0]) || !PyDict_Check(args[1]) || !PyDict_Check(args[2])
+        || !PyAnySet_Check(args[3]) || !PyLong_Check(args[4])) {
+        PyErr_SetString(PyExc_TypeError, "html_unescape(text, html5, invalid_charrefs, "
+                        "invalid_codepoints, legacy_max): a str, two dicts, a set and an int");
+        return NULL;
+    }
+    PyObject *text = args[0], *html5 = args[1], *charrefs = args[2], *codepoints = args[3];
+    Py_ssize_t legacy_max = PyLong_AsSsize_t(args[4]);
+    if (legacy_max == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    int kind = PyUnicode_KIND(text);
+    const void *data = PyUnicode_DATA(text);
+    Py_ssize_t n = PyUnicode_GET_LENGTH(text);
+    Py_ssize_t amp = PyUnicode_FindChar(text, '&', 0, n, 1);
+    if (amp == -2) {
+        return NULL;
+    }
+    if (amp < 0) {
+        return Py_NewRef(text);
+    }
+    _PyUnicodeWriter w;
+    _PyUnicodeWriter_Init(&w);
+    w.min_length = n;
+    Py_ssize_t done = 0; /* text[:done] is written */
+    while (amp >= 0) {
+        Py_ssize_t i = amp + 1, end = -1;
+        if (i < n && PyUnicode_READ(kind, data, i) == '#') {
+            Py_UCS4 c = i + 1 < n ? PyUnicode_READ(kind, data, i + 1) : 0;
+            int hex = (c == 'x' || c == 'X') && i + 2 < n && is_hex_digit(PyUnicode_READ(kind, data, i + 2));
+            Py_ssize_t j = hex ? i + 2 : i + 1;
+            long num = 0;
+            while (j < n) {
+                Py_UCS4 d = PyUnicode_READ(kind, data, j);
+                if (hex ? !is_hex_digit(d) : !(d >= '0' && d <= '9')) {
+                    break;
+                }
+                num = num * (hex ? 16 : 10) + (hex ? hex_value(d) : (int)(d - '0'));
+                if (num > 0x110000) {
+                    num = 0x110000; /* past U+10FFFF: U+FFFD whatever follows */
+                }
+                j++;
+            }
+            if (j > (hex ? i + 2 : i + 1)) { /* at least one digit */
+                end = j < n && PyUnicode_READ(kind, data, j) == ';' ? j + 1 : j;
+                if (_PyUnicodeWriter_WriteSubstring(&w, text, done, amp) < 0
+                    || write_charref(&w, num, charrefs, codepoints) < 0) {
+                    goto fail;
+                }
+            }
+        }
+        else {
+            Py_ssize_t j = i;
+            while (j < n && j - i < 32 && is_name_char(PyUnicode_READ(kind, data, j))) {
+                j++;
+            }
+            if (j > i) {
+                end = j < n && PyUnicode_READ(kind, data, j) == ';' ? j + 1 : j;
+                if (_PyUnicodeWriter_WriteSubstring(&w, text, done, amp) < 0
+                    || write_named(&w, text, i, end, html5, legacy_max) < 0) {
+                    goto fail;
+                }
+            }
+        }
+        Py_ssize_t from = end >= 0 ? end : amp + 1;
+        if (end >= 0) {
+            done = end;
+        }
+        amp = from < n ? PyUnicode_FindChar(text, '&', from, n, 1) : -1;
+        if (amp == -2) {
+            goto fail;
+        }
+    }
+    if (done == 0) {
+        _PyUnicodeWriter_Dealloc(&w);
+        return Py_NewRef(text);
+    }
+    if (_PyUnicodeWriter_WriteSubstring(&w, text, done, n) < 0) {
+        goto fail;
+    }
+    return _PyUnicodeWriter_Finish(&w);
+fail:
+    _PyUnicodeWriter_Dealloc(&w);
+    return NULL;
 }
 
 /* ------------------------------------------------------------------ wire_tokens
@@ -3228,6 +3706,12 @@ static PyMethodDef methods[] = {
     {"html_strip", (PyCFunction)(void (*)(void))html_strip, METH_FASTCALL,
      "html_strip(markup, max_tag_tokens): markup.strip_html on Latin-1 markup before "
      "html.unescape: (text, tokens); None for other markup."},
+    {"message_id_value", (PyCFunction)(void (*)(void))message_id_value, METH_FASTCALL,
+     "message_id_value(raw, scan): the raw value of a mail's first Message-ID field in raw[:scan] "
+     "(learn_keys._message_id), or None."},
+    {"html_unescape", (PyCFunction)(void (*)(void))html_unescape, METH_FASTCALL,
+     "html_unescape(text, html5, invalid_charrefs, invalid_codepoints, legacy_max): "
+     "html.unescape(text), the standard library's tables passed in."},
     {"wire_tokens", (PyCFunction)(void (*)(void))wire_tokens, METH_FASTCALL,
      "wire_tokens(data, max_tokens, max_str_len, max_map_len): (the map without its tokens, "
      "their stable hashes as uint64 bytes, start, end of the array) of a msgpack map with a "
@@ -3260,6 +3744,8 @@ PyInit__speedups(void)
         url_stop[c] = is_space1[c] || (c != 0 && strchr("\"'<>()[]{}", (int)c) != NULL);
         url_user_stop[c] = is_space1[c] || (c != 0 && strchr("/?#@", (int)c) != NULL);
         link_user_stop[c] = url_user_stop[c] || (c != 0 && strchr("\"'>", (int)c) != NULL);
+        url_first[c] = c != 0 && strchr("hfmwHFMW", (int)c) != NULL;
+        link_first[c] = c != 0 && strchr("hsaHSA", (int)c) != NULL;
     }
     for (const char *p = PUNCT; *p; p++) {
         is_punct[(unsigned char)*p] = 1;

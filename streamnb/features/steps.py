@@ -52,6 +52,8 @@ class TokenizerSteps:
     #: markup.strip_html whole, or its tag tokens
     html_strip: Step = None
     tag_tokens: Step = None
+    #: html.unescape (markup.unescape)
+    html_unescape: Step = None
     #: mail_headers._received_tokens, MailAnalysis.add_text_stats' counts, mail_headers._address_matches,
     #: HeaderTokenizer.add
     received_tokens: Step = None

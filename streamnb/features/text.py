@@ -228,10 +228,10 @@ class WordRules:
 
     def hash_words(self, text: str, out: list[str], hashes: bytearray) -> None:
         """:meth:`words` without a limit, for a caller that only hashes the tokens: the C
-        ``word_hashes`` step appends the stable hashes of the word tokens of Latin-1 text to
-        ``hashes`` (uint64, what :func:`~streamnb.features.hashing.token_hashes` gives for
-        them) without making each token a str; other text (and bigrams, or no such step)
-        appends the tokens to ``out``. Either way the same tokens are hashed, in their order.
+        ``word_hashes`` step appends the stable hashes of the word tokens to ``hashes``
+        (uint64, what :func:`~streamnb.features.hashing.token_hashes` gives for them)
+        without making the common token a str; bigrams, OSB or no such step append the
+        tokens to ``out``. Either way the same tokens are hashed, in their order.
 
         >>> import numpy as np
         >>> from streamnb.features.hashing import token_hashes

@@ -42,6 +42,7 @@ from typing import Any
 import msgpack
 import numpy as np
 
+from streamnb._cmodules import optional_c_module
 from streamnb.encoding import dumps
 from streamnb.features.own_headers import strip_own_headers
 from streamnb_workers.wire.learn_sources import DEFAULT, Teacher
@@ -58,6 +59,8 @@ _HEADER_SCAN_BYTES = 256 * 1024
 _FIELD_FIRST = re.compile(rb"message-id[ \t]{0,63}:", re.IGNORECASE)
 _FIELD_AFTER_BREAK = re.compile(rb"\nmessage-id[ \t]{0,63}:", re.IGNORECASE)
 _BRACKETED = re.compile(rb"<([^<>]*)>")
+#: The C step of _message_id (streamnb.features._speedups), or None.
+_C_MESSAGE_ID = getattr(optional_c_module("streamnb.features._speedups"), "message_id_value", None)
 
 
 def _hash(kind: str, data: bytes) -> str:
@@ -72,6 +75,14 @@ def _blank_line(raw: bytes, stop: int) -> int:
 
 
 def _message_id(raw: bytes) -> bytes | None:
+    """:func:`_python_message_id`, in C where the tokenizer's C module is built (one pass
+    over the header lines, the same value)."""
+    if _C_MESSAGE_ID is not None:
+        return _C_MESSAGE_ID(raw, min(len(raw), _HEADER_SCAN_BYTES))
+    return _python_message_id(raw)
+
+
+def _python_message_id(raw: bytes) -> bytes | None:
     """The raw value of the first Message-ID field of a mail's header lines (up to its first
     empty line, within the scan limit), folded lines joined: the field found where it
     starts the mail or follows a line break, the text before it then checked for an empty

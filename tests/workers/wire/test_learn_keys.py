@@ -116,10 +116,22 @@ _PIECES = [b"Message-ID", b"message-id", b"MESSAGE-Id", b"X-Message-ID", b"Messa
            b" " * 70, b"<a@b>", b"<", b">", b"\n", b"\r\n", b"\n\n", b"\r\n\r\n", b"\n ", b"\n\t", b"x", b"Subject: s"]
 
 
-@pytest.mark.parametrize("seed", range(8))
-def test_the_one_pass_message_id_search_finds_what_the_copies_found(seed, corpus_dir):
-    from streamnb_workers.wire.learn_keys import _message_id
+def _message_id_searches():
+    from streamnb_workers.wire import learn_keys
 
+    c_search = None
+    if learn_keys._C_MESSAGE_ID is not None:
+        def c_search(raw):
+            return learn_keys._C_MESSAGE_ID(raw, min(len(raw), learn_keys._HEADER_SCAN_BYTES))
+    return [pytest.param(learn_keys._python_message_id, id="python"),
+            pytest.param(c_search, id="C", marks=pytest.mark.skipif(c_search is None, reason="no C module"))]
+
+
+@pytest.mark.parametrize("_message_id", _message_id_searches())
+@pytest.mark.parametrize("seed", range(8))
+def test_the_one_pass_message_id_search_finds_what_the_copies_found(seed, corpus_dir, _message_id):
+    """The Python one-pass search and its C step (message_id_value), each against the
+    search on a lower-cased copy."""
     rng = np.random.default_rng(seed)
     for _ in range(2_000):
         raw = b"".join(_PIECES[i] for i in rng.integers(len(_PIECES), size=rng.integers(0, 14)))
@@ -128,3 +140,13 @@ def test_the_one_pass_message_id_search_finds_what_the_copies_found(seed, corpus
         for path in sorted(p for p in corpus_dir.rglob("*") if p.is_file()):
             raw = path.read_bytes()
             assert _message_id(raw) == _message_id_by_copies(raw), path
+
+
+@pytest.mark.parametrize("_message_id", _message_id_searches())
+@pytest.mark.parametrize("cut", [-40, -13, -12, -11, -5, -1, 0, 1, 30])
+def test_the_message_id_search_stops_at_the_scan_limit(cut, _message_id):
+    """A field near the end of the 256 KiB searched: what lies past it is not read."""
+    pad = b"X-Pad: " + b"p" * (256 * 1024 + cut - 7 - 11) + b"\n"
+    for tail in (b"Message-ID: <a@b>\n\nbody", b"Message-ID: <a@b>", b"message-id\t:<a@b>\n more\n"):
+        raw = pad + tail
+        assert _message_id(raw) == _message_id_by_copies(raw)
