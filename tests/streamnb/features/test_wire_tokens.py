@@ -210,3 +210,25 @@ def test_a_token_new_to_the_table_is_hashed_by_hashlib():
     data = msgpack.packb({"tokens": fresh, "label": "ham"})
     _, tokens = wire.split_tokens(data, max_tokens=100, max_str_len=100, max_map_len=100)
     assert FEATURIZER.featurize(("tokens", tokens)).indices.tolist() == oracle_row(fresh)
+
+
+@needs_c
+def test_near_tokens_from_the_wire_get_their_own_hashes():
+    """Tokens that differ in a byte at a chunk's edge, in their length or in a NUL, read
+    from the wire after the same tokens were looked up as str and the other way round:
+    each gets the hashlib hash of its own bytes (the table's key is the same for a str
+    token and its bytes, and different for any two tokens)."""
+    from streamnb.features import hashing
+    from tests.streamnb.features.test_hashing import near_tokens, oracle_hash
+
+    tokens = near_tokens()
+    expected = [oracle_hash(t) for t in tokens]
+    data = msgpack.packb({"tokens": tokens})
+    for first_as_str in (True, False):
+        hashing.C_TABLE.clear()
+        if first_as_str:
+            assert hashing.token_hashes(tokens).tolist() == expected
+        for _ in range(2):  # new to the table, then found in it
+            _, wired = wire.split_tokens(data, max_tokens=10_000, max_str_len=1000, max_map_len=10)
+            assert wired.hashes.tolist() == expected
+        assert hashing.token_hashes(tokens).tolist() == expected
