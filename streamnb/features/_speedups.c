@@ -3297,6 +3297,96 @@ wire_tokens_joined(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     return out;
 }
 
+/* wire_tokens_distinct(data, start, end, hashes) -> list of str: the distinct str items of
+ * the msgpack array data[start:end], in the order of their first appearance, told apart by
+ * their stable hashes `hashes` (a buffer of uint64, one an item, as wire_tokens gave them):
+ * the first item of each hash is decoded as msgpack would (UTF-8), the others are skipped
+ * without a str made. ValueError if data[start:end] is not one array of str of
+ * len(hashes) items. */
+static PyObject *
+wire_tokens_distinct(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)module;
+    if (nargs != 4 || !PyBytes_Check(args[0])) {
+        PyErr_SetString(PyExc_TypeError, "wire_tokens_distinct(data, start, end, hashes): bytes, two "
+                        "ints and a uint64 buffer");
+        return NULL;
+    }
+    Py_ssize_t start = PyLong_AsSsize_t(args[1]), end = PyLong_AsSsize_t(args[2]);
+    if ((start == -1 || end == -1) && PyErr_Occurred()) {
+        return NULL;
+    }
+    if (start < 0 || end < start || end > PyBytes_GET_SIZE(args[0])) {
+        PyErr_SetString(PyExc_ValueError, "wire_tokens_distinct: start and end are not in data");
+        return NULL;
+    }
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[3], &view, PyBUF_C_CONTIGUOUS) < 0) {
+        return NULL;
+    }
+    PyObject *out = NULL;
+    uint64_t *seen = NULL;
+    const uint64_t *hashes = (const uint64_t *)view.buf;
+    Py_ssize_t n_hashes = view.len / 8;
+    const unsigned char *p = (const unsigned char *)PyBytes_AS_STRING(args[0]);
+    Py_ssize_t at = start;
+    uint64_t items;
+    if (view.len % 8 != 0 || !array_header(p, end, &at, &items) || items != (uint64_t)n_hashes) {
+        PyErr_SetString(PyExc_ValueError, "wire_tokens_distinct: not a msgpack array of len(hashes) items");
+        goto done;
+    }
+    size_t size = 16, mask;
+    while (size < 2 * (size_t)n_hashes) {
+        size <<= 1;
+    }
+    mask = size - 1;
+    /* the hashes seen, open addressing (0 marks an empty slot: a hash of 0 is kept apart) */
+    if ((seen = PyMem_Calloc(size, sizeof(uint64_t))) == NULL || (out = PyList_New(0)) == NULL) {
+        if (seen == NULL) {
+            PyErr_NoMemory();
+        }
+        goto done;
+    }
+    int saw_zero = 0;
+    for (Py_ssize_t t = 0; t < n_hashes; t++) {
+        Py_ssize_t s, n;
+        if (!str_item(p, end, &at, &s, &n)) {
+            PyErr_SetString(PyExc_ValueError, "wire_tokens_distinct: an item is not a str");
+            goto fail;
+        }
+        uint64_t h = hashes[t];
+        if (h == 0) {
+            if (saw_zero) {
+                continue;
+            }
+            saw_zero = 1;
+        }
+        else {
+            size_t i = (size_t)((h * 0x9E3779B97F4A7C15ULL) >> 32) & mask;
+            while (seen[i] != 0 && seen[i] != h) {
+                i = (i + 1) & mask;
+            }
+            if (seen[i] == h) {
+                continue;
+            }
+            seen[i] = h;
+        }
+        PyObject *token = PyUnicode_DecodeUTF8((const char *)p + s, n, "strict");
+        if (token == NULL || PyList_Append(out, token) < 0) {
+            Py_XDECREF(token);
+            goto fail;
+        }
+        Py_DECREF(token);
+    }
+    goto done;
+fail:
+    Py_CLEAR(out);
+done:
+    PyMem_Free(seen);
+    PyBuffer_Release(&view);
+    return out;
+}
+
 static PyMethodDef methods[] = {
     {"word_tokens", (PyCFunction)(void (*)(void))word_tokens, METH_FASTCALL,
      "word_tokens(text, min_len, max_len, out): append the word tokens of text to out "
@@ -3359,6 +3449,9 @@ static PyMethodDef methods[] = {
     {"wire_tokens_joined", (PyCFunction)(void (*)(void))wire_tokens_joined, METH_FASTCALL,
      "wire_tokens_joined(data, start, end): the UTF-8 bytes of the str items of the msgpack "
      "array data[start:end], joined by NUL bytes."},
+    {"wire_tokens_distinct", (PyCFunction)(void (*)(void))wire_tokens_distinct, METH_FASTCALL,
+     "wire_tokens_distinct(data, start, end, hashes): the distinct str items of the msgpack "
+     "array data[start:end], first appearances first, told apart by their hashes."},
     {NULL, NULL, 0, NULL},
 };
 

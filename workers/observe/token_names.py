@@ -29,10 +29,11 @@ from typing import Any
 
 import numpy as np
 
+from streamnb.features.wire_tokens import WireTokens
 from streamnb_workers.wire.replies import as_str
 
-__all__ = ["NAMES_PER_BUCKET", "TokenNames", "message_tokens", "publish", "read_all",
-           "read_names"]
+__all__ = ["NAMES_PER_BUCKET", "TokenNames", "message_names", "message_tokens", "publish",
+           "read_all", "read_names"]
 
 #: Names kept per bucket in ``{M}:tokens`` (colliding tokens share a bucket).
 NAMES_PER_BUCKET = 3
@@ -52,6 +53,17 @@ def message_tokens(featurizer: Any, msg: Any) -> list[str] | None:
     if kind == "features":
         return [str(name) for name in msg.as_payload()[1]]
     return None
+
+
+def message_names(featurizer: Any, msg: Any) -> list[str] | None:
+    """The distinct names of a message (:func:`message_tokens`, each once): for a
+    ``tokens`` payload read from the wire, only the first of each token is decoded
+    (:meth:`WireTokens.distinct <streamnb.features.wire_tokens.WireTokens.distinct>`)."""
+    payload = msg.payload
+    if type(payload) is WireTokens and featurizer.input == "sparse":
+        return payload.distinct()
+    tokens = message_tokens(featurizer, msg)
+    return None if tokens is None else list(dict.fromkeys(tokens))
 
 
 class TokenNames:
@@ -82,10 +94,11 @@ class TokenNames:
         self.offered += n
         return list(range(first, n, self.every))
 
-    def add(self, tokens: Iterable[str]) -> None:
-        """Count one message's names (each once)."""
+    def add(self, tokens: Iterable[str], distinct: bool = False) -> None:
+        """Count one message's names (each once; ``distinct``: ``tokens`` holds each once
+        already)."""
         counts = self.counts
-        counts.update(set(tokens))  # (a set, not a map: Counter counts it in one C loop)
+        counts.update(tokens if distinct else set(tokens))  # (not a map: one C loop)
         self.changed = True
         if len(counts) > 2 * self.capacity:
             keep = heapq.nlargest(self.capacity, counts.items(), key=lambda kv: kv[1])
