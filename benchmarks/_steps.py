@@ -9,6 +9,14 @@ step's instructions. As for the totals, the figure a message is the difference o
 with 3 passes and one with 1, over the messages of 2 passes; what no step holds (reading
 the entries, the loop, settling the commit on the wire) is the worker's figure less the
 steps'.
+
+The same dumps set the worker's duties on the clock apart in every worker count
+(:data:`DUTIES`, :func:`instrument_duties`): what runs on a timer of wall time (the
+heartbeat, the snapshot lease and snapshots, the observer's look at the model every 5 s,
+the token names published, the claims of idle entries) is done as often as the run's
+wall time allows, and valgrind slows the worker, not the clock, so their count in a run
+depends on the host's load. They are counted under the name ``duties`` and printed on a
+line of their own; the per-message work stays in the worker's figure.
 """
 
 from __future__ import annotations
@@ -30,6 +38,11 @@ STEPS = (
       "observe_predictions")),
     ("streamnb_workers.worker.committing", ("commit_content", "_request", "apply_own_delta")),
 )
+#: The worker's duties on the clock (workers/worker/loop.py ``_intake``): each call,
+#: whether or not a timer was due, is counted as ``duties``.
+DUTIES = (("streamnb_workers.worker.loop", ("housekeeping", "claim_idle_entries")),)
+#: The name of the duties' dumps.
+DUTIES_LABEL = "duties"
 #: What each step is, for the printed table.
 WHAT = {
     "decode": "entries -> messages (codec, wire_tokens)",
@@ -76,6 +89,17 @@ def instrument(marker: str) -> ctypes.CDLL:
     return lib
 
 
+def instrument_duties(marker: str) -> ctypes.CDLL:
+    """In the counted process: wrap the worker's duties on the clock (:data:`DUTIES`) with a
+    dump at their start and one, named :data:`DUTIES_LABEL`, at their end."""
+    lib = ctypes.CDLL(marker)
+    for module_name, names in DUTIES:
+        module = importlib.import_module(module_name)
+        for name in names:
+            setattr(module, name, _wrapped(lib, getattr(module, name), DUTIES_LABEL.encode()))
+    return lib
+
+
 def _wrapped(lib: ctypes.CDLL, step, label: bytes):
     @functools.wraps(step)
     def counted(*args, **kwargs):
@@ -88,7 +112,9 @@ def _wrapped(lib: ctypes.CDLL, step, label: bytes):
 
 
 def step_totals(prefix: str) -> Counter:
-    """Instructions by step name over the dumps ``prefix.*`` of one callgrind run."""
+    """Instructions by step name over the dumps ``prefix.*`` of one callgrind run (its
+    ``Collected`` total is the sum of every dump's, the last one's at the program's end
+    included)."""
     totals: Counter = Counter()
     for name in glob.glob(glob.escape(prefix) + ".*"):
         head = Path(name).read_bytes()[:100_000]

@@ -24,6 +24,18 @@ target's "raw mail end to end >= 60% of bare parsing" in instructions, not in ti
 
     python -m benchmarks.instructions [--corpus DIR] [--messages 1000] [--what featurize,worker-raw] [--cache] [--steps]
 
+The counted worker also runs its duties on the clock (the heartbeat, the snapshot lease
+and snapshots, the observer's look at the model every 5 s, the token names published,
+the claims of idle entries: workers/worker/housekeeping.py), as often as the run's wall
+time allows; valgrind slows the worker, not the clock, so a run on a loaded host counts
+more of them. Where the marker library of ``--steps`` can be built (a C compiler and
+valgrind's ``callgrind.h``), callgrind dumps its counts at each duty's start and end, and
+the duties are taken off the worker's figure and printed on a line of their own
+(``duties on the clock``, per message of that run: it depends on the load, the figure
+does not); every per-message step stays in the figure. Without the library they stay in
+the figure, and the script says so. (``--cache``: cachegrind has no dumps; its figures
+hold the duties.)
+
 ``--steps`` also prints, for each ``worker-*`` workload, the instructions a message of each
 step of a batch (decode, featurize, predict, the commit's content, ...; benchmarks/_steps.py),
 counted the same way from callgrind's dumps at each step's start and end.
@@ -44,11 +56,13 @@ hundred bytes of synthetic mail a message, whose counts say nothing about real m
 from __future__ import annotations
 
 import argparse
+import glob
 import os
 import re
 import shutil
 import subprocess
 import sys
+import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -202,27 +216,59 @@ def print_steps(what: str, corpus_dir: str, messages: int, low: int, high: int,
     rows = [[n, WHAT[n], f"{v:,.0f}", f"{v / worker_total:.0%}"]
             for n, v in sorted(per.items(), key=lambda kv: -kv[1])]
     rest = worker_total - sum(per.values())
-    rows.append(["(the rest)", "reading entries, the loop, the commit on the wire", f"{rest:,.0f}",
+    rows.append(["(the rest)", "reading entries, the loop, the commit on the wire, token names",
+                 f"{rest:,.0f}",
                  f"{rest / worker_total:.0%}"])
     print(f"\n{what}, by step (instructions a message; the dumps add a few per batch):")
     print(format_table(["step", "what", "instructions per message", "share"], rows))
 
 
 def count(what: str, corpus_dir: str, messages: int, reps: int, cache: bool = False,
-          ll_bytes: int = DEFAULT_LL_BYTES) -> dict[str, int]:
+          ll_bytes: int = DEFAULT_LL_BYTES, duties: str | None = None) -> dict[str, int]:
     """Instructions of one run of the workload under callgrind (with ``cache``: under
-    cachegrind, with the simulated L1d and last-level misses, that level ``ll_bytes``)."""
+    cachegrind, with the simulated L1d and last-level misses, that level ``ll_bytes``).
+    With ``duties`` (a directory holding the marker library ``libmarker.so``) and a worker
+    workload: the worker's duties on the clock counted apart, as ``duties``, and taken off
+    ``instructions``."""
+    apart = duties is not None and what.startswith("worker-") and not cache
+    prefix = os.path.join(duties, f"duties.{what}.{reps}") if apart else "/dev/null"
     tool = ["--tool=cachegrind", "--cachegrind-out-file=/dev/null", *cache_sim(ll_bytes)] if cache else \
-        ["--tool=callgrind", "--callgrind-out-file=/dev/null"]
+        ["--tool=callgrind", f"--callgrind-out-file={prefix}"]
     cmd = ["valgrind", *tool, sys.executable,
            "-m", "benchmarks.instructions", "--inner", what, "--reps", str(reps),
            "--messages", str(messages), "--corpus", corpus_dir]
+    if apart:
+        cmd += ["--inner-duties", os.path.join(duties, "libmarker.so")]
     # One BLAS thread, as `streamnb worker` sets (workers/cli/launch.py): the idle threads of
     # OpenBLAS's default pool spin, and their instructions, which vary run to run, counted.
     done = subprocess.run(cmd, capture_output=True, text=True, env=blas_env(os.environ), check=False)
     if done.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} failed ({done.returncode}):\n{done.stderr[-2000:]}")
-    return cache_counts(done.stderr) if cache else {"instructions": collected(done.stderr)}
+    if cache:
+        return cache_counts(done.stderr)
+    total = collected(done.stderr)  # (every dump's count: the duties' too)
+    if not apart:
+        return {"instructions": total}
+    from benchmarks._steps import DUTIES_LABEL, step_totals
+
+    on_clock = step_totals(prefix)[DUTIES_LABEL]
+    for name in glob.glob(glob.escape(prefix) + "*"):
+        os.remove(name)
+    return {"instructions": total - on_clock, "duties": on_clock}
+
+
+def duties_marker(directory: str) -> str | None:
+    """``directory`` with the marker library built in it, to count the worker's duties on
+    the clock apart; None (with a note on stderr) where it cannot be built."""
+    from benchmarks._steps import build_marker
+
+    try:
+        build_marker(Path(directory))
+    except RuntimeError as exc:
+        print(f"python -m benchmarks.instructions: {exc}; the duties on the clock stay in the "
+              "worker's figures", file=sys.stderr)
+        return None
+    return directory
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -246,6 +292,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                          "(needs a C compiler and valgrind/callgrind.h; benchmarks/_steps.py)")
     ap.add_argument("--inner", choices=WORKLOADS + PRODUCERS, help=argparse.SUPPRESS)  # the counted process
     ap.add_argument("--inner-steps", help=argparse.SUPPRESS)  # its marker library, with --steps
+    ap.add_argument("--inner-duties", help=argparse.SUPPRESS)  # its marker library: duties apart
     ap.add_argument("--reps", type=int, default=1, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.inner:
@@ -254,6 +301,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from benchmarks._steps import instrument
 
             marker = instrument(args.inner_steps)
+        if args.inner_duties:
+            from benchmarks._steps import instrument_duties
+
+            instrument_duties(args.inner_duties)
         run_workload(args.inner, args.corpus, args.messages, args.reps)
         if marker is not None:
             marker.streamnb_dump(b"end")
@@ -276,24 +327,38 @@ def main(argv: Sequence[str] | None = None) -> int:
     print_header("instructions per message (valgrind --tool=" + ("cachegrind" if args.cache else "callgrind")
                  + ")", "benchmarks.instructions", argv)
     low, high = (0, 1) if args.first_pass else (1, 3)
-    rows, per = [], {}
+    rows, per, on_clock = [], {}, {}
     def per_message(runs: list[dict[str, int]]) -> dict[str, float]:
         return {k: (runs[1][k] - runs[0][k]) / ((high - low) * args.messages) for k in runs[0]}
 
     passes = "first" if args.first_pass else "later"
-    for w in what:
-        runs = [count(w, args.corpus, args.messages, r, args.cache, ll) for r in (low, high)]
-        if w.startswith("worker-"):  # the producer's part of that process left out
-            name = w.replace("worker-", "producer-")
-            producer = [count(name, args.corpus, args.messages, r, args.cache, ll) for r in (low, high)]
-            runs = [{k: n - p[k] for k, n in run.items()} for run, p in zip(runs, producer, strict=True)]
-            rows.append([f"({name}: taken off {w})", passes, args.messages,
-                         *[f"{v:,.0f}" for v in per_message(producer).values()]])
-        per[w] = per_message(runs)
-        rows.append([w, passes, args.messages, *[f"{v:,.0f}" for v in per[w].values()]])
+    with tempfile.TemporaryDirectory(prefix="streamnb-duties-") as directory:
+        duties = duties_marker(directory) if not args.cache and any(
+            w.startswith("worker-") for w in what) else None
+        for w in what:
+            runs = [count(w, args.corpus, args.messages, r, args.cache, ll, duties=duties)
+                    for r in (low, high)]
+            if "duties" in runs[0]:
+                on_clock[w] = (runs[1].pop("duties") - runs[0].pop("duties")) / ((high - low) * args.messages)
+            if w.startswith("worker-"):  # the producer's part of that process left out
+                name = w.replace("worker-", "producer-")
+                producer = [count(name, args.corpus, args.messages, r, args.cache, ll) for r in (low, high)]
+                runs = [{k: n - p[k] for k, n in run.items()} for run, p in zip(runs, producer, strict=True)]
+                rows.append([f"({name}: taken off {w})", passes, args.messages,
+                             *[f"{v:,.0f}" for v in per_message(producer).values()]])
+            per[w] = per_message(runs)
+            rows.append([w, passes, args.messages, *[f"{v:,.0f}" for v in per[w].values()]])
     print(format_table(["workload", "passes", "messages per pass",
                         *[f"{ll_label(ll) if k == 'L2 misses' else k} per message"
                           for k in per[what[0]]]], rows))
+    workers = [w for w in what if w.startswith("worker-")]
+    for w in workers:
+        if w in on_clock:
+            print(f"{w}: duties on the clock, apart (not in the figure above; as often as this "
+                  f"run's wall time allowed, so load-dependent): {on_clock[w]:,.0f} a message")
+        elif not args.cache:
+            print(f"{w}: the duties on the clock are IN the figure (no marker library: "
+                  f"it depends on the host's load)")
     for w in what:
         if args.steps and w.startswith("worker-"):
             try:

@@ -328,31 +328,168 @@ value_words(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
  * hashlib's keyed BLAKE2b), the one definition of the hash. The Python table is a dict:
  * a lookup of a token that arrives as a fresh str object reads the dict's index, its
  * entry, the stored key (to compare the text) and the stored int, four places in memory,
- * and numpy then converts the int. Here a slot holds a key made of the token's str hash (SipHash,
- * cached in the str object) and its length, and the stable hash, side by side: 16 bytes
- * in one place in memory (8 MB for the default capacity, at most half full), and the
- * result goes straight into a uint64 array. Two tokens are taken for the same one only
- * if their keys are equal (about 2**-64 per pair: far below the 2**-bits of two tokens
- * sharing a bucket, which feature hashing accepts). Bounded like the Python cache:
- * emptied when it holds `capacity` tokens.
+ * and numpy then converts the int. Here a slot holds a 64-bit key of the token and its
+ * stable hash side by side: 16 bytes in one place in memory (8 MB for the default
+ * capacity, at most half full), and the result goes straight into a uint64 array.
+ * Bounded like the Python cache: emptied when it holds `capacity` tokens.
+ *
+ * The key (table_key) is computed on the characters as a str stores them (one byte a
+ * character for Latin-1 text, 2 or 4 for the rest; a str always takes the narrowest), so
+ * that a str token and the same token's bytes give the same key without making a str:
+ * an ASCII token's UTF-8 bytes are its one-byte characters. A token of at most 7 one-byte
+ * characters is its key, exactly (its bytes and its length packed in 64 bits): about 60%
+ * of a mail's tokens, no two alike. Any other token's key is a polynomial hash modulo
+ * the prime 2**61 - 1 of its 7-byte chunks, its length and width in front, at a point
+ * drawn per process: two distinct tokens of at most L chunks get the same key with a
+ * probability of at most L / 2**61 (far below the 2**-bits of two tokens sharing a bucket,
+ * which feature hashing accepts). Both are then multiplied by an odd number drawn per
+ * process and rotated (a bijection, so keys stay distinct), so that a key's low bits,
+ * its slot, are the high bits of that product: multiply-shift hashing, whose slots
+ * another process's keys do not predict (the two numbers are drawn from the process's
+ * str hash secret: random per process, fixed by PYTHONHASHSEED as str hashes are).
+ * Two tokens are taken for the same one only if their keys are equal. A key takes a few
+ * instructions a short token, where SipHash (the str hash) would take about a hundred.
  */
 typedef struct {
-    uint64_t key; /* slot_key(str hash, length); 0: empty slot */
+    uint64_t key; /* table_key of the token (never 0); 0: empty slot */
     uint64_t value;
 } slot_t;
-
-/* The key of a token in the table: its str hash with its length mixed in (never 0, the
- * mark of an empty slot). */
-static inline uint64_t
-slot_key(Py_hash_t h, Py_ssize_t len)
-{
-    uint64_t key = (uint64_t)h ^ ((uint64_t)len * 0x9E3779B97F4A7C15ULL);
-    return key == 0 ? 1 : key;
-}
 
 static slot_t *slots = NULL;
 static size_t n_slots = 0, n_used = 0, capacity = 0;
 static PyObject *miss_fn = NULL;
+
+/* The str hash of the bytes p[0:n] (SipHash keyed by the process's secret). Python 3.14
+ * names the function Py_HashBuffer; 3.11-3.13 export it as _Py_HashBytes. */
+#if PY_VERSION_HEX >= 0x030E0000
+#define STR_HASH_OF_BYTES(p, n) Py_HashBuffer((p), (n))
+#else
+#define STR_HASH_OF_BYTES(p, n) _Py_HashBytes((p), (n))
+#endif
+
+#define P61 ((((uint64_t)1) << 61) - 1)
+#define LOW56 ((((uint64_t)1) << 56) - 1)
+#define HIGH_BITS7 0x0080808080808080ULL /* the high bit of each of 7 bytes */
+/* The process's draws (hash_cache_init): the odd multiplier, the polynomial's point in
+ * 1..2**61-2, and the rotation (log2 of the number of slots). */
+static uint64_t key_mul = 0x9E3779B97F4A7C15ULL, key_point = 0x1234567ULL;
+static int key_rot = 1;
+
+static inline uint64_t
+load_le64(const unsigned char *p)
+{
+    uint64_t w;
+    memcpy(&w, p, 8);
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+    w = __builtin_bswap64(w);
+#endif
+    return w;
+}
+
+static inline uint64_t
+load_le32(const unsigned char *p)
+{
+    uint32_t w;
+    memcpy(&w, p, 4);
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+    w = __builtin_bswap32(w);
+#endif
+    return w;
+}
+
+/* p[0:n], n <= 7, as a little-endian integer (two overlapping loads: the bytes they
+ * share are the same). */
+static inline uint64_t
+load_small(const unsigned char *p, Py_ssize_t n)
+{
+    if (n >= 4) {
+        return load_le32(p) | (load_le32(p + n - 4) << (8 * (n - 4)));
+    }
+    if (n > 0) {
+        return (uint64_t)p[0] | ((uint64_t)p[n >> 1] << (8 * (n >> 1))) | ((uint64_t)p[n - 1] << (8 * (n - 1)));
+    }
+    return 0;
+}
+
+/* a * b modulo 2**61 - 1, a < 2**62 and b < 2**61, reduced to below 2**62. */
+static inline uint64_t
+mul_mod61(uint64_t a, uint64_t b)
+{
+#ifdef __SIZEOF_INT128__
+    __uint128_t m = (__uint128_t)a * b;
+    uint64_t lo = (uint64_t)m & P61, hi = (uint64_t)(m >> 61);
+#else
+    uint64_t a0 = a & 0xFFFFFFFFULL, a1 = a >> 32, b0 = b & 0xFFFFFFFFULL, b1 = b >> 32;
+    uint64_t p00 = a0 * b0, p01 = a0 * b1, p10 = a1 * b0, p11 = a1 * b1;
+    uint64_t mid = (p00 >> 32) + (p01 & 0xFFFFFFFFULL) + (p10 & 0xFFFFFFFFULL);
+    uint64_t low = (mid << 32) | (p00 & 0xFFFFFFFFULL);
+    uint64_t high = p11 + (p01 >> 32) + (p10 >> 32) + (mid >> 32);
+    uint64_t lo = low & P61, hi = (low >> 61) | (high << 3);
+#endif
+    uint64_t r = lo + hi;
+    return (r & P61) + (r >> 61);
+}
+
+/* The table's key of a token whose characters, `kind` bytes each, are p[0:n] (n bytes);
+ * with *seen, the bytes read ORed (their high bits say whether the token is ASCII). */
+static inline uint64_t
+table_key(const unsigned char *p, Py_ssize_t n, int kind, uint64_t *seen)
+{
+    uint64_t x;
+    if (kind == 1 && n <= 7) {
+        x = load_small(p, n);
+        *seen = x;
+        x |= (uint64_t)n << 56;  /* (the top bit stays 0) */
+    }
+    else {
+        uint64_t acc = ((uint64_t)n << 2) | (uint64_t)kind, bits = 0, w;
+        Py_ssize_t i = 0;
+        for (; n - i > 7; i += 7) {
+            w = load_le64(p + i) & LOW56;
+            bits |= w;
+            acc = mul_mod61(acc, key_point) + w;
+        }
+        w = n >= 8 ? load_le64(p + n - 8) >> (8 * (8 - (n - i))) : load_small(p + i, n - i);
+        bits |= w;
+        acc = mul_mod61(acc, key_point) + w;
+        acc = (acc & P61) + (acc >> 61);
+        acc = acc >= P61 ? acc - P61 : acc;
+        *seen = bits;
+        x = acc | ((uint64_t)1 << 63);
+    }
+    x *= key_mul;
+    x = (x << key_rot) | (x >> (64 - key_rot));
+    return x == 0 || x == ~(uint64_t)0 ? 2 : x;  /* (0 marks an empty slot; -1 an odd word) */
+}
+
+/* The key of one str token into *key; -1 with an exception set if it is not a str. */
+static inline int
+str_key(PyObject *token, uint64_t *key)
+{
+    if (!PyUnicode_Check(token)) {
+        PyErr_Format(PyExc_TypeError, "tokens must be str, got %.100s", Py_TYPE(token)->tp_name);
+        return -1;
+    }
+#if PY_VERSION_HEX < 0x030C0000
+    if (PyUnicode_READY(token) < 0) {
+        return -1;
+    }
+#endif
+    int kind = PyUnicode_KIND(token);
+    uint64_t seen;
+    *key = table_key((const unsigned char *)PyUnicode_DATA(token), PyUnicode_GET_LENGTH(token) * kind,
+                     kind, &seen);
+    return 0;
+}
+
+/* The table's key of the one-byte characters p[0:n] (a Latin-1 str's data, or an ASCII
+ * token's bytes). */
+static inline uint64_t
+bytes_key(const unsigned char *p, Py_ssize_t n)
+{
+    uint64_t seen;
+    return table_key(p, n, 1, &seen);
+}
 
 static PyObject *
 hash_cache_init(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
@@ -374,8 +511,10 @@ hash_cache_init(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     }
     size_t want = 2;
+    int rot = 1;
     while (want < 2 * (size_t)cap) {
         want <<= 1; /* a power of two, at most half full */
+        rot++;
     }
     slot_t *fresh = PyMem_Calloc(want, sizeof(slot_t));
     if (fresh == NULL) {
@@ -386,6 +525,9 @@ hash_cache_init(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     n_slots = want;
     n_used = 0;
     capacity = (size_t)cap;
+    key_rot = rot;
+    key_mul = (uint64_t)STR_HASH_OF_BYTES("streamnb table: multiplier", 26) | 1;
+    key_point = (uint64_t)STR_HASH_OF_BYTES("streamnb table: point", 21) % (P61 - 2) + 1;
     Py_INCREF(args[1]);
     Py_XSETREF(miss_fn, args[1]);
     Py_RETURN_NONE;
@@ -407,22 +549,11 @@ hash_cache_len(PyObject *module, PyObject *unused)
     return PyLong_FromSize_t(n_used);
 }
 
-/* The str hash of one token (-1 with an exception set if it is not a str). */
-static Py_hash_t
-token_str_hash(PyObject *token)
-{
-    if (!PyUnicode_Check(token)) {
-        PyErr_Format(PyExc_TypeError, "tokens must be str, got %.100s", Py_TYPE(token)->tp_name);
-        return -1;
-    }
-    return PyObject_Hash(token);
-}
-
-/* The slot that holds `key` (of str hash h), or the empty one where it would go. */
+/* The slot that holds `key`, or the empty one where it would go. */
 static inline size_t
-find_slot(Py_hash_t h, uint64_t key)
+find_slot(uint64_t key)
 {
-    size_t mask = n_slots - 1, i = (size_t)h & mask;
+    size_t mask = n_slots - 1, i = (size_t)key & mask;
     while (slots[i].key != 0 && slots[i].key != key) {
         i = (i + 1) & mask;
     }
@@ -447,11 +578,11 @@ stable_hash(PyObject *token, uint64_t *value)
     return 0;
 }
 
+/* The stable hash of the str `token`, whose table key is `key`, into *value. */
 static int
-cached_hash_of(PyObject *token, Py_hash_t h, uint64_t *value)
+cached_hash_of(PyObject *token, uint64_t key, uint64_t *value)
 {
-    uint64_t key = slot_key(h, PyUnicode_GET_LENGTH(token));
-    size_t i = find_slot(h, key);
+    size_t i = find_slot(key);
     if (slots[i].key == key) {
         *value = slots[i].value;
         return 0;
@@ -466,7 +597,7 @@ cached_hash_of(PyObject *token, Py_hash_t h, uint64_t *value)
         memset(slots, 0, n_slots * sizeof(slot_t));
         n_used = 0;
     }
-    i = find_slot(h, key);
+    i = find_slot(key);
     if (slots[i].key == key) {
         *value = v;
         return 0;
@@ -482,8 +613,8 @@ cached_hash_of(PyObject *token, Py_hash_t h, uint64_t *value)
 static int
 cached_hash(PyObject *token, uint64_t *value)
 {
-    Py_hash_t h = token_str_hash(token);
-    return h == -1 ? -1 : cached_hash_of(token, h, value);
+    uint64_t key;
+    return str_key(token, &key) < 0 ? -1 : cached_hash_of(token, key, value);
 }
 
 static PyObject *
@@ -523,15 +654,6 @@ ascii_lower_str(const Py_UCS1 *s, Py_ssize_t n)
 
 /* "lower" (interned at import, with the other names the functions below call by). */
 static PyObject *S_lower;
-
-/* The str hash of a one-byte str's characters p[0:n], without making the str: what
- * str.__hash__ computes on its data (CPython hashes a str's bytes as they are stored).
- * Python 3.14 names the function Py_HashBuffer; 3.11-3.13 export it as _Py_HashBytes. */
-#if PY_VERSION_HEX >= 0x030E0000
-#define STR_HASH_OF_BYTES(p, n) Py_HashBuffer((p), (n))
-#else
-#define STR_HASH_OF_BYTES(p, n) _Py_HashBytes((p), (n))
-#endif
 
 /* Whether s[0:n] is all ASCII. */
 static inline int
@@ -673,8 +795,8 @@ fail:
  * tokens word_tokens gives for a str (of text.lower() with `lower`), in order, appended
  * to the bytearray `out` as native uint64; returns how many. The same values as
  * hash_lists over those tokens, without making a str of the common word (one kept as it
- * is, all ASCII): its str hash is computed on its bytes (the function str.__hash__ runs
- * on a one-byte str's bytes) and looked up in the table, a block of words at a time with
+ * is, all ASCII): its table key is computed on its bytes (which are the one-byte str's
+ * characters) and looked up in the table, a block of words at a time with
  * their slots fetched ahead as hash_lists does; a str is made only on a miss, and for
  * the odd words (long, with an '@' or with characters beyond ASCII). Text beyond Latin-1
  * takes wide_word_hashes (above), the same tokens. With `lower`, the tokens of the text lower-cased
@@ -736,7 +858,7 @@ word_hashes(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
             w_end[b] = end;
             if (n > max_len || memchr(s + start, '@', (size_t)n) != NULL ||
                     (!ascii && !all_ascii(s + start, n)) || (lower && n > (Py_ssize_t)sizeof lowered)) {
-                w_hash[b] = -1;  /* an odd word (no str hash is -1) */
+                w_hash[b] = -1;  /* an odd word (no table key is -1) */
             }
             else {
                 const Py_UCS1 *word = s + start;
@@ -746,7 +868,7 @@ word_hashes(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
                     }
                     word = lowered;
                 }
-                w_hash[b] = STR_HASH_OF_BYTES(word, n);
+                w_hash[b] = (Py_hash_t)bytes_key(word, n);
                 PREFETCH(&slots[(size_t)w_hash[b] & (n_slots - 1)]);
             }
             b++;
@@ -787,8 +909,8 @@ word_hashes(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
                 }
                 continue;
             }
-            uint64_t key = slot_key(h, n);
-            size_t k = find_slot(h, key);
+            uint64_t key = (uint64_t)h;
+            size_t k = find_slot(key);
             if (slots[k].key == key) {
                 dst[count++] = slots[k].value;
                 continue;
@@ -796,7 +918,7 @@ word_hashes(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
             /* a miss: the token as a str, which the miss function hashes */
             PyObject *token = lower ? ascii_lower_str(s + start, n) : ascii_str(s + start, n);
             uint64_t value;
-            int rc = token == NULL ? -1 : cached_hash_of(token, h, &value);
+            int rc = token == NULL ? -1 : cached_hash_of(token, key, &value);
             Py_XDECREF(token);
             if (rc < 0) {
                 goto fail;
@@ -860,15 +982,14 @@ hash_lists(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
             PyErr_SetString(PyExc_ValueError, "hash_lists: out is too small");
             goto fail;
         }
-        /* A block of tokens at a time: their str hashes first, each slot's cache line
+        /* A block of tokens at a time: their table keys first, each slot's cache line
          * fetched meanwhile, then the lookups (the table is larger than the CPU caches:
          * one memory access per token, overlapped this way). */
-        Py_hash_t h[HASH_BLOCK];
+        uint64_t h[HASH_BLOCK];
         for (Py_ssize_t b = 0; b < n; b += HASH_BLOCK) {
             Py_ssize_t len = n - b < HASH_BLOCK ? n - b : HASH_BLOCK;
             for (Py_ssize_t t = 0; t < len; t++) {
-                h[t] = token_str_hash(items[b + t]);
-                if (h[t] == -1) {
+                if (str_key(items[b + t], &h[t]) < 0) {
                     Py_DECREF(tokens);
                     goto fail;
                 }
@@ -3269,7 +3390,7 @@ fail:
  * bytes of valid UTF-8, and the map has at most max_map_len pairs: `rest` is the map without
  * that pair (msgpack bytes, the other pairs as they were), `hashes` the tokens' stable
  * hashes (bytes of native uint64, from the token table: an ASCII token is looked up by the
- * str hash of its bytes, which is the str's; a token beyond ASCII is decoded, as msgpack
+ * table key of its bytes, which is its str's; a token beyond ASCII is decoded, as msgpack
  * would, and looked up as a str), and data[start:end] the array. Anything else, including
  * every malformed entry, is declined (None): msgpack then decodes the entry and the codec
  * gives its reason. */
@@ -3441,49 +3562,52 @@ map_header(const unsigned char *p, Py_ssize_t len, uint64_t *pairs, Py_ssize_t *
 
 /* The stable hashes of the `items` str items at p[*at:end] into out, *at moved past them;
  * 0 if one is not a str, too long or not UTF-8 (no exception set), -1 with an exception
- * set on an error of the miss function. */
+ * set on an error of the miss function. An ASCII token is looked up by the table key of
+ * its bytes (which are its str's characters), its ASCII check made on the bytes the key
+ * reads; a token beyond ASCII is decoded (the UTF-8 check) and looked up as a str. */
 static int
 hash_wire_tokens(const unsigned char *p, Py_ssize_t end, Py_ssize_t *at, Py_ssize_t items,
                  Py_ssize_t max_str_len, uint64_t *out)
 {
     Py_ssize_t t_start[HASH_BLOCK], t_len[HASH_BLOCK];
-    Py_hash_t t_hash[HASH_BLOCK];
+    uint64_t t_key[HASH_BLOCK];
+    size_t mask = n_slots - 1;
     for (Py_ssize_t b = 0; b < items; b += HASH_BLOCK) {
         Py_ssize_t m = items - b < HASH_BLOCK ? items - b : HASH_BLOCK;
-        for (Py_ssize_t t = 0; t < m; t++) {  /* a block's str hashes, their slots fetched ahead */
+        for (Py_ssize_t t = 0; t < m; t++) {  /* a block's keys, their slots fetched ahead */
             if (!str_item(p, end, at, &t_start[t], &t_len[t]) || t_len[t] > max_str_len) {
                 return 0;
             }
-            if (all_ascii(p + t_start[t], t_len[t])) {
-                t_hash[t] = STR_HASH_OF_BYTES(p + t_start[t], t_len[t]);
-                PREFETCH(&slots[(size_t)t_hash[t] & (n_slots - 1)]);
+            uint64_t seen;
+            t_key[t] = table_key(p + t_start[t], t_len[t], 1, &seen);
+            if (seen & HIGH_BITS7) {
+                t_key[t] = 0;  /* beyond ASCII (no key is 0) */
             }
             else {
-                t_hash[t] = -1;  /* beyond ASCII (no str hash is -1) */
+                PREFETCH(&slots[(size_t)t_key[t] & mask]);
             }
         }
         for (Py_ssize_t t = 0; t < m; t++) {
-            const unsigned char *s = p + t_start[t];
-            Py_ssize_t n = t_len[t];
-            Py_hash_t h = t_hash[t];
-            if (h != -1) {
-                uint64_t key = slot_key(h, n);
-                size_t k = find_slot(h, key);
+            uint64_t key = t_key[t];
+            if (key != 0) {
+                size_t k = find_slot(key);
                 if (slots[k].key == key) {
                     out[b + t] = slots[k].value;
                     continue;
                 }
             }
             /* a miss, or a token beyond ASCII: the token as a str */
-            PyObject *token = h != -1 ? ascii_str(s, n) : PyUnicode_DecodeUTF8((const char *)s, n, "strict");
+            const unsigned char *s = p + t_start[t];
+            Py_ssize_t n = t_len[t];
+            PyObject *token = key != 0 ? ascii_str(s, n) : PyUnicode_DecodeUTF8((const char *)s, n, "strict");
             if (token == NULL) {
-                if (h == -1 && PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) {
+                if (key == 0 && PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) {
                     PyErr_Clear();
                     return 0;
                 }
                 return -1;
             }
-            int rc = h != -1 ? cached_hash_of(token, h, &out[b + t]) : cached_hash(token, &out[b + t]);
+            int rc = key != 0 ? cached_hash_of(token, key, &out[b + t]) : cached_hash(token, &out[b + t]);
             Py_DECREF(token);
             if (rc < 0) {
                 return -1;
@@ -3651,6 +3775,96 @@ wire_tokens_joined(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     return out;
 }
 
+/* wire_tokens_distinct(data, start, end, hashes) -> list of str: the distinct str items of
+ * the msgpack array data[start:end], in the order of their first appearance, told apart by
+ * their stable hashes `hashes` (a buffer of uint64, one an item, as wire_tokens gave them):
+ * the first item of each hash is decoded as msgpack would (UTF-8), the others are skipped
+ * without a str made. ValueError if data[start:end] is not one array of str of
+ * len(hashes) items. */
+static PyObject *
+wire_tokens_distinct(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)module;
+    if (nargs != 4 || !PyBytes_Check(args[0])) {
+        PyErr_SetString(PyExc_TypeError, "wire_tokens_distinct(data, start, end, hashes): bytes, two "
+                        "ints and a uint64 buffer");
+        return NULL;
+    }
+    Py_ssize_t start = PyLong_AsSsize_t(args[1]), end = PyLong_AsSsize_t(args[2]);
+    if ((start == -1 || end == -1) && PyErr_Occurred()) {
+        return NULL;
+    }
+    if (start < 0 || end < start || end > PyBytes_GET_SIZE(args[0])) {
+        PyErr_SetString(PyExc_ValueError, "wire_tokens_distinct: start and end are not in data");
+        return NULL;
+    }
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[3], &view, PyBUF_C_CONTIGUOUS) < 0) {
+        return NULL;
+    }
+    PyObject *out = NULL;
+    uint64_t *seen = NULL;
+    const uint64_t *hashes = (const uint64_t *)view.buf;
+    Py_ssize_t n_hashes = view.len / 8;
+    const unsigned char *p = (const unsigned char *)PyBytes_AS_STRING(args[0]);
+    Py_ssize_t at = start;
+    uint64_t items;
+    if (view.len % 8 != 0 || !array_header(p, end, &at, &items) || items != (uint64_t)n_hashes) {
+        PyErr_SetString(PyExc_ValueError, "wire_tokens_distinct: not a msgpack array of len(hashes) items");
+        goto done;
+    }
+    size_t size = 16, mask;
+    while (size < 2 * (size_t)n_hashes) {
+        size <<= 1;
+    }
+    mask = size - 1;
+    /* the hashes seen, open addressing (0 marks an empty slot: a hash of 0 is kept apart) */
+    if ((seen = PyMem_Calloc(size, sizeof(uint64_t))) == NULL || (out = PyList_New(0)) == NULL) {
+        if (seen == NULL) {
+            PyErr_NoMemory();
+        }
+        goto done;
+    }
+    int saw_zero = 0;
+    for (Py_ssize_t t = 0; t < n_hashes; t++) {
+        Py_ssize_t s, n;
+        if (!str_item(p, end, &at, &s, &n)) {
+            PyErr_SetString(PyExc_ValueError, "wire_tokens_distinct: an item is not a str");
+            goto fail;
+        }
+        uint64_t h = hashes[t];
+        if (h == 0) {
+            if (saw_zero) {
+                continue;
+            }
+            saw_zero = 1;
+        }
+        else {
+            size_t i = (size_t)((h * 0x9E3779B97F4A7C15ULL) >> 32) & mask;
+            while (seen[i] != 0 && seen[i] != h) {
+                i = (i + 1) & mask;
+            }
+            if (seen[i] == h) {
+                continue;
+            }
+            seen[i] = h;
+        }
+        PyObject *token = PyUnicode_DecodeUTF8((const char *)p + s, n, "strict");
+        if (token == NULL || PyList_Append(out, token) < 0) {
+            Py_XDECREF(token);
+            goto fail;
+        }
+        Py_DECREF(token);
+    }
+    goto done;
+fail:
+    Py_CLEAR(out);
+done:
+    PyMem_Free(seen);
+    PyBuffer_Release(&view);
+    return out;
+}
+
 static PyMethodDef methods[] = {
     {"word_tokens", (PyCFunction)(void (*)(void))word_tokens, METH_FASTCALL,
      "word_tokens(text, min_len, max_len, out): append the word tokens of text to out "
@@ -3719,6 +3933,9 @@ static PyMethodDef methods[] = {
     {"wire_tokens_joined", (PyCFunction)(void (*)(void))wire_tokens_joined, METH_FASTCALL,
      "wire_tokens_joined(data, start, end): the UTF-8 bytes of the str items of the msgpack "
      "array data[start:end], joined by NUL bytes."},
+    {"wire_tokens_distinct", (PyCFunction)(void (*)(void))wire_tokens_distinct, METH_FASTCALL,
+     "wire_tokens_distinct(data, start, end, hashes): the distinct str items of the msgpack "
+     "array data[start:end], first appearances first, told apart by their hashes."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -42,6 +42,7 @@ _c = optional_c_module("streamnb.features._speedups")
 #: hashes come from that table).
 _WIRE_TOKENS = getattr(_c, "wire_tokens", None) if C_TABLE is not None else None
 _JOINED = getattr(_c, "wire_tokens_joined", None)
+_DISTINCT = getattr(_c, "wire_tokens_distinct", None)
 
 
 class WireTokens(Sequence[str]):
@@ -60,6 +61,15 @@ class WireTokens(Sequence[str]):
         if self._decoded is None:
             self._decoded = msgpack.unpackb(memoryview(self.data)[self.start:self.end], raw=False)
         return self._decoded
+
+    def distinct(self) -> list[str]:
+        """The distinct tokens, in the order of their first appearance
+        (``list(dict.fromkeys(tokens))``): told apart by their 64-bit stable hashes, only
+        the first of each decoded (what counting token names needs, without a str for
+        every token)."""
+        if self._decoded is not None or _DISTINCT is None:
+            return list(dict.fromkeys(self.tokens()))
+        return _DISTINCT(self.data, self.start, self.end, self.hashes)
 
     def joined_utf8(self) -> bytes:
         """The tokens' UTF-8 bytes joined by NUL: ``"\\0".join(tokens).encode()``, the

@@ -673,7 +673,7 @@ def test_instructions_per_message_is_the_difference_of_two_counted_runs(monkeypa
     producer = {1: 100_000, 3: 300_000}
     calls: list[tuple[str, int]] = []
 
-    def fake_count(what, corpus, messages, reps, cache=False, ll_bytes=1 << 20):
+    def fake_count(what, corpus, messages, reps, cache=False, ll_bytes=1 << 20, duties=None):
         calls.append((what, reps))
         return {"instructions": (producer if what.startswith("producer-") else counted)[reps]}
 
@@ -696,9 +696,53 @@ def test_instructions_per_message_is_the_difference_of_two_counted_runs(monkeypa
     by_what = {"bare": {1: 1_000_000, 3: 1_200_000}, "worker-raw": {1: 2_000_000, 3: 2_500_000},
                "producer-raw": {1: 200_000, 3: 300_000}}
     monkeypatch.setattr(instructions, "count", lambda what, corpus, messages, reps, cache=False,
-                        ll_bytes=1 << 20: {"instructions": by_what[what][reps]})
+                        ll_bytes=1 << 20, duties=None: {"instructions": by_what[what][reps]})
     assert instructions.main(["--what", "worker-raw,bare", "--messages", "100"]) == 0
     assert "in instructions: 50.0%" in capsys.readouterr().out  # 1,000 / 2,000 per message
+
+
+def test_instructions_count_the_duties_on_the_clock_apart(monkeypatch, capsys, tmp_path):
+    """A worker's duties on the clock (their count depends on the run's wall time, so on
+    the host's load) are the dumps named ``duties``: taken off the worker's figure and
+    printed on a line of their own; the per-message work stays in the figure."""
+    from benchmarks import instructions
+
+    for i, (name, total) in enumerate([(b"duties", b"summary: 700"), (b"decode", b"summary: 50"),
+                                       (b"duties", b"summary: 300")]):
+        (tmp_path / f"duties.worker-hashes.3.{i}").write_bytes(
+            b"version: 1\ndesc: Trigger: Client Request: " + name + b"\n" + total + b"\n")
+    seen: list[list[str]] = []
+
+    def fake_run(cmd, **kwargs):
+        seen.append(cmd)
+        return subprocess.CompletedProcess(cmd, 0, "", "==1== Collected : 5,000\n")
+
+    monkeypatch.setattr(instructions.subprocess, "run", fake_run)
+    got = instructions.count("worker-hashes", "corpus", 100, 3, duties=str(tmp_path))
+    assert got == {"instructions": 4000, "duties": 1000}  # Collected holds every dump's count
+    assert seen[0][seen[0].index("--inner-duties") + 1] == str(tmp_path / "libmarker.so")
+    assert not list(tmp_path.glob("duties.*"))  # the dumps read, then removed
+    assert instructions.count("featurize", "corpus", 100, 3, duties=str(tmp_path)) == {"instructions": 5000}
+    assert "--inner-duties" not in seen[-1]
+
+    runs = {("worker-hashes", 1): {"instructions": 7_000_000, "duties": 50_000},
+            ("worker-hashes", 3): {"instructions": 7_600_000, "duties": 450_000},
+            ("producer-hashes", 1): {"instructions": 100_000},
+            ("producer-hashes", 3): {"instructions": 300_000}}
+    monkeypatch.setattr(instructions.shutil, "which", lambda name: "/usr/bin/" + name)
+    monkeypatch.setattr(instructions, "duties_marker", lambda directory: directory)
+    monkeypatch.setattr(instructions, "count", lambda what, corpus, messages, reps, cache=False,
+                        ll_bytes=1 << 20, duties=None: dict(runs[what, reps]))
+    assert instructions.main(["--what", "worker-hashes", "--messages", "100"]) == 0
+    out = capsys.readouterr().out
+    row = next(line for line in out.splitlines() if line.startswith("worker-hashes "))
+    assert row.split()[-1] == "2,000"  # (7.6M - 0.3M - (7.0M - 0.1M)) / 200: no duties in it
+    assert "duties on the clock, apart" in out and "2,000 a message" in out  # 400k / 200
+    # the library not built: the duties stay in, and the script says so
+    monkeypatch.setattr(instructions, "duties_marker", lambda directory: None)
+    runs = {k: {"instructions": v["instructions"]} for k, v in runs.items()}
+    assert instructions.main(["--what", "worker-hashes", "--messages", "100"]) == 0
+    assert "the duties on the clock are IN the figure" in capsys.readouterr().out
 
 
 def test_instructions_by_step(monkeypatch, capsys, tmp_path):
@@ -738,7 +782,7 @@ def test_instructions_with_cache_misses(monkeypatch, capsys):
     seen: list[tuple[bool, int]] = []
     monkeypatch.setattr(instructions.shutil, "which", lambda name: "/usr/bin/" + name)
     monkeypatch.setattr(instructions, "count", lambda what, corpus, messages, reps, cache=False,
-                        ll_bytes=1 << 20: seen.append((cache, ll_bytes)) or runs[reps])
+                        ll_bytes=1 << 20, duties=None: seen.append((cache, ll_bytes)) or runs[reps])
     assert instructions.main(["--what", "featurize", "--messages", "100", "--cache"]) == 0
     out = capsys.readouterr().out
     assert seen == [(True, 1 << 20)] * 2 and "L2 misses per message" in out and "cachegrind" in out

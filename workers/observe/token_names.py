@@ -23,15 +23,17 @@ from __future__ import annotations
 
 import heapq
 import json
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
 
+from streamnb.features.wire_tokens import WireTokens
 from streamnb_workers.wire.replies import as_str
 
-__all__ = ["NAMES_PER_BUCKET", "TokenNames", "message_tokens", "publish", "read_all",
-           "read_names"]
+__all__ = ["NAMES_PER_BUCKET", "TokenNames", "message_names", "message_tokens", "publish",
+           "read_all", "read_names"]
 
 #: Names kept per bucket in ``{M}:tokens`` (colliding tokens share a bucket).
 NAMES_PER_BUCKET = 3
@@ -53,6 +55,17 @@ def message_tokens(featurizer: Any, msg: Any) -> list[str] | None:
     return None
 
 
+def message_names(featurizer: Any, msg: Any) -> list[str] | None:
+    """The distinct names of a message (:func:`message_tokens`, each once): for a
+    ``tokens`` payload read from the wire, only the first of each token is decoded
+    (:meth:`WireTokens.distinct <streamnb.features.wire_tokens.WireTokens.distinct>`)."""
+    payload = msg.payload
+    if type(payload) is WireTokens and featurizer.input == "sparse":
+        return payload.distinct()
+    tokens = message_tokens(featurizer, msg)
+    return None if tokens is None else list(dict.fromkeys(tokens))
+
+
 class TokenNames:
     """Counts of token names in at most ``2 * capacity`` entries: past that, only the
     ``capacity`` most frequent are kept (a name dropped and seen again starts from 1, so
@@ -66,7 +79,7 @@ class TokenNames:
         if capacity < 1 or every < 1:
             raise ValueError(f"need capacity >= 1 and every >= 1, got {capacity}, {every}")
         self.capacity, self.every = capacity, every
-        self.counts: dict[str, int] = {}
+        self.counts: Counter[str] = Counter()
         self.offered = 0
         self.changed = False
 
@@ -81,15 +94,15 @@ class TokenNames:
         self.offered += n
         return list(range(first, n, self.every))
 
-    def add(self, tokens: Iterable[str]) -> None:
-        """Count one message's names (each once)."""
+    def add(self, tokens: Iterable[str], distinct: bool = False) -> None:
+        """Count one message's names (each once; ``distinct``: ``tokens`` holds each once
+        already)."""
         counts = self.counts
-        for name in dict.fromkeys(tokens):
-            counts[name] = counts.get(name, 0) + 1
+        counts.update(tokens if distinct else set(tokens))  # (not a map: one C loop)
         self.changed = True
         if len(counts) > 2 * self.capacity:
             keep = heapq.nlargest(self.capacity, counts.items(), key=lambda kv: kv[1])
-            self.counts = dict(keep)
+            self.counts = Counter(dict(keep))
 
     def table(self, hasher: Any) -> dict[int, list[list[Any]]]:
         """Bucket -> ``[[name, count], ...]``, the most frequent names first (at most

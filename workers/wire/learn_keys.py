@@ -45,6 +45,7 @@ import numpy as np
 from streamnb._cmodules import optional_c_module
 from streamnb.encoding import dumps
 from streamnb.features.own_headers import strip_own_headers
+from streamnb.features.wire_tokens import WireTokens
 from streamnb_workers.wire.learn_sources import DEFAULT, Teacher
 
 __all__ = ["MAX_KEY_CHARS", "decode_record", "encode_record", "known_keys", "mail_key",
@@ -139,6 +140,8 @@ def _canonical(kind: str, payload: Any) -> bytes:
         return np.asarray(payload, dtype="<f8").tobytes()
     if kind == "features":
         return msgpack.packb(sorted((str(k), float(v)) for k, v in payload.items()))
+    if type(payload) is WireTokens:  # tokens as they came: their UTF-8 joined from the entry's bytes
+        return payload.joined_utf8()
     # tokens: joined by NUL, a C-level pass over the strs the codec already checked
     # (msgpack's packing of the list cost about three times as much a token). Lists that
     # differ only in where a NUL inside a token falls share a key, as a producer's own

@@ -20,7 +20,7 @@ import numpy as np
 
 from streamnb.exceptions import MalformedMessage
 from streamnb_workers.observe.metrics import observe_many
-from streamnb_workers.observe.token_names import message_tokens
+from streamnb_workers.observe.token_names import message_names, message_tokens
 from streamnb_workers.replication.challenger import store_promoted
 from streamnb_workers.replication.ordering import wait_for_earlier
 from streamnb_workers.wire.explanations import add_batch_term, explain_matrix
@@ -376,9 +376,11 @@ def count_token_names(rt: ModelRuntime, items: list[Item],
         return
     try:
         for i in names.sample(len(items)):
-            toks = tokens[i] if tokens is not None else message_tokens(rt.featurizer, items[i].msg)
-            if toks:
-                names.add(toks)
+            if tokens is not None:
+                if tokens[i]:
+                    names.add(tokens[i])
+            elif toks := message_names(rt.featurizer, items[i].msg):
+                names.add(toks, distinct=True)
     except Exception:  # noqa: BLE001 - counting names must never stop a batch
         log.exception("model %s: counting token names failed", rt.name)
 

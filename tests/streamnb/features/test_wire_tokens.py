@@ -210,3 +210,55 @@ def test_a_token_new_to_the_table_is_hashed_by_hashlib():
     data = msgpack.packb({"tokens": fresh, "label": "ham"})
     _, tokens = wire.split_tokens(data, max_tokens=100, max_str_len=100, max_map_len=100)
     assert FEATURIZER.featurize(("tokens", tokens)).indices.tolist() == oracle_row(fresh)
+
+
+@needs_c
+def test_near_tokens_from_the_wire_get_their_own_hashes():
+    """Tokens that differ in a byte at a chunk's edge, in their length or in a NUL, read
+    from the wire after the same tokens were looked up as str and the other way round:
+    each gets the hashlib hash of its own bytes (the table's key is the same for a str
+    token and its bytes, and different for any two tokens)."""
+    from streamnb.features import hashing
+    from tests.streamnb.features.test_hashing import near_tokens, oracle_hash
+
+    tokens = near_tokens()
+    expected = [oracle_hash(t) for t in tokens]
+    data = msgpack.packb({"tokens": tokens})
+    for first_as_str in (True, False):
+        hashing.C_TABLE.clear()
+        if first_as_str:
+            assert hashing.token_hashes(tokens).tolist() == expected
+        for _ in range(2):  # new to the table, then found in it
+            _, wired = wire.split_tokens(data, max_tokens=10_000, max_str_len=1000, max_map_len=10)
+            assert wired.hashes.tolist() == expected
+        assert hashing.token_hashes(tokens).tolist() == expected
+
+
+@needs_c
+@settings(max_examples=150, deadline=None)
+@given(tokens=st.lists(st.sampled_from(["a", "", "é", "日本", "a\x00", "\U0001f600", "long-token-" * 3]) | token_text,
+                       max_size=80))
+def test_distinct_tokens_are_msgpacks_tokens_each_once(tokens):
+    """What token names count: each distinct token once, in the order of its first
+    appearance, as msgpack's list gives them (only the first of each decoded)."""
+    data = msgpack.packb({"tokens": tokens, "label": "ham"})
+    _, wired = wire.split_tokens(data, max_tokens=1000, max_str_len=1000, max_map_len=10)
+    expected = list(dict.fromkeys(msgpack.unpackb(data, raw=False)["tokens"]))
+    assert wired.distinct() == expected
+    assert wired.tokens() == msgpack.unpackb(data, raw=False)["tokens"]
+    assert wired.distinct() == expected  # (decoded by then: from the list)
+
+
+@needs_c
+def test_distinct_refuses_what_is_not_its_array():
+    distinct = wire._c.wire_tokens_distinct
+    data = msgpack.packb(["a", "b"])
+    assert distinct(data, 0, len(data), np.array([1, 1], np.uint64)) == ["a"]
+    assert distinct(data, 0, len(data), np.array([0, 0], np.uint64)) == ["a"]  # (0: a hash too)
+    for bad in (np.array([1], np.uint64), np.array([1, 2, 3], np.uint64)):
+        with pytest.raises(ValueError):
+            distinct(data, 0, len(data), bad)
+    with pytest.raises(ValueError):
+        distinct(msgpack.packb(["a", 1]), 0, 5, np.array([1, 2], np.uint64))
+    with pytest.raises(ValueError):
+        distinct(data, 0, len(data) + 1, np.array([1, 2], np.uint64))

@@ -136,8 +136,10 @@ def test_a_worker_publishes_its_token_names_when_it_stops(redis_server):
     w.run_until_idle()
     assert not r.exists(K.tokens)
     w.shutdown()
-    named = {name for v in r.hgetall(K.tokens).values() for name, _ in json.loads(v)}
-    assert named == {t for m in msgs for t in m["tokens"]}
+    counted = {name: count for v in r.hgetall(K.tokens).values() for name, count in json.loads(v)}
+    assert set(counted) == {t for m in msgs for t in m["tokens"]}
+    # every message counted (every=1), each name once a message that holds it
+    assert counted == {t: sum(t in m["tokens"] for m in msgs) for t in counted}
     r.hset(K.tokens, "1", "[]")
     w2 = url_worker(redis_server.url, [spec], fast_options("w2", token_names=50))
     w2.run_until_idle()
