@@ -726,15 +726,14 @@ wide_word_hashes(PyObject *text, Py_ssize_t min_len, Py_ssize_t max_len, PyObjec
             if (n < min_len) {
                 continue;
             }
-            Py_hash_t h = STR_HASH_OF_BYTES(lowered, n);
-            uint64_t key = slot_key(h, n), value;
-            size_t k = find_slot(h, key);
+            uint64_t key = bytes_key(lowered, n), value;
+            size_t k = find_slot(key);
             if (slots[k].key == key) {
                 value = slots[k].value;
             }
             else {
                 PyObject *token = ascii_str(lowered, n);
-                int rc = token == NULL ? -1 : cached_hash_of(token, h, &value);
+                int rc = token == NULL ? -1 : cached_hash_of(token, key, &value);
                 Py_XDECREF(token);
                 if (rc < 0) {
                     goto fail;
