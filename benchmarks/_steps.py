@@ -29,6 +29,7 @@ import re
 import shutil
 import subprocess
 from collections import Counter
+from collections.abc import Sequence
 from pathlib import Path
 
 #: The steps of a batch, by module: none calls another, so each dump is one step's own.
@@ -81,22 +82,22 @@ def build_marker(directory: Path) -> Path:
 def instrument(marker: str) -> ctypes.CDLL:
     """In the counted process: wrap every step of :data:`STEPS` with a dump at its start
     (named ``between``: what came since the last dump) and one at its end (its name)."""
-    lib = ctypes.CDLL(marker)
-    for module_name, names in STEPS:
-        module = importlib.import_module(module_name)
-        for name in names:
-            setattr(module, name, _wrapped(lib, getattr(module, name), name.encode()))
-    return lib
+    return _wrap_all(ctypes.CDLL(marker), STEPS)
 
 
 def instrument_duties(marker: str) -> ctypes.CDLL:
     """In the counted process: wrap the worker's duties on the clock (:data:`DUTIES`) with a
     dump at their start and one, named :data:`DUTIES_LABEL`, at their end."""
-    lib = ctypes.CDLL(marker)
-    for module_name, names in DUTIES:
+    return _wrap_all(ctypes.CDLL(marker), DUTIES, DUTIES_LABEL)
+
+
+def _wrap_all(lib: ctypes.CDLL, table: Sequence[tuple[str, Sequence[str]]], label: str | None = None) -> ctypes.CDLL:
+    """Each function named in ``table`` ((module, names) pairs) wrapped with dumps, named
+    ``label`` or, without one, after the function."""
+    for module_name, names in table:
         module = importlib.import_module(module_name)
         for name in names:
-            setattr(module, name, _wrapped(lib, getattr(module, name), DUTIES_LABEL.encode()))
+            setattr(module, name, _wrapped(lib, getattr(module, name), (label or name).encode()))
     return lib
 
 

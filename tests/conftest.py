@@ -25,6 +25,16 @@ def redis_server():
         yield server
 
 
+@pytest.fixture(scope="module")
+def server():
+    """One real redis-server for a whole test module, whose tests keep apart by model names
+    or databases of their own (a module may define its own ``server`` instead)."""
+    if REDIS_SERVER is None:
+        pytest.skip("redis-server is not installed")
+    with RedisServer() as s:
+        yield s
+
+
 @pytest.fixture(params=["fake", "real"])
 def r(request):
     """A client of fakeredis[lua], then of a fresh real redis-server: for the tests of

@@ -94,6 +94,39 @@ next_word(const Py_UCS1 *s, Py_ssize_t len, Py_ssize_t *i, Py_ssize_t *start, Py
     return 1;
 }
 
+/* next_word over the characters of a str of any kind (white space: str.split()'s, also
+ * beyond ASCII; text._PUNCT, ASCII, stripped from both ends). */
+static inline int
+next_wide_word(int kind, const void *data, Py_ssize_t len, Py_ssize_t *i, Py_ssize_t *start,
+               Py_ssize_t *end)
+{
+#define WIDE_SPACE(c) ((c) < 128 ? is_space[(c)] : Py_UNICODE_ISSPACE(c))
+#define WIDE_PUNCT(j) (PyUnicode_READ(kind, data, (j)) < 128 && is_punct[PyUnicode_READ(kind, data, (j))])
+    Py_ssize_t j = *i;
+    while (j < len && WIDE_SPACE(PyUnicode_READ(kind, data, j))) {
+        j++;
+    }
+    if (j >= len) {
+        *i = j;
+        return 0;
+    }
+    Py_ssize_t a = j;
+    while (j < len && !WIDE_SPACE(PyUnicode_READ(kind, data, j))) {
+        j++;
+    }
+    Py_ssize_t b = j;
+    while (a < b && WIDE_PUNCT(a)) {
+        a++;
+    }
+    while (b > a && WIDE_PUNCT(b - 1)) {
+        b--;
+    }
+#undef WIDE_SPACE
+#undef WIDE_PUNCT
+    *i = j, *start = a, *end = b;
+    return 1;
+}
+
 static PyObject *
 ascii_str(const Py_UCS1 *data, Py_ssize_t n)
 {
@@ -218,23 +251,8 @@ word_tokens(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     }
     int kind = PyUnicode_KIND(text);
     const void *data = PyUnicode_DATA(text);
-#define SPACE(c) ((c) < 128 ? is_space[(c)] : Py_UNICODE_ISSPACE(c))
-#define PUNCT_AT(j) (PyUnicode_READ(kind, data, (j)) < 128 && is_punct[PyUnicode_READ(kind, data, (j))])
-    while (i < len) {
-        while (i < len && SPACE(PyUnicode_READ(kind, data, i))) {
-            i++;
-        }
-        Py_ssize_t start = i;
-        while (i < len && !SPACE(PyUnicode_READ(kind, data, i))) {
-            i++;
-        }
-        Py_ssize_t end = i;
-        while (start < end && PUNCT_AT(start)) {
-            start++;
-        }
-        while (end > start && PUNCT_AT(end - 1)) {
-            end--;
-        }
+    Py_ssize_t start, end;
+    while (next_wide_word(kind, data, len, &i, &start, &end)) {
         if (end == start || end - start < min_len) {
             continue;
         }
@@ -242,8 +260,6 @@ word_tokens(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
             return NULL;
         }
     }
-#undef SPACE
-#undef PUNCT_AT
     Py_RETURN_NONE;
 }
 
@@ -691,23 +707,8 @@ wide_word_hashes(PyObject *text, Py_ssize_t min_len, Py_ssize_t max_len, PyObjec
         goto fail;
     }
     Py_UCS1 lowered[64];
-#define WIDE_SPACE(c) ((c) < 128 ? is_space[(c)] : Py_UNICODE_ISSPACE(c))
-#define WIDE_PUNCT(j) (PyUnicode_READ(kind, data, (j)) < 128 && is_punct[PyUnicode_READ(kind, data, (j))])
-    while (i < len) {
-        while (i < len && WIDE_SPACE(PyUnicode_READ(kind, data, i))) {
-            i++;
-        }
-        Py_ssize_t start = i;
-        while (i < len && !WIDE_SPACE(PyUnicode_READ(kind, data, i))) {
-            i++;
-        }
-        Py_ssize_t end = i;
-        while (start < end && WIDE_PUNCT(start)) {
-            start++;
-        }
-        while (end > start && WIDE_PUNCT(end - 1)) {
-            end--;
-        }
+    Py_ssize_t start, end;
+    while (next_wide_word(kind, data, len, &i, &start, &end)) {
         Py_ssize_t n = end - start;
         if (n == 0) {
             continue;
@@ -768,8 +769,6 @@ wide_word_hashes(PyObject *text, Py_ssize_t min_len, Py_ssize_t max_len, PyObjec
             goto fail;
         }
     }
-#undef WIDE_SPACE
-#undef WIDE_PUNCT
     Py_DECREF(odd);
     if (PyByteArray_Resize(out, before + 8 * count) < 0) {
         return NULL;

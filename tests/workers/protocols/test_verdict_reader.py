@@ -15,20 +15,11 @@ from streamnb_workers.protocols.verdict_reader import SharedVerdictReader
 from streamnb_workers.store.connection import RedisSettings
 from streamnb_workers.store.keys import ModelKeys
 from tests.helpers.milter import mail
-from tests.helpers.redis_server import REDIS_SERVER, RedisServer
 from tests.helpers.workers import fast_options, url_worker
 
 pytestmark = pytest.mark.redis
 
 MODELS = [f"v{i}" for i in range(5)]
-
-
-@pytest.fixture(scope="module")
-def server():
-    if REDIS_SERVER is None:
-        pytest.skip("redis-server is not installed")
-    with RedisServer() as s:
-        yield s
 
 
 def spec(name):

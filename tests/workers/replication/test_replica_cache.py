@@ -17,21 +17,12 @@ from streamnb_workers.replication.shards import load_model
 from streamnb_workers.replication.user_sum import UserSum
 from streamnb_workers.store.keys import ModelKeys
 from streamnb_workers.store.user_models import UserNames, register
-from tests.helpers.redis_server import REDIS_SERVER, RedisServer
 from tests.helpers.workers import count_spec, fast_options, produce, token_messages, url_worker
 
 pytestmark = pytest.mark.redis
 
 MODELS = [f"user{i}" for i in range(6)]
 CHUNKS = 4
-
-
-@pytest.fixture(scope="module")
-def server():
-    if REDIS_SERVER is None:
-        pytest.skip("redis-server is not installed")
-    with RedisServer() as s:
-        yield s
 
 
 def arrays_bound(worker):
