@@ -683,6 +683,30 @@ all_ascii(const Py_UCS1 *s, Py_ssize_t n)
     return 1;
 }
 
+/* The end of word_hashes and wide_word_hashes: `out` cut to the `count` hashes appended
+ * after its first `before` bytes, their count returned; or, `failed` (an exception set),
+ * `out` back to `before` bytes (nothing appended) and NULL. `odd` (or NULL) released. */
+static PyObject *
+hashes_appended(PyObject *out, Py_ssize_t before, Py_ssize_t count, PyObject *odd, int failed)
+{
+    Py_XDECREF(odd);
+    if (!failed) {
+        if (PyByteArray_Resize(out, before + 8 * count) < 0) {
+            return NULL;
+        }
+        return PyLong_FromSsize_t(count);
+    }
+    if (PyByteArray_GET_SIZE(out) >= before) {
+        PyObject *type, *value, *traceback;
+        PyErr_Fetch(&type, &value, &traceback);
+        if (PyByteArray_Resize(out, before) < 0) {
+            PyErr_Clear();
+        }
+        PyErr_Restore(type, value, traceback);
+    }
+    return NULL;
+}
+
 /* word_hashes of a str beyond Latin-1 (two or four bytes a character): the same tokens,
  * hashed, as WordRules.words gives (text.lower() then word_tokens) and hash_lists hashes.
  * Words are split at white space and stripped as word_tokens does; an ASCII word is
@@ -769,22 +793,9 @@ wide_word_hashes(PyObject *text, Py_ssize_t min_len, Py_ssize_t max_len, PyObjec
             goto fail;
         }
     }
-    Py_DECREF(odd);
-    if (PyByteArray_Resize(out, before + 8 * count) < 0) {
-        return NULL;
-    }
-    return PyLong_FromSsize_t(count);
+    return hashes_appended(out, before, count, odd, 0);
 fail:
-    Py_XDECREF(odd);
-    if (PyByteArray_GET_SIZE(out) >= before) { /* nothing appended */
-        PyObject *type, *value, *traceback;
-        PyErr_Fetch(&type, &value, &traceback);
-        if (PyByteArray_Resize(out, before) < 0) {
-            PyErr_Clear();
-        }
-        PyErr_Restore(type, value, traceback);
-    }
-    return NULL;
+    return hashes_appended(out, before, count, odd, 1);
 }
 
 /* ------------------------------------------------------------------ word_hashes
@@ -924,22 +935,9 @@ word_hashes(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
             ((uint64_t *)(void *)(PyByteArray_AS_STRING(out) + before))[count++] = value;
         }
     }
-    Py_XDECREF(odd);
-    if (PyByteArray_Resize(out, before + 8 * count) < 0) {
-        return NULL;
-    }
-    return PyLong_FromSsize_t(count);
+    return hashes_appended(out, before, count, odd, 0);
 fail:
-    Py_XDECREF(odd);
-    if (PyByteArray_GET_SIZE(out) >= before) {  /* nothing appended */
-        PyObject *type, *value, *traceback;
-        PyErr_Fetch(&type, &value, &traceback);
-        if (PyByteArray_Resize(out, before) < 0) {
-            PyErr_Clear();
-        }
-        PyErr_Restore(type, value, traceback);
-    }
-    return NULL;
+    return hashes_appended(out, before, count, odd, 1);
 }
 
 /* hash_lists(lists, out): the stable hashes of the str tokens of every list (or tuple) in
