@@ -86,7 +86,7 @@ from benchmarks._common import (
     runqueue_wait_s,
 )
 from benchmarks._empty_consumer import EmptyConsumer, empty_consumer
-from benchmarks._river_reference import river_rate, token_counts
+from benchmarks._river_reference import river_rate, token_dicts
 from benchmarks._worker_stats import OrderingStats, scrape
 from streamnb_workers.cli.launch import blas_env
 
@@ -738,7 +738,7 @@ def benchmark(corpus: Corpus, repeat: int = 1, worker_counts: Sequence[int] = (1
     by_trial: dict[tuple[str, int], list[float]] = {}
     independent: dict[str, list[E2EResult]] = {}
     empty: dict[str, list[EmptyConsumer]] = {}
-    river_counts = token_counts(tokens) if "tokens" in payloads else []
+    river_counts = token_dicts(tokens) if "tokens" in payloads else []
     with RedisServer() as server:
         for t in range(trials):
             # the references in every trial too, best kept: the host's speed moves

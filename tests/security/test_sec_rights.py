@@ -83,6 +83,19 @@ def _jsonl(path, messages):
     return str(path)
 
 
+def _taught_by_the_trainer(server, tmp_path, name, n, seed):
+    """A started worker of model ``name`` that learnt ``n`` token messages sent by the
+    trainer user through ``streamnb produce``: (the worker, the trainer's URL, the messages)."""
+    w = _worker(server, name)
+    w.start()
+    url = server.url_for(TRAINER_USER, TRAINER_PASSWORD)
+    msgs = token_messages(n, seed=seed)
+    assert cli("produce", "--redis", url, "--model", name,
+               _jsonl(tmp_path / "t.jsonl", msgs)).returncode == 0
+    w.run_until_idle(timeout=60)
+    return w, url, msgs
+
+
 def _random_entries(learnt, n, seed=7):
     """``n`` entries of every shape a writer of ``:in`` may send: labels, delayed labels
     (to learnt ids too), forgets of learnt keys, corrections, extreme weights, guessed
@@ -177,13 +190,7 @@ def test_every_entry_the_scorer_can_write_leaves_the_statistics_unchanged(acl_se
 def test_the_trainer_trains_and_forgets_and_reads_no_outputs(acl_server, tmp_path):
     name = "rights-trainer"
     k = ModelKeys(name)
-    w = _worker(acl_server, name)
-    w.start()
-    url = acl_server.url_for(TRAINER_USER, TRAINER_PASSWORD)
-    msgs = token_messages(30, seed=4)
-    assert cli("produce", "--redis", url, "--model", name,
-               _jsonl(tmp_path / "t.jsonl", msgs)).returncode == 0
-    w.run_until_idle(timeout=60)
+    w, url, msgs = _taught_by_the_trainer(acl_server, tmp_path, name, 30, 4)
     assert int(acl_server.client().get(k.learnt)) == 30
     gone = cli("forget", "--redis", url, "--model", name, _jsonl(tmp_path / "f.jsonl", msgs[:10]))
     assert gone.returncode == 0, gone.stderr
@@ -404,13 +411,7 @@ def test_the_trainer_removes_a_class_checked_by_the_workers(acl_server, tmp_path
     (a dead letter ``class_holds_weight``, the statistics unchanged), with it they remove
     the class (the statistics of the other classes' messages)."""
     name = "rights-class"
-    w = _worker(acl_server, name)
-    w.start()
-    url = acl_server.url_for(TRAINER_USER, TRAINER_PASSWORD)
-    msgs = token_messages(45, seed=10)
-    assert cli("produce", "--redis", url, "--model", name,
-               _jsonl(tmp_path / "t.jsonl", msgs)).returncode == 0
-    w.run_until_idle(timeout=60)
+    w, url, msgs = _taught_by_the_trainer(acl_server, tmp_path, name, 45, 10)
     before = _stats(acl_server, name)
     admin = acl_server.client()
     admin.execute_command("ACL", "LOG", "RESET")
