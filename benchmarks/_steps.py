@@ -16,7 +16,9 @@ heartbeat, the snapshot lease and snapshots, the observer's look at the model ev
 the token names published, the claims of idle entries) is done as often as the run's
 wall time allows, and valgrind slows the worker, not the clock, so their count in a run
 depends on the host's load. They are counted under the name ``duties`` and printed on a
-line of their own; the per-message work stays in the worker's figure.
+line of their own, with the worker's clean shutdown (their last round: the token names
+counted since the last publish are published then, as many more as the run is longer);
+the per-message work stays in the worker's figure.
 """
 
 from __future__ import annotations
@@ -40,8 +42,11 @@ STEPS = (
     ("streamnb_workers.worker.committing", ("commit_content", "_request", "apply_own_delta")),
 )
 #: The worker's duties on the clock (workers/worker/loop.py ``_intake``): each call,
-#: whether or not a timer was due, is counted as ``duties``.
-DUTIES = (("streamnb_workers.worker.loop", ("housekeeping", "claim_idle_entries")),)
+#: whether or not a timer was due, is counted as ``duties``; so is the worker's clean
+#: shutdown, whose work is that of the duties' last round (the token names counted since
+#: the last publish published, the final snapshot): once a process, not a message's.
+DUTIES = (("streamnb_workers.worker.loop", ("housekeeping", "claim_idle_entries",
+                                            "Worker.shutdown")),)
 #: The name of the duties' dumps.
 DUTIES_LABEL = "duties"
 #: What each step is, for the printed table.
@@ -92,12 +97,14 @@ def instrument_duties(marker: str) -> ctypes.CDLL:
 
 
 def _wrap_all(lib: ctypes.CDLL, table: Sequence[tuple[str, Sequence[str]]], label: str | None = None) -> ctypes.CDLL:
-    """Each function named in ``table`` ((module, names) pairs) wrapped with dumps, named
-    ``label`` or, without one, after the function."""
+    """Each function named in ``table`` ((module, names) pairs; ``Class.method`` for a
+    method) wrapped with dumps, named ``label`` or, without one, after the function."""
     for module_name, names in table:
         module = importlib.import_module(module_name)
         for name in names:
-            setattr(module, name, _wrapped(lib, getattr(module, name), (label or name).encode()))
+            *path, attr = name.split(".")
+            owner = functools.reduce(getattr, path, module)
+            setattr(owner, attr, _wrapped(lib, getattr(owner, attr), (label or attr).encode()))
     return lib
 
 
