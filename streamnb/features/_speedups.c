@@ -3556,60 +3556,111 @@ map_header(const unsigned char *p, Py_ssize_t len, uint64_t *pairs, Py_ssize_t *
     return 0;
 }
 
+/* The table key of a fixstr token of n <= 14 bytes at q[0:n] (a 1-byte-kind token's
+ * characters), with *seen the bytes read ORed: what table_key gives, in its steps, for
+ * these lengths (one load for n <= 7, two for 8-14; q[-1] and q[n:n+8] readable: the
+ * loads read the header byte before it and bytes after it, which no result depends on).
+ * tests/streamnb/features/test_wire_tokens.py checks that no token is entered twice in the
+ * table, from the wire and as a str. */
+static inline uint64_t
+fixstr_key(const unsigned char *q, Py_ssize_t n, uint64_t *seen)
+{
+    uint64_t x;
+    if (n <= 7) {
+        uint64_t w = (load_le64(q - 1) >> 8) & ((((uint64_t)1) << (8 * n)) - 1);
+        *seen = w;
+        x = w | (uint64_t)n << 56;
+    }
+    else {
+        uint64_t w0 = load_le64(q) & LOW56, w1 = load_le64(q + n - 8) >> (8 * (15 - n));
+        uint64_t acc = mul_mod61(((uint64_t)n << 2) | 1, key_point) + w0;
+        acc = mul_mod61(acc, key_point) + w1;
+        acc = (acc & P61) + (acc >> 61);
+        acc = acc >= P61 ? acc - P61 : acc;
+        *seen = w0 | w1;
+        x = acc | ((uint64_t)1 << 63);
+    }
+    x *= key_mul;
+    x = (x << key_rot) | (x >> (64 - key_rot));
+    return x == 0 || x == ~(uint64_t)0 ? 2 : x;
+}
+
+/* The key that stands for a token beyond ASCII in hash_wire_tokens: no slot holds it
+ * (table_key never gives ~0, and 0 marks an empty slot). */
+#define WIRE_NOT_ASCII (~(uint64_t)0)
+
 /* The stable hashes of the `items` str items at p[*at:end] into out, *at moved past them;
  * 0 if one is not a str, too long or not UTF-8 (no exception set), -1 with an exception
  * set on an error of the miss function. An ASCII token is looked up by the table key of
  * its bytes (which are its str's characters), its ASCII check made on the bytes the key
- * reads; a token beyond ASCII is decoded (the UTF-8 check) and looked up as a str. */
+ * reads; a token beyond ASCII is decoded (the UTF-8 check) and looked up as a str. The
+ * keys of a block of tokens are made first, their slots fetched ahead, then looked up. */
 static int
 hash_wire_tokens(const unsigned char *p, Py_ssize_t end, Py_ssize_t *at, Py_ssize_t items,
                  Py_ssize_t max_str_len, uint64_t *out)
 {
-    Py_ssize_t t_start[HASH_BLOCK], t_len[HASH_BLOCK];
+    Py_ssize_t t_head[HASH_BLOCK];  /* where each token's msgpack header is */
     uint64_t t_key[HASH_BLOCK];
-    size_t mask = n_slots - 1;
+    /* a fixstr of at most 14 bytes whose header starts 16 bytes or more before the end
+     * (most tokens) is keyed from its bytes in place */
+    Py_ssize_t pos = *at, fast_end = max_str_len >= 14 ? end - 16 : -1;
     for (Py_ssize_t b = 0; b < items; b += HASH_BLOCK) {
         Py_ssize_t m = items - b < HASH_BLOCK ? items - b : HASH_BLOCK;
-        for (Py_ssize_t t = 0; t < m; t++) {  /* a block's keys, their slots fetched ahead */
-            if (!str_item(p, end, at, &t_start[t], &t_len[t]) || t_len[t] > max_str_len) {
-                return 0;
-            }
-            uint64_t seen;
-            t_key[t] = table_key(p + t_start[t], t_len[t], 1, &seen);
-            if (seen & HIGH_BITS7) {
-                t_key[t] = 0;  /* beyond ASCII (no key is 0) */
+        const slot_t *tab = slots;
+        size_t mask = n_slots - 1;
+        for (Py_ssize_t t = 0; t < m; t++) {
+            uint64_t key, seen;
+            unsigned int c;
+            t_head[t] = pos;
+            if (pos <= fast_end && (c = p[pos] - 0xa0u) <= 14) {  /* fixstr, 0-14 bytes */
+                key = fixstr_key(p + pos + 1, (Py_ssize_t)c, &seen);
+                pos += 1 + (Py_ssize_t)c;
             }
             else {
-                PREFETCH(&slots[(size_t)t_key[t] & mask]);
+                Py_ssize_t s, n;
+                if (!str_item(p, end, &pos, &s, &n) || n > max_str_len) {
+                    return 0;
+                }
+                key = table_key(p + s, n, 1, &seen);
             }
+            key = seen & HIGH_BITS7 ? WIRE_NOT_ASCII : key;
+            PREFETCH(&tab[(size_t)key & mask]);
+            t_key[t] = key;
         }
         for (Py_ssize_t t = 0; t < m; t++) {
-            uint64_t key = t_key[t];
-            if (key != 0) {
-                size_t k = find_slot(key);
-                if (slots[k].key == key) {
-                    out[b + t] = slots[k].value;
-                    continue;
-                }
+            uint64_t key = t_key[t], there;
+            size_t k = (size_t)key & mask;
+            while ((there = tab[k].key) != key && there != 0) {
+                k = (k + 1) & mask;
+            }
+            if (there == key) {
+                out[b + t] = tab[k].value;
+                continue;
             }
             /* a miss, or a token beyond ASCII: the token as a str */
-            const unsigned char *s = p + t_start[t];
-            Py_ssize_t n = t_len[t];
-            PyObject *token = key != 0 ? ascii_str(s, n) : PyUnicode_DecodeUTF8((const char *)s, n, "strict");
+            Py_ssize_t h = t_head[t], s, n;
+            (void)str_item(p, end, &h, &s, &n);  /* (read before: a str) */
+            PyObject *token = key != WIRE_NOT_ASCII ? ascii_str(p + s, n)
+                                                    : PyUnicode_DecodeUTF8((const char *)p + s, n, "strict");
             if (token == NULL) {
-                if (key == 0 && PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) {
+                if (key == WIRE_NOT_ASCII && PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) {
                     PyErr_Clear();
                     return 0;
                 }
                 return -1;
             }
-            int rc = key != 0 ? cached_hash_of(token, key, &out[b + t]) : cached_hash(token, &out[b + t]);
+            int rc = key != WIRE_NOT_ASCII ? cached_hash_of(token, key, &out[b + t])
+                                           : cached_hash(token, &out[b + t]);
             Py_DECREF(token);
             if (rc < 0) {
                 return -1;
             }
+            /* (the miss function ran Python code, which may have made the table anew) */
+            tab = slots;
+            mask = n_slots - 1;
         }
     }
+    *at = pos;
     return 1;
 }
 
