@@ -43,9 +43,19 @@
  *    2-byte little-endian ints], None where the row has no bucket or a gap is not in
  *    1..65535. Reference: streamnb.features.rows.rows_to_bytes without it.
  *
- * tests/streamnb/models/test_prequential.py, tests/streamnb/stats/test_class_sums.py and
- * tests/streamnb/features/test_gap_rows.py compare them with their references and with
- * independent oracles. Building this module is optional.
+ * 4. pack_map(keys, values, required) and pack_array(values, prefix)
+ *
+ *    msgpack of a map of str keys[i] -> values[i] (every pair i < required, the others
+ *    where values[i] is not None), and of prefix + an array of values: what
+ *    msgpack.packb(..., use_bin_type=True) gives for that dict and list (None, bool, int,
+ *    float, str, bytes, bytearray, memoryview, dict, list and tuple, nested; TypeError
+ *    for any other type, ValueError past msgpack's 1,025 levels), without making the dict or list:
+ *    a worker's outputs and cache entries. Reference: msgpack (workers/wire/outputs.py,
+ *    workers/store/label_cache.py use it without this module).
+ *
+ * tests/streamnb/models/test_prequential.py, tests/streamnb/stats/test_class_sums.py,
+ * tests/streamnb/features/test_gap_rows.py and tests/streamnb/test_pack.py compare them
+ * with their references and with independent oracles. Building this module is optional.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -663,6 +673,319 @@ done:
     return result;
 }
 
+/* ------------------------------------------------------------------ msgpack packing */
+
+#define PACK_MAX_DEPTH 1024 /* (msgpack 1.x: 1,025 levels of lists) */
+
+typedef struct {
+    unsigned char *p;
+    Py_ssize_t len, cap;
+    unsigned char small[512];
+} packbuf_t;
+
+static int
+pack_reserve(packbuf_t *b, Py_ssize_t more)
+{
+    if (b->len + more <= b->cap) {
+        return 0;
+    }
+    Py_ssize_t cap = b->cap * 2;
+    while (cap < b->len + more) {
+        cap *= 2;
+    }
+    unsigned char *q;
+    if (b->p == b->small) {
+        q = PyMem_Malloc((size_t)cap);
+        if (q != NULL) {
+            memcpy(q, b->p, (size_t)b->len);
+        }
+    }
+    else {
+        q = PyMem_Realloc(b->p, (size_t)cap);
+    }
+    if (q == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    b->p = q;
+    b->cap = cap;
+    return 0;
+}
+
+static void
+pack_free(packbuf_t *b)
+{
+    if (b->p != b->small) {
+        PyMem_Free(b->p);
+    }
+}
+
+/* A type byte and its n-byte big-endian value. */
+static inline int
+pack_be(packbuf_t *b, unsigned char type, uint64_t v, int n)
+{
+    if (pack_reserve(b, 1 + n) < 0) {
+        return -1;
+    }
+    unsigned char *q = b->p + b->len;
+    q[0] = type;
+    for (int i = 0; i < n; i++) {
+        q[1 + i] = (unsigned char)(v >> (8 * (n - 1 - i)));
+    }
+    b->len += 1 + n;
+    return 0;
+}
+
+/* A header of `n` items: `fix` | n below `fix_max`, else the 8/16/32-bit forms `t8`
+ * (0: none), `t16`, `t32`. */
+static inline int
+pack_header(packbuf_t *b, Py_ssize_t n, unsigned char fix, Py_ssize_t fix_max, unsigned char t8,
+            unsigned char t16, unsigned char t32)
+{
+    if (n < fix_max) {
+        return pack_be(b, (unsigned char)(fix | n), 0, 0);
+    }
+    if (t8 && n < 256) {
+        return pack_be(b, t8, (uint64_t)n, 1);
+    }
+    if (n < 65536) {
+        return pack_be(b, t16, (uint64_t)n, 2);
+    }
+    if ((uint64_t)n <= 0xFFFFFFFFULL) {
+        return pack_be(b, t32, (uint64_t)n, 4);
+    }
+    PyErr_SetString(PyExc_ValueError, "msgpack: too large an object");
+    return -1;
+}
+
+static inline int
+pack_raw(packbuf_t *b, const void *data, Py_ssize_t n)
+{
+    if (pack_reserve(b, n) < 0) {
+        return -1;
+    }
+    memcpy(b->p + b->len, data, (size_t)n);
+    b->len += n;
+    return 0;
+}
+
+static int pack_obj(packbuf_t *b, PyObject *o, int depth);
+
+static int
+pack_str(packbuf_t *b, PyObject *o)
+{
+    Py_ssize_t n;
+    const char *s = PyUnicode_AsUTF8AndSize(o, &n);
+    if (s == NULL || pack_header(b, n, 0xa0, 32, 0xd9, 0xda, 0xdb) < 0) {
+        return -1;
+    }
+    return pack_raw(b, s, n);
+}
+
+static int
+pack_long(packbuf_t *b, PyObject *o)
+{
+    int overflow;
+    long long v = PyLong_AsLongLongAndOverflow(o, &overflow);
+    if (overflow > 0) {
+        unsigned long long u = PyLong_AsUnsignedLongLong(o);
+        if (u == (unsigned long long)-1 && PyErr_Occurred()) {
+            return -1;
+        }
+        return pack_be(b, 0xcf, u, 8);
+    }
+    if (overflow < 0) {
+        PyErr_SetString(PyExc_OverflowError, "Python int too large to convert to C long");
+        return -1;
+    }
+    if (v == -1 && PyErr_Occurred()) {
+        return -1;
+    }
+    if (v >= 0) {
+        uint64_t u = (uint64_t)v;
+        return u < 128 ? pack_be(b, (unsigned char)u, 0, 0)
+             : u < 256 ? pack_be(b, 0xcc, u, 1)
+             : u < 65536 ? pack_be(b, 0xcd, u, 2)
+             : u <= 0xFFFFFFFFULL ? pack_be(b, 0xce, u, 4)
+             : pack_be(b, 0xcf, u, 8);
+    }
+    return v >= -32 ? pack_be(b, (unsigned char)(v & 0xff), 0, 0)
+         : v >= -128 ? pack_be(b, 0xd0, (uint64_t)v, 1)
+         : v >= -32768 ? pack_be(b, 0xd1, (uint64_t)v, 2)
+         : v >= -2147483648LL ? pack_be(b, 0xd2, (uint64_t)v, 4)
+         : pack_be(b, 0xd3, (uint64_t)v, 8);
+}
+
+static int
+pack_items(packbuf_t *b, PyObject *seq, int depth)
+{
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    PyObject **items = PySequence_Fast_ITEMS(seq);
+    if (pack_header(b, n, 0x90, 16, 0, 0xdc, 0xdd) < 0) {
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (pack_obj(b, items[i], depth + 1) < 0) {
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static int
+pack_obj(packbuf_t *b, PyObject *o, int depth)
+{
+    if (depth > PACK_MAX_DEPTH) {
+        PyErr_SetString(PyExc_ValueError, "recursion limit exceeded.");
+        return -1;
+    }
+    /* the exact types first (no subtype check), then msgpack's order */
+    if (PyUnicode_CheckExact(o)) {
+        return pack_str(b, o);
+    }
+    if (PyFloat_CheckExact(o)) {
+        union { double d; uint64_t u; } v;
+        v.d = PyFloat_AS_DOUBLE(o);
+        return pack_be(b, 0xcb, v.u, 8);
+    }
+    if (o == Py_None) {
+        return pack_be(b, 0xc0, 0, 0);
+    }
+    if (o == Py_True || o == Py_False) {
+        return pack_be(b, o == Py_True ? 0xc3 : 0xc2, 0, 0);
+    }
+    if (PyLong_Check(o)) {
+        return pack_long(b, o);
+    }
+    if (PyFloat_Check(o)) {
+        union { double d; uint64_t u; } v;
+        v.d = PyFloat_AS_DOUBLE(o);
+        return pack_be(b, 0xcb, v.u, 8);
+    }
+    if (PyBytes_Check(o) || PyByteArray_Check(o)) {
+        Py_ssize_t n = PyBytes_Check(o) ? PyBytes_GET_SIZE(o) : PyByteArray_GET_SIZE(o);
+        const char *s = PyBytes_Check(o) ? PyBytes_AS_STRING(o) : PyByteArray_AS_STRING(o);
+        if (pack_header(b, n, 0, 0, 0xc4, 0xc5, 0xc6) < 0) {
+            return -1;
+        }
+        return pack_raw(b, s, n);
+    }
+    if (PyUnicode_Check(o)) {
+        return pack_str(b, o);
+    }
+    if (PyDict_CheckExact(o)) {
+        Py_ssize_t pos = 0;
+        PyObject *k, *v;
+        if (pack_header(b, PyDict_GET_SIZE(o), 0x80, 16, 0, 0xde, 0xdf) < 0) {
+            return -1;
+        }
+        while (PyDict_Next(o, &pos, &k, &v)) {
+            if (pack_obj(b, k, depth + 1) < 0 || pack_obj(b, v, depth + 1) < 0) {
+                return -1;
+            }
+        }
+        return 0;
+    }
+    if (PyDict_Check(o)) {  /* a subclass: its items() */
+        PyObject *items = PyMapping_Items(o);
+        if (items == NULL) {
+            return -1;
+        }
+        int rc = pack_header(b, PyList_GET_SIZE(items), 0x80, 16, 0, 0xde, 0xdf);
+        for (Py_ssize_t i = 0; rc == 0 && i < PyList_GET_SIZE(items); i++) {
+            PyObject *kv = PyList_GET_ITEM(items, i);
+            rc = pack_obj(b, PyTuple_GET_ITEM(kv, 0), depth + 1) < 0 ||
+                 pack_obj(b, PyTuple_GET_ITEM(kv, 1), depth + 1) < 0 ? -1 : 0;
+        }
+        Py_DECREF(items);
+        return rc;
+    }
+    if (PyList_Check(o) || PyTuple_Check(o)) {
+        return pack_items(b, o, depth);
+    }
+    if (PyMemoryView_Check(o)) {
+        Py_buffer view;
+        if (PyObject_GetBuffer(o, &view, PyBUF_SIMPLE) < 0) {
+            return -1;
+        }
+        int rc = pack_header(b, view.len, 0, 0, 0xc4, 0xc5, 0xc6) < 0 ? -1 : pack_raw(b, view.buf, view.len);
+        PyBuffer_Release(&view);
+        return rc;
+    }
+    PyErr_Format(PyExc_TypeError, "can not serialize '%.200s' object", Py_TYPE(o)->tp_name);
+    return -1;
+}
+
+static PyObject *
+pack_result(packbuf_t *b, int rc)
+{
+    PyObject *out = rc < 0 ? NULL : PyBytes_FromStringAndSize((const char *)b->p, b->len);
+    pack_free(b);
+    return out;
+}
+
+static void
+pack_init(packbuf_t *b)
+{
+    b->p = b->small;
+    b->len = 0;
+    b->cap = (Py_ssize_t)sizeof(b->small);
+}
+
+static PyObject *
+pack_map(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)module;
+    if (nargs != 3 || !PyTuple_Check(args[0]) || !PyTuple_Check(args[1]) ||
+            PyTuple_GET_SIZE(args[0]) != PyTuple_GET_SIZE(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "pack_map(keys, values, required): two tuples of one length and an int");
+        return NULL;
+    }
+    Py_ssize_t required = PyLong_AsSsize_t(args[2]);
+    if (required == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    PyObject *keys = args[0], *values = args[1];
+    Py_ssize_t n = PyTuple_GET_SIZE(keys), pairs = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        pairs += i < required || PyTuple_GET_ITEM(values, i) != Py_None;
+    }
+    packbuf_t b;
+    pack_init(&b);
+    int rc = pack_header(&b, pairs, 0x80, 16, 0, 0xde, 0xdf);
+    for (Py_ssize_t i = 0; rc == 0 && i < n; i++) {
+        PyObject *v = PyTuple_GET_ITEM(values, i);
+        if (i >= required && v == Py_None) {
+            continue;
+        }
+        PyObject *k = PyTuple_GET_ITEM(keys, i);
+        if (!PyUnicode_Check(k)) {
+            PyErr_SetString(PyExc_TypeError, "pack_map: keys must be str");
+            rc = -1;
+            break;
+        }
+        rc = pack_str(&b, k) < 0 || pack_obj(&b, v, 1) < 0 ? -1 : 0;
+    }
+    return pack_result(&b, rc);
+}
+
+static PyObject *
+pack_array(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)module;
+    if (nargs != 2 || !(PyTuple_Check(args[0]) || PyList_Check(args[0])) || !PyBytes_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "pack_array(values, prefix): a tuple or list and bytes");
+        return NULL;
+    }
+    packbuf_t b;
+    pack_init(&b);
+    int rc = pack_raw(&b, PyBytes_AS_STRING(args[1]), PyBytes_GET_SIZE(args[1]));
+    if (rc == 0) {
+        rc = pack_items(&b, args[0], 0);
+    }
+    return pack_result(&b, rc);
+}
+
 static PyMethodDef methods[] = {
     {"multinomial_jll", (PyCFunction)(void (*)(void))multinomial_jll, METH_FASTCALL,
      "multinomial_jll(indptr, indices, data, codes, weights, counts, k0, n_features, totals, alpha, "
@@ -677,6 +1000,11 @@ static PyMethodDef methods[] = {
      "gap_rows(indices, sizes, n_tokens): each row's msgpack [2, n_tokens, first bucket, gaps as "
      "2 bytes little-endian], None where it has no bucket or a gap is not in 1..65535 (see "
      "streamnb.features.rows)."},
+    {"pack_map", (PyCFunction)(void (*)(void))pack_map, METH_FASTCALL,
+     "pack_map(keys, values, required): msgpack.packb(use_bin_type=True) of the dict of keys[i] -> "
+     "values[i] for every i < required and every later i whose value is not None."},
+    {"pack_array", (PyCFunction)(void (*)(void))pack_array, METH_FASTCALL,
+     "pack_array(values, prefix): prefix + msgpack.packb(use_bin_type=True) of list(values)."},
     {NULL, NULL, 0, NULL},
 };
 

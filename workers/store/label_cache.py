@@ -48,6 +48,7 @@ from typing import Any
 
 import msgpack
 
+from streamnb._cmodules import optional_c_module
 from streamnb.encoding import dumps
 from streamnb.features import Row
 from streamnb_workers.store.commit import CacheCas, CacheWrite
@@ -76,6 +77,9 @@ NOT_LEARNT = b""
 ENTRY_FORMAT = 1
 
 _LENGTH = struct.Struct(">H")
+#: ``streamnb._kernels.pack_array`` (msgpack of a list after a prefix, without making the
+#: list), or None: msgpack packs the list.
+_PACK_ARRAY = getattr(optional_c_module("streamnb._kernels"), "pack_array", None)
 GET_SCRIPT = packaged_script("cache_get.lua")
 
 
@@ -147,6 +151,19 @@ def encode_entry(learnt: bytes, row: bytes, pred_label: Any, log_proba: dict[Any
     >>> c.weight, c.learn_key, c.challenger
     (2.0, None, (None, 1.0))
     """
+    if _PACK_ARRAY is not None:
+        for v in log_proba.values():
+            if type(v) is not float:
+                log_proba = {k: float(v) for k, v in log_proba.items()}
+                break
+        head = _LENGTH.pack(len(learnt)) + learnt
+        if challenger is not None:
+            return _PACK_ARRAY((ENTRY_FORMAT, row, pred_label, log_proba, float(weight), float(ts),
+                                learn_key, (challenger[0], float(challenger[1]))), head)
+        if learn_key is not None:
+            return _PACK_ARRAY((ENTRY_FORMAT, row, pred_label, log_proba, float(weight), float(ts),
+                                learn_key), head)
+        return _PACK_ARRAY((ENTRY_FORMAT, row, pred_label, log_proba, float(weight), float(ts)), head)
     fields = [ENTRY_FORMAT, row, pred_label, {k: float(v) for k, v in log_proba.items()},
               float(weight), float(ts)]
     if learn_key is not None or challenger is not None:

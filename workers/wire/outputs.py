@@ -15,11 +15,23 @@ from typing import Any
 
 import msgpack
 
+from streamnb._cmodules import optional_c_module
 from streamnb.encoding import dumps
 from streamnb.exceptions import MalformedMessage
 from streamnb_workers.wire.codec import InputMessage, refuse_ext
 
-__all__ = ["decode_dead", "decode_output", "encode_dead", "encode_output", "output_for"]
+__all__ = ["decode_dead", "decode_output", "encode_dead", "encode_output", "output_for",
+           "verdict_output"]
+
+#: ``streamnb._kernels.pack_map`` (msgpack of a map without making the dict), or None: the
+#: dict is made and packed by msgpack.
+_PACK_MAP = getattr(optional_c_module("streamnb._kernels"), "pack_map", None)
+#: An output's keys in the order written; the first :data:`_REQUIRED` always, the others
+#: where they have a value.
+_OUTPUT_KEYS = ("id", "entry", "label", "log_proba", "model_version", "worker", "true_label",
+                "learned", "reason", "was", "meta", "score", "explain", "threshold", "proba",
+                "prior", "challenger")
+_REQUIRED = 6
 
 
 def encode_output(
@@ -54,6 +66,10 @@ def encode_output(
     >>> (out["label"], out["learned"], sorted(out["log_proba"]))
     ('spam', True, ['ham', 'spam'])
     """
+    if _PACK_MAP is not None:
+        return _packed(id, entry, label, log_proba, model_version, worker, true_label,
+                       bool(learned) if true_label is not None or learned is not None else None,
+                       reason, was, meta, score, explain, threshold, proba, prior, challenger)
     obj: dict[str, Any] = {
         "id": id,
         "entry": entry,
@@ -128,6 +144,44 @@ def output_for(
         challenger=challenger,
         prior=prior,
     )
+
+
+def verdict_output(msg: InputMessage, v: Any, model_version: int | str, worker: str,
+                   learned: bool | None = None, reason: str | None = None,
+                   was: str | int | None = None, challenger: dict | None = None) -> bytes:
+    """:func:`output_for` of a worker's verdict ``v`` (workers/worker/batch.py ``Verdict``:
+    its label, log posteriors, score, threshold, probability, prior and explanation)."""
+    if _PACK_MAP is None:
+        return output_for(msg, v.label, v.log_proba, model_version, worker, learned=learned,
+                          score=v.score, reason=reason, explain=v.explanation, was=was,
+                          threshold=v.threshold, proba=v.proba, challenger=challenger,
+                          prior=v.prior)
+    true_label = msg.label
+    if true_label is None:  # (learned and reason only for autolearn; was never)
+        was = None
+        if reason != "autolearnt":
+            learned = reason = None
+    return _packed(msg.id, msg.entry_id, v.label, v.log_proba, model_version, worker, true_label,
+                   bool(learned) if true_label is not None or learned is not None else None,
+                   reason, was, msg.meta, v.score, v.explanation, v.threshold, v.proba, v.prior,
+                   challenger)
+
+
+def _packed(id: str, entry: str, label: Any, log_proba: dict, model_version: Any, worker: str,
+            true_label: Any, learned: bool | None, reason: str | None, was: Any, meta: Any,
+            score: float | None, explain: Any, threshold: float | None, proba: float | None,
+            prior: float | None, challenger: Any) -> bytes:
+    """:func:`encode_output`'s map by ``streamnb._kernels.pack_map``: the same bytes."""
+    for x in log_proba.values():
+        if type(x) is not float:
+            log_proba = {k: float(x) for k, x in log_proba.items()}
+            break
+    return _PACK_MAP(_OUTPUT_KEYS, (  # type: ignore[misc]
+        id, entry, label, log_proba, model_version, worker, true_label, learned, reason, was, meta,
+        float(score) if score is not None and math.isfinite(score) else None, explain,
+        float(threshold) if threshold is not None and threshold == threshold else None,
+        float(proba) if proba is not None and proba == proba else None,
+        float(prior) if prior is not None and prior == prior else None, challenger), _REQUIRED)
 
 
 def encode_dead(entry_id: str, reason: str, detail: str, payload: bytes) -> bytes:

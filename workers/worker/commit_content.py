@@ -30,7 +30,7 @@ from streamnb_workers.wire.learn_sources import (
     is_stale,
     teacher_of,
 )
-from streamnb_workers.wire.outputs import output_for
+from streamnb_workers.wire.outputs import verdict_output
 from streamnb_workers.wire.stream_ids import entry_times, parse_id, stream_ranks
 from streamnb_workers.worker.batch import Dead, Decoded, Featurized, Item, Predictions, Verdict
 from streamnb_workers.worker.labels import REF_EXPIRED, LabelRef, Resolution, replaces, resolve_refs
@@ -264,13 +264,11 @@ def commit_content(batch: PredictedBatch, cached: dict[str, CachedMessage | None
     sources = [(t, batch_stats(model, featurizer, adds.get(t, [])),
                 batch_stats(model, featurizer, subs.get(t, [])))
                for t in sorted((set(adds) | set(subs)) - {default})]
-    outputs = [output_for(it.msg, v.label, v.log_proba, batch.version, worker,
-                          learned=lab is not None, score=v.score, threshold=v.threshold,
-                          proba=v.proba, prior=v.prior,
-                          challenger=None if c is None else challenger_output(c[1]),
-                          reason=ALREADY_LEARNT if dup else RELEARNT if i in once.was else
-                          AUTOLEARNT if i in auto else None,
-                          was=once.was.get(i), explain=v.explanation)
+    was = once.was
+    outputs = [verdict_output(it.msg, v, batch.version, worker, lab is not None,
+                              ALREADY_LEARNT if dup else RELEARNT if i in was else
+                              AUTOLEARNT if i in auto else None, was.get(i) if was else None,
+                              None if c is None else challenger_output(c[1]))
                for i, (it, v, lab, dup, c) in enumerate(zip(items, verdicts, learnt, duplicate,
                                                             ch, strict=True))]
     why = "never seen, or its cache entry expired" + (
