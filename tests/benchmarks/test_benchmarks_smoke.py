@@ -737,12 +737,31 @@ def test_instructions_count_the_duties_on_the_clock_apart(monkeypatch, capsys, t
     out = capsys.readouterr().out
     row = next(line for line in out.splitlines() if line.startswith("worker-hashes "))
     assert row.split()[-1] == "2,000"  # (7.6M - 0.3M - (7.0M - 0.1M)) / 200: no duties in it
-    assert "duties on the clock, apart" in out and "2,000 a message" in out  # 400k / 200
+    assert "duties on the clock and the shutdown, apart" in out and "2,000 a message" in out  # 400k / 200
     # the library not built: the duties stay in, and the script says so
     monkeypatch.setattr(instructions, "duties_marker", lambda directory: None)
     runs = {k: {"instructions": v["instructions"]} for k, v in runs.items()}
     assert instructions.main(["--what", "worker-hashes", "--messages", "100"]) == 0
-    assert "the duties on the clock are IN the figure" in capsys.readouterr().out
+    assert "the duties on the clock and the shutdown are IN the figure" in capsys.readouterr().out
+
+
+def test_the_duties_wrap_the_workers_shutdown(monkeypatch):
+    """The worker's clean shutdown (its last publish of token names) is counted with the
+    duties: ``Class.method`` names in the tables are wrapped too."""
+    from benchmarks import _steps
+    from streamnb_workers.worker import loop
+
+    dumps: list[bytes] = []
+
+    class Lib:
+        def streamnb_dump(self, name: bytes) -> None:
+            dumps.append(name)
+
+    assert ("streamnb_workers.worker.loop", ("housekeeping", "claim_idle_entries",
+                                             "Worker.shutdown")) in _steps.DUTIES
+    monkeypatch.setattr(loop.Worker, "shutdown", lambda self: "down")
+    _steps._wrap_all(Lib(), [("streamnb_workers.worker.loop", ("Worker.shutdown",))], "duties")
+    assert loop.Worker.shutdown(object()) == "down" and dumps == [b"between", b"duties"]
 
 
 def test_instructions_by_step(monkeypatch, capsys, tmp_path):
