@@ -3585,6 +3585,81 @@ fixstr_key(const unsigned char *q, Py_ssize_t n, uint64_t *seen)
     return x == 0 || x == ~(uint64_t)0 ? 2 : x;
 }
 
+/* The characters of the well-formed UTF-8 s[0:n] (RFC 3629: what Python's strict decoder
+ * takes), at most WIRE_WIDE_MAX of them, as a str of the narrowest kind holding them lays
+ * them out in memory, into buf; *kind its width. 0 for anything else (not well-formed,
+ * too long): the str path then decides. */
+#define WIRE_WIDE_MAX 128
+static int
+utf8_as_str_data(const unsigned char *s, Py_ssize_t n, uint32_t *cp, unsigned char *buf,
+                 Py_ssize_t *chars, int *kind)
+{
+    Py_ssize_t i = 0, m = 0;
+    uint32_t top = 0;
+    while (i < n) {
+        unsigned char c = s[i];
+        uint32_t v;
+        int more;
+        if (m >= WIRE_WIDE_MAX) {
+            return 0;
+        }
+        if (c < 0x80) {
+            v = c;
+            more = 0;
+        }
+        else if (c >= 0xc2 && c <= 0xdf) {
+            v = c & 0x1f;
+            more = 1;
+        }
+        else if (c >= 0xe0 && c <= 0xef) {
+            v = c & 0x0f;
+            more = 2;
+        }
+        else if (c >= 0xf0 && c <= 0xf4) {
+            v = c & 0x07;
+            more = 3;
+        }
+        else {
+            return 0;
+        }
+        if (n - i - 1 < more) {
+            return 0;
+        }
+        for (int k = 1; k <= more; k++) {
+            unsigned char d = s[i + k];
+            if ((d & 0xc0) != 0x80) {
+                return 0;
+            }
+            v = (v << 6) | (d & 0x3f);
+        }
+        /* overlong forms, surrogates, beyond U+10FFFF */
+        if ((more == 2 && (v < 0x800 || (v >= 0xd800 && v <= 0xdfff))) ||
+                (more == 3 && (v < 0x10000 || v > 0x10ffff))) {
+            return 0;
+        }
+        cp[m++] = v;
+        top |= v;
+        i += 1 + more;
+    }
+    /* (top, the OR of the characters, is below 0x100 or 0x10000 exactly when each is) */
+    int w = top < 0x100 ? 1 : top < 0x10000 ? 2 : 4;
+    for (Py_ssize_t j = 0; j < m; j++) {
+        if (w == 1) {
+            buf[j] = (unsigned char)cp[j];
+        }
+        else if (w == 2) {
+            uint16_t u = (uint16_t)cp[j];
+            memcpy(buf + 2 * j, &u, 2);
+        }
+        else {
+            memcpy(buf + 4 * j, &cp[j], 4);
+        }
+    }
+    *chars = m;
+    *kind = w;
+    return 1;
+}
+
 /* The key that stands for a token beyond ASCII in hash_wire_tokens: no slot holds it
  * (table_key never gives ~0, and 0 marks an empty slot). */
 #define WIRE_NOT_ASCII (~(uint64_t)0)
@@ -3637,9 +3712,28 @@ hash_wire_tokens(const unsigned char *p, Py_ssize_t end, Py_ssize_t *at, Py_ssiz
                 out[b + t] = tab[k].value;
                 continue;
             }
-            /* a miss, or a token beyond ASCII: the token as a str */
             Py_ssize_t h = t_head[t], s, n;
             (void)str_item(p, end, &h, &s, &n);  /* (read before: a str) */
+            if (key == WIRE_NOT_ASCII) {  /* beyond ASCII: keyed as its str's characters */
+                uint32_t cp[WIRE_WIDE_MAX];
+                unsigned char buf[4 * WIRE_WIDE_MAX];
+                Py_ssize_t chars;
+                int kind;
+                if (utf8_as_str_data(p + s, n, cp, buf, &chars, &kind)) {
+                    uint64_t seen;
+                    key = table_key(buf, chars * kind, kind, &seen);
+                    k = (size_t)key & mask;
+                    while ((there = tab[k].key) != key && there != 0) {
+                        k = (k + 1) & mask;
+                    }
+                    if (there == key) {
+                        out[b + t] = tab[k].value;
+                        continue;
+                    }
+                    key = WIRE_NOT_ASCII;  /* (a miss: the str path below) */
+                }
+            }
+            /* a miss, or a token beyond ASCII: the token as a str */
             PyObject *token = key != WIRE_NOT_ASCII ? ascii_str(p + s, n)
                                                     : PyUnicode_DecodeUTF8((const char *)p + s, n, "strict");
             if (token == NULL) {
