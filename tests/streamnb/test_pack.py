@@ -14,18 +14,52 @@ from hypothesis import strategies as st
 from streamnb._cmodules import optional_c_module
 
 _k = optional_c_module("streamnb._kernels")
-pytestmark = pytest.mark.skipif(getattr(_k, "pack_map", None) is None,
-                                reason="streamnb._kernels is not built")
+pytestmark = pytest.mark.skipif(
+    getattr(_k, "pack_map", None) is None, reason="streamnb._kernels is not built"
+)
 
-scalars = (st.none() | st.booleans() | st.integers(-(2**63), 2**64 - 1)
-           | st.floats(allow_nan=False) | st.text(max_size=40) | st.binary(max_size=40)
-           | st.sampled_from([math.nan, -0.0, math.inf, 2**63, -(2**63), 127, 128, -32, -33,
-                              255, 256, 65535, 65536, 2**32 - 1, 2**32, -128, -129, -32768,
-                              -32769, -(2**31), -(2**31) - 1]))
-values = st.recursive(scalars, lambda inner: st.lists(inner, max_size=20)
-                      | st.tuples(inner, inner)
-                      | st.dictionaries(st.text(max_size=8) | st.integers(-5, 300), inner, max_size=20),
-                      max_leaves=60)
+scalars = (
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**63), 2**64 - 1)
+    | st.floats(allow_nan=False)
+    | st.text(max_size=40)
+    | st.binary(max_size=40)
+    | st.sampled_from(
+        [
+            math.nan,
+            -0.0,
+            math.inf,
+            2**63,
+            -(2**63),
+            127,
+            128,
+            -32,
+            -33,
+            255,
+            256,
+            65535,
+            65536,
+            2**32 - 1,
+            2**32,
+            -128,
+            -129,
+            -32768,
+            -32769,
+            -(2**31),
+            -(2**31) - 1,
+        ]
+    )
+)
+values = st.recursive(
+    scalars,
+    lambda inner: (
+        st.lists(inner, max_size=20)
+        | st.tuples(inner, inner)
+        | st.dictionaries(st.text(max_size=8) | st.integers(-5, 300), inner, max_size=20)
+    ),
+    max_leaves=60,
+)
 
 
 def oracle(obj) -> bytes:
@@ -33,8 +67,12 @@ def oracle(obj) -> bytes:
 
 
 @settings(max_examples=300, deadline=None)
-@given(pairs=st.lists(st.tuples(st.text(max_size=40), values | st.none()), max_size=20, unique_by=lambda kv: kv[0]),
-       required=st.integers(0, 20))
+@given(
+    pairs=st.lists(
+        st.tuples(st.text(max_size=40), values | st.none()), max_size=20, unique_by=lambda kv: kv[0]
+    ),
+    required=st.integers(0, 20),
+)
 def test_pack_map_is_msgpacks_dict_without_the_optional_nones(pairs, required):
     keys, vals = tuple(k for k, _ in pairs), tuple(v for _, v in pairs)
     want = {k: v for i, (k, v) in enumerate(pairs) if i < required or v is not None}
@@ -53,7 +91,8 @@ def test_every_header_width(n):
     text, blob = "x" * n, b"y" * n
     many = list(range(n))
     assert _k.pack_array([text, blob, bytearray(blob), memoryview(blob)], b"") == oracle(
-        [text, blob, bytearray(blob), memoryview(blob)])
+        [text, blob, bytearray(blob), memoryview(blob)]
+    )
     assert _k.pack_array(many, b"") == oracle(many)
     d = {str(i): i for i in range(n)}
     assert _k.pack_map(("d",), (d,), 1) == oracle({"d": d})
