@@ -3386,8 +3386,9 @@ fail:
  * bytes of valid UTF-8, and the map has at most max_map_len pairs: `rest` is the map without
  * that pair (msgpack bytes, the other pairs as they were), `hashes` the tokens' stable
  * hashes (bytes of native uint64, from the token table: an ASCII token is looked up by the
- * table key of its bytes, which is its str's; a token beyond ASCII is decoded, as msgpack
- * would, and looked up as a str), and data[start:end] the array. Anything else, including
+ * table key of its bytes, which is its str's; a token beyond ASCII by the key of its
+ * characters decoded from its UTF-8, and decoded into a str, as msgpack would, only on a
+ * miss or where that decoding declines), and data[start:end] the array. Anything else, including
  * every malformed entry, is declined (None): msgpack then decodes the entry and the codec
  * gives its reason. */
 
