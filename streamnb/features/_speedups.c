@@ -1321,11 +1321,70 @@ ascii_token(const Py_UCS1 *s, Py_ssize_t n)
     return t;
 }
 
+/* Where the steps below put the ASCII tokens they make: a list of str (ascii_token), or,
+ * with `list` NULL, an array of their stable hashes, each looked up in the token table by
+ * the token's bytes (its str's key: table_key), a str made only on a miss. */
+typedef struct {
+    PyObject *list;
+    uint64_t *hashes;
+    Py_ssize_t n, room;
+} sink_t;
+
+static inline Py_ssize_t
+sink_len(const sink_t *sink)
+{
+    return sink->list != NULL ? PyList_GET_SIZE(sink->list) : sink->n;
+}
+
+/* Append the token of the ASCII characters s[0:n]. */
+static int
+sink_ascii(sink_t *sink, const Py_UCS1 *s, Py_ssize_t n)
+{
+    if (sink->list != NULL) {
+        return append_new(sink->list, ascii_token(s, n));
+    }
+    if (sink->n == sink->room) {
+        Py_ssize_t room = sink->room < 64 ? 64 : 2 * sink->room;
+        uint64_t *more = PyMem_Realloc(sink->hashes, (size_t)room * sizeof(uint64_t));
+        if (more == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        sink->hashes = more, sink->room = room;
+    }
+    uint64_t key = bytes_key(s, n), value;
+    size_t k = find_slot(key);
+    if (slots[k].key == key) {
+        value = slots[k].value;
+    }
+    else {
+        PyObject *token = ascii_str(s, n);
+        int rc = token == NULL ? -1 : cached_hash_of(token, key, &value);
+        Py_XDECREF(token);
+        if (rc < 0) {
+            return -1;
+        }
+    }
+    sink->hashes[sink->n++] = value;
+    return 0;
+}
+
+/* The sink's tokens cut to the first n. */
+static int
+sink_truncate(sink_t *sink, Py_ssize_t n)
+{
+    if (sink->list != NULL) {
+        return PyList_SetSlice(sink->list, n, PyList_GET_SIZE(sink->list), NULL);
+    }
+    sink->n = n;
+    return 0;
+}
+
 /* Append text.host_tokens(prefix, host) for the host u[0:n] (ASCII letters, digits, '.'
  * and '-', starting with a letter or digit): "<prefix>:<host>" lower-cased, its trailing
  * dots stripped, and "<prefix>:<last two labels>" when it has more than two. */
 static int
-append_host(const char *prefix, const Py_UCS1 *u, Py_ssize_t n, PyObject *out)
+append_host(const char *prefix, const Py_UCS1 *u, Py_ssize_t n, sink_t *out)
 {
     Py_ssize_t pre = (Py_ssize_t)strlen(prefix), dots = 0, last = -1, second = -1;
     while (n > 1 && u[n - 1] == '.') { /* host.strip("."): it starts with a letter or digit */
@@ -1346,11 +1405,11 @@ append_host(const char *prefix, const Py_UCS1 *u, Py_ssize_t n, PyObject *out)
             last = i;
         }
     }
-    int rc = append_new(out, ascii_token(w, pre + n));
+    int rc = sink_ascii(out, w, pre + n);
     if (rc == 0 && dots >= 2) { /* more than two labels: the last two too */
         Py_ssize_t from = second + 1;
         memmove(w + pre, w + pre + from, (size_t)(n - from));
-        rc = append_new(out, ascii_token(w, pre + n - from));
+        rc = sink_ascii(out, w, pre + n - from);
     }
     if (w != stack) {
         PyMem_Free(w);
@@ -1389,8 +1448,9 @@ static int
 append_url_host_tokens(const Py_UCS1 *u, Py_ssize_t len, PyObject *out)
 {
     Py_ssize_t start, end = find_host(u, len, url_user_stop, &start);
+    sink_t sink = {out, NULL, 0, 0};
     /* no host: host_tokens("url", "") is empty */
-    return end < 0 ? 0 : append_host("url:", u + start, end - start, out);
+    return end < 0 ? 0 : append_host("url:", u + start, end - start, &sink);
 }
 
 /* The arguments (text, out) of a step appending tokens to the list out: 1 with p and n
@@ -1656,7 +1716,8 @@ received_tokens(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         if (last < 0) { /* a host has two letters or digits at least */
             continue;
         }
-        if (append_host("received:", p + j, last + 1 - j, out) < 0) {
+        sink_t sink = {out, NULL, 0, 0};
+        if (append_host("received:", p + j, last + 1 - j, &sink) < 0) {
             return NULL;
         }
         hosts++;
@@ -1706,7 +1767,7 @@ received_tokens(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 
 /* Append the url: tokens of the links in the Latin-1 attributes p[0:n] (markup._LINK). */
 static int
-append_link_hosts(const Py_UCS1 *p, Py_ssize_t n, PyObject *out)
+append_link_hosts(const Py_UCS1 *p, Py_ssize_t n, sink_t *out)
 {
     for (Py_ssize_t i = 0; i < n; i++) {
         if (!link_first[p[i]]) {
@@ -1783,19 +1844,16 @@ has_scheme_separator(const Py_UCS1 *p, Py_ssize_t n)
     return 0;
 }
 
-/* The tokens of n tags of Latin-1 markup (tag_tokens, below), cut at limit >= 0. */
-static PyObject *
-tokens_of_tags(const tag_t *tags, Py_ssize_t n, Py_ssize_t limit)
+/* The tokens of n tags of Latin-1 markup (tag_tokens, below), cut at limit >= 0, into
+ * `out` (empty at the start). */
+static int
+tokens_of_tags(const tag_t *tags, Py_ssize_t n, Py_ssize_t limit, sink_t *out)
 {
-    PyObject *tokens = PyList_New(0), *hosts = PyList_New(0);
-    if (tokens == NULL || hosts == NULL) {
-        goto fail;
-    }
     /* cut: where the tokens end; a tag's html: token and hosts are not split */
     Py_ssize_t cut = -1;
     for (Py_ssize_t i = 0; i < n; i++) {
         int opening = tags[i].slash_len == 0;
-        Py_ssize_t first = PyList_GET_SIZE(tokens); /* where this tag's tokens start */
+        Py_ssize_t first = sink_len(out); /* where this tag's tokens start */
         if (first >= limit) {
             break;
         }
@@ -1806,26 +1864,21 @@ tokens_of_tags(const tag_t *tags, Py_ssize_t n, Py_ssize_t limit)
             for (Py_ssize_t k = 0; k < m; k++) {
                 t[5 + k] = lower1(tags[i].name[k]);
             }
-            if (append_new(tokens, ascii_token(t, 5 + m)) < 0) {
-                goto fail;
+            if (sink_ascii(out, t, 5 + m) < 0) {
+                return -1;
             }
         }
         if (!has_scheme_separator(tags[i].attr, tags[i].attr_len)) { /* no "://": no link */
             continue;
         }
-        if (PyList_SetSlice(hosts, 0, PyList_GET_SIZE(hosts), NULL) < 0
-            || append_link_hosts(tags[i].attr, tags[i].attr_len, hosts) < 0) {
-            goto fail;
+        if (append_link_hosts(tags[i].attr, tags[i].attr_len, out) < 0) {
+            return -1;
         }
-        Py_ssize_t nh = PyList_GET_SIZE(hosts);
-        if (nh == 0) {
+        Py_ssize_t end = sink_len(out);
+        if (end == first + opening) { /* no host */
             continue;
         }
-        Py_ssize_t tag_first = first, end = first + opening + nh;
-        if (PyList_SetSlice(tokens, PyList_GET_SIZE(tokens), PyList_GET_SIZE(tokens), hosts) < 0) {
-            goto fail;
-        }
-        if (tag_first < limit && limit < end) { /* the tag reaching the limit keeps its tokens */
+        if (first < limit && limit < end) { /* the tag reaching the limit keeps its tokens */
             cut = end;
             break;
         }
@@ -1833,15 +1886,19 @@ tokens_of_tags(const tag_t *tags, Py_ssize_t n, Py_ssize_t limit)
     if (cut < 0) {
         cut = limit;
     }
-    if (PyList_GET_SIZE(tokens) > cut && PyList_SetSlice(tokens, cut, PyList_GET_SIZE(tokens), NULL) < 0) {
-        goto fail;
+    return sink_len(out) > cut ? sink_truncate(out, cut) : 0;
+}
+
+/* tokens_of_tags into a new list. */
+static PyObject *
+list_of_tags(const tag_t *tags, Py_ssize_t n, Py_ssize_t limit)
+{
+    PyObject *tokens = PyList_New(0);
+    sink_t sink = {tokens, NULL, 0, 0};
+    if (tokens != NULL && tokens_of_tags(tags, n, limit, &sink) < 0) {
+        Py_CLEAR(tokens);
     }
-    Py_DECREF(hosts);
     return tokens;
-fail:
-    Py_XDECREF(tokens);
-    Py_XDECREF(hosts);
-    return NULL;
 }
 
 static PyObject *
@@ -1890,7 +1947,7 @@ tag_tokens(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         tags[i].attr = PyUnicode_1BYTE_DATA(a);
         tags[i].attr_len = PyUnicode_GET_LENGTH(a);
     }
-    PyObject *tokens = tokens_of_tags(tags, n, limit);
+    PyObject *tokens = list_of_tags(tags, n, limit);
     PyMem_Free(tags);
     return tokens;
 }
@@ -3105,25 +3162,34 @@ clean_passes(const Py_UCS1 *p, Py_ssize_t n, Py_UCS1 *a, Py_UCS1 *b, const Py_UC
 
 /* ------------------------------------------------------------------ html_strip
  *
- * html_strip(markup, max_tag_tokens) -> (text, tokens) or None: markup.strip_html on
- * Latin-1 markup in one call, before html.unescape (which the caller applies to text):
+ * html_strip(markup, max_tag_tokens[, hashes]) -> (text, tokens) or None: markup.strip_html
+ * on Latin-1 markup in one call, before html.unescape (which the caller applies to text):
  * the three passes (clean_passes), then the tags of the split (next_tag), the text between
  * them joined by one space (" ".join(pieces[::4])), and tag_tokens' tokens of the tags,
- * without a str per piece of the split. None for other markup (the caller runs the steps one by one). */
+ * without a str per piece of the split. With the bytearray `hashes` (not None), the tokens'
+ * stable hashes are appended to it instead (native uint64, as word_hashes appends them;
+ * the token table must be made) and `tokens` is empty. None for other markup (the caller
+ * runs the steps one by one). */
 static PyObject *
 html_strip(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 2 || !PyUnicode_Check(args[0]) || !PyLong_Check(args[1])) {
-        PyErr_SetString(PyExc_TypeError, "html_strip(markup, max_tag_tokens): a str and an int");
+    if ((nargs != 2 && nargs != 3) || !PyUnicode_Check(args[0]) || !PyLong_Check(args[1])
+        || (nargs == 3 && args[2] != Py_None && !PyByteArray_Check(args[2]))) {
+        PyErr_SetString(PyExc_TypeError, "html_strip(markup, max_tag_tokens[, hashes]): a str, an int "
+                        "and a bytearray or None");
         return NULL;
     }
-    PyObject *markup = args[0];
+    PyObject *markup = args[0], *hashes = nargs == 3 && args[2] != Py_None ? args[2] : NULL;
     Py_ssize_t limit = PyLong_AsSsize_t(args[1]);
     if (limit == -1 && PyErr_Occurred()) {
         return NULL;
     }
     if (limit < 0) {
         PyErr_SetString(PyExc_ValueError, "html_strip: max_tag_tokens must be >= 0");
+        return NULL;
+    }
+    if (hashes != NULL && slots == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "html_strip: call hash_cache_init first");
         return NULL;
     }
     if (PyUnicode_KIND(markup) != PyUnicode_1BYTE_KIND) {
@@ -3135,12 +3201,15 @@ html_strip(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         PyObject *tokens = PyList_New(0);
         return tokens == NULL ? NULL : Py_BuildValue("(ON)", markup, tokens);
     }
-    PyObject *result = NULL, *tokens = NULL;
+    PyObject *result = NULL, *tokens = PyList_New(0);
+    sink_t sink = {hashes == NULL ? tokens : NULL, NULL, 0, 0};
     Py_ssize_t n_tags = 0, room = 64;
     Py_UCS1 *a = PyMem_Malloc((size_t)n + 3), *b = PyMem_Malloc((size_t)n + 3);
     tag_t *tags = PyMem_Malloc((size_t)room * sizeof(tag_t));
-    if (a == NULL || b == NULL || tags == NULL) {
-        PyErr_NoMemory();
+    if (tokens == NULL || a == NULL || b == NULL || tags == NULL) {
+        if (tokens != NULL) {
+            PyErr_NoMemory();
+        }
         goto done;
     }
     const Py_UCS1 *clean;
@@ -3168,13 +3237,21 @@ html_strip(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     }
     memcpy(text + used, clean + text_from, (size_t)(m - text_from));
     used += m - text_from;
-    tokens = tokens_of_tags(tags, n_tags, limit);
-    if (tokens != NULL) {
-        result = Py_BuildValue("(NN)", latin1_str(text, used), tokens);
-        tokens = NULL; /* (stolen, or freed with the tuple on failure) */
+    if (tokens_of_tags(tags, n_tags, limit, &sink) < 0) {
+        goto done;
     }
+    if (hashes != NULL && sink.n > 0) {
+        Py_ssize_t before = PyByteArray_GET_SIZE(hashes);
+        if (PyByteArray_Resize(hashes, before + 8 * sink.n) < 0) {
+            goto done;
+        }
+        memcpy(PyByteArray_AS_STRING(hashes) + before, sink.hashes, (size_t)sink.n * sizeof(uint64_t));
+    }
+    result = Py_BuildValue("(NN)", latin1_str(text, used), tokens);
+    tokens = NULL; /* (stolen, or freed with the tuple on failure) */
 done:
     Py_XDECREF(tokens);
+    PyMem_Free(sink.hashes);
     PyMem_Free(a);
     PyMem_Free(b);
     PyMem_Free(tags);
@@ -3914,8 +3991,9 @@ static PyMethodDef methods[] = {
      "header_tokens(names, index, spec, cache, analysis): HeaderTokenizer.add over a dict "
      "index of header values (see streamnb.features.mail)."},
     {"html_strip", (PyCFunction)(void (*)(void))html_strip, METH_FASTCALL,
-     "html_strip(markup, max_tag_tokens): markup.strip_html on Latin-1 markup before "
-     "html.unescape: (text, tokens); None for other markup."},
+     "html_strip(markup, max_tag_tokens[, hashes]): markup.strip_html on Latin-1 markup before "
+     "html.unescape: (text, tokens), the tokens' stable hashes appended to the bytearray hashes "
+     "instead if given; None for other markup."},
     {"message_id_value", (PyCFunction)(void (*)(void))message_id_value, METH_FASTCALL,
      "message_id_value(raw, scan): the raw value of a mail's first Message-ID field in raw[:scan] "
      "(learn_keys._message_id), or None."},

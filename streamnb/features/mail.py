@@ -314,7 +314,8 @@ class MailTokenizer:
             a.defect("undecodable")
         is_html = ctype == "text/html"
         if is_html:
-            text, tag_tokens = strip_html(text[: self.limits.max_text_chars], steps=self.steps)
+            text, tag_tokens = strip_html(text[: self.limits.max_text_chars], steps=self.steps,
+                                          hashes=a.word_hashes)
             a.tokens.extend(tag_tokens)
         self._body_text(text[: self.limits.max_text_chars], is_html, a)
 

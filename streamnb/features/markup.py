@@ -90,12 +90,19 @@ def unescape(text: str, steps: TokenizerSteps = DEFAULT_STEPS) -> str:
 
 
 def strip_html(markup: str, max_tag_tokens: int = 2000,
-               steps: TokenizerSteps = DEFAULT_STEPS) -> tuple[str, list[str]]:
+               steps: TokenizerSteps = DEFAULT_STEPS,
+               hashes: bytearray | None = None) -> tuple[str, list[str]]:
     """Return the visible text of ``markup`` and its ``html:``/``url:`` tokens. The C steps
     ``html_strip`` (all of this but the unescaping) and ``tag_tokens`` (the tokens of the
-    split tags) decline markup beyond Latin-1, which the code below takes."""
+    split tags) decline markup beyond Latin-1, which the code below takes. ``hashes`` (a
+    bytearray, for a caller that only hashes tokens): where ``html_strip`` takes the
+    markup, the tokens' stable hashes are appended to it (native uint64, as
+    :meth:`WordRules.hash_words <streamnb.features.text.WordRules.hash_words>` appends
+    them) and the list returned is empty; the same hashes, without a str per token. (The
+    C token table fills ``hashes``: with it off, so is ``word_hashes``, and the tokens are
+    returned.)"""
     if steps.html_strip is not None and max_tag_tokens >= 0:
-        done = steps.html_strip(markup, max_tag_tokens)
+        done = steps.html_strip(markup, max_tag_tokens, hashes if steps.word_hashes is not None else None)
         if done is not None:  # (Latin-1 markup: every step below but the unescaping, in C)
             return unescape(done[0], steps), done[1]
     markup = _COMMENT.sub("", markup)
