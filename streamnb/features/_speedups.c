@@ -633,6 +633,23 @@ cached_hash(PyObject *token, uint64_t *value)
     return str_key(token, &key) < 0 ? -1 : cached_hash_of(token, key, value);
 }
 
+/* The stable hash of the token whose characters are the Latin-1 s[0:n] (one byte each:
+ * the str's key is computed on them), into *value; a str is made only on a miss. */
+static int
+latin1_hash(const Py_UCS1 *s, Py_ssize_t n, uint64_t *value)
+{
+    uint64_t key = bytes_key(s, n);
+    size_t k = find_slot(key);
+    if (slots[k].key == key) {
+        *value = slots[k].value;
+        return 0;
+    }
+    PyObject *token = PyUnicode_FromKindAndData(PyUnicode_1BYTE_KIND, s, n);
+    int rc = token == NULL ? -1 : cached_hash_of(token, key, value);
+    Py_XDECREF(token);
+    return rc;
+}
+
 static PyObject *
 hash_one(PyObject *module, PyObject *token)
 {
@@ -811,6 +828,82 @@ fail:
  * takes wide_word_hashes (above), the same tokens. With `lower`, the tokens of the text lower-cased
  * (str.lower, which keeps Latin-1 text Latin-1, one character for one): the common word
  * lower-cased as it is hashed, the odd ones by str.lower. */
+/* The tokens of an odd word of Latin-1 text, w[0:n] (too long, with an '@', beyond ASCII
+ * or, lower-cased, longer than word_hashes' buffer), hashed into values[0:2] on their
+ * characters as append_word_tokens makes them (WordRules._odd_tokens of the word, lower-cased
+ * first with `lower`: str.lower keeps Latin-1 text Latin-1, one character for one): the
+ * word token ("email:<domain>", "skip:<first> <length>" or the word), then "8bit%:<share>"
+ * for a word with non-ASCII characters. Returns how many (1 or 2), or 0 when a token is
+ * longer than the buffer here (the caller makes the word a str). */
+static int
+odd_word_hashes(const Py_UCS1 *w, Py_ssize_t n, Py_ssize_t max_len, int lower, uint64_t values[2])
+{
+    Py_UCS1 t[96];
+    Py_ssize_t ats = 0, first_at = -1, high = 0, len;
+    int dot = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        Py_UCS1 c = w[i];
+        if (c == '@') {
+            if (ats++ == 0) {
+                first_at = i;
+            }
+        }
+        else if (c == '.') {
+            dot = 1;
+        }
+        else if (c >= 128) {
+            high++;
+        }
+    }
+    if (ats == 1 && (n <= max_len || (dot && n < 60))) {
+        Py_ssize_t d = n - first_at - 1;
+        if (6 + d > (Py_ssize_t)sizeof t) {
+            return 0;
+        }
+        memcpy(t, "email:", 6);
+        for (Py_ssize_t k = 0; k < d; k++) {
+            t[6 + k] = lower ? latin1_lower[w[first_at + 1 + k]] : w[first_at + 1 + k];
+        }
+        len = 6 + d;
+    }
+    else if (n > max_len) {
+        char digits[24];
+        int nd = 0;
+        size_t tens = (size_t)(n / 10 * 10);
+        do {
+            digits[nd++] = (char)('0' + tens % 10);
+            tens /= 10;
+        } while (tens > 0);
+        memcpy(t, "skip:", 5);
+        t[5] = lower ? latin1_lower[w[0]] : w[0];
+        t[6] = ' ';
+        for (int k = 0; k < nd; k++) {
+            t[7 + k] = (Py_UCS1)digits[nd - 1 - k];
+        }
+        len = 7 + nd;
+    }
+    else {
+        if (n > (Py_ssize_t)sizeof t) {
+            return 0;
+        }
+        for (Py_ssize_t k = 0; k < n; k++) {
+            t[k] = lower ? latin1_lower[w[k]] : w[k];
+        }
+        len = n;
+    }
+    if (latin1_hash(t, len, &values[0]) < 0) {
+        return -1;
+    }
+    if (high == 0 || (n <= max_len && ats == 1)) {
+        return 1;
+    }
+    /* int(high * 10 / len(w) + 0.5) * 10, in the same double arithmetic as Python's */
+    long share = (long)((double)(high * 10) / (double)n + 0.5) * 10;
+    char buf[32];
+    int m = snprintf(buf, sizeof buf, "8bit%%:%ld", share);
+    return latin1_hash((const Py_UCS1 *)buf, m, &values[1]) < 0 ? -1 : 2;
+}
+
 static PyObject *
 word_hashes(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -889,6 +982,17 @@ word_hashes(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
             Py_ssize_t start = w_start[w], n = w_end[w] - start;
             Py_hash_t h = w_hash[w];
             if (h == -1) {
+                uint64_t values[2];
+                int made = odd_word_hashes(s + start, n, max_len, lower, values);
+                if (made < 0) {
+                    goto fail;
+                }
+                for (int t = 0; t < made; t++) { /* (a miss ran Python code: `out` read again) */
+                    ((uint64_t *)(void *)(PyByteArray_AS_STRING(out) + before))[count++] = values[t];
+                }
+                if (made > 0) {
+                    continue;
+                }
                 if (odd == NULL && (odd = PyList_New(0)) == NULL) {
                     goto fail;
                 }

@@ -1,6 +1,8 @@
 """The raw-mail hot path's C steps against independent oracles: ``html.unescape`` for the
 C ``html_unescape`` (generated text, hand-worked edges and the text of every corpus HTML
-part), and the tokens of every corpus mail with the C steps against the Python code alone.
+part), keyed BLAKE2b (``hashing._blake64``) of the Python code's tokens for the hashes of
+``word_hashes`` and ``html_strip``, and the tokens of every corpus mail with the C steps
+against the Python code alone.
 The Python path (``REFERENCE_STEPS``) is checked against the same oracles."""
 
 from __future__ import annotations
@@ -74,6 +76,23 @@ def test_strip_html_equals_the_regex_passes(markup):
     assert markup_module.strip_html(markup, 2000, C_STEPS or REFERENCE_STEPS) == expected
 
 
+@needs_speedups
+@settings(max_examples=500, deadline=None)
+@given(markup=st.lists(st.sampled_from([
+    "<p>", "</p>", "<A HREF='http://Www.Example.COM/x'>", "<img src=https://a.b.example.org.>",
+    "<form action=ftp://user@Host.example.net>", "<B>", "text ", "<!-- c -->", "<script>s</script>",
+    "<a href=\"http://x.y\">", " caf\u00e9 ", "&amp;", "<br/>", "<TABLE width=1>",
+]), max_size=30).map("".join), limit=st.integers(0, 12))
+def test_strip_html_hashes_equal_the_tokens_hashed(markup, limit):
+    """html_strip with a bytearray: the text as without it, and the stable hashes of the
+    Python path's tokens (hashing._blake64, keyed BLAKE2b), appended after what was there."""
+    text, tokens = markup_module.strip_html(markup, limit, REFERENCE_STEPS)
+    hashes = bytearray(b"\x01" * 8)
+    assert markup_module.strip_html(markup, limit, C_STEPS, hashes=hashes) == (text, [])
+    assert hashes[:8] == b"\x01" * 8
+    assert np.frombuffer(bytes(hashes[8:]), dtype=np.uint64).tolist() == [hashing._blake64(t) for t in tokens]
+
+
 # ------------------------------------------------------------------ word hashes beyond Latin-1
 
 WIDE_PIECES = ["\u0130", "\u0131", "\u03a3", "\u03c3", "\u212a", "\u2019", "\u201c", "\u00e9", "\u00c9",
@@ -89,6 +108,27 @@ wide_text = st.lists(st.sampled_from(WIDE_PIECES), max_size=40).map("".join)
 def test_word_hashes_equal_the_python_word_rules(text, lo, hi, lower):
     """The C word_hashes on any text (Latin-1 or beyond) against the Python word rules,
     their tokens hashed by hashing._blake64 (keyed BLAKE2b), not read from the table."""
+    hi = max(lo, hi)
+    rules = WordRules(min_len=lo, max_len=hi, lowercase=lower, steps=REFERENCE_STEPS)
+    tokens: list[str] = []
+    rules.words(text, tokens)
+    out = bytearray()
+    assert C_STEPS.word_hashes(text, lo, hi, out, lower) == len(tokens)
+    assert np.frombuffer(bytes(out), dtype=np.uint64).tolist() == [hashing._blake64(t) for t in tokens]
+
+
+LATIN1_PIECES = ["\u00e9", "\u00c9", "\u00df", "\u00b5", "\u00ff", "\u00c0", "\xa0", " ", "\n", "A",
+                 "b", "Cd", "word", "WORD", "@", ".", "!", "x@Y.org", "a@b@c", "-", "supercalifragilistic",
+                 "Verylongword" * 6, "\u00c9t\u00c9@d\u00f6main.de"]
+latin1_text = st.lists(st.sampled_from(LATIN1_PIECES), max_size=40).map("".join)
+
+
+@needs_speedups
+@settings(max_examples=1500, deadline=None)
+@given(text=latin1_text, lo=st.integers(1, 4), hi=st.integers(1, 80), lower=st.booleans())
+def test_word_hashes_of_odd_latin1_words(text, lo, hi, lower):
+    """Odd words of Latin-1 text (long, with '@', beyond ASCII), hashed on their characters
+    in C, against the Python word rules' tokens hashed by hashing._blake64."""
     hi = max(lo, hi)
     rules = WordRules(min_len=lo, max_len=hi, lowercase=lower, steps=REFERENCE_STEPS)
     tokens: list[str] = []
