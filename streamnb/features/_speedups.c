@@ -1333,7 +1333,8 @@ text_counts(PyObject *self, PyObject *text)
 /* ------------------------------------------------------------------ url_scan
  *
  * url_scan(text, out) -> str or None: WordRules.urls for a text whose characters are all
- * Latin-1 (None for any other text: the caller runs the Python code, the reference). It
+ * Latin-1, and for any other text through a Latin-1 stand-in (latin1_stand_in; None for a
+ * text it declines: the caller runs the Python code, the reference). It
  * is text._URL_SCAN.sub on the whole text, each URL replaced by one space, with its
  * "proto:<scheme>" and host_tokens("url", host) appended to out in order:
  *
@@ -1590,22 +1591,63 @@ contains_bytes(const Py_UCS1 *p, Py_ssize_t n, const char *needle, Py_ssize_t k)
     return 0;
 }
 
+/* A Latin-1 stand-in for a str beyond Latin-1, for the scans of url_scan: each character
+ * beyond U+00FF becomes one that the scans' character classes take alike (\s, \w, or
+ * neither: U+0085, U+00AA, U+00A4), every other is kept. NULL with no exception set when
+ * the str holds a character beyond U+00FF that IGNORECASE folds onto an ASCII letter
+ * (U+0130, U+0131, U+017F, U+212A: the Python code takes that text). */
+static Py_UCS1 *
+latin1_stand_in(PyObject *text)
+{
+    int kind = PyUnicode_KIND(text);
+    const void *data = PyUnicode_DATA(text);
+    Py_ssize_t n = PyUnicode_GET_LENGTH(text);
+    Py_UCS1 *p = PyMem_Malloc((size_t)n + 1);
+    if (p == NULL) {
+        PyErr_NoMemory();
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        Py_UCS4 c = PyUnicode_READ(kind, data, i);
+        if (c < 256) {
+            p[i] = (Py_UCS1)c;
+        }
+        else if (c == 0x130 || c == 0x131 || c == 0x17F || c == 0x212A) {
+            PyMem_Free(p);
+            return NULL;
+        }
+        else {
+            p[i] = Py_UNICODE_ISSPACE(c) ? 0x85 : Py_UNICODE_ISALNUM(c) ? 0xAA : 0xA4;
+        }
+    }
+    return p;
+}
+
 static PyObject *
 url_scan(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
     const Py_UCS1 *p;
     Py_ssize_t n, copied = 0;
     int latin1 = latin1_text_and_list(args, nargs, "url_scan(text, out)", &p, &n);
-    if (latin1 <= 0) {
-        if (latin1 < 0) {
-            return NULL;
-        }
-        Py_RETURN_NONE;
+    if (latin1 < 0) {
+        return NULL;
     }
-    PyObject *text = args[0], *out = args[1];
+    PyObject *text = args[0], *out = args[1], *pieces = NULL; /* pieces: of a wide text */
+    Py_UCS1 *stand_in = NULL;
+    if (latin1 == 0) { /* beyond Latin-1: the same scan on a stand-in, the text cut by Python */
+        stand_in = latin1_stand_in(text);
+        if (stand_in == NULL) {
+            if (PyErr_Occurred()) {
+                return NULL;
+            }
+            Py_RETURN_NONE;
+        }
+        p = stand_in, n = PyUnicode_GET_LENGTH(text);
+    }
     /* WordRules.urls' first test: without "://", "www." or "WWW." the text is kept as is */
     if (!contains_bytes(p, n, "://", 3) && !contains_bytes(p, n, "www.", 4) &&
             !contains_bytes(p, n, "WWW.", 4)) {
+        PyMem_Free(stand_in);
         Py_INCREF(text);
         return text;
     }
@@ -1649,17 +1691,36 @@ url_scan(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         host_from = c == 'w' ? i : rest; /* www.: the first letter belongs to the host */
         if (append_new(out, PyUnicode_FromString(proto)) < 0
             || append_url_host_tokens(p + host_from, end - host_from, out) < 0) {
-            PyMem_Free(buf);
-            return NULL;
+            goto fail;
         }
-        if (buf == NULL && (buf = PyMem_Malloc((size_t)n + 1)) == NULL) {
-            return PyErr_NoMemory();
+        if (stand_in != NULL) {
+            if ((pieces == NULL && (pieces = PyList_New(0)) == NULL)
+                || append_new(pieces, PyUnicode_Substring(text, copied, i)) < 0) {
+                goto fail;
+            }
         }
-        memcpy(buf + used, p + copied, (size_t)(i - copied));
-        used += i - copied;
-        buf[used++] = ' ';
+        else {
+            if (buf == NULL && (buf = PyMem_Malloc((size_t)n + 1)) == NULL) {
+                PyErr_NoMemory();
+                goto fail;
+            }
+            memcpy(buf + used, p + copied, (size_t)(i - copied));
+            used += i - copied;
+            buf[used++] = ' ';
+        }
         copied = end;
         i = end - 1;
+    }
+    PyMem_Free(stand_in);
+    if (pieces != NULL) { /* " ".join of the pieces between the URLs, as WordRules.urls */
+        PyObject *space = NULL, *result = NULL;
+        if (append_new(pieces, PyUnicode_Substring(text, copied, n)) == 0
+            && (space = PyUnicode_FromOrdinal(' ')) != NULL) {
+            result = PyUnicode_Join(space, pieces);
+        }
+        Py_XDECREF(space);
+        Py_DECREF(pieces);
+        return result;
     }
     if (buf == NULL) {
         Py_INCREF(text);
@@ -1670,6 +1731,11 @@ url_scan(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     PyObject *result = PyUnicode_FromKindAndData(PyUnicode_1BYTE_KIND, buf, used);
     PyMem_Free(buf);
     return result;
+fail:
+    PyMem_Free(stand_in);
+    PyMem_Free(buf);
+    Py_XDECREF(pieces);
+    return NULL;
 }
 
 /* ------------------------------------------------------------------ the tags of strip_html
@@ -4068,8 +4134,9 @@ static PyMethodDef methods[] = {
      "text_counts(text): (upper-case, alphabetic, non-ASCII, '!' or '$') characters of text "
      "(MailAnalysis.add_text_stats' counts)."},
     {"url_scan", (PyCFunction)(void (*)(void))url_scan, METH_FASTCALL,
-     "url_scan(text, out): WordRules.urls on Latin-1 text (the text with its URLs blanked, "
-     "their tokens appended to out); None for other text."},
+     "url_scan(text, out): WordRules.urls (the text with its URLs blanked, their tokens "
+     "appended to out); None for text with a character beyond U+00FF that IGNORECASE folds "
+     "onto an ASCII letter."},
     {"received_tokens", (PyCFunction)(void (*)(void))received_tokens, METH_FASTCALL,
      "received_tokens(text, out): append the tokens of one Latin-1 Received value to out "
      "(mail_headers._received_tokens); False, appending nothing, for other text."},

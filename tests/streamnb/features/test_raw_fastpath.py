@@ -138,6 +138,29 @@ def test_word_hashes_of_odd_latin1_words(text, lo, hi, lower):
     assert np.frombuffer(bytes(out), dtype=np.uint64).tolist() == [hashing._blake64(t) for t in tokens]
 
 
+URL_PIECES = ["http://", "HTTPS://", "www.", "WWW.", "ftp://", "mailto://", "x", "Host.Example.com", "/p?q",
+              "@", "user@", " ", "\u2003", "\u00e9", "\u4e2d", "\u0661", "\u0130", "\u017f", "_", "(", "'",
+              "\U0001f600", ".", "-", "\u03a3", "\n"]
+FOLDED = set("\u0130\u0131\u017f\u212a")
+
+
+@needs_speedups
+@settings(max_examples=2000, deadline=None)
+@given(text=st.one_of(st.lists(st.sampled_from(URL_PIECES), max_size=30).map("".join), st.text(max_size=40)))
+def test_url_scan_of_any_text_equals_the_url_regex(text):
+    """The C url_scan (on a Latin-1 stand-in beyond Latin-1) against WordRules.urls run by
+    the re module's _URL_SCAN (the Python path): the same text and tokens, or None for a
+    text with a character IGNORECASE folds onto an ASCII letter."""
+    expected_tokens: list[str] = []
+    expected = WordRules(steps=REFERENCE_STEPS).urls(text, expected_tokens)
+    tokens: list[str] = []
+    got = C_STEPS.url_scan(text, tokens)
+    if got is None:
+        assert FOLDED & set(text)
+        return
+    assert (got, tokens) == (expected, expected_tokens)
+
+
 # ------------------------------------------------------------------ the corpus
 
 
