@@ -94,6 +94,43 @@ next_word(const Py_UCS1 *s, Py_ssize_t len, Py_ssize_t *i, Py_ssize_t *start, Py
     return 1;
 }
 
+/* Bits of word_class: what word_hashes needs to know of each character of a word. */
+#define WC_SPACE 1 /* is_space1 */
+#define WC_AT 2    /* '@' */
+#define WC_HIGH 4  /* beyond ASCII */
+static unsigned char word_class[256];
+
+/* next_word, with *flags the word_class bits of the run's characters ORed: WC_AT and
+ * WC_HIGH of the word itself (text._PUNCT, stripped, is ASCII and holds no '@'). */
+static inline int
+next_word_flags(const Py_UCS1 *s, Py_ssize_t len, Py_ssize_t *i, Py_ssize_t *start, Py_ssize_t *end,
+                unsigned *flags)
+{
+    Py_ssize_t j = *i;
+    while (j < len && is_space1[s[j]]) {
+        j++;
+    }
+    if (j >= len) {
+        *i = j;
+        return 0;
+    }
+    Py_ssize_t a = j;
+    unsigned f = 0, c;
+    while (j < len && !((c = word_class[s[j]]) & WC_SPACE)) {
+        f |= c;
+        j++;
+    }
+    Py_ssize_t b = j;
+    while (a < b && s[a] < 128 && is_punct[s[a]]) {
+        a++;
+    }
+    while (b > a && s[b - 1] < 128 && is_punct[s[b - 1]]) {
+        b--;
+    }
+    *i = j, *start = a, *end = b, *flags = f;
+    return 1;
+}
+
 /* next_word over the characters of a str of any kind (white space: str.split()'s, also
  * beyond ASCII; text._PUNCT, ASCII, stripped from both ends). */
 static inline int
@@ -688,18 +725,6 @@ ascii_lower_str(const Py_UCS1 *s, Py_ssize_t n)
 /* "lower" (interned at import, with the other names the functions below call by). */
 static PyObject *S_lower;
 
-/* Whether s[0:n] is all ASCII. */
-static inline int
-all_ascii(const Py_UCS1 *s, Py_ssize_t n)
-{
-    for (Py_ssize_t i = 0; i < n; i++) {
-        if (s[i] >= 128) {
-            return 0;
-        }
-    }
-    return 1;
-}
-
 /* The end of word_hashes and wide_word_hashes: `out` cut to the `count` hashes appended
  * after its first `before` bytes, their count returned; or, `failed` (an exception set),
  * `out` back to `before` bytes (nothing appended) and NULL. `odd` (or NULL) released. */
@@ -934,7 +959,6 @@ word_hashes(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         return wide_word_hashes(text, min_len, max_len, out, lower);
     }
     const Py_UCS1 *s = PyUnicode_1BYTE_DATA(text);
-    int ascii = PyUnicode_IS_ASCII(text);
     Py_ssize_t len = PyUnicode_GET_LENGTH(text), i = 0, count = 0;
     Py_ssize_t before = PyByteArray_GET_SIZE(out);
     /* room for every token: a word and the white space after it take two characters at
@@ -951,15 +975,15 @@ word_hashes(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     while (i < len) {
         int b = 0;
         Py_ssize_t start, end;
-        while (b < HASH_BLOCK && next_word(s, len, &i, &start, &end)) {  /* the next block of words */
+        unsigned flags;
+        while (b < HASH_BLOCK && next_word_flags(s, len, &i, &start, &end, &flags)) {  /* the next block */
             Py_ssize_t n = end - start;
             if (n < min_len) {
                 continue;
             }
             w_start[b] = start;
             w_end[b] = end;
-            if (n > max_len || memchr(s + start, '@', (size_t)n) != NULL ||
-                    (!ascii && !all_ascii(s + start, n)) || (lower && n > (Py_ssize_t)sizeof lowered)) {
+            if (n > max_len || (flags & (WC_AT | WC_HIGH)) || (lower && n > (Py_ssize_t)sizeof lowered)) {
                 w_hash[b] = -1;  /* an odd word (no table key is -1) */
             }
             else {
@@ -3158,30 +3182,40 @@ dollar_at(const Py_UCS1 *p, Py_ssize_t n, Py_ssize_t from)
     return (n > 0 && p[n - 1] == '\n' && n - 1 >= from) ? n - 1 : n;
 }
 
+/* The passes below read a Latin-1 text p (markup, or the stand-in of markup beyond
+ * Latin-1: latin1_stand_in) and write out; with wp (the markup's own characters, one
+ * Py_UCS4 each, where p is a stand-in) they copy the same characters from wp to wout.
+ * What they write besides copies is ASCII, the same in both. */
+#define PUT(c) do { Py_UCS1 c_ = (c); if (wout != NULL) { wout[used] = c_; } out[used++] = c_; } while (0)
+
 /* Copy p[i:k] to out at *used, k the next '<' at or after i (n if none); returns k. The
  * passes below copy the text between tags with it, then look at the tag at k. */
 static Py_ssize_t
-copy_to_tag(const Py_UCS1 *p, Py_ssize_t n, Py_ssize_t i, Py_UCS1 *out, Py_ssize_t *used)
+copy_to_tag(const Py_UCS1 *p, Py_ssize_t n, Py_ssize_t i, Py_UCS1 *out, Py_ssize_t *used,
+            const Py_UCS4 *wp, Py_UCS4 *wout)
 {
     const Py_UCS1 *lt = memchr(p + i, '<', (size_t)(n - i));
     Py_ssize_t k = lt == NULL ? n : lt - p;
     memcpy(out + *used, p + i, (size_t)(k - i));
+    if (wp != NULL) {
+        memcpy(wout + *used, wp + i, (size_t)(k - i) * sizeof(Py_UCS4));
+    }
     *used += k - i;
     return k;
 }
 
 /* Pass 1: comments removed. Writes to out (room for n), returns the new length. */
 static Py_ssize_t
-drop_comments(const Py_UCS1 *p, Py_ssize_t n, Py_UCS1 *out)
+drop_comments(const Py_UCS1 *p, Py_ssize_t n, Py_UCS1 *out, const Py_UCS4 *wp, Py_UCS4 *wout)
 {
     Py_ssize_t i = 0, used = 0;
     while (i < n) {
-        Py_ssize_t k = copy_to_tag(p, n, i, out, &used);
+        Py_ssize_t k = copy_to_tag(p, n, i, out, &used, wp, wout);
         if (k >= n) {
             break;
         }
         if (k + 4 > n || memcmp(p + k, "<!--", 4) != 0) {
-            out[used++] = '<';
+            PUT('<');
             i = k + 1;
             continue;
         }
@@ -3204,11 +3238,11 @@ drop_comments(const Py_UCS1 *p, Py_ssize_t n, Py_UCS1 *out)
 
 /* Pass 2: declarations and processing instructions become a space. */
 static Py_ssize_t
-blank_declarations(const Py_UCS1 *p, Py_ssize_t n, Py_UCS1 *out)
+blank_declarations(const Py_UCS1 *p, Py_ssize_t n, Py_UCS1 *out, const Py_UCS4 *wp, Py_UCS4 *wout)
 {
     Py_ssize_t i = 0, used = 0;
     while (i < n) {
-        Py_ssize_t k = copy_to_tag(p, n, i, out, &used);
+        Py_ssize_t k = copy_to_tag(p, n, i, out, &used, wp, wout);
         if (k >= n) {
             break;
         }
@@ -3218,12 +3252,12 @@ blank_declarations(const Py_UCS1 *p, Py_ssize_t n, Py_UCS1 *out)
                 j++;
             }
             if (j < n && p[j] == '>') {
-                out[used++] = ' ';
+                PUT(' ');
                 i = j + 1;
                 continue;
             }
         }
-        out[used++] = '<';
+        PUT('<');
         i = k + 1;
     }
     return used;
@@ -3231,11 +3265,11 @@ blank_declarations(const Py_UCS1 *p, Py_ssize_t n, Py_UCS1 *out)
 
 /* Pass 3: script and style elements become " <name> ". out has room for n + 2. */
 static Py_ssize_t
-drop_scripts(const Py_UCS1 *p, Py_ssize_t n, Py_UCS1 *out)
+drop_scripts(const Py_UCS1 *p, Py_ssize_t n, Py_UCS1 *out, const Py_UCS4 *wp, Py_UCS4 *wout)
 {
     Py_ssize_t i = 0, used = 0;
     while (i < n) {
-        Py_ssize_t k = copy_to_tag(p, n, i, out, &used);
+        Py_ssize_t k = copy_to_tag(p, n, i, out, &used, wp, wout);
         if (k >= n) {
             break;
         }
@@ -3269,26 +3303,29 @@ drop_scripts(const Py_UCS1 *p, Py_ssize_t n, Py_UCS1 *out)
                 if (end < 0) {
                     end = dollar_at(p, n, j + 1);
                 }
-                out[used++] = ' ';
-                out[used++] = '<';
-                memcpy(out + used, p + k + 1, (size_t)len); /* the name as written */
-                used += len;
-                out[used++] = '>';
-                out[used++] = ' ';
+                PUT(' ');
+                PUT('<');
+                for (Py_ssize_t t = 0; t < len; t++) { /* the name as written (ASCII) */
+                    PUT(p[k + 1 + t]);
+                }
+                PUT('>');
+                PUT(' ');
                 i = end;
                 continue;
             }
         }
-        out[used++] = '<';
+        PUT('<');
         i = k + 1;
     }
     return used;
 }
 
-/* The three passes on p[0:n], the result in a (its length returned); a and b have room
- * for n + 3 characters. */
+/* The three passes on p[0:n], the result in *result, a or b (its length returned); a and b
+ * have room for n + 3 characters; with wp, the same for the characters of wp, wa and wb
+ * into *wresult. */
 static Py_ssize_t
-clean_passes(const Py_UCS1 *p, Py_ssize_t n, Py_UCS1 *a, Py_UCS1 *b, const Py_UCS1 **result)
+clean_passes(const Py_UCS1 *p, Py_ssize_t n, Py_UCS1 *a, Py_UCS1 *b, const Py_UCS1 **result,
+             const Py_UCS4 *wp, Py_UCS4 *wa, Py_UCS4 *wb, const Py_UCS4 **wresult)
 {
     /* What the passes act on, looked for first: a pass with nothing to act on leaves its
      * input as it is, and is skipped. Without a comment the input's declarations are
@@ -3310,35 +3347,38 @@ clean_passes(const Py_UCS1 *p, Py_ssize_t n, Py_UCS1 *a, Py_UCS1 *b, const Py_UC
     }
     Py_ssize_t m;
     if (comment) {
-        m = drop_comments(p, n, a);
-        m = blank_declarations(a, m, b);
-        *result = a;
-        return drop_scripts(b, m, a);
+        m = drop_comments(p, n, a, wp, wa);
+        m = blank_declarations(a, m, b, wa, wb); /* (wa and wb are NULL without wp) */
+        *result = a, *wresult = wa;
+        return drop_scripts(b, m, a, wb, wa);
     }
     const Py_UCS1 *src = p;
+    const Py_UCS4 *wsrc = wp;
     m = n;
     if (declaration) {
-        m = blank_declarations(p, n, a);
-        src = a;
+        m = blank_declarations(p, n, a, wp, wa);
+        src = a, wsrc = wa;
     }
     if (script) {
         Py_UCS1 *out = src == a ? b : a;
-        m = drop_scripts(src, m, out);
-        src = out;
+        Py_UCS4 *wout = src == a ? wb : wa;
+        m = drop_scripts(src, m, out, wsrc, wout);
+        src = out, wsrc = wout;
     }
-    *result = src;
+    *result = src, *wresult = wsrc;
     return m;
 }
 
 /* ------------------------------------------------------------------ html_strip
  *
  * html_strip(markup, max_tag_tokens[, hashes]) -> (text, tokens) or None: markup.strip_html
- * on Latin-1 markup in one call, before html.unescape (which the caller applies to text):
+ * in one call, before html.unescape (which the caller applies to text):
  * the three passes (clean_passes), then the tags of the split (next_tag), the text between
  * them joined by one space (" ".join(pieces[::4])), and tag_tokens' tokens of the tags,
  * without a str per piece of the split. With the bytearray `hashes` (not None), the tokens'
  * stable hashes are appended to it instead (native uint64, as word_hashes appends them;
- * the token table must be made) and `tokens` is empty. None for other markup (the caller
+ * the token table must be made) and `tokens` is empty. Markup beyond Latin-1 is read
+ * through its stand-in (latin1_stand_in); None for the markup that declines (the caller
  * runs the steps one by one). */
 static PyObject *
 html_strip(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
@@ -3362,12 +3402,22 @@ html_strip(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         PyErr_SetString(PyExc_RuntimeError, "html_strip: call hash_cache_init first");
         return NULL;
     }
-    if (PyUnicode_KIND(markup) != PyUnicode_1BYTE_KIND) {
-        Py_RETURN_NONE;
-    }
+    /* markup beyond Latin-1: the passes and tags read its stand-in (latin1_stand_in: the
+     * same decisions; the tokens are ASCII), the text is copied from its own characters */
+    Py_UCS1 *stand_in = NULL;
     const Py_UCS1 *p = PyUnicode_1BYTE_DATA(markup);
     Py_ssize_t n = PyUnicode_GET_LENGTH(markup);
+    if (PyUnicode_KIND(markup) != PyUnicode_1BYTE_KIND) {
+        if ((stand_in = latin1_stand_in(markup)) == NULL) {
+            if (PyErr_Occurred()) {
+                return NULL;
+            }
+            Py_RETURN_NONE;
+        }
+        p = stand_in;
+    }
     if (memchr(p, '<', (size_t)n) == NULL) { /* no markup: the text as it is, no tokens */
+        PyMem_Free(stand_in);
         PyObject *tokens = PyList_New(0);
         return tokens == NULL ? NULL : Py_BuildValue("(ON)", markup, tokens);
     }
@@ -3375,7 +3425,19 @@ html_strip(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     sink_t sink = {hashes == NULL ? tokens : NULL, NULL, 0, 0};
     Py_ssize_t n_tags = 0, room = 64;
     Py_UCS1 *a = PyMem_Malloc((size_t)n + 3), *b = PyMem_Malloc((size_t)n + 3);
+    Py_UCS4 *wp = NULL, *wa = NULL, *wb = NULL; /* (markup beyond Latin-1) */
     tag_t *tags = PyMem_Malloc((size_t)room * sizeof(tag_t));
+    if (stand_in != NULL) {
+        wp = PyUnicode_AsUCS4Copy(markup);
+        wa = PyMem_Malloc(((size_t)n + 3) * sizeof(Py_UCS4));
+        wb = PyMem_Malloc(((size_t)n + 3) * sizeof(Py_UCS4));
+        if (wp == NULL || wa == NULL || wb == NULL) {
+            if (!PyErr_Occurred()) {
+                PyErr_NoMemory();
+            }
+            goto done;
+        }
+    }
     if (tokens == NULL || a == NULL || b == NULL || tags == NULL) {
         if (tokens != NULL) {
             PyErr_NoMemory();
@@ -3383,14 +3445,20 @@ html_strip(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         goto done;
     }
     const Py_UCS1 *clean;
-    Py_ssize_t m = clean_passes(p, n, a, b, &clean);
+    const Py_UCS4 *wclean = NULL;
+    Py_ssize_t m = clean_passes(p, n, a, b, &clean, wp, wa, wb, &wclean);
     /* the text into the other buffer (one space for each tag: never longer than the
      * markup), the tags listed */
     Py_UCS1 *text = clean == b ? a : b;
+    Py_UCS4 *wtext = wclean == wb ? wa : wb;
     Py_ssize_t used = 0, text_from = 0, i, end;
     tag_t tag;
     while ((i = next_tag(clean, m, text_from, &tag, &end)) >= 0) {
         memcpy(text + used, clean + text_from, (size_t)(i - text_from));
+        if (wp != NULL) {
+            memcpy(wtext + used, wclean + text_from, (size_t)(i - text_from) * sizeof(Py_UCS4));
+            wtext[used + i - text_from] = ' ';
+        }
         used += i - text_from;
         text[used++] = ' ';
         if (n_tags == room) {
@@ -3406,6 +3474,9 @@ html_strip(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         text_from = end;
     }
     memcpy(text + used, clean + text_from, (size_t)(m - text_from));
+    if (wp != NULL) {
+        memcpy(wtext + used, wclean + text_from, (size_t)(m - text_from) * sizeof(Py_UCS4));
+    }
     used += m - text_from;
     if (tokens_of_tags(tags, n_tags, limit, &sink) < 0) {
         goto done;
@@ -3417,11 +3488,16 @@ html_strip(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         }
         memcpy(PyByteArray_AS_STRING(hashes) + before, sink.hashes, (size_t)sink.n * sizeof(uint64_t));
     }
-    result = Py_BuildValue("(NN)", latin1_str(text, used), tokens);
+    result = Py_BuildValue("(NN)", wp != NULL ? PyUnicode_FromKindAndData(PyUnicode_4BYTE_KIND, wtext, used)
+                                              : latin1_str(text, used), tokens);
     tokens = NULL; /* (stolen, or freed with the tuple on failure) */
 done:
     Py_XDECREF(tokens);
     PyMem_Free(sink.hashes);
+    PyMem_Free(stand_in);
+    PyMem_Free(wp);
+    PyMem_Free(wa);
+    PyMem_Free(wb);
     PyMem_Free(a);
     PyMem_Free(b);
     PyMem_Free(tags);
@@ -4162,9 +4238,10 @@ static PyMethodDef methods[] = {
      "header_tokens(names, index, spec, cache, analysis): HeaderTokenizer.add over a dict "
      "index of header values (see streamnb.features.mail)."},
     {"html_strip", (PyCFunction)(void (*)(void))html_strip, METH_FASTCALL,
-     "html_strip(markup, max_tag_tokens[, hashes]): markup.strip_html on Latin-1 markup before "
+     "html_strip(markup, max_tag_tokens[, hashes]): markup.strip_html before "
      "html.unescape: (text, tokens), the tokens' stable hashes appended to the bytearray hashes "
-     "instead if given; None for other markup."},
+     "instead if given; None for markup with a character beyond U+00FF that IGNORECASE folds "
+     "onto an ASCII letter."},
     {"message_id_value", (PyCFunction)(void (*)(void))message_id_value, METH_FASTCALL,
      "message_id_value(raw, scan): the raw value of a mail's first Message-ID field in raw[:scan] "
      "(learn_keys._message_id), or None."},
@@ -4218,6 +4295,9 @@ PyInit__speedups(void)
     for (Py_UCS4 c = 0; c < 256; c++) {  /* str.lower keeps a Latin-1 character Latin-1 */
         Py_UCS4 low = Py_UNICODE_TOLOWER(c);
         latin1_lower[c] = (unsigned char)(low < 256 ? low : c);
+    }
+    for (int c = 0; c < 256; c++) {
+        word_class[c] = (unsigned char)((is_space1[c] ? WC_SPACE : 0) | (c == '@' ? WC_AT : 0) | (c >= 128 ? WC_HIGH : 0));
     }
     struct { PyObject **slot; const char *text; } strings[] = {
         {&S_none_suffix, ":none"}, {&S_header_prefix, "header:"},

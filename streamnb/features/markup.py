@@ -8,8 +8,9 @@ references are unescaped. Regular expressions, not a DOM: spam HTML is rarely
 well-formed, and this runs in linear time on any input (tags are found and replaced in
 one ``re.split`` pass, without a Python call per tag). With the C steps
 (:mod:`streamnb.features.steps`) these passes, the tag split and the tag tokens of Latin-1
-markup run in one C call (the same text and tokens); of other markup, the tag tokens of
-Latin-1 attributes do.
+markup, and of markup beyond Latin-1 read through a Latin-1 stand-in, run in one C call
+(the same text and tokens); of the markup it declines, the tag tokens of Latin-1
+attributes do.
 
 >>> text, tokens = strip_html('<p>Buy <a href="http://x.example.com/p">NOW</a><!-- z --></p>')
 >>> text.split()
@@ -92,9 +93,11 @@ def unescape(text: str, steps: TokenizerSteps = DEFAULT_STEPS) -> str:
 def strip_html(markup: str, max_tag_tokens: int = 2000,
                steps: TokenizerSteps = DEFAULT_STEPS,
                hashes: bytearray | None = None) -> tuple[str, list[str]]:
-    """Return the visible text of ``markup`` and its ``html:``/``url:`` tokens. The C steps
-    ``html_strip`` (all of this but the unescaping) and ``tag_tokens`` (the tokens of the
-    split tags) decline markup beyond Latin-1, which the code below takes. ``hashes`` (a
+    """Return the visible text of ``markup`` and its ``html:``/``url:`` tokens. The C step
+    ``html_strip`` (all of this but the unescaping; markup beyond Latin-1 through a Latin-1
+    stand-in) declines markup with a character that IGNORECASE folds onto an ASCII letter
+    (``İ ı ſ K``), and ``tag_tokens`` (the tokens of the split tags) attributes beyond
+    Latin-1: the code below takes those. ``hashes`` (a
     bytearray, for a caller that only hashes tokens): where ``html_strip`` takes the
     markup, the tokens' stable hashes are appended to it (native uint64, as
     :meth:`WordRules.hash_words <streamnb.features.text.WordRules.hash_words>` appends

@@ -76,12 +76,29 @@ def test_strip_html_equals_the_regex_passes(markup):
     assert markup_module.strip_html(markup, 2000, C_STEPS or REFERENCE_STEPS) == expected
 
 
+HTML_PIECES = ["<p>", "</P >", "<a href='http://Www.Example.COM/x'>", "<img src=https://a.b.example.org.>",
+               "<form action=ftp://user@Host.example.net>", "<b>", "text", " ", "\n", "<!-- c -->", "<!--",
+               "-->", "<script>", "</script>", "<STYLE x=1>", "</style >", "<!DOCTYPE x>", "<?xml?>", "<", ">",
+               "\u2019", "\u00e9", "\u4e2d", "\u2003", "\u0661", "\u017f", "\u0130", "\U0001f600", "&amp;",
+               "<a href=\"http://x.\u4e2d.y/\">", "<scrip", "t>", "/", "\u00a0", "<\u2003b>"]
+
+
+@pytest.mark.parametrize("steps", STEPS)
+@settings(max_examples=1500, deadline=None)
+@given(markup=st.lists(st.sampled_from(HTML_PIECES), max_size=30).map("".join), limit=st.integers(0, 6))
+def test_strip_html_of_any_markup_equals_the_regexes(steps, markup, limit):
+    """strip_html with the C html_strip (markup beyond Latin-1 on a stand-in) against its
+    regexes run by the re module one after the other (the Python path alone)."""
+    expected = markup_module.strip_html(markup, limit, REFERENCE_STEPS)
+    assert markup_module.strip_html(markup, limit, steps) == expected
+
+
 @needs_speedups
 @settings(max_examples=500, deadline=None)
 @given(markup=st.lists(st.sampled_from([
     "<p>", "</p>", "<A HREF='http://Www.Example.COM/x'>", "<img src=https://a.b.example.org.>",
     "<form action=ftp://user@Host.example.net>", "<B>", "text ", "<!-- c -->", "<script>s</script>",
-    "<a href=\"http://x.y\">", " caf\u00e9 ", "&amp;", "<br/>", "<TABLE width=1>",
+    "<a href=\"http://x.y\">", " caf\u00e9 ", "&amp;", "<br/>", "<TABLE width=1>", "\u2019", "<p>\u4e2d",
 ]), max_size=30).map("".join), limit=st.integers(0, 12))
 def test_strip_html_hashes_equal_the_tokens_hashed(markup, limit):
     """html_strip with a bytearray: the text as without it, and the stable hashes of the
