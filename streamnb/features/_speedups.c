@@ -2038,47 +2038,59 @@ has_scheme_separator(const Py_UCS1 *p, Py_ssize_t n)
     return 0;
 }
 
+/* The tokens of one tag of Latin-1 markup (tag_tokens, below) into `out`, the tokens of the
+ * tags before it there (out holds only those): its html: token if it opens, then the
+ * url: tokens of its links. *cut: where the tokens are to end (the limit, or past it the
+ * end of the tokens of the tag reaching it: a tag's tokens are not split), set once no
+ * tag after this one can add tokens; then 1 is returned (0 to go on, -1 on error). */
+static int
+tag_tokens_of(const tag_t *tag, Py_ssize_t limit, sink_t *out, Py_ssize_t *cut)
+{
+    int opening = tag->slash_len == 0;
+    Py_ssize_t first = sink_len(out); /* where this tag's tokens start */
+    if (first >= limit) {
+        *cut = limit;
+        return 1;
+    }
+    if (opening) {
+        Py_ssize_t m = tag->name_len; /* (at most 16) */
+        Py_UCS1 t[5 + 16];
+        memcpy(t, "html:", 5);
+        for (Py_ssize_t k = 0; k < m; k++) {
+            t[5 + k] = lower1(tag->name[k]);
+        }
+        if (sink_ascii(out, t, 5 + m) < 0) {
+            return -1;
+        }
+    }
+    if (!has_scheme_separator(tag->attr, tag->attr_len)) { /* no "://": no link */
+        return 0;
+    }
+    if (append_link_hosts(tag->attr, tag->attr_len, out) < 0) {
+        return -1;
+    }
+    Py_ssize_t end = sink_len(out);
+    if (end > first + opening && first < limit && limit < end) { /* hosts, reaching the limit */
+        *cut = end;
+        return 1;
+    }
+    return 0;
+}
+
 /* The tokens of n tags of Latin-1 markup (tag_tokens, below), cut at limit >= 0, into
  * `out` (empty at the start). */
 static int
 tokens_of_tags(const tag_t *tags, Py_ssize_t n, Py_ssize_t limit, sink_t *out)
 {
-    /* cut: where the tokens end; a tag's html: token and hosts are not split */
-    Py_ssize_t cut = -1;
+    Py_ssize_t cut = limit;
     for (Py_ssize_t i = 0; i < n; i++) {
-        int opening = tags[i].slash_len == 0;
-        Py_ssize_t first = sink_len(out); /* where this tag's tokens start */
-        if (first >= limit) {
-            break;
-        }
-        if (opening) {
-            Py_ssize_t m = tags[i].name_len; /* (at most 16) */
-            Py_UCS1 t[5 + 16];
-            memcpy(t, "html:", 5);
-            for (Py_ssize_t k = 0; k < m; k++) {
-                t[5 + k] = lower1(tags[i].name[k]);
-            }
-            if (sink_ascii(out, t, 5 + m) < 0) {
-                return -1;
-            }
-        }
-        if (!has_scheme_separator(tags[i].attr, tags[i].attr_len)) { /* no "://": no link */
-            continue;
-        }
-        if (append_link_hosts(tags[i].attr, tags[i].attr_len, out) < 0) {
+        int rc = tag_tokens_of(&tags[i], limit, out, &cut);
+        if (rc < 0) {
             return -1;
         }
-        Py_ssize_t end = sink_len(out);
-        if (end == first + opening) { /* no host */
-            continue;
-        }
-        if (first < limit && limit < end) { /* the tag reaching the limit keeps its tokens */
-            cut = end;
+        if (rc > 0) {
             break;
         }
-    }
-    if (cut < 0) {
-        cut = limit;
     }
     return sink_len(out) > cut ? sink_truncate(out, cut) : 0;
 }
@@ -3423,10 +3435,8 @@ html_strip(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     }
     PyObject *result = NULL, *tokens = PyList_New(0);
     sink_t sink = {hashes == NULL ? tokens : NULL, NULL, 0, 0};
-    Py_ssize_t n_tags = 0, room = 64;
     Py_UCS1 *a = PyMem_Malloc((size_t)n + 3), *b = PyMem_Malloc((size_t)n + 3);
     Py_UCS4 *wp = NULL, *wa = NULL, *wb = NULL; /* (markup beyond Latin-1) */
-    tag_t *tags = PyMem_Malloc((size_t)room * sizeof(tag_t));
     if (stand_in != NULL) {
         wp = PyUnicode_AsUCS4Copy(markup);
         wa = PyMem_Malloc(((size_t)n + 3) * sizeof(Py_UCS4));
@@ -3438,7 +3448,7 @@ html_strip(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
             goto done;
         }
     }
-    if (tokens == NULL || a == NULL || b == NULL || tags == NULL) {
+    if (tokens == NULL || a == NULL || b == NULL) {
         if (tokens != NULL) {
             PyErr_NoMemory();
         }
@@ -3448,10 +3458,11 @@ html_strip(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     const Py_UCS4 *wclean = NULL;
     Py_ssize_t m = clean_passes(p, n, a, b, &clean, wp, wa, wb, &wclean);
     /* the text into the other buffer (one space for each tag: never longer than the
-     * markup), the tags listed */
+     * markup), the tokens of each tag as it is found until no more can come */
     Py_UCS1 *text = clean == b ? a : b;
     Py_UCS4 *wtext = wclean == wb ? wa : wb;
-    Py_ssize_t used = 0, text_from = 0, i, end;
+    Py_ssize_t used = 0, text_from = 0, i, end, cut = limit;
+    int more_tokens = 1;
     tag_t tag;
     while ((i = next_tag(clean, m, text_from, &tag, &end)) >= 0) {
         memcpy(text + used, clean + text_from, (size_t)(i - text_from));
@@ -3461,16 +3472,13 @@ html_strip(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         }
         used += i - text_from;
         text[used++] = ' ';
-        if (n_tags == room) {
-            room *= 2;
-            tag_t *more = PyMem_Realloc(tags, (size_t)room * sizeof(tag_t));
-            if (more == NULL) {
-                PyErr_NoMemory();
+        if (more_tokens) {
+            int rc = tag_tokens_of(&tag, limit, &sink, &cut);
+            if (rc < 0) {
                 goto done;
             }
-            tags = more;
+            more_tokens = rc == 0;
         }
-        tags[n_tags++] = tag;
         text_from = end;
     }
     memcpy(text + used, clean + text_from, (size_t)(m - text_from));
@@ -3478,7 +3486,7 @@ html_strip(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         memcpy(wtext + used, wclean + text_from, (size_t)(m - text_from) * sizeof(Py_UCS4));
     }
     used += m - text_from;
-    if (tokens_of_tags(tags, n_tags, limit, &sink) < 0) {
+    if (sink_len(&sink) > cut && sink_truncate(&sink, cut) < 0) {
         goto done;
     }
     if (hashes != NULL && sink.n > 0) {
@@ -3500,7 +3508,6 @@ done:
     PyMem_Free(wb);
     PyMem_Free(a);
     PyMem_Free(b);
-    PyMem_Free(tags);
     return result;
 }
 
