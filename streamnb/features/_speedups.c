@@ -961,11 +961,11 @@ word_hashes(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     const Py_UCS1 *s = PyUnicode_1BYTE_DATA(text);
     Py_ssize_t len = PyUnicode_GET_LENGTH(text), i = 0, count = 0;
     Py_ssize_t before = PyByteArray_GET_SIZE(out);
-    /* room for every token: a word and the white space after it take two characters at
-     * least, and a word gives at most two tokens (the second, 8bit%, for a word with a
-     * character beyond ASCII, which takes one more) */
-    Py_ssize_t most = len / 2 + 1;
-    if (most > (PY_SSIZE_T_MAX - before) / 16 || PyByteArray_Resize(out, before + 16 * most) < 0) {
+    /* room for every token: a word that gives tokens and the white space after it take
+     * min_len + 1 characters at least, and a word gives at most two tokens (the second,
+     * 8bit%, only for a word with a character beyond ASCII) */
+    Py_ssize_t most = (PyUnicode_IS_ASCII(text) ? 1 : 2) * ((len + 1) / (min_len + 1) + 1);
+    if (most > (PY_SSIZE_T_MAX - before) / 8 || PyByteArray_Resize(out, before + 8 * most) < 0) {
         return PyErr_Occurred() ? NULL : PyErr_NoMemory();
     }
     PyObject *odd = NULL;
