@@ -291,7 +291,7 @@ class MailTokenizer:
         self._leaf_tokens(a, charset, part.get("content-transfer-encoding"), part.filename(),
                           maintype)
         if self._within_budget(a, budget) and maintype in ("text", "multipart"):
-            self._text_part(part.payload(), charset, ctype, a, budget)
+            self._text_part(part.payload_buffer(), charset, ctype, a, budget)
 
     @staticmethod
     def _within_budget(a: MailAnalysis, budget: list[int]) -> bool:
@@ -300,7 +300,7 @@ class MailTokenizer:
             return False
         return True
 
-    def _text_part(self, data: bytes, charset: str | None, ctype: str, a: MailAnalysis,
+    def _text_part(self, data: bytes | memoryview, charset: str | None, ctype: str, a: MailAnalysis,
                    budget: list[int]) -> None:
         """Decode (budget, charset) and tokenize the payload of one text part."""
         if len(data) > budget[0]:

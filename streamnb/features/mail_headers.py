@@ -167,10 +167,11 @@ def _decode_bytes(data: bytes, charset: str) -> tuple[str, bool]:
     return text, known
 
 
-def decode_checked(data: bytes, charset: str) -> tuple[str, bool, bool]:
+def decode_checked(data: bytes | memoryview, charset: str) -> tuple[str, bool, bool]:
     """``data`` decoded with ``charset``: (text, charset known, bytes valid in it). Invalid
     bytes become U+FFFD; an unknown charset (or a codec that fails on anything) decodes as
-    latin-1.
+    latin-1. ``data`` may be any bytes-like object (``str(data, charset)`` is
+    ``bytes.decode``).
 
     >>> decode_checked(b"caf\\xc3\\xa9", "utf-8"), decode_checked(b"\\xff", "utf-8")
     (('café', True, True), ('\\ufffd', True, False))
@@ -180,17 +181,17 @@ def decode_checked(data: bytes, charset: str) -> tuple[str, bool, bool]:
     try:
         codecs.lookup(charset)
     except (LookupError, ValueError):
-        return data.decode("latin-1"), False, True
+        return str(data, "latin-1"), False, True
     try:
-        return data.decode(charset), True, True
+        return str(data, charset), True, True
     except UnicodeDecodeError:
         pass
     except Exception:  # a codec that raises on anything at all
-        return data.decode("latin-1"), False, True
+        return str(data, "latin-1"), False, True
     try:
-        return data.decode(charset, "replace"), True, False
+        return str(data, charset, "replace"), True, False
     except Exception:
-        return data.decode("latin-1"), False, True
+        return str(data, "latin-1"), False, True
 
 
 #: What separates the words of a subject-like header value, with white space.
