@@ -94,6 +94,43 @@ next_word(const Py_UCS1 *s, Py_ssize_t len, Py_ssize_t *i, Py_ssize_t *start, Py
     return 1;
 }
 
+/* Bits of word_class: what word_hashes needs to know of each character of a word. */
+#define WC_SPACE 1 /* is_space1 */
+#define WC_AT 2    /* '@' */
+#define WC_HIGH 4  /* beyond ASCII */
+static unsigned char word_class[256];
+
+/* next_word, with *flags the word_class bits of the run's characters ORed: WC_AT and
+ * WC_HIGH of the word itself (text._PUNCT, stripped, is ASCII and holds no '@'). */
+static inline int
+next_word_flags(const Py_UCS1 *s, Py_ssize_t len, Py_ssize_t *i, Py_ssize_t *start, Py_ssize_t *end,
+                unsigned *flags)
+{
+    Py_ssize_t j = *i;
+    while (j < len && is_space1[s[j]]) {
+        j++;
+    }
+    if (j >= len) {
+        *i = j;
+        return 0;
+    }
+    Py_ssize_t a = j;
+    unsigned f = 0, c;
+    while (j < len && !((c = word_class[s[j]]) & WC_SPACE)) {
+        f |= c;
+        j++;
+    }
+    Py_ssize_t b = j;
+    while (a < b && s[a] < 128 && is_punct[s[a]]) {
+        a++;
+    }
+    while (b > a && s[b - 1] < 128 && is_punct[s[b - 1]]) {
+        b--;
+    }
+    *i = j, *start = a, *end = b, *flags = f;
+    return 1;
+}
+
 /* next_word over the characters of a str of any kind (white space: str.split()'s, also
  * beyond ASCII; text._PUNCT, ASCII, stripped from both ends). */
 static inline int
@@ -633,6 +670,23 @@ cached_hash(PyObject *token, uint64_t *value)
     return str_key(token, &key) < 0 ? -1 : cached_hash_of(token, key, value);
 }
 
+/* The stable hash of the token whose characters are the Latin-1 s[0:n] (one byte each:
+ * the str's key is computed on them), into *value; a str is made only on a miss. */
+static int
+latin1_hash(const Py_UCS1 *s, Py_ssize_t n, uint64_t *value)
+{
+    uint64_t key = bytes_key(s, n);
+    size_t k = find_slot(key);
+    if (slots[k].key == key) {
+        *value = slots[k].value;
+        return 0;
+    }
+    PyObject *token = PyUnicode_FromKindAndData(PyUnicode_1BYTE_KIND, s, n);
+    int rc = token == NULL ? -1 : cached_hash_of(token, key, value);
+    Py_XDECREF(token);
+    return rc;
+}
+
 static PyObject *
 hash_one(PyObject *module, PyObject *token)
 {
@@ -670,18 +724,6 @@ ascii_lower_str(const Py_UCS1 *s, Py_ssize_t n)
 
 /* "lower" (interned at import, with the other names the functions below call by). */
 static PyObject *S_lower;
-
-/* Whether s[0:n] is all ASCII. */
-static inline int
-all_ascii(const Py_UCS1 *s, Py_ssize_t n)
-{
-    for (Py_ssize_t i = 0; i < n; i++) {
-        if (s[i] >= 128) {
-            return 0;
-        }
-    }
-    return 1;
-}
 
 /* The end of word_hashes and wide_word_hashes: `out` cut to the `count` hashes appended
  * after its first `before` bytes, their count returned; or, `failed` (an exception set),
@@ -811,6 +853,82 @@ fail:
  * takes wide_word_hashes (above), the same tokens. With `lower`, the tokens of the text lower-cased
  * (str.lower, which keeps Latin-1 text Latin-1, one character for one): the common word
  * lower-cased as it is hashed, the odd ones by str.lower. */
+/* The tokens of an odd word of Latin-1 text, w[0:n] (too long, with an '@', beyond ASCII
+ * or, lower-cased, longer than word_hashes' buffer), hashed into values[0:2] on their
+ * characters as append_word_tokens makes them (WordRules._odd_tokens of the word, lower-cased
+ * first with `lower`: str.lower keeps Latin-1 text Latin-1, one character for one): the
+ * word token ("email:<domain>", "skip:<first> <length>" or the word), then "8bit%:<share>"
+ * for a word with non-ASCII characters. Returns how many (1 or 2), or 0 when a token is
+ * longer than the buffer here (the caller makes the word a str). */
+static int
+odd_word_hashes(const Py_UCS1 *w, Py_ssize_t n, Py_ssize_t max_len, int lower, uint64_t values[2])
+{
+    Py_UCS1 t[96];
+    Py_ssize_t ats = 0, first_at = -1, high = 0, len;
+    int dot = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        Py_UCS1 c = w[i];
+        if (c == '@') {
+            if (ats++ == 0) {
+                first_at = i;
+            }
+        }
+        else if (c == '.') {
+            dot = 1;
+        }
+        else if (c >= 128) {
+            high++;
+        }
+    }
+    if (ats == 1 && (n <= max_len || (dot && n < 60))) {
+        Py_ssize_t d = n - first_at - 1;
+        if (6 + d > (Py_ssize_t)sizeof t) {
+            return 0;
+        }
+        memcpy(t, "email:", 6);
+        for (Py_ssize_t k = 0; k < d; k++) {
+            t[6 + k] = lower ? latin1_lower[w[first_at + 1 + k]] : w[first_at + 1 + k];
+        }
+        len = 6 + d;
+    }
+    else if (n > max_len) {
+        char digits[24];
+        int nd = 0;
+        size_t tens = (size_t)(n / 10 * 10);
+        do {
+            digits[nd++] = (char)('0' + tens % 10);
+            tens /= 10;
+        } while (tens > 0);
+        memcpy(t, "skip:", 5);
+        t[5] = lower ? latin1_lower[w[0]] : w[0];
+        t[6] = ' ';
+        for (int k = 0; k < nd; k++) {
+            t[7 + k] = (Py_UCS1)digits[nd - 1 - k];
+        }
+        len = 7 + nd;
+    }
+    else {
+        if (n > (Py_ssize_t)sizeof t) {
+            return 0;
+        }
+        for (Py_ssize_t k = 0; k < n; k++) {
+            t[k] = lower ? latin1_lower[w[k]] : w[k];
+        }
+        len = n;
+    }
+    if (latin1_hash(t, len, &values[0]) < 0) {
+        return -1;
+    }
+    if (high == 0 || (n <= max_len && ats == 1)) {
+        return 1;
+    }
+    /* int(high * 10 / len(w) + 0.5) * 10, in the same double arithmetic as Python's */
+    long share = (long)((double)(high * 10) / (double)n + 0.5) * 10;
+    char buf[32];
+    int m = snprintf(buf, sizeof buf, "8bit%%:%ld", share);
+    return latin1_hash((const Py_UCS1 *)buf, m, &values[1]) < 0 ? -1 : 2;
+}
+
 static PyObject *
 word_hashes(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -841,14 +959,13 @@ word_hashes(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         return wide_word_hashes(text, min_len, max_len, out, lower);
     }
     const Py_UCS1 *s = PyUnicode_1BYTE_DATA(text);
-    int ascii = PyUnicode_IS_ASCII(text);
     Py_ssize_t len = PyUnicode_GET_LENGTH(text), i = 0, count = 0;
     Py_ssize_t before = PyByteArray_GET_SIZE(out);
-    /* room for every token: a word and the white space after it take two characters at
-     * least, and a word gives at most two tokens (the second, 8bit%, for a word with a
-     * character beyond ASCII, which takes one more) */
-    Py_ssize_t most = len / 2 + 1;
-    if (most > (PY_SSIZE_T_MAX - before) / 16 || PyByteArray_Resize(out, before + 16 * most) < 0) {
+    /* room for every token: a word that gives tokens and the white space after it take
+     * min_len + 1 characters at least, and a word gives at most two tokens (the second,
+     * 8bit%, only for a word with a character beyond ASCII) */
+    Py_ssize_t most = (PyUnicode_IS_ASCII(text) ? 1 : 2) * ((len + 1) / (min_len + 1) + 1);
+    if (most > (PY_SSIZE_T_MAX - before) / 8 || PyByteArray_Resize(out, before + 8 * most) < 0) {
         return PyErr_Occurred() ? NULL : PyErr_NoMemory();
     }
     PyObject *odd = NULL;
@@ -858,15 +975,15 @@ word_hashes(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     while (i < len) {
         int b = 0;
         Py_ssize_t start, end;
-        while (b < HASH_BLOCK && next_word(s, len, &i, &start, &end)) {  /* the next block of words */
+        unsigned flags;
+        while (b < HASH_BLOCK && next_word_flags(s, len, &i, &start, &end, &flags)) {  /* the next block */
             Py_ssize_t n = end - start;
             if (n < min_len) {
                 continue;
             }
             w_start[b] = start;
             w_end[b] = end;
-            if (n > max_len || memchr(s + start, '@', (size_t)n) != NULL ||
-                    (!ascii && !all_ascii(s + start, n)) || (lower && n > (Py_ssize_t)sizeof lowered)) {
+            if (n > max_len || (flags & (WC_AT | WC_HIGH)) || (lower && n > (Py_ssize_t)sizeof lowered)) {
                 w_hash[b] = -1;  /* an odd word (no table key is -1) */
             }
             else {
@@ -889,6 +1006,17 @@ word_hashes(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
             Py_ssize_t start = w_start[w], n = w_end[w] - start;
             Py_hash_t h = w_hash[w];
             if (h == -1) {
+                uint64_t values[2];
+                int made = odd_word_hashes(s + start, n, max_len, lower, values);
+                if (made < 0) {
+                    goto fail;
+                }
+                for (int t = 0; t < made; t++) { /* (a miss ran Python code: `out` read again) */
+                    ((uint64_t *)(void *)(PyByteArray_AS_STRING(out) + before))[count++] = values[t];
+                }
+                if (made > 0) {
+                    continue;
+                }
                 if (odd == NULL && (odd = PyList_New(0)) == NULL) {
                     goto fail;
                 }
@@ -1229,7 +1357,8 @@ text_counts(PyObject *self, PyObject *text)
 /* ------------------------------------------------------------------ url_scan
  *
  * url_scan(text, out) -> str or None: WordRules.urls for a text whose characters are all
- * Latin-1 (None for any other text: the caller runs the Python code, the reference). It
+ * Latin-1, and for any other text through a Latin-1 stand-in (latin1_stand_in; None for a
+ * text it declines: the caller runs the Python code, the reference). It
  * is text._URL_SCAN.sub on the whole text, each URL replaced by one space, with its
  * "proto:<scheme>" and host_tokens("url", host) appended to out in order:
  *
@@ -1321,11 +1450,70 @@ ascii_token(const Py_UCS1 *s, Py_ssize_t n)
     return t;
 }
 
+/* Where the steps below put the ASCII tokens they make: a list of str (ascii_token), or,
+ * with `list` NULL, an array of their stable hashes, each looked up in the token table by
+ * the token's bytes (its str's key: table_key), a str made only on a miss. */
+typedef struct {
+    PyObject *list;
+    uint64_t *hashes;
+    Py_ssize_t n, room;
+} sink_t;
+
+static inline Py_ssize_t
+sink_len(const sink_t *sink)
+{
+    return sink->list != NULL ? PyList_GET_SIZE(sink->list) : sink->n;
+}
+
+/* Append the token of the ASCII characters s[0:n]. */
+static int
+sink_ascii(sink_t *sink, const Py_UCS1 *s, Py_ssize_t n)
+{
+    if (sink->list != NULL) {
+        return append_new(sink->list, ascii_token(s, n));
+    }
+    if (sink->n == sink->room) {
+        Py_ssize_t room = sink->room < 64 ? 64 : 2 * sink->room;
+        uint64_t *more = PyMem_Realloc(sink->hashes, (size_t)room * sizeof(uint64_t));
+        if (more == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        sink->hashes = more, sink->room = room;
+    }
+    uint64_t key = bytes_key(s, n), value;
+    size_t k = find_slot(key);
+    if (slots[k].key == key) {
+        value = slots[k].value;
+    }
+    else {
+        PyObject *token = ascii_str(s, n);
+        int rc = token == NULL ? -1 : cached_hash_of(token, key, &value);
+        Py_XDECREF(token);
+        if (rc < 0) {
+            return -1;
+        }
+    }
+    sink->hashes[sink->n++] = value;
+    return 0;
+}
+
+/* The sink's tokens cut to the first n. */
+static int
+sink_truncate(sink_t *sink, Py_ssize_t n)
+{
+    if (sink->list != NULL) {
+        return PyList_SetSlice(sink->list, n, PyList_GET_SIZE(sink->list), NULL);
+    }
+    sink->n = n;
+    return 0;
+}
+
 /* Append text.host_tokens(prefix, host) for the host u[0:n] (ASCII letters, digits, '.'
  * and '-', starting with a letter or digit): "<prefix>:<host>" lower-cased, its trailing
  * dots stripped, and "<prefix>:<last two labels>" when it has more than two. */
 static int
-append_host(const char *prefix, const Py_UCS1 *u, Py_ssize_t n, PyObject *out)
+append_host(const char *prefix, const Py_UCS1 *u, Py_ssize_t n, sink_t *out)
 {
     Py_ssize_t pre = (Py_ssize_t)strlen(prefix), dots = 0, last = -1, second = -1;
     while (n > 1 && u[n - 1] == '.') { /* host.strip("."): it starts with a letter or digit */
@@ -1346,11 +1534,11 @@ append_host(const char *prefix, const Py_UCS1 *u, Py_ssize_t n, PyObject *out)
             last = i;
         }
     }
-    int rc = append_new(out, ascii_token(w, pre + n));
+    int rc = sink_ascii(out, w, pre + n);
     if (rc == 0 && dots >= 2) { /* more than two labels: the last two too */
         Py_ssize_t from = second + 1;
         memmove(w + pre, w + pre + from, (size_t)(n - from));
-        rc = append_new(out, ascii_token(w, pre + n - from));
+        rc = sink_ascii(out, w, pre + n - from);
     }
     if (w != stack) {
         PyMem_Free(w);
@@ -1389,8 +1577,9 @@ static int
 append_url_host_tokens(const Py_UCS1 *u, Py_ssize_t len, PyObject *out)
 {
     Py_ssize_t start, end = find_host(u, len, url_user_stop, &start);
+    sink_t sink = {out, NULL, 0, 0};
     /* no host: host_tokens("url", "") is empty */
-    return end < 0 ? 0 : append_host("url:", u + start, end - start, out);
+    return end < 0 ? 0 : append_host("url:", u + start, end - start, &sink);
 }
 
 /* The arguments (text, out) of a step appending tokens to the list out: 1 with p and n
@@ -1426,22 +1615,63 @@ contains_bytes(const Py_UCS1 *p, Py_ssize_t n, const char *needle, Py_ssize_t k)
     return 0;
 }
 
+/* A Latin-1 stand-in for a str beyond Latin-1, for the scans of url_scan: each character
+ * beyond U+00FF becomes one that the scans' character classes take alike (\s, \w, or
+ * neither: U+0085, U+00AA, U+00A4), every other is kept. NULL with no exception set when
+ * the str holds a character beyond U+00FF that IGNORECASE folds onto an ASCII letter
+ * (U+0130, U+0131, U+017F, U+212A: the Python code takes that text). */
+static Py_UCS1 *
+latin1_stand_in(PyObject *text)
+{
+    int kind = PyUnicode_KIND(text);
+    const void *data = PyUnicode_DATA(text);
+    Py_ssize_t n = PyUnicode_GET_LENGTH(text);
+    Py_UCS1 *p = PyMem_Malloc((size_t)n + 1);
+    if (p == NULL) {
+        PyErr_NoMemory();
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        Py_UCS4 c = PyUnicode_READ(kind, data, i);
+        if (c < 256) {
+            p[i] = (Py_UCS1)c;
+        }
+        else if (c == 0x130 || c == 0x131 || c == 0x17F || c == 0x212A) {
+            PyMem_Free(p);
+            return NULL;
+        }
+        else {
+            p[i] = Py_UNICODE_ISSPACE(c) ? 0x85 : Py_UNICODE_ISALNUM(c) ? 0xAA : 0xA4;
+        }
+    }
+    return p;
+}
+
 static PyObject *
 url_scan(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
     const Py_UCS1 *p;
     Py_ssize_t n, copied = 0;
     int latin1 = latin1_text_and_list(args, nargs, "url_scan(text, out)", &p, &n);
-    if (latin1 <= 0) {
-        if (latin1 < 0) {
-            return NULL;
-        }
-        Py_RETURN_NONE;
+    if (latin1 < 0) {
+        return NULL;
     }
-    PyObject *text = args[0], *out = args[1];
+    PyObject *text = args[0], *out = args[1], *pieces = NULL; /* pieces: of a wide text */
+    Py_UCS1 *stand_in = NULL;
+    if (latin1 == 0) { /* beyond Latin-1: the same scan on a stand-in, the text cut by Python */
+        stand_in = latin1_stand_in(text);
+        if (stand_in == NULL) {
+            if (PyErr_Occurred()) {
+                return NULL;
+            }
+            Py_RETURN_NONE;
+        }
+        p = stand_in, n = PyUnicode_GET_LENGTH(text);
+    }
     /* WordRules.urls' first test: without "://", "www." or "WWW." the text is kept as is */
     if (!contains_bytes(p, n, "://", 3) && !contains_bytes(p, n, "www.", 4) &&
             !contains_bytes(p, n, "WWW.", 4)) {
+        PyMem_Free(stand_in);
         Py_INCREF(text);
         return text;
     }
@@ -1485,17 +1715,36 @@ url_scan(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         host_from = c == 'w' ? i : rest; /* www.: the first letter belongs to the host */
         if (append_new(out, PyUnicode_FromString(proto)) < 0
             || append_url_host_tokens(p + host_from, end - host_from, out) < 0) {
-            PyMem_Free(buf);
-            return NULL;
+            goto fail;
         }
-        if (buf == NULL && (buf = PyMem_Malloc((size_t)n + 1)) == NULL) {
-            return PyErr_NoMemory();
+        if (stand_in != NULL) {
+            if ((pieces == NULL && (pieces = PyList_New(0)) == NULL)
+                || append_new(pieces, PyUnicode_Substring(text, copied, i)) < 0) {
+                goto fail;
+            }
         }
-        memcpy(buf + used, p + copied, (size_t)(i - copied));
-        used += i - copied;
-        buf[used++] = ' ';
+        else {
+            if (buf == NULL && (buf = PyMem_Malloc((size_t)n + 1)) == NULL) {
+                PyErr_NoMemory();
+                goto fail;
+            }
+            memcpy(buf + used, p + copied, (size_t)(i - copied));
+            used += i - copied;
+            buf[used++] = ' ';
+        }
         copied = end;
         i = end - 1;
+    }
+    PyMem_Free(stand_in);
+    if (pieces != NULL) { /* " ".join of the pieces between the URLs, as WordRules.urls */
+        PyObject *space = NULL, *result = NULL;
+        if (append_new(pieces, PyUnicode_Substring(text, copied, n)) == 0
+            && (space = PyUnicode_FromOrdinal(' ')) != NULL) {
+            result = PyUnicode_Join(space, pieces);
+        }
+        Py_XDECREF(space);
+        Py_DECREF(pieces);
+        return result;
     }
     if (buf == NULL) {
         Py_INCREF(text);
@@ -1506,6 +1755,11 @@ url_scan(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     PyObject *result = PyUnicode_FromKindAndData(PyUnicode_1BYTE_KIND, buf, used);
     PyMem_Free(buf);
     return result;
+fail:
+    PyMem_Free(stand_in);
+    PyMem_Free(buf);
+    Py_XDECREF(pieces);
+    return NULL;
 }
 
 /* ------------------------------------------------------------------ the tags of strip_html
@@ -1656,7 +1910,8 @@ received_tokens(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         if (last < 0) { /* a host has two letters or digits at least */
             continue;
         }
-        if (append_host("received:", p + j, last + 1 - j, out) < 0) {
+        sink_t sink = {out, NULL, 0, 0};
+        if (append_host("received:", p + j, last + 1 - j, &sink) < 0) {
             return NULL;
         }
         hosts++;
@@ -1706,7 +1961,7 @@ received_tokens(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 
 /* Append the url: tokens of the links in the Latin-1 attributes p[0:n] (markup._LINK). */
 static int
-append_link_hosts(const Py_UCS1 *p, Py_ssize_t n, PyObject *out)
+append_link_hosts(const Py_UCS1 *p, Py_ssize_t n, sink_t *out)
 {
     for (Py_ssize_t i = 0; i < n; i++) {
         if (!link_first[p[i]]) {
@@ -1783,65 +2038,73 @@ has_scheme_separator(const Py_UCS1 *p, Py_ssize_t n)
     return 0;
 }
 
-/* The tokens of n tags of Latin-1 markup (tag_tokens, below), cut at limit >= 0. */
-static PyObject *
-tokens_of_tags(const tag_t *tags, Py_ssize_t n, Py_ssize_t limit)
+/* The tokens of one tag of Latin-1 markup (tag_tokens, below) into `out`, the tokens of the
+ * tags before it there (out holds only those): its html: token if it opens, then the
+ * url: tokens of its links. *cut: where the tokens are to end (the limit, or past it the
+ * end of the tokens of the tag reaching it: a tag's tokens are not split), set once no
+ * tag after this one can add tokens; then 1 is returned (0 to go on, -1 on error). */
+static int
+tag_tokens_of(const tag_t *tag, Py_ssize_t limit, sink_t *out, Py_ssize_t *cut)
 {
-    PyObject *tokens = PyList_New(0), *hosts = PyList_New(0);
-    if (tokens == NULL || hosts == NULL) {
-        goto fail;
+    int opening = tag->slash_len == 0;
+    Py_ssize_t first = sink_len(out); /* where this tag's tokens start */
+    if (first >= limit) {
+        *cut = limit;
+        return 1;
     }
-    /* cut: where the tokens end; a tag's html: token and hosts are not split */
-    Py_ssize_t cut = -1;
+    if (opening) {
+        Py_ssize_t m = tag->name_len; /* (at most 16) */
+        Py_UCS1 t[5 + 16];
+        memcpy(t, "html:", 5);
+        for (Py_ssize_t k = 0; k < m; k++) {
+            t[5 + k] = lower1(tag->name[k]);
+        }
+        if (sink_ascii(out, t, 5 + m) < 0) {
+            return -1;
+        }
+    }
+    if (!has_scheme_separator(tag->attr, tag->attr_len)) { /* no "://": no link */
+        return 0;
+    }
+    if (append_link_hosts(tag->attr, tag->attr_len, out) < 0) {
+        return -1;
+    }
+    Py_ssize_t end = sink_len(out);
+    if (end > first + opening && first < limit && limit < end) { /* hosts, reaching the limit */
+        *cut = end;
+        return 1;
+    }
+    return 0;
+}
+
+/* The tokens of n tags of Latin-1 markup (tag_tokens, below), cut at limit >= 0, into
+ * `out` (empty at the start). */
+static int
+tokens_of_tags(const tag_t *tags, Py_ssize_t n, Py_ssize_t limit, sink_t *out)
+{
+    Py_ssize_t cut = limit;
     for (Py_ssize_t i = 0; i < n; i++) {
-        int opening = tags[i].slash_len == 0;
-        Py_ssize_t first = PyList_GET_SIZE(tokens); /* where this tag's tokens start */
-        if (first >= limit) {
-            break;
+        int rc = tag_tokens_of(&tags[i], limit, out, &cut);
+        if (rc < 0) {
+            return -1;
         }
-        if (opening) {
-            Py_ssize_t m = tags[i].name_len; /* (at most 16) */
-            Py_UCS1 t[5 + 16];
-            memcpy(t, "html:", 5);
-            for (Py_ssize_t k = 0; k < m; k++) {
-                t[5 + k] = lower1(tags[i].name[k]);
-            }
-            if (append_new(tokens, ascii_token(t, 5 + m)) < 0) {
-                goto fail;
-            }
-        }
-        if (!has_scheme_separator(tags[i].attr, tags[i].attr_len)) { /* no "://": no link */
-            continue;
-        }
-        if (PyList_SetSlice(hosts, 0, PyList_GET_SIZE(hosts), NULL) < 0
-            || append_link_hosts(tags[i].attr, tags[i].attr_len, hosts) < 0) {
-            goto fail;
-        }
-        Py_ssize_t nh = PyList_GET_SIZE(hosts);
-        if (nh == 0) {
-            continue;
-        }
-        Py_ssize_t tag_first = first, end = first + opening + nh;
-        if (PyList_SetSlice(tokens, PyList_GET_SIZE(tokens), PyList_GET_SIZE(tokens), hosts) < 0) {
-            goto fail;
-        }
-        if (tag_first < limit && limit < end) { /* the tag reaching the limit keeps its tokens */
-            cut = end;
+        if (rc > 0) {
             break;
         }
     }
-    if (cut < 0) {
-        cut = limit;
+    return sink_len(out) > cut ? sink_truncate(out, cut) : 0;
+}
+
+/* tokens_of_tags into a new list. */
+static PyObject *
+list_of_tags(const tag_t *tags, Py_ssize_t n, Py_ssize_t limit)
+{
+    PyObject *tokens = PyList_New(0);
+    sink_t sink = {tokens, NULL, 0, 0};
+    if (tokens != NULL && tokens_of_tags(tags, n, limit, &sink) < 0) {
+        Py_CLEAR(tokens);
     }
-    if (PyList_GET_SIZE(tokens) > cut && PyList_SetSlice(tokens, cut, PyList_GET_SIZE(tokens), NULL) < 0) {
-        goto fail;
-    }
-    Py_DECREF(hosts);
     return tokens;
-fail:
-    Py_XDECREF(tokens);
-    Py_XDECREF(hosts);
-    return NULL;
 }
 
 static PyObject *
@@ -1890,7 +2153,7 @@ tag_tokens(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         tags[i].attr = PyUnicode_1BYTE_DATA(a);
         tags[i].attr_len = PyUnicode_GET_LENGTH(a);
     }
-    PyObject *tokens = tokens_of_tags(tags, n, limit);
+    PyObject *tokens = list_of_tags(tags, n, limit);
     PyMem_Free(tags);
     return tokens;
 }
@@ -2931,30 +3194,40 @@ dollar_at(const Py_UCS1 *p, Py_ssize_t n, Py_ssize_t from)
     return (n > 0 && p[n - 1] == '\n' && n - 1 >= from) ? n - 1 : n;
 }
 
+/* The passes below read a Latin-1 text p (markup, or the stand-in of markup beyond
+ * Latin-1: latin1_stand_in) and write out; with wp (the markup's own characters, one
+ * Py_UCS4 each, where p is a stand-in) they copy the same characters from wp to wout.
+ * What they write besides copies is ASCII, the same in both. */
+#define PUT(c) do { Py_UCS1 c_ = (c); if (wout != NULL) { wout[used] = c_; } out[used++] = c_; } while (0)
+
 /* Copy p[i:k] to out at *used, k the next '<' at or after i (n if none); returns k. The
  * passes below copy the text between tags with it, then look at the tag at k. */
 static Py_ssize_t
-copy_to_tag(const Py_UCS1 *p, Py_ssize_t n, Py_ssize_t i, Py_UCS1 *out, Py_ssize_t *used)
+copy_to_tag(const Py_UCS1 *p, Py_ssize_t n, Py_ssize_t i, Py_UCS1 *out, Py_ssize_t *used,
+            const Py_UCS4 *wp, Py_UCS4 *wout)
 {
     const Py_UCS1 *lt = memchr(p + i, '<', (size_t)(n - i));
     Py_ssize_t k = lt == NULL ? n : lt - p;
     memcpy(out + *used, p + i, (size_t)(k - i));
+    if (wp != NULL) {
+        memcpy(wout + *used, wp + i, (size_t)(k - i) * sizeof(Py_UCS4));
+    }
     *used += k - i;
     return k;
 }
 
 /* Pass 1: comments removed. Writes to out (room for n), returns the new length. */
 static Py_ssize_t
-drop_comments(const Py_UCS1 *p, Py_ssize_t n, Py_UCS1 *out)
+drop_comments(const Py_UCS1 *p, Py_ssize_t n, Py_UCS1 *out, const Py_UCS4 *wp, Py_UCS4 *wout)
 {
     Py_ssize_t i = 0, used = 0;
     while (i < n) {
-        Py_ssize_t k = copy_to_tag(p, n, i, out, &used);
+        Py_ssize_t k = copy_to_tag(p, n, i, out, &used, wp, wout);
         if (k >= n) {
             break;
         }
         if (k + 4 > n || memcmp(p + k, "<!--", 4) != 0) {
-            out[used++] = '<';
+            PUT('<');
             i = k + 1;
             continue;
         }
@@ -2977,11 +3250,11 @@ drop_comments(const Py_UCS1 *p, Py_ssize_t n, Py_UCS1 *out)
 
 /* Pass 2: declarations and processing instructions become a space. */
 static Py_ssize_t
-blank_declarations(const Py_UCS1 *p, Py_ssize_t n, Py_UCS1 *out)
+blank_declarations(const Py_UCS1 *p, Py_ssize_t n, Py_UCS1 *out, const Py_UCS4 *wp, Py_UCS4 *wout)
 {
     Py_ssize_t i = 0, used = 0;
     while (i < n) {
-        Py_ssize_t k = copy_to_tag(p, n, i, out, &used);
+        Py_ssize_t k = copy_to_tag(p, n, i, out, &used, wp, wout);
         if (k >= n) {
             break;
         }
@@ -2991,12 +3264,12 @@ blank_declarations(const Py_UCS1 *p, Py_ssize_t n, Py_UCS1 *out)
                 j++;
             }
             if (j < n && p[j] == '>') {
-                out[used++] = ' ';
+                PUT(' ');
                 i = j + 1;
                 continue;
             }
         }
-        out[used++] = '<';
+        PUT('<');
         i = k + 1;
     }
     return used;
@@ -3004,11 +3277,11 @@ blank_declarations(const Py_UCS1 *p, Py_ssize_t n, Py_UCS1 *out)
 
 /* Pass 3: script and style elements become " <name> ". out has room for n + 2. */
 static Py_ssize_t
-drop_scripts(const Py_UCS1 *p, Py_ssize_t n, Py_UCS1 *out)
+drop_scripts(const Py_UCS1 *p, Py_ssize_t n, Py_UCS1 *out, const Py_UCS4 *wp, Py_UCS4 *wout)
 {
     Py_ssize_t i = 0, used = 0;
     while (i < n) {
-        Py_ssize_t k = copy_to_tag(p, n, i, out, &used);
+        Py_ssize_t k = copy_to_tag(p, n, i, out, &used, wp, wout);
         if (k >= n) {
             break;
         }
@@ -3042,26 +3315,29 @@ drop_scripts(const Py_UCS1 *p, Py_ssize_t n, Py_UCS1 *out)
                 if (end < 0) {
                     end = dollar_at(p, n, j + 1);
                 }
-                out[used++] = ' ';
-                out[used++] = '<';
-                memcpy(out + used, p + k + 1, (size_t)len); /* the name as written */
-                used += len;
-                out[used++] = '>';
-                out[used++] = ' ';
+                PUT(' ');
+                PUT('<');
+                for (Py_ssize_t t = 0; t < len; t++) { /* the name as written (ASCII) */
+                    PUT(p[k + 1 + t]);
+                }
+                PUT('>');
+                PUT(' ');
                 i = end;
                 continue;
             }
         }
-        out[used++] = '<';
+        PUT('<');
         i = k + 1;
     }
     return used;
 }
 
-/* The three passes on p[0:n], the result in a (its length returned); a and b have room
- * for n + 3 characters. */
+/* The three passes on p[0:n], the result in *result, a or b (its length returned); a and b
+ * have room for n + 3 characters; with wp, the same for the characters of wp, wa and wb
+ * into *wresult. */
 static Py_ssize_t
-clean_passes(const Py_UCS1 *p, Py_ssize_t n, Py_UCS1 *a, Py_UCS1 *b, const Py_UCS1 **result)
+clean_passes(const Py_UCS1 *p, Py_ssize_t n, Py_UCS1 *a, Py_UCS1 *b, const Py_UCS1 **result,
+             const Py_UCS4 *wp, Py_UCS4 *wa, Py_UCS4 *wb, const Py_UCS4 **wresult)
 {
     /* What the passes act on, looked for first: a pass with nothing to act on leaves its
      * input as it is, and is skipped. Without a comment the input's declarations are
@@ -3083,41 +3359,49 @@ clean_passes(const Py_UCS1 *p, Py_ssize_t n, Py_UCS1 *a, Py_UCS1 *b, const Py_UC
     }
     Py_ssize_t m;
     if (comment) {
-        m = drop_comments(p, n, a);
-        m = blank_declarations(a, m, b);
-        *result = a;
-        return drop_scripts(b, m, a);
+        m = drop_comments(p, n, a, wp, wa);
+        m = blank_declarations(a, m, b, wa, wb); /* (wa and wb are NULL without wp) */
+        *result = a, *wresult = wa;
+        return drop_scripts(b, m, a, wb, wa);
     }
     const Py_UCS1 *src = p;
+    const Py_UCS4 *wsrc = wp;
     m = n;
     if (declaration) {
-        m = blank_declarations(p, n, a);
-        src = a;
+        m = blank_declarations(p, n, a, wp, wa);
+        src = a, wsrc = wa;
     }
     if (script) {
         Py_UCS1 *out = src == a ? b : a;
-        m = drop_scripts(src, m, out);
-        src = out;
+        Py_UCS4 *wout = src == a ? wb : wa;
+        m = drop_scripts(src, m, out, wsrc, wout);
+        src = out, wsrc = wout;
     }
-    *result = src;
+    *result = src, *wresult = wsrc;
     return m;
 }
 
 /* ------------------------------------------------------------------ html_strip
  *
- * html_strip(markup, max_tag_tokens) -> (text, tokens) or None: markup.strip_html on
- * Latin-1 markup in one call, before html.unescape (which the caller applies to text):
+ * html_strip(markup, max_tag_tokens[, hashes]) -> (text, tokens) or None: markup.strip_html
+ * in one call, before html.unescape (which the caller applies to text):
  * the three passes (clean_passes), then the tags of the split (next_tag), the text between
  * them joined by one space (" ".join(pieces[::4])), and tag_tokens' tokens of the tags,
- * without a str per piece of the split. None for other markup (the caller runs the steps one by one). */
+ * without a str per piece of the split. With the bytearray `hashes` (not None), the tokens'
+ * stable hashes are appended to it instead (native uint64, as word_hashes appends them;
+ * the token table must be made) and `tokens` is empty. Markup beyond Latin-1 is read
+ * through its stand-in (latin1_stand_in); None for the markup that declines (the caller
+ * runs the steps one by one). */
 static PyObject *
 html_strip(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 2 || !PyUnicode_Check(args[0]) || !PyLong_Check(args[1])) {
-        PyErr_SetString(PyExc_TypeError, "html_strip(markup, max_tag_tokens): a str and an int");
+    if ((nargs != 2 && nargs != 3) || !PyUnicode_Check(args[0]) || !PyLong_Check(args[1])
+        || (nargs == 3 && args[2] != Py_None && !PyByteArray_Check(args[2]))) {
+        PyErr_SetString(PyExc_TypeError, "html_strip(markup, max_tag_tokens[, hashes]): a str, an int "
+                        "and a bytearray or None");
         return NULL;
     }
-    PyObject *markup = args[0];
+    PyObject *markup = args[0], *hashes = nargs == 3 && args[2] != Py_None ? args[2] : NULL;
     Py_ssize_t limit = PyLong_AsSsize_t(args[1]);
     if (limit == -1 && PyErr_Occurred()) {
         return NULL;
@@ -3126,58 +3410,104 @@ html_strip(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         PyErr_SetString(PyExc_ValueError, "html_strip: max_tag_tokens must be >= 0");
         return NULL;
     }
-    if (PyUnicode_KIND(markup) != PyUnicode_1BYTE_KIND) {
-        Py_RETURN_NONE;
+    if (hashes != NULL && slots == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "html_strip: call hash_cache_init first");
+        return NULL;
     }
+    /* markup beyond Latin-1: the passes and tags read its stand-in (latin1_stand_in: the
+     * same decisions; the tokens are ASCII), the text is copied from its own characters */
+    Py_UCS1 *stand_in = NULL;
     const Py_UCS1 *p = PyUnicode_1BYTE_DATA(markup);
     Py_ssize_t n = PyUnicode_GET_LENGTH(markup);
+    if (PyUnicode_KIND(markup) != PyUnicode_1BYTE_KIND) {
+        if ((stand_in = latin1_stand_in(markup)) == NULL) {
+            if (PyErr_Occurred()) {
+                return NULL;
+            }
+            Py_RETURN_NONE;
+        }
+        p = stand_in;
+    }
     if (memchr(p, '<', (size_t)n) == NULL) { /* no markup: the text as it is, no tokens */
+        PyMem_Free(stand_in);
         PyObject *tokens = PyList_New(0);
         return tokens == NULL ? NULL : Py_BuildValue("(ON)", markup, tokens);
     }
-    PyObject *result = NULL, *tokens = NULL;
-    Py_ssize_t n_tags = 0, room = 64;
+    PyObject *result = NULL, *tokens = PyList_New(0);
+    sink_t sink = {hashes == NULL ? tokens : NULL, NULL, 0, 0};
     Py_UCS1 *a = PyMem_Malloc((size_t)n + 3), *b = PyMem_Malloc((size_t)n + 3);
-    tag_t *tags = PyMem_Malloc((size_t)room * sizeof(tag_t));
-    if (a == NULL || b == NULL || tags == NULL) {
-        PyErr_NoMemory();
+    Py_UCS4 *wp = NULL, *wa = NULL, *wb = NULL; /* (markup beyond Latin-1) */
+    if (stand_in != NULL) {
+        wp = PyUnicode_AsUCS4Copy(markup);
+        wa = PyMem_Malloc(((size_t)n + 3) * sizeof(Py_UCS4));
+        wb = PyMem_Malloc(((size_t)n + 3) * sizeof(Py_UCS4));
+        if (wp == NULL || wa == NULL || wb == NULL) {
+            if (!PyErr_Occurred()) {
+                PyErr_NoMemory();
+            }
+            goto done;
+        }
+    }
+    if (tokens == NULL || a == NULL || b == NULL) {
+        if (tokens != NULL) {
+            PyErr_NoMemory();
+        }
         goto done;
     }
     const Py_UCS1 *clean;
-    Py_ssize_t m = clean_passes(p, n, a, b, &clean);
+    const Py_UCS4 *wclean = NULL;
+    Py_ssize_t m = clean_passes(p, n, a, b, &clean, wp, wa, wb, &wclean);
     /* the text into the other buffer (one space for each tag: never longer than the
-     * markup), the tags listed */
+     * markup), the tokens of each tag as it is found until no more can come */
     Py_UCS1 *text = clean == b ? a : b;
-    Py_ssize_t used = 0, text_from = 0, i, end;
+    Py_UCS4 *wtext = wclean == wb ? wa : wb;
+    Py_ssize_t used = 0, text_from = 0, i, end, cut = limit;
+    int more_tokens = 1;
     tag_t tag;
     while ((i = next_tag(clean, m, text_from, &tag, &end)) >= 0) {
         memcpy(text + used, clean + text_from, (size_t)(i - text_from));
+        if (wp != NULL) {
+            memcpy(wtext + used, wclean + text_from, (size_t)(i - text_from) * sizeof(Py_UCS4));
+            wtext[used + i - text_from] = ' ';
+        }
         used += i - text_from;
         text[used++] = ' ';
-        if (n_tags == room) {
-            room *= 2;
-            tag_t *more = PyMem_Realloc(tags, (size_t)room * sizeof(tag_t));
-            if (more == NULL) {
-                PyErr_NoMemory();
+        if (more_tokens) {
+            int rc = tag_tokens_of(&tag, limit, &sink, &cut);
+            if (rc < 0) {
                 goto done;
             }
-            tags = more;
+            more_tokens = rc == 0;
         }
-        tags[n_tags++] = tag;
         text_from = end;
     }
     memcpy(text + used, clean + text_from, (size_t)(m - text_from));
-    used += m - text_from;
-    tokens = tokens_of_tags(tags, n_tags, limit);
-    if (tokens != NULL) {
-        result = Py_BuildValue("(NN)", latin1_str(text, used), tokens);
-        tokens = NULL; /* (stolen, or freed with the tuple on failure) */
+    if (wp != NULL) {
+        memcpy(wtext + used, wclean + text_from, (size_t)(m - text_from) * sizeof(Py_UCS4));
     }
+    used += m - text_from;
+    if (sink_len(&sink) > cut && sink_truncate(&sink, cut) < 0) {
+        goto done;
+    }
+    if (hashes != NULL && sink.n > 0) {
+        Py_ssize_t before = PyByteArray_GET_SIZE(hashes);
+        if (PyByteArray_Resize(hashes, before + 8 * sink.n) < 0) {
+            goto done;
+        }
+        memcpy(PyByteArray_AS_STRING(hashes) + before, sink.hashes, (size_t)sink.n * sizeof(uint64_t));
+    }
+    result = Py_BuildValue("(NN)", wp != NULL ? PyUnicode_FromKindAndData(PyUnicode_4BYTE_KIND, wtext, used)
+                                              : latin1_str(text, used), tokens);
+    tokens = NULL; /* (stolen, or freed with the tuple on failure) */
 done:
     Py_XDECREF(tokens);
+    PyMem_Free(sink.hashes);
+    PyMem_Free(stand_in);
+    PyMem_Free(wp);
+    PyMem_Free(wa);
+    PyMem_Free(wb);
     PyMem_Free(a);
     PyMem_Free(b);
-    PyMem_Free(tags);
     return result;
 }
 
@@ -4033,8 +4363,9 @@ static PyMethodDef methods[] = {
      "text_counts(text): (upper-case, alphabetic, non-ASCII, '!' or '$') characters of text "
      "(MailAnalysis.add_text_stats' counts)."},
     {"url_scan", (PyCFunction)(void (*)(void))url_scan, METH_FASTCALL,
-     "url_scan(text, out): WordRules.urls on Latin-1 text (the text with its URLs blanked, "
-     "their tokens appended to out); None for other text."},
+     "url_scan(text, out): WordRules.urls (the text with its URLs blanked, their tokens "
+     "appended to out); None for text with a character beyond U+00FF that IGNORECASE folds "
+     "onto an ASCII letter."},
     {"received_tokens", (PyCFunction)(void (*)(void))received_tokens, METH_FASTCALL,
      "received_tokens(text, out): append the tokens of one Latin-1 Received value to out "
      "(mail_headers._received_tokens); False, appending nothing, for other text."},
@@ -4060,8 +4391,10 @@ static PyMethodDef methods[] = {
      "header_tokens(names, index, spec, cache, analysis): HeaderTokenizer.add over a dict "
      "index of header values (see streamnb.features.mail)."},
     {"html_strip", (PyCFunction)(void (*)(void))html_strip, METH_FASTCALL,
-     "html_strip(markup, max_tag_tokens): markup.strip_html on Latin-1 markup before "
-     "html.unescape: (text, tokens); None for other markup."},
+     "html_strip(markup, max_tag_tokens[, hashes]): markup.strip_html before "
+     "html.unescape: (text, tokens), the tokens' stable hashes appended to the bytearray hashes "
+     "instead if given; None for markup with a character beyond U+00FF that IGNORECASE folds "
+     "onto an ASCII letter."},
     {"message_id_value", (PyCFunction)(void (*)(void))message_id_value, METH_FASTCALL,
      "message_id_value(raw, scan): the raw value of a mail's first Message-ID field in raw[:scan] "
      "(learn_keys._message_id), or None."},
@@ -4115,6 +4448,9 @@ PyInit__speedups(void)
     for (Py_UCS4 c = 0; c < 256; c++) {  /* str.lower keeps a Latin-1 character Latin-1 */
         Py_UCS4 low = Py_UNICODE_TOLOWER(c);
         latin1_lower[c] = (unsigned char)(low < 256 ? low : c);
+    }
+    for (int c = 0; c < 256; c++) {
+        word_class[c] = (unsigned char)((is_space1[c] ? WC_SPACE : 0) | (c == '@' ? WC_AT : 0) | (c >= 128 ? WC_HIGH : 0));
     }
     struct { PyObject **slot; const char *text; } strings[] = {
         {&S_none_suffix, ":none"}, {&S_header_prefix, "header:"},

@@ -124,8 +124,11 @@ class MailTokenizer:
         object.__setattr__(self, "headers", tuple(name.lower() for name in self.headers))
         if self.rules.steps is not self.steps:
             object.__setattr__(self, "rules", replace(self.rules, steps=self.steps))
-        object.__setattr__(self, "header_tokenizer", HeaderTokenizer(
-            self.rules, self.headers, self.header_names, self.limits, self.steps))
+        object.__setattr__(
+            self,
+            "header_tokenizer",
+            HeaderTokenizer(self.rules, self.headers, self.header_names, self.limits, self.steps),
+        )
 
     def tokenize(self, raw: bytes) -> list[str]:
         return self.analyse(raw).tokens
@@ -180,8 +183,13 @@ class MailTokenizer:
     def _parse(self, raw: bytes, a: MailAnalysis, fast: bool) -> MailAnalysis:
         """The fast reader when it can read the message, else the standard library."""
         if fast:
-            trial = MailAnalysis(size=a.size, tokens=list(a.tokens), defects=a.defects, cut=a.cut,
-                                 word_hashes=None if a.word_hashes is None else bytearray(a.word_hashes))
+            trial = MailAnalysis(
+                size=a.size,
+                tokens=list(a.tokens),
+                defects=a.defects,
+                cut=a.cut,
+                word_hashes=None if a.word_hashes is None else bytearray(a.word_hashes),
+            )
             try:
                 self._analyse_fast(raw, trial)
                 return trial
@@ -231,8 +239,9 @@ class MailTokenizer:
         return True
 
     @staticmethod
-    def _leaf_tokens(a: MailAnalysis, charset: str | None, cte: str | None,
-                     filename: str | None, maintype: str) -> None:
+    def _leaf_tokens(
+        a: MailAnalysis, charset: str | None, cte: str | None, filename: str | None, maintype: str
+    ) -> None:
         """``charset:``, ``encoding:`` and ``attachment:`` tokens of a non-multipart part."""
         if charset:
             a.tokens.append("charset:" + charset[:40])
@@ -262,8 +271,13 @@ class MailTokenizer:
             return
         charset = part.get_content_charset()
         cte, filename = part.get("content-transfer-encoding"), part.get_filename()
-        self._leaf_tokens(a, charset, str(cte) if cte else None,
-                          str(filename) if filename else None, part.get_content_maintype())
+        self._leaf_tokens(
+            a,
+            charset,
+            str(cte) if cte else None,
+            str(filename) if filename else None,
+            part.get_content_maintype(),
+        )
         # A multipart whose boundary never appears keeps its body as one string: read it as text.
         if self._within_budget(a, budget) and part.get_content_maintype() in ("text", "multipart"):
             data = part.get_payload(decode=True)
@@ -288,10 +302,11 @@ class MailTokenizer:
             return
         charset = part.charset()
         maintype = ctype.partition("/")[0]
-        self._leaf_tokens(a, charset, part.get("content-transfer-encoding"), part.filename(),
-                          maintype)
+        self._leaf_tokens(
+            a, charset, part.get("content-transfer-encoding"), part.filename(), maintype
+        )
         if self._within_budget(a, budget) and maintype in ("text", "multipart"):
-            self._text_part(part.payload(), charset, ctype, a, budget)
+            self._text_part(part.payload_buffer(), charset, ctype, a, budget)
 
     @staticmethod
     def _within_budget(a: MailAnalysis, budget: list[int]) -> bool:
@@ -300,8 +315,14 @@ class MailTokenizer:
             return False
         return True
 
-    def _text_part(self, data: bytes, charset: str | None, ctype: str, a: MailAnalysis,
-                   budget: list[int]) -> None:
+    def _text_part(
+        self,
+        data: bytes | memoryview,
+        charset: str | None,
+        ctype: str,
+        a: MailAnalysis,
+        budget: list[int],
+    ) -> None:
         """Decode (budget, charset) and tokenize the payload of one text part."""
         if len(data) > budget[0]:
             data = data[: budget[0]]
@@ -314,7 +335,9 @@ class MailTokenizer:
             a.defect("undecodable")
         is_html = ctype == "text/html"
         if is_html:
-            text, tag_tokens = strip_html(text[: self.limits.max_text_chars], steps=self.steps)
+            text, tag_tokens = strip_html(
+                text[: self.limits.max_text_chars], steps=self.steps, hashes=a.word_hashes
+            )
             a.tokens.extend(tag_tokens)
         self._body_text(text[: self.limits.max_text_chars], is_html, a)
 
@@ -330,7 +353,6 @@ class MailTokenizer:
         self.rules.hash_words(text, a.tokens, a.word_hashes)
         if a.n_tokens > self.limits.max_tokens:
             raise _PastTokenLimit
-
 
 
 _DEFAULT_TOKENIZER = MailTokenizer()

@@ -31,7 +31,8 @@ __all__ = ["HeaderTokenizer", "clear_memos", "decode_checked"]
 #: with a character set (the regex engine skips ahead to it in C; IGNORECASE would make
 #: it test every character), the word boundary checked with a look-behind.
 _RECEIVED_HOST = re.compile(
-    rf"[fFbB](?<!\w.)(?:(?<=[fF])[rR][oO][mM]|(?<=[bB])[yY])\s+([{ALNUM}][{ALNUM}.-]*[{ALNUM}])")
+    rf"[fFbB](?<!\w.)(?:(?<=[fF])[rR][oO][mM]|(?<=[bB])[yY])\s+([{ALNUM}][{ALNUM}.-]*[{ALNUM}])"
+)
 #: An IPv4 literal: its first three numbers (the /24 network), as written.
 _IPV4 = re.compile(r"\[(\d{1,3}\.\d{1,3}\.\d{1,3})\.\d{1,3}\]")
 
@@ -60,7 +61,9 @@ def _getaddresses(field: str, steps: TokenizerSteps = DEFAULT_STEPS) -> list[tup
     return email.utils.getaddresses([field]) if pairs is None else pairs
 
 
-def _address_matches(field: str, steps: TokenizerSteps = DEFAULT_STEPS) -> list[tuple[str, str]] | None:
+def _address_matches(
+    field: str, steps: TokenizerSteps = DEFAULT_STEPS
+) -> list[tuple[str, str]] | None:
     """The pairs of the common forms, one :data:`_ADDRESS` match after the other, or None
     where one fails (the C ``addresses`` step declines text beyond Latin-1)."""
     if steps.addresses is not None and (got := steps.addresses(field)) is not None:
@@ -74,7 +77,11 @@ def _address_matches(field: str, steps: TokenizerSteps = DEFAULT_STEPS) -> list[
             return None
         phrase, routed, bare, comment = m.groups()
         if routed is not None:
-            name = " ".join([w[1:-1] if w[0] == '"' else w for w in _PHRASE_WORD.findall(phrase)]) if phrase else ""
+            name = (
+                " ".join([w[1:-1] if w[0] == '"' else w for w in _PHRASE_WORD.findall(phrase)])
+                if phrase
+                else ""
+            )
             pairs.append((name, routed))
         else:
             pairs.append((comment or "", bare))
@@ -167,10 +174,11 @@ def _decode_bytes(data: bytes, charset: str) -> tuple[str, bool]:
     return text, known
 
 
-def decode_checked(data: bytes, charset: str) -> tuple[str, bool, bool]:
+def decode_checked(data: bytes | memoryview, charset: str) -> tuple[str, bool, bool]:
     """``data`` decoded with ``charset``: (text, charset known, bytes valid in it). Invalid
     bytes become U+FFFD; an unknown charset (or a codec that fails on anything) decodes as
-    latin-1.
+    latin-1. ``data`` may be any bytes-like object (``str(data, charset)`` is
+    ``bytes.decode``).
 
     >>> decode_checked(b"caf\\xc3\\xa9", "utf-8"), decode_checked(b"\\xff", "utf-8")
     (('café', True, True), ('\\ufffd', True, False))
@@ -180,17 +188,17 @@ def decode_checked(data: bytes, charset: str) -> tuple[str, bool, bool]:
     try:
         codecs.lookup(charset)
     except (LookupError, ValueError):
-        return data.decode("latin-1"), False, True
+        return str(data, "latin-1"), False, True
     try:
-        return data.decode(charset), True, True
+        return str(data, charset), True, True
     except UnicodeDecodeError:
         pass
     except Exception:  # a codec that raises on anything at all
-        return data.decode("latin-1"), False, True
+        return str(data, "latin-1"), False, True
     try:
-        return data.decode(charset, "replace"), True, False
+        return str(data, charset, "replace"), True, False
     except Exception:
-        return data.decode("latin-1"), False, True
+        return str(data, "latin-1"), False, True
 
 
 #: What separates the words of a subject-like header value, with white space.
@@ -227,10 +235,23 @@ class HeaderTokenizer:
 
     def __post_init__(self) -> None:
         cap = self.limits.max_header_chars
-        object.__setattr__(self, "spec", (
-            self.headers, self.header_names, cap, min(cap, 2000), _CACHE_SIZE, _CACHED_CHARS,
-            self.value_tokens, partial(_address_count, steps=self.steps), _decode_header,
-            partial(_received_tokens, steps=self.steps), _ADDRESS_DEFECT))
+        object.__setattr__(
+            self,
+            "spec",
+            (
+                self.headers,
+                self.header_names,
+                cap,
+                min(cap, 2000),
+                _CACHE_SIZE,
+                _CACHED_CHARS,
+                self.value_tokens,
+                partial(_address_count, steps=self.steps),
+                _decode_header,
+                partial(_received_tokens, steps=self.steps),
+                _ADDRESS_DEFECT,
+            ),
+        )
 
     def add_indexed(self, names: Sequence[str], index: dict, a: MailAnalysis) -> None:
         """:meth:`add` for the header ``names`` (lower-case, in order) and ``index`` (name ->
@@ -240,8 +261,12 @@ class HeaderTokenizer:
         else:
             self.add(names, index.get, a)
 
-    def add(self, names: Sequence[str], get_all: Callable[[str], Sequence[object] | None],
-            a: MailAnalysis) -> None:
+    def add(
+        self,
+        names: Sequence[str],
+        get_all: Callable[[str], Sequence[object] | None],
+        a: MailAnalysis,
+    ) -> None:
         """Header tokens, from the header ``names`` (lower-case, in order) and their values
         (``get_all(name)``: a list, empty or None when absent)."""
         tokens = a.tokens
@@ -273,8 +298,12 @@ class HeaderTokenizer:
             elif name == "received":
                 a.received = len(values)
             # The common value is a str without encoded words: taken as it is.
-            texts = [value[:text_cap] if type(value) is str and "=?" not in value
-                     else _decode_header(value, cap)[:2000] for value in values[:32]]
+            texts = [
+                value[:text_cap]
+                if type(value) is str and "=?" not in value
+                else _decode_header(value, cap)[:2000]
+                for value in values[:32]
+            ]
             if name == "received":
                 for text in texts:
                     _received_tokens(text, tokens, self.steps)
@@ -318,8 +347,9 @@ class HeaderTokenizer:
         rules = self.rules
         value_words = self.steps.value_words
         if value_words is not None and not rules.ngrams and not rules.osb and rules.min_len >= 1:
-            done = value_words(text, prefix, rules.min_len, rules.max_len, rules.lowercase,
-                               _SUBJECT_SEPARATORS)
+            done = value_words(
+                text, prefix, rules.min_len, rules.max_len, rules.lowercase, _SUBJECT_SEPARATORS
+            )
             if done is not None:  # (Latin-1 text: the same in C)
                 return done
         words: list[str] = []

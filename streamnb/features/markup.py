@@ -8,8 +8,9 @@ references are unescaped. Regular expressions, not a DOM: spam HTML is rarely
 well-formed, and this runs in linear time on any input (tags are found and replaced in
 one ``re.split`` pass, without a Python call per tag). With the C steps
 (:mod:`streamnb.features.steps`) these passes, the tag split and the tag tokens of Latin-1
-markup run in one C call (the same text and tokens); of other markup, the tag tokens of
-Latin-1 attributes do.
+markup, and of markup beyond Latin-1 read through a Latin-1 stand-in, run in one C call
+(the same text and tokens); of the markup it declines, the tag tokens of Latin-1
+attributes do.
 
 >>> text, tokens = strip_html('<p>Buy <a href="http://x.example.com/p">NOW</a><!-- z --></p>')
 >>> text.split()
@@ -60,7 +61,9 @@ def _link_hosts(attributes: str) -> tuple[str, ...]:
 
 
 def _find_link_hosts(attributes: str) -> tuple[str, ...]:
-    return tuple(chain.from_iterable([host_tokens_cached("url", host) for host in _LINK.findall(attributes)]))
+    return tuple(
+        chain.from_iterable([host_tokens_cached("url", host) for host in _LINK.findall(attributes)])
+    )
 
 
 _cached_link_hosts = lru_cache(maxsize=2048)(_find_link_hosts)
@@ -73,8 +76,12 @@ def clear_link_memo() -> None:
 
 #: html.unescape's tables, for the C step (which takes them as arguments), and the
 #: longest name without a ';' (only those can be a prefix match).
-_UNESCAPE_TABLES = (html.entities.html5, html._invalid_charrefs, html._invalid_codepoints,
-                    max(len(name) for name in html.entities.html5 if not name.endswith(";")))
+_UNESCAPE_TABLES = (
+    html.entities.html5,
+    html._invalid_charrefs,
+    html._invalid_codepoints,
+    max(len(name) for name in html.entities.html5 if not name.endswith(";")),
+)
 
 
 def unescape(text: str, steps: TokenizerSteps = DEFAULT_STEPS) -> str:
@@ -89,13 +96,27 @@ def unescape(text: str, steps: TokenizerSteps = DEFAULT_STEPS) -> str:
     return html.unescape(text)
 
 
-def strip_html(markup: str, max_tag_tokens: int = 2000,
-               steps: TokenizerSteps = DEFAULT_STEPS) -> tuple[str, list[str]]:
-    """Return the visible text of ``markup`` and its ``html:``/``url:`` tokens. The C steps
-    ``html_strip`` (all of this but the unescaping) and ``tag_tokens`` (the tokens of the
-    split tags) decline markup beyond Latin-1, which the code below takes."""
+def strip_html(
+    markup: str,
+    max_tag_tokens: int = 2000,
+    steps: TokenizerSteps = DEFAULT_STEPS,
+    hashes: bytearray | None = None,
+) -> tuple[str, list[str]]:
+    """Return the visible text of ``markup`` and its ``html:``/``url:`` tokens. The C step
+    ``html_strip`` (all of this but the unescaping; markup beyond Latin-1 through a Latin-1
+    stand-in) declines markup with a character that IGNORECASE folds onto an ASCII letter
+    (``İ ı ſ K``), and ``tag_tokens`` (the tokens of the split tags) attributes beyond
+    Latin-1: the code below takes those. ``hashes`` (a
+    bytearray, for a caller that only hashes tokens): where ``html_strip`` takes the
+    markup, the tokens' stable hashes are appended to it (native uint64, as
+    :meth:`WordRules.hash_words <streamnb.features.text.WordRules.hash_words>` appends
+    them) and the list returned is empty; the same hashes, without a str per token. (The
+    C token table fills ``hashes``: with it off, so is ``word_hashes``, and the tokens are
+    returned.)"""
     if steps.html_strip is not None and max_tag_tokens >= 0:
-        done = steps.html_strip(markup, max_tag_tokens)
+        done = steps.html_strip(
+            markup, max_tag_tokens, hashes if steps.word_hashes is not None else None
+        )
         if done is not None:  # (Latin-1 markup: every step below but the unescaping, in C)
             return unescape(done[0], steps), done[1]
     markup = _COMMENT.sub("", markup)

@@ -203,21 +203,32 @@ class Part:
     def body(self) -> bytes:
         """The raw body. In a multipart, the line break before the boundary is not part of it
         (unless this part is itself a multipart: the standard parser trims its epilogue)."""
+        return bytes(self.body_view())
+
+    def body_view(self) -> memoryview:
+        """:meth:`body`, a view of the message's bytes (no copy)."""
         if self.is_multipart():
             raise ValueError("a split multipart has no single body")
-        body = self._buf[self._body_start : self._body_end]
-        if self._trim and body[-1:] == b"\n" and not self.content_type().startswith("multipart/"):
-            body = body[:-2] if body[-2:-1] == b"\r" else body[:-1]
-        return body
+        buf, start, end = self._buf, self._body_start, self._body_end
+        if self._trim and end > start and buf[end - 1] == 10 and \
+                not self.content_type().startswith("multipart/"):
+            end -= 2 if end - start >= 2 and buf[end - 2] == 13 else 1  # (\r\n or \n)
+        return memoryview(buf)[start:end]
 
     def payload(self) -> bytes:
         """``Message.get_payload(decode=True)`` of a part that is not a multipart."""
+        data = self.payload_buffer()
+        return data if isinstance(data, bytes) else bytes(data)
+
+    def payload_buffer(self) -> bytes | memoryview:
+        """:meth:`payload`, where it is the body as it is a view of the message's bytes (no
+        copy of the body: decode it with ``str(data, charset)``, as ``bytes.decode``)."""
         cte = (self.get("content-transfer-encoding") or "").lower()
-        body = self.body()
+        body = self.body_view()
         if cte == "quoted-printable":
             return binascii.a2b_qp(body)
         if cte == "base64":
-            return _decode_b(b"".join(body.splitlines()))
+            return _decode_b(b"".join(bytes(body).splitlines()))
         if cte in ("x-uuencode", "uuencode", "uue", "x-uue"):
             raise Unsupported("uuencode")
         return body
