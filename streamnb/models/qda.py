@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -57,7 +58,7 @@ class QuadraticDiscriminantAnalysis(GaussianClassifier):
 
     # --------------------------------------------------------------- derived
     def _class_factor(
-        self, row: int, label: Label, fallback_scale: np.ndarray
+        self, row: int, label: Label, fallback_scale: Callable[[], np.ndarray]
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
         """``(mean, covariance, Cholesky factor, log det)`` of one class."""
         m = self.moments
@@ -78,12 +79,11 @@ class QuadraticDiscriminantAnalysis(GaussianClassifier):
         labels, rows, n, priors = self._class_view()
         if stale is None:
             self._factors = {}
-        pooled_variance = self._pooled_variance()
         for label, row, n_c in zip(labels, rows, n, strict=True):
             if n_c <= 0:
                 self._factors.pop(label, None)
             elif stale is None or label in stale or label not in self._factors:
-                self._factors[label] = self._class_factor(int(row), label, pooled_variance)
+                self._factors[label] = self._class_factor(int(row), label, self._pooled_variance)
         self._labels, self._log_prior = labels, safe_log(priors)
 
     def _score(self, X: np.ndarray) -> np.ndarray:

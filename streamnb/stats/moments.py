@@ -187,17 +187,35 @@ class GaussianMoments(Statistic):
     def update(self, X: Any, labels: Iterable[Any], weights: Any = None) -> Self:
         """Add a batch: per-class weighted mean and M2 with numpy, then Chan's merge."""
         X, labels, w = self._check_batch(X, labels, weights)
-        if not labels:
-            return self
+        if labels:
+            self.add_checked(X, labels, w)
+        return self
+
+    def add_checked(self, X: np.ndarray, labels: list[Label], w: np.ndarray) -> np.ndarray:
+        """:meth:`update` of a batch already checked (X a finite float64 2-d array of this
+        width, ``labels`` normalised, one per row, ``w`` finite float64 weights >= 0, at
+        least one row): what a model calls after its own input checks. Returns the row
+        of each sample's class.
+
+        The samples are grouped by class with one stable sort (a class's samples keep
+        their order), then each class's mean and M2 come from its contiguous block.
+        """
         self._set_n_features(X.shape[1])
         rows = self.add_classes(labels)
-        uniq, inverse = np.unique(rows, return_inverse=True)
+        per_row = np.bincount(rows, minlength=len(self.n))
+        uniq = np.flatnonzero(per_row)
+        if len(uniq) > 1:
+            order = np.argsort(rows, kind="stable")
+            X, w = X[order], w[order]
+        else:
+            X = np.ascontiguousarray(X)
         nb = np.zeros(len(uniq))
         mb = np.zeros((len(uniq), X.shape[1]))
         m2b = np.zeros(self._m2_shape(len(uniq)))
-        for j in range(len(uniq)):
-            sel = inverse == j
-            wj, Xj = w[sel], X[sel]
+        start = 0
+        for j, end in enumerate(np.cumsum(per_row[uniq]).tolist()):
+            wj, Xj = w[start:end], X[start:end]
+            start = end
             nb[j] = wj.sum()
             if nb[j] <= 0.0:
                 continue
@@ -205,7 +223,7 @@ class GaussianMoments(Statistic):
             dev = Xj - mb[j]
             m2b[j] = wj @ (dev * dev) if self.diagonal else (dev * wj[:, None]).T @ dev
         self._merge_rows(uniq, nb, mb, m2b)
-        return self
+        return rows
 
     def update_one(self, x: Any, label: Any, weight: float = 1.0) -> Self:
         """Add one sample by Welford's recurrence (same result as ``update`` of one row)."""
@@ -227,7 +245,7 @@ class GaussianMoments(Statistic):
 
     def _outer(self, delta: np.ndarray) -> np.ndarray:
         """Row-wise ``delta delta^T`` (or its diagonal)."""
-        return delta * delta if self.diagonal else np.einsum("ki,kj->kij", delta, delta)
+        return delta * delta if self.diagonal else delta[:, :, None] * delta[:, None, :]
 
     def _expand(self, v: np.ndarray) -> np.ndarray:
         """Reshape a per-row vector to broadcast against M2."""
@@ -235,15 +253,20 @@ class GaussianMoments(Statistic):
 
     def _merge_rows(self, rows: np.ndarray, nb: np.ndarray, mb: np.ndarray, m2b: np.ndarray) -> None:
         """Chan's formula on distinct ``rows`` (empty rows on either side are exact identities)."""
-        na, ma = self.n[rows], self.mean[rows]
+        na = self.n[rows]
+        if not na.any():  # every row empty: Chan's formula gives (nb, mb, m2b) exactly
+            self.n[rows], self.mean[rows], self.m2[rows] = nb, mb, m2b
+            return
+        ma = self.mean[rows]
         n = na + nb
         safe = np.where(n > 0, n, 1.0)
         delta = mb - ma
         mean = ma + delta * (nb / safe)[:, None]
         m2 = self.m2[rows] + m2b + self._expand(na * nb / safe) * self._outer(delta)
         empty = n <= 0
-        mean[empty] = 0.0
-        m2[empty] = 0.0
+        if empty.any():
+            mean[empty] = 0.0
+            m2[empty] = 0.0
         self.n[rows], self.mean[rows], self.m2[rows] = n, mean, m2
 
     def check_mergeable(self, other: Any) -> None:
