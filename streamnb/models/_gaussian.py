@@ -375,4 +375,3 @@ class GaussianClassifier(GenerativeClassifier):
                 bound = float(np.sqrt(priors[i] * priors[j]) * np.exp(-dist))
                 out.append(BhattacharyyaPair(labels[i], labels[j], dist, bound))
         return out
-

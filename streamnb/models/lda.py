@@ -57,7 +57,9 @@ class LinearDiscriminantAnalysis(GaussianClassifier):
         try:
             shrinkage = float(shrinkage)
         except (TypeError, ValueError):
-            raise ValueError(f"shrinkage must be None or a float in [0, 1], got {shrinkage!r}") from None
+            raise ValueError(
+                f"shrinkage must be None or a float in [0, 1], got {shrinkage!r}"
+            ) from None
         if not 0.0 <= shrinkage <= 1.0:
             raise ValueError(f"shrinkage must be in [0, 1], got {shrinkage}")
 
@@ -89,7 +91,10 @@ class LinearDiscriminantAnalysis(GaussianClassifier):
         self._coef_all, self._intercept_all, self._active = coef, intercept, active
         if len(labels) == 2:  # the binary form, w_1 - w_0 and b_1 - b_0
             with np.errstate(invalid="ignore"):
-                self._coef_binary, self._intercept_binary = coef[1:2] - coef[0:1], intercept[1:] - intercept[:1]
+                self._coef_binary, self._intercept_binary = (
+                    coef[1:2] - coef[0:1],
+                    intercept[1:] - intercept[:1],
+                )
         self._priors_used = priors
         self._log_norm = -0.5 * (d * LOG_2PI + log_det_from_cholesky(L))
 

@@ -49,8 +49,9 @@ class QuadraticDiscriminantAnalysis(GaussianClassifier):
         try:
             reg_param, ddof = float(self.reg_param), float(self.ddof)
         except (TypeError, ValueError):
-            raise ValueError(f"reg_param and ddof must be numbers, got {self.reg_param!r} and "
-                             f"{self.ddof!r}") from None
+            raise ValueError(
+                f"reg_param and ddof must be numbers, got {self.reg_param!r} and {self.ddof!r}"
+            ) from None
         if not 0.0 <= reg_param <= 1.0:
             raise ValueError(f"reg_param must be in [0, 1], got {reg_param}")
         if not (np.isfinite(ddof) and ddof >= 0):
@@ -94,7 +95,9 @@ class QuadraticDiscriminantAnalysis(GaussianClassifier):
             if factor is None or not np.isfinite(self._log_prior[c]):
                 continue
             mean, _, L, log_det = factor
-            jll[:, c] = self._log_prior[c] - 0.5 * (d * LOG_2PI + log_det + mahalanobis_sq(L, X, mean))
+            jll[:, c] = self._log_prior[c] - 0.5 * (
+                d * LOG_2PI + log_det + mahalanobis_sq(L, X, mean)
+            )
         return jll
 
     def _class_covariances(self) -> tuple[list[Label], np.ndarray, np.ndarray, np.ndarray]:

@@ -74,7 +74,9 @@ class GaussianMoments(Statistic):
         mean: Any = None,
         m2: Any = None,
     ) -> None:
-        if n_features is not None and (not isinstance(n_features, (int, np.integer)) or n_features < 1):
+        if n_features is not None and (
+            not isinstance(n_features, (int, np.integer)) or n_features < 1
+        ):
             raise ValueError(f"n_features must be a positive int or None, got {n_features!r}")
         self.n_features: int | None = None if n_features is None else int(n_features)
         self.diagonal = bool(diagonal)
@@ -169,7 +171,9 @@ class GaussianMoments(Statistic):
         if X.ndim != 2:
             raise ValueError(f"X must be 2-d (n_samples, n_features), got shape {X.shape}")
         if self.n_features is not None and X.shape[1] != self.n_features:
-            raise ValueError(f"X has {X.shape[1]} features, but these moments have {self.n_features}")
+            raise ValueError(
+                f"X has {X.shape[1]} features, but these moments have {self.n_features}"
+            )
         if X.shape[1] == 0:
             raise ValueError("X has 0 features, expected at least 1")
         if not np.isfinite(X).all():
@@ -177,7 +181,11 @@ class GaussianMoments(Statistic):
         labels = normalize_labels(labels)
         if len(labels) != X.shape[0]:
             raise ValueError(f"{len(labels)} labels for {X.shape[0]} samples")
-        w = np.ones(X.shape[0]) if weights is None else np.asarray(weights, dtype=np.float64).ravel()
+        w = (
+            np.ones(X.shape[0])
+            if weights is None
+            else np.asarray(weights, dtype=np.float64).ravel()
+        )
         if w.shape != (X.shape[0],):
             raise ValueError(f"{w.size} weights for {X.shape[0]} samples")
         if not np.isfinite(w).all() or (w < 0).any():
@@ -227,8 +235,9 @@ class GaussianMoments(Statistic):
 
     def update_one(self, x: Any, label: Any, weight: float = 1.0) -> Self:
         """Add one sample by Welford's recurrence (same result as ``update`` of one row)."""
-        X, labels, w = self._check_batch(np.asarray(x, dtype=np.float64).reshape(1, -1),
-                                         [label], [weight])
+        X, labels, w = self._check_batch(
+            np.asarray(x, dtype=np.float64).reshape(1, -1), [label], [weight]
+        )
         self._set_n_features(X.shape[1])
         r = self.add_classes(labels)[0]
         wt, x1 = float(w[0]), X[0]
@@ -251,7 +260,9 @@ class GaussianMoments(Statistic):
         """Reshape a per-row vector to broadcast against M2."""
         return v.reshape((-1,) + (1,) * (self.m2.ndim - 1))
 
-    def _merge_rows(self, rows: np.ndarray, nb: np.ndarray, mb: np.ndarray, m2b: np.ndarray) -> None:
+    def _merge_rows(
+        self, rows: np.ndarray, nb: np.ndarray, mb: np.ndarray, m2b: np.ndarray
+    ) -> None:
         """Chan's formula on distinct ``rows`` (empty rows on either side are exact identities)."""
         na = self.n[rows]
         if not na.any():  # every row empty: Chan's formula gives (nb, mb, m2b) exactly
@@ -273,11 +284,13 @@ class GaussianMoments(Statistic):
         """(The number of features of a model's moments is fixed once it is not None.)"""
         self._check_type(other)
         if other.diagonal != self.diagonal:
-            raise FormatError(f"cannot combine diagonal={self.diagonal} moments with "
-                              f"diagonal={other.diagonal}")
+            raise FormatError(
+                f"cannot combine diagonal={self.diagonal} moments with diagonal={other.diagonal}"
+            )
         if self.n_features is not None and other.n_features != self.n_features:
-            raise FormatError(f"gaussian_moments of {other.n_features} features do not fit "
-                              f"{self.n_features}")
+            raise FormatError(
+                f"gaussian_moments of {other.n_features} features do not fit {self.n_features}"
+            )
         check_finite("gaussian_moments", other.n)
         check_finite("gaussian_moments", other.mean, other.m2, nonnegative=False)
 
@@ -307,8 +320,9 @@ class GaussianMoments(Statistic):
         self._merge_rows(rows, other.n, other.mean, other.m2)
         return self
 
-    def _remainder(self, rows: np.ndarray, nb: np.ndarray, mb: np.ndarray,
-                   m2b: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    def _remainder(
+        self, rows: np.ndarray, nb: np.ndarray, mb: np.ndarray, m2b: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """What rows ``rows`` keep once ``(nb, mb, m2b)`` is removed, by Chan's formula
         solved for the remainder: ``(n, mean, M2 before clamping, emptied)``."""
         n, mean = self.n[rows], self.mean[rows]
@@ -317,7 +331,11 @@ class GaussianMoments(Statistic):
         safe_na = np.where(empty, 1.0, na)
         ma = mean + (mean - mb) * (nb / safe_na)[:, None]
         delta = mb - ma
-        m2 = self.m2[rows] - m2b - self._expand(na * nb / np.where(n > 0, n, 1.0)) * self._outer(delta)
+        m2 = (
+            self.m2[rows]
+            - m2b
+            - self._expand(na * nb / np.where(n > 0, n, 1.0)) * self._outer(delta)
+        )
         return na, ma, m2, empty
 
     def _diag(self, m2: np.ndarray) -> np.ndarray:
@@ -330,8 +348,9 @@ class GaussianMoments(Statistic):
         self._check_combinable(other)
         has = other.n > 0
         labels = [lab for lab, h in zip(other.labels, has, strict=True) if h]
-        held = np.array([self.n[self.index.row(lab)] if lab in self.index else 0.0
-                         for lab in labels])
+        held = np.array(
+            [self.n[self.index.row(lab)] if lab in self.index else 0.0 for lab in labels]
+        )
         for lab, h, r in zip(labels, held, other.n[has], strict=True):
             check_removable(np.array([h]), np.array([r]), f"the weight of class {lab!r}")
         if not labels:
@@ -343,8 +362,10 @@ class GaussianMoments(Statistic):
         # What rounding may leave: a share of each feature's weighted sum of squares.
         tol = UNLEARN_RTOL * (self._diag(m2_held) + n[:, None] * mean * mean) + 1e-300
         wrong = ~empty[:, None] & (self._diag(m2) < -tol)
-        emptied = empty[:, None] & ((n[:, None] * (mb - mean) ** 2 > tol)
-                                    | (np.abs(self._diag(m2b) - self._diag(m2_held)) > tol))
+        emptied = empty[:, None] & (
+            (n[:, None] * (mb - mean) ** 2 > tol)
+            | (np.abs(self._diag(m2b) - self._diag(m2_held)) > tol)
+        )
         bad = (wrong | emptied).any(axis=1)
         if bad.any():
             lab = labels[int(np.flatnonzero(bad)[0])]
@@ -402,8 +423,14 @@ class GaussianMoments(Statistic):
         return self
 
     def copy(self) -> Self:
-        return type(self)(self.n_features, self.diagonal, self.labels,
-                          self.n.copy(), self.mean.copy(), self.m2.copy())
+        return type(self)(
+            self.n_features,
+            self.diagonal,
+            self.labels,
+            self.n.copy(),
+            self.mean.copy(),
+            self.m2.copy(),
+        )
 
     def is_empty(self) -> bool:
         return not self.n.any()
