@@ -259,8 +259,10 @@ class GaussianClassifier(GenerativeClassifier):
 
     def _batch_stats(self, X: Any, y: list, sample_weight: np.ndarray) -> StatsBundle:
         moments = GaussianMoments(X.shape[1], diagonal=self.diagonal)
-        moments.add_checked(X, y, sample_weight)  # (X, y and the weights checked by the model)
-        return StatsBundle(classes=ClassCounts().update(y, sample_weight), moments=moments)
+        moments.add_checked(X, y, sample_weight)  # (X, y and the weights checked above)
+        # A batch's class weights are its moments' n (summed as ClassCounts.update sums).
+        classes = ClassCounts(moments.labels, moments.n.copy())
+        return StatsBundle(classes=classes, moments=moments)
 
     @property
     def moments(self) -> GaussianMoments:

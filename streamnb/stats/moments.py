@@ -199,39 +199,49 @@ class GaussianMoments(Statistic):
             self.add_checked(X, labels, w)
         return self
 
-    def add_checked(self, X: np.ndarray, labels: list[Label], w: np.ndarray) -> np.ndarray:
+    def add_checked(self, X: np.ndarray, labels: list[Label], w: np.ndarray) -> None:
         """:meth:`update` of a batch already checked (X a finite float64 2-d array of this
         width, ``labels`` normalised, one per row, ``w`` finite float64 weights >= 0, at
-        least one row): what a model calls after its own input checks. Returns the row
-        of each sample's class.
+        least one row): what a model calls after its own input checks.
 
         The samples are grouped by class with one stable sort (a class's samples keep
-        their order), then each class's mean and M2 come from its contiguous block.
+        their order), and each class's mean and M2 come from its own block alone, so
+        that they do not depend on the other classes of the batch; a class's weight is
+        summed in sample order, as :class:`ClassCounts` sums it.
         """
         self._set_n_features(X.shape[1])
-        rows = self.add_classes(labels)
-        per_row = np.bincount(rows, minlength=len(self.n))
-        uniq = np.flatnonzero(per_row)
-        if len(uniq) > 1:
-            order = np.argsort(rows, kind="stable")
-            X, w = X[order], w[order]
+        distinct = sorted(set(labels))  # type: ignore[type-var]
+        k, d = len(distinct), X.shape[1]
+        if k > 1:
+            code = {lab: i for i, lab in enumerate(distinct)}
+            codes = np.fromiter(map(code.__getitem__, labels), dtype=np.intp, count=len(labels))
         else:
-            X = np.ascontiguousarray(X)
-        nb = np.zeros(len(uniq))
-        mb = np.zeros((len(uniq), X.shape[1]))
-        m2b = np.zeros(self._m2_shape(len(uniq)))
+            codes = np.zeros(len(labels), dtype=np.intp)
+        nb = np.bincount(codes, weights=w, minlength=k)
+        if k > 1:
+            order = np.argsort(codes, kind="stable")
+            X, w = X[order], w[order]
+            ends = np.cumsum(np.bincount(codes, minlength=k)).tolist()
+        else:
+            X, ends = np.ascontiguousarray(X), [len(labels)]
+        unit = not (w != 1.0).any()  # (x * 1.0 is x: the products are left out)
+        mb, m2b = np.zeros((k, d)), np.zeros(self._m2_shape(k))
         start = 0
-        for j, end in enumerate(np.cumsum(per_row[uniq]).tolist()):
+        for j, (end, n_j) in enumerate(zip(ends, nb.tolist(), strict=True)):
             wj, Xj = w[start:end], X[start:end]
             start = end
-            nb[j] = wj.sum()
-            if nb[j] <= 0.0:
+            if n_j <= 0.0:
                 continue
-            mb[j] = (wj @ Xj) / nb[j]
+            np.divide(wj @ Xj, n_j, out=mb[j])
             dev = Xj - mb[j]
-            m2b[j] = wj @ (dev * dev) if self.diagonal else (dev * wj[:, None]).T @ dev
-        self._merge_rows(uniq, nb, mb, m2b)
-        return rows
+            if self.diagonal:
+                np.matmul(wj, dev * dev, out=m2b[j])
+            else:
+                np.matmul((dev if unit else dev * wj[:, None]).T, dev, out=m2b[j])
+        if len(self.index):
+            self._merge_rows(self.add_classes(distinct), nb, mb, m2b)
+        else:  # a new statistic (a batch's own): the batch's moments are its rows
+            self.index, self.n, self.mean, self.m2 = ClassIndex(distinct), nb, mb, m2b
 
     def update_one(self, x: Any, label: Any, weight: float = 1.0) -> Self:
         """Add one sample by Welford's recurrence (same result as ``update`` of one row)."""
