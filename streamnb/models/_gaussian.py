@@ -41,14 +41,13 @@ LOG_2PI = float(np.log(2.0 * np.pi))
 def _try_cholesky(cov: np.ndarray) -> np.ndarray | None:
     """Lower Cholesky factor of ``cov`` (LAPACK's dpotrf, its lower triangle read), or
     None where it fails or a pivot keeps a fraction <= CHOLESKY_PIVOT_RTOL of its
-    feature's variance. (A NaN or infinity anywhere in a row of the factor reaches that
-    row's pivot, so the pivots alone are checked.)"""
+    feature's variance. (A NaN anywhere in a row of the factor reaches that row's pivot,
+    so the pivots alone are checked; a finite ``cov`` has a finite factor.)"""
     L, info = dpotrf(cov, lower=1, clean=1)
     if info != 0:
         return None
-    piv = L.diagonal() ** 2
-    ok = (piv > CHOLESKY_PIVOT_RTOL * cov.diagonal()) & (piv < np.inf)
-    return L if ok.all() else None
+    piv = L.diagonal()
+    return L if (piv * piv > CHOLESKY_PIVOT_RTOL * cov.diagonal()).all() else None
 
 
 def cholesky_with_jitter(
@@ -294,8 +293,11 @@ class GaussianClassifier(GenerativeClassifier):
         labels = list(self.stats["classes"].labels)  # type: ignore[attr-defined]
         counts = self.stats["classes"].counts  # type: ignore[attr-defined]
         index = self.moments.index
-        rows = np.array([index.row(lab) if lab in index else -1 for lab in labels], dtype=np.intp)
-        n = np.where(rows >= 0, self.moments.n[rows], 0.0)
+        if labels == index.labels:  # (the common case: every class has a moments row)
+            rows, n = np.arange(len(labels)), self.moments.n.copy()
+        else:
+            rows = np.array([index.row(lab) if lab in index else -1 for lab in labels], np.intp)
+            n = np.where(rows >= 0, self.moments.n[rows], 0.0)
         priors = resolve_priors(self._fitted_priors(), labels, counts)
         # A class with no data has no likelihood, whatever its prior.
         return labels, rows, n, np.where(n > 0, priors, 0.0)

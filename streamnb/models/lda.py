@@ -75,33 +75,34 @@ class LinearDiscriminantAnalysis(GaussianClassifier):
         active = n > 0
         moments = self.moments
         d = moments.n_features
-        means = np.zeros((len(labels), d))
-        means[active] = moments.mean[rows[active]]
-        weights = priors[active] if priors[active].sum() > 0 else n[active]
+        if active.all():
+            means, m2, n_used, p_used = moments.mean[rows], moments.m2[rows], n, priors
+        else:
+            means = np.zeros((len(labels), d))
+            means[active] = moments.mean[rows[active]]
+            m2, n_used, p_used = moments.m2[rows[active]], n[active], priors[active]
+        weights = p_used if p_used.sum() > 0 else n_used
         # S = sum_c weight_c M2_c / n_c: one (k,) x (k, d*d) product.
-        scaled = weights / (weights.sum() * n[active])
-        cov = (scaled @ moments.m2[rows[active]].reshape(-1, d * d)).reshape(d, d)
+        cov = ((weights / (weights.sum() * n_used)) @ m2.reshape(-1, d * d)).reshape(d, d)
         if self.shrinkage:
             s = float(self.shrinkage)
             cov = (1.0 - s) * cov + s * np.trace(cov) / d * np.eye(d)
         L, cov = cholesky_with_jitter(cov, "the shared covariance", self._pooled_variance)
         coef = cholesky_solve(L, means.T).T
-        intercept = np.where(active, -0.5 * (means * coef).sum(axis=1), 0.0) + safe_log(priors)
+        # (A class without data has mean 0, so w_c = 0, and prior 0: b_c = -inf.)
+        intercept = -0.5 * (means * coef).sum(axis=1) + safe_log(priors)
         self._means, self._covariance, self._chol = means, cov, L
         self._coef_all, self._intercept_all, self._active = coef, intercept, active
-        if len(labels) == 2:  # the binary form, w_1 - w_0 and b_1 - b_0
-            with np.errstate(invalid="ignore"):
-                self._coef_binary, self._intercept_binary = (
-                    coef[1:2] - coef[0:1],
-                    intercept[1:] - intercept[:1],
-                )
+        if len(labels) == 2:  # the binary form, w_1 - w_0 and b_1 - b_0 (inf - inf: nan)
+            b0, b1 = intercept.tolist()
+            self._coef_binary, self._intercept_binary = coef[1:2] - coef[0:1], np.array([b1 - b0])
         self._priors_used = priors
-        self._log_norm = -0.5 * (d * LOG_2PI + log_det_from_cholesky(L))
 
     def _score(self, X: np.ndarray) -> np.ndarray:
         # log N(x; mu_c, S) = w_c.x - 1/2 mu_c^T w_c - 1/2 x^T S^-1 x - 1/2 log det(2 pi S)
         Z = solve_lower(self._chol, X.T)
-        common = self._log_norm - 0.5 * np.einsum("ij,ij->j", Z, Z)
+        log_norm = -0.5 * (X.shape[1] * LOG_2PI + log_det_from_cholesky(self._chol))
+        common = log_norm - 0.5 * np.einsum("ij,ij->j", Z, Z)
         return X @ self._coef_all.T + self._intercept_all + common[:, None]
 
     def _class_covariances(self) -> tuple[list[Label], np.ndarray, np.ndarray, np.ndarray]:

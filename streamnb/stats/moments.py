@@ -262,13 +262,10 @@ class GaussianMoments(Statistic):
         self.n[r] = n_new
         return self
 
-    def _outer(self, delta: np.ndarray) -> np.ndarray:
-        """Row-wise ``delta delta^T`` (or its diagonal)."""
-        return delta * delta if self.diagonal else delta[:, :, None] * delta[:, None, :]
-
-    def _expand(self, v: np.ndarray) -> np.ndarray:
-        """Reshape a per-row vector to broadcast against M2."""
-        return v.reshape((-1,) + (1,) * (self.m2.ndim - 1))
+    def _outer(self, delta: np.ndarray, scale: np.ndarray) -> np.ndarray:
+        """Row-wise ``scale delta delta^T`` (or its diagonal)."""
+        scaled = delta * scale[:, None]
+        return scaled * delta if self.diagonal else scaled[:, :, None] * delta[:, None, :]
 
     def _merge_rows(
         self, rows: np.ndarray, nb: np.ndarray, mb: np.ndarray, m2b: np.ndarray
@@ -283,7 +280,7 @@ class GaussianMoments(Statistic):
         safe = np.where(n > 0, n, 1.0)
         delta = mb - ma
         mean = ma + delta * (nb / safe)[:, None]
-        m2 = self.m2[rows] + m2b + self._expand(na * nb / safe) * self._outer(delta)
+        m2 = self.m2[rows] + m2b + self._outer(delta, na * nb / safe)
         empty = n <= 0
         if empty.any():
             mean[empty] = 0.0
@@ -341,11 +338,7 @@ class GaussianMoments(Statistic):
         safe_na = np.where(empty, 1.0, na)
         ma = mean + (mean - mb) * (nb / safe_na)[:, None]
         delta = mb - ma
-        m2 = (
-            self.m2[rows]
-            - m2b
-            - self._expand(na * nb / np.where(n > 0, n, 1.0)) * self._outer(delta)
-        )
+        m2 = self.m2[rows] - m2b - self._outer(delta, na * nb / np.where(n > 0, n, 1.0))
         return na, ma, m2, empty
 
     def _diag(self, m2: np.ndarray) -> np.ndarray:
