@@ -127,7 +127,7 @@ def cholesky_solve(L: np.ndarray, B: np.ndarray) -> np.ndarray:
     """``(L L^T)^-1 B`` from the lower Cholesky factor L (LAPACK's dpotrs; B (d, m)).
 
     >>> cholesky_solve(np.array([[2.0, 0.0], [1.0, 1.0]]), np.array([[4.0], [3.0]])).tolist()
-    [[0.5], [2.0]]
+    [[0.5], [1.0]]
     """
     return dpotrs(L, B, lower=1)[0]
 

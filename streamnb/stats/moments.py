@@ -38,6 +38,7 @@ from streamnb.stats.base import (
     normalize_labels,
     spread_rows,
 )
+from streamnb.stats.batch_moments import batch_moments
 
 #: A class whose weight falls below this fraction of what it held before an unlearn
 #: (``GaussianMoments.subtract``) is reset to exactly empty (n = 0, mean 0, M2 0).
@@ -200,44 +201,11 @@ class GaussianMoments(Statistic):
         return self
 
     def add_checked(self, X: np.ndarray, labels: list[Label], w: np.ndarray) -> None:
-        """:meth:`update` of a batch already checked (X a finite float64 2-d array of this
-        width, ``labels`` normalised, one per row, ``w`` finite float64 weights >= 0, at
-        least one row): what a model calls after its own input checks.
-
-        The samples are grouped by class with one stable sort (a class's samples keep
-        their order), and each class's mean and M2 come from its own block alone, so
-        that they do not depend on the other classes of the batch; a class's weight is
-        summed in sample order, as :class:`ClassCounts` sums it.
-        """
+        """:meth:`update` of a batch already checked (see
+        :func:`~streamnb.stats.batch_moments.batch_moments`): what a model calls after its
+        own input checks."""
         self._set_n_features(X.shape[1])
-        distinct = sorted(set(labels))  # type: ignore[type-var]
-        k, d = len(distinct), X.shape[1]
-        if k > 1:
-            code = {lab: i for i, lab in enumerate(distinct)}
-            codes = np.fromiter(map(code.__getitem__, labels), dtype=np.intp, count=len(labels))
-        else:
-            codes = np.zeros(len(labels), dtype=np.intp)
-        nb = np.bincount(codes, weights=w, minlength=k)
-        if k > 1:
-            order = np.argsort(codes, kind="stable")
-            X, w = X[order], w[order]
-            ends = np.cumsum(np.bincount(codes, minlength=k)).tolist()
-        else:
-            X, ends = np.ascontiguousarray(X), [len(labels)]
-        unit = not (w != 1.0).any()  # (x * 1.0 is x: the products are left out)
-        mb, m2b = np.zeros((k, d)), np.zeros(self._m2_shape(k))
-        start = 0
-        for j, (end, n_j) in enumerate(zip(ends, nb.tolist(), strict=True)):
-            wj, Xj = w[start:end], X[start:end]
-            start = end
-            if n_j <= 0.0:
-                continue
-            np.divide(wj @ Xj, n_j, out=mb[j])
-            dev = Xj - mb[j]
-            if self.diagonal:
-                np.matmul(wj, dev * dev, out=m2b[j])
-            else:
-                np.matmul((dev if unit else dev * wj[:, None]).T, dev, out=m2b[j])
+        distinct, nb, mb, m2b = batch_moments(X, labels, w, self.diagonal)
         if len(self.index):
             self._merge_rows(self.add_classes(distinct), nb, mb, m2b)
         else:  # a new statistic (a batch's own): the batch's moments are its rows

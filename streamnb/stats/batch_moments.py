@@ -1,0 +1,63 @@
+"""The Gaussian moments of one batch, per class: what :class:`GaussianMoments` merges.
+
+For each class c of the batch, with samples x_i and weights w_i::
+
+    n_c    = sum_i w_i                                  (summed in sample order)
+    mean_c = sum_i w_i x_i / n_c
+    M2_c   = sum_i w_i (x_i - mean_c)(x_i - mean_c)^T  (the diagonal only if diagonal)
+
+The samples are grouped by class with one stable sort (a class's samples keep their
+order), and each class's mean and M2 come from its own block alone: they do not depend
+on the other classes of the batch (a model that removes a class equals, to the last bit,
+one that never saw it). A class's weight is summed in sample order, as
+:class:`~streamnb.stats.class_counts.ClassCounts` sums it.
+
+>>> labels, n, mean, m2 = batch_moments(np.array([[1.0], [3.0], [5.0]]), ["b", "a", "b"],
+...                                     np.ones(3), diagonal=True)
+>>> labels, n.tolist(), mean.tolist(), m2.tolist()
+(['a', 'b'], [1.0, 2.0], [[3.0], [3.0]], [[0.0], [8.0]])
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from streamnb.stats.base import Label
+
+
+def batch_moments(
+    X: np.ndarray, labels: list[Label], w: np.ndarray, diagonal: bool
+) -> tuple[list[Label], np.ndarray, np.ndarray, np.ndarray]:
+    """``(classes sorted, n, mean, M2)`` of a checked batch: X a finite float64 2-d
+    array, ``labels`` normalised (all str or all int), one per row, ``w`` finite float64
+    weights >= 0; a class whose weight is 0 has mean 0 and M2 0."""
+    distinct = sorted(set(labels))  # type: ignore[type-var]
+    k, d = len(distinct), X.shape[1]
+    if k > 1:
+        code = {lab: i for i, lab in enumerate(distinct)}
+        codes = np.fromiter(map(code.__getitem__, labels), dtype=np.intp, count=len(labels))
+    else:
+        codes = np.zeros(len(labels), dtype=np.intp)
+    n = np.bincount(codes, weights=w, minlength=k)
+    if k > 1:
+        order = np.argsort(codes, kind="stable")
+        X, w = X[order], w[order]
+        ends = np.cumsum(np.bincount(codes, minlength=k)).tolist()
+    else:
+        X, ends = np.ascontiguousarray(X), [len(labels)]
+    unit = not (w != 1.0).any()  # (x * 1.0 is x: the products are left out)
+    mean = np.zeros((k, d))
+    m2 = np.zeros((k, d) if diagonal else (k, d, d))
+    start = 0
+    for j, (end, n_j) in enumerate(zip(ends, n.tolist(), strict=True)):
+        wj, Xj = w[start:end], X[start:end]
+        start = end
+        if n_j <= 0.0:
+            continue
+        np.divide(wj @ Xj, n_j, out=mean[j])
+        dev = Xj - mean[j]
+        if diagonal:
+            np.matmul(wj, dev * dev, out=m2[j])
+        else:
+            np.matmul((dev if unit else dev * wj[:, None]).T, dev, out=m2[j])
+    return distinct, n, mean, m2
