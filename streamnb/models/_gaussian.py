@@ -226,11 +226,15 @@ class GaussianClassifier(GenerativeClassifier):
     ``moments`` (GaussianMoments); dense input only.
 
     Subclasses derive parameters in :meth:`_refresh` from the classes whose moments
-    changed since the last call (``self._stale``: a set of labels, or None for all).
+    changed since the last call (``self._stale``: a set of labels, or None for all;
+    recorded only by the subclasses that set ``per_class_refresh``).
     """
 
     #: Whether the moments keep only the diagonal of M2.
     diagonal: ClassVar[bool]
+    #: Whether :meth:`_refresh` re-derives only the classes a batch changed (QDA): the
+    #: others re-derive every class, and need no record of the changed ones.
+    per_class_refresh: ClassVar[bool] = False
 
     def __init__(self, priors: Any = None) -> None:
         super().__init__()
@@ -279,7 +283,7 @@ class GaussianClassifier(GenerativeClassifier):
         self._dirty = True
         if delta is None or "moments" not in delta:
             self._stale = None
-        elif self._stale is not None:
+        elif self._stale is not None and self.per_class_refresh:
             self._stale.update(delta["moments"].touched_labels())  # type: ignore[attr-defined]
 
     def _take_stale(self) -> set[Label] | None:

@@ -37,6 +37,7 @@ class QuadraticDiscriminantAnalysis(GaussianClassifier):
 
     kind = "qda"
     diagonal = False
+    per_class_refresh = True
 
     def __init__(self, reg_param: float = 0.0, priors: Any = None, ddof: float = 0) -> None:
         super().__init__(priors)

@@ -1,4 +1,5 @@
-"""The Gaussian moments of one batch, per class: what :class:`GaussianMoments` merges.
+"""The Gaussian moments of one batch, per class (what ``GaussianMoments`` merges), and
+the checks of a batch.
 
 For each class c of the batch, with samples x_i and weights w_i::
 
@@ -20,9 +21,12 @@ one that never saw it). A class's weight is summed in sample order, as
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from typing import Any
+
 import numpy as np
 
-from streamnb.stats.base import Label
+from streamnb.stats.base import Label, normalize_labels
 
 
 def batch_moments(
@@ -61,3 +65,27 @@ def batch_moments(
         else:
             np.matmul((dev if unit else dev * wj[:, None]).T, dev, out=m2[j])
     return distinct, n, mean, m2
+
+
+def check_batch(X: Any, labels: Iterable[Any], weights: Any, n_features: int | None) -> tuple:
+    """``(X, labels, weights)`` of a batch for ``GaussianMoments``, checked: X a finite
+    float64 2-d array (of ``n_features`` columns unless None), one normalised label and
+    one finite weight >= 0 (default 1) per row; ValueError otherwise."""
+    X = np.asarray(X, dtype=np.float64)
+    if X.ndim != 2:
+        raise ValueError(f"X must be 2-d (n_samples, n_features), got shape {X.shape}")
+    if n_features is not None and X.shape[1] != n_features:
+        raise ValueError(f"X has {X.shape[1]} features, but these moments have {n_features}")
+    if X.shape[1] == 0:
+        raise ValueError("X has 0 features, expected at least 1")
+    if not np.isfinite(X).all():
+        raise ValueError("X contains NaN or infinity")
+    labels = normalize_labels(labels)
+    if len(labels) != X.shape[0]:
+        raise ValueError(f"{len(labels)} labels for {X.shape[0]} samples")
+    w = np.ones(X.shape[0]) if weights is None else np.asarray(weights, dtype=np.float64).ravel()
+    if w.shape != (X.shape[0],):
+        raise ValueError(f"{w.size} weights for {X.shape[0]} samples")
+    if not np.isfinite(w).all() or (w < 0).any():
+        raise ValueError("weights must be finite and >= 0")
+    return X, labels, w

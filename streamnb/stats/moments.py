@@ -35,10 +35,9 @@ from streamnb.stats.base import (
     check_removable,
     check_scale_factor,
     normalize_label,
-    normalize_labels,
     spread_rows,
 )
-from streamnb.stats.batch_moments import batch_moments
+from streamnb.stats.batch_moments import batch_moments, check_batch
 
 #: A class whose weight falls below this fraction of what it held before an unlearn
 #: (``GaussianMoments.subtract``) is reset to exactly empty (n = 0, mean 0, M2 0).
@@ -168,30 +167,7 @@ class GaussianMoments(Statistic):
             raise ValueError(f"X has {d} features, but these moments have {self.n_features}")
 
     def _check_batch(self, X: Any, labels: Iterable[Any], weights: Any) -> tuple:
-        X = np.asarray(X, dtype=np.float64)
-        if X.ndim != 2:
-            raise ValueError(f"X must be 2-d (n_samples, n_features), got shape {X.shape}")
-        if self.n_features is not None and X.shape[1] != self.n_features:
-            raise ValueError(
-                f"X has {X.shape[1]} features, but these moments have {self.n_features}"
-            )
-        if X.shape[1] == 0:
-            raise ValueError("X has 0 features, expected at least 1")
-        if not np.isfinite(X).all():
-            raise ValueError("X contains NaN or infinity")
-        labels = normalize_labels(labels)
-        if len(labels) != X.shape[0]:
-            raise ValueError(f"{len(labels)} labels for {X.shape[0]} samples")
-        w = (
-            np.ones(X.shape[0])
-            if weights is None
-            else np.asarray(weights, dtype=np.float64).ravel()
-        )
-        if w.shape != (X.shape[0],):
-            raise ValueError(f"{w.size} weights for {X.shape[0]} samples")
-        if not np.isfinite(w).all() or (w < 0).any():
-            raise ValueError("weights must be finite and >= 0")
-        return X, labels, w
+        return check_batch(X, labels, weights, self.n_features)
 
     def update(self, X: Any, labels: Iterable[Any], weights: Any = None) -> Self:
         """Add a batch: per-class weighted mean and M2 with numpy, then Chan's merge."""
@@ -238,22 +214,33 @@ class GaussianMoments(Statistic):
     def _merge_rows(
         self, rows: np.ndarray, nb: np.ndarray, mb: np.ndarray, m2b: np.ndarray
     ) -> None:
-        """Chan's formula on distinct ``rows`` (empty rows on either side are exact identities)."""
+        """Chan's formula on distinct ascending ``rows`` (empty rows on either side are
+        exact identities); in place when they are every row."""
         na = self.n[rows]
         if not na.any():  # every row empty: Chan's formula gives (nb, mb, m2b) exactly
             self.n[rows], self.mean[rows], self.m2[rows] = nb, mb, m2b
             return
-        ma = self.mean[rows]
+        whole = len(rows) == len(self.n)  # (then rows is 0, 1, ..., k - 1)
+        ma = self.mean if whole else self.mean[rows]
         n = na + nb
         safe = np.where(n > 0, n, 1.0)
         delta = mb - ma
-        mean = ma + delta * (nb / safe)[:, None]
-        m2 = self.m2[rows] + m2b + self._outer(delta, na * nb / safe)
+        step, outer = delta * (nb / safe)[:, None], self._outer(delta, na * nb / safe)
+        if whole:  # the same sums, without gathering and scattering the rows
+            self.mean += step
+            self.m2 += m2b
+            self.m2 += outer
+            mean, m2 = self.mean, self.m2
+        else:
+            mean, m2 = ma + step, self.m2[rows] + m2b + outer
         empty = n <= 0
         if empty.any():
             mean[empty] = 0.0
             m2[empty] = 0.0
-        self.n[rows], self.mean[rows], self.m2[rows] = n, mean, m2
+        if whole:
+            self.n[:] = n
+        else:
+            self.n[rows], self.mean[rows], self.m2[rows] = n, mean, m2
 
     def check_mergeable(self, other: Any) -> None:
         """(The number of features of a model's moments is fixed once it is not None.)"""
