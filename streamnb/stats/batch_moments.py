@@ -8,8 +8,8 @@ For each class c of the batch, with samples x_i and weights w_i::
     M2_c   = sum_i w_i (x_i - mean_c)(x_i - mean_c)^T  (the diagonal only if diagonal)
 
 The samples are grouped by class with one stable sort (a class's samples keep their
-order), and each class's mean and M2 come from its own block alone: they do not depend
-on the other classes of the batch (a model that removes a class equals, to the last bit,
+order), and each class's sums (``np.add.reduceat``) and M2 come from its own block
+alone: they do not depend on the other classes of the batch (a model that removes a class equals, to the last bit,
 one that never saw it). A class's weight is summed in sample order, as
 :class:`~streamnb.stats.class_counts.ClassCounts` sums it.
 
@@ -46,24 +46,22 @@ def batch_moments(
     if k > 1:
         order = np.argsort(codes, kind="stable")
         X, w = X[order], w[order]
-        ends = np.cumsum(np.bincount(codes, minlength=k)).tolist()
+        sizes = np.bincount(codes, minlength=k)
     else:
-        X, ends = np.ascontiguousarray(X), [len(labels)]
+        X, sizes = np.ascontiguousarray(X), np.array([len(labels)])
+    starts = np.concatenate(([0], np.cumsum(sizes[:-1])))
     unit = not (w != 1.0).any()  # (x * 1.0 is x: the products are left out)
-    mean = np.zeros((k, d))
-    m2 = np.zeros((k, d) if diagonal else (k, d, d))
-    start = 0
-    for j, (end, n_j) in enumerate(zip(ends, n.tolist(), strict=True)):
-        wj, Xj = w[start:end], X[start:end]
-        start = end
-        if n_j <= 0.0:
-            continue
-        np.divide(wj @ Xj, n_j, out=mean[j])
-        dev = Xj - mean[j]
-        if diagonal:
-            np.matmul(wj, dev * dev, out=m2[j])
-        else:
-            np.matmul((dev if unit else dev * wj[:, None]).T, dev, out=m2[j])
+    Xw = X if unit else X * w[:, None]
+    # Each block summed row after row: a class's sums see its own samples alone.
+    mean = np.add.reduceat(Xw, starts, axis=0) / np.where(n > 0, n, 1.0)[:, None]
+    dev = X - np.repeat(mean, sizes, axis=0)
+    if diagonal:
+        sq = dev * dev if unit else dev * dev * w[:, None]
+        return distinct, n, mean, np.add.reduceat(sq, starts, axis=0)
+    m2 = np.zeros((k, d, d))
+    for j, (a, b) in enumerate(zip(starts.tolist(), (starts + sizes).tolist(), strict=True)):
+        dj = dev[a:b]
+        np.matmul((dj if unit else dj * w[a:b, None]).T, dj, out=m2[j])
     return distinct, n, mean, m2
 
 
