@@ -59,7 +59,9 @@ def make(kind: str) -> Any:
     return make_model(kind)
 
 
-def run_streamnb(kind: str, X: np.ndarray, y: list[str], batch: int, cap: float) -> tuple[int, float, float]:
+def run_streamnb(
+    kind: str, X: np.ndarray, y: list[str], batch: int, cap: float
+) -> tuple[int, float, float]:
     """Test-then-train: (vectors done, seconds, accuracy)."""
     model = make(kind)
     correct = scored = done = 0
@@ -98,8 +100,12 @@ def run_river(X: np.ndarray, y: list[str], cap: float) -> tuple[int, float, floa
     return done, time.perf_counter() - t0, correct / scored if scored else float("nan")
 
 
-def benchmark(datasets: list[tuple[str, np.ndarray, list[str]]], batches: tuple[int, ...] = (1, 100),
-              cap: float = 10.0, river: bool = True) -> list[list[Any]]:
+def benchmark(
+    datasets: list[tuple[str, np.ndarray, list[str]]],
+    batches: tuple[int, ...] = (1, 100),
+    cap: float = 10.0,
+    river: bool = True,
+) -> list[list[Any]]:
     """Rows ``[data, d, library, model, batch, vectors, vectors/s, accuracy, x River]``."""
     rows: list[list[Any]] = []
     _, X0, y0 = datasets[0]
@@ -129,17 +135,38 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if os.environ != blas_env(os.environ):  # BLAS reads its thread count once, at import
         env = blas_env(os.environ)
-        os.execve(sys.executable, [sys.executable, "-m", "benchmarks.gaussian_throughput", *argv], env)
-    print_header("benchmark 2: GaussianNB / LDA / QDA test-then-train vectors/s",
-                 "benchmarks.gaussian_throughput", argv)
+        os.execve(
+            sys.executable, [sys.executable, "-m", "benchmarks.gaussian_throughput", *argv], env
+        )
+    print_header(
+        "benchmark 2: GaussianNB / LDA / QDA test-then-train vectors/s",
+        "benchmarks.gaussian_throughput",
+        argv,
+    )
     datasets = [("synthetic", *synthetic(args.n, int(d))) for d in args.dims.split(",")]
     datasets.append(("breast_cancer", *breast_cancer(args.n)))
     # Early tiny batches trip the (correct, expected) singular-covariance warnings.
     warnings.filterwarnings("ignore", message=".*singular.*")
     rows = benchmark(datasets, cap=args.cap)
-    print(format_table(["data", "d", "library", "model", "batch", "vectors", "vectors/s",
-                        "accuracy", "x River"], rows))
-    print("(x River: vectors/s over River GaussianNB's on the same data; accuracy is test-then-train)")
+    print(
+        format_table(
+            [
+                "data",
+                "d",
+                "library",
+                "model",
+                "batch",
+                "vectors",
+                "vectors/s",
+                "accuracy",
+                "x River",
+            ],
+            rows,
+        )
+    )
+    print(
+        "(x River: vectors/s over River GaussianNB's on the same data; accuracy is test-then-train)"
+    )
     return 0
 
 

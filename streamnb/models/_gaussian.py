@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import warnings
 from abc import abstractmethod
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
 
 import numpy as np
-from scipy.linalg import solve_triangular
+from scipy.linalg.lapack import dpotrf, dpotrs, dtrtrs
 
 from streamnb.bounds import BhattacharyyaPair, bhattacharyya_distance
 from streamnb.exceptions import SingularCovarianceWarning
@@ -38,29 +38,28 @@ LOG_2PI = float(np.log(2.0 * np.pi))
 
 
 # ------------------------------------------------------------------- linear algebra
-def _pivots_ok(L: np.ndarray, cov: np.ndarray) -> bool:
-    """Every pivot keeps a fraction > CHOLESKY_PIVOT_RTOL of its feature's variance."""
-    piv = np.diag(L) ** 2
-    return bool(np.all(np.isfinite(L)) and np.all(piv > CHOLESKY_PIVOT_RTOL * np.diag(cov)))
-
-
 def _try_cholesky(cov: np.ndarray) -> np.ndarray | None:
-    try:
-        L = np.linalg.cholesky(cov)
-    except np.linalg.LinAlgError:
+    """Lower Cholesky factor of ``cov`` (LAPACK's dpotrf, its lower triangle read), or
+    None where it fails or a pivot keeps a fraction <= CHOLESKY_PIVOT_RTOL of its
+    feature's variance. (A NaN anywhere in a row of the factor reaches that row's pivot,
+    so the pivots alone are checked; a finite ``cov`` has a finite factor.)"""
+    L, info = dpotrf(cov, lower=1, clean=1)
+    if info != 0:
         return None
-    return L if _pivots_ok(L, cov) else None
+    piv = L.diagonal()
+    return L if (piv * piv > CHOLESKY_PIVOT_RTOL * cov.diagonal()).all() else None
 
 
 def cholesky_with_jitter(
-    cov: np.ndarray, what: str, fallback_scale: np.ndarray | None = None
+    cov: np.ndarray, what: str, fallback_scale: np.ndarray | Callable[[], np.ndarray] | None = None
 ) -> tuple[np.ndarray, np.ndarray]:
     """Lower Cholesky factor of ``cov``, regularised if it is singular.
 
     When ``cov`` is not (numerically) positive definite, ``j * scale`` is added to its
     diagonal, ``scale`` being the diagonal itself (entries that are 0 take
-    ``fallback_scale``, else the mean positive diagonal, else 1), with ``j`` growing
-    tenfold from CHOLESKY_JITTER_INITIAL until the factorisation succeeds; a
+    ``fallback_scale``, or what it returns when it is a function, called only then;
+    else the mean positive diagonal, else 1), with ``j`` growing tenfold from
+    CHOLESKY_JITTER_INITIAL until the factorisation succeeds; a
     :class:`SingularCovarianceWarning` names ``what`` and the jitter. Returns
     ``(L, cov_used)``.
 
@@ -79,6 +78,8 @@ def cholesky_with_jitter(
     positive = diag[np.isfinite(diag) & (diag > 0)]
     default = float(positive.mean()) if positive.size else 1.0
     scale = np.where(np.isfinite(diag) & (diag > 0), diag, np.nan)
+    if callable(fallback_scale):
+        fallback_scale = fallback_scale()
     if fallback_scale is not None:
         fb = np.asarray(fallback_scale, dtype=np.float64)
         scale = np.where(np.isnan(scale) & (fb > 0), fb, scale)
@@ -110,7 +111,25 @@ def log_det_from_cholesky(L: np.ndarray) -> float:
     >>> log_det_from_cholesky(np.diag([2.0, 3.0])) == float(np.log(36.0))
     True
     """
-    return float(2.0 * np.log(np.diag(L)).sum())
+    return float(2.0 * np.log(L.diagonal()).sum())
+
+
+def solve_lower(L: np.ndarray, B: np.ndarray) -> np.ndarray:
+    """``L^-1 B`` for a lower triangular L (LAPACK's dtrtrs; B of shape (d, m)).
+
+    >>> solve_lower(np.array([[2.0, 0.0], [1.0, 1.0]]), np.array([[2.0], [3.0]])).tolist()
+    [[1.0], [2.0]]
+    """
+    return dtrtrs(L, B, lower=1)[0]
+
+
+def cholesky_solve(L: np.ndarray, B: np.ndarray) -> np.ndarray:
+    """``(L L^T)^-1 B`` from the lower Cholesky factor L (LAPACK's dpotrs; B (d, m)).
+
+    >>> cholesky_solve(np.array([[2.0, 0.0], [1.0, 1.0]]), np.array([[4.0], [3.0]])).tolist()
+    [[0.5], [1.0]]
+    """
+    return dpotrs(L, B, lower=1)[0]
 
 
 def mahalanobis_sq(L: np.ndarray, X: np.ndarray, mean: np.ndarray) -> np.ndarray:
@@ -119,7 +138,7 @@ def mahalanobis_sq(L: np.ndarray, X: np.ndarray, mean: np.ndarray) -> np.ndarray
     >>> mahalanobis_sq(np.diag([2.0, 1.0]), np.array([[2.0, 1.0]]), np.zeros(2)).tolist()
     [2.0]
     """
-    Z = solve_triangular(L, (X - mean).T, lower=True, check_finite=False)
+    Z = solve_lower(L, (X - mean).T)
     return np.einsum("ij,ij->j", Z, Z)
 
 
@@ -207,11 +226,15 @@ class GaussianClassifier(GenerativeClassifier):
     ``moments`` (GaussianMoments); dense input only.
 
     Subclasses derive parameters in :meth:`_refresh` from the classes whose moments
-    changed since the last call (``self._stale``: a set of labels, or None for all).
+    changed since the last call (``self._stale``: a set of labels, or None for all;
+    recorded only by the subclasses that set ``per_class_refresh``).
     """
 
     #: Whether the moments keep only the diagonal of M2.
     diagonal: ClassVar[bool]
+    #: Whether :meth:`_refresh` re-derives only the classes a batch changed (QDA): the
+    #: others re-derive every class, and need no record of the changed ones.
+    per_class_refresh: ClassVar[bool] = False
 
     def __init__(self, priors: Any = None) -> None:
         super().__init__()
@@ -239,10 +262,10 @@ class GaussianClassifier(GenerativeClassifier):
 
     def _batch_stats(self, X: Any, y: list, sample_weight: np.ndarray) -> StatsBundle:
         moments = GaussianMoments(X.shape[1], diagonal=self.diagonal)
-        return StatsBundle(
-            classes=ClassCounts().update(y, sample_weight),
-            moments=moments.update(X, y, sample_weight),
-        )
+        moments.add_checked(X, y, sample_weight)  # (X, y and the weights checked above)
+        # A batch's class weights are its moments' n (summed as ClassCounts.update sums).
+        classes = ClassCounts(moments.labels, moments.n.copy())
+        return StatsBundle(classes=classes, moments=moments)
 
     @property
     def moments(self) -> GaussianMoments:
@@ -260,7 +283,7 @@ class GaussianClassifier(GenerativeClassifier):
         self._dirty = True
         if delta is None or "moments" not in delta:
             self._stale = None
-        elif self._stale is not None:
+        elif self._stale is not None and self.per_class_refresh:
             self._stale.update(delta["moments"].touched_labels())  # type: ignore[attr-defined]
 
     def _take_stale(self) -> set[Label] | None:
@@ -274,8 +297,11 @@ class GaussianClassifier(GenerativeClassifier):
         labels = list(self.stats["classes"].labels)  # type: ignore[attr-defined]
         counts = self.stats["classes"].counts  # type: ignore[attr-defined]
         index = self.moments.index
-        rows = np.array([index.row(lab) if lab in index else -1 for lab in labels], dtype=np.intp)
-        n = np.where(rows >= 0, self.moments.n[rows], 0.0)
+        if labels == index.labels:  # (the common case: every class has a moments row)
+            rows, n = np.arange(len(labels)), self.moments.n.copy()
+        else:
+            rows = np.array([index.row(lab) if lab in index else -1 for lab in labels], np.intp)
+            n = np.where(rows >= 0, self.moments.n[rows], 0.0)
         priors = resolve_priors(self._fitted_priors(), labels, counts)
         # A class with no data has no likelihood, whatever its prior.
         return labels, rows, n, np.where(n > 0, priors, 0.0)
@@ -357,4 +383,3 @@ class GaussianClassifier(GenerativeClassifier):
                 bound = float(np.sqrt(priors[i] * priors[j]) * np.exp(-dist))
                 out.append(BhattacharyyaPair(labels[i], labels[j], dist, bound))
         return out
-

@@ -46,7 +46,9 @@ class GaussianNB(GaussianClassifier):
         try:
             var_smoothing = float(self.var_smoothing)
         except (TypeError, ValueError):
-            raise ValueError(f"var_smoothing must be a number, got {self.var_smoothing!r}") from None
+            raise ValueError(
+                f"var_smoothing must be a number, got {self.var_smoothing!r}"
+            ) from None
         if not np.isfinite(var_smoothing) or var_smoothing < 0:
             raise ValueError(f"var_smoothing must be a finite number >= 0, got {var_smoothing}")
 
@@ -94,7 +96,9 @@ class GaussianNB(GaussianClassifier):
         jll = np.full((X.shape[0], len(self._active)), -np.inf)
         for c in np.flatnonzero(self._active & np.isfinite(self._log_prior)):
             dev = X - self._theta[c]
-            jll[:, c] = self._log_prior[c] + self._log_norm[c] - 0.5 * (dev * dev / self._var[c]).sum(1)
+            jll[:, c] = (
+                self._log_prior[c] + self._log_norm[c] - 0.5 * (dev * dev / self._var[c]).sum(1)
+            )
         return jll
 
     def _class_covariances(self) -> tuple[list[Label], np.ndarray, np.ndarray, np.ndarray]:
@@ -102,18 +106,25 @@ class GaussianNB(GaussianClassifier):
         keep = np.flatnonzero(self._active)
         return [labels[i] for i in keep], self._theta[keep], self._var[keep], priors[keep]
 
-    def _log_odds_terms(self, X: Any, a: int, b: int) -> tuple[float, np.ndarray, np.ndarray, np.ndarray]:
+    def _log_odds_terms(
+        self, X: Any, a: int, b: int
+    ) -> tuple[float, np.ndarray, np.ndarray, np.ndarray]:
         """Per feature j: ``log N(x_j; theta_bj, var_bj) - log N(x_j; theta_aj, var_aj)``
         (the 2 pi terms cancel); the bias is the log prior ratio."""
         self._refresh()
         X = np.asarray(X, dtype=np.float64)
         n, d = X.shape
         dev_a, dev_b = X - self._theta[a], X - self._theta[b]
-        terms = (-0.5 * (np.log(self._var[b]) - np.log(self._var[a]))
-                 - 0.5 * (dev_b * dev_b / self._var[b] - dev_a * dev_a / self._var[a]))
+        terms = -0.5 * (np.log(self._var[b]) - np.log(self._var[a])) - 0.5 * (
+            dev_b * dev_b / self._var[b] - dev_a * dev_a / self._var[a]
+        )
         features = np.tile(np.arange(d, dtype=np.int64), n)
-        return (float(self._log_prior[b] - self._log_prior[a]), np.arange(n + 1) * d, features,
-                terms.ravel())
+        return (
+            float(self._log_prior[b] - self._log_prior[a]),
+            np.arange(n + 1) * d,
+            features,
+            terms.ravel(),
+        )
 
     @property
     def theta_(self) -> np.ndarray:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -36,6 +37,7 @@ class QuadraticDiscriminantAnalysis(GaussianClassifier):
 
     kind = "qda"
     diagonal = False
+    per_class_refresh = True
 
     def __init__(self, reg_param: float = 0.0, priors: Any = None, ddof: float = 0) -> None:
         super().__init__(priors)
@@ -48,8 +50,9 @@ class QuadraticDiscriminantAnalysis(GaussianClassifier):
         try:
             reg_param, ddof = float(self.reg_param), float(self.ddof)
         except (TypeError, ValueError):
-            raise ValueError(f"reg_param and ddof must be numbers, got {self.reg_param!r} and "
-                             f"{self.ddof!r}") from None
+            raise ValueError(
+                f"reg_param and ddof must be numbers, got {self.reg_param!r} and {self.ddof!r}"
+            ) from None
         if not 0.0 <= reg_param <= 1.0:
             raise ValueError(f"reg_param must be in [0, 1], got {reg_param}")
         if not (np.isfinite(ddof) and ddof >= 0):
@@ -57,7 +60,7 @@ class QuadraticDiscriminantAnalysis(GaussianClassifier):
 
     # --------------------------------------------------------------- derived
     def _class_factor(
-        self, row: int, label: Label, fallback_scale: np.ndarray
+        self, row: int, label: Label, fallback_scale: Callable[[], np.ndarray]
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
         """``(mean, covariance, Cholesky factor, log det)`` of one class."""
         m = self.moments
@@ -78,12 +81,11 @@ class QuadraticDiscriminantAnalysis(GaussianClassifier):
         labels, rows, n, priors = self._class_view()
         if stale is None:
             self._factors = {}
-        pooled_variance = self._pooled_variance()
         for label, row, n_c in zip(labels, rows, n, strict=True):
             if n_c <= 0:
                 self._factors.pop(label, None)
             elif stale is None or label in stale or label not in self._factors:
-                self._factors[label] = self._class_factor(int(row), label, pooled_variance)
+                self._factors[label] = self._class_factor(int(row), label, self._pooled_variance)
         self._labels, self._log_prior = labels, safe_log(priors)
 
     def _score(self, X: np.ndarray) -> np.ndarray:
@@ -94,7 +96,9 @@ class QuadraticDiscriminantAnalysis(GaussianClassifier):
             if factor is None or not np.isfinite(self._log_prior[c]):
                 continue
             mean, _, L, log_det = factor
-            jll[:, c] = self._log_prior[c] - 0.5 * (d * LOG_2PI + log_det + mahalanobis_sq(L, X, mean))
+            jll[:, c] = self._log_prior[c] - 0.5 * (
+                d * LOG_2PI + log_det + mahalanobis_sq(L, X, mean)
+            )
         return jll
 
     def _class_covariances(self) -> tuple[list[Label], np.ndarray, np.ndarray, np.ndarray]:

@@ -35,9 +35,9 @@ from streamnb.stats.base import (
     check_removable,
     check_scale_factor,
     normalize_label,
-    normalize_labels,
     spread_rows,
 )
+from streamnb.stats.batch_moments import batch_moments, check_batch
 
 #: A class whose weight falls below this fraction of what it held before an unlearn
 #: (``GaussianMoments.subtract``) is reset to exactly empty (n = 0, mean 0, M2 0).
@@ -74,7 +74,9 @@ class GaussianMoments(Statistic):
         mean: Any = None,
         m2: Any = None,
     ) -> None:
-        if n_features is not None and (not isinstance(n_features, (int, np.integer)) or n_features < 1):
+        if n_features is not None and (
+            not isinstance(n_features, (int, np.integer)) or n_features < 1
+        ):
             raise ValueError(f"n_features must be a positive int or None, got {n_features!r}")
         self.n_features: int | None = None if n_features is None else int(n_features)
         self.diagonal = bool(diagonal)
@@ -165,52 +167,31 @@ class GaussianMoments(Statistic):
             raise ValueError(f"X has {d} features, but these moments have {self.n_features}")
 
     def _check_batch(self, X: Any, labels: Iterable[Any], weights: Any) -> tuple:
-        X = np.asarray(X, dtype=np.float64)
-        if X.ndim != 2:
-            raise ValueError(f"X must be 2-d (n_samples, n_features), got shape {X.shape}")
-        if self.n_features is not None and X.shape[1] != self.n_features:
-            raise ValueError(f"X has {X.shape[1]} features, but these moments have {self.n_features}")
-        if X.shape[1] == 0:
-            raise ValueError("X has 0 features, expected at least 1")
-        if not np.isfinite(X).all():
-            raise ValueError("X contains NaN or infinity")
-        labels = normalize_labels(labels)
-        if len(labels) != X.shape[0]:
-            raise ValueError(f"{len(labels)} labels for {X.shape[0]} samples")
-        w = np.ones(X.shape[0]) if weights is None else np.asarray(weights, dtype=np.float64).ravel()
-        if w.shape != (X.shape[0],):
-            raise ValueError(f"{w.size} weights for {X.shape[0]} samples")
-        if not np.isfinite(w).all() or (w < 0).any():
-            raise ValueError("weights must be finite and >= 0")
-        return X, labels, w
+        return check_batch(X, labels, weights, self.n_features)
 
     def update(self, X: Any, labels: Iterable[Any], weights: Any = None) -> Self:
         """Add a batch: per-class weighted mean and M2 with numpy, then Chan's merge."""
         X, labels, w = self._check_batch(X, labels, weights)
-        if not labels:
-            return self
-        self._set_n_features(X.shape[1])
-        rows = self.add_classes(labels)
-        uniq, inverse = np.unique(rows, return_inverse=True)
-        nb = np.zeros(len(uniq))
-        mb = np.zeros((len(uniq), X.shape[1]))
-        m2b = np.zeros(self._m2_shape(len(uniq)))
-        for j in range(len(uniq)):
-            sel = inverse == j
-            wj, Xj = w[sel], X[sel]
-            nb[j] = wj.sum()
-            if nb[j] <= 0.0:
-                continue
-            mb[j] = (wj @ Xj) / nb[j]
-            dev = Xj - mb[j]
-            m2b[j] = wj @ (dev * dev) if self.diagonal else (dev * wj[:, None]).T @ dev
-        self._merge_rows(uniq, nb, mb, m2b)
+        if labels:
+            self.add_checked(X, labels, w)
         return self
+
+    def add_checked(self, X: np.ndarray, labels: list[Label], w: np.ndarray) -> None:
+        """:meth:`update` of a batch already checked (see
+        :func:`~streamnb.stats.batch_moments.batch_moments`): what a model calls after its
+        own input checks."""
+        self._set_n_features(X.shape[1])
+        distinct, nb, mb, m2b = batch_moments(X, labels, w, self.diagonal)
+        if len(self.index):
+            self._merge_rows(self.add_classes(distinct), nb, mb, m2b)
+        else:  # a new statistic (a batch's own): the batch's moments are its rows
+            self.index, self.n, self.mean, self.m2 = ClassIndex(distinct), nb, mb, m2b
 
     def update_one(self, x: Any, label: Any, weight: float = 1.0) -> Self:
         """Add one sample by Welford's recurrence (same result as ``update`` of one row)."""
-        X, labels, w = self._check_batch(np.asarray(x, dtype=np.float64).reshape(1, -1),
-                                         [label], [weight])
+        X, labels, w = self._check_batch(
+            np.asarray(x, dtype=np.float64).reshape(1, -1), [label], [weight]
+        )
         self._set_n_features(X.shape[1])
         r = self.add_classes(labels)[0]
         wt, x1 = float(w[0]), X[0]
@@ -225,36 +206,53 @@ class GaussianMoments(Statistic):
         self.n[r] = n_new
         return self
 
-    def _outer(self, delta: np.ndarray) -> np.ndarray:
-        """Row-wise ``delta delta^T`` (or its diagonal)."""
-        return delta * delta if self.diagonal else np.einsum("ki,kj->kij", delta, delta)
+    def _outer(self, delta: np.ndarray, scale: np.ndarray) -> np.ndarray:
+        """Row-wise ``scale delta delta^T`` (or its diagonal)."""
+        scaled = delta * scale[:, None]
+        return scaled * delta if self.diagonal else scaled[:, :, None] * delta[:, None, :]
 
-    def _expand(self, v: np.ndarray) -> np.ndarray:
-        """Reshape a per-row vector to broadcast against M2."""
-        return v.reshape((-1,) + (1,) * (self.m2.ndim - 1))
-
-    def _merge_rows(self, rows: np.ndarray, nb: np.ndarray, mb: np.ndarray, m2b: np.ndarray) -> None:
-        """Chan's formula on distinct ``rows`` (empty rows on either side are exact identities)."""
-        na, ma = self.n[rows], self.mean[rows]
+    def _merge_rows(
+        self, rows: np.ndarray, nb: np.ndarray, mb: np.ndarray, m2b: np.ndarray
+    ) -> None:
+        """Chan's formula on distinct ascending ``rows`` (empty rows on either side are
+        exact identities); in place when they are every row."""
+        na = self.n[rows]
+        if not na.any():  # every row empty: Chan's formula gives (nb, mb, m2b) exactly
+            self.n[rows], self.mean[rows], self.m2[rows] = nb, mb, m2b
+            return
+        whole = len(rows) == len(self.n)  # (then rows is 0, 1, ..., k - 1)
+        ma = self.mean if whole else self.mean[rows]
         n = na + nb
         safe = np.where(n > 0, n, 1.0)
         delta = mb - ma
-        mean = ma + delta * (nb / safe)[:, None]
-        m2 = self.m2[rows] + m2b + self._expand(na * nb / safe) * self._outer(delta)
+        step, outer = delta * (nb / safe)[:, None], self._outer(delta, na * nb / safe)
+        if whole:  # the same sums, without gathering and scattering the rows
+            self.mean += step
+            self.m2 += m2b
+            self.m2 += outer
+            mean, m2 = self.mean, self.m2
+        else:
+            mean, m2 = ma + step, self.m2[rows] + m2b + outer
         empty = n <= 0
-        mean[empty] = 0.0
-        m2[empty] = 0.0
-        self.n[rows], self.mean[rows], self.m2[rows] = n, mean, m2
+        if empty.any():
+            mean[empty] = 0.0
+            m2[empty] = 0.0
+        if whole:
+            self.n[:] = n
+        else:
+            self.n[rows], self.mean[rows], self.m2[rows] = n, mean, m2
 
     def check_mergeable(self, other: Any) -> None:
         """(The number of features of a model's moments is fixed once it is not None.)"""
         self._check_type(other)
         if other.diagonal != self.diagonal:
-            raise FormatError(f"cannot combine diagonal={self.diagonal} moments with "
-                              f"diagonal={other.diagonal}")
+            raise FormatError(
+                f"cannot combine diagonal={self.diagonal} moments with diagonal={other.diagonal}"
+            )
         if self.n_features is not None and other.n_features != self.n_features:
-            raise FormatError(f"gaussian_moments of {other.n_features} features do not fit "
-                              f"{self.n_features}")
+            raise FormatError(
+                f"gaussian_moments of {other.n_features} features do not fit {self.n_features}"
+            )
         check_finite("gaussian_moments", other.n)
         check_finite("gaussian_moments", other.mean, other.m2, nonnegative=False)
 
@@ -284,8 +282,9 @@ class GaussianMoments(Statistic):
         self._merge_rows(rows, other.n, other.mean, other.m2)
         return self
 
-    def _remainder(self, rows: np.ndarray, nb: np.ndarray, mb: np.ndarray,
-                   m2b: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    def _remainder(
+        self, rows: np.ndarray, nb: np.ndarray, mb: np.ndarray, m2b: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """What rows ``rows`` keep once ``(nb, mb, m2b)`` is removed, by Chan's formula
         solved for the remainder: ``(n, mean, M2 before clamping, emptied)``."""
         n, mean = self.n[rows], self.mean[rows]
@@ -294,7 +293,7 @@ class GaussianMoments(Statistic):
         safe_na = np.where(empty, 1.0, na)
         ma = mean + (mean - mb) * (nb / safe_na)[:, None]
         delta = mb - ma
-        m2 = self.m2[rows] - m2b - self._expand(na * nb / np.where(n > 0, n, 1.0)) * self._outer(delta)
+        m2 = self.m2[rows] - m2b - self._outer(delta, na * nb / np.where(n > 0, n, 1.0))
         return na, ma, m2, empty
 
     def _diag(self, m2: np.ndarray) -> np.ndarray:
@@ -307,8 +306,9 @@ class GaussianMoments(Statistic):
         self._check_combinable(other)
         has = other.n > 0
         labels = [lab for lab, h in zip(other.labels, has, strict=True) if h]
-        held = np.array([self.n[self.index.row(lab)] if lab in self.index else 0.0
-                         for lab in labels])
+        held = np.array(
+            [self.n[self.index.row(lab)] if lab in self.index else 0.0 for lab in labels]
+        )
         for lab, h, r in zip(labels, held, other.n[has], strict=True):
             check_removable(np.array([h]), np.array([r]), f"the weight of class {lab!r}")
         if not labels:
@@ -320,8 +320,10 @@ class GaussianMoments(Statistic):
         # What rounding may leave: a share of each feature's weighted sum of squares.
         tol = UNLEARN_RTOL * (self._diag(m2_held) + n[:, None] * mean * mean) + 1e-300
         wrong = ~empty[:, None] & (self._diag(m2) < -tol)
-        emptied = empty[:, None] & ((n[:, None] * (mb - mean) ** 2 > tol)
-                                    | (np.abs(self._diag(m2b) - self._diag(m2_held)) > tol))
+        emptied = empty[:, None] & (
+            (n[:, None] * (mb - mean) ** 2 > tol)
+            | (np.abs(self._diag(m2b) - self._diag(m2_held)) > tol)
+        )
         bad = (wrong | emptied).any(axis=1)
         if bad.any():
             lab = labels[int(np.flatnonzero(bad)[0])]
@@ -379,8 +381,14 @@ class GaussianMoments(Statistic):
         return self
 
     def copy(self) -> Self:
-        return type(self)(self.n_features, self.diagonal, self.labels,
-                          self.n.copy(), self.mean.copy(), self.m2.copy())
+        return type(self)(
+            self.n_features,
+            self.diagonal,
+            self.labels,
+            self.n.copy(),
+            self.mean.copy(),
+            self.m2.copy(),
+        )
 
     def is_empty(self) -> bool:
         return not self.n.any()
