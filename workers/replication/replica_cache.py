@@ -159,6 +159,8 @@ class ReplicaCache:
         #: Bytes of each held replica, measured when it was last used; least recently used
         #: first (what :meth:`trim` walks: the held replicas, not every model served).
         self.sizes: OrderedDict[str, int] = OrderedDict()
+        #: The sum of :attr:`sizes` (kept as they change: a worker holds thousands).
+        self._held_bytes = 0
         #: ``replica.applied`` of each held replica when it was last measured.
         self.applied: dict[str, int] = {}
         self.loads = 0
@@ -177,6 +179,9 @@ class ReplicaCache:
         self.derived: dict[str, Any] = {}
         #: name -> called when its replica is evicted (:meth:`add`'s ``on_evict``).
         self.on_evict: dict[str, Callable[[], Any]] = {}
+        #: Bytes kept free for a read of new entries, made in groups that bring at most
+        #: that much (workers/replication/read_plan.py); 0 with few models (one read).
+        self.read_room = 0
 
     @property
     def limit(self) -> int:
@@ -185,7 +190,7 @@ class ReplicaCache:
         is bounded (never below 0)."""
         if self.resident is None:
             return self.budget
-        return max(0, self.budget - self.rest - READ_BYTES * len(self.entries))
+        return max(0, self.budget - self.rest - READ_BYTES * len(self.entries) - self.read_room)
 
     @property
     def held(self) -> int:
@@ -194,7 +199,13 @@ class ReplicaCache:
 
     @property
     def held_bytes(self) -> int:
-        return sum(self.sizes.values())
+        return self._held_bytes
+
+    def _forget_size(self, name: str) -> int:
+        """Model ``name``'s replica no longer held: its bytes (0 if it was not)."""
+        size = self.sizes.pop(name, 0)
+        self._held_bytes -= size
+        return size
 
     def add(self, name: str, replica: Replica, busy: Callable[[], bool] = lambda: False,
             on_evict: Callable[[], Any] | None = None) -> None:
@@ -232,7 +243,9 @@ class ReplicaCache:
 
     def _size(self, name: str) -> None:
         """Model ``name``'s replica measured (:attr:`sizes`, :attr:`known`)."""
-        self.sizes[name] = self.known[name] = self._nbytes(name)
+        size = self.known[name] = self._nbytes(name)
+        self._held_bytes += size - self.sizes.get(name, 0)
+        self.sizes[name] = size
         if name not in self.pinned:
             self.last_size = self.sizes[name]
 
@@ -309,7 +322,7 @@ class ReplicaCache:
                 self.derived[name].drop()
             if name in self.on_evict:
                 self.on_evict[name]()
-            size = self.sizes.pop(name)
+            size = self._forget_size(name)
             total -= size
             self.freed += size
             evicted += 1
@@ -342,9 +355,18 @@ class ReplicaCache:
             evicted += n
             # an array's pages never written (np.zeros) were not resident: evicting it
             # gave back less than it counted, so look again
-            if not n or (self.resident() or 0) <= self.budget - READ_BYTES * len(self.entries):
+            if not n or (self.resident() or 0) <= self.budget - READ_BYTES * len(
+                    self.entries) - self.read_room:
                 break
         return evicted
+
+    def before_read(self) -> None:
+        """Before a read of new entries within a step: the rest measured now (what the
+        step's earlier groups left is gone) and room made for the read (:attr:`read_room`;
+        the last used replica stays)."""
+        if self.budget > 0 and self.resident is not None:
+            self._measure_rest()
+            self.trim(keep=next(reversed(self.entries), None))
 
     def _measure_rest(self) -> None:
         """The resident bytes besides the held arrays, measured now."""
@@ -355,7 +377,7 @@ class ReplicaCache:
     def remove(self, name: str) -> None:
         """Forget model ``name`` (no longer served)."""
         self.entries.pop(name, None)
-        self.sizes.pop(name, None)
+        self._forget_size(name)
         self.known.pop(name, None)
         self.derived.pop(name, None)
         self.on_evict.pop(name, None)

@@ -27,6 +27,7 @@ from streamnb.encoding import dumps
 from streamnb_workers.observe import token_names
 from streamnb_workers.replication.replica import snapshot_age
 from streamnb_workers.replication.snapshotter import (
+    delete_consumer_if_idle,
     live_workers,
     remove_dead_consumers,
     stream_gauges,
@@ -37,7 +38,7 @@ from streamnb_workers.wire.stream_ids import entry_time
 from streamnb_workers.worker.runtime import ModelRuntime
 
 __all__ = ["DUTY_SLICE_MAX_S", "DUTY_SLICE_S", "FEW_MODELS", "DutyRound", "drop_sampled_gauges", "heartbeat",
-           "housekeeping", "sample_gauges", "trim_consumed_input"]
+           "housekeeping", "leave", "sample_gauges", "trim_consumed_input"]
 
 log = logging.getLogger("streamnb.worker")
 
@@ -142,6 +143,22 @@ def housekeeping(rt: ModelRuntime, served: list[str], now: float | None = None) 
         t.observe.restart(now)
         if rt.replicas is not None:  # (the observer may build the model's tables)
             rt.replicas.measure(rt.name)
+
+
+def leave(rt: ModelRuntime) -> None:
+    """At a clean shutdown: the log applied, the token names published, the last snapshot
+    written and the lease released (by its holder), the heartbeat dropped, and this
+    consumer deleted from the group if it has nothing pending; Redis errors are logged."""
+    try:
+        rt.replica.catch_up()
+        publish_token_names(rt)
+        if rt.snapshotter.holder:
+            rt.snapshotter.maybe_write(rt.replica, final=True)
+            rt.snapshotter.release()
+        rt.client.hdel(rt.keys.workers, rt.consumer)
+        delete_consumer_if_idle(rt.client, rt.keys, rt.consumer)
+    except Exception as exc:  # noqa: BLE001 - Redis may be gone; nothing is lost
+        log.warning("model %s: clean shutdown incomplete: %s", rt.name, exc)
 
 
 def publish_token_names(rt: ModelRuntime) -> None:

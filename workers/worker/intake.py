@@ -24,7 +24,7 @@ True
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -32,6 +32,7 @@ import redis
 
 from streamnb.exceptions import StreamnbError
 from streamnb_workers.replication.ordering import InflightBoard, announcement_time
+from streamnb_workers.replication.read_plan import ReadPlan, entries_bytes
 from streamnb_workers.store.commit import read_replies
 from streamnb_workers.store.keys import GROUP, ModelKeys
 from streamnb_workers.store.lua import packaged_script
@@ -41,7 +42,7 @@ from streamnb_workers.wire.stream_ids import first_id, parse_id
 
 __all__ = ["ANNOUNCED_AT_ONCE", "READ_SCRIPT", "ReadBatch", "ReadReply", "all_done", "claim_idle", "delivery_counts",
            "ensure_group", "in_stream_order", "move_training", "node_pool", "parse_read",
-           "read_announced", "read_batches", "read_behind", "read_commands", "read_each",
+           "read_announced", "read_batches", "read_behind", "read_commands", "read_each", "read_groups",
            "read_models", "read_new", "read_next", "read_now", "read_pending", "read_reply",
            "training_done"]
 
@@ -393,3 +394,40 @@ def read_each(guard: Any, reader: Any, consumer: str, rts: list[Any], count: int
         if got:
             break
     return got
+
+
+def read_groups(reader: Any, consumer: str, rts: list[Any], count: int, wait_ms: int,
+                cluster: bool, announce: bool, plan: ReadPlan | None = None,
+                before_read: Callable[[], Any] = lambda: None,
+                first: Sequence[tuple[Any, ReadBatch]] = (),
+                ) -> Iterator[list[tuple[Any, ReadBatch]]]:
+    """New entries of the models ``rts`` (:func:`read_models`), in groups of streams
+    within ``plan``'s room (workers/replication/read_plan.py; None: one read), each
+    group's batches yielded in stream order (with ``first``, batches already in hand, in
+    the first) before the next group is read: the caller empties each list it gets
+    (``pop``), so the entries of one group at most are held. ``before_read`` runs before
+    each read of several groups (room made for it). A read waits (``wait_ms``) only when
+    every group was empty: one read of every stream then, at the last group's count."""
+    groups = [] if plan is None else plan.groups([rt.name for rt in rts], count)
+    alone = len(groups) <= 1  # one read, which waits
+    reads = [(list(range(len(rts))), groups[0][1] if groups else count, wait_ms)] if alone \
+        else [(index, each, 0) for index, each in groups]
+    found = bool(first)
+    for index, each, wait in [*reads, ([], 0, 0)]:
+        if not index:  # after the groups: one read of every stream that waits, if none had entries
+            if alone or found or wait_ms <= 0:
+                return
+            index, each, wait = list(range(len(rts))), groups[-1][1], wait_ms
+        named = [rts[i] for i in index]
+        if plan is not None:
+            before_read()
+        got = list(first) + read_models(reader, consumer, named, each, wait, cluster, announce)
+        first = ()
+        if plan is not None:
+            size = sum(entries_bytes(batch.entries)[1] for _, batch in got)
+            counts = {rt.name: len(batch.entries) for rt, batch in got}
+            plan.observe(((rt.name, counts.get(rt.name, 0)) for rt in named), each, count, size)
+        if got:
+            found = True
+            yield in_stream_order(got)
+        del got
