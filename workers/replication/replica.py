@@ -236,31 +236,43 @@ class Replica:
             f"from a backup, or delete it to restart the model from zero (losing what it learnt)")
 
     # ------------------------------------------------------------------ tailing
+    def tail_commands(self, pipe: Any) -> None:
+        """The first read of :meth:`catch_up` (three commands) added to ``pipe``; their
+        replies, given to :meth:`catch_up` as ``first``, save its round trip (a worker
+        tails many replicas in one: workers/worker/housekeeping.py ``tail_many``)."""
+        pipe.hmget(self.keys.snapshot, ["trimmed", "log_id"])
+        pipe.xrange(self.keys.log, min=f"({self.version}", max="+", count=TAIL_CHUNK)
+        pipe.xrange(self.keys.log, min=self.version, max=self.version, count=1)
+
     def catch_up(self, limit: int | None = None, batches: set[str] | None = None,
-                 block_ms: int | None = None) -> int:
+                 block_ms: int | None = None, first: list | None = None) -> int:
         """Apply every log entry after ``version``; return how many were applied.
 
         ``batches``: gets the ``:inflight`` field of every announced batch whose commit was
         applied (the log entry names it; workers/replication/ordering.py). ``block_ms``: wait that long
         at most for a first entry (``XREAD BLOCK``, with the checks behind it in the same
         round trip: Redis answers them once the entry is there); 0 if none came, and
-        :attr:`waited_s` is how long that round trip took."""
+        :attr:`waited_s` is how long that round trip took. ``first``: the replies of
+        :meth:`tail_commands`, sent by the caller, as the first read."""
         self.waited_s = 0.0
         if self.evicted:
             return 0
         done = 0
         checked = False
         while limit is None or done < limit:
-            pipe = self.client.pipeline(transaction=False)
-            if block_ms is not None:
-                pipe.xread({self.keys.log: self.version}, count=TAIL_CHUNK, block=block_ms)
-            pipe.hmget(self.keys.snapshot, ["trimmed", "log_id"])
-            if block_ms is None:
-                pipe.xrange(self.keys.log, min=f"({self.version}", max="+", count=TAIL_CHUNK)
-            if not checked:
-                pipe.xrange(self.keys.log, min=self.version, max=self.version, count=1)
-            t0 = time.perf_counter()
-            replies = pipe.execute()
+            if first is not None and block_ms is None:
+                replies, first = first, None
+            else:
+                pipe = self.client.pipeline(transaction=False)
+                if block_ms is not None:
+                    pipe.xread({self.keys.log: self.version}, count=TAIL_CHUNK, block=block_ms)
+                pipe.hmget(self.keys.snapshot, ["trimmed", "log_id"])
+                if block_ms is None:
+                    pipe.xrange(self.keys.log, min=f"({self.version}", max="+", count=TAIL_CHUNK)
+                if not checked:
+                    pipe.xrange(self.keys.log, min=self.version, max=self.version, count=1)
+                t0 = time.perf_counter()
+                replies = pipe.execute()
             if block_ms is None:
                 (trimmed, snap_id), entries, *own = replies
             else:  # a trim before the read shows in the checks behind it

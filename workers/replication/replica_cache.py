@@ -84,6 +84,10 @@ RELEASE_BYTES = 32 * 2**20
 #: under the budget (about 400 bytes a model measured at 10,000 models).
 READ_BYTES = 512
 
+#: Replicas registered beyond this many start evicted under a bound, loaded for their
+#: first batch (a worker starting with thousands of models reads no snapshot for them).
+LOADED_AT_ADD = 8
+
 #: How deep :func:`model_nbytes` walks a model's attributes for arrays.
 _DEPTH = 6
 
@@ -211,14 +215,14 @@ class ReplicaCache:
             on_evict: Callable[[], Any] | None = None) -> None:
         """Register ``replica`` as model ``name``'s (``busy``: it must stay held now;
         ``on_evict``: called when it is evicted), and load it if the budget is not full
-        yet; else it is loaded for its first batch (a worker starting with many models
-        does not read every snapshot)."""
+        yet and at most :data:`LOADED_AT_ADD` are registered; else it is loaded for its
+        first batch (a worker starting with many models does not read every snapshot)."""
         self.entries[name] = (replica, busy)
         self.entries.move_to_end(name)
         if on_evict is not None:
             self.on_evict[name] = on_evict
         self._measure_rest()
-        if 0 < self.budget and self.limit <= self.held_bytes:
+        if 0 < self.budget and (self.limit <= self.held_bytes or len(self.entries) > LOADED_AT_ADD):
             replica.evict()
             self._changed()
         else:
@@ -309,22 +313,22 @@ class ReplicaCache:
         total, limit = self.held_bytes + room, self.limit
         if total <= limit:  # (no walk of thousands of entries)
             return 0
-        for name in list(self.sizes):
+        victims = []  # (least recently used first; no copy of thousands of names)
+        for name, size in self.sizes.items():
             if total <= limit:
                 break
-            if name == keep or name in self.pinned:
+            if name == keep or name in self.pinned or self.entries[name][1]():
                 continue
-            replica, busy = self.entries[name]
-            if busy():
-                continue
+            victims.append(name)
+            total -= size
+        for name in victims:
+            replica = self.entries[name][0]
             replica.evict()
             if name in self.derived:
                 self.derived[name].drop()
             if name in self.on_evict:
                 self.on_evict[name]()
-            size = self._forget_size(name)
-            total -= size
-            self.freed += size
+            self.freed += self._forget_size(name)
             evicted += 1
         self.evictions += evicted
         if evicted:

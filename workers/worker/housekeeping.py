@@ -35,10 +35,11 @@ from streamnb_workers.replication.snapshotter import (
 from streamnb_workers.store.input_trim import trim_input
 from streamnb_workers.wire.replies import as_str
 from streamnb_workers.wire.stream_ids import entry_time
+from streamnb_workers.worker.accounting import settle_and_tail
 from streamnb_workers.worker.runtime import ModelRuntime
 
 __all__ = ["DUTY_SLICE_MAX_S", "DUTY_SLICE_S", "FEW_MODELS", "DutyRound", "drop_sampled_gauges", "heartbeat",
-           "housekeeping", "leave", "sample_gauges", "trim_consumed_input"]
+           "housekeeping", "leave", "sample_gauges", "settle_models", "tail_many", "trim_consumed_input"]
 
 log = logging.getLogger("streamnb.worker")
 
@@ -49,6 +50,9 @@ FEW_MODELS = 8
 #: next step goes on): between them, as long as the rest of the previous step.
 DUTY_SLICE_S = 0.05
 DUTY_SLICE_MAX_S = 0.5
+#: Names of the models served a heartbeat lists at most (each model's heartbeat: with
+#: 10,000 models all their names would be 60 KB a heartbeat, 10,000 every period).
+HEARTBEAT_MODELS = 16
 
 
 class DutyRound:
@@ -114,6 +118,36 @@ class DutyRound:
             return True
         return not rt.replica.evicted and rt.timers.idle_tail.fire(time.monotonic())
 
+def settle_models(guard: Any, live: list[ModelRuntime], touched: set[str]) -> None:
+    """At a step's end, those of ``live`` served in it and not holding a batch read ahead
+    (whose commit runs on) that :meth:`DutyRound.settles`: the reply of each one's commit
+    on the wire read and accounted for, then its log applied (``settle_and_tail``,
+    through ``guard``: workers/worker/outages.py). With many models on one node, those
+    with no commit on the wire read their logs in one round trip (:func:`tail_many`)."""
+    rts = [rt for rt in guard.serving(live)
+           if rt.read_ahead is None and DutyRound.settles(rt, touched, len(live))]
+    quiet = [rt for rt in rts if rt.wire.in_flight is None] \
+        if len(live) > FEW_MODELS and not guard.active else []
+    tail_many(quiet)
+    for rt in [rt for rt in rts if rt.wire.in_flight is not None] if quiet else rts:
+        guard(rt, settle_and_tail, rt)
+
+
+def tail_many(rts: list[ModelRuntime]) -> None:
+    """The logs of ``rts`` (held replicas' only: an evicted one applies nothing) applied,
+    their first reads (``Replica.tail_commands``) in one round trip."""
+    held = [rt for rt in rts if not rt.replica.evicted]
+    if not held:
+        return
+    pipe = held[0].client.pipeline(transaction=False)
+    for rt in held:
+        rt.replica.tail_commands(pipe)
+    replies = pipe.execute(raise_on_error=False)
+    for i, rt in enumerate(held):
+        first = replies[3 * i:3 * i + 3]
+        rt.tail(first=None if any(isinstance(r, Exception) for r in first) else first)
+
+
 def housekeeping(rt: ModelRuntime, served: list[str], now: float | None = None) -> None:
     """Whatever of the model's duties is due (``served``: every model the worker serves,
     for its heartbeat)."""
@@ -173,7 +207,8 @@ def publish_token_names(rt: ModelRuntime) -> None:
 def heartbeat(rt: ModelRuntime, served: list[str]) -> None:
     """Write this worker's heartbeat in ``:workers`` and see whether others are alive."""
     hb = dumps({"ts": time.time(), "pid": os.getpid(), "host": socket.gethostname(),
-                "version": rt.replica.version, "models": served})
+                "version": rt.replica.version, "models": served[:HEARTBEAT_MODELS],
+                "n_models": len(served)})
     rt.client.hset(rt.keys.workers, rt.consumer, hb)
     rt.saw_peers(bool(live_workers(rt.client, rt.keys, rt.options.stale_s).keys() - {rt.consumer}))
     rt.series(rt.metrics.heartbeat).set(time.time())

@@ -159,12 +159,19 @@ def read_announced(reader: Any, client: Any, consumer: str,
     had some. With nothing to read, it waits at most ``block_ms`` for an entry after the
     group's last delivered id (``XREAD BLOCK``, which reads nothing), then reads once
     more. More than :data:`ANNOUNCED_AT_ONCE` models: a plain read, each batch announced
-    right after it. ``client``: loads the script where Redis had lost it."""
+    right after it (together, in one round trip). ``client``: loads the script where
+    Redis had lost it."""
     if len(models) > ANNOUNCED_AT_ONCE:
         got = read_new(reader, consumer, [keys.input for keys, _ in models], count, block_ms)
         index = {keys.input: i for i, (keys, _) in enumerate(models)}
-        return [(index[stream], ReadBatch(entries, models[index[stream]][1].announce(
-            first_id(entries), len(entries)))) for stream, entries in got]
+        out, pipe = [], models[0][1].client.pipeline(transaction=False)
+        for stream, entries in got:  # the announcements in one round trip
+            field, command = models[index[stream]][1].announcement(first_id(entries), len(entries))
+            pipe.execute_command(*command)
+            out.append((index[stream], ReadBatch(entries, field)))
+        if out:
+            pipe.execute()
+        return out
     got = _read_announced_once(reader, client, consumer, models, count)
     if got or block_ms <= 0:
         return got

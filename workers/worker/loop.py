@@ -55,7 +55,7 @@ from streamnb_workers.store.connection import (
 from streamnb_workers.store.errors import UNREACHABLE_KINDS, error_kind
 from streamnb_workers.store.keys import ModelKeys
 from streamnb_workers.store.model_config import ModelConfig, ModelSpec, ensure_config
-from streamnb_workers.worker.accounting import account, settle_and_tail
+from streamnb_workers.worker.accounting import account
 from streamnb_workers.worker.committing import abandon, settle
 from streamnb_workers.worker.heap import HeapTrimmer
 from streamnb_workers.worker.housekeeping import (
@@ -64,6 +64,7 @@ from streamnb_workers.worker.housekeeping import (
     drop_sampled_gauges,
     housekeeping,
     leave,
+    settle_models,
 )
 from streamnb_workers.worker.intake import (
     READ_SCRIPT,
@@ -387,9 +388,7 @@ class Worker:
                                      self.replicas.before_read, batches)
         for group in groups:  # (one group's entries held at a time)
             n += self._process(group, touched)
-        for rt in guard.serving(live):  # (with a batch read ahead, the commit runs on)
-            if rt.read_ahead is None and DutyRound.settles(rt, touched, len(live)):
-                guard(rt, settle_and_tail, rt)
+        settle_models(guard, live, touched)  # commits landed, logs applied
         guard.came_back(live)
         self.duties.after_step(n)
         self.heap.after_step(n)
