@@ -124,10 +124,16 @@ class Replica:
 
     # ------------------------------------------------------------------ loading
     def load(self) -> Replica:
-        """Load the snapshot (if any), then apply the log after it."""
+        """Load the snapshot (if any), then apply the log after it. The log's first read
+        from its start goes with the snapshot's, in one round trip: a model without a
+        snapshot (a small one: most per-user models) loads in one."""
         self.evicted, self.learnt = False, 0
-        self._load_snapshot()
-        self.catch_up()
+        pipe = self.client.pipeline(transaction=False)
+        pipe.hgetall(self.keys.snapshot)
+        self.tail_commands(pipe, "0-0")
+        snapshot, *first = pipe.execute()
+        self._load_snapshot(snapshot)
+        self.catch_up(first=first if self.version == "0-0" and not snapshot else None)
         return self
 
     def evict(self) -> None:
@@ -139,8 +145,9 @@ class Replica:
             self.challenger.model = None
         self.evicted = True
 
-    def _load_snapshot(self) -> None:
-        h = self.client.hgetall(self.keys.snapshot)
+    def _load_snapshot(self, h: dict | None = None) -> None:
+        """The snapshot (``h``: its hash, read by the caller) loaded, or an empty model."""
+        h = self.client.hgetall(self.keys.snapshot) if h is None else h
         if not h:
             self.model = self.config.make_model()
             self.sources = SourceParts()
@@ -236,13 +243,15 @@ class Replica:
             f"from a backup, or delete it to restart the model from zero (losing what it learnt)")
 
     # ------------------------------------------------------------------ tailing
-    def tail_commands(self, pipe: Any) -> None:
-        """The first read of :meth:`catch_up` (three commands) added to ``pipe``; their
-        replies, given to :meth:`catch_up` as ``first``, save its round trip (a worker
-        tails many replicas in one: workers/worker/housekeeping.py ``tail_many``)."""
+    def tail_commands(self, pipe: Any, version: str | None = None) -> None:
+        """The first read of :meth:`catch_up` from :attr:`version` (or ``version``: three
+        commands) added to ``pipe``; their replies, given to :meth:`catch_up` as
+        ``first``, save its round trip (a worker tails many replicas in one:
+        workers/worker/housekeeping.py ``tail_many``)."""
+        v = self.version if version is None else version
         pipe.hmget(self.keys.snapshot, ["trimmed", "log_id"])
-        pipe.xrange(self.keys.log, min=f"({self.version}", max="+", count=TAIL_CHUNK)
-        pipe.xrange(self.keys.log, min=self.version, max=self.version, count=1)
+        pipe.xrange(self.keys.log, min=f"({v}", max="+", count=TAIL_CHUNK)
+        pipe.xrange(self.keys.log, min=v, max=v, count=1)
 
     def catch_up(self, limit: int | None = None, batches: set[str] | None = None,
                  block_ms: int | None = None, first: list | None = None) -> int:
