@@ -52,6 +52,7 @@ from streamnb_workers.replication.log_entries import (
     score_window_for,
     without_removed,
 )
+from streamnb_workers.replication.snapshot_codec import decode_snapshot
 from streamnb_workers.replication.source_parts import SourceParts, decode_sources
 from streamnb_workers.store.keys import ModelKeys
 from streamnb_workers.store.model_config import ModelConfig
@@ -159,7 +160,7 @@ class Replica:
             return
         h = {as_str(k): v for k, v in h.items()}
         try:
-            model, version, sources = self._decode_snapshot(h)
+            model, version, sources = decode_snapshot(self.config, h)
         except FormatError as exc:
             self._snapshot_unreadable(h, exc)
             return
@@ -174,36 +175,6 @@ class Replica:
         self.reloads += 1
         self._changed()
         log.info("model %s: loaded snapshot at log id %s", self.keys.name, self.version)
-
-    def _decode_snapshot(self, h: dict[str, Any]) -> tuple[Any, str, SourceParts]:
-        # deferred: the model classes (streamnb.models, ~0.8 s) load with the first snapshot
-        from streamnb.models import loads as load_model
-
-        if "data" not in h or "log_id" not in h:
-            raise FormatError(f"snapshot hash lacks {'data' if 'data' not in h else 'log_id'}")
-        try:
-            version = as_str(h["log_id"])
-            parse_id(version)
-            if "trimmed" in h:
-                parse_id(h["trimmed"])
-        except (ValueError, UnicodeDecodeError):
-            raise FormatError("snapshot log_id/trimmed is not a stream id") from None
-        model = load_model(h["data"])
-        if model.kind != self.config.kind:
-            raise FormatError(f"it holds a {model.kind} model, the config says {self.config.kind}")
-        fresh = self.config.make_model()
-        try:
-            fresh.stats.check_mergeable(model.stats)
-        except FormatError as exc:
-            raise FormatError(f"its statistics do not fit the configured model: {exc}") from None
-        sources = SourceParts()
-        try:
-            sources.load(h.get("sources"))
-            for part in sources.parts.values():
-                fresh.stats.check_mergeable(part)
-        except (FormatError, ValueError, KeyError, TypeError, msgpack.UnpackException) as exc:
-            raise FormatError(f"its parts by source are unreadable: {exc}") from None
-        return model, version, sources
 
     def _decode_scores(self, data: bytes | None) -> ScoreWindow | None:
         """The score window of a snapshot (empty if it holds none, or one that does not

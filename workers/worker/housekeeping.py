@@ -38,7 +38,7 @@ from streamnb_workers.wire.stream_ids import entry_time
 from streamnb_workers.worker.accounting import settle_and_tail
 from streamnb_workers.worker.runtime import ModelRuntime
 
-__all__ = ["DUTY_SLICE_MAX_S", "DUTY_SLICE_S", "FEW_MODELS", "DutyRound", "drop_sampled_gauges", "heartbeat",
+__all__ = ["DUTY_SLICE_MAX_S", "DUTY_SLICE_S", "FEW_MODELS", "DutyRound", "beat_many", "drop_sampled_gauges", "heartbeat",
            "housekeeping", "leave", "sample_gauges", "settle_models", "tail_many", "trim_consumed_input"]
 
 log = logging.getLogger("streamnb.worker")
@@ -50,6 +50,10 @@ FEW_MODELS = 8
 #: next step goes on): between them, as long as the rest of the previous step.
 DUTY_SLICE_S = 0.05
 DUTY_SLICE_MAX_S = 0.5
+#: With many models, the heartbeats and lease renewals a step sends at most, and in one
+#: pipeline (:func:`beat_many`).
+BEATS_A_STEP = 2048
+BEATS_A_PIPELINE = 256
 #: Names of the models served a heartbeat lists at most (each model's heartbeat: with
 #: 10,000 models all their names would be 60 KB a heartbeat, 10,000 every period).
 HEARTBEAT_MODELS = 16
@@ -206,12 +210,56 @@ def publish_token_names(rt: ModelRuntime) -> None:
 
 def heartbeat(rt: ModelRuntime, served: list[str]) -> None:
     """Write this worker's heartbeat in ``:workers`` and see whether others are alive."""
-    hb = dumps({"ts": time.time(), "pid": os.getpid(), "host": socket.gethostname(),
-                "version": rt.replica.version, "models": served[:HEARTBEAT_MODELS],
-                "n_models": len(served)})
-    rt.client.hset(rt.keys.workers, rt.consumer, hb)
-    rt.saw_peers(bool(live_workers(rt.client, rt.keys, rt.options.stale_s).keys() - {rt.consumer}))
+    rt.client.hset(rt.keys.workers, rt.consumer, heartbeat_value(rt, served))
+    beaten(rt, rt.client.hgetall(rt.keys.workers))
+
+
+def heartbeat_value(rt: ModelRuntime, served: list[str]) -> bytes:
+    """The model's heartbeat, msgpack: ``ts``, ``pid``, ``host``, ``version``, ``models``
+    (at most :data:`HEARTBEAT_MODELS` of those ``served``) and ``n_models``."""
+    return dumps({"ts": time.time(), "pid": os.getpid(), "host": socket.gethostname(),
+                  "version": rt.replica.version, "models": served[:HEARTBEAT_MODELS],
+                  "n_models": len(served)})
+
+
+def beaten(rt: ModelRuntime, listed: dict) -> None:
+    """After a heartbeat: whether another worker's in ``:workers`` (``listed``) is alive."""
+    live = live_workers(rt.client, rt.keys, rt.options.stale_s, listed)
+    rt.saw_peers(bool(live.keys() - {rt.consumer}))
     rt.series(rt.metrics.heartbeat).set(time.time())
+
+
+def beat_many(rts: list[ModelRuntime], served: list[str], now: float | None = None) -> int:
+    """With many models on one node, before their duties: the heartbeats and lease
+    renewals due of at most :data:`BEATS_A_STEP` of ``rts``, in pipelines of
+    :data:`BEATS_A_PIPELINE` models (one round trip each, where :func:`housekeeping`
+    sends three a model), their timers restarted; returns how many models."""
+    now = time.monotonic() if now is None else now
+    due = [rt for rt in rts
+           if rt.timers.heartbeat.due(now) or rt.timers.lease.due(now)][:BEATS_A_STEP]
+    for i in range(0, len(due), BEATS_A_PIPELINE):
+        pipe, sent = due[i].client.pipeline(transaction=False), []
+        for rt in due[i:i + BEATS_A_PIPELINE]:
+            beat, lease = rt.timers.heartbeat.fire(now), rt.timers.lease.fire(now)
+            if beat:
+                pipe.hset(rt.keys.workers, rt.consumer, heartbeat_value(rt, served))
+                pipe.hgetall(rt.keys.workers)
+            if lease:
+                rt.snapshotter.lease_command(pipe)
+            sent.append((rt, beat, lease))
+        replies = iter(pipe.execute(raise_on_error=False))
+        for rt, beat, lease in sent:
+            if beat:
+                wrote, listed = next(replies), next(replies)
+                for reply in (wrote, listed):
+                    if isinstance(reply, Exception):
+                        raise reply
+                beaten(rt, listed)
+            if lease:
+                was_holder = rt.snapshotter.holder
+                if not rt.snapshotter.leased(next(replies)) and was_holder:
+                    drop_sampled_gauges(rt)  # (as in housekeeping)
+    return len(due)
 
 
 def trim_consumed_input(rt: ModelRuntime) -> int:

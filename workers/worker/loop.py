@@ -61,6 +61,7 @@ from streamnb_workers.worker.heap import HeapTrimmer
 from streamnb_workers.worker.housekeeping import (
     FEW_MODELS,
     DutyRound,
+    beat_many,
     drop_sampled_gauges,
     housekeeping,
     leave,
@@ -266,11 +267,9 @@ class Worker:
             os._exit(1)
 
     def _unexpected_error(self) -> None:
-        """After an error that is not Redis being away (a bug, or a message the worker does
-        not handle): log and count it, wait a second, then redo the pending entries one at a
-        time (``isolate``). Redone as a batch, every entry of the batch would be delivered
-        again at each failure and reach ``max_deliveries`` with the one that fails; one at
-        a time, only that one does, and goes to ``:dead`` as poison."""
+        """After an error that is not Redis being away (a bug, a message not handled): log
+        and count it, wait a second, redo the pending entries one at a time (``isolate``):
+        only the entry that fails reaches ``max_deliveries`` and goes to ``:dead``."""
         log.exception("worker %s: unexpected error; the batch stays pending", self.consumer)
         for rt in self.models.values():
             rt.series(self.metrics.worker_errors).inc()
@@ -364,6 +363,8 @@ class Worker:
             self._stop.wait(min(block_ms / 1000.0,
                                 max(0.0, guard.outages.next_retry() - now)))
             return 0
+        if len(live) > FEW_MODELS and not guard.active:  # (many models: in pipelines)
+            beat_many(live, served)
         for rt, duties in self.duties.walk(live, guard.outages):
             got = guard(rt, self._intake, rt, served, duties) or 0
             n += got
