@@ -34,8 +34,8 @@ from typing import Any
 __all__ = ["ENTRY_BYTES", "ENTRY_OBJECTS", "READ_ROOM", "ReadPlan", "entries_bytes"]
 
 #: Bytes a worker's read may bring at most, by default: within a bound, the smaller of this
-#: and a 64th of it (workers/worker/loop.py).
-READ_ROOM = 4 * 2**20
+#: and a 16th of it (workers/worker/loop.py).
+READ_ROOM = 16 * 2**20
 #: Bytes an entry read costs before any is measured (a pre-tokenized mail: 2-4 KiB).
 ENTRY_BYTES = 4096
 #: Bytes an entry's Python objects take besides its values (its id, its tuple and dict,
@@ -73,12 +73,12 @@ class ReadPlan:
     @classmethod
     def within(cls, budget: int) -> ReadPlan | None:
         """The plan of a worker bounded to ``budget`` bytes: reads of at most
-        :data:`READ_ROOM` or a 64th of it; None without a bound (one read).
+        :data:`READ_ROOM` or a 16th of it; None without a bound (one read).
 
-        >>> ReadPlan.within(256 * 2**20).room == READ_ROOM, ReadPlan.within(0)
+        >>> ReadPlan.within(512 * 2**20).room == READ_ROOM, ReadPlan.within(0)
         (True, None)
         """
-        return cls(min(READ_ROOM, budget // 64)) if budget > 0 else None
+        return cls(min(READ_ROOM, budget // 16)) if budget > 0 else None
 
     @property
     def cap(self) -> int:

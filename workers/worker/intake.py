@@ -413,18 +413,16 @@ def read_groups(reader: Any, consumer: str, rts: list[Any], count: int, wait_ms:
     group's batches yielded in stream order (with ``first``, batches already in hand, in
     the first) before the next group is read: the caller empties each list it gets
     (``pop``), so the entries of one group at most are held. ``before_read`` runs before
-    each read of several groups (room made for it). A read waits (``wait_ms``) only when
-    every group was empty: one read of every stream then, at the last group's count."""
+    each read of several groups (room made for it). After the groups, the streams read
+    full at a count below ``count`` are read again (they hold more); a read waits
+    (``wait_ms``) only when every group was empty: one read of every stream then, at the
+    last group's count."""
     groups = [] if plan is None else plan.groups([rt.name for rt in rts], count)
     alone = len(groups) <= 1  # one read, which waits
     reads = [(list(range(len(rts))), groups[0][1] if groups else count, wait_ms)] if alone \
         else [(index, each, 0) for index, each in groups]
-    found = bool(first)
-    for index, each, wait in [*reads, ([], 0, 0)]:
-        if not index:  # after the groups: one read of every stream that waits, if none had entries
-            if alone or found or wait_ms <= 0:
-                return
-            index, each, wait = list(range(len(rts))), groups[-1][1], wait_ms
+    found, cut, again = bool(first), set(), alone  # cut: came full at a smaller count
+    for n_read, (index, each, wait) in enumerate(reads):  # (the list grows: see below)
         named = [rts[i] for i in index]
         if plan is not None:
             before_read()
@@ -434,7 +432,19 @@ def read_groups(reader: Any, consumer: str, rts: list[Any], count: int, wait_ms:
             size = sum(entries_bytes(batch.entries)[1] for _, batch in got)
             counts = {rt.name: len(batch.entries) for rt, batch in got}
             plan.observe(((rt.name, counts.get(rt.name, 0)) for rt in named), each, count, size)
+            cut.update(name for name, k in counts.items() if each < count and k >= each)
         if got:
             found = True
             yield in_stream_order(got)
         del got
+        if alone or n_read + 1 < len(reads):
+            continue
+        # after the groups: those cut short again (just used), else a read that waits
+        hot = [i for i, rt in enumerate(rts) if rt.name in cut and not again]
+        if hot:
+            again = True
+            reads += [([hot[j] for j in sub], k, 0)
+                      for sub, k in plan.groups([rts[i].name for i in hot], count)]
+        elif not found and wait_ms > 0:
+            found = True  # (once)
+            reads.append((list(range(len(rts))), groups[-1][1], wait_ms))
