@@ -373,8 +373,15 @@ class ReplicaCache:
             self.trim(keep=next(reversed(self.entries), None))
 
     def _measure_rest(self) -> None:
-        """The resident bytes besides the held arrays, measured now."""
+        """The resident bytes besides the held arrays, measured now; over the budget after
+        evictions, freed heap memory goes back to the system first (``release``: tenths
+        of a ms), so that what evictions freed is not counted as the rest."""
         rss = None if self.resident is None else self.resident()
+        if rss is not None and self.freed and self.release is not None and \
+                rss > self.budget - self.read_room:
+            self.release()
+            self.freed = 0
+            rss = self.resident() or rss
         if rss is not None:
             self.rest = max(0, rss - self.held_bytes)
 
