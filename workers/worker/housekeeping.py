@@ -139,17 +139,20 @@ def settle_models(guard: Any, live: list[ModelRuntime], touched: set[str]) -> No
 
 def tail_many(rts: list[ModelRuntime]) -> None:
     """The logs of ``rts`` (held replicas' only: an evicted one applies nothing) applied,
-    their first reads (``Replica.tail_commands``) in one round trip."""
+    their first reads (``Replica.tail_commands``) in one round trip each
+    :data:`BEATS_A_PIPELINE` models."""
     held = [rt for rt in rts if not rt.replica.evicted]
-    if not held:
-        return
-    pipe = held[0].client.pipeline(transaction=False)
-    for rt in held:
-        rt.replica.tail_commands(pipe)
-    replies = pipe.execute(raise_on_error=False)
-    for i, rt in enumerate(held):
-        first = replies[3 * i:3 * i + 3]
-        rt.tail(first=None if any(isinstance(r, Exception) for r in first) else first)
+    for j in range(0, len(held), BEATS_A_PIPELINE):  # (each reply holds the last entry applied)
+        chunk = held[j:j + BEATS_A_PIPELINE]
+        pipe = chunk[0].client.pipeline(transaction=False)
+        for rt in chunk:
+            rt.replica.tail_commands(pipe)
+        replies = pipe.execute(raise_on_error=False)
+        for i, rt in enumerate(chunk):
+            first = replies[3 * i:3 * i + 3]
+            rt.tail(first=None if any(isinstance(r, Exception) for r in first) else first)
+        if rt.replicas is not None:  # what the deltas applied grew, measured: evictions
+            rt.replicas.before_read()
 
 
 def housekeeping(rt: ModelRuntime, served: list[str], now: float | None = None) -> None:
