@@ -138,7 +138,7 @@ def run_users(messages: Sequence[bytes], unlabelled: bytes, n_users: int, bits: 
 
 
 def print_users(messages: Sequence[bytes], unlabelled: bytes, users: Sequence[int], bits: int,
-                replica_memory: int, cold: int) -> None:
+                replica_memory: int, cold: int, duties_s: float = 0) -> None:
     rows = []
     with RedisServer() as server:
         one = run_tenants(server, messages, 1, 1, bits)
@@ -159,3 +159,46 @@ def print_users(messages: Sequence[bytes], unlabelled: bytes, users: Sequence[in
     print(format_table(["models", "start s", "--replica-memory MiB", "msg/s",
                         "worker CPU us/msg", "RSS MiB before messages", "RSS MiB after",
                         "peak RSS MiB", "cold user: 1st message ms", "2nd message ms"], rows))
+    if duties_s > 0:
+        print_duties(users, bits, replica_memory, duties_s)
+
+
+def run_duties(n_users: int, bits: int, replica_memory: int, seconds: float,
+               timeout: float = 1800.0) -> dict[str, float]:
+    """One worker serving ``n_users`` idle models at the default duty periods
+    (``--duties``): for ``seconds`` after its start, every 5 s, the oldest of its
+    heartbeats (``stale_s``, 30 s, is when other workers take its models as dead); and its
+    CPU share meanwhile."""
+    import msgpack
+
+    names = [f"u{i}" for i in range(n_users)]
+    options = {"replica_memory": replica_memory, "token_names": 0, "model_metrics": False}
+    ages: list[float] = []
+    with RedisServer() as server:
+        client = server.client()
+        with workers(server.url, [[spec(n, bits) for n in names]], 1, options) as procs:
+            if not wait_blocked(client, 1, timeout, procs):
+                raise RuntimeError(f"the worker did not start in {timeout}s")
+            cpu0, t0 = cpu_seconds(procs[0].pid), time.monotonic()
+            while time.monotonic() - t0 < seconds:
+                time.sleep(5.0)
+                pipe = client.pipeline(transaction=False)
+                for name in names:
+                    pipe.hget(f"streamnb:{{{name}}}:workers", "w0")
+                now = time.time()
+                ages.append(max(now - msgpack.unpackb(v)["ts"] if v else float("inf")
+                                for v in pipe.execute()))
+            cpu = (cpu_seconds(procs[0].pid) - cpu0) / (time.monotonic() - t0)
+    return {"max_age_s": max(ages), "median_age_s": statistics.median(ages), "cpu": cpu}
+
+
+def print_duties(users: Sequence[int], bits: int, replica_memory: int, seconds: float) -> None:
+    rows = []
+    for n in users:
+        d = run_duties(n, bits, replica_memory, seconds)
+        rows.append([f"{n:,} users", f"{d['max_age_s']:.1f}", f"{d['median_age_s']:.1f}",
+                     f"{100 * d['cpu']:.0f}%"])
+    print()
+    print(f"An idle worker at the default duty periods, {seconds:.0f} s after its start: its "
+          "oldest heartbeat every 5 s (others take it as dead past stale_s, 30 s)")
+    print(format_table(["models", "oldest heartbeat s: max", "median", "worker CPU"], rows))

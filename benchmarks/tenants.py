@@ -20,12 +20,13 @@ AOF rewrite's copy-on-write need).
 
 Per-user models (``--users 10000``): one worker serving that many models under
 ``--replica-memory``, against one global model: throughput, the latency of a cold user's
-first and second messages, the worker's RSS (benchmarks/_users.py).
+first and second messages, the worker's RSS; with ``--duties``, an idle worker of as many
+models at the default duty periods: its oldest heartbeat (benchmarks/_users.py).
 
     python -m benchmarks.tenants [--models 1,4,16,64] [--workers 2] [--bits 16]
         [--memory-bits 16,18,20] [--repeat 1] [--cluster]
     python -m benchmarks.tenants --users 10000 --replica-memory 256 [--cold 20]
-        --models '' --memory-bits ''
+        [--duties SECONDS] --models '' --memory-bits ''
 """
 
 from __future__ import annotations
@@ -224,6 +225,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--users", default="", help="per-user runs: numbers of users (e.g. 10000)")
     ap.add_argument("--replica-memory", type=int, default=256, help="MiB, the users' worker")
     ap.add_argument("--cold", type=int, default=20, help="cold users whose latency is taken")
+    ap.add_argument("--duties", type=float, default=0,
+                    help="seconds: also an idle worker of --users at the default periods")
     args = ap.parse_args(argv)
     print_header("per-tenant models: throughput against models, Redis memory per model",
                  "benchmarks.tenants", argv)
@@ -243,7 +246,7 @@ def main(argv: list[str] | None = None) -> int:
         one = Corpus(corpus.raws[:1], corpus.labels[:1])
         unlabelled = encode_messages(one, "tokens", labelled=False)[0]
         print_users(msgs, unlabelled, [int(u) for u in args.users.split(",")], args.bits,
-                    args.replica_memory * 2**20, args.cold)
+                    args.replica_memory * 2**20, args.cold, args.duties)
     return 0
 
 

@@ -919,6 +919,14 @@ def test_users_run_serves_every_user_and_times_the_cold_ones():
 
 
 @needs_redis
+def test_duties_run_reads_every_heartbeat_of_an_idle_worker():
+    from benchmarks._users import run_duties
+
+    d = run_duties(12, 8, replica_memory=2**30, seconds=5.0, timeout=120)
+    assert 0 <= d["max_age_s"] < 30 and d["cpu"] >= 0
+
+
+@needs_redis
 @pytest.mark.redis
 def test_tune_runs_streamnb_tune_on_the_replays_history(capsys):
     from benchmarks import tune

@@ -52,6 +52,7 @@ from streamnb_workers.replication.log_entries import (
     score_window_for,
     without_removed,
 )
+from streamnb_workers.replication.snapshot_codec import decode_snapshot
 from streamnb_workers.replication.source_parts import SourceParts, decode_sources
 from streamnb_workers.store.keys import ModelKeys
 from streamnb_workers.store.model_config import ModelConfig
@@ -124,10 +125,16 @@ class Replica:
 
     # ------------------------------------------------------------------ loading
     def load(self) -> Replica:
-        """Load the snapshot (if any), then apply the log after it."""
+        """Load the snapshot (if any), then apply the log after it. The log's first read
+        from its start goes with the snapshot's, in one round trip: a model without a
+        snapshot (a small one: most per-user models) loads in one."""
         self.evicted, self.learnt = False, 0
-        self._load_snapshot()
-        self.catch_up()
+        pipe = self.client.pipeline(transaction=False)
+        pipe.hgetall(self.keys.snapshot)
+        self.tail_commands(pipe, "0-0")
+        snapshot, *first = pipe.execute()
+        self._load_snapshot(snapshot)
+        self.catch_up(first=first if self.version == "0-0" and not snapshot else None)
         return self
 
     def evict(self) -> None:
@@ -139,8 +146,9 @@ class Replica:
             self.challenger.model = None
         self.evicted = True
 
-    def _load_snapshot(self) -> None:
-        h = self.client.hgetall(self.keys.snapshot)
+    def _load_snapshot(self, h: dict | None = None) -> None:
+        """The snapshot (``h``: its hash, read by the caller) loaded, or an empty model."""
+        h = self.client.hgetall(self.keys.snapshot) if h is None else h
         if not h:
             self.model = self.config.make_model()
             self.sources = SourceParts()
@@ -152,7 +160,7 @@ class Replica:
             return
         h = {as_str(k): v for k, v in h.items()}
         try:
-            model, version, sources = self._decode_snapshot(h)
+            model, version, sources = decode_snapshot(self.config, h)
         except FormatError as exc:
             self._snapshot_unreadable(h, exc)
             return
@@ -167,36 +175,6 @@ class Replica:
         self.reloads += 1
         self._changed()
         log.info("model %s: loaded snapshot at log id %s", self.keys.name, self.version)
-
-    def _decode_snapshot(self, h: dict[str, Any]) -> tuple[Any, str, SourceParts]:
-        # deferred: the model classes (streamnb.models, ~0.8 s) load with the first snapshot
-        from streamnb.models import loads as load_model
-
-        if "data" not in h or "log_id" not in h:
-            raise FormatError(f"snapshot hash lacks {'data' if 'data' not in h else 'log_id'}")
-        try:
-            version = as_str(h["log_id"])
-            parse_id(version)
-            if "trimmed" in h:
-                parse_id(h["trimmed"])
-        except (ValueError, UnicodeDecodeError):
-            raise FormatError("snapshot log_id/trimmed is not a stream id") from None
-        model = load_model(h["data"])
-        if model.kind != self.config.kind:
-            raise FormatError(f"it holds a {model.kind} model, the config says {self.config.kind}")
-        fresh = self.config.make_model()
-        try:
-            fresh.stats.check_mergeable(model.stats)
-        except FormatError as exc:
-            raise FormatError(f"its statistics do not fit the configured model: {exc}") from None
-        sources = SourceParts()
-        try:
-            sources.load(h.get("sources"))
-            for part in sources.parts.values():
-                fresh.stats.check_mergeable(part)
-        except (FormatError, ValueError, KeyError, TypeError, msgpack.UnpackException) as exc:
-            raise FormatError(f"its parts by source are unreadable: {exc}") from None
-        return model, version, sources
 
     def _decode_scores(self, data: bytes | None) -> ScoreWindow | None:
         """The score window of a snapshot (empty if it holds none, or one that does not
@@ -236,31 +214,45 @@ class Replica:
             f"from a backup, or delete it to restart the model from zero (losing what it learnt)")
 
     # ------------------------------------------------------------------ tailing
+    def tail_commands(self, pipe: Any, version: str | None = None) -> None:
+        """The first read of :meth:`catch_up` from :attr:`version` (or ``version``: three
+        commands) added to ``pipe``; their replies, given to :meth:`catch_up` as
+        ``first``, save its round trip (a worker tails many replicas in one:
+        workers/worker/housekeeping.py ``tail_many``)."""
+        v = self.version if version is None else version
+        pipe.hmget(self.keys.snapshot, ["trimmed", "log_id"])
+        pipe.xrange(self.keys.log, min=f"({v}", max="+", count=TAIL_CHUNK)
+        pipe.xrange(self.keys.log, min=v, max=v, count=1)
+
     def catch_up(self, limit: int | None = None, batches: set[str] | None = None,
-                 block_ms: int | None = None) -> int:
+                 block_ms: int | None = None, first: list | None = None) -> int:
         """Apply every log entry after ``version``; return how many were applied.
 
         ``batches``: gets the ``:inflight`` field of every announced batch whose commit was
         applied (the log entry names it; workers/replication/ordering.py). ``block_ms``: wait that long
         at most for a first entry (``XREAD BLOCK``, with the checks behind it in the same
         round trip: Redis answers them once the entry is there); 0 if none came, and
-        :attr:`waited_s` is how long that round trip took."""
+        :attr:`waited_s` is how long that round trip took. ``first``: the replies of
+        :meth:`tail_commands`, sent by the caller, as the first read."""
         self.waited_s = 0.0
         if self.evicted:
             return 0
         done = 0
         checked = False
         while limit is None or done < limit:
-            pipe = self.client.pipeline(transaction=False)
-            if block_ms is not None:
-                pipe.xread({self.keys.log: self.version}, count=TAIL_CHUNK, block=block_ms)
-            pipe.hmget(self.keys.snapshot, ["trimmed", "log_id"])
-            if block_ms is None:
-                pipe.xrange(self.keys.log, min=f"({self.version}", max="+", count=TAIL_CHUNK)
-            if not checked:
-                pipe.xrange(self.keys.log, min=self.version, max=self.version, count=1)
-            t0 = time.perf_counter()
-            replies = pipe.execute()
+            if first is not None and block_ms is None:
+                replies, first = first, None
+            else:
+                pipe = self.client.pipeline(transaction=False)
+                if block_ms is not None:
+                    pipe.xread({self.keys.log: self.version}, count=TAIL_CHUNK, block=block_ms)
+                pipe.hmget(self.keys.snapshot, ["trimmed", "log_id"])
+                if block_ms is None:
+                    pipe.xrange(self.keys.log, min=f"({self.version}", max="+", count=TAIL_CHUNK)
+                if not checked:
+                    pipe.xrange(self.keys.log, min=self.version, max=self.version, count=1)
+                t0 = time.perf_counter()
+                replies = pipe.execute()
             if block_ms is None:
                 (trimmed, snap_id), entries, *own = replies
             else:  # a trim before the read shows in the checks behind it

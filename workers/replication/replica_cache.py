@@ -84,6 +84,10 @@ RELEASE_BYTES = 32 * 2**20
 #: under the budget (about 400 bytes a model measured at 10,000 models).
 READ_BYTES = 512
 
+#: Replicas registered beyond this many start evicted under a bound, loaded for their
+#: first batch (a worker starting with thousands of models reads no snapshot for them).
+LOADED_AT_ADD = 8
+
 #: How deep :func:`model_nbytes` walks a model's attributes for arrays.
 _DEPTH = 6
 
@@ -159,6 +163,8 @@ class ReplicaCache:
         #: Bytes of each held replica, measured when it was last used; least recently used
         #: first (what :meth:`trim` walks: the held replicas, not every model served).
         self.sizes: OrderedDict[str, int] = OrderedDict()
+        #: The sum of :attr:`sizes` (kept as they change: a worker holds thousands).
+        self._held_bytes = 0
         #: ``replica.applied`` of each held replica when it was last measured.
         self.applied: dict[str, int] = {}
         self.loads = 0
@@ -177,6 +183,9 @@ class ReplicaCache:
         self.derived: dict[str, Any] = {}
         #: name -> called when its replica is evicted (:meth:`add`'s ``on_evict``).
         self.on_evict: dict[str, Callable[[], Any]] = {}
+        #: Bytes kept free for a read of new entries, made in groups that bring at most
+        #: that much (workers/replication/read_plan.py); 0 with few models (one read).
+        self.read_room = 0
 
     @property
     def limit(self) -> int:
@@ -185,7 +194,7 @@ class ReplicaCache:
         is bounded (never below 0)."""
         if self.resident is None:
             return self.budget
-        return max(0, self.budget - self.rest - READ_BYTES * len(self.entries))
+        return max(0, self.budget - self.rest - READ_BYTES * len(self.entries) - self.read_room)
 
     @property
     def held(self) -> int:
@@ -194,20 +203,26 @@ class ReplicaCache:
 
     @property
     def held_bytes(self) -> int:
-        return sum(self.sizes.values())
+        return self._held_bytes
+
+    def _forget_size(self, name: str) -> int:
+        """Model ``name``'s replica no longer held: its bytes (0 if it was not)."""
+        size = self.sizes.pop(name, 0)
+        self._held_bytes -= size
+        return size
 
     def add(self, name: str, replica: Replica, busy: Callable[[], bool] = lambda: False,
             on_evict: Callable[[], Any] | None = None) -> None:
         """Register ``replica`` as model ``name``'s (``busy``: it must stay held now;
         ``on_evict``: called when it is evicted), and load it if the budget is not full
-        yet; else it is loaded for its first batch (a worker starting with many models
-        does not read every snapshot)."""
+        yet and at most :data:`LOADED_AT_ADD` are registered; else it is loaded for its
+        first batch (a worker starting with many models does not read every snapshot)."""
         self.entries[name] = (replica, busy)
         self.entries.move_to_end(name)
         if on_evict is not None:
             self.on_evict[name] = on_evict
         self._measure_rest()
-        if 0 < self.budget and self.limit <= self.held_bytes:
+        if 0 < self.budget and (self.limit <= self.held_bytes or len(self.entries) > LOADED_AT_ADD):
             replica.evict()
             self._changed()
         else:
@@ -232,7 +247,9 @@ class ReplicaCache:
 
     def _size(self, name: str) -> None:
         """Model ``name``'s replica measured (:attr:`sizes`, :attr:`known`)."""
-        self.sizes[name] = self.known[name] = self._nbytes(name)
+        size = self.known[name] = self._nbytes(name)
+        self._held_bytes += size - self.sizes.get(name, 0)
+        self.sizes[name] = size
         if name not in self.pinned:
             self.last_size = self.sizes[name]
 
@@ -296,22 +313,22 @@ class ReplicaCache:
         total, limit = self.held_bytes + room, self.limit
         if total <= limit:  # (no walk of thousands of entries)
             return 0
-        for name in list(self.sizes):
+        victims = []  # (least recently used first; no copy of thousands of names)
+        for name, size in self.sizes.items():
             if total <= limit:
                 break
-            if name == keep or name in self.pinned:
+            if name == keep or name in self.pinned or self.entries[name][1]():
                 continue
-            replica, busy = self.entries[name]
-            if busy():
-                continue
+            victims.append(name)
+            total -= size
+        for name in victims:
+            replica = self.entries[name][0]
             replica.evict()
             if name in self.derived:
                 self.derived[name].drop()
             if name in self.on_evict:
                 self.on_evict[name]()
-            size = self.sizes.pop(name)
-            total -= size
-            self.freed += size
+            self.freed += self._forget_size(name)
             evicted += 1
         self.evictions += evicted
         if evicted:
@@ -342,20 +359,36 @@ class ReplicaCache:
             evicted += n
             # an array's pages never written (np.zeros) were not resident: evicting it
             # gave back less than it counted, so look again
-            if not n or (self.resident() or 0) <= self.budget - READ_BYTES * len(self.entries):
+            if not n or (self.resident() or 0) <= self.budget - READ_BYTES * len(
+                    self.entries) - self.read_room:
                 break
         return evicted
 
+    def before_read(self) -> None:
+        """Before a read of new entries within a step: the rest measured now (what the
+        step's earlier groups left is gone) and room made for the read (:attr:`read_room`;
+        the last used replica stays)."""
+        if self.budget > 0 and self.resident is not None:
+            self._measure_rest()
+            self.trim(keep=next(reversed(self.entries), None))
+
     def _measure_rest(self) -> None:
-        """The resident bytes besides the held arrays, measured now."""
+        """The resident bytes besides the held arrays, measured now; over the budget after
+        evictions, freed heap memory goes back to the system first (``release``: tenths
+        of a ms), so that what evictions freed is not counted as the rest."""
         rss = None if self.resident is None else self.resident()
+        if rss is not None and self.freed and self.release is not None and \
+                rss > self.budget - self.read_room:
+            self.release()
+            self.freed = 0
+            rss = self.resident() or rss
         if rss is not None:
             self.rest = max(0, rss - self.held_bytes)
 
     def remove(self, name: str) -> None:
         """Forget model ``name`` (no longer served)."""
         self.entries.pop(name, None)
-        self.sizes.pop(name, None)
+        self._forget_size(name)
         self.known.pop(name, None)
         self.derived.pop(name, None)
         self.on_evict.pop(name, None)

@@ -119,6 +119,18 @@ class Snapshotter:
         self.holder = bool(_ACQUIRE(self.client, [self.keys.lease], [self.consumer, self.lease_ms]))
         return self.holder
 
+    def lease_command(self, pipe: Any) -> None:
+        """:meth:`hold_lease`'s script added to ``pipe``; its reply to :meth:`leased`."""
+        pipe.evalsha(_ACQUIRE.sha, 1, self.keys.lease, self.consumer, self.lease_ms)
+
+    def leased(self, reply: Any) -> bool:
+        """The reply of :meth:`lease_command` (an error, e.g. the script not loaded: the
+        lease acquired or renewed alone, as :meth:`hold_lease`)."""
+        if isinstance(reply, Exception):
+            return self.hold_lease()
+        self.holder = bool(reply)
+        return self.holder
+
     def release(self) -> None:
         _RELEASE(self.client, [self.keys.lease], [self.consumer])
         self.holder = False
@@ -166,10 +178,12 @@ class Snapshotter:
 
 
 # ------------------------------------------------------------------ heartbeats and gauges
-def read_heartbeats(client: Any, keys: ModelKeys) -> dict[str, dict[str, Any]]:
-    """consumer -> heartbeat map (ts, pid, host, version, models) of every worker listed."""
+def read_heartbeats(client: Any, keys: ModelKeys, listed: dict | None = None,
+                    ) -> dict[str, dict[str, Any]]:
+    """consumer -> heartbeat map (ts, pid, host, version, models) of every worker listed
+    (``listed``: ``:workers`` as read by the caller)."""
     out = {}
-    for name, raw in client.hgetall(keys.workers).items():
+    for name, raw in (client.hgetall(keys.workers) if listed is None else listed).items():
         try:
             hb = loads(raw)
         except Exception:  # noqa: BLE001 - a garbled heartbeat is just not live
@@ -179,10 +193,12 @@ def read_heartbeats(client: Any, keys: ModelKeys) -> dict[str, dict[str, Any]]:
     return out
 
 
-def live_workers(client: Any, keys: ModelKeys, stale_s: float) -> dict[str, dict[str, Any]]:
-    """Workers whose last heartbeat is younger than ``stale_s`` seconds."""
+def live_workers(client: Any, keys: ModelKeys, stale_s: float, listed: dict | None = None,
+                 ) -> dict[str, dict[str, Any]]:
+    """Workers whose last heartbeat is younger than ``stale_s`` seconds (``listed``: as
+    :func:`read_heartbeats`)."""
     now = time.time()
-    return {k: v for k, v in read_heartbeats(client, keys).items()
+    return {k: v for k, v in read_heartbeats(client, keys, listed).items()
             if now - float(v.get("ts", 0)) <= stale_s}
 
 

@@ -27,6 +27,7 @@ from streamnb.encoding import dumps
 from streamnb_workers.observe import token_names
 from streamnb_workers.replication.replica import snapshot_age
 from streamnb_workers.replication.snapshotter import (
+    delete_consumer_if_idle,
     live_workers,
     remove_dead_consumers,
     stream_gauges,
@@ -34,10 +35,11 @@ from streamnb_workers.replication.snapshotter import (
 from streamnb_workers.store.input_trim import trim_input
 from streamnb_workers.wire.replies import as_str
 from streamnb_workers.wire.stream_ids import entry_time
+from streamnb_workers.worker.accounting import settle_and_tail
 from streamnb_workers.worker.runtime import ModelRuntime
 
-__all__ = ["DUTY_SLICE_MAX_S", "DUTY_SLICE_S", "FEW_MODELS", "DutyRound", "drop_sampled_gauges", "heartbeat",
-           "housekeeping", "sample_gauges", "trim_consumed_input"]
+__all__ = ["DUTY_SLICE_MAX_S", "DUTY_SLICE_S", "FEW_MODELS", "DutyRound", "beat_many", "drop_sampled_gauges", "heartbeat",
+           "housekeeping", "leave", "sample_gauges", "settle_models", "tail_many", "trim_consumed_input"]
 
 log = logging.getLogger("streamnb.worker")
 
@@ -48,6 +50,13 @@ FEW_MODELS = 8
 #: next step goes on): between them, as long as the rest of the previous step.
 DUTY_SLICE_S = 0.05
 DUTY_SLICE_MAX_S = 0.5
+#: With many models, the heartbeats and lease renewals a step sends at most, and in one
+#: pipeline (:func:`beat_many`).
+BEATS_A_STEP = 2048
+BEATS_A_PIPELINE = 256
+#: Names of the models served a heartbeat lists at most (each model's heartbeat: with
+#: 10,000 models all their names would be 60 KB a heartbeat, 10,000 every period).
+HEARTBEAT_MODELS = 16
 
 
 class DutyRound:
@@ -113,6 +122,39 @@ class DutyRound:
             return True
         return not rt.replica.evicted and rt.timers.idle_tail.fire(time.monotonic())
 
+def settle_models(guard: Any, live: list[ModelRuntime], touched: set[str]) -> None:
+    """At a step's end, those of ``live`` served in it and not holding a batch read ahead
+    (whose commit runs on) that :meth:`DutyRound.settles`: the reply of each one's commit
+    on the wire read and accounted for, then its log applied (``settle_and_tail``,
+    through ``guard``: workers/worker/outages.py). With many models on one node, those
+    with no commit on the wire read their logs in one round trip (:func:`tail_many`)."""
+    rts = [rt for rt in guard.serving(live)
+           if rt.read_ahead is None and DutyRound.settles(rt, touched, len(live))]
+    quiet = [rt for rt in rts if rt.wire.in_flight is None] \
+        if len(live) > FEW_MODELS and not guard.active else []
+    tail_many(quiet)
+    for rt in [rt for rt in rts if rt.wire.in_flight is not None] if quiet else rts:
+        guard(rt, settle_and_tail, rt)
+
+
+def tail_many(rts: list[ModelRuntime]) -> None:
+    """The logs of ``rts`` (held replicas' only: an evicted one applies nothing) applied,
+    their first reads (``Replica.tail_commands``) in one round trip each
+    :data:`BEATS_A_PIPELINE` models."""
+    held = [rt for rt in rts if not rt.replica.evicted]
+    for j in range(0, len(held), BEATS_A_PIPELINE):  # (each reply holds the last entry applied)
+        chunk = held[j:j + BEATS_A_PIPELINE]
+        pipe = chunk[0].client.pipeline(transaction=False)
+        for rt in chunk:
+            rt.replica.tail_commands(pipe)
+        replies = pipe.execute(raise_on_error=False)
+        for i, rt in enumerate(chunk):
+            first = replies[3 * i:3 * i + 3]
+            rt.tail(first=None if any(isinstance(r, Exception) for r in first) else first)
+        if rt.replicas is not None:  # what the deltas applied grew, measured: evictions
+            rt.replicas.before_read()
+
+
 def housekeeping(rt: ModelRuntime, served: list[str], now: float | None = None) -> None:
     """Whatever of the model's duties is due (``served``: every model the worker serves,
     for its heartbeat)."""
@@ -144,6 +186,22 @@ def housekeeping(rt: ModelRuntime, served: list[str], now: float | None = None) 
             rt.replicas.measure(rt.name)
 
 
+def leave(rt: ModelRuntime) -> None:
+    """At a clean shutdown: the log applied, the token names published, the last snapshot
+    written and the lease released (by its holder), the heartbeat dropped, and this
+    consumer deleted from the group if it has nothing pending; Redis errors are logged."""
+    try:
+        rt.replica.catch_up()
+        publish_token_names(rt)
+        if rt.snapshotter.holder:
+            rt.snapshotter.maybe_write(rt.replica, final=True)
+            rt.snapshotter.release()
+        rt.client.hdel(rt.keys.workers, rt.consumer)
+        delete_consumer_if_idle(rt.client, rt.keys, rt.consumer)
+    except Exception as exc:  # noqa: BLE001 - Redis may be gone; nothing is lost
+        log.warning("model %s: clean shutdown incomplete: %s", rt.name, exc)
+
+
 def publish_token_names(rt: ModelRuntime) -> None:
     """Replace ``{M}:tokens`` with the names this worker counted, if they changed since it
     last did (on the timer, and at a clean shutdown)."""
@@ -155,11 +213,56 @@ def publish_token_names(rt: ModelRuntime) -> None:
 
 def heartbeat(rt: ModelRuntime, served: list[str]) -> None:
     """Write this worker's heartbeat in ``:workers`` and see whether others are alive."""
-    hb = dumps({"ts": time.time(), "pid": os.getpid(), "host": socket.gethostname(),
-                "version": rt.replica.version, "models": served})
-    rt.client.hset(rt.keys.workers, rt.consumer, hb)
-    rt.saw_peers(bool(live_workers(rt.client, rt.keys, rt.options.stale_s).keys() - {rt.consumer}))
+    rt.client.hset(rt.keys.workers, rt.consumer, heartbeat_value(rt, served))
+    beaten(rt, rt.client.hgetall(rt.keys.workers))
+
+
+def heartbeat_value(rt: ModelRuntime, served: list[str]) -> bytes:
+    """The model's heartbeat, msgpack: ``ts``, ``pid``, ``host``, ``version``, ``models``
+    (at most :data:`HEARTBEAT_MODELS` of those ``served``) and ``n_models``."""
+    return dumps({"ts": time.time(), "pid": os.getpid(), "host": socket.gethostname(),
+                  "version": rt.replica.version, "models": served[:HEARTBEAT_MODELS],
+                  "n_models": len(served)})
+
+
+def beaten(rt: ModelRuntime, listed: dict) -> None:
+    """After a heartbeat: whether another worker's in ``:workers`` (``listed``) is alive."""
+    live = live_workers(rt.client, rt.keys, rt.options.stale_s, listed)
+    rt.saw_peers(bool(live.keys() - {rt.consumer}))
     rt.series(rt.metrics.heartbeat).set(time.time())
+
+
+def beat_many(rts: list[ModelRuntime], served: list[str], now: float | None = None) -> int:
+    """With many models on one node, before their duties: the heartbeats and lease
+    renewals due of at most :data:`BEATS_A_STEP` of ``rts``, in pipelines of
+    :data:`BEATS_A_PIPELINE` models (one round trip each, where :func:`housekeeping`
+    sends three a model), their timers restarted; returns how many models."""
+    now = time.monotonic() if now is None else now
+    due = [rt for rt in rts
+           if rt.timers.heartbeat.due(now) or rt.timers.lease.due(now)][:BEATS_A_STEP]
+    for i in range(0, len(due), BEATS_A_PIPELINE):
+        pipe, sent = due[i].client.pipeline(transaction=False), []
+        for rt in due[i:i + BEATS_A_PIPELINE]:
+            beat, lease = rt.timers.heartbeat.fire(now), rt.timers.lease.fire(now)
+            if beat:
+                pipe.hset(rt.keys.workers, rt.consumer, heartbeat_value(rt, served))
+                pipe.hgetall(rt.keys.workers)
+            if lease:
+                rt.snapshotter.lease_command(pipe)
+            sent.append((rt, beat, lease))
+        replies = iter(pipe.execute(raise_on_error=False))
+        for rt, beat, lease in sent:
+            if beat:
+                wrote, listed = next(replies), next(replies)
+                for reply in (wrote, listed):
+                    if isinstance(reply, Exception):
+                        raise reply
+                beaten(rt, listed)
+            if lease:
+                was_holder = rt.snapshotter.holder
+                if not rt.snapshotter.leased(next(replies)) and was_holder:
+                    drop_sampled_gauges(rt)  # (as in housekeeping)
+    return len(due)
 
 
 def trim_consumed_input(rt: ModelRuntime) -> int:

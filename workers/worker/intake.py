@@ -24,7 +24,7 @@ True
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -32,6 +32,7 @@ import redis
 
 from streamnb.exceptions import StreamnbError
 from streamnb_workers.replication.ordering import InflightBoard, announcement_time
+from streamnb_workers.replication.read_plan import ReadPlan, entries_bytes
 from streamnb_workers.store.commit import read_replies
 from streamnb_workers.store.keys import GROUP, ModelKeys
 from streamnb_workers.store.lua import packaged_script
@@ -41,7 +42,7 @@ from streamnb_workers.wire.stream_ids import first_id, parse_id
 
 __all__ = ["ANNOUNCED_AT_ONCE", "READ_SCRIPT", "ReadBatch", "ReadReply", "all_done", "claim_idle", "delivery_counts",
            "ensure_group", "in_stream_order", "move_training", "node_pool", "parse_read",
-           "read_announced", "read_batches", "read_behind", "read_commands", "read_each",
+           "read_announced", "read_batches", "read_behind", "read_commands", "read_each", "read_groups",
            "read_models", "read_new", "read_next", "read_now", "read_pending", "read_reply",
            "training_done"]
 
@@ -158,12 +159,19 @@ def read_announced(reader: Any, client: Any, consumer: str,
     had some. With nothing to read, it waits at most ``block_ms`` for an entry after the
     group's last delivered id (``XREAD BLOCK``, which reads nothing), then reads once
     more. More than :data:`ANNOUNCED_AT_ONCE` models: a plain read, each batch announced
-    right after it. ``client``: loads the script where Redis had lost it."""
+    right after it (together, in one round trip). ``client``: loads the script where
+    Redis had lost it."""
     if len(models) > ANNOUNCED_AT_ONCE:
         got = read_new(reader, consumer, [keys.input for keys, _ in models], count, block_ms)
         index = {keys.input: i for i, (keys, _) in enumerate(models)}
-        return [(index[stream], ReadBatch(entries, models[index[stream]][1].announce(
-            first_id(entries), len(entries)))) for stream, entries in got]
+        out, pipe = [], models[0][1].client.pipeline(transaction=False)
+        for stream, entries in got:  # the announcements in one round trip
+            field, command = models[index[stream]][1].announcement(first_id(entries), len(entries))
+            pipe.execute_command(*command)
+            out.append((index[stream], ReadBatch(entries, field)))
+        if out:
+            pipe.execute()
+        return out
     got = _read_announced_once(reader, client, consumer, models, count)
     if got or block_ms <= 0:
         return got
@@ -393,3 +401,50 @@ def read_each(guard: Any, reader: Any, consumer: str, rts: list[Any], count: int
         if got:
             break
     return got
+
+
+def read_groups(reader: Any, consumer: str, rts: list[Any], count: int, wait_ms: int,
+                cluster: bool, announce: bool, plan: ReadPlan | None = None,
+                before_read: Callable[[], Any] = lambda: None,
+                first: Sequence[tuple[Any, ReadBatch]] = (),
+                ) -> Iterator[list[tuple[Any, ReadBatch]]]:
+    """New entries of the models ``rts`` (:func:`read_models`), in groups of streams
+    within ``plan``'s room (workers/replication/read_plan.py; None: one read), each
+    group's batches yielded in stream order (with ``first``, batches already in hand, in
+    the first) before the next group is read: the caller empties each list it gets
+    (``pop``), so the entries of one group at most are held. ``before_read`` runs before
+    each read of several groups (room made for it). After the groups, the streams read
+    full at a count below ``count`` are read again (they hold more); a read waits
+    (``wait_ms``) only when every group was empty: one read of every stream then, at the
+    last group's count."""
+    groups = [] if plan is None else plan.groups([rt.name for rt in rts], count)
+    alone = len(groups) <= 1  # one read, which waits
+    reads = [(list(range(len(rts))), groups[0][1] if groups else count, wait_ms)] if alone \
+        else [(index, each, 0) for index, each in groups]
+    found, cut, again = bool(first), set(), alone  # cut: came full at a smaller count
+    for n_read, (index, each, wait) in enumerate(reads):  # (the list grows: see below)
+        named = [rts[i] for i in index]
+        if plan is not None:
+            before_read()
+        got = list(first) + read_models(reader, consumer, named, each, wait, cluster, announce)
+        first = ()
+        if plan is not None:
+            size = sum(entries_bytes(batch.entries)[1] for _, batch in got)
+            counts = {rt.name: len(batch.entries) for rt, batch in got}
+            plan.observe(((rt.name, counts.get(rt.name, 0)) for rt in named), each, count, size)
+            cut.update(name for name, k in counts.items() if each < count and k >= each)
+        if got:
+            found = True
+            yield in_stream_order(got)
+        del got
+        if alone or n_read + 1 < len(reads):
+            continue
+        # after the groups: those cut short again (just used), else a read that waits
+        hot = [i for i, rt in enumerate(rts) if rt.name in cut and not again]
+        if hot:
+            again = True
+            reads += [([hot[j] for j in sub], k, 0)
+                      for sub, k in plan.groups([rts[i].name for i in hot], count)]
+        elif not found and wait_ms > 0:
+            found = True  # (once)
+            reads.append((list(range(len(rts))), groups[-1][1], wait_ms))

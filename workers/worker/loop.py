@@ -35,13 +35,13 @@ from typing import Any
 from streamnb.exceptions import StreamnbError
 from streamnb_workers.observe.health import RedisHealth
 from streamnb_workers.observe.metrics import Metrics, default_metrics
+from streamnb_workers.replication.read_plan import ReadPlan
 from streamnb_workers.replication.replica_cache import (
     CacheMetrics,
     ReplicaCache,
     resident_bytes,
 )
 from streamnb_workers.replication.shards import ShardSum, shard_names, shard_spec
-from streamnb_workers.replication.snapshotter import delete_consumer_if_idle
 from streamnb_workers.replication.user_sum import UserModelWatch, UserSum
 from streamnb_workers.store.access import check_access
 from streamnb_workers.store.backoff import Backoff
@@ -55,14 +55,17 @@ from streamnb_workers.store.connection import (
 from streamnb_workers.store.errors import UNREACHABLE_KINDS, error_kind
 from streamnb_workers.store.keys import ModelKeys
 from streamnb_workers.store.model_config import ModelConfig, ModelSpec, ensure_config
-from streamnb_workers.worker.accounting import account, settle_and_tail
+from streamnb_workers.worker.accounting import account
 from streamnb_workers.worker.committing import abandon, settle
 from streamnb_workers.worker.heap import HeapTrimmer
 from streamnb_workers.worker.housekeeping import (
+    FEW_MODELS,
     DutyRound,
+    beat_many,
     drop_sampled_gauges,
     housekeeping,
-    publish_token_names,
+    leave,
+    settle_models,
 )
 from streamnb_workers.worker.intake import (
     READ_SCRIPT,
@@ -72,19 +75,21 @@ from streamnb_workers.worker.intake import (
     in_stream_order,
     move_training,
     read_each,
-    read_models,
+    read_groups,
     training_done,
 )
 from streamnb_workers.worker.options import WorkerOptions
 from streamnb_workers.worker.outages import ModelGuard
 from streamnb_workers.worker.process import process_batch
 from streamnb_workers.worker.redo import claim_idle_entries, redo_pending
-from streamnb_workers.worker.restore import restore_lost_keys
+from streamnb_workers.worker.restore import restore_lost_keys, restore_models
 from streamnb_workers.worker.runtime import ModelRuntime
 
 __all__ = ["Worker"]
 
 log = logging.getLogger("streamnb.worker")
+#: Models whose commands the start-up access check runs (each about 30 round trips).
+ACCESS_CHECKED = 16
 
 class Worker:
     """Serves one or more models from Redis streams (see the module docstring)."""
@@ -132,6 +137,8 @@ class Worker:
         self.shared: dict = {}
         self.users, self.users_due = UserModelWatch(), 0.0  # per-user models: next look
         self.duties = DutyRound()  # many models: their duties in slices (housekeeping.py)
+        #: Many models: new entries read in groups within the bound (read_plan.py).
+        self.plan = ReadPlan.within(self.options.replica_memory)
 
     # ------------------------------------------------------------------ lifecycle
     def connect(self) -> None:
@@ -146,8 +153,8 @@ class Worker:
         if self.client is None:
             self.connect()
         if isinstance(self.connector, UrlConnector) and not self.models:
-            # ACL/credentials: fail now, in one line
-            check_access(self.client, [s.name for s in self.specs],
+            # ACL/credentials: fail now, in one line (the first models: as per-user ones)
+            check_access(self.client, [s.name for s in self.specs[:ACCESS_CHECKED]],
                          where=self.connector.settings.describe())
         if self.options.send_ahead and not self.connector.cluster:
             for script in (COMMIT_SCRIPT, READ_SCRIPT):  # pipelined writes send EVALSHA only
@@ -183,7 +190,8 @@ class Worker:
                           self.shared)
         if cache is None:  # else loaded if it fits by the cache (workers/worker/runtime.py)
             rt.replica.load()
-        rt.timers.cleanup.restart(time.monotonic())  # (others' heartbeats: as in _recover)
+        rt.timers.cleanup.restart(now := time.monotonic())  # (others' heartbeats: as in _recover)
+        rt.timers.idle_tail.restart(now)  # (just loaded, if held)
         self.models[cfg.name] = rt
         self.metrics.start_series(rt.label, self.consumer)
         rt.version_metric()
@@ -259,11 +267,9 @@ class Worker:
             os._exit(1)
 
     def _unexpected_error(self) -> None:
-        """After an error that is not Redis being away (a bug, or a message the worker does
-        not handle): log and count it, wait a second, then redo the pending entries one at a
-        time (``isolate``). Redone as a batch, every entry of the batch would be delivered
-        again at each failure and reach ``max_deliveries`` with the one that fails; one at
-        a time, only that one does, and goes to ``:dead`` as poison."""
+        """After an error that is not Redis being away (a bug, a message not handled): log
+        and count it, wait a second, redo the pending entries one at a time (``isolate``):
+        only the entry that fails reaches ``max_deliveries`` and goes to ``:dead``."""
         log.exception("worker %s: unexpected error; the batch stays pending", self.consumer)
         for rt in self.models.values():
             rt.series(self.metrics.worker_errors).inc()
@@ -336,16 +342,7 @@ class Worker:
         it has nothing pending."""
         for rt in self.models.values():
             rt.series(self.metrics.worker_up).set(0)
-            try:
-                rt.replica.catch_up()
-                publish_token_names(rt)
-                if rt.snapshotter.holder:
-                    rt.snapshotter.maybe_write(rt.replica, final=True)
-                    rt.snapshotter.release()
-                self.client.hdel(rt.keys.workers, self.consumer)
-                delete_consumer_if_idle(self.client, rt.keys, self.consumer)
-            except Exception as exc:  # noqa: BLE001 - Redis may be gone; nothing is lost
-                log.warning("model %s: clean shutdown incomplete: %s", rt.name, exc)
+            leave(rt)
         log.info("worker %s stopped", self.consumer)
 
     def step(self, block_ms: int | None = None) -> int:
@@ -366,6 +363,8 @@ class Worker:
             self._stop.wait(min(block_ms / 1000.0,
                                 max(0.0, guard.outages.next_retry() - now)))
             return 0
+        if len(live) > FEW_MODELS and not guard.active:  # (many models: in pipelines)
+            beat_many(live, served)
         for rt, duties in self.duties.walk(live, guard.outages):
             got = guard(rt, self._intake, rt, served, duties) or 0
             n += got
@@ -375,35 +374,42 @@ class Worker:
         aheads = [(rt, rt.take_read_ahead()) for rt in live]
         batches: list[tuple[ModelRuntime, ReadBatch]] = [(t, a) for t, a in aheads if a]
         rest = [rt for rt, a in aheads if a is None]
+        groups: Any = [in_stream_order(batches)]  # (lists of batches, each emptied)
         if not self.stopping and rest:
             wait = 0 if batches or n or self.duties.overdue else block_ms
             if guard.active:  # a read a model, each guarded
-                batches += read_each(guard, self.reader, self.consumer, rest, self.options.batch,
-                                     wait, self._announce_reads)
-            else:
-                batches += read_models(self.reader, self.consumer, rest, self.options.batch,
-                                       wait, self.connector.cluster, self._announce_reads)
-        if len(batches) > 1:
-            batches = in_stream_order(batches)
-        ahead_ok = not self.stopping and not self.connector.cluster
-        for rt, batch in batches:
-            if rt.name not in guard.failed:
-                n += guard(rt, process_batch, rt, batch.entries, None, batch.announced,
-                           ahead_ok) or 0
-        touched.update(rt.name for rt, _ in batches)
-        for rt in guard.serving(live):  # (with a batch read ahead, the commit runs on)
-            if rt.read_ahead is None and DutyRound.settles(rt, touched, len(live)):
-                guard(rt, settle_and_tail, rt)
+                groups = [in_stream_order(batches + read_each(
+                    guard, self.reader, self.consumer, rest, self.options.batch, wait,
+                    self._announce_reads))]
+            else:  # many models: in groups within the memory bound (intake.py)
+                plan = self.plan if len(self.models) > FEW_MODELS else None
+                self.replicas.read_room = plan.room if plan is not None else 0
+                groups = read_groups(self.reader, self.consumer, rest, self.options.batch, wait,
+                                     self.connector.cluster, self._announce_reads, plan,
+                                     self.replicas.before_read, batches)
+        for group in groups:  # (one group's entries held at a time)
+            n += self._process(group, touched)
+        settle_models(guard, live, touched)  # commits landed, logs applied
         guard.came_back(live)
         self.duties.after_step(n)
         self.heap.after_step(n)
         self.replicas.hold()  # the process's resident memory within the bound
         return n
 
+    def _process(self, group: list[tuple[ModelRuntime, ReadBatch]], touched: set[str]) -> int:
+        """Process the batches of ``group`` in its order, emptying it; entries handled."""
+        n, ahead_ok = 0, not self.stopping and not self.connector.cluster
+        while group:
+            rt, batch = group.pop(0)
+            touched.add(rt.name)
+            if rt.name not in self.guard.failed:
+                n += self.guard(rt, process_batch, rt, batch.entries, None, batch.announced,
+                                ahead_ok) or 0
+        return n
+
     @property
     def _announce_reads(self) -> bool:
-        """With ordered predictions, each batch is announced in the same step as its read
-        (workers/worker/intake.py ``read_announced``)."""
+        """Ordered predictions: each batch announced as it is read (intake.py ``read_announced``)."""
         return self.options.order_wait_ms > 0
 
     def _intake(self, rt: ModelRuntime, served: list[str], duties: bool = True) -> int:
@@ -437,13 +443,7 @@ class Worker:
         """Write back what Redis lost of each model (workers/worker/restore.py); False while a
         model's group waits for the other workers' replicas (after a short wait: the step
         reads nothing meanwhile)."""
-        settling = False
-        for cfg in self.sharded.values():  # the config that records the shards
-            ensure_config(self.client, shard_spec(cfg))
-        for rt in self.models.values():
-            settling |= "settling" in restore_lost_keys(rt)
-            rt.timers.gauges.due_at_once()
-        if settling:
+        if restore_models(self.client, list(self.sharded.values()), list(self.models.values())):
             self._stop.wait(0.25)
             return False
         self.check_keys = False

@@ -38,14 +38,16 @@ import logging
 import time
 from typing import Any
 
+from streamnb_workers.replication.shards import shard_spec
 from streamnb_workers.store.keys import GROUP, ModelKeys
 from streamnb_workers.store.lua import LuaScript
-from streamnb_workers.store.model_config import ModelConfig
+from streamnb_workers.store.model_config import ModelConfig, ensure_config
 from streamnb_workers.wire.replies import as_str
 from streamnb_workers.wire.stream_ids import parse_id
 from streamnb_workers.worker.runtime import ModelRuntime
 
-__all__ = ["missing_keys", "restore_lost_keys", "restore_model_keys", "settle_ms"]
+__all__ = ["missing_keys", "restore_lost_keys", "restore_model_keys", "restore_models",
+           "settle_ms"]
 
 log = logging.getLogger("streamnb.worker")
 
@@ -187,3 +189,16 @@ def restore_lost_keys(rt: ModelRuntime) -> list[str]:
                     f" (the snapshot: this worker's replica at {replica.version})"
                     if "snapshot" in wrote else "")
     return wrote
+
+
+def restore_models(client: Any, sharded: list[ModelConfig], models: list[ModelRuntime]) -> bool:
+    """What Redis lost of every model a worker serves written back (:func:`restore_lost_keys`;
+    ``sharded``: the configs that record shards, written back first); True while a
+    model's group waits for the other workers' replicas ("settling")."""
+    for cfg in sharded:
+        ensure_config(client, shard_spec(cfg))
+    settling = False
+    for rt in models:
+        settling |= "settling" in restore_lost_keys(rt)
+        rt.timers.gauges.due_at_once()
+    return settling

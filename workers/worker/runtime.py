@@ -325,12 +325,13 @@ class ModelRuntime:
         for user in (self.replica, self.inflight, self.snapshotter, self.events, self.wire):
             user.client = client
 
-    def tail(self, batches: set[str] | None = None, block_ms: int | None = None) -> int:
+    def tail(self, batches: set[str] | None = None, block_ms: int | None = None,
+             first: list | None = None) -> int:
         """Apply the log entries after the replica's version; returns how many
-        (``batches``, ``block_ms``: see :meth:`Replica.catch_up`)."""
+        (``batches``, ``block_ms``, ``first``: see :meth:`Replica.catch_up`)."""
         before, rewinds = self.replica.applied, self.replica.rewinds
         with self.stage("apply") as apply:
-            done = self.replica.catch_up(batches=batches, block_ms=block_ms)
+            done = self.replica.catch_up(batches=batches, block_ms=block_ms, first=first)
             # (the wait for the log to grow is the ordering wait's, not the apply's)
             apply.add(-self.replica.waited_s)
             if not done:

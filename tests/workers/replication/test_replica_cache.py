@@ -243,7 +243,7 @@ def test_the_bound_holds_at_every_load_when_a_step_grows_the_rest(server, monkey
     more models than FEW_MODELS (duties in slices, settles by batch) predicts and learns
     bit for bit as one holding every replica."""
     from streamnb_workers.replication.replica import Replica
-    from streamnb_workers.worker import loop
+    from streamnb_workers.worker import intake
 
     url, full_url = server.url[:-2] + "/8", server.url[:-2] + "/9"
     size = one_replica_bytes(server.url[:-2] + "/10")
@@ -267,7 +267,7 @@ def test_the_bound_holds_at_every_load_when_a_step_grows_the_rest(server, monkey
             seen.append(resident())
         return out
 
-    read = loop.read_models
+    read = intake.read_models
 
     def read_grows(*a, **k):  # what a read brings stays until the step's end
         got = read(*a, **k)
@@ -275,7 +275,7 @@ def test_the_bound_holds_at_every_load_when_a_step_grows_the_rest(server, monkey
         return got
 
     monkeypatch.setattr(Replica, "load", checked_load)
-    monkeypatch.setattr(loop, "read_models", read_grows)
+    monkeypatch.setattr(intake, "read_models", read_grows)
     messages = {m: token_messages(24, seed=80 + i) for i, m in enumerate(MANY)}
     for chunk in range(3):
         for m in MANY:  # every model has entries in each step: a load a batch
@@ -292,6 +292,75 @@ def test_the_bound_holds_at_every_load_when_a_step_grows_the_rest(server, monkey
     for m in MANY:
         assert outputs(client, m) == outputs(f_client, m)
         assert int(client.get(ModelKeys(m).learnt)) == 24
+        if w.models[m].replica.evicted:
+            w.replicas.use(m)
+        assert stats_digest(stats_arrays(w.models[m].replica.model.stats)) == \
+            stats_digest(stats_arrays(full.models[m].replica.model.stats))
+    w.shutdown()
+    full.shutdown()
+
+
+def padded_messages(n: int, seed: int, pad: int = 400) -> list[dict]:
+    """Token messages of about 3 KiB each (``pad`` filler tokens)."""
+    out = token_messages(n, seed=seed)
+    for m in out:
+        m["tokens"] = m["tokens"] + [f"filler{j % 37}" for j in range(pad)]
+    return out
+
+
+def test_a_backlog_is_read_in_groups_within_the_bound(server, monkeypatch):
+    """A worker serving more models than FEW_MODELS reads a backlog in groups of streams
+    (workers/replication/read_plan.py), making room before each read: the stand-in RSS (the
+    held replicas, and the entries of the last read, alive until the next read) is within
+    the bound right after every read, where one read of every stream would bring the
+    whole backlog at once, past it; and it predicts and learns bit for bit as a worker
+    holding every replica."""
+    from streamnb_workers.replication.read_plan import entries_bytes
+    from streamnb_workers.worker import intake
+
+    url, full_url = server.url[:-2] + "/11", server.url[:-2] + "/12"
+    size = one_replica_bytes(server.url[:-2] + "/13")
+    floor, extra = 2**20, [0]
+    budget = floor + 4 * size  # (its 16th, the read's room, within what the floor leaves)
+    w = url_worker(url, [count_spec(m) for m in MANY], fast_options("g", replica_memory=budget))
+    full = url_worker(full_url, [count_spec(m) for m in MANY], fast_options("h", replica_memory=0))
+
+    def resident():
+        held = sum(model_nbytes(rt.replica.model) + REPLICA_OBJECTS
+                   for rt in w.models.values() if not rt.replica.evicted)
+        return floor + extra[0] + held
+
+    w.replicas.resident, w.replicas.release = resident, lambda: None
+    read, after_reads, backlog = intake.read_models, [], [0]
+
+    def read_grows(*a, **k):  # what a read brings stays until the next read
+        got = read(*a, **k)
+        if a[0] is w.reader:
+            extra[0] = sum(entries_bytes(batch.entries)[1] for _, batch in got)
+            after_reads.append(resident())
+        return got
+
+    monkeypatch.setattr(intake, "read_models", read_grows)
+    w.start()
+    full.start()
+    for i, m in enumerate(MANY):
+        part = padded_messages(20, seed=90 + i)
+        backlog[0] += entries_bytes(
+            [(b"1-0", {b"data": msgpack.packb(x, use_bin_type=True)}) for x in part])[1]
+        produce(w.connector.client(), m, part)
+        produce(full.connector.client(), m, part)
+    assert floor + backlog[0] > budget + size  # one read of it all: past the bound
+    w.run_until_idle()
+    full.run_until_idle()
+    assert after_reads and max(after_reads) <= budget, (max(after_reads), budget)
+    assert len(after_reads) > len(MANY)  # in groups, over steps
+    client, f_client = w.connector.client(), full.connector.client()
+    for m in MANY:  # batches of other sizes: the same verdicts, log-probabilities to 1e-12
+        got, want = outputs(client, m), outputs(f_client, m)
+        assert [row[:2] for row in got] == [row[:2] for row in want]
+        for (_, _, a), (_, _, b) in zip(got, want, strict=True):
+            assert a.keys() == b.keys() and all(abs(a[c] - b[c]) < 1e-12 for c in a)
+        assert int(client.get(ModelKeys(m).learnt)) == 20
         if w.models[m].replica.evicted:
             w.replicas.use(m)
         assert stats_digest(stats_arrays(w.models[m].replica.model.stats)) == \
