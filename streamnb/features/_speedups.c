@@ -64,44 +64,18 @@ lower1(Py_UCS1 c)
     return (c >= 'A' && c <= 'Z') ? (Py_UCS1)(c + 32) : c;
 }
 
-/* The next word of the one-byte text s[*i:len] as word_tokens splits and strips it:
- * white space skipped (str.split()'s, is_space1), the run up to the next white space,
- * text._PUNCT stripped from both ends, into [*start, *end) (empty for a run of
- * punctuation only); *i moves past the run. 0 once the text is done. */
-static inline int
-next_word(const Py_UCS1 *s, Py_ssize_t len, Py_ssize_t *i, Py_ssize_t *start, Py_ssize_t *end)
-{
-    Py_ssize_t j = *i;
-    while (j < len && is_space1[s[j]]) {
-        j++;
-    }
-    if (j >= len) {
-        *i = j;
-        return 0;
-    }
-    Py_ssize_t a = j;
-    while (j < len && !is_space1[s[j]]) {
-        j++;
-    }
-    Py_ssize_t b = j;
-    while (a < b && s[a] < 128 && is_punct[s[a]]) {
-        a++;
-    }
-    while (b > a && s[b - 1] < 128 && is_punct[s[b - 1]]) {
-        b--;
-    }
-    *i = j, *start = a, *end = b;
-    return 1;
-}
-
 /* Bits of word_class: what word_hashes needs to know of each character of a word. */
 #define WC_SPACE 1 /* is_space1 */
 #define WC_AT 2    /* '@' */
 #define WC_HIGH 4  /* beyond ASCII */
 static unsigned char word_class[256];
 
-/* next_word, with *flags the word_class bits of the run's characters ORed: WC_AT and
- * WC_HIGH of the word itself (text._PUNCT, stripped, is ASCII and holds no '@'). */
+/* The next word of the one-byte text s[*i:len] as word_tokens splits and strips it:
+ * white space skipped (str.split()'s, is_space1), the run up to the next white space,
+ * text._PUNCT stripped from both ends, into [*start, *end) (empty for a run of
+ * punctuation only); *i moves past the run; *flags the word_class bits of the run's
+ * characters ORed: WC_AT and WC_HIGH of the word itself (text._PUNCT, stripped, is ASCII
+ * and holds no '@'). 0 once the text is done. */
 static inline int
 next_word_flags(const Py_UCS1 *s, Py_ssize_t len, Py_ssize_t *i, Py_ssize_t *start, Py_ssize_t *end,
                 unsigned *flags)
@@ -129,6 +103,14 @@ next_word_flags(const Py_UCS1 *s, Py_ssize_t len, Py_ssize_t *i, Py_ssize_t *sta
     }
     *i = j, *start = a, *end = b, *flags = f;
     return 1;
+}
+
+/* next_word_flags without the flags. */
+static inline int
+next_word(const Py_UCS1 *s, Py_ssize_t len, Py_ssize_t *i, Py_ssize_t *start, Py_ssize_t *end)
+{
+    unsigned flags;
+    return next_word_flags(s, len, i, start, end, &flags);
 }
 
 /* next_word over the characters of a str of any kind (white space: str.split()'s, also

@@ -309,6 +309,19 @@ WIDE_PIECES = [
 wide_text = st.lists(st.sampled_from(WIDE_PIECES), max_size=40).map("".join)
 
 
+def assert_word_hashes_equal_the_rules(text, lo, hi, lower):
+    """C word_hashes against the Python word rules' tokens hashed by hashing._blake64."""
+    hi = max(lo, hi)
+    rules = WordRules(min_len=lo, max_len=hi, lowercase=lower, steps=REFERENCE_STEPS)
+    tokens: list[str] = []
+    rules.words(text, tokens)
+    out = bytearray()
+    assert C_STEPS.word_hashes(text, lo, hi, out, lower) == len(tokens)
+    assert np.frombuffer(bytes(out), dtype=np.uint64).tolist() == [
+        hashing._blake64(t) for t in tokens
+    ]
+
+
 @needs_speedups
 @settings(max_examples=1500, deadline=None)
 @given(
@@ -320,15 +333,7 @@ wide_text = st.lists(st.sampled_from(WIDE_PIECES), max_size=40).map("".join)
 def test_word_hashes_equal_the_python_word_rules(text, lo, hi, lower):
     """The C word_hashes on any text (Latin-1 or beyond) against the Python word rules,
     their tokens hashed by hashing._blake64 (keyed BLAKE2b), not read from the table."""
-    hi = max(lo, hi)
-    rules = WordRules(min_len=lo, max_len=hi, lowercase=lower, steps=REFERENCE_STEPS)
-    tokens: list[str] = []
-    rules.words(text, tokens)
-    out = bytearray()
-    assert C_STEPS.word_hashes(text, lo, hi, out, lower) == len(tokens)
-    assert np.frombuffer(bytes(out), dtype=np.uint64).tolist() == [
-        hashing._blake64(t) for t in tokens
-    ]
+    assert_word_hashes_equal_the_rules(text, lo, hi, lower)
 
 
 LATIN1_PIECES = [
@@ -365,15 +370,7 @@ latin1_text = st.lists(st.sampled_from(LATIN1_PIECES), max_size=40).map("".join)
 def test_word_hashes_of_odd_latin1_words(text, lo, hi, lower):
     """Odd words of Latin-1 text (long, with '@', beyond ASCII), hashed on their characters
     in C, against the Python word rules' tokens hashed by hashing._blake64."""
-    hi = max(lo, hi)
-    rules = WordRules(min_len=lo, max_len=hi, lowercase=lower, steps=REFERENCE_STEPS)
-    tokens: list[str] = []
-    rules.words(text, tokens)
-    out = bytearray()
-    assert C_STEPS.word_hashes(text, lo, hi, out, lower) == len(tokens)
-    assert np.frombuffer(bytes(out), dtype=np.uint64).tolist() == [
-        hashing._blake64(t) for t in tokens
-    ]
+    assert_word_hashes_equal_the_rules(text, lo, hi, lower)
 
 
 URL_PIECES = [

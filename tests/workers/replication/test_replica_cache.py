@@ -235,6 +235,25 @@ def test_the_bound_counts_the_process_memory_besides_the_replicas(server):
 MANY = [f"many{i}" for i in range(12)]  # more than FEW_MODELS: duties in slices
 
 
+def bounded_and_full_workers(server, db: int, floor: int, extra: list, budget_of):
+    """A worker of MANY under the budget ``floor + budget_of(replica size)`` whose RSS is
+    the floor, ``extra[0]`` and the replicas it holds, and one holding every replica
+    (databases db, db + 1; db + 2 sizes one replica)."""
+    url, full_url = server.url[:-2] + f"/{db}", server.url[:-2] + f"/{db + 1}"
+    size = one_replica_bytes(server.url[:-2] + f"/{db + 2}")
+    budget = floor + budget_of(size)
+    w = url_worker(url, [count_spec(m) for m in MANY], fast_options("g", replica_memory=budget))
+    full = url_worker(full_url, [count_spec(m) for m in MANY], fast_options("h", replica_memory=0))
+
+    def resident():
+        held = sum(model_nbytes(rt.replica.model) + REPLICA_OBJECTS
+                   for rt in w.models.values() if not rt.replica.evicted)
+        return floor + extra[0] + held
+
+    w.replicas.resident, w.replicas.release = resident, lambda: None
+    return w, full, size, budget
+
+
 def test_the_bound_holds_at_every_load_when_a_step_grows_the_rest(server, monkeypatch):
     """Within a step the rest of the process grows (here a stand-in: the step's read adds
     a replica's size until the step ends): the worker measures it before each load and
@@ -245,26 +264,15 @@ def test_the_bound_holds_at_every_load_when_a_step_grows_the_rest(server, monkey
     from streamnb_workers.replication.replica import Replica
     from streamnb_workers.worker import intake
 
-    url, full_url = server.url[:-2] + "/8", server.url[:-2] + "/9"
-    size = one_replica_bytes(server.url[:-2] + "/10")
     floor, extra = 50 * 2**20, [0]
-    budget = floor + int(3.5 * size)
-    w = url_worker(url, [count_spec(m) for m in MANY], fast_options("g", replica_memory=budget))
-    full = url_worker(full_url, [count_spec(m) for m in MANY], fast_options("h", replica_memory=0))
-
-    def resident():
-        held = sum(model_nbytes(rt.replica.model) + REPLICA_OBJECTS
-                   for rt in w.models.values() if not rt.replica.evicted)
-        return floor + extra[0] + held
-
-    w.replicas.resident, w.replicas.release = resident, lambda: None
+    w, full, size, budget = bounded_and_full_workers(server, 8, floor, extra, lambda size: int(3.5 * size))
     seen = []
     load = Replica.load
 
     def checked_load(self, *a, **k):
         out = load(self, *a, **k)
         if self.keys.name in w.models:
-            seen.append(resident())
+            seen.append(w.replicas.resident())
         return out
 
     read = intake.read_models
@@ -283,7 +291,7 @@ def test_the_bound_holds_at_every_load_when_a_step_grows_the_rest(server, monkey
             produce(w.connector.client(), m, part)
             produce(full.connector.client(), m, part)
         while w.step(20):
-            assert resident() <= budget
+            assert w.replicas.resident() <= budget
         full.run_until_idle()
     w.run_until_idle()
     assert seen and max(seen) <= budget, (max(seen), budget)
@@ -318,26 +326,16 @@ def test_a_backlog_is_read_in_groups_within_the_bound(server, monkeypatch):
     from streamnb_workers.replication.read_plan import entries_bytes
     from streamnb_workers.worker import intake
 
-    url, full_url = server.url[:-2] + "/11", server.url[:-2] + "/12"
-    size = one_replica_bytes(server.url[:-2] + "/13")
     floor, extra = 2**20, [0]
-    budget = floor + 4 * size  # (its 16th, the read's room, within what the floor leaves)
-    w = url_worker(url, [count_spec(m) for m in MANY], fast_options("g", replica_memory=budget))
-    full = url_worker(full_url, [count_spec(m) for m in MANY], fast_options("h", replica_memory=0))
-
-    def resident():
-        held = sum(model_nbytes(rt.replica.model) + REPLICA_OBJECTS
-                   for rt in w.models.values() if not rt.replica.evicted)
-        return floor + extra[0] + held
-
-    w.replicas.resident, w.replicas.release = resident, lambda: None
+    # (the budget's 16th, the read's room, within what the floor leaves)
+    w, full, size, budget = bounded_and_full_workers(server, 11, floor, extra, lambda size: 4 * size)
     read, after_reads, backlog = intake.read_models, [], [0]
 
     def read_grows(*a, **k):  # what a read brings stays until the next read
         got = read(*a, **k)
         if a[0] is w.reader:
             extra[0] = sum(entries_bytes(batch.entries)[1] for _, batch in got)
-            after_reads.append(resident())
+            after_reads.append(w.replicas.resident())
         return got
 
     monkeypatch.setattr(intake, "read_models", read_grows)
