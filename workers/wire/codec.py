@@ -64,11 +64,16 @@ __all__ = [
 #: The one stream field that holds a message's msgpack map.
 DATA_FIELD = "data"
 
-_KNOWN_KEYS = frozenset(PAYLOAD_KINDS) | {"id", "label", "weight", "ts", "ref", "meta", "key",
-                                          "forget", "forget_class", "promote", "source",
-                                          "forget_source", "force"}
-
-
+#: Each known key's slot in :func:`decode_input`'s one pass: the fields, then one slot
+#: shared by the three that make a class removal (and ``force``, theirs), then the payloads.
+_FIELD_KEYS = ("id", "label", "weight", "ts", "meta", "key", "source", "forget", "ref")
+_SLOTS = {k: i for i, k in enumerate(_FIELD_KEYS)}
+_SLOTS.update(dict.fromkeys(("forget_class", "promote", "forget_source"), len(_FIELD_KEYS)))
+_SLOTS["force"] = len(_FIELD_KEYS) + 1
+_FIRST_PAYLOAD = len(_FIELD_KEYS) + 2
+_SLOTS.update({k: _FIRST_PAYLOAD + i for i, k in enumerate(PAYLOAD_KINDS)})
+_NSLOTS = _FIRST_PAYLOAD + len(PAYLOAD_KINDS)
+_KNOWN_KEYS = frozenset(_SLOTS)
 
 
 @dataclass(slots=True)
@@ -166,85 +171,119 @@ def decode_input(
     Raises only :class:`MalformedMessage`. ``expected_dim``, when given, is the length
     an ``x`` payload must have (``wrong_dimension`` otherwise).
     """
-    if isinstance(data, str):
-        raise MalformedMessage("not_msgpack", "the data field must be bytes, got str")
-    if not isinstance(data, (bytes, bytearray, memoryview)):
-        raise MalformedMessage("not_msgpack", f"the data field must be bytes, got {type(data).__name__}")
+    if type(data) is not bytes:
+        if isinstance(data, str):
+            raise MalformedMessage("not_msgpack", "the data field must be bytes, got str")
+        if not isinstance(data, (bytes, bytearray, memoryview)):
+            raise MalformedMessage(
+                "not_msgpack", f"the data field must be bytes, got {type(data).__name__}"
+            )
+        data = bytes(data)
     if len(data) > limits.max_message_bytes:
         raise MalformedMessage(
             "too_large", f"message has {len(data)} bytes, the limit is {limits.max_message_bytes}"
         )
-    data = bytes(data)
     # A tokens array is hashed from the entry's bytes, the rest of the map decoded by
     # msgpack; any entry the C step declines is msgpack's as a whole.
-    split = split_tokens(data, max_tokens=min(limits.max_tokens, limits.max_array_len),
-                         max_str_len=limits.max_str_len, max_map_len=limits.max_map_len)
+    split = split_tokens(
+        data,
+        max_tokens=min(limits.max_tokens, limits.max_array_len),
+        max_str_len=limits.max_str_len,
+        max_map_len=limits.max_map_len,
+    )
     if split is None:
         obj = _unpack(data, limits)
     else:
         obj = _unpack(split[0], limits)
         obj["tokens"] = split[1]
-    if not isinstance(obj, dict):
+    if type(obj) is not dict:
         raise MalformedMessage("not_a_map", f"expected a msgpack map, got {type(obj).__name__}")
 
-    unknown = len(obj.keys() - _KNOWN_KEYS)
-    if obj.get("forget_class") is not None or obj.get("promote") is not None or \
-            obj.get("forget_source") is not None:
+    # One pass over the map: each known key's value (None kept as absent) into its slot.
+    vals = [None] * _NSLOTS
+    unknown = npayloads = 0
+    kind = None
+    for k, v in obj.items():
+        i = _SLOTS.get(k)
+        if i is None:
+            unknown += 1
+        elif v is not None:
+            vals[i] = v
+            if i >= _FIRST_PAYLOAD:
+                npayloads += 1
+                kind = k
+    msg_id, label, weight, ts, meta, key, source, forget, ref, special = vals[: _FIRST_PAYLOAD - 1]
+    if special is not None:
         return _class_removal(obj, entry_id, limits, unknown)
-    present = [k for k in PAYLOAD_KINDS if obj.get(k) is not None]
-    ref = obj.get("ref")
-    if ref is not None and (not isinstance(ref, str) or not ref or len(ref) > limits.max_id_len):
-        raise MalformedMessage("bad_type", f"ref must be a non-empty str of at most {limits.max_id_len} characters")
-    if len(present) > 1 or (present and ref is not None):
-        keys = present + (["ref"] if ref is not None else [])
+    if ref is not None and (type(ref) is not str or not ref or len(ref) > limits.max_id_len):
+        raise MalformedMessage(
+            "bad_type", f"ref must be a non-empty str of at most {limits.max_id_len} characters"
+        )
+    if npayloads > 1 or (npayloads and ref is not None):
+        keys = [k for k in PAYLOAD_KINDS if obj.get(k) is not None]
+        keys += ["ref"] if ref is not None else []
         raise MalformedMessage("several_payloads", f"expected one payload, got {', '.join(keys)}")
 
-    msg_id = obj.get("id")
     if msg_id is None:
         msg_id = entry_id
+    elif type(msg_id) is str:
+        if not msg_id or len(msg_id) > limits.max_id_len:
+            raise MalformedMessage(
+                "bad_type", f"id must be a non-empty str of at most {limits.max_id_len} characters"
+            )
     elif isinstance(msg_id, int) and not isinstance(msg_id, bool):
         msg_id = str(msg_id)
-    elif not isinstance(msg_id, str) or not msg_id or len(msg_id) > limits.max_id_len:
-        raise MalformedMessage("bad_type", f"id must be a non-empty str of at most {limits.max_id_len} characters")
+    else:
+        raise MalformedMessage(
+            "bad_type", f"id must be a non-empty str of at most {limits.max_id_len} characters"
+        )
 
-    label = label_field(obj.get("label"), limits)
-    weight = weight_field(obj.get("weight"), limits)
-    ts = obj.get("ts")
+    if label is not None:
+        label = label_field(label, limits)
+    weight = 1.0 if weight is None else weight_field(weight, limits)
     if ts is not None:
         if not is_number(ts):
-            raise MalformedMessage("bad_type", f"ts must be a number (unix seconds), got {type(ts).__name__}")
+            raise MalformedMessage(
+                "bad_type", f"ts must be a number (unix seconds), got {type(ts).__name__}"
+            )
         ts = float(ts)
         if not math.isfinite(ts):
             raise MalformedMessage("non_finite", f"ts is {ts}")
-    meta = obj.get("meta")
     if meta is not None and not isinstance(meta, dict):
         raise MalformedMessage("bad_type", f"meta must be a map, got {type(meta).__name__}")
 
-    key = obj.get("key")
     if key is not None and (not isinstance(key, str) or not key or len(key) > MAX_KEY_CHARS):
-        raise MalformedMessage("bad_type", f"key must be a non-empty str of at most {MAX_KEY_CHARS} characters")
-    source = obj.get("source")
+        raise MalformedMessage(
+            "bad_type", f"key must be a non-empty str of at most {MAX_KEY_CHARS} characters"
+        )
     if source is not None:
         source = source_field(source)
-    forget = obj.get("forget")
     if forget is not None and not isinstance(forget, bool):
         raise MalformedMessage("bad_type", f"forget must be a boolean, got {type(forget).__name__}")
     if forget:
-        if not present:
-            raise MalformedMessage("no_payload", "a forget carries the payload learnt (and may "
-                                   "name its key): the statistics to subtract are made from it")
+        if not npayloads:
+            raise MalformedMessage(
+                "no_payload",
+                "a forget carries the payload learnt (and may "
+                "name its key): the statistics to subtract are made from it",
+            )
         label = None  # what is unlearnt is what was recorded for the key
 
-    if not present:
+    if not npayloads:
         if ref is None:
-            raise MalformedMessage("no_payload", f"expected one of {', '.join(PAYLOAD_KINDS)} (or ref + label)")
+            raise MalformedMessage(
+                "no_payload", f"expected one of {', '.join(PAYLOAD_KINDS)} (or ref + label)"
+            )
         if label is None:
             raise MalformedMessage("bad_label", "a ref message must carry a label")
-        kind, payload = None, None
+        payload = None
     else:
-        kind = present[0]
         value = obj[kind]
-        if kind == "raw":
+        if kind == "tokens":
+            payload = tokens_field(value, limits)
+        elif kind == "hashes":
+            payload = hashes_field(value, limits)
+        elif kind == "raw":
             if isinstance(value, str):  # producers whose msgpack writes str for everything
                 value = value.encode("utf-8", "surrogatepass")
             if not isinstance(value, bytes):
@@ -254,31 +293,26 @@ def decode_input(
             if not isinstance(value, str):
                 raise MalformedMessage("bad_type", f"text must be str, got {type(value).__name__}")
             payload = value
-        elif kind == "tokens":
-            payload = tokens_field(value, limits)
-        elif kind == "hashes":
-            payload = hashes_field(value, limits)
         elif kind == "features":
             payload = features_field(value, limits)
         else:
             payload = vector_field(value, limits, expected_dim)
-
-    if kind is not None and (label is not None or forget):
-        key = message_key(payload, kind, key)
+        if label is not None or forget:
+            key = message_key(payload, kind, key)
     return InputMessage(
-        entry_id=entry_id,
-        id=msg_id,
-        payload_kind=kind,
-        payload=payload,
-        label=label,
-        weight=weight,
-        ts=ts,
-        ref=ref,
-        meta=meta,
-        unknown_keys=unknown,
-        key=key,
-        forget=bool(forget),
-        source=source,
+        entry_id,
+        msg_id,
+        kind,
+        payload,
+        label,
+        weight,
+        ts,
+        ref,
+        meta,
+        unknown,
+        key,
+        forget is True,
+        source,
     )
 
 
@@ -293,12 +327,15 @@ def _class_removal(obj: dict, entry_id: str, limits: Limits, unknown: int) -> In
     ...
     streamnb.exceptions.MalformedMessage: several_payloads: forget_class goes alone, without text
     """
-    extra = [k for k in (*PAYLOAD_KINDS, "ref", "label", "weight", "key", "forget", "meta",
-                         "source")
-             if obj.get(k) is not None]
+    extra = [
+        k
+        for k in (*PAYLOAD_KINDS, "ref", "label", "weight", "key", "forget", "meta", "source")
+        if obj.get(k) is not None
+    ]
     if extra:
-        raise MalformedMessage("several_payloads",
-                               f"forget_class goes alone, without {', '.join(extra)}")
+        raise MalformedMessage(
+            "several_payloads", f"forget_class goes alone, without {', '.join(extra)}"
+        )
     spec, gone = obj.get("promote"), obj.get("forget_source")
     if not isinstance(obj.get("force", False), bool):
         raise MalformedMessage("bad_type", "force must be a bool")
@@ -319,13 +356,23 @@ def _class_removal(obj: dict, entry_id: str, limits: Limits, unknown: int) -> In
     if isinstance(msg_id, int) and not isinstance(msg_id, bool):
         msg_id = str(msg_id)
     if not isinstance(msg_id, str) or not msg_id or len(msg_id) > limits.max_id_len:
-        raise MalformedMessage("bad_type", f"id must be a non-empty str of at most {limits.max_id_len} characters")
+        raise MalformedMessage(
+            "bad_type", f"id must be a non-empty str of at most {limits.max_id_len} characters"
+        )
     ts = obj.get("ts")
     if ts is not None and not (is_number(ts) and math.isfinite(float(ts))):
         raise MalformedMessage("bad_type", "ts must be a finite number (unix seconds)")
-    return InputMessage(entry_id=entry_id, id=msg_id, payload_kind=None, payload=None,
-                        ts=None if ts is None else float(ts), unknown_keys=unknown,
-                        forget_class=label, promote=spec, forget_source=gone)
+    return InputMessage(
+        entry_id=entry_id,
+        id=msg_id,
+        payload_kind=None,
+        payload=None,
+        ts=None if ts is None else float(ts),
+        unknown_keys=unknown,
+        forget_class=label,
+        promote=spec,
+        forget_source=gone,
+    )
 
 
 # ---------------------------------------------------------------------------- encoding
@@ -345,4 +392,3 @@ def encode_input(payload_kind: str, payload: Any, **fields: Any) -> bytes:
         payload = np.asarray(payload, dtype="<u8").tobytes()
     # (msgpack, bin type for bytes: a Packer kept per thread)
     return dumps({payload_kind: payload, **{k: v for k, v in fields.items() if v is not None}})
-
