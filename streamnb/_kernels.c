@@ -832,6 +832,15 @@ pack_items(packbuf_t *b, PyObject *seq, int depth)
     return 0;
 }
 
+/* A msgpack float 64 (0xcb, big-endian bits). */
+static inline int
+pack_double(packbuf_t *b, double d)
+{
+    union { double d; uint64_t u; } v;
+    v.d = d;
+    return pack_be(b, 0xcb, v.u, 8);
+}
+
 static int
 pack_obj(packbuf_t *b, PyObject *o, int depth)
 {
@@ -844,9 +853,7 @@ pack_obj(packbuf_t *b, PyObject *o, int depth)
         return pack_str(b, o);
     }
     if (PyFloat_CheckExact(o)) {
-        union { double d; uint64_t u; } v;
-        v.d = PyFloat_AS_DOUBLE(o);
-        return pack_be(b, 0xcb, v.u, 8);
+        return pack_double(b, PyFloat_AS_DOUBLE(o));
     }
     if (o == Py_None) {
         return pack_be(b, 0xc0, 0, 0);
@@ -858,9 +865,7 @@ pack_obj(packbuf_t *b, PyObject *o, int depth)
         return pack_long(b, o);
     }
     if (PyFloat_Check(o)) {
-        union { double d; uint64_t u; } v;
-        v.d = PyFloat_AS_DOUBLE(o);
-        return pack_be(b, 0xcb, v.u, 8);
+        return pack_double(b, PyFloat_AS_DOUBLE(o));
     }
     if (PyBytes_Check(o) || PyByteArray_Check(o)) {
         Py_ssize_t n = PyBytes_Check(o) ? PyBytes_GET_SIZE(o) : PyByteArray_GET_SIZE(o);

@@ -151,20 +151,10 @@ def verdict_output(msg: InputMessage, v: Any, model_version: int | str, worker: 
                    was: str | int | None = None, challenger: dict | None = None) -> bytes:
     """:func:`output_for` of a worker's verdict ``v`` (workers/worker/batch.py ``Verdict``:
     its label, log posteriors, score, threshold, probability, prior and explanation)."""
-    if _PACK_MAP is None:
-        return output_for(msg, v.label, v.log_proba, model_version, worker, learned=learned,
-                          score=v.score, reason=reason, explain=v.explanation, was=was,
-                          threshold=v.threshold, proba=v.proba, challenger=challenger,
-                          prior=v.prior)
-    true_label = msg.label
-    if true_label is None:  # (learned and reason only for autolearn; was never)
-        was = None
-        if reason != "autolearnt":
-            learned = reason = None
-    return _packed(msg.id, msg.entry_id, v.label, v.log_proba, model_version, worker, true_label,
-                   bool(learned) if true_label is not None or learned is not None else None,
-                   reason, was, msg.meta, v.score, v.explanation, v.threshold, v.proba, v.prior,
-                   challenger)
+    return output_for(msg, v.label, v.log_proba, model_version, worker, learned=learned,
+                      score=v.score, reason=reason, explain=v.explanation, was=was,
+                      threshold=v.threshold, proba=v.proba, challenger=challenger,
+                      prior=v.prior)
 
 
 def _packed(id: str, entry: str, label: Any, log_proba: dict, model_version: Any, worker: str,

@@ -167,10 +167,9 @@ def decode_entries(entries: Sequence[tuple[Any, Any]], deliveries: dict[str, int
     messages: list[tuple[str, InputMessage, bytes]] = []
     unknown = 0
     for entry_id, fields in entries:
-        eid = entry_id.decode() if type(entry_id) is bytes else as_str(entry_id)
+        eid = as_str(entry_id)
         order.append(eid)
-        data = fields.get(b"data") if type(fields) is dict else None  # (a worker's own reply)
-        data = entry_field(fields, DATA_FIELD) if data is None else data
+        data = entry_field(fields, DATA_FIELD)
         n_deliv = deliveries.get(eid, 1) if deliveries else 1
         if n_deliv > max_deliveries:
             dead.append(Dead(eid, "poison", f"delivered {n_deliv} times, the limit is "

@@ -142,6 +142,7 @@ def tail_many(rts: list[ModelRuntime]) -> None:
     their first reads (``Replica.tail_commands``) in one round trip each
     :data:`BEATS_A_PIPELINE` models."""
     held = [rt for rt in rts if not rt.replica.evicted]
+    replicas = held[0].replicas if held else None  # (the worker's cache, shared)
     for j in range(0, len(held), BEATS_A_PIPELINE):  # (each reply holds the last entry applied)
         chunk = held[j:j + BEATS_A_PIPELINE]
         pipe = chunk[0].client.pipeline(transaction=False)
@@ -151,8 +152,8 @@ def tail_many(rts: list[ModelRuntime]) -> None:
         for i, rt in enumerate(chunk):
             first = replies[3 * i:3 * i + 3]
             rt.tail(first=None if any(isinstance(r, Exception) for r in first) else first)
-        if rt.replicas is not None:  # what the deltas applied grew, measured: evictions
-            rt.replicas.before_read()
+        if replicas is not None:  # what the deltas applied grew, measured: evictions
+            replicas.before_read()
 
 
 def housekeeping(rt: ModelRuntime, served: list[str], now: float | None = None) -> None:

@@ -235,6 +235,15 @@ def test_the_bound_counts_the_process_memory_besides_the_replicas(server):
 MANY = [f"many{i}" for i in range(12)]  # more than FEW_MODELS: duties in slices
 
 
+def assert_same_stats(w, full, m: str) -> None:
+    """Model ``m``'s statistics in the bounded worker ``w`` (loaded again if evicted) are
+    those of the worker ``full`` holding every replica."""
+    if w.models[m].replica.evicted:
+        w.replicas.use(m)
+    assert stats_digest(stats_arrays(w.models[m].replica.model.stats)) == \
+        stats_digest(stats_arrays(full.models[m].replica.model.stats))
+
+
 def bounded_and_full_workers(server, db: int, floor: int, extra: list, budget_of):
     """A worker of MANY under the budget ``floor + budget_of(replica size)`` whose RSS is
     the floor, ``extra[0]`` and the replicas it holds, and one holding every replica
@@ -300,10 +309,7 @@ def test_the_bound_holds_at_every_load_when_a_step_grows_the_rest(server, monkey
     for m in MANY:
         assert outputs(client, m) == outputs(f_client, m)
         assert int(client.get(ModelKeys(m).learnt)) == 24
-        if w.models[m].replica.evicted:
-            w.replicas.use(m)
-        assert stats_digest(stats_arrays(w.models[m].replica.model.stats)) == \
-            stats_digest(stats_arrays(full.models[m].replica.model.stats))
+        assert_same_stats(w, full, m)
     w.shutdown()
     full.shutdown()
 
@@ -359,9 +365,6 @@ def test_a_backlog_is_read_in_groups_within_the_bound(server, monkeypatch):
         for (_, _, a), (_, _, b) in zip(got, want, strict=True):
             assert a.keys() == b.keys() and all(abs(a[c] - b[c]) < 1e-12 for c in a)
         assert int(client.get(ModelKeys(m).learnt)) == 20
-        if w.models[m].replica.evicted:
-            w.replicas.use(m)
-        assert stats_digest(stats_arrays(w.models[m].replica.model.stats)) == \
-            stats_digest(stats_arrays(full.models[m].replica.model.stats))
+        assert_same_stats(w, full, m)
     w.shutdown()
     full.shutdown()
