@@ -58,11 +58,24 @@ def slot_of(key: str) -> int:
     return crc % 16384
 
 
+def _below_ephemeral() -> tuple[int, int]:
+    """The ports a node may take so that it and its bus port (+10000) lie below the
+    kernel's ephemeral range: a client socket of another test cannot take either."""
+    try:
+        low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 32768
+    return 10000, max(low - 10001, 11000)
+
+
 def cluster_ports(n: int) -> list[int]:
-    """``n`` ports whose cluster bus port (+10000) is free too."""
+    """``n`` ports whose cluster bus port (+10000) is free too, both outside the
+    ephemeral range (a node's bus port taken between this check and its start
+    aborts the node)."""
+    first, last = _below_ephemeral()
     ports: list[int] = []
     while len(ports) < n:
-        p = random.randint(20000, 50000)
+        p = random.randint(first, last)
         try:
             for q in (p, p + 10000):
                 with socket.socket() as s:

@@ -26,6 +26,10 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+class PortTaken(RuntimeError):
+    """redis-server exited because another process holds its port."""
+
+
 class RedisServer:
     """A redis-server child process on 127.0.0.1:<free port>, data in a temp dir.
 
@@ -38,6 +42,7 @@ class RedisServer:
         if REDIS_SERVER is None:
             raise RuntimeError("redis-server is not on PATH")
         self.port = port or free_port()
+        self._port_chosen_here = port is None
         self._own_dir = dir is None
         self.dir = Path(dir or tempfile.mkdtemp(prefix="streamnb-redis-"))
         self.appendfsync = appendfsync
@@ -59,15 +64,32 @@ class RedisServer:
         return a + self.extra
 
     def start(self, timeout: float = 10.0) -> RedisServer:
+        """Start the server and wait for PING. A port chosen here and taken by another
+        process before the first start is given up for a new one, twice at most."""
+        for attempt in range(3):
+            try:
+                return self._start_once(timeout)
+            except PortTaken:
+                if not self._port_chosen_here or attempt == 2:
+                    raise
+                self.port = free_port()
+        raise AssertionError("unreachable")
+
+    def _start_once(self, timeout: float) -> RedisServer:
+        log = self.dir / "redis.log"
         self.proc = subprocess.Popen(self.args(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 err = self.proc.stderr.read().decode(errors="replace") if self.proc.stderr else ""
-                log = (self.dir / "redis.log")
-                raise RuntimeError(f"redis-server exited: {err} {log.read_text() if log.exists() else ''}")
+                text = f"{err} {log.read_text() if log.exists() else ''}"
+                self.proc = None
+                if "Address already in use" in text:
+                    raise PortTaken(f"redis-server could not listen on {self.port}: {text}")
+                raise RuntimeError(f"redis-server exited: {text}")
             try:
                 if self.client().ping():
+                    self._port_chosen_here = False
                     return self
             except (redis.ConnectionError, redis.BusyLoadingError):
                 time.sleep(0.05)
