@@ -20,7 +20,7 @@ True
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Container, Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -194,17 +194,20 @@ class Featurizer:
             raise row
         return row
 
-    def featurize_batch(self, payloads: Sequence[Payload]) -> list[Row | MalformedMessage]:
+    def featurize_batch(self, payloads: Sequence[Payload], keep_tokens: Container[int] = ()
+                        ) -> list[Row | MalformedMessage]:
         """Each payload -> its :class:`Row`, in order; a payload that cannot be featurized
         gets its :class:`~streamnb.exceptions.MalformedMessage` in its place (the others
-        are unaffected). With binary counts, the tokens of raw mail and text are hashed as
-        soon as they are made (:meth:`TokenHasher.hashes_of`, while they are still in the
-        CPU's caches; the word tokens of raw mail as the tokenizer finds them,
+        are unaffected). The rows of the raw and text payloads at the positions in
+        ``keep_tokens`` also hold their tokens (:attr:`Row.tokens`: what :meth:`tokens`
+        gives, made in the same pass). With binary counts, the tokens of raw mail and text
+        are hashed as soon as they are made (:meth:`TokenHasher.hashes_of`, while they are
+        still in the CPU's caches; the word tokens of raw mail as the tokenizer finds them,
         :meth:`MailTokenizer.analyse` with ``hash_words``), the token lists of tokens
         payloads in one pass (:meth:`TokenHasher.hash_unique_many`; tokens hashed as they
         came on the wire, :class:`~streamnb.features.wire_tokens.WireTokens`, bring their
-        hashes), and every payload's
-        hashes masked and sorted in one (:meth:`TokenHasher.unique_buckets_many`).
+        hashes), and every payload's hashes masked and sorted in one
+        (:meth:`TokenHasher.unique_buckets_many`).
 
         >>> f = Featurizer(bits=10)
         >>> out = f.featurize_batch([Payload("tokens", ["cheap", "meds", "cheap"]),
@@ -215,7 +218,8 @@ class Featurizer:
         out: list[Row | MalformedMessage | None] = [None] * len(payloads)
         binary = self.input == "sparse" and self.counts == "binary"
         listed: list[tuple[int, list[str], np.ndarray | None]] = []  # tokens payloads
-        hashed: list[tuple[int, np.ndarray, np.ndarray | None, int]] = []  # (i, hashes, meta, n)
+        # (i, hashes, meta, n, the tokens where kept)
+        hashed: list[tuple[int, np.ndarray, np.ndarray | None, int, list[str] | None]] = []
         for i, (kind, value) in enumerate(payloads):
             try:
                 if self.input == "dense" or kind in ("x", "features") or kind not in PAYLOAD_KINDS:
@@ -224,17 +228,20 @@ class Featurizer:
                     n = len(value)
                     value = value.hashes if kind == "tokens" else np.asarray(value, dtype=np.uint64)
                     if binary:
-                        hashed.append((i, value, text_meta("", n) if self.meta else None, n))
+                        hashed.append((i, value, text_meta("", n) if self.meta else None, n, None))
                     else:
                         out[i] = self._hashes_row(value)
                 elif not binary:
                     tokens, meta, _, n = self._tokens_and_meta(kind, value)
-                    out[i] = self._counted_row(*self.hasher.hash_counts(tokens), meta, n)
+                    out[i] = row = self._counted_row(*self.hasher.hash_counts(tokens), meta, n)
+                    row.tokens = tokens if i in keep_tokens and kind != "tokens" else None
                 elif kind == "tokens":
                     listed.append((i, value, self._no_text_meta(len(value))))
                 else:
-                    tokens, meta, more, n = self._tokens_and_meta(kind, value, hash_words=True)
-                    hashed.append((i, self.hasher.hashes_of(tokens, more), meta, n))
+                    keep = i in keep_tokens
+                    tokens, meta, more, n = self._tokens_and_meta(kind, value, hash_words=not keep)
+                    hashed.append((i, self.hasher.hashes_of(tokens, more), meta, n,
+                                   tokens if keep else None))
             except MalformedMessage as exc:
                 out[i] = exc
         if listed:
@@ -242,10 +249,10 @@ class Featurizer:
             for (i, tokens, meta), idx, ones in zip(listed, unique, ones_like(unique), strict=True):
                 out[i] = Row(indices=idx, values=ones, meta=meta, n_tokens=len(tokens), binary=True)
         if hashed:
-            sizes = np.array([h.size for _, h, _, _ in hashed], dtype=np.int64)
-            unique = self.hasher.unique_buckets_many(np.concatenate([h for _, h, _, _ in hashed]), sizes)
-            for (i, _, meta, n), idx, ones in zip(hashed, unique, ones_like(unique), strict=True):
-                out[i] = Row(indices=idx, values=ones, meta=meta, n_tokens=n, binary=True)
+            sizes = np.array([h[1].size for h in hashed], dtype=np.int64)
+            unique = self.hasher.unique_buckets_many(np.concatenate([h[1] for h in hashed]), sizes)
+            for (i, _, meta, n, kept), idx, ones in zip(hashed, unique, ones_like(unique), strict=True):
+                out[i] = Row(indices=idx, values=ones, meta=meta, n_tokens=n, binary=True, tokens=kept)
         return out  # type: ignore[return-value]
 
     def transform_payloads(self, payloads: Sequence[Payload]) -> Any:

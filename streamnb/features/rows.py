@@ -44,6 +44,10 @@ class Row:
     n_tokens: int = 0
     #: The values are all 1, as made (binary counts): :meth:`to_bytes` need not look.
     binary: bool = False
+    #: The message's tokens, where :meth:`Featurizer.featurize_batch
+    #: <streamnb.features.featurizer.Featurizer.featurize_batch>` was asked to keep them
+    #: (``keep_tokens``); else None. Not part of the row's value: neither encoded nor compared.
+    tokens: list[str] | None = None
 
     @property
     def is_dense(self) -> bool:

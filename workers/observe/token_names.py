@@ -90,9 +90,19 @@ class TokenNames:
         >>> names.sample(4), names.sample(4)
         ([2], [1])
         """
-        first = (-(self.offered + 1)) % self.every
+        positions = self.upcoming(n)
         self.offered += n
-        return list(range(first, n, self.every))
+        return positions
+
+    def upcoming(self, n: int) -> list[int]:
+        """The positions :meth:`sample` of ``n`` would give now, without taking them (which
+        messages of a batch to keep the tokens of while featurizing it).
+
+        >>> names = TokenNames(10, every=3)
+        >>> names.upcoming(4), names.upcoming(4), names.sample(4)
+        ([2], [2], [2])
+        """
+        return list(range((-(self.offered + 1)) % self.every, n, self.every))
 
     def add(self, tokens: Iterable[str], distinct: bool = False) -> None:
         """Count one message's names (each once; ``distinct``: ``tokens`` holds each once

@@ -194,9 +194,10 @@ def decode_entries(entries: Sequence[tuple[Any, Any]], deliveries: dict[str, int
     return Decoded(order, messages, dead, unknown, frozenset(untaught))
 
 
-def featurize(featurizer: Any, decoded: Decoded) -> Featurized:
+def featurize(featurizer: Any, decoded: Decoded, keep_tokens: Sequence[int] = ()) -> Featurized:
     """Featurize the messages with a payload; label-only messages become refs. A message
-    the featurizer refuses is a dead letter."""
+    the featurizer refuses is a dead letter. The rows of the items at ``keep_tokens`` (their
+    positions if none is refused) keep their tokens (``Row.tokens``, for the token names)."""
     refs: list[LabelRef] = []
     ref_data: dict[str, bytes] = {}
     payload = []
@@ -213,7 +214,9 @@ def featurize(featurizer: Any, decoded: Decoded) -> Featurized:
     dead = list(decoded.dead)
     items: list[Item] = []
     forgets: list[Item] = []
-    rows = featurizer.featurize_batch([Payload(msg.payload_kind, msg.payload) for _, msg, _ in payload])
+    at = [j for j, (_, msg, _) in enumerate(payload) if not msg.forget]  # each item's position
+    rows = featurizer.featurize_batch([Payload(msg.payload_kind, msg.payload) for _, msg, _ in payload],
+                                      {at[k] for k in keep_tokens if k < len(at)})
     for (eid, msg, data), row in zip(payload, rows, strict=True):
         if isinstance(row, MalformedMessage):
             dead.append(Dead(eid, row.reason, row.detail, data))

@@ -130,7 +130,7 @@ def take_in(rt: ModelRuntime, entries: list, deliveries: dict[str, int] | None,
             if not decoded.labelled:
                 rt.withdraw(announced)  # it learns nothing: nobody needs to wait for it
                 announced = None
-            batch = featurize(rt.featurizer, decoded)
+            batch = featurize(rt.featurizer, decoded, names_to_keep(rt, decoded))
             batch = drop_bad_categories(rt.predictor,
                                         drop_undeclared_labels(rt.config.classes, batch))
         prepared = prepare(rt, batch) if batch.items else None
@@ -366,11 +366,21 @@ def explain_items(rt: ModelRuntime, items: list[Item], prepared: Prepared | None
     return replace(predictions, verdicts=verdicts), tokens
 
 
+def names_to_keep(rt: ModelRuntime, decoded: Decoded) -> list[int]:
+    """The items whose tokens :func:`count_token_names` will count (``--token-names``):
+    their rows keep the tokens the featurizer makes (positions among the items, as
+    :meth:`TokenNames.sample <streamnb_workers.observe.token_names.TokenNames.sample>`
+    gives them if no item is dropped; one that is is tokenized again)."""
+    names = rt.token_names
+    return [] if names is None else names.upcoming(len(decoded.messages))
+
+
 def count_token_names(rt: ModelRuntime, items: list[Item],
                       tokens: list[list[str] | None] | None) -> None:
     """Count the token names of the sampled items (``--token-names``), with their
-    ``tokens`` where :func:`explain_items` made them; run once the commit is on its way.
-    A failure is logged, never raised."""
+    ``tokens`` where :func:`explain_items` made them, else those their rows kept
+    (:func:`names_to_keep`); run once the commit is on its way. A failure is logged,
+    never raised."""
     names = rt.token_names
     if names is None:
         return
@@ -379,6 +389,9 @@ def count_token_names(rt: ModelRuntime, items: list[Item],
             if tokens is not None:
                 if tokens[i]:
                     names.add(tokens[i])
+            elif (kept := items[i].row.tokens) is not None:
+                if kept:
+                    names.add(list(dict.fromkeys(kept)), distinct=True)
             elif toks := message_names(rt.featurizer, items[i].msg):
                 names.add(toks, distinct=True)
     except Exception:  # noqa: BLE001 - counting names must never stop a batch

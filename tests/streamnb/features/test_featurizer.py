@@ -272,6 +272,19 @@ def test_featurize_batch_equals_featurize_one_at_a_time():
                 assert row == f.featurize(m)
 
 
+def test_rows_that_keep_their_tokens_are_the_same_rows():
+    """``keep_tokens``: the rows of raw mail and text at those positions also hold what
+    ``tokens`` gives, made in the same pass; every row is the row made without it."""
+    for f in (Featurizer(bits=12), Featurizer(bits=12, counts="raw"), Featurizer(bits=12, meta=True)):
+        msgs = [msg("raw", MAIL), msg("text", "Hello THERE there"), msg("tokens", ["a", "b"]),
+                msg("raw", MAIL + b"\nmore words here"), msg("raw", MAIL)]
+        plain, kept = f.featurize_batch(msgs), f.featurize_batch(msgs, {0, 1, 2, 3})
+        assert [r.tokens for r in plain] == [None] * 5
+        assert [r.tokens for r in kept] == [f.tokens(m) for m in msgs[:2]] + [None, f.tokens(msgs[3]), None]
+        for a, b in zip(plain, kept, strict=True):
+            assert a == b and a.n_tokens == b.n_tokens and np.array_equal(a.values, b.values)
+
+
 def test_hashed_word_tokens_give_the_same_analysis_as_the_tokens():
     """``analyse(hash_words=True)``: the word tokens as hashes, the others as tokens; the
     same hashes in all, the same counts and meta vector. Past the token limit it is the

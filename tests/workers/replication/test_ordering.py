@@ -125,9 +125,9 @@ def test_an_unlabelled_batch_is_withdrawn_before_it_is_featurized(redis_server):
     seen = []
     featurize_batch = rt.featurizer.featurize_batch
 
-    def spy(msgs):
+    def spy(msgs, *options):
         seen.append(sorted(client.hgetall(keys.inflight)))
-        return featurize_batch(msgs)
+        return featurize_batch(msgs, *options)
 
     object.__setattr__(rt.featurizer, "featurize_batch", spy)
     produce(client, "mail", token_messages(30, seed=1, labelled_share=0.0))

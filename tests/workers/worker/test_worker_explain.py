@@ -4,6 +4,7 @@ workers publish token names per bucket (real redis-server, real worker)."""
 from __future__ import annotations
 
 import json
+from collections import Counter
 
 import msgpack
 import numpy as np
@@ -16,6 +17,8 @@ from streamnb_workers.wire.codec import decode_input
 from streamnb_workers.wire.outputs import decode_output
 from streamnb_workers.worker.housekeeping import housekeeping
 from tests.helpers.workers import (
+    COMMON,
+    VOCAB,
     count_spec,
     fast_options,
     learnt_model,
@@ -256,3 +259,49 @@ def test_the_explain_setting_is_the_models_so_two_workers_agree(redis_server):
     other = url_worker(redis_server.url, [count_spec()], fast_options("w3", explain=5))
     with pytest.raises(ConfigConflict, match="explain: stored 2, given 5"):
         other.start()
+
+
+def _raw_mails(n: int, seed: int) -> list[dict]:
+    rng = np.random.default_rng(seed)
+    out = []
+    for i in range(n):
+        c = ("spam", "ham")[int(rng.integers(2))]
+        words = " ".join(map(str, rng.choice(VOCAB[c] + COMMON, size=int(rng.integers(4, 12)))))
+        html = i % 3 == 0
+        raw = (f"From: Sender {i} <s{i}@example{i % 4}.com>\nSubject: {words[:30]}\n"
+               f"Content-Type: text/{'html' if html else 'plain'}; charset=us-ascii\n\n"
+               + (f"<p>{words} <a href='http://h{i % 5}.example.org/x'>link</a></p>" if html
+                  else words)).encode()
+        out.append({"id": f"r{i}", "key": f"r{i}", "raw": raw,
+                    **({"label": c} if i % 4 else {})})
+    return out
+
+
+def test_token_names_of_raw_mail_come_from_its_one_tokenization(redis_server, monkeypatch):
+    """The sampled mails' names are those a second tokenization gave (the same counts, in
+    the same order), and no mail is tokenized twice."""
+    from streamnb.features.mail import MailTokenizer
+
+    r = redis_server.client()
+    msgs = _raw_mails(130, seed=8)
+    produce(r, "mail", msgs)
+    analysed: list[bytes] = []
+    analyse = MailTokenizer.analyse
+
+    def counting(self, raw, fast=True, hash_words=False):
+        analysed.append(bytes(raw))
+        return analyse(self, raw, fast, hash_words)
+
+    monkeypatch.setattr(MailTokenizer, "analyse", counting)
+    spec = ModelSpec("mail", kind="multinomial", featurizer_config={"bits": 16})
+    w = url_worker(redis_server.url, [spec], fast_options("w1", token_names=10_000,
+                                                          token_names_every=3, batch=40))
+    w.run_until_idle()
+    counts = w.models["mail"].token_names.counts
+    w.shutdown()
+    assert sorted(analysed) == sorted(m["raw"] for m in msgs)  # each mail once
+    f = Featurizer(bits=16)
+    expected = Counter()
+    for m in msgs[2::3]:  # one mail in 3, as sampled: the 3rd, 6th, ...
+        expected.update(list(dict.fromkeys(analyse(f.mail, m["raw"]).tokens)))
+    assert list(counts.items()) == list(expected.items())

@@ -230,10 +230,10 @@ def test_a_message_that_breaks_the_worker_goes_to_dead_alone(redis_server):
     bad_tokens = msgs[3]["tokens"]
     assert sum(m["tokens"] == bad_tokens for m in msgs) == 1
 
-    def breaks_on_bad(batch):
+    def breaks_on_bad(batch, *options):
         if any(p.value == bad_tokens for p in batch):
             raise RuntimeError("a bug this message triggers")
-        return real(batch)
+        return real(batch, *options)
 
     featurizer.featurize_batch = breaks_on_bad
     t = threading.Thread(target=w.run, kwargs={"install_signals": False}, daemon=True)
