@@ -30,7 +30,7 @@ from streamnb.exceptions import MalformedMessage
 from streamnb.features.hashing import DEFAULT_HASH_BITS, TokenHasher
 from streamnb.features.mail import DEFAULT_HEADERS, N_META, MailTokenizer, text_meta
 from streamnb.features.payload import DEFAULT_FEATURE_LIMITS, PAYLOAD_KINDS, FeatureLimits, Payload
-from streamnb.features.rows import FEATURIZER_FORMAT_VERSION, Row, ones_like
+from streamnb.features.rows import FEATURIZER_FORMAT_VERSION, Row, binary_rows
 from streamnb.features.text import MAX_OSB_WINDOW, WordRules
 from streamnb.features.wire_tokens import WireTokens
 
@@ -218,8 +218,10 @@ class Featurizer:
         out: list[Row | MalformedMessage | None] = [None] * len(payloads)
         binary = self.input == "sparse" and self.counts == "binary"
         listed: list[tuple[int, list[str], np.ndarray | None]] = []  # tokens payloads
-        # (i, hashes, meta, n, the tokens where kept)
-        hashed: list[tuple[int, np.ndarray, np.ndarray | None, int, list[str] | None]] = []
+        hashed: list[tuple[int, np.ndarray, np.ndarray | None, int]] = []  # (i, hashes, meta, n)
+        # raw mail and text: (i, word hashes, string tokens, meta, n, the tokens where kept)
+        worded: list[tuple[int, bytearray | None, int, np.ndarray | None, int, list[str] | None]] = []
+        strings: list[str] = []  # their string tokens, end to end (hashed in one call)
         for i, (kind, value) in enumerate(payloads):
             try:
                 if self.input == "dense" or kind in ("x", "features") or kind not in PAYLOAD_KINDS:
@@ -228,7 +230,7 @@ class Featurizer:
                     n = len(value)
                     value = value.hashes if kind == "tokens" else np.asarray(value, dtype=np.uint64)
                     if binary:
-                        hashed.append((i, value, text_meta("", n) if self.meta else None, n, None))
+                        hashed.append((i, value, text_meta("", n) if self.meta else None, n))
                     else:
                         out[i] = self._hashes_row(value)
                 elif not binary:
@@ -240,20 +242,32 @@ class Featurizer:
                 else:
                     keep = i in keep_tokens
                     tokens, meta, more, n = self._tokens_and_meta(kind, value, hash_words=not keep)
-                    hashed.append((i, self.hasher.hashes_of(tokens, more), meta, n,
-                                   tokens if keep else None))
+                    strings += tokens
+                    worded.append((i, more, len(tokens), meta, n, tokens if keep else None))
             except MalformedMessage as exc:
                 out[i] = exc
         if listed:
-            unique = self.hasher.hash_unique_many([tokens for _, tokens, _ in listed])
-            for (i, tokens, meta), idx, ones in zip(listed, unique, ones_like(unique), strict=True):
-                out[i] = Row(indices=idx, values=ones, meta=meta, n_tokens=len(tokens), binary=True)
+            binary_rows(out, self.hasher.hash_unique_many([tokens for _, tokens, _ in listed]),
+                        [(i, meta, len(tokens), None) for i, tokens, meta in listed])
         if hashed:
-            sizes = np.array([h[1].size for h in hashed], dtype=np.int64)
-            unique = self.hasher.unique_buckets_many(np.concatenate([h[1] for h in hashed]), sizes)
-            for (i, _, meta, n, kept), idx, ones in zip(hashed, unique, ones_like(unique), strict=True):
-                out[i] = Row(indices=idx, values=ones, meta=meta, n_tokens=n, binary=True, tokens=kept)
+            made = [(i, meta, n, None) for i, _, meta, n in hashed]
+            binary_rows(out, self._unique(np.concatenate([h for _, h, _, _ in hashed]), made), made)
+        if worded:  # each message's hashes: its string tokens', then its word hashes
+            hashes, parts, at = self.hasher.hashes_of(strings).tobytes(), [], 0
+            for _, more, n_strings, *_ in worded:
+                parts.append(hashes[at:at + 8 * n_strings])
+                at += 8 * n_strings
+                if more:
+                    parts.append(more)
+            made = [(i, meta, n, kept) for i, _, _, meta, n, kept in worded]
+            binary_rows(out, self._unique(np.frombuffer(bytearray().join(parts), np.uint64), made), made)
         return out  # type: ignore[return-value]
+
+    def _unique(self, hashes: np.ndarray, made: list[tuple[int, Any, int, Any]]) -> list[np.ndarray]:
+        """The sorted unique buckets of each message of ``made`` (``(i, meta, n, tokens)``):
+        of the next ``n`` of ``hashes``, every message's end to end (may be modified)."""
+        sizes = np.fromiter((n for _, _, n, _ in made), dtype=np.int64, count=len(made))
+        return self.hasher.unique_buckets_many(hashes, sizes)
 
     def transform_payloads(self, payloads: Sequence[Payload]) -> Any:
         """Payloads -> the stacked matrix of their rows (:meth:`stack`); raises the first
@@ -273,29 +287,22 @@ class Featurizer:
             raise MalformedMessage("bad_type", f"unknown payload kind {kind!r}")
         if self.input == "dense":
             if kind != "x":
-                raise MalformedMessage(
-                    "incompatible_payload",
-                    f"this model takes x vectors of dimension {self.dim}, got a {kind} payload",
-                )
+                raise MalformedMessage("incompatible_payload", f"this model takes x vectors of "
+                                       f"dimension {self.dim}, got a {kind} payload")
             x = np.asarray(value, dtype=np.float64).ravel()
             if x.size != self.dim:
-                raise MalformedMessage(
-                    "wrong_dimension", f"x has {x.size} values, but this model expects {self.dim}"
-                )
+                raise MalformedMessage("wrong_dimension",
+                                       f"x has {x.size} values, but this model expects {self.dim}")
             if not np.isfinite(x).all():
                 raise MalformedMessage("non_finite", "x contains NaN or infinity")
             return Row(x=x.copy(), n_tokens=int(x.size))
         if kind == "x":
-            raise MalformedMessage(
-                "incompatible_payload",
-                "this model counts hashed tokens; an x vector needs a dense (gaussian/lda/qda) model",
-            )
+            raise MalformedMessage("incompatible_payload", "this model counts hashed tokens; an x "
+                                   "vector needs a dense (gaussian/lda/qda) model")
         bad = next((k for k, v in value.items() if not (v >= 0 and math.isfinite(v))), None)
         if bad is not None:
-            raise MalformedMessage(
-                "incompatible_payload",
-                f"feature {bad[:50]!r} is {value[bad]}, but count models need values >= 0",
-            )
+            raise MalformedMessage("incompatible_payload", f"feature {bad[:50]!r} is {value[bad]}, "
+                                   "but count models need values >= 0")
         idx, val = self.hasher.hash_values(value)
         meta = np.zeros(N_META) if self.meta else None
         return Row(indices=idx, values=val, meta=meta, n_tokens=len(value))
@@ -350,15 +357,7 @@ class Featurizer:
         >>> [f.fits(Row(indices=np.array([i], dtype=np.int32), values=np.ones(1))) for i in (3, 16)]
         [True, False]
         """
-        if self.input == "dense":
-            return row.x is not None and row.x.shape == (self.dim,) and bool(np.isfinite(row.x).all())
-        if row.indices is None or row.values is None or row.indices.shape != row.values.shape:
-            return False
-        if row.indices.size and not 0 <= int(row.indices[0]) <= int(row.indices[-1]) < self.hasher.n_buckets:
-            return False
-        if not np.isfinite(row.values).all() or (row.values < 0).any():
-            return False
-        return not self.n_meta or row.meta is None or row.meta.shape == (self.n_meta,)
+        return row.fits(self.dim if self.input == "dense" else None, self.hasher.n_buckets, self.n_meta)
 
     # ------------------------------------------------------------------ stack
     def stack(self, rows: Sequence[Row]) -> Any:

@@ -181,22 +181,17 @@ class MailTokenizer:
         return raw
 
     def _parse(self, raw: bytes, a: MailAnalysis, fast: bool) -> MailAnalysis:
-        """The fast reader when it can read the message, else the standard library."""
+        """The fast reader when it can read the message, else the standard library (which
+        starts from what ``a`` held before the fast reader gave up)."""
         if fast:
-            trial = MailAnalysis(
-                size=a.size,
-                tokens=list(a.tokens),
-                defects=a.defects,
-                cut=a.cut,
-                word_hashes=None if a.word_hashes is None else bytearray(a.word_hashes),
-            )
+            n_tokens, defects = len(a.tokens), a.defects
             try:
-                self._analyse_fast(raw, trial)
-                return trial
+                self._analyse_fast(raw, a)
+                return a
             except _PastTokenLimit:
                 raise
             except Exception:  # Unsupported, or a corner case: the standard parser decides
-                pass
+                a.rewind(n_tokens, defects)
         self._analyse_stdlib(raw, a)
         return a
 
@@ -300,11 +295,9 @@ class MailTokenizer:
             for child in part.children():
                 self._walk_fast(child, depth + 1, a, budget)
             return
-        charset = part.charset()
+        charset, filename = part.charset_and_filename()
         maintype = ctype.partition("/")[0]
-        self._leaf_tokens(
-            a, charset, part.get("content-transfer-encoding"), part.filename(), maintype
-        )
+        self._leaf_tokens(a, charset, part.get("content-transfer-encoding"), filename, maintype)
         if self._within_budget(a, budget) and maintype in ("text", "multipart"):
             self._text_part(part.payload_buffer(), charset, ctype, a, budget)
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 import numpy as np
 
@@ -103,6 +103,24 @@ class MailAnalysis:
         """How many tokens: those in :attr:`tokens` and those hashed in :attr:`word_hashes`."""
         return len(self.tokens) + (0 if self.word_hashes is None else len(self.word_hashes) // 8)
 
+    def rewind(self, n_tokens: int, defects: int) -> None:
+        """Back to the first ``n_tokens`` tokens and ``defects`` defects, with no other
+        count, no word hash (size and cut kept): what a parser that gave up had added is
+        gone.
+
+        >>> a = MailAnalysis(tokens=["defect:truncated"], defects=1, size=9, cut=True)
+        >>> a.tokens.append("part:text/plain"); a.parts = 1
+        >>> a.rewind(1, 1); (a.tokens, a.parts, a.size, a.cut)
+        (['defect:truncated'], 0, 9, True)
+        """
+        del self.tokens[n_tokens:]
+        self.defects = defects
+        for f in fields(self):
+            if f.name not in _KEPT_ON_REWIND:
+                setattr(self, f.name, f.default)
+        if self.word_hashes is not None:
+            del self.word_hashes[:]
+
     def defect(self, name: str) -> None:
         if self.cut and name in CUT_DEFECTS:
             return
@@ -153,6 +171,10 @@ class MailAnalysis:
             ],
             dtype=np.float64,
         )
+
+
+#: What :meth:`MailAnalysis.rewind` keeps or sets itself (the other fields: counts, 0).
+_KEPT_ON_REWIND = frozenset({"tokens", "defects", "size", "cut", "word_hashes"})
 
 
 def text_meta(text: str, n_tokens: int) -> np.ndarray:

@@ -199,6 +199,23 @@ class Part:
             name = self.param("name")
         return None if name is None else unquote(name).strip()
 
+    def charset_and_filename(self) -> tuple[str | None, str | None]:
+        """:meth:`charset` and :meth:`filename`, the ``Content-Type`` parameters read once."""
+        index = self._index if self._index is not None else self.header_index()
+        values = index.get("content-type")
+        params = header_params(values[0]) if values else {}
+        if params is None:
+            raise Unsupported("RFC 2231 or escaped parameter")
+        charset = params.get("charset")
+        if charset is not None:
+            charset = charset.lower() if charset.isascii() else None
+        name = None
+        if index.get("content-disposition"):
+            name = self.param("filename", "content-disposition")
+        if name is None:
+            name = params.get("name")
+        return charset, None if name is None else unquote(name).strip()
+
     # ---------------------------------------------------------------- body
     def body(self) -> bytes:
         """The raw body. In a multipart, the line break before the boundary is not part of it
@@ -227,8 +244,8 @@ class Part:
         body = self.body_view()
         if cte == "quoted-printable":
             return binascii.a2b_qp(body)
-        if cte == "base64":
-            return _decode_b(b"".join(bytes(body).splitlines()))
+        if cte == "base64":  # (the line breaks out: what b"".join(body.splitlines()) leaves)
+            return _decode_b(bytes(body).translate(None, b"\r\n"))
         if cte in ("x-uuencode", "uuencode", "uue", "x-uue"):
             raise Unsupported("uuencode")
         return body

@@ -14,7 +14,7 @@ from streamnb._cmodules import optional_c_module
 from streamnb.encoding import dumps, loads, pack_array, unpack_array
 from streamnb.exceptions import FormatError
 
-__all__ = ["FEATURIZER_FORMAT_VERSION", "Row", "ones_like", "rows_to_bytes"]
+__all__ = ["FEATURIZER_FORMAT_VERSION", "Row", "binary_rows", "ones_like", "rows_to_bytes"]
 
 #: Version of the featurizer config and of encoded feature rows.
 FEATURIZER_FORMAT_VERSION = 1
@@ -66,6 +66,21 @@ class Row:
                 (self.x, other.x),
             )
         )
+
+    def fits(self, dim: int | None, n_buckets: int, n_meta: int) -> bool:
+        """True if this row can be stacked with ``dim`` values (dense) or, for ``dim`` None,
+        in ``n_buckets`` buckets and ``n_meta`` meta columns (sparse); what
+        :meth:`Featurizer.fits <streamnb.features.featurizer.Featurizer.fits>` checks."""
+        if dim is not None:
+            return self.x is not None and self.x.shape == (dim,) and bool(np.isfinite(self.x).all())
+        idx, values = self.indices, self.values
+        if idx is None or values is None or idx.shape != values.shape:
+            return False
+        if idx.size and not 0 <= int(idx[0]) <= int(idx[-1]) < n_buckets:
+            return False
+        if not np.isfinite(values).all() or (values < 0).any():
+            return False
+        return not n_meta or self.meta is None or self.meta.shape == (n_meta,)
 
     def to_bytes(self) -> bytes:
         """Compact msgpack encoding (for the worker's cache of rows awaiting a label).
@@ -204,6 +219,14 @@ def rows_to_bytes(rows: Sequence[Row]) -> list[bytes]:
             else:
                 out[i] = rows[i]._map_bytes(ones=True)
     return [r._map_bytes() if b is None else b for r, b in zip(rows, out, strict=True)]
+
+
+def binary_rows(out: list, unique: Sequence[np.ndarray],
+                made: Sequence[tuple[int, np.ndarray | None, int, list[str] | None]]) -> None:
+    """``out[i]`` for each ``(i, meta, n_tokens, tokens)`` of ``made``: the row of binary
+    values over the buckets ``unique`` holds for it (in the same order)."""
+    for (i, meta, n, tokens), idx, ones in zip(made, unique, ones_like(unique), strict=True):
+        out[i] = Row(indices=idx, values=ones, meta=meta, n_tokens=n, binary=True, tokens=tokens)
 
 
 def ones_like(rows: Sequence[np.ndarray]) -> list[np.ndarray]:
