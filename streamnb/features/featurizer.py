@@ -206,8 +206,8 @@ class Featurizer:
         :meth:`MailTokenizer.analyse` with ``hash_words``), the token lists of tokens
         payloads in one pass (:meth:`TokenHasher.hash_unique_many`; tokens hashed as they
         came on the wire, :class:`~streamnb.features.wire_tokens.WireTokens`, bring their
-        hashes), and every payload's hashes masked and sorted in one
-        (:meth:`TokenHasher.unique_buckets_many`).
+        hashes), and every payload's hashes (for raw mail and text, joined end to end as
+        bytes) masked and sorted in one (:meth:`TokenHasher.unique_buckets_many`).
 
         >>> f = Featurizer(bits=10)
         >>> out = f.featurize_batch([Payload("tokens", ["cheap", "meds", "cheap"]),
@@ -219,9 +219,8 @@ class Featurizer:
         binary = self.input == "sparse" and self.counts == "binary"
         listed: list[tuple[int, list[str], np.ndarray | None]] = []  # tokens payloads
         hashed: list[tuple[int, np.ndarray, np.ndarray | None, int]] = []  # (i, hashes, meta, n)
-        # raw mail and text: (i, word hashes, string tokens, meta, n, the tokens where kept)
-        worded: list[tuple[int, bytearray | None, int, np.ndarray | None, int, list[str] | None]] = []
-        strings: list[str] = []  # their string tokens, end to end (hashed in one call)
+        # raw mail and text: (i, string tokens' hashes, word hashes, meta, n, the tokens where kept)
+        worded: list[tuple[int, np.ndarray, bytearray | None, np.ndarray | None, int, list[str] | None]] = []
         for i, (kind, value) in enumerate(payloads):
             try:
                 if self.input == "dense" or kind in ("x", "features") or kind not in PAYLOAD_KINDS:
@@ -242,8 +241,7 @@ class Featurizer:
                 else:
                     keep = i in keep_tokens
                     tokens, meta, more, n = self._tokens_and_meta(kind, value, hash_words=not keep)
-                    strings += tokens
-                    worded.append((i, more, len(tokens), meta, n, tokens if keep else None))
+                    worded.append((i, self.hasher.hashes_of(tokens), more, meta, n, tokens if keep else None))
             except MalformedMessage as exc:
                 out[i] = exc
         if listed:
@@ -253,12 +251,7 @@ class Featurizer:
             made = [(i, meta, n, None) for i, _, meta, n in hashed]
             binary_rows(out, self._unique(np.concatenate([h for _, h, _, _ in hashed]), made), made)
         if worded:  # each message's hashes: its string tokens', then its word hashes
-            hashes, parts, at = self.hasher.hashes_of(strings).tobytes(), [], 0
-            for _, more, n_strings, *_ in worded:
-                parts.append(hashes[at:at + 8 * n_strings])
-                at += 8 * n_strings
-                if more:
-                    parts.append(more)
+            parts = [part for _, hashes, more, *_ in worded for part in (hashes, more) if part is not None]
             made = [(i, meta, n, kept) for i, _, _, meta, n, kept in worded]
             binary_rows(out, self._unique(np.frombuffer(bytearray().join(parts), np.uint64), made), made)
         return out  # type: ignore[return-value]
