@@ -526,6 +526,45 @@ bytes_key(const unsigned char *p, Py_ssize_t n)
     return table_key(p, n, 1, &seen);
 }
 
+/* The 8 bytes of x with their ASCII upper-case letters lowered, all at once (no carry
+ * crosses a byte: each sum below stays under 0x100). */
+static inline uint64_t
+lower_bytes8(uint64_t x)
+{
+    uint64_t low7 = x & 0x7F7F7F7F7F7F7F7FULL;
+    uint64_t from_a = low7 + 0x3F3F3F3F3F3F3F3FULL;  /* high bit: low7 >= 'A' */
+    uint64_t past_z = low7 + 0x2525252525252525ULL;  /* high bit: low7 > 'Z' */
+    uint64_t upper = from_a & ~past_z & ~x & 0x8080808080808080ULL;
+    return x | (upper >> 2);  /* (0x80 >> 2 is 0x20) */
+}
+
+/* bytes_key of p[0:n] lower-cased (the ASCII letters), without a copy: table_key's loads,
+ * each lowered as it is read (lowering a byte does not move it, and 0 stays 0). */
+static inline uint64_t
+lower_bytes_key(const unsigned char *p, Py_ssize_t n)
+{
+    uint64_t x;
+    if (n <= 7) {
+        x = lower_bytes8(load_small(p, n)) | (uint64_t)n << 56;
+    }
+    else {
+        uint64_t acc = ((uint64_t)n << 2) | 1, w;
+        Py_ssize_t i = 0;
+        for (; n - i > 7; i += 7) {
+            w = lower_bytes8(load_le64(p + i) & LOW56);
+            acc = mul_mod61(acc, key_point) + w;
+        }
+        w = lower_bytes8(load_le64(p + n - 8) >> (8 * (8 - (n - i))));
+        acc = mul_mod61(acc, key_point) + w;
+        acc = (acc & P61) + (acc >> 61);
+        acc = acc >= P61 ? acc - P61 : acc;
+        x = acc | ((uint64_t)1 << 63);
+    }
+    x *= key_mul;
+    x = (x << key_rot) | (x >> (64 - key_rot));
+    return x == 0 || x == ~(uint64_t)0 ? 2 : x;
+}
+
 static PyObject *
 hash_cache_init(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -834,9 +873,9 @@ fail:
  * the odd words (long, with an '@' or with characters beyond ASCII). Text beyond Latin-1
  * takes wide_word_hashes (above), the same tokens. With `lower`, the tokens of the text lower-cased
  * (str.lower, which keeps Latin-1 text Latin-1, one character for one): the common word
- * lower-cased as it is hashed, the odd ones by str.lower. */
-/* The tokens of an odd word of Latin-1 text, w[0:n] (too long, with an '@', beyond ASCII
- * or, lower-cased, longer than word_hashes' buffer), hashed into values[0:2] on their
+ * lower-cased as it is hashed (lower_bytes_key), the odd ones by str.lower. */
+/* The tokens of an odd word of Latin-1 text, w[0:n] (too long, with an '@' or beyond
+ * ASCII), hashed into values[0:2] on their
  * characters as append_word_tokens makes them (WordRules._odd_tokens of the word, lower-cased
  * first with `lower`: str.lower keeps Latin-1 text Latin-1, one character for one): the
  * word token ("email:<domain>", "skip:<first> <length>" or the word), then "8bit%:<share>"
@@ -953,7 +992,6 @@ word_hashes(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     PyObject *odd = NULL;
     Py_ssize_t w_start[HASH_BLOCK], w_end[HASH_BLOCK];
     Py_hash_t w_hash[HASH_BLOCK];
-    Py_UCS1 lowered[64];  /* a common word, lower-cased (a longer one takes the odd path) */
     while (i < len) {
         int b = 0;
         Py_ssize_t start, end;
@@ -965,18 +1003,11 @@ word_hashes(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
             }
             w_start[b] = start;
             w_end[b] = end;
-            if (n > max_len || (flags & (WC_AT | WC_HIGH)) || (lower && n > (Py_ssize_t)sizeof lowered)) {
+            if (n > max_len || (flags & (WC_AT | WC_HIGH))) {
                 w_hash[b] = -1;  /* an odd word (no table key is -1) */
             }
             else {
-                const Py_UCS1 *word = s + start;
-                if (lower) {
-                    for (Py_ssize_t k = 0; k < n; k++) {
-                        lowered[k] = lower1(word[k]);
-                    }
-                    word = lowered;
-                }
-                w_hash[b] = (Py_hash_t)bytes_key(word, n);
+                w_hash[b] = (Py_hash_t)(lower ? lower_bytes_key(s + start, n) : bytes_key(s + start, n));
                 PREFETCH(&slots[(size_t)w_hash[b] & (n_slots - 1)]);
             }
             b++;
@@ -1130,23 +1161,66 @@ fail:
  * the hashes); `counts[i]` (int64) gets the number of distinct buckets of list i.
  * numpy sorts the whole batch (list number << bits | bucket) at about 30 ns a key; here a
  * list's distinct buckets are found first (a set of open addressing), and only those,
- * about a sixth of a mail's tokens, are sorted: a radix sort of 8-bit digits (a digit
- * shared by the whole list is skipped) or, for short lists, an insertion sort, a few ns a
- * key. The numpy code is the reference (tests/streamnb/features/test_speedups.py). */
+ * about a third of a mail's tokens, are sorted: a short list by insertion, a list of up
+ * to SORT_BUCKETS_MAX keys by one counting pass on its top bits (about one key a bucket:
+ * buckets are hash bits, spread evenly) and an insertion sort of the nearly sorted result,
+ * a longer one (or one whose keys crowd into a few buckets) by a radix sort of 8-bit digits (a digit shared by the whole list is
+ * skipped), a few ns a key. The numpy code is the reference
+ * (tests/streamnb/features/test_speedups.py). */
+#define SORT_BUCKETS_MAX 2048
+/* The most keys a bucket may hold for the insertion sort (each moves past fewer than that
+ * many): more (keys chosen to share their top bits) take the radix sort, linear anyway. */
+#define SORT_BUCKET_MOST 16
+
+/* a[0:n] sorted by insertion, the keys taken in the order of src[0:n] (src may be a). */
+static inline void
+insertion_sort_u32(uint32_t *a, const uint32_t *src, Py_ssize_t n)
+{
+    for (Py_ssize_t i = 0; i < n; i++) {
+        uint32_t v = src[i];
+        Py_ssize_t j = i;
+        while (j > 0 && a[j - 1] > v) {
+            a[j] = a[j - 1];
+            j--;
+        }
+        a[j] = v;
+    }
+}
+
+/* a[0:n], keys below 2**bits, sorted (tmp has room for n keys). */
 static void
 sort_u32(uint32_t *a, uint32_t *tmp, Py_ssize_t n, int bits)
 {
     if (n <= 32) {
-        for (Py_ssize_t i = 1; i < n; i++) {
-            uint32_t v = a[i];
-            Py_ssize_t j = i;
-            while (j > 0 && a[j - 1] > v) {
-                a[j] = a[j - 1];
-                j--;
-            }
-            a[j] = v;
-        }
+        insertion_sort_u32(a, a, n);
         return;
+    }
+    if (n <= SORT_BUCKETS_MAX) {
+        /* 2**top buckets (top >= log2(n)) on the top bits: the keys in bucket order into
+         * tmp, then sorted into a by insertion, each moving past the few of its bucket */
+        int top = 5;
+        while (((Py_ssize_t)1 << top) < n && top < bits) {
+            top++;
+        }
+        top = top > bits ? bits : top;
+        int shift = bits - top;
+        uint32_t start[SORT_BUCKETS_MAX + 1];
+        memset(start, 0, (((size_t)1 << top) + 1) * sizeof(uint32_t));
+        for (Py_ssize_t i = 0; i < n; i++) {
+            start[(a[i] >> shift) + 1]++;
+        }
+        uint32_t fullest = 0;
+        for (size_t d = 0; d < ((size_t)1 << top); d++) {
+            fullest = start[d + 1] > fullest ? start[d + 1] : fullest;
+            start[d + 1] += start[d];
+        }
+        if (fullest <= SORT_BUCKET_MOST) {
+            for (Py_ssize_t i = 0; i < n; i++) {
+                tmp[start[a[i] >> shift]++] = a[i];
+            }
+            insertion_sort_u32(a, tmp, n);
+            return;
+        }
     }
     uint32_t *src = a, *dst = tmp;
     for (int shift = 0; shift < bits; shift += 8) {
