@@ -1703,6 +1703,70 @@ latin1_stand_in(PyObject *text)
     return p;
 }
 
+/* The URL of url_scan's pattern at p[i] (i < n): 1 with its proto: token, where its rest
+ * starts (past the scheme, or the "www." itself) and its end; 0 if none starts there. */
+static int
+url_at(const Py_UCS1 *p, Py_ssize_t n, Py_ssize_t i, const char **proto, Py_ssize_t *rest, Py_ssize_t *end)
+{
+    if (!url_first[p[i]] || (i > 0 && is_word1[p[i - 1]])) { /* (?<!\w.): a word character before */
+        return 0;
+    }
+    Py_UCS1 c = lower1(p[i]);
+    *proto = NULL;
+    if (c == 'h' && ci_at(p, n, i + 1, "ttps://")) {
+        *proto = "proto:https", *rest = i + 8;
+    }
+    else if (c == 'h' && ci_at(p, n, i + 1, "ttp://")) {
+        *proto = "proto:http", *rest = i + 7;
+    }
+    else if (c == 'f' && ci_at(p, n, i + 1, "tp://")) {
+        *proto = "proto:ftp", *rest = i + 6;
+    }
+    else if (c == 'm' && ci_at(p, n, i + 1, "ailto://")) {
+        *proto = "proto:mailto", *rest = i + 9;
+    }
+    else if (c == 'w' && ci_at(p, n, i + 1, "ww.")) {
+        *proto = "proto:http", *rest = i + 1;
+    }
+    if (*proto == NULL) {
+        return 0;
+    }
+    Py_ssize_t e = *rest;
+    while (e < n && !url_stop[p[e]]) {
+        e++;
+    }
+    *end = e;
+    return e > *rest; /* the URL needs one character after its scheme */
+}
+
+/* The first "://" in p[from:n], or n + 8 if there is none. */
+static Py_ssize_t
+find_scheme_separator(const Py_UCS1 *p, Py_ssize_t n, Py_ssize_t from)
+{
+    const Py_UCS1 *q = p + from, *end = p + n;
+    while (end - q >= 3 && (q = memchr(q, ':', (size_t)(end - q - 2))) != NULL) {
+        if (q[1] == '/' && q[2] == '/') {
+            return q - p;
+        }
+        q++;
+    }
+    return n + 8;
+}
+
+/* The first "www." of any case in p[from:n], or n + 8 if there is none: found by its dot. */
+static Py_ssize_t
+find_www(const Py_UCS1 *p, Py_ssize_t n, Py_ssize_t from)
+{
+    const Py_UCS1 *q = p + from + 3, *end = p + n;
+    while (q < end && (q = memchr(q, '.', (size_t)(end - q))) != NULL) {
+        if ((q[-1] | 0x20) == 'w' && (q[-2] | 0x20) == 'w' && (q[-3] | 0x20) == 'w') {
+            return q - 3 - p;
+        }
+        q++;
+    }
+    return n + 8;
+}
+
 static PyObject *
 url_scan(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -1732,43 +1796,29 @@ url_scan(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         return text;
     }
     Py_UCS1 *buf = NULL; /* the text with its URLs replaced by spaces, once one is found */
-    Py_ssize_t used = 0;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        if (!url_first[p[i]]) {
+    Py_ssize_t used = 0, from = 0, i, rest, end;
+    Py_ssize_t sep = -1, www = -1; /* the next "://" and "www." (any case); n + 8: no more */
+    const char *proto;
+    while (from < n) {
+        /* the next place a URL can start (url_at): 3 to 6 characters before a "://"
+         * (the schemes), or at a "www." */
+        if (sep < from + 3) {
+            sep = find_scheme_separator(p, n, from + 3);
+        }
+        if (www < from) {
+            www = find_www(p, n, from);
+        }
+        i = sep - 6 > from ? sep - 6 : from;
+        i = www < i ? www : i;
+        if (i >= n) {
+            break;
+        }
+        if (!url_at(p, n, i, &proto, &rest, &end)) {
+            from = i + 1;
             continue;
         }
         Py_UCS1 c = lower1(p[i]);
-        if (i > 0 && is_word1[p[i - 1]]) { /* (?<!\w.): a word character before */
-            continue;
-        }
-        const char *proto = NULL;
-        Py_ssize_t rest = 0, host_from;
-        if (c == 'h' && ci_at(p, n, i + 1, "ttps://")) {
-            proto = "proto:https", rest = i + 8;
-        }
-        else if (c == 'h' && ci_at(p, n, i + 1, "ttp://")) {
-            proto = "proto:http", rest = i + 7;
-        }
-        else if (c == 'f' && ci_at(p, n, i + 1, "tp://")) {
-            proto = "proto:ftp", rest = i + 6;
-        }
-        else if (c == 'm' && ci_at(p, n, i + 1, "ailto://")) {
-            proto = "proto:mailto", rest = i + 9;
-        }
-        else if (c == 'w' && ci_at(p, n, i + 1, "ww.")) {
-            proto = "proto:http", rest = i + 1;
-        }
-        if (proto == NULL) {
-            continue;
-        }
-        Py_ssize_t end = rest;
-        while (end < n && !url_stop[p[end]]) {
-            end++;
-        }
-        if (end == rest) { /* the URL needs one character after its scheme */
-            continue;
-        }
-        host_from = c == 'w' ? i : rest; /* www.: the first letter belongs to the host */
+        Py_ssize_t host_from = c == 'w' ? i : rest; /* www.: the first letter belongs to the host */
         if (append_new(out, PyUnicode_FromString(proto)) < 0
             || append_url_host_tokens(p + host_from, end - host_from, out) < 0) {
             goto fail;
@@ -1789,7 +1839,7 @@ url_scan(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
             buf[used++] = ' ';
         }
         copied = end;
-        i = end - 1;
+        from = end;
     }
     PyMem_Free(stand_in);
     if (pieces != NULL) { /* " ".join of the pieces between the URLs, as WordRules.urls */
@@ -2015,38 +2065,40 @@ received_tokens(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
  * same cut at max_tag_tokens (a tag's tokens are not split). None when an attribute with
  * "://" is not Latin-1: the caller runs the Python code, the reference. */
 
-/* Append the url: tokens of the links in the Latin-1 attributes p[0:n] (markup._LINK). */
+/* Where the attribute name of markup._LINK (href, src or action, any case) that ends
+ * before the '=' at p[eq] (after white space) starts, at or after `from`; -1 if none does. */
+static Py_ssize_t
+link_name_before(const Py_UCS1 *p, Py_ssize_t from, Py_ssize_t eq)
+{
+    Py_ssize_t e = eq;
+    while (e > from && is_space1[p[e - 1]]) {
+        e--;
+    }
+    if (e - 4 >= from && ci_at(p, e, e - 4, "href")) {
+        return e - 4;
+    }
+    if (e - 3 >= from && ci_at(p, e, e - 3, "src")) {
+        return e - 3;
+    }
+    if (e - 6 >= from && ci_at(p, e, e - 6, "action")) {
+        return e - 6;
+    }
+    return -1;
+}
+
+/* Append the url: tokens of the links in the Latin-1 attributes p[0:n] (markup._LINK),
+ * found from their '=': the name before it, the URL after it. */
 static int
 append_link_hosts(const Py_UCS1 *p, Py_ssize_t n, sink_t *out)
 {
-    for (Py_ssize_t i = 0; i < n; i++) {
-        if (!link_first[p[i]]) {
+    Py_ssize_t from = 0; /* where the next match may start (findall goes on after one) */
+    const Py_UCS1 *q = p, *stop = p + n;
+    while (q < stop && (q = memchr(q, '=', (size_t)(stop - q))) != NULL) {
+        Py_ssize_t eq = q - p, i = link_name_before(p, from, eq), j = eq + 1;
+        q++;
+        if (i < 0 || (i > 0 && is_word1[p[i - 1]])) { /* (?<!\w.) */
             continue;
         }
-        Py_UCS1 c = lower1(p[i]);
-        Py_ssize_t j;
-        if (c == 'h' && ci_at(p, n, i + 1, "ref")) {
-            j = i + 4;
-        }
-        else if (c == 's' && ci_at(p, n, i + 1, "rc")) {
-            j = i + 3;
-        }
-        else if (c == 'a' && ci_at(p, n, i + 1, "ction")) {
-            j = i + 6;
-        }
-        else {
-            continue;
-        }
-        if (i > 0 && is_word1[p[i - 1]]) { /* (?<!\w.) */
-            continue;
-        }
-        while (j < n && is_space1[p[j]]) {
-            j++;
-        }
-        if (j >= n || p[j] != '=') {
-            continue;
-        }
-        j++;
         while (j < n && is_space1[p[j]]) {
             j++;
         }
@@ -2075,7 +2127,8 @@ append_link_hosts(const Py_UCS1 *p, Py_ssize_t n, sink_t *out)
         if (append_host("url:", p + j + start, end - start, out) < 0) {
             return -1;
         }
-        i = j + end - 1; /* findall goes on after the match */
+        from = j + end;
+        q = p + from;
     }
     return 0;
 }
@@ -3256,34 +3309,34 @@ dollar_at(const Py_UCS1 *p, Py_ssize_t n, Py_ssize_t from)
  * What they write besides copies is ASCII, the same in both. */
 #define PUT(c) do { Py_UCS1 c_ = (c); if (wout != NULL) { wout[used] = c_; } out[used++] = c_; } while (0)
 
-/* Copy p[i:k] to out at *used, k the next '<' at or after i (n if none); returns k. The
- * passes below copy the text between tags with it, then look at the tag at k. */
-static Py_ssize_t
-copy_to_tag(const Py_UCS1 *p, Py_ssize_t n, Py_ssize_t i, Py_UCS1 *out, Py_ssize_t *used,
-            const Py_UCS4 *wp, Py_UCS4 *wout)
+/* Copy p[from:to] to out at *used (and wp's to wout). The passes below copy the text
+ * between what they replace with it, once they replace something, and the rest at the end. */
+static inline void
+copy_run(const Py_UCS1 *p, Py_ssize_t from, Py_ssize_t to, Py_UCS1 *out, Py_ssize_t *used,
+         const Py_UCS4 *wp, Py_UCS4 *wout)
 {
-    const Py_UCS1 *lt = memchr(p + i, '<', (size_t)(n - i));
-    Py_ssize_t k = lt == NULL ? n : lt - p;
-    memcpy(out + *used, p + i, (size_t)(k - i));
+    memcpy(out + *used, p + from, (size_t)(to - from));
     if (wp != NULL) {
-        memcpy(wout + *used, wp + i, (size_t)(k - i) * sizeof(Py_UCS4));
+        memcpy(wout + *used, wp + from, (size_t)(to - from) * sizeof(Py_UCS4));
     }
-    *used += k - i;
-    return k;
+    *used += to - from;
+}
+
+/* The next '<' in p[i:n], or n. */
+static inline Py_ssize_t
+next_lt(const Py_UCS1 *p, Py_ssize_t n, Py_ssize_t i)
+{
+    const Py_UCS1 *lt = i < n ? memchr(p + i, '<', (size_t)(n - i)) : NULL;
+    return lt == NULL ? n : lt - p;
 }
 
 /* Pass 1: comments removed. Writes to out (room for n), returns the new length. */
 static Py_ssize_t
 drop_comments(const Py_UCS1 *p, Py_ssize_t n, Py_UCS1 *out, const Py_UCS4 *wp, Py_UCS4 *wout)
 {
-    Py_ssize_t i = 0, used = 0;
-    while (i < n) {
-        Py_ssize_t k = copy_to_tag(p, n, i, out, &used, wp, wout);
-        if (k >= n) {
-            break;
-        }
+    Py_ssize_t i = 0, used = 0, copied = 0, k;
+    while ((k = next_lt(p, n, i)) < n) {
         if (k + 4 > n || memcmp(p + k, "<!--", 4) != 0) {
-            PUT('<');
             i = k + 1;
             continue;
         }
@@ -3299,8 +3352,10 @@ drop_comments(const Py_UCS1 *p, Py_ssize_t n, Py_UCS1 *out, const Py_UCS4 *wp, P
                 break;
             }
         }
-        i = end >= 0 ? end : dollar_at(p, n, k + 4);
+        copy_run(p, copied, k, out, &used, wp, wout);
+        copied = i = end >= 0 ? end : dollar_at(p, n, k + 4);
     }
+    copy_run(p, copied, n, out, &used, wp, wout);
     return used;
 }
 
@@ -3308,26 +3363,22 @@ drop_comments(const Py_UCS1 *p, Py_ssize_t n, Py_UCS1 *out, const Py_UCS4 *wp, P
 static Py_ssize_t
 blank_declarations(const Py_UCS1 *p, Py_ssize_t n, Py_UCS1 *out, const Py_UCS4 *wp, Py_UCS4 *wout)
 {
-    Py_ssize_t i = 0, used = 0;
-    while (i < n) {
-        Py_ssize_t k = copy_to_tag(p, n, i, out, &used, wp, wout);
-        if (k >= n) {
-            break;
-        }
+    Py_ssize_t i = 0, used = 0, copied = 0, k;
+    while ((k = next_lt(p, n, i)) < n) {
+        i = k + 1;
         if (k + 1 < n && (p[k + 1] == '!' || p[k + 1] == '?')) {
             Py_ssize_t j = k + 2;
             while (j < n && j - (k + 2) < 2000 && p[j] != '<' && p[j] != '>') {
                 j++;
             }
             if (j < n && p[j] == '>') {
+                copy_run(p, copied, k, out, &used, wp, wout);
                 PUT(' ');
-                i = j + 1;
-                continue;
+                copied = i = j + 1;
             }
         }
-        PUT('<');
-        i = k + 1;
     }
+    copy_run(p, copied, n, out, &used, wp, wout);
     return used;
 }
 
@@ -3335,12 +3386,9 @@ blank_declarations(const Py_UCS1 *p, Py_ssize_t n, Py_UCS1 *out, const Py_UCS4 *
 static Py_ssize_t
 drop_scripts(const Py_UCS1 *p, Py_ssize_t n, Py_UCS1 *out, const Py_UCS4 *wp, Py_UCS4 *wout)
 {
-    Py_ssize_t i = 0, used = 0;
-    while (i < n) {
-        Py_ssize_t k = copy_to_tag(p, n, i, out, &used, wp, wout);
-        if (k >= n) {
-            break;
-        }
+    Py_ssize_t i = 0, used = 0, copied = 0, k;
+    while ((k = next_lt(p, n, i)) < n) {
+        i = k + 1;
         const char *name = ci_at(p, n, k + 1, "script") ? "script" : ci_at(p, n, k + 1, "style") ? "style" : NULL;
         Py_ssize_t len = name == NULL ? 0 : (Py_ssize_t)strlen(name), j = k + 1 + len;
         if (name != NULL && (j >= n || !is_word1[p[j]])) { /* \b after the name */
@@ -3371,6 +3419,7 @@ drop_scripts(const Py_UCS1 *p, Py_ssize_t n, Py_UCS1 *out, const Py_UCS4 *wp, Py
                 if (end < 0) {
                     end = dollar_at(p, n, j + 1);
                 }
+                copy_run(p, copied, k, out, &used, wp, wout);
                 PUT(' ');
                 PUT('<');
                 for (Py_ssize_t t = 0; t < len; t++) { /* the name as written (ASCII) */
@@ -3378,13 +3427,11 @@ drop_scripts(const Py_UCS1 *p, Py_ssize_t n, Py_UCS1 *out, const Py_UCS4 *wp, Py
                 }
                 PUT('>');
                 PUT(' ');
-                i = end;
-                continue;
+                copied = i = end;
             }
         }
-        PUT('<');
-        i = k + 1;
     }
+    copy_run(p, copied, n, out, &used, wp, wout);
     return used;
 }
 
