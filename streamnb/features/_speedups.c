@@ -70,6 +70,25 @@ lower1(Py_UCS1 c)
 #define WC_HIGH 4  /* beyond ASCII */
 static unsigned char word_class[256];
 
+static inline uint64_t load_le64(const unsigned char *p);
+
+/* Which of 8 bytes (little-endian, byte 0 lowest) holds the lowest high bit of the nonzero
+ * x (each byte's high bit a flag). */
+static inline int
+first_flagged_byte(uint64_t x)
+{
+#if defined(__GNUC__) || defined(__clang__)
+    return __builtin_ctzll(x) >> 3;
+#else
+    int k = 0;
+    while (!(x & 0x80)) {
+        x >>= 8;
+        k++;
+    }
+    return k;
+#endif
+}
+
 /* The next word of the one-byte text s[*i:len] as word_tokens splits and strips it:
  * white space skipped (str.split()'s, is_space1), the run up to the next white space,
  * text._PUNCT stripped from both ends, into [*start, *end) (empty for a run of
@@ -90,6 +109,20 @@ next_word_flags(const Py_UCS1 *s, Py_ssize_t len, Py_ssize_t *i, Py_ssize_t *sta
     }
     Py_ssize_t a = j;
     unsigned f = 0, c;
+    while (len - j >= 8) { /* 8 characters at a time up to the first below '!' or beyond ASCII */
+        uint64_t w = load_le64(s + j), at = w ^ 0x4040404040404040ULL;
+        uint64_t stop = ((w - 0x2121212121212121ULL) & ~w & 0x8080808080808080ULL) | (w & 0x8080808080808080ULL);
+        at = (at - 0x0101010101010101ULL) & ~at & 0x8080808080808080ULL; /* '@' (the first exact) */
+        if (stop == 0) {
+            f |= at ? WC_AT : 0;
+            j += 8;
+            continue;
+        }
+        int before = first_flagged_byte(stop);
+        f |= at & ((((uint64_t)1) << (8 * before)) - 1) ? WC_AT : 0;
+        j += before;
+        break;
+    }
     while (j < len && !((c = word_class[s[j]]) & WC_SPACE)) {
         f |= c;
         j++;
@@ -2429,8 +2462,10 @@ header_block_end(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     }
     /* a lone carriage return (one not followed by a line break before block_end, as the
      * regex sees it): the block ends before its line */
-    for (Py_ssize_t k = start; k < block_end; k++) {
-        if (p[k] == '\r' && (k + 1 >= block_end || p[k + 1] != '\n')) {
+    const Py_UCS1 *cr = p + start;
+    while ((cr = memchr(cr, '\r', (size_t)(p + block_end - cr))) != NULL) {
+        Py_ssize_t k = cr++ - p;
+        if (k + 1 >= block_end || p[k + 1] != '\n') {
             Py_ssize_t line = k;
             while (line > start && p[line - 1] != '\n') {
                 line--;
@@ -2530,6 +2565,22 @@ message_id_value(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     return PyBytes_FromStringAndSize((const char *)s + start, end > start ? end - start : 0);
 }
 
+/* Whether one of the 8 bytes of w (each below 0x80) is c (the test is exact as a whole;
+ * which byte it flags past the first is not). */
+static inline int
+has_byte8(uint64_t w, Py_UCS1 c)
+{
+    uint64_t x = w ^ (0x0101010101010101ULL * c);
+    return ((x - 0x0101010101010101ULL) & ~x & 0x8080808080808080ULL) != 0;
+}
+
+/* Whether the line after the line break at p[k] starts with ':' or "From " (k < end). */
+static inline int
+odd_line_after(const Py_UCS1 *p, Py_ssize_t end, Py_ssize_t k)
+{
+    return k + 1 < end && (p[k + 1] == ':' || (end - k - 1 >= 5 && memcmp(p + k + 1, "From ", 5) == 0));
+}
+
 static PyObject *
 plain_headers(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -2540,14 +2591,28 @@ plain_headers(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
                          &start, &end) < 0) {
         return NULL;
     }
+    /* None for a byte beyond ASCII or a line that is no field nor continuation
+     * (mime._ODD_LINE), wherever they are; 8 bytes at a time, the line breaks looked at
+     * one by one */
     int crlf = 0;
-    for (Py_ssize_t k = start; k < end; k++) {
-        if (p[k] >= 128) {
+    Py_ssize_t k = start;
+    for (; end - k >= 8; k += 8) {
+        uint64_t w = load_le64(p + k);
+        if (w & 0x8080808080808080ULL) {
             Py_RETURN_NONE;
         }
-        if (p[k] == '\n' && k + 1 < end && (p[k + 1] == ':' ||
-                                             (end - k - 1 >= 5 && memcmp(p + k + 1, "From ", 5) == 0))) {
-            Py_RETURN_NONE;  /* a line that is no field nor continuation (mime._ODD_LINE) */
+        crlf |= has_byte8(w, '\r');
+        if (has_byte8(w, '\n')) {
+            for (Py_ssize_t b = k; b < k + 8; b++) {
+                if (p[b] == '\n' && odd_line_after(p, end, b)) {
+                    Py_RETURN_NONE;
+                }
+            }
+        }
+    }
+    for (; k < end; k++) {
+        if (p[k] >= 128 || (p[k] == '\n' && odd_line_after(p, end, k))) {
+            Py_RETURN_NONE;
         }
         crlf |= p[k] == '\r';
     }
