@@ -1709,29 +1709,58 @@ contains_bytes(const Py_UCS1 *p, Py_ssize_t n, const char *needle, Py_ssize_t k)
  * neither: U+0085, U+00AA, U+00A4), every other is kept. NULL with no exception set when
  * the str holds a character beyond U+00FF that IGNORECASE folds onto an ASCII letter
  * (U+0130, U+0131, U+017F, U+212A: the Python code takes that text). */
+/* The stand-in of one character beyond U+00FF (latin1_stand_in), or 0 for one that
+ * IGNORECASE folds onto an ASCII letter. */
+static Py_UCS1
+stand_in_char(Py_UCS4 c)
+{
+    if (c == 0x130 || c == 0x131 || c == 0x17F || c == 0x212A) {
+        return 0;
+    }
+    return Py_UNICODE_ISSPACE(c) ? 0x85 : Py_UNICODE_ISALNUM(c) ? 0xAA : 0xA4;
+}
+
+/* The stand-ins of the n characters of s into p, one loop for each width of character
+ * (Latin-1 characters copied as they are); 0 at a character stand_in_char declines. */
+#define STAND_IN_LOOP(name, type)                                  \
+    static int                                                    \
+    name(const type *s, Py_ssize_t n, Py_UCS1 *p)                 \
+    {                                                             \
+        for (Py_ssize_t i = 0; i < n; i++) {                      \
+            type c = s[i];                                        \
+            if (c < 256) {                                        \
+                p[i] = (Py_UCS1)c;                                \
+            }                                                     \
+            else if ((p[i] = stand_in_char((Py_UCS4)c)) == 0) {   \
+                return 0;                                         \
+            }                                                     \
+        }                                                         \
+        return 1;                                                 \
+    }
+STAND_IN_LOOP(stand_in_chars, Py_UCS2)
+STAND_IN_LOOP(stand_in_chars4, Py_UCS4)
+#undef STAND_IN_LOOP
+
 static Py_UCS1 *
 latin1_stand_in(PyObject *text)
 {
-    int kind = PyUnicode_KIND(text);
-    const void *data = PyUnicode_DATA(text);
+    int kind = PyUnicode_KIND(text), stand = 1;
     Py_ssize_t n = PyUnicode_GET_LENGTH(text);
     Py_UCS1 *p = PyMem_Malloc((size_t)n + 1);
     if (p == NULL) {
         PyErr_NoMemory();
         return NULL;
     }
-    for (Py_ssize_t i = 0; i < n; i++) {
-        Py_UCS4 c = PyUnicode_READ(kind, data, i);
-        if (c < 256) {
-            p[i] = (Py_UCS1)c;
-        }
-        else if (c == 0x130 || c == 0x131 || c == 0x17F || c == 0x212A) {
-            PyMem_Free(p);
-            return NULL;
-        }
-        else {
-            p[i] = Py_UNICODE_ISSPACE(c) ? 0x85 : Py_UNICODE_ISALNUM(c) ? 0xAA : 0xA4;
-        }
+    if (kind == PyUnicode_1BYTE_KIND) {
+        memcpy(p, PyUnicode_1BYTE_DATA(text), (size_t)n);
+    }
+    else {
+        stand = kind == PyUnicode_2BYTE_KIND ? stand_in_chars(PyUnicode_2BYTE_DATA(text), n, p)
+                                             : stand_in_chars4(PyUnicode_4BYTE_DATA(text), n, p);
+    }
+    if (!stand) {
+        PyMem_Free(p);
+        return NULL;
     }
     return p;
 }
