@@ -1465,7 +1465,6 @@ static unsigned char url_stop[256];  /* what ends a URL: \s and "'<>()[]{} */
 static unsigned char url_user_stop[256];  /* what ends a URL's user part: \s and /?#@ */
 static unsigned char link_user_stop[256]; /* what ends a link's user part: \s, /?#@ and "'> */
 static unsigned char url_first[256];  /* where url_scan's URL can start: h f m w, either case */
-static unsigned char link_first[256]; /* where a link's attribute name can start: h s a, either case */
 
 static inline int
 is_alnum_ascii(Py_UCS1 c)
@@ -3377,8 +3376,9 @@ addresses(PyObject *self, PyObject *field)
 
 /* ------------------------------------------------------------------ the passes of strip_html
  *
- * clean_passes: the first three passes of markup.strip_html, one after the other, on
- * Latin-1 markup (for html_strip, below; the regexes are the reference):
+ * clean_passes: the first three passes of markup.strip_html on Latin-1 markup (for
+ * html_strip, below; the regexes are the reference), the second and third in one walk
+ * over the markup (drop_declarations_and_scripts):
  *
  *   _COMMENT      <!--.*?(?:-->|$)                               (DOTALL) -> ""
  *   _DECLARATION  <[!?][^<>]{0,2000}>                                     -> " "
@@ -3453,83 +3453,110 @@ drop_comments(const Py_UCS1 *p, Py_ssize_t n, Py_UCS1 *out, const Py_UCS4 *wp, P
     return used;
 }
 
-/* Pass 2: declarations and processing instructions become a space. */
-static Py_ssize_t
-blank_declarations(const Py_UCS1 *p, Py_ssize_t n, Py_UCS1 *out, const Py_UCS4 *wp, Py_UCS4 *wout)
+/* Where the declaration or processing instruction of pass 2 that starts at the '<' at
+ * p[k] ends (past its '>'), or -1 if none starts there. */
+static inline Py_ssize_t
+declaration_end(const Py_UCS1 *p, Py_ssize_t n, Py_ssize_t k)
 {
-    Py_ssize_t i = 0, used = 0, copied = 0, k;
-    while ((k = next_lt(p, n, i)) < n) {
-        i = k + 1;
-        if (k + 1 < n && (p[k + 1] == '!' || p[k + 1] == '?')) {
-            Py_ssize_t j = k + 2;
-            while (j < n && j - (k + 2) < 2000 && p[j] != '<' && p[j] != '>') {
-                j++;
-            }
-            if (j < n && p[j] == '>') {
-                copy_run(p, copied, k, out, &used, wp, wout);
-                PUT(' ');
-                copied = i = j + 1;
-            }
-        }
+    if (k + 1 >= n || (p[k + 1] != '!' && p[k + 1] != '?')) {
+        return -1;
     }
-    copy_run(p, copied, n, out, &used, wp, wout);
-    return used;
+    Py_ssize_t j = k + 2;
+    while (j < n && j - (k + 2) < 2000 && p[j] != '<' && p[j] != '>') {
+        j++;
+    }
+    return j < n && p[j] == '>' ? j + 1 : -1;
 }
 
-/* Pass 3: script and style elements become " <name> ". out has room for n + 2. */
-static Py_ssize_t
-drop_scripts(const Py_UCS1 *p, Py_ssize_t n, Py_UCS1 *out, const Py_UCS4 *wp, Py_UCS4 *wout)
+/* The first of p[j:n] past `skip` characters (is_space1 or none) and the declarations
+ * among them: what pass 3 finds there in the output of pass 2, where each declaration is
+ * a space. */
+static inline Py_ssize_t
+past_declarations(const Py_UCS1 *p, Py_ssize_t n, Py_ssize_t j, const unsigned char *skip)
 {
-    Py_ssize_t i = 0, used = 0, copied = 0, k;
+    Py_ssize_t e;
+    for (;;) {
+        while (j < n && skip != NULL && skip[p[j]]) {
+            j++;
+        }
+        if (j < n && p[j] == '<' && (e = declaration_end(p, n, j)) >= 0) {
+            j = e;
+            continue;
+        }
+        return j;
+    }
+}
+
+/* Passes 2 and 3 in one: declarations and processing instructions become a space, and
+ * script and style elements " <name> ", as pass 3 reads the output of pass 2 (a
+ * declaration, which holds no '<', is one space there: where pass 3 reads a run of
+ * [^<>] or of white space, it reads past one). out has room for n + 2. */
+static Py_ssize_t
+drop_declarations_and_scripts(const Py_UCS1 *p, Py_ssize_t n, Py_UCS1 *out, const Py_UCS4 *wp,
+                              Py_UCS4 *wout)
+{
+    Py_ssize_t i = 0, used = 0, copied = 0, k, e;
     while ((k = next_lt(p, n, i)) < n) {
         i = k + 1;
+        if ((e = declaration_end(p, n, k)) >= 0) {
+            copy_run(p, copied, k, out, &used, wp, wout);
+            PUT(' ');
+            copied = i = e;
+            continue;
+        }
         const char *name = ci_at(p, n, k + 1, "script") ? "script" : ci_at(p, n, k + 1, "style") ? "style" : NULL;
         Py_ssize_t len = name == NULL ? 0 : (Py_ssize_t)strlen(name), j = k + 1 + len;
-        if (name != NULL && (j >= n || !is_word1[p[j]])) { /* \b after the name */
+        if (name == NULL || (j < n && is_word1[p[j]])) { /* \b after the name */
+            continue;
+        }
+        for (;;) { /* [^<>]* */
             while (j < n && p[j] != '<' && p[j] != '>') {
                 j++;
             }
-            if (j < n && p[j] == '>') {
-                /* the body: up to the first closing tag of the same name, else to `$` */
-                Py_ssize_t m = j + 1, end = -1;
-                while (m < n) {
-                    const Py_UCS1 *close = memchr(p + m, '<', (size_t)(n - m));
-                    if (close == NULL) {
-                        break;
-                    }
-                    m = close - p;
-                    if (m + 1 < n && p[m + 1] == '/' && ci_at(p, n, m + 2, name)) {
-                        Py_ssize_t t = m + 2 + len;
-                        while (t < n && is_space1[p[t]]) {
-                            t++;
-                        }
-                        if (t < n && p[t] == '>') {
-                            end = t + 1;
-                            break;
-                        }
-                    }
-                    m++;
-                }
-                if (end < 0) {
-                    end = dollar_at(p, n, j + 1);
-                }
-                copy_run(p, copied, k, out, &used, wp, wout);
-                PUT(' ');
-                PUT('<');
-                for (Py_ssize_t t = 0; t < len; t++) { /* the name as written (ASCII) */
-                    PUT(p[k + 1 + t]);
-                }
-                PUT('>');
-                PUT(' ');
-                copied = i = end;
+            Py_ssize_t past = past_declarations(p, n, j, NULL);
+            if (past == j) {
+                break;
             }
+            j = past;
         }
+        if (j >= n || p[j] != '>') {
+            continue;
+        }
+        /* the body: up to the first closing tag of the same name, else to `$` */
+        Py_ssize_t m = j + 1, end = -1;
+        while (m < n) {
+            const Py_UCS1 *close = memchr(p + m, '<', (size_t)(n - m));
+            if (close == NULL) {
+                break;
+            }
+            m = close - p;
+            if (m + 1 < n && p[m + 1] == '/' && ci_at(p, n, m + 2, name)) {
+                Py_ssize_t t = past_declarations(p, n, m + 2 + len, is_space1);
+                if (t < n && p[t] == '>') {
+                    end = t + 1;
+                    break;
+                }
+            }
+            m++;
+        }
+        if (end < 0) {
+            end = dollar_at(p, n, j + 1);
+        }
+        copy_run(p, copied, k, out, &used, wp, wout);
+        PUT(' ');
+        PUT('<');
+        for (Py_ssize_t t = 0; t < len; t++) { /* the name as written (ASCII) */
+            PUT(p[k + 1 + t]);
+        }
+        PUT('>');
+        PUT(' ');
+        copied = i = end;
     }
     copy_run(p, copied, n, out, &used, wp, wout);
     return used;
 }
 
-/* The three passes on p[0:n], the result in *result, a or b (its length returned); a and b
+/* The three passes on p[0:n], the result in *result: p, a or b (its length returned); a and b
  * have room for n + 3 characters; with wp, the same for the characters of wp, wa and wb
  * into *wresult. */
 static Py_ssize_t
@@ -3554,28 +3581,17 @@ clean_passes(const Py_UCS1 *p, Py_ssize_t n, Py_UCS1 *a, Py_UCS1 *b, const Py_UC
         }
         lt++;
     }
-    Py_ssize_t m;
     if (comment) {
-        m = drop_comments(p, n, a, wp, wa);
-        m = blank_declarations(a, m, b, wa, wb); /* (wa and wb are NULL without wp) */
+        Py_ssize_t m = drop_comments(p, n, a, wp, wa);
+        *result = b, *wresult = wb; /* (wa and wb are NULL without wp) */
+        return drop_declarations_and_scripts(a, m, b, wa, wb);
+    }
+    if (declaration || script) {
         *result = a, *wresult = wa;
-        return drop_scripts(b, m, a, wb, wa);
+        return drop_declarations_and_scripts(p, n, a, wp, wa);
     }
-    const Py_UCS1 *src = p;
-    const Py_UCS4 *wsrc = wp;
-    m = n;
-    if (declaration) {
-        m = blank_declarations(p, n, a, wp, wa);
-        src = a, wsrc = wa;
-    }
-    if (script) {
-        Py_UCS1 *out = src == a ? b : a;
-        Py_UCS4 *wout = src == a ? wb : wa;
-        m = drop_scripts(src, m, out, wsrc, wout);
-        src = out, wsrc = wout;
-    }
-    *result = src, *wresult = wsrc;
-    return m;
+    *result = p, *wresult = wp;
+    return n;
 }
 
 /* ------------------------------------------------------------------ html_strip
@@ -4634,7 +4650,6 @@ PyInit__speedups(void)
         url_user_stop[c] = is_space1[c] || (c != 0 && strchr("/?#@", (int)c) != NULL);
         link_user_stop[c] = url_user_stop[c] || (c != 0 && strchr("\"'>", (int)c) != NULL);
         url_first[c] = c != 0 && strchr("hfmwHFMW", (int)c) != NULL;
-        link_first[c] = c != 0 && strchr("hsaHSA", (int)c) != NULL;
     }
     for (const char *p = PUNCT; *p; p++) {
         is_punct[(unsigned char)*p] = 1;

@@ -884,7 +884,7 @@ def test_c_token_hash_cache_passes_the_miss_error_on(small_c_cache):
 
 bucket_lists = st.lists(
     st.one_of(st.lists(st.integers(0, 2**64 - 1), max_size=40),  # insertion sort
-              st.lists(st.integers(0, 2**64 - 1), min_size=33, max_size=400),  # radix sort
+              st.lists(st.integers(0, 2**64 - 1), min_size=33, max_size=400),  # sorted on top bits
               st.lists(st.integers(0, 2**64 - 1), max_size=5).map(lambda v: v * 60)),  # repeats
     max_size=8)
 
@@ -904,7 +904,7 @@ def test_c_unique_buckets_equal_the_numpy_ones(lists, bits):
 
 @needs_speedups
 def test_c_unique_buckets_hand_worked():
-    # bits 4: 17 -> 1, 33 -> 1, 2 -> 2, 255 -> 15; a list of 40 (radix) of 3 values
+    # bits 4: 17 -> 1, 33 -> 1, 2 -> 2, 255 -> 15; a list of 40 of 3 values
     hashes = np.array([17, 1, 2, 33, 255, 2] + [9, 3, 7] * 40, dtype=np.uint64)
     sizes = np.array([3, 0, 3, 120], dtype=np.int64)
     out = np.full(126, -1, dtype=np.int32)
