@@ -1639,10 +1639,20 @@ append_host(const char *prefix, const Py_UCS1 *u, Py_ssize_t n, sink_t *out)
  * '-' (text._HOST_RE, and the end of markup._LINK). Its start goes to *start; returns its
  * end, or -1 when there is none. A user part with no host after it is not one: the
  * regexes backtrack and look for the host at the start. */
+static inline int
+is_host_char(Py_UCS1 c)
+{
+    return is_alnum_ascii(c) || c == '.' || c == '-';
+}
+
 static Py_ssize_t
 find_host(const Py_UCS1 *u, Py_ssize_t len, const unsigned char *user_stop, Py_ssize_t *start)
 {
-    Py_ssize_t k = 0, from = 0, end;
+    Py_ssize_t run = 0, k, from = 0, end;
+    while (run < len && is_host_char(u[run])) { /* the host without a user part (if u[0] is one) */
+        run++;
+    }
+    k = run; /* (a host character never ends a user part: the run is the user part's start) */
     while (k < len && !user_stop[u[k]]) {
         k++;
     }
@@ -1652,9 +1662,14 @@ find_host(const Py_UCS1 *u, Py_ssize_t len, const unsigned char *user_stop, Py_s
     if (from >= len || !is_alnum_ascii(u[from])) {
         return -1;
     }
-    end = from + 1;
-    while (end < len && (is_alnum_ascii(u[end]) || u[end] == '.' || u[end] == '-')) {
-        end++;
+    if (from == 0) {
+        end = run;
+    }
+    else {
+        end = from + 1;
+        while (end < len && is_host_char(u[end])) {
+            end++;
+        }
     }
     *start = from;
     return end;
@@ -2084,12 +2099,15 @@ received_tokens(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         hosts++;
         i = last; /* findall goes on after the match */
     }
-    if (memchr(p, '[', (size_t)n) != NULL) {
+    const Py_UCS1 *bracket = memchr(p, '[', (size_t)n);
+    if (bracket != NULL) {
         int ips = 0;
-        for (Py_ssize_t i = 0; i + 8 < n && ips < 2; i++) {
-            if (p[i] != '[') {
-                continue;
+        for (Py_ssize_t i = bracket - p; i + 8 < n && ips < 2; i++) {
+            const Py_UCS1 *next = memchr(p + i, '[', (size_t)(n - 8 - i));
+            if (next == NULL) {
+                break;
             }
+            i = next - p;
             Py_ssize_t a = digits_then(p, n, i + 1, '.'), b, c, d;
             if (!a || !(b = digits_then(p, n, i + 2 + a, '.')) || !(c = digits_then(p, n, i + 3 + a + b, '.'))
                 || !(d = digits_then(p, n, i + 4 + a + b + c, ']'))) {
