@@ -70,6 +70,25 @@ lower1(Py_UCS1 c)
 #define WC_HIGH 4  /* beyond ASCII */
 static unsigned char word_class[256];
 
+static inline uint64_t load_le64(const unsigned char *p);
+
+/* Which of 8 bytes (little-endian, byte 0 lowest) holds the lowest high bit of the nonzero
+ * x (each byte's high bit a flag). */
+static inline int
+first_flagged_byte(uint64_t x)
+{
+#if defined(__GNUC__) || defined(__clang__)
+    return __builtin_ctzll(x) >> 3;
+#else
+    int k = 0;
+    while (!(x & 0x80)) {
+        x >>= 8;
+        k++;
+    }
+    return k;
+#endif
+}
+
 /* The next word of the one-byte text s[*i:len] as word_tokens splits and strips it:
  * white space skipped (str.split()'s, is_space1), the run up to the next white space,
  * text._PUNCT stripped from both ends, into [*start, *end) (empty for a run of
@@ -90,6 +109,20 @@ next_word_flags(const Py_UCS1 *s, Py_ssize_t len, Py_ssize_t *i, Py_ssize_t *sta
     }
     Py_ssize_t a = j;
     unsigned f = 0, c;
+    while (len - j >= 8) { /* 8 characters at a time up to the first below '!' or beyond ASCII */
+        uint64_t w = load_le64(s + j), at = w ^ 0x4040404040404040ULL;
+        uint64_t stop = ((w - 0x2121212121212121ULL) & ~w & 0x8080808080808080ULL) | (w & 0x8080808080808080ULL);
+        at = (at - 0x0101010101010101ULL) & ~at & 0x8080808080808080ULL; /* '@' (the first exact) */
+        if (stop == 0) {
+            f |= at ? WC_AT : 0;
+            j += 8;
+            continue;
+        }
+        int before = first_flagged_byte(stop);
+        f |= at & ((((uint64_t)1) << (8 * before)) - 1) ? WC_AT : 0;
+        j += before;
+        break;
+    }
     while (j < len && !((c = word_class[s[j]]) & WC_SPACE)) {
         f |= c;
         j++;
@@ -526,6 +559,45 @@ bytes_key(const unsigned char *p, Py_ssize_t n)
     return table_key(p, n, 1, &seen);
 }
 
+/* The 8 bytes of x with their ASCII upper-case letters lowered, all at once (no carry
+ * crosses a byte: each sum below stays under 0x100). */
+static inline uint64_t
+lower_bytes8(uint64_t x)
+{
+    uint64_t low7 = x & 0x7F7F7F7F7F7F7F7FULL;
+    uint64_t from_a = low7 + 0x3F3F3F3F3F3F3F3FULL;  /* high bit: low7 >= 'A' */
+    uint64_t past_z = low7 + 0x2525252525252525ULL;  /* high bit: low7 > 'Z' */
+    uint64_t upper = from_a & ~past_z & ~x & 0x8080808080808080ULL;
+    return x | (upper >> 2);  /* (0x80 >> 2 is 0x20) */
+}
+
+/* bytes_key of p[0:n] lower-cased (the ASCII letters), without a copy: table_key's loads,
+ * each lowered as it is read (lowering a byte does not move it, and 0 stays 0). */
+static inline uint64_t
+lower_bytes_key(const unsigned char *p, Py_ssize_t n)
+{
+    uint64_t x;
+    if (n <= 7) {
+        x = lower_bytes8(load_small(p, n)) | (uint64_t)n << 56;
+    }
+    else {
+        uint64_t acc = ((uint64_t)n << 2) | 1, w;
+        Py_ssize_t i = 0;
+        for (; n - i > 7; i += 7) {
+            w = lower_bytes8(load_le64(p + i) & LOW56);
+            acc = mul_mod61(acc, key_point) + w;
+        }
+        w = lower_bytes8(load_le64(p + n - 8) >> (8 * (8 - (n - i))));
+        acc = mul_mod61(acc, key_point) + w;
+        acc = (acc & P61) + (acc >> 61);
+        acc = acc >= P61 ? acc - P61 : acc;
+        x = acc | ((uint64_t)1 << 63);
+    }
+    x *= key_mul;
+    x = (x << key_rot) | (x >> (64 - key_rot));
+    return x == 0 || x == ~(uint64_t)0 ? 2 : x;
+}
+
 static PyObject *
 hash_cache_init(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -834,9 +906,9 @@ fail:
  * the odd words (long, with an '@' or with characters beyond ASCII). Text beyond Latin-1
  * takes wide_word_hashes (above), the same tokens. With `lower`, the tokens of the text lower-cased
  * (str.lower, which keeps Latin-1 text Latin-1, one character for one): the common word
- * lower-cased as it is hashed, the odd ones by str.lower. */
-/* The tokens of an odd word of Latin-1 text, w[0:n] (too long, with an '@', beyond ASCII
- * or, lower-cased, longer than word_hashes' buffer), hashed into values[0:2] on their
+ * lower-cased as it is hashed (lower_bytes_key), the odd ones by str.lower. */
+/* The tokens of an odd word of Latin-1 text, w[0:n] (too long, with an '@' or beyond
+ * ASCII), hashed into values[0:2] on their
  * characters as append_word_tokens makes them (WordRules._odd_tokens of the word, lower-cased
  * first with `lower`: str.lower keeps Latin-1 text Latin-1, one character for one): the
  * word token ("email:<domain>", "skip:<first> <length>" or the word), then "8bit%:<share>"
@@ -953,7 +1025,6 @@ word_hashes(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     PyObject *odd = NULL;
     Py_ssize_t w_start[HASH_BLOCK], w_end[HASH_BLOCK];
     Py_hash_t w_hash[HASH_BLOCK];
-    Py_UCS1 lowered[64];  /* a common word, lower-cased (a longer one takes the odd path) */
     while (i < len) {
         int b = 0;
         Py_ssize_t start, end;
@@ -965,18 +1036,11 @@ word_hashes(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
             }
             w_start[b] = start;
             w_end[b] = end;
-            if (n > max_len || (flags & (WC_AT | WC_HIGH)) || (lower && n > (Py_ssize_t)sizeof lowered)) {
+            if (n > max_len || (flags & (WC_AT | WC_HIGH))) {
                 w_hash[b] = -1;  /* an odd word (no table key is -1) */
             }
             else {
-                const Py_UCS1 *word = s + start;
-                if (lower) {
-                    for (Py_ssize_t k = 0; k < n; k++) {
-                        lowered[k] = lower1(word[k]);
-                    }
-                    word = lowered;
-                }
-                w_hash[b] = (Py_hash_t)bytes_key(word, n);
+                w_hash[b] = (Py_hash_t)(lower ? lower_bytes_key(s + start, n) : bytes_key(s + start, n));
                 PREFETCH(&slots[(size_t)w_hash[b] & (n_slots - 1)]);
             }
             b++;
@@ -1130,23 +1194,66 @@ fail:
  * the hashes); `counts[i]` (int64) gets the number of distinct buckets of list i.
  * numpy sorts the whole batch (list number << bits | bucket) at about 30 ns a key; here a
  * list's distinct buckets are found first (a set of open addressing), and only those,
- * about a sixth of a mail's tokens, are sorted: a radix sort of 8-bit digits (a digit
- * shared by the whole list is skipped) or, for short lists, an insertion sort, a few ns a
- * key. The numpy code is the reference (tests/streamnb/features/test_speedups.py). */
+ * about a third of a mail's tokens, are sorted: a short list by insertion, a list of up
+ * to SORT_BUCKETS_MAX keys by one counting pass on its top bits (about one key a bucket:
+ * buckets are hash bits, spread evenly) and an insertion sort of the nearly sorted result,
+ * a longer one (or one whose keys crowd into a few buckets) by a radix sort of 8-bit digits (a digit shared by the whole list is
+ * skipped), a few ns a key. The numpy code is the reference
+ * (tests/streamnb/features/test_speedups.py). */
+#define SORT_BUCKETS_MAX 2048
+/* The most keys a bucket may hold for the insertion sort (each moves past fewer than that
+ * many): more (keys chosen to share their top bits) take the radix sort, linear anyway. */
+#define SORT_BUCKET_MOST 16
+
+/* a[0:n] sorted by insertion, the keys taken in the order of src[0:n] (src may be a). */
+static inline void
+insertion_sort_u32(uint32_t *a, const uint32_t *src, Py_ssize_t n)
+{
+    for (Py_ssize_t i = 0; i < n; i++) {
+        uint32_t v = src[i];
+        Py_ssize_t j = i;
+        while (j > 0 && a[j - 1] > v) {
+            a[j] = a[j - 1];
+            j--;
+        }
+        a[j] = v;
+    }
+}
+
+/* a[0:n], keys below 2**bits, sorted (tmp has room for n keys). */
 static void
 sort_u32(uint32_t *a, uint32_t *tmp, Py_ssize_t n, int bits)
 {
     if (n <= 32) {
-        for (Py_ssize_t i = 1; i < n; i++) {
-            uint32_t v = a[i];
-            Py_ssize_t j = i;
-            while (j > 0 && a[j - 1] > v) {
-                a[j] = a[j - 1];
-                j--;
-            }
-            a[j] = v;
-        }
+        insertion_sort_u32(a, a, n);
         return;
+    }
+    if (n <= SORT_BUCKETS_MAX) {
+        /* 2**top buckets (top >= log2(n)) on the top bits: the keys in bucket order into
+         * tmp, then sorted into a by insertion, each moving past the few of its bucket */
+        int top = 5;
+        while (((Py_ssize_t)1 << top) < n && top < bits) {
+            top++;
+        }
+        top = top > bits ? bits : top;
+        int shift = bits - top;
+        uint32_t start[SORT_BUCKETS_MAX + 1];
+        memset(start, 0, (((size_t)1 << top) + 1) * sizeof(uint32_t));
+        for (Py_ssize_t i = 0; i < n; i++) {
+            start[(a[i] >> shift) + 1]++;
+        }
+        uint32_t fullest = 0;
+        for (size_t d = 0; d < ((size_t)1 << top); d++) {
+            fullest = start[d + 1] > fullest ? start[d + 1] : fullest;
+            start[d + 1] += start[d];
+        }
+        if (fullest <= SORT_BUCKET_MOST) {
+            for (Py_ssize_t i = 0; i < n; i++) {
+                tmp[start[a[i] >> shift]++] = a[i];
+            }
+            insertion_sort_u32(a, tmp, n);
+            return;
+        }
     }
     uint32_t *src = a, *dst = tmp;
     for (int shift = 0; shift < bits; shift += 8) {
@@ -1358,7 +1465,6 @@ static unsigned char url_stop[256];  /* what ends a URL: \s and "'<>()[]{} */
 static unsigned char url_user_stop[256];  /* what ends a URL's user part: \s and /?#@ */
 static unsigned char link_user_stop[256]; /* what ends a link's user part: \s, /?#@ and "'> */
 static unsigned char url_first[256];  /* where url_scan's URL can start: h f m w, either case */
-static unsigned char link_first[256]; /* where a link's attribute name can start: h s a, either case */
 
 static inline int
 is_alnum_ascii(Py_UCS1 c)
@@ -1533,10 +1639,20 @@ append_host(const char *prefix, const Py_UCS1 *u, Py_ssize_t n, sink_t *out)
  * '-' (text._HOST_RE, and the end of markup._LINK). Its start goes to *start; returns its
  * end, or -1 when there is none. A user part with no host after it is not one: the
  * regexes backtrack and look for the host at the start. */
+static inline int
+is_host_char(Py_UCS1 c)
+{
+    return is_alnum_ascii(c) || c == '.' || c == '-';
+}
+
 static Py_ssize_t
 find_host(const Py_UCS1 *u, Py_ssize_t len, const unsigned char *user_stop, Py_ssize_t *start)
 {
-    Py_ssize_t k = 0, from = 0, end;
+    Py_ssize_t run = 0, k, from = 0, end;
+    while (run < len && is_host_char(u[run])) { /* the host without a user part (if u[0] is one) */
+        run++;
+    }
+    k = run; /* (a host character never ends a user part: the run is the user part's start) */
     while (k < len && !user_stop[u[k]]) {
         k++;
     }
@@ -1546,9 +1662,14 @@ find_host(const Py_UCS1 *u, Py_ssize_t len, const unsigned char *user_stop, Py_s
     if (from >= len || !is_alnum_ascii(u[from])) {
         return -1;
     }
-    end = from + 1;
-    while (end < len && (is_alnum_ascii(u[end]) || u[end] == '.' || u[end] == '-')) {
-        end++;
+    if (from == 0) {
+        end = run;
+    }
+    else {
+        end = from + 1;
+        while (end < len && is_host_char(u[end])) {
+            end++;
+        }
     }
     *start = from;
     return end;
@@ -1602,31 +1723,124 @@ contains_bytes(const Py_UCS1 *p, Py_ssize_t n, const char *needle, Py_ssize_t k)
  * neither: U+0085, U+00AA, U+00A4), every other is kept. NULL with no exception set when
  * the str holds a character beyond U+00FF that IGNORECASE folds onto an ASCII letter
  * (U+0130, U+0131, U+017F, U+212A: the Python code takes that text). */
+/* The stand-in of one character beyond U+00FF (latin1_stand_in), or 0 for one that
+ * IGNORECASE folds onto an ASCII letter. */
+static Py_UCS1
+stand_in_char(Py_UCS4 c)
+{
+    if (c == 0x130 || c == 0x131 || c == 0x17F || c == 0x212A) {
+        return 0;
+    }
+    return Py_UNICODE_ISSPACE(c) ? 0x85 : Py_UNICODE_ISALNUM(c) ? 0xAA : 0xA4;
+}
+
+/* The stand-ins of the n characters of s into p, one loop for each width of character
+ * (Latin-1 characters copied as they are); 0 at a character stand_in_char declines. */
+#define STAND_IN_LOOP(name, type)                                  \
+    static int                                                    \
+    name(const type *s, Py_ssize_t n, Py_UCS1 *p)                 \
+    {                                                             \
+        for (Py_ssize_t i = 0; i < n; i++) {                      \
+            type c = s[i];                                        \
+            if (c < 256) {                                        \
+                p[i] = (Py_UCS1)c;                                \
+            }                                                     \
+            else if ((p[i] = stand_in_char((Py_UCS4)c)) == 0) {   \
+                return 0;                                         \
+            }                                                     \
+        }                                                         \
+        return 1;                                                 \
+    }
+STAND_IN_LOOP(stand_in_chars, Py_UCS2)
+STAND_IN_LOOP(stand_in_chars4, Py_UCS4)
+#undef STAND_IN_LOOP
+
 static Py_UCS1 *
 latin1_stand_in(PyObject *text)
 {
-    int kind = PyUnicode_KIND(text);
-    const void *data = PyUnicode_DATA(text);
+    int kind = PyUnicode_KIND(text), stand = 1;
     Py_ssize_t n = PyUnicode_GET_LENGTH(text);
     Py_UCS1 *p = PyMem_Malloc((size_t)n + 1);
     if (p == NULL) {
         PyErr_NoMemory();
         return NULL;
     }
-    for (Py_ssize_t i = 0; i < n; i++) {
-        Py_UCS4 c = PyUnicode_READ(kind, data, i);
-        if (c < 256) {
-            p[i] = (Py_UCS1)c;
-        }
-        else if (c == 0x130 || c == 0x131 || c == 0x17F || c == 0x212A) {
-            PyMem_Free(p);
-            return NULL;
-        }
-        else {
-            p[i] = Py_UNICODE_ISSPACE(c) ? 0x85 : Py_UNICODE_ISALNUM(c) ? 0xAA : 0xA4;
-        }
+    if (kind == PyUnicode_1BYTE_KIND) {
+        memcpy(p, PyUnicode_1BYTE_DATA(text), (size_t)n);
+    }
+    else {
+        stand = kind == PyUnicode_2BYTE_KIND ? stand_in_chars(PyUnicode_2BYTE_DATA(text), n, p)
+                                             : stand_in_chars4(PyUnicode_4BYTE_DATA(text), n, p);
+    }
+    if (!stand) {
+        PyMem_Free(p);
+        return NULL;
     }
     return p;
+}
+
+/* The URL of url_scan's pattern at p[i] (i < n): 1 with its proto: token, where its rest
+ * starts (past the scheme, or the "www." itself) and its end; 0 if none starts there. */
+static int
+url_at(const Py_UCS1 *p, Py_ssize_t n, Py_ssize_t i, const char **proto, Py_ssize_t *rest, Py_ssize_t *end)
+{
+    if (!url_first[p[i]] || (i > 0 && is_word1[p[i - 1]])) { /* (?<!\w.): a word character before */
+        return 0;
+    }
+    Py_UCS1 c = lower1(p[i]);
+    *proto = NULL;
+    if (c == 'h' && ci_at(p, n, i + 1, "ttps://")) {
+        *proto = "proto:https", *rest = i + 8;
+    }
+    else if (c == 'h' && ci_at(p, n, i + 1, "ttp://")) {
+        *proto = "proto:http", *rest = i + 7;
+    }
+    else if (c == 'f' && ci_at(p, n, i + 1, "tp://")) {
+        *proto = "proto:ftp", *rest = i + 6;
+    }
+    else if (c == 'm' && ci_at(p, n, i + 1, "ailto://")) {
+        *proto = "proto:mailto", *rest = i + 9;
+    }
+    else if (c == 'w' && ci_at(p, n, i + 1, "ww.")) {
+        *proto = "proto:http", *rest = i + 1;
+    }
+    if (*proto == NULL) {
+        return 0;
+    }
+    Py_ssize_t e = *rest;
+    while (e < n && !url_stop[p[e]]) {
+        e++;
+    }
+    *end = e;
+    return e > *rest; /* the URL needs one character after its scheme */
+}
+
+/* The first "://" in p[from:n], or n + 8 if there is none. */
+static Py_ssize_t
+find_scheme_separator(const Py_UCS1 *p, Py_ssize_t n, Py_ssize_t from)
+{
+    const Py_UCS1 *q = p + from, *end = p + n;
+    while (end - q >= 3 && (q = memchr(q, ':', (size_t)(end - q - 2))) != NULL) {
+        if (q[1] == '/' && q[2] == '/') {
+            return q - p;
+        }
+        q++;
+    }
+    return n + 8;
+}
+
+/* The first "www." of any case in p[from:n], or n + 8 if there is none: found by its dot. */
+static Py_ssize_t
+find_www(const Py_UCS1 *p, Py_ssize_t n, Py_ssize_t from)
+{
+    const Py_UCS1 *q = p + from + 3, *end = p + n;
+    while (q < end && (q = memchr(q, '.', (size_t)(end - q))) != NULL) {
+        if ((q[-1] | 0x20) == 'w' && (q[-2] | 0x20) == 'w' && (q[-3] | 0x20) == 'w') {
+            return q - 3 - p;
+        }
+        q++;
+    }
+    return n + 8;
 }
 
 static PyObject *
@@ -1658,43 +1872,29 @@ url_scan(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         return text;
     }
     Py_UCS1 *buf = NULL; /* the text with its URLs replaced by spaces, once one is found */
-    Py_ssize_t used = 0;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        if (!url_first[p[i]]) {
+    Py_ssize_t used = 0, from = 0, i, rest, end;
+    Py_ssize_t sep = -1, www = -1; /* the next "://" and "www." (any case); n + 8: no more */
+    const char *proto;
+    while (from < n) {
+        /* the next place a URL can start (url_at): 3 to 6 characters before a "://"
+         * (the schemes), or at a "www." */
+        if (sep < from + 3) {
+            sep = find_scheme_separator(p, n, from + 3);
+        }
+        if (www < from) {
+            www = find_www(p, n, from);
+        }
+        i = sep - 6 > from ? sep - 6 : from;
+        i = www < i ? www : i;
+        if (i >= n) {
+            break;
+        }
+        if (!url_at(p, n, i, &proto, &rest, &end)) {
+            from = i + 1;
             continue;
         }
         Py_UCS1 c = lower1(p[i]);
-        if (i > 0 && is_word1[p[i - 1]]) { /* (?<!\w.): a word character before */
-            continue;
-        }
-        const char *proto = NULL;
-        Py_ssize_t rest = 0, host_from;
-        if (c == 'h' && ci_at(p, n, i + 1, "ttps://")) {
-            proto = "proto:https", rest = i + 8;
-        }
-        else if (c == 'h' && ci_at(p, n, i + 1, "ttp://")) {
-            proto = "proto:http", rest = i + 7;
-        }
-        else if (c == 'f' && ci_at(p, n, i + 1, "tp://")) {
-            proto = "proto:ftp", rest = i + 6;
-        }
-        else if (c == 'm' && ci_at(p, n, i + 1, "ailto://")) {
-            proto = "proto:mailto", rest = i + 9;
-        }
-        else if (c == 'w' && ci_at(p, n, i + 1, "ww.")) {
-            proto = "proto:http", rest = i + 1;
-        }
-        if (proto == NULL) {
-            continue;
-        }
-        Py_ssize_t end = rest;
-        while (end < n && !url_stop[p[end]]) {
-            end++;
-        }
-        if (end == rest) { /* the URL needs one character after its scheme */
-            continue;
-        }
-        host_from = c == 'w' ? i : rest; /* www.: the first letter belongs to the host */
+        Py_ssize_t host_from = c == 'w' ? i : rest; /* www.: the first letter belongs to the host */
         if (append_new(out, PyUnicode_FromString(proto)) < 0
             || append_url_host_tokens(p + host_from, end - host_from, out) < 0) {
             goto fail;
@@ -1715,7 +1915,7 @@ url_scan(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
             buf[used++] = ' ';
         }
         copied = end;
-        i = end - 1;
+        from = end;
     }
     PyMem_Free(stand_in);
     if (pieces != NULL) { /* " ".join of the pieces between the URLs, as WordRules.urls */
@@ -1899,12 +2099,15 @@ received_tokens(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         hosts++;
         i = last; /* findall goes on after the match */
     }
-    if (memchr(p, '[', (size_t)n) != NULL) {
+    const Py_UCS1 *bracket = memchr(p, '[', (size_t)n);
+    if (bracket != NULL) {
         int ips = 0;
-        for (Py_ssize_t i = 0; i + 8 < n && ips < 2; i++) {
-            if (p[i] != '[') {
-                continue;
+        for (Py_ssize_t i = bracket - p; i + 8 < n && ips < 2; i++) {
+            const Py_UCS1 *next = memchr(p + i, '[', (size_t)(n - 8 - i));
+            if (next == NULL) {
+                break;
             }
+            i = next - p;
             Py_ssize_t a = digits_then(p, n, i + 1, '.'), b, c, d;
             if (!a || !(b = digits_then(p, n, i + 2 + a, '.')) || !(c = digits_then(p, n, i + 3 + a + b, '.'))
                 || !(d = digits_then(p, n, i + 4 + a + b + c, ']'))) {
@@ -1941,38 +2144,40 @@ received_tokens(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
  * same cut at max_tag_tokens (a tag's tokens are not split). None when an attribute with
  * "://" is not Latin-1: the caller runs the Python code, the reference. */
 
-/* Append the url: tokens of the links in the Latin-1 attributes p[0:n] (markup._LINK). */
+/* Where the attribute name of markup._LINK (href, src or action, any case) that ends
+ * before the '=' at p[eq] (after white space) starts, at or after `from`; -1 if none does. */
+static Py_ssize_t
+link_name_before(const Py_UCS1 *p, Py_ssize_t from, Py_ssize_t eq)
+{
+    Py_ssize_t e = eq;
+    while (e > from && is_space1[p[e - 1]]) {
+        e--;
+    }
+    if (e - 4 >= from && ci_at(p, e, e - 4, "href")) {
+        return e - 4;
+    }
+    if (e - 3 >= from && ci_at(p, e, e - 3, "src")) {
+        return e - 3;
+    }
+    if (e - 6 >= from && ci_at(p, e, e - 6, "action")) {
+        return e - 6;
+    }
+    return -1;
+}
+
+/* Append the url: tokens of the links in the Latin-1 attributes p[0:n] (markup._LINK),
+ * found from their '=': the name before it, the URL after it. */
 static int
 append_link_hosts(const Py_UCS1 *p, Py_ssize_t n, sink_t *out)
 {
-    for (Py_ssize_t i = 0; i < n; i++) {
-        if (!link_first[p[i]]) {
+    Py_ssize_t from = 0; /* where the next match may start (findall goes on after one) */
+    const Py_UCS1 *q = p, *stop = p + n;
+    while (q < stop && (q = memchr(q, '=', (size_t)(stop - q))) != NULL) {
+        Py_ssize_t eq = q - p, i = link_name_before(p, from, eq), j = eq + 1;
+        q++;
+        if (i < 0 || (i > 0 && is_word1[p[i - 1]])) { /* (?<!\w.) */
             continue;
         }
-        Py_UCS1 c = lower1(p[i]);
-        Py_ssize_t j;
-        if (c == 'h' && ci_at(p, n, i + 1, "ref")) {
-            j = i + 4;
-        }
-        else if (c == 's' && ci_at(p, n, i + 1, "rc")) {
-            j = i + 3;
-        }
-        else if (c == 'a' && ci_at(p, n, i + 1, "ction")) {
-            j = i + 6;
-        }
-        else {
-            continue;
-        }
-        if (i > 0 && is_word1[p[i - 1]]) { /* (?<!\w.) */
-            continue;
-        }
-        while (j < n && is_space1[p[j]]) {
-            j++;
-        }
-        if (j >= n || p[j] != '=') {
-            continue;
-        }
-        j++;
         while (j < n && is_space1[p[j]]) {
             j++;
         }
@@ -2001,7 +2206,8 @@ append_link_hosts(const Py_UCS1 *p, Py_ssize_t n, sink_t *out)
         if (append_host("url:", p + j + start, end - start, out) < 0) {
             return -1;
         }
-        i = j + end - 1; /* findall goes on after the match */
+        from = j + end;
+        q = p + from;
     }
     return 0;
 }
@@ -2302,8 +2508,10 @@ header_block_end(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     }
     /* a lone carriage return (one not followed by a line break before block_end, as the
      * regex sees it): the block ends before its line */
-    for (Py_ssize_t k = start; k < block_end; k++) {
-        if (p[k] == '\r' && (k + 1 >= block_end || p[k + 1] != '\n')) {
+    const Py_UCS1 *cr = p + start;
+    while ((cr = memchr(cr, '\r', (size_t)(p + block_end - cr))) != NULL) {
+        Py_ssize_t k = cr++ - p;
+        if (k + 1 >= block_end || p[k + 1] != '\n') {
             Py_ssize_t line = k;
             while (line > start && p[line - 1] != '\n') {
                 line--;
@@ -2403,6 +2611,22 @@ message_id_value(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     return PyBytes_FromStringAndSize((const char *)s + start, end > start ? end - start : 0);
 }
 
+/* Whether one of the 8 bytes of w (each below 0x80) is c (the test is exact as a whole;
+ * which byte it flags past the first is not). */
+static inline int
+has_byte8(uint64_t w, Py_UCS1 c)
+{
+    uint64_t x = w ^ (0x0101010101010101ULL * c);
+    return ((x - 0x0101010101010101ULL) & ~x & 0x8080808080808080ULL) != 0;
+}
+
+/* Whether the line after the line break at p[k] starts with ':' or "From " (k < end). */
+static inline int
+odd_line_after(const Py_UCS1 *p, Py_ssize_t end, Py_ssize_t k)
+{
+    return k + 1 < end && (p[k + 1] == ':' || (end - k - 1 >= 5 && memcmp(p + k + 1, "From ", 5) == 0));
+}
+
 static PyObject *
 plain_headers(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -2413,14 +2637,28 @@ plain_headers(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
                          &start, &end) < 0) {
         return NULL;
     }
+    /* None for a byte beyond ASCII or a line that is no field nor continuation
+     * (mime._ODD_LINE), wherever they are; 8 bytes at a time, the line breaks looked at
+     * one by one */
     int crlf = 0;
-    for (Py_ssize_t k = start; k < end; k++) {
-        if (p[k] >= 128) {
+    Py_ssize_t k = start;
+    for (; end - k >= 8; k += 8) {
+        uint64_t w = load_le64(p + k);
+        if (w & 0x8080808080808080ULL) {
             Py_RETURN_NONE;
         }
-        if (p[k] == '\n' && k + 1 < end && (p[k + 1] == ':' ||
-                                             (end - k - 1 >= 5 && memcmp(p + k + 1, "From ", 5) == 0))) {
-            Py_RETURN_NONE;  /* a line that is no field nor continuation (mime._ODD_LINE) */
+        crlf |= has_byte8(w, '\r');
+        if (has_byte8(w, '\n')) {
+            for (Py_ssize_t b = k; b < k + 8; b++) {
+                if (p[b] == '\n' && odd_line_after(p, end, b)) {
+                    Py_RETURN_NONE;
+                }
+            }
+        }
+    }
+    for (; k < end; k++) {
+        if (p[k] >= 128 || (p[k] == '\n' && odd_line_after(p, end, k))) {
+            Py_RETURN_NONE;
         }
         crlf |= p[k] == '\r';
     }
@@ -3156,8 +3394,9 @@ addresses(PyObject *self, PyObject *field)
 
 /* ------------------------------------------------------------------ the passes of strip_html
  *
- * clean_passes: the first three passes of markup.strip_html, one after the other, on
- * Latin-1 markup (for html_strip, below; the regexes are the reference):
+ * clean_passes: the first three passes of markup.strip_html on Latin-1 markup (for
+ * html_strip, below; the regexes are the reference), the second and third in one walk
+ * over the markup (drop_declarations_and_scripts):
  *
  *   _COMMENT      <!--.*?(?:-->|$)                               (DOTALL) -> ""
  *   _DECLARATION  <[!?][^<>]{0,2000}>                                     -> " "
@@ -3182,34 +3421,34 @@ dollar_at(const Py_UCS1 *p, Py_ssize_t n, Py_ssize_t from)
  * What they write besides copies is ASCII, the same in both. */
 #define PUT(c) do { Py_UCS1 c_ = (c); if (wout != NULL) { wout[used] = c_; } out[used++] = c_; } while (0)
 
-/* Copy p[i:k] to out at *used, k the next '<' at or after i (n if none); returns k. The
- * passes below copy the text between tags with it, then look at the tag at k. */
-static Py_ssize_t
-copy_to_tag(const Py_UCS1 *p, Py_ssize_t n, Py_ssize_t i, Py_UCS1 *out, Py_ssize_t *used,
-            const Py_UCS4 *wp, Py_UCS4 *wout)
+/* Copy p[from:to] to out at *used (and wp's to wout). The passes below copy the text
+ * between what they replace with it, once they replace something, and the rest at the end. */
+static inline void
+copy_run(const Py_UCS1 *p, Py_ssize_t from, Py_ssize_t to, Py_UCS1 *out, Py_ssize_t *used,
+         const Py_UCS4 *wp, Py_UCS4 *wout)
 {
-    const Py_UCS1 *lt = memchr(p + i, '<', (size_t)(n - i));
-    Py_ssize_t k = lt == NULL ? n : lt - p;
-    memcpy(out + *used, p + i, (size_t)(k - i));
+    memcpy(out + *used, p + from, (size_t)(to - from));
     if (wp != NULL) {
-        memcpy(wout + *used, wp + i, (size_t)(k - i) * sizeof(Py_UCS4));
+        memcpy(wout + *used, wp + from, (size_t)(to - from) * sizeof(Py_UCS4));
     }
-    *used += k - i;
-    return k;
+    *used += to - from;
+}
+
+/* The next '<' in p[i:n], or n. */
+static inline Py_ssize_t
+next_lt(const Py_UCS1 *p, Py_ssize_t n, Py_ssize_t i)
+{
+    const Py_UCS1 *lt = i < n ? memchr(p + i, '<', (size_t)(n - i)) : NULL;
+    return lt == NULL ? n : lt - p;
 }
 
 /* Pass 1: comments removed. Writes to out (room for n), returns the new length. */
 static Py_ssize_t
 drop_comments(const Py_UCS1 *p, Py_ssize_t n, Py_UCS1 *out, const Py_UCS4 *wp, Py_UCS4 *wout)
 {
-    Py_ssize_t i = 0, used = 0;
-    while (i < n) {
-        Py_ssize_t k = copy_to_tag(p, n, i, out, &used, wp, wout);
-        if (k >= n) {
-            break;
-        }
+    Py_ssize_t i = 0, used = 0, copied = 0, k;
+    while ((k = next_lt(p, n, i)) < n) {
         if (k + 4 > n || memcmp(p + k, "<!--", 4) != 0) {
-            PUT('<');
             i = k + 1;
             continue;
         }
@@ -3225,96 +3464,117 @@ drop_comments(const Py_UCS1 *p, Py_ssize_t n, Py_UCS1 *out, const Py_UCS4 *wp, P
                 break;
             }
         }
-        i = end >= 0 ? end : dollar_at(p, n, k + 4);
+        copy_run(p, copied, k, out, &used, wp, wout);
+        copied = i = end >= 0 ? end : dollar_at(p, n, k + 4);
     }
+    copy_run(p, copied, n, out, &used, wp, wout);
     return used;
 }
 
-/* Pass 2: declarations and processing instructions become a space. */
-static Py_ssize_t
-blank_declarations(const Py_UCS1 *p, Py_ssize_t n, Py_UCS1 *out, const Py_UCS4 *wp, Py_UCS4 *wout)
+/* Where the declaration or processing instruction of pass 2 that starts at the '<' at
+ * p[k] ends (past its '>'), or -1 if none starts there. */
+static inline Py_ssize_t
+declaration_end(const Py_UCS1 *p, Py_ssize_t n, Py_ssize_t k)
 {
-    Py_ssize_t i = 0, used = 0;
-    while (i < n) {
-        Py_ssize_t k = copy_to_tag(p, n, i, out, &used, wp, wout);
-        if (k >= n) {
-            break;
+    if (k + 1 >= n || (p[k + 1] != '!' && p[k + 1] != '?')) {
+        return -1;
+    }
+    Py_ssize_t j = k + 2;
+    while (j < n && j - (k + 2) < 2000 && p[j] != '<' && p[j] != '>') {
+        j++;
+    }
+    return j < n && p[j] == '>' ? j + 1 : -1;
+}
+
+/* The first of p[j:n] past `skip` characters (is_space1 or none) and the declarations
+ * among them: what pass 3 finds there in the output of pass 2, where each declaration is
+ * a space. */
+static inline Py_ssize_t
+past_declarations(const Py_UCS1 *p, Py_ssize_t n, Py_ssize_t j, const unsigned char *skip)
+{
+    Py_ssize_t e;
+    for (;;) {
+        while (j < n && skip != NULL && skip[p[j]]) {
+            j++;
         }
-        if (k + 1 < n && (p[k + 1] == '!' || p[k + 1] == '?')) {
-            Py_ssize_t j = k + 2;
-            while (j < n && j - (k + 2) < 2000 && p[j] != '<' && p[j] != '>') {
-                j++;
-            }
-            if (j < n && p[j] == '>') {
-                PUT(' ');
-                i = j + 1;
-                continue;
-            }
+        if (j < n && p[j] == '<' && (e = declaration_end(p, n, j)) >= 0) {
+            j = e;
+            continue;
         }
-        PUT('<');
+        return j;
+    }
+}
+
+/* Passes 2 and 3 in one: declarations and processing instructions become a space, and
+ * script and style elements " <name> ", as pass 3 reads the output of pass 2 (a
+ * declaration, which holds no '<', is one space there: where pass 3 reads a run of
+ * [^<>] or of white space, it reads past one). out has room for n + 2. */
+static Py_ssize_t
+drop_declarations_and_scripts(const Py_UCS1 *p, Py_ssize_t n, Py_UCS1 *out, const Py_UCS4 *wp,
+                              Py_UCS4 *wout)
+{
+    Py_ssize_t i = 0, used = 0, copied = 0, k, e;
+    while ((k = next_lt(p, n, i)) < n) {
         i = k + 1;
-    }
-    return used;
-}
-
-/* Pass 3: script and style elements become " <name> ". out has room for n + 2. */
-static Py_ssize_t
-drop_scripts(const Py_UCS1 *p, Py_ssize_t n, Py_UCS1 *out, const Py_UCS4 *wp, Py_UCS4 *wout)
-{
-    Py_ssize_t i = 0, used = 0;
-    while (i < n) {
-        Py_ssize_t k = copy_to_tag(p, n, i, out, &used, wp, wout);
-        if (k >= n) {
-            break;
+        if ((e = declaration_end(p, n, k)) >= 0) {
+            copy_run(p, copied, k, out, &used, wp, wout);
+            PUT(' ');
+            copied = i = e;
+            continue;
         }
         const char *name = ci_at(p, n, k + 1, "script") ? "script" : ci_at(p, n, k + 1, "style") ? "style" : NULL;
         Py_ssize_t len = name == NULL ? 0 : (Py_ssize_t)strlen(name), j = k + 1 + len;
-        if (name != NULL && (j >= n || !is_word1[p[j]])) { /* \b after the name */
+        if (name == NULL || (j < n && is_word1[p[j]])) { /* \b after the name */
+            continue;
+        }
+        for (;;) { /* [^<>]* */
             while (j < n && p[j] != '<' && p[j] != '>') {
                 j++;
             }
-            if (j < n && p[j] == '>') {
-                /* the body: up to the first closing tag of the same name, else to `$` */
-                Py_ssize_t m = j + 1, end = -1;
-                while (m < n) {
-                    const Py_UCS1 *close = memchr(p + m, '<', (size_t)(n - m));
-                    if (close == NULL) {
-                        break;
-                    }
-                    m = close - p;
-                    if (m + 1 < n && p[m + 1] == '/' && ci_at(p, n, m + 2, name)) {
-                        Py_ssize_t t = m + 2 + len;
-                        while (t < n && is_space1[p[t]]) {
-                            t++;
-                        }
-                        if (t < n && p[t] == '>') {
-                            end = t + 1;
-                            break;
-                        }
-                    }
-                    m++;
-                }
-                if (end < 0) {
-                    end = dollar_at(p, n, j + 1);
-                }
-                PUT(' ');
-                PUT('<');
-                for (Py_ssize_t t = 0; t < len; t++) { /* the name as written (ASCII) */
-                    PUT(p[k + 1 + t]);
-                }
-                PUT('>');
-                PUT(' ');
-                i = end;
-                continue;
+            Py_ssize_t past = past_declarations(p, n, j, NULL);
+            if (past == j) {
+                break;
             }
+            j = past;
         }
+        if (j >= n || p[j] != '>') {
+            continue;
+        }
+        /* the body: up to the first closing tag of the same name, else to `$` */
+        Py_ssize_t m = j + 1, end = -1;
+        while (m < n) {
+            const Py_UCS1 *close = memchr(p + m, '<', (size_t)(n - m));
+            if (close == NULL) {
+                break;
+            }
+            m = close - p;
+            if (m + 1 < n && p[m + 1] == '/' && ci_at(p, n, m + 2, name)) {
+                Py_ssize_t t = past_declarations(p, n, m + 2 + len, is_space1);
+                if (t < n && p[t] == '>') {
+                    end = t + 1;
+                    break;
+                }
+            }
+            m++;
+        }
+        if (end < 0) {
+            end = dollar_at(p, n, j + 1);
+        }
+        copy_run(p, copied, k, out, &used, wp, wout);
+        PUT(' ');
         PUT('<');
-        i = k + 1;
+        for (Py_ssize_t t = 0; t < len; t++) { /* the name as written (ASCII) */
+            PUT(p[k + 1 + t]);
+        }
+        PUT('>');
+        PUT(' ');
+        copied = i = end;
     }
+    copy_run(p, copied, n, out, &used, wp, wout);
     return used;
 }
 
-/* The three passes on p[0:n], the result in *result, a or b (its length returned); a and b
+/* The three passes on p[0:n], the result in *result: p, a or b (its length returned); a and b
  * have room for n + 3 characters; with wp, the same for the characters of wp, wa and wb
  * into *wresult. */
 static Py_ssize_t
@@ -3339,28 +3599,17 @@ clean_passes(const Py_UCS1 *p, Py_ssize_t n, Py_UCS1 *a, Py_UCS1 *b, const Py_UC
         }
         lt++;
     }
-    Py_ssize_t m;
     if (comment) {
-        m = drop_comments(p, n, a, wp, wa);
-        m = blank_declarations(a, m, b, wa, wb); /* (wa and wb are NULL without wp) */
+        Py_ssize_t m = drop_comments(p, n, a, wp, wa);
+        *result = b, *wresult = wb; /* (wa and wb are NULL without wp) */
+        return drop_declarations_and_scripts(a, m, b, wa, wb);
+    }
+    if (declaration || script) {
         *result = a, *wresult = wa;
-        return drop_scripts(b, m, a, wb, wa);
+        return drop_declarations_and_scripts(p, n, a, wp, wa);
     }
-    const Py_UCS1 *src = p;
-    const Py_UCS4 *wsrc = wp;
-    m = n;
-    if (declaration) {
-        m = blank_declarations(p, n, a, wp, wa);
-        src = a, wsrc = wa;
-    }
-    if (script) {
-        Py_UCS1 *out = src == a ? b : a;
-        Py_UCS4 *wout = src == a ? wb : wa;
-        m = drop_scripts(src, m, out, wsrc, wout);
-        src = out, wsrc = wout;
-    }
-    *result = src, *wresult = wsrc;
-    return m;
+    *result = p, *wresult = wp;
+    return n;
 }
 
 /* ------------------------------------------------------------------ html_strip
@@ -4419,7 +4668,6 @@ PyInit__speedups(void)
         url_user_stop[c] = is_space1[c] || (c != 0 && strchr("/?#@", (int)c) != NULL);
         link_user_stop[c] = url_user_stop[c] || (c != 0 && strchr("\"'>", (int)c) != NULL);
         url_first[c] = c != 0 && strchr("hfmwHFMW", (int)c) != NULL;
-        link_first[c] = c != 0 && strchr("hsaHSA", (int)c) != NULL;
     }
     for (const char *p = PUNCT; *p; p++) {
         is_punct[(unsigned char)*p] = 1;

@@ -884,7 +884,7 @@ def test_c_token_hash_cache_passes_the_miss_error_on(small_c_cache):
 
 bucket_lists = st.lists(
     st.one_of(st.lists(st.integers(0, 2**64 - 1), max_size=40),  # insertion sort
-              st.lists(st.integers(0, 2**64 - 1), min_size=33, max_size=400),  # radix sort
+              st.lists(st.integers(0, 2**64 - 1), min_size=33, max_size=400),  # sorted on top bits
               st.lists(st.integers(0, 2**64 - 1), max_size=5).map(lambda v: v * 60)),  # repeats
     max_size=8)
 
@@ -904,7 +904,7 @@ def test_c_unique_buckets_equal_the_numpy_ones(lists, bits):
 
 @needs_speedups
 def test_c_unique_buckets_hand_worked():
-    # bits 4: 17 -> 1, 33 -> 1, 2 -> 2, 255 -> 15; a list of 40 (radix) of 3 values
+    # bits 4: 17 -> 1, 33 -> 1, 2 -> 2, 255 -> 15; a list of 40 of 3 values
     hashes = np.array([17, 1, 2, 33, 255, 2] + [9, 3, 7] * 40, dtype=np.uint64)
     sizes = np.array([3, 0, 3, 120], dtype=np.int64)
     out = np.full(126, -1, dtype=np.int32)
@@ -919,14 +919,19 @@ def test_c_unique_buckets_hand_worked():
 def test_c_unique_buckets_of_mail_sized_lists_with_runs_of_neighbours(bits):
     """Lists like a mail's (thousands of hashes, a few hundred distinct, repeated in any
     order), their buckets in runs of neighbours that collide in the C set of distinct
-    buckets and wrap around its end, one list after another through the same set."""
+    buckets and wrap around its end (and crowd the buckets of its sort), one list after
+    another through the same set; and lists of hash-like values spread evenly, of up to
+    2,048 distinct buckets (sorted by their top bits) and more (the radix sort)."""
     rng = np.random.default_rng(bits)
     hasher = hashing.TokenHasher(bits)
     lists = []
-    for n, distinct in [(2_000, 300), (1, 1), (0, 0), (5_000, 900), (64, 64)]:
+    for n, distinct in [(2_000, 300), (1, 1), (0, 0), (5_000, 900), (64, 64), (9_000, 4_000)]:
         start = int(rng.integers(1 << 40))
         values = (start + np.arange(distinct, dtype=np.uint64)) if distinct else np.empty(0, np.uint64)
         lists.append(rng.choice(values, size=n) if n else values)
+    for n, distinct in [(3_000, 1_000), (4_000, 2_048), (9_000, 3_000)]:
+        values = rng.integers(0, 2**63, size=distinct, dtype=np.uint64)
+        lists.append(rng.choice(values, size=n))
     hashes = np.concatenate(lists).astype(np.uint64)
     sizes = np.array([v.size for v in lists], dtype=np.int64)
     got = hasher.unique_buckets_many(hashes.copy(), sizes)
