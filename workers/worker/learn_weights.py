@@ -43,7 +43,8 @@ from streamnb_workers.wire.learn_keys import message_key
 from streamnb_workers.wire.learn_sources import AUTOLEARN
 
 __all__ = ["AutolearnPolicy", "autolearn_choices", "autolearn_key", "autolearnt",
-           "class_weight_rows", "is_error", "judge_at_operating_point", "known_classes",
+           "class_weight_rows", "is_error", "judge_at_operating_point", "known_class_groups",
+           "known_classes",
            "learn_weights", "learnt_log_prior"]
 
 
@@ -104,6 +105,21 @@ def class_weight_rows(model: Any, classes: Sequence[Any], labels: Sequence[Any],
         contrib[rows, col[rows]] = np.asarray(weights, dtype=np.float64)[rows]
         out += np.cumsum(contrib, axis=0) - contrib
     return out
+
+
+def known_class_groups(n_known: np.ndarray, per_row: bool) -> list[list[int]]:
+    """The rows of a batch that knew the same number of classes (``n_known`` > 0),
+    decided together, in order of first appearance (each row alone with ``per_row``).
+
+    >>> known_class_groups(np.array([0, 2, 2, 3, 2]), False), known_class_groups(np.array([0, 1, 1]), True)
+    ([[1, 2, 4], [3]], [[1], [2]])
+    """
+    predicted = np.flatnonzero(n_known > 0)
+    if per_row:
+        return [[i] for i in predicted.tolist()]
+    known = n_known[predicted]
+    values, first = np.unique(known, return_index=True)
+    return [predicted[known == values[j]].tolist() for j in np.argsort(first).tolist()]
 
 
 @dataclass(frozen=True, slots=True)
