@@ -47,7 +47,7 @@ def _parsed(ids: Sequence[str]) -> np.ndarray | None:
         return None
     text = text.replace("-", " ")
     parts = text.split(" ")
-    if len(parts) != 2 * len(ids) or any(len(p) > 18 for p in parts):
+    if len(parts) != 2 * len(ids) or max(map(len, parts)) > 18:
         return None  # (a part empty, or too long for int64: the slow way)
     # (digits and single spaces only, each number of at most 18 digits: numpy's text
     # parser reads them all, about five times as fast as from a list of str)
