@@ -34,6 +34,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import repeat
 from typing import Any
 
 import numpy as np
@@ -75,13 +76,16 @@ def learn_weights(verdicts: Sequence[Any], items: Sequence[Any], rule: Any,
     """The weight each item's own label is learnt with: its message's weight, times
     ``error_weight`` where the verdict got the label wrong (:func:`is_error`, with the
     classes the verdict knew)."""
+    weights = np.array([it.msg.weight for it in items], dtype=np.float64)
     if error_weight == 1.0:
-        return np.array([it.msg.weight for it in items], dtype=np.float64)
-    # (a verdict equal to its label is no error: is_error is asked of the others only)
-    return np.array([it.msg.weight * (error_weight if v.label != it.msg.label and
-                                      is_error(v.label, it.msg.label, rule, v.log_proba)
-                                      else 1.0)
-                     for v, it in zip(verdicts, items, strict=True)], dtype=np.float64)
+        return weights
+    # (a verdict equal to its label is no error: is_error is asked of the others only;
+    # w x 1.0 is w, so only the errors' weights are multiplied)
+    errors = [i for i, v, it in zip(range(len(items)), verdicts, items, strict=True)
+              if v.label != it.msg.label and is_error(v.label, it.msg.label, rule, v.log_proba)]
+    if errors:
+        weights[errors] *= error_weight
+    return weights
 
 
 def class_weight_rows(model: Any, classes: Sequence[Any], labels: Sequence[Any],
@@ -100,7 +104,8 @@ def class_weight_rows(model: Any, classes: Sequence[Any], labels: Sequence[Any],
             out[:, index[c]] = w
     if prequential:
         contrib = np.zeros((n, k))
-        col = np.array([-1 if lab is None else index.get(lab, -1) for lab in labels], dtype=np.int64)
+        # (None is no class: never a key of index)
+        col = np.fromiter(map(index.get, labels, repeat(-1, n)), dtype=np.int64, count=n)
         rows = np.flatnonzero(col >= 0)
         contrib[rows, col[rows]] = np.asarray(weights, dtype=np.float64)[rows]
         out += np.cumsum(contrib, axis=0) - contrib
