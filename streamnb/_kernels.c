@@ -243,7 +243,14 @@ typedef struct {
 } kept_log_t;
 static kept_log_t kept_logs[LOG_KEPT]; /* (alpha 0: not taken; alpha is > 0) */
 
-static inline double
+#if defined(__GNUC__) || defined(__clang__)
+#define ALWAYS_INLINE inline __attribute__((always_inline))
+#else
+#define ALWAYS_INLINE inline
+#endif
+
+/* (inlined: it is called once per nonzero and class whose count changed) */
+static ALWAYS_INLINE double
 log_count(double v, double alpha)
 {
     if (v >= 0.0 && v < (double)LOG_KEPT) {

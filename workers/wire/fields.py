@@ -27,6 +27,8 @@ __all__ = ["features_field", "hashes_field", "is_number", "label_field", "source
            "tokens_field", "vector_field", "weight_field"]
 
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+#: A hashes payload's items: 64-bit little-endian (made once: not parsed from "<u8" a message).
+_HASH_DTYPE = np.dtype("<u8")
 
 
 def is_number(v: Any) -> bool:
@@ -95,7 +97,7 @@ def hashes_field(v: Any, limits: Limits) -> np.ndarray:
     if len(v) // 8 > limits.max_tokens:
         raise MalformedMessage(
             "too_large", f"hashes has {len(v) // 8} tokens, the limit is {limits.max_tokens}")
-    return np.frombuffer(v, dtype="<u8")
+    return np.frombuffer(v, dtype=_HASH_DTYPE)
 
 
 def features_field(v: Any, limits: Limits) -> dict[str, float]:

@@ -150,7 +150,32 @@ def verdict_output(msg: InputMessage, v: Any, model_version: int | str, worker: 
                    learned: bool | None = None, reason: str | None = None,
                    was: str | int | None = None, challenger: dict | None = None) -> bytes:
     """:func:`output_for` of a worker's verdict ``v`` (workers/worker/batch.py ``Verdict``:
-    its label, log posteriors, score, threshold, probability, prior and explanation)."""
+    its label, log posteriors, score, threshold, probability, prior and explanation).
+    Where ``streamnb._kernels`` is built, the map is packed here at once (one call a
+    message on the worker's path: the same bytes as :func:`output_for`)."""
+    if _PACK_MAP is not None:
+        true_label = msg.label
+        if true_label is None:
+            was = None
+            if reason != "autolearnt":
+                learned = reason = None
+        if true_label is not None or learned is not None:
+            learned = bool(learned)
+        log_proba = v.log_proba
+        for x in log_proba.values():
+            if type(x) is not float:
+                log_proba = {k: float(x) for k, x in log_proba.items()}
+                break
+        score, threshold, proba, prior = v.score, v.threshold, v.proba, v.prior
+        return _PACK_MAP(_OUTPUT_KEYS, (
+            msg.id, msg.entry_id, v.label, log_proba, model_version, worker, true_label,
+            learned, reason, was, msg.meta,
+            float(score) if score is not None and math.isfinite(score) else None,
+            v.explanation,
+            float(threshold) if threshold is not None and threshold == threshold else None,
+            float(proba) if proba is not None and proba == proba else None,
+            float(prior) if prior is not None and prior == prior else None, challenger),
+            _REQUIRED)
     return output_for(msg, v.label, v.log_proba, model_version, worker, learned=learned,
                       score=v.score, reason=reason, explain=v.explanation, was=was,
                       threshold=v.threshold, proba=v.proba, challenger=challenger,

@@ -45,10 +45,13 @@ def _parsed(ids: Sequence[str]) -> np.ndarray | None:
     if text.count("-") != len(ids) or not (text.isascii() and
                                            text.replace("-", "").replace(" ", "").isdigit()):
         return None
-    parts = text.replace("-", " ").split(" ")
-    if len(parts) != 2 * len(ids) or any(len(p) > 18 for p in parts):
+    text = text.replace("-", " ")
+    parts = text.split(" ")
+    if len(parts) != 2 * len(ids) or max(map(len, parts)) > 18:
         return None  # (a part empty, or too long for int64: the slow way)
-    return np.array(parts, dtype=np.int64).reshape(-1, 2)
+    # (digits and single spaces only, each number of at most 18 digits: numpy's text
+    # parser reads them all, about five times as fast as from a list of str)
+    return np.fromstring(text, dtype=np.int64, sep=" ").reshape(-1, 2)
 
 
 def entry_times(ids: Sequence[str]) -> np.ndarray:

@@ -48,6 +48,7 @@ from streamnb_workers.worker.labels import LabelRef
 from streamnb_workers.worker.learn_weights import (
     class_weight_rows,
     judge_at_operating_point,
+    known_class_groups,
     learn_weights,
     learnt_log_prior,
 )
@@ -166,10 +167,14 @@ def decode_entries(entries: Sequence[tuple[Any, Any]], deliveries: dict[str, int
     dead: list[Dead] = []
     messages: list[tuple[str, InputMessage, bytes]] = []
     unknown = 0
+    data_key = DATA_FIELD.encode()
     for entry_id, fields in entries:
-        eid = as_str(entry_id)
+        # (the worker's own client: bytes ids and field names; any other, as_str and entry_field)
+        eid = entry_id.decode() if type(entry_id) is bytes else as_str(entry_id)
         order.append(eid)
-        data = entry_field(fields, DATA_FIELD)
+        data = fields.get(data_key) if type(fields) is dict else None
+        if data is None:
+            data = entry_field(fields, DATA_FIELD)
         n_deliv = deliveries.get(eid, 1) if deliveries else 1
         if n_deliv > max_deliveries:
             dead.append(Dead(eid, "poison", f"delivered {n_deliv} times, the limit is "
@@ -418,15 +423,11 @@ def _predict_once(model: Any, rule: Any, X: Any, items: Sequence[Item], weights:
     class_weight = class_weight_rows(model, classes, labels, weights, prequential)
     # Decide rows that knew the same classes together; with a class-prior override the
     # learnt priors differ row by row (prequential), so each row is decided alone.
-    per_row = prequential and rule.class_prior is not None
-    groups: dict[Any, list[int]] = {}
-    for i, k in enumerate(n_known.tolist()):
-        if k > 0:
-            groups.setdefault(i if per_row else k, []).append(i)
     dec_lp = np.full(lp.shape, -np.inf)
     unsure = np.zeros(n, dtype=bool)
     verdicts: list[Verdict | None] = [None] * n
-    for rows in groups.values():
+    model_rows = list(lp)  # (each row's view, made in one call)
+    for rows in known_class_groups(n_known, prequential and rule.class_prior is not None):
         k = int(n_known[rows[0]])
         prior_k = log_prior[rows[0], :k]
         dec = rule.decide(lp[rows, :k], classes[:k],
@@ -438,10 +439,11 @@ def _predict_once(model: Any, rule: Any, X: Any, items: Sequence[Item], weights:
                                class_weight[rows, :k])
         scored = ([None] * len(rows) if scores is None
                   else [None if s != s else s for s in scores.tolist()])  # (nan: no score)
-        known, decided = classes[:k], dec.log_proba.tolist()  # (Python floats)
-        for j, i in enumerate(rows):
-            verdicts[i] = Verdict(dec.labels[j], dict(zip(known, decided[j], strict=True)),
-                                  lp[i], scored[j])
+        known = classes[:k]
+        for i, label, decided, score in zip(rows, dec.labels, dec.log_proba.tolist(), scored,
+                                            strict=True):  # (Python floats)
+            verdicts[i] = Verdict(label, dict(zip(known, decided, strict=True)),
+                                  model_rows[i], score)
     done = np.flatnonzero(n_known > 0)
     if done.size < n:  # the items predicted before the model knew any class
         verdicts = [v if v is not None else Verdict(None, {}, None) for v in verdicts]

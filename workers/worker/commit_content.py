@@ -217,12 +217,14 @@ def commit_content(batch: PredictedBatch, cached: dict[str, CachedMessage | None
     auto = autolearnt(batch.items, batch.verdicts, model, autolearn, set(known_sources),
                       max_sources)
     named = named or bool(auto)
-    # (a label refers to a message of its batch only if it may teach it: never one that
-    # a writer of :in sent to a model stored with training: train)
-    batch_labels = {it.msg.id: it.msg.label for it in items if it.entry_id not in batch.untaught}
-    batch_preds = {it.msg.id: (v.log_proba, it.msg.ts or t) for it, v, t in zip(
-        items, verdicts, entry_times([it.entry_id for it in items]).tolist(), strict=True)
-                   if it.entry_id not in batch.untaught}
+    # (a label teaches a message of its batch unless :in brought it to a training: train model)
+    untaught = batch.untaught
+    times = {it.msg.id: it.msg.ts or t for it, t in zip(items, entry_times(
+        [it.entry_id for it in items]).tolist(), strict=True) if it.entry_id not in untaught}
+    batch_labels, batch_preds = ({it.msg.id: it.msg.label for it in items if it.entry_id not in untaught},
+                                 {it.msg.id: (v.log_proba, times[it.msg.id]) for it, v in zip(
+                                     items, verdicts, strict=True) if it.entry_id not in untaught}
+                                 ) if batch.refs else ({}, {})
     # a cached row that does not fit this model (tampered, other config): as expired
     cached = {k: c if c is None or featurizer.fits(c.row) else None for k, c in cached.items()}
     res = resolve_refs(batch.refs, batch_labels, batch_preds, cached, batch.key_state, epochs)
@@ -296,7 +298,7 @@ def commit_content(batch: PredictedBatch, cached: dict[str, CachedMessage | None
                     learnt_as = labels[type(lab), lab, t] = encode_label(lab, t)
                 entries.append((it.msg.id, encode_entry(
                     learnt_as, it.row.to_bytes() if row is None else row, v.label,
-                    v.log_proba, w, batch_preds[it.msg.id][1],
+                    v.log_proba, w, times[it.msg.id],
                     it.msg.key if lab is not None and it.msg.key in recorded else None,
                     None if challenger is None else cache_part(challenger, c, cw))))
     ids = [it.entry_id for it in items] + [d.entry_id for d in batch.dead] + \

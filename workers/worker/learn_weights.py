@@ -34,6 +34,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import repeat
 from typing import Any
 
 import numpy as np
@@ -43,7 +44,8 @@ from streamnb_workers.wire.learn_keys import message_key
 from streamnb_workers.wire.learn_sources import AUTOLEARN
 
 __all__ = ["AutolearnPolicy", "autolearn_choices", "autolearn_key", "autolearnt",
-           "class_weight_rows", "is_error", "judge_at_operating_point", "known_classes",
+           "class_weight_rows", "is_error", "judge_at_operating_point", "known_class_groups",
+           "known_classes",
            "learn_weights", "learnt_log_prior"]
 
 
@@ -74,13 +76,16 @@ def learn_weights(verdicts: Sequence[Any], items: Sequence[Any], rule: Any,
     """The weight each item's own label is learnt with: its message's weight, times
     ``error_weight`` where the verdict got the label wrong (:func:`is_error`, with the
     classes the verdict knew)."""
+    weights = np.array([it.msg.weight for it in items], dtype=np.float64)
     if error_weight == 1.0:
-        return np.array([it.msg.weight for it in items], dtype=np.float64)
-    # (a verdict equal to its label is no error: is_error is asked of the others only)
-    return np.array([it.msg.weight * (error_weight if v.label != it.msg.label and
-                                      is_error(v.label, it.msg.label, rule, v.log_proba)
-                                      else 1.0)
-                     for v, it in zip(verdicts, items, strict=True)], dtype=np.float64)
+        return weights
+    # (a verdict equal to its label is no error: is_error is asked of the others only;
+    # w x 1.0 is w, so only the errors' weights are multiplied)
+    errors = [i for i, v, it in zip(range(len(items)), verdicts, items, strict=True)
+              if v.label != it.msg.label and is_error(v.label, it.msg.label, rule, v.log_proba)]
+    if errors:
+        weights[errors] *= error_weight
+    return weights
 
 
 def class_weight_rows(model: Any, classes: Sequence[Any], labels: Sequence[Any],
@@ -99,11 +104,27 @@ def class_weight_rows(model: Any, classes: Sequence[Any], labels: Sequence[Any],
             out[:, index[c]] = w
     if prequential:
         contrib = np.zeros((n, k))
-        col = np.array([-1 if lab is None else index.get(lab, -1) for lab in labels], dtype=np.int64)
+        # (None is no class: never a key of index)
+        col = np.fromiter(map(index.get, labels, repeat(-1, n)), dtype=np.int64, count=n)
         rows = np.flatnonzero(col >= 0)
         contrib[rows, col[rows]] = np.asarray(weights, dtype=np.float64)[rows]
         out += np.cumsum(contrib, axis=0) - contrib
     return out
+
+
+def known_class_groups(n_known: np.ndarray, per_row: bool) -> list[list[int]]:
+    """The rows of a batch that knew the same number of classes (``n_known`` > 0),
+    decided together, in order of first appearance (each row alone with ``per_row``).
+
+    >>> known_class_groups(np.array([0, 2, 2, 3, 2]), False), known_class_groups(np.array([0, 1, 1]), True)
+    ([[1, 2, 4], [3]], [[1], [2]])
+    """
+    predicted = np.flatnonzero(n_known > 0)
+    if per_row:
+        return [[i] for i in predicted.tolist()]
+    known = n_known[predicted]
+    values, first = np.unique(known, return_index=True)
+    return [predicted[known == values[j]].tolist() for j in np.argsort(first).tolist()]
 
 
 @dataclass(frozen=True, slots=True)
