@@ -1026,8 +1026,372 @@ static struct PyModuleDef module = {
     methods,
 };
 
+static int add_drift_functions(PyObject *m);
+
 PyMODINIT_FUNC
 PyInit__kernels(void)
 {
-    return PyModule_Create(&module);
+    PyObject *m = PyModule_Create(&module);
+    if (m != NULL && add_drift_functions(m) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}
+
+/* ---------------------------------------------------------------------------------------
+ * The drift detectors' per-value loops (streamnb.drift): each does the float operations of
+ * its Python reference in the same order, so states are the same bit for bit. Python's
+ * ``a ** 2`` is libm's pow(|a|, 2.0) (CPython's float_pow): called through a volatile
+ * exponent so that the compiler does not turn it into a product.
+ * ------------------------------------------------------------------------------------- */
+
+static volatile double drift_two = 2.0;
+
+static double
+drift_square(double a)
+{
+    if (a == 0.0) {
+        return 0.0;
+    }
+    return pow(fabs(a), drift_two);
+}
+
+/* adwin_sums(xs, width, total, m2) -> (width, total, m2): ADWIN._insert's sums over xs. */
+static PyObject *
+adwin_sums(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 4 || !PyList_Check(args[0])) {
+        PyErr_SetString(PyExc_TypeError, "adwin_sums(xs: list, width, total, m2)");
+        return NULL;
+    }
+    long long width = PyLong_AsLongLong(args[1]);
+    double total = PyFloat_AsDouble(args[2]);
+    double m2 = PyFloat_AsDouble(args[3]);
+    if (PyErr_Occurred()) {
+        return NULL;
+    }
+    PyObject *xs = args[0];
+    Py_ssize_t n = PyList_GET_SIZE(xs);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        double x = PyFloat_AsDouble(PyList_GET_ITEM(xs, i));
+        if (x == -1.0 && PyErr_Occurred()) {
+            return NULL;
+        }
+        if (width) {
+            m2 += (double)width * drift_square(x - total / (double)width) / (double)(width + 1);
+        }
+        width += 1;
+        total += x;
+    }
+    return Py_BuildValue("(Ldd)", width, total, m2);
+}
+
+/* adwin_find_cut(rows, n, total, v, log_term, linear, min_window) -> bool: ADWIN._find_cut
+ * over rows[level] = [[sum, m2], ...], the oldest (highest level) first. */
+static PyObject *
+adwin_find_cut(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 7 || !PyList_Check(args[0])) {
+        PyErr_SetString(PyExc_TypeError,
+                        "adwin_find_cut(rows: list, n, total, v, log_term, linear, min_window)");
+        return NULL;
+    }
+    PyObject *rows = args[0];
+    long long n = PyLong_AsLongLong(args[1]);
+    double total = PyFloat_AsDouble(args[2]);
+    double v = PyFloat_AsDouble(args[3]);
+    double log_term = PyFloat_AsDouble(args[4]);
+    double linear = PyFloat_AsDouble(args[5]);
+    long long min_window = PyLong_AsLongLong(args[6]);
+    if (PyErr_Occurred()) {
+        return NULL;
+    }
+    long long shift = min_window - 1, n0 = 0;
+    double s0 = 0.0;
+    for (Py_ssize_t level = PyList_GET_SIZE(rows) - 1; level >= 0; level--) {
+        PyObject *row = PyList_GET_ITEM(rows, level);
+        if (!PyList_Check(row)) {
+            PyErr_SetString(PyExc_TypeError, "adwin_find_cut: a row is not a list");
+            return NULL;
+        }
+        long long size = 1LL << level;
+        for (Py_ssize_t j = 0; j < PyList_GET_SIZE(row); j++) {
+            PyObject *bucket = PyList_GET_ITEM(row, j);
+            if (!PyList_Check(bucket) || PyList_GET_SIZE(bucket) < 1) {
+                PyErr_SetString(PyExc_TypeError, "adwin_find_cut: a bucket is not [sum, m2]");
+                return NULL;
+            }
+            double s = PyFloat_AsDouble(PyList_GET_ITEM(bucket, 0));
+            if (s == -1.0 && PyErr_Occurred()) {
+                return NULL;
+            }
+            n0 += size;
+            s0 += s;
+            long long n1 = n - n0;
+            if (n1 < min_window) {
+                Py_RETURN_FALSE;
+            }
+            if (n0 < min_window) {
+                continue;
+            }
+            double m = 1.0 / (double)(n0 - shift) + 1.0 / (double)(n1 - shift);
+            double diff = fabs(s0 / (double)n0 - (total - s0) / (double)n1);
+            if (diff > linear * m && diff > sqrt(2.0 * m * v * log_term) + linear * m) {
+                Py_RETURN_TRUE;
+            }
+        }
+    }
+    Py_RETURN_FALSE;
+}
+
+/* page_hinkley_run(xs, start, clip, alpha, delta, threshold, min_instances, watch_up,
+ * watch_down, n, mean, up, up_min, down, down_max) -> (i, n, mean, up, up_min, down,
+ * down_max, u, d): PageHinkley.update_many's loop from xs[start] up to the first value
+ * whose statistic passes threshold (i its position, u and d its excursions), or to the end
+ * (i = -1). clip None: no clipping. */
+static PyObject *
+page_hinkley_run(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 15 || !PyList_Check(args[0])) {
+        PyErr_SetString(PyExc_TypeError, "page_hinkley_run: 15 arguments, xs a list");
+        return NULL;
+    }
+    PyObject *xs = args[0];
+    Py_ssize_t start = PyLong_AsSsize_t(args[1]);
+    int clipped = args[2] != Py_None;
+    double clip = clipped ? PyFloat_AsDouble(args[2]) : 0.0;
+    double alpha = PyFloat_AsDouble(args[3]), delta = PyFloat_AsDouble(args[4]);
+    double threshold = PyFloat_AsDouble(args[5]);
+    long long min_instances = PyLong_AsLongLong(args[6]);
+    int watch_up = PyObject_IsTrue(args[7]), watch_down = PyObject_IsTrue(args[8]);
+    long long n = PyLong_AsLongLong(args[9]);
+    double mean = PyFloat_AsDouble(args[10]), up = PyFloat_AsDouble(args[11]);
+    double up_min = PyFloat_AsDouble(args[12]), down = PyFloat_AsDouble(args[13]);
+    double down_max = PyFloat_AsDouble(args[14]);
+    if (PyErr_Occurred() || watch_up < 0 || watch_down < 0) {
+        return NULL;
+    }
+    double u = 0.0, d = 0.0;
+    Py_ssize_t hit = -1;
+    for (Py_ssize_t i = start < 0 ? 0 : start; i < PyList_GET_SIZE(xs); i++) {
+        double x = PyFloat_AsDouble(PyList_GET_ITEM(xs, i));
+        if (x == -1.0 && PyErr_Occurred()) {
+            return NULL;
+        }
+        if (clipped && clip < x) {   /* min(x, clip) */
+            x = clip;
+        }
+        n += 1;
+        mean += (x - mean) / (double)n;
+        double dev = x - mean;
+        up = alpha * up + dev - delta;
+        down = alpha * down + dev + delta;
+        if (up < up_min) {
+            up_min = up;
+        }
+        if (down > down_max) {
+            down_max = down;
+        }
+        if (n < min_instances) {
+            continue;
+        }
+        u = watch_up ? up - up_min : 0.0;
+        d = watch_down ? down_max - down : 0.0;
+        if ((d > u ? d : u) <= threshold) {
+            continue;
+        }
+        hit = i;
+        break;
+    }
+    return Py_BuildValue("(nLddddddd)", hit, n, mean, up, up_min, down, down_max, u, d);
+}
+
+/* A new bucket [s, v] (a new reference), or NULL. */
+static PyObject *
+adwin_bucket(double s, double v)
+{
+    PyObject *bucket = PyList_New(2);
+    PyObject *a = PyFloat_FromDouble(s), *b = PyFloat_FromDouble(v);
+    if (bucket == NULL || a == NULL || b == NULL) {
+        Py_XDECREF(bucket);
+        Py_XDECREF(a);
+        Py_XDECREF(b);
+        return NULL;
+    }
+    PyList_SET_ITEM(bucket, 0, a);
+    PyList_SET_ITEM(bucket, 1, b);
+    return bucket;
+}
+
+/* Bucket item i (0: sum, 1: M2) of row[j], or -1 with an error set. */
+static int
+adwin_item(PyObject *row, Py_ssize_t j, int i, double *out)
+{
+    PyObject *bucket = PyList_GET_ITEM(row, j);
+    if (!PyList_Check(bucket) || PyList_GET_SIZE(bucket) != 2) {
+        PyErr_SetString(PyExc_TypeError, "ADWIN: a bucket is not [sum, m2]");
+        return -1;
+    }
+    *out = PyFloat_AsDouble(PyList_GET_ITEM(bucket, i));
+    return (*out == -1.0 && PyErr_Occurred()) ? -1 : 0;
+}
+
+/* Append new to rows[level] (a new row at the end of rows if there is none); steals new. */
+static int
+adwin_extend_row(PyObject *rows, Py_ssize_t level, PyObject *new)
+{
+    int rc;
+    if (level == PyList_GET_SIZE(rows)) {
+        rc = PyList_Append(rows, new);
+    } else {
+        PyObject *row = PyList_GET_ITEM(rows, level);
+        rc = PyList_SetSlice(row, PyList_GET_SIZE(row), PyList_GET_SIZE(row), new);
+    }
+    Py_DECREF(new);
+    return rc;
+}
+
+/* ADWIN._merge_full_rows(level): over the rows there at its start, as range(level, len(rows)). */
+static int
+adwin_merge_rows(PyObject *rows, Py_ssize_t level, Py_ssize_t max_buckets)
+{
+    Py_ssize_t n_rows = PyList_GET_SIZE(rows);
+    for (Py_ssize_t i = level; i < n_rows; i++) {
+        PyObject *row = PyList_GET_ITEM(rows, i);
+        if (!PyList_Check(row)) {
+            PyErr_SetString(PyExc_TypeError, "ADWIN: a row is not a list");
+            return -1;
+        }
+        Py_ssize_t over = PyList_GET_SIZE(row) - max_buckets;
+        if (over <= 0) {
+            break;
+        }
+        Py_ssize_t taken = over + over % 2;
+        long long size = 1LL << i;
+        double sq = (double)(size * size), twice = (double)(2 * size), fsize = (double)size;
+        PyObject *merged = PyList_New(taken / 2);
+        if (merged == NULL) {
+            return -1;
+        }
+        for (Py_ssize_t j = 0; j < taken; j += 2) {
+            double s1, v1, s2, v2;
+            if (adwin_item(row, j, 0, &s1) || adwin_item(row, j, 1, &v1) ||
+                adwin_item(row, j + 1, 0, &s2) || adwin_item(row, j + 1, 1, &v2)) {
+                Py_DECREF(merged);
+                return -1;
+            }
+            double m2 = i == 0 ? drift_square(s1 - s2) / 2.0
+                               : v1 + v2 + sq * drift_square(s1 / fsize - s2 / fsize) / twice;
+            PyObject *bucket = adwin_bucket(s1 + s2, m2);
+            if (bucket == NULL) {
+                Py_DECREF(merged);
+                return -1;
+            }
+            PyList_SET_ITEM(merged, j / 2, bucket);
+        }
+        if (PyList_SetSlice(row, 0, taken, NULL) < 0 || adwin_extend_row(rows, i + 1, merged) < 0) {
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* adwin_insert(rows, xs, max_buckets): ADWIN._insert_many(xs), the buckets of rows. */
+static PyObject *
+adwin_insert(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 3 || !PyList_Check(args[0]) || !PyList_Check(args[1]) ||
+        PyList_GET_SIZE(args[0]) < 1 || !PyList_Check(PyList_GET_ITEM(args[0], 0))) {
+        PyErr_SetString(PyExc_TypeError, "adwin_insert(rows: list of lists, xs: list, max_buckets)");
+        return NULL;
+    }
+    PyObject *rows = args[0], *xs = args[1], *row0 = PyList_GET_ITEM(rows, 0);
+    Py_ssize_t max_buckets = PyLong_AsSsize_t(args[2]);
+    if (max_buckets == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    Py_ssize_t held = PyList_GET_SIZE(row0), n = PyList_GET_SIZE(xs), total = held + n;
+    Py_ssize_t k = total <= max_buckets ? 0 : 2 * ((total - max_buckets + 1) / 2);
+    double *values = PyMem_Malloc(sizeof(double) * (size_t)(total ? total : 1));
+    if (values == NULL) {
+        return PyErr_NoMemory();
+    }
+    for (Py_ssize_t j = 0; j < held; j++) {
+        if (adwin_item(row0, j, 0, &values[j])) {
+            PyMem_Free(values);
+            return NULL;
+        }
+    }
+    for (Py_ssize_t j = 0; j < n; j++) {
+        values[held + j] = PyFloat_AsDouble(PyList_GET_ITEM(xs, j));
+        if (values[held + j] == -1.0 && PyErr_Occurred()) {
+            PyMem_Free(values);
+            return NULL;
+        }
+    }
+    PyObject *merged = PyList_New(k / 2), *kept = PyList_New(total - (k > held ? k : held));
+    int rc = merged == NULL || kept == NULL ? -1 : 0;
+    for (Py_ssize_t j = 0; rc == 0 && j < k; j += 2) {
+        double a = values[j], b = values[j + 1];
+        PyObject *bucket = adwin_bucket(a + b, drift_square(a - b) / 2.0);
+        if (bucket == NULL) {
+            rc = -1;
+        } else {
+            PyList_SET_ITEM(merged, j / 2, bucket);
+        }
+    }
+    Py_ssize_t from = k > held ? k : held;    /* row 0 keeps its buckets from k on */
+    for (Py_ssize_t j = from; rc == 0 && j < total; j++) {
+        PyObject *bucket = adwin_bucket(values[j], 0.0);
+        if (bucket == NULL) {
+            rc = -1;
+        } else {
+            PyList_SET_ITEM(kept, j - from, bucket);
+        }
+    }
+    PyMem_Free(values);
+    if (rc == 0) {
+        rc = PyList_SetSlice(row0, 0, k < held ? k : held, NULL);
+    }
+    if (rc == 0) {
+        rc = PyList_SetSlice(row0, PyList_GET_SIZE(row0), PyList_GET_SIZE(row0), kept);
+    }
+    Py_XDECREF(kept);
+    if (rc == 0 && k) {
+        rc = adwin_extend_row(rows, 1, merged);
+        merged = NULL;
+        if (rc == 0) {
+            rc = adwin_merge_rows(rows, 1, max_buckets);
+        }
+    }
+    Py_XDECREF(merged);
+    if (rc < 0) {
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef drift_methods[] = {
+    {"adwin_sums", (PyCFunction)(void (*)(void))adwin_sums, METH_FASTCALL,
+     "adwin_sums(xs, width, total, m2) -> (width, total, m2): ADWIN's window sums after "
+     "inserting each of xs (see streamnb.drift.adwin)."},
+    {"adwin_find_cut", (PyCFunction)(void (*)(void))adwin_find_cut, METH_FASTCALL,
+     "adwin_find_cut(rows, n, total, v, log_term, linear, min_window): whether some split of "
+     "ADWIN's buckets has significantly different means (see streamnb.drift.adwin)."},
+    {"adwin_insert", (PyCFunction)(void (*)(void))adwin_insert, METH_FASTCALL,
+     "adwin_insert(rows, xs, max_buckets): ADWIN's buckets after inserting each of xs, merged "
+     "(see streamnb.drift.adwin)."},
+    {"page_hinkley_run", (PyCFunction)(void (*)(void))page_hinkley_run, METH_FASTCALL,
+     "page_hinkley_run(xs, start, clip, alpha, delta, threshold, min_instances, watch_up, "
+     "watch_down, n, mean, up, up_min, down, down_max) -> (i, n, mean, up, up_min, down, "
+     "down_max, u, d): Page-Hinkley's updates up to the first alarm (see "
+     "streamnb.drift.page_hinkley)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static int
+add_drift_functions(PyObject *m)
+{
+    return PyModule_AddFunctions(m, drift_methods);
 }

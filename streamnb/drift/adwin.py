@@ -18,6 +18,7 @@ import math
 from collections.abc import Iterable
 from typing import Any, Literal
 
+from streamnb._cmodules import optional_c_module
 from streamnb.drift.base import DRIFT_COOLDOWN_SAMPLES, DriftDetector
 
 #: ADWIN confidence: the probability of a false cut per check is at most this.
@@ -27,6 +28,15 @@ ADWIN_DELTA = 0.002
 ADWIN_CLOCK = 32
 
 Direction = Literal["both", "increase", "decrease"]
+
+_KERNELS = optional_c_module("streamnb._kernels")
+#: ``streamnb._kernels.adwin_sums`` (the window sums after a run of inserts),
+#: ``adwin_insert`` (:meth:`ADWIN._insert_many`'s buckets) and ``adwin_find_cut``
+#: (:meth:`ADWIN._find_cut`'s walk of the buckets), C loops doing the float operations of
+#: the Python below in its order; None: not built, or turned off.
+ADWIN_SUMS = getattr(_KERNELS, "adwin_sums", None)
+ADWIN_INSERT = getattr(_KERNELS, "adwin_insert", None)
+ADWIN_FIND_CUT = getattr(_KERNELS, "adwin_find_cut", None)
 
 
 class ADWIN(DriftDetector):
@@ -126,6 +136,9 @@ class ADWIN(DriftDetector):
         then the rows above from level 1 (a row 1 created here may already be over full,
         which one ``_merge_full_rows()`` pass would not revisit)."""
         rows, max_buckets = self._rows, self.max_buckets
+        if ADWIN_INSERT is not None:
+            ADWIN_INSERT(rows, xs, max_buckets)
+            return
         row0 = rows[0]
         if len(row0) + len(xs) <= max_buckets:
             row0 += [[x, 0.0] for x in xs]
@@ -166,6 +179,8 @@ class ADWIN(DriftDetector):
         v = self.variance
         log_term = math.log(2.0 * math.log(n) / self.delta)
         linear = 2.0 / 3.0 * log_term        # eps's second term is linear * m, as written
+        if ADWIN_FIND_CUT is not None:
+            return ADWIN_FIND_CUT(self._rows, n, total, v, log_term, linear, min_window)
         shift = min_window - 1
         n0, s0 = 0, 0.0
         for level in range(len(self._rows) - 1, -1, -1):
@@ -222,11 +237,14 @@ class ADWIN(DriftDetector):
         while start < n:
             stop = min(n, start + clock - n_seen % clock)   # up to the next clock tick
             chunk = xs[start:stop]
-            for x in chunk:      # as _insert, operation for operation (bit-identical state)
-                if width:
-                    m2 += width * (x - total / width) ** 2 / (width + 1)
-                width += 1
-                total += x
+            if ADWIN_SUMS is not None:
+                width, total, m2 = ADWIN_SUMS(chunk, width, total, m2)
+            else:
+                for x in chunk:  # as _insert, operation for operation (bit-identical state)
+                    if width:
+                        m2 += width * (x - total / width) ** 2 / (width + 1)
+                    width += 1
+                    total += x
             n_seen += stop - start
             start = stop
             self._insert_many(chunk)

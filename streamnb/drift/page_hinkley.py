@@ -13,7 +13,13 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any, Literal
 
+from streamnb._cmodules import optional_c_module
 from streamnb.drift.base import DRIFT_COOLDOWN_SAMPLES, DriftDetector
+
+#: ``streamnb._kernels.page_hinkley_run``: :meth:`PageHinkley.update_many`'s loop up to
+#: the first alarm in C, the same float operations in the same order; None: not built,
+#: or turned off (``STREAMNB_PURE_PYTHON``).
+PAGE_HINKLEY_RUN = getattr(optional_c_module("streamnb._kernels"), "page_hinkley_run", None)
 
 
 class PageHinkley(DriftDetector):
@@ -96,6 +102,8 @@ class PageHinkley(DriftDetector):
         xs = list(map(float, values))
         if not xs:
             return []
+        if PAGE_HINKLEY_RUN is not None:
+            return self._update_many_c(xs)
         if self.clip is not None:
             clip = self.clip
             xs = [min(x, clip) for x in xs]
@@ -131,6 +139,32 @@ class PageHinkley(DriftDetector):
                 alarms.append((i, change))
         self.n, self.mean, self._up, self._up_min = n, mean, up, up_min
         self._down, self._down_max, self.n_seen = down, down_max, n_seen + len(xs)
+        self.drift_detected = bool(alarms) and alarms[-1][0] == len(xs) - 1
+        return alarms
+
+    def _update_many_c(self, xs: list[float]) -> list[tuple[int, dict[str, Any]]]:
+        """:meth:`update_many` with the loop in C (``PAGE_HINKLEY_RUN``), run by run up to
+        each alarm."""
+        alarms: list[tuple[int, dict[str, Any]]] = []
+        watch_up, watch_down = self.mode != "down", self.mode != "up"
+        n_seen, start = self.n_seen, 0
+        while True:
+            i, n, mean, up, up_min, down, down_max, u, d = PAGE_HINKLEY_RUN(
+                xs, start, self.clip, self.alpha, self.delta, self.threshold,
+                self.min_instances, watch_up, watch_down, self.n, self.mean, self._up,
+                self._up_min, self._down, self._down_max)
+            if i < 0:
+                self.n, self.mean, self._up, self._up_min = n, mean, up, up_min
+                self._down, self._down_max = down, down_max
+                break
+            change = {"direction": "increase" if u >= d else "decrease", "mean_before": mean,
+                      "statistic": max(u, d), "samples": n}
+            self._restart()
+            self.n_seen = n_seen + i + 1
+            if self._alarm(change):
+                alarms.append((i, change))
+            start = i + 1
+        self.n_seen = n_seen + len(xs)
         self.drift_detected = bool(alarms) and alarms[-1][0] == len(xs) - 1
         return alarms
 
