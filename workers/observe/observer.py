@@ -81,9 +81,12 @@ def score(classes: Sequence[Any], log_proba: np.ndarray,
         raise ValueError(f"log_proba has shape {lp.shape}, but {len(true_labels)} labels and "
                          f"{len(classes)} classes need ({len(true_labels)}, {len(classes)})")
     index = {c: i for i, c in enumerate(classes)}
-    index_str = {str(c): i for i, c in enumerate(classes)}
-    true = np.array([index[y] if y in index else index_str.get(str(y), -1) for y in true_labels],
-                    dtype=np.int64)
+    rows = list(map(index.get, true_labels))
+    if None in rows:                              # by name, else unknown (-1)
+        index_str = {str(c): i for i, c in enumerate(classes)}
+        rows = [index_str.get(str(y), -1) if k is None else k
+                for k, y in zip(rows, true_labels, strict=True)]
+    true = np.array(rows, dtype=np.int64)
     with np.errstate(invalid="ignore", over="ignore"):
         proba = np.nan_to_num(np.exp(lp), nan=0.0, posinf=0.0)
     bad = proba.sum(axis=1) <= 0
@@ -101,6 +104,25 @@ def score(classes: Sequence[Any], log_proba: np.ndarray,
     onehot[np.flatnonzero(known), true[known]] = 1.0
     brier = np.sum((proba - onehot) ** 2, axis=1) + (~known).astype(np.float64)
     return true, pred, loss, brier
+
+
+def _pair_counts(names: list[str], true: np.ndarray,
+                 pred: np.ndarray) -> dict[tuple[str, str], int]:
+    """``Counter(zip(true names, predicted names))`` of class rows ``true`` and ``pred`` (all
+    known), in numpy: the same counts, keys in the order of their first occurrence.
+
+    >>> _pair_counts(["ham", "spam"], np.array([1, 0, 0, 1]), np.array([1, 0, 1, 1]))
+    {('spam', 'spam'): 2, ('ham', 'ham'): 1, ('ham', 'spam'): 1}
+    """
+    k = len(names)
+    codes = true * k + pred
+    counts = np.bincount(codes, minlength=k * k)
+    present = np.flatnonzero(counts)
+    first = np.full(k * k, codes.shape[0], dtype=np.int64)
+    np.minimum.at(first, codes, np.arange(codes.shape[0]))
+    order = present[np.argsort(first[present], kind="stable")]
+    return {(names[c // k], names[c % k]): n
+            for c, n in zip(order.tolist(), counts[order].tolist(), strict=True)}
 
 
 class ModelObserver:
@@ -217,10 +239,15 @@ class ModelObserver:
             else (m.delayed, m.delayed_correct, m.delayed_log_loss, m.delayed_brier))
         true, pred, loss, brier = score(classes, log_proba, true_labels)
         names = [str(c) for c in classes]
-        true_names = [names[t] if t >= 0 else str(y)
-                      for t, y in zip(true.tolist(), true_labels, strict=True)]
-        predicted = list(map(names.__getitem__, pred.tolist())) if names else [""] * len(true_names)
-        pairs = Counter(zip(true_names, predicted, strict=True))  # (true, predicted) -> n
+        if names and true.min() >= 0:            # every true class known
+            true_names = list(map(names.__getitem__, true.tolist()))
+            pairs = _pair_counts(names, true, pred)
+        else:
+            true_names = [names[t] if t >= 0 else str(y)
+                          for t, y in zip(true.tolist(), true_labels, strict=True)]
+            predicted = (list(map(names.__getitem__, pred.tolist())) if names
+                         else [""] * len(true_names))
+            pairs = Counter(zip(true_names, predicted, strict=True))
         for (t, p), n in pairs.items():
             confusion.labels(**self._mw, **{"class": t, "predicted": p}).inc(n)
             right = correct.labels(**self._mw, **{"class": t})    # created at 0 if never right
