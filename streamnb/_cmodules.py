@@ -2,7 +2,8 @@
 
 ``streamnb.features._speedups`` (the tokenizer's per-character steps, the token hash
 table, the sort of each message's buckets) and ``streamnb._kernels`` (the count models'
-loops over a batch's nonzeros) are built by ``setup.py`` where a C compiler is found
+loops over a batch's nonzeros, the packing of outputs, the drift detectors' per-value
+loops) are built by ``setup.py`` where a C compiler is found
 (docs/architecture.md, decision 14). Every C function stands for Python code, its
 reference, which runs wherever the function is missing and which tests compare it with.
 

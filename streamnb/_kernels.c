@@ -1022,7 +1022,7 @@ static PyMethodDef methods[] = {
 
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, "_kernels",
-    "The count models' loops over a batch's nonzeros (prequential scores, class sums), in C (optional).", -1,
+    "The count models' loops over a batch's nonzeros (prequential scores, class sums), msgpack packing of outputs, and the drift detectors' per-value loops (ADWIN, Page-Hinkley), in C (optional).", -1,
     methods,
 };
 
