@@ -6,7 +6,7 @@
  * appearance, no sort of the nonzeros.
  *
  * 1. multinomial_jll(indptr, indices, data, codes, weights, counts, k0, n_features,
- *                    totals, alpha, seen_mode, n_seen, m_fixed, out, unseen)
+ *                    totals, alpha, seen_mode, n_seen, m_fixed, out, unseen[, rank, cols])
  *
  *    writes into `out` (n x K float64, C order) the joint log-likelihoods without the
  *    class prior of the batch's n rows, row i scored by the model plus the labelled rows
@@ -25,9 +25,10 @@
  *    otherwise every column counts and m(i) = m_fixed. log(T + alpha m) is taken as 0
  *    where T + alpha m <= 0 (no class weight yet). The rows are walked in order, one log
  *    per nonzero and class whose count changed since the column's last log. Reference:
- *    the numpy form in streamnb.models.prequential (sorted nonzeros, prefix sums).
+ *    the numpy form in streamnb.models.prequential (sorted nonzeros, prefix sums). With
+ *    rank and cols (column_ranks of the batch), its columns are those, not found again.
  *
- * 2. class_sums(indptr, indices, data, codes, weights, n_classes, cols, sums)
+ * 2. class_sums(indptr, indices, data, codes, weights, n_classes, cols, sums[, rank])
  *
  *    the batch's distinct columns, ascending, into `cols` (int64, nnz items or more) and
  *    into `sums` (float64, n_classes x nnz items or more, C order, its first n_classes x m
@@ -35,15 +36,23 @@
  *    column j = cols[t] in rows r of class k (codes[r] == k), added in row order from 0.0,
  *    as numpy's bincount adds them; returns m, the number of distinct columns. Reference:
  *    the numpy form in streamnb.stats.feature_counts (a sort of the nonzeros, a bincount).
+ *    With rank (column_ranks of the batch), cols holds its m columns already.
  *
- * 3. gap_rows(indices, sizes, n_tokens)
+ * 3. column_ranks(indices, cols, rank)
+ *
+ *    a batch's distinct columns, ascending, into cols (int64, nnz items or more) and each
+ *    nonzero's position among them into rank (int32, nnz items); returns m. A worker finds
+ *    them once a batch for both the prediction and the class sums. Reference: np.unique
+ *    with return_inverse (tests/streamnb/stats/test_class_sums.py).
+ *
+ * 4. gap_rows(indices, sizes, n_tokens)
  *
  *    the cache form of rows of sorted buckets (int32, end to end, sizes[i] of row i): a
  *    list, for each row, of the msgpack of [2, n_tokens[i], its first bucket, its gaps as
  *    2-byte little-endian ints], None where the row has no bucket or a gap is not in
  *    1..65535. Reference: streamnb.features.rows.rows_to_bytes without it.
  *
- * 4. pack_map(keys, values, required) and pack_array(values, prefix)
+ * 5. pack_map(keys, values, required) and pack_array(values, prefix)
  *
  *    msgpack of a map of str keys[i] -> values[i] (every pair i < required, the others
  *    where values[i] is not None), and of prefix + an array of values: what
@@ -161,14 +170,14 @@ typedef struct {
 static entry_t *kept_table = NULL;
 static size_t kept_cap = 0;
 
-/* The batch's distinct columns: slot_of[p] (nnz items) the slot of nonzero p, col_of[s]
- * (nnz items) the column of slot s, slots numbered in order of first appearance. Returns
+/* The distinct columns of the nnz indices iv: slot_of[p] (nnz items) the slot of nonzero p,
+ * col_of[s] (nnz items) the column of slot s, slots numbered in order of first appearance. Returns
  * the number of slots, -1 with an exception set on a column out of range or no memory. */
 static Py_ssize_t
-column_slots(const batch_t *bt, const char *fn, int32_t *slot_of, uint32_t *col_of)
+column_slots(const Py_buffer *iv, Py_ssize_t nnz, const char *fn, int32_t *slot_of, uint32_t *col_of)
 {
     size_t cap = 16;
-    while (cap < (size_t)bt->nnz + (size_t)bt->nnz / 2) {
+    while (cap < (size_t)nnz + (size_t)nnz / 2) {
         cap <<= 1;
     }
     int bits = 0;
@@ -190,7 +199,7 @@ column_slots(const batch_t *bt, const char *fn, int32_t *slot_of, uint32_t *col_
         table = kept_table;  /* (its first cap entries: the rest stay empty) */
     }
     /* where each slot's entry is, to clear it */
-    uint32_t *at = PyMem_Malloc(((size_t)bt->nnz + 1) * sizeof(uint32_t));
+    uint32_t *at = PyMem_Malloc(((size_t)nnz + 1) * sizeof(uint32_t));
     if (table == NULL || at == NULL) {
         if (cap > TABLE_KEPT) {
             PyMem_Free(table);
@@ -199,9 +208,8 @@ column_slots(const batch_t *bt, const char *fn, int32_t *slot_of, uint32_t *col_
         PyErr_NoMemory();
         return -1;
     }
-    const Py_buffer *iv = &bt->views[INDICES];
     Py_ssize_t n_slots = 0;
-    for (Py_ssize_t p = 0; p < bt->nnz; p++) {
+    for (Py_ssize_t p = 0; p < nnz; p++) {
         int64_t j = index_at(iv, p);
         if (j < 0 || j >= (int64_t)UINT32_MAX) {
             PyErr_Format(PyExc_ValueError, "%s: column %lld is not in [0, 2**32 - 1)", fn, (long long)j);
@@ -231,6 +239,49 @@ column_slots(const batch_t *bt, const char *fn, int32_t *slot_of, uint32_t *col_
     }
     PyMem_Free(at);
     return n_slots < 0 ? -1 : n_slots;
+}
+
+/* A batch's columns made before (column_ranks): rank (int32, nnz items: the position of
+ * nonzero p's column in cols) and cols (int64, m items: the distinct columns, ascending). */
+typedef struct {
+    Py_buffer views[2];
+    int got;
+} columns_t;
+
+/* args[0..1] as the columns of a batch of nnz nonzeros, checked (rank in [0, m), cols in
+ * [0, 2**32 - 1)); returns m, -1 with an exception set (the buffers taken are released). */
+static Py_ssize_t
+columns_get(PyObject *const *args, const char *fn, Py_ssize_t nnz, columns_t *c)
+{
+    static const int which[2] = {0, 1}, writable[2] = {0, 0};
+    if (get_buffers(args, 2, which, writable, c->views) < 0) {
+        return -1;
+    }
+    c->got = 2;
+    Py_ssize_t m = c->views[1].len / 8;
+    const int32_t *rank = c->views[0].buf;
+    const int64_t *cols = c->views[1].buf;
+    if (c->views[0].itemsize != 4 || c->views[1].itemsize != 8 || c->views[0].len / 4 != nnz || m > nnz) {
+        PyErr_Format(PyExc_ValueError, "%s: rank takes nnz 4-byte items, cols at most nnz 8-byte ones", fn);
+        goto bad;
+    }
+    for (Py_ssize_t p = 0; p < nnz; p++) {
+        if (rank[p] < 0 || rank[p] >= m) {
+            PyErr_Format(PyExc_ValueError, "%s: a rank is not in [0, %zd)", fn, m);
+            goto bad;
+        }
+    }
+    for (Py_ssize_t t = 0; t < m; t++) {
+        if (cols[t] < 0 || cols[t] >= (int64_t)UINT32_MAX) {
+            PyErr_Format(PyExc_ValueError, "%s: column %lld is not in [0, 2**32 - 1)", fn, (long long)cols[t]);
+            goto bad;
+        }
+    }
+    return m;
+bad:
+    release_buffers(c->got, c->views);
+    c->got = 0;
+    return -1;
 }
 
 /* log(v + alpha) of a count v. Whole counts below LOG_KEPT (unit weights make them, and a
@@ -271,10 +322,10 @@ static PyObject *
 multinomial_jll(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
     static const char fn[] = "multinomial_jll";
-    if (nargs != 15) {
+    if (nargs != 15 && nargs != 17) {
         PyErr_SetString(PyExc_TypeError,
                         "multinomial_jll(indptr, indices, data, codes, weights, counts, k0, n_features, totals, "
-                        "alpha, seen_mode, n_seen, m_fixed, out, unseen) takes 15 arguments");
+                        "alpha, seen_mode, n_seen, m_fixed, out, unseen[, rank, cols]) takes 15 or 17 arguments");
         return NULL;
     }
     Py_ssize_t k0 = PyLong_AsSsize_t(args[6]);
@@ -300,6 +351,7 @@ multinomial_jll(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     Py_buffer cv = v[0], tv = v[1], ov = v[2], uv = v[3];
     PyObject *result = NULL;
     batch_t bt = {.got = 0};
+    columns_t given = {.got = 0};
     int32_t *slot_of = NULL;
     uint32_t *col_of = NULL;
     double *per_slot = NULL, *T = NULL;
@@ -333,7 +385,19 @@ multinomial_jll(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         PyErr_NoMemory();
         goto done;
     }
-    Py_ssize_t n_slots = column_slots(&bt, fn, slot_of, col_of);
+    Py_ssize_t n_slots;
+    if (nargs == 17) { /* the batch's columns made before (column_ranks): slot = rank */
+        n_slots = columns_get(args + 15, fn, nnz, &given);
+        if (n_slots < 0) {
+            goto done;
+        }
+        memcpy(slot_of, given.views[0].buf, (size_t)nnz * sizeof(int32_t));
+        for (Py_ssize_t s = 0; s < n_slots; s++) {
+            col_of[s] = (uint32_t)((const int64_t *)given.views[1].buf)[s];
+        }
+    } else {
+        n_slots = column_slots(&bt.views[INDICES], nnz, fn, slot_of, col_of);
+    }
     if (n_slots < 0) {
         goto done;
     }
@@ -447,6 +511,7 @@ done:
     PyMem_Free(per_slot);
     PyMem_Free(flags);
     PyMem_Free(T);
+    release_buffers(given.got, given.views);
     batch_release(&bt);
     release_buffers(4, v);
     return result;
@@ -498,9 +563,10 @@ static PyObject *
 class_sums(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
     static const char fn[] = "class_sums";
-    if (nargs != 8) {
+    if (nargs != 8 && nargs != 9) {
         PyErr_SetString(PyExc_TypeError,
-                        "class_sums(indptr, indices, data, codes, weights, n_classes, cols, sums) takes 8 arguments");
+                        "class_sums(indptr, indices, data, codes, weights, n_classes, cols, sums[, rank]) takes 8 or "
+                        "9 arguments");
         return NULL;
     }
     Py_ssize_t K = PyLong_AsSsize_t(args[5]);
@@ -511,43 +577,66 @@ class_sums(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         PyErr_SetString(PyExc_ValueError, "class_sums: n_classes must be >= 1");
         return NULL;
     }
-    static const int which[2] = {6, 7}, writable[2] = {1, 1};
-    Py_buffer v[2];
-    if (get_buffers(args, 2, which, writable, v) < 0) {
-        return NULL;
-    }
     PyObject *result = NULL;
     batch_t bt = {.got = 0};
+    columns_t given = {.got = 0};
+    Py_buffer sv = {.buf = NULL};
     int32_t *slot_of = NULL, *rank = NULL;
     uint32_t *col_of = NULL;
-    if (v[0].itemsize != 8 || v[1].itemsize != 8) {
-        PyErr_SetString(PyExc_TypeError, "class_sums: cols and sums take 8-byte items");
-        goto done;
-    }
     if (batch_get(args, fn, 0, K, &bt) < 0) {
+        return NULL;
+    }
+    Py_ssize_t n = bt.n, nnz = bt.nnz, m;
+    if (nargs == 9) { /* the batch's columns made before (column_ranks), in cols */
+        PyObject *const pair[2] = {args[8], args[6]};
+        m = columns_get(pair, fn, nnz, &given);
+        if (m < 0) {
+            goto done;
+        }
+        rank = given.views[0].buf;
+    } else {
+        Py_buffer cv;
+        if (PyObject_GetBuffer(args[6], &cv, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) < 0) {
+            goto done;
+        }
+        int ok = cv.itemsize == 8 && cv.len / 8 >= nnz;
+        slot_of = PyMem_Malloc(((size_t)nnz + 1) * sizeof(int32_t));
+        col_of = PyMem_Malloc(((size_t)nnz + 1) * sizeof(uint32_t));
+        rank = PyMem_Malloc(((size_t)nnz + 1) * sizeof(int32_t));
+        m = -1;
+        if (!ok) {
+            PyErr_SetString(PyExc_ValueError, "class_sums: cols takes nnz 8-byte items");
+        } else if (!slot_of || !col_of || !rank) {
+            PyErr_NoMemory();
+        } else {
+            m = column_slots(&bt.views[INDICES], nnz, fn, slot_of, col_of);
+            if (m >= 0 && rank_columns(col_of, m, rank, cv.buf) < 0) {
+                PyErr_NoMemory();
+                m = -1;
+            }
+            /* (rank[s] of slot s: nonzero p's rank is rank[slot_of[p]], made per nonzero below) */
+            for (Py_ssize_t p = 0; m >= 0 && p < nnz; p++) {
+                slot_of[p] = rank[slot_of[p]];
+            }
+        }
+        PyBuffer_Release(&cv);
+        if (m < 0) {
+            goto done;
+        }
+        PyMem_Free(rank);
+        rank = slot_of; /* (each nonzero's rank) */
+        slot_of = NULL;
+    }
+    if (PyObject_GetBuffer(args[7], &sv, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) < 0) {
+        sv.buf = NULL;
         goto done;
     }
-    Py_ssize_t n = bt.n, nnz = bt.nnz;
-    if (v[0].len / 8 < nnz || v[1].len / 8 < K * nnz) {
-        PyErr_SetString(PyExc_ValueError, "class_sums: cols needs nnz items, sums n_classes x nnz");
+    if (sv.itemsize != 8 || sv.len / 8 < K * (nargs == 9 ? m : nnz)) {
+        PyErr_SetString(PyExc_ValueError, nargs == 9 ? "class_sums: sums takes n_classes x m 8-byte items"
+                                                     : "class_sums: sums takes n_classes x nnz 8-byte items");
         goto done;
     }
-    slot_of = PyMem_Malloc(((size_t)nnz + 1) * sizeof(int32_t));
-    col_of = PyMem_Malloc(((size_t)nnz + 1) * sizeof(uint32_t));
-    rank = PyMem_Malloc(((size_t)nnz + 1) * sizeof(int32_t));
-    if (!slot_of || !col_of || !rank) {
-        PyErr_NoMemory();
-        goto done;
-    }
-    Py_ssize_t m = column_slots(&bt, fn, slot_of, col_of);
-    if (m < 0) {
-        goto done;
-    }
-    if (rank_columns(col_of, m, rank, v[0].buf) < 0) {
-        PyErr_NoMemory();
-        goto done;
-    }
-    double *sums = v[1].buf;
+    double *sums = sv.buf;
     memset(sums, 0, (size_t)(K * m) * sizeof(double));
     const double *data = bt.views[DATA].buf, *weights = bt.views[WEIGHTS].buf;
     const int64_t *codes = bt.views[CODES].buf;
@@ -558,16 +647,78 @@ class_sums(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         double *row = sums + codes[i] * m;
         for (Py_ssize_t p = lo; p < hi; p++) {
             double a = w * data[p];
-            row[rank[slot_of[p]]] += a;
+            row[rank[p]] += a;
         }
     }
     result = PyLong_FromSsize_t(m);
 done:
+    if (sv.buf != NULL) {
+        PyBuffer_Release(&sv);
+    }
+    if (nargs != 9) {
+        PyMem_Free(rank);
+    }
     PyMem_Free(slot_of);
     PyMem_Free(col_of);
-    PyMem_Free(rank);
+    release_buffers(given.got, given.views);
     batch_release(&bt);
-    release_buffers(2, v);
+    return result;
+}
+
+/* column_ranks(indices, cols, rank): the distinct columns, ascending, into cols (int64, nnz
+ * items or more) and each nonzero's position among them into rank (int32, nnz items);
+ * returns m, the number of distinct columns. */
+static PyObject *
+column_ranks(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    static const char fn[] = "column_ranks";
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "column_ranks(indices, cols, rank) takes 3 arguments");
+        return NULL;
+    }
+    static const int which[3] = {0, 1, 2}, writable[3] = {0, 1, 1};
+    Py_buffer v[3];
+    if (get_buffers(args, 3, which, writable, v) < 0) {
+        return NULL;
+    }
+    PyObject *result = NULL;
+    int32_t *slot_rank = NULL;
+    uint32_t *col_of = NULL;
+    Py_ssize_t nnz = v[0].itemsize ? v[0].len / v[0].itemsize : 0;
+    if ((v[0].itemsize != 4 && v[0].itemsize != 8) || v[1].itemsize != 8 || v[2].itemsize != 4 ||
+            v[1].len / 8 < nnz || v[2].len / 4 != nnz) {
+        PyErr_SetString(PyExc_ValueError,
+                        "column_ranks: indices take 4- or 8-byte items, cols nnz 8-byte ones or more, rank nnz "
+                        "4-byte ones");
+        goto done;
+    }
+    if (nnz >= INT32_MAX) {
+        PyErr_Format(PyExc_ValueError, "%s: too many nonzeros", fn);
+        goto done;
+    }
+    int32_t *rank = v[2].buf;
+    slot_rank = PyMem_Malloc(((size_t)nnz + 1) * sizeof(int32_t));
+    col_of = PyMem_Malloc(((size_t)nnz + 1) * sizeof(uint32_t));
+    if (!slot_rank || !col_of) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    Py_ssize_t m = column_slots(&v[0], nnz, fn, rank, col_of);
+    if (m < 0) {
+        goto done;
+    }
+    if (rank_columns(col_of, m, slot_rank, v[1].buf) < 0) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t p = 0; p < nnz; p++) {
+        rank[p] = slot_rank[rank[p]];
+    }
+    result = PyLong_FromSsize_t(m);
+done:
+    PyMem_Free(slot_rank);
+    PyMem_Free(col_of);
+    release_buffers(3, v);
     return result;
 }
 
@@ -1005,9 +1156,13 @@ static PyMethodDef methods[] = {
      "batch without the class prior into out, each row's nonzeros new to the model into unseen "
      "(see streamnb.models.prequential)."},
     {"class_sums", (PyCFunction)(void (*)(void))class_sums, METH_FASTCALL,
-     "class_sums(indptr, indices, data, codes, weights, n_classes, cols, sums): a CSR batch's "
-     "distinct columns (ascending) into cols and the per-class weighted sums over them into sums "
-     "(n_classes x m, C order); returns m (see streamnb.stats.feature_counts)."},
+     "class_sums(indptr, indices, data, codes, weights, n_classes, cols, sums[, rank]): a CSR "
+     "batch's distinct columns (ascending) into cols and the per-class weighted sums over them "
+     "into sums (n_classes x m, C order); returns m. With rank (column_ranks), cols holds the m "
+     "columns already (see streamnb.stats.feature_counts)."},
+    {"column_ranks", (PyCFunction)(void (*)(void))column_ranks, METH_FASTCALL,
+     "column_ranks(indices, cols, rank): the distinct columns (ascending) into cols and each "
+     "nonzero's position among them into rank; returns m (see streamnb.stats.feature_counts)."},
     {"gap_rows", (PyCFunction)(void (*)(void))gap_rows, METH_FASTCALL,
      "gap_rows(indices, sizes, n_tokens): each row's msgpack [2, n_tokens, first bucket, gaps as "
      "2 bytes little-endian], None where it has no bucket or a gap is not in 1..65535 (see "

@@ -224,9 +224,11 @@ class DiscreteNB(ClassPriorParam, GenerativeClassifier):
         """What is counted for validated X (identity; Bernoulli binarizes)."""
         return X
 
-    def _batch_stats(self, X: Any, y: list, sample_weight: np.ndarray) -> StatsBundle:
+    def _batch_stats(self, X: Any, y: list, sample_weight: np.ndarray,
+                     columns: Any = None) -> StatsBundle:
         width = self._n_features() or X.shape[1]
-        features = FeatureCounts.sparse(width).update(self._count_matrix(X), y, sample_weight)
+        features = FeatureCounts.sparse(width).update(self._count_matrix(X), y, sample_weight,
+                                                      columns)
         return StatsBundle(classes=ClassCounts().update(y, sample_weight), features=features)
 
     def _validate_X(self, X: Any, predicting: bool = False) -> Any:

@@ -147,16 +147,22 @@ class GenerativeClassifier(HyperParams, ABC):
         model._on_stats_changed(None)
         return model
 
-    def batch_stats(self, X: Any, y: Any, sample_weight: Any = None) -> StatsBundle:
+    def batch_stats(self, X: Any, y: Any, sample_weight: Any = None,
+                    columns: Any = None) -> StatsBundle:
         """Validate a batch and return its statistics alone; the model is unchanged.
 
         This is what a worker commits as a delta: ``model.merge_stats(delta)`` is then
-        the same as ``model.partial_fit(X, y, sample_weight=sample_weight)``.
+        the same as ``model.partial_fit(X, y, sample_weight=sample_weight)``. ``columns``:
+        the batch's columns found before (``streamnb.stats.feature_counts.batch_columns``
+        of X, as a MultinomialNB's prequential plan holds them), for the models that count
+        features (the others take none).
         """
         self.validate_params()
         X = self._validate_X(X)
         yl = self._validate_y(y, X.shape[0])
         w = self._validate_weight(sample_weight, X.shape[0])
+        if columns is not None:
+            return self._batch_stats(X, yl, w, columns=columns)  # type: ignore[call-arg]
         return self._batch_stats(X, yl, w)
 
     def merge_stats(self, delta: StatsBundle) -> Self:

@@ -41,7 +41,7 @@ first appearance, so the classes known at row i are always a prefix of ``classes
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -51,6 +51,7 @@ from streamnb._cmodules import optional_c_module
 from streamnb.arrays import nonzero_columns, sort_with_order
 from streamnb.models.logspace import log_normalize
 from streamnb.stats.base import Label
+from streamnb.stats.feature_counts import BatchColumns, batch_columns
 
 # The functions below take the model as ``Any`` (a GenerativeClassifier; a MultinomialNB
 # for the multinomial ones): the models import this module, and it imports none of them.
@@ -232,6 +233,14 @@ class MultinomialPlan:
 
     X: sp.csr_matrix
     nonzeros: SortedNonzeros | None
+    #: With the C loop: X's distinct columns (for its class sums too: the model's
+    #: ``batch_stats(..., columns=)``), else None.
+    columns: BatchColumns | None = None
+
+    def for_weights(self) -> MultinomialPlan:
+        """This plan for the same rows learnt with other weights: without the sorted
+        nonzeros (their prefix sums hold the weights)."""
+        return replace(self, nonzeros=None)
 
 
 def multinomial_plan(model: Any, X: Any, y: Any,
@@ -240,7 +249,7 @@ def multinomial_plan(model: Any, X: Any, y: Any,
     With the C loop the labels are read once, at prediction time."""
     X = _canonical_csr(model, X)
     if MULTINOMIAL_JLL is not None:
-        return MultinomialPlan(X, None)
+        return MultinomialPlan(X, None, batch_columns(X))
     classes, codes, w, _ = _labelled_batch(model, X.shape[0], y, sample_weight)
     return MultinomialPlan(X, _sorted_nonzeros(X, classes, codes, w))
 
@@ -305,9 +314,11 @@ def multinomial_prequential(model: Any, X: Any, y: Any, sample_weight: Any = Non
         unseen = np.empty(X.shape[0], dtype=np.int64)
         # (contiguous float64 and index arrays: _canonical_csr, _validate_weight, and a
         # model's dense counts are made C-ordered)
+        columns = plan.columns if plan is not None else None
         MULTINOMIAL_JLL(X.indptr, X.indices, X.data, codes, w, fc.values, fc.values.shape[0],
                         fc.n_features, base_T, alpha, seen_mode, fc.n_seen,
-                        max(fc.n_features, X.shape[1]), jll, unseen)
+                        max(fc.n_features, X.shape[1]), jll, unseen,
+                        *((columns.rank, columns.cols) if columns is not None and columns.fits(X) else ()))
     else:
         nonzeros = plan.nonzeros if plan is not None else None
         if nonzeros is None or nonzeros.classes != classes:

@@ -15,6 +15,7 @@ columns. Per-class totals ``sum_j F[c, j]`` and the number of distinct features 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any, Self
 
 import numpy as np
@@ -39,6 +40,46 @@ from streamnb.stats.base import (
 #: float64 values), or None: not built, or ``STREAMNB_PURE_PYTHON`` set; then numpy does
 #: the same (tests/streamnb/stats/test_class_sums.py compares both with a dense product).
 CLASS_SUMS = getattr(optional_c_module("streamnb._kernels"), "class_sums", None)
+#: ``streamnb._kernels.column_ranks`` (a batch's distinct columns and each nonzero's rank
+#: among them, for :class:`BatchColumns`), or None.
+COLUMN_RANKS = getattr(optional_c_module("streamnb._kernels"), "column_ranks", None)
+
+
+@dataclass(frozen=True)
+class BatchColumns:
+    """A CSR batch's distinct columns, found once for both its prequential prediction
+    (streamnb.models.prequential) and its class sums: ``cols`` ascending (int64) and
+    ``rank``, each nonzero's position in ``cols`` (int32), made of the column indices
+    ``indices`` and used only with them: an array of X's over the same memory (scipy's
+    matrices made of X hold arrays of their own over it), which this one keeps alive."""
+
+    indices: np.ndarray
+    cols: np.ndarray
+    rank: np.ndarray
+
+    def fits(self, X: sp.csr_matrix) -> bool:
+        """Whether these are the columns of ``X`` (its indices are those they were made of)."""
+        own, other = self.indices, X.indices
+        return other is own or (
+            other.dtype == own.dtype and other.size == own.size and other.flags.c_contiguous
+            and other.__array_interface__["data"][0] == own.__array_interface__["data"][0])
+
+
+def batch_columns(X: Any) -> BatchColumns | None:
+    """The :class:`BatchColumns` of a CSR matrix ``X``; None without the C module or for
+    any other X.
+
+    >>> X = sp.csr_matrix(np.array([[0.0, 2.0, 1.0], [3.0, 2.0, 0.0]]))
+    >>> c = batch_columns(X)
+    >>> c is None or (c.cols.tolist(), c.rank.tolist()) == ([0, 1, 2], [1, 2, 0, 1])
+    True
+    """
+    if COLUMN_RANKS is None or not sp.issparse(X) or X.format != "csr":
+        return None
+    cols = np.empty(X.indices.size, dtype=np.int64)
+    rank = np.empty(X.indices.size, dtype=np.int32)
+    m = COLUMN_RANKS(X.indices, cols, rank)
+    return BatchColumns(X.indices, cols[:m].copy(), rank)
 
 
 class FeatureCounts(Statistic):
@@ -173,11 +214,13 @@ class FeatureCounts(Statistic):
         self.n_features = n_features
 
     # ---------------------------------------------------------------- update
-    def update(self, X: Any, labels: Iterable[Any], weights: Any = None) -> Self:
+    def update(self, X: Any, labels: Iterable[Any], weights: Any = None,
+               columns: BatchColumns | None = None) -> Self:
         """Add a batch: ``F[c, j] += sum_i w_i X[i, j]`` over the samples of class c.
 
         ``X`` is a dense array or a scipy.sparse matrix of non-negative values (the
         model validates it). A sparse statistic only ever touches X's nonzero columns.
+        ``columns``: :func:`batch_columns` of X made before (used where it fits X).
         """
         labels = normalize_labels(labels)
         n, d = X.shape
@@ -188,7 +231,7 @@ class FeatureCounts(Statistic):
         w = np.ones(n) if weights is None else np.asarray(weights, dtype=np.float64)
         rows = self.add_classes(labels)
         self._widen(d)
-        cols, per_class = _class_sums(X, rows, w, len(self.index))
+        cols, per_class = _class_sums(X, rows, w, len(self.index), columns)
         self._add(np.arange(len(self.index)), cols, per_class, 1.0)
         return self
 
@@ -357,16 +400,24 @@ def _check_columns(cols: np.ndarray, n_features: int) -> None:
 
 
 def _class_sums(
-    X: Any, rows: np.ndarray, w: np.ndarray, n_classes: int
+    X: Any, rows: np.ndarray, w: np.ndarray, n_classes: int, columns: BatchColumns | None = None
 ) -> tuple[np.ndarray, np.ndarray]:
     """Touched columns of X and the per-class weighted sums over them, ``(n_classes, t)``.
 
     Sparse X is compacted to its touched columns first, so nothing of size n_features
     is ever allocated (scipy's sparse product would allocate a work array that wide).
+    ``columns``: X's :class:`BatchColumns`, if made before (C only).
     """
     n = X.shape[0]
     if sp.issparse(X):
         X = sp.csr_matrix(X)
+        if CLASS_SUMS is not None and X.data.dtype == np.float64 and n_classes > 0 and \
+                columns is not None and columns.fits(X):
+            sums = np.empty(n_classes * columns.cols.size)
+            CLASS_SUMS(X.indptr, X.indices, X.data, np.ascontiguousarray(rows, dtype=np.int64),
+                       np.ascontiguousarray(w, dtype=np.float64), n_classes, columns.cols, sums,
+                       columns.rank)
+            return columns.cols.copy(), sums.reshape(n_classes, columns.cols.size)
         if CLASS_SUMS is not None and X.data.dtype == np.float64 and n_classes > 0:
             # a hash table of the columns and a sort of the distinct ones only
             cols = np.empty(X.indices.size, dtype=np.int64)

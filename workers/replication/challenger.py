@@ -61,7 +61,7 @@ from streamnb_workers.wire.learn_keys import record_challenger_weight, record_te
 from streamnb_workers.wire.learn_sources import DEFAULT_SOURCE, Teacher
 from streamnb_workers.wire.replies import as_str
 
-__all__ = ["Challenger", "Promotion", "cache_part", "challenger_config", "challenger_delta",
+__all__ = ["Challenger", "Promotion", "batch_stats", "by_teacher", "cache_part", "challenger_config", "challenger_delta",
            "challenger_key", "challenger_output", "challenger_weights", "parse_spec",
            "promoted", "recorded_sub", "store_promoted", "stored_spec"]
 
@@ -275,22 +275,23 @@ def challenger_delta(challenger: Challenger | None, featurizer: Any, items: Sequ
     subs = list(ref_subs) + [(rows[it.entry_id], lab, w, t) for it, lab, w, t in key_subs
                              if it.entry_id in rows]
     fz, model = challenger.featurizer or featurizer, challenger.model
-    by_adds, by_subs = _by_teacher(adds), _by_teacher(subs)
-    return {"challenger_add": _stats(model, fz, by_adds.get(default, [])),
-            "challenger_sub": _stats(model, fz, by_subs.get(default, [])),
-            "challenger_sources": [(t, _stats(model, fz, by_adds.get(t, [])),
-                                    _stats(model, fz, by_subs.get(t, [])))
+    by_adds, by_subs = by_teacher(adds), by_teacher(subs)
+    return {"challenger_add": batch_stats(model, fz, by_adds.get(default, [])),
+            "challenger_sub": batch_stats(model, fz, by_subs.get(default, [])),
+            "challenger_sources": [(t, batch_stats(model, fz, by_adds.get(t, [])),
+                                    batch_stats(model, fz, by_subs.get(t, [])))
                                    for t in sorted((set(by_adds) | set(by_subs)) - {default})]}
 
 
-def _by_teacher(rows: Sequence[tuple]) -> dict[Teacher, list[tuple]]:
+def by_teacher(rows: Sequence[tuple]) -> dict[Teacher, list[tuple]]:
+    """Rows ``(row, label, weight, teacher)`` grouped by their teacher."""
     out: dict[Teacher, list[tuple]] = {}
     for row in rows:
         out.setdefault(row[3], []).append(row)
     return out
 
 
-def _stats(model: Any, featurizer: Any, rows: Sequence[tuple[Any, Any, float]]) -> Any:
+def batch_stats(model: Any, featurizer: Any, rows: Sequence[tuple[Any, Any, float]]) -> Any:
     """The statistics of ``(row, label, weight)`` rows (None for none)."""
     if not rows:
         return None

@@ -58,7 +58,7 @@ from streamnb_workers.wire.learn_sources import DEFAULT, Teacher
 from streamnb_workers.wire.replies import as_str
 
 __all__ = ["CachedMessage", "NOT_LEARNT", "batch_writes", "bucket_width_ms", "decode_entry",
-           "decode_label", "decode_teacher", "encode_entry", "encode_label", "entry_field", "fetch_cached",
+           "decode_label", "decode_teacher", "encode_entries", "encode_entry", "encode_label", "entry_field", "fetch_cached",
            "label_change", "relabel", "shard_of"]
 
 #: The delayed-label cache writes its entries into time buckets of TTL / this width
@@ -172,6 +172,40 @@ def encode_entry(learnt: bytes, row: bytes, pred_label: Any, log_proba: dict[Any
         fields.append([challenger[0], float(challenger[1])])
     body = dumps(fields)
     return _LENGTH.pack(len(learnt)) + learnt + body
+
+
+def encode_entries(parts: Iterable[tuple[Any, Teacher, bytes, Any, dict[Any, float], float, float,
+                                          str | None, tuple[bytes | None, float] | None]]
+                   ) -> list[bytes]:
+    """:func:`encode_entry` of each ``(learnt label, its teacher, row, pred_label,
+    log_proba, weight, ts, learn_key, challenger)``, the learnt label encoded once per
+    label and teacher (:func:`encode_label`): a batch's cache entries, with no Python call
+    an entry where ``streamnb._kernels`` is built and no challenger.
+
+    >>> parts = [(None, DEFAULT, b"r", "ham", {"ham": -0.1}, 1.0, 5.0, None, None),
+    ...          (1, ("s", 2), b"s", 1, {1: -2}, 2, 6.0, "k", None),
+    ...          ("ham", DEFAULT, b"t", "ham", {}, 1.0, 7.0, None, (None, 1.0))]
+    >>> encode_entries(parts) == [encode_entry(encode_label(p[0], p[1]), *p[2:]) for p in parts]
+    True
+    """
+    pack, length, labels, out = _PACK_ARRAY, _LENGTH.pack, {}, []
+    for label, teacher, row, pred_label, log_proba, weight, ts, learn_key, challenger in parts:
+        learnt = labels.get((type(label), label, teacher))
+        if learnt is None:
+            learnt = labels[type(label), label, teacher] = encode_label(label, teacher)
+        if pack is None or challenger is not None:
+            out.append(encode_entry(learnt, row, pred_label, log_proba, weight, ts, learn_key,
+                                    challenger))
+            continue
+        for v in log_proba.values():
+            if type(v) is not float:
+                log_proba = {k: float(v) for k, v in log_proba.items()}
+                break
+        out.append(pack((ENTRY_FORMAT, row, pred_label, log_proba, float(weight), float(ts))
+                        if learn_key is None else
+                        (ENTRY_FORMAT, row, pred_label, log_proba, float(weight), float(ts),
+                         learn_key), length(len(learnt)) + learnt))
+    return out
 
 
 def relabel(entry: bytes, learnt: bytes) -> bytes:

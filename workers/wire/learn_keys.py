@@ -48,7 +48,7 @@ from streamnb.features.own_headers import strip_own_headers
 from streamnb.features.wire_tokens import WireTokens
 from streamnb_workers.wire.learn_sources import DEFAULT, Teacher
 
-__all__ = ["MAX_KEY_CHARS", "decode_record", "encode_record", "known_keys", "mail_key",
+__all__ = ["MAX_KEY_CHARS", "decode_record", "encode_record", "fresh_records", "known_keys", "mail_key",
            "message_key", "record_challenger_weight", "record_prefix", "record_teacher"]
 
 #: Longest key (characters); a longer Message-ID is hashed instead.
@@ -62,6 +62,8 @@ _FIELD_AFTER_BREAK = re.compile(rb"\nmessage-id[ \t]{0,63}:", re.IGNORECASE)
 _BRACKETED = re.compile(rb"<([^<>]*)>")
 #: The C step of _message_id (streamnb.features._speedups), or None.
 _C_MESSAGE_ID = getattr(optional_c_module("streamnb.features._speedups"), "message_id_value", None)
+#: ``streamnb._kernels.pack_array`` (msgpack of a list, without making it), or None.
+_PACK_ARRAY = getattr(optional_c_module("streamnb._kernels"), "pack_array", None)
 
 
 def _hash(kind: str, data: bytes) -> str:
@@ -175,6 +177,27 @@ def encode_record(label: Any, weight: float, teacher: Teacher = DEFAULT,
     if teacher == DEFAULT:
         return dumps([label, float(weight)])
     return dumps([label, float(weight), teacher[0], int(teacher[1])])
+
+
+def fresh_records(keys: Sequence[str], labels: Sequence[Any], weights: Sequence[float],
+                  teachers: Sequence[Teacher],
+                  key_state: dict[str, bytes | None]) -> list[tuple[str, bytes]] | None:
+    """``(key, encode_record(label, weight))`` of each key in order when the keys are
+    distinct, none learnt (absent from ``key_state`` or None there) and every teacher the
+    default's first epoch (a batch's common case: each key simply learnt); else None.
+
+    >>> fresh_records(["a", "b"], ["spam", 1], [1.0, 2], [DEFAULT] * 2, {"b": None})
+    [('a', b'\\x92\\xa4spam\\xcb?\\xf0\\x00\\x00\\x00\\x00\\x00\\x00'), ('b', b'\\x92\\x01\\xcb@\\x00\\x00\\x00\\x00\\x00\\x00\\x00')]
+    >>> fresh_records(["a", "a"], ["spam", "spam"], [1.0, 1.0], [DEFAULT] * 2, {}) is None
+    True
+    """
+    if len(set(keys)) != len(keys) or any(map(key_state.get, keys)) or \
+            any(t != DEFAULT for t in teachers):
+        return None
+    if _PACK_ARRAY is None:
+        return [(k, dumps([lab, float(w)])) for k, lab, w in zip(keys, labels, weights, strict=True)]
+    pack = _PACK_ARRAY
+    return [(k, pack((lab, float(w)), b"")) for k, lab, w in zip(keys, labels, weights, strict=True)]
 
 
 def record_challenger_weight(data: bytes) -> float | None:

@@ -330,18 +330,19 @@ def prediction_plan(model: Any, X: Any, items: Sequence[Item]) -> Any:
         return None
 
 
-def own_stats(model: Any, items: Sequence[Item], X: Any) -> tuple[list[str], Any] | None:
+def own_stats(model: Any, items: Sequence[Item], X: Any, plan: Any = None,
+              weights: Sequence[float] | None = None) -> tuple[list[str], Any] | None:
     """The entry ids of the items with a label of their own and their statistics (from
-    ``X``, the items' rows stacked); None when they cannot be made yet (e.g. a label of
-    another type: dropped later, then made again with the commit)."""
+    ``X``, the items' rows stacked, with the columns ``plan`` found in it, and ``weights``,
+    else their messages'); None when they cannot be made yet (e.g. a label of another type)."""
     labelled = [i for i, it in enumerate(items) if it.msg.label is not None]
-    stats = None
+    every, stats = len(labelled) == len(items), None
+    kw = {"columns": plan.columns} if every and getattr(plan, "columns", None) else {}
+    w = [it.msg.weight for it in items] if weights is None else weights
     if labelled:
         try:
-            stats = model.batch_stats(
-                X if len(labelled) == len(items) else X[labelled],
-                [items[i].msg.label for i in labelled],
-                np.array([items[i].msg.weight for i in labelled], dtype=np.float64))
+            stats = model.batch_stats(X if every else X[labelled], [items[i].msg.label for i in labelled],
+                                      np.array([w[i] for i in labelled], dtype=np.float64), **kw)
         except ValueError:
             return None
     return [items[i].entry_id for i in labelled], stats
@@ -381,8 +382,8 @@ def predict(model: Any, rule: Any, featurizer: Any, items: Sequence[Item],
     n_values = np.asarray(X.sum(axis=1), dtype=np.float64).ravel() if len(items) else \
         np.zeros(0)
     while True:
-        p = _predict_once(model, rule, X, items, weights, plan if weights is base else None,
-                          prequential, n_values)
+        p = _predict_once(model, rule, X, items, weights, plan if weights is base or plan is None
+                          else plan.for_weights(), prequential, n_values)
         if window is not None:
             judge_at_operating_point(window, rule, p.verdicts, items, p.classes)
         learnt = learn_weights(p.verdicts, items, rule, error_weight)

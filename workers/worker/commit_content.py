@@ -15,14 +15,21 @@ import numpy as np
 from streamnb.features import Row
 from streamnb_workers.defaults import DEFAULT_MAX_SOURCES
 from streamnb_workers.replication.challenger import (
+    batch_stats,
+    by_teacher,
     cache_part,
     challenger_delta,
     challenger_output,
     challenger_weights,
     recorded_sub,
 )
-from streamnb_workers.store.label_cache import CachedMessage, encode_entry, encode_label
-from streamnb_workers.wire.learn_keys import decode_record, encode_record, record_teacher
+from streamnb_workers.store.label_cache import CachedMessage, encode_entries
+from streamnb_workers.wire.learn_keys import (
+    decode_record,
+    encode_record,
+    fresh_records,
+    record_teacher,
+)
 from streamnb_workers.wire.learn_sources import (
     AUTOLEARN,
     DEFAULT_SOURCE,
@@ -175,22 +182,6 @@ class CommitContent:
     challenger_sources: list[tuple[Teacher, Any, Any]] = field(default_factory=list)
 
 
-def batch_stats(model: Any, featurizer: Any, rows: Sequence[tuple[Row, Any, float]]) -> Any:
-    """The statistics of ``(row, label, weight)`` rows (None for none)."""
-    if not rows:
-        return None
-    X = featurizer.stack([r[0] for r in rows])
-    return model.batch_stats(X, [r[1] for r in rows],
-                             np.array([r[2] for r in rows], dtype=np.float64))
-
-
-def _by_teacher(rows: Sequence[tuple[Row, Any, float, Teacher]]) -> dict[Teacher, list]:
-    out: dict[Teacher, list] = {}
-    for row in rows:
-        out.setdefault(row[3], []).append(row)
-    return out
-
-
 def commit_content(batch: PredictedBatch, cached: dict[str, CachedMessage | None],
                    model: Any, featurizer: Any, worker: str, cache: bool,
                    cache_labelled: bool, epochs: dict[str, int] | None = None,
@@ -254,8 +245,8 @@ def commit_content(batch: PredictedBatch, cached: dict[str, CachedMessage | None
                 zip(items, learnt, weights, teachers, strict=True) if lab is not None]
     n_learnt = len(add_rows) - len(once.was) + res.n_learnt  # (a relearnt one was counted)
     add_rows += res.adds
-    adds = _by_teacher(add_rows) if named or epochs else {default: add_rows}
-    subs = _by_teacher(res.subs + once.subs)
+    adds = by_teacher(add_rows) if named or epochs else {default: add_rows}
+    subs = by_teacher(res.subs + once.subs)
     if batch.own is not None and not res.adds and set(adds) <= {default} and \
             batch.own[0] == [it.entry_id for it, lab in zip(items, learnt, strict=True)
                              if lab is not None]:
@@ -285,22 +276,20 @@ def commit_content(batch: PredictedBatch, cached: dict[str, CachedMessage | None
     entries = []
     recorded = {key for key, _ in once.learn_keys} | {key for key, _, _ in once.relabel_keys}
     if cache:
-        row_bytes, labels = batch.row_bytes or {}, {}
+        row_bytes, untaught, parts = batch.row_bytes or {}, batch.untaught, []
         for it, v, lab, dup, w, t, c, cw in zip(items, verdicts, learnt, duplicate, weights,
                                                 teachers, ch, ch_weights, strict=True):
             # (a duplicate is not cached: its entry would say it is unlearnt, and a later
             # label for it would learn it after all; nor is an untaught message: a later
             # label would teach what a writer of :in chose)
-            if not dup and (lab is None or cache_labelled) and \
-                    it.entry_id not in batch.untaught:
-                row, learnt_as = row_bytes.get(it.entry_id), labels.get((type(lab), lab, t))
-                if learnt_as is None:  # (one encoding a label and teacher in a batch)
-                    learnt_as = labels[type(lab), lab, t] = encode_label(lab, t)
-                entries.append((it.msg.id, encode_entry(
-                    learnt_as, it.row.to_bytes() if row is None else row, v.label,
-                    v.log_proba, w, times[it.msg.id],
-                    it.msg.key if lab is not None and it.msg.key in recorded else None,
+            if not dup and (lab is None or cache_labelled) and it.entry_id not in untaught:
+                row, msg = row_bytes.get(it.entry_id), it.msg
+                parts.append((msg.id, (
+                    lab, t, it.row.to_bytes() if row is None else row, v.label, v.log_proba, w,
+                    times[msg.id], msg.key if lab is not None and msg.key in recorded else None,
                     None if challenger is None else cache_part(challenger, c, cw))))
+        entries = list(zip([p[0] for p in parts], encode_entries([p[1] for p in parts]),
+                           strict=True))
     ids = [it.entry_id for it in items] + [d.entry_id for d in batch.dead] + \
         [r.entry_id for r in batch.refs] + [f.entry_id for f in batch.forgets] + \
         [d[0] for d in batch.class_drops]
@@ -411,6 +400,11 @@ def _learn_once(items: Sequence[Item], learnt: Sequence[Any], weights: Sequence[
                                           if learn_once and lab is not None and it.msg.key}
     by_id.update((f.entry_id, (-1, f)) for f in forgets)
     events = [by_id[eid] for eid in stream_ranks(list(by_id))]  # (in stream order)
+    fresh = None if relabelled or forgets or any(ch_weights or ()) else fresh_records(
+        [it.msg.key for _, it in events], [learnt[i] for i, _ in events],
+        [weights[i] for i, _ in events], [teachers[i] for i, _ in events], key_state)
+    if fresh is not None:  # (every key new: each learnt and recorded)
+        return replace(out, learn_keys=fresh)
     for i, it in events:
         key: str = it.msg.key  # type: ignore[assignment]
         before, now = state[key] if key in state else (key_state.get(key),) * 2

@@ -179,7 +179,7 @@ def predict_and_commit(rt: ModelRuntime, received: Received, settled: bool,
 
     predicted = PredictedBatch.of(
         decoded, batch, predictions, rt.replica.version,
-        own=prepared.own if prepared and weights_as_given(batch.items, predictions) else None,
+        own=own_learnt(rt, batch.items, prepared, predictions),
         row_bytes=prepared.row_bytes if prepared else None, announced=announced,
         learn_once=o.learnt_keys_max > 0)
     if rt.replica.challenger is not None and batch.items:
@@ -285,7 +285,7 @@ def prepare(rt: ModelRuntime, batch: Featurized) -> Prepared:
     plan = prediction_plan(model, X, items) if o.prequential and model.cheap_prequential else None
     t1 = time.perf_counter()
     row_bytes = cache_rows(items, o.cache_labelled) if o.cache_ttl_s > 0 else None
-    own = own_stats(model, items, X) if not batch.refs else None
+    own = own_stats(model, items, X, plan) if not batch.refs else None
     return Prepared([it.entry_id for it in items], X, plan, own, row_bytes, t1 - t0,
                     time.perf_counter() - t1)
 
@@ -333,6 +333,20 @@ def predict_items(rt: ModelRuntime, batch: Featurized, prepared: Prepared | None
     prep = (prepared.entry_ids, prepared.X, prepared.plan) if prepared is not None else None
     return predict(rt.predictor, rt.rule, rt.featurizer, batch.items,
                    rt.options.prequential, prep, rt.config.error_weight, rt.replica.scores)
+
+
+def own_learnt(rt: ModelRuntime, items: list[Item], prepared: Prepared | None,
+               predictions: Predictions | None) -> tuple[list[str], Any] | None:
+    """The statistics of the items' own labels as their commit learns them: those made
+    before the wait where every item keeps its message's weight, else made again of the
+    rows and columns prepared with the weights of the verdicts (error weights); None
+    where none were made."""
+    if prepared is None or prepared.own is None or weights_as_given(items, predictions):
+        return prepared.own if prepared is not None else None
+    if predictions is None or prepared.entry_ids != [it.entry_id for it in items]:
+        return None
+    return own_stats(rt.predictor, items, prepared.X, prepared.plan,
+                     [v.weight for v in predictions.verdicts])
 
 
 def weights_as_given(items: list[Item], predictions: Predictions | None) -> bool:

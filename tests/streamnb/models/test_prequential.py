@@ -268,6 +268,12 @@ def test_the_c_loop_equals_numpy(seed, monkeypatch):
     w = rng.uniform(0.0, 3.0, size=n)
     w[rng.random(n) < 0.15] = 0.0
     got = model.predict_log_proba_prequential(X, y, w)
+    # the plan's columns (found once for the batch) and a plan for other weights: the same bits
+    plan = model.prequential_plan(X, y)
+    assert plan.columns is not None
+    for p in (model.prequential_plan(X, y, w), plan.for_weights()):
+        planned = model.predict_log_proba_prequential(X, y, w, plan=p)
+        assert planned.log_proba.tobytes() == got.log_proba.tobytes()
     monkeypatch.setattr(prequential_module, "MULTINOMIAL_JLL", None)
     want = model.predict_log_proba_prequential(X, y, w)
     assert got.classes == want.classes
@@ -323,8 +329,17 @@ def test_the_c_loop_refuses_inconsistent_arrays():
                            (14, np.empty(3, np.int64), "unseen n")]:
         with pytest.raises((ValueError, TypeError), match=match):
             jll(*args[:at], bad, *args[at + 1:])
-    with pytest.raises(TypeError, match="takes 15 arguments"):
+    with pytest.raises(TypeError, match="takes 15 or 17 arguments"):
         jll(*args[:-1])
+    # the batch's columns given (rank of each nonzero, the sorted columns): the same bits
+    first = out.copy()
+    jll(*args, np.array([0, 2, 1], np.int32), np.array([0, 1, 4], np.int64))
+    assert out.tobytes() == first.tobytes()
+    for rank, cols, match in [(np.array([0, 3, 1], np.int32), np.array([0, 1, 4]), "rank is not in"),
+                              (np.array([0, 2], np.int32), np.array([0, 1, 4]), "rank takes nnz"),
+                              (np.array([0, 2, 1], np.int32), np.array([0, 1, -4]), "column -4")]:
+        with pytest.raises(ValueError, match=match):
+            jll(*args, rank, cols)
 
 
 def test_bad_input_raises_and_changes_nothing():

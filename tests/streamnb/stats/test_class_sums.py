@@ -112,3 +112,55 @@ def test_c_class_sums_refuse_a_bad_batch():
         fn(indptr, np.array([-1]), data, np.array([0]), np.ones(1), 2, cols, sums)
     with pytest.raises(ValueError, match="n_classes x nnz"):
         fn(indptr, indices, data, np.array([0]), np.ones(1), 2, cols, np.empty(1))
+
+
+@settings(max_examples=100, deadline=None)
+@given(batch=batches(integer=False))
+def test_columns_found_once_give_the_same_class_sums(batch):
+    """``batch_columns`` (the sorted distinct columns and each nonzero's rank, against
+    ``np.unique``), and the C class sums given them: bit for bit those of the numpy form."""
+    X, rows, w, k = batch
+    columns = feature_counts_module.batch_columns(X)
+    if columns is None:
+        pytest.skip("streamnb._kernels is not built")
+    cols, inverse = np.unique(X.indices, return_inverse=True)
+    assert columns.cols.tolist() == cols.tolist() and columns.rank.tolist() == inverse.tolist()
+    got_cols, got = feature_counts_module._class_sums(X, rows, w, k, columns)
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(feature_counts_module, "CLASS_SUMS", None)
+        want_cols, want = feature_counts_module._class_sums(X, rows, w, k)
+    assert got_cols.tolist() == want_cols.tolist() and got.tobytes() == want.tobytes()
+
+
+def test_columns_of_another_batch_are_not_used():
+    X = sp.csr_matrix(np.array([[0.0, 2.0, 1.0], [3.0, 0.0, 0.0]]))
+    other = feature_counts_module.batch_columns(sp.csr_matrix(np.array([[1.0, 0.0, 0.0]])))
+    if other is None:
+        pytest.skip("streamnb._kernels is not built")
+    cols, sums = feature_counts_module._class_sums(X, np.array([0, 1]), np.ones(2), 2, other)
+    assert cols.tolist() == [0, 1, 2] and sums.tolist() == [[0.0, 2.0, 1.0], [3.0, 0.0, 0.0]]
+
+
+def test_c_class_sums_refuse_columns_that_do_not_fit():
+    fn = feature_counts_module.CLASS_SUMS
+    if fn is None:
+        pytest.skip("streamnb._kernels is not built")
+    indptr, indices, data = np.array([0, 2]), np.array([3, 5]), np.array([1.0, 2.0])
+    batch = (indptr, indices, data, np.array([0]), np.ones(1), 2)
+    cols = np.array([3, 5], dtype=np.int64)
+    for rank, match in [(np.array([0, 2], np.int32), "rank is not in"),
+                        (np.array([0], np.int32), "rank takes nnz"),
+                        (np.array([0, 1], np.int64), "rank takes nnz")]:
+        with pytest.raises(ValueError, match=match):
+            fn(*batch, cols, np.empty(4), rank)
+    assert fn(*batch, cols, sums := np.empty(4), np.array([0, 1], np.int32)) == 2
+    assert sums.tolist() == [1.0, 2.0, 0.0, 0.0]
+
+
+def test_columns_fit_the_matrices_made_of_their_batch_only():
+    X = sp.csr_matrix(np.array([[0.0, 2.0, 1.0], [3.0, 0.0, 0.0]]))
+    columns = feature_counts_module.batch_columns(X)
+    if columns is None:
+        pytest.skip("streamnb._kernels is not built")
+    assert columns.fits(X) and columns.fits(sp.csr_matrix(X, dtype=np.float64))
+    assert not columns.fits(X.copy()) and not columns.fits(X[:1])

@@ -160,3 +160,32 @@ def test_shards_are_the_same_in_every_process():
                            env=dict(os.environ, PYTHONHASHSEED=str(seed))).stdout
             for seed in (1, 2, 3)}
     assert outs == {f"{[shard_of(i) for i in ids]}\n"}
+
+
+def test_a_batch_of_entries_is_the_msgpack_of_each(monkeypatch):
+    """``encode_entries`` (C packer, and without it) against msgpack itself: the learnt
+    label (with its teacher unless the default's) after its length, then the fields."""
+    import struct
+
+    import msgpack
+
+    from streamnb_workers.store import label_cache
+    from streamnb_workers.store.label_cache import encode_entries
+
+    parts = [(None, ("default", 0), b"r1", "ham", {"ham": -0.25, "spam": -1.5}, 1.0, 5.5, None, None),
+             ("spam", ("default", 0), b"r2", "spam", {"spam": np.float64(-0.5)}, 2, 6.0, "k2", None),
+             (3, ("src", 4), b"r3", 3, {3: -1.0}, 0.5, 7.0, "k3", None),
+             ("spam", ("default", 0), b"r4", "ham", {}, 1.0, 8.0, None, (b"c", 0.75))]
+
+    def want(label, teacher, row, pred, lp, w, ts, key, ch):
+        learnt = b"" if label is None else msgpack.packb(label) + (
+            b"" if teacher == ("default", 0) else msgpack.packb(list(teacher)))
+        fields = [1, row, pred, {k: float(v) for k, v in lp.items()}, float(w), float(ts)]
+        fields += [key] if key is not None or ch is not None else []
+        fields += [[ch[0], ch[1]]] if ch is not None else []
+        return struct.pack(">H", len(learnt)) + learnt + msgpack.packb(fields, use_bin_type=True)
+
+    expected = [want(*p) for p in parts]
+    assert encode_entries(parts) == expected
+    monkeypatch.setattr(label_cache, "_PACK_ARRAY", None)
+    assert encode_entries(parts) == expected

@@ -150,3 +150,22 @@ def test_the_message_id_search_stops_at_the_scan_limit(cut, _message_id):
     for tail in (b"Message-ID: <a@b>\n\nbody", b"Message-ID: <a@b>", b"message-id\t:<a@b>\n more\n"):
         raw = pad + tail
         assert _message_id(raw) == _message_id_by_copies(raw)
+
+
+def test_fresh_records_are_the_msgpack_of_label_and_weight(monkeypatch):
+    import msgpack
+
+    from streamnb_workers.wire import learn_keys
+    from streamnb_workers.wire.learn_keys import fresh_records
+
+    keys, labels, weights = ["a", "b", "c"], ["spam", 1, "ham"], [1.0, 2, np.float64(0.5)]
+    teachers = [("default", 0)] * 3
+    want = [(k, msgpack.packb([lab, float(w)], use_bin_type=True))
+            for k, lab, w in zip(keys, labels, weights, strict=True)]
+    assert fresh_records(keys, labels, weights, teachers, {"c": None}) == want
+    monkeypatch.setattr(learn_keys, "_PACK_ARRAY", None)
+    assert fresh_records(keys, labels, weights, teachers, {}) == want
+    # a key learnt, twice in the batch or under another teacher: not the common case
+    assert fresh_records(keys, labels, weights, teachers, {"b": want[1][1]}) is None
+    assert fresh_records(["a", "a", "c"], labels, weights, teachers, {}) is None
+    assert fresh_records(keys, labels, weights, [("src", 1)] * 3, {}) is None
