@@ -104,6 +104,18 @@ def encode_output(
     return dumps(obj)
 
 
+def _label_fields(true_label: Any, learned: bool | None, reason: str | None,
+                  was: Any) -> tuple[bool | None, str | None, Any]:
+    """An output's ``learned``, ``reason`` and ``was`` for a message whose true label is
+    ``true_label``: ``learned`` and ``reason`` only for a labelled message or an
+    ``autolearnt`` one, ``was`` only for a labelled message."""
+    if true_label is not None:
+        return learned, reason, was
+    if reason == "autolearnt":
+        return learned, reason, None
+    return None, None, None
+
+
 def output_for(
     msg: InputMessage,
     label: str | int,
@@ -124,62 +136,31 @@ def output_for(
     ``msg``); ``reason``: why a labelled message was not learnt (``already_learnt``), or
     how it was (``relearnt``, its key learnt before with the label ``was``); for an
     unlabelled message, ``autolearnt`` (learnt with its verdict: ``learned`` true)."""
-    auto = msg.label is None and reason == "autolearnt"
-    return encode_output(
-        msg.id,
-        msg.entry_id,
-        label,
-        log_proba,
-        model_version,
-        worker,
-        true_label=msg.label,
-        learned=learned if msg.label is not None or auto else None,
-        meta=msg.meta,
-        score=score,
-        reason=reason if msg.label is not None or auto else None,
-        explain=explain,
-        was=was if msg.label is not None else None,
-        threshold=threshold,
-        proba=proba,
-        challenger=challenger,
-        prior=prior,
-    )
+    learned, reason, was = _label_fields(msg.label, learned, reason, was)
+    return encode_output(msg.id, msg.entry_id, label, log_proba, model_version, worker,
+                         true_label=msg.label, learned=learned, meta=msg.meta, score=score,
+                         reason=reason, explain=explain, was=was, threshold=threshold,
+                         proba=proba, challenger=challenger, prior=prior)
 
 
 def verdict_output(msg: InputMessage, v: Any, model_version: int | str, worker: str,
                    learned: bool | None = None, reason: str | None = None,
                    was: str | int | None = None, challenger: dict | None = None) -> bytes:
     """:func:`output_for` of a worker's verdict ``v`` (workers/worker/batch.py ``Verdict``:
-    its label, log posteriors, score, threshold, probability, prior and explanation).
-    Where ``streamnb._kernels`` is built, the map is packed here at once (one call a
-    message on the worker's path: the same bytes as :func:`output_for`)."""
-    if _PACK_MAP is not None:
-        true_label = msg.label
-        if true_label is None:
-            was = None
-            if reason != "autolearnt":
-                learned = reason = None
-        if true_label is not None or learned is not None:
-            learned = bool(learned)
-        log_proba = v.log_proba
-        for x in log_proba.values():
-            if type(x) is not float:
-                log_proba = {k: float(x) for k, x in log_proba.items()}
-                break
-        score, threshold, proba, prior = v.score, v.threshold, v.proba, v.prior
-        return _PACK_MAP(_OUTPUT_KEYS, (
-            msg.id, msg.entry_id, v.label, log_proba, model_version, worker, true_label,
-            learned, reason, was, msg.meta,
-            float(score) if score is not None and math.isfinite(score) else None,
-            v.explanation,
-            float(threshold) if threshold is not None and threshold == threshold else None,
-            float(proba) if proba is not None and proba == proba else None,
-            float(prior) if prior is not None and prior == prior else None, challenger),
-            _REQUIRED)
-    return output_for(msg, v.label, v.log_proba, model_version, worker, learned=learned,
-                      score=v.score, reason=reason, explain=v.explanation, was=was,
-                      threshold=v.threshold, proba=v.proba, challenger=challenger,
-                      prior=v.prior)
+    its label, log posteriors, score, threshold, probability, prior and explanation),
+    packed by ``streamnb._kernels.pack_map`` where it is built (no keyword call chain on
+    the worker's path: the same bytes)."""
+    if _PACK_MAP is None:
+        return output_for(msg, v.label, v.log_proba, model_version, worker, learned=learned,
+                          score=v.score, reason=reason, explain=v.explanation, was=was,
+                          threshold=v.threshold, proba=v.proba, challenger=challenger,
+                          prior=v.prior)
+    true_label = msg.label
+    learned, reason, was = _label_fields(true_label, learned, reason, was)
+    return _packed(msg.id, msg.entry_id, v.label, v.log_proba, model_version, worker, true_label,
+                   bool(learned) if true_label is not None or learned is not None else None,
+                   reason, was, msg.meta, v.score, v.explanation, v.threshold, v.proba, v.prior,
+                   challenger)
 
 
 def _packed(id: str, entry: str, label: Any, log_proba: dict, model_version: Any, worker: str,
