@@ -137,6 +137,11 @@ def run_users(messages: Sequence[bytes], unlabelled: bytes, n_users: int, bits: 
                     firsts, nexts)
 
 
+def _median_max(ms: Sequence[float]) -> str:
+    """``median (max N)`` of latencies in ms; ``-`` for none (``--cold 0``)."""
+    return f"{statistics.median(ms):.1f} (max {max(ms):.0f})" if ms else "-"
+
+
 def print_users(messages: Sequence[bytes], unlabelled: bytes, users: Sequence[int], bits: int,
                 replica_memory: int, cold: int, duties_s: float = 0) -> None:
     rows = []
@@ -148,9 +153,8 @@ def print_users(messages: Sequence[bytes], unlabelled: bytes, users: Sequence[in
         r = run_users(messages, unlabelled, n, bits, replica_memory, cold)
         rows.append([f"{n:,} users", f"{r.start_s:.0f}", r.replica_memory // MIB, r.per_second,
                      r.worker_cpu_us, f"{r.idle_rss_mib:,.0f}", f"{r.rss_mib:,.0f}",
-                     f"{r.peak_rss_mib:,.0f}", f"{statistics.median(r.cold_first_ms):.1f} "
-                     f"(max {max(r.cold_first_ms):.0f})",
-                     f"{statistics.median(r.cold_next_ms):.1f} (max {max(r.cold_next_ms):.0f})"])
+                     f"{r.peak_rss_mib:,.0f}", _median_max(r.cold_first_ms),
+                     _median_max(r.cold_next_ms)])
     print()
     print(f"{len(messages):,} pre-tokenized labelled messages dealt round-robin to the users' "
           f"models (bits {bits}), one worker; cold users: {cold} users evicted, one unlabelled "

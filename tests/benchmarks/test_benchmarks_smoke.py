@@ -918,6 +918,13 @@ def test_users_run_serves_every_user_and_times_the_cold_ones():
     assert run.rss_mib > 0 and run.idle_rss_mib > 0  # (the worker trims its heap: either way)
 
 
+def test_users_table_prints_a_dash_without_cold_users():
+    from benchmarks._users import _median_max
+
+    assert _median_max([]) == "-"
+    assert _median_max([3.0, 1.0, 8.0]) == "3.0 (max 8)"
+
+
 @needs_redis
 def test_duties_run_reads_every_heartbeat_of_an_idle_worker():
     from benchmarks._users import run_duties
