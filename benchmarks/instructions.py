@@ -46,7 +46,7 @@ counted the same way from callgrind's dumps at each step's start and end.
 ``--cache`` runs cachegrind instead, which also simulates this VM's L1d and L2 caches and
 prints their data misses per message: what instructions do not show (a worker on raw mail
 runs about as many instructions per message as bare parsing, yet takes longer: it misses
-the L2 about ten times as often).
+the L2 several times as often).
 
 A/B against an older commit: ``git worktree add /tmp/before <rev>``, build its C modules
 there, and run ``PYTHONPATH=/tmp/before python -m benchmarks.instructions --corpus DIR``
