@@ -153,17 +153,14 @@ class GenerativeClassifier(HyperParams, ABC):
 
         This is what a worker commits as a delta: ``model.merge_stats(delta)`` is then
         the same as ``model.partial_fit(X, y, sample_weight=sample_weight)``. ``columns``:
-        the batch's columns found before (``streamnb.stats.feature_counts.batch_columns``
-        of X, as a MultinomialNB's prequential plan holds them), for the models that count
-        features (the others take none).
+        X's columns found before (``streamnb.stats.feature_counts.batch_columns``, as a
+        MultinomialNB's prequential plan holds them), for the models that count features.
         """
         self.validate_params()
         X = self._validate_X(X)
-        yl = self._validate_y(y, X.shape[0])
-        w = self._validate_weight(sample_weight, X.shape[0])
-        if columns is not None:
-            return self._batch_stats(X, yl, w, columns=columns)  # type: ignore[call-arg]
-        return self._batch_stats(X, yl, w)
+        yl, w = self._validate_y(y, X.shape[0]), self._validate_weight(sample_weight, X.shape[0])
+        return self._batch_stats(X, yl, w) if columns is None else \
+            self._batch_stats(X, yl, w, columns=columns)  # type: ignore[call-arg]
 
     def merge_stats(self, delta: StatsBundle) -> Self:
         self.stats.merge(delta)
