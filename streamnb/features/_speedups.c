@@ -498,6 +498,26 @@ mul_mod61(uint64_t a, uint64_t b)
     return (r & P61) + (r >> 61);
 }
 
+/* The polynomial key's value reduced modulo 2**61 - 1, its top bit set (a long token's
+ * key: a short token's has the top bit clear). */
+static inline uint64_t
+long_key(uint64_t acc)
+{
+    acc = (acc & P61) + (acc >> 61);
+    acc = acc >= P61 ? acc - P61 : acc;
+    return acc | ((uint64_t)1 << 63);
+}
+
+/* A key mixed by the process's multiplier and rotation; never 0 (which marks an empty
+ * slot) nor ~0 (an odd word). */
+static inline uint64_t
+mixed_key(uint64_t x)
+{
+    x *= key_mul;
+    x = (x << key_rot) | (x >> (64 - key_rot));
+    return x == 0 || x == ~(uint64_t)0 ? 2 : x;
+}
+
 /* The table's key of a token whose characters, `kind` bytes each, are p[0:n] (n bytes);
  * with *seen, the bytes read ORed (their high bits say whether the token is ASCII). */
 static inline uint64_t
@@ -520,14 +540,10 @@ table_key(const unsigned char *p, Py_ssize_t n, int kind, uint64_t *seen)
         w = n >= 8 ? load_le64(p + n - 8) >> (8 * (8 - (n - i))) : load_small(p + i, n - i);
         bits |= w;
         acc = mul_mod61(acc, key_point) + w;
-        acc = (acc & P61) + (acc >> 61);
-        acc = acc >= P61 ? acc - P61 : acc;
         *seen = bits;
-        x = acc | ((uint64_t)1 << 63);
+        x = long_key(acc);
     }
-    x *= key_mul;
-    x = (x << key_rot) | (x >> (64 - key_rot));
-    return x == 0 || x == ~(uint64_t)0 ? 2 : x;  /* (0 marks an empty slot; -1 an odd word) */
+    return mixed_key(x);
 }
 
 /* The key of one str token into *key; -1 with an exception set if it is not a str. */
@@ -589,13 +605,9 @@ lower_bytes_key(const unsigned char *p, Py_ssize_t n)
         }
         w = lower_bytes8(load_le64(p + n - 8) >> (8 * (8 - (n - i))));
         acc = mul_mod61(acc, key_point) + w;
-        acc = (acc & P61) + (acc >> 61);
-        acc = acc >= P61 ? acc - P61 : acc;
-        x = acc | ((uint64_t)1 << 63);
+        x = long_key(acc);
     }
-    x *= key_mul;
-    x = (x << key_rot) | (x >> (64 - key_rot));
-    return x == 0 || x == ~(uint64_t)0 ? 2 : x;
+    return mixed_key(x);
 }
 
 static PyObject *
@@ -4137,14 +4149,10 @@ fixstr_key(const unsigned char *q, Py_ssize_t n, uint64_t *seen)
         uint64_t w0 = load_le64(q) & LOW56, w1 = load_le64(q + n - 8) >> (8 * (15 - n));
         uint64_t acc = mul_mod61(((uint64_t)n << 2) | 1, key_point) + w0;
         acc = mul_mod61(acc, key_point) + w1;
-        acc = (acc & P61) + (acc >> 61);
-        acc = acc >= P61 ? acc - P61 : acc;
         *seen = w0 | w1;
-        x = acc | ((uint64_t)1 << 63);
+        x = long_key(acc);
     }
-    x *= key_mul;
-    x = (x << key_rot) | (x >> (64 - key_rot));
-    return x == 0 || x == ~(uint64_t)0 ? 2 : x;
+    return mixed_key(x);
 }
 
 /* The characters of the well-formed UTF-8 s[0:n] (RFC 3629: what Python's strict decoder

@@ -166,12 +166,11 @@ def decode_entries(entries: Sequence[tuple[Any, Any]], deliveries: dict[str, int
     untaught: set[str] = set()
     dead: list[Dead] = []
     messages: list[tuple[str, InputMessage, bytes]] = []
-    unknown, data_key = 0, DATA_FIELD.encode()
-    for entry_id, fields in entries:  # (the worker's client: bytes; any other: as_str, entry_field)
-        eid = entry_id.decode() if type(entry_id) is bytes else as_str(entry_id)
+    unknown = 0
+    for entry_id, fields in entries:
+        eid = as_str(entry_id)
         order.append(eid)
-        data = (fields.get(data_key) if type(fields) is dict else None) \
-            or entry_field(fields, DATA_FIELD)
+        data = entry_field(fields, DATA_FIELD)
         n_deliv = deliveries.get(eid, 1) if deliveries else 1
         if n_deliv > max_deliveries:
             dead.append(Dead(eid, "poison", f"delivered {n_deliv} times, the limit is "
