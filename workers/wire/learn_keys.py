@@ -195,8 +195,8 @@ def fresh_records(keys: Sequence[str], labels: Sequence[Any], weights: Sequence[
             any(t != DEFAULT for t in teachers):
         return None
     if _PACK_ARRAY is None:
-        return [(k, dumps([lab, float(w)])) for k, lab, w in zip(keys, labels, weights, strict=True)]
-    pack = _PACK_ARRAY
+        return [(k, encode_record(lab, w)) for k, lab, w in zip(keys, labels, weights, strict=True)]
+    pack = _PACK_ARRAY  # (encode_record's default-teacher array, packed in C)
     return [(k, pack((lab, float(w)), b"")) for k, lab, w in zip(keys, labels, weights, strict=True)]
 
 
